@@ -1,0 +1,166 @@
+/* dtype.c — error strings and element conversion between f32, f16 and bf16. */
+#include <string.h>
+
+#include "ss.h"
+
+const char *ss_strerror(int err)
+{
+	switch (err) {
+	case SS_OK: return "success";
+	case SS_ERR_NOMEM: return "out of memory";
+	case SS_ERR_IO: return "input/output error";
+	case SS_ERR_FORMAT: return "malformed input";
+	case SS_ERR_TRUNCATED: return "truncated input";
+	case SS_ERR_TOO_LARGE: return "declared size exceeds the limit";
+	case SS_ERR_VERSION: return "unsupported format version";
+	case SS_ERR_MISMATCH: return "model or dimension mismatch";
+	case SS_ERR_UNSUPPORTED: return "not supported";
+	case SS_ERR_INVALID: return "invalid argument";
+	case SS_ERR_UTF8: return "invalid UTF-8";
+	case SS_ERR_CHECKSUM: return "checksum mismatch (corrupt data)";
+	case SS_ERR_NOTFOUND: return "not found";
+	case SS_ERR_DEVICE: return "device unavailable";
+	}
+	return "unknown error";
+}
+
+const char *ss_dtype_name(ss_dtype t)
+{
+	switch (t) {
+	case SS_DTYPE_F32: return "f32";
+	case SS_DTYPE_F16: return "f16";
+	case SS_DTYPE_BF16: return "bf16";
+	}
+	return NULL;
+}
+
+int ss_dtype_parse(const char *s, ss_dtype *out)
+{
+	if (!s)
+		return SS_ERR_INVALID;
+	if (!strcmp(s, "f32") || !strcmp(s, "float32"))
+		*out = SS_DTYPE_F32;
+	else if (!strcmp(s, "f16") || !strcmp(s, "float16"))
+		*out = SS_DTYPE_F16;
+	else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16"))
+		*out = SS_DTYPE_BF16;
+	else
+		return SS_ERR_INVALID;
+	return 0;
+}
+
+size_t ss_dtype_size(ss_dtype t)
+{
+	return t == SS_DTYPE_F32 ? 4 : 2;
+}
+
+static inline uint32_t f2u(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float u2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+float ss_bf16_to_f32(uint16_t h)
+{
+	return u2f((uint32_t)h << 16);
+}
+
+uint16_t ss_f32_to_bf16(float f)
+{
+	uint32_t u = f2u(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and NaN */
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even */
+	return (uint16_t)(u >> 16);
+}
+
+/* IEEE binary16 via the F16C instructions when the compiler targets them,
+ * else bit manipulation. Both round to nearest even. */
+#if defined(__F16C__)
+#include <immintrin.h>
+float ss_f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+uint16_t ss_f32_to_f16(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+#else
+float ss_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+	if (exp == 0x1f) /* inf / NaN */
+		return u2f(sign | 0x7f800000u | (man << 13));
+	if (exp == 0) {
+		if (man == 0)
+			return u2f(sign);
+		/* subnormal: value = man * 2^-24 */
+		float v = (float)man * 0x1p-24f;
+		return sign ? -v : v;
+	}
+	return u2f(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t ss_f32_to_f16(float f)
+{
+	uint32_t u = f2u(f);
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+	uint32_t a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return sign | 0x7e00; /* NaN */
+	if (a >= 0x477ff000u) /* rounds to >= 65520: overflow */
+		return sign | 0x7c00;
+	if (a < 0x38800000u) { /* below the smallest normal half: subnormal or 0 */
+		/* a * 2^24 rounded to nearest even, done in float arithmetic (exact
+		 * because the product's spacing is coarser than the rounding). */
+		float v = u2f(a) * 0x1p24f;
+		uint32_t m = (uint32_t)v;
+		float rem = v - (float)m;
+		if (rem > 0.5f || (rem == 0.5f && (m & 1)))
+			m++;
+		return sign | (uint16_t)m;
+	}
+	uint32_t r = a + 0xfffu + ((a >> 13) & 1) - (112u << 23);
+	return sign | (uint16_t)(r >> 13);
+}
+#endif
+
+void ss_to_f32(float *dst, const void *src, ss_dtype t, size_t n)
+{
+	const uint16_t *h = src;
+	switch (t) {
+	case SS_DTYPE_F32:
+		memcpy(dst, src, n * 4);
+		break;
+	case SS_DTYPE_F16:
+		for (size_t i = 0; i < n; i++)
+			dst[i] = ss_f16_to_f32(h[i]);
+		break;
+	case SS_DTYPE_BF16:
+		for (size_t i = 0; i < n; i++)
+			dst[i] = u2f((uint32_t)h[i] << 16);
+		break;
+	}
+}
+
+void ss_from_f32(void *dst, ss_dtype t, const float *src, size_t n)
+{
+	uint16_t *h = dst;
+	switch (t) {
+	case SS_DTYPE_F32:
+		memcpy(dst, src, n * 4);
+		break;
+	case SS_DTYPE_F16:
+		for (size_t i = 0; i < n; i++)
+			h[i] = ss_f32_to_f16(src[i]);
+		break;
+	case SS_DTYPE_BF16:
+		for (size_t i = 0; i < n; i++)
+			h[i] = ss_f32_to_bf16(src[i]);
+		break;
+	}
+}

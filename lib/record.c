@@ -1,0 +1,715 @@
+/*
+ * record.c — the typed records of the two streams: token records and state
+ * records (pack, unpack, validate) and their JSON rendering.
+ * Schemas: formats/tokens.md, formats/states.md.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ss.h"
+
+/* Dims above this are refused as corrupt before any size arithmetic. */
+#define DIM_MAX (1 << 24)
+
+static int ferr(char *errmsg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int ferr(char *errmsg, const char *fmt, ...)
+{
+	if (errmsg) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
+		va_end(ap);
+	}
+	return SS_ERR_FORMAT;
+}
+
+/* ------------------------------------------------------------ packing */
+
+/* A growable byte buffer that msgpack_packer writes into. */
+typedef struct {
+	unsigned char *p;
+	size_t len, cap;
+	int oom;
+} buf_t;
+
+static int buf_reserve(buf_t *b, size_t extra)
+{
+	if (b->len + extra <= b->cap)
+		return 0;
+	size_t ncap = b->cap ? b->cap : 4096;
+	while (ncap < b->len + extra)
+		ncap *= 2;
+	unsigned char *n = realloc(b->p, ncap);
+	if (!n) {
+		b->oom = 1;
+		return -1;
+	}
+	b->p = n;
+	b->cap = ncap;
+	return 0;
+}
+
+static int buf_write(void *data, const char *s, size_t n)
+{
+	buf_t *b = data;
+	if (buf_reserve(b, n) != 0)
+		return -1;
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	return 0;
+}
+
+static void pk_str(msgpack_packer *pk, const char *s)
+{
+	size_t n = strlen(s);
+	msgpack_pack_str(pk, n);
+	msgpack_pack_str_body(pk, s, n);
+}
+
+static void pk_key(msgpack_packer *pk, const char *k) { pk_str(pk, k); }
+
+/* Packs a bin of n f32 values stored as dtype t, converting straight into
+ * the output buffer. */
+static void pk_array(msgpack_packer *pk, buf_t *b, const float *v, size_t n, ss_dtype t)
+{
+	size_t bytes = n * ss_dtype_size(t);
+	msgpack_pack_bin(pk, bytes);
+	if (buf_reserve(b, bytes) != 0)
+		return;
+	ss_from_f32(b->p + b->len, t, v, n);
+	b->len += bytes;
+}
+
+static void pk_header(msgpack_packer *pk, const char *format, int n_keys, const char *id)
+{
+	msgpack_pack_map(pk, (size_t)n_keys);
+	pk_key(pk, "format");
+	pk_str(pk, format);
+	pk_key(pk, "version");
+	msgpack_pack_unsigned_int(pk, SS_STREAM_VERSION);
+	pk_key(pk, "id");
+	pk_str(pk, id ? id : "");
+}
+
+int ss_writer_put_tokens(ss_writer *w, const ss_tokens *t, uint64_t *offset)
+{
+	buf_t b = {0};
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &b, buf_write);
+	buf_reserve(&b, 64 + t->text_len + (size_t)t->n_tokens * 4);
+	int n_keys = 5 + (t->text != NULL) + (t->tokenizer != NULL);
+	pk_header(&pk, SS_FORMAT_TOKENS, n_keys, t->id);
+	pk_key(&pk, "n_tokens");
+	msgpack_pack_int64(&pk, t->n_tokens);
+	if (t->tokenizer) {
+		pk_key(&pk, "tokenizer");
+		pk_str(&pk, t->tokenizer);
+	}
+	if (t->text) {
+		pk_key(&pk, "text");
+		msgpack_pack_str(&pk, t->text_len);
+		msgpack_pack_str_body(&pk, t->text, t->text_len);
+	}
+	pk_key(&pk, "tokens");
+	msgpack_pack_bin(&pk, (size_t)t->n_tokens * 4);
+	msgpack_pack_bin_body(&pk, t->tokens, (size_t)t->n_tokens * 4);
+	int rc = b.oom ? SS_ERR_NOMEM : ss_writer_put(w, b.p, b.len, offset);
+	free(b.p);
+	return rc;
+}
+
+size_t ss_state_ssm_len(const ss_state_dims *d)
+{
+	return (size_t)d->n_layer * d->nheads * d->headdim * d->d_state;
+}
+
+size_t ss_state_conv_len(const ss_state_dims *d)
+{
+	return (size_t)d->n_layer * d->conv_dim * (d->d_conv - 1);
+}
+
+size_t ss_state_logdecay_len(const ss_state_dims *d)
+{
+	return (size_t)d->n_layer * d->nheads;
+}
+
+int ss_state_alloc(ss_state *s, const ss_state_dims *d)
+{
+	memset(s, 0, sizeof *s);
+	s->dims = *d;
+	s->dtype = SS_DTYPE_F32;
+	s->ssm = calloc(ss_state_ssm_len(d) ? ss_state_ssm_len(d) : 1, sizeof(float));
+	s->conv = calloc(ss_state_conv_len(d) ? ss_state_conv_len(d) : 1, sizeof(float));
+	s->logdecay = calloc(ss_state_logdecay_len(d) ? ss_state_logdecay_len(d) : 1, sizeof(float));
+	if (!s->ssm || !s->conv || !s->logdecay) {
+		ss_state_free(s);
+		return SS_ERR_NOMEM;
+	}
+	return 0;
+}
+
+void ss_state_free(ss_state *s)
+{
+	if (!s)
+		return;
+	free(s->id);
+	free(s->ssm);
+	free(s->conv);
+	free(s->logdecay);
+	free(s->mode);
+	if (s->sources)
+		for (int32_t i = 0; i < s->n_sources; i++)
+			free(s->sources[i]);
+	free(s->sources);
+	free(s->weights);
+	memset(s, 0, sizeof *s);
+}
+
+int ss_state_dims_check(const ss_state_dims *a, const ss_state_dims *b, char *errmsg)
+{
+	if (strcmp(a->arch, b->arch)) {
+		if (errmsg)
+			snprintf(errmsg, SS_ERRMSG_MAX, "arch %s vs %s", a->arch, b->arch);
+		return SS_ERR_MISMATCH;
+	}
+#define CHK(f) if (a->f != b->f) { \
+		if (errmsg) snprintf(errmsg, SS_ERRMSG_MAX, #f " %d vs %d", (int)a->f, (int)b->f); \
+		return SS_ERR_MISMATCH; }
+	CHK(n_layer) CHK(nheads) CHK(headdim) CHK(d_state) CHK(conv_dim) CHK(d_conv)
+#undef CHK
+	return 0;
+}
+
+int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
+{
+	const ss_state_dims *d = &s->dims;
+	size_t es = ss_dtype_size(s->dtype);
+	buf_t b = {0};
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &b, buf_write);
+	buf_reserve(&b, 4096 + (ss_state_ssm_len(d) + ss_state_conv_len(d)) * es + ss_state_logdecay_len(d) * 4 +
+			(s->weights ? ss_state_logdecay_len(d) * s->n_sources * 4 : 0));
+	int n_keys = 16 + (s->mode != NULL) + 2 * (s->has_rank != 0);
+	pk_header(&pk, SS_FORMAT_STATES, n_keys, s->id);
+	pk_key(&pk, "fingerprint");
+	pk_str(&pk, s->fingerprint);
+	pk_key(&pk, "arch");
+	pk_str(&pk, d->arch[0] ? d->arch : "mamba2");
+#define DIM(f) pk_key(&pk, #f); msgpack_pack_int32(&pk, d->f);
+	DIM(n_layer) DIM(nheads) DIM(headdim) DIM(d_state) DIM(conv_dim) DIM(d_conv)
+#undef DIM
+	pk_key(&pk, "n_tokens");
+	msgpack_pack_int64(&pk, s->n_tokens);
+	pk_key(&pk, "dtype");
+	pk_str(&pk, ss_dtype_name(s->dtype));
+	if (s->mode) {
+		pk_key(&pk, "provenance");
+		msgpack_pack_map(&pk, s->weights ? 3 : 2);
+		pk_key(&pk, "mode");
+		pk_str(&pk, s->mode);
+		pk_key(&pk, "sources");
+		msgpack_pack_array(&pk, (size_t)s->n_sources);
+		for (int32_t i = 0; i < s->n_sources; i++)
+			pk_str(&pk, s->sources[i] ? s->sources[i] : "");
+		if (s->weights) {
+			pk_key(&pk, "weights");
+			pk_array(&pk, &b, s->weights, ss_state_logdecay_len(d) * (size_t)s->n_sources, SS_DTYPE_F32);
+		}
+	}
+	if (s->has_rank) {
+		pk_key(&pk, "rank");
+		msgpack_pack_int32(&pk, s->rank);
+		pk_key(&pk, "score");
+		msgpack_pack_double(&pk, s->score);
+	}
+	/* Small arrays first, conv and ssm last: ss_reader_next_meta relies on it. */
+	pk_key(&pk, "logdecay");
+	pk_array(&pk, &b, s->logdecay, ss_state_logdecay_len(d), SS_DTYPE_F32);
+	pk_key(&pk, "conv");
+	pk_array(&pk, &b, s->conv, ss_state_conv_len(d), s->dtype);
+	pk_key(&pk, "ssm");
+	pk_array(&pk, &b, s->ssm, ss_state_ssm_len(d), s->dtype);
+	int rc = b.oom ? SS_ERR_NOMEM : ss_writer_put(w, b.p, b.len, offset);
+	free(b.p);
+	return rc;
+}
+
+/* ------------------------------------------------------------ unpacking */
+
+static char *dup_str(const msgpack_object *o)
+{
+	char *s = malloc(o->via.str.size + 1);
+	if (s) {
+		memcpy(s, o->via.str.ptr, o->via.str.size);
+		s[o->via.str.size] = 0;
+	}
+	return s;
+}
+
+static int get_str(const msgpack_object *m, const char *k, int required, const msgpack_object **out, char *errmsg)
+{
+	*out = ss_map_get(m, k);
+	if (!*out)
+		return required ? ferr(errmsg, "missing field \"%s\"", k) : 0;
+	if ((*out)->type != MSGPACK_OBJECT_STR)
+		return ferr(errmsg, "field \"%s\" is not a string", k);
+	return 0;
+}
+
+static int get_int(const msgpack_object *m, const char *k, int64_t lo, int64_t hi, int64_t *out, char *errmsg)
+{
+	const msgpack_object *o = ss_map_get(m, k);
+	if (!o)
+		return ferr(errmsg, "missing field \"%s\"", k);
+	int64_t v;
+	if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
+		v = (int64_t)o->via.u64;
+	else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+		v = o->via.i64;
+	else
+		return ferr(errmsg, "field \"%s\" is not an integer", k);
+	if (v < lo || v > hi)
+		return ferr(errmsg, "field \"%s\" = %lld is out of range [%lld, %lld]", k, (long long)v,
+			    (long long)lo, (long long)hi);
+	*out = v;
+	return 0;
+}
+
+static int get_bin(const msgpack_object *m, const char *k, size_t bytes, const msgpack_object **out, char *errmsg)
+{
+	*out = ss_map_get(m, k);
+	if (!*out)
+		return ferr(errmsg, "missing field \"%s\"", k);
+	if ((*out)->type != MSGPACK_OBJECT_BIN)
+		return ferr(errmsg, "field \"%s\" is not a bin", k);
+	if ((*out)->via.bin.size != bytes)
+		return ferr(errmsg, "field \"%s\" has %u bytes, expected %zu", k, (*out)->via.bin.size, bytes);
+	return 0;
+}
+
+static int check_format(const ss_record *rec, const char *want, char *errmsg)
+{
+	if (strcmp(rec->format, want))
+		return ferr(errmsg, "expected a %s record, found %s", want, rec->format);
+	return 0;
+}
+
+void ss_tokens_free(ss_tokens *t)
+{
+	if (!t)
+		return;
+	free(t->id);
+	free(t->tokens);
+	free(t->text);
+	free(t->tokenizer);
+	memset(t, 0, sizeof *t);
+}
+
+int ss_record_tokens(const ss_record *rec, ss_tokens *out, char *errmsg)
+{
+	memset(out, 0, sizeof *out);
+	const msgpack_object *m = rec->root, *id, *text, *tok, *toks;
+	int64_t n;
+	int rc;
+	if ((rc = check_format(rec, SS_FORMAT_TOKENS, errmsg)) ||
+	    (rc = get_str(m, "id", 1, &id, errmsg)) ||
+	    (rc = get_int(m, "n_tokens", 0, INT32_MAX, &n, errmsg)) ||
+	    (rc = get_str(m, "text", 0, &text, errmsg)) ||
+	    (rc = get_str(m, "tokenizer", 0, &tok, errmsg)) ||
+	    (rc = get_bin(m, "tokens", (size_t)n * 4, &toks, errmsg)))
+		return rc;
+	out->n_tokens = n;
+	out->id = dup_str(id);
+	out->tokens = malloc((size_t)n * 4 + 4);
+	if (text) {
+		out->text = dup_str(text);
+		out->text_len = text->via.str.size;
+	}
+	if (tok)
+		out->tokenizer = dup_str(tok);
+	if (!out->id || !out->tokens || (text && !out->text) || (tok && !out->tokenizer)) {
+		ss_tokens_free(out);
+		return SS_ERR_NOMEM;
+	}
+	memcpy(out->tokens, toks->via.bin.ptr, (size_t)n * 4);
+	return 0;
+}
+
+/* Decodes all but the big arrays. */
+static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
+{
+	const msgpack_object *m = rec->root, *id, *fp, *arch, *dt, *prov;
+	int64_t v[6], ntok;
+	static const char *const dimk[6] = { "n_layer", "nheads", "headdim", "d_state", "conv_dim", "d_conv" };
+	int rc;
+	memset(s, 0, sizeof *s);
+	if ((rc = check_format(rec, SS_FORMAT_STATES, errmsg)) ||
+	    (rc = get_str(m, "id", 1, &id, errmsg)) ||
+	    (rc = get_str(m, "fingerprint", 1, &fp, errmsg)) ||
+	    (rc = get_str(m, "arch", 1, &arch, errmsg)) ||
+	    (rc = get_str(m, "dtype", 1, &dt, errmsg)) ||
+	    (rc = get_int(m, "n_tokens", 0, INT64_MAX, &ntok, errmsg)))
+		return rc;
+	for (int i = 0; i < 6; i++)
+		if ((rc = get_int(m, dimk[i], i == 5 ? 2 : 1, DIM_MAX, &v[i], errmsg)))
+			return rc;
+	if (fp->via.str.size >= SS_FINGERPRINT_MAX)
+		return ferr(errmsg, "field \"fingerprint\" is too long");
+	if (arch->via.str.size >= sizeof s->dims.arch)
+		return ferr(errmsg, "field \"arch\" is too long");
+	memcpy(s->fingerprint, fp->via.str.ptr, fp->via.str.size);
+	memcpy(s->dims.arch, arch->via.str.ptr, arch->via.str.size);
+	s->dims.n_layer = (int32_t)v[0];
+	s->dims.nheads = (int32_t)v[1];
+	s->dims.headdim = (int32_t)v[2];
+	s->dims.d_state = (int32_t)v[3];
+	s->dims.conv_dim = (int32_t)v[4];
+	s->dims.d_conv = (int32_t)v[5];
+	/* The arrays' byte sizes must fit the record; checking the products
+	 * here keeps later size arithmetic from overflowing. */
+	double ssm_bytes = (double)v[0] * v[1] * v[2] * v[3] * 4;
+	if (ssm_bytes > (double)rec->raw_len * 2 + 1e6 && rec->raw_len > 0 && ss_map_get(m, "ssm"))
+		return ferr(errmsg, "dims declare a %.0f-byte state in a %zu-byte record", ssm_bytes, rec->raw_len);
+	if (ssm_bytes > 1e12)
+		return ferr(errmsg, "dims declare an absurd state size (%.0f bytes)", ssm_bytes);
+	s->n_tokens = ntok;
+	char dts[16] = {0};
+	memcpy(dts, dt->via.str.ptr, dt->via.str.size < 15 ? dt->via.str.size : 15);
+	if (ss_dtype_parse(dts, &s->dtype) != 0)
+		return ferr(errmsg, "unknown dtype \"%s\"", dts);
+	s->id = dup_str(id);
+	if (!s->id)
+		return SS_ERR_NOMEM;
+	const msgpack_object *rk = ss_map_get(m, "rank"), *sc = ss_map_get(m, "score");
+	if (rk && sc) {
+		int64_t r;
+		if ((rc = get_int(m, "rank", 0, INT32_MAX, &r, errmsg)))
+			goto fail;
+		if (sc->type != MSGPACK_OBJECT_FLOAT64 && sc->type != MSGPACK_OBJECT_FLOAT32) {
+			rc = ferr(errmsg, "field \"score\" is not a float");
+			goto fail;
+		}
+		s->has_rank = 1;
+		s->rank = (int32_t)r;
+		s->score = sc->via.f64;
+	}
+	size_t nld = ss_state_logdecay_len(&s->dims);
+	const msgpack_object *ld;
+	if ((rc = get_bin(m, "logdecay", nld * 4, &ld, errmsg)))
+		goto fail;
+	s->logdecay = malloc(nld * 4);
+	if (!s->logdecay) {
+		rc = SS_ERR_NOMEM;
+		goto fail;
+	}
+	memcpy(s->logdecay, ld->via.bin.ptr, nld * 4);
+	prov = ss_map_get(m, "provenance");
+	if (prov) {
+		const msgpack_object *mode, *src, *wts;
+		if (prov->type != MSGPACK_OBJECT_MAP) {
+			rc = ferr(errmsg, "field \"provenance\" is not a map");
+			goto fail;
+		}
+		if ((rc = get_str(prov, "mode", 1, &mode, errmsg)))
+			goto fail;
+		src = ss_map_get(prov, "sources");
+		if (!src || src->type != MSGPACK_OBJECT_ARRAY) {
+			rc = ferr(errmsg, "field \"provenance.sources\" is not an array");
+			goto fail;
+		}
+		s->mode = dup_str(mode);
+		s->n_sources = (int32_t)src->via.array.size;
+		s->sources = calloc(s->n_sources ? (size_t)s->n_sources : 1, sizeof(char *));
+		if (!s->mode || !s->sources) {
+			rc = SS_ERR_NOMEM;
+			goto fail;
+		}
+		for (int32_t i = 0; i < s->n_sources; i++) {
+			if (src->via.array.ptr[i].type != MSGPACK_OBJECT_STR) {
+				rc = ferr(errmsg, "provenance source %d is not a string", (int)i);
+				goto fail;
+			}
+			if (!(s->sources[i] = dup_str(&src->via.array.ptr[i]))) {
+				rc = SS_ERR_NOMEM;
+				goto fail;
+			}
+		}
+		if (ss_map_get(prov, "weights")) {
+			size_t nw = nld * (size_t)s->n_sources;
+			if ((rc = get_bin(prov, "weights", nw * 4, &wts, errmsg)))
+				goto fail;
+			if (!(s->weights = malloc(nw * 4 + 4))) {
+				rc = SS_ERR_NOMEM;
+				goto fail;
+			}
+			memcpy(s->weights, wts->via.bin.ptr, nw * 4);
+		}
+	}
+	return 0;
+fail:
+	ss_state_free(s);
+	return rc;
+}
+
+int ss_record_state_meta(const ss_record *rec, ss_state *out, char *errmsg)
+{
+	return state_meta(rec, out, errmsg);
+}
+
+int ss_record_state(const ss_record *rec, ss_state *s, char *errmsg)
+{
+	int rc = state_meta(rec, s, errmsg);
+	if (rc)
+		return rc;
+	size_t es = ss_dtype_size(s->dtype);
+	size_t nc = ss_state_conv_len(&s->dims), ns = ss_state_ssm_len(&s->dims);
+	const msgpack_object *conv, *ssm;
+	if ((rc = get_bin(rec->root, "conv", nc * es, &conv, errmsg)) ||
+	    (rc = get_bin(rec->root, "ssm", ns * es, &ssm, errmsg))) {
+		ss_state_free(s);
+		return rc;
+	}
+	s->conv = malloc(nc * 4 + 4);
+	s->ssm = malloc(ns * 4 + 4);
+	if (!s->conv || !s->ssm) {
+		ss_state_free(s);
+		return SS_ERR_NOMEM;
+	}
+	ss_to_f32(s->conv, conv->via.bin.ptr, s->dtype, nc);
+	ss_to_f32(s->ssm, ssm->via.bin.ptr, s->dtype, ns);
+	return 0;
+}
+
+/* ------------------------------------------------------------ JSON */
+
+static void json_str(FILE *f, const char *s, size_t n)
+{
+	fputc('"', f);
+	for (size_t i = 0; i < n;) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '"' || c == '\\') {
+			fputc('\\', f);
+			fputc(c, f);
+			i++;
+		} else if (c < 0x20) {
+			switch (c) {
+			case '\n': fputs("\\n", f); break;
+			case '\r': fputs("\\r", f); break;
+			case '\t': fputs("\\t", f); break;
+			default: fprintf(f, "\\u%04x", c);
+			}
+			i++;
+		} else if (c < 0x80) {
+			fputc(c, f);
+			i++;
+		} else {
+			/* Copy a valid UTF-8 sequence; replace an invalid byte with U+FFFD. */
+			int len = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
+			int ok = len > 0 && i + (size_t)len <= n;
+			for (int k = 1; ok && k < len; k++)
+				ok = ((unsigned char)s[i + k] & 0xc0) == 0x80;
+			if (ok && len == 3) {
+				unsigned char c1 = (unsigned char)s[i + 1];
+				ok = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0);
+			}
+			if (ok && len == 4) {
+				unsigned char c1 = (unsigned char)s[i + 1];
+				ok = !(c == 0xf0 && c1 < 0x90) && !(c == 0xf4 && c1 >= 0x90);
+			}
+			if (ok) {
+				fwrite(s + i, 1, (size_t)len, f);
+				i += (size_t)len;
+			} else {
+				fputs("\\ufffd", f);
+				i++;
+			}
+		}
+	}
+	fputc('"', f);
+}
+
+static void json_num(FILE *f, double v)
+{
+	if (isfinite(v))
+		fprintf(f, "%.9g", v);
+	else
+		fputs("null", f);
+}
+
+static double val_at(const unsigned char *b, size_t i, int is_i32, ss_dtype t)
+{
+	if (is_i32) {
+		int32_t x;
+		memcpy(&x, b + i * 4, 4);
+		return x;
+	}
+	if (t == SS_DTYPE_F32) {
+		float x;
+		memcpy(&x, b + i * 4, 4);
+		return x;
+	}
+	uint16_t h = (uint16_t)(b[i * 2] | b[i * 2 + 1] << 8);
+	return t == SS_DTYPE_F16 ? ss_f16_to_f32(h) : ss_bf16_to_f32(h);
+}
+
+/* Renders a typed numeric bin: summary or in full. */
+static void json_array(FILE *f, const void *p, size_t bytes, const char *dtype, const int64_t *shape, int ndim,
+		       int full)
+{
+	ss_dtype t = SS_DTYPE_F32;
+	int is_i32 = !strcmp(dtype, "i32");
+	if (!is_i32)
+		ss_dtype_parse(dtype, &t);
+	size_t es = is_i32 ? 4 : ss_dtype_size(t), n = bytes / es;
+	const unsigned char *b = p;
+#define VAL(i) val_at(b, (i), is_i32, t)
+	if (full) {
+		fputc('[', f);
+		for (size_t i = 0; i < n; i++) {
+			if (i)
+				fputc(',', f);
+			if (is_i32)
+				fprintf(f, "%d", (int)VAL(i));
+			else
+				json_num(f, VAL(i));
+		}
+		fputc(']', f);
+		return;
+	}
+	double mn = INFINITY, mx = -INFINITY, sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		double x = VAL(i);
+		mn = x < mn ? x : mn;
+		mx = x > mx ? x : mx;
+		sum += x;
+	}
+	fprintf(f, "{\"dtype\":\"%s\",\"shape\":[", dtype);
+	for (int i = 0; i < ndim; i++)
+		fprintf(f, "%s%lld", i ? "," : "", (long long)shape[i]);
+	fputs("],\"min\":", f);
+	json_num(f, n ? mn : NAN);
+	fputs(",\"max\":", f);
+	json_num(f, n ? mx : NAN);
+	fputs(",\"mean\":", f);
+	json_num(f, n ? sum / (double)n : NAN);
+	fputs(",\"head\":[", f);
+	for (size_t i = 0; i < n && i < 4; i++) {
+		if (i)
+			fputc(',', f);
+		if (is_i32)
+			fprintf(f, "%d", (int)VAL(i));
+		else
+			json_num(f, VAL(i));
+	}
+	fputs("]}", f);
+#undef VAL
+}
+
+static void json_obj(FILE *f, const msgpack_object *o)
+{
+	switch (o->type) {
+	case MSGPACK_OBJECT_NIL: fputs("null", f); break;
+	case MSGPACK_OBJECT_BOOLEAN: fputs(o->via.boolean ? "true" : "false", f); break;
+	case MSGPACK_OBJECT_POSITIVE_INTEGER: fprintf(f, "%llu", (unsigned long long)o->via.u64); break;
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER: fprintf(f, "%lld", (long long)o->via.i64); break;
+	case MSGPACK_OBJECT_FLOAT32:
+	case MSGPACK_OBJECT_FLOAT64: json_num(f, o->via.f64); break;
+	case MSGPACK_OBJECT_STR: json_str(f, o->via.str.ptr, o->via.str.size); break;
+	case MSGPACK_OBJECT_BIN: fprintf(f, "{\"bin_bytes\":%u}", o->via.bin.size); break;
+	case MSGPACK_OBJECT_EXT: fprintf(f, "{\"ext_bytes\":%u}", o->via.ext.size); break;
+	case MSGPACK_OBJECT_ARRAY:
+		fputc('[', f);
+		for (uint32_t i = 0; i < o->via.array.size; i++) {
+			if (i)
+				fputc(',', f);
+			json_obj(f, &o->via.array.ptr[i]);
+		}
+		fputc(']', f);
+		break;
+	case MSGPACK_OBJECT_MAP:
+		fputc('{', f);
+		for (uint32_t i = 0; i < o->via.map.size; i++) {
+			if (i)
+				fputc(',', f);
+			const msgpack_object *k = &o->via.map.ptr[i].key;
+			if (k->type == MSGPACK_OBJECT_STR)
+				json_str(f, k->via.str.ptr, k->via.str.size);
+			else {
+				fputc('"', f);
+				json_obj(f, k);
+				fputc('"', f);
+			}
+			fputc(':', f);
+			json_obj(f, &o->via.map.ptr[i].val);
+		}
+		fputc('}', f);
+		break;
+	}
+}
+
+static int64_t int_of(const msgpack_object *m, const char *k)
+{
+	const msgpack_object *o = ss_map_get(m, k);
+	return o && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? (int64_t)o->via.u64 : 0;
+}
+
+int ss_record_to_json(const ss_record *rec, FILE *f, int full)
+{
+	const msgpack_object *m = rec->root;
+	int states = !strcmp(rec->format, SS_FORMAT_STATES);
+	int64_t L = int_of(m, "n_layer"), H = int_of(m, "nheads"), P = int_of(m, "headdim"),
+		N = int_of(m, "d_state"), C = int_of(m, "conv_dim"), K = int_of(m, "d_conv") - 1;
+	const msgpack_object *dto = ss_map_get(m, "dtype");
+	char dtype[16] = "f32";
+	if (dto && dto->type == MSGPACK_OBJECT_STR && dto->via.str.size < sizeof dtype) {
+		memcpy(dtype, dto->via.str.ptr, dto->via.str.size);
+		dtype[dto->via.str.size] = 0;
+	}
+	fprintf(f, "{\"offset\":%llu,", (unsigned long long)rec->offset);
+	for (uint32_t i = 0; i < m->via.map.size; i++) {
+		const msgpack_object *k = &m->via.map.ptr[i].key, *v = &m->via.map.ptr[i].val;
+		if (i)
+			fputc(',', f);
+		json_obj(f, k);
+		fputc(':', f);
+		char key[32] = "";
+		if (k->type == MSGPACK_OBJECT_STR && k->via.str.size < sizeof key)
+			memcpy(key, k->via.str.ptr, k->via.str.size);
+		int64_t shape[4];
+		if (v->type == MSGPACK_OBJECT_BIN && !states && !strcmp(key, "tokens")) {
+			shape[0] = v->via.bin.size / 4;
+			json_array(f, v->via.bin.ptr, v->via.bin.size, "i32", shape, 1, full);
+		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "logdecay")) {
+			shape[0] = L, shape[1] = H;
+			json_array(f, v->via.bin.ptr, v->via.bin.size, "f32", shape, 2, full);
+		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "conv")) {
+			shape[0] = L, shape[1] = C, shape[2] = K;
+			json_array(f, v->via.bin.ptr, v->via.bin.size, dtype, shape, 3, full);
+		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "ssm")) {
+			shape[0] = L, shape[1] = H, shape[2] = P, shape[3] = N;
+			json_array(f, v->via.bin.ptr, v->via.bin.size, dtype, shape, 4, full);
+		} else if (states && !strcmp(key, "provenance") && v->type == MSGPACK_OBJECT_MAP) {
+			fputc('{', f);
+			for (uint32_t j = 0; j < v->via.map.size; j++) {
+				const msgpack_object *pk = &v->via.map.ptr[j].key, *pv = &v->via.map.ptr[j].val;
+				if (j)
+					fputc(',', f);
+				json_obj(f, pk);
+				fputc(':', f);
+				if (pv->type == MSGPACK_OBJECT_BIN) {
+					shape[0] = L, shape[1] = H, shape[2] = L && H ? pv->via.bin.size / 4 / (L * H) : 0;
+					json_array(f, pv->via.bin.ptr, pv->via.bin.size, "f32", shape, 3, full);
+				} else {
+					json_obj(f, pv);
+				}
+			}
+			fputc('}', f);
+		} else {
+			json_obj(f, v);
+		}
+	}
+	fputc('}', f);
+	return ferror(f) ? SS_ERR_IO : 0;
+}

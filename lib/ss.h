@@ -1,0 +1,91 @@
+/*
+ * ss.h — public interface of libss: a database of SSM (Mamba-2) states.
+ *
+ * Plain C11, C++-safe. The library never prints and never exits: every
+ * fallible function returns 0 (or a count) on success and a negative SS_ERR_*
+ * on failure; ss_strerror() names the code. Functions that can say more (which
+ * record, which byte offset, which tensor) fill a caller-provided message
+ * buffer of SS_ERRMSG_MAX bytes.
+ *
+ * Module headers, each included here:
+ *   ss_stream.h    zstd+msgpack record streams, token and state records
+ *   ss_tokenizer.h byte-level BPE from a HF tokenizer.json
+ *   ss_model.h     Mamba-2 checkpoints and the CPU forward pass
+ *   ss_compose.h   state composition (CASO, PICASO-S/R, soup)
+ *   ss_index.h     BM25 index of documents → state offsets
+ */
+#ifndef SS_H
+#define SS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SS_VERSION "0.1.0"
+#define SS_ERRMSG_MAX 512
+
+/* Error codes. Negative so that "n >= 0" means success with a count. */
+enum {
+	SS_OK = 0,
+	SS_ERR_NOMEM = -1,     /* allocation failed */
+	SS_ERR_IO = -2,        /* read/write/open failed (errno kept) */
+	SS_ERR_FORMAT = -3,    /* malformed input: stream, JSON, safetensors, pickle */
+	SS_ERR_TRUNCATED = -4, /* input ended inside a record or tensor */
+	SS_ERR_TOO_LARGE = -5, /* a declared size exceeds the configured limit */
+	SS_ERR_VERSION = -6,   /* record from an unsupported format version */
+	SS_ERR_MISMATCH = -7,  /* different model fingerprint or dims */
+	SS_ERR_UNSUPPORTED = -8, /* valid input we do not handle (e.g. Mamba-1) */
+	SS_ERR_INVALID = -9,   /* invalid argument from the caller */
+	SS_ERR_UTF8 = -10,     /* invalid UTF-8 in text input */
+	SS_ERR_CHECKSUM = -11, /* zstd frame checksum failed: corrupt data */
+	SS_ERR_NOTFOUND = -12, /* a named file, tensor, document or record is absent */
+	SS_ERR_DEVICE = -13,   /* GPU backend unavailable or failed */
+};
+
+/* Returns a static, human-readable description of an SS_ERR_* code. */
+const char *ss_strerror(int err);
+
+/* Storage dtypes of tensors in files and streams. */
+typedef enum {
+	SS_DTYPE_F32 = 0,
+	SS_DTYPE_F16 = 1,
+	SS_DTYPE_BF16 = 2,
+} ss_dtype;
+
+/* "f32" | "f16" | "bf16"; NULL for an unknown value. */
+const char *ss_dtype_name(ss_dtype t);
+/* Parses "f32" | "f16" | "bf16" (also "float32", "float16", "bfloat16").
+ * Returns 0 and sets *out, or SS_ERR_INVALID. */
+int ss_dtype_parse(const char *s, ss_dtype *out);
+/* Bytes per element: 4, 2, 2. */
+size_t ss_dtype_size(ss_dtype t);
+
+/* Element conversion. f16 is IEEE binary16; bf16 is the top 16 bits of a
+ * binary32. f32→f16/bf16 round to nearest even; NaN stays NaN; overflow in
+ * f16 gives ±inf. All arrays are little-endian in memory (x86-64, aarch64). */
+float ss_f16_to_f32(uint16_t h);
+uint16_t ss_f32_to_f16(float f);
+float ss_bf16_to_f32(uint16_t h);
+uint16_t ss_f32_to_bf16(float f);
+
+/* Converts n elements of dtype `src_t` at src to f32 at dst (no aliasing). */
+void ss_to_f32(float *dst, const void *src, ss_dtype src_t, size_t n);
+/* Converts n f32 elements at src to dtype `dst_t` at dst (no aliasing). */
+void ss_from_f32(void *dst, ss_dtype dst_t, const float *src, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* Module headers: include "ss.h", never these directly. */
+#include "ss_stream.h"
+#include "ss_tokenizer.h"
+#include "ss_model.h"
+#include "ss_forward.h"
+#include "ss_compose.h"
+#include "ss_index.h"
+
+#endif /* SS_H */

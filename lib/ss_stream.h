@@ -1,0 +1,189 @@
+/*
+ * ss_stream.h — record streams (part of libss; include "ss.h").
+ *
+ * A stream is a sequence of records; each record is one msgpack map
+ * compressed as one zstd frame (content size declared, checksum on). So:
+ *   - streams concatenate with cat(1);
+ *   - a record's address is the byte offset of its frame, and a reader can
+ *     seek there and decode that record alone (ss-retrieve's index does);
+ *   - a reader holds one record at a time: memory is bounded by the largest
+ *     record, and a declared content size above the limit is refused before
+ *     anything is allocated.
+ * Every record map carries "format" ("ss-tokens" | "ss-states") and
+ * "version" (SS_STREAM_VERSION). Specs: formats/tokens.md, formats/states.md.
+ * ref: zstd frame format (RFC 8878 §3.1), msgpack spec.
+ */
+#ifndef SS_STREAM_H
+#define SS_STREAM_H
+
+#include <msgpack.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SS_STREAM_VERSION 1
+#define SS_FORMAT_TOKENS "ss-tokens"
+#define SS_FORMAT_STATES "ss-states"
+/* Default limit on one record's decompressed size: 4 GiB. */
+#define SS_MAX_RECORD_DEFAULT (UINT64_C(4) << 30)
+#define SS_FINGERPRINT_MAX 64
+#define SS_ZSTD_LEVEL_DEFAULT 3
+
+/* ---------------------------------------------------------------- reading */
+
+typedef struct ss_reader ss_reader;
+
+/* One decoded record, borrowed from its reader: valid until the next
+ * ss_reader_next()/seek/close on that reader. */
+typedef struct {
+	const msgpack_object *root; /* the record's map */
+	const char *format;         /* value of "format" (NUL-terminated copy) */
+	uint64_t offset;            /* byte offset of the record's zstd frame */
+	uint64_t length;            /* compressed bytes of the frame */
+	uint64_t index;             /* 0-based record number since open/seek */
+	const void *raw;            /* decompressed msgpack bytes */
+	size_t raw_len;
+} ss_record;
+
+/* Opens `path` for reading; "-" or NULL means stdin (a pipe is fine).
+ * max_record: limit on one record's decompressed size, 0 = default.
+ * Returns 0 and sets *out (caller frees with ss_reader_close), or a negative
+ * SS_ERR_* with errmsg (SS_ERRMSG_MAX bytes, may be NULL) filled. */
+int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char *errmsg);
+
+/* Reads the next record. Returns 1 with *rec filled, 0 at a clean end of
+ * stream, or a negative SS_ERR_* (TRUNCATED, CHECKSUM, FORMAT, TOO_LARGE,
+ * VERSION, IO); then ss_reader_error() names the record number and byte
+ * offset. An empty input is a clean end (0 records); callers that need at
+ * least one record say so. */
+int ss_reader_next(ss_reader *r, ss_record *rec);
+
+/* Moves to the frame at byte `offset` (regular files only; SS_ERR_INVALID on
+ * a pipe). The next ss_reader_next() decodes the record there. */
+int ss_reader_seek(ss_reader *r, uint64_t offset);
+
+/* Like ss_reader_next(), but decompresses only the start of the record,
+ * enough for every field except "conv" and "ssm" (which writers put last),
+ * and skips the rest of the frame. For two-pass tools that first read
+ * decays and ids. The returned record has no "conv"/"ssm" keys (or
+ * truncated ones) — use ss_record_state_meta() on it. */
+int ss_reader_next_meta(ss_reader *r, ss_record *rec);
+
+/* Last error, e.g. "record 3 (byte offset 8812): zstd frame truncated".
+ * Never NULL. */
+const char *ss_reader_error(const ss_reader *r);
+/* The path as given ("-" for stdin). */
+const char *ss_reader_path(const ss_reader *r);
+/* True when the input is a regular file (seekable). */
+int ss_reader_seekable(const ss_reader *r);
+void ss_reader_close(ss_reader *r);
+
+/* Looks up key `key` in a msgpack map; NULL when absent or not a map. */
+const msgpack_object *ss_map_get(const msgpack_object *map, const char *key);
+
+/* ---------------------------------------------------------------- writing */
+
+typedef struct ss_writer ss_writer;
+
+/* Opens `path` for writing; "-" or NULL means stdout. A named file is written
+ * to a temporary file in the same directory and renamed over `path` only by a
+ * successful ss_writer_close(): a failed or interrupted run leaves no partial
+ * output. Refuses (SS_ERR_INVALID) to write to stdout when it is a terminal.
+ * level: zstd level, 0 = SS_ZSTD_LEVEL_DEFAULT. */
+int ss_writer_open(ss_writer **out, const char *path, int level, char *errmsg);
+
+/* Appends one record: `buf` holds one msgpack map of `len` bytes. Sets
+ * *offset (may be NULL) to the frame's byte offset in the output. */
+int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset);
+
+/* Appends an already-compressed frame verbatim (ss-retrieve copies records
+ * without recompressing). */
+int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *offset);
+
+/* Flushes, fsyncs and renames into place. Returns 0, or SS_ERR_IO when any
+ * write failed (the temporary file is then removed). Frees w either way. */
+int ss_writer_close(ss_writer *w, char *errmsg);
+/* Discards the output (removes the temporary file) and frees w. */
+void ss_writer_abort(ss_writer *w);
+/* Bytes written so far. */
+uint64_t ss_writer_tell(const ss_writer *w);
+
+/* ---------------------------------------------------------- token records */
+
+/* One document's tokens. All pointers owned by the struct. */
+typedef struct {
+	char *id;          /* document id, NUL-terminated UTF-8 */
+	int32_t *tokens;   /* [n_tokens] token ids */
+	int64_t n_tokens;
+	char *text;        /* the document's text (NFC), or NULL; text_len bytes */
+	size_t text_len;
+	char *tokenizer;   /* tokenizer fingerprint, or NULL */
+} ss_tokens;
+
+void ss_tokens_free(ss_tokens *t);
+/* Decodes a token record; SS_ERR_FORMAT with errmsg naming the field. */
+int ss_record_tokens(const ss_record *rec, ss_tokens *out, char *errmsg);
+int ss_writer_put_tokens(ss_writer *w, const ss_tokens *t, uint64_t *offset);
+
+/* ---------------------------------------------------------- state records */
+
+/* Architecture and dims of a state; equal dims + fingerprint = composable. */
+typedef struct {
+	char arch[16];     /* "mamba2" */
+	int32_t n_layer, nheads, headdim, d_state, conv_dim, d_conv;
+} ss_state_dims;
+
+/* The state of one document (or a composition), all layers. Arrays are f32
+ * in memory whatever the storage dtype; all pointers owned by the struct.
+ * ref: DESIGN.md §2 "State of a document". */
+typedef struct {
+	char *id;
+	char fingerprint[SS_FINGERPRINT_MAX]; /* model fingerprint (hex) */
+	ss_state_dims dims;
+	int64_t n_tokens;    /* tokens the state has seen (sum for compositions) */
+	ss_dtype dtype;      /* storage dtype in the stream */
+	float *logdecay;     /* [n_layer][nheads], a_h = A_h * Σ_t dt_t,h ≤ 0 */
+	float *conv;         /* [n_layer][conv_dim][d_conv-1], k=0 oldest */
+	float *ssm;          /* [n_layer][nheads][headdim][d_state] */
+	/* Provenance of a composed state (mode == NULL for an encoded one). */
+	char *mode;          /* "caso" | "picaso-r" | ... */
+	char **sources;      /* [n_sources] source ids */
+	int32_t n_sources;
+	float *weights;      /* [n_layer][nheads][n_sources] or NULL */
+	/* Retrieval annotation (has_rank == 0 when absent). */
+	int has_rank;
+	int32_t rank;        /* 1 = most relevant */
+	double score;        /* BM25 score, higher = more relevant */
+} ss_state;
+
+/* Element counts of the three arrays for given dims. */
+size_t ss_state_ssm_len(const ss_state_dims *d);
+size_t ss_state_conv_len(const ss_state_dims *d);
+size_t ss_state_logdecay_len(const ss_state_dims *d);
+/* Allocates zeroed arrays for dims `d` (id NULL, dtype f32). */
+int ss_state_alloc(ss_state *s, const ss_state_dims *d);
+void ss_state_free(ss_state *s);
+/* 0 when dims are equal; else SS_ERR_MISMATCH with errmsg describing the
+ * first difference ("nheads 8 vs 16"). */
+int ss_state_dims_check(const ss_state_dims *a, const ss_state_dims *b, char *errmsg);
+
+/* Decodes a state record (all fields). */
+int ss_record_state(const ss_record *rec, ss_state *out, char *errmsg);
+/* Decodes everything but conv and ssm (left NULL). */
+int ss_record_state_meta(const ss_record *rec, ss_state *out, char *errmsg);
+/* Writes s with its arrays stored as s->dtype. */
+int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset);
+
+/* --------------------------------------------------------- JSON rendering */
+
+/* Renders a record as one line of JSON (no newline) to f. Known numeric
+ * arrays (tokens, logdecay, conv, ssm, weights) are summarised as
+ * {"dtype","shape","min","max","mean","head"} unless full != 0. */
+int ss_record_to_json(const ss_record *rec, FILE *f, int full);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SS_STREAM_H */

@@ -1,0 +1,742 @@
+/*
+ * stream.c — record streams: one msgpack map per zstd frame.
+ * See ss_stream.h for the contract and formats/{tokens,states}.md for the
+ * schemas. ref: RFC 8878 (zstd frame and block headers), msgpack spec.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: stable since 1.4, exported by libzstd.so */
+#include <zstd.h>
+#include <zstd_errors.h>
+
+#include "ss.h"
+
+#define IN_CHUNK (256u << 10)
+#define ZSTD_MAGIC 0xFD2FB528u
+#define SKIP_MAGIC_MASK 0xFFFFFFF0u
+#define SKIP_MAGIC 0x184D2A50u
+
+static void fmt_err(char *errmsg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fmt_err(char *errmsg, const char *fmt, ...)
+{
+	if (!errmsg)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
+	va_end(ap);
+}
+
+/* ================================================================ reader */
+
+struct ss_reader {
+	FILE *f;
+	char *path;
+	int own_file, seekable, eof;
+	uint64_t max_record;
+	ZSTD_DCtx *dctx;
+	/* Input window: buf[0..len) holds file bytes [base, base+len). */
+	unsigned char *buf;
+	size_t len, cap;
+	uint64_t base;
+	uint64_t pos;        /* absolute offset of the next frame */
+	uint64_t index;
+	unsigned char *out;  /* decompressed record */
+	size_t out_cap;
+	unsigned char *meta; /* synthetic map for next_meta */
+	size_t meta_cap;
+	msgpack_unpacked unp;
+	char format[32];
+	char err[SS_ERRMSG_MAX];
+};
+
+static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...)
+{
+	char what[SS_ERRMSG_MAX - 64];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
+	snprintf(r->err, sizeof r->err, "record %llu (byte offset %llu): %s",
+		 (unsigned long long)r->index, (unsigned long long)off, what);
+	return code;
+}
+
+int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char *errmsg)
+{
+	*out = NULL;
+	ss_reader *r = calloc(1, sizeof *r);
+	if (!r)
+		return SS_ERR_NOMEM;
+	int is_stdin = !path || !strcmp(path, "-");
+	r->path = strdup(is_stdin ? "-" : path);
+	r->max_record = max_record ? max_record : SS_MAX_RECORD_DEFAULT;
+	r->dctx = ZSTD_createDCtx();
+	r->cap = IN_CHUNK;
+	r->buf = malloc(r->cap);
+	if (!r->path || !r->dctx || !r->buf) {
+		ss_reader_close(r);
+		return SS_ERR_NOMEM;
+	}
+	if (is_stdin) {
+		r->f = stdin;
+	} else {
+		r->f = fopen(path, "rb");
+		if (!r->f) {
+			fmt_err(errmsg, "%s", strerror(errno));
+			int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
+			ss_reader_close(r);
+			return code;
+		}
+		r->own_file = 1;
+	}
+	struct stat st;
+	r->seekable = fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode);
+	if (r->seekable)
+		r->base = r->pos = (uint64_t)ftello(r->f);
+	msgpack_unpacked_init(&r->unp);
+	snprintf(r->err, sizeof r->err, "no error");
+	*out = r;
+	return 0;
+}
+
+void ss_reader_close(ss_reader *r)
+{
+	if (!r)
+		return;
+	if (r->own_file && r->f)
+		fclose(r->f);
+	msgpack_unpacked_destroy(&r->unp);
+	ZSTD_freeDCtx(r->dctx);
+	free(r->buf);
+	free(r->out);
+	free(r->meta);
+	free(r->path);
+	free(r);
+}
+
+const char *ss_reader_error(const ss_reader *r) { return r->err; }
+const char *ss_reader_path(const ss_reader *r) { return r->path; }
+int ss_reader_seekable(const ss_reader *r) { return r->seekable; }
+
+/* Makes file bytes [off, off+need) available in the window. Files seek
+ * freely; a pipe only moves forward and keeps every byte from the current
+ * frame's start (r->pos) on, so a frame can be walked and then decoded.
+ * Returns how many of the bytes are available (fewer at end of input), or a
+ * negative SS_ERR_*. */
+static long long in_fill(ss_reader *r, uint64_t off, size_t need)
+{
+	uint64_t keep = off;
+	if (r->seekable) {
+		if (off < r->base || off > r->base + r->len) {
+			if (fseeko(r->f, (off_t)off, SEEK_SET) != 0)
+				return SS_ERR_IO;
+			r->base = off;
+			r->len = 0;
+			r->eof = 0;
+		}
+	} else {
+		if (off < r->base)
+			return SS_ERR_INVALID;
+		if (r->pos < keep)
+			keep = r->pos;
+		if (keep > r->base + r->len) {
+			/* Skip forward: drop the window, read and discard. */
+			r->base += r->len;
+			r->len = 0;
+			while (r->base < keep && !r->eof) {
+				size_t want = keep - r->base < r->cap ? (size_t)(keep - r->base) : r->cap;
+				size_t got = fread(r->buf, 1, want, r->f);
+				if (got < want) {
+					if (ferror(r->f))
+						return SS_ERR_IO;
+					r->eof = 1;
+				}
+				r->base += got;
+			}
+			if (r->base < keep)
+				return 0;
+		}
+	}
+	if (keep > r->base) {
+		size_t skip = (size_t)(keep - r->base);
+		memmove(r->buf, r->buf + skip, r->len - skip);
+		r->len -= skip;
+		r->base = keep;
+	}
+	size_t want = (size_t)(off - r->base) + need;
+	if (want > r->cap) {
+		size_t ncap = r->cap;
+		while (ncap < want)
+			ncap *= 2;
+		unsigned char *nb = realloc(r->buf, ncap);
+		if (!nb)
+			return SS_ERR_NOMEM;
+		r->buf = nb;
+		r->cap = ncap;
+	}
+	while (r->len < want && !r->eof) {
+		size_t got = fread(r->buf + r->len, 1, r->cap - r->len, r->f);
+		if (got == 0) {
+			if (ferror(r->f))
+				return SS_ERR_IO;
+			r->eof = 1;
+		}
+		r->len += got;
+	}
+	size_t at = (size_t)(off - r->base);
+	size_t avail = r->len > at ? r->len - at : 0;
+	return (long long)(avail < need ? avail : need);
+}
+
+int ss_reader_seek(ss_reader *r, uint64_t offset)
+{
+	if (!r->seekable) {
+		snprintf(r->err, sizeof r->err, "cannot seek: input is not a regular file");
+		return SS_ERR_INVALID;
+	}
+	r->pos = offset;
+	r->index = 0;
+	return 0;
+}
+
+/* Walks the block headers of the zstd frame at r->pos (header already
+ * parsed: hsz bytes, checksum flag) and returns its total compressed size,
+ * or a negative error with r->err set. ref: RFC 8878 §3.1.1.2. */
+static long long frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64_t content)
+{
+	uint64_t off = r->pos + hsz;
+	/* A valid frame is at most the compress bound of its content plus
+	 * per-block headers; anything longer is corrupt. */
+	uint64_t limit = ZSTD_compressBound((size_t)content) + hsz + 3 * (content / 1024 + 2) + 8;
+	for (;;) {
+		long long got = in_fill(r, off, 3);
+		if (got < 0)
+			return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
+		if (got < 3)
+			return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (block header at byte %llu)",
+				    (unsigned long long)off);
+		const unsigned char *p = r->buf + (off - r->base);
+		uint32_t bh = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
+		int last = bh & 1, type = (bh >> 1) & 3;
+		uint32_t bsize = bh >> 3;
+		if (type == 3)
+			return rerr(r, SS_ERR_FORMAT, r->pos, "corrupt zstd frame (reserved block type)");
+		off += 3 + (type == 1 ? 1 : bsize);
+		if (off - r->pos > limit)
+			return rerr(r, SS_ERR_FORMAT, r->pos, "corrupt zstd frame (blocks exceed declared size)");
+		if (last)
+			break;
+	}
+	if (has_checksum)
+		off += 4;
+	return (long long)(off - r->pos);
+}
+
+/* Parses the frame header at r->pos. Returns 1 with *hsz, *content,
+ * *checksum set; 0 at clean end of input; 2 for a skippable frame (r->pos
+ * advanced past it); negative on error. */
+static int frame_header(ss_reader *r, size_t *hsz, uint64_t *content, int *checksum)
+{
+	long long got = in_fill(r, r->pos, ZSTD_FRAMEHEADERSIZE_MAX);
+	if (got < 0)
+		return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
+	if (got == 0)
+		return 0;
+	const unsigned char *p = r->buf + (r->pos - r->base);
+	if (got < 4)
+		return rerr(r, SS_ERR_TRUNCATED, r->pos, "stream truncated (%lld stray bytes)", got);
+	uint32_t magic = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	if ((magic & SKIP_MAGIC_MASK) == SKIP_MAGIC) {
+		if (got < 8)
+			return rerr(r, SS_ERR_TRUNCATED, r->pos, "skippable frame truncated");
+		uint32_t n = p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+		r->pos += 8 + (uint64_t)n;
+		return 2;
+	}
+	if (magic != ZSTD_MAGIC)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "not an ss stream (no zstd frame here)");
+	ZSTD_frameHeader zfh;
+	size_t rc = ZSTD_getFrameHeader(&zfh, p, (size_t)got);
+	if (ZSTD_isError(rc))
+		return rerr(r, SS_ERR_FORMAT, r->pos, "corrupt zstd frame header: %s", ZSTD_getErrorName(rc));
+	if (rc > 0)
+		return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame header truncated");
+	if (zfh.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "zstd frame without a declared content size "
+			    "(not written by an ss tool)");
+	if (zfh.frameContentSize > r->max_record || zfh.frameContentSize > SIZE_MAX / 2)
+		return rerr(r, SS_ERR_TOO_LARGE, r->pos, "declared record size %llu bytes exceeds the limit of %llu (SS_MAX_RECORD)",
+			    (unsigned long long)zfh.frameContentSize, (unsigned long long)r->max_record);
+	if (zfh.frameContentSize == 0)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "empty record");
+	*hsz = zfh.headerSize;
+	*content = zfh.frameContentSize;
+	*checksum = zfh.checksumFlag;
+	return 1;
+}
+
+/* Checks that buf[0..len) is exactly one msgpack object whose every
+ * declared length and count fits in the bytes that remain, so that the
+ * unpacker never allocates for sizes the data cannot back. Returns 0 or -1
+ * with *why set. ref: msgpack spec, formats section. */
+static int msgpack_check(const unsigned char *p, size_t len, const char **why)
+{
+	size_t i = 0;
+	uint64_t pending = 1;
+#define NEED(n) do { if ((n) > len - i) { *why = "truncated msgpack data"; return -1; } } while (0)
+	while (pending) {
+		NEED(1);
+		unsigned char t = p[i++];
+		pending--;
+		uint64_t skip = 0, items = 0;
+		if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
+			continue;
+		} else if (t >= 0x80 && t <= 0x8f) {
+			items = 2u * (t & 0x0f);
+		} else if (t >= 0x90 && t <= 0x9f) {
+			items = t & 0x0f;
+		} else if (t >= 0xa0 && t <= 0xbf) {
+			skip = t & 0x1f;
+		} else {
+			switch (t) {
+			case 0xc4: case 0xd9: NEED(1); skip = p[i]; i += 1; break;
+			case 0xc5: case 0xda: NEED(2); skip = (uint64_t)p[i] << 8 | p[i + 1]; i += 2; break;
+			case 0xc6: case 0xdb: NEED(4); skip = (uint64_t)p[i] << 24 | (uint64_t)p[i + 1] << 16 | (uint64_t)p[i + 2] << 8 | p[i + 3]; i += 4; break;
+			case 0xc7: NEED(1); skip = 1 + (uint64_t)p[i]; i += 1; break;
+			case 0xc8: NEED(2); skip = 1 + ((uint64_t)p[i] << 8 | p[i + 1]); i += 2; break;
+			case 0xc9: NEED(4); skip = 1 + ((uint64_t)p[i] << 24 | (uint64_t)p[i + 1] << 16 | (uint64_t)p[i + 2] << 8 | p[i + 3]); i += 4; break;
+			case 0xca: skip = 4; break;
+			case 0xcb: skip = 8; break;
+			case 0xcc: case 0xd0: skip = 1; break;
+			case 0xcd: case 0xd1: skip = 2; break;
+			case 0xce: case 0xd2: skip = 4; break;
+			case 0xcf: case 0xd3: skip = 8; break;
+			case 0xd4: skip = 2; break;
+			case 0xd5: skip = 3; break;
+			case 0xd6: skip = 5; break;
+			case 0xd7: skip = 9; break;
+			case 0xd8: skip = 17; break;
+			case 0xdc: NEED(2); items = (uint64_t)p[i] << 8 | p[i + 1]; i += 2; break;
+			case 0xdd: NEED(4); items = (uint64_t)p[i] << 24 | (uint64_t)p[i + 1] << 16 | (uint64_t)p[i + 2] << 8 | p[i + 3]; i += 4; break;
+			case 0xde: NEED(2); items = 2 * ((uint64_t)p[i] << 8 | p[i + 1]); i += 2; break;
+			case 0xdf: NEED(4); items = 2 * ((uint64_t)p[i] << 24 | (uint64_t)p[i + 1] << 16 | (uint64_t)p[i + 2] << 8 | p[i + 3]); i += 4; break;
+			default: *why = "invalid msgpack type byte"; return -1;
+			}
+		}
+		NEED(skip);
+		i += (size_t)skip;
+		/* Every item takes at least one byte. */
+		if (items > len - i || pending + items > len - i + 1) {
+			*why = "msgpack count exceeds the record size";
+			return -1;
+		}
+		pending += items;
+	}
+	if (i != len) {
+		*why = "trailing bytes after the record's map";
+		return -1;
+	}
+	return 0;
+#undef NEED
+}
+
+const msgpack_object *ss_map_get(const msgpack_object *map, const char *key)
+{
+	if (!map || map->type != MSGPACK_OBJECT_MAP)
+		return NULL;
+	size_t kl = strlen(key);
+	for (uint32_t i = 0; i < map->via.map.size; i++) {
+		const msgpack_object *k = &map->via.map.ptr[i].key;
+		if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl && !memcmp(k->via.str.ptr, key, kl))
+			return &map->via.map.ptr[i].val;
+	}
+	return NULL;
+}
+
+/* Unpacks buf as the record map and checks format/version. */
+static int unpack_record(ss_reader *r, uint64_t off, const void *buf, size_t len, ss_record *rec)
+{
+	const char *why = NULL;
+	if (msgpack_check(buf, len, &why) != 0)
+		return rerr(r, SS_ERR_FORMAT, off, "%s", why);
+	size_t used = 0;
+	msgpack_unpack_return ur = msgpack_unpack_next(&r->unp, buf, len, &used);
+	if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
+		return rerr(r, SS_ERR_NOMEM, off, "out of memory decoding msgpack");
+	if (ur != MSGPACK_UNPACK_SUCCESS || used != len)
+		return rerr(r, SS_ERR_FORMAT, off, "malformed msgpack record");
+	const msgpack_object *root = &r->unp.data;
+	if (root->type != MSGPACK_OBJECT_MAP)
+		return rerr(r, SS_ERR_FORMAT, off, "record is not a msgpack map");
+	const msgpack_object *fmt = ss_map_get(root, "format");
+	const msgpack_object *ver = ss_map_get(root, "version");
+	if (!fmt || fmt->type != MSGPACK_OBJECT_STR || fmt->via.str.size >= sizeof r->format)
+		return rerr(r, SS_ERR_FORMAT, off, "record has no \"format\" string");
+	if (!ver || ver->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+		return rerr(r, SS_ERR_FORMAT, off, "record has no \"version\" integer");
+	memcpy(r->format, fmt->via.str.ptr, fmt->via.str.size);
+	r->format[fmt->via.str.size] = 0;
+	if (strcmp(r->format, SS_FORMAT_TOKENS) && strcmp(r->format, SS_FORMAT_STATES))
+		return rerr(r, SS_ERR_FORMAT, off, "unknown record format \"%s\"", r->format);
+	if (ver->via.u64 > SS_STREAM_VERSION)
+		return rerr(r, SS_ERR_VERSION, off, "%s version %llu is newer than this build reads (%d)",
+			    r->format, (unsigned long long)ver->via.u64, SS_STREAM_VERSION);
+	rec->root = root;
+	rec->format = r->format;
+	rec->offset = off;
+	rec->index = r->index;
+	rec->raw = buf;
+	rec->raw_len = len;
+	return 1;
+}
+
+static int grow(unsigned char **p, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	unsigned char *n = realloc(*p, need);
+	if (!n)
+		return SS_ERR_NOMEM;
+	*p = n;
+	*cap = need;
+	return 0;
+}
+
+static int zstd_code(size_t rc)
+{
+	return ZSTD_getErrorCode(rc) == ZSTD_error_checksum_wrong ? SS_ERR_CHECKSUM : SS_ERR_FORMAT;
+}
+
+int ss_reader_next(ss_reader *r, ss_record *rec)
+{
+	size_t hsz;
+	uint64_t content;
+	int checksum, rc;
+	while ((rc = frame_header(r, &hsz, &content, &checksum)) == 2)
+		;
+	if (rc <= 0)
+		return rc;
+	long long flen = frame_length(r, hsz, checksum, content);
+	if (flen < 0)
+		return (int)flen;
+	long long got = in_fill(r, r->pos, (size_t)flen);
+	if (got < 0)
+		return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
+	if (got < flen)
+		return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (%lld of %lld bytes)", got, flen);
+	if (grow(&r->out, &r->out_cap, (size_t)content) != 0)
+		return rerr(r, SS_ERR_NOMEM, r->pos, "out of memory for a %llu-byte record", (unsigned long long)content);
+	size_t dn = ZSTD_decompressDCtx(r->dctx, r->out, (size_t)content, r->buf + (r->pos - r->base), (size_t)flen);
+	if (ZSTD_isError(dn))
+		return rerr(r, zstd_code(dn), r->pos, "corrupt zstd frame: %s", ZSTD_getErrorName(dn));
+	if (dn != content)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "zstd frame content is %zu bytes, header says %llu",
+			    dn, (unsigned long long)content);
+	uint64_t off = r->pos;
+	rc = unpack_record(r, off, r->out, (size_t)content, rec);
+	if (rc < 0)
+		return rc;
+	rec->length = (uint64_t)flen;
+	r->pos += (uint64_t)flen;
+	r->index++;
+	return 1;
+}
+
+/* Scans the top-level map in buf[0..len) (possibly a prefix of the record)
+ * for entries before the first "conv" or "ssm" key. Returns the byte offset
+ * where that key starts and the number of entries before it, or -1 when the
+ * prefix does not reach it yet (or the map has neither key: *whole = 1). */
+static long long meta_prefix(const unsigned char *p, size_t len, uint32_t *n_before, size_t *hdr, int *whole)
+{
+	*whole = 0;
+	if (len < 1)
+		return -1;
+	uint64_t count;
+	size_t i;
+	if (p[0] >= 0x80 && p[0] <= 0x8f) { count = p[0] & 0xf; i = 1; }
+	else if (p[0] == 0xde && len >= 3) { count = (uint64_t)p[1] << 8 | p[2]; i = 3; }
+	else if (p[0] == 0xdf && len >= 5) { count = (uint64_t)p[1] << 24 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 8 | p[4]; i = 5; }
+	else return -1;
+	*hdr = i;
+	for (uint64_t e = 0; e < count; e++) {
+		/* key */
+		size_t kstart = i;
+		if (i >= len)
+			return -1;
+		unsigned char t = p[i];
+		const unsigned char *ks = NULL;
+		size_t kl = 0;
+		if (t >= 0xa0 && t <= 0xbf) { kl = t & 0x1f; ks = p + i + 1; }
+		else if (t == 0xd9 && i + 1 < len) { kl = p[i + 1]; ks = p + i + 2; }
+		if (ks && (size_t)(ks - p) + kl <= len &&
+		    ((kl == 4 && !memcmp(ks, "conv", 4)) || (kl == 3 && !memcmp(ks, "ssm", 3)))) {
+			*n_before = (uint32_t)e;
+			return (long long)kstart;
+		}
+		/* skip key and value */
+		for (int part = 0; part < 2; part++) {
+			size_t j = i;
+			uint64_t pending = 1;
+			while (pending) {
+				if (j >= len)
+					return -1;
+				size_t k = j;
+				unsigned char tt = p[k++];
+				uint64_t skip = 0, items = 0;
+				if (tt <= 0x7f || tt >= 0xe0 || tt == 0xc0 || tt == 0xc2 || tt == 0xc3) {
+				} else if (tt >= 0x80 && tt <= 0x8f) items = 2u * (tt & 0xf);
+				else if (tt >= 0x90 && tt <= 0x9f) items = tt & 0xf;
+				else if (tt >= 0xa0 && tt <= 0xbf) skip = tt & 0x1f;
+				else {
+					size_t need = 0;
+					switch (tt) {
+					case 0xc4: case 0xd9: case 0xc7: need = 1; break;
+					case 0xc5: case 0xda: case 0xc8: case 0xdc: case 0xde: need = 2; break;
+					case 0xc6: case 0xdb: case 0xc9: case 0xdd: case 0xdf: need = 4; break;
+					}
+					if (k + need > len)
+						return -1;
+					uint64_t v = 0;
+					for (size_t b = 0; b < need; b++)
+						v = v << 8 | p[k + b];
+					k += need;
+					switch (tt) {
+					case 0xc4: case 0xc5: case 0xc6: case 0xd9: case 0xda: case 0xdb: skip = v; break;
+					case 0xc7: case 0xc8: case 0xc9: skip = v + 1; break;
+					case 0xdc: case 0xdd: items = v; break;
+					case 0xde: case 0xdf: items = 2 * v; break;
+					case 0xca: case 0xce: case 0xd2: skip = 4; break;
+					case 0xcb: case 0xcf: case 0xd3: skip = 8; break;
+					case 0xcc: case 0xd0: skip = 1; break;
+					case 0xcd: case 0xd1: skip = 2; break;
+					case 0xd4: skip = 2; break;
+					case 0xd5: skip = 3; break;
+					case 0xd6: skip = 5; break;
+					case 0xd7: skip = 9; break;
+					case 0xd8: skip = 17; break;
+					default: return -1;
+					}
+				}
+				if (skip > len - k)
+					return -1;
+				j = k + (size_t)skip;
+				pending = pending - 1 + items;
+			}
+			i = j;
+		}
+	}
+	*whole = 1;
+	*n_before = (uint32_t)count;
+	return (long long)i;
+}
+
+int ss_reader_next_meta(ss_reader *r, ss_record *rec)
+{
+	size_t hsz;
+	uint64_t content;
+	int checksum, rc;
+	while ((rc = frame_header(r, &hsz, &content, &checksum)) == 2)
+		;
+	if (rc <= 0)
+		return rc;
+	uint64_t off = r->pos;
+	/* Decompress block by block until the prefix before "conv"/"ssm" is in. */
+	ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
+	ZSTD_outBuffer ob = { NULL, 0, 0 };
+	uint64_t in_off = off;
+	long long cut = -1;
+	uint32_t n_before = 0;
+	size_t hdr = 0;
+	int whole = 0;
+	for (;;) {
+		size_t want = ob.pos + (256u << 10);
+		if (want > content)
+			want = (size_t)content;
+		if (grow(&r->out, &r->out_cap, want) != 0)
+			return rerr(r, SS_ERR_NOMEM, off, "out of memory");
+		ob.dst = r->out;
+		ob.size = want;
+		long long got = in_fill(r, in_off, 64u << 10);
+		if (got < 0)
+			return rerr(r, (int)got, off, "read error: %s", strerror(errno));
+		if (got == 0)
+			return rerr(r, SS_ERR_TRUNCATED, off, "zstd frame truncated");
+		ZSTD_inBuffer ib = { r->buf + (in_off - r->base), (size_t)got, 0 };
+		size_t zr = ZSTD_decompressStream(r->dctx, &ob, &ib);
+		if (ZSTD_isError(zr))
+			return rerr(r, zstd_code(zr), off, "corrupt zstd frame: %s", ZSTD_getErrorName(zr));
+		in_off += ib.pos;
+		cut = meta_prefix(r->out, ob.pos, &n_before, &hdr, &whole);
+		if (cut >= 0 || zr == 0)
+			break;
+	}
+	if (cut < 0)
+		return rerr(r, SS_ERR_FORMAT, off, "malformed msgpack record");
+	/* Synthetic map: header for n_before entries + the entries' bytes. */
+	size_t body = (size_t)cut - hdr;
+	if (grow(&r->meta, &r->meta_cap, body + 5) != 0)
+		return rerr(r, SS_ERR_NOMEM, off, "out of memory");
+	r->meta[0] = 0xdf;
+	r->meta[1] = (unsigned char)(n_before >> 24);
+	r->meta[2] = (unsigned char)(n_before >> 16);
+	r->meta[3] = (unsigned char)(n_before >> 8);
+	r->meta[4] = (unsigned char)n_before;
+	memcpy(r->meta + 5, r->out + hdr, body);
+	long long flen = frame_length(r, hsz, checksum, content);
+	if (flen < 0)
+		return (int)flen;
+	rc = unpack_record(r, off, r->meta, body + 5, rec);
+	if (rc < 0)
+		return rc;
+	rec->length = (uint64_t)flen;
+	r->pos += (uint64_t)flen;
+	r->index++;
+	return 1;
+}
+
+/* ================================================================ writer */
+
+struct ss_writer {
+	FILE *f;
+	char *path, *tmp;
+	ZSTD_CCtx *cctx;
+	unsigned char *cbuf;
+	size_t ccap;
+	uint64_t off;
+	int failed;
+	int saved_errno;
+};
+
+int ss_writer_open(ss_writer **out, const char *path, int level, char *errmsg)
+{
+	*out = NULL;
+	int is_stdout = !path || !strcmp(path, "-");
+	if (is_stdout && isatty(STDOUT_FILENO)) {
+		fmt_err(errmsg, "refusing to write a binary stream to a terminal (use -o FILE or a pipe)");
+		return SS_ERR_INVALID;
+	}
+	ss_writer *w = calloc(1, sizeof *w);
+	if (!w)
+		return SS_ERR_NOMEM;
+	w->cctx = ZSTD_createCCtx();
+	if (!w->cctx) {
+		free(w);
+		return SS_ERR_NOMEM;
+	}
+	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, level ? level : SS_ZSTD_LEVEL_DEFAULT);
+	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_checksumFlag, 1);
+	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1);
+	if (is_stdout) {
+		w->f = stdout;
+	} else {
+		w->path = strdup(path);
+		size_t n = strlen(path) + 16;
+		w->tmp = malloc(n);
+		if (!w->path || !w->tmp) {
+			ss_writer_abort(w);
+			return SS_ERR_NOMEM;
+		}
+		snprintf(w->tmp, n, "%s.tmp.XXXXXX", path);
+		int fd = mkstemp(w->tmp);
+		if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {
+			fmt_err(errmsg, "cannot create %s: %s", w->tmp, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			free(w->tmp);
+			w->tmp = NULL;
+			ss_writer_abort(w);
+			return SS_ERR_IO;
+		}
+		fchmod(fd, 0644 & ~(mode_t)0);
+	}
+	*out = w;
+	return 0;
+}
+
+static int w_write(ss_writer *w, const void *p, size_t n)
+{
+	if (w->failed)
+		return SS_ERR_IO;
+	if (n && fwrite(p, 1, n, w->f) != n) {
+		w->failed = 1;
+		w->saved_errno = errno;
+		return SS_ERR_IO;
+	}
+	w->off += n;
+	return 0;
+}
+
+int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *offset)
+{
+	if (offset)
+		*offset = w->off;
+	return w_write(w, frame, len);
+}
+
+int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset)
+{
+	size_t bound = ZSTD_compressBound(len);
+	if (grow(&w->cbuf, &w->ccap, bound) != 0)
+		return SS_ERR_NOMEM;
+	size_t n = ZSTD_compress2(w->cctx, w->cbuf, w->ccap, buf, len);
+	if (ZSTD_isError(n))
+		return SS_ERR_NOMEM;
+	return ss_writer_put_frame(w, w->cbuf, n, offset);
+}
+
+uint64_t ss_writer_tell(const ss_writer *w) { return w->off; }
+
+int ss_writer_close(ss_writer *w, char *errmsg)
+{
+	int rc = 0;
+	if (w->f == stdout) {
+		if (fflush(stdout) != 0 || w->failed) {
+			fmt_err(errmsg, "write error: %s", strerror(w->failed ? w->saved_errno : errno));
+			rc = SS_ERR_IO;
+		}
+	} else {
+		if (fflush(w->f) != 0 || w->failed || fsync(fileno(w->f)) != 0) {
+			fmt_err(errmsg, "write error: %s", strerror(w->failed ? w->saved_errno : errno));
+			rc = SS_ERR_IO;
+		}
+		if (fclose(w->f) != 0 && rc == 0) {
+			fmt_err(errmsg, "write error: %s", strerror(errno));
+			rc = SS_ERR_IO;
+		}
+		w->f = NULL;
+		if (rc == 0 && rename(w->tmp, w->path) != 0) {
+			fmt_err(errmsg, "cannot rename %s to %s: %s", w->tmp, w->path, strerror(errno));
+			rc = SS_ERR_IO;
+		}
+		if (rc != 0)
+			unlink(w->tmp);
+	}
+	w->f = NULL;
+	free(w->tmp);
+	w->tmp = NULL;
+	ss_writer_abort(w);
+	return rc;
+}
+
+void ss_writer_abort(ss_writer *w)
+{
+	if (!w)
+		return;
+	if (w->f && w->f != stdout)
+		fclose(w->f);
+	if (w->tmp)
+		unlink(w->tmp);
+	ZSTD_freeCCtx(w->cctx);
+	free(w->cbuf);
+	free(w->path);
+	free(w->tmp);
+	free(w);
+}

@@ -1,0 +1,660 @@
+/* test_stream.c — the stream layer: records round-trip, offsets address
+ * records, cat concatenates, pipes work, and every kind of bad input is
+ * refused with the record number and byte offset. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zstd.h>
+#include <cmocka.h>
+
+#include "ss.h"
+
+static char tmpdir[256];
+
+static const char *tpath(const char *name)
+{
+	static char buf[4][512];
+	static int i;
+	i = (i + 1) % 4;
+	snprintf(buf[i], sizeof buf[i], "%s/%s", tmpdir, name);
+	return buf[i];
+}
+
+static ss_state_dims tiny = { "mamba2", 2, 3, 4, 5, 6, 4 };
+
+static void fill_state(ss_state *s, const char *id, float seed, ss_dtype dt)
+{
+	assert_int_equal(ss_state_alloc(s, &tiny), 0);
+	s->id = strdup(id);
+	snprintf(s->fingerprint, sizeof s->fingerprint, "00ff00ff00ff00ff");
+	s->n_tokens = 42;
+	s->dtype = dt;
+	for (size_t i = 0; i < ss_state_ssm_len(&tiny); i++)
+		s->ssm[i] = seed + 0.001f * (float)i - 0.3f;
+	for (size_t i = 0; i < ss_state_conv_len(&tiny); i++)
+		s->conv[i] = -seed + 0.01f * (float)i;
+	for (size_t i = 0; i < ss_state_logdecay_len(&tiny); i++)
+		s->logdecay[i] = -0.5f * (float)i - seed;
+}
+
+static void write_states(const char *path, int n, ss_dtype dt, uint64_t *offs)
+{
+	ss_writer *w;
+	char err[SS_ERRMSG_MAX];
+	assert_int_equal(ss_writer_open(&w, path, 0, err), 0);
+	for (int i = 0; i < n; i++) {
+		ss_state s;
+		char id[32];
+		snprintf(id, sizeof id, "doc%d", i);
+		fill_state(&s, id, (float)i, dt);
+		assert_int_equal(ss_writer_put_state(w, &s, offs ? &offs[i] : NULL), 0);
+		ss_state_free(&s);
+	}
+	assert_int_equal(ss_writer_close(w, err), 0);
+}
+
+static long fsize(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void test_dtype_conversions(void **ctx)
+{
+	(void)ctx;
+	/* f16: exact values, rounding to nearest even, overflow, subnormals. */
+	assert_int_equal(ss_f32_to_f16(1.0f), 0x3c00);
+	assert_int_equal(ss_f32_to_f16(-2.0f), 0xc000);
+	assert_int_equal(ss_f32_to_f16(65504.0f), 0x7bff);
+	assert_int_equal(ss_f32_to_f16(65520.0f), 0x7c00);
+	assert_int_equal(ss_f32_to_f16(0x1p-24f), 0x0001);
+	assert_int_equal(ss_f32_to_f16(0x1p-25f), 0x0000);            /* tie → even (0) */
+	assert_int_equal(ss_f32_to_f16(0x1.8p-24f), 0x0002);          /* tie → even (2) */
+	assert_int_equal(ss_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);     /* tie → even */
+	assert_int_equal(ss_f32_to_f16(1.0f + 0x1.8p-11f), 0x3c01);
+	assert_true(ss_f16_to_f32(0x7e00) != ss_f16_to_f32(0x7e00));  /* NaN */
+	assert_true(ss_f16_to_f32(0x0001) == 0x1p-24f);
+	/* Every f16 bit pattern that is not NaN survives f16→f32→f16. */
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+			continue;
+		assert_int_equal(ss_f32_to_f16(ss_f16_to_f32((uint16_t)h)), h);
+	}
+	/* bf16 */
+	assert_int_equal(ss_f32_to_bf16(1.0f), 0x3f80);
+	assert_int_equal(ss_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie → even */
+	assert_int_equal(ss_f32_to_bf16(1.0f + 0x1.8p-7f), 0x3f82);     /* tie → even */
+	assert_int_equal(ss_f32_to_bf16(1.0f + 0x1.8p-8f), 0x3f81);
+	assert_true(ss_bf16_to_f32(0x3f81) == 1.0f + 0x1p-7f);
+	ss_dtype t;
+	assert_int_equal(ss_dtype_parse("bf16", &t), 0);
+	assert_int_equal(t, SS_DTYPE_BF16);
+	assert_int_equal(ss_dtype_parse("f64", &t), SS_ERR_INVALID);
+}
+
+static void test_tokens_roundtrip_and_seek(void **ctx)
+{
+	(void)ctx;
+	const char *p = tpath("t.tokens");
+	ss_writer *w;
+	char err[SS_ERRMSG_MAX];
+	uint64_t offs[3];
+	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+	for (int i = 0; i < 3; i++) {
+		int32_t toks[5] = { i, 50276, 0, 7, -1 };
+		char id[16], text[32];
+		snprintf(id, sizeof id, "d%d", i);
+		snprintf(text, sizeof text, "text of d%d", i);
+		ss_tokens t = { id, toks, 5 - i, text, strlen(text), "fp" };
+		assert_int_equal(ss_writer_put_tokens(w, &t, &offs[i]), 0);
+	}
+	/* Not visible under its name until closed. */
+	assert_int_equal(fsize(p), -1);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	assert_true(fsize(p) > 0);
+	assert_int_equal(offs[0], 0);
+
+	ss_reader *r;
+	ss_record rec;
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		assert_int_equal(rec.offset, offs[i]);
+		assert_string_equal(rec.format, SS_FORMAT_TOKENS);
+		ss_tokens t;
+		assert_int_equal(ss_record_tokens(&rec, &t, err), 0);
+		assert_int_equal(t.n_tokens, 5 - i);
+		assert_int_equal(t.tokens[0], i);
+		assert_int_equal(t.tokens[1], 50276);
+		assert_string_equal(t.tokenizer, "fp");
+		assert_non_null(strstr(t.text, "text of d"));
+		ss_tokens_free(&t);
+	}
+	assert_int_equal(ss_reader_next(r, &rec), 0);
+	/* Seek straight to the middle record and decode only it. */
+	assert_int_equal(ss_reader_seek(r, offs[1]), 0);
+	assert_int_equal(ss_reader_next(r, &rec), 1);
+	ss_tokens t;
+	assert_int_equal(ss_record_tokens(&rec, &t, err), 0);
+	assert_string_equal(t.id, "d1");
+	ss_tokens_free(&t);
+	/* A token record is not a state record. */
+	ss_state s;
+	assert_int_equal(ss_record_state(&rec, &s, err), SS_ERR_FORMAT);
+	assert_non_null(strstr(err, "expected a ss-states record"));
+	ss_reader_close(r);
+}
+
+static void check_state(const ss_state *s, int i, ss_dtype dt)
+{
+	ss_state ref;
+	char id[32];
+	snprintf(id, sizeof id, "doc%d", i);
+	fill_state(&ref, id, (float)i, dt);
+	assert_string_equal(s->id, id);
+	assert_int_equal(s->dtype, dt);
+	assert_int_equal(s->n_tokens, 42);
+	assert_int_equal(ss_state_dims_check(&s->dims, &tiny, NULL), 0);
+	for (size_t k = 0; k < ss_state_ssm_len(&tiny); k++) {
+		float want = ref.ssm[k];
+		if (dt == SS_DTYPE_F16)
+			want = ss_f16_to_f32(ss_f32_to_f16(want));
+		if (dt == SS_DTYPE_BF16)
+			want = ss_bf16_to_f32(ss_f32_to_bf16(want));
+		assert_true(s->ssm[k] == want);
+	}
+	/* logdecay is always f32, whatever the storage dtype. */
+	for (size_t k = 0; k < ss_state_logdecay_len(&tiny); k++)
+		assert_true(s->logdecay[k] == ref.logdecay[k]);
+	ss_state_free(&ref);
+}
+
+static void test_states_roundtrip_dtypes(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	for (int dt = 0; dt < 3; dt++) {
+		const char *p = tpath("s.states");
+		write_states(p, 3, (ss_dtype)dt, NULL);
+		ss_reader *r;
+		ss_record rec;
+		assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(ss_reader_next(r, &rec), 1);
+			ss_state s;
+			assert_int_equal(ss_record_state(&rec, &s, err), 0);
+			check_state(&s, i, (ss_dtype)dt);
+			ss_state_free(&s);
+		}
+		assert_int_equal(ss_reader_next(r, &rec), 0);
+		ss_reader_close(r);
+	}
+}
+
+static void test_provenance_and_rank(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	const char *p = tpath("prov.states");
+	ss_state s;
+	fill_state(&s, "picaso-r(a,b)", 1, SS_DTYPE_F32);
+	s.mode = strdup("picaso-r");
+	s.n_sources = 2;
+	s.sources = calloc(2, sizeof(char *));
+	s.sources[0] = strdup("a");
+	s.sources[1] = strdup("b");
+	s.weights = calloc(ss_state_logdecay_len(&tiny) * 2, sizeof(float));
+	s.weights[3] = 0.25f;
+	s.has_rank = 1;
+	s.rank = 3;
+	s.score = 7.5;
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+	assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	ss_state_free(&s);
+	ss_reader *r;
+	ss_record rec;
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	assert_int_equal(ss_reader_next(r, &rec), 1);
+	assert_int_equal(ss_record_state(&rec, &s, err), 0);
+	assert_string_equal(s.mode, "picaso-r");
+	assert_int_equal(s.n_sources, 2);
+	assert_string_equal(s.sources[1], "b");
+	assert_true(s.weights[3] == 0.25f);
+	assert_int_equal(s.has_rank, 1);
+	assert_int_equal(s.rank, 3);
+	assert_true(s.score == 7.5);
+	ss_state_free(&s);
+	ss_reader_close(r);
+}
+
+static void test_meta_then_full(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	const char *p = tpath("m.states");
+	uint64_t offs[4];
+	/* Large enough that conv/ssm span several zstd blocks. */
+	ss_state_dims big = { "mamba2", 4, 8, 32, 64, 320, 4 };
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, p, 1, err), 0);
+	for (int i = 0; i < 4; i++) {
+		ss_state s;
+		assert_int_equal(ss_state_alloc(&s, &big), 0);
+		char id[16];
+		snprintf(id, sizeof id, "big%d", i);
+		s.id = strdup(id);
+		for (size_t k = 0; k < ss_state_ssm_len(&big); k++)
+			s.ssm[k] = (float)((k * 2654435761u + (unsigned)i) % 1000003) * 1e-6f;
+		for (size_t k = 0; k < ss_state_logdecay_len(&big); k++)
+			s.logdecay[k] = -(float)(i + 1) * (float)k;
+		assert_int_equal(ss_writer_put_state(w, &s, &offs[i]), 0);
+		ss_state_free(&s);
+	}
+	assert_int_equal(ss_writer_close(w, err), 0);
+	/* Alternate meta and full reads, from a file and from a pipe. */
+	for (int pipe_mode = 0; pipe_mode < 2; pipe_mode++) {
+		ss_reader *r;
+		ss_record rec;
+		char src[600];
+		int pfd[2] = { -1, -1 };
+		pid_t pid = -1;
+		if (pipe_mode) {
+			assert_int_equal(pipe(pfd), 0);
+			pid = fork();
+			if (pid == 0) {
+				close(pfd[0]);
+				int fd = open(p, O_RDONLY);
+				char b[4096];
+				ssize_t n;
+				while ((n = read(fd, b, sizeof b)) > 0)
+					if (write(pfd[1], b, (size_t)n) != n)
+						_exit(1);
+				_exit(0);
+			}
+			close(pfd[1]);
+			snprintf(src, sizeof src, "/dev/fd/%d", pfd[0]);
+		} else {
+			snprintf(src, sizeof src, "%s", p);
+		}
+		assert_int_equal(ss_reader_open(&r, src, 0, err), 0);
+		assert_int_equal(ss_reader_seekable(r), !pipe_mode);
+		for (int i = 0; i < 4; i++) {
+			ss_state s;
+			int meta = (i % 2 == 0);
+			assert_int_equal(meta ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec), 1);
+			assert_int_equal(rec.offset, offs[i]);
+			assert_int_equal(meta ? ss_record_state_meta(&rec, &s, err) : ss_record_state(&rec, &s, err), 0);
+			assert_true(s.logdecay[5] == -(float)(i + 1) * 5.0f);
+			if (meta)
+				assert_null(s.ssm);
+			else
+				assert_true(s.ssm[77] == (float)(((size_t)77 * 2654435761u + (unsigned)i) % 1000003) * 1e-6f);
+			ss_state_free(&s);
+		}
+		assert_int_equal(ss_reader_next(r, &rec), 0);
+		ss_reader_close(r);
+		if (pipe_mode) {
+			close(pfd[0]);
+			waitpid(pid, NULL, 0);
+		}
+	}
+}
+
+static void test_cat_concatenates(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX], cmd[2048];
+	uint64_t a[2], b[3];
+	write_states(tpath("a.states"), 2, SS_DTYPE_F32, a);
+	write_states(tpath("b.states"), 3, SS_DTYPE_F16, b);
+	snprintf(cmd, sizeof cmd, "cat '%s' '%s' > '%s'", tpath("a.states"), tpath("b.states"), tpath("ab.states"));
+	assert_int_equal(system(cmd), 0);
+	ss_reader *r;
+	ss_record rec;
+	assert_int_equal(ss_reader_open(&r, tpath("ab.states"), 0, err), 0);
+	long asz = fsize(tpath("a.states"));
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		assert_int_equal(rec.index, (uint64_t)i);
+		assert_int_equal(rec.offset, i < 2 ? a[i] : (uint64_t)asz + b[i - 2]);
+	}
+	assert_int_equal(ss_reader_next(r, &rec), 0);
+	ss_reader_close(r);
+}
+
+/* Truncating a valid two-record stream anywhere inside the second record
+ * must give SS_ERR_TRUNCATED naming record 1 and its offset. */
+static void test_truncated(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	uint64_t offs[2];
+	const char *p = tpath("tr.states");
+	write_states(p, 2, SS_DTYPE_F32, offs);
+	long n = fsize(p);
+	FILE *f = fopen(p, "rb");
+	unsigned char *all = malloc((size_t)n);
+	assert_int_equal(fread(all, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	char want[64];
+	snprintf(want, sizeof want, "record 1 (byte offset %llu)", (unsigned long long)offs[1]);
+	for (long cut = (long)offs[1] + 1; cut < n; cut += 1 + (n - (long)offs[1]) / 17) {
+		f = fopen(tpath("cut.states"), "wb");
+		fwrite(all, 1, (size_t)cut, f);
+		fclose(f);
+		ss_reader *r;
+		ss_record rec;
+		assert_int_equal(ss_reader_open(&r, tpath("cut.states"), 0, err), 0);
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		int rc = ss_reader_next(r, &rec);
+		assert_int_equal(rc, SS_ERR_TRUNCATED);
+		assert_non_null(strstr(ss_reader_error(r), want));
+		ss_reader_close(r);
+	}
+	free(all);
+}
+
+static int read_all(const char *p, uint64_t max, char *msg)
+{
+	ss_reader *r;
+	ss_record rec;
+	char err[SS_ERRMSG_MAX];
+	int rc = ss_reader_open(&r, p, max, err);
+	if (rc)
+		return rc;
+	while ((rc = ss_reader_next(r, &rec)) == 1) {
+		ss_state s;
+		if ((rc = ss_record_state(&rec, &s, err)) != 0)
+			break;
+		ss_state_free(&s);
+	}
+	snprintf(msg, SS_ERRMSG_MAX, "%s", rc == 0 || rc == 1 ? "" : ss_reader_error(r));
+	ss_reader_close(r);
+	return rc;
+}
+
+static void write_bytes(const char *p, const void *b, size_t n)
+{
+	FILE *f = fopen(p, "wb");
+	assert_non_null(f);
+	fwrite(b, 1, n, f);
+	fclose(f);
+}
+
+static void test_corrupt_inputs(void **ctx)
+{
+	(void)ctx;
+	char msg[SS_ERRMSG_MAX];
+	/* Flipped byte inside the compressed payload: checksum or format error. */
+	const char *p = tpath("c.states");
+	write_states(p, 1, SS_DTYPE_F32, NULL);
+	long n = fsize(p);
+	FILE *f = fopen(p, "r+b");
+	fseek(f, n / 2, SEEK_SET);
+	int c = fgetc(f);
+	fseek(f, n / 2, SEEK_SET);
+	fputc(c ^ 0x40, f);
+	fclose(f);
+	int rc = read_all(p, 0, msg);
+	assert_true(rc == SS_ERR_CHECKSUM || rc == SS_ERR_FORMAT);
+	assert_non_null(strstr(msg, "record 0 (byte offset 0)"));
+
+	/* Not a stream at all. */
+	write_bytes(tpath("g"), "hello, world\n", 13);
+	assert_int_equal(read_all(tpath("g"), 0, msg), SS_ERR_FORMAT);
+	assert_non_null(strstr(msg, "not an ss stream"));
+
+	/* Empty input: a clean end with no records. */
+	write_bytes(tpath("e"), "", 0);
+	assert_int_equal(read_all(tpath("e"), 0, msg), 0);
+
+	/* Declared content size beyond the limit: refused before allocating. */
+	write_states(p, 1, SS_DTYPE_F32, NULL);
+	assert_int_equal(read_all(p, 100, msg), SS_ERR_TOO_LARGE);
+	assert_non_null(strstr(msg, "exceeds the limit"));
+	/* A hand-made frame header declaring 2^40 bytes. */
+	unsigned char hdr[] = { 0x28, 0xb5, 0x2f, 0xfd, 0xe4 /* FCS 8 bytes, checksum, single segment */,
+				0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0 };
+	write_bytes(tpath("huge"), hdr, sizeof hdr);
+	assert_int_equal(read_all(tpath("huge"), 0, msg), SS_ERR_TOO_LARGE);
+
+	/* Valid zstd, but msgpack declaring a 2^32-1-element array. */
+	unsigned char mp[] = { 0x81, 0xa1, 'x', 0xdd, 0xff, 0xff, 0xff, 0xff, 0x00 };
+	unsigned char z[256];
+	size_t zn = ZSTD_compress(z, sizeof z, mp, sizeof mp, 1);
+	write_bytes(tpath("mp"), z, zn);
+	assert_int_equal(read_all(tpath("mp"), 0, msg), SS_ERR_FORMAT);
+	assert_non_null(strstr(msg, "exceeds the record size"));
+
+	/* A record from a newer version. */
+	unsigned char nv[] = { 0x82, 0xa6, 'f', 'o', 'r', 'm', 'a', 't', 0xa9, 's', 's', '-', 's', 't', 'a', 't', 'e',
+			       's', 0xa7, 'v', 'e', 'r', 's', 'i', 'o', 'n', 0x63 };
+	zn = ZSTD_compress(z, sizeof z, nv, sizeof nv, 1);
+	write_bytes(tpath("nv"), z, zn);
+	assert_int_equal(read_all(tpath("nv"), 0, msg), SS_ERR_VERSION);
+
+	/* Missing file. */
+	ss_reader *r;
+	char err[SS_ERRMSG_MAX];
+	assert_int_equal(ss_reader_open(&r, tpath("nope"), 0, err), SS_ERR_NOTFOUND);
+}
+
+static void test_bad_state_fields(void **ctx)
+{
+	(void)ctx;
+	/* A state record whose ssm bin is shorter than its dims declare. */
+	char err[SS_ERRMSG_MAX], msg[SS_ERRMSG_MAX];
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 14);
+	const char *ks[] = { "format", "version", "id", "fingerprint", "arch", "dtype" };
+	const char *vs[] = { "ss-states", NULL, "x", "ff", "mamba2", "f32" };
+	for (int i = 0; i < 6; i++) {
+		msgpack_pack_str(&pk, strlen(ks[i]));
+		msgpack_pack_str_body(&pk, ks[i], strlen(ks[i]));
+		if (vs[i]) {
+			msgpack_pack_str(&pk, strlen(vs[i]));
+			msgpack_pack_str_body(&pk, vs[i], strlen(vs[i]));
+		} else {
+			msgpack_pack_int(&pk, 1);
+		}
+	}
+	const char *dk[] = { "n_layer", "nheads", "headdim", "d_state", "conv_dim", "d_conv", "n_tokens" };
+	int dv[] = { 1, 1, 1, 2, 1, 4, 3 };
+	for (int i = 0; i < 7; i++) {
+		msgpack_pack_str(&pk, strlen(dk[i]));
+		msgpack_pack_str_body(&pk, dk[i], strlen(dk[i]));
+		msgpack_pack_int(&pk, dv[i]);
+	}
+	msgpack_pack_str(&pk, 8);
+	msgpack_pack_str_body(&pk, "logdecay", 8);
+	float ld = -1;
+	msgpack_pack_bin(&pk, 4);
+	msgpack_pack_bin_body(&pk, &ld, 4);
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, tpath("bad.states"), 0, err), 0);
+	assert_int_equal(ss_writer_put(w, sb.data, sb.size, NULL), 0);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	msgpack_sbuffer_destroy(&sb);
+	ss_reader *r;
+	ss_record rec;
+	assert_int_equal(ss_reader_open(&r, tpath("bad.states"), 0, err), 0);
+	assert_int_equal(ss_reader_next(r, &rec), 1);
+	ss_state s;
+	assert_int_equal(ss_record_state_meta(&rec, &s, err), 0);
+	ss_state_free(&s);
+	assert_int_equal(ss_record_state(&rec, &s, err), SS_ERR_FORMAT);
+	assert_non_null(strstr(err, "missing field \"conv\""));
+	ss_reader_close(r);
+	(void)msg;
+}
+
+static void test_writer_abort_leaves_nothing(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	const char *p = tpath("aborted.states");
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+	ss_state s;
+	fill_state(&s, "x", 0, SS_DTYPE_F32);
+	assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+	ss_state_free(&s);
+	ss_writer_abort(w);
+	assert_int_equal(fsize(p), -1);
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "ls '%s' | grep -q tmp", tmpdir);
+	assert_int_not_equal(system(cmd), 0);
+	/* A directory that does not exist: open fails, nothing written. */
+	assert_int_equal(ss_writer_open(&w, "/nonexistent-dir/x.states", 0, err), SS_ERR_IO);
+}
+
+/* Writes formats/golden/ (run once, by hand: SS_WRITE_GOLDEN=1). The samples
+ * are made from golden/t1/c2 (llama.cpp's state after " Robert Boulter is an
+ * English"), so what they hold is checked against an independent source. */
+static void write_golden(const char *top, int32_t *toks, float *conv, float *ssm, const char *shared)
+{
+	char p[1024], err[SS_ERRMSG_MAX];
+	float ld[16];
+	snprintf(p, sizeof p, "%s/golden/t1/c2/logdecay.f32", shared);
+	FILE *f = fopen(p, "rb");
+	assert_non_null(f);
+	assert_int_equal(fread(ld, 4, 16, f), 16);
+	fclose(f);
+	ss_writer *w;
+	snprintf(p, sizeof p, "%s/formats/golden/t1-c2.tokens", top);
+	assert_int_equal(ss_writer_open(&w, p, 19, err), 0);
+	char text[] = " Robert Boulter is an English";
+	ss_tokens t = { "wikitext-2-raw.test:2[0:29]", toks, 7, text, strlen(text), NULL };
+	assert_int_equal(ss_writer_put_tokens(w, &t, NULL), 0);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	snprintf(p, sizeof p, "%s/formats/golden/t1-c2.states", top);
+	assert_int_equal(ss_writer_open(&w, p, 19, err), 0);
+	for (int dt = 0; dt < 3; dt++) {
+		ss_state s = { 0 };
+		s.id = "wikitext-2-raw.test:2[0:29]";
+		snprintf(s.fingerprint, sizeof s.fingerprint, "golden-t1");
+		s.dims = (ss_state_dims){ "mamba2", 2, 8, 16, 16, 160, 4 };
+		s.n_tokens = 7;
+		s.dtype = (ss_dtype)dt;
+		s.ssm = ssm;
+		s.conv = conv;
+		s.logdecay = ld;
+		assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+	}
+	assert_int_equal(ss_writer_close(w, err), 0);
+}
+
+/* The committed samples in formats/golden/ decode to the golden fixtures
+ * they were made from (golden/t1/c2): a format change that breaks old
+ * streams fails here. */
+static void test_golden_streams(void **ctx)
+{
+	(void)ctx;
+	const char *top = getenv("SS_TOP"), *shared = getenv("SS_SHARED");
+	if (!top || !shared)
+		skip();
+	char p[1024], err[SS_ERRMSG_MAX];
+	float ssm[2 * 8 * 16 * 16], conv[2 * 160 * 3];
+	int32_t toks[7];
+	snprintf(p, sizeof p, "%s/golden/t1/c2/ssm.f32", shared);
+	FILE *f = fopen(p, "rb");
+	if (!f)
+		skip();
+	assert_int_equal(fread(ssm, 4, 4096, f), 4096);
+	fclose(f);
+	snprintf(p, sizeof p, "%s/golden/t1/c2/conv.f32", shared);
+	f = fopen(p, "rb");
+	assert_int_equal(fread(conv, 4, 960, f), 960);
+	fclose(f);
+	snprintf(p, sizeof p, "%s/golden/t1/c2/tokens.i32", shared);
+	f = fopen(p, "rb");
+	assert_int_equal(fread(toks, 4, 7, f), 7);
+	fclose(f);
+
+	if (getenv("SS_WRITE_GOLDEN"))
+		write_golden(top, toks, conv, ssm, shared);
+	ss_reader *r;
+	ss_record rec;
+	snprintf(p, sizeof p, "%s/formats/golden/t1-c2.tokens", top);
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	assert_int_equal(ss_reader_next(r, &rec), 1);
+	ss_tokens t;
+	assert_int_equal(ss_record_tokens(&rec, &t, err), 0);
+	assert_int_equal(t.n_tokens, 7);
+	assert_memory_equal(t.tokens, toks, sizeof toks);
+	assert_string_equal(t.text, " Robert Boulter is an English");
+	ss_tokens_free(&t);
+	assert_int_equal(ss_reader_next(r, &rec), 0);
+	ss_reader_close(r);
+
+	snprintf(p, sizeof p, "%s/formats/golden/t1-c2.states", top);
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	for (int dt = 0; dt < 3; dt++) {
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		ss_state s;
+		assert_int_equal(ss_record_state(&rec, &s, err), 0);
+		assert_int_equal(s.dtype, dt);
+		assert_int_equal(s.dims.n_layer, 2);
+		assert_int_equal(s.dims.d_state, 16);
+		assert_int_equal(s.n_tokens, 7);
+		for (int i = 0; i < 4096; i++) {
+			float want = ssm[i];
+			if (dt == SS_DTYPE_F16)
+				want = ss_f16_to_f32(ss_f32_to_f16(want));
+			if (dt == SS_DTYPE_BF16)
+				want = ss_bf16_to_f32(ss_f32_to_bf16(want));
+			assert_true(s.ssm[i] == want);
+		}
+		if (dt == SS_DTYPE_F32)
+			assert_memory_equal(s.conv, conv, sizeof conv);
+		ss_state_free(&s);
+	}
+	assert_int_equal(ss_reader_next(r, &rec), 0);
+	ss_reader_close(r);
+}
+
+static int setup(void **ctx)
+{
+	(void)ctx;
+	snprintf(tmpdir, sizeof tmpdir, "%s/ss-test-stream-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **ctx)
+{
+	(void)ctx;
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	return system(cmd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_dtype_conversions),
+		cmocka_unit_test(test_tokens_roundtrip_and_seek),
+		cmocka_unit_test(test_states_roundtrip_dtypes),
+		cmocka_unit_test(test_provenance_and_rank),
+		cmocka_unit_test(test_meta_then_full),
+		cmocka_unit_test(test_cat_concatenates),
+		cmocka_unit_test(test_truncated),
+		cmocka_unit_test(test_corrupt_inputs),
+		cmocka_unit_test(test_bad_state_fields),
+		cmocka_unit_test(test_writer_abort_leaves_nothing),
+		cmocka_unit_test(test_golden_streams),
+	};
+	return cmocka_run_group_tests_name("stream", tests, setup, teardown);
+}

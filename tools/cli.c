@@ -1,0 +1,146 @@
+/* cli.c — shared helpers of the ss-* tools; see cli.h. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ss.h"
+
+const char *cli_prog = "ss";
+int cli_verbosity = 1;
+static int progress_open;
+static double progress_last;
+
+static void check_stdout(void)
+{
+	/* A failed write (disk full, closed pipe) must not look like success. */
+	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0) {
+		if (errno == EPIPE)
+			_exit(CLI_EXIT_FAIL);
+		fprintf(stderr, "%s: write error on standard output: %s\n", cli_prog, strerror(errno));
+		_exit(CLI_EXIT_FAIL);
+	}
+}
+
+void cli_init(const char *prog)
+{
+	cli_prog = prog;
+	atexit(check_stdout);
+}
+
+static void vmsg(const char *fmt, va_list ap)
+{
+	if (progress_open)
+		cli_progress_end();
+	fprintf(stderr, "%s: ", cli_prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+void cli_die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vmsg(fmt, ap);
+	va_end(ap);
+	exit(CLI_EXIT_FAIL);
+}
+
+void cli_usage(const char *usage, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vmsg(fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "usage: %s\nTry '%s --help' for more information.\n", usage, cli_prog);
+	exit(CLI_EXIT_USAGE);
+}
+
+void cli_warn(const char *fmt, ...)
+{
+	if (cli_verbosity < 1)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vmsg(fmt, ap);
+	va_end(ap);
+}
+
+double cli_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void cli_progress(const char *fmt, ...)
+{
+	if (cli_verbosity < 1 || (cli_verbosity < 2 && !isatty(STDERR_FILENO)))
+		return;
+	double t = cli_now();
+	if (progress_open && t - progress_last < 0.25)
+		return;
+	progress_last = t;
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "\r%s: ", cli_prog);
+	vfprintf(stderr, fmt, ap);
+	fputs("\033[K", stderr);
+	va_end(ap);
+	progress_open = 1;
+}
+
+void cli_progress_end(void)
+{
+	if (progress_open)
+		fputc('\n', stderr);
+	progress_open = 0;
+}
+
+long cli_long(const char *opt, const char *s, long lo, long hi, const char *usage)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		cli_usage(usage, "%s: '%s' is not an integer in [%ld, %ld]", opt, s, lo, hi);
+	return v;
+}
+
+double cli_double(const char *opt, const char *s, double lo, double hi, const char *usage)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= lo && v <= hi))
+		cli_usage(usage, "%s: '%s' is not a number in [%g, %g]", opt, s, lo, hi);
+	return v;
+}
+
+uint64_t cli_max_record(void)
+{
+	const char *s = getenv("SS_MAX_RECORD");
+	if (!s || !*s)
+		return SS_MAX_RECORD_DEFAULT;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t mul = 1;
+	switch (*end) {
+	case 'k': case 'K': mul = UINT64_C(1) << 10; end++; break;
+	case 'm': case 'M': mul = UINT64_C(1) << 20; end++; break;
+	case 'g': case 'G': mul = UINT64_C(1) << 30; end++; break;
+	}
+	if (errno || end == s || *end || v == 0)
+		cli_die("SS_MAX_RECORD: '%s' is not a size (bytes, with optional k/M/G)", s);
+	return (uint64_t)v * mul;
+}
+
+void cli_version(void)
+{
+	printf("%s %s\n", cli_prog, SS_VERSION);
+	exit(0);
+}

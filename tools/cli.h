@@ -1,0 +1,43 @@
+/*
+ * cli.h — what every ss-* tool shares: error and usage reporting, verbosity,
+ * progress lines, number parsing. Tools print; libss never does.
+ * Conventions (STYLE.md): help to stdout exit 0; usage error one line + short
+ * usage on stderr, exit 2; runtime failure "ss-<tool>: <file>: <what>", exit 1.
+ */
+#ifndef SS_CLI_H
+#define SS_CLI_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CLI_EXIT_FAIL 1
+#define CLI_EXIT_USAGE 2
+
+extern const char *cli_prog; /* "ss-encode" */
+extern int cli_verbosity;    /* 0 = -q, 1 = default, 2+ = -v */
+
+/* Records the program name and registers the stdout-close check at exit. */
+void cli_init(const char *prog);
+/* "prog: msg" on stderr, exit 1. */
+void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* "prog: msg" + "usage: <usage>" + "Try 'prog --help'." on stderr, exit 2. */
+void cli_usage(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+/* "prog: msg" on stderr unless -q. */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Progress line (carriage-return updated) on stderr, only when stderr is a
+ * terminal or -v was given; at most ~4 per second. cli_progress_end() ends
+ * the line. */
+void cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_progress_end(void);
+/* Parses a whole-string integer in [lo, hi]; usage error naming `opt` if not. */
+long cli_long(const char *opt, const char *s, long lo, long hi, const char *usage);
+double cli_double(const char *opt, const char *s, double lo, double hi, const char *usage);
+/* Record size limit: $SS_MAX_RECORD (bytes, k/M/G suffix) or the default. */
+uint64_t cli_max_record(void);
+/* Monotonic seconds. */
+double cli_now(void);
+/* Prints "prog VERSION" to stdout and exits 0. */
+void cli_version(void) __attribute__((noreturn));
+
+#endif /* SS_CLI_H */
