@@ -129,38 +129,50 @@ uint16_t ss_f32_to_f16(float f)
 }
 #endif
 
+/* src/dst may be unaligned (msgpack bin payloads are): access 16-bit
+ * elements through memcpy, which compiles to plain loads and stores. */
 void ss_to_f32(float *dst, const void *src, ss_dtype t, size_t n)
 {
-	const uint16_t *h = src;
+	const unsigned char *p = src;
+	uint16_t h;
 	switch (t) {
 	case SS_DTYPE_F32:
 		memcpy(dst, src, n * 4);
 		break;
 	case SS_DTYPE_F16:
-		for (size_t i = 0; i < n; i++)
-			dst[i] = ss_f16_to_f32(h[i]);
+		for (size_t i = 0; i < n; i++) {
+			memcpy(&h, p + 2 * i, 2);
+			dst[i] = ss_f16_to_f32(h);
+		}
 		break;
 	case SS_DTYPE_BF16:
-		for (size_t i = 0; i < n; i++)
-			dst[i] = u2f((uint32_t)h[i] << 16);
+		for (size_t i = 0; i < n; i++) {
+			memcpy(&h, p + 2 * i, 2);
+			dst[i] = u2f((uint32_t)h << 16);
+		}
 		break;
 	}
 }
 
 void ss_from_f32(void *dst, ss_dtype t, const float *src, size_t n)
 {
-	uint16_t *h = dst;
+	unsigned char *p = dst;
+	uint16_t h;
 	switch (t) {
 	case SS_DTYPE_F32:
 		memcpy(dst, src, n * 4);
 		break;
 	case SS_DTYPE_F16:
-		for (size_t i = 0; i < n; i++)
-			h[i] = ss_f32_to_f16(src[i]);
+		for (size_t i = 0; i < n; i++) {
+			h = ss_f32_to_f16(src[i]);
+			memcpy(p + 2 * i, &h, 2);
+		}
 		break;
 	case SS_DTYPE_BF16:
-		for (size_t i = 0; i < n; i++)
-			h[i] = ss_f32_to_bf16(src[i]);
+		for (size_t i = 0; i < n; i++) {
+			h = ss_f32_to_bf16(src[i]);
+			memcpy(p + 2 * i, &h, 2);
+		}
 		break;
 	}
 }
