@@ -1,0 +1,718 @@
+/*
+ * ss-tokenize — text, JSONL or archives in, a token stream out (GPT-NeoX
+ * byte-level BPE, as HF tokenizers encodes); --decode turns a token stream
+ * back into text, --ids prints ids as text. Spec of the output:
+ * formats/tokens.md; manual: man/ss-tokenize.1.
+ */
+#include <archive.h>
+#include <archive_entry.h>
+#include <cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ss.h"
+
+#ifndef SS_TOKENIZER_DEFAULT
+#define SS_TOKENIZER_DEFAULT "/usr/local/share/ss/gpt-neox-20b_tokenizer.json"
+#endif
+#define TOKENIZER_REL "shared/data/tokenizer/gpt-neox-20b_tokenizer.json"
+#define PEEK 512
+
+static const char *usage =
+	"ss-tokenize [--whole|--jsonl|--archive|--text] [--chunk N] [--ids] [-t TOKENIZER] [-o FILE] [FILE...]\n"
+	"       ss-tokenize --decode [--whole] [-t TOKENIZER] [-o FILE] [STREAM...]";
+
+enum informat { IN_AUTO, IN_TEXT, IN_JSONL, IN_ARCHIVE };
+
+static struct {
+	enum informat format;
+	int whole, ids, decode, no_text, level;
+	long chunk;
+} opt;
+
+static ss_tokenizer *tok;
+static ss_writer *out_stream;     /* token stream output */
+static FILE *out_text;            /* --ids / --decode output */
+static char *out_text_tmp;        /* its temporary file until renamed */
+static const char *out_path = "-";
+static uint64_t n_docs, n_records, n_tokens, n_bytes;
+
+static void help(void) __attribute__((noreturn));
+static void help(void)
+{
+	printf("usage: %s\n\n"
+	       "Tokenize documents with a HF tokenizer.json (byte-level BPE; GPT-NeoX-20B by\n"
+	       "default) into a token stream (ss-tokens(5)). Input FILEs (stdin when none or\n"
+	       "'-') are plain text (one document per line, line ending \\n removed, \\r kept,\n"
+	       "empty lines skipped, id FILE:LINE), JSONL ({\"id\":..., \"text\":...} per line;\n"
+	       "files ending in .jsonl), or archives (tar, zip, possibly compressed; one\n"
+	       "document per regular entry, id = entry path), detected from the content.\n"
+	       "Empty lines and empty inputs give no record.\n\n"
+	       "  --whole          each input (or archive entry) is one document, id FILE\n"
+	       "  --text, --jsonl, --archive\n"
+	       "                   force the input format instead of detecting it\n"
+	       "  --chunk N        split documents into chunks of at most N tokens, ids\n"
+	       "                   DOC#0, DOC#1, ...\n"
+	       "  --ids            print token ids as text (one record per line, space-\n"
+	       "                   separated) instead of writing a stream\n"
+	       "  --no-text        do not store the document text in the records\n"
+	       "  --decode         read token streams and write their text: one record per\n"
+	       "                   line (chunks of a document joined), or concatenated with\n"
+	       "                   --whole\n"
+	       "  -t, --tokenizer FILE\n"
+	       "                   tokenizer.json (default: $SS_TOKENIZER, else\n"
+	       "                   $SS_SHARED/data/tokenizer/gpt-neox-20b_tokenizer.json, else\n"
+	       "                   " TOKENIZER_REL "\n"
+	       "                   in the nearest directory above this program, else\n"
+	       "                   " SS_TOKENIZER_DEFAULT ")\n"
+	       "  -o, --output FILE  write to FILE (replaced only on success), not stdout\n"
+	       "  -l, --level N    zstd level of the stream (1..19, default %d)\n"
+	       "  -q, -v           quieter, more verbose (-v: a summary at the end)\n"
+	       "  -h, --help       this help;  -V, --version  the version\n\n"
+	       "Invalid UTF-8 is an error naming the document and byte offset (exit 1).\n",
+	       usage, SS_ZSTD_LEVEL_DEFAULT);
+	exit(0);
+}
+
+/* ----------------------------------------------------------------- output */
+
+static void discard_outputs(void)
+{
+	if (out_stream) {
+		ss_writer_abort(out_stream);
+		out_stream = NULL;
+	}
+	if (out_text_tmp) {
+		unlink(out_text_tmp);
+		out_text_tmp = NULL;
+	}
+}
+
+static void open_output(void)
+{
+	char err[SS_ERRMSG_MAX];
+	int text = opt.ids || opt.decode;
+	if (!text) {
+		if (ss_writer_open(&out_stream, out_path, opt.level, err))
+			cli_die("%s: %s", strcmp(out_path, "-") ? out_path : "stdout", err);
+		return;
+	}
+	if (!strcmp(out_path, "-")) {
+		out_text = stdout;
+		return;
+	}
+	size_t n = strlen(out_path) + 16;
+	out_text_tmp = malloc(n);
+	if (!out_text_tmp)
+		cli_die("out of memory");
+	snprintf(out_text_tmp, n, "%s.tmp.XXXXXX", out_path);
+	int fd = mkstemp(out_text_tmp);
+	if (fd < 0 || !(out_text = fdopen(fd, "w"))) {
+		free(out_text_tmp);
+		out_text_tmp = NULL;
+		cli_die("%s: cannot create a temporary file: %s", out_path, strerror(errno));
+	}
+}
+
+static void close_output(void)
+{
+	char err[SS_ERRMSG_MAX];
+	if (out_stream) {
+		ss_writer *w = out_stream;
+		out_stream = NULL;
+		if (ss_writer_close(w, err))
+			cli_die("%s: %s", strcmp(out_path, "-") ? out_path : "stdout", err);
+		return;
+	}
+	if (out_text && out_text != stdout) {
+		int bad = fflush(out_text) != 0 || ferror(out_text);
+		bad |= fclose(out_text) != 0;
+		out_text = NULL;
+		if (bad)
+			cli_die("%s: write error: %s", out_path, strerror(errno));
+		if (rename(out_text_tmp, out_path) != 0)
+			cli_die("%s: cannot rename %s into place: %s", out_path, out_text_tmp, strerror(errno));
+		free(out_text_tmp);
+		out_text_tmp = NULL;
+	}
+}
+
+static void text_write(const void *p, size_t n)
+{
+	if (n && fwrite(p, 1, n, out_text) != n)
+		cli_die("%s: write error: %s", strcmp(out_path, "-") ? out_path : "stdout", strerror(errno));
+}
+
+/* One output record: a stream record or, with --ids, a line of ids. */
+static void put_record(const char *src, const char *id, const int32_t *ids, size_t n,
+                       char *text, size_t text_len)
+{
+	n_records++;
+	if (opt.ids) {
+		/* Hand-formatted: snprintf per id would dominate on big corpora. */
+		char line[4096], *p = line;
+		for (size_t i = 0; i < n; i++) {
+			if (p - line > (ptrdiff_t)sizeof line - 16) {
+				text_write(line, (size_t)(p - line));
+				p = line;
+			}
+			if (i)
+				*p++ = ' ';
+			char dig[12], *d = dig + sizeof dig;
+			int64_t v = ids[i];
+			int neg = v < 0;
+			uint64_t u = neg ? (uint64_t)-v : (uint64_t)v;
+			do
+				*--d = (char)('0' + u % 10);
+			while (u /= 10);
+			if (neg)
+				*p++ = '-';
+			memcpy(p, d, (size_t)(dig + sizeof dig - d));
+			p += dig + sizeof dig - d;
+		}
+		*p++ = '\n';
+		text_write(line, (size_t)(p - line));
+		return;
+	}
+	ss_tokens t = {
+		.id = (char *)id,
+		.tokens = (int32_t *)ids,
+		.n_tokens = (int64_t)n,
+		.text = opt.no_text ? NULL : text,
+		.text_len = opt.no_text ? 0 : text_len,
+		.tokenizer = (char *)ss_tokenizer_fingerprint(tok),
+	};
+	int rc = ss_writer_put_tokens(out_stream, &t, NULL);
+	if (rc)
+		cli_die("%s: %s", strcmp(out_path, "-") ? out_path : "stdout", ss_strerror(rc));
+}
+
+/* Tokenizes one document and writes its record(s). src names the input
+ * for messages. */
+static void put_document(const char *src, const char *id, const char *text, size_t len)
+{
+	char err[SS_ERRMSG_MAX];
+	int32_t *ids;
+	size_t n;
+	if (ss_tokenizer_encode(tok, text, len, &ids, &n, err))
+		cli_die("%s: document %s: %s", src, id, err);
+	n_docs++;
+	n_tokens += n;
+	n_bytes += len;
+	int want_text = !opt.ids && !opt.no_text;
+	if (!opt.chunk) {
+		char *norm = NULL;
+		size_t nlen = 0;
+		if (want_text && ss_tokenizer_normalize(tok, text, len, &norm, &nlen, err))
+			cli_die("%s: document %s: %s", src, id, err);
+		put_record(src, id, ids, n, norm, nlen);
+		free(norm);
+	} else {
+		size_t idlen = strlen(id);
+		char *cid = malloc(idlen + 24);
+		if (!cid)
+			cli_die("out of memory");
+		size_t k = 0;
+		do {
+			size_t off = k * (size_t)opt.chunk;
+			size_t m = n - off < (size_t)opt.chunk ? n - off : (size_t)opt.chunk;
+			snprintf(cid, idlen + 24, "%s#%zu", id, k);
+			char *dec = NULL;
+			size_t dlen = 0;
+			if (want_text && ss_tokenizer_decode(tok, ids + off, m, &dec, &dlen, err))
+				cli_die("%s: document %s: %s", src, id, err);
+			put_record(src, cid, ids + off, m, dec, dlen);
+			free(dec);
+			k++;
+		} while (k * (size_t)opt.chunk < n);
+		free(cid);
+	}
+	free(ids);
+	cli_progress("%" PRIu64 " documents, %" PRIu64 " tokens", n_docs, n_tokens);
+}
+
+/* ------------------------------------------------------------------ input */
+
+/* An input: a FILE (with its first bytes peeked for format detection) or
+ * the data of a raw (compressed single-file) libarchive stream. */
+struct src {
+	const char *name;      /* for messages and ids: path as given, "stdin" */
+	FILE *f;
+	unsigned char peek[PEEK];
+	size_t plen, ppos;
+	struct archive *raw;   /* when set, data come from here */
+	unsigned char *block;  /* libarchive read buffer */
+};
+
+static size_t src_read(struct src *s, void *buf, size_t n)
+{
+	if (s->raw) {
+		la_ssize_t r = archive_read_data(s->raw, buf, n);
+		if (r < 0)
+			cli_die("%s: %s", s->name, archive_error_string(s->raw));
+		return (size_t)r;
+	}
+	size_t got = 0;
+	if (s->ppos < s->plen) {
+		got = s->plen - s->ppos < n ? s->plen - s->ppos : n;
+		memcpy(buf, s->peek + s->ppos, got);
+		s->ppos += got;
+	}
+	if (got < n) {
+		got += fread((char *)buf + got, 1, n - got, s->f);
+		if (ferror(s->f))
+			cli_die("%s: read error: %s", s->name, strerror(errno));
+	}
+	return got;
+}
+
+/* Reads everything left in s; *len set; NUL-terminated. */
+static char *src_slurp(struct src *s, size_t *len)
+{
+	size_t cap = 1 << 16, n = 0;
+	char *b = malloc(cap);
+	for (;;) {
+		if (!b)
+			cli_die("out of memory");
+		size_t r = src_read(s, b + n, cap - n - 1);
+		n += r;
+		if (r == 0)
+			break;
+		if (cap - n - 1 < (1 << 15)) {
+			cap *= 2;
+			char *nb = realloc(b, cap);
+			if (!nb)
+				free(b);
+			b = nb;
+		}
+	}
+	b[n] = 0;
+	*len = n;
+	return b;
+}
+
+struct lines {
+	struct src *s;
+	char *buf;
+	size_t cap, start, end;
+	int eof;
+	uint64_t lineno;
+};
+
+/* Next line without its \n (a final line without \n counts). Returns 0
+ * at the end. The line is NUL-terminated in place. */
+static int next_line(struct lines *L, char **line, size_t *len)
+{
+	size_t scan = L->start;
+	for (;;) {
+		char *nl = L->end > scan ? memchr(L->buf + scan, '\n', L->end - scan) : NULL;
+		if (nl) {
+			*nl = 0;
+			*line = L->buf + L->start;
+			*len = (size_t)(nl - *line);
+			L->start = (size_t)(nl - L->buf) + 1;
+			L->lineno++;
+			return 1;
+		}
+		if (L->eof) {
+			if (L->start == L->end)
+				return 0;
+			L->buf[L->end] = 0;
+			*line = L->buf + L->start;
+			*len = L->end - L->start;
+			L->start = L->end;
+			L->lineno++;
+			return 1;
+		}
+		if (L->start > 0) {
+			memmove(L->buf, L->buf + L->start, L->end - L->start);
+			L->end -= L->start;
+			L->start = 0;
+		}
+		scan = L->end;
+		if (L->cap - L->end < (1 << 15)) {
+			L->cap = L->cap ? 2 * L->cap : 1 << 17;
+			char *nb = realloc(L->buf, L->cap);
+			if (!nb)
+				cli_die("out of memory");
+			L->buf = nb;
+		}
+		size_t r = src_read(L->s, L->buf + L->end, L->cap - L->end - 1);
+		if (r == 0)
+			L->eof = 1;
+		L->end += r;
+	}
+}
+
+static void read_text(struct src *s)
+{
+	if (opt.whole) {
+		size_t len;
+		char *b = src_slurp(s, &len);
+		if (len)
+			put_document(s->name, s->name, b, len);
+		free(b);
+		return;
+	}
+	struct lines L = { .s = s };
+	char *line, id[4096];
+	size_t len;
+	while (next_line(&L, &line, &len)) {
+		if (!len)
+			continue;
+		snprintf(id, sizeof id, "%s:%" PRIu64, s->name, L.lineno);
+		put_document(s->name, id, line, len);
+	}
+	free(L.buf);
+}
+
+static void read_jsonl(struct src *s)
+{
+	struct lines L = { .s = s };
+	char *line, idbuf[4096];
+	size_t len;
+	while (next_line(&L, &line, &len)) {
+		if (strspn(line, " \t\r") == len)
+			continue;
+		const char *end = NULL;
+		cJSON *o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
+		if (!o)
+			cli_die("%s: line %" PRIu64 ": invalid JSON near column %td", s->name, L.lineno,
+			        end ? end - line + 1 : (ptrdiff_t)1);
+		const cJSON *text = cJSON_GetObjectItemCaseSensitive(o, "text");
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+		if (!cJSON_IsObject(o) || !cJSON_IsString(text))
+			cli_die("%s: line %" PRIu64 ": no \"text\" string", s->name, L.lineno);
+		if (cJSON_IsString(id))
+			snprintf(idbuf, sizeof idbuf, "%s", id->valuestring);
+		else if (cJSON_IsNumber(id) && id->valuedouble == (double)(long long)id->valuedouble)
+			snprintf(idbuf, sizeof idbuf, "%lld", (long long)id->valuedouble);
+		else if (cJSON_IsNumber(id))
+			snprintf(idbuf, sizeof idbuf, "%.17g", id->valuedouble);
+		else if (!id || cJSON_IsNull(id))
+			snprintf(idbuf, sizeof idbuf, "%s:%" PRIu64, s->name, L.lineno);
+		else
+			cli_die("%s: line %" PRIu64 ": \"id\" is neither a string nor a number", s->name, L.lineno);
+		put_document(s->name, idbuf, text->valuestring, strlen(text->valuestring));
+		cJSON_Delete(o);
+	}
+	free(L.buf);
+}
+
+static void read_stream_as(struct src *s, enum informat f)
+{
+	if (f == IN_JSONL)
+		read_jsonl(s);
+	else
+		read_text(s);
+}
+
+static la_ssize_t archive_cb(struct archive *a, void *data, const void **buf)
+{
+	struct src *s = data;
+	*buf = s->block;
+	return (la_ssize_t)src_read(s, s->block, 1 << 16);
+}
+
+static void read_archive(struct src *s, int allow_raw, enum informat raw_as)
+{
+	struct archive *a = archive_read_new();
+	if (!a)
+		cli_die("out of memory");
+	archive_read_support_filter_all(a);
+	archive_read_support_format_tar(a);
+	archive_read_support_format_zip(a);
+	archive_read_support_format_cpio(a);
+	archive_read_support_format_7zip(a);
+	if (allow_raw)
+		archive_read_support_format_raw(a); /* a compressed single file */
+	s->block = malloc(1 << 16);
+	if (!s->block)
+		cli_die("out of memory");
+	if (archive_read_open(a, s, NULL, archive_cb, NULL) != ARCHIVE_OK)
+		cli_die("%s: %s", s->name, archive_error_string(a));
+	struct archive_entry *e;
+	int rc;
+	while ((rc = archive_read_next_header(a, &e)) == ARCHIVE_OK || rc == ARCHIVE_WARN) {
+		if (archive_format(a) == ARCHIVE_FORMAT_RAW) {
+			struct src inner = { .name = s->name, .raw = a };
+			read_stream_as(&inner, raw_as);
+			continue;
+		}
+		if (archive_entry_filetype(e) != AE_IFREG)
+			continue;
+		const char *path = archive_entry_pathname_utf8(e);
+		if (!path)
+			path = archive_entry_pathname(e);
+		if (!path)
+			cli_die("%s: an entry has no path", s->name);
+		char *id = strdup(path);
+		if (!id)
+			cli_die("out of memory");
+		struct src inner = { .name = s->name, .raw = a };
+		size_t len;
+		char *data = src_slurp(&inner, &len);
+		put_document(s->name, id, data, len);
+		free(data);
+		free(id);
+	}
+	if (rc != ARCHIVE_EOF)
+		cli_die("%s: %s", s->name, archive_error_string(a));
+	archive_read_free(a);
+	free(s->block);
+	s->block = NULL;
+}
+
+/* FILE.jsonl, also compressed (FILE.jsonl.gz, .bz2, .xz, .zst). */
+static int jsonl_name(const char *s)
+{
+	static const char *const sufs[] = { ".jsonl", ".jsonl.gz", ".jsonl.bz2", ".jsonl.xz", ".jsonl.zst" };
+	size_t n = strlen(s);
+	for (size_t i = 0; i < sizeof sufs / sizeof *sufs; i++) {
+		size_t m = strlen(sufs[i]);
+		if (n >= m && !strcmp(s + n - m, sufs[i]))
+			return 1;
+	}
+	return 0;
+}
+
+/* Archive or compressed data, by magic number. */
+static int looks_archive(const unsigned char *p, size_t n)
+{
+	static const struct { const char *m; size_t len, at; } magic[] = {
+		{ "\x1f\x8b", 2, 0 },                 /* gzip */
+		{ "BZh", 3, 0 },                      /* bzip2 */
+		{ "\xfd" "7zXZ\0", 6, 0 },            /* xz */
+		{ "\x28\xb5\x2f\xfd", 4, 0 },         /* zstd */
+		{ "PK\x03\x04", 4, 0 },               /* zip */
+		{ "PK\x05\x06", 4, 0 },               /* empty zip */
+		{ "7z\xbc\xaf\x27\x1c", 6, 0 },       /* 7z */
+		{ "ustar", 5, 257 },                  /* tar (POSIX and GNU) */
+	};
+	for (size_t i = 0; i < sizeof magic / sizeof *magic; i++)
+		if (n >= magic[i].at + magic[i].len && !memcmp(p + magic[i].at, magic[i].m, magic[i].len))
+			return 1;
+	return 0;
+}
+
+static void encode_input(const char *path)
+{
+	struct src s = { .name = strcmp(path, "-") ? path : "stdin" };
+	s.f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	if (!s.f)
+		cli_die("%s: %s", path, strerror(errno));
+	while (s.plen < PEEK) {
+		size_t r = fread(s.peek + s.plen, 1, PEEK - s.plen, s.f);
+		if (r == 0)
+			break;
+		s.plen += r;
+	}
+	if (ferror(s.f))
+		cli_die("%s: read error: %s", s.name, strerror(errno));
+	enum informat f = opt.format;
+	enum informat stream_as = IN_TEXT;
+	if (f == IN_JSONL || (f == IN_AUTO && !opt.whole && jsonl_name(path)))
+		stream_as = IN_JSONL;
+	if (f == IN_AUTO)
+		f = looks_archive(s.peek, s.plen) ? IN_ARCHIVE : stream_as;
+	if (f == IN_ARCHIVE)
+		read_archive(&s, opt.format != IN_ARCHIVE, stream_as);
+	else
+		read_stream_as(&s, f);
+	if (s.f != stdin)
+		fclose(s.f);
+}
+
+/* ----------------------------------------------------------------- decode */
+
+/* True when id is "P#k" (k >= 1) and prev is "P#k-1": the next chunk of
+ * the same document. */
+static int continues(const char *prev, const char *id)
+{
+	const char *h = strrchr(id, '#');
+	if (!prev || !h || !h[1] || (h[1] == '0' && h[2]))
+		return 0;
+	char *end;
+	errno = 0;
+	unsigned long long k = strtoull(h + 1, &end, 10);
+	if (errno || *end || k == 0 || h[1] < '0' || h[1] > '9')
+		return 0;
+	size_t pl = (size_t)(h - id);
+	char want[32];
+	snprintf(want, sizeof want, "#%llu", k - 1);
+	return !strncmp(prev, id, pl) && !strcmp(prev + pl, want);
+}
+
+static char *prev_id;   /* id of the last record decoded */
+static int pending_nl;  /* a newline ends that record unless the next continues it */
+
+static void decode_input(const char *path)
+{
+	char err[SS_ERRMSG_MAX];
+	ss_reader *r;
+	ss_record rec;
+	if (ss_reader_open(&r, path, cli_max_record(), err))
+		cli_die("%s: %s", path, err);
+	const char *name = ss_reader_path(r);
+	int rc;
+	while ((rc = ss_reader_next(r, &rec)) == 1) {
+		ss_tokens t;
+		if (ss_record_tokens(&rec, &t, err))
+			cli_die("%s: record %" PRIu64 " (byte offset %" PRIu64 "): %s", name, rec.index,
+			        rec.offset, err);
+		if (t.tokenizer && strcmp(t.tokenizer, ss_tokenizer_fingerprint(tok)))
+			cli_die("%s: record %" PRIu64 " (%s): made by tokenizer %s, not %s (see --tokenizer)", name,
+			        rec.index, t.id, t.tokenizer, ss_tokenizer_fingerprint(tok));
+		char *bytes;
+		size_t len;
+		if (ss_tokenizer_decode(tok, t.tokens, (size_t)t.n_tokens, &bytes, &len, err))
+			cli_die("%s: record %" PRIu64 " (%s): %s", name, rec.index, t.id, err);
+		if (pending_nl && !continues(prev_id, t.id))
+			text_write("\n", 1);
+		text_write(bytes, len);
+		pending_nl = !opt.whole;
+		free(bytes);
+		free(prev_id);
+		prev_id = t.id;
+		t.id = NULL;
+		n_records++;
+		n_tokens += (uint64_t)t.n_tokens;
+		n_bytes += len;
+		ss_tokens_free(&t);
+		cli_progress("%" PRIu64 " records, %" PRIu64 " tokens", n_records, n_tokens);
+	}
+	if (rc < 0)
+		cli_die("%s: %s", name, ss_reader_error(r));
+	ss_reader_close(r);
+}
+
+static void decode_finish(void)
+{
+	if (pending_nl)
+		text_write("\n", 1);
+	free(prev_id);
+	prev_id = NULL;
+}
+
+/* -------------------------------------------------------------- tokenizer */
+
+static int readable(const char *p)
+{
+	return access(p, R_OK) == 0;
+}
+
+/* Option > $SS_TOKENIZER > $SS_SHARED/data/tokenizer/... > TOKENIZER_REL in
+ * the nearest directory above the executable > SS_TOKENIZER_DEFAULT. The
+ * first two are taken as given; the others only when they exist. */
+static const char *find_tokenizer(const char *given, char *buf, size_t cap)
+{
+	if (given)
+		return given;
+	const char *env = getenv("SS_TOKENIZER");
+	if (env && *env)
+		return env;
+	env = getenv("SS_SHARED");
+	if (env && *env) {
+		snprintf(buf, cap, "%s/data/tokenizer/gpt-neox-20b_tokenizer.json", env);
+		if (readable(buf))
+			return buf;
+	}
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n > 0) {
+		exe[n] = 0;
+		char *slash;
+		while ((slash = strrchr(exe, '/')) != NULL) {
+			*slash = 0;
+			snprintf(buf, cap, "%s/" TOKENIZER_REL, exe);
+			if (readable(buf))
+				return buf;
+		}
+	}
+	if (readable(SS_TOKENIZER_DEFAULT))
+		return SS_TOKENIZER_DEFAULT;
+	cli_die("no tokenizer.json found: give -t FILE or set SS_TOKENIZER (looked in $SS_SHARED, "
+	        "above the program for " TOKENIZER_REL ", and " SS_TOKENIZER_DEFAULT ")");
+}
+
+int main(int argc, char **argv)
+{
+	cli_init("ss-tokenize");
+	const char *tpath = NULL;
+	enum { O_WHOLE = 256, O_TEXT, O_JSONL, O_ARCHIVE, O_CHUNK, O_IDS, O_DECODE, O_NOTEXT };
+	static const struct option opts[] = {
+		{ "whole", no_argument, 0, O_WHOLE },     { "text", no_argument, 0, O_TEXT },
+		{ "jsonl", no_argument, 0, O_JSONL },     { "archive", no_argument, 0, O_ARCHIVE },
+		{ "chunk", required_argument, 0, O_CHUNK }, { "ids", no_argument, 0, O_IDS },
+		{ "decode", no_argument, 0, O_DECODE },   { "no-text", no_argument, 0, O_NOTEXT },
+		{ "tokenizer", required_argument, 0, 't' }, { "output", required_argument, 0, 'o' },
+		{ "level", required_argument, 0, 'l' },   { "help", no_argument, 0, 'h' },
+		{ "version", no_argument, 0, 'V' },       { 0, 0, 0, 0 },
+	};
+	int c, nformat = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":t:o:l:qvhV", opts, NULL)) != -1) {
+		switch (c) {
+		case O_WHOLE: opt.whole = 1; break;
+		case O_TEXT: opt.format = IN_TEXT; nformat++; break;
+		case O_JSONL: opt.format = IN_JSONL; nformat++; break;
+		case O_ARCHIVE: opt.format = IN_ARCHIVE; nformat++; break;
+		case O_CHUNK: opt.chunk = cli_long("--chunk", optarg, 1, INT32_MAX, usage); break;
+		case O_IDS: opt.ids = 1; break;
+		case O_DECODE: opt.decode = 1; break;
+		case O_NOTEXT: opt.no_text = 1; break;
+		case 't': tpath = optarg; break;
+		case 'o': out_path = optarg; break;
+		case 'l': opt.level = (int)cli_long("--level", optarg, 1, 19, usage); break;
+		case 'q': cli_verbosity = 0; break;
+		case 'v': cli_verbosity++; break;
+		case 'h': help();
+		case 'V': cli_version();
+		case ':': cli_usage(usage, "option '%s' needs an argument", argv[optind - 1]);
+		default: cli_usage(usage, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (nformat > 1)
+		cli_usage(usage, "--text, --jsonl and --archive exclude each other");
+	if (opt.decode && (opt.ids || opt.chunk || nformat || opt.no_text))
+		cli_usage(usage, "--decode takes no --ids, --chunk, --no-text or input format option");
+	if (opt.whole && opt.format == IN_JSONL)
+		cli_usage(usage, "--whole and --jsonl exclude each other");
+
+	char tbuf[PATH_MAX + 64], err[SS_ERRMSG_MAX];
+	tpath = find_tokenizer(tpath, tbuf, sizeof tbuf);
+	if (ss_tokenizer_load(&tok, tpath, err))
+		cli_die("%s: %s", tpath, err);
+
+	atexit(discard_outputs);
+	open_output();
+	double t0 = cli_now();
+	char *stdin_only[] = { "-" };
+	char **files = optind < argc ? argv + optind : stdin_only;
+	int nfiles = optind < argc ? argc - optind : 1;
+	for (int i = 0; i < nfiles; i++) {
+		if (opt.decode)
+			decode_input(files[i]);
+		else
+			encode_input(files[i]);
+	}
+	if (opt.decode)
+		decode_finish();
+	close_output();
+	cli_progress_end();
+	if (cli_verbosity >= 2) {
+		double dt = cli_now() - t0;
+		fprintf(stderr, "ss-tokenize: %" PRIu64 " documents, %" PRIu64 " records, %" PRIu64
+		        " tokens, %.1f MB of text in %.2f s (%.1f MB/s)\n",
+		        n_docs, n_records, n_tokens, n_bytes / 1e6, dt, dt > 0 ? n_bytes / 1e6 / dt : 0.0);
+	}
+	ss_tokenizer_free(tok);
+	return 0;
+}
