@@ -106,6 +106,7 @@ bench: all
 	$(Q)SS_SHARED=$(SS_SHARED) SS_BUILD=$(B) bench/run
 
 man:
+	@mkdir -p $(B)
 	$(Q)for m in $(MANS); do man -l -Tutf8 $$m >/dev/null 2>$(B)/man.err || { cat $(B)/man.err; exit 1; }; \
 		if [ -s $(B)/man.err ]; then echo "$$m:"; cat $(B)/man.err; exit 1; fi; done; echo "  man     $(words $(MANS)) pages ok"
 
