@@ -14,7 +14,7 @@ endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN   := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -pthread -Ilib -Itools $(PKG_CFLAGS) -MMD -MP
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -pthread -Ilib -Itools -Itests $(PKG_CFLAGS) -MMD -MP
 LDLIBS := $(PKG_LIBS) -lm -ldl -pthread
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS)
 

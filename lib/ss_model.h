@@ -1,4 +1,111 @@
-/* ss_model.h — part of libss; include "ss.h", not this file. */
+/*
+ * ss_model.h — Mamba-2 checkpoints and the CPU forward pass (part of libss;
+ * include "ss.h").
+ * ref: DESIGN.md §2; state-spaces/mamba mamba_ssm/modules/mamba2.py;
+ *      golden/README.md §2 (the exact math the fixtures follow).
+ */
 #ifndef SS_MODEL_H
 #define SS_MODEL_H
+
+#ifdef __cplusplus
+extern "C" {
 #endif
+
+/* Hyperparameters, from config.json (transformers or state-spaces style). */
+typedef struct {
+	char arch[16];          /* "mamba2" */
+	int32_t d_model;        /* hidden size */
+	int32_t n_layer;
+	int32_t d_state;        /* N */
+	int32_t headdim;        /* P */
+	int32_t nheads;         /* d_inner / headdim */
+	int32_t ngroups;        /* B/C groups; head h uses group h / (nheads/ngroups) */
+	int32_t d_conv;         /* conv width, 4 */
+	int32_t expand;         /* 2 */
+	int32_t d_inner;        /* expand * d_model */
+	int32_t conv_dim;       /* d_inner + 2*ngroups*d_state */
+	int32_t d_in_proj;      /* 2*d_inner + 2*ngroups*d_state + nheads */
+	int32_t vocab_size;     /* tokenizer vocabulary (50277) */
+	int32_t vocab_padded;   /* embedding / lm_head rows (50288) */
+	float eps;              /* RMSNorm epsilon, 1e-5 */
+	float dt_min, dt_max;   /* time_step_limit clamp of dt; (0, +inf) = none */
+	int tied;               /* lm_head shares the embedding */
+	int32_t eos_token_id;   /* 0 for GPT-NeoX */
+} ss_model_config;
+
+/* One layer's weights, f32, row-major (torch's [out][in] for projections). */
+typedef struct {
+	float *norm;      /* [d_model]            backbone.layers.N.norm.weight */
+	float *in_proj;   /* [d_in_proj][d_model] mixer.in_proj.weight */
+	float *conv_w;    /* [conv_dim][d_conv]   mixer.conv1d.weight ([conv_dim,1,d_conv]) */
+	float *conv_b;    /* [conv_dim]           mixer.conv1d.bias */
+	float *dt_bias;   /* [nheads] */
+	float *A_log;     /* [nheads]; A = -exp(A_log) */
+	float *D;         /* [nheads] */
+	float *gnorm;     /* [d_inner]            mixer.norm.weight (gated, grouped RMSNorm) */
+	float *out_proj;  /* [d_model][d_inner] */
+} ss_layer;
+
+/* A loaded model. All weights f32 in memory (widened from f16/bf16). */
+typedef struct ss_model {
+	ss_model_config cfg;
+	char fingerprint[SS_FINGERPRINT_MAX]; /* 16 hex digits: dims + f32 weights (model.c) */
+	ss_dtype weight_dtype;  /* dtype in the checkpoint */
+	float *embedding;       /* [vocab_padded][d_model] */
+	float *norm_f;          /* [d_model] */
+	float *lm_head;         /* [vocab_padded][d_model]; == embedding when tied */
+	ss_layer *layers;       /* [n_layer] */
+	void *priv;             /* loader-owned storage */
+} ss_model;
+
+/* Loads a model directory: config.json (transformers `model_type: mamba2` or
+ * state-spaces `ssm_cfg`) plus model.safetensors, sharded safetensors with
+ * model.safetensors.index.json, or pytorch_model.bin (zip + restricted
+ * unpickler that only rebuilds tensors). Checks every tensor's shape against
+ * the config. Weights are f32 in memory: f16/bf16 are widened; aligned f32
+ * safetensors data is mapped copy-on-write from the file instead of copied
+ * (writes stay private to the process), unless SS_MODEL_NO_MMAP.
+ * Errors: SS_ERR_NOTFOUND (missing file/tensor), SS_ERR_FORMAT
+ * (malformed JSON/safetensors/pickle), SS_ERR_TRUNCATED, SS_ERR_TOO_LARGE,
+ * SS_ERR_UNSUPPORTED (Mamba-1, hybrids), SS_ERR_MISMATCH (shape); errmsg
+ * names the file and tensor, e.g. "DIR/model.safetensors:
+ * backbone.layers.1.mixer.in_proj.weight: shape [296,64], expected [300,64]".
+ * Caller frees with ss_model_free().
+ * ref: transformers models/mamba2/configuration_mamba2.py;
+ *      mamba_ssm models/config_mamba.py (state-spaces config). */
+int ss_model_load(ss_model **out, const char *dir, char *errmsg);
+
+/* Flags for ss_model_load_opts. */
+enum {
+	/* Do not keep an untied lm_head (m->lm_head = NULL): state extraction
+	 * never needs it. It is still read once for the fingerprint, which is
+	 * therefore the same with and without this flag. No effect when tied. */
+	SS_MODEL_SKIP_LM_HEAD = 1 << 0,
+	/* Copy f32 safetensors data to the heap instead of mapping the file. */
+	SS_MODEL_NO_MMAP = 1 << 1,
+};
+
+typedef struct {
+	unsigned flags;   /* SS_MODEL_* */
+} ss_model_opts;
+
+/* ss_model_load with options (opts NULL = defaults = ss_model_load). */
+int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opts,
+                       char *errmsg);
+
+/* Parses and validates dir/config.json only (no weights): fills cfg as
+ * ss_model_load would. Errors as ss_model_load (SS_ERR_NOTFOUND,
+ * SS_ERR_FORMAT, SS_ERR_UNSUPPORTED, SS_ERR_TOO_LARGE). */
+int ss_model_config_load(ss_model_config *cfg, const char *dir, char *errmsg);
+
+/* Frees the model, its weights and mappings. NULL is fine. */
+void ss_model_free(ss_model *m);
+
+/* Dims of the states this model produces (for ss_state_alloc):
+ * arch "mamba2", n_layer, nheads, headdim, d_state, conv_dim, d_conv. */
+void ss_model_state_dims(const ss_model *m, ss_state_dims *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SS_MODEL_H */

@@ -1,0 +1,745 @@
+/*
+ * model.c — Mamba-2 model directories: config.json, weight loading with shape
+ * checks, and the weight fingerprint.
+ *
+ * Loading plan: parse the config, list the checkpoint's tensors (headers
+ * only), resolve and shape-check every tensor the model needs, then read them
+ * in one batch into a single f32 arena (or point into a file mapping for
+ * aligned f32 safetensors). Each tensor is hashed as it arrives; the model
+ * fingerprint combines the per-tensor digests in a fixed order, so it does
+ * not depend on file layout, storage dtype (after widening) or read order.
+ * ref: DESIGN.md §2; transformers models/mamba2/configuration_mamba2.py;
+ *      mamba_ssm models/config_mamba.py, models/mixer_seq_simple.py,
+ *      modules/mamba2.py (parameter names and shapes).
+ */
+#include "ss.h"
+
+#include "checkpoint.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_CONFIG_JSON (16u << 20)
+#define MAX_DIM (1 << 24)
+
+static int errf(char *errmsg, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+/* ------------------------------------------------------------ fingerprint */
+
+/* A 64-bit hash with four independent lanes over 32-byte stripes (the round
+ * and avalanche structure of xxHash64), fast enough that hashing a 500 MB
+ * model costs well under a second and mixing every input bit. */
+typedef struct {
+	uint64_t v[4];
+	uint64_t len;
+	uint8_t tail[32];
+	size_t ntail;
+} fphash;
+
+#define P1 0x9E3779B185EBCA87ULL
+#define P2 0xC2B2AE3D27D4EB4FULL
+#define P3 0x165667B19E3779F9ULL
+#define P4 0x85EBCA77C2B2AE63ULL
+#define P5 0x27D4EB2F165667C5ULL
+
+static inline uint64_t rotl(uint64_t x, int r) { return x << r | x >> (64 - r); }
+static inline uint64_t fround(uint64_t acc, uint64_t in)
+{
+	return rotl(acc + in * P2, 31) * P1;
+}
+static inline uint64_t rd64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+static void fphash_init(fphash *h, uint64_t seed)
+{
+	h->v[0] = seed + P1 + P2;
+	h->v[1] = seed + P2;
+	h->v[2] = seed;
+	h->v[3] = seed - P1;
+	h->len = 0;
+	h->ntail = 0;
+}
+
+static void fphash_update(fphash *h, const void *data, size_t n)
+{
+	const uint8_t *p = data;
+	h->len += n;
+	if (h->ntail) {
+		size_t k = 32 - h->ntail < n ? 32 - h->ntail : n;
+		memcpy(h->tail + h->ntail, p, k);
+		h->ntail += k;
+		p += k;
+		n -= k;
+		if (h->ntail < 32)
+			return;
+		for (int i = 0; i < 4; i++)
+			h->v[i] = fround(h->v[i], rd64(h->tail + 8 * i));
+		h->ntail = 0;
+	}
+	uint64_t v0 = h->v[0], v1 = h->v[1], v2 = h->v[2], v3 = h->v[3];
+	for (; n >= 32; p += 32, n -= 32) {
+		v0 = fround(v0, rd64(p));
+		v1 = fround(v1, rd64(p + 8));
+		v2 = fround(v2, rd64(p + 16));
+		v3 = fround(v3, rd64(p + 24));
+	}
+	h->v[0] = v0, h->v[1] = v1, h->v[2] = v2, h->v[3] = v3;
+	memcpy(h->tail, p, n);
+	h->ntail = n;
+}
+
+static uint64_t fphash_final(const fphash *h)
+{
+	uint64_t x = rotl(h->v[0], 1) + rotl(h->v[1], 7) + rotl(h->v[2], 12) + rotl(h->v[3], 18);
+	for (int i = 0; i < 4; i++) {
+		x ^= fround(0, h->v[i]);
+		x = x * P1 + P4;
+	}
+	x += h->len;
+	size_t i = 0;
+	for (; i + 8 <= h->ntail; i += 8) {
+		x ^= fround(0, rd64(h->tail + i));
+		x = rotl(x, 27) * P1 + P4;
+	}
+	for (; i < h->ntail; i++) {
+		x ^= h->tail[i] * P5;
+		x = rotl(x, 11) * P1;
+	}
+	x ^= x >> 33;
+	x *= P2;
+	x ^= x >> 29;
+	x *= P3;
+	x ^= x >> 32;
+	return x;
+}
+
+static void fphash_visit(void *ctx, const float *x, size_t n)
+{
+	fphash_update(ctx, x, n * sizeof *x);
+}
+
+/* ----------------------------------------------------------------- config */
+
+/* Rewrites the non-JSON literals Python's json module writes (Infinity,
+ * -Infinity, NaN) outside strings: ±Infinity → ±1e999 (strtod gives ±inf),
+ * NaN → null. Returns a new buffer. */
+static char *json_relax(const char *in, size_t len)
+{
+	char *out = malloc(len * 2 + 1);
+	if (!out)
+		return NULL;
+	size_t o = 0;
+	int instr = 0;
+	for (size_t i = 0; i < len; i++) {
+		char ch = in[i];
+		if (instr) {
+			out[o++] = ch;
+			if (ch == '\\' && i + 1 < len)
+				out[o++] = in[++i];
+			else if (ch == '"')
+				instr = 0;
+			continue;
+		}
+		if (ch == '"')
+			instr = 1;
+		if (len - i >= 8 && !memcmp(in + i, "Infinity", 8)) {
+			memcpy(out + o, "1e999", 5);
+			o += 5;
+			i += 7;
+		} else if (len - i >= 3 && !memcmp(in + i, "NaN", 3)) {
+			memcpy(out + o, "null", 4);
+			o += 4;
+			i += 2;
+		} else {
+			out[o++] = ch;
+		}
+	}
+	out[o] = 0;
+	return out;
+}
+
+typedef struct {
+	const cJSON *obj;
+	const char *path;
+	char *errmsg;
+} cfgctx;
+
+/* Integer field `key` of x->obj in [lo, hi]; def when absent (def < lo
+ * means the field is required). */
+static int cfg_int(const cfgctx *x, const cJSON *obj, const char *key, int64_t def, int64_t lo,
+                   int64_t hi, int32_t *out)
+{
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+	if (!j || cJSON_IsNull(j)) {
+		if (def < lo)
+			return errf(x->errmsg, SS_ERR_FORMAT, "%s: missing \"%s\"", x->path, key);
+		*out = (int32_t)def;
+		return 0;
+	}
+	double v = cJSON_IsNumber(j) ? j->valuedouble : NAN;
+	if (!(v == floor(v)) || v < (double)lo)
+		return errf(x->errmsg, SS_ERR_FORMAT, "%s: \"%s\" must be an integer >= %lld", x->path,
+		            key, (long long)lo);
+	if (v > (double)hi)
+		return errf(x->errmsg, SS_ERR_TOO_LARGE, "%s: \"%s\" = %.0f exceeds %lld", x->path, key,
+		            v, (long long)hi);
+	*out = (int32_t)v;
+	return 0;
+}
+
+/* Boolean field, def when absent. */
+static int cfg_bool(const cfgctx *x, const cJSON *obj, const char *key, int def, int *out)
+{
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+	if (!j || cJSON_IsNull(j)) {
+		*out = def;
+		return 0;
+	}
+	if (!cJSON_IsBool(j))
+		return errf(x->errmsg, SS_ERR_FORMAT, "%s: \"%s\" must be true or false", x->path, key);
+	*out = cJSON_IsTrue(j);
+	return 0;
+}
+
+/* Optional [lo, hi] dt clamp (time_step_limit / dt_limit). */
+static int cfg_limit(const cfgctx *x, const cJSON *obj, const char *key, ss_model_config *c)
+{
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+	c->dt_min = 0.0f;
+	c->dt_max = INFINITY;
+	if (!j || cJSON_IsNull(j))
+		return 0;
+	const cJSON *a = cJSON_GetArrayItem(j, 0), *b = cJSON_GetArrayItem(j, 1);
+	if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 2 || !cJSON_IsNumber(a) ||
+	    !cJSON_IsNumber(b) || !(a->valuedouble >= 0) || !(b->valuedouble >= a->valuedouble))
+		return errf(x->errmsg, SS_ERR_FORMAT, "%s: \"%s\" must be [min, max] with 0 <= min <= max",
+		            x->path, key);
+	c->dt_min = (float)a->valuedouble;
+	c->dt_max = (float)b->valuedouble;
+	return 0;
+}
+
+static int unsupported(const cfgctx *x, const char *what)
+{
+	return errf(x->errmsg, SS_ERR_UNSUPPORTED, "%s: %s is not supported (only Mamba-2)", x->path,
+	            what);
+}
+
+/* Fails with SS_ERR_UNSUPPORTED when boolean `key` is present and != want. */
+static int cfg_require(const cfgctx *x, const cJSON *obj, const char *key, int def, int want,
+                       const char *what)
+{
+	int v, rc = cfg_bool(x, obj, key, def, &v);
+	if (rc)
+		return rc;
+	return v == want ? 0 : unsupported(x, what);
+}
+
+/* eos_token_id: an integer, or a list whose first entry is used. */
+static int cfg_eos(const cfgctx *x, const cJSON *obj, int32_t *out)
+{
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, "eos_token_id");
+	if (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0) {
+		cJSON *wrap = cJSON_CreateObject();
+		if (!wrap)
+			return errf(x->errmsg, SS_ERR_NOMEM, "out of memory");
+		cJSON_AddItemReferenceToObject(wrap, "eos_token_id", cJSON_GetArrayItem(j, 0));
+		int rc = cfg_int(x, wrap, "eos_token_id", 0, 0, MAX_DIM, out);
+		cJSON_Delete(wrap);
+		return rc;
+	}
+	return cfg_int(x, obj, "eos_token_id", 0, 0, MAX_DIM, out);
+}
+
+/* transformers Mamba2Config (defaults as in configuration_mamba2.py). */
+static int config_hf(ss_model_config *c, const cfgctx *x)
+{
+	const cJSON *o = x->obj;
+	int rc, tied;
+	int32_t nh = 0, mult;
+	const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "hidden_act");
+	if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
+		return unsupported(x, "hidden_act other than silu");
+	double eps = 1e-5;
+	const cJSON *je = cJSON_GetObjectItemCaseSensitive(o, "layer_norm_epsilon");
+	if (cJSON_IsNumber(je))
+		eps = je->valuedouble;
+	if ((rc = cfg_int(x, o, "hidden_size", -1, 1, MAX_DIM, &c->d_model)) ||
+	    (rc = cfg_int(x, o, "num_hidden_layers", -1, 1, 65536, &c->n_layer)) ||
+	    (rc = cfg_int(x, o, "state_size", 128, 1, MAX_DIM, &c->d_state)) ||
+	    (rc = cfg_int(x, o, "head_dim", 64, 1, MAX_DIM, &c->headdim)) ||
+	    (rc = cfg_int(x, o, "num_heads", 0, 0, MAX_DIM, &nh)) ||
+	    (rc = cfg_int(x, o, "n_groups", 8, 1, MAX_DIM, &c->ngroups)) ||
+	    (rc = cfg_int(x, o, "expand", 2, 1, 64, &c->expand)) ||
+	    (rc = cfg_int(x, o, "conv_kernel", 4, 2, 64, &c->d_conv)) ||
+	    (rc = cfg_int(x, o, "vocab_size", -1, 1, MAX_DIM, &c->vocab_size)) ||
+	    (rc = cfg_int(x, o, "pad_vocab_size_multiple", 1, 1, 1 << 16, &mult)) ||
+	    (rc = cfg_eos(x, o, &c->eos_token_id)) ||
+	    (rc = cfg_bool(x, o, "tie_word_embeddings", 0, &tied)) ||
+	    (rc = cfg_require(x, o, "use_bias", 0, 0, "use_bias=true (in/out_proj bias)")) ||
+	    (rc = cfg_require(x, o, "use_conv_bias", 1, 1, "use_conv_bias=false")) ||
+	    (rc = cfg_require(x, o, "rms_norm", 1, 1, "LayerNorm (rms_norm=false)")) ||
+	    (rc = cfg_require(x, o, "norm_before_gate", 0, 0, "norm_before_gate=true")) ||
+	    (rc = cfg_limit(x, o, "time_step_limit", c)))
+		return rc;
+	c->tied = tied;
+	c->eps = (float)eps;
+	c->d_inner = c->expand * c->d_model;
+	if (nh && (int64_t)nh * c->headdim != c->d_inner)
+		return errf(x->errmsg, SS_ERR_FORMAT,
+		            "%s: num_heads %d x head_dim %d != expand x hidden_size %d", x->path, nh,
+		            c->headdim, c->d_inner);
+	c->vocab_padded = (int32_t)(((int64_t)c->vocab_size + mult - 1) / mult * mult);
+	return 0;
+}
+
+/* mamba_ssm MambaConfig with ssm_cfg (defaults from config_mamba.py and
+ * modules/mamba2.py). */
+static int config_ss(ss_model_config *c, const cfgctx *x)
+{
+	const cJSON *o = x->obj;
+	int rc, tied;
+	int32_t dint, mult, dssm;
+	const cJSON *attn = cJSON_GetObjectItemCaseSensitive(o, "attn_layer_idx");
+	if (attn && cJSON_GetArraySize(attn) > 0)
+		return unsupported(x, "a hybrid with attention layers (attn_layer_idx)");
+	if ((rc = cfg_int(x, o, "d_intermediate", 0, 0, MAX_DIM, &dint)))
+		return rc;
+	if (dint > 0)
+		return unsupported(x, "an MLP block (d_intermediate > 0)");
+	const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "ssm_cfg");
+	if (s && !cJSON_IsObject(s))
+		return errf(x->errmsg, SS_ERR_FORMAT, "%s: \"ssm_cfg\" must be an object", x->path);
+	const cJSON *layer = cJSON_GetObjectItemCaseSensitive(s, "layer");
+	if (layer && !cJSON_IsString(layer))
+		return errf(x->errmsg, SS_ERR_FORMAT, "%s: \"ssm_cfg.layer\" must be a string", x->path);
+	if (layer ? strcmp(layer->valuestring, "Mamba2") != 0
+	          : !cJSON_GetObjectItemCaseSensitive(s, "headdim"))
+		return unsupported(x, layer && strcmp(layer->valuestring, "Mamba1")
+		                      ? "this ssm_cfg.layer" : "Mamba-1 (ssm_cfg.layer Mamba1)");
+	double eps = 1e-5;
+	const cJSON *je = cJSON_GetObjectItemCaseSensitive(o, "norm_epsilon");
+	if (cJSON_IsNumber(je))
+		eps = je->valuedouble;
+	if ((rc = cfg_int(x, o, "d_model", -1, 1, MAX_DIM, &c->d_model)) ||
+	    (rc = cfg_int(x, o, "n_layer", -1, 1, 65536, &c->n_layer)) ||
+	    (rc = cfg_int(x, o, "vocab_size", -1, 1, MAX_DIM, &c->vocab_size)) ||
+	    (rc = cfg_int(x, o, "pad_vocab_size_multiple", 8, 1, 1 << 16, &mult)) ||
+	    (rc = cfg_eos(x, o, &c->eos_token_id)) ||
+	    (rc = cfg_bool(x, o, "tie_embeddings", 1, &tied)) ||
+	    (rc = cfg_require(x, o, "rms_norm", 1, 1, "LayerNorm (rms_norm=false)")) ||
+	    (rc = cfg_int(x, s, "d_state", 128, 1, MAX_DIM, &c->d_state)) ||
+	    (rc = cfg_int(x, s, "headdim", 64, 1, MAX_DIM, &c->headdim)) ||
+	    (rc = cfg_int(x, s, "ngroups", 1, 1, MAX_DIM, &c->ngroups)) ||
+	    (rc = cfg_int(x, s, "d_conv", 4, 2, 64, &c->d_conv)) ||
+	    (rc = cfg_int(x, s, "expand", 2, 1, 64, &c->expand)) ||
+	    (rc = cfg_int(x, s, "d_ssm", 0, 0, MAX_DIM, &dssm)) ||
+	    (rc = cfg_require(x, s, "rmsnorm", 1, 1, "Mamba2 without the gated RMSNorm")) ||
+	    (rc = cfg_require(x, s, "norm_before_gate", 0, 0, "norm_before_gate=true")) ||
+	    (rc = cfg_require(x, s, "D_has_hdim", 0, 0, "D_has_hdim=true")) ||
+	    (rc = cfg_require(x, s, "bias", 0, 0, "in/out_proj bias")) ||
+	    (rc = cfg_require(x, s, "conv_bias", 1, 1, "conv_bias=false")) ||
+	    (rc = cfg_limit(x, s, "dt_limit", c)))
+		return rc;
+	c->tied = tied;
+	c->eps = (float)eps;
+	c->d_inner = c->expand * c->d_model;
+	if (dssm && dssm != c->d_inner)
+		return unsupported(x, "d_ssm != expand x d_model");
+	c->vocab_padded = (int32_t)(((int64_t)c->vocab_size + mult - 1) / mult * mult);
+	return 0;
+}
+
+static int config_parse(ss_model_config *c, const cJSON *root, const char *path, char *errmsg)
+{
+	cfgctx x = {root, path, errmsg};
+	memset(c, 0, sizeof *c);
+	snprintf(c->arch, sizeof c->arch, "mamba2");
+	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+	int rc;
+	if (mt) {
+		if (!cJSON_IsString(mt))
+			return errf(errmsg, SS_ERR_FORMAT, "%s: \"model_type\" must be a string", path);
+		if (!strcmp(mt->valuestring, "mamba") || !strcmp(mt->valuestring, "falcon_mamba"))
+			return errf(errmsg, SS_ERR_UNSUPPORTED,
+			            "%s: model_type \"%s\" (Mamba-1) is not supported (only Mamba-2)", path,
+			            mt->valuestring);
+		if (strcmp(mt->valuestring, "mamba2"))
+			return errf(errmsg, SS_ERR_UNSUPPORTED,
+			            "%s: model_type \"%.64s\" is not supported (only mamba2)", path,
+			            mt->valuestring);
+		rc = config_hf(c, &x);
+	} else if (cJSON_GetObjectItemCaseSensitive(root, "d_model")) {
+		rc = config_ss(c, &x);
+	} else {
+		return errf(errmsg, SS_ERR_FORMAT,
+		            "%s: neither transformers (model_type) nor state-spaces (d_model, ssm_cfg) style",
+		            path);
+	}
+	if (rc)
+		return rc;
+	if (c->d_inner % c->headdim)
+		return errf(errmsg, SS_ERR_FORMAT, "%s: d_inner %d is not a multiple of headdim %d", path,
+		            c->d_inner, c->headdim);
+	c->nheads = c->d_inner / c->headdim;
+	if (c->nheads % c->ngroups || c->d_inner % c->ngroups)
+		return errf(errmsg, SS_ERR_FORMAT, "%s: nheads %d is not a multiple of ngroups %d", path,
+		            c->nheads, c->ngroups);
+	int64_t conv_dim = (int64_t)c->d_inner + 2LL * c->ngroups * c->d_state;
+	int64_t d_in_proj = conv_dim + c->d_inner + c->nheads;
+	if (d_in_proj > MAX_DIM || (int64_t)c->d_inner > MAX_DIM)
+		return errf(errmsg, SS_ERR_TOO_LARGE, "%s: in_proj width %lld is too large", path,
+		            (long long)d_in_proj);
+	c->conv_dim = (int32_t)conv_dim;
+	c->d_in_proj = (int32_t)d_in_proj;
+	if (!(c->eps > 0 && c->eps < 1))
+		return errf(errmsg, SS_ERR_FORMAT, "%s: epsilon must be in (0, 1)", path);
+	return 0;
+}
+
+int ss_model_config_load(ss_model_config *cfg, const char *dir, char *errmsg)
+{
+	size_t ld = strlen(dir);
+	char *path = malloc(ld + sizeof "/config.json");
+	if (!path)
+		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	memcpy(path, dir, ld);
+	memcpy(path + ld, "/config.json", sizeof "/config.json");
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
+		errf(errmsg, code, "%s: %s", path, strerror(errno));
+		free(path);
+		return code;
+	}
+	struct stat sb;
+	size_t want = fstat(fileno(f), &sb) == 0 && sb.st_size >= 0 &&
+	              (uint64_t)sb.st_size <= MAX_CONFIG_JSON ? (size_t)sb.st_size : MAX_CONFIG_JSON;
+	char *text = malloc(want + 2);
+	size_t len = text ? fread(text, 1, want + 1, f) : 0;
+	int bad = ferror(f);
+	fclose(f);
+	int rc = 0;
+	if (!text)
+		rc = errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	else if (bad)
+		rc = errf(errmsg, SS_ERR_IO, "%s: read failed", path);
+	else if (len > MAX_CONFIG_JSON)
+		rc = errf(errmsg, SS_ERR_TOO_LARGE, "%s: larger than 16 MB", path);
+	if (rc) {
+		free(text);
+		free(path);
+		return rc;
+	}
+	char *relaxed = json_relax(text, len);
+	free(text);
+	if (!relaxed) {
+		free(path);
+		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	}
+	const char *end = NULL;
+	cJSON *root = cJSON_ParseWithOpts(relaxed, &end, 1);
+	if (!cJSON_IsObject(root)) {
+		size_t at = end && end >= relaxed ? (size_t)(end - relaxed) : 0;
+		rc = errf(errmsg, SS_ERR_FORMAT, "%s: malformed JSON%s near byte %zu", path,
+		          root ? " (not an object)" : "", at);
+	} else {
+		rc = config_parse(cfg, root, path, errmsg);
+	}
+	cJSON_Delete(root);
+	free(relaxed);
+	free(path);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+struct model_priv {
+	float *arena;
+	ss_checkpoint *ckpt;   /* kept open while tensors point into its mappings */
+};
+
+/* One tensor the model needs, in fingerprint order. */
+typedef struct {
+	char name[96];            /* canonical name (for messages when missing) */
+	const ss_checkpoint_tensor *t;
+	float **dst;              /* where the model keeps it; NULL = hash only */
+	int ndim;
+	int64_t shape[3];
+	fphash h;
+	int mapped;
+} slot;
+
+/* Finds the first present name among `alts` (NULL-terminated list). */
+static const ss_checkpoint_tensor *find_any(const ss_checkpoint *ck, const char *const *alts)
+{
+	for (; *alts; alts++) {
+		const ss_checkpoint_tensor *t = ss_checkpoint_find(ck, *alts);
+		if (t)
+			return t;
+	}
+	return NULL;
+}
+
+static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *shape)
+{
+	size_t k = (size_t)snprintf(buf, n, "[");
+	for (int d = 0; d < ndim && k < n; d++)
+		k += (size_t)snprintf(buf + k, n - k, d ? ",%lld" : "%lld", (long long)shape[d]);
+	if (k < n)
+		snprintf(buf + k, n - k, "]");
+}
+
+static int check_shape(const slot *s, char *errmsg)
+{
+	int ok = s->t->ndim == s->ndim;
+	for (int d = 0; ok && d < s->ndim; d++)
+		ok = s->t->shape[d] == s->shape[d];
+	if (ok)
+		return 0;
+	char got[128], want[128];
+	fmt_shape(got, sizeof got, s->t->ndim, s->t->shape);
+	fmt_shape(want, sizeof want, s->ndim, s->shape);
+	return errf(errmsg, SS_ERR_MISMATCH, "%s: %s: shape %s, expected %s", s->t->file, s->t->name,
+	            got, want);
+}
+
+static void slot_set(slot *s, const char *name, float **dst, int ndim, int64_t a, int64_t b,
+                     int64_t c)
+{
+	if (name != s->name)
+		snprintf(s->name, sizeof s->name, "%s", name);
+	s->dst = dst;
+	s->ndim = ndim;
+	s->shape[0] = a;
+	s->shape[1] = b;
+	s->shape[2] = c;
+}
+
+/* Resolves a layer tensor: "backbone.layers.N.<suffix>" or "layers.N.<suffix>". */
+static const ss_checkpoint_tensor *find_layer(const ss_checkpoint *ck, int l, const char *suffix,
+                                              char *canon, size_t ncanon)
+{
+	char alt[96];
+	snprintf(canon, ncanon, "backbone.layers.%d.%s", l, suffix);
+	snprintf(alt, sizeof alt, "layers.%d.%s", l, suffix);
+	const char *alts[] = {canon, alt, NULL};
+	return find_any(ck, alts);
+}
+
+static int build_slots(ss_model *m, const ss_checkpoint *ck, unsigned flags, slot **out,
+                       size_t *nout, char *errmsg)
+{
+	ss_model_config *c = &m->cfg;
+	int untied = !c->tied;
+	size_t n = 2 + 9 * (size_t)c->n_layer + (size_t)untied;
+	slot *s = calloc(n, sizeof *s);
+	if (!s)
+		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	*out = s;
+	*nout = n;
+	const char *emb[] = {"backbone.embeddings.weight", "backbone.embedding.weight",
+	                     "embeddings.weight", "embedding.weight", NULL};
+	const char *normf[] = {"backbone.norm_f.weight", "norm_f.weight", NULL};
+	const char *head[] = {"lm_head.weight", NULL};
+	size_t k = 0;
+	s[k].t = find_any(ck, emb);
+	/* transformers' Mamba2 embeds vocab_size rows, unpadded: accept that. */
+	if (s[k].t && s[k].t->ndim == 2 && s[k].t->shape[0] == c->vocab_size)
+		c->vocab_padded = c->vocab_size;
+	slot_set(&s[k++], "backbone.embeddings.weight", &m->embedding, 2, c->vocab_padded,
+	         c->d_model, 0);
+	for (int l = 0; l < c->n_layer; l++) {
+		ss_layer *L = &m->layers[l];
+		static const char *const suffix[9] = {
+			"norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.conv1d.bias",
+			"mixer.dt_bias", "mixer.A_log", "mixer.D", "mixer.norm.weight",
+			"mixer.out_proj.weight",
+		};
+		float **dst[9] = {&L->norm, &L->in_proj, &L->conv_w, &L->conv_b, &L->dt_bias,
+		                  &L->A_log, &L->D, &L->gnorm, &L->out_proj};
+		int64_t sh[9][3] = {
+			{c->d_model}, {c->d_in_proj, c->d_model}, {c->conv_dim, 1, c->d_conv},
+			{c->conv_dim}, {c->nheads}, {c->nheads}, {c->nheads}, {c->d_inner},
+			{c->d_model, c->d_inner},
+		};
+		static const int nd[9] = {1, 2, 3, 1, 1, 1, 1, 1, 2};
+		for (int i = 0; i < 9; i++, k++) {
+			s[k].t = find_layer(ck, l, suffix[i], s[k].name, sizeof s[k].name);
+			slot_set(&s[k], s[k].name, dst[i], nd[i], sh[i][0], sh[i][1], sh[i][2]);
+		}
+	}
+	s[k].t = find_any(ck, normf);
+	slot_set(&s[k++], "backbone.norm_f.weight", &m->norm_f, 1, c->d_model, 0, 0);
+	if (untied) {
+		s[k].t = find_any(ck, head);
+		slot_set(&s[k++], "lm_head.weight", (flags & SS_MODEL_SKIP_LM_HEAD) ? NULL : &m->lm_head,
+		         2, c->vocab_padded, c->d_model, 0);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!s[i].t)
+			return errf(errmsg, SS_ERR_NOTFOUND, "%s: missing tensor %s%s",
+			            ss_checkpoint_path(ck), s[i].name,
+			            !strcmp(s[i].name, "lm_head.weight")
+			                ? " (config says the embeddings are not tied)" : "");
+		int rc = check_shape(&s[i], errmsg);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opts, char *errmsg)
+{
+	unsigned flags = opts ? opts->flags : 0;
+	*out = NULL;
+	ss_model *m = calloc(1, sizeof *m);
+	struct model_priv *priv = calloc(1, sizeof *priv);
+	if (!m || !priv) {
+		free(m);
+		free(priv);
+		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	}
+	m->priv = priv;
+	slot *s = NULL;
+	size_t ns = 0;
+	ss_checkpoint_req *req = NULL;
+	int rc = ss_model_config_load(&m->cfg, dir, errmsg);
+	if (rc)
+		goto fail;
+	if (!(m->layers = calloc((size_t)m->cfg.n_layer, sizeof *m->layers))) {
+		rc = errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		goto fail;
+	}
+	if ((rc = ss_checkpoint_open(&priv->ckpt, dir, errmsg)) ||
+	    (rc = build_slots(m, priv->ckpt, flags, &s, &ns, errmsg)))
+		goto fail;
+	m->weight_dtype = s[0].t->dtype;
+
+	/* Map what can be mapped; everything else kept goes in one arena. */
+	size_t arena = 0, nreq = 0, nmapped = 0;
+	for (size_t i = 0; i < ns; i++) {
+		fphash_init(&s[i].h, 0);
+		const float *p = NULL;
+		if (s[i].dst && !(flags & SS_MODEL_NO_MMAP))
+			p = ss_checkpoint_map_f32(priv->ckpt, s[i].t);
+		if (p) {
+			*s[i].dst = (float *)p;
+			s[i].mapped = 1;
+			nmapped++;
+		} else {
+			nreq++;
+			if (s[i].dst)
+				arena += ((size_t)s[i].t->numel + 15) & ~(size_t)15;
+		}
+	}
+	if (arena && !(priv->arena = aligned_alloc(64, arena * sizeof(float)))) {
+		rc = errf(errmsg, SS_ERR_NOMEM, "out of memory for %zu MB of weights",
+		          arena * sizeof(float) >> 20);
+		goto fail;
+	}
+	if (!(req = calloc(nreq + 1, sizeof *req))) {
+		rc = errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		goto fail;
+	}
+	size_t at = 0, r = 0;
+	for (size_t i = 0; i < ns; i++) {
+		if (s[i].mapped)
+			continue;
+		req[r].t = s[i].t;
+		req[r].visit = fphash_visit;
+		req[r].ctx = &s[i].h;
+		if (s[i].dst) {
+			req[r].dst = *s[i].dst = priv->arena + at;
+			at += ((size_t)s[i].t->numel + 15) & ~(size_t)15;
+		}
+		r++;
+	}
+	if ((rc = ss_checkpoint_read(priv->ckpt, req, nreq, errmsg)))
+		goto fail;
+	for (size_t i = 0; i < ns; i++)
+		if (s[i].mapped)
+			fphash_update(&s[i].h, *s[i].dst, (size_t)s[i].t->numel * sizeof(float));
+	if (m->cfg.tied)
+		m->lm_head = m->embedding;
+
+	/* Fingerprint: dims, then (numel, digest) per tensor in slot order. */
+	const ss_model_config *c = &m->cfg;
+	fphash fp;
+	fphash_init(&fp, 0x5353u);
+	static const char tag[16] = "ss-mamba2-fp-v1";
+	fphash_update(&fp, tag, sizeof tag);
+	int64_t dims[] = {c->d_model, c->n_layer, c->d_state, c->headdim, c->nheads, c->ngroups,
+	                  c->d_conv, c->d_inner, c->vocab_padded, c->tied};
+	fphash_update(&fp, dims, sizeof dims);
+	float fl[3] = {c->eps, c->dt_min, c->dt_max};
+	fphash_update(&fp, fl, sizeof fl);
+	for (size_t i = 0; i < ns; i++) {
+		uint64_t d[2] = {s[i].t->numel, fphash_final(&s[i].h)};
+		fphash_update(&fp, d, sizeof d);
+	}
+	snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx",
+	         (unsigned long long)fphash_final(&fp));
+	/* Nothing points into the files any more unless tensors are mapped. */
+	if (!nmapped) {
+		ss_checkpoint_close(priv->ckpt);
+		priv->ckpt = NULL;
+	}
+	free(req);
+	free(s);
+	*out = m;
+	return 0;
+fail:
+	free(req);
+	free(s);
+	ss_model_free(m);
+	return rc;
+}
+
+int ss_model_load(ss_model **out, const char *dir, char *errmsg)
+{
+	return ss_model_load_opts(out, dir, NULL, errmsg);
+}
+
+void ss_model_free(ss_model *m)
+{
+	if (!m)
+		return;
+	struct model_priv *priv = m->priv;
+	if (priv) {
+		free(priv->arena);
+		ss_checkpoint_close(priv->ckpt);
+		free(priv);
+	}
+	free(m->layers);
+	free(m);
+}
+
+void ss_model_state_dims(const ss_model *m, ss_state_dims *d)
+{
+	memset(d, 0, sizeof *d);
+	snprintf(d->arch, sizeof d->arch, "%s", m->cfg.arch);
+	d->n_layer = m->cfg.n_layer;
+	d->nheads = m->cfg.nheads;
+	d->headdim = m->cfg.headdim;
+	d->d_state = m->cfg.d_state;
+	d->conv_dim = m->cfg.conv_dim;
+	d->d_conv = m->cfg.d_conv;
+}
