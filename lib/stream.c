@@ -17,7 +17,7 @@
 
 #include "ss.h"
 
-#define IN_CHUNK (256u << 10)
+#define IN_CHUNK (1u << 20)
 #define ZSTD_MAGIC 0xFD2FB528u
 #define SKIP_MAGIC_MASK 0xFFFFFFF0u
 #define SKIP_MAGIC 0x184D2A50u
@@ -126,44 +126,44 @@ const char *ss_reader_error(const ss_reader *r) { return r->err; }
 const char *ss_reader_path(const ss_reader *r) { return r->path; }
 int ss_reader_seekable(const ss_reader *r) { return r->seekable; }
 
-/* Makes file bytes [off, off+need) available in the window. Files seek
- * freely; a pipe only moves forward and keeps every byte from the current
- * frame's start (r->pos) on, so a frame can be walked and then decoded.
- * Returns how many of the bytes are available (fewer at end of input), or a
- * negative SS_ERR_*. */
-static long long in_fill(ss_reader *r, uint64_t off, size_t need)
+/* Makes file bytes [off, off+need) available in the window and returns
+ * how many of them are (fewer at end of input), or a negative SS_ERR_*.
+ * Bytes from keep_from (<= off) on are retained; a pipe cannot go back, so
+ * callers that will revisit a frame pass its start. Files seek freely. The
+ * window is compacted only when more must be read, so walking forward
+ * through a buffered frame costs no copies. */
+static long long in_fill(ss_reader *r, uint64_t off, size_t need, uint64_t keep_from)
 {
-	uint64_t keep = off;
-	if (r->seekable) {
-		if (off < r->base || off > r->base + r->len) {
-			if (fseeko(r->f, (off_t)off, SEEK_SET) != 0)
-				return SS_ERR_IO;
-			r->base = off;
-			r->len = 0;
-			r->eof = 0;
-		}
-	} else {
-		if (off < r->base)
-			return SS_ERR_INVALID;
-		if (r->pos < keep)
-			keep = r->pos;
-		if (keep > r->base + r->len) {
-			/* Skip forward: drop the window, read and discard. */
-			r->base += r->len;
-			r->len = 0;
-			while (r->base < keep && !r->eof) {
-				size_t want = keep - r->base < r->cap ? (size_t)(keep - r->base) : r->cap;
-				size_t got = fread(r->buf, 1, want, r->f);
-				if (got < want) {
-					if (ferror(r->f))
-						return SS_ERR_IO;
-					r->eof = 1;
-				}
-				r->base += got;
+	if (r->seekable && (off < r->base || off > r->base + r->len)) {
+		if (fseeko(r->f, (off_t)off, SEEK_SET) != 0)
+			return SS_ERR_IO;
+		r->base = off;
+		r->len = 0;
+		r->eof = 0;
+	} else if (off < r->base) {
+		return SS_ERR_INVALID;
+	}
+	if (off + need <= r->base + r->len)
+		return (long long)need;
+	uint64_t keep = keep_from < off ? keep_from : off;
+	if (keep < r->base)
+		keep = r->base;
+	if (keep > r->base + r->len) {
+		/* A pipe skipping forward: drop the window, read and discard. */
+		r->base += r->len;
+		r->len = 0;
+		while (r->base < keep && !r->eof) {
+			size_t want = keep - r->base < r->cap ? (size_t)(keep - r->base) : r->cap;
+			size_t got = fread(r->buf, 1, want, r->f);
+			if (got < want) {
+				if (ferror(r->f))
+					return SS_ERR_IO;
+				r->eof = 1;
 			}
-			if (r->base < keep)
-				return 0;
+			r->base += got;
 		}
+		if (r->base < keep)
+			return 0;
 	}
 	if (keep > r->base) {
 		size_t skip = (size_t)(keep - r->base);
@@ -217,7 +217,7 @@ static long long frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64
 	 * per-block headers; anything longer is corrupt. */
 	uint64_t limit = ZSTD_compressBound((size_t)content) + hsz + 3 * (content / 1024 + 2) + 8;
 	for (;;) {
-		long long got = in_fill(r, off, 3);
+		long long got = in_fill(r, off, 3, r->pos);
 		if (got < 0)
 			return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
 		if (got < 3)
@@ -245,7 +245,7 @@ static long long frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64
  * advanced past it); negative on error. */
 static int frame_header(ss_reader *r, size_t *hsz, uint64_t *content, int *checksum)
 {
-	long long got = in_fill(r, r->pos, ZSTD_FRAMEHEADERSIZE_MAX);
+	long long got = in_fill(r, r->pos, ZSTD_FRAMEHEADERSIZE_MAX, r->pos);
 	if (got < 0)
 		return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
 	if (got == 0)
@@ -424,28 +424,41 @@ int ss_reader_next(ss_reader *r, ss_record *rec)
 		;
 	if (rc <= 0)
 		return rc;
-	long long flen = frame_length(r, hsz, checksum, content);
-	if (flen < 0)
-		return (int)flen;
-	long long got = in_fill(r, r->pos, (size_t)flen);
-	if (got < 0)
-		return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
-	if (got < flen)
-		return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (%lld of %lld bytes)", got, flen);
 	if (grow(&r->out, &r->out_cap, (size_t)content) != 0)
 		return rerr(r, SS_ERR_NOMEM, r->pos, "out of memory for a %llu-byte record", (unsigned long long)content);
-	size_t dn = ZSTD_decompressDCtx(r->dctx, r->out, (size_t)content, r->buf + (r->pos - r->base), (size_t)flen);
-	if (ZSTD_isError(dn))
-		return rerr(r, zstd_code(dn), r->pos, "corrupt zstd frame: %s", ZSTD_getErrorName(dn));
-	if (dn != content)
+	/* Stream the frame through the decoder: input memory stays one chunk,
+	 * and with a stable output buffer zstd writes straight into r->out. */
+	ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
+	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, 1);
+	ZSTD_outBuffer ob = { r->out, (size_t)content, 0 };
+	uint64_t in_off = r->pos;
+	for (;;) {
+		long long got = in_fill(r, in_off, IN_CHUNK, in_off);
+		if (got < 0)
+			return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
+		if (got == 0)
+			return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (input ends %llu bytes into it)",
+				    (unsigned long long)(in_off - r->pos));
+		ZSTD_inBuffer ib = { r->buf + (in_off - r->base), (size_t)got, 0 };
+		size_t zr = ZSTD_decompressStream(r->dctx, &ob, &ib);
+		if (ZSTD_isError(zr))
+			return rerr(r, zstd_code(zr), r->pos, "corrupt zstd frame: %s", ZSTD_getErrorName(zr));
+		in_off += ib.pos;
+		if (zr == 0)
+			break;
+		if (ib.pos == 0 && ob.pos == ob.size)
+			return rerr(r, SS_ERR_FORMAT, r->pos, "zstd frame holds more than its declared %llu bytes",
+				    (unsigned long long)content);
+	}
+	if (ob.pos != content)
 		return rerr(r, SS_ERR_FORMAT, r->pos, "zstd frame content is %zu bytes, header says %llu",
-			    dn, (unsigned long long)content);
+			    ob.pos, (unsigned long long)content);
 	uint64_t off = r->pos;
 	rc = unpack_record(r, off, r->out, (size_t)content, rec);
 	if (rc < 0)
 		return rc;
-	rec->length = (uint64_t)flen;
-	r->pos += (uint64_t)flen;
+	rec->length = in_off - off;
+	r->pos = in_off;
 	r->index++;
 	return 1;
 }
@@ -550,6 +563,7 @@ int ss_reader_next_meta(ss_reader *r, ss_record *rec)
 	uint64_t off = r->pos;
 	/* Decompress block by block until the prefix before "conv"/"ssm" is in. */
 	ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
+	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, 0);
 	ZSTD_outBuffer ob = { NULL, 0, 0 };
 	uint64_t in_off = off;
 	long long cut = -1;
@@ -564,7 +578,7 @@ int ss_reader_next_meta(ss_reader *r, ss_record *rec)
 			return rerr(r, SS_ERR_NOMEM, off, "out of memory");
 		ob.dst = r->out;
 		ob.size = want;
-		long long got = in_fill(r, in_off, 64u << 10);
+		long long got = in_fill(r, in_off, IN_CHUNK, r->pos);
 		if (got < 0)
 			return rerr(r, (int)got, off, "read error: %s", strerror(errno));
 		if (got == 0)
@@ -683,13 +697,27 @@ int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *o
 
 int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset)
 {
-	size_t bound = ZSTD_compressBound(len);
-	if (grow(&w->cbuf, &w->ccap, bound) != 0)
+	/* Streamed through a fixed chunk so that writing a record costs the
+	 * record plus one chunk of memory; the pledged size puts the content
+	 * size in the frame header, as readers require. */
+	if (offset)
+		*offset = w->off;
+	if (grow(&w->cbuf, &w->ccap, ZSTD_CStreamOutSize()) != 0)
 		return SS_ERR_NOMEM;
-	size_t n = ZSTD_compress2(w->cctx, w->cbuf, w->ccap, buf, len);
-	if (ZSTD_isError(n))
-		return SS_ERR_NOMEM;
-	return ss_writer_put_frame(w, w->cbuf, n, offset);
+	ZSTD_CCtx_reset(w->cctx, ZSTD_reset_session_only);
+	ZSTD_CCtx_setPledgedSrcSize(w->cctx, len);
+	ZSTD_inBuffer ib = { buf, len, 0 };
+	for (;;) {
+		ZSTD_outBuffer ob = { w->cbuf, w->ccap, 0 };
+		size_t left = ZSTD_compressStream2(w->cctx, &ob, &ib, ZSTD_e_end);
+		if (ZSTD_isError(left))
+			return SS_ERR_NOMEM;
+		int rc = w_write(w, w->cbuf, ob.pos);
+		if (rc)
+			return rc;
+		if (left == 0)
+			return 0;
+	}
 }
 
 uint64_t ss_writer_tell(const ss_writer *w) { return w->off; }
