@@ -1,4 +1,176 @@
-/* ss_compose.h — part of libss; include "ss.h", not this file. */
+/*
+ * ss_compose.h — composing document states into one state (part of libss;
+ * include "ss.h", not this file).
+ *
+ * Per layer l and head h, with a_i = logdecay of input i (≤ 0) and
+ * d_i = exp(a_i), inputs in concatenation order 0..n-1 (n-1 = nearest the
+ * query), every weighted mode computes
+ *     out.ssm[l][h] = Σ_k W[l][h][k] · x_k.ssm[l][h]
+ *   caso      W_k = Π_{j>k} d_j                        (picaso.txt Prop. 1)
+ *   picaso-s  W_k = mean over all n! orders of the CASO weight
+ *             = ∫_0^1 Π_{j≠k} (t + (1-t) d_j) dt       (Prop. 2; DESIGN.md §3)
+ *   picaso-r  W_k = mean over the n cyclic orders = T_k / n,
+ *             T_k = 1 - P + d_{k+1} T_{k+1}, P = Π d_i  (Prop. 3; DESIGN.md §3)
+ *   soup      W_k = 1/n; sum W_k = 1; max: elementwise maximum (no weights)
+ *                                                (document-souping.txt §2.2)
+ * Optional L2 normalisation of each layer's ssm block (all heads of the
+ * layer), of every input before pooling and/or of the result after it.
+ *
+ * The composed state's other fields:
+ *   conv      mean of the inputs' conv states (picaso.txt §3.3), or the last
+ *             input's (SS_COMPOSE_CONV_LAST);
+ *   logdecay  caso, picaso-s, picaso-r: Σ_i a_i, the decay of the
+ *             concatenation (the same for every order, so exact for each of
+ *             the averaged orders); soup, sum, max: log(mean_i d_i), which
+ *             makes soup exact under a later composition,
+ *             soup_i(CASO(y, x_i)) = CASO(y, soup_i(x_i)), and keeps the
+ *             value ≤ 0 (sum's distributive decay log Σ d_i could exceed 0);
+ *   n_tokens  Σ of the inputs'; fingerprint and dims: the inputs' (which must
+ *             all agree); dtype SS_DTYPE_F32 (the caller picks the storage);
+ *   id        "<mode>(<id0>,<id1>,...)"; provenance: mode, source ids and the
+ *             weights [n_layer][nheads][n] (NULL for max).
+ *
+ * With one input and no normalisation every mode returns it bit for bit
+ * (ssm, conv, logdecay): the first input initialises the accumulator as
+ * 1.0f·x, never 0 + x (which would turn -0.0 into +0.0).
+ *
+ * Arithmetic: weights in f64 (they depend only on the decays: tiny), the
+ * states accumulated in f32 one input at a time, so memory is one
+ * accumulator whatever n is and the cost is reading the inputs.
+ */
 #ifndef SS_COMPOSE_H
 #define SS_COMPOSE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
 #endif
+
+typedef enum {
+	SS_COMPOSE_CASO = 0,
+	SS_COMPOSE_PICASO_S = 1,
+	SS_COMPOSE_PICASO_R = 2,
+	SS_COMPOSE_SOUP = 3,
+	SS_COMPOSE_SUM = 4,
+	SS_COMPOSE_MAX = 5,
+} ss_compose_mode;
+
+/* Normalisation flags (combine with |; 0 = none). */
+enum {
+	SS_COMPOSE_NORM_BEFORE = 1, /* each input's layer block scaled to L2 norm 1 */
+	SS_COMPOSE_NORM_AFTER = 2,  /* the result's layer block scaled to L2 norm 1 */
+};
+
+typedef enum {
+	SS_COMPOSE_CONV_MEAN = 0, /* unweighted mean of the inputs' conv states */
+	SS_COMPOSE_CONV_LAST = 1, /* the last input's conv state */
+} ss_compose_conv;
+
+typedef struct {
+	ss_compose_mode mode;
+	int norm;             /* 0 or SS_COMPOSE_NORM_* flags */
+	ss_compose_conv conv;
+} ss_compose_opts;
+
+/* Names: "caso" "picaso-s" "picaso-r" "soup" "sum" "max"; "none" "before"
+ * "after" "both"; "mean" "last". *_name returns NULL for an unknown value;
+ * *_parse returns 0 and sets *out, or SS_ERR_INVALID. */
+const char *ss_compose_mode_name(ss_compose_mode m);
+int ss_compose_mode_parse(const char *s, ss_compose_mode *out);
+const char *ss_compose_norm_name(int norm);
+int ss_compose_norm_parse(const char *s, int *out);
+const char *ss_compose_conv_name(ss_compose_conv c);
+int ss_compose_conv_parse(const char *s, ss_compose_conv *out);
+
+/* 1 when the mode needs every input's decays before the first state is
+ * accumulated (picaso-s, picaso-r): callers then read the decays first
+ * (ss_reader_next_meta) and call ss_composer_plan(). The other modes
+ * compose in one streaming pass (caso by Horner: acc = d_k·acc + x_k). */
+int ss_compose_needs_plan(ss_compose_mode m);
+
+/* Composition weights of every head.
+ * logdecay: [n][n_head] f32, input k's logdecays (n_head = n_layer·nheads,
+ *           i.e. an ss_state's logdecay array per input), each ≤ 0 or -inf.
+ * w:        [n_head][n] f64, out: W_k per head (see the top of this file).
+ * Stable for any decays: caso as exp of suffix sums, picaso-r by the
+ * recurrence T_k = 1 - P + d_{k+1} T_{k+1} (all terms ≥ 0; 1 - P as
+ * -expm1(Σ a)), picaso-s by Gauss–Legendre quadrature with ⌈n/2⌉ nodes
+ * (exact for the degree n-1 integrand), O(n) resp. O(n²) per head. For
+ * picaso modes every W_k ≥ 1/n, so underflowing products only drop terms
+ * below 1e-308 of a weight ≥ 1/n.
+ * Returns 0; SS_ERR_INVALID for n == 0, mode max, or a logdecay that is NaN
+ * or > 0 (errmsg, SS_ERRMSG_MAX bytes or NULL, names input and head);
+ * SS_ERR_NOMEM.
+ * ref: picaso.txt Props. 1-3, Appendix A; DESIGN.md §3. */
+int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
+		       double *w, char *errmsg);
+
+/* Gauss–Legendre rule on [0, 1] with m nodes: t[m] ascending, wt[m]
+ * (Σ wt = 1); exact for polynomials of degree ≤ 2m-1. Newton on the
+ * Legendre recurrence, f64. m ≥ 1. */
+void ss_gauss_legendre01(size_t m, double *t, double *wt);
+
+/* ---------------------------------------------------------- streaming */
+
+typedef struct ss_composer ss_composer;
+
+/* Creates a composer. Returns 0 and sets *out (free with
+ * ss_composer_free), SS_ERR_INVALID for bad options, SS_ERR_NOMEM. */
+int ss_composer_new(ss_composer **out, const ss_compose_opts *o);
+
+/* Announces the inputs: n and their logdecays [n][n_head] (copied), before
+ * the first ss_composer_add(). Required for picaso-s/picaso-r (computes the
+ * weights), optional otherwise (then only checks that n inputs come).
+ * ss_composer_add() later refuses an input whose logdecay differs bitwise
+ * from the planned one (a file changed between the two passes).
+ * Returns 0 or the errors of ss_compose_weights(); SS_ERR_INVALID when
+ * called twice or after an add. */
+int ss_composer_plan(ss_composer *c, size_t n, size_t n_head, const float *logdecay, char *errmsg);
+
+/* Accumulates the next input (concatenation order). x is only read; its
+ * arrays need to live only during the call. The first input fixes dims and
+ * fingerprint. Returns 0; SS_ERR_MISMATCH (different dims, fingerprint or
+ * planned logdecay; errmsg says which); SS_ERR_INVALID (picaso without a
+ * plan, more inputs than planned, x without ssm/conv/logdecay, a logdecay
+ * NaN or > 0); SS_ERR_NOMEM. After an error the composer can only be freed. */
+int ss_composer_add(ss_composer *c, const ss_state *x, char *errmsg);
+
+/* Like ss_composer_add(), with the ssm and conv arrays given in storage
+ * dtype `dtype` (little-endian, any alignment), e.g. straight from a
+ * record's bytes; x supplies everything else (its ssm/conv are ignored).
+ * f16/bf16 are widened exactly, BLK elements at a time, inside the
+ * accumulation loop: no f32 copy of the input is made. */
+int ss_composer_add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv,
+			   ss_dtype dtype, char *errmsg);
+
+/* Decodes a state record (ss_reader_next()) and accumulates it without
+ * materialising its arrays in f32: memory stays one accumulator plus the
+ * reader's record buffer. Errors as ss_composer_add(), plus those of
+ * ss_record_state_meta() and SS_ERR_FORMAT for missing or mis-sized
+ * "conv"/"ssm" bins. */
+int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg);
+
+/* Number of inputs accumulated so far. */
+size_t ss_composer_count(const ss_composer *c);
+
+/* Finishes: fills *out with the composed state (see the top of this file);
+ * the caller owns it (ss_state_free). The composer can then only be freed.
+ * Returns 0; SS_ERR_INVALID when no input was added (n = 0) or fewer than
+ * planned; SS_ERR_NOMEM. */
+int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg);
+
+/* Frees the composer and whatever it still owns (NULL is a no-op). */
+void ss_composer_free(ss_composer *c);
+
+/* One-shot: composes the n states in[0..n-1] (concatenation order) into
+ * *out, which the caller frees with ss_state_free. Same results, bit for
+ * bit, as streaming them through a composer (with a plan for picaso).
+ * Errors as ss_composer_add/finish. */
+int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss_state *out,
+	       char *errmsg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SS_COMPOSE_H */

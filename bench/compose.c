@@ -1,0 +1,410 @@
+/*
+ * compose — how much composing k states costs beyond reading them.
+ *
+ * Writes k = 10 random states of mamba2-130m shape (24 layers, 24 heads,
+ * headdim 64, d_state 128, conv_dim 1792: 18.9 MB each in f32) to a
+ * temporary stream, once stored as f32 and once as f16, then times, each in
+ * a fresh child process (so its peak RSS is its own, from wait4):
+ *   read      plain read(2) of the file (what `cat > /dev/null` does)
+ *   decomp    ss_reader_next over every record: zstd decompression only
+ *   meta      ss_reader_next_meta over every record (picaso's first pass)
+ *   kernel    the accumulation alone, from arrays already in memory
+ *   <mode>    composing all k with the library as ss-compose does: caso and
+ *             soup in one streaming pass, picaso-r/-s reading the decays
+ *             first (ss_reader_next_meta) and then the states
+ *   tool      the ss-compose binary end to end (incl. writing its output)
+ * Prints best-of-3 wall time, GB/s of state data (decompressed record
+ * bytes), peak RSS, and the ratio to decomp. Figures only, no pass/fail.
+ *
+ * usage: compose [-k K] [-r REPS] [--shape 130m|t1|L,H,P,N,C,K] [--dir DIR]
+ */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ss.h"
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const char *msg)
+{
+	fprintf(stderr, "bench/compose: %s: %s\n", what, msg);
+	exit(1);
+}
+
+static uint64_t rng = 42;
+
+static double unif(void)
+{
+	uint64_t z = (rng += 0x9e3779b97f4a7c15u);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+	return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+static void make_stream(const char *path, const ss_state_dims *d, ss_dtype dt, int k)
+{
+	char err[SS_ERRMSG_MAX], id[32];
+	ss_writer *w;
+	ss_state s;
+	if (ss_writer_open(&w, path, 0, err))
+		die(path, err);
+	if (ss_state_alloc(&s, d))
+		die(path, "out of memory");
+	strcpy(s.fingerprint, "bench");
+	s.dtype = dt;
+	s.id = id;
+	for (int i = 0; i < k; i++) {
+		snprintf(id, sizeof id, "doc%d", i);
+		s.n_tokens = 500;
+		/* state-like values: a few significant digits of spread */
+		for (size_t e = 0; e < ss_state_ssm_len(d); e++)
+			s.ssm[e] = (float)((2 * unif() - 1) * 0.3);
+		for (size_t e = 0; e < ss_state_conv_len(d); e++)
+			s.conv[e] = (float)(2 * unif() - 1);
+		for (size_t e = 0; e < ss_state_logdecay_len(d); e++)
+			s.logdecay[e] = (float)(-200 * unif());
+		if (ss_writer_put_state(w, &s, NULL))
+			die(path, "write failed");
+	}
+	s.id = NULL;
+	ss_state_free(&s);
+	if (ss_writer_close(w, err))
+		die(path, err);
+}
+
+/* ------------------------------------------------------------ the jobs */
+
+enum { J_READ, J_DECOMP, J_META, J_KERNEL, J_COMPOSE, J_TOOL };
+
+typedef struct {
+	int job;
+	ss_compose_mode mode;
+	const char *path, *tool, *out;
+	double secs;
+	uint64_t bytes;
+	double rss_mb;    /* J_TOOL: the tool's own peak RSS */
+} job_t;
+
+static void job_read(job_t *j)
+{
+	int fd = open(j->path, O_RDONLY);
+	if (fd < 0)
+		die(j->path, "open");
+	static char buf[1 << 20];
+	ssize_t n;
+	while ((n = read(fd, buf, sizeof buf)) > 0)
+		j->bytes += (uint64_t)n;
+	close(fd);
+}
+
+static void job_decomp(job_t *j)
+{
+	ss_reader *r;
+	ss_record rec;
+	char err[SS_ERRMSG_MAX];
+	if (ss_reader_open(&r, j->path, 0, err))
+		die(j->path, err);
+	int rc;
+	while ((rc = ss_reader_next(r, &rec)) == 1)
+		j->bytes += rec.raw_len;
+	if (rc < 0)
+		die(j->path, ss_reader_error(r));
+	ss_reader_close(r);
+}
+
+static void job_meta(job_t *j)
+{
+	ss_reader *r;
+	ss_record rec;
+	char err[SS_ERRMSG_MAX];
+	if (ss_reader_open(&r, j->path, 0, err))
+		die(j->path, err);
+	int rc;
+	while ((rc = ss_reader_next_meta(r, &rec)) == 1)
+		j->bytes += rec.raw_len;
+	if (rc < 0)
+		die(j->path, ss_reader_error(r));
+	ss_reader_close(r);
+}
+
+/* The accumulation alone: the records' arrays are first copied to memory
+ * (untimed), then composed from there. Returns the seconds of that part. */
+static double job_kernel(job_t *j)
+{
+	ss_reader *r;
+	ss_record rec;
+	char err[SS_ERRMSG_MAX];
+	ss_state meta[64];
+	void *ssm[64], *conv[64];
+	size_t n = 0, H = 0;
+	float *dec = NULL;
+	int rc;
+	if (ss_reader_open(&r, j->path, 0, err))
+		die(j->path, err);
+	while (n < 64 && (rc = ss_reader_next(r, &rec)) == 1) {
+		if (ss_record_state_meta(&rec, &meta[n], err))
+			die(j->path, err);
+		const msgpack_object *sm = ss_map_get(rec.root, "ssm"), *cv = ss_map_get(rec.root, "conv");
+		ssm[n] = malloc(sm->via.bin.size);
+		conv[n] = malloc(cv->via.bin.size);
+		memcpy(ssm[n], sm->via.bin.ptr, sm->via.bin.size);
+		memcpy(conv[n], cv->via.bin.ptr, cv->via.bin.size);
+		H = ss_state_logdecay_len(&meta[n].dims);
+		dec = realloc(dec, (n + 1) * H * sizeof *dec);
+		memcpy(dec + n * H, meta[n].logdecay, H * sizeof *dec);
+		j->bytes += rec.raw_len;
+		n++;
+	}
+	ss_reader_close(r);
+	double t0 = now();
+	ss_composer *c;
+	ss_compose_opts o = {j->mode, 0, SS_COMPOSE_CONV_MEAN};
+	if (ss_composer_new(&c, &o) || ss_composer_plan(c, n, H, dec, err))
+		die("composer", err);
+	for (size_t k = 0; k < n; k++)
+		if (ss_composer_add_arrays(c, &meta[k], ssm[k], conv[k], meta[k].dtype, err))
+			die("add", err);
+	ss_state out;
+	if (ss_composer_finish(c, &out, err))
+		die("finish", err);
+	double t = now() - t0;
+	ss_state_free(&out);
+	ss_composer_free(c);
+	for (size_t k = 0; k < n; k++) {
+		free(ssm[k]);
+		free(conv[k]);
+		ss_state_free(&meta[k]);
+	}
+	free(dec);
+	return t;
+}
+
+static void job_compose(job_t *j)
+{
+	ss_composer *c;
+	ss_compose_opts o = {j->mode, 0, SS_COMPOSE_CONV_MEAN};
+	ss_reader *r;
+	ss_record rec;
+	char err[SS_ERRMSG_MAX];
+	int rc;
+	if (ss_composer_new(&c, &o))
+		die("composer", "new");
+	if (ss_compose_needs_plan(j->mode)) {
+		size_t n = 0, H = 0;
+		float *dec = NULL;
+		if (ss_reader_open(&r, j->path, 0, err))
+			die(j->path, err);
+		while ((rc = ss_reader_next_meta(r, &rec)) == 1) {
+			ss_state m;
+			if (ss_record_state_meta(&rec, &m, err))
+				die(j->path, err);
+			H = ss_state_logdecay_len(&m.dims);
+			dec = realloc(dec, (n + 1) * H * sizeof *dec);
+			memcpy(dec + n * H, m.logdecay, H * sizeof *dec);
+			n++;
+			ss_state_free(&m);
+		}
+		if (rc < 0)
+			die(j->path, ss_reader_error(r));
+		ss_reader_close(r);
+		if (ss_composer_plan(c, n, H, dec, err))
+			die("plan", err);
+		free(dec);
+	}
+	if (ss_reader_open(&r, j->path, 0, err))
+		die(j->path, err);
+	while ((rc = ss_reader_next(r, &rec)) == 1) {
+		if (ss_composer_add_record(c, &rec, err))
+			die(j->path, err);
+		j->bytes += rec.raw_len;
+	}
+	if (rc < 0)
+		die(j->path, ss_reader_error(r));
+	ss_reader_close(r);
+	ss_state out;
+	if (ss_composer_finish(c, &out, err))
+		die("finish", err);
+	ss_state_free(&out);
+	ss_composer_free(c);
+}
+
+static void job_tool(job_t *j)
+{
+	pid_t p = fork();
+	if (p == 0) {
+		execl(j->tool, j->tool, "--mode", ss_compose_mode_name(j->mode), "-o", j->out, j->path,
+		      (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	struct rusage ru;
+	if (p < 0 || wait4(p, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		die(j->tool, "failed");
+	j->rss_mb = ru.ru_maxrss / 1024.0;
+}
+
+/* Runs j in a child; returns its wall seconds, bytes and peak RSS (MB). */
+static void run_child(job_t *j, double *secs, uint64_t *bytes, double *rss_mb)
+{
+	int fds[2];
+	if (pipe(fds))
+		die("pipe", "failed");
+	pid_t p = fork();
+	if (p == 0) {
+		close(fds[0]);
+		double t0 = now(), kt = -1;
+		switch (j->job) {
+		case J_READ: job_read(j); break;
+		case J_DECOMP: job_decomp(j); break;
+		case J_META: job_meta(j); break;
+		case J_KERNEL: kt = job_kernel(j); break;
+		case J_COMPOSE: job_compose(j); break;
+		default: job_tool(j); break;
+		}
+		j->secs = kt >= 0 ? kt : now() - t0;
+		if (write(fds[1], j, sizeof *j) != (ssize_t)sizeof *j)
+			_exit(1);
+		_exit(0);
+	}
+	close(fds[1]);
+	job_t res;
+	ssize_t got = read(fds[0], &res, sizeof res);
+	close(fds[0]);
+	int st;
+	struct rusage ru;
+	if (p < 0 || wait4(p, &st, 0, &ru) < 0 || got != (ssize_t)sizeof res || !WIFEXITED(st) ||
+	    WEXITSTATUS(st) != 0)
+		die("child", "failed");
+	*secs = res.secs;
+	*bytes = res.bytes;
+	*rss_mb = j->job == J_TOOL ? res.rss_mb : ru.ru_maxrss / 1024.0;
+}
+
+static double bench(job_t *j, int reps, uint64_t *bytes, double *rss)
+{
+	double best = 1e30;
+	for (int i = 0; i < reps; i++) {
+		double s, r;
+		run_child(j, &s, bytes, &r);
+		if (s < best)
+			best = s;
+		*rss = r;
+	}
+	return best;
+}
+
+int main(int argc, char **argv)
+{
+	int k = 10, reps = 3;
+	ss_state_dims d = {"mamba2", 24, 24, 64, 128, 1792, 4};
+	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-k") && i + 1 < argc)
+			k = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "-r") && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
+			dir = argv[++i];
+		else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+			const char *v = argv[++i];
+			if (!strcmp(v, "t1"))
+				d = (ss_state_dims){"mamba2", 2, 8, 16, 16, 160, 4};
+			else if (strcmp(v, "130m") &&
+				 sscanf(v, "%d,%d,%d,%d,%d,%d", &d.n_layer, &d.nheads, &d.headdim, &d.d_state,
+					&d.conv_dim, &d.d_conv) != 6)
+				die("--shape", v);
+		} else {
+			fprintf(stderr, "usage: compose [-k K] [-r REPS] [--shape 130m|t1|L,H,P,N,C,K] [--dir DIR]\n");
+			return 2;
+		}
+	}
+	/* The tool sits next to this binary's directory: build/bench → build/bin. */
+	char tool[4096];
+	snprintf(tool, sizeof tool, "%s", argv[0]);
+	char *slash = strrchr(tool, '/');
+	if (slash)
+		snprintf(slash, sizeof tool - (size_t)(slash - tool), "/../bin/ss-compose");
+	int have_tool = slash && access(tool, X_OK) == 0;
+
+	char tmpl[4096];
+	snprintf(tmpl, sizeof tmpl, "%s/ss-bench-compose.XXXXXX", dir);
+	if (!mkdtemp(tmpl))
+		die(tmpl, "mkdtemp failed");
+	size_t state_bytes = (ss_state_ssm_len(&d) + ss_state_conv_len(&d)) * 4;
+	printf("compose: k = %d states, dims %d,%d,%d,%d,%d,%d (%.1f MB each in f32), best of %d, %ld CPUs\n",
+	       k, d.n_layer, d.nheads, d.headdim, d.d_state, d.conv_dim, d.d_conv, state_bytes / 1e6, reps,
+	       sysconf(_SC_NPROCESSORS_ONLN));
+	static const ss_dtype dts[] = {SS_DTYPE_F32, SS_DTYPE_F16};
+	for (int t = 0; t < 2; t++) {
+		char path[4200], out[4200];
+		snprintf(path, sizeof path, "%s/in-%s.ss", tmpl, ss_dtype_name(dts[t]));
+		snprintf(out, sizeof out, "%s/out.ss", tmpl);
+		double t0 = now();
+		make_stream(path, &d, dts[t], k);
+		long long fsize = 0;
+		FILE *f = fopen(path, "rb");
+		if (f) {
+			fseek(f, 0, SEEK_END);
+			fsize = ftell(f);
+			fclose(f);
+		}
+		printf("\nstorage %s: stream %.1f MB on disk (written in %.2f s)\n", ss_dtype_name(dts[t]),
+		       fsize / 1e6, now() - t0);
+		printf("  %-16s %9s %9s %9s %8s\n", "what", "ms", "GB/s", "RSS MB", "x decomp");
+		job_t warm = {J_READ, 0, path, tool, out, 0, 0, 0};
+		double s, rss;
+		uint64_t bytes;
+		bench(&warm, 1, &bytes, &rss); /* page cache */
+		double base = 0;
+		struct { int job; ss_compose_mode mode; const char *name; } rows[] = {
+			{J_READ, 0, "read file (cat)"},
+			{J_DECOMP, 0, "decompress only"},
+			{J_META, 0, "meta pass only"},
+			{J_KERNEL, SS_COMPOSE_SOUP, "kernel soup"},
+			{J_KERNEL, SS_COMPOSE_CASO, "kernel caso"},
+			{J_KERNEL, SS_COMPOSE_PICASO_R, "kernel picaso-r"},
+			{J_COMPOSE, SS_COMPOSE_SOUP, "soup"},
+			{J_COMPOSE, SS_COMPOSE_CASO, "caso"},
+			{J_COMPOSE, SS_COMPOSE_PICASO_R, "picaso-r"},
+			{J_COMPOSE, SS_COMPOSE_PICASO_S, "picaso-s"},
+			{J_TOOL, SS_COMPOSE_PICASO_R, "tool picaso-r"},
+		};
+		for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+			if (rows[i].job == J_TOOL && !have_tool)
+				continue;
+			job_t j = {rows[i].job, rows[i].mode, path, tool, out, 0, 0, 0};
+			s = bench(&j, reps, &bytes, &rss);
+			if (rows[i].job == J_DECOMP)
+				base = s;
+			if (rows[i].job == J_KERNEL)
+				printf("  %-16s %9.1f %9.2f %9s %8.2f  (arrays in memory: accumulation alone)\n",
+				       rows[i].name, s * 1e3, bytes / s / 1e9, "-", base > 0 ? s / base : 0);
+			else if (rows[i].job == J_META)
+				printf("  %-16s %9.1f %9s %9.1f %8.2f\n", rows[i].name, s * 1e3, "-", rss,
+				       base > 0 ? s / base : 0);
+			else if (rows[i].job == J_TOOL)
+				printf("  %-16s %9.1f %9s %9.1f %8.2f  (incl. writing the output)\n", rows[i].name,
+				       s * 1e3, "-", rss, base > 0 ? s / base : 0);
+			else
+				printf("  %-16s %9.1f %9.2f %9.1f %8.2f\n", rows[i].name, s * 1e3,
+				       bytes / s / 1e9, rss, base > 0 ? s / base : 0);
+		}
+		remove(path);
+		remove(out);
+	}
+	rmdir(tmpl);
+	return 0;
+}

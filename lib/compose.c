@@ -1,0 +1,907 @@
+/*
+ * compose.c — composition weights (CASO, PICASO-S, PICASO-R, soup) and the
+ * streaming accumulation of states. See ss_compose.h for the contract.
+ * ref: picaso.txt §3.3, Props. 1-3, Appendix A; DESIGN.md §3;
+ *      document-souping.txt §2.2.
+ */
+#include "ss.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+
+static void set_err(char *errmsg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(char *errmsg, const char *fmt, ...)
+{
+	if (!errmsg)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
+	va_end(ap);
+}
+
+/* ------------------------------------------------------------------ names */
+
+static const char *const mode_names[] = {"caso", "picaso-s", "picaso-r", "soup", "sum", "max"};
+static const char *const norm_names[] = {"none", "before", "after", "both"};
+static const char *const conv_names[] = {"mean", "last"};
+
+const char *ss_compose_mode_name(ss_compose_mode m)
+{
+	return (unsigned)m < 6 ? mode_names[m] : NULL;
+}
+
+int ss_compose_mode_parse(const char *s, ss_compose_mode *out)
+{
+	for (int i = 0; s && i < 6; i++)
+		if (strcmp(s, mode_names[i]) == 0) {
+			*out = (ss_compose_mode)i;
+			return 0;
+		}
+	return SS_ERR_INVALID;
+}
+
+const char *ss_compose_norm_name(int norm)
+{
+	return (unsigned)norm < 4 ? norm_names[norm] : NULL;
+}
+
+int ss_compose_norm_parse(const char *s, int *out)
+{
+	for (int i = 0; s && i < 4; i++)
+		if (strcmp(s, norm_names[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+	return SS_ERR_INVALID;
+}
+
+const char *ss_compose_conv_name(ss_compose_conv c)
+{
+	return (unsigned)c < 2 ? conv_names[c] : NULL;
+}
+
+int ss_compose_conv_parse(const char *s, ss_compose_conv *out)
+{
+	for (int i = 0; s && i < 2; i++)
+		if (strcmp(s, conv_names[i]) == 0) {
+			*out = (ss_compose_conv)i;
+			return 0;
+		}
+	return SS_ERR_INVALID;
+}
+
+int ss_compose_needs_plan(ss_compose_mode m)
+{
+	return m == SS_COMPOSE_PICASO_S || m == SS_COMPOSE_PICASO_R;
+}
+
+/* ---------------------------------------------------------------- weights */
+
+void ss_gauss_legendre01(size_t m, double *t, double *wt)
+{
+	/* Roots of P_m on [-1, 1] by Newton from Tricomi's estimate; the rule is
+	 * symmetric, so only the upper half is solved and mirrored, which keeps
+	 * t[i] + t[m-1-i] = 1 and wt symmetric exactly. */
+	const double pi = 3.14159265358979323846;
+	for (size_t i = 0; i < (m + 1) / 2; i++) {
+		double x = cos(pi * ((double)i + 0.75) / ((double)m + 0.5));
+		double dp = 1;
+		for (int it = 0; it < 100; it++) {
+			double p0 = 1, p1 = x;
+			for (size_t k = 1; k < m; k++) {
+				double p2 = ((2.0 * k + 1) * x * p1 - (double)k * p0) / (double)(k + 1);
+				p0 = p1;
+				p1 = p2;
+			}
+			/* P_m = p1, P_{m-1} = p0 (for m = 1, p0 = P_0 = 1). */
+			dp = (double)m * (x * p1 - p0) / (x * x - 1);
+			double dx = p1 / dp;
+			x -= dx;
+			if (fabs(dx) <= 1e-16 * (1 + fabs(x)))
+				break;
+		}
+		if (m % 2 == 1 && i == m / 2)
+			x = 0; /* the middle root of an odd rule is exactly 0 */
+		/* Recompute P'_m at the final x for the weight. */
+		double p0 = 1, p1 = x;
+		for (size_t k = 1; k < m; k++) {
+			double p2 = ((2.0 * k + 1) * x * p1 - (double)k * p0) / (double)(k + 1);
+			p0 = p1;
+			p1 = p2;
+		}
+		dp = (double)m * (x * p1 - p0) / (x * x - 1);
+		double w = 1.0 / ((1 - x * x) * dp * dp); /* 2/(...) on [-1,1], halved */
+		/* x descends with i: t = (1 - x)/2 ascends. */
+		t[i] = 0.5 * (1 - x);
+		t[m - 1 - i] = 0.5 * (1 + x);
+		wt[i] = wt[m - 1 - i] = w;
+	}
+	if (m == 1)
+		t[0] = 0.5, wt[0] = 1;
+}
+
+static int check_decays(size_t n, size_t n_head, const float *a, char *errmsg)
+{
+	for (size_t k = 0; k < n; k++)
+		for (size_t h = 0; h < n_head; h++) {
+			float v = a[k * n_head + h];
+			if (!(v <= 0)) {
+				set_err(errmsg, "input %zu, head %zu: logdecay %g is not <= 0", k, h,
+					(double)v);
+				return SS_ERR_INVALID;
+			}
+		}
+	return 0;
+}
+
+/* caso: W_k = exp(Σ_{j>k} a_j); the suffix sum stays finite or -inf, never
+ * a product that underflows before the end. */
+static void weights_caso(size_t n, size_t n_head, const float *a, size_t h, double *w)
+{
+	double s = 0;
+	for (size_t k = n; k-- > 0;) {
+		w[k] = exp(s);
+		s += a[k * n_head + h];
+	}
+}
+
+/* picaso-r: T_k = Σ_{m<n} Π_{j=1..m} d_{(k+j) mod n}, W_k = T_k/n.
+ * T_{n-1} = 1 + d_0(1 + d_1(… (1 + d_{n-2}))) by Horner, then
+ * T_k = (1 - P) + d_{k+1} T_{k+1}: d_{k+1} T_{k+1} is T_k's series shifted
+ * by one, with the full cycle P added and the 1 missing. Every term is ≥ 0,
+ * so there is no cancellation and no division by a product (Algorithm 3's
+ * Â_Π[i]^{-1} fails once the cumulative product underflows). */
+static void weights_picaso_r(size_t n, size_t n_head, const float *a, size_t h, double *w)
+{
+	double sum = 0;
+	for (size_t k = 0; k < n; k++)
+		sum += a[k * n_head + h];
+	double one_minus_p = -expm1(sum);
+	double t = 1;
+	for (size_t j = n - 1; j-- > 0;)
+		t = 1 + exp((double)a[j * n_head + h]) * t;
+	w[n - 1] = t;
+	for (size_t k = n - 1; k-- > 0;) {
+		t = one_minus_p + exp((double)a[(k + 1) * n_head + h]) * t;
+		w[k] = t;
+	}
+	for (size_t k = 0; k < n; k++)
+		w[k] /= (double)n;
+}
+
+/* picaso-s: in a uniformly random order (iid uniform arrival times, input k
+ * at time t), input j comes after k with probability 1 - t, and k's CASO
+ * weight is the product of the decays of those after it, so
+ *   W_k = ∫_0^1 Π_{j≠k} (t + (1-t) d_j) dt,
+ * a polynomial of degree n-1, integrated exactly by the m-node rule
+ * (2m-1 ≥ n-1). Each factor lies in [t, 1], so the products are accurate to
+ * a few ulps; a node's product that underflows is below 1e-308 while
+ * W_k ≥ ∫ t^{n-1} = 1/n: plain products suffice, no logs needed. The
+ * prefix/suffix split gives Π_{j≠k} without dividing by the own factor. */
+static void weights_picaso_s(size_t n, size_t n_head, const float *a, size_t h, double *w,
+			     size_t m, const double *t, const double *wt, double *d, double *pre)
+{
+	for (size_t k = 0; k < n; k++) {
+		d[k] = exp((double)a[k * n_head + h]);
+		w[k] = 0;
+	}
+	for (size_t i = 0; i < m; i++) {
+		double ti = t[i], ui = 1 - ti;
+		pre[0] = 1;
+		for (size_t j = 0; j < n; j++)
+			pre[j + 1] = pre[j] * (ti + ui * d[j]);
+		double suf = 1;
+		for (size_t k = n; k-- > 0;) {
+			w[k] += wt[i] * (pre[k] * suf);
+			suf *= ti + ui * d[k];
+		}
+	}
+}
+
+int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
+		       double *w, char *errmsg)
+{
+	if (n == 0) {
+		set_err(errmsg, "no inputs to compose");
+		return SS_ERR_INVALID;
+	}
+	if (mode == SS_COMPOSE_MAX || !ss_compose_mode_name(mode)) {
+		set_err(errmsg, "mode %s has no weights", mode == SS_COMPOSE_MAX ? "max" : "(unknown)");
+		return SS_ERR_INVALID;
+	}
+	int rc = check_decays(n, n_head, logdecay, errmsg);
+	if (rc)
+		return rc;
+	if (n == 1) {
+		/* Every mode's single weight is exactly 1; say so without rounding. */
+		for (size_t h = 0; h < n_head; h++)
+			w[h] = 1;
+		return 0;
+	}
+	double *scratch = NULL, *t = NULL, *wt = NULL, *d = NULL, *pre = NULL;
+	size_t m = (n + 1) / 2;
+	if (mode == SS_COMPOSE_PICASO_S) {
+		scratch = malloc((2 * m + 2 * n + 1) * sizeof *scratch);
+		if (!scratch) {
+			set_err(errmsg, "out of memory");
+			return SS_ERR_NOMEM;
+		}
+		t = scratch;
+		wt = t + m;
+		d = wt + m;
+		pre = d + n;
+		ss_gauss_legendre01(m, t, wt);
+	}
+	for (size_t h = 0; h < n_head; h++) {
+		double *wh = w + h * n;
+		switch (mode) {
+		case SS_COMPOSE_CASO:
+			weights_caso(n, n_head, logdecay, h, wh);
+			break;
+		case SS_COMPOSE_PICASO_R:
+			weights_picaso_r(n, n_head, logdecay, h, wh);
+			break;
+		case SS_COMPOSE_PICASO_S:
+			weights_picaso_s(n, n_head, logdecay, h, wh, m, t, wt, d, pre);
+			break;
+		case SS_COMPOSE_SOUP:
+			for (size_t k = 0; k < n; k++)
+				wh[k] = 1.0 / (double)n;
+			break;
+		default: /* sum */
+			for (size_t k = 0; k < n; k++)
+				wh[k] = 1;
+			break;
+		}
+	}
+	free(scratch);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+/* The accumulation loops: memory-bound, f32. Written as fixed 16-wide inner
+ * loops, which the compiler vectorises at -O2, plus a scalar tail. ISO C
+ * mode keeps a*b+c unfused, so every build rounds alike. */
+#define VW 16
+/* Inputs in a storage dtype (or unaligned) are converted BLK elements at a
+ * time into an L1-resident buffer, so each input byte crosses memory once. */
+#define BLK 256
+
+static inline float u2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static inline uint32_t f2u(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+/* binary16 → binary32, exact and branch-free so it vectorises: the 15 bits
+ * below the sign, shifted into a binary32's exponent/mantissa, read as a
+ * float and scaled by 2^(127-15), give every finite value (subnormals
+ * included, the product being exact); the all-ones exponent becomes inf/NaN. */
+static inline float h2f(uint16_t h)
+{
+	uint32_t em = h & 0x7fffu, sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t u = f2u(u2f(em << 13) * 0x1p112f);
+	uint32_t special = 0u - (uint32_t)(em >= 0x7c00u);
+	u = (u & ~special) | ((0x7f800000u | (em << 13)) & special);
+	return u2f(u | sign);
+}
+
+static inline float load_el(const unsigned char *p, ss_dtype t)
+{
+	uint16_t h;
+	float f;
+	switch (t) {
+	case SS_DTYPE_F16:
+		memcpy(&h, p, 2);
+		return h2f(h);
+	case SS_DTYPE_BF16:
+		memcpy(&h, p, 2);
+		return u2f((uint32_t)h << 16);
+	default:
+		memcpy(&f, p, 4);
+		return f;
+	}
+}
+
+/* dst[0..n) = src[0..n) of dtype t, little-endian, any alignment. */
+static void cvt(float *restrict dst, const unsigned char *restrict src, ss_dtype t, size_t n)
+{
+	size_t i = 0;
+	switch (t) {
+	case SS_DTYPE_F16:
+		for (; i + VW <= n; i += VW)
+			for (size_t j = 0; j < VW; j++) {
+				uint16_t h;
+				memcpy(&h, src + 2 * (i + j), 2);
+				dst[i + j] = h2f(h);
+			}
+		break;
+	case SS_DTYPE_BF16:
+		for (; i + VW <= n; i += VW)
+			for (size_t j = 0; j < VW; j++) {
+				uint16_t h;
+				memcpy(&h, src + 2 * (i + j), 2);
+				dst[i + j] = u2f((uint32_t)h << 16);
+			}
+		break;
+	default:
+		memcpy(dst, src, n * 4);
+		return;
+	}
+	for (; i < n; i++)
+		dst[i] = load_el(src + i * ss_dtype_size(t), t);
+}
+
+static void k_scale(float *restrict y, float c, const float *restrict x, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			y[i + j] = c * x[i + j];
+	for (; i < n; i++)
+		y[i] = c * x[i];
+}
+
+static void k_axpy(float *restrict y, float c, const float *restrict x, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			y[i + j] += c * x[i + j];
+	for (; i < n; i++)
+		y[i] += c * x[i];
+}
+
+/* y = d·y + c·x: one Horner step of CASO. */
+static void k_axpby(float *restrict y, float d, float c, const float *restrict x, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			y[i + j] = d * y[i + j] + c * x[i + j];
+	for (; i < n; i++)
+		y[i] = d * y[i] + c * x[i];
+}
+
+static void k_max(float *restrict y, float c, const float *restrict x, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++) {
+			float v = c * x[i + j];
+			y[i + j] = v > y[i + j] ? v : y[i + j];
+		}
+	for (; i < n; i++) {
+		float v = c * x[i];
+		y[i] = v > y[i] ? v : y[i];
+	}
+}
+
+static void k_mul(float *y, float c, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			y[i + j] *= c;
+	for (; i < n; i++)
+		y[i] *= c;
+}
+
+static void k_div(float *y, float c, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			y[i + j] /= c;
+	for (; i < n; i++)
+		y[i] /= c;
+}
+
+/* Σ x² of n floats in f64 (16 partial sums: vectorises, stays accurate for
+ * millions of elements). */
+static double k_sumsq(const float *x, size_t n)
+{
+	double part[VW] = {0};
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			part[j] += (double)x[i + j] * x[i + j];
+	double s = 0;
+	for (; i < n; i++)
+		s += (double)x[i] * x[i];
+	for (size_t j = 0; j < VW; j++)
+		s += part[j];
+	return s;
+}
+
+/* An input array: bytes in a storage dtype; `direct` when it is f32 and
+ * aligned, so the kernels read it in place. */
+typedef struct {
+	const unsigned char *p;
+	ss_dtype t;
+	size_t es;
+	int direct;
+} src_arr;
+
+static src_arr src_of(const void *p, ss_dtype t)
+{
+	src_arr s = {p, t, ss_dtype_size(t), t == SS_DTYPE_F32 && (uintptr_t)p % _Alignof(float) == 0};
+	return s;
+}
+
+enum { OP_COPY, OP_SCALE, OP_AXPY, OP_AXPBY, OP_MAX };
+
+/* y[0..n) op= c·x[off..off+n): the one loop every mode goes through. */
+static void apply(float *restrict y, src_arr x, size_t off, size_t n, int op, float c, float d)
+{
+	float tmp[BLK];
+	for (size_t i = 0; i < n; i += BLK) {
+		size_t m = n - i < BLK ? n - i : BLK;
+		const float *xs;
+		if (x.direct) {
+			xs = (const float *)(const void *)x.p + off + i;
+		} else {
+			cvt(op == OP_COPY ? y + i : tmp, x.p + (off + i) * x.es, x.t, m);
+			xs = tmp;
+		}
+		switch (op) {
+		case OP_COPY:
+			if (x.direct)
+				memcpy(y + i, xs, m * sizeof *xs);
+			break;
+		case OP_SCALE: k_scale(y + i, c, xs, m); break;
+		case OP_AXPY: k_axpy(y + i, c, xs, m); break;
+		case OP_AXPBY: k_axpby(y + i, d, c, xs, m); break;
+		default: k_max(y + i, c, xs, m); break;
+		}
+	}
+}
+
+/* L2 norm of x[off..off+n). */
+static double norm2(src_arr x, size_t off, size_t n)
+{
+	if (x.direct)
+		return sqrt(k_sumsq((const float *)(const void *)x.p + off, n));
+	float tmp[BLK];
+	double s = 0;
+	for (size_t i = 0; i < n; i += BLK) {
+		size_t m = n - i < BLK ? n - i : BLK;
+		cvt(tmp, x.p + (off + i) * x.es, x.t, m);
+		s += k_sumsq(tmp, m);
+	}
+	return sqrt(s);
+}
+
+/* --------------------------------------------------------------- composer */
+
+struct ss_composer {
+	ss_compose_opts o;
+	int failed, finished;
+	size_t n;          /* inputs added */
+	size_t n_plan;     /* 0 = no plan */
+	size_t n_head;     /* n_layer * nheads, once known */
+	double *w;         /* [n_head][n_plan] planned weights */
+	float *plan_decay; /* [n_plan][n_head] */
+	ss_state acc;      /* the accumulator, then the result */
+	int have_acc;
+	size_t cap;        /* capacity of decay/ids in inputs */
+	float *decay;      /* [cap][n_head] the inputs' logdecays */
+	char **ids;        /* [cap] */
+	int64_t n_tokens;
+};
+
+int ss_composer_new(ss_composer **out, const ss_compose_opts *o)
+{
+	*out = NULL;
+	if (!o || !ss_compose_mode_name(o->mode) || (unsigned)o->norm > 3 ||
+	    !ss_compose_conv_name(o->conv))
+		return SS_ERR_INVALID;
+	ss_composer *c = calloc(1, sizeof *c);
+	if (!c)
+		return SS_ERR_NOMEM;
+	c->o = *o;
+	*out = c;
+	return 0;
+}
+
+int ss_composer_plan(ss_composer *c, size_t n, size_t n_head, const float *logdecay, char *errmsg)
+{
+	if (c->failed || c->finished || c->n > 0 || c->n_plan > 0) {
+		set_err(errmsg, "composer: plan after the first input");
+		return SS_ERR_INVALID;
+	}
+	if (n == 0) {
+		set_err(errmsg, "no input states");
+		return SS_ERR_INVALID;
+	}
+	int rc = check_decays(n, n_head, logdecay, errmsg);
+	if (rc)
+		return rc;
+	c->plan_decay = malloc(n * n_head * sizeof *c->plan_decay);
+	if (!c->plan_decay) {
+		set_err(errmsg, "out of memory");
+		return SS_ERR_NOMEM;
+	}
+	memcpy(c->plan_decay, logdecay, n * n_head * sizeof *c->plan_decay);
+	if (ss_compose_needs_plan(c->o.mode)) {
+		c->w = malloc(n * n_head * sizeof *c->w);
+		if (!c->w) {
+			set_err(errmsg, "out of memory");
+			return SS_ERR_NOMEM;
+		}
+		rc = ss_compose_weights(c->o.mode, n, n_head, logdecay, c->w, errmsg);
+		if (rc)
+			return rc;
+	}
+	c->n_plan = n;
+	c->n_head = n_head;
+	return 0;
+}
+
+size_t ss_composer_count(const ss_composer *c)
+{
+	return c->n;
+}
+
+static int fail(ss_composer *c, int rc)
+{
+	c->failed = 1;
+	return rc;
+}
+
+static int grow(ss_composer *c)
+{
+	if (c->n < c->cap)
+		return 0;
+	size_t cap = c->cap ? 2 * c->cap : 16;
+	float *d = realloc(c->decay, cap * c->n_head * sizeof *d);
+	if (!d)
+		return SS_ERR_NOMEM;
+	c->decay = d;
+	char **ids = realloc(c->ids, cap * sizeof *ids);
+	if (!ids)
+		return SS_ERR_NOMEM;
+	c->ids = ids;
+	c->cap = cap;
+	return 0;
+}
+
+/* The first input: fixes dims and fingerprint, allocates the accumulator. */
+static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
+{
+	size_t n_head = (size_t)x->dims.n_layer * (size_t)x->dims.nheads;
+	if (c->n_plan && n_head != c->n_head) {
+		set_err(errmsg, "input 0 has %zu heads, the plan %zu", n_head, c->n_head);
+		return SS_ERR_MISMATCH;
+	}
+	c->n_head = n_head;
+	int rc = ss_state_alloc(&c->acc, &x->dims);
+	if (rc) {
+		set_err(errmsg, "out of memory");
+		return rc;
+	}
+	c->have_acc = 1;
+	memcpy(c->acc.fingerprint, x->fingerprint, sizeof c->acc.fingerprint);
+	c->acc.fingerprint[SS_FINGERPRINT_MAX - 1] = 0;
+	return 0;
+}
+
+/* The work of every add: x supplies dims, fingerprint, id, logdecay and
+ * n_tokens; ssm and conv come as arrays of dtype t (any alignment). */
+static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv, ss_dtype t,
+		      char *errmsg)
+{
+	if (c->failed || c->finished) {
+		set_err(errmsg, "composer: add after an error or finish");
+		return SS_ERR_INVALID;
+	}
+	if (!x || !ssm || !conv || !x->logdecay || !ss_dtype_name(t)) {
+		set_err(errmsg, "input %zu: state without ssm, conv or logdecay", c->n);
+		return fail(c, SS_ERR_INVALID);
+	}
+	if (ss_compose_needs_plan(c->o.mode) && !c->n_plan) {
+		set_err(errmsg, "mode %s needs every input's decays first (ss_composer_plan)",
+			ss_compose_mode_name(c->o.mode));
+		return fail(c, SS_ERR_INVALID);
+	}
+	if (c->n_plan && c->n >= c->n_plan) {
+		set_err(errmsg, "input %zu: more inputs than the %zu planned", c->n, c->n_plan);
+		return fail(c, SS_ERR_INVALID);
+	}
+	int rc;
+	if (!c->have_acc) {
+		if ((rc = first_input(c, x, errmsg)))
+			return fail(c, rc);
+	} else {
+		char why[SS_ERRMSG_MAX];
+		if (ss_state_dims_check(&c->acc.dims, &x->dims, why)) {
+			set_err(errmsg, "input %zu: dims differ from input 0: %s", c->n, why);
+			return fail(c, SS_ERR_MISMATCH);
+		}
+		if (strncmp(c->acc.fingerprint, x->fingerprint, SS_FINGERPRINT_MAX) != 0) {
+			set_err(errmsg, "input %zu: model fingerprint %.*s differs from input 0's %s",
+				c->n, SS_FINGERPRINT_MAX, x->fingerprint, c->acc.fingerprint);
+			return fail(c, SS_ERR_MISMATCH);
+		}
+	}
+	size_t H = c->n_head, k = c->n;
+	if (c->n_plan && memcmp(c->plan_decay + k * H, x->logdecay, H * sizeof(float)) != 0) {
+		set_err(errmsg, "input %zu: logdecay differs from the planned one (input changed?)", k);
+		return fail(c, SS_ERR_MISMATCH);
+	}
+	if ((rc = check_decays(1, H, x->logdecay, errmsg))) {
+		set_err(errmsg, "input %zu: a logdecay is NaN or > 0", k);
+		return fail(c, rc);
+	}
+	if (grow(c) || !(c->ids[k] = strdup(x->id ? x->id : ""))) {
+		set_err(errmsg, "out of memory");
+		return fail(c, SS_ERR_NOMEM);
+	}
+	memcpy(c->decay + k * H, x->logdecay, H * sizeof(float));
+	c->n_tokens += x->n_tokens;
+
+	const ss_state_dims *dm = &c->acc.dims;
+	size_t nheads = (size_t)dm->nheads;
+	size_t hlen = (size_t)dm->headdim * (size_t)dm->d_state;
+	size_t llen = nheads * hlen;
+	int first = k == 0;
+	src_arr xs = src_of(ssm, t);
+	for (size_t l = 0; l < (size_t)dm->n_layer; l++) {
+		double s = 1;
+		if (c->o.norm & SS_COMPOSE_NORM_BEFORE) {
+			double nrm = norm2(xs, l * llen, llen);
+			if (nrm > 0)
+				s = 1 / nrm;
+		}
+		for (size_t h = 0; h < nheads; h++) {
+			size_t gh = l * nheads + h, off = gh * hlen;
+			float *yh = c->acc.ssm + off;
+			float cf = (float)s;
+			if (c->w)
+				cf = (float)(c->w[gh * c->n_plan + k] * s);
+			if (first)
+				apply(yh, xs, off, hlen, OP_SCALE, cf, 0);
+			else if (c->o.mode == SS_COMPOSE_CASO)
+				apply(yh, xs, off, hlen, OP_AXPBY, cf, (float)exp((double)x->logdecay[gh]));
+			else if (c->o.mode == SS_COMPOSE_MAX)
+				apply(yh, xs, off, hlen, OP_MAX, cf, 0);
+			else /* picaso (weighted), soup and sum (divided at the end) */
+				apply(yh, xs, off, hlen, OP_AXPY, cf, 0);
+		}
+	}
+	src_arr xc = src_of(conv, t);
+	size_t clen = ss_state_conv_len(dm);
+	if (first || c->o.conv == SS_COMPOSE_CONV_LAST)
+		apply(c->acc.conv, xc, 0, clen, OP_COPY, 1, 0);
+	else
+		apply(c->acc.conv, xc, 0, clen, OP_AXPY, 1, 0);
+	c->n++;
+	return 0;
+}
+
+int ss_composer_add(ss_composer *c, const ss_state *x, char *errmsg)
+{
+	return add_arrays(c, x, x ? x->ssm : NULL, x ? x->conv : NULL, SS_DTYPE_F32, errmsg);
+}
+
+int ss_composer_add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv,
+			   ss_dtype dtype, char *errmsg)
+{
+	return add_arrays(c, x, ssm, conv, dtype, errmsg);
+}
+
+int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg)
+{
+	if (c->failed || c->finished) {
+		set_err(errmsg, "composer: add after an error or finish");
+		return SS_ERR_INVALID;
+	}
+	ss_state meta;
+	int rc = ss_record_state_meta(rec, &meta, errmsg);
+	if (rc)
+		return fail(c, rc);
+	/* The arrays as ss_record_state() finds them (formats/states.md): bins
+	 * of the storage dtype, little-endian. */
+	size_t es = ss_dtype_size(meta.dtype);
+	const msgpack_object *cv = ss_map_get(rec->root, "conv"), *sm = ss_map_get(rec->root, "ssm");
+	size_t nc = ss_state_conv_len(&meta.dims) * es, ns = ss_state_ssm_len(&meta.dims) * es;
+	if (!cv || !sm || cv->type != MSGPACK_OBJECT_BIN || sm->type != MSGPACK_OBJECT_BIN ||
+	    cv->via.bin.size != nc || sm->via.bin.size != ns) {
+		set_err(errmsg, "field \"conv\" or \"ssm\" is missing or not a %zu- resp. %zu-byte bin", nc, ns);
+		ss_state_free(&meta);
+		return fail(c, SS_ERR_FORMAT);
+	}
+	rc = add_arrays(c, &meta, sm->via.bin.ptr, cv->via.bin.ptr, meta.dtype, errmsg);
+	ss_state_free(&meta);
+	return rc;
+}
+
+/* "mode(id0,id1,...)" */
+static char *make_id(const char *mode, char *const *ids, size_t n)
+{
+	size_t len = strlen(mode) + 3;
+	for (size_t k = 0; k < n; k++)
+		len += strlen(ids[k]) + 1;
+	char *s = malloc(len), *p = s;
+	if (!s)
+		return NULL;
+	p += sprintf(p, "%s(", mode);
+	for (size_t k = 0; k < n; k++)
+		p += sprintf(p, "%s%s", k ? "," : "", ids[k]);
+	strcpy(p, ")");
+	return s;
+}
+
+int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg)
+{
+	memset(out, 0, sizeof *out);
+	if (c->failed || c->finished) {
+		set_err(errmsg, "composer: finish after an error or finish");
+		return SS_ERR_INVALID;
+	}
+	if (c->n == 0) {
+		set_err(errmsg, "no input states");
+		return fail(c, SS_ERR_INVALID);
+	}
+	if (c->n_plan && c->n != c->n_plan) {
+		set_err(errmsg, "%zu inputs, %zu planned", c->n, c->n_plan);
+		return fail(c, SS_ERR_INVALID);
+	}
+	size_t n = c->n, H = c->n_head;
+	ss_state *r = &c->acc;
+	const ss_state_dims *dm = &r->dims;
+	size_t llen = (size_t)dm->nheads * dm->headdim * dm->d_state;
+
+	if (n > 1 && c->o.mode == SS_COMPOSE_SOUP)
+		k_div(r->ssm, (float)n, ss_state_ssm_len(dm));
+	if (n > 1 && c->o.conv == SS_COMPOSE_CONV_MEAN)
+		k_div(r->conv, (float)n, ss_state_conv_len(dm));
+	if (c->o.norm & SS_COMPOSE_NORM_AFTER)
+		for (size_t l = 0; l < (size_t)dm->n_layer; l++) {
+			float *yl = r->ssm + l * llen;
+			double nrm = sqrt(k_sumsq(yl, llen));
+			if (nrm > 0)
+				k_mul(yl, (float)(1 / nrm), llen);
+		}
+
+	/* logdecay: see ss_compose.h for why each. */
+	for (size_t h = 0; h < H; h++) {
+		double v;
+		if (c->o.mode <= SS_COMPOSE_PICASO_R) {
+			v = 0;
+			for (size_t k = 0; k < n; k++)
+				v += c->decay[k * H + h];
+		} else {
+			double mx = -INFINITY;
+			for (size_t k = 0; k < n; k++)
+				if (c->decay[k * H + h] > mx)
+					mx = c->decay[k * H + h];
+			if (mx == -INFINITY) {
+				v = mx;
+			} else {
+				double s = 0;
+				for (size_t k = 0; k < n; k++)
+					s += exp(c->decay[k * H + h] - mx);
+				v = mx + log(s / (double)n);
+				if (v > 0)
+					v = 0;
+			}
+		}
+		r->logdecay[h] = (float)v;
+	}
+
+	if (c->o.mode != SS_COMPOSE_MAX) {
+		r->weights = malloc(H * n * sizeof *r->weights);
+		double *w = c->w;
+		if (r->weights && !w) {
+			w = malloc(H * n * sizeof *w);
+			if (w && ss_compose_weights(c->o.mode, n, H, c->decay, w, errmsg) != 0) {
+				free(w);
+				return fail(c, SS_ERR_INVALID);
+			}
+		}
+		if (!r->weights || !w) {
+			if (w != c->w)
+				free(w);
+			set_err(errmsg, "out of memory");
+			return fail(c, SS_ERR_NOMEM);
+		}
+		for (size_t i = 0; i < H * n; i++)
+			r->weights[i] = (float)w[i];
+		if (w != c->w)
+			free(w);
+	}
+	const char *mname = ss_compose_mode_name(c->o.mode);
+	r->mode = strdup(mname);
+	r->id = make_id(mname, c->ids, n);
+	if (!r->mode || !r->id) {
+		set_err(errmsg, "out of memory");
+		return fail(c, SS_ERR_NOMEM);
+	}
+	r->sources = c->ids;
+	r->n_sources = (int32_t)n;
+	c->ids = NULL;
+	c->cap = 0;
+	r->n_tokens = c->n_tokens;
+	r->dtype = SS_DTYPE_F32;
+	r->has_rank = 0;
+	*out = *r;
+	memset(r, 0, sizeof *r);
+	c->have_acc = 0;
+	c->finished = 1;
+	return 0;
+}
+
+void ss_composer_free(ss_composer *c)
+{
+	if (!c)
+		return;
+	if (c->have_acc)
+		ss_state_free(&c->acc);
+	if (c->ids)
+		for (size_t k = 0; k < c->n; k++)
+			free(c->ids[k]);
+	free(c->ids);
+	free(c->decay);
+	free(c->w);
+	free(c->plan_decay);
+	free(c);
+}
+
+int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss_state *out,
+	       char *errmsg)
+{
+	memset(out, 0, sizeof *out);
+	ss_composer *c;
+	int rc = ss_composer_new(&c, o);
+	if (rc) {
+		set_err(errmsg, "invalid composition options");
+		return rc;
+	}
+	if (n == 0) {
+		set_err(errmsg, "no input states");
+		ss_composer_free(c);
+		return SS_ERR_INVALID;
+	}
+	if (ss_compose_needs_plan(o->mode)) {
+		size_t H = (size_t)in[0]->dims.n_layer * (size_t)in[0]->dims.nheads;
+		float *a = malloc(n * H * sizeof *a);
+		if (!a) {
+			ss_composer_free(c);
+			set_err(errmsg, "out of memory");
+			return SS_ERR_NOMEM;
+		}
+		for (size_t k = 0; k < n; k++) {
+			size_t Hk = (size_t)in[k]->dims.n_layer * (size_t)in[k]->dims.nheads;
+			if (Hk != H || !in[k]->logdecay) {
+				free(a);
+				ss_composer_free(c);
+				set_err(errmsg, "input %zu: dims differ from input 0", k);
+				return SS_ERR_MISMATCH;
+			}
+			memcpy(a + k * H, in[k]->logdecay, H * sizeof *a);
+		}
+		rc = ss_composer_plan(c, n, H, a, errmsg);
+		free(a);
+	}
+	for (size_t k = 0; !rc && k < n; k++)
+		rc = ss_composer_add(c, in[k], errmsg);
+	if (!rc)
+		rc = ss_composer_finish(c, out, errmsg);
+	ss_composer_free(c);
+	return rc;
+}

@@ -1,0 +1,139 @@
+#!/bin/sh
+# CLI cases of ss-compose: help and usage, every mode's output record, n = 1
+# identity, refusal of mixed models (naming both records, no output file),
+# n = 0, truncated and foreign input, mixed storage dtypes, pipe = file.
+# Inputs come from bench/mkstates (seeded random states, small dims).
+set -u
+mk="$SS_TOP/$SS_BUILD/bench/mkstates"
+[ -x "$mk" ] || { echo "no $mk (run make)"; exit 77; }
+t=$(mktemp -d) || exit 1
+trap 'rm -rf "$t"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# expect CODE CMD...: runs CMD (stdout $t/out, stderr $t/err), checks the exit code.
+expect() {
+	want=$1; shift
+	"$@" >"$t/out" 2>"$t/err"
+	got=$?
+	[ "$got" -eq "$want" ] || { fail "'$*' exited $got, want $want"; sed 's/^/    /' "$t/err"; }
+}
+has() { grep -q -- "$2" "$1" || { fail "$1 lacks '$2'"; sed 's/^/    /' "$1"; }; }
+field() { ss-cat --full "$1" | grep -o "\"$2\":[^]]*\]"; } # array field of the first record
+
+"$mk" --shape small --seed 1 --prefix a 3 "$t/a.ss" &&
+"$mk" --shape small --seed 2 --prefix b 2 "$t/b.ss" &&
+"$mk" --shape small --seed 3 --prefix z --fingerprint other 1 "$t/z.ss" &&
+"$mk" --shape small --seed 4 --prefix h --dtype f16 2 "$t/h.ss" &&
+"$mk" --shape small --seed 5 --prefix g --dtype bf16 1 "$t/g.ss" &&
+"$mk" --shape t1 --seed 6 --prefix d 1 "$t/d.ss" || { echo "mkstates failed"; exit 1; }
+
+# help, version, usage errors
+expect 0 ss-compose --help
+has "$t/out" "usage: ss-compose"
+has "$t/out" "picaso-r"
+expect 0 ss-compose -V
+has "$t/out" "ss-compose"
+expect 2 ss-compose --mode picaso "$t/a.ss"
+has "$t/err" "unknown mode"
+has "$t/err" "usage:"
+expect 2 ss-compose --norm sideways "$t/a.ss"
+expect 2 ss-compose --conv first "$t/a.ss"
+expect 2 ss-compose --state-dtype f64 "$t/a.ss"
+expect 2 ss-compose --bogus
+expect 2 ss-compose --weights - "$t/a.ss"
+expect 2 ss-compose - -
+
+# every mode: id, provenance, n_tokens = sum (100+101+102 + 100+101)
+for m in caso picaso-s picaso-r soup sum max; do
+	expect 0 ss-compose --mode "$m" -o "$t/$m.ss" --weights "$t/$m.json" "$t/a.ss" "$t/b.ss"
+	ss-cat "$t/$m.ss" >"$t/$m.txt"
+	has "$t/$m.txt" "\"id\":\"$m(a0,a1,a2,b0,b1)\""
+	has "$t/$m.txt" "\"mode\":\"$m\""
+	has "$t/$m.txt" '"n_tokens":504'
+	has "$t/$m.txt" '"sources":\["a0","a1","a2","b0","b1"\]'
+	[ "$(ss-cat "$t/$m.ss" | wc -l)" -eq 1 ] || fail "$m: not one record"
+	has "$t/$m.json" "\"mode\":\"$m\""
+	has "$t/$m.json" '"n_layer":2,"nheads":3'
+done
+has "$t/soup.json" '"weights":\[\[\[0.2,0.2,0.2,0.2,0.2\]'
+has "$t/sum.json" '"weights":\[\[\[1,1,1,1,1\]'
+has "$t/max.json" '"weights":null'
+has "$t/caso.json" ',1\]' # the last input's CASO weight is 1
+# default mode is picaso-r; --id, --norm, --conv accepted
+expect 0 ss-compose -o "$t/def.ss" "$t/a.ss" "$t/b.ss"
+cmp -s "$t/def.ss" "$t/picaso-r.ss" || fail "default mode is not picaso-r"
+expect 0 ss-compose --mode soup --norm both --conv last --id mine -o "$t/o.ss" "$t/a.ss"
+ss-cat "$t/o.ss" | grep -q '"id":"mine"' || fail "--id ignored"
+
+# pipe = seekable stdin = files, every mode (picaso spools the pipe)
+cat "$t/a.ss" "$t/b.ss" >"$t/ab.ss"
+for m in caso picaso-s picaso-r soup sum max; do
+	cat "$t/a.ss" "$t/b.ss" | ss-compose --mode "$m" -o "$t/p.ss" || fail "$m from a pipe"
+	cmp -s "$t/p.ss" "$t/$m.ss" || fail "$m: pipe and files differ"
+	ss-compose --mode "$m" -o "$t/s.ss" <"$t/ab.ss" || fail "$m from stdin"
+	cmp -s "$t/s.ss" "$t/$m.ss" || fail "$m: stdin file and files differ"
+	cat "$t/b.ss" | ss-compose --mode "$m" -o "$t/p2.ss" "$t/a.ss" - || fail "$m: file then pipe"
+	cmp -s "$t/p2.ss" "$t/$m.ss" || fail "$m: file + pipe and files differ"
+done
+
+# n = 1: the input comes back exactly (arrays)
+"$mk" --shape small --seed 7 --prefix one 1 "$t/one.ss"
+for m in caso picaso-s picaso-r soup sum max; do
+	expect 0 ss-compose --mode "$m" -o "$t/id.ss" "$t/one.ss"
+	for f in ssm conv logdecay; do
+		[ "$(field "$t/id.ss" $f)" = "$(field "$t/one.ss" $f)" ] || fail "$m n=1: $f differs"
+	done
+done
+
+# different models or dims: error naming both records, exit 1, no output file
+expect 1 ss-compose --mode picaso-r -o "$t/bad.ss" "$t/a.ss" "$t/z.ss"
+has "$t/err" "z.ss: record 0 (id \"z0\")"
+has "$t/err" "a.ss: record 0 (id \"a0\")"
+has "$t/err" "fingerprint"
+[ ! -e "$t/bad.ss" ] || fail "output left behind after a mismatch"
+ls "$t" | grep -q 'bad.ss.tmp' && fail "temporary output left behind"
+expect 1 ss-compose --mode soup -o "$t/bad.ss" "$t/a.ss" "$t/b.ss" "$t/z.ss"
+has "$t/err" "z.ss: record 0"
+expect 1 ss-compose --mode caso -o "$t/bad.ss" "$t/a.ss" "$t/d.ss"
+has "$t/err" "dims differ"
+has "$t/err" "d.ss: record 0 (id \"d0\")"
+[ ! -e "$t/bad.ss" ] || fail "output left behind after a dims mismatch"
+
+# n = 0: empty input is an error, no output
+: >"$t/empty.ss"
+for m in picaso-r soup; do
+	expect 1 ss-compose --mode $m -o "$t/bad.ss" "$t/empty.ss"
+	has "$t/err" "no input states"
+	: | ss-compose --mode $m -o "$t/bad.ss" 2>/dev/null && fail "$m: empty pipe accepted"
+done
+[ ! -e "$t/bad.ss" ] || fail "output left behind for n = 0"
+
+# truncated or foreign input: names the file and record
+size=$(wc -c <"$t/b.ss")
+head -c $((size - 10)) "$t/b.ss" >"$t/trunc.ss"
+for m in picaso-s caso; do
+	expect 1 ss-compose --mode $m -o "$t/bad.ss" "$t/a.ss" "$t/trunc.ss"
+	has "$t/err" "trunc.ss: record"
+	head -c $((size - 10)) "$t/b.ss" | ss-compose --mode $m -o "$t/bad.ss" 2>"$t/err" && fail "$m: truncated pipe accepted"
+	has "$t/err" "record"
+done
+expect 1 ss-compose -o "$t/bad.ss" "$SS_TOP/formats/golden/t1-c2.tokens"
+has "$t/err" "t1-c2.tokens: record 0"
+expect 1 ss-compose -o "$t/bad.ss" "$t/missing.ss"
+has "$t/err" "missing.ss"
+[ ! -e "$t/bad.ss" ] || fail "output left behind for bad input"
+
+# storage dtypes mix freely; the output keeps a shared dtype, else f32
+expect 0 ss-compose -o "$t/m.ss" "$t/a.ss" "$t/h.ss" "$t/g.ss"
+ss-cat "$t/m.ss" | grep -q '"dtype":"f32"' || fail "mixed inputs: output not f32"
+expect 0 ss-compose -o "$t/m.ss" "$t/h.ss"
+ss-cat "$t/m.ss" | grep -q '"dtype":"f16"' || fail "f16 inputs: output not f16"
+expect 0 ss-compose --state-dtype bf16 -o "$t/m.ss" "$t/h.ss" "$t/a.ss"
+ss-cat "$t/m.ss" | grep -q '"dtype":"bf16"' || fail "--state-dtype bf16 ignored"
+# the golden t1/c2 state stored as f32, f16 and bf16: composable together
+expect 0 ss-compose --mode picaso-s -o "$t/gold.ss" "$SS_TOP/formats/golden/t1-c2.states"
+ss-cat "$t/gold.ss" | grep -q '"n_sources"\|"sources":\["wikitext' || fail "golden: no sources"
+
+[ "$fails" -eq 0 ] || { echo "$fails failures"; exit 1; }
+echo "ok"

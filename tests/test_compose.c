@@ -1,0 +1,929 @@
+/*
+ * test_compose.c — the composition algebra against a brute-force oracle.
+ *
+ * The oracle runs the CASO recurrence literally (acc = d·acc + x, in long
+ * double) over every one of the n! orders (picaso-s) or n cyclic orders
+ * (picaso-r) and averages, for n = 1..7 and decays that are random,
+ * extreme (a = 0, a = -1e4, -inf), mixed, and long-document sized (products
+ * that underflow f32 and f64). Then the invariances the methods promise, the
+ * identity for one input, the options, the errors, and the same checks on
+ * the real t1 states of golden/ (soup of c3 + docB must equal the golden
+ * composed state S bit for bit).
+ * ref: picaso.txt Props. 1-3; DESIGN.md §3; golden/README.md §4.1.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ss.h"
+
+#define REL_TOL 1e-6
+
+/* ------------------------------------------------------------ helpers */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+
+static uint64_t rng_next(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15u);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+	return z ^ (z >> 31);
+}
+
+static double rng_unif(void) /* [0, 1) */
+{
+	return (double)(rng_next() >> 11) * 0x1.0p-53;
+}
+
+/* Kinds of decay sets the oracle is run on. */
+enum { D_RANDOM, D_SMALL, D_ZERO, D_HUGE, D_MIX, D_LONG, D_F32UNDER, D_NEGINF, D_KINDS };
+static const char *const kind_names[D_KINDS] = {"random", "small", "zero", "-1e4", "mix 0/-1e4",
+						"long (f64 underflow)", "f32 underflow", "-inf mix"};
+
+static float draw_decay(int kind)
+{
+	switch (kind) {
+	case D_RANDOM: return (float)(-5 * rng_unif());
+	case D_SMALL: return (float)(-1e-3 * rng_unif());
+	case D_ZERO: return 0;
+	case D_HUGE: return -1e4f;
+	case D_MIX: return rng_unif() < 0.5 ? 0.0f : -1e4f;
+	case D_LONG: return (float)(-700 - 400 * rng_unif());
+	case D_F32UNDER: return (float)(-60 - 60 * rng_unif());
+	default: {
+		double u = rng_unif();
+		return u < 0.3 ? -INFINITY : u < 0.6 ? 0.0f : (float)(-3 * rng_unif());
+	}
+	}
+}
+
+static const ss_state_dims small_dims = {"mamba2", 2, 3, 2, 3, 4, 4};
+
+/* A state of dims d with random ssm/conv in [-1, 1] and decays of `kind`. */
+static void make_state(ss_state *s, const ss_state_dims *d, int kind, const char *id)
+{
+	assert_int_equal(ss_state_alloc(s, d), 0);
+	s->id = strdup(id);
+	strcpy(s->fingerprint, "f00d");
+	s->n_tokens = 10;
+	for (size_t i = 0; i < ss_state_ssm_len(d); i++)
+		s->ssm[i] = (float)(2 * rng_unif() - 1);
+	for (size_t i = 0; i < ss_state_conv_len(d); i++)
+		s->conv[i] = (float)(2 * rng_unif() - 1);
+	for (size_t i = 0; i < ss_state_logdecay_len(d); i++)
+		s->logdecay[i] = draw_decay(kind);
+}
+
+static void free_states(ss_state *s, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		ss_state_free(&s[k]);
+}
+
+/* Calls fn on every permutation of [0, n) (Heap's algorithm). */
+static void each_perm(size_t n, void (*fn)(const size_t *perm, void *arg), void *arg)
+{
+	size_t p[8], c[8] = {0};
+	for (size_t i = 0; i < n; i++)
+		p[i] = i;
+	fn(p, arg);
+	for (size_t i = 1; i < n;) {
+		if (c[i] < i) {
+			size_t j = i % 2 ? c[i] : 0, t = p[j];
+			p[j] = p[i];
+			p[i] = t;
+			fn(p, arg);
+			c[i]++;
+			i = 1;
+		} else {
+			c[i++] = 0;
+		}
+	}
+}
+
+/* The oracle: sums, over the given orders, the literal CASO recurrence on
+ * ssm (and on |ssm|, for the scale of rounding). */
+typedef struct {
+	const ss_state *in;
+	size_t n, len, nheads, hlen;
+	long double *sum, *abs_sum;
+	size_t count;
+} oracle;
+
+static void oracle_order(const size_t *perm, void *arg)
+{
+	oracle *o = arg;
+	for (size_t e = 0; e < o->len; e++) {
+		size_t gh = e / o->hlen; /* layer*nheads + head */
+		long double acc = 0, aacc = 0;
+		for (size_t i = 0; i < o->n; i++) {
+			const ss_state *x = &o->in[perm[i]];
+			long double d = expl((long double)x->logdecay[gh]);
+			acc = d * acc + x->ssm[e];
+			aacc = d * aacc + fabsl((long double)x->ssm[e]);
+		}
+		o->sum[e] += acc;
+		o->abs_sum[e] += aacc;
+	}
+	o->count++;
+}
+
+/* ref[len], scale[len]: the oracle's composed ssm for mode caso / picaso-s /
+ * picaso-r, and Σ W_k |x_k| for the tolerance. */
+static void oracle_ssm(ss_compose_mode mode, const ss_state *in, size_t n, long double *ref,
+		       long double *scale)
+{
+	const ss_state_dims *d = &in[0].dims;
+	oracle o = {in, n, ss_state_ssm_len(d), (size_t)d->nheads, (size_t)d->headdim * d->d_state,
+		    ref, scale, 0};
+	memset(ref, 0, o.len * sizeof *ref);
+	memset(scale, 0, o.len * sizeof *scale);
+	size_t p[8];
+	if (mode == SS_COMPOSE_PICASO_S) {
+		each_perm(n, oracle_order, &o);
+	} else if (mode == SS_COMPOSE_PICASO_R) {
+		for (size_t s = 0; s < n; s++) {
+			for (size_t i = 0; i < n; i++)
+				p[i] = (s + i) % n;
+			oracle_order(p, &o);
+		}
+	} else { /* caso: the given order */
+		for (size_t i = 0; i < n; i++)
+			p[i] = i;
+		oracle_order(p, &o);
+	}
+	for (size_t e = 0; e < o.len; e++) {
+		ref[e] /= o.count;
+		scale[e] /= o.count;
+	}
+}
+
+static ss_compose_opts opts_of(ss_compose_mode m)
+{
+	ss_compose_opts o = {m, 0, SS_COMPOSE_CONV_MEAN};
+	return o;
+}
+
+static void compose_ok(ss_compose_mode mode, const ss_state *in, size_t n, ss_state *out)
+{
+	const ss_state *ptr[16];
+	for (size_t k = 0; k < n; k++)
+		ptr[k] = &in[k];
+	char err[SS_ERRMSG_MAX] = "";
+	ss_compose_opts o = opts_of(mode);
+	int rc = ss_compose(&o, ptr, n, out, err);
+	if (rc)
+		fail_msg("ss_compose %s n=%zu: %s (%s)", ss_compose_mode_name(mode), n, ss_strerror(rc), err);
+}
+
+/* |got - ref| <= REL_TOL * scale + tiny, elementwise; prints the first misses. */
+static void expect_close(const char *what, const float *got, const long double *ref,
+			 const long double *scale, size_t len)
+{
+	int bad = 0;
+	for (size_t e = 0; e < len; e++) {
+		long double err = fabsl((long double)got[e] - ref[e]);
+		if (!(err <= REL_TOL * scale[e] + 1e-37L)) {
+			if (bad < 5)
+				print_error("%s: element %zu: got %.9g, oracle %.12Lg (scale %.3Lg)\n",
+					    what, e, (double)got[e], ref[e], scale[e]);
+			bad++;
+		}
+	}
+	if (bad)
+		fail_msg("%s: %d of %zu elements off", what, bad, len);
+}
+
+/* Composes in[0..n-1] in `mode` and checks against the oracle. */
+static void check_vs_oracle(ss_compose_mode mode, const ss_state *in, size_t n, const char *label)
+{
+	size_t len = ss_state_ssm_len(&in[0].dims);
+	long double *ref = malloc(len * sizeof *ref), *scale = malloc(len * sizeof *scale);
+	assert_non_null(ref);
+	assert_non_null(scale);
+	oracle_ssm(mode, in, n, ref, scale);
+	ss_state out;
+	compose_ok(mode, in, n, &out);
+	char what[160];
+	snprintf(what, sizeof what, "%s n=%zu %s", ss_compose_mode_name(mode), n, label);
+	expect_close(what, out.ssm, ref, scale, len);
+	/* composed logdecay = decay of the concatenation, any order */
+	size_t H = ss_state_logdecay_len(&in[0].dims);
+	for (size_t h = 0; h < H; h++) {
+		double sum = 0;
+		for (size_t k = 0; k < n; k++)
+			sum += in[k].logdecay[h];
+		assert_true(out.logdecay[h] == (float)sum || (isinf(sum) && isinf(out.logdecay[h])));
+	}
+	ss_state_free(&out);
+	free(ref);
+	free(scale);
+}
+
+/* ------------------------------------------------------------ oracle tests */
+
+static void test_gauss_legendre(void **unused)
+{
+	(void)unused;
+	double t[40], w[40];
+	for (size_t m = 1; m <= 40; m++) {
+		ss_gauss_legendre01(m, t, w);
+		for (size_t i = 0; i < m; i++) {
+			assert_true(t[i] > 0 && t[i] < 1 && w[i] > 0);
+			if (i)
+				assert_true(t[i] > t[i - 1]);
+		}
+		/* exact for t^p, p <= 2m-1 */
+		for (size_t p = 0; p <= 2 * m - 1; p++) {
+			double s = 0;
+			for (size_t i = 0; i < m; i++)
+				s += w[i] * pow(t[i], (double)p);
+			if (fabs(s - 1.0 / (p + 1)) > 1e-14)
+				fail_msg("m=%zu p=%zu: %.17g vs %.17g", m, p, s, 1.0 / (p + 1));
+		}
+	}
+}
+
+static void test_oracle_all_modes(void **unused)
+{
+	(void)unused;
+	static const ss_compose_mode modes[] = {SS_COMPOSE_CASO, SS_COMPOSE_PICASO_S,
+						SS_COMPOSE_PICASO_R};
+	rng_state = 1;
+	for (int kind = 0; kind < D_KINDS; kind++)
+		for (size_t n = 1; n <= 7; n++)
+			for (int rep = 0; rep < 2; rep++) {
+				ss_state in[7];
+				for (size_t k = 0; k < n; k++) {
+					char id[16];
+					snprintf(id, sizeof id, "d%zu", k);
+					/* reps mix kinds across inputs too */
+					make_state(&in[k], &small_dims, rep && k % 2 ? (kind + 3) % D_KINDS : kind, id);
+				}
+				for (size_t m = 0; m < 3; m++)
+					check_vs_oracle(modes[m], in, n, kind_names[kind]);
+				free_states(in, n);
+			}
+}
+
+/* Weights alone against the oracle, at f64 accuracy: picaso weights are
+ * ≥ 1/n, so relative 1e-12 is meaningful whatever the decays. */
+typedef struct {
+	const long double *d;
+	size_t n;
+	long double *w;
+	size_t count;
+} woracle;
+
+static void weight_order(const size_t *perm, void *arg)
+{
+	woracle *o = arg;
+	for (size_t i = 0; i < o->n; i++) {
+		long double p = 1;
+		for (size_t j = i + 1; j < o->n; j++)
+			p *= o->d[perm[j]];
+		o->w[perm[i]] += p;
+	}
+	o->count++;
+}
+
+static void test_weights_oracle(void **unused)
+{
+	(void)unused;
+	rng_state = 2;
+	for (int kind = 0; kind < D_KINDS; kind++)
+		for (size_t n = 1; n <= 7; n++)
+			for (int rep = 0; rep < 4; rep++) {
+				float a[7];
+				long double d[7], ws[7] = {0}, wr[7] = {0}, wc[7] = {0};
+				for (size_t k = 0; k < n; k++) {
+					a[k] = draw_decay(rep % 2 && k % 2 ? (kind + 5) % D_KINDS : kind);
+					d[k] = expl((long double)a[k]);
+				}
+				woracle os = {d, n, ws, 0}, orr = {d, n, wr, 0}, oc = {d, n, wc, 0};
+				each_perm(n, weight_order, &os);
+				size_t p[7];
+				for (size_t s = 0; s < n; s++) {
+					for (size_t i = 0; i < n; i++)
+						p[i] = (s + i) % n;
+					weight_order(p, &orr);
+				}
+				for (size_t i = 0; i < n; i++)
+					p[i] = i;
+				weight_order(p, &oc);
+				double w[7];
+				struct { ss_compose_mode m; woracle *o; } cases[] = {
+					{SS_COMPOSE_PICASO_S, &os}, {SS_COMPOSE_PICASO_R, &orr}, {SS_COMPOSE_CASO, &oc}};
+				for (int c = 0; c < 3; c++) {
+					assert_int_equal(ss_compose_weights(cases[c].m, n, 1, a, w, NULL), 0);
+					for (size_t k = 0; k < n; k++) {
+						long double ref = cases[c].o->w[k] / cases[c].o->count;
+						long double tol = 1e-12L * ref + (cases[c].m == SS_COMPOSE_CASO ? 1e-300L : 0);
+						if (!(fabsl(w[k] - ref) <= tol))
+							fail_msg("%s n=%zu %s: W[%zu] = %.17g, oracle %.17Lg",
+								 ss_compose_mode_name(cases[c].m), n, kind_names[kind], k, w[k], ref);
+						if (cases[c].m != SS_COMPOSE_CASO)
+							assert_true(w[k] >= 1.0 / n * (1 - 1e-15));
+					}
+				}
+			}
+}
+
+/* Beyond brute force: picaso-s against Prop. 2's elementary symmetric sum
+ * (long double DP; all terms positive), picaso-r against Prop. 3's direct
+ * sum, n up to 64. */
+static void test_weights_large_n(void **unused)
+{
+	(void)unused;
+	rng_state = 3;
+	for (size_t n = 8; n <= 64; n += 7)
+		for (int kind = 0; kind < D_KINDS; kind++) {
+			float a[64];
+			long double d[64];
+			double w[64];
+			for (size_t k = 0; k < n; k++)
+				d[k] = expl((long double)(a[k] = draw_decay(kind)));
+			assert_int_equal(ss_compose_weights(SS_COMPOSE_PICASO_S, n, 1, a, w, NULL), 0);
+			for (size_t k = 0; k < n; k++) {
+				long double e[64] = {1}; /* e[m] of d without d_k */
+				size_t cnt = 0;
+				for (size_t j = 0; j < n; j++) {
+					if (j == k)
+						continue;
+					cnt++;
+					for (size_t m = cnt; m > 0; m--)
+						e[m] += d[j] * e[m - 1];
+				}
+				long double ref = 0, binom = 1; /* C(n-1, m) */
+				for (size_t m = 0; m < n; m++) {
+					ref += e[m] / binom;
+					binom = binom * (long double)(n - 1 - m) / (long double)(m + 1);
+				}
+				ref /= n;
+				if (!(fabsl(w[k] - ref) <= 1e-12L * ref))
+					fail_msg("picaso-s n=%zu %s W[%zu] %.17g vs %.17Lg", n, kind_names[kind], k, w[k], ref);
+			}
+			assert_int_equal(ss_compose_weights(SS_COMPOSE_PICASO_R, n, 1, a, w, NULL), 0);
+			for (size_t k = 0; k < n; k++) {
+				long double ref = 0, p = 1;
+				for (size_t m = 0; m < n; m++) {
+					ref += p;
+					p *= d[(k + m + 1) % n];
+				}
+				ref /= n;
+				if (!(fabsl(w[k] - ref) <= 1e-12L * ref))
+					fail_msg("picaso-r n=%zu %s W[%zu] %.17g vs %.17Lg", n, kind_names[kind], k, w[k], ref);
+			}
+		}
+}
+
+static void test_soup_sum_max(void **unused)
+{
+	(void)unused;
+	rng_state = 4;
+	for (size_t n = 1; n <= 7; n++) {
+		ss_state in[7], out;
+		for (size_t k = 0; k < n; k++)
+			make_state(&in[k], &small_dims, D_RANDOM, "x");
+		size_t len = ss_state_ssm_len(&small_dims), clen = ss_state_conv_len(&small_dims);
+		compose_ok(SS_COMPOSE_SOUP, in, n, &out);
+		for (size_t e = 0; e < len; e++) {
+			double s = 0, as = 0;
+			for (size_t k = 0; k < n; k++)
+				s += in[k].ssm[e], as += fabs(in[k].ssm[e]);
+			assert_true(fabs(out.ssm[e] - s / n) <= REL_TOL * as / n + 1e-37);
+		}
+		for (size_t e = 0; e < clen; e++) {
+			double s = 0, as = 0;
+			for (size_t k = 0; k < n; k++)
+				s += in[k].conv[e], as += fabs(in[k].conv[e]);
+			assert_true(fabs(out.conv[e] - s / n) <= REL_TOL * as / n + 1e-37);
+		}
+		/* soup's decay: log mean exp(a) */
+		for (size_t h = 0; h < ss_state_logdecay_len(&small_dims); h++) {
+			double m = 0;
+			for (size_t k = 0; k < n; k++)
+				m += exp(in[k].logdecay[h]);
+			assert_true(fabs(out.logdecay[h] - log(m / n)) <= 1e-6 * fabs(log(m / n)) + 1e-7);
+		}
+		assert_int_equal(out.n_tokens, 10 * (int64_t)n);
+		assert_int_equal(out.n_sources, (int32_t)n);
+		assert_non_null(out.weights);
+		assert_true(out.weights[0] == (float)(1.0 / n));
+		ss_state_free(&out);
+
+		compose_ok(SS_COMPOSE_SUM, in, n, &out);
+		for (size_t e = 0; e < len; e++) {
+			double s = 0, as = 0;
+			for (size_t k = 0; k < n; k++)
+				s += in[k].ssm[e], as += fabs(in[k].ssm[e]);
+			assert_true(fabs(out.ssm[e] - s) <= REL_TOL * as + 1e-37);
+		}
+		ss_state_free(&out);
+
+		compose_ok(SS_COMPOSE_MAX, in, n, &out);
+		for (size_t e = 0; e < len; e++) {
+			float m = in[0].ssm[e];
+			for (size_t k = 1; k < n; k++)
+				m = in[k].ssm[e] > m ? in[k].ssm[e] : m;
+			assert_true(out.ssm[e] == m);
+		}
+		assert_null(out.weights);
+		ss_state_free(&out);
+		free_states(in, n);
+	}
+}
+
+/* ------------------------------------------------------------ invariances */
+
+/* a and b agree to REL_TOL of scale (Σ_k W_k |x_k|: the elements are sums
+ * of terms of both signs, so their own size is no yardstick). */
+static void expect_same(const char *what, const ss_state *a, const ss_state *b, const ss_state *scale)
+{
+	size_t len = ss_state_ssm_len(&a->dims);
+	for (size_t e = 0; e < len; e++) {
+		double tol = REL_TOL * fabs(scale->ssm[e]) + 1e-37;
+		if (!(fabs(a->ssm[e] - b->ssm[e]) <= tol))
+			fail_msg("%s: element %zu: %.9g vs %.9g (scale %.3g)", what, e, (double)a->ssm[e],
+				 (double)b->ssm[e], (double)scale->ssm[e]);
+	}
+	for (size_t e = 0; e < ss_state_logdecay_len(&a->dims); e++)
+		if (!(fabs(a->logdecay[e] - b->logdecay[e]) <= 1e-6 * fabs(a->logdecay[e]) ||
+		      a->logdecay[e] == b->logdecay[e]))
+			fail_msg("%s: logdecay %zu: %.9g vs %.9g", what, e, (double)a->logdecay[e],
+				 (double)b->logdecay[e]);
+}
+
+/* The same composition of |x_k|: Σ_k W_k |x_k| elementwise. */
+static void compose_abs(ss_compose_mode mode, const ss_state *in, size_t n, ss_state *out)
+{
+	ss_state ab[7];
+	for (size_t k = 0; k < n; k++) {
+		ab[k] = in[k];
+		ab[k].ssm = malloc(ss_state_ssm_len(&in[k].dims) * 4);
+		assert_non_null(ab[k].ssm);
+		for (size_t e = 0; e < ss_state_ssm_len(&in[k].dims); e++)
+			ab[k].ssm[e] = fabsf(in[k].ssm[e]);
+	}
+	compose_ok(mode, ab, n, out);
+	for (size_t k = 0; k < n; k++)
+		free(ab[k].ssm);
+}
+
+typedef struct {
+	const ss_state *in;
+	size_t n;
+	ss_compose_mode mode;
+	const ss_state *base, *scale;
+} perm_check;
+
+static void check_perm(const size_t *perm, void *arg)
+{
+	perm_check *pc = arg;
+	ss_state in2[7], out;
+	for (size_t i = 0; i < pc->n; i++)
+		in2[i] = pc->in[perm[i]]; /* shallow: only read */
+	compose_ok(pc->mode, in2, pc->n, &out);
+	char what[64];
+	snprintf(what, sizeof what, "%s n=%zu permuted", ss_compose_mode_name(pc->mode), pc->n);
+	expect_same(what, pc->base, &out, pc->scale);
+	ss_state_free(&out);
+}
+
+/* The invariance checks on a given input set. */
+static void check_invariances(const ss_state *in, size_t n)
+{
+	ss_state base, scale;
+	/* picaso-s, soup, sum, max: every permutation */
+	static const ss_compose_mode sym[] = {SS_COMPOSE_PICASO_S, SS_COMPOSE_SOUP, SS_COMPOSE_SUM,
+					      SS_COMPOSE_MAX};
+	for (int m = 0; m < 4; m++) {
+		compose_ok(sym[m], in, n, &base);
+		compose_abs(sym[m], in, n, &scale);
+		perm_check pc = {in, n, sym[m], &base, &scale};
+		each_perm(n, check_perm, &pc);
+		ss_state_free(&base);
+		ss_state_free(&scale);
+	}
+	/* picaso-r: every cyclic shift */
+	compose_ok(SS_COMPOSE_PICASO_R, in, n, &base);
+	compose_abs(SS_COMPOSE_PICASO_R, in, n, &scale);
+	for (size_t s = 1; s < n; s++) {
+		size_t p[8];
+		for (size_t i = 0; i < n; i++)
+			p[i] = (s + i) % n;
+		perm_check pc = {in, n, SS_COMPOSE_PICASO_R, &base, &scale};
+		check_perm(p, &pc);
+	}
+	/* picaso-s = picaso-r for n <= 2 */
+	if (n <= 2) {
+		ss_state s;
+		compose_ok(SS_COMPOSE_PICASO_S, in, n, &s);
+		expect_same("picaso-s vs picaso-r", &base, &s, &scale);
+		ss_state_free(&s);
+	}
+	ss_state_free(&base);
+	ss_state_free(&scale);
+}
+
+static void test_invariances(void **unused)
+{
+	(void)unused;
+	rng_state = 5;
+	for (int kind = 0; kind < D_KINDS; kind++)
+		for (size_t n = 1; n <= 6; n++) {
+			ss_state in[7];
+			for (size_t k = 0; k < n; k++)
+				make_state(&in[k], &small_dims, k % 2 ? kind : (kind + 1) % D_KINDS, "x");
+			check_invariances(in, n);
+			free_states(in, n);
+		}
+}
+
+/* n = 1 returns the input bit for bit (ssm incl. -0.0, conv, logdecay). */
+static void test_identity(void **unused)
+{
+	(void)unused;
+	rng_state = 6;
+	for (int kind = 0; kind < D_KINDS; kind++) {
+		ss_state x, out;
+		make_state(&x, &small_dims, kind, "only");
+		x.ssm[0] = -0.0f;
+		x.ssm[1] = 1e-40f; /* subnormal */
+		x.conv[0] = -0.0f;
+		for (int m = 0; m <= SS_COMPOSE_MAX; m++)
+			for (int cv = 0; cv < 2; cv++) {
+				const ss_state *p = &x;
+				ss_compose_opts o = {(ss_compose_mode)m, 0, (ss_compose_conv)cv};
+				assert_int_equal(ss_compose(&o, &p, 1, &out, NULL), 0);
+				assert_memory_equal(out.ssm, x.ssm, ss_state_ssm_len(&x.dims) * 4);
+				assert_memory_equal(out.conv, x.conv, ss_state_conv_len(&x.dims) * 4);
+				assert_memory_equal(out.logdecay, x.logdecay, ss_state_logdecay_len(&x.dims) * 4);
+				assert_int_equal(out.n_tokens, x.n_tokens);
+				assert_string_equal(out.fingerprint, x.fingerprint);
+				assert_int_equal(out.n_sources, 1);
+				assert_string_equal(out.sources[0], "only");
+				if (m != SS_COMPOSE_MAX)
+					for (size_t h = 0; h < ss_state_logdecay_len(&x.dims); h++)
+						assert_true(out.weights[h] == 1.0f);
+				ss_state_free(&out);
+			}
+		ss_state_free(&x);
+	}
+}
+
+/* ------------------------------------------------------------ options */
+
+static double layer_norm(const ss_state *s, size_t l)
+{
+	size_t llen = (size_t)s->dims.nheads * s->dims.headdim * s->dims.d_state;
+	double q = 0;
+	for (size_t i = 0; i < llen; i++)
+		q += (double)s->ssm[l * llen + i] * s->ssm[l * llen + i];
+	return sqrt(q);
+}
+
+static void test_norm_and_conv(void **unused)
+{
+	(void)unused;
+	rng_state = 7;
+	const size_t n = 4;
+	ss_state in[4], out, plain;
+	for (size_t k = 0; k < n; k++)
+		make_state(&in[k], &small_dims, D_RANDOM, "x");
+	for (size_t i = 0; i < ss_state_ssm_len(&small_dims) / 2; i++)
+		in[2].ssm[i] *= 100; /* a loud layer 0 in input 2 */
+	const ss_state *p[4] = {&in[0], &in[1], &in[2], &in[3]};
+	size_t llen = (size_t)small_dims.nheads * small_dims.headdim * small_dims.d_state;
+	for (int m = 0; m <= SS_COMPOSE_MAX; m++) {
+		ss_compose_opts o = {(ss_compose_mode)m, SS_COMPOSE_NORM_AFTER, SS_COMPOSE_CONV_LAST};
+		assert_int_equal(ss_compose(&o, p, n, &out, NULL), 0);
+		for (size_t l = 0; l < 2; l++)
+			assert_true(fabs(layer_norm(&out, l) - 1) < 1e-6);
+		/* after = the plain result scaled per layer */
+		o.norm = 0;
+		assert_int_equal(ss_compose(&o, p, n, &plain, NULL), 0);
+		for (size_t l = 0; l < 2; l++) {
+			double nr = layer_norm(&plain, l);
+			for (size_t i = 0; i < llen; i++)
+				assert_true(fabs(out.ssm[l * llen + i] - plain.ssm[l * llen + i] / nr) < 1e-6);
+		}
+		assert_memory_equal(out.conv, in[3].conv, ss_state_conv_len(&small_dims) * 4);
+		ss_state_free(&out);
+		ss_state_free(&plain);
+	}
+	/* before: soup of the unit-normalised layers, against a direct sum */
+	ss_compose_opts o = {SS_COMPOSE_SOUP, SS_COMPOSE_NORM_BEFORE, SS_COMPOSE_CONV_MEAN};
+	assert_int_equal(ss_compose(&o, p, n, &out, NULL), 0);
+	for (size_t l = 0; l < 2; l++)
+		for (size_t i = 0; i < llen; i++) {
+			double s = 0;
+			for (size_t k = 0; k < n; k++)
+				s += in[k].ssm[l * llen + i] / layer_norm(&in[k], l);
+			assert_true(fabs(out.ssm[l * llen + i] - s / n) < 1e-6);
+		}
+	ss_state_free(&out);
+	/* both: unit norm per layer */
+	o.norm = SS_COMPOSE_NORM_BEFORE | SS_COMPOSE_NORM_AFTER;
+	o.mode = SS_COMPOSE_PICASO_R;
+	assert_int_equal(ss_compose(&o, p, n, &out, NULL), 0);
+	for (size_t l = 0; l < 2; l++)
+		assert_true(fabs(layer_norm(&out, l) - 1) < 1e-6);
+	ss_state_free(&out);
+	free_states(in, n);
+}
+
+static void test_names(void **unused)
+{
+	(void)unused;
+	ss_compose_mode m;
+	int nr;
+	ss_compose_conv cv;
+	for (int i = 0; i <= SS_COMPOSE_MAX; i++) {
+		assert_int_equal(ss_compose_mode_parse(ss_compose_mode_name((ss_compose_mode)i), &m), 0);
+		assert_int_equal(m, i);
+	}
+	assert_int_equal(ss_compose_mode_parse("picaso", &m), SS_ERR_INVALID);
+	assert_int_equal(ss_compose_norm_parse("both", &nr), 0);
+	assert_int_equal(nr, SS_COMPOSE_NORM_BEFORE | SS_COMPOSE_NORM_AFTER);
+	assert_int_equal(ss_compose_norm_parse("none", &nr), 0);
+	assert_int_equal(nr, 0);
+	assert_int_equal(ss_compose_conv_parse("last", &cv), 0);
+	assert_int_equal(cv, SS_COMPOSE_CONV_LAST);
+	assert_null(ss_compose_mode_name((ss_compose_mode)42));
+	assert_true(ss_compose_needs_plan(SS_COMPOSE_PICASO_S) && ss_compose_needs_plan(SS_COMPOSE_PICASO_R));
+	assert_false(ss_compose_needs_plan(SS_COMPOSE_CASO));
+}
+
+/* ------------------------------------------------------------ dtypes */
+
+/* Storage dtypes are widened exactly: every f16 bit pattern through an
+ * n = 1 composition equals ss_f16_to_f32; mixed f32/f16/bf16/unaligned
+ * inputs give the same bits as their widened f32 copies. */
+static void test_dtypes(void **unused)
+{
+	(void)unused;
+	static const ss_state_dims big = {"mamba2", 1, 4, 128, 128, 8, 4}; /* 65536 ssm elements */
+	ss_state x, out;
+	make_state(&x, &big, D_RANDOM, "all-f16");
+	size_t len = ss_state_ssm_len(&big), clen = ss_state_conv_len(&big);
+	uint16_t *h = malloc(len * 2), *hc = malloc(clen * 2);
+	for (size_t i = 0; i < len; i++)
+		h[i] = (uint16_t)i;
+	for (size_t i = 0; i < clen; i++)
+		hc[i] = (uint16_t)(i * 977);
+	ss_compose_opts o = opts_of(SS_COMPOSE_SUM);
+	ss_composer *c;
+	assert_int_equal(ss_composer_new(&c, &o), 0);
+	assert_int_equal(ss_composer_add_arrays(c, &x, h, hc, SS_DTYPE_F16, NULL), 0);
+	assert_int_equal(ss_composer_finish(c, &out, NULL), 0);
+	ss_composer_free(c);
+	for (size_t i = 0; i < len; i++) {
+		float want = ss_f16_to_f32(h[i]);
+		if (isnan(want))
+			assert_true(isnan(out.ssm[i]));
+		else if (memcmp(&want, &out.ssm[i], 4) != 0)
+			fail_msg("f16 %04zx: %a, want %a", i, (double)out.ssm[i], (double)want);
+	}
+	for (size_t i = 0; i < clen; i++) {
+		float want = ss_f16_to_f32(hc[i]);
+		assert_true(isnan(want) ? isnan(out.conv[i]) : memcmp(&want, &out.conv[i], 4) == 0);
+	}
+	ss_state_free(&out);
+	free(h);
+	free(hc);
+	ss_state_free(&x);
+
+	/* mixed storage, all modes: same bits as the widened f32 states */
+	rng_state = 9;
+	ss_state in[4];
+	void *raw_ssm[4], *raw_conv[4];
+	ss_dtype dt[4] = {SS_DTYPE_F16, SS_DTYPE_F32, SS_DTYPE_BF16, SS_DTYPE_F32};
+	len = ss_state_ssm_len(&small_dims);
+	clen = ss_state_conv_len(&small_dims);
+	for (int k = 0; k < 4; k++) {
+		make_state(&in[k], &small_dims, D_RANDOM, "m");
+		size_t es = ss_dtype_size(dt[k]);
+		/* +1: input 3 is f32 at an odd address */
+		unsigned char *bs = malloc(len * es + 1), *bc = malloc(clen * es + 1);
+		raw_ssm[k] = bs;
+		raw_conv[k] = bc;
+		if (k == 3)
+			bs++, bc++;
+		ss_from_f32(bs, dt[k], in[k].ssm, len);
+		ss_from_f32(bc, dt[k], in[k].conv, clen);
+		ss_to_f32(in[k].ssm, bs, dt[k], len);
+		ss_to_f32(in[k].conv, bc, dt[k], clen);
+	}
+	for (int m = 0; m <= SS_COMPOSE_MAX; m++) {
+		ss_compose_opts om = {(ss_compose_mode)m, SS_COMPOSE_NORM_BEFORE, SS_COMPOSE_CONV_MEAN};
+		const ss_state *p[4] = {&in[0], &in[1], &in[2], &in[3]};
+		ss_state ref;
+		assert_int_equal(ss_compose(&om, p, 4, &ref, NULL), 0);
+		assert_int_equal(ss_composer_new(&c, &om), 0);
+		if (ss_compose_needs_plan(om.mode)) {
+			size_t H = ss_state_logdecay_len(&small_dims);
+			float dec[4 * 6];
+			for (int k = 0; k < 4; k++)
+				memcpy(dec + k * H, in[k].logdecay, H * 4);
+			assert_int_equal(ss_composer_plan(c, 4, H, dec, NULL), 0);
+		}
+		for (int k = 0; k < 4; k++) {
+			unsigned char *bs = raw_ssm[k], *bc = raw_conv[k];
+			if (k == 3)
+				bs++, bc++;
+			assert_int_equal(ss_composer_add_arrays(c, &in[k], bs, bc, dt[k], NULL), 0);
+		}
+		assert_int_equal(ss_composer_finish(c, &out, NULL), 0);
+		ss_composer_free(c);
+		assert_memory_equal(out.ssm, ref.ssm, len * 4);
+		assert_memory_equal(out.conv, ref.conv, clen * 4);
+		ss_state_free(&out);
+		ss_state_free(&ref);
+	}
+	for (int k = 0; k < 4; k++) {
+		free(raw_ssm[k]);
+		free(raw_conv[k]);
+	}
+	free_states(in, 4);
+}
+
+/* ------------------------------------------------------------ errors */
+
+static void test_errors(void **unused)
+{
+	(void)unused;
+	rng_state = 8;
+	char err[SS_ERRMSG_MAX];
+	ss_state a, b, out;
+	make_state(&a, &small_dims, D_RANDOM, "a");
+	make_state(&b, &small_dims, D_RANDOM, "b");
+	const ss_state *p[2] = {&a, &b};
+	ss_compose_opts o = opts_of(SS_COMPOSE_PICASO_R);
+
+	/* n = 0 */
+	assert_int_equal(ss_compose(&o, p, 0, &out, err), SS_ERR_INVALID);
+	ss_composer *c;
+	assert_int_equal(ss_composer_new(&c, &o), 0);
+	assert_int_equal(ss_composer_finish(c, &out, err), SS_ERR_INVALID);
+	ss_composer_free(c);
+	float a0 = 0;
+	double w;
+	assert_int_equal(ss_compose_weights(SS_COMPOSE_CASO, 0, 1, &a0, &w, err), SS_ERR_INVALID);
+
+	/* fingerprint */
+	strcpy(b.fingerprint, "beef");
+	assert_int_equal(ss_compose(&o, p, 2, &out, err), SS_ERR_MISMATCH);
+	assert_non_null(strstr(err, "fingerprint"));
+	strcpy(b.fingerprint, a.fingerprint);
+
+	/* dims */
+	ss_state c3;
+	ss_state_dims d2 = small_dims;
+	d2.d_state = 5;
+	make_state(&c3, &d2, D_RANDOM, "c");
+	const ss_state *pc[2] = {&a, &c3};
+	o.mode = SS_COMPOSE_SOUP;
+	assert_int_equal(ss_compose(&o, pc, 2, &out, err), SS_ERR_MISMATCH);
+	assert_non_null(strstr(err, "d_state"));
+	ss_state_free(&c3);
+
+	/* a decay > 0 or NaN */
+	b.logdecay[3] = 0.5f;
+	assert_int_equal(ss_compose(&o, p, 2, &out, err), SS_ERR_INVALID);
+	b.logdecay[3] = NAN;
+	o.mode = SS_COMPOSE_PICASO_S;
+	assert_int_equal(ss_compose(&o, p, 2, &out, err), SS_ERR_INVALID);
+	b.logdecay[3] = -1;
+
+	/* picaso without a plan; max has no weights */
+	assert_int_equal(ss_composer_new(&c, &o), 0);
+	assert_int_equal(ss_composer_add(c, &a, err), SS_ERR_INVALID);
+	ss_composer_free(c);
+	assert_int_equal(ss_compose_weights(SS_COMPOSE_MAX, 1, 1, &a0, &w, err), SS_ERR_INVALID);
+
+	/* planned decays that change before the add; too many, too few inputs */
+	size_t H = ss_state_logdecay_len(&small_dims);
+	float *dec = malloc(2 * H * sizeof *dec);
+	memcpy(dec, a.logdecay, H * 4);
+	memcpy(dec + H, b.logdecay, H * 4);
+	assert_int_equal(ss_composer_new(&c, &o), 0);
+	assert_int_equal(ss_composer_plan(c, 2, H, dec, err), 0);
+	assert_int_equal(ss_composer_add(c, &b, err), SS_ERR_MISMATCH);
+	ss_composer_free(c);
+	assert_int_equal(ss_composer_new(&c, &o), 0);
+	assert_int_equal(ss_composer_plan(c, 2, H, dec, err), 0);
+	assert_int_equal(ss_composer_add(c, &a, err), 0);
+	assert_int_equal(ss_composer_finish(c, &out, err), SS_ERR_INVALID);
+	ss_composer_free(c);
+	assert_int_equal(ss_composer_new(&c, &o), 0);
+	assert_int_equal(ss_composer_plan(c, 1, H, dec, err), 0);
+	assert_int_equal(ss_composer_add(c, &a, err), 0);
+	assert_int_equal(ss_composer_add(c, &a, err), SS_ERR_INVALID);
+	ss_composer_free(c);
+	free(dec);
+
+	/* bad options */
+	ss_compose_opts bad = {(ss_compose_mode)9, 0, SS_COMPOSE_CONV_MEAN};
+	assert_int_equal(ss_composer_new(&c, &bad), SS_ERR_INVALID);
+	ss_state_free(&a);
+	ss_state_free(&b);
+}
+
+/* ------------------------------------------------------------ golden t1 */
+
+static const ss_state_dims t1_dims = {"mamba2", 2, 8, 16, 16, 160, 4};
+
+static int read_f32(const char *path, float *dst, size_t n)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return -1;
+	size_t got = fread(dst, 4, n, f);
+	int extra = fgetc(f);
+	fclose(f);
+	return got == n && extra == EOF ? 0 : -1;
+}
+
+static int load_case(ss_state *s, const char *dir, const char *name)
+{
+	char p[1024];
+	assert_int_equal(ss_state_alloc(s, &t1_dims), 0);
+	s->id = strdup(name);
+	strcpy(s->fingerprint, "golden-t1");
+	snprintf(p, sizeof p, "%s/golden/t1/%s/ssm.f32", dir, name);
+	if (read_f32(p, s->ssm, ss_state_ssm_len(&t1_dims)))
+		return -1;
+	snprintf(p, sizeof p, "%s/golden/t1/%s/conv.f32", dir, name);
+	if (read_f32(p, s->conv, ss_state_conv_len(&t1_dims)))
+		return -1;
+	snprintf(p, sizeof p, "%s/golden/t1/%s/logdecay.f32", dir, name);
+	if (read_f32(p, s->logdecay, ss_state_logdecay_len(&t1_dims)))
+		return -1;
+	return 0;
+}
+
+static void test_golden_t1(void **unused)
+{
+	(void)unused;
+	const char *dir = getenv("SS_SHARED");
+	static const char *const names[5] = {"c3", "docB", "c4", "c1", "c2"};
+	ss_state in[5];
+	for (int i = 0; i < 5; i++)
+		if (!dir || load_case(&in[i], dir, names[i])) {
+			for (int j = 0; j <= i && dir; j++)
+				ss_state_free(&in[j]);
+			skip();
+		}
+	/* soup of c3 + docB = the golden composed state S, bit for bit */
+	size_t len = ss_state_ssm_len(&t1_dims), clen = ss_state_conv_len(&t1_dims);
+	float *S_ssm = malloc(len * 4), *S_conv = malloc(clen * 4);
+	char p[1024];
+	snprintf(p, sizeof p, "%s/golden/t1/compose/S_ssm.f32", dir);
+	assert_int_equal(read_f32(p, S_ssm, len), 0);
+	snprintf(p, sizeof p, "%s/golden/t1/compose/S_conv.f32", dir);
+	assert_int_equal(read_f32(p, S_conv, clen), 0);
+	ss_state out;
+	compose_ok(SS_COMPOSE_SOUP, in, 2, &out);
+	assert_memory_equal(out.ssm, S_ssm, len * 4);
+	assert_memory_equal(out.conv, S_conv, clen * 4);
+	ss_state_free(&out);
+	free(S_ssm);
+	free(S_conv);
+
+	/* the oracle and the invariances on real states, every prefix */
+	for (size_t n = 1; n <= 5; n++) {
+		check_vs_oracle(SS_COMPOSE_CASO, in, n, "golden t1");
+		check_vs_oracle(SS_COMPOSE_PICASO_S, in, n, "golden t1");
+		check_vs_oracle(SS_COMPOSE_PICASO_R, in, n, "golden t1");
+		check_invariances(in, n);
+	}
+	free_states(in, 5);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_gauss_legendre),
+		cmocka_unit_test(test_weights_oracle),
+		cmocka_unit_test(test_weights_large_n),
+		cmocka_unit_test(test_oracle_all_modes),
+		cmocka_unit_test(test_soup_sum_max),
+		cmocka_unit_test(test_invariances),
+		cmocka_unit_test(test_identity),
+		cmocka_unit_test(test_norm_and_conv),
+		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_dtypes),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_golden_t1),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
