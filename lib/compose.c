@@ -711,21 +711,11 @@ int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg)
 		return SS_ERR_INVALID;
 	}
 	ss_state meta;
-	int rc = ss_record_state_meta(rec, &meta, errmsg);
+	const void *conv, *ssm;
+	int rc = ss_record_state_view(rec, &meta, &conv, &ssm, errmsg);
 	if (rc)
 		return fail(c, rc);
-	/* The arrays as ss_record_state() finds them (formats/states.md): bins
-	 * of the storage dtype, little-endian. */
-	size_t es = ss_dtype_size(meta.dtype);
-	const msgpack_object *cv = ss_map_get(rec->root, "conv"), *sm = ss_map_get(rec->root, "ssm");
-	size_t nc = ss_state_conv_len(&meta.dims) * es, ns = ss_state_ssm_len(&meta.dims) * es;
-	if (!cv || !sm || cv->type != MSGPACK_OBJECT_BIN || sm->type != MSGPACK_OBJECT_BIN ||
-	    cv->via.bin.size != nc || sm->via.bin.size != ns) {
-		set_err(errmsg, "field \"conv\" or \"ssm\" is missing or not a %zu- resp. %zu-byte bin", nc, ns);
-		ss_state_free(&meta);
-		return fail(c, SS_ERR_FORMAT);
-	}
-	rc = add_arrays(c, &meta, sm->via.bin.ptr, cv->via.bin.ptr, meta.dtype, errmsg);
+	rc = add_arrays(c, &meta, ssm, conv, meta.dtype, errmsg);
 	ss_state_free(&meta);
 	return rc;
 }

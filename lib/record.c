@@ -458,27 +458,38 @@ int ss_record_state_meta(const ss_record *rec, ss_state *out, char *errmsg)
 	return state_meta(rec, out, errmsg);
 }
 
-int ss_record_state(const ss_record *rec, ss_state *s, char *errmsg)
+int ss_record_state_view(const ss_record *rec, ss_state *s, const void **conv, const void **ssm, char *errmsg)
 {
 	int rc = state_meta(rec, s, errmsg);
 	if (rc)
 		return rc;
 	size_t es = ss_dtype_size(s->dtype);
-	size_t nc = ss_state_conv_len(&s->dims), ns = ss_state_ssm_len(&s->dims);
-	const msgpack_object *conv, *ssm;
-	if ((rc = get_bin(rec->root, "conv", nc * es, &conv, errmsg)) ||
-	    (rc = get_bin(rec->root, "ssm", ns * es, &ssm, errmsg))) {
+	const msgpack_object *cv, *sm;
+	if ((rc = get_bin(rec->root, "conv", ss_state_conv_len(&s->dims) * es, &cv, errmsg)) ||
+	    (rc = get_bin(rec->root, "ssm", ss_state_ssm_len(&s->dims) * es, &sm, errmsg))) {
 		ss_state_free(s);
 		return rc;
 	}
+	*conv = cv->via.bin.ptr;
+	*ssm = sm->via.bin.ptr;
+	return 0;
+}
+
+int ss_record_state(const ss_record *rec, ss_state *s, char *errmsg)
+{
+	const void *conv, *ssm;
+	int rc = ss_record_state_view(rec, s, &conv, &ssm, errmsg);
+	if (rc)
+		return rc;
+	size_t nc = ss_state_conv_len(&s->dims), ns = ss_state_ssm_len(&s->dims);
 	s->conv = malloc(nc * 4 + 4);
 	s->ssm = malloc(ns * 4 + 4);
 	if (!s->conv || !s->ssm) {
 		ss_state_free(s);
 		return SS_ERR_NOMEM;
 	}
-	ss_to_f32(s->conv, conv->via.bin.ptr, s->dtype, nc);
-	ss_to_f32(s->ssm, ssm->via.bin.ptr, s->dtype, ns);
+	ss_to_f32(s->conv, conv, s->dtype, nc);
+	ss_to_f32(s->ssm, ssm, s->dtype, ns);
 	return 0;
 }
 

@@ -173,6 +173,13 @@ int ss_state_dims_check(const ss_state_dims *a, const ss_state_dims *b, char *er
 int ss_record_state(const ss_record *rec, ss_state *out, char *errmsg);
 /* Decodes everything but conv and ssm (left NULL). */
 int ss_record_state_meta(const ss_record *rec, ss_state *out, char *errmsg);
+/* Decodes the metadata into *out (conv and ssm left NULL) and points
+ * *conv / *ssm at the record's raw arrays: s->dtype elements,
+ * little-endian, possibly unaligned, [n_layer][conv_dim][d_conv-1] and
+ * [n_layer][nheads][headdim][d_state]; borrowed from the record (valid until
+ * the reader moves on). For consumers that read the arrays once in their
+ * storage dtype (ss-compose) without an f32 copy. */
+int ss_record_state_view(const ss_record *rec, ss_state *out, const void **conv, const void **ssm, char *errmsg);
 /* Writes s with its arrays stored as s->dtype. */
 int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset);
 
