@@ -383,7 +383,11 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 	if (!s->id)
 		return SS_ERR_NOMEM;
 	const msgpack_object *rk = ss_map_get(m, "rank"), *sc = ss_map_get(m, "score");
-	if (rk && sc) {
+	if (rec->has_rank) {
+		s->has_rank = 1;
+		s->rank = rec->rank;
+		s->score = rec->score;
+	} else if (rk && sc) {
 		int64_t r;
 		if ((rc = get_int(m, "rank", 0, INT32_MAX, &r, errmsg)))
 			goto fail;
@@ -679,6 +683,11 @@ int ss_record_to_json(const ss_record *rec, FILE *f, int full)
 		dtype[dto->via.str.size] = 0;
 	}
 	fprintf(f, "{\"offset\":%llu,", (unsigned long long)rec->offset);
+	if (rec->has_rank) {
+		fprintf(f, "\"rank\":%d,\"score\":", (int)rec->rank);
+		json_num(f, rec->score);
+		fputc(',', f);
+	}
 	for (uint32_t i = 0; i < m->via.map.size; i++) {
 		const msgpack_object *k = &m->via.map.ptr[i].key, *v = &m->via.map.ptr[i].val;
 		if (i)

@@ -30,6 +30,10 @@ extern "C" {
 #define SS_MAX_RECORD_DEFAULT (UINT64_C(4) << 30)
 #define SS_FINGERPRINT_MAX 64
 #define SS_ZSTD_LEVEL_DEFAULT 3
+/* zstd skippable-frame magic of an annotation frame: a msgpack map
+ * {"rank", "score"} that applies to the record after it (formats/states.md).
+ * Lets ss-retrieve annotate stored frames without recompressing them. */
+#define SS_ANNOT_MAGIC 0x184D2A53u
 
 /* ---------------------------------------------------------------- reading */
 
@@ -45,6 +49,9 @@ typedef struct {
 	uint64_t index;             /* 0-based record number since open/seek */
 	const void *raw;            /* decompressed msgpack bytes */
 	size_t raw_len;
+	int has_rank;               /* an annotation frame preceded the record */
+	int32_t rank;               /* its rank (1 = most relevant) ... */
+	double score;               /* ... and score (BM25, higher = better) */
 } ss_record;
 
 /* Opens `path` for reading; "-" or NULL means stdin (a pipe is fine).
@@ -101,6 +108,11 @@ int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset);
 /* Appends an already-compressed frame verbatim (ss-retrieve copies records
  * without recompressing). */
 int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *offset);
+
+/* Appends an annotation frame: the next record written gets this retrieval
+ * rank and score when read back (ss_record.has_rank, ss_state.has_rank).
+ * Readers that do not know it skip it (a zstd skippable frame). */
+int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score);
 
 /* Flushes, fsyncs and renames into place. Returns 0, or SS_ERR_IO when any
  * write failed (the temporary file is then removed). Frees w either way. */

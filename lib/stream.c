@@ -52,6 +52,9 @@ struct ss_reader {
 	unsigned char *meta; /* synthetic map for next_meta */
 	size_t meta_cap;
 	msgpack_unpacked unp;
+	int annot;           /* an annotation frame precedes the next record */
+	int32_t annot_rank;
+	double annot_score;
 	char format[32];
 	char err[SS_ERRMSG_MAX];
 };
@@ -204,6 +207,7 @@ int ss_reader_seek(ss_reader *r, uint64_t offset)
 	}
 	r->pos = offset;
 	r->index = 0;
+	r->annot = 0;
 	return 0;
 }
 
@@ -240,6 +244,42 @@ static long long frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64
 	return (long long)(off - r->pos);
 }
 
+/* Reads the annotation frame at r->pos (payload of n bytes: a msgpack map
+ * {"rank": int, "score": float}); it applies to the next record. */
+static int read_annotation(ss_reader *r, uint32_t n)
+{
+	long long got = in_fill(r, r->pos, 8 + (size_t)n, r->pos);
+	if (got < 0)
+		return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
+	if (got < 8 + (long long)n)
+		return rerr(r, SS_ERR_TRUNCATED, r->pos, "annotation frame truncated");
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	size_t used = 0;
+	int ok = msgpack_unpack_next(&u, (const char *)r->buf + (r->pos - r->base) + 8, n, &used) ==
+		 MSGPACK_UNPACK_SUCCESS && used == n;
+	const msgpack_object *rk = ok ? ss_map_get(&u.data, "rank") : NULL;
+	const msgpack_object *sc = ok ? ss_map_get(&u.data, "score") : NULL;
+	ok = rk && sc && rk->type == MSGPACK_OBJECT_POSITIVE_INTEGER && rk->via.u64 <= INT32_MAX &&
+	     (sc->type == MSGPACK_OBJECT_FLOAT64 || sc->type == MSGPACK_OBJECT_FLOAT32);
+	if (ok) {
+		r->annot = 1;
+		r->annot_rank = (int32_t)rk->via.u64;
+		r->annot_score = sc->via.f64;
+	}
+	msgpack_unpacked_destroy(&u);
+	return ok ? 0 : rerr(r, SS_ERR_FORMAT, r->pos, "malformed annotation frame");
+}
+
+/* Moves a pending annotation onto the record being returned. */
+static void take_annotation(ss_reader *r, ss_record *rec)
+{
+	rec->has_rank = r->annot;
+	rec->rank = r->annot_rank;
+	rec->score = r->annot_score;
+	r->annot = 0;
+}
+
 /* Parses the frame header at r->pos. Returns 1 with *hsz, *content,
  * *checksum set; 0 at clean end of input; 2 for a skippable frame (r->pos
  * advanced past it); negative on error. */
@@ -258,6 +298,11 @@ static int frame_header(ss_reader *r, size_t *hsz, uint64_t *content, int *check
 		if (got < 8)
 			return rerr(r, SS_ERR_TRUNCATED, r->pos, "skippable frame truncated");
 		uint32_t n = p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+		if (magic == SS_ANNOT_MAGIC && n <= 256) {
+			int rc = read_annotation(r, n);
+			if (rc < 0)
+				return rc;
+		}
 		r->pos += 8 + (uint64_t)n;
 		return 2;
 	}
@@ -457,6 +502,7 @@ int ss_reader_next(ss_reader *r, ss_record *rec)
 	rc = unpack_record(r, off, r->out, (size_t)content, rec);
 	if (rc < 0)
 		return rc;
+	take_annotation(r, rec);
 	rec->length = in_off - off;
 	r->pos = in_off;
 	r->index++;
@@ -610,6 +656,7 @@ int ss_reader_next_meta(ss_reader *r, ss_record *rec)
 	rc = unpack_record(r, off, r->meta, body + 5, rec);
 	if (rc < 0)
 		return rc;
+	take_annotation(r, rec);
 	rec->length = (uint64_t)flen;
 	r->pos += (uint64_t)flen;
 	r->index++;
@@ -718,6 +765,29 @@ int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset)
 		if (left == 0)
 			return 0;
 	}
+}
+
+int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score)
+{
+	unsigned char f[8 + 32];
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	msgpack_pack_str_with_body(&pk, "rank", 4);
+	msgpack_pack_int32(&pk, rank);
+	msgpack_pack_str_with_body(&pk, "score", 5);
+	msgpack_pack_double(&pk, score);
+	size_t n = sb.size;
+	uint32_t m = SS_ANNOT_MAGIC;
+	for (int i = 0; i < 4; i++) {
+		f[i] = (unsigned char)(m >> (8 * i));
+		f[4 + i] = (unsigned char)(n >> (8 * i));
+	}
+	memcpy(f + 8, sb.data, n);
+	msgpack_sbuffer_destroy(&sb);
+	return w_write(w, f, 8 + n);
 }
 
 uint64_t ss_writer_tell(const ss_writer *w) { return w->off; }

@@ -237,6 +237,50 @@ static void test_provenance_and_rank(void **ctx)
 	ss_reader_close(r);
 }
 
+/* Annotation frames (ss-retrieve's rank/score) attach to the next record,
+ * in full and meta reads, and are dropped by a seek. */
+static void test_annotation_frames(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	const char *p = tpath("annot.states");
+	uint64_t offs[3];
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+	for (int i = 0; i < 3; i++) {
+		ss_state s;
+		fill_state(&s, "x", (float)i, SS_DTYPE_F32);
+		if (i != 1)
+			assert_int_equal(ss_writer_put_annotation(w, 3 - i, 10.5 - i), 0);
+		assert_int_equal(ss_writer_put_state(w, &s, &offs[i]), 0);
+		ss_state_free(&s);
+	}
+	assert_int_equal(ss_writer_close(w, err), 0);
+	for (int meta = 0; meta < 2; meta++) {
+		ss_reader *r;
+		ss_record rec;
+		assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(meta ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec), 1);
+			assert_int_equal(rec.offset, offs[i]);
+			ss_state s;
+			assert_int_equal(meta ? ss_record_state_meta(&rec, &s, err) : ss_record_state(&rec, &s, err), 0);
+			assert_int_equal(s.has_rank, i != 1);
+			if (i != 1) {
+				assert_int_equal(s.rank, 3 - i);
+				assert_true(s.score == 10.5 - i);
+			}
+			ss_state_free(&s);
+		}
+		assert_int_equal(ss_reader_next(r, &rec), 0);
+		/* Seeking to a record's frame skips its annotation. */
+		assert_int_equal(ss_reader_seek(r, offs[2]), 0);
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		assert_int_equal(rec.has_rank, 0);
+		ss_reader_close(r);
+	}
+}
+
 static void test_meta_then_full(void **ctx)
 {
 	(void)ctx;
@@ -648,6 +692,7 @@ int main(void)
 		cmocka_unit_test(test_tokens_roundtrip_and_seek),
 		cmocka_unit_test(test_states_roundtrip_dtypes),
 		cmocka_unit_test(test_provenance_and_rank),
+		cmocka_unit_test(test_annotation_frames),
 		cmocka_unit_test(test_meta_then_full),
 		cmocka_unit_test(test_cat_concatenates),
 		cmocka_unit_test(test_truncated),
