@@ -186,7 +186,12 @@ static long long in_fill(ss_reader *r, uint64_t off, size_t need, uint64_t keep_
 		r->cap = ncap;
 	}
 	while (r->len < want && !r->eof) {
-		size_t got = fread(r->buf + r->len, 1, r->cap - r->len, r->f);
+		/* Read what is asked for (at least 64 KiB), not the whole window:
+		 * a seek to a small record must not cost a 1 MiB read. */
+		size_t chunk = want - r->len < (64u << 10) ? (64u << 10) : want - r->len;
+		if (chunk > r->cap - r->len)
+			chunk = r->cap - r->len;
+		size_t got = fread(r->buf + r->len, 1, chunk, r->f);
 		if (got == 0) {
 			if (ferror(r->f))
 				return SS_ERR_IO;
@@ -477,8 +482,11 @@ int ss_reader_next(ss_reader *r, ss_record *rec)
 	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, 1);
 	ZSTD_outBuffer ob = { r->out, (size_t)content, 0 };
 	uint64_t in_off = r->pos;
+	/* No valid frame is longer than this: ask for no more input than that. */
+	uint64_t bound = ZSTD_compressBound((size_t)content) + ZSTD_FRAMEHEADERSIZE_MAX + 3 * (content / 1024 + 2) + 4;
 	for (;;) {
-		long long got = in_fill(r, in_off, IN_CHUNK, in_off);
+		uint64_t left = bound > in_off - r->pos ? bound - (in_off - r->pos) : 1;
+		long long got = in_fill(r, in_off, left < IN_CHUNK ? (size_t)left : IN_CHUNK, in_off);
 		if (got < 0)
 			return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
 		if (got == 0)
