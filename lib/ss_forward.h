@@ -1,4 +1,145 @@
-/* ss_forward.h — part of libss; include "ss.h", not this file. */
+/*
+ * ss_forward.h — the Mamba-2 forward pass on the CPU (part of libss; include
+ * "ss.h", not this file: it uses ss_model from ss_model.h and ss_state from
+ * ss_stream.h).
+ *
+ * Prefill of token sequences from any state (zero, stored, composed), single
+ * token decode steps, and the layer-level selective scan. f32 throughout;
+ * the projections (in_proj, out_proj, lm_head) go through OpenBLAS
+ * sgemm/sgemv, the rest (norms, conv, scan, gating) through the context's
+ * own threads.
+ *
+ * Threads: a context with n_threads runs n_threads-1 worker threads plus the
+ * calling thread. Every BLAS call is made from those threads on a slice of
+ * the work, so ss_forward_ctx_init() sets OpenBLAS to one thread per call
+ * (openblas_set_num_threads(1), process-wide): OpenBLAS's own threads would
+ * otherwise spin-wait beside ours and oversubscribe the cores.
+ *
+ * ref: DESIGN.md §2; golden/README.md §2 (the exact per-token math);
+ *      state-spaces/mamba mamba_ssm/modules/mamba2.py forward() and step().
+ */
 #ifndef SS_FORWARD_H
 #define SS_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
 #endif
+
+/* Which positions of a sequence get an output row (hidden and/or logits). */
+typedef enum {
+	SS_LOGITS_NONE = 0, /* no rows: state extraction; norm_f and lm_head never run */
+	SS_LOGITS_LAST = 1, /* the last position of each sequence (1 row; 0 if empty) */
+	SS_LOGITS_ALL = 2,  /* every position (n_tokens rows) */
+} ss_logits_mode;
+
+/* One sequence of a (batched) prefill call.
+ *   tokens:   [n_tokens] i32 ids in [0, vocab_padded); borrowed.
+ *   n_tokens: >= 0; 0 leaves the state untouched and produces no rows.
+ *   state:    in/out, borrowed. On entry the state to start from (all zeros
+ *             for a fresh document), with arrays allocated for the model's
+ *             dims (ss_model_state_dims + ss_state_alloc); on return the
+ *             state after the tokens: conv and ssm replaced,
+ *             logdecay[l][h] += A_h * Σ_t dt[t][h] (units: log of the decay,
+ *             ≤ 0), n_tokens += n_tokens. An empty fingerprint is set to the
+ *             model's; a different non-empty one is refused.
+ *             Distinct sequences of one call must have distinct states.
+ *   logits:   out, caller-owned, [n_rows][vocab_padded] f32 (n_rows per the
+ *             mode), or NULL to skip lm_head for this sequence.
+ *   hidden:   out, caller-owned, [n_rows][d_model] f32, the lm_head input
+ *             (after norm_f), or NULL. */
+typedef struct {
+	const int32_t *tokens;
+	int64_t n_tokens;
+	ss_state *state;
+	float *logits;
+	float *hidden;
+} ss_forward_seq;
+
+/* Scratch buffers, transposed conv weights and the thread pool for one model.
+ * Not thread-safe: one call at a time per context. */
+typedef struct ss_forward_ctx ss_forward_ctx;
+
+/* Creates a context for model m (borrowed: it must outlive the context).
+ * m->lm_head may be NULL (SS_MODEL_SKIP_LM_HEAD): state extraction and
+ * hidden rows still work, logits are refused.
+ *   n_threads: threads used by every call (>= 1; 0 = 1).
+ *   ubatch:    the most tokens (over all sequences) computed in one pass;
+ *              longer inputs are cut into passes with the state carried
+ *              across (same result). 0 = 512. Scratch memory is about
+ *              ubatch * (2*d_model + d_in_proj + conv_dim + d_inner + nheads)
+ *              floats (33 KB per token for mamba2-130m) plus 16 rows of
+ *              vocab_padded logits, all allocated here, none per call.
+ * Side effect: openblas_set_num_threads(1) (see the file comment).
+ * Returns 0 and sets *out (free with ss_forward_ctx_free), SS_ERR_INVALID
+ * (bad dims or arguments, errmsg says which), SS_ERR_NOMEM. */
+int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads,
+			int ubatch, char *errmsg);
+/* Stops the threads and frees everything the context owns. NULL is a no-op. */
+void ss_forward_ctx_free(ss_forward_ctx *ctx);
+/* Bytes of scratch and weights copies the context holds (not the model). */
+size_t ss_forward_ctx_bytes(const ss_forward_ctx *ctx);
+
+/* Prefill: runs n_seqs sequences, each from its own state, through the model
+ * in one call. All tokens of all sequences are packed into one
+ * [T][d_model] matrix so that in_proj/out_proj are single large GEMMs; the
+ * conv and the scan then run per sequence (heads across threads).
+ *   seqs: [n_seqs], see ss_forward_seq (states updated in place).
+ *   mode: which rows get hidden/logits; SS_LOGITS_NONE never touches norm_f
+ *         or lm_head (state extraction).
+ * Returns 0; SS_ERR_INVALID (token out of range, NULL state, negative
+ * n_tokens, the same state twice, logits asked of a model loaded with
+ * SS_MODEL_SKIP_LM_HEAD), SS_ERR_MISMATCH (state dims or
+ * fingerprint differ from the model's), with errmsg naming the sequence.
+ * On error no state has been modified.
+ * ref: golden/README.md §2; mamba_ssm modules/mamba2.py forward(). */
+int ss_forward_prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs,
+		       ss_logits_mode mode, char *errmsg);
+
+/* Decode step: feeds one token to each of n states (a batch of independent
+ * sequences) and returns the logits of that position.
+ *   states: [n] in/out (as in ss_forward_seq.state);
+ *   tokens: [n] ids; logits: out [n][vocab_padded] f32, or NULL (state only).
+ * Equivalent to ss_forward_prefill with one token per sequence and
+ * SS_LOGITS_LAST. Errors as ss_forward_prefill.
+ * ref: mamba_ssm modules/mamba2.py step(). */
+int ss_forward_decode(ss_forward_ctx *ctx, ss_state **states, const int32_t *tokens,
+		      int n, float *logits, char *errmsg);
+
+/* ------------------------------------------------------------ the scan */
+
+/* Dims of one layer's selective scan. Head h uses B/C group
+ * h / (nheads/ngroups). */
+typedef struct {
+	int32_t nheads, headdim, d_state, ngroups;
+} ss_scan_dims;
+
+/* The SSM recurrence of one layer over n tokens, all heads, sequentially
+ * (the kernel the forward pass runs per head):
+ *   ssm[h] = exp(dt[t][h]*A[h]) * ssm[h] + dt[t][h] * outer(x[t][h], B[t][g])
+ *   y[t][h] = ssm[h] @ C[t][g] + D[h] * x[t][h]
+ *   logdecay[h] += A[h] * Σ_t dt[t][h]     (summed in double)
+ *   x:  [n][nheads*headdim] f32, row stride ldx floats (>= nheads*headdim)
+ *   B:  [n][ngroups*d_state], row stride ldb;  C: likewise with ldc, or NULL
+ *   dt: [n][nheads] after softplus (and clamp), row stride lddt
+ *   A:  [nheads], A = -exp(A_log) (< 0);  D: [nheads] or NULL (= 0)
+ *   ssm: [nheads][headdim][d_state], in/out
+ *   y:  [n][nheads*headdim], row stride ldy, out; NULL skips y (then C unused)
+ *   logdecay: [nheads] in/out, or NULL
+ * No allocation, no threads. Returns 0 or SS_ERR_INVALID (bad dims/strides).
+ * ref: golden/README.md §2; mamba_ssm modules/mamba2.py step();
+ *      picaso.txt Prop. 1 (the state is linear in the inputs, decays multiply). */
+int ss_ssm_scan_cpu(const ss_scan_dims *d, int64_t n,
+		    const float *x, ptrdiff_t ldx,
+		    const float *B, ptrdiff_t ldb,
+		    const float *C, ptrdiff_t ldc,
+		    const float *dt, ptrdiff_t lddt,
+		    const float *A, const float *D,
+		    float *ssm, float *y, ptrdiff_t ldy, float *logdecay);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SS_FORWARD_H */

@@ -1,0 +1,178 @@
+/*
+ * vec.c — elementwise kernels of the forward pass. See vec.h.
+ *
+ * The AVX2 exp: exp(x) = 2^k · exp(r), k = round(x·log2 e), r = x - k·ln 2
+ * (Cody–Waite split of ln 2, so r is exact to a few ulp), exp(r) by its
+ * degree-7 Taylor polynomial on |r| <= ln2/2 (truncation < 1e-8 relative),
+ * 2^k built in the exponent bits. Inputs are clamped to [-87.3, 88.3] so k
+ * stays a normal exponent; silu needs nothing beyond that range (x/(1+e^88)
+ * is 0 to f32 precision).
+ */
+#include <math.h>
+
+#include "vec.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_KERNELS 1
+#define AVX2 __attribute__((target("avx2,fma")))
+
+static inline int use_avx2(void)
+{
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+AVX2 static inline __m256 exp256(__m256 x)
+{
+	const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+	const __m256 ln2_hi = _mm256_set1_ps(0.693359375f);
+	const __m256 ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+	__m256 k, r, p;
+	__m256i e;
+
+	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+	k = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm256_fnmadd_ps(k, ln2_hi, x);
+	r = _mm256_fnmadd_ps(k, ln2_lo, r);
+	p = _mm256_set1_ps(1.0f / 5040.0f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+AVX2 static inline __m256 silu256(__m256 x)
+{
+	const __m256 one = _mm256_set1_ps(1.0f);
+	return _mm256_div_ps(x, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+AVX2 static void silu_avx2(float *x, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(x + i, silu256(_mm256_loadu_ps(x + i)));
+	for (; i < n; i++)
+		x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+AVX2 static void mul_silu_avx2(float *y, const float *z, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), silu256(_mm256_loadu_ps(z + i))));
+	for (; i < n; i++)
+		y[i] *= z[i] / (1.0f + expf(-z[i]));
+}
+
+AVX2 static void fma_avx2(float *y, const float *w, const float *x, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i),
+							_mm256_loadu_ps(y + i)));
+	for (; i < n; i++)
+		y[i] += w[i] * x[i];
+}
+
+AVX2 static double sumsq_avx2(const float *x, int64_t n)
+{
+	__m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+	__m128d h;
+	double s;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+		__m256d hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+		a0 = _mm256_fmadd_pd(lo, lo, a0);
+		a1 = _mm256_fmadd_pd(hi, hi, a1);
+	}
+	a0 = _mm256_add_pd(a0, a1);
+	h = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
+	s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+	for (; i < n; i++)
+		s += (double)x[i] * x[i];
+	return s;
+}
+
+AVX2 static void scale_mul_avx2(float *y, const float *x, float s, const float *w, int64_t n)
+{
+	const __m256 sv = _mm256_set1_ps(s);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv),
+						      _mm256_loadu_ps(w + i)));
+	for (; i < n; i++)
+		y[i] = x[i] * s * w[i];
+}
+#endif
+
+void ss_vec_silu(float *x, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		silu_avx2(x, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+void ss_vec_mul_silu(float *y, const float *z, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		mul_silu_avx2(y, z, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] *= z[i] / (1.0f + expf(-z[i]));
+}
+
+void ss_vec_fma(float *y, const float *w, const float *x, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		fma_avx2(y, w, x, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] += w[i] * x[i];
+}
+
+double ss_vec_sumsq(const float *x, int64_t n)
+{
+	double s = 0.0;
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2())
+		return sumsq_avx2(x, n);
+#endif
+	for (i = 0; i < n; i++)
+		s += (double)x[i] * x[i];
+	return s;
+}
+
+void ss_vec_scale_mul(float *y, const float *x, float s, const float *w, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		scale_mul_avx2(y, x, s, w, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] = x[i] * s * w[i];
+}

@@ -1,0 +1,835 @@
+/*
+ * test_forward.c — the CPU forward pass against golden/ (llama.cpp + float64
+ * numpy references), plus the properties the rest of ss relies on: batching
+ * and cutting a sequence into pieces change nothing, decode equals prefill,
+ * and one layer's scan obeys Prop. 1 (state(u1·u2) = exp(a(u2))·state(u1) +
+ * state(u2)).
+ *
+ * Tolerance (golden/README.md §8): |x - gold| <= 1e-5 + 1e-5·|gold| for
+ * logits, hidden, conv and ssm; relative 1e-5 for logdecay.
+ * Needs $SS_SHARED (the shared data folder); exits 77 (skip) without it.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ss.h"
+
+#define ATOL 1e-5
+#define RTOL 1e-5
+#define NCOLS 256
+
+static char golden[4096];
+static int32_t *logit_cols; /* [NCOLS] */
+
+/* ----------------------------------------------------------------- files */
+
+static void *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n;
+
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+		buf = malloc((size_t)n + 1);
+		if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+			free(buf);
+			buf = NULL;
+		}
+		if (buf) {
+			buf[n] = 0;
+			if (len)
+				*len = (size_t)n;
+		}
+	}
+	fclose(f);
+	return buf;
+}
+
+/* Reads golden/<rel> as an array of `elem`-byte items; fails the test if absent. */
+static void *gold(const char *rel, size_t elem, size_t *count)
+{
+	char path[8192];
+	size_t len = 0;
+	void *p;
+
+	snprintf(path, sizeof(path), "%s/%s", golden, rel);
+	p = slurp(path, &len);
+	if (!p)
+		fail_msg("cannot read %s", path);
+	assert_int_equal(len % elem, 0);
+	if (count)
+		*count = len / elem;
+	return p;
+}
+
+/* ------------------------------------------------------------ comparison */
+
+/* Compares n values; prints the first mismatches. Returns the number of
+ * values out of tolerance and sets *maxerr to the largest |x - gold|. */
+static size_t compare(const char *what, const float *x, const float *g, size_t n, size_t stride_x,
+		      double atol, double rtol, double *maxerr)
+{
+	size_t i, bad = 0;
+	double mx = 0.0;
+
+	for (i = 0; i < n; i++) {
+		const double xv = x[i * stride_x], gv = g[i];
+		const double e = fabs(xv - gv);
+		if (!(e <= atol + rtol * fabs(gv))) {
+			if (bad < 5)
+				printf("    %s[%zu]: got %.9g, golden %.9g, |diff| %.3g\n", what, i, xv, gv, e);
+			bad++;
+		}
+		if (e > mx || e != e)
+			mx = e != e ? INFINITY : e;
+	}
+	if (bad)
+		printf("    %s: %zu of %zu values out of tolerance (max |diff| %.3g)\n", what, bad, n, mx);
+	if (maxerr && mx > *maxerr)
+		*maxerr = mx;
+	return bad;
+}
+
+/* ---------------------------------------------------------------- models */
+
+typedef struct {
+	const char *name;  /* "t1-hf": models/<name> */
+	const char *key;   /* golden case folder: "t1" */
+	ss_model *m;
+} tmodel;
+
+static void state_new(ss_state *s, const ss_model *m)
+{
+	ss_state_dims d;
+	ss_model_state_dims(m, &d);
+	assert_int_equal(ss_state_alloc(s, &d), 0);
+}
+
+/* ----------------------------------------------------------- golden cases */
+
+typedef struct {
+	double logits, hidden, conv, ssm, logdecay_rel;
+} errs;
+
+/* Checks logits [n][V] (all positions) against logits_cols at every position
+ * and logits_full at its positions. */
+static size_t check_logits(const char *dir, const float *logits, size_t n, int V, errs *e)
+{
+	char rel[512];
+	size_t npos, ncols_all, bad = 0, i, k;
+	int32_t *pos;
+	float *full, *cols, *mine;
+
+	snprintf(rel, sizeof(rel), "%s/logits_cols.f32", dir);
+	cols = gold(rel, 4, &ncols_all);
+	assert_int_equal(ncols_all, n * NCOLS);
+	mine = malloc(n * NCOLS * sizeof(float));
+	for (i = 0; i < n; i++)
+		for (k = 0; k < NCOLS; k++)
+			mine[i * NCOLS + k] = logits[i * V + logit_cols[k]];
+	bad += compare("logits_cols", mine, cols, n * NCOLS, 1, ATOL, RTOL, &e->logits);
+	free(mine);
+	free(cols);
+
+	snprintf(rel, sizeof(rel), "%s/logits_full_pos.i32", dir);
+	pos = gold(rel, 4, &npos);
+	snprintf(rel, sizeof(rel), "%s/logits_full.f32", dir);
+	full = gold(rel, 4, &ncols_all);
+	assert_int_equal(ncols_all, npos * (size_t)V);
+	for (i = 0; i < npos; i++) {
+		char what[64];
+		assert_true(pos[i] >= 0 && (size_t)pos[i] < n);
+		snprintf(what, sizeof(what), "logits_full[pos %d]", pos[i]);
+		bad += compare(what, logits + (size_t)pos[i] * V, full + i * V, (size_t)V, 1, ATOL, RTOL,
+			       &e->logits);
+	}
+	free(pos);
+	free(full);
+	return bad;
+}
+
+static size_t check_state(const char *dir, const char *conv_name, const char *ssm_name,
+			  const ss_state *st, errs *e)
+{
+	char rel[512];
+	size_t n, bad = 0;
+	float *g;
+
+	snprintf(rel, sizeof(rel), "%s/%s", dir, conv_name);
+	g = gold(rel, 4, &n);
+	assert_int_equal(n, ss_state_conv_len(&st->dims));
+	bad += compare("conv", st->conv, g, n, 1, ATOL, RTOL, &e->conv);
+	free(g);
+	snprintf(rel, sizeof(rel), "%s/%s", dir, ssm_name);
+	g = gold(rel, 4, &n);
+	assert_int_equal(n, ss_state_ssm_len(&st->dims));
+	bad += compare("ssm", st->ssm, g, n, 1, ATOL, RTOL, &e->ssm);
+	free(g);
+	return bad;
+}
+
+static const char *fmt_err(char *buf, double v)
+{
+	if (v < 0)
+		return "   -    ";
+	snprintf(buf, 16, "%.2e", v);
+	return buf;
+}
+
+static void report(const char *model, const char *cas, const errs *e)
+{
+	char b[5][16];
+	printf("  %-14s %-8s max|diff| logits %s hidden %s conv %s ssm %s logdecay(rel) %s\n", model,
+	       cas, fmt_err(b[0], e->logits), fmt_err(b[1], e->hidden), fmt_err(b[2], e->conv),
+	       fmt_err(b[3], e->ssm), fmt_err(b[4], e->logdecay_rel));
+}
+
+/* c1..c4, docB (from zero) and compose (from S): prefill with all rows. */
+static size_t run_prefill_case(const tmodel *tm, const char *label, ss_forward_ctx *ctx,
+			       const char *cas)
+{
+	const ss_model_config *c = &tm->m->cfg;
+	const int V = c->vocab_padded;
+	const int compose = strcmp(cas, "compose") == 0;
+	char dir[256], rel[512];
+	size_t n, k, bad = 0;
+	int32_t *tok;
+	float *logits, *hidden, *g;
+	ss_state st;
+	ss_forward_seq q;
+	errs e = { -1, -1, -1, -1, -1 };
+	char errmsg[SS_ERRMSG_MAX] = "";
+
+	snprintf(dir, sizeof(dir), "%s/%s", tm->key, cas);
+	snprintf(rel, sizeof(rel), "%s/tokens.i32", dir);
+	tok = gold(rel, 4, &n);
+	state_new(&st, tm->m);
+	if (compose) {
+		size_t nc, ns;
+		float *sc, *ss;
+		snprintf(rel, sizeof(rel), "%s/S_conv.f32", dir);
+		sc = gold(rel, 4, &nc);
+		snprintf(rel, sizeof(rel), "%s/S_ssm.f32", dir);
+		ss = gold(rel, 4, &ns);
+		assert_int_equal(nc, ss_state_conv_len(&st.dims));
+		assert_int_equal(ns, ss_state_ssm_len(&st.dims));
+		memcpy(st.conv, sc, nc * 4);
+		memcpy(st.ssm, ss, ns * 4);
+		free(sc);
+		free(ss);
+	}
+	logits = malloc(n * (size_t)V * sizeof(float));
+	hidden = malloc(n * (size_t)c->d_model * sizeof(float));
+	assert_non_null(logits);
+	q = (ss_forward_seq){ .tokens = tok, .n_tokens = (int64_t)n, .state = &st,
+			      .logits = logits, .hidden = hidden };
+	if (ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, errmsg) != 0)
+		fail_msg("prefill: %s", errmsg);
+	assert_int_equal(st.n_tokens, (int64_t)n);
+
+	bad += check_logits(dir, logits, n, V, &e);
+	snprintf(rel, sizeof(rel), "%s/hidden.f32", dir);
+	g = gold(rel, 4, &k);
+	assert_int_equal(k, n * c->d_model);
+	bad += compare("hidden", hidden, g, k, 1, ATOL, RTOL, &e.hidden);
+	free(g);
+	if (compose)
+		bad += check_state(dir, "final_conv.f32", "final_ssm.f32", &st, &e);
+	else {
+		bad += check_state(dir, "conv.f32", "ssm.f32", &st, &e);
+		snprintf(rel, sizeof(rel), "%s/logdecay.f32", dir);
+		g = gold(rel, 4, &k);
+		assert_int_equal(k, ss_state_logdecay_len(&st.dims));
+		e.logdecay_rel = 0.0;
+		for (size_t i = 0; i < k; i++) {
+			double r = fabs((double)st.logdecay[i] - g[i]) / fabs((double)g[i]);
+			if (r > e.logdecay_rel)
+				e.logdecay_rel = r;
+		}
+		bad += compare("logdecay", st.logdecay, g, k, 1, 0.0, RTOL, NULL);
+		free(g);
+	}
+	report(label, cas, &e);
+	ss_state_free(&st);
+	free(logits);
+	free(hidden);
+	free(tok);
+	return bad;
+}
+
+/* decode: c3's final state from our own prefill, then 16 single-token steps. */
+static size_t run_decode_case(const tmodel *tm, const char *label, ss_forward_ctx *ctx)
+{
+	const ss_model_config *c = &tm->m->cfg;
+	const int V = c->vocab_padded;
+	char dir[256], rel[512];
+	size_t n, n3, nm, k, bad = 0;
+	int32_t *tok3, *in, *out;
+	float *logits, *margin;
+	ss_state st, *sp = &st;
+	ss_forward_seq q;
+	errs e = { -1, -1, -1, -1, -1 };
+	char errmsg[SS_ERRMSG_MAX] = "";
+
+	snprintf(rel, sizeof(rel), "%s/c3/tokens.i32", tm->key);
+	tok3 = gold(rel, 4, &n3);
+	state_new(&st, tm->m);
+	q = (ss_forward_seq){ .tokens = tok3, .n_tokens = (int64_t)n3, .state = &st };
+	if (ss_forward_prefill(ctx, &q, 1, SS_LOGITS_NONE, errmsg) != 0)
+		fail_msg("prefill: %s", errmsg);
+
+	snprintf(dir, sizeof(dir), "%s/decode", tm->key);
+	snprintf(rel, sizeof(rel), "%s/in_tokens.i32", dir);
+	in = gold(rel, 4, &n);
+	snprintf(rel, sizeof(rel), "%s/out_tokens.i32", dir);
+	out = gold(rel, 4, NULL);
+	snprintf(rel, sizeof(rel), "%s/top2_margin.f32", dir);
+	margin = gold(rel, 4, &nm);
+	assert_int_equal(nm, n);
+	logits = malloc(n * (size_t)V * sizeof(float));
+	for (k = 0; k < n; k++) {
+		float *lk = logits + k * V;
+		int best = 0, v;
+		if (ss_forward_decode(ctx, &sp, &in[k], 1, lk, errmsg) != 0)
+			fail_msg("decode step %zu: %s", k, errmsg);
+		for (v = 1; v < V; v++)
+			if (lk[v] > lk[best])
+				best = v;
+		/* greedy tokens are comparable only where the top-2 margin is clear */
+		if (margin[k] > 1e-4 && best != out[k]) {
+			printf("    decode step %zu: argmax %d, golden %d\n", k, best, out[k]);
+			bad++;
+		}
+	}
+	assert_int_equal(st.n_tokens, (int64_t)(n3 + n));
+	bad += check_logits(dir, logits, n, V, &e);
+	bad += check_state(dir, "final_conv.f32", "final_ssm.f32", &st, &e);
+	report(label, "decode", &e);
+	ss_state_free(&st);
+	free(logits);
+	free(tok3);
+	free(in);
+	free(out);
+	free(margin);
+	return bad;
+}
+
+static void run_golden(const tmodel *tm, int n_threads, int ubatch)
+{
+	static const char *cases[] = { "c1", "c2", "c3", "c4", "docB", "compose" };
+	ss_forward_ctx *ctx = NULL;
+	char errmsg[SS_ERRMSG_MAX] = "", label[64];
+	size_t bad = 0, i;
+
+	if (!tm->m)
+		skip();
+	snprintf(label, sizeof(label), "%s t%d u%d", tm->name, n_threads, ubatch);
+	if (ss_forward_ctx_init(&ctx, tm->m, n_threads, ubatch, errmsg) != 0)
+		fail_msg("ctx: %s", errmsg);
+	for (i = 0; i < sizeof(cases) / sizeof(*cases); i++)
+		bad += run_prefill_case(tm, label, ctx, cases[i]);
+	bad += run_decode_case(tm, label, ctx);
+	ss_forward_ctx_free(ctx);
+	assert_int_equal(bad, 0);
+}
+
+/* ------------------------------------------------------------------ state */
+
+/* Loaded with ss_model_load in setup(). t1-ss is the same weights in the
+ * state-spaces layout (pytorch_model.bin). */
+static tmodel models[] = {
+	{ "t1-hf", "t1", NULL },
+	{ "t2-hf", "t2", NULL },
+	{ "t1-ss", "t1", NULL },
+};
+
+static void test_golden_t1_hf(void **unused)
+{
+	run_golden(&models[0], 2, 512);
+}
+
+static void test_golden_t2_hf(void **unused)
+{
+	run_golden(&models[1], 2, 512);
+}
+
+static void test_golden_t1_ss(void **unused)
+{
+	run_golden(&models[2], 2, 512);
+}
+
+/* One thread and a small ubatch (every case cut into several passes). */
+static void test_golden_t2_small_ubatch(void **unused)
+{
+	run_golden(&models[1], 1, 100);
+}
+
+/* ------------------------------------------------------------ properties */
+
+static int32_t *read_tokens(const char *key, const char *cas, size_t *n)
+{
+	char rel[512];
+	snprintf(rel, sizeof(rel), "%s/%s/tokens.i32", key, cas);
+	return gold(rel, 4, n);
+}
+
+static size_t cmp_states(const char *what, const ss_state *a, const ss_state *b)
+{
+	size_t bad = 0;
+	printf("  %s\n", what);
+	bad += compare("conv", a->conv, b->conv, ss_state_conv_len(&a->dims), 1, ATOL, RTOL, NULL);
+	bad += compare("ssm", a->ssm, b->ssm, ss_state_ssm_len(&a->dims), 1, ATOL, RTOL, NULL);
+	bad += compare("logdecay", a->logdecay, b->logdecay, ss_state_logdecay_len(&a->dims), 1,
+		       0.0, RTOL, NULL);
+	if (a->n_tokens != b->n_tokens) {
+		printf("    n_tokens %lld vs %lld\n", (long long)a->n_tokens, (long long)b->n_tokens);
+		bad++;
+	}
+	return bad;
+}
+
+/* Several documents in one call (with a ubatch that cuts some of them)
+ * equal the same documents one call each; last-position logits too. */
+static void test_batch_equals_single(void **unused)
+{
+	static const char *cases[] = { "c2", "c3", "c1", "docB", "c4" };
+	enum { N = 5 };
+	const tmodel *tm = &models[1];
+	const ss_model *m = tm->m;
+	const int V = m ? m->cfg.vocab_padded : 0;
+	ss_forward_ctx *batch_ctx = NULL, *one_ctx = NULL;
+	ss_state sb[N], so[N], empty;
+	ss_forward_seq qb[N + 1], qo;
+	int32_t *tok[N];
+	size_t n[N], bad = 0;
+	float *lb, *lo;
+	int i, j;
+
+	if (!m)
+		skip();
+	assert_int_equal(ss_forward_ctx_init(&batch_ctx, m, 2, 300, NULL), 0);
+	assert_int_equal(ss_forward_ctx_init(&one_ctx, m, 2, 0, NULL), 0);
+	lb = malloc((size_t)N * V * sizeof(float));
+	lo = malloc((size_t)V * sizeof(float));
+	for (i = 0; i < N; i++) {
+		tok[i] = read_tokens(tm->key, cases[i], &n[i]);
+		state_new(&sb[i], m);
+		state_new(&so[i], m);
+	}
+	/* an empty sequence in the middle is allowed and produces nothing */
+	state_new(&empty, m);
+	for (i = 0, j = 0; i < N; i++) {
+		if (i == 2)
+			qb[j++] = (ss_forward_seq){ NULL, 0, &empty, lb, NULL };
+		qb[j++] = (ss_forward_seq){ tok[i], (int64_t)n[i], &sb[i], lb + (size_t)i * V, NULL };
+	}
+	assert_int_equal(ss_forward_prefill(batch_ctx, qb, N + 1, SS_LOGITS_LAST, NULL), 0);
+	assert_int_equal(empty.n_tokens, 0);
+	ss_state_free(&empty);
+	for (i = 0; i < N; i++) {
+		char what[64];
+		qo = (ss_forward_seq){ tok[i], (int64_t)n[i], &so[i], lo, NULL };
+		assert_int_equal(ss_forward_prefill(one_ctx, &qo, 1, SS_LOGITS_LAST, NULL), 0);
+		snprintf(what, sizeof(what), "batch vs single: %s", cases[i]);
+		bad += cmp_states(what, &sb[i], &so[i]);
+		bad += compare("last logits", lb + (size_t)i * V, lo, (size_t)V, 1, ATOL, RTOL, NULL);
+	}
+	for (i = 0; i < N; i++) {
+		ss_state_free(&sb[i]);
+		ss_state_free(&so[i]);
+		free(tok[i]);
+	}
+	free(lb);
+	free(lo);
+	ss_forward_ctx_free(batch_ctx);
+	ss_forward_ctx_free(one_ctx);
+	assert_int_equal(bad, 0);
+}
+
+/* Prefill of u1 then u2 (from u1's state) equals prefill of u1·u2: states
+ * and logits at every position; also cut inside the conv window (1 and 2
+ * tokens) and token by token through decode. */
+static void test_pieces_equal_whole(void **unused)
+{
+	const tmodel *tm = &models[0];
+	const ss_model *m = tm->m;
+	const int V = m ? m->cfg.vocab_padded : 0;
+	size_t cuts[4] = { 1, 2, 3, 0 };
+	ss_forward_ctx *ctx = NULL;
+	ss_state whole, piece;
+	ss_forward_seq q;
+	int32_t *tok;
+	size_t n, bad = 0, i, k;
+	float *lw, *lp;
+
+	if (!m)
+		skip();
+	assert_int_equal(ss_forward_ctx_init(&ctx, m, 2, 0, NULL), 0);
+	tok = read_tokens(tm->key, "docB", &n);
+	cuts[3] = n / 2;
+	lw = malloc(n * (size_t)V * sizeof(float));
+	lp = malloc(n * (size_t)V * sizeof(float));
+	state_new(&whole, m);
+	q = (ss_forward_seq){ tok, (int64_t)n, &whole, lw, NULL };
+	assert_int_equal(ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, NULL), 0);
+	for (i = 0; i < sizeof(cuts) / sizeof(*cuts); i++) {
+		char what[64];
+		state_new(&piece, m);
+		q = (ss_forward_seq){ tok, (int64_t)cuts[i], &piece, lp, NULL };
+		assert_int_equal(ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, NULL), 0);
+		q = (ss_forward_seq){ tok + cuts[i], (int64_t)(n - cuts[i]), &piece,
+				      lp + cuts[i] * V, NULL };
+		assert_int_equal(ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, NULL), 0);
+		snprintf(what, sizeof(what), "pieces %zu + %zu vs whole", cuts[i], n - cuts[i]);
+		bad += cmp_states(what, &piece, &whole);
+		bad += compare("logits", lp, lw, n * (size_t)V, 1, ATOL, RTOL, NULL);
+		ss_state_free(&piece);
+	}
+	/* token by token */
+	state_new(&piece, m);
+	for (k = 0; k < n; k++) {
+		ss_state *sp = &piece;
+		assert_int_equal(ss_forward_decode(ctx, &sp, &tok[k], 1, lp + k * V, NULL), 0);
+	}
+	bad += cmp_states("decode token by token vs whole", &piece, &whole);
+	bad += compare("logits", lp, lw, n * (size_t)V, 1, ATOL, RTOL, NULL);
+	ss_state_free(&piece);
+	ss_state_free(&whole);
+	free(lw);
+	free(lp);
+	free(tok);
+	ss_forward_ctx_free(ctx);
+	assert_int_equal(bad, 0);
+}
+
+/* Batched decode (several states, one token each) equals single decodes. */
+static void test_decode_batch(void **unused)
+{
+	const tmodel *tm = &models[1];
+	const ss_model *m = tm->m;
+	const int V = m ? m->cfg.vocab_padded : 0;
+	enum { N = 3 };
+	ss_forward_ctx *ctx = NULL;
+	ss_state a[N], b[N], *pa[N];
+	int32_t *tok;
+	size_t n, bad = 0;
+	float *la, *lb;
+	int i, k;
+
+	if (!m)
+		skip();
+	assert_int_equal(ss_forward_ctx_init(&ctx, m, 2, 0, NULL), 0);
+	tok = read_tokens(tm->key, "c2", &n);
+	la = malloc((size_t)N * V * sizeof(float));
+	lb = malloc((size_t)V * sizeof(float));
+	for (i = 0; i < N; i++) {
+		state_new(&a[i], m);
+		state_new(&b[i], m);
+		pa[i] = &a[i];
+	}
+	for (k = 0; k + N <= (int)n; k++) {
+		/* sequence i reads tok[k + i] at step k */
+		assert_int_equal(ss_forward_decode(ctx, pa, tok + k, N, la, NULL), 0);
+		for (i = 0; i < N; i++) {
+			ss_state *sp = &b[i];
+			assert_int_equal(ss_forward_decode(ctx, &sp, tok + k + i, 1, lb, NULL), 0);
+			bad += compare("decode logits", la + (size_t)i * V, lb, (size_t)V, 1, ATOL, RTOL, NULL);
+		}
+	}
+	for (i = 0; i < N; i++) {
+		bad += cmp_states("batched decode vs single", &a[i], &b[i]);
+		ss_state_free(&a[i]);
+		ss_state_free(&b[i]);
+	}
+	free(la);
+	free(lb);
+	free(tok);
+	ss_forward_ctx_free(ctx);
+	assert_int_equal(bad, 0);
+}
+
+/* Deterministic uniform floats in [lo, hi). */
+static float urand(uint64_t *s, float lo, float hi)
+{
+	*s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+	return lo + (hi - lo) * (float)((*s >> 40) * (1.0 / 16777216.0));
+}
+
+/* Prop. 1 for one layer's scan: with x(u) the state reached from zero and
+ * a(u) = A·Σdt its log-decay, x(u1·u2) = exp(a(u2))·x(u1) + x(u2).
+ * Also: the whole-layer entry point equals itself cut at any token, y and all. */
+static void test_scan_prop1(void **unused)
+{
+	const ss_scan_dims d = { .nheads = 6, .headdim = 8, .d_state = 24, .ngroups = 3 };
+	enum { N1 = 37, N2 = 53, NT = N1 + N2 };
+	const int H = 6, P = 8, S = 24, G = 3, XW = H * P, BW = G * S;
+	const size_t SL = (size_t)H * P * S;
+	float *x = malloc(sizeof(float) * NT * XW), *B = malloc(sizeof(float) * NT * BW);
+	float *C = malloc(sizeof(float) * NT * BW), *dt = malloc(sizeof(float) * NT * H);
+	float *y = malloc(sizeof(float) * NT * XW), *y2 = malloc(sizeof(float) * NT * XW);
+	float *s12 = calloc(SL, 4), *s1 = calloc(SL, 4), *s2 = calloc(SL, 4), *comp = malloc(SL * 4);
+	float A[6], D[6], ld12[6] = { 0 }, ld1[6] = { 0 }, ld2[6] = { 0 };
+	uint64_t seed = 42;
+	size_t i, bad = 0;
+	int h;
+
+	for (i = 0; i < (size_t)NT * XW; i++)
+		x[i] = urand(&seed, -2, 2);
+	for (i = 0; i < (size_t)NT * BW; i++) {
+		B[i] = urand(&seed, -1, 1);
+		C[i] = urand(&seed, -1, 1);
+	}
+	for (i = 0; i < (size_t)NT * H; i++)
+		dt[i] = urand(&seed, 0.001f, 0.2f);
+	for (h = 0; h < H; h++) {
+		A[h] = -urand(&seed, 1, 16);
+		D[h] = urand(&seed, 0.5f, 1.5f);
+	}
+	assert_int_equal(ss_ssm_scan_cpu(&d, NT, x, XW, B, BW, C, BW, dt, H, A, D, s12, y, XW, ld12), 0);
+	assert_int_equal(ss_ssm_scan_cpu(&d, N1, x, XW, B, BW, NULL, 0, dt, H, A, NULL, s1, NULL, 0, ld1), 0);
+	assert_int_equal(ss_ssm_scan_cpu(&d, N2, x + N1 * XW, XW, B + N1 * BW, BW, NULL, 0, dt + N1 * H,
+					 H, A, NULL, s2, NULL, 0, ld2), 0);
+	for (h = 0; h < H; h++) {
+		const float decay = expf(ld2[h]);
+		for (i = 0; i < (size_t)P * S; i++) {
+			const size_t o = (size_t)h * P * S + i;
+			comp[o] = decay * s1[o] + s2[o];
+		}
+	}
+	printf("  Prop. 1: state(u1.u2) vs exp(a(u2))*state(u1) + state(u2)\n");
+	bad += compare("ssm", comp, s12, SL, 1, 1e-6, 1e-5, NULL);
+	for (h = 0; h < H; h++)
+		ld1[h] += ld2[h];
+	bad += compare("logdecay", ld1, ld12, (size_t)H, 1, 0.0, 1e-6, NULL);
+
+	/* continuing from u1's state reproduces the whole run, y included */
+	memset(s1, 0, SL * 4);
+	assert_int_equal(ss_ssm_scan_cpu(&d, N1, x, XW, B, BW, C, BW, dt, H, A, D, s1, y2, XW, NULL), 0);
+	assert_int_equal(ss_ssm_scan_cpu(&d, N2, x + N1 * XW, XW, B + N1 * BW, BW, C + N1 * BW, BW,
+					 dt + N1 * H, H, A, D, s1, y2 + N1 * XW, XW, NULL), 0);
+	bad += compare("ssm (continued)", s1, s12, SL, 1, 0.0, 0.0, NULL);
+	bad += compare("y (continued)", y2, y, (size_t)NT * XW, 1, 0.0, 0.0, NULL);
+
+	/* contract: bad dims are refused */
+	{
+		ss_scan_dims bd = d;
+		bd.ngroups = 4; /* 6 heads do not split into 4 groups */
+		assert_int_equal(ss_ssm_scan_cpu(&bd, NT, x, XW, B, BW, C, BW, dt, H, A, D, s12, y, XW, NULL),
+				 SS_ERR_INVALID);
+		assert_int_equal(ss_ssm_scan_cpu(&d, NT, x, XW - 1, B, BW, C, BW, dt, H, A, D, s12, y, XW, NULL),
+				 SS_ERR_INVALID);
+	}
+	free(x); free(B); free(C); free(dt); free(y); free(y2);
+	free(s12); free(s1); free(s2); free(comp);
+	assert_int_equal(bad, 0);
+}
+
+/* 1 thread and 2 threads give the same results (splits change no sums). */
+static void test_threads_agree(void **unused)
+{
+	const tmodel *tm = &models[1];
+	const ss_model *m = tm->m;
+	const int V = m ? m->cfg.vocab_padded : 0;
+	ss_forward_ctx *c1 = NULL, *c2 = NULL;
+	ss_state s1, s2;
+	ss_forward_seq q;
+	int32_t *tok;
+	size_t n, bad = 0;
+	float *l1, *l2;
+
+	if (!m)
+		skip();
+	assert_int_equal(ss_forward_ctx_init(&c1, m, 1, 0, NULL), 0);
+	assert_int_equal(ss_forward_ctx_init(&c2, m, 2, 0, NULL), 0);
+	tok = read_tokens(tm->key, "c3", &n);
+	l1 = malloc(n * (size_t)V * sizeof(float));
+	l2 = malloc(n * (size_t)V * sizeof(float));
+	state_new(&s1, m);
+	state_new(&s2, m);
+	q = (ss_forward_seq){ tok, (int64_t)n, &s1, l1, NULL };
+	assert_int_equal(ss_forward_prefill(c1, &q, 1, SS_LOGITS_ALL, NULL), 0);
+	q = (ss_forward_seq){ tok, (int64_t)n, &s2, l2, NULL };
+	assert_int_equal(ss_forward_prefill(c2, &q, 1, SS_LOGITS_ALL, NULL), 0);
+	bad += cmp_states("1 thread vs 2 threads", &s1, &s2);
+	bad += compare("logits", l1, l2, n * (size_t)V, 1, ATOL, RTOL, NULL);
+	ss_state_free(&s1);
+	ss_state_free(&s2);
+	free(l1);
+	free(l2);
+	free(tok);
+	ss_forward_ctx_free(c1);
+	ss_forward_ctx_free(c2);
+	assert_int_equal(bad, 0);
+}
+
+/* Bad input is refused before any state changes. */
+static void test_errors(void **unused)
+{
+	const ss_model *m = models[0].m;
+	ss_forward_ctx *ctx = NULL;
+	ss_state st, other;
+	ss_state_dims d;
+	ss_forward_seq q[2];
+	int32_t tok[3] = { 1, 2, 3 };
+	char errmsg[SS_ERRMSG_MAX] = "";
+
+	if (!m)
+		skip();
+	assert_int_equal(ss_forward_ctx_init(&ctx, m, 2, 0, errmsg), 0);
+	state_new(&st, m);
+
+	tok[1] = m->cfg.vocab_padded;
+	q[0] = (ss_forward_seq){ tok, 3, &st, NULL, NULL };
+	assert_int_equal(ss_forward_prefill(ctx, q, 1, SS_LOGITS_NONE, errmsg), SS_ERR_INVALID);
+	assert_non_null(strstr(errmsg, "position 1"));
+	tok[1] = -1;
+	assert_int_equal(ss_forward_prefill(ctx, q, 1, SS_LOGITS_NONE, errmsg), SS_ERR_INVALID);
+	tok[1] = 2;
+
+	q[1] = q[0]; /* the same state twice */
+	assert_int_equal(ss_forward_prefill(ctx, q, 2, SS_LOGITS_NONE, errmsg), SS_ERR_INVALID);
+
+	snprintf(st.fingerprint, sizeof(st.fingerprint), "another-model");
+	assert_int_equal(ss_forward_prefill(ctx, q, 1, SS_LOGITS_NONE, errmsg), SS_ERR_MISMATCH);
+	st.fingerprint[0] = 0;
+
+	d = st.dims;
+	d.d_state *= 2;
+	assert_int_equal(ss_state_alloc(&other, &d), 0);
+	q[0].state = &other;
+	assert_int_equal(ss_forward_prefill(ctx, q, 1, SS_LOGITS_NONE, errmsg), SS_ERR_MISMATCH);
+	assert_non_null(strstr(errmsg, "dims"));
+	ss_state_free(&other);
+
+	/* nothing was touched */
+	assert_int_equal(st.n_tokens, 0);
+	for (size_t i = 0; i < ss_state_ssm_len(&st.dims); i++)
+		assert_true(st.ssm[i] == 0.0f);
+
+	/* a good call sets the fingerprint; empty input is fine */
+	q[0] = (ss_forward_seq){ tok, 3, &st, NULL, NULL };
+	assert_int_equal(ss_forward_prefill(ctx, q, 1, SS_LOGITS_NONE, errmsg), 0);
+	assert_string_equal(st.fingerprint, m->fingerprint);
+	assert_int_equal(st.n_tokens, 3);
+	assert_int_equal(ss_forward_prefill(ctx, q, 0, SS_LOGITS_ALL, errmsg), 0);
+	assert_int_equal(ss_forward_decode(ctx, NULL, NULL, 0, NULL, errmsg), 0);
+	ss_state_free(&st);
+	ss_forward_ctx_free(ctx);
+}
+
+/* State extraction never touches lm_head: a model loaded without it gives
+ * the same states and hidden rows, and refuses logits. */
+static void test_no_lm_head(void **unused)
+{
+	const ss_model *full = models[1].m;
+	ss_model *m = NULL;
+	ss_model_opts o = { .flags = SS_MODEL_SKIP_LM_HEAD };
+	ss_forward_ctx *cf = NULL, *cn = NULL;
+	ss_state a, b;
+	ss_forward_seq q;
+	char dir[8192], errmsg[SS_ERRMSG_MAX] = "";
+	int32_t *tok;
+	size_t n, bad = 0;
+	float ha[96], hb[96], lg[1];
+
+	if (!full)
+		skip();
+	snprintf(dir, sizeof(dir), "%s/models/t2-hf", golden);
+	if (ss_model_load_opts(&m, dir, &o, errmsg) != 0)
+		fail_msg("%s", errmsg);
+	assert_null(m->lm_head); /* t2 is untied */
+	assert_int_equal(m->cfg.d_model, 96);
+	assert_int_equal(ss_forward_ctx_init(&cf, full, 2, 0, NULL), 0);
+	assert_int_equal(ss_forward_ctx_init(&cn, m, 2, 0, errmsg), 0);
+	tok = read_tokens("t2", "c3", &n);
+	state_new(&a, full);
+	state_new(&b, m);
+	q = (ss_forward_seq){ tok, (int64_t)n, &a, NULL, ha };
+	assert_int_equal(ss_forward_prefill(cf, &q, 1, SS_LOGITS_LAST, NULL), 0);
+	q = (ss_forward_seq){ tok, (int64_t)n, &b, NULL, hb };
+	assert_int_equal(ss_forward_prefill(cn, &q, 1, SS_LOGITS_LAST, NULL), 0);
+	bad += cmp_states("no lm_head vs full model", &b, &a);
+	bad += compare("hidden", hb, ha, 96, 1, 0.0, 0.0, NULL);
+	q.logits = lg;
+	assert_int_equal(ss_forward_prefill(cn, &q, 1, SS_LOGITS_LAST, errmsg), SS_ERR_INVALID);
+	assert_non_null(strstr(errmsg, "lm_head"));
+	ss_state_free(&a);
+	ss_state_free(&b);
+	free(tok);
+	ss_forward_ctx_free(cf);
+	ss_forward_ctx_free(cn);
+	ss_model_free(m);
+	assert_int_equal(bad, 0);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static int setup(void **unused)
+{
+	char dir[8192], errmsg[SS_ERRMSG_MAX] = "";
+	size_t n, i;
+	for (i = 0; i < sizeof(models) / sizeof(*models); i++) {
+		snprintf(dir, sizeof(dir), "%s/models/%s", golden, models[i].name);
+		if (ss_model_load(&models[i].m, dir, errmsg) != 0) {
+			printf("cannot load %s: %s\n", dir, errmsg);
+			return -1;
+		}
+	}
+	logit_cols = gold("logit_columns.i32", 4, &n);
+	return n == NCOLS ? 0 : -1;
+}
+
+static int teardown(void **unused)
+{
+	size_t i;
+	for (i = 0; i < sizeof(models) / sizeof(*models); i++) {
+		ss_model_free(models[i].m);
+		models[i].m = NULL;
+	}
+	free(logit_cols);
+	return 0;
+}
+
+int main(void)
+{
+	const char *shared = getenv("SS_SHARED");
+	char probe[8192];
+	FILE *f;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_scan_prop1),
+		cmocka_unit_test(test_golden_t1_hf),
+		cmocka_unit_test(test_golden_t2_hf),
+		cmocka_unit_test(test_golden_t1_ss),
+		cmocka_unit_test(test_golden_t2_small_ubatch),
+		cmocka_unit_test(test_batch_equals_single),
+		cmocka_unit_test(test_pieces_equal_whole),
+		cmocka_unit_test(test_decode_batch),
+		cmocka_unit_test(test_threads_agree),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_no_lm_head),
+	};
+
+	if (!shared || !*shared) {
+		printf("SS_SHARED is not set: no golden data\n");
+		return 77;
+	}
+	snprintf(golden, sizeof(golden), "%s/golden", shared);
+	snprintf(probe, sizeof(probe), "%s/manifest.json", golden);
+	f = fopen(probe, "rb");
+	if (!f) {
+		printf("no golden data at %s\n", golden);
+		return 77;
+	}
+	fclose(f);
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
