@@ -90,14 +90,34 @@ void ss_reader_close(ss_reader *r);
 /* Looks up key `key` in a msgpack map; NULL when absent or not a map. */
 const msgpack_object *ss_map_get(const msgpack_object *map, const char *key);
 
+/* ---------------------------------------------------------- output files */
+
+/* An output file that appears whole or not at all: a named path is written
+ * to a temporary file in the same directory and renamed over the path by
+ * ss_output_commit(); "-" or NULL is stdout; an existing path that is not a
+ * regular file (a device like /dev/null, a FIFO) is written in place. */
+typedef struct ss_output ss_output;
+/* Returns 0 and sets *out, SS_ERR_IO (errmsg says why) or SS_ERR_NOMEM. */
+int ss_output_open(ss_output **out, const char *path, char *errmsg);
+/* The stream to write to; owned by the output. */
+FILE *ss_output_file(const ss_output *o);
+/* Flushes, fsyncs, closes and renames into place; frees o. Returns 0 or
+ * SS_ERR_IO (then the temporary file is removed). */
+int ss_output_commit(ss_output *o, char *errmsg);
+/* Closes and removes the temporary file; frees o. NULL is a no-op. */
+void ss_output_abort(ss_output *o);
+/* Removes the temporary files of every output not yet committed or
+ * aborted, without freeing anything: for exit and signal handlers. */
+void ss_output_abort_all(void);
+
 /* ---------------------------------------------------------------- writing */
 
 typedef struct ss_writer ss_writer;
 
-/* Opens `path` for writing; "-" or NULL means stdout. A named file is written
- * to a temporary file in the same directory and renamed over `path` only by a
- * successful ss_writer_close(): a failed or interrupted run leaves no partial
- * output. Refuses (SS_ERR_INVALID) to write to stdout when it is a terminal.
+/* Opens `path` for writing through an ss_output ("-" or NULL means stdout):
+ * a named file appears only on a successful ss_writer_close(), so a failed
+ * or interrupted run leaves no partial output. Refuses (SS_ERR_INVALID) to
+ * write to stdout when it is a terminal.
  * level: zstd level, 0 = SS_ZSTD_LEVEL_DEFAULT. */
 int ss_writer_open(ss_writer **out, const char *path, int level, char *errmsg);
 

@@ -674,8 +674,8 @@ int ss_reader_next_meta(ss_reader *r, ss_record *rec)
 /* ================================================================ writer */
 
 struct ss_writer {
+	ss_output *out;
 	FILE *f;
-	char *path, *tmp;
 	ZSTD_CCtx *cctx;
 	unsigned char *cbuf;
 	size_t ccap;
@@ -687,8 +687,7 @@ struct ss_writer {
 int ss_writer_open(ss_writer **out, const char *path, int level, char *errmsg)
 {
 	*out = NULL;
-	int is_stdout = !path || !strcmp(path, "-");
-	if (is_stdout && isatty(STDOUT_FILENO)) {
+	if ((!path || !strcmp(path, "-")) && isatty(STDOUT_FILENO)) {
 		fmt_err(errmsg, "refusing to write a binary stream to a terminal (use -o FILE or a pipe)");
 		return SS_ERR_INVALID;
 	}
@@ -703,29 +702,13 @@ int ss_writer_open(ss_writer **out, const char *path, int level, char *errmsg)
 	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, level ? level : SS_ZSTD_LEVEL_DEFAULT);
 	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_checksumFlag, 1);
 	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1);
-	if (is_stdout) {
-		w->f = stdout;
-	} else {
-		w->path = strdup(path);
-		size_t n = strlen(path) + 16;
-		w->tmp = malloc(n);
-		if (!w->path || !w->tmp) {
-			ss_writer_abort(w);
-			return SS_ERR_NOMEM;
-		}
-		snprintf(w->tmp, n, "%s.tmp.XXXXXX", path);
-		int fd = mkstemp(w->tmp);
-		if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {
-			fmt_err(errmsg, "cannot create %s: %s", w->tmp, strerror(errno));
-			if (fd >= 0)
-				close(fd);
-			free(w->tmp);
-			w->tmp = NULL;
-			ss_writer_abort(w);
-			return SS_ERR_IO;
-		}
-		fchmod(fd, 0644 & ~(mode_t)0);
+	int rc = ss_output_open(&w->out, path, errmsg);
+	if (rc) {
+		ZSTD_freeCCtx(w->cctx);
+		free(w);
+		return rc;
 	}
+	w->f = ss_output_file(w->out);
 	*out = w;
 	return 0;
 }
@@ -802,32 +785,15 @@ uint64_t ss_writer_tell(const ss_writer *w) { return w->off; }
 
 int ss_writer_close(ss_writer *w, char *errmsg)
 {
-	int rc = 0;
-	if (w->f == stdout) {
-		if (fflush(stdout) != 0 || w->failed) {
-			fmt_err(errmsg, "write error: %s", strerror(w->failed ? w->saved_errno : errno));
-			rc = SS_ERR_IO;
-		}
+	int rc;
+	if (w->failed) {
+		fmt_err(errmsg, "write error: %s", strerror(w->saved_errno));
+		ss_output_abort(w->out);
+		rc = SS_ERR_IO;
 	} else {
-		if (fflush(w->f) != 0 || w->failed || fsync(fileno(w->f)) != 0) {
-			fmt_err(errmsg, "write error: %s", strerror(w->failed ? w->saved_errno : errno));
-			rc = SS_ERR_IO;
-		}
-		if (fclose(w->f) != 0 && rc == 0) {
-			fmt_err(errmsg, "write error: %s", strerror(errno));
-			rc = SS_ERR_IO;
-		}
-		w->f = NULL;
-		if (rc == 0 && rename(w->tmp, w->path) != 0) {
-			fmt_err(errmsg, "cannot rename %s to %s: %s", w->tmp, w->path, strerror(errno));
-			rc = SS_ERR_IO;
-		}
-		if (rc != 0)
-			unlink(w->tmp);
+		rc = ss_output_commit(w->out, errmsg);
 	}
-	w->f = NULL;
-	free(w->tmp);
-	w->tmp = NULL;
+	w->out = NULL;
 	ss_writer_abort(w);
 	return rc;
 }
@@ -836,13 +802,8 @@ void ss_writer_abort(ss_writer *w)
 {
 	if (!w)
 		return;
-	if (w->f && w->f != stdout)
-		fclose(w->f);
-	if (w->tmp)
-		unlink(w->tmp);
+	ss_output_abort(w->out);
 	ZSTD_freeCCtx(w->cctx);
 	free(w->cbuf);
-	free(w->path);
-	free(w->tmp);
 	free(w);
 }

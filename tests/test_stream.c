@@ -561,6 +561,16 @@ static void test_writer_abort_leaves_nothing(void **ctx)
 	char cmd[600];
 	snprintf(cmd, sizeof cmd, "ls '%s' | grep -q tmp", tmpdir);
 	assert_int_not_equal(system(cmd), 0);
+	/* An existing non-regular file is written in place, never renamed over:
+	 * "-o /dev/null" must not replace the device with a regular file. */
+	assert_int_equal(ss_writer_open(&w, "/dev/null", 0, err), 0);
+	fill_state(&s, "x", 0, SS_DTYPE_F32);
+	assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+	ss_state_free(&s);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	struct stat st;
+	assert_int_equal(stat("/dev/null", &st), 0);
+	assert_true(S_ISCHR(st.st_mode));
 	/* A directory that does not exist: open fails, nothing written. */
 	assert_int_equal(ss_writer_open(&w, "/nonexistent-dir/x.states", 0, err), SS_ERR_IO);
 }

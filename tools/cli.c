@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,10 +26,55 @@ static void check_stdout(void)
 	}
 }
 
+/* An interrupted or failing tool leaves no temporary output files. */
+static void on_signal(int sig)
+{
+	ss_output_abort_all();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void at_exit(void)
+{
+	ss_output_abort_all();
+	check_stdout();
+}
+
 void cli_init(const char *prog)
 {
 	cli_prog = prog;
-	atexit(check_stdout);
+	atexit(at_exit);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+}
+
+/* The one text output of a tool (cli_out_open/close). */
+static ss_output *text_out;
+static char *text_out_path;
+
+FILE *cli_out_open(const char *path)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	if (text_out)
+		cli_die("internal error: two text outputs open");
+	if (ss_output_open(&text_out, path, err))
+		cli_die("%s: %s", path, err);
+	text_out_path = strdup(path ? path : "-");
+	return ss_output_file(text_out);
+}
+
+void cli_out_close(FILE *f)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	if (!text_out || ss_output_file(text_out) != f)
+		cli_die("internal error: closing an output that is not open");
+	ss_output *o = text_out;
+	text_out = NULL;
+	if (ss_output_commit(o, err))
+		cli_die("%s: %s", strcmp(text_out_path, "-") ? text_out_path : "standard output", err);
+	free(text_out_path);
+	text_out_path = NULL;
 }
 
 static void vmsg(const char *fmt, va_list ap)

@@ -37,6 +37,11 @@ double cli_double(const char *opt, const char *s, double lo, double hi, const ch
 uint64_t cli_max_record(void);
 /* Monotonic seconds. */
 double cli_now(void);
+/* Opens a text output: stdout for NULL or "-", else a file that appears
+ * whole on cli_out_close() (ss_output). Dies on error. */
+FILE *cli_out_open(const char *path);
+/* Commits the output opened by cli_out_open(); dies on a write error. */
+void cli_out_close(FILE *f);
 /* Prints "prog VERSION" to stdout and exits 0. */
 void cli_version(void) __attribute__((noreturn));
 

@@ -26,7 +26,7 @@
 #define PEEK 512
 
 static const char *usage =
-	"ss-tokenize [--whole|--jsonl|--archive|--text] [--chunk N] [--ids] [-t TOKENIZER] [-o FILE] [FILE...]\n"
+	"ss-tokenize [--whole|--jsonl|--archive|--text] [--chunk N|--parts N] [--ids] [-t TOKENIZER] [-o FILE] [FILE...]\n"
 	"       ss-tokenize --decode [--whole] [-t TOKENIZER] [-o FILE] [STREAM...]";
 
 enum informat { IN_AUTO, IN_TEXT, IN_JSONL, IN_ARCHIVE };
@@ -34,13 +34,12 @@ enum informat { IN_AUTO, IN_TEXT, IN_JSONL, IN_ARCHIVE };
 static struct {
 	enum informat format;
 	int whole, ids, decode, no_text, level;
-	long chunk;
+	long chunk, parts;
 } opt;
 
 static ss_tokenizer *tok;
 static ss_writer *out_stream;     /* token stream output */
 static FILE *out_text;            /* --ids / --decode output */
-static char *out_text_tmp;        /* its temporary file until renamed */
 static const char *out_path = "-";
 static uint64_t n_docs, n_records, n_tokens, n_bytes;
 
@@ -60,6 +59,10 @@ static void help(void)
 	       "                   force the input format instead of detecting it\n"
 	       "  --chunk N        split documents into chunks of at most N tokens, ids\n"
 	       "                   DOC#0, DOC#1, ...\n"
+	       "  --parts N        split documents into N chunks of (nearly) equal token\n"
+	       "                   counts (the first n %% N one token longer), ids DOC#0 ..\n"
+	       "                   DOC#N-1; a document of fewer than N tokens gives one\n"
+	       "                   chunk per token\n"
 	       "  --ids            print token ids as text (one record per line, space-\n"
 	       "                   separated) instead of writing a stream\n"
 	       "  --no-text        do not store the document text in the records\n"
@@ -83,18 +86,6 @@ static void help(void)
 
 /* ----------------------------------------------------------------- output */
 
-static void discard_outputs(void)
-{
-	if (out_stream) {
-		ss_writer_abort(out_stream);
-		out_stream = NULL;
-	}
-	if (out_text_tmp) {
-		unlink(out_text_tmp);
-		out_text_tmp = NULL;
-	}
-}
-
 static void open_output(void)
 {
 	char err[SS_ERRMSG_MAX];
@@ -104,21 +95,7 @@ static void open_output(void)
 			cli_die("%s: %s", strcmp(out_path, "-") ? out_path : "stdout", err);
 		return;
 	}
-	if (!strcmp(out_path, "-")) {
-		out_text = stdout;
-		return;
-	}
-	size_t n = strlen(out_path) + 16;
-	out_text_tmp = malloc(n);
-	if (!out_text_tmp)
-		cli_die("out of memory");
-	snprintf(out_text_tmp, n, "%s.tmp.XXXXXX", out_path);
-	int fd = mkstemp(out_text_tmp);
-	if (fd < 0 || !(out_text = fdopen(fd, "w"))) {
-		free(out_text_tmp);
-		out_text_tmp = NULL;
-		cli_die("%s: cannot create a temporary file: %s", out_path, strerror(errno));
-	}
+	out_text = cli_out_open(out_path);
 }
 
 static void close_output(void)
@@ -131,16 +108,10 @@ static void close_output(void)
 			cli_die("%s: %s", strcmp(out_path, "-") ? out_path : "stdout", err);
 		return;
 	}
-	if (out_text && out_text != stdout) {
-		int bad = fflush(out_text) != 0 || ferror(out_text);
-		bad |= fclose(out_text) != 0;
+	if (out_text) {
+		FILE *f = out_text;
 		out_text = NULL;
-		if (bad)
-			cli_die("%s: write error: %s", out_path, strerror(errno));
-		if (rename(out_text_tmp, out_path) != 0)
-			cli_die("%s: cannot rename %s into place: %s", out_path, out_text_tmp, strerror(errno));
-		free(out_text_tmp);
-		out_text_tmp = NULL;
+		cli_out_close(f);
 	}
 }
 
@@ -207,7 +178,7 @@ static void put_document(const char *src, const char *id, const char *text, size
 	n_tokens += n;
 	n_bytes += len;
 	int want_text = !opt.ids && !opt.no_text;
-	if (!opt.chunk) {
+	if (!opt.chunk && !opt.parts) {
 		char *norm = NULL;
 		size_t nlen = 0;
 		if (want_text && ss_tokenizer_normalize(tok, text, len, &norm, &nlen, err))
@@ -219,10 +190,17 @@ static void put_document(const char *src, const char *id, const char *text, size
 		char *cid = malloc(idlen + 24);
 		if (!cid)
 			cli_die("out of memory");
-		size_t k = 0;
+		/* --chunk: fixed-size chunks; --parts: n_parts chunks whose sizes differ
+		 * by at most one token (sizes base+1 first, then base). */
+		size_t n_parts = opt.parts ? ((size_t)opt.parts < n ? (size_t)opt.parts : n)
+					   : (n + (size_t)opt.chunk - 1) / (size_t)opt.chunk;
+		if (n_parts == 0)
+			n_parts = 1;
+		size_t base = n / n_parts, extra = n % n_parts;
+		size_t k = 0, off = 0;
 		do {
-			size_t off = k * (size_t)opt.chunk;
-			size_t m = n - off < (size_t)opt.chunk ? n - off : (size_t)opt.chunk;
+			size_t m = opt.parts ? base + (k < extra)
+					     : (n - off < (size_t)opt.chunk ? n - off : (size_t)opt.chunk);
 			snprintf(cid, idlen + 24, "%s#%zu", id, k);
 			char *dec = NULL;
 			size_t dlen = 0;
@@ -230,8 +208,9 @@ static void put_document(const char *src, const char *id, const char *text, size
 				cli_die("%s: document %s: %s", src, id, err);
 			put_record(src, cid, ids + off, m, dec, dlen);
 			free(dec);
+			off += m;
 			k++;
-		} while (k * (size_t)opt.chunk < n);
+		} while (k < n_parts);
 		free(cid);
 	}
 	free(ids);
@@ -646,11 +625,12 @@ int main(int argc, char **argv)
 {
 	cli_init("ss-tokenize");
 	const char *tpath = NULL;
-	enum { O_WHOLE = 256, O_TEXT, O_JSONL, O_ARCHIVE, O_CHUNK, O_IDS, O_DECODE, O_NOTEXT };
+	enum { O_WHOLE = 256, O_TEXT, O_JSONL, O_ARCHIVE, O_CHUNK, O_PARTS, O_IDS, O_DECODE, O_NOTEXT };
 	static const struct option opts[] = {
 		{ "whole", no_argument, 0, O_WHOLE },     { "text", no_argument, 0, O_TEXT },
 		{ "jsonl", no_argument, 0, O_JSONL },     { "archive", no_argument, 0, O_ARCHIVE },
-		{ "chunk", required_argument, 0, O_CHUNK }, { "ids", no_argument, 0, O_IDS },
+		{ "chunk", required_argument, 0, O_CHUNK }, { "parts", required_argument, 0, O_PARTS },
+		{ "ids", no_argument, 0, O_IDS },
 		{ "decode", no_argument, 0, O_DECODE },   { "no-text", no_argument, 0, O_NOTEXT },
 		{ "tokenizer", required_argument, 0, 't' }, { "output", required_argument, 0, 'o' },
 		{ "level", required_argument, 0, 'l' },   { "help", no_argument, 0, 'h' },
@@ -665,6 +645,7 @@ int main(int argc, char **argv)
 		case O_JSONL: opt.format = IN_JSONL; nformat++; break;
 		case O_ARCHIVE: opt.format = IN_ARCHIVE; nformat++; break;
 		case O_CHUNK: opt.chunk = cli_long("--chunk", optarg, 1, INT32_MAX, usage); break;
+		case O_PARTS: opt.parts = cli_long("--parts", optarg, 1, INT32_MAX, usage); break;
 		case O_IDS: opt.ids = 1; break;
 		case O_DECODE: opt.decode = 1; break;
 		case O_NOTEXT: opt.no_text = 1; break;
@@ -681,8 +662,10 @@ int main(int argc, char **argv)
 	}
 	if (nformat > 1)
 		cli_usage(usage, "--text, --jsonl and --archive exclude each other");
-	if (opt.decode && (opt.ids || opt.chunk || nformat || opt.no_text))
-		cli_usage(usage, "--decode takes no --ids, --chunk, --no-text or input format option");
+	if (opt.decode && (opt.ids || opt.chunk || opt.parts || nformat || opt.no_text))
+		cli_usage(usage, "--decode takes no --ids, --chunk, --parts, --no-text or input format option");
+	if (opt.chunk && opt.parts)
+		cli_usage(usage, "--chunk and --parts exclude each other");
 	if (opt.whole && opt.format == IN_JSONL)
 		cli_usage(usage, "--whole and --jsonl exclude each other");
 
@@ -691,7 +674,6 @@ int main(int argc, char **argv)
 	if (ss_tokenizer_load(&tok, tpath, err))
 		cli_die("%s: %s", tpath, err);
 
-	atexit(discard_outputs);
 	open_output();
 	double t0 = cli_now();
 	char *stdin_only[] = { "-" };

@@ -85,6 +85,20 @@ expect_grep "\"id\":\"$t/a.txt#2\",\"n_tokens\":1" "$t/out"
 ss-tokenize --chunk 2 --ids "$t/a.txt" >"$t/out"
 expect_text "$t/out" '12092 1533\n10951 1386\n190\n19016\n'
 
+# --- --parts: N chunks of nearly equal size (longer ones first), fewer for short documents
+ss-tokenize --whole --parts 2 "$t/a.txt" | ss-cat >"$t/out"
+[ "$(wc -l <"$t/out")" -eq 2 ] || fail "--parts 2 of 9 tokens: want 2 records"
+expect_grep "\"id\":\"$t/a.txt#0\",\"n_tokens\":5" "$t/out"
+expect_grep "\"id\":\"$t/a.txt#1\",\"n_tokens\":4" "$t/out"
+ss-tokenize --parts 2 --ids "$t/a.txt" >"$t/out"
+expect_text "$t/out" '12092\n1533\n10951 1386\n190\n19016\n'
+ss-tokenize --whole --parts 4 --ids "$t/a.txt" >"$t/out"
+expect_text "$t/out" '12092 1533 187\n187 10951\n1386 190\n187 19016\n'
+ss-tokenize --whole --parts 2 "$t/c3.txt" | ss-tokenize --decode --whole >"$t/out"
+cmp -s "$t/out" "$t/c3.txt" || fail "--whole --parts 2 round trip differs"
+expect_exit 2 ss-tokenize --parts 2 --chunk 3 /dev/null
+expect_exit 2 ss-tokenize --parts 0 /dev/null
+
 # --- JSONL: by extension or --jsonl; id string, number, or FILE:LINE
 printf '{"id":"x1","text":"Hello world"}\n{"text":"no id"}\n\n{"id":7,"text":"num id","extra":[1]}\n' >"$t/b.jsonl"
 ss-tokenize "$t/b.jsonl" | ss-cat >"$t/out"
