@@ -85,6 +85,7 @@ void ss_from_f32(void *dst, ss_dtype dst_t, const float *src, size_t n);
 #include "ss_tokenizer.h"
 #include "ss_model.h"
 #include "ss_forward.h"
+#include "ss_sample.h"
 #include "ss_compose.h"
 #include "ss_index.h"
 

@@ -1,0 +1,218 @@
+/* sample.c — logits → token (greedy, temperature, top-k, top-p), seeded
+ * PRNG, logsumexp/NLL. See ss_sample.h for the contracts. */
+#include "ss.h"
+#include "ss_sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------ PRNG */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+void ss_rng_seed(ss_rng *r, uint64_t seed)
+{
+	uint64_t x = seed;
+	for (int i = 0; i < 4; i++)
+		r->s[i] = splitmix64(&x);
+	/* splitmix64 is a bijection of a counter: four outputs are never all 0. */
+}
+
+static inline uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+uint64_t ss_rng_next(ss_rng *r)
+{
+	uint64_t *s = r->s;
+	uint64_t out = rotl(s[1] * 5, 7) * 9;
+	uint64_t t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return out;
+}
+
+double ss_rng_uniform(ss_rng *r)
+{
+	return (double)(ss_rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+/* ------------------------------------------------------- log-likelihoods */
+
+int32_t ss_argmax(const float *x, int64_t n)
+{
+	int32_t best = -1;
+	for (int64_t i = 0; i < n; i++)
+		if (!isnan(x[i]) && (best < 0 || x[i] > x[best]))
+			best = (int32_t)i;
+	return best;
+}
+
+double ss_logsumexp(const float *x, int64_t n)
+{
+	if (n <= 0)
+		return -INFINITY;
+	double m = -INFINITY;
+	for (int64_t i = 0; i < n; i++)
+		if (x[i] > m)
+			m = x[i];
+	if (isinf(m))
+		return m; /* +inf dominates; all -inf gives -inf */
+	double sum = 0;
+	for (int64_t i = 0; i < n; i++)
+		sum += exp((double)x[i] - m);
+	return m + log(sum);
+}
+
+double ss_nll(const float *logits, int64_t n, int32_t target)
+{
+	if (target < 0 || target >= n)
+		return NAN;
+	return ss_logsumexp(logits, n) - (double)logits[target];
+}
+
+/* --------------------------------------------------------------- sampling */
+
+struct ss_sampler {
+	int32_t n;
+	ss_sample_params p;
+	ss_rng rng;
+	int32_t *idx; /* [n] candidate ids */
+	double *w;    /* [n] unnormalised probabilities of idx[] */
+};
+
+int ss_sampler_init(ss_sampler **out, int32_t n, const ss_sample_params *p, uint64_t seed)
+{
+	*out = NULL;
+	if (n <= 0 || !p || isnan(p->temperature) || !(p->top_p > 0))
+		return SS_ERR_INVALID;
+	ss_sampler *s = calloc(1, sizeof *s);
+	if (!s)
+		return SS_ERR_NOMEM;
+	s->n = n;
+	s->p = *p;
+	ss_rng_seed(&s->rng, seed);
+	s->idx = malloc((size_t)n * sizeof *s->idx);
+	s->w = malloc((size_t)n * sizeof *s->w);
+	if (!s->idx || !s->w) {
+		ss_sampler_free(s);
+		return SS_ERR_NOMEM;
+	}
+	*out = s;
+	return 0;
+}
+
+void ss_sampler_free(ss_sampler *s)
+{
+	if (!s)
+		return;
+	free(s->idx);
+	free(s->w);
+	free(s);
+}
+
+/* Total order "a ranks before b": higher logit, then lower id. Ties broken by
+ * id make every cut and every draw independent of the sort algorithm. */
+static inline int ranks_before(const float *x, int32_t a, int32_t b)
+{
+	return x[a] > x[b] || (x[a] == x[b] && a < b);
+}
+
+/* Min-heap on rank (root = the worst kept id), for top-k selection. */
+static void heap_down(const float *x, int32_t *h, int32_t k, int32_t i)
+{
+	for (;;) {
+		int32_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < k && ranks_before(x, h[m], h[l]))
+			m = l;
+		if (r < k && ranks_before(x, h[m], h[r]))
+			m = r;
+		if (m == i)
+			return;
+		int32_t t = h[i];
+		h[i] = h[m];
+		h[m] = t;
+		i = m;
+	}
+}
+
+static int cmp_rank(const void *a, const void *b, void *ctx)
+{
+	const float *x = ctx;
+	int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+	return ranks_before(x, i, j) ? -1 : ranks_before(x, j, i) ? 1 : 0;
+}
+
+int32_t ss_sampler_sample(ss_sampler *s, const float *x)
+{
+	const int32_t n = s->n;
+	if (!(s->p.temperature > 0))
+		return ss_argmax(x, n);
+
+	float mx = -INFINITY;
+	int32_t m = 0;
+	for (int32_t i = 0; i < n; i++) {
+		if (isnan(x[i]) || x[i] == -INFINITY)
+			continue;
+		if (x[i] > mx)
+			mx = x[i];
+		s->idx[m++] = i;
+	}
+	if (m == 0)
+		return -1;
+	if (isinf(mx)) /* +inf logits: they alone have all the mass */
+		return ss_argmax(x, n);
+
+	int32_t k = m;
+	if (s->p.top_k > 0 && s->p.top_k < m) {
+		k = s->p.top_k;
+		/* Keep the k best in a heap over idx[0..k), scan the rest. */
+		for (int32_t i = k / 2 - 1; i >= 0; i--)
+			heap_down(x, s->idx, k, i);
+		for (int32_t i = k; i < m; i++)
+			if (ranks_before(x, s->idx[i], s->idx[0])) {
+				s->idx[0] = s->idx[i];
+				heap_down(x, s->idx, k, 0);
+			}
+	}
+	if (s->p.top_p < 1) {
+		qsort_r(s->idx, (size_t)k, sizeof *s->idx, cmp_rank, (void *)x);
+	}
+
+	const double invt = 1.0 / s->p.temperature;
+	double total = 0;
+	for (int32_t i = 0; i < k; i++) {
+		s->w[i] = exp(((double)x[s->idx[i]] - mx) * invt);
+		total += s->w[i];
+	}
+	if (s->p.top_p < 1) {
+		/* idx is sorted best first: keep the shortest prefix reaching top_p. */
+		double cum = 0, want = s->p.top_p * total;
+		int32_t keep = 0;
+		while (keep < k) {
+			cum += s->w[keep++];
+			if (cum >= want)
+				break;
+		}
+		k = keep;
+		total = cum;
+	}
+	double u = ss_rng_uniform(&s->rng) * total, acc = 0;
+	for (int32_t i = 0; i < k; i++) {
+		acc += s->w[i];
+		if (u < acc)
+			return s->idx[i];
+	}
+	return s->idx[k - 1]; /* u rounded up to total */
+}

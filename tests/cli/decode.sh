@@ -1,0 +1,85 @@
+# ss-decode against the golden greedy decode (golden/t*/decode: llama.cpp from
+# c3's state; the 17 generated tokens are in_tokens[0..15], out_tokens[15]),
+# from the zero state and from a stored state, text/ids/JSONL output, seeded
+# sampling, and bad input. Run by tests/run from the repo root.
+set -eu
+G=$SS_SHARED/golden
+T1=$G/models/t1-hf
+PY="python3 $SS_TOP/tests/cli/golden.py"
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect() {
+	code=$1 pat=$2; shift 2
+	set +e; "$@" >"$d/out" 2>"$d/err" </dev/null; rc=$?; set -e
+	[ "$rc" -eq "$code" ] || { cat "$d/err" >&2; fail "$*: exit $rc, expected $code"; }
+	grep -q -- "$pat" "$d/err" || { cat "$d/err" >&2; fail "$*: stderr lacks '$pat'"; }
+	if [ "$code" -eq 1 ]; then [ "$(wc -l <"$d/err")" -eq 1 ] || { cat "$d/err" >&2; fail "$*: not one line"; }; fi
+}
+for m in t1 t2; do
+	want=$(printf '%s %s' "$($PY ids "$G/$m/decode/in_tokens.i32" | tr , ' ')" \
+		"$($PY ids "$G/$m/decode/out_tokens.i32" 15)")
+	# A state holds no logits: start from the zero state with all of c3 as the
+	# prompt, so the first token comes from c3's last position.
+	got=$(ss-decode --model "$G/models/$m-hf" --no-state --ids --max-tokens 17 \
+		--prompt-tokens "$($PY ids "$G/$m/c3/tokens.i32")")
+	[ "$got" = "$want" ] || fail "$m greedy from zero state + c3: $got, expected $want"
+done
+want=$(printf '%s %s' "$($PY ids "$G/t1/decode/in_tokens.i32" | tr , ' ')" \
+	"$($PY ids "$G/t1/decode/out_tokens.i32" 15)")
+
+# From a stored state: c3's first 29 bytes (7 tokens) encoded, c3[7:] as the
+# prompt, the state on stdin; t1-ss reads the same checkpoint.
+head -c 29 "$G/t1/c3/text.txt" >"$d/a.txt"
+ss-tokenize -q --whole "$d/a.txt" | ss-encode --model "$T1" >"$d/a.st"
+got=$(ss-decode --model "$G/models/t1-ss" --ids --max-tokens 17 \
+	--prompt-tokens "$($PY ids "$G/t1/c3/tokens.i32" 7 297)" <"$d/a.st")
+[ "$got" = "$want" ] || fail "greedy from a stored state: $got, expected $want"
+
+# Text: the prompt tokenized from c3's text; JSONL carries text and tokens,
+# and the streamed text equals the JSONL text.
+tail -c +30 "$G/t1/c3/text.txt" >"$d/b.txt"
+ss-decode --model "$T1" --state "$d/a.st" --prompt-file "$d/b.txt" --max-tokens 17 --jsonl >"$d/j.json"
+[ "$($PY json-get "$d/j.json" tokens | tr -d '[] ' | tr , ' ')" = "$want" ] || fail "--jsonl tokens"
+ss-decode --model "$T1" --state "$d/a.st" --prompt-file "$d/b.txt" --max-tokens 17 >"$d/t.txt"
+python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["text"]; s=open(sys.argv[2], encoding="utf-8", newline="").read(); sys.exit(s != t + "\n")' \
+	"$d/j.json" "$d/t.txt" || fail "streamed text differs from the JSONL text"
+# --prompt is the same prompt as --prompt-file.
+ss-decode --model "$T1" --state "$d/a.st" --prompt "$(cat "$d/b.txt")" --max-tokens 17 --ids >"$d/i.txt"
+[ "$(cat "$d/i.txt")" = "$want" ] || fail "--prompt"
+# One output per input state.
+cat "$d/a.st" "$d/a.st" | ss-decode --model "$T1" --prompt-file "$d/b.txt" --max-tokens 3 --jsonl -o "$d/two.json"
+[ "$(wc -l <"$d/two.json")" -eq 2 ] || fail "--jsonl: one line per state"
+case $($PY json-get "$d/two.json" id 1) in *'/a.txt"') ;; *) fail "--jsonl id" ;; esac
+
+# Sampling: a seed fixes the output; top-k 1 and a tiny top-p are greedy.
+s1=$(ss-decode --model "$T1" --no-state --prompt-tokens 6911,378 --ids --max-tokens 12 --temperature 1 --seed 7)
+s2=$(ss-decode --model "$T1" --no-state --prompt-tokens 6911,378 --ids --max-tokens 12 --temperature 1 --seed 7)
+s3=$(ss-decode --model "$T1" --no-state --prompt-tokens 6911,378 --ids --max-tokens 12 --temperature 1 --seed 8)
+[ "$s1" = "$s2" ] || fail "same seed, different tokens"
+[ "$s1" != "$s3" ] || fail "different seeds, same tokens"
+[ "$(echo "$s1" | wc -w)" -eq 12 ] || fail "--max-tokens"
+g=$(ss-decode --model "$T1" --no-state --prompt-tokens 6911,378 --ids --max-tokens 8)
+k1=$(ss-decode --model "$T1" --no-state --prompt-tokens 6911,378 --ids --max-tokens 8 --temperature 2 --top-k 1 --seed 1)
+p0=$(ss-decode --model "$T1" --no-state --prompt-tokens 6911,378 --ids --max-tokens 8 --temperature 2 --top-p 1e-9 --seed 1)
+[ "$g" = "$k1" ] || fail "--top-k 1 is not greedy"
+[ "$g" = "$p0" ] || fail "--top-p 1e-9 is not greedy"
+# --max-tokens 0 generates nothing.
+[ -z "$(ss-decode --model "$T1" --no-state --prompt-tokens 1 --ids --max-tokens 0)" ] || fail "--max-tokens 0"
+
+# Bad input.
+ss-tokenize -q --whole "$G/t2/c2/text.txt" | ss-encode --model "$G/models/t2-hf" >"$d/t2.st"
+expect 1 "t2.st: record 0: .*another model" ss-decode --model "$T1" --state "$d/t2.st" --prompt-tokens 1
+head -c 3000 "$d/a.st" >"$d/trunc.st"
+expect 1 "trunc.st: record 0 (byte offset 0)" ss-decode --model "$T1" --state "$d/trunc.st" --prompt-tokens 1 -o "$d/o.txt"
+[ ! -e "$d/o.txt" ] || fail "output left behind"
+[ -z "$(ls "$d" | grep tmp || true)" ] || fail "temporary file left behind"
+expect 1 "empty prompt" ss-decode --model "$T1" --no-state --prompt ""
+expect 1 "outside the model's vocabulary" ss-decode --model "$T1" --no-state --prompt-tokens 99999999
+expect 1 "nonexistent" ss-decode --model "$d/nonexistent" --no-state --prompt-tokens 1
+expect 2 "usage:" ss-decode --model "$T1" --bogus
+expect 2 "one prompt" ss-decode --model "$T1" --no-state
+expect 2 "top-p" ss-decode --model "$T1" --prompt-tokens 1 --temperature 1 --top-p 0
+expect 2 "need --temperature" ss-decode --model "$T1" --prompt-tokens 1 --top-k 5
+ss-decode --help | grep -q "^usage: ss-decode" || fail "--help"
+echo ok

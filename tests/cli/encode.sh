@@ -1,0 +1,110 @@
+# ss-encode against the independent golden states (golden/README.md: llama.cpp
+# final conv/ssm, numpy logdecay), batching, --concat, --from-state,
+# --state-dtype, --text, and bad input. Run by tests/run from the repo root.
+set -eu
+G=$SS_SHARED/golden
+T1=$G/models/t1-hf
+PY="python3 $SS_TOP/tests/cli/golden.py"
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# expect CODE PATTERN cmd...: exit status CODE, stderr one line matching PATTERN.
+expect() {
+	code=$1 pat=$2; shift 2
+	set +e; "$@" >"$d/out" 2>"$d/err"; rc=$?; set -e
+	[ "$rc" -eq "$code" ] || { cat "$d/err" >&2; fail "$*: exit $rc, expected $code"; }
+	grep -q -- "$pat" "$d/err" || { cat "$d/err" >&2; fail "$*: stderr lacks '$pat'"; }
+	if [ "$code" -eq 1 ]; then [ "$(wc -l <"$d/err")" -eq 1 ] || { cat "$d/err" >&2; fail "$*: not one line"; }; fi
+}
+
+# c3 (297 tokens) from the zero state, both checkpoint layouts.
+ss-tokenize -q --whole "$G/t1/c3/text.txt" >"$d/c3.tok"
+ss-cat --full "$d/c3.tok" >"$d/c3.tok.json"
+$PY tokens-eq "$d/c3.tok.json" "$G/t1/c3/tokens.i32"
+ss-encode --model "$T1" --threads 2 "$d/c3.tok" >"$d/c3.st"
+ss-cat --full "$d/c3.st" >"$d/c3.json"
+$PY state-eq "$d/c3.json" 0 "$G/t1/c3/ssm.f32" "$G/t1/c3/conv.f32" "$G/t1/c3/logdecay.f32"
+[ "$($PY json-get "$d/c3.json" n_tokens)" = 297 ] || fail "n_tokens"
+SS_MODEL=$G/models/t1-ss ss-encode --threads 1 <"$d/c3.tok" | ss-cat --full >"$d/c3ss.json"
+$PY state-eq "$d/c3ss.json" 0 "$G/t1/c3/ssm.f32" "$G/t1/c3/conv.f32" "$G/t1/c3/logdecay.f32"
+# Both layouts are the same weights: the same fingerprint.
+[ "$($PY json-get "$d/c3.json" fingerprint)" = "$($PY json-get "$d/c3ss.json" fingerprint)" ] ||
+	fail "t1-hf and t1-ss fingerprints differ"
+
+# Several documents, batched or not, each equal to its own golden state;
+# c4 (682 tokens) crosses a 512-token micro-batch.
+for c in c1 c2 docB c4; do ss-tokenize -q --whole "$G/t1/$c/text.txt"; done >"$d/many.tok"
+cat "$d/c3.tok" >>"$d/many.tok"
+for b in 1 3 8; do
+	ss-encode --model "$T1" --batch $b -o "$d/many.st" "$d/many.tok"
+	ss-cat --full "$d/many.st" >"$d/many.json"
+	[ "$(wc -l <"$d/many.json")" -eq 5 ] || fail "--batch $b: not 5 records"
+	i=0
+	for c in c1 c2 docB c4 c3; do
+		$PY state-eq "$d/many.json" $i "$G/t1/$c/ssm.f32" "$G/t1/$c/conv.f32" "$G/t1/$c/logdecay.f32" >/dev/null ||
+			fail "--batch $b: record $i ($c)"
+		i=$((i + 1))
+	done
+done
+
+# --concat: c3 cut into 100-token chunks, concatenated again, is c3.
+ss-tokenize -q --whole --chunk 100 "$G/t1/c3/text.txt" >"$d/chunks.tok"
+ss-encode --model "$T1" --concat "$d/chunks.tok" | ss-cat --full >"$d/cat.json"
+$PY state-eq "$d/cat.json" 0 "$G/t1/c3/ssm.f32" "$G/t1/c3/conv.f32" "$G/t1/c3/logdecay.f32"
+case $($PY json-get "$d/cat.json" id) in '"concat('*'#0,'*'#1,'*'#2)"') ;; *) fail "--concat id" ;; esac
+ss-encode --model "$T1" --concat --id joined "$d/chunks.tok" | ss-cat >"$d/cat2.json"
+[ "$($PY json-get "$d/cat2.json" id)" = '"joined"' ] || fail "--id"
+
+# --from-state: c2's text (c3's first 29 bytes) stored, then the rest of c3 from it.
+head -c 29 "$G/t1/c3/text.txt" >"$d/a.txt"
+tail -c +30 "$G/t1/c3/text.txt" >"$d/b.txt"
+ss-tokenize -q --whole "$d/a.txt" >"$d/a.tok"
+ss-tokenize -q --whole "$d/b.txt" >"$d/b.tok"
+ss-encode --model "$T1" "$d/a.tok" >"$d/a.st"
+ss-cat --full "$d/a.st" >"$d/a.json"
+$PY state-eq "$d/a.json" 0 "$G/t1/c2/ssm.f32" "$G/t1/c2/conv.f32" "$G/t1/c2/logdecay.f32" >/dev/null
+ss-encode --model "$T1" --from-state "$d/a.st" "$d/b.tok" | ss-cat --full >"$d/ab.json"
+$PY state-eq "$d/ab.json" 0 "$G/t1/c3/ssm.f32" "$G/t1/c3/conv.f32" "$G/t1/c3/logdecay.f32"
+[ "$($PY json-get "$d/ab.json" n_tokens)" = 297 ] || fail "--from-state n_tokens"
+
+# --state-dtype: bf16 storage keeps 8 bits of mantissa.
+ss-encode --model "$T1" --state-dtype bf16 "$d/c3.tok" | ss-cat --full >"$d/bf.json"
+[ "$($PY json-get "$d/bf.json" dtype)" = '"bf16"' ] || fail "dtype bf16"
+$PY state-eq "$d/bf.json" 0 "$G/t1/c3/ssm.f32" "$G/t1/c3/conv.f32" - 8e-3 >/dev/null
+
+# --text: one document per line.
+printf '%s\n\n' "$(cat "$d/a.txt")" >"$d/lines.txt"
+ss-encode --model "$T1" --text "$d/lines.txt" | ss-cat --full >"$d/text.json"
+[ "$(wc -l <"$d/text.json")" -eq 1 ] || fail "--text: empty line not skipped"
+$PY state-eq "$d/text.json" 0 "$G/t1/c2/ssm.f32" "$G/t1/c2/conv.f32" >/dev/null
+
+# An empty document: the zero state with n_tokens 0; an id outside the
+# vocabulary is refused. Records written by hand (needs the zstd program).
+if command -v zstd >/dev/null 2>&1; then
+	$PY tokens-msgpack "$d/e.mp" empty && zstd -q "$d/e.mp" -o "$d/empty.tok"
+	ss-encode --model "$T1" "$d/empty.tok" | ss-cat >"$d/empty.json"
+	[ "$($PY json-get "$d/empty.json" n_tokens)" = 0 ] || fail "empty n_tokens"
+	$PY json-get "$d/empty.json" ssm | grep -q '"min": 0, "max": 0,' || fail "empty document: ssm not zero"
+	$PY tokens-msgpack "$d/big.mp" big 5 50277 && zstd -q "$d/big.mp" -o "$d/big.tok"
+	expect 1 'big.tok: record 0.*"big".*50277' ss-encode --model "$G/models/t1-ss" "$d/big.tok"
+	rm -f "$d/e.mp" "$d/big.mp"
+fi
+
+# Bad input.
+ss-tokenize -q --whole "$G/t2/c2/text.txt" | ss-encode --model "$G/models/t2-hf" >"$d/t2.st"
+fp=$($PY json-get "$d/c3.json" fingerprint | tr -d '"')
+expect 1 "t2.st: .*another model.*$fp" ss-encode --model "$T1" --from-state "$d/t2.st" "$d/b.tok"
+head -c 3000 "$d/c3.st" >"$d/trunc.st"
+expect 1 "trunc.st: record 0.*offset" ss-encode --model "$T1" --from-state "$d/trunc.st" -o "$d/o.st" "$d/b.tok"
+head -c 100 "$d/many.tok" >"$d/trunc.tok"
+cat "$d/c3.tok" "$d/trunc.tok" >"$d/trunc2.tok"
+expect 1 "trunc2.tok: record 1.*offset" ss-encode --model "$T1" -o "$d/o.st" "$d/trunc2.tok"
+[ ! -e "$d/o.st" ] || fail "output left behind after a failed run"
+[ -z "$(ls "$d" | grep -v '\.\(tok\|st\|json\|txt\)$' | grep -v '^out$\|^err$' || true)" ] || fail "temporary file left behind: $(ls "$d")"
+expect 1 "nonexistent" ss-encode --model "$d/nonexistent" "$d/c3.tok"
+expect 1 "not a token record" ss-encode --model "$T1" "$d/c3.st"
+expect 2 "usage:" ss-encode --model "$T1" --bogus
+expect 2 "state-dtype" ss-encode --model "$T1" --state-dtype f64
+expect 2 "no model" env -u SS_MODEL ss-encode "$d/c3.tok"
+ss-encode --help | grep -q "^usage: ss-encode" || fail "--help"
+echo ok

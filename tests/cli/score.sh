@@ -1,0 +1,83 @@
+# ss-score against the golden next-token NLL (golden/t*/c3/nll.f32:
+# nll[t] = NLL of tokens[t+1] given tokens[0..t], from llama.cpp's logits),
+# from the zero state and from a stored state, text and token pairs, JSONL
+# pairs, and bad input. Run by tests/run from the repo root.
+set -eu
+G=$SS_SHARED/golden
+T1=$G/models/t1-hf
+PY="python3 $SS_TOP/tests/cli/golden.py"
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect() {
+	code=$1 pat=$2; shift 2
+	set +e; "$@" >"$d/out" 2>"$d/err" </dev/null; rc=$?; set -e
+	[ "$rc" -eq "$code" ] || { cat "$d/err" >&2; fail "$*: exit $rc, expected $code"; }
+	grep -q -- "$pat" "$d/err" || { cat "$d/err" >&2; fail "$*: stderr lacks '$pat'"; }
+	if [ "$code" -eq 1 ]; then [ "$(wc -l <"$d/err")" -eq 1 ] || { cat "$d/err" >&2; fail "$*: not one line"; }; fi
+}
+ids() { $PY ids "$G/$1/c3/tokens.i32" "$2" "$3"; }
+
+# Zero state, token ids: c3[0:100] as the query, c3[100:297] as the
+# continuation. Token 100 is predicted at position 99: nll[99:296].
+ss-score --model "$T1" --no-state --per-token --query-tokens "$(ids t1 0 100)" \
+	--continuation-tokens "$(ids t1 100 297)" >"$d/s.json"
+$PY nll-eq "$d/s.json" "$G/t1/c3/nll.f32" 99 296
+# The same with the state-spaces checkpoint and with t2 (bf16, untied lm_head).
+ss-score --model "$G/models/t1-ss" --no-state --query-tokens "$(ids t1 0 100)" \
+	--continuation-tokens "$(ids t1 100 297)" >"$d/s.json"
+$PY nll-eq "$d/s.json" "$G/t1/c3/nll.f32" 99 296
+ss-score --model "$G/models/t2-hf" --no-state --per-token --query-tokens "$(ids t2 0 250)" \
+	--continuation-tokens "$(ids t2 250 297)" >"$d/s.json"
+$PY nll-eq "$d/s.json" "$G/t2/c3/nll.f32" 249 296
+
+# Text: c3 cut after c2's 29 bytes, tokenized separately (7 + 290 tokens, the
+# same ids as c3 whole). With no state stream on stdin: the zero state.
+head -c 29 "$G/t1/c3/text.txt" >"$d/a.txt"
+tail -c +30 "$G/t1/c3/text.txt" >"$d/b.txt"
+ss-score --model "$T1" --query "$(cat "$d/a.txt")" --continuation "$(cat "$d/b.txt")" \
+	</dev/null >"$d/s.json"
+$PY nll-eq "$d/s.json" "$G/t1/c3/nll.f32" 6 296
+[ "$($PY json-get "$d/s.json" id)" = '"zero"' ] || fail "id of a single pair"
+
+# From a stored state (c3's first 7 tokens, on stdin), query c3[7:50].
+ss-tokenize -q --whole "$d/a.txt" >"$d/a.tok"
+ss-encode --model "$T1" "$d/a.tok" >"$d/a.st"
+ss-score --model "$T1" --query-tokens "$(ids t1 7 50)" --continuation-tokens "$(ids t1 50 297)" \
+	<"$d/a.st" >"$d/s.json"
+$PY nll-eq "$d/s.json" "$G/t1/c3/nll.f32" 49 296
+# The zero state scores worse here than the true prefix.
+ss-score --model "$T1" --no-state --query-tokens "$(ids t1 7 50)" \
+	--continuation-tokens "$(ids t1 50 297)" >"$d/z.json"
+python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); sys.exit(a["nll"] == b["nll"])' \
+	"$d/s.json" "$d/z.json" || fail "the state made no difference"
+
+# JSONL pairs, every state × every pair, -o.
+printf '%s\n' "{\"id\":\"p1\",\"query_tokens\":[$(ids t1 7 50)],\"continuation_tokens\":[$(ids t1 50 297)]}" \
+	"{\"id\":\"p2\",\"query\":\" is\",\"continuation\":\" an English\"}" >"$d/pairs.jsonl"
+cat "$d/a.st" "$d/a.st" >"$d/aa.st"
+ss-score --model "$T1" --state "$d/aa.st" --pairs "$d/pairs.jsonl" -o "$d/p.json"
+[ "$(wc -l <"$d/p.json")" -eq 4 ] || fail "--pairs: 2 states x 2 pairs"
+$PY nll-eq "$d/p.json" "$G/t1/c3/nll.f32" 49 296
+[ "$($PY json-get "$d/p.json" id 3)" = '"p2"' ] || fail "--pairs ids"
+[ "$($PY json-get "$d/p.json" n_tokens 3)" = 2 ] || fail "--pairs text tokens"
+ss-score --model "$T1" --no-state <"$d/pairs.jsonl" >"$d/p0.json"
+[ "$(wc -l <"$d/p0.json")" -eq 2 ] || fail "pairs on stdin"
+
+# Bad input.
+ss-tokenize -q --whole "$G/t2/c2/text.txt" | ss-encode --model "$G/models/t2-hf" >"$d/t2.st"
+expect 1 "t2.st: record 0: .*another model" ss-score --model "$T1" --state "$d/t2.st" --query x --continuation y
+head -c 3000 "$d/aa.st" >"$d/trunc.st"
+expect 1 "trunc.st: record 0 (byte offset 0)" ss-score --model "$T1" --state "$d/trunc.st" --query x --continuation y -o "$d/o.json"
+cat "$d/a.st" "$d/trunc.st" >"$d/trunc2.st"
+expect 1 "trunc2.st: record 1 (byte offset [1-9]" ss-score --model "$T1" --state "$d/trunc2.st" --query x --continuation y -o "$d/o.json"
+[ ! -e "$d/o.json" ] || fail "output left behind"
+[ -z "$(ls "$d" | grep tmp || true)" ] || fail "temporary file left behind"
+expect 1 "empty query" ss-score --model "$T1" --no-state --query "" --continuation y
+expect 1 "line 1: not a JSON object" sh -c 'echo "{bad" | ss-score --model "$1" --no-state' sh "$T1"
+expect 1 "nonexistent" ss-score --model "$d/nonexistent" --no-state --query x --continuation y
+expect 2 "usage:" ss-score --model "$T1" --bogus
+expect 2 "both a query and a continuation" ss-score --model "$T1" --query x
+expect 2 "query-tokens" ss-score --model "$T1" --query-tokens 1,x --continuation-tokens 2
+ss-score --help | grep -q "^usage: ss-score" || fail "--help"
+echo ok

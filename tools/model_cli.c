@@ -1,0 +1,270 @@
+/* model_cli.c — shared helpers of the model-running tools; see model_cli.h. */
+#include "model_cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+const char *mcli_model_dir(const char *opt, const char *usage)
+{
+	if (opt && *opt)
+		return opt;
+	const char *env = getenv("SS_MODEL");
+	if (env && *env)
+		return env;
+	cli_usage(usage, "no model: use --model DIR or set SS_MODEL");
+}
+
+ss_model *mcli_load_model(const char *dir, unsigned flags)
+{
+	ss_model *m;
+	char err[SS_ERRMSG_MAX] = "";
+	ss_model_opts o = { .flags = flags };
+	int rc = ss_model_load_opts(&m, dir, &o, err);
+	if (rc)
+		cli_die("%s", err[0] ? err : ss_strerror(rc));
+	return m;
+}
+
+void mcli_check_state(const ss_model *m, const char *model_dir, const ss_state *s,
+		      const char *file, uint64_t index)
+{
+	if (strncmp(s->fingerprint, m->fingerprint, SS_FINGERPRINT_MAX) != 0)
+		cli_die("%s: record %llu: state from another model (fingerprint %s; model %s has %s)",
+			file, (unsigned long long)index, s->fingerprint[0] ? s->fingerprint : "(none)",
+			model_dir, m->fingerprint);
+	ss_state_dims d;
+	char err[SS_ERRMSG_MAX];
+	ss_model_state_dims(m, &d);
+	if (ss_state_dims_check(&s->dims, &d, err))
+		cli_die("%s: record %llu: state dims differ from model %s: %s", file,
+			(unsigned long long)index, model_dir, err);
+}
+
+int mcli_threads_default(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+}
+
+static int readable(const char *path)
+{
+	return access(path, R_OK) == 0;
+}
+
+ss_tokenizer *mcli_tokenizer(const char *opt, const char *model_dir)
+{
+	char buf[4096];
+	const char *path = opt;
+	if (!path || !*path)
+		path = getenv("SS_TOKENIZER");
+	if ((!path || !*path) && model_dir) {
+		snprintf(buf, sizeof buf, "%s/tokenizer.json", model_dir);
+		if (readable(buf))
+			path = buf;
+	}
+	if ((!path || !*path) && getenv("SS_SHARED")) {
+		snprintf(buf, sizeof buf, "%s/data/tokenizer/gpt-neox-20b_tokenizer.json",
+			 getenv("SS_SHARED"));
+		if (readable(buf))
+			path = buf;
+	}
+	if (!path || !*path)
+		cli_die("no tokenizer found: use --tokenizer FILE (or set SS_TOKENIZER)");
+	ss_tokenizer *tok;
+	char err[SS_ERRMSG_MAX] = "";
+	int rc = ss_tokenizer_load(&tok, path, err);
+	if (rc)
+		cli_die("%s: %s", path, err[0] ? err : ss_strerror(rc));
+	return tok;
+}
+
+int32_t *mcli_parse_ids(const char *opt, const char *s, size_t *n, const char *usage)
+{
+	size_t cap = 16, k = 0;
+	int32_t *ids = malloc(cap * sizeof *ids);
+	if (!ids)
+		cli_die("out of memory");
+	const char *p = s;
+	for (;;) {
+		while (*p == ',' || isspace((unsigned char)*p))
+			p++;
+		if (!*p)
+			break;
+		char *end;
+		errno = 0;
+		long v = strtol(p, &end, 10);
+		if (errno || end == p || v < 0 || v > INT32_MAX ||
+		    (*end && *end != ',' && !isspace((unsigned char)*end)))
+			cli_usage(usage, "%s: '%s' is not a list of token ids (e.g. 1,2,3)", opt, s);
+		if (k == cap) {
+			cap *= 2;
+			int32_t *t = realloc(ids, cap * sizeof *ids);
+			if (!t)
+				cli_die("out of memory");
+			ids = t;
+		}
+		ids[k++] = (int32_t)v;
+		p = end;
+	}
+	*n = k;
+	if (!k) {
+		free(ids);
+		return NULL;
+	}
+	return ids;
+}
+
+char *mcli_read_file(const char *path, size_t *len)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	if (!f)
+		cli_die("%s: %s", path, strerror(errno));
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+	for (;;) {
+		if (!buf)
+			cli_die("%s: out of memory", path);
+		n += fread(buf + n, 1, cap - n - 1, f);
+		if (n < cap - 1)
+			break;
+		cap *= 2;
+		char *t = realloc(buf, cap);
+		if (!t)
+			free(buf);
+		buf = t;
+	}
+	if (ferror(f))
+		cli_die("%s: read error: %s", path, strerror(errno));
+	if (f != stdin)
+		fclose(f);
+	buf[n] = 0;
+	*len = n;
+	return buf;
+}
+
+int32_t mcli_vocab(const ss_model *m)
+{
+	int32_t v = m->cfg.vocab_size;
+	if (v <= 0 || v > m->cfg.vocab_padded)
+		v = m->cfg.vocab_padded;
+	return v;
+}
+
+void mcli_states_open(mcli_states *src, const char *path, int implicit)
+{
+	memset(src, 0, sizeof *src);
+	src->path = path;
+	src->implicit = implicit;
+	if (!path)
+		return;
+	char err[SS_ERRMSG_MAX] = "";
+	if (ss_reader_open(&src->r, path, cli_max_record(), err))
+		cli_die("%s: %s", path, err);
+}
+
+int mcli_states_next(mcli_states *src, const ss_model *m, const char *model_dir, ss_state *s)
+{
+	if (src->done)
+		return 0;
+	if (!src->path || src->zero) {
+		ss_state_dims d;
+		ss_model_state_dims(m, &d);
+		if (ss_state_alloc(s, &d) || !(s->id = strdup("zero")))
+			cli_die("out of memory");
+		memcpy(s->fingerprint, m->fingerprint, SS_FINGERPRINT_MAX);
+		src->done = 1;
+		src->count++;
+		return 1;
+	}
+	ss_record rec;
+	int rc = ss_reader_next(src->r, &rec);
+	if (rc < 0)
+		cli_die("%s: %s", src->path, ss_reader_error(src->r));
+	if (rc == 0 && src->count == 0 && src->implicit) {
+		src->zero = 1;
+		return mcli_states_next(src, m, model_dir, s);
+	}
+	if (rc == 0) {
+		src->done = 1;
+		if (src->count == 0)
+			cli_die("%s: no state records", src->path);
+		return 0;
+	}
+	char err[SS_ERRMSG_MAX] = "";
+	if (strcmp(rec.format, SS_FORMAT_STATES))
+		cli_die("%s: record %llu (byte offset %llu): not a state record (format \"%s\")",
+			src->path, (unsigned long long)rec.index, (unsigned long long)rec.offset,
+			rec.format);
+	if (ss_record_state(&rec, s, err))
+		cli_die("%s: record %llu (byte offset %llu): %s", src->path,
+			(unsigned long long)rec.index, (unsigned long long)rec.offset, err);
+	mcli_check_state(m, model_dir, s, src->path, rec.index);
+	if (!s->id && !(s->id = strdup("")))
+		cli_die("out of memory");
+	src->count++;
+	return 1;
+}
+
+void mcli_states_close(mcli_states *src)
+{
+	if (src->r)
+		ss_reader_close(src->r);
+	src->r = NULL;
+}
+
+void mcli_json_str(FILE *f, const char *s, size_t len)
+{
+	if (len == (size_t)-1)
+		len = strlen(s);
+	putc('"', f);
+	size_t i = 0;
+	while (i < len) {
+		unsigned char ch = (unsigned char)s[i];
+		if (ch < 0x80) {
+			switch (ch) {
+			case '"': fputs("\\\"", f); break;
+			case '\\': fputs("\\\\", f); break;
+			case '\n': fputs("\\n", f); break;
+			case '\r': fputs("\\r", f); break;
+			case '\t': fputs("\\t", f); break;
+			default:
+				if (ch < 0x20)
+					fprintf(f, "\\u%04x", ch);
+				else
+					putc(ch, f);
+			}
+			i++;
+			continue;
+		}
+		/* Copy one well-formed UTF-8 sequence, or write U+FFFD for a bad byte. */
+		size_t n = len - i > 4 ? 4 : len - i, k = 0;
+		for (size_t m = 2; m <= n && !k; m++)
+			if (ss_utf8_validate(s + i, m, NULL) == 0)
+				k = m;
+		if (k) {
+			fwrite(s + i, 1, k, f);
+			i += k;
+		} else {
+			fputs("\xef\xbf\xbd", f);
+			i++;
+		}
+	}
+	putc('"', f);
+}
+
+FILE *mcli_out_open(const char *path)
+{
+	return cli_out_open(path);
+}
+
+void mcli_out_close(FILE *f)
+{
+	cli_out_close(f);
+}

@@ -1,0 +1,84 @@
+/*
+ * model_cli.h — what the model-running tools (ss-encode, ss-decode,
+ * ss-score) share: finding and loading the model, checking a state against
+ * it, finding the tokenizer, reading states, parsing id lists. Every function
+ * here reports through cli.h and exits on failure: callers get valid results
+ * or never return.
+ */
+#ifndef SS_MODEL_CLI_H
+#define SS_MODEL_CLI_H
+
+#include <stdio.h>
+
+#include "ss.h"
+
+/* The model directory: `opt` (from --model) or $SS_MODEL; a usage error
+ * (exit 2) when neither is set. */
+const char *mcli_model_dir(const char *opt, const char *usage);
+
+/* Loads the model at dir with SS_MODEL_* flags; "prog: <loader message>",
+ * exit 1, on failure. */
+ss_model *mcli_load_model(const char *dir, unsigned flags);
+
+/* Dies (exit 1) unless state s, read from `file` record `index`, was made by
+ * model m (same fingerprint and dims). The message names the file, the
+ * record and both fingerprints. */
+void mcli_check_state(const ss_model *m, const char *model_dir, const ss_state *s,
+		      const char *file, uint64_t index);
+
+/* Default threads: online cores (at least 1). */
+int mcli_threads_default(void);
+
+/* Loads the tokenizer: `opt` (--tokenizer), else $SS_TOKENIZER, else
+ * MODEL_DIR/tokenizer.json when present, else
+ * $SS_SHARED/data/tokenizer/gpt-neox-20b_tokenizer.json when present.
+ * Dies with a hint to use --tokenizer when none is found or it fails. */
+ss_tokenizer *mcli_tokenizer(const char *opt, const char *model_dir);
+
+/* Parses "1,2,3" (commas and/or blanks) into a malloc'd id array (*n may be
+ * 0, then NULL is returned). Usage error naming `opt` on anything else. */
+int32_t *mcli_parse_ids(const char *opt, const char *s, size_t *n, const char *usage);
+
+/* Reads a whole file ("-" = stdin) into a malloc'd NUL-terminated buffer;
+ * dies naming the file on failure. */
+char *mcli_read_file(const char *path, size_t *len);
+
+/* Ids in [0, n) that generation and NLL may use: the model's vocab_size
+ * capped at vocab_padded. */
+int32_t mcli_vocab(const ss_model *m);
+
+/* A source of starting states for ss-decode / ss-score: a state stream
+ * (`path`, "-" = stdin), or none (path NULL: one zero state). */
+typedef struct {
+	const char *path;
+	ss_reader *r;
+	int done;
+	int zero;     /* fell back to the zero state */
+	int implicit; /* stdin by default, not named: empty means the zero state */
+	uint64_t count;
+} mcli_states;
+
+/* Opens the source; path NULL means "no stream: a single zero state".
+ * implicit: the stream is stdin by default rather than by --state; an empty
+ * one then gives the zero state, where a named empty stream is an error. */
+void mcli_states_open(mcli_states *src, const char *path, int implicit);
+/* Next starting state into *s (freed by the caller with ss_state_free),
+ * checked against m: from the stream, or the zero state once when path is
+ * NULL (id "zero"). Returns 1, or 0 at the end; dies on a bad record. */
+int mcli_states_next(mcli_states *src, const ss_model *m, const char *model_dir, ss_state *s);
+void mcli_states_close(mcli_states *src);
+
+
+/* Writes s[0..len) as a JSON string (quoted, escaped; bytes that are not
+ * valid UTF-8 become U+FFFD) to f. len (size_t)-1 means strlen(s). */
+void mcli_json_str(FILE *f, const char *s, size_t len);
+
+/* Text output: stdout for NULL or "-", else a temporary file beside `path`
+ * renamed over it by mcli_out_close() — a failed run (any exit before)
+ * leaves no partial file. */
+FILE *mcli_out_open(const char *path);
+/* Flushes and checks the output, renames it into place; dies on a failed
+ * write. */
+void mcli_out_close(FILE *f);
+
+#endif /* SS_MODEL_CLI_H */

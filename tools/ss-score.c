@@ -1,0 +1,392 @@
+/*
+ * ss-score — negative log-likelihood of a continuation given a state and a
+ * query (the PICASO paper's metric): one JSON line per (state, pair).
+ */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "model_cli.h"
+#include "ss.h"
+#include "ss_sample.h"
+
+static const char *usage =
+	"ss-score --model DIR [--state FILE | --no-state]\n"
+	"                [--query TEXT --continuation TEXT | --query-tokens IDS --continuation-tokens IDS\n"
+	"                 | --pairs FILE] [--per-token] [--tokenizer FILE] [--threads N] [-o FILE] [-q|-v]";
+
+static void help(void) __attribute__((noreturn));
+static void help(void)
+{
+	printf("usage: %s\n\n"
+	       "Score a continuation given a starting state and a query: the mean negative\n"
+	       "log-likelihood (nats/token) of the continuation's tokens, each predicted from\n"
+	       "the state, the query and the continuation tokens before it. One JSON line per\n"
+	       "state and pair: {\"id\", \"state\", \"nll\", \"n_tokens\", \"ppl\", \"sum_nll\"}.\n\n"
+	       "  --model DIR            model directory; or $SS_MODEL\n"
+	       "  --state FILE           state stream to start from ('-' = stdin); every\n"
+	       "                         state scores every pair. Default: stdin when it is\n"
+	       "                         not a terminal and the pairs do not come from it\n"
+	       "                         (the zero state if it is empty), else the zero state\n"
+	       "  --no-state             start from the zero state\n"
+	       "  --query TEXT, --continuation TEXT\n"
+	       "                         one pair of texts (id: the state's id)\n"
+	       "  --query-tokens IDS, --continuation-tokens IDS\n"
+	       "                         one pair of token id lists (\"1,2,3\")\n"
+	       "  --pairs FILE           JSON lines {\"id\", \"query\", \"continuation\"} (or\n"
+	       "                         \"query_tokens\"/\"continuation_tokens\" arrays);\n"
+	       "                         '-' = stdin, the default when no pair is given\n"
+	       "  --per-token            add \"per_token\": the NLL of each continuation token\n"
+	       "  --tokenizer FILE       tokenizer.json (default: $SS_TOKENIZER,\n"
+	       "                         DIR/tokenizer.json, $SS_SHARED's GPT-NeoX tokenizer)\n"
+	       "  --threads N            threads (default: online cores)\n"
+	       "  -o FILE                output file (replaced only on success)\n"
+	       "  -q, -v                 quieter; more verbose\n"
+	       "  -h, --help             this help;  -V, --version  the version\n\n"
+	       "Query and continuation are tokenized separately and their ids concatenated.\n"
+	       "The query must not be empty: the first continuation token is predicted from\n"
+	       "the logits at the query's last token (a stored state carries no logits).\n"
+	       "Probabilities are a softmax over all vocab_padded logits.\n",
+	       usage);
+	exit(0);
+}
+
+/* Logit rows computed per forward call: bounds memory for long continuations. */
+#define SCORE_ROWS 64
+
+typedef struct {
+	const ss_model *m;
+	const char *model_dir;
+	ss_forward_ctx *ctx;
+	ss_tokenizer *tok;
+	const char *tok_path;
+	float *logits; /* [SCORE_ROWS][vocab_padded] */
+	double *per;   /* per-token NLL, grown as needed */
+	size_t per_cap;
+	int per_token;
+	FILE *out;
+} scorer;
+
+/* Token ids of a text or an id array from a pair; dies naming `where`. */
+static int32_t *pair_ids(scorer *sc, const char *text, size_t len, size_t *n, const char *where)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	if (!sc->tok)
+		sc->tok = mcli_tokenizer(sc->tok_path, sc->model_dir);
+	int32_t *ids;
+	int rc = ss_tokenizer_encode(sc->tok, text, len, &ids, n, err);
+	if (rc)
+		cli_die("%s: %s", where, err[0] ? err : ss_strerror(rc));
+	return ids;
+}
+
+static void check_ids(const scorer *sc, const int32_t *ids, size_t n, const char *where,
+		      const char *what)
+{
+	int32_t v = mcli_vocab(sc->m);
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= v)
+			cli_die("%s: %s token %zu is %d, outside the model's vocabulary [0, %d)", where,
+				what, i, (int)ids[i], (int)v);
+}
+
+/* Scores one pair from state `start` (unchanged) and prints its JSON line. */
+static void score_pair(scorer *sc, const ss_state *start, const char *id, const int32_t *q,
+		       size_t nq, const int32_t *c, size_t nc, const char *where)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	if (nq == 0)
+		cli_die("%s: empty query: the first continuation token needs the logits of a "
+			"query token", where);
+	if (nc == 0)
+		cli_die("%s: empty continuation", where);
+	check_ids(sc, q, nq, where, "query");
+	check_ids(sc, c, nc, where, "continuation");
+	if (nc > sc->per_cap) {
+		free(sc->per);
+		sc->per_cap = nc;
+		if (!(sc->per = malloc(nc * sizeof *sc->per)))
+			cli_die("out of memory");
+	}
+
+	ss_state s;
+	if (ss_state_alloc(&s, &start->dims))
+		cli_die("out of memory");
+	memcpy(s.ssm, start->ssm, ss_state_ssm_len(&s.dims) * sizeof(float));
+	memcpy(s.conv, start->conv, ss_state_conv_len(&s.dims) * sizeof(float));
+	memcpy(s.logdecay, start->logdecay, ss_state_logdecay_len(&s.dims) * sizeof(float));
+	memcpy(s.fingerprint, start->fingerprint, SS_FINGERPRINT_MAX);
+
+	/* The query but its last token: state only. */
+	ss_forward_seq seq = { .tokens = q, .n_tokens = (int64_t)nq - 1, .state = &s };
+	if (ss_forward_prefill(sc->ctx, &seq, 1, SS_LOGITS_NONE, err))
+		cli_die("%s: %s", where, err);
+	/* Then [q_last, c_0 .. c_{nc-2}]: row i predicts c_i. Chunks of SCORE_ROWS. */
+	const int64_t V = sc->m->cfg.vocab_padded;
+	int32_t buf[SCORE_ROWS];
+	double sum = 0;
+	for (size_t i0 = 0; i0 < nc; i0 += SCORE_ROWS) {
+		size_t n = nc - i0 < SCORE_ROWS ? nc - i0 : SCORE_ROWS;
+		for (size_t i = 0; i < n; i++)
+			buf[i] = i0 + i == 0 ? q[nq - 1] : c[i0 + i - 1];
+		seq = (ss_forward_seq){ .tokens = buf, .n_tokens = (int64_t)n, .state = &s,
+					.logits = sc->logits };
+		if (ss_forward_prefill(sc->ctx, &seq, 1, SS_LOGITS_ALL, err))
+			cli_die("%s: %s", where, err);
+		for (size_t i = 0; i < n; i++) {
+			double v = ss_nll(sc->logits + (size_t)i * V, V, c[i0 + i]);
+			sc->per[i0 + i] = v;
+			sum += v;
+		}
+	}
+	ss_state_free(&s);
+
+	double mean = sum / (double)nc;
+	FILE *f = sc->out;
+	fputs("{\"id\":", f);
+	mcli_json_str(f, id, (size_t)-1);
+	fputs(",\"state\":", f);
+	mcli_json_str(f, start->id ? start->id : "", (size_t)-1);
+	fprintf(f, ",\"nll\":%.9g,\"n_tokens\":%zu,\"ppl\":%.9g,\"sum_nll\":%.9g", mean, nc,
+		exp(mean), sum);
+	if (sc->per_token) {
+		fputs(",\"per_token\":[", f);
+		for (size_t i = 0; i < nc; i++)
+			fprintf(f, i ? ",%.9g" : "%.9g", sc->per[i]);
+		putc(']', f);
+	}
+	fputs("}\n", f);
+	if (ferror(f))
+		cli_die("write failed");
+}
+
+/* One pair of the --pairs input, parsed. */
+typedef struct {
+	char *id;
+	int32_t *q, *c;
+	size_t nq, nc;
+} pair;
+
+static void pair_free(pair *p)
+{
+	free(p->id);
+	free(p->q);
+	free(p->c);
+	memset(p, 0, sizeof *p);
+}
+
+/* Reads ids of `key_tokens` (array) or tokenizes `key` (string) from obj. */
+static int32_t *json_ids(scorer *sc, const cJSON *obj, const char *key, const char *key_tokens,
+			 size_t *n, const char *where)
+{
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, key_tokens);
+	if (t) {
+		if (!cJSON_IsArray(t))
+			cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
+		size_t k = (size_t)cJSON_GetArraySize(t), i = 0;
+		int32_t *ids = malloc((k ? k : 1) * sizeof *ids);
+		if (!ids)
+			cli_die("out of memory");
+		const cJSON *e;
+		cJSON_ArrayForEach(e, t) {
+			if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble)
+				cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
+			ids[i++] = (int32_t)e->valuedouble;
+		}
+		*n = k;
+		return ids;
+	}
+	const cJSON *s = cJSON_GetObjectItemCaseSensitive(obj, key);
+	if (!cJSON_IsString(s))
+		cli_die("%s: missing \"%s\" (a string) or \"%s\"", where, key, key_tokens);
+	return pair_ids(sc, s->valuestring, strlen(s->valuestring), n, where);
+}
+
+/* Reads all pairs of a JSONL file (the pairs are few and small next to the
+ * states, and every state scores every pair). */
+static pair *read_pairs(scorer *sc, const char *path, size_t *np)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	if (!f)
+		cli_die("%s: %m", path);
+	pair *ps = NULL;
+	size_t n = 0, cap = 0, lcap = 0;
+	char *line = NULL, where[600];
+	ssize_t len;
+	long lineno = 0;
+	while ((len = getline(&line, &lcap, f)) >= 0) {
+		lineno++;
+		snprintf(where, sizeof where, "%s: line %ld", path, lineno);
+		size_t k = strspn(line, " \t\r\n");
+		if ((ssize_t)k == len)
+			continue;
+		cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
+		if (!cJSON_IsObject(o))
+			cli_die("%s: not a JSON object", where);
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			pair *t = realloc(ps, cap * sizeof *ps);
+			if (!t)
+				cli_die("out of memory");
+			ps = t;
+		}
+		pair *p = &ps[n];
+		memset(p, 0, sizeof *p);
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+		if (cJSON_IsString(id))
+			p->id = strdup(id->valuestring);
+		else if (cJSON_IsNumber(id))
+			p->id = asprintf(&p->id, "%.17g", id->valuedouble) < 0 ? NULL : p->id;
+		else
+			p->id = asprintf(&p->id, "%s:%ld", path, lineno) < 0 ? NULL : p->id;
+		if (!p->id)
+			cli_die("out of memory");
+		p->q = json_ids(sc, o, "query", "query_tokens", &p->nq, where);
+		p->c = json_ids(sc, o, "continuation", "continuation_tokens", &p->nc, where);
+		cJSON_Delete(o);
+		n++;
+	}
+	if (ferror(f))
+		cli_die("%s: read error", path);
+	free(line);
+	if (f != stdin)
+		fclose(f);
+	*np = n;
+	return ps;
+}
+
+int main(int argc, char **argv)
+{
+	cli_init("ss-score");
+	const char *model_opt = NULL, *state_path = NULL, *pairs_path = NULL, *out_path = NULL;
+	const char *query = NULL, *cont = NULL, *qtok = NULL, *ctok = NULL;
+	int no_state = 0, threads = 0;
+	scorer sc = { 0 };
+	enum { O_MODEL = 256, O_STATE, O_NOSTATE, O_QUERY, O_CONT, O_QTOK, O_CTOK, O_PAIRS,
+	       O_PER, O_TOK, O_THREADS };
+	static const struct option opts[] = {
+		{ "model", required_argument, 0, O_MODEL },
+		{ "state", required_argument, 0, O_STATE },
+		{ "no-state", no_argument, 0, O_NOSTATE },
+		{ "query", required_argument, 0, O_QUERY },
+		{ "continuation", required_argument, 0, O_CONT },
+		{ "query-tokens", required_argument, 0, O_QTOK },
+		{ "continuation-tokens", required_argument, 0, O_CTOK },
+		{ "pairs", required_argument, 0, O_PAIRS },
+		{ "per-token", no_argument, 0, O_PER },
+		{ "tokenizer", required_argument, 0, O_TOK },
+		{ "threads", required_argument, 0, O_THREADS },
+		{ "output", required_argument, 0, 'o' },
+		{ "quiet", no_argument, 0, 'q' },
+		{ "verbose", no_argument, 0, 'v' },
+		{ "help", no_argument, 0, 'h' },
+		{ "version", no_argument, 0, 'V' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "o:qvhV", opts, NULL)) != -1) {
+		switch (c) {
+		case O_MODEL: model_opt = optarg; break;
+		case O_STATE: state_path = optarg; break;
+		case O_NOSTATE: no_state = 1; break;
+		case O_QUERY: query = optarg; break;
+		case O_CONT: cont = optarg; break;
+		case O_QTOK: qtok = optarg; break;
+		case O_CTOK: ctok = optarg; break;
+		case O_PAIRS: pairs_path = optarg; break;
+		case O_PER: sc.per_token = 1; break;
+		case O_TOK: sc.tok_path = optarg; break;
+		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
+		case 'o': out_path = optarg; break;
+		case 'q': cli_verbosity = 0; break;
+		case 'v': cli_verbosity++; break;
+		case 'h': help();
+		case 'V': cli_version();
+		default: cli_usage(usage, "unknown option");
+		}
+	}
+	if (optind < argc)
+		cli_usage(usage, "unexpected argument '%s'", argv[optind]);
+	if (state_path && no_state)
+		cli_usage(usage, "--state and --no-state exclude each other");
+	if ((query != NULL) + (qtok != NULL) > 1 || (cont != NULL) + (ctok != NULL) > 1)
+		cli_usage(usage, "give the query and the continuation once each (text or tokens)");
+	int single = query || qtok || cont || ctok;
+	if (single && !((query || qtok) && (cont || ctok)))
+		cli_usage(usage, "a pair needs both a query and a continuation");
+	if (single && pairs_path)
+		cli_usage(usage, "--pairs excludes --query/--continuation");
+	if (!single && !pairs_path)
+		pairs_path = "-";
+	int implicit = 0;
+	if (!state_path && !no_state && !(pairs_path && !strcmp(pairs_path, "-")) &&
+	    !isatty(STDIN_FILENO)) {
+		state_path = "-";
+		implicit = 1;
+	}
+	if (state_path && pairs_path && !strcmp(state_path, "-") && !strcmp(pairs_path, "-"))
+		cli_usage(usage, "the states and the pairs cannot both come from stdin");
+	if (!threads)
+		threads = mcli_threads_default();
+	sc.model_dir = mcli_model_dir(model_opt, usage);
+
+	/* Parse inline token lists before the (slow) model load: usage errors first. */
+	size_t nq = 0, nc = 0;
+	int32_t *q = qtok ? mcli_parse_ids("--query-tokens", qtok, &nq, usage) : NULL;
+	int32_t *cc = ctok ? mcli_parse_ids("--continuation-tokens", ctok, &nc, usage) : NULL;
+
+	ss_model *m = mcli_load_model(sc.model_dir, 0);
+	sc.m = m;
+	char err[SS_ERRMSG_MAX] = "";
+	if (ss_forward_ctx_init(&sc.ctx, m, threads, 0, err))
+		cli_die("%s: %s", sc.model_dir, err);
+	sc.logits = malloc((size_t)SCORE_ROWS * (size_t)m->cfg.vocab_padded * sizeof(float));
+	if (!sc.logits)
+		cli_die("out of memory");
+
+	pair *ps = NULL;
+	size_t np = 0;
+	if (single) {
+		if (query)
+			q = pair_ids(&sc, query, strlen(query), &nq, "--query");
+		if (cont)
+			cc = pair_ids(&sc, cont, strlen(cont), &nc, "--continuation");
+	} else {
+		ps = read_pairs(&sc, pairs_path, &np);
+	}
+
+	sc.out = mcli_out_open(out_path);
+	mcli_states src;
+	mcli_states_open(&src, state_path, implicit);
+	ss_state st;
+	while (mcli_states_next(&src, m, sc.model_dir, &st)) {
+		char where[600];
+		if (single) {
+			snprintf(where, sizeof where, "%s", state_path ? state_path : "(zero state)");
+			score_pair(&sc, &st, st.id, q, nq, cc, nc, where);
+		}
+		for (size_t i = 0; i < np; i++) {
+			snprintf(where, sizeof where, "%s: pair \"%s\"", pairs_path, ps[i].id);
+			score_pair(&sc, &st, ps[i].id, ps[i].q, ps[i].nq, ps[i].c, ps[i].nc, where);
+		}
+		ss_state_free(&st);
+	}
+	mcli_states_close(&src);
+	mcli_out_close(sc.out);
+
+	for (size_t i = 0; i < np; i++)
+		pair_free(&ps[i]);
+	free(ps);
+	free(q);
+	free(cc);
+	free(sc.logits);
+	free(sc.per);
+	ss_tokenizer_free(sc.tok);
+	ss_forward_ctx_free(sc.ctx);
+	ss_model_free(m);
+	return 0;
+}
