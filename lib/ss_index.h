@@ -1,4 +1,211 @@
-/* ss_index.h — part of libss; include "ss.h", not this file. */
+/*
+ * ss_index.h — the database of states: a BM25 (SQLite FTS5) index over
+ * document text that maps each document id to the byte offset of its state
+ * record in a state stream (part of libss; include "ss.h", not this file).
+ *
+ * One index is one SQLite file. Tables (schema version SS_INDEX_SCHEMA_VERSION):
+ *   meta(key, value)   "schema_version", "created_by" ("ss 0.1.0"),
+ *                      "updated_by", "fingerprint" (the model of every state)
+ *   files(file_id, path)
+ *                      state files (shards). A path is stored relative to
+ *                      the index's directory when the file lies under that
+ *                      directory, absolute otherwise: an index moved together
+ *                      with the shards below it keeps working.
+ *   docs(rid, id, file_id, offset, length, fingerprint, n_tokens,
+ *        text_tokens, text_len)
+ *                      one row per document; offset/length address the zstd
+ *                      frame of its state record (ss_stream.h).
+ *   fts(text)          FTS5, rowid = docs.rid, tokenizer
+ *                      "porter unicode61 remove_diacritics 2".
+ *
+ * A document is the pair (text from a token record, state from a state
+ * record) joined by id. A build is one transaction: it adds or replaces
+ * documents, and only ss_index_commit() makes it visible, so an interrupted
+ * build leaves the previous index as it was. Queries open the file read-only
+ * (any number of concurrent readers; a build blocks them only while it
+ * writes the file, normally at its commit, and they wait up to 10 s).
+ *
+ * ref: SQLite FTS5 (https://sqlite.org/fts5.html) bm25(), Robertson &
+ * Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond" (2009).
+ */
 #ifndef SS_INDEX_H
 #define SS_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
 #endif
+
+#define SS_INDEX_SCHEMA_VERSION 1
+
+typedef struct ss_index ss_index;
+
+/* ------------------------------------------------------------------ build */
+
+/* Opens (creating if absent) the index at `path` for a build and begins its
+ * one write transaction. An existing file must be an ss index of schema
+ * version SS_INDEX_SCHEMA_VERSION: another version gives SS_ERR_VERSION, a
+ * file that is not an index SS_ERR_FORMAT. SS_ERR_IO when the file cannot be
+ * opened or locked (another build holds it for longer than 10 s).
+ * Returns 0 and sets *out (free with ss_index_close: without a commit the
+ * build is rolled back), or a negative SS_ERR_* with errmsg filled. */
+int ss_index_build_open(ss_index **out, const char *path, char *errmsg);
+
+/* Adds or replaces the text of document `id` (text: text_len bytes of
+ * UTF-8, need not be NUL-terminated; text_tokens: its token count, or -1
+ * when unknown). Later calls for the same id in one build win.
+ * Returns 0, or SS_ERR_INVALID (empty id), SS_ERR_IO (SQLite). */
+int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t text_len,
+                      int64_t text_tokens, char *errmsg);
+
+/* Adds or replaces the location of document `id`'s state: the zstd frame at
+ * byte `offset` (of `length` compressed bytes) in the state stream
+ * `state_path` (a regular file that exists now; its path is stored as said
+ * above), for model `fingerprint`, having seen n_tokens tokens.
+ * Returns 0, or SS_ERR_INVALID (empty id), SS_ERR_IO (path unresolvable,
+ * SQLite). */
+int ss_index_add_state(ss_index *ix, const char *id, const char *state_path, uint64_t offset,
+                       uint64_t length, const char *fingerprint, int64_t n_tokens,
+                       char *errmsg);
+
+/* Counts from ss_index_add_stream(). */
+typedef struct {
+	uint64_t n_text;   /* token records added (their text) */
+	uint64_t n_states; /* state records added (their location) */
+	uint64_t bytes;    /* compressed bytes read */
+} ss_index_add_stats;
+
+/* Called after every record (may be NULL); `st` holds the counts so far. */
+typedef void (*ss_index_progress_fn)(void *ctx, const char *path, const ss_index_add_stats *st);
+
+/* Reads the stream at `path` ("-" = stdin) and adds every record: token
+ * records through ss_index_add_text, state records through
+ * ss_index_add_state (only their metadata prefix is decoded). A stream may
+ * mix both formats. State records need a regular file (their offsets are
+ * what is indexed): state records on a pipe give SS_ERR_INVALID. A token
+ * record without text gives SS_ERR_FORMAT. Stream errors
+ * (SS_ERR_TRUNCATED, ...) name the record and byte offset in errmsg.
+ * max_record: as in ss_reader_open. st (may be NULL) receives the counts,
+ * which are added to whatever it holds. Returns 0 or a negative SS_ERR_*;
+ * after an error the build should be abandoned (ss_index_close). */
+int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
+                        ss_index_add_stats *st, ss_index_progress_fn progress, void *ctx,
+                        char *errmsg);
+
+/* Called by ss_index_commit for each document it has something to say about:
+ * dropped != 0 when the document was left out of the index (it had text but
+ * no state, or a state but no text, after this build), 0 for a warning (the
+ * text's token count differs from the state's n_tokens: the state was
+ * probably encoded from other text). `why` is one line. */
+typedef void (*ss_index_note_fn)(void *ctx, const char *id, int dropped, const char *why);
+
+typedef struct {
+	int64_t n_docs;     /* documents in the index after the build */
+	int64_t n_added;    /* new ids */
+	int64_t n_replaced; /* ids that were already indexed and got new text and/or state */
+	int64_t n_dropped;  /* incomplete documents left out (see ss_index_note_fn) */
+	int64_t n_warned;   /* token-count disagreements (kept) */
+} ss_index_build_stats;
+
+/* Ends a build: drops documents that still lack text or state (reporting
+ * each to `note`, may be NULL), checks that every state in the index comes
+ * from one model (else SS_ERR_MISMATCH naming two fingerprints; nothing is
+ * committed), merges the FTS segments and commits. st may be NULL.
+ * Returns 0, or a negative SS_ERR_* (the build is then rolled back).
+ * ix stays open (for ss_index_close) either way; no more adds after it. */
+int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_build_stats *st,
+                    char *errmsg);
+
+/* ------------------------------------------------------------------ query */
+
+/* Opens the index at `path` read-only (SQLITE_OPEN_READONLY) for queries.
+ * Errors: SS_ERR_IO (cannot open), SS_ERR_FORMAT (not an ss index),
+ * SS_ERR_VERSION (built by another schema version: errmsg says which).
+ * Returns 0 and sets *out (free with ss_index_close). */
+int ss_index_open(ss_index **out, const char *path, char *errmsg);
+
+/* Number of documents in the index, or a negative SS_ERR_*. */
+int64_t ss_index_count(ss_index *ix);
+
+/* One retrieved document. Strings owned by the hit array. */
+typedef struct {
+	char *id;
+	int32_t rank;          /* 1 = most relevant */
+	double score;          /* BM25 score, > 0, higher = more relevant (-fts5 bm25()) */
+	char *path;            /* state file: absolute, or as the index path was given */
+	uint64_t offset;       /* byte offset of the state record's zstd frame */
+	uint64_t length;       /* its compressed bytes */
+	char fingerprint[SS_FINGERPRINT_MAX]; /* model fingerprint as indexed */
+	int64_t n_tokens;
+	int64_t file_id;       /* internal: which shard */
+} ss_index_hit;
+
+/* Top-k documents for `query` by BM25, best first, leaving out the ids in
+ * exclude[0..n_exclude). The query is split on white space; each term is
+ * quoted for FTS5 (so no query syntax is interpreted: AND, NEAR, "*", ":"
+ * are words) and the terms are OR-ed, so a document matching any term is a
+ * candidate. Hits of equal score are ordered by id. k >= 1.
+ * Returns the number of hits n (0 <= n <= k) with *hits set (free with
+ * ss_index_hits_free; NULL when n == 0), or SS_ERR_INVALID for an empty
+ * query (no term with a letter or digit) or k < 1, SS_ERR_IO (SQLite). */
+int ss_index_query(ss_index *ix, const char *query, int k, const char *const *exclude,
+                   size_t n_exclude, ss_index_hit **hits, char *errmsg);
+
+/* Frees hits[0..n) and the array. NULL is fine. */
+void ss_index_hits_free(ss_index_hit *hits, int n);
+
+/* Location of document `id` as a hit (rank 0, score 0). Returns 0 with *hit
+ * filled (free its strings with ss_index_hit_clear), SS_ERR_NOTFOUND, or
+ * SS_ERR_IO. */
+int ss_index_lookup(ss_index *ix, const char *id, ss_index_hit *hit, char *errmsg);
+/* Frees the strings of one hit (not the hit itself). */
+void ss_index_hit_clear(ss_index_hit *hit);
+
+/* Reads the state record of `hit` from its state file and checks that it is
+ * the indexed one: the file exists, a record decodes at the offset, its
+ * compressed length, id and fingerprint equal the indexed ones, and the
+ * frame lies within the file. meta_only != 0 decodes only the metadata
+ * prefix (ss_reader_next_meta), enough to validate cheaply before emitting.
+ * On success *rec is the record, borrowed from a reader the index caches
+ * per state file: valid until the next ss_index_read or ss_index_close.
+ * Errors (errmsg "document ID at byte offset N: what", the caller names the
+ * file): SS_ERR_NOTFOUND (file missing), SS_ERR_TRUNCATED (file shorter
+ * than the record), SS_ERR_MISMATCH (another record at the offset: id,
+ * fingerprint or length differ), or the reader's error. */
+int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, ss_record *rec,
+                  char *errmsg);
+
+/* Appends document `hit` to the state stream `w` as retrieval output: an
+ * annotation frame with hit->rank and hit->score (ss_writer_put_annotation),
+ * then the state record's zstd frame copied verbatim from its state file
+ * (hit->length bytes at hit->offset), neither decompressed nor recompressed.
+ * Read back, the record is the stored one with has_rank/rank/score set
+ * (ss_record, ss_state). Callers write the hits of a query most relevant
+ * last (hits[n-1] first).
+ * Before anything is written the record is validated as by ss_index_read
+ * with meta_only (file present, id, fingerprint and frame length at the
+ * offset); the frame body's checksum is left to whoever decodes the output.
+ * The frame is read into a buffer the index keeps for the next call (memory:
+ * the largest record copied so far). It invalidates records borrowed from
+ * ss_index_read.
+ * Returns 0, or:
+ *   - the errors of ss_index_read, and SS_ERR_TRUNCATED (the file ends
+ *     inside the frame: truncated since it was opened), SS_ERR_IO (read
+ *     error), SS_ERR_NOMEM: errmsg "document ID at byte offset N: what",
+ *     the caller names the state file; nothing was written to w;
+ *   - SS_ERR_IO when writing to w fails: errmsg is the empty string and
+ *     errno is kept, the caller names its output (which should then be
+ *     abandoned with ss_writer_abort).
+ * ref: zstd skippable frames (RFC 8878 §3.1.2), formats/states.md. */
+int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *errmsg);
+
+/* Closes the index (rolling back an uncommitted build) and every cached
+ * state file reader. NULL is fine. */
+void ss_index_close(ss_index *ix);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SS_INDEX_H */

@@ -1,0 +1,735 @@
+/* test_index.c — the BM25 index of states (lib/index.c): build, rebuild,
+ * exclusion, validation of state records at their offsets, versions,
+ * concurrent readers, emitting stored records with their rank and score. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ss.h"
+
+static char tmpdir[256];
+
+static const ss_state_dims dims = { "mamba2", 2, 2, 2, 2, 8, 4 };
+
+typedef struct {
+	const char *id, *text;
+} doc;
+
+static const doc corpus[] = {
+	{ "d0", "the quick brown fox jumps over the lazy dog" },
+	{ "d1", "sailing ships cross the stormy atlantic ocean" },
+	{ "d2", "quantum entanglement puzzles physicists" },
+	{ "d3", "the fox hunts at night in the forest" },
+	{ "d4", "bread flour water salt and yeast make dough" },
+	{ "d5", "ocean tides follow the moon" },
+};
+#define N_CORPUS (int)(sizeof corpus / sizeof *corpus)
+
+static char *path_in(const char *name)
+{
+	static char buf[8][512];
+	static int i;
+	i = (i + 1) % 8;
+	snprintf(buf[i], sizeof buf[i], "%s/%s", tmpdir, name);
+	return buf[i];
+}
+
+static void fill_state(ss_state *s, const char *id, const char *fp, int64_t n_tokens)
+{
+	assert_int_equal(ss_state_alloc(s, &dims), 0);
+	s->id = strdup(id);
+	snprintf(s->fingerprint, sizeof s->fingerprint, "%s", fp);
+	s->n_tokens = n_tokens;
+	uint32_t x = 2166136261u;
+	for (const char *p = id; *p; p++)
+		x = (x ^ (unsigned char)*p) * 16777619u;
+	for (size_t i = 0; i < ss_state_ssm_len(&dims); i++) {
+		x = x * 1664525u + 1013904223u;
+		s->ssm[i] = (float)(x >> 8) / (float)(1u << 24) - 0.5f;
+	}
+	for (size_t i = 0; i < ss_state_conv_len(&dims); i++)
+		s->conv[i] = (float)i * 0.01f;
+	for (size_t i = 0; i < ss_state_logdecay_len(&dims); i++)
+		s->logdecay[i] = -(float)(i + 1);
+}
+
+static int64_t n_words(const char *s)
+{
+	int64_t n = 0;
+	for (const char *p = s; *p; p++)
+		if (*p != ' ' && (p == s || p[-1] == ' '))
+			n++;
+	return n;
+}
+
+/* Writes docs[0..n) as a token stream and/or a state stream (NULL = skip). */
+static void write_docs(const char *tokens_path, const char *states_path, const doc *docs, int n,
+		       const char *fp)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_writer *tw = NULL, *sw = NULL;
+	if (tokens_path)
+		assert_int_equal(ss_writer_open(&tw, tokens_path, 0, em), 0);
+	if (states_path)
+		assert_int_equal(ss_writer_open(&sw, states_path, 0, em), 0);
+	for (int i = 0; i < n; i++) {
+		int64_t nt = n_words(docs[i].text);
+		if (tw) {
+			int32_t tok[64] = {0};
+			ss_tokens t = { (char *)docs[i].id, tok, nt, (char *)docs[i].text, strlen(docs[i].text), NULL };
+			assert_int_equal(ss_writer_put_tokens(tw, &t, NULL), 0);
+		}
+		if (sw) {
+			ss_state s;
+			fill_state(&s, docs[i].id, fp, nt);
+			assert_int_equal(ss_writer_put_state(sw, &s, NULL), 0);
+			ss_state_free(&s);
+		}
+	}
+	if (tw)
+		assert_int_equal(ss_writer_close(tw, em), 0);
+	if (sw)
+		assert_int_equal(ss_writer_close(sw, em), 0);
+}
+
+typedef struct {
+	int n_dropped, n_warned;
+	char last[256];
+} notes;
+
+static void note_cb(void *ctx, const char *id, int dropped, const char *why)
+{
+	notes *n = ctx;
+	if (dropped)
+		n->n_dropped++;
+	else
+		n->n_warned++;
+	snprintf(n->last, sizeof n->last, "%s: %s", id, why);
+}
+
+/* Builds `db` from the given streams; returns commit's code. */
+static int build(const char *db, const char *const *streams, int n, ss_index_build_stats *st, notes *nt)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	int rc = ss_index_build_open(&ix, db, em);
+	if (rc)
+		return rc;
+	for (int i = 0; i < n; i++) {
+		rc = ss_index_add_stream(ix, streams[i], 0, NULL, NULL, NULL, em);
+		if (rc) {
+			ss_index_close(ix);
+			return rc;
+		}
+	}
+	rc = ss_index_commit(ix, note_cb, nt, st, em);
+	ss_index_close(ix);
+	return rc;
+}
+
+/* Top-1 id for a query ("" when none), or NULL on error. */
+static char top_id[128];
+static const char *top1(const char *db, const char *q, const char *const *ex, size_t n_ex)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	if (ss_index_open(&ix, db, em))
+		return NULL;
+	ss_index_hit *h;
+	int n = ss_index_query(ix, q, 1, ex, n_ex, &h, em);
+	if (n < 0) {
+		ss_index_close(ix);
+		return NULL;
+	}
+	snprintf(top_id, sizeof top_id, "%s", n ? h[0].id : "");
+	ss_index_hits_free(h, n);
+	ss_index_close(ix);
+	return top_id;
+}
+
+/* A fresh directory with the corpus in docs.tokens + shard0.states, indexed in idx.db. */
+static int setup(void **state)
+{
+	snprintf(tmpdir, sizeof tmpdir, "%s/ss-test-index-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(tmpdir))
+		return -1;
+	write_docs(path_in("docs.tokens"), path_in("shard0.states"), corpus, N_CORPUS, "fpA");
+	const char *in[] = { path_in("docs.tokens"), path_in("shard0.states") };
+	ss_index_build_stats st;
+	notes nt = {0};
+	return build(path_in("idx.db"), in, 2, &st, &nt);
+}
+
+static int teardown(void **state)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	return system(cmd);
+}
+
+static void test_build_and_query(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	assert_int_equal(ss_index_count(ix), N_CORPUS);
+	ss_index_hit *h;
+	int n = ss_index_query(ix, "fox forest night", 3, NULL, 0, &h, em);
+	assert_true(n >= 2);
+	assert_string_equal(h[0].id, "d3");
+	assert_string_equal(h[1].id, "d0");
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(h[i].rank, i + 1);
+		assert_true(h[i].score > 0);
+		if (i)
+			assert_true(h[i].score <= h[i - 1].score);
+		assert_string_equal(h[i].fingerprint, "fpA");
+	}
+	/* The state behind each hit is the indexed record. */
+	ss_record rec;
+	ss_state s;
+	assert_int_equal(ss_index_read(ix, &h[0], 0, &rec, em), 0);
+	assert_int_equal(ss_record_state(&rec, &s, em), 0);
+	assert_string_equal(s.id, "d3");
+	assert_int_equal(s.n_tokens, n_words(corpus[3].text));
+	ss_state_free(&s);
+	ss_index_hits_free(h, n);
+	/* k larger than the matches: only the matches. */
+	n = ss_index_query(ix, "ocean", 10, NULL, 0, &h, em);
+	assert_int_equal(n, 2);
+	ss_index_hits_free(h, n);
+	/* No match at all. */
+	n = ss_index_query(ix, "zeppelin", 10, NULL, 0, &h, em);
+	assert_int_equal(n, 0);
+	assert_null(h);
+	/* Lookup by id. */
+	ss_index_hit one;
+	assert_int_equal(ss_index_lookup(ix, "d4", &one, em), 0);
+	assert_int_equal(ss_index_read(ix, &one, 1, &rec, em), 0);
+	ss_index_hit_clear(&one);
+	assert_int_equal(ss_index_lookup(ix, "nope", &one, em), SS_ERR_NOTFOUND);
+	ss_index_close(ix);
+}
+
+static void test_query_escaping(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	ss_index_hit *h;
+	/* FTS5 syntax is taken literally, never as an operator or an error. */
+	const char *odd[] = { "fox AND NOT \"dog", "NEAR(fox dog)", "fox*", "text:fox", "(fox", "fox\"\"\"",
+			      "-fox +dog", "^fox", "{fox}" };
+	for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
+		int n = ss_index_query(ix, odd[i], 5, NULL, 0, &h, em);
+		assert_true(n >= 0);
+		ss_index_hits_free(h, n);
+	}
+	/* Empty queries. */
+	const char *empty[] = { "", "   \t\n", "@-@ , . ;", NULL };
+	for (size_t i = 0; i < sizeof empty / sizeof *empty; i++) {
+		assert_int_equal(ss_index_query(ix, empty[i], 5, NULL, 0, &h, em), SS_ERR_INVALID);
+		assert_non_null(strstr(em, "empty query"));
+	}
+	assert_int_equal(ss_index_query(ix, "fox", 0, NULL, 0, &h, em), SS_ERR_INVALID);
+	/* Repeated terms and case. */
+	int n = ss_index_query(ix, "FOX fox Fox fox", 5, NULL, 0, &h, em);
+	assert_int_equal(n, 2);
+	ss_index_hits_free(h, n);
+	ss_index_close(ix);
+}
+
+static void test_exclude(void **state)
+{
+	const char *ex1[] = { "d3" };
+	assert_string_equal(top1(path_in("idx.db"), "fox forest night", NULL, 0), "d3");
+	assert_string_equal(top1(path_in("idx.db"), "fox forest night", ex1, 1), "d0");
+	const char *ex2[] = { "zzz", "d3", "d0", "aaa" };
+	assert_string_equal(top1(path_in("idx.db"), "fox forest night", ex2, 4), "");
+	/* k results even when excluded ids rank first. */
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	ss_index_hit *h;
+	const char *ex3[] = { "d1" };
+	int n = ss_index_query(ix, "ocean the", 2, ex3, 1, &h, em);
+	assert_int_equal(n, 2);
+	for (int i = 0; i < n; i++)
+		assert_string_not_equal(h[i].id, "d1");
+	ss_index_hits_free(h, n);
+	ss_index_close(ix);
+}
+
+static void test_rebuild_replaces(void **state)
+{
+	/* d0 gets new text and a new state in another shard; d9 is new. */
+	const doc more[] = { { "d0", "volcanic eruptions reshape islands" }, { "d9", "glaciers carve valleys" } };
+	write_docs(path_in("more.tokens"), path_in("shard1.states"), more, 2, "fpA");
+	const char *in[] = { path_in("shard1.states"), path_in("more.tokens") }; /* order does not matter */
+	ss_index_build_stats st;
+	notes nt = {0};
+	assert_int_equal(build(path_in("idx.db"), in, 2, &st, &nt), 0);
+	assert_int_equal(st.n_docs, N_CORPUS + 1);
+	assert_int_equal(st.n_added, 1);
+	assert_int_equal(st.n_replaced, 1);
+	assert_int_equal(st.n_dropped, 0);
+	assert_string_equal(top1(path_in("idx.db"), "volcanic", NULL, 0), "d0");
+	assert_string_equal(top1(path_in("idx.db"), "glaciers", NULL, 0), "d9");
+	/* d0's old text is gone: "lazy" was only in it. */
+	assert_string_equal(top1(path_in("idx.db"), "lazy", NULL, 0), "");
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	ss_index_hit h;
+	assert_int_equal(ss_index_lookup(ix, "d0", &h, em), 0);
+	assert_non_null(strstr(h.path, "shard1.states"));
+	ss_record rec;
+	assert_int_equal(ss_index_read(ix, &h, 0, &rec, em), 0);
+	ss_index_hit_clear(&h);
+	ss_index_close(ix);
+	/* Text alone for an indexed id replaces the text and keeps the state. */
+	const doc retext[] = { { "d9", "glaciers carve deep fjords" } };
+	write_docs(path_in("retext.tokens"), NULL, retext, 1, "fpA");
+	const char *in2[] = { path_in("retext.tokens") };
+	memset(&nt, 0, sizeof nt);
+	assert_int_equal(build(path_in("idx.db"), in2, 1, &st, &nt), 0);
+	assert_int_equal(st.n_replaced, 1);
+	assert_int_equal(nt.n_dropped, 0);
+	/* The state saw 3 tokens, the new text has 4: a warning, kept. */
+	assert_int_equal(nt.n_warned, 1);
+	assert_non_null(strstr(nt.last, "d9"));
+	assert_string_equal(top1(path_in("idx.db"), "fjords", NULL, 0), "d9");
+}
+
+static void test_incomplete_documents(void **state)
+{
+	const doc only_text[] = { { "t1", "orphan text about comets" } };
+	const doc only_state[] = { { "s1", "orphan state" } };
+	write_docs(path_in("ot.tokens"), NULL, only_text, 1, "fpA");
+	write_docs(NULL, path_in("os.states"), only_state, 1, "fpA");
+	const char *in[] = { path_in("ot.tokens"), path_in("os.states") };
+	ss_index_build_stats st;
+	notes nt = {0};
+	assert_int_equal(build(path_in("idx.db"), in, 2, &st, &nt), 0);
+	assert_int_equal(st.n_dropped, 2);
+	assert_int_equal(nt.n_dropped, 2);
+	assert_int_equal(st.n_added, 0);
+	assert_string_equal(top1(path_in("idx.db"), "comets", NULL, 0), "");
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	assert_int_equal(ss_index_count(ix), N_CORPUS);
+	ss_index_close(ix);
+}
+
+static void test_model_mismatch_rolls_back(void **state)
+{
+	const doc other[] = { { "m1", "martian dust storms" } };
+	write_docs(path_in("m.tokens"), path_in("m.states"), other, 1, "fpB");
+	const char *in[] = { path_in("m.tokens"), path_in("m.states") };
+	ss_index_build_stats st;
+	notes nt = {0};
+	assert_int_equal(build(path_in("idx.db"), in, 2, &st, &nt), SS_ERR_MISMATCH);
+	assert_string_equal(top1(path_in("idx.db"), "martian", NULL, 0), "");
+	assert_string_equal(top1(path_in("idx.db"), "fox forest", NULL, 0), "d3");
+}
+
+static void test_interrupted_build(void **state)
+{
+	const doc more[] = { { "x1", "interrupted builds vanish" } };
+	write_docs(path_in("x.tokens"), path_in("x.states"), more, 1, "fpA");
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char em[SS_ERRMSG_MAX];
+		ss_index *ix;
+		if (ss_index_build_open(&ix, path_in("idx.db"), em))
+			_exit(2);
+		ss_index_add_stream(ix, path_in("x.tokens"), 0, NULL, NULL, NULL, em);
+		ss_index_add_stream(ix, path_in("x.states"), 0, NULL, NULL, NULL, em);
+		/* Many more documents, then die without commit or close. */
+		for (int i = 0; i < 3000; i++) {
+			char id[32];
+			snprintf(id, sizeof id, "junk%d", i);
+			ss_index_add_text(ix, id, "interrupted junk text padding padding padding", 45, 6, em);
+		}
+		_exit(0);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_string_equal(top1(path_in("idx.db"), "interrupted", NULL, 0), "");
+	assert_string_equal(top1(path_in("idx.db"), "fox forest", NULL, 0), "d3");
+	/* ss_index_close without commit rolls back too. */
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_build_open(&ix, path_in("idx.db"), em), 0);
+	assert_int_equal(ss_index_add_stream(ix, path_in("x.tokens"), 0, NULL, NULL, NULL, em), 0);
+	assert_int_equal(ss_index_add_stream(ix, path_in("x.states"), 0, NULL, NULL, NULL, em), 0);
+	ss_index_close(ix);
+	assert_string_equal(top1(path_in("idx.db"), "interrupted", NULL, 0), "");
+	/* A writer killed after spilling pages into the file leaves a hot
+	 * journal; a read-only open must still see the old index. */
+	pid = fork();
+	if (pid == 0) {
+		sqlite3 *s;
+		if (sqlite3_open(path_in("idx.db"), &s) != SQLITE_OK ||
+		    sqlite3_exec(s, "PRAGMA cache_size = 2; BEGIN; DELETE FROM docs; CREATE TABLE junk(x);"
+				    "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 3000)"
+				    " INSERT INTO junk SELECT randomblob(500) FROM c;", 0, 0, 0) != SQLITE_OK)
+			_exit(2);
+		_exit(0);
+	}
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(access(path_in("idx.db-journal"), F_OK), 0);
+	assert_string_equal(top1(path_in("idx.db"), "fox forest", NULL, 0), "d3");
+	assert_int_equal(access(path_in("idx.db-journal"), F_OK), -1); /* rolled back */
+}
+
+/* Reads the state of `id` through the index; returns the error code. */
+static int read_doc(const char *db, const char *id, int meta_only, char *em)
+{
+	ss_index *ix;
+	int rc = ss_index_open(&ix, db, em);
+	if (rc)
+		return rc;
+	ss_index_hit h;
+	ss_record rec;
+	rc = ss_index_lookup(ix, id, &h, em);
+	if (!rc)
+		rc = ss_index_read(ix, &h, meta_only, &rec, em);
+	ss_index_hit_clear(&h);
+	ss_index_close(ix);
+	return rc;
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	char cmd[1200];
+	snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, to);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void test_bad_state_files(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	const char *db = path_in("idx.db");
+	const char *shard = path_in("shard0.states");
+	const char *saved = path_in("shard0.saved");
+	copy_file(shard, saved);
+	for (int m = 0; m < 2; m++) {
+		/* Missing. */
+		assert_int_equal(unlink(shard), 0);
+		assert_int_equal(read_doc(db, "d5", m, em), SS_ERR_NOTFOUND);
+		assert_non_null(strstr(em, "d5"));
+		/* Truncated inside the last record (d5), and before it (offset beyond end). */
+		copy_file(saved, shard);
+		struct stat sb;
+		assert_int_equal(stat(shard, &sb), 0);
+		assert_int_equal(truncate(shard, sb.st_size - 10), 0);
+		assert_int_equal(read_doc(db, "d5", m, em), SS_ERR_TRUNCATED);
+		assert_non_null(strstr(em, "document d5"));
+		assert_int_equal(read_doc(db, "d0", m, em), 0);
+		assert_int_equal(truncate(shard, 100), 0);
+		assert_int_equal(read_doc(db, "d5", m, em), SS_ERR_TRUNCATED);
+		assert_non_null(strstr(em, "byte offset"));
+		/* Replaced: the same documents in another order (id mismatch at the offset). */
+		doc rev[N_CORPUS];
+		for (int i = 0; i < N_CORPUS; i++)
+			rev[i] = corpus[N_CORPUS - 1 - i];
+		write_docs(NULL, shard, rev, N_CORPUS, "fpA");
+		assert_int_equal(read_doc(db, "d0", m, em), SS_ERR_MISMATCH);
+		assert_non_null(strstr(em, "the record there is document d5"));
+		/* Replaced: same ids, another model (the first record: its offset
+		 * is 0 whatever the sizes of the others). */
+		write_docs(NULL, shard, corpus, N_CORPUS, "fpZ");
+		assert_int_equal(read_doc(db, "d0", m, em), SS_ERR_MISMATCH);
+		assert_non_null(strstr(em, "fingerprint"));
+		/* Replaced by garbage. */
+		FILE *f = fopen(shard, "w");
+		for (int i = 0; i < 5000; i++)
+			fputc(i * 7, f);
+		fclose(f);
+		assert_true(read_doc(db, "d3", m, em) < 0);
+		copy_file(saved, shard);
+		assert_int_equal(read_doc(db, "d5", m, em), 0);
+	}
+}
+
+static void test_versions_and_bad_index(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	const char *db2 = path_in("v.db");
+	copy_file(path_in("idx.db"), db2);
+	sqlite3 *s;
+	assert_int_equal(sqlite3_open(db2, &s), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(s, "UPDATE meta SET value = '99' WHERE key = 'schema_version'", 0, 0, 0), SQLITE_OK);
+	sqlite3_close(s);
+	assert_int_equal(ss_index_open(&ix, db2, em), SS_ERR_VERSION);
+	assert_non_null(strstr(em, "version 99"));
+	assert_null(strchr(em, '\n'));
+	assert_int_equal(ss_index_build_open(&ix, db2, em), SS_ERR_VERSION);
+	/* Not an index. */
+	FILE *f = fopen(db2, "w");
+	fputs("definitely not sqlite, just text that is long enough to look like a header........\n", f);
+	fclose(f);
+	assert_int_equal(ss_index_open(&ix, db2, em), SS_ERR_FORMAT);
+	assert_int_equal(ss_index_build_open(&ix, db2, em), SS_ERR_FORMAT);
+	unlink(db2);
+	/* Another SQLite database. */
+	assert_int_equal(sqlite3_open(db2, &s), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(s, "CREATE TABLE t(x)", 0, 0, 0), SQLITE_OK);
+	sqlite3_close(s);
+	assert_int_equal(ss_index_open(&ix, db2, em), SS_ERR_FORMAT);
+	assert_int_equal(ss_index_build_open(&ix, db2, em), SS_ERR_FORMAT);
+	/* Missing. */
+	assert_int_equal(ss_index_open(&ix, path_in("nope.db"), em), SS_ERR_NOTFOUND);
+	assert_int_equal(access(path_in("nope.db"), F_OK), -1);
+	/* Empty (an interrupted first build). */
+	f = fopen(db2, "w");
+	fclose(f);
+	assert_int_equal(ss_index_open(&ix, db2, em), SS_ERR_FORMAT);
+	assert_non_null(strstr(em, "empty"));
+}
+
+static void test_state_stream_from_pipe_refused(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		FILE *in = fopen(path_in("shard0.states"), "rb");
+		char buf[4096];
+		size_t n;
+		while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+			if (write(fds[1], buf, n) < 0)
+				break;
+		_exit(0);
+	}
+	close(fds[1]);
+	int saved = dup(0);
+	dup2(fds[0], 0);
+	close(fds[0]);
+	ss_index *ix;
+	assert_int_equal(ss_index_build_open(&ix, path_in("p.db"), em), 0);
+	assert_int_equal(ss_index_add_stream(ix, "-", 0, NULL, NULL, NULL, em), SS_ERR_INVALID);
+	assert_non_null(strstr(em, "regular file"));
+	ss_index_close(ix);
+	dup2(saved, 0);
+	close(saved);
+	waitpid(pid, NULL, 0);
+}
+
+static void test_index_moves_with_shards(void **state)
+{
+	char em[SS_ERRMSG_MAX], moved[300], cmd[1400];
+	snprintf(moved, sizeof moved, "%s.moved", tmpdir);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", moved, tmpdir, moved);
+	assert_int_equal(system(cmd), 0);
+	char db[700];
+	snprintf(db, sizeof db, "%s/idx.db", moved);
+	/* The original shards are gone: only the moved copies can serve. */
+	snprintf(cmd, sizeof cmd, "rm -f '%s'/*.states", tmpdir);
+	assert_int_equal(system(cmd), 0);
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, db, em), 0);
+	ss_index_hit *h;
+	int n = ss_index_query(ix, "sailing", 1, NULL, 0, &h, em);
+	assert_int_equal(n, 1);
+	assert_non_null(strstr(h[0].path, ".moved/shard0.states"));
+	ss_record rec;
+	assert_int_equal(ss_index_read(ix, &h[0], 0, &rec, em), 0);
+	ss_index_hits_free(h, n);
+	ss_index_close(ix);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", moved);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void test_concurrent_readers(void **state)
+{
+	enum { N_PROC = 6, N_Q = 40 };
+	pid_t pids[N_PROC];
+	for (int p = 0; p < N_PROC; p++) {
+		pids[p] = fork();
+		assert_true(pids[p] >= 0);
+		if (pids[p] == 0) {
+			char em[SS_ERRMSG_MAX];
+			ss_index *ix;
+			if (ss_index_open(&ix, path_in("idx.db"), em))
+				_exit(1);
+			for (int q = 0; q < N_Q; q++) {
+				ss_index_hit *h;
+				int n = ss_index_query(ix, corpus[(p + q) % N_CORPUS].text, 3, NULL, 0, &h, em);
+				if (n < 1 || strcmp(h[0].id, corpus[(p + q) % N_CORPUS].id))
+					_exit(2);
+				ss_record rec;
+				for (int i = 0; i < n; i++)
+					if (ss_index_read(ix, &h[i], q & 1, &rec, em))
+						_exit(3);
+				ss_index_hits_free(h, n);
+			}
+			ss_index_close(ix);
+			_exit(0);
+		}
+	}
+	for (int p = 0; p < N_PROC; p++) {
+		int status;
+		assert_int_equal(waitpid(pids[p], &status, 0), pids[p]);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+}
+
+/* Emitting a query's states: annotation + stored frame, most relevant last;
+ * read back, each record is the stored one with its rank and score. */
+static void test_copy(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	ss_index_hit *h;
+	int n = ss_index_query(ix, "fox forest night ocean", 4, NULL, 0, &h, em);
+	assert_true(n >= 3);
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, path_in("out.states"), 0, em), 0);
+	for (int i = n - 1; i >= 0; i--)
+		assert_int_equal(ss_index_copy(ix, &h[i], w, em), 0);
+	assert_int_equal(ss_writer_close(w, em), 0);
+
+	ss_reader *r;
+	ss_record got, stored;
+	assert_int_equal(ss_reader_open(&r, path_in("out.states"), 0, em), 0);
+	for (int j = 0; j < n; j++) {
+		const ss_index_hit *hj = &h[n - 1 - j];
+		assert_int_equal(ss_reader_next(r, &got), 1);
+		assert_true(got.has_rank);
+		assert_int_equal(got.rank, hj->rank);
+		assert_int_equal(got.rank, n - j); /* most relevant last */
+		/* The frame is the stored one, byte for byte. */
+		assert_int_equal(got.length, hj->length);
+		assert_int_equal(ss_index_read(ix, hj, 0, &stored, em), 0);
+		assert_false(stored.has_rank);
+		assert_int_equal(got.raw_len, stored.raw_len);
+		assert_memory_equal(got.raw, stored.raw, stored.raw_len);
+		ss_state a, b;
+		assert_int_equal(ss_record_state(&got, &a, em), 0);
+		assert_int_equal(ss_record_state(&stored, &b, em), 0);
+		assert_true(a.has_rank);
+		assert_int_equal(a.rank, hj->rank);
+		assert_true(a.score == hj->score);
+		assert_false(b.has_rank);
+		assert_string_equal(a.id, hj->id);
+		assert_string_equal(a.fingerprint, "fpA");
+		assert_int_equal(a.n_tokens, b.n_tokens);
+		assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&dims) * sizeof(float));
+		assert_memory_equal(a.conv, b.conv, ss_state_conv_len(&dims) * sizeof(float));
+		assert_memory_equal(a.logdecay, b.logdecay, ss_state_logdecay_len(&dims) * sizeof(float));
+		ss_state_free(&a);
+		ss_state_free(&b);
+	}
+	assert_int_equal(ss_reader_next(r, &got), 0);
+	ss_reader_close(r);
+	/* Metadata readers (ss-compose's first pass) see the annotation too. */
+	assert_int_equal(ss_reader_open(&r, path_in("out.states"), 0, em), 0);
+	for (int j = 0; j < n; j++) {
+		ss_state m;
+		assert_int_equal(ss_reader_next_meta(r, &got), 1);
+		assert_int_equal(ss_record_state_meta(&got, &m, em), 0);
+		assert_true(m.has_rank);
+		assert_int_equal(m.rank, n - j);
+		assert_true(m.score == h[n - 1 - j].score);
+		ss_state_free(&m);
+	}
+	ss_reader_close(r);
+	ss_index_hits_free(h, n);
+	ss_index_close(ix);
+}
+
+/* A state file truncated or replaced under an open index: a one-line error
+ * naming the document and offset, and nothing written. */
+static void test_copy_bad_state_file(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	const char *shard = path_in("shard0.states");
+	copy_file(shard, path_in("shard0.saved"));
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	ss_index_hit d0, d5;
+	assert_int_equal(ss_index_lookup(ix, "d0", &d0, em), 0);
+	assert_int_equal(ss_index_lookup(ix, "d5", &d5, em), 0);
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, path_in("out.states"), 0, em), 0);
+	/* Opens the shard: the index now holds its size from before the cut. */
+	assert_int_equal(ss_index_copy(ix, &d0, w, em), 0);
+	uint64_t at = ss_writer_tell(w);
+	/* Cut in the middle of the last record (d5): the metadata prefix is
+	 * still there, the frame is not whole. */
+	assert_int_equal(truncate(shard, (off_t)(d5.offset + d5.length / 2)), 0);
+	assert_int_equal(ss_index_copy(ix, &d5, w, em), SS_ERR_TRUNCATED);
+	assert_non_null(strstr(em, "document d5 at byte offset"));
+	assert_non_null(strstr(em, "the file ends"));
+	assert_null(strchr(em, '\n'));
+	assert_int_equal(ss_writer_tell(w), at);
+	ss_writer_abort(w);
+	ss_index_close(ix);
+	/* A fresh index sees the short file before reading anything. */
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	assert_int_equal(ss_writer_open(&w, path_in("out.states"), 0, em), 0);
+	assert_int_equal(ss_index_copy(ix, &d5, w, em), SS_ERR_TRUNCATED);
+	assert_non_null(strstr(em, "document d5 at byte offset"));
+	assert_non_null(strstr(em, "truncated"));
+	/* Replaced: another document at d0's offset. */
+	ss_index_close(ix);
+	doc rev[N_CORPUS];
+	for (int i = 0; i < N_CORPUS; i++)
+		rev[i] = corpus[N_CORPUS - 1 - i];
+	write_docs(NULL, shard, rev, N_CORPUS, "fpA");
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	assert_int_equal(ss_index_copy(ix, &d0, w, em), SS_ERR_MISMATCH);
+	assert_non_null(strstr(em, "document d0 at byte offset 0"));
+	assert_int_equal(ss_writer_tell(w), 0);
+	/* Restored: copies again. */
+	copy_file(path_in("shard0.saved"), shard);
+	ss_index_close(ix);
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	assert_int_equal(ss_index_copy(ix, &d5, w, em), 0);
+	assert_int_equal(ss_writer_close(w, em), 0);
+	ss_index_hit_clear(&d0);
+	ss_index_hit_clear(&d5);
+	ss_index_close(ix);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_build_and_query, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_query_escaping, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exclude, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rebuild_replaces, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_incomplete_documents, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_model_mismatch_rolls_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_interrupted_build, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_state_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_versions_and_bad_index, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_state_stream_from_pipe_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_index_moves_with_shards, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_concurrent_readers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_copy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_copy_bad_state_file, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
