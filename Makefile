@@ -114,9 +114,10 @@ deps:
 	$(Q).ci/install-deps
 
 # The main job on its bundled default (README quick start). Installs what is missing first.
+# MODEL=dir and DOCS="files..." override the model and the corpus (pipelines/demo.sh).
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)SS_SHARED=$(SS_SHARED) SS_BUILD=$(B) pipelines/demo.sh
+	$(Q)SS_SHARED=$(SS_SHARED) SS_BUILD=$(B) $(if $(MODEL),MODEL='$(MODEL)') $(if $(DOCS),DOCS='$(DOCS)') pipelines/demo.sh
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5

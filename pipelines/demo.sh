@@ -1,21 +1,129 @@
 #!/bin/sh
-# The main job on its bundled default: tokenize the WikiText-2 raw test split into 256-token
-# chunks (one document per line), check the stream decodes back to the text, and report.
-# Overridable: DOCS=file, TOKENIZER=tokenizer.json. Run through `make demo`.
+# pipelines/demo.sh — the main job (README quick start; run by `make demo`). Tokenizes a corpus
+# into 256-token chunks, encodes one state per chunk, indexes the chunks (BM25), then for a few
+# queries retrieves k = 5 chunks, composes their states with PICASO-R and decodes a continuation
+# of the query from the composed state:
+#   ss-retrieve query --query Q | ss-compose --mode picaso-r | ss-decode --prompt Q
+# It prints the retrieved ids and scores, the continuation, and the time to compose the 5 states
+# against the time to re-encode the same chunks concatenated (ss-encode --concat --ids), both as
+# the tools measure them (-v: reading inputs, computing, writing; no process start, no model
+# load), best of REPEAT runs.
+# Environment: MODEL (default $SS_SHARED/golden/models/t1-hf), DOCS (corpus files, space-separated;
+# default the WikiText-2 raw test split), QUERIES (a file, one query per line; default three
+# about the WikiText articles), K (5), MAX_TOKENS (32), REPEAT (3), OUT (default $SS_BUILD/demo).
 set -eu
-: "${SS_SHARED:=$(cd "$(dirname "$0")/../.." && pwd)/shared}"
+top=$(cd "$(dirname "$0")/.." && pwd)
+: "${SS_SHARED:=$(cd "$top/.." && pwd)/shared}" "${SS_BUILD:=build}"
+case $SS_BUILD in /*) ;; *) SS_BUILD=$top/$SS_BUILD ;; esac
+: "${MODEL:=$SS_SHARED/golden/models/t1-hf}"
 : "${DOCS:=$SS_SHARED/data/corpora/wikitext-2-raw.test.hf-crlf.raw}"
-: "${SS_BUILD:=build}"
-PATH="$(cd "$(dirname "$0")/.." && pwd)/$SS_BUILD/bin:$PATH"
+: "${K:=5}" "${MAX_TOKENS:=32}" "${REPEAT:=3}"
 out=${OUT:-$SS_BUILD/demo}
+PATH=$SS_BUILD/bin:$PATH
+export SS_SHARED
 mkdir -p "$out"
-[ -n "${TOKENIZER:-}" ] && export SS_TOKENIZER="$TOKENIZER"
-start=$(date +%s.%N)
-ss-tokenize --chunk 256 -o "$out/corpus.tokens" "$DOCS"
-end=$(date +%s.%N)
-n=$(ss-cat --meta "$out/corpus.tokens" | wc -l)
-ntok=$(ss-cat "$out/corpus.tokens" | sed -n 's/.*"n_tokens":\([0-9]*\).*/\1/p' | awk '{s += $1} END {print s}')
-echo "demo: $DOCS"
-echo "demo: $n chunks, $ntok tokens, $(du -h "$out/corpus.tokens" | cut -f1) on disk, $(echo "$end - $start" | bc) s to tokenize"
-echo "demo: first chunk:"
-ss-cat -n 1 "$out/corpus.tokens"
+out=$(cd "$out" && pwd)
+
+now() { date +%s.%N; }
+# secs START END: the difference, 3 significant figures.
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%#.3g", b - a }'; }
+# took LOG: the seconds of a tool's -v summary line "... in X s ...".
+took() { sed -n 's/^ss-[a-z]*: .* in \([0-9.e+-]*\) s\( .*\)*$/\1/p' "$1" | tail -n 1; }
+oneline() { tr '\r\n' '  '; }
+
+echo "ss demo: model $MODEL"
+echo "ss demo: corpus $DOCS"
+echo "ss demo: outputs in $out"
+echo
+
+# 1. The state database: tokens, one state per chunk, the index. A single corpus file is
+# tokenized from its own directory so that the chunk ids read "NAME:LINE#CHUNK".
+t0=$(now)
+set -f
+# shellcheck disable=SC2086 # DOCS is a list of files
+set -- $DOCS
+set +f
+if [ $# -eq 1 ] && [ -f "$1" ]; then
+	(cd "$(dirname "$1")" && ss-tokenize -q --chunk 256 -o "$out/corpus.tokens" "$(basename "$1")")
+else
+	ss-tokenize -q --chunk 256 -o "$out/corpus.tokens" "$@"
+fi
+t1=$(now)
+ss-encode -v --model "$MODEL" -o "$out/corpus.states" "$out/corpus.tokens" 2>"$out/encode.log"
+t2=$(now)
+rm -f "$out/index.db"
+ss-retrieve build -q --index "$out/index.db" "$out/corpus.tokens" "$out/corpus.states"
+t3=$(now)
+n_chunks=$(ss-cat --meta "$out/corpus.tokens" | wc -l)
+n_tok=$(sed -n 's/^ss-encode: [0-9]* documents, \([0-9]*\) tokens in .*/\1/p' "$out/encode.log")
+mb=$(awk -v b="$(wc -c <"$out/corpus.states")" 'BEGIN { printf "%#.3g", b / 1e6 }')
+echo "database: $n_chunks chunks of at most 256 tokens, $n_tok tokens, $mb MB of states"
+printf '  %-36s %s s\n' "ss-tokenize --chunk 256" "$(secs "$t0" "$t1")" \
+	"ss-encode --model $(basename "$MODEL")" "$(secs "$t1" "$t2")" \
+	"ss-retrieve build" "$(secs "$t2" "$t3")"
+
+# 2. The queries.
+if [ -n "${QUERIES:-}" ]; then
+	cp "$QUERIES" "$out/queries.txt"
+else
+	cat >"$out/queries.txt" <<-'EOF'
+	Du Fu was a Chinese poet of the Tang dynasty
+	The Ise-class battleships of the Imperial Japanese Navy
+	The Olmec colossal heads are carved from basalt
+	EOF
+fi
+n=0 m=0 sum_c=0 sum_e=0
+while IFS= read -r q <&3; do
+	[ -n "$q" ] || continue
+	n=$((n + 1))
+	d=$out/q$n
+	mkdir -p "$d"
+	echo
+	echo "query $n: $q"
+	echo "  \$ ss-retrieve query --index index.db -k $K --query \"...\" | ss-compose --mode picaso-r | ss-decode --prompt \"...\""
+	ss-retrieve query -q --index "$out/index.db" -k "$K" --query "$q" --ids >"$d/retrieved.tsv"
+	echo "  retrieved (most relevant last):"
+	awk -F '\t' '{ printf "    rank %2d  score %6.2f  %s\n", $1, $3, $2 }' "$d/retrieved.tsv"
+	if [ ! -s "$d/retrieved.tsv" ]; then
+		echo "  (nothing matches: skipped)"
+		continue
+	fi
+	ss-retrieve query -q --index "$out/index.db" -k "$K" --query "$q" |
+		ss-compose --mode picaso-r |
+		ss-decode --model "$MODEL" --prompt "$q" --max-tokens "$MAX_TOKENS" >"$d/picaso-r.txt"
+	printf '  continuation (PICASO-R): %s\n' "$(oneline <"$d/picaso-r.txt")"
+
+	# Timing: the same retrieved states composed from a file, against the same chunks'
+	# tokens encoded as one concatenation in the same order (most relevant last).
+	ss-retrieve query -q --index "$out/index.db" -k "$K" --query "$q" -o "$d/retrieved.states"
+	cut -f 2 "$d/retrieved.tsv" >"$d/ids"
+	best_c= best_e=
+	i=0
+	while [ $i -lt "$REPEAT" ]; do
+		ss-compose -v --mode picaso-r -o "$d/picaso-r.state" "$d/retrieved.states" 2>"$d/compose.log"
+		ss-encode -v --model "$MODEL" --concat --ids "$d/ids" -o "$d/concat.state" \
+			"$out/corpus.tokens" 2>"$d/concat.log"
+		c=$(took "$d/compose.log") e=$(took "$d/concat.log")
+		best_c=$(awk -v a="$c" -v b="${best_c:-$c}" 'BEGIN { print (a < b ? a : b) }')
+		best_e=$(awk -v a="$e" -v b="${best_e:-$e}" 'BEGIN { print (a < b ? a : b) }')
+		i=$((i + 1))
+	done
+	ss-decode --model "$MODEL" --state "$d/concat.state" --prompt "$q" --max-tokens "$MAX_TOKENS" >"$d/concat.txt"
+	printf '  continuation (Concat):   %s\n' "$(oneline <"$d/concat.txt")"
+	k=$(wc -l <"$d/ids")
+	ctok=$(sed -n 's/^ss-encode: [0-9]* documents, \([0-9]*\) tokens in .*/\1/p' "$d/concat.log")
+	awk -v c="$best_c" -v e="$best_e" -v k="$k" -v t="$ctok" 'BEGIN {
+		printf "  time: compose %#.3g s (ss-compose --mode picaso-r, %d states)\n", c, k
+		printf "        concat  %#.3g s (ss-encode --concat, %d chunks, %d tokens)\n", e, k, t
+		printf "        compose is %#.3g x faster\n", e / c }'
+	m=$((m + 1))
+	sum_c=$(awk -v s="$sum_c" -v a="$best_c" 'BEGIN { print s + a }')
+	sum_e=$(awk -v s="$sum_e" -v a="$best_e" 'BEGIN { print s + a }')
+done 3<"$out/queries.txt"
+
+echo
+if [ "$m" -gt 0 ]; then
+	awk -v c="$sum_c" -v e="$sum_e" -v n="$m" -v r="$REPEAT" 'BEGIN {
+		printf "mean over %d queries (best of %d runs each): compose %#.3g s, concat %#.3g s\n", n, r, c / n, e / n
+		printf "PICASO-R composition is %#.3g x faster than re-encoding the concatenation\n", e / c }'
+fi

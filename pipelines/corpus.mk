@@ -1,0 +1,73 @@
+# pipelines/corpus.mk — build a state database from a corpus in SHARDS shards, then its index.
+#
+#   make -f pipelines/corpus.mk DB=dir DOCS="files..." MODEL=dir SHARDS=N [CHUNK=256] -j N
+#
+# DB/corpus.tokens   ss-tokenize --chunk CHUNK of DOCS (text, JSONL, tar/zip; tokenized once)
+# DB/shard-I.states  ss-encode --shard I/SHARDS of the tokens, one file target per shard
+# DB/index.db        ss-retrieve build over the tokens and every shard (one build)
+# DB/build.conf      DOCS, MODEL, SHARDS and CHUNK of the build: changing one rebuilds all
+#
+# Targets: all (default, = index), tokens, shards, shard-I (one shard; a Slurm array task),
+# index, clean. THREADS=N is passed to ss-encode --threads (default: online cores; with -j N
+# on a small machine, THREADS=1 avoids oversubscription).
+# Every file is written whole under a temporary name and renamed (the tools' -o; the recipes
+# below for the rest), so an interrupted run never leaves a file that make takes as done:
+# re-running redoes only the missing or out-of-date targets. Tools come from PATH, else from
+# this checkout's build/bin.
+
+DB     ?= db
+DOCS   ?=
+MODEL  ?= $(SS_MODEL)
+SHARDS ?= 4
+CHUNK  ?= 256
+THREADS ?=
+
+ifeq ($(strip $(DOCS)),)
+$(error DOCS is empty: give the corpus files, e.g. DOCS="a.txt b.jsonl c.tar")
+endif
+ifeq ($(strip $(MODEL)),)
+$(error MODEL is empty: give the model directory (or set SS_MODEL))
+endif
+
+export PATH := $(PATH):$(abspath $(dir $(lastword $(MAKEFILE_LIST)))../build/bin)
+
+ifeq ($(shell printf '%s\n' '$(SHARDS)' | grep -x '[1-9][0-9]*'),)
+$(error SHARDS=$(SHARDS) is not a positive integer)
+endif
+SHARD_IDS   := $(shell i=0; while [ $$i -lt $(SHARDS) ]; do echo $$i; i=$$((i + 1)); done)
+SHARD_FILES := $(SHARD_IDS:%=$(DB)/shard-%.states)
+CONF        := $(DB)/build.conf
+conf_line   := docs=$(DOCS) model=$(MODEL) shards=$(SHARDS) chunk=$(CHUNK)
+threads_opt := $(if $(THREADS),--threads $(THREADS))
+
+.PHONY: all tokens shards index clean FORCE $(SHARD_IDS:%=shard-%)
+.DELETE_ON_ERROR:
+all: index
+tokens: $(DB)/corpus.tokens
+shards: $(SHARD_FILES)
+index: $(DB)/index.db
+$(SHARD_IDS:%=shard-%): shard-%: $(DB)/shard-%.states
+
+# Rewritten (atomically) only when the settings change, so its mtime says when they last did.
+$(CONF): FORCE
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(conf_line)' >$@.tmp.$$$$ && \
+	if cmp -s $@.tmp.$$$$ $@; then rm -f $@.tmp.$$$$; else mv -f $@.tmp.$$$$ $@; fi
+
+$(DB)/corpus.tokens: $(DOCS) $(CONF)
+	ss-tokenize -q --chunk $(CHUNK) -o $@ $(DOCS)
+
+$(DB)/shard-%.states: $(DB)/corpus.tokens $(CONF)
+	ss-encode -q --model $(MODEL) $(threads_opt) --shard $*/$(SHARDS) -o $@ $(DB)/corpus.tokens
+
+# Built under a temporary name (an interrupted build leaves no index.db); state paths are
+# stored relative to the index's directory, so the name does not matter to them.
+$(DB)/index.db: $(DB)/corpus.tokens $(SHARD_FILES)
+	rm -f $@.tmp $@.tmp-journal
+	ss-retrieve build -q --index $@.tmp $(DB)/corpus.tokens $(SHARD_FILES)
+	mv -f $@.tmp $@
+
+clean:
+	rm -f $(DB)/corpus.tokens $(DB)/shard-*.states $(DB)/index.db $(CONF) $(DB)/*.tmp.* $(DB)/index.db.tmp*
+
+FORCE:

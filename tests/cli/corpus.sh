@@ -1,0 +1,172 @@
+#!/bin/sh
+# Corpus builds: ss-encode --shard and --ids, then pipelines/corpus.mk on a tiny mixed corpus
+# (40 lines of WikiText, a JSONL file, a tar) in 3 shards with -j2 — the shards together equal
+# one whole encode, the index answers queries, a deleted or interrupted shard (a leftover
+# temporary file) is redone alone, changing SHARDS redoes all — and the Slurm scripts run by
+# hand (shard.sbatch, index.sbatch) and submitted through a stand-in sbatch (submit.sh).
+# Run by tests/run from the repo root (SS_SHARED, SS_TOP, PATH with build/bin).
+set -eu
+LC_ALL=C; export LC_ALL
+T1=$SS_SHARED/golden/models/t1-hf
+MK="make --no-print-directory -s -f $SS_TOP/pipelines/corpus.mk"
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+cd "$d"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# expect CODE PATTERN cmd...: exit status CODE, stderr matching PATTERN.
+expect() {
+	code=$1 pat=$2; shift 2
+	set +e; "$@" >out 2>err; rc=$?; set -e
+	[ "$rc" -eq "$code" ] || { cat err >&2; fail "$*: exit $rc, expected $code"; }
+	grep -q -- "$pat" err || { cat err >&2; fail "$*: stderr lacks '$pat'"; }
+}
+# states FILE...: the records in full (JSON lines).
+states() { ss-cat --full "$@"; }
+# same A.json B.json: the same documents (by id, in any order), n_tokens equal, states within
+# 1e-5 + 1e-4*|b| (documents batched with different neighbours round differently).
+same() {
+	python3 - "$1" "$2" <<-'EOF'
+	import json, sys
+	def load(p):
+	    return {o["id"]: o for o in map(json.loads, open(p))}
+	a, b = load(sys.argv[1]), load(sys.argv[2])
+	if a.keys() != b.keys():
+	    sys.exit("ids differ: %s" % sorted(set(a) ^ set(b))[:5])
+	for k in a:
+	    if a[k]["n_tokens"] != b[k]["n_tokens"]:
+	        sys.exit("%s: n_tokens %s != %s" % (k, a[k]["n_tokens"], b[k]["n_tokens"]))
+	    for f in ("ssm", "conv", "logdecay"):
+	        for i, (x, y) in enumerate(zip(a[k][f], b[k][f])):
+	            if abs(x - y) > 1e-5 + 1e-4 * abs(y):
+	                sys.exit("%s: %s[%d]: %r != %r" % (k, f, i, x, y))
+	EOF
+}
+mtime() { stat -c %y "$1"; }
+
+# The corpus: text (one document per line), JSONL, and a tar of two files.
+head -n 40 "$SS_SHARED/data/corpora/wikitext-2-raw.test.hf-crlf.raw" >wiki.txt
+printf '%s\n' '{"id": "j1", "text": "Zanzibar spice markets sell cloves and nutmeg."}' \
+	'{"id": "j2", "text": "The quokka is a small marsupial of Western Australia."}' >docs.jsonl
+mkdir tree
+echo "Glaciers carve fjords into the mountains of Norway." >tree/fjord.txt
+echo "A sourdough starter ferments flour and water with wild yeast." >tree/bread.txt
+tar cf docs.tar tree
+DOCS="wiki.txt docs.jsonl docs.tar"
+
+# ss-encode --shard: three shards hold every document once; --ids picks and orders.
+ss-tokenize -q --chunk 64 -o all.tok $DOCS
+n=$(ss-cat all.tok | wc -l)
+[ "$n" -gt 40 ] || fail "only $n chunks"
+ss-encode -q --model "$T1" --threads 1 -o all.st all.tok
+for i in 0 1 2; do ss-encode -q --model "$T1" --threads 1 --shard $i/3 -o s$i.st all.tok; done
+[ "$(ss-cat s1.st | wc -l)" -eq $(((n + 1) / 3)) ] || fail "--shard 1/3: not every third document"
+ss-cat --meta s1.st | head -n 1 | grep -q "\"id\":\"$(ss-cat all.tok | sed -n 2p | sed 's/.*"id":"\([^"]*\)".*/\1/')\"" ||
+	fail "--shard 1/3 does not start at document 1"
+states s0.st s1.st s2.st >shards.json
+states all.st >all.json
+same shards.json all.json || fail "the shards differ from one whole encode"
+ss-cat --meta all.st | sed 's/.*"id":"\([^"]*\)".*/\1/' >all.ids
+sed -n '5p;2p' all.ids >two.ids # ids of documents 1 and 4, listed 4 first
+ss-encode -q --model "$T1" --ids two.ids all.tok | ss-cat --meta | sed 's/.*"id":"\([^"]*\)".*/\1/' >got.ids
+cmp -s got.ids two.ids || fail "--ids: not the listed documents in the listed order"
+sed -n 5p all.ids >one.id
+ss-encode -q --model "$T1" --ids one.id all.tok | states - >one.json
+grep -F "\"id\":\"$(cat one.id)\"" all.json >want.json
+same one.json want.json || fail "--ids: the state differs from the whole encode's"
+# --concat --ids equals --concat over a stream holding just those documents in that order.
+sed -n 1p all.ids >first.id
+ss-encode -q --model "$T1" --concat --id c --ids first.id all.tok | states - >c1.json
+ss-tokenize -q --chunk 64 wiki.txt | ss-encode -q --model "$T1" --concat --id c --batch 1 --ids first.id | states - >c2.json
+same c1.json c2.json || fail "--concat --ids"
+expect 1 "nope.ids: line 2: id \"nope\" is not in the inputs" \
+	sh -c "{ sed -n 1p all.ids; echo nope; } >nope.ids && ss-encode --model $T1 --ids nope.ids all.tok"
+expect 1 "of this shard" sh -c "sed -n 2p all.ids >s.ids && ss-encode --model $T1 --shard 0/3 --ids s.ids all.tok"
+expect 2 "--shard" ss-encode --model "$T1" --shard 3/3 all.tok
+expect 2 "--shard" ss-encode --model "$T1" --shard 1 all.tok
+expect 2 "--shard" ss-encode --model "$T1" --shard -1/2 all.tok
+
+# corpus.mk: 3 shards, 2 jobs; the index finds a document of each input kind.
+$MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 -j2
+for f in build.conf corpus.tokens shard-0.states shard-1.states shard-2.states index.db; do
+	[ -s "db/$f" ] || fail "corpus.mk made no db/$f"
+done
+states db/shard-0.states db/shard-1.states db/shard-2.states >db.json
+same db.json all.json || fail "corpus.mk shards differ from one whole encode"
+ss-retrieve query -q --index db/index.db -k 2 --query "quokka marsupial" --ids >q1
+tail -n 1 q1 | grep -q "	j2#0	" || fail "index: quokka query: $(cat q1)"
+ss-retrieve query -q --index db/index.db -k 2 --query "fjords Norway glaciers" --ids >q2
+tail -n 1 q2 | grep -q "	tree/fjord.txt#0	" || fail "index: fjord query: $(cat q2)"
+ss-retrieve query -q --index db/index.db -k 3 --query "Robert Boulter television actor" --ids >q3
+tail -n 1 q3 | grep -q "	wiki.txt:[0-9]*#[0-9]*	" || fail "index: wiki query: $(cat q3)"
+ss-retrieve query -q --index db/index.db -k 1 --query "quokka" | ss-cat --meta | grep -q '"id":"j2#0"' ||
+	fail "index: no state for j2"
+
+# Up to date: nothing is redone.
+m0=$(mtime db/shard-0.states) m1=$(mtime db/shard-1.states) m2=$(mtime db/shard-2.states)
+mi=$(mtime db/index.db) mt=$(mtime db/corpus.tokens)
+$MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 -j2
+[ "$(mtime db/index.db)$(mtime db/shard-1.states)" = "$mi$m1" ] || fail "an up-to-date build redid work"
+
+# A deleted shard is redone alone, then the index.
+rm db/shard-1.states
+$MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 -j2
+[ -s db/shard-1.states ] || fail "shard-1 not rebuilt"
+[ "$(mtime db/shard-0.states)" = "$m0" ] && [ "$(mtime db/shard-2.states)" = "$m2" ] ||
+	fail "other shards were rebuilt"
+[ "$(mtime db/corpus.tokens)" = "$mt" ] || fail "the tokens were rebuilt"
+[ "$(mtime db/index.db)" != "$mi" ] || fail "the index was not rebuilt"
+states db/shard-0.states db/shard-1.states db/shard-2.states >db.json
+same db.json all.json || fail "rebuilt shard differs"
+
+# An interrupted shard: only its temporary file is there; it is not taken as done.
+rm db/shard-1.states
+head -c 1000 db/shard-0.states >db/shard-1.states.tmp.Ab12Cd
+m1=$(mtime db/shard-2.states)
+$MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 -j2
+[ -s db/shard-1.states ] || fail "interrupted shard-1 taken as done"
+[ "$(mtime db/shard-2.states)" = "$m1" ] || fail "shard-2 rebuilt after an interrupted shard-1"
+ss-retrieve query -q --index db/index.db -k 1 --query "quokka" | ss-cat --meta | grep -q '"id":"j2#0"' ||
+	fail "index after the interrupted shard"
+# An interrupted index build (a leftover temporary index) is redone from scratch.
+rm db/index.db
+echo junk >db/index.db.tmp
+$MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 index
+[ -s db/index.db ] && [ ! -e db/index.db.tmp ] || fail "interrupted index"
+
+# Other settings rebuild everything: 2 shards, the same documents.
+$MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=2 CHUNK=64 THREADS=1 -j2
+grep -q "shards=2" db/build.conf || fail "build.conf: $(cat db/build.conf)"
+states db/shard-0.states db/shard-1.states >db.json
+same db.json all.json || fail "SHARDS=2 differs from the whole"
+ss-retrieve query -q --index db/index.db -k 1 --query "sourdough yeast" --ids | grep -q "tree/bread.txt#0" ||
+	fail "index after SHARDS=2"
+expect 2 "DOCS is empty" $MK DB=db MODEL="$T1"
+
+# Slurm: the per-task commands by hand, without Slurm.
+export DB=sl DOCS MODEL="$T1" SHARDS=2 CHUNK=64
+sh "$SS_TOP/pipelines/slurm/index.sbatch" tokens >/dev/null
+[ -s sl/corpus.tokens ] && [ ! -e sl/shard-0.states ] || fail "index.sbatch tokens"
+SLURM_ARRAY_TASK_ID=0 sh "$SS_TOP/pipelines/slurm/shard.sbatch" >/dev/null
+[ -s sl/shard-0.states ] && [ ! -e sl/shard-1.states ] || fail "shard.sbatch 0 made other than shard 0"
+SLURM_ARRAY_TASK_ID=1 SLURM_CPUS_PER_TASK=1 sh "$SS_TOP/pipelines/slurm/shard.sbatch" >/dev/null
+sh "$SS_TOP/pipelines/slurm/index.sbatch" >/dev/null
+states sl/shard-0.states sl/shard-1.states >db.json
+same db.json all.json || fail "slurm shards differ from the whole"
+ss-retrieve query -q --index sl/index.db -k 1 --query "quokka" --ids | grep -q "j2#0" || fail "slurm index"
+expect 2 "SLURM_ARRAY_TASK_ID is not set" sh "$SS_TOP/pipelines/slurm/shard.sbatch"
+# submit.sh through a stand-in sbatch that logs its arguments and prints job ids.
+mkdir bin
+cat >bin/sbatch <<'EOF'
+#!/bin/sh
+n=$(($(wc -l <"$SBATCH_LOG") + 1))
+echo "$*" >>"$SBATCH_LOG"
+echo "10$n"
+EOF
+chmod +x bin/sbatch
+: >sbatch.log
+SBATCH_LOG=$d/sbatch.log PATH=$d/bin:$PATH SHARDS=3 sh "$SS_TOP/pipelines/slurm/submit.sh" --partition=cpu >out
+grep -q "tokens job 101, shard array 102 (0-2), index job 103" out || fail "submit.sh: $(cat out)"
+sed -n 1p sbatch.log | grep -q -- "--partition=cpu .*index.sbatch tokens$" || fail "submit.sh 1: $(sed -n 1p sbatch.log)"
+sed -n 2p sbatch.log | grep -q -- "--dependency=afterok:101 --array=0-2 .*shard.sbatch$" || fail "submit.sh 2: $(sed -n 2p sbatch.log)"
+sed -n 3p sbatch.log | grep -q -- "--dependency=afterok:102 .*index.sbatch$" || fail "submit.sh 3: $(sed -n 3p sbatch.log)"
+echo ok

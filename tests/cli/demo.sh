@@ -1,0 +1,41 @@
+#!/bin/sh
+# The main job (pipelines/demo.sh) on a small sample of WikiText with the t1 model: it builds the
+# database and prints, for each query, the k = 5 retrieved ids with scores, a non-empty
+# continuation from the PICASO-R state, and the compose and concat times (3 significant figures);
+# MODEL, DOCS, QUERIES, OUT are honoured. Run by tests/run from the repo root.
+set -eu
+LC_ALL=C; export LC_ALL # the continuations of a random model are not always valid UTF-8
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+fail() { echo "FAIL: $*" >&2; sed 's/^/    | /' "$d/out" >&2; exit 1; }
+head -n 60 "$SS_SHARED/data/corpora/wikitext-2-raw.test.hf-crlf.raw" >"$d/wiki.txt"
+printf '%s\n' 'Robert Boulter starred in a television series' '' 'Du Fu wrote poems' >"$d/queries"
+OUT=$d/out.d DOCS=$d/wiki.txt MODEL=$SS_SHARED/golden/models/t1-hf QUERIES=$d/queries \
+	REPEAT=1 MAX_TOKENS=8 sh "$SS_TOP/pipelines/demo.sh" >"$d/out" 2>"$d/err" ||
+	{ cat "$d/err" >&2; fail "demo.sh failed"; }
+[ ! -s "$d/err" ] || { cat "$d/err" >&2; fail "demo.sh wrote to stderr"; }
+o=$d/out
+n=$(ss-cat --meta "$d/out.d/corpus.tokens" | wc -l)
+grep -q "^database: $n chunks of at most 256 tokens, [0-9]* tokens, [0-9.]* MB of states$" "$o" || fail "database line"
+for t in "ss-tokenize --chunk 256" "ss-encode --model t1-hf" "ss-retrieve build"; do
+	grep -q "^  $t  *[0-9][0-9.e+-]* s$" "$o" || fail "no time for $t"
+done
+[ "$(grep -c '^query [0-9]*: ' "$o")" -eq 2 ] || fail "not 2 queries (the empty line is skipped)"
+grep -q '^query 1: Robert Boulter starred in a television series$' "$o" || fail "query 1"
+# k = 5 ids with scores per query, most relevant (rank 1) last, ids of the sample's chunks.
+[ "$(grep -c '^    rank  [1-5]  score  *[0-9.]*  wiki.txt:[0-9]*#[0-9]*$' "$o")" -eq 10 ] || fail "retrieved ids"
+[ "$(grep -A 7 '^query 1' "$o" | sed -n 8p | sed 's/^    rank  \([0-9]\).*/\1/')" = 1 ] || fail "rank 1 not last"
+grep -A 7 '^query 1' "$o" | grep -q 'score.*wiki.txt:[2-9]#0$' || fail "Boulter query did not find its article"
+[ "$(grep -c '^  continuation (PICASO-R): ..*' "$o")" -eq 2 ] || fail "continuation"
+[ "$(grep -c '^  continuation (Concat):   ..*' "$o")" -eq 2 ] || fail "concat continuation"
+# Times: 3 significant figures (%#.3g: 1.23, 0.0123, 1.23e-05).
+sig3='\([1-9]\.[0-9][0-9]\|0\.0*[1-9][0-9][0-9]\|[1-9][0-9]\.[0-9]\|[1-9][0-9][0-9]\.\?\|[1-9]\.[0-9][0-9]e[-+][0-9]*\)'
+[ "$(grep -c "^  time: compose $sig3 s (ss-compose --mode picaso-r, 5 states)$" "$o")" -eq 2 ] || fail "compose time"
+[ "$(grep -c "^        concat  $sig3 s (ss-encode --concat, 5 chunks, [0-9]* tokens)$" "$o")" -eq 2 ] || fail "concat time"
+[ "$(grep -c "^        compose is $sig3 x faster$" "$o")" -eq 2 ] || fail "ratio"
+grep -q "^mean over 2 queries (best of 1 runs each): compose $sig3 s, concat $sig3 s$" "$o" || fail "mean"
+grep -q "^PICASO-R composition is $sig3 x faster than re-encoding the concatenation$" "$o" || fail "summary"
+# The concat state re-encodes exactly the retrieved chunks, in retrieval order.
+cut -f 2 "$d/out.d/q1/retrieved.tsv" | paste -sd, >"$d/want"
+ss-cat --meta "$d/out.d/q1/concat.state" | grep -qF "\"id\":\"concat($(cat "$d/want"))\"" || fail "concat state id"
+echo ok
