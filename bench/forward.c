@@ -30,6 +30,12 @@
 #include "ss.h"
 #include "../tests/util/mkmodel.h"
 
+/* The independent peer's figures (issue 3: llama.cpp upstream, mamba2-130m
+ * shape, f32, 2 threads, measured on this machine class): llama-bench pp512
+ * and tg128. Printed beside ours; llama.cpp is not built here. */
+#define PEER_PP512 540.0
+#define PEER_TG128 55.0
+
 static double now(void)
 {
 	struct timespec t;
@@ -227,6 +233,8 @@ int main(int argc, char **argv)
 	}
 	printf("state extraction, %d documents x %d tokens:       %8.1f ms  (%7.1f tokens/s)\n", docs,
 	       len, best * 1e3, (double)docs * len / best);
+	printf("  peer: llama.cpp pp512, same shape, f32, 2 threads:           (%7.1f tokens/s)  ours/peer %.2f (goal >= 1.5)\n",
+	       PEER_PP512, (double)docs * len / best / PEER_PP512);
 
 	/* decode: single-token steps with full logits (greedy), from the first
 	 * document's state; best of `reps` rounds */
@@ -249,6 +257,8 @@ int main(int argc, char **argv)
 		}
 		printf("decode, %d single-token steps with logits:        %8.1f ms  (%7.1f tokens/s)\n",
 		       steps, best * 1e3, steps / best);
+		printf("  peer: llama.cpp tg128, same shape, f32, 2 threads:           (%7.1f tokens/s)  ours/peer %.2f (goal >= 1)\n",
+		       PEER_TG128, steps / best / PEER_TG128);
 	}
 	/* batched decode: one step for every document at once */
 	{
