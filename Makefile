@@ -39,8 +39,11 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCHES   := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
 MANS      := $(wildcard man/*.1 man/*.5)
 
-# CUDA plugin: kernels/*.cu → libss_cuda.so, dlopen()ed by the tools only when a GPU is present.
+# CUDA plugin: kernels/*.cu → libss_cuda.so, dlopen()ed by the tools only when a GPU is present
+# (lib/device.c). Each .cu compiles on its own (parallel, incremental); the plugin links cuBLAS
+# and the CUDA runtime, with an rpath to the toolkit's libraries. libss and the tools never link CUDA.
 CU_SRC := $(wildcard kernels/*.cu)
+CU_OBJ := $(CU_SRC:%.cu=$(B)/%.o)
 ifeq ($(CUDA),off)
 HAVE_NVCC :=
 else
@@ -51,6 +54,9 @@ ifeq ($(HAVE_NVCC),)
 $(error CUDA=on but nvcc was not found)
 endif
 endif
+CUDA_LIBDIR := $(if $(HAVE_NVCC),$(abspath $(dir $(HAVE_NVCC))../lib64))
+NVCCFLAGS := -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter \
+	-Werror=all-warnings -Ilib -Ikernels $(PKG_CFLAGS)
 CUDA_PLUGIN := $(if $(and $(HAVE_NVCC),$(CU_SRC)),$(B)/lib/libss_cuda.so)
 
 .PHONY: all test check bench man install clean demo deps cuda-note
@@ -88,10 +94,18 @@ $(BENCHES): $(B)/bench/%: $(B)/bench/%.o $(TESTUTIL_OBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(TESTUTIL_OBJ) $(LIB) $(LDLIBS)
 
-$(B)/lib/libss_cuda.so: $(CU_SRC) $(wildcard kernels/*.cuh) lib/ss.h
-	$(call say,NVCC,$@)
+$(B)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) lib/ss.h lib/ss_ops.h lib/ss_device.h
+	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
-	$(Q)$(HAVE_NVCC) -O3 -std=c++17 -Xcompiler -fPIC -shared $(CUDA_ARCH) -Ilib -o $@ $(CU_SRC) -lcublas
+	$(Q)$(HAVE_NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+$(B)/lib/libss_cuda.so: $(CU_OBJ)
+	$(call say,NVLD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(HAVE_NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublas -Xlinker -rpath,$(CUDA_LIBDIR)
+
+# lib/device.c searches the install LIBDIR for the plugin.
+$(B)/lib/device.o: ALL_CFLAGS += -DSS_LIBDIR='"$(LIBDIR)"'
 
 # The test runner: unit tests (cmocka), CLI cases, man-page examples. Prints "N passed, M failed".
 test: all

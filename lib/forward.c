@@ -1,6 +1,9 @@
 /*
- * forward.c — the Mamba-2 forward pass on the CPU: prefill (batched) and
- * decode. See ss_forward.h for the contracts.
+ * forward.c — the Mamba-2 forward pass: prefill (batched) and decode. See
+ * ss_forward.h for the contracts. On the CPU it is the ops of ss_ops.h
+ * (lib/ops.c) run over this file's thread pool; a context made on a CUDA
+ * device hands every call to the plugin (kernels/forward.cu) after the same
+ * argument checks.
  *
  * One call is cut into passes of at most `ubatch` tokens. A pass packs the
  * tokens of one or more sequences into row-major [T][...] matrices:
@@ -10,8 +13,9 @@
  *   XBC [T][conv_dim]   silu(conv(xBC)): x | B | C
  *   DT  [T][nheads]     softplus(dt + dt_bias), clamped
  *   Y   [T][d_inner]    scan output, then gated group-norm output
- * Per layer: U = rmsnorm(H)·w; ZXD = U·in_projᵀ (GEMM); conv + dt (rows in
- * parallel); scan per (sequence, head) in parallel; gate + group norm (rows);
+ * Per layer: U = rmsnorm(H)·w; ZXD = U·in_projᵀ (GEMM); conv (per segment,
+ * channel slices in parallel; it also leaves the new conv state); dt (rows);
+ * scan per (sequence, head) in parallel; gate + group norm (rows);
  * H += Y·out_projᵀ (GEMM, beta = 1). A sequence longer than a pass continues
  * in the next pass from the state the previous one left, exactly as
  * llama.cpp's ubatches do (golden c4 is 512 + 170).
@@ -30,8 +34,6 @@
 
 #include "ss.h"
 #include "pool.h"
-#include "scan.h"
-#include "vec.h"
 
 /* Rows per pass below which a GEMM is split by output columns. */
 #define SPLIT_ROWS_MIN 64
@@ -53,12 +55,7 @@ struct ss_forward_ctx {
 	int n_threads;
 	int64_t ubatch;
 	float *conv_wt;   /* [n_layer][d_conv][conv_dim]: conv1d weights, tap-major */
-	float *A;         /* [n_layer][nheads] = -exp(A_log) */
-	double *A64;      /* same, in double, for logdecay */
 	float *H, *U, *ZXD, *XBC, *DT, *Y;
-	float *tmp;       /* [n_threads][conv_dim] per-thread row */
-	int32_t *row_seg; /* [ubatch] segment of each row */
-	int64_t *row_pos; /* [ubatch] position of each row within its segment */
 	segment *segs;    /* [ubatch] at most one segment per row */
 	int32_t *out_seq; /* [ubatch] sequence of each gathered last row */
 	float *L;         /* [LAST_GROUP][vocab_padded] logits of gathered rows */
@@ -67,6 +64,13 @@ struct ss_forward_ctx {
 	const ss_state **sorted; /* duplicate-state check */
 	int sorted_cap;
 	size_t bytes;
+	/* a CUDA context: the plugin runs the passes (pool and scratch unused) */
+	const ss_cuda_api *cu;
+	ss_cuda_fwd *g;
+	/* states bound by ss_forward_decode_begin */
+	ss_state **bound;
+	int nbound, bound_cap, bound_on;
+	float *blogits; /* [bound_cap][vocab_padded], CPU greedy without logits */
 };
 
 /* --------------------------------------------------------------- helpers */
@@ -80,12 +84,6 @@ static void set_err(char *errmsg, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
 	va_end(ap);
-}
-
-/* torch.nn.functional.softplus with its default threshold 20. */
-static inline float softplus(float x)
-{
-	return x > 20.0f ? x : log1pf(expf(x));
 }
 
 /* [lo, hi) of part i when n items are cut into k near-equal parts. */
@@ -134,15 +132,9 @@ static void gemm_task(void *arg, int64_t i, int thread)
 	}
 	if (m1 <= m0 || n1 <= n0)
 		return;
-	if (m1 - m0 == 1)
-		cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)(n1 - n0), (blasint)j->K, 1.0f,
-			    j->W + n0 * j->K, (blasint)j->K, j->A + m0 * j->lda, 1, j->beta,
-			    j->C + m0 * j->ldc + n0, 1);
-	else
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(m1 - m0),
-			    (blasint)(n1 - n0), (blasint)j->K, 1.0f, j->A + m0 * j->lda,
-			    (blasint)j->lda, j->W + n0 * j->K, (blasint)j->K, j->beta,
-			    j->C + m0 * j->ldc + n0, (blasint)j->ldc);
+	/* f32 weights (checked at init): cannot fail */
+	(void)ss_linear_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
+			    j->W + n0 * j->K, SS_DTYPE_F32, m1 - m0, n1 - n0, j->K, j->beta);
 }
 
 static void gemm(ss_forward_ctx *ctx, const float *A, int64_t lda, const float *W,
@@ -176,73 +168,56 @@ typedef struct {
 	const float *src;    /* rmsnorm input rows [T][d_model] */
 	float *dst;          /* rmsnorm output rows */
 	int state_only;      /* scan: skip y (last layer, no output rows) */
+	int64_t conv_parts;  /* channel slices per segment in conv_task */
 } row_job;
-
-/* y = x / sqrt(mean(x²) + eps) · w, the sum of squares in double as ggml does. */
-static void rmsnorm_row(float *y, const float *x, const float *w, int n, float eps)
-{
-	const float scale = 1.0f / sqrtf((float)(ss_vec_sumsq(x, n) / n) + eps);
-	ss_vec_scale_mul(y, x, scale, w, n);
-}
 
 static void rmsnorm_task(void *arg, int64_t i, int thread)
 {
 	const row_job *j = arg;
 	const int d = j->ctx->c.d_model;
-	int64_t r0, r1, r;
+	int64_t r0, r1;
 	split(j->T, j->parts, i, &r0, &r1);
-	for (r = r0; r < r1; r++)
-		rmsnorm_row(j->dst + r * d, j->src + r * d, j->norm_w, d, j->ctx->c.eps);
+	ss_rmsnorm_cpu(j->dst + r0 * d, (float *)j->src + r0 * d, NULL, j->norm_w, r1 - r0, d,
+		       j->ctx->c.eps);
 }
 
-/* Causal depthwise conv over [conv_state | xBC] + silu, and dt, for rows of
- * the pass. Rows in the first d_conv-1 positions of a segment read the
- * segment's incoming conv state ([conv_dim][d_conv-1], k = 0 oldest). */
-static void conv_dt_task(void *arg, int64_t i, int thread)
+/* Causal conv + silu of one segment over a range of channels (task i:
+ * segment i / conv_parts, channel slice i % conv_parts). The op reads the
+ * segment's incoming conv state and leaves its new one: channel slices and
+ * segments (distinct states) never share state entries. */
+static void conv_task(void *arg, int64_t i, int thread)
 {
 	const row_job *j = arg;
 	const ss_forward_ctx *ctx = j->ctx;
 	const ss_model_config *c = &ctx->c;
-	const ss_layer *L = &ctx->m->layers[j->layer];
-	const int64_t cd = c->conv_dim, K = c->d_conv, ldz = c->d_in_proj;
-	const float *wt = ctx->conv_wt + (size_t)j->layer * K * cd;
-	const float dt_max = c->dt_max, dt_min = c->dt_min;
-	const int clamp_hi = isfinite(dt_max), clamp_lo = dt_min > 0.0f;
-	float *tmp = ctx->tmp + (size_t)thread * cd;
-	int64_t r0, r1, r, ch;
-	int k, h;
+	const segment *s = &j->segs[i / j->conv_parts];
+	const int64_t cd = c->conv_dim, K1 = c->d_conv - 1;
+	const int64_t start[2] = { 0, s->n };
+	int64_t c0, c1;
 
+	/* slices on multiples of 8 channels keep the vector loops whole */
+	split((cd + 7) / 8, j->conv_parts, i % j->conv_parts, &c0, &c1);
+	c0 *= 8;
+	c1 = c1 * 8 < cd ? c1 * 8 : cd;
+	if (c1 <= c0)
+		return;
+	ss_conv1d_silu_cpu(ctx->XBC + s->row0 * cd + c0, cd,
+			   ctx->ZXD + s->row0 * c->d_in_proj + c->d_inner + c0, c->d_in_proj, start, 1,
+			   s->st->conv + (size_t)j->layer * cd * K1 + c0 * K1, 0,
+			   ctx->conv_wt + (size_t)j->layer * c->d_conv * cd + c0, cd,
+			   ctx->m->layers[j->layer].conv_b + c0, (int)(c1 - c0), c->d_conv);
+}
+
+static void dt_task(void *arg, int64_t i, int thread)
+{
+	const row_job *j = arg;
+	const ss_model_config *c = &j->ctx->c;
+	int64_t r0, r1;
 	split(j->T, j->parts, i, &r0, &r1);
-	for (r = r0; r < r1; r++) {
-		const segment *s = &j->segs[ctx->row_seg[r]];
-		const int64_t pos = ctx->row_pos[r];
-		float *out = ctx->XBC + r * cd;
-		const float *zr = ctx->ZXD + r * ldz;
-
-		memcpy(out, L->conv_b, (size_t)cd * sizeof(float));
-		for (k = 0; k < K; k++) {
-			const int64_t src = pos - (K - 1) + k; /* position within the segment */
-			const float *in;
-			if (src >= 0)
-				in = ctx->ZXD + (s->row0 + src) * ldz + c->d_inner;
-			else {
-				const float *st = s->st->conv + (size_t)j->layer * cd * (K - 1) + (src + K - 1);
-				for (ch = 0; ch < cd; ch++)
-					tmp[ch] = st[ch * (K - 1)];
-				in = tmp;
-			}
-			ss_vec_fma(out, wt + k * cd, in, cd);
-		}
-		ss_vec_silu(out, cd);
-		for (h = 0; h < c->nheads; h++) {
-			float dt = softplus(zr[c->d_inner + cd + h] + L->dt_bias[h]);
-			if (clamp_hi && dt > dt_max)
-				dt = dt_max;
-			if (clamp_lo && dt < dt_min)
-				dt = dt_min;
-			ctx->DT[r * c->nheads + h] = dt;
-		}
-	}
+	ss_dt_softplus_cpu(j->ctx->DT + r0 * c->nheads, c->nheads,
+			   j->ctx->ZXD + r0 * c->d_in_proj + c->d_inner + c->conv_dim, c->d_in_proj,
+			   j->ctx->m->layers[j->layer].dt_bias, r1 - r0, c->nheads, c->dt_min,
+			   c->dt_max);
 }
 
 /* y = rmsnorm_grouped(y * silu(z)) * gnorm, groups of d_inner/ngroups. */
@@ -251,21 +226,16 @@ static void gate_task(void *arg, int64_t i, int thread)
 	const row_job *j = arg;
 	const ss_forward_ctx *ctx = j->ctx;
 	const ss_model_config *c = &ctx->c;
-	const float *gw = ctx->m->layers[j->layer].gnorm;
-	const int gs = c->d_inner / c->ngroups;
-	int64_t r0, r1, r;
-	int g;
+	int64_t r0, r1;
 
 	split(j->T, j->parts, i, &r0, &r1);
-	for (r = r0; r < r1; r++) {
-		float *y = ctx->Y + r * c->d_inner;
-		const float *z = ctx->ZXD + r * c->d_in_proj;
-		ss_vec_mul_silu(y, z, c->d_inner);
-		for (g = 0; g < c->ngroups; g++)
-			rmsnorm_row(y + g * gs, y + g * gs, gw + g * gs, gs, c->eps);
-	}
+	ss_gated_rmsnorm_cpu(ctx->Y + r0 * c->d_inner, c->d_inner, ctx->ZXD + r0 * c->d_in_proj,
+			     c->d_in_proj, ctx->m->layers[j->layer].gnorm, r1 - r0, c->d_inner,
+			     c->ngroups, c->eps);
 }
 
+/* The scan of one (segment, head): the op with one head, its pointers
+ * offset to the head and its B/C group. */
 static void scan_task(void *arg, int64_t i, int thread)
 {
 	const row_job *j = arg;
@@ -275,52 +245,21 @@ static void scan_task(void *arg, int64_t i, int thread)
 	const int h = (int)(i % c->nheads);
 	const int g = h / (c->nheads / c->ngroups);
 	const int l = j->layer;
+	const ss_layer *L = &ctx->m->layers[l];
 	const size_t hs = (size_t)c->headdim * c->d_state;
 	const float *xbc = ctx->XBC + s->row0 * c->conv_dim;
-	ss_scan_head_args a = {
-		.n = s->n, .P = c->headdim, .N = c->d_state,
-		.x = xbc + (size_t)h * c->headdim, .ldx = c->conv_dim,
-		.B = xbc + c->d_inner + (size_t)g * c->d_state, .ldb = c->conv_dim,
-		.C = xbc + c->d_inner + (size_t)(c->ngroups + g) * c->d_state, .ldc = c->conv_dim,
-		.dt = ctx->DT + s->row0 * c->nheads + h, .lddt = c->nheads,
-		.A = ctx->A[l * c->nheads + h],
-		.D = ctx->m->layers[l].D[h],
-		.s = s->st->ssm + ((size_t)l * c->nheads + h) * hs,
-		.y = j->state_only ? NULL : ctx->Y + s->row0 * c->d_inner + (size_t)h * c->headdim,
-		.ldy = c->d_inner,
-	};
-	float *ld = &s->st->logdecay[l * c->nheads + h];
-	double dtsum = ss_scan_head(&a);
-	*ld = (float)((double)*ld + ctx->A64[l * c->nheads + h] * dtsum);
-}
+	const ss_scan_dims d1 = { 1, c->headdim, c->d_state, 1 };
+	const int64_t start[2] = { 0, s->n };
 
-/* The new conv state of a segment: the last d_conv-1 inputs of
- * [old state | segment xBC]. Runs after every row has read the old state. */
-static void conv_state_update(ss_forward_ctx *ctx, const segment *s, int l)
-{
-	const ss_model_config *c = &ctx->c;
-	const int64_t cd = c->conv_dim, K1 = c->d_conv - 1;
-	float *st = s->st->conv + (size_t)l * cd * K1;
-	int64_t k, ch;
-
-	if (K1 <= 0)
-		return;
-	if (s->n >= K1) {
-		for (k = 0; k < K1; k++) {
-			const float *in = ctx->ZXD + (s->row0 + s->n - K1 + k) * c->d_in_proj + c->d_inner;
-			for (ch = 0; ch < cd; ch++)
-				st[ch * K1 + k] = in[ch];
-		}
-		return;
-	}
-	/* fewer tokens than taps: shift the old state left by n, append */
-	for (ch = 0; ch < cd; ch++) {
-		float *w = st + ch * K1;
-		for (k = 0; k < K1 - s->n; k++)
-			w[k] = w[k + s->n];
-		for (k = 0; k < s->n; k++)
-			w[K1 - s->n + k] = ctx->ZXD[(s->row0 + k) * c->d_in_proj + c->d_inner + ch];
-	}
+	/* dims and strides were checked at init: cannot fail */
+	(void)ss_ssm_scan_varlen_cpu(
+		&d1, start, 1, xbc + (size_t)h * c->headdim, c->conv_dim,
+		xbc + c->d_inner + (size_t)g * c->d_state, c->conv_dim,
+		xbc + c->d_inner + (size_t)(c->ngroups + g) * c->d_state, c->conv_dim,
+		ctx->DT + s->row0 * c->nheads + h, c->nheads, L->A_log + h, L->D + h,
+		s->st->ssm + ((size_t)l * c->nheads + h) * hs, 0,
+		j->state_only ? NULL : ctx->Y + s->row0 * c->d_inner + (size_t)h * c->headdim,
+		c->d_inner, &s->st->logdecay[l * c->nheads + h], 0);
 }
 
 /* ------------------------------------------------------------------ passes */
@@ -339,7 +278,15 @@ static void run_layers(ss_forward_ctx *ctx, const segment *segs, int nseg, int64
 {
 	const ss_model_config *c = &ctx->c;
 	row_job j = { .ctx = ctx, .T = T, .parts = row_parts(ctx, T), .segs = segs };
-	int l, i;
+	int l;
+
+	/* enough (segment, channel slice) tasks to keep every thread busy,
+	 * slices of at least 64 channels */
+	j.conv_parts = (4 * (int64_t)ctx->n_threads + nseg - 1) / nseg;
+	if (j.conv_parts > c->conv_dim / 64)
+		j.conv_parts = c->conv_dim / 64;
+	if (j.conv_parts < 1)
+		j.conv_parts = 1;
 
 	for (l = 0; l < c->n_layer; l++) {
 		const ss_layer *L = &ctx->m->layers[l];
@@ -351,9 +298,8 @@ static void run_layers(ss_forward_ctx *ctx, const segment *segs, int nseg, int64
 		ss_pool_run(ctx->pool, j.parts, rmsnorm_task, &j);
 		gemm(ctx, ctx->U, c->d_model, L->in_proj, ctx->ZXD, c->d_in_proj, T,
 		     c->d_in_proj, c->d_model, 0.0f);
-		ss_pool_run(ctx->pool, j.parts, conv_dt_task, &j);
-		for (i = 0; i < nseg; i++)
-			conv_state_update(ctx, &segs[i], l);
+		ss_pool_run(ctx->pool, (int64_t)nseg * j.conv_parts, conv_task, &j);
+		ss_pool_run(ctx->pool, j.parts, dt_task, &j);
 		j.state_only = last && skip_last_mix;
 		ss_pool_run(ctx->pool, (int64_t)nseg * c->nheads, scan_task, &j);
 		if (last && skip_last_mix)
@@ -448,18 +394,12 @@ static void run_pass(ss_forward_ctx *ctx, ss_forward_seq *seqs, const segment *s
 {
 	const ss_model_config *c = &ctx->c;
 	int i;
-	int64_t k;
 
 	for (i = 0; i < nseg; i++) {
 		const segment *s = &segs[i];
 		const int32_t *tok = seqs[s->seq].tokens + s->start;
-		for (k = 0; k < s->n; k++) {
-			memcpy(ctx->H + (s->row0 + k) * c->d_model,
-			       ctx->m->embedding + (size_t)tok[k] * c->d_model,
-			       (size_t)c->d_model * sizeof(float));
-			ctx->row_seg[s->row0 + k] = i;
-			ctx->row_pos[s->row0 + k] = k;
-		}
+		ss_embed_cpu(ctx->H + s->row0 * c->d_model, ctx->m->embedding, SS_DTYPE_F32, tok, s->n,
+			     c->d_model);
 	}
 	run_layers(ctx, segs, nseg, T, !outputs);
 	if (outputs && mode == SS_LOGITS_ALL)
@@ -598,7 +538,7 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 	ss_forward_ctx *ctx;
 	const ss_model_config *c;
 	int64_t ub;
-	int err, l, h, k, ch;
+	int err, l, k, ch;
 
 	if (!out || !m) {
 		set_err(errmsg, "no model");
@@ -629,22 +569,17 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 	}
 	ctx->bytes = sizeof(*ctx);
 	ctx->conv_wt = xalloc((size_t)c->n_layer * c->d_conv * c->conv_dim, sizeof(float), &ctx->bytes);
-	ctx->A = xalloc((size_t)c->n_layer * c->nheads, sizeof(float), &ctx->bytes);
-	ctx->A64 = xalloc((size_t)c->n_layer * c->nheads, sizeof(double), &ctx->bytes);
 	ctx->H = xalloc((size_t)ub * c->d_model, sizeof(float), &ctx->bytes);
 	ctx->U = xalloc((size_t)ub * c->d_model, sizeof(float), &ctx->bytes);
 	ctx->ZXD = xalloc((size_t)ub * c->d_in_proj, sizeof(float), &ctx->bytes);
 	ctx->XBC = xalloc((size_t)ub * c->conv_dim, sizeof(float), &ctx->bytes);
 	ctx->DT = xalloc((size_t)ub * c->nheads, sizeof(float), &ctx->bytes);
 	ctx->Y = xalloc((size_t)ub * c->d_inner, sizeof(float), &ctx->bytes);
-	ctx->tmp = xalloc((size_t)ctx->n_threads * c->conv_dim, sizeof(float), &ctx->bytes);
-	ctx->row_seg = xalloc((size_t)ub, sizeof(int32_t), &ctx->bytes);
-	ctx->row_pos = xalloc((size_t)ub, sizeof(int64_t), &ctx->bytes);
 	ctx->segs = xalloc((size_t)ub, sizeof(segment), &ctx->bytes);
 	ctx->out_seq = xalloc((size_t)ub, sizeof(int32_t), &ctx->bytes);
 	ctx->L = xalloc((size_t)LAST_GROUP * c->vocab_padded, sizeof(float), &ctx->bytes);
-	if (!ctx->conv_wt || !ctx->A || !ctx->A64 || !ctx->H || !ctx->U || !ctx->ZXD ||
-	    !ctx->XBC || !ctx->DT || !ctx->Y || !ctx->tmp || !ctx->row_seg || !ctx->row_pos || !ctx->segs ||
+	if (!ctx->conv_wt || !ctx->H || !ctx->U || !ctx->ZXD ||
+	    !ctx->XBC || !ctx->DT || !ctx->Y || !ctx->segs ||
 	    !ctx->out_seq || !ctx->L) {
 		ss_forward_ctx_free(ctx);
 		set_err(errmsg, "out of memory for a %lld-token ubatch", (long long)ub);
@@ -656,32 +591,180 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 			for (ch = 0; ch < c->conv_dim; ch++)
 				ctx->conv_wt[((size_t)l * c->d_conv + k) * c->conv_dim + ch] =
 					L->conv_w[(size_t)ch * c->d_conv + k];
-		for (h = 0; h < c->nheads; h++) {
-			ctx->A[l * c->nheads + h] = -expf(L->A_log[h]);
-			ctx->A64[l * c->nheads + h] = -exp((double)L->A_log[h]);
-		}
 	}
 	*out = ctx;
 	return 0;
+}
+
+int ss_forward_ctx_init_dev(ss_forward_ctx **out, const ss_model *m, ss_device *dev,
+			    int n_threads, int ubatch, char *errmsg)
+{
+	const ss_cuda_api *cu = ss_device_cuda(dev);
+	ss_forward_ctx *ctx;
+	int err;
+
+	if (!cu)
+		return ss_forward_ctx_init(out, m, n_threads, ubatch, errmsg);
+	if (!out || !m) {
+		set_err(errmsg, "no model");
+		return SS_ERR_INVALID;
+	}
+	*out = NULL;
+	if (n_threads < 0 || ubatch < 0) {
+		set_err(errmsg, "negative thread count or ubatch");
+		return SS_ERR_INVALID;
+	}
+	err = check_model(m, errmsg);
+	if (err)
+		return err;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return SS_ERR_NOMEM;
+	ctx->m = m;
+	ctx->c = m->cfg;
+	ctx->n_threads = 1;
+	ctx->ubatch = ubatch ? ubatch : SS_FORWARD_UBATCH_GPU;
+	ctx->cu = cu;
+	err = cu->fwd_init(&ctx->g, m, m->weight_dtype, (int)ctx->ubatch, errmsg);
+	if (err) {
+		free(ctx);
+		return err;
+	}
+	ctx->bytes = sizeof(*ctx) + cu->fwd_bytes(ctx->g);
+	*out = ctx;
+	return 0;
+}
+
+int ss_forward_ctx_device(const ss_forward_ctx *ctx)
+{
+	return ctx && ctx->g ? SS_DEVICE_CUDA : SS_DEVICE_CPU;
+}
+
+int ss_forward_decode_begin(ss_forward_ctx *ctx, ss_state **states, int n, char *errmsg)
+{
+	int i, err;
+
+	if (!ctx || n < 0 || (n > 0 && !states) || ctx->bound_on) {
+		set_err(errmsg, ctx && ctx->bound_on ? "states already bound (no decode_end)"
+						     : "invalid arguments");
+		return SS_ERR_INVALID;
+	}
+	if (n > ctx->dseqs_cap) {
+		ss_forward_seq *p = realloc(ctx->dseqs, (size_t)n * sizeof(*p));
+		if (!p)
+			return SS_ERR_NOMEM;
+		ctx->dseqs = p;
+		ctx->dseqs_cap = n;
+	}
+	for (i = 0; i < n; i++)
+		ctx->dseqs[i] = (ss_forward_seq){ .state = states[i] };
+	err = check_seqs(ctx, ctx->dseqs, n, SS_LOGITS_NONE, errmsg);
+	if (err)
+		return err;
+	if (n > ctx->bound_cap) {
+		ss_state **p = realloc(ctx->bound, (size_t)n * sizeof(*p));
+		if (!p)
+			return SS_ERR_NOMEM;
+		ctx->bound = p;
+		free(ctx->blogits);
+		ctx->blogits = NULL;
+		ctx->bound_cap = n;
+	}
+	if (ctx->g) {
+		err = ctx->cu->fwd_decode_begin(ctx->g, states, n, errmsg);
+		if (err)
+			return err;
+	}
+	memcpy(ctx->bound, states, (size_t)n * sizeof(*states));
+	ctx->nbound = n;
+	ctx->bound_on = 1;
+	return 0;
+}
+
+int ss_forward_decode_next(ss_forward_ctx *ctx, const int32_t *tokens, float *logits,
+			   int32_t *ids, int32_t n_ids, char *errmsg)
+{
+	const int64_t V = ctx ? ctx->c.vocab_padded : 0;
+	int i, err;
+
+	if (!ctx || !ctx->bound_on || (ctx->nbound > 0 && !tokens) ||
+	    (ids && (n_ids < 1 || n_ids > V))) {
+		set_err(errmsg, ctx && !ctx->bound_on ? "no states bound (decode_begin)"
+						      : "invalid arguments");
+		return SS_ERR_INVALID;
+	}
+	if ((logits || ids) && !ctx->m->lm_head) {
+		set_err(errmsg, "logits asked of a model loaded without lm_head");
+		return SS_ERR_INVALID;
+	}
+	for (i = 0; i < ctx->nbound; i++)
+		if (tokens[i] < 0 || tokens[i] >= ctx->c.vocab_padded) {
+			set_err(errmsg, "sequence %d: token %d is outside [0, %d)", i, (int)tokens[i],
+				ctx->c.vocab_padded);
+			return SS_ERR_INVALID;
+		}
+	if (ctx->g) {
+		err = ctx->cu->fwd_decode_next(ctx->g, tokens, logits, ids, n_ids, errmsg);
+		if (!err)
+			for (i = 0; i < ctx->nbound; i++)
+				ctx->bound[i]->n_tokens++;
+		return err;
+	}
+	if (ids && !logits) {
+		if (!ctx->blogits) {
+			ctx->blogits = malloc((size_t)ctx->bound_cap * (size_t)V * sizeof(float));
+			if (!ctx->blogits)
+				return SS_ERR_NOMEM;
+		}
+		logits = ctx->blogits;
+	}
+	ctx->bound_on = 0; /* ss_forward_decode runs the CPU path directly */
+	err = ss_forward_decode(ctx, ctx->bound, tokens, ctx->nbound, logits, errmsg);
+	ctx->bound_on = 1;
+	if (!err && ids)
+		ss_argmax_rows_cpu(ids, logits, V, ctx->nbound, n_ids);
+	return err;
+}
+
+int ss_forward_decode_end(ss_forward_ctx *ctx, char *errmsg)
+{
+	int i, err = 0;
+
+	if (!ctx || !ctx->bound_on) {
+		set_err(errmsg, "no states bound (decode_begin)");
+		return SS_ERR_INVALID;
+	}
+	if (ctx->g) {
+		err = ctx->cu->fwd_decode_end(ctx->g, errmsg);
+		for (i = 0; i < ctx->nbound; i++) {
+			ss_state *st = ctx->bound[i];
+			if (!st->fingerprint[0])
+				memcpy(st->fingerprint, ctx->m->fingerprint, SS_FINGERPRINT_MAX);
+			if (!st->dims.arch[0])
+				snprintf(st->dims.arch, sizeof(st->dims.arch), "mamba2");
+		}
+	}
+	ctx->bound_on = 0;
+	ctx->nbound = 0;
+	return err;
 }
 
 void ss_forward_ctx_free(ss_forward_ctx *ctx)
 {
 	if (!ctx)
 		return;
+	if (ctx->g)
+		ctx->cu->fwd_free(ctx->g);
+	free(ctx->bound);
+	free(ctx->blogits);
 	ss_pool_free(ctx->pool);
 	free(ctx->conv_wt);
-	free(ctx->A);
-	free(ctx->A64);
 	free(ctx->H);
 	free(ctx->U);
 	free(ctx->ZXD);
 	free(ctx->XBC);
 	free(ctx->DT);
 	free(ctx->Y);
-	free(ctx->tmp);
-	free(ctx->row_seg);
-	free(ctx->row_pos);
 	free(ctx->segs);
 	free(ctx->out_seq);
 	free(ctx->L);
@@ -709,6 +792,12 @@ int ss_forward_prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs,
 	err = check_seqs(ctx, seqs, n_seqs, mode, errmsg);
 	if (err)
 		return err;
+	if (ctx->g) {
+		err = ctx->cu->fwd_prefill(ctx->g, seqs, n_seqs, mode, errmsg);
+		if (err)
+			return err;
+		cur = n_seqs;
+	}
 	outputs = any_output(seqs, n_seqs, mode);
 	while (cur < n_seqs) {
 		int nseg = 0;
@@ -754,6 +843,16 @@ int ss_forward_decode(ss_forward_ctx *ctx, ss_state **states, const int32_t *tok
 	if (!ctx || n < 0 || (n > 0 && (!states || !tokens))) {
 		set_err(errmsg, "invalid arguments");
 		return SS_ERR_INVALID;
+	}
+	if (ctx->g) {
+		int err = ss_forward_decode_begin(ctx, states, n, errmsg);
+		if (err)
+			return err;
+		err = ss_forward_decode_next(ctx, tokens, logits, NULL, 0, errmsg);
+		if (!err)
+			return ss_forward_decode_end(ctx, errmsg);
+		(void)ss_forward_decode_end(ctx, NULL);
+		return err;
 	}
 	if (n > ctx->dseqs_cap) {
 		ss_forward_seq *p = realloc(ctx->dseqs, (size_t)n * sizeof(*p));

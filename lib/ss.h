@@ -10,7 +10,11 @@
  * Module headers, each included here:
  *   ss_stream.h    zstd+msgpack record streams, token and state records
  *   ss_tokenizer.h byte-level BPE from a HF tokenizer.json
- *   ss_model.h     Mamba-2 checkpoints and the CPU forward pass
+ *   ss_model.h     Mamba-2 checkpoints
+ *   ss_ops.h       the forward pass's ops (CPU reference; CUDA twins in kernels/)
+ *   ss_forward.h   the forward pass (prefill, decode) on the CPU or a GPU
+ *   ss_device.h    device selection and the CUDA plugin (libss_cuda.so)
+ *   ss_sample.h    logits → tokens, NLL
  *   ss_compose.h   state composition (CASO, PICASO-S/R, soup)
  *   ss_index.h     BM25 index of documents → state offsets
  */
@@ -84,7 +88,9 @@ void ss_from_f32(void *dst, ss_dtype dst_t, const float *src, size_t n);
 #include "ss_stream.h"
 #include "ss_tokenizer.h"
 #include "ss_model.h"
+#include "ss_ops.h"
 #include "ss_forward.h"
+#include "ss_device.h"
 #include "ss_sample.h"
 #include "ss_compose.h"
 #include "ss_index.h"

@@ -1,5 +1,6 @@
 /*
- * ss_forward.h — the Mamba-2 forward pass on the CPU (part of libss; include
+ * ss_forward.h — the Mamba-2 forward pass, on the CPU or (through the CUDA
+ * plugin, ss_forward_ctx_init_dev) on a GPU (part of libss; include
  * "ss.h", not this file: it uses ss_model from ss_model.h and ss_state from
  * ss_stream.h).
  *
@@ -110,11 +111,57 @@ int ss_forward_decode(ss_forward_ctx *ctx, ss_state **states, const int32_t *tok
 
 /* ------------------------------------------------------------ the scan */
 
-/* Dims of one layer's selective scan. Head h uses B/C group
- * h / (nheads/ngroups). */
-typedef struct {
-	int32_t nheads, headdim, d_state, ngroups;
-} ss_scan_dims;
+/* -------------------------------------------------------- devices */
+
+typedef struct ss_device ss_device; /* ss_device.h */
+
+/* ss_forward_ctx_init on a device (ss_device_open). dev NULL or a CPU device
+ * is ss_forward_ctx_init. On a CUDA device the context holds the model on
+ * the GPU: every weight uploaded once at init (the projections, embedding
+ * and lm_head in the checkpoint's dtype m->weight_dtype — bf16 and f16 stay
+ * 2 bytes, with f32 accumulation; norms, conv, dt_bias, A_log, D in f32),
+ * activations and scratch on the GPU (ubatch tokens per pass as on the CPU;
+ * 0 = SS_FORWARD_UBATCH_GPU: a GPU needs many tokens in flight), and
+ * n_threads unused. m and dev are borrowed and must outlive
+ * the context. Every ss_forward_* call keeps its contract and results (to
+ * the GPU's rounding; tests/test_cuda_parity.c gives the tolerances):
+ * prefill uploads the states, runs, and copies states and outputs back
+ * before returning. Errors: as ss_forward_ctx_init, and SS_ERR_DEVICE (out
+ * of GPU memory, a CUDA failure; errmsg names it).
+ * ref: kernels/forward.cu. */
+#define SS_FORWARD_UBATCH_GPU 8192
+int ss_forward_ctx_init_dev(ss_forward_ctx **out, const ss_model *m, ss_device *dev,
+			    int n_threads, int ubatch, char *errmsg);
+
+/* The device a context runs on: SS_DEVICE_CPU or SS_DEVICE_CUDA (as an int
+ * so that this header needs not ss_device.h). */
+int ss_forward_ctx_device(const ss_forward_ctx *ctx);
+
+/* Decode with the states kept on the device between steps (on a GPU a step
+ * then moves only tokens and logits, not the states; on the CPU these are
+ * ss_forward_decode and nothing is kept).
+ *   ss_forward_decode_begin binds n states (checked as in ss_forward_decode;
+ *     on a GPU uploaded). While bound their host arrays may be stale and
+ *     must not be read or written; at most one bound set per context.
+ *   ss_forward_decode_next feeds tokens[n] (one per bound state, in order)
+ *     and writes logits [n][vocab_padded] (NULL: none) and/or ids [n], the
+ *     argmax of each row over [0, n_ids) (NULL: none; n_ids in
+ *     [1, vocab_padded]; computed on the device, so greedy decoding never
+ *     copies logits).
+ *   ss_forward_decode_end writes the states back (n_tokens, logdecay, conv,
+ *     ssm as ss_forward_decode would have left them) and unbinds.
+ * Returns 0 or errors as ss_forward_decode; SS_ERR_INVALID for a call out of
+ * order. After an error in _next the bound states are still written back
+ * by _end, as of the last successful step.
+ * ref: mamba_ssm utils/generation.py (the decode loop with an inference
+ *      cache on the device). */
+int ss_forward_decode_begin(ss_forward_ctx *ctx, ss_state **states, int n, char *errmsg);
+int ss_forward_decode_next(ss_forward_ctx *ctx, const int32_t *tokens, float *logits,
+			   int32_t *ids, int32_t n_ids, char *errmsg);
+int ss_forward_decode_end(ss_forward_ctx *ctx, char *errmsg);
+
+/* ss_scan_dims (ss_ops.h): dims of one layer's selective scan. Head h uses
+ * B/C group h / (nheads/ngroups). */
 
 /* The SSM recurrence of one layer over n tokens, all heads, sequentially
  * (the kernel the forward pass runs per head):

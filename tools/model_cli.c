@@ -268,3 +268,27 @@ void mcli_out_close(FILE *f)
 {
 	cli_out_close(f);
 }
+
+ss_device *mcli_device(const char *want, const char *usage)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	ss_device *d;
+	int rc = ss_device_open(&d, want, err);
+	if (rc == SS_ERR_INVALID)
+		cli_usage(usage, "--device: '%s' is not cpu, cuda, cuda:N or auto", want);
+	if (rc)
+		cli_die("--device %s: %s", want, err[0] ? err : ss_strerror(rc));
+	if (cli_verbosity >= 2)
+		fprintf(stderr, "%s: device %s\n", cli_prog, ss_device_name(d));
+	return d;
+}
+
+ss_forward_ctx *mcli_forward_ctx(const ss_model *m, const char *model_dir, ss_device *dev,
+				 int threads)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	ss_forward_ctx *ctx;
+	if (ss_forward_ctx_init_dev(&ctx, m, dev, threads, 0, err))
+		cli_die("%s: %s", model_dir, err);
+	return ctx;
+}

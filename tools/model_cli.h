@@ -26,6 +26,15 @@ ss_model *mcli_load_model(const char *dir, unsigned flags);
 void mcli_check_state(const ss_model *m, const char *model_dir, const ss_state *s,
 		      const char *file, uint64_t index);
 
+/* The device of --device WANT ("cpu", "cuda", "cuda:N", "auto"; NULL =
+ * "auto": a GPU when the CUDA plugin finds one, else the CPU, silently).
+ * A bad name is a usage error (exit 2); "cuda" without a plugin or a GPU
+ * dies with one line (exit 1). -v names the device on stderr. */
+ss_device *mcli_device(const char *want, const char *usage);
+/* The forward context of model m on dev; dies (exit 1) naming model_dir. */
+ss_forward_ctx *mcli_forward_ctx(const ss_model *m, const char *model_dir, ss_device *dev,
+				 int threads);
+
 /* Default threads: online cores (at least 1). */
 int mcli_threads_default(void);
 

@@ -18,7 +18,7 @@ static const char *usage =
 	"                 [--prompt TEXT | --prompt-file FILE | --prompt-tokens IDS]\n"
 	"                 [--greedy | --temperature T [--top-k K] [--top-p P] [--seed S]]\n"
 	"                 [--max-tokens N] [--ignore-eos] [--ids] [--jsonl] [--tokenizer FILE]\n"
-	"                 [--threads N] [-o FILE] [-q|-v]";
+	"                 [--device D] [--threads N] [-o FILE] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -50,6 +50,8 @@ static void help(void)
 	       "  --tokenizer FILE     tokenizer.json (default: $SS_TOKENIZER,\n"
 	       "                       DIR/tokenizer.json, $SS_SHARED's GPT-NeoX tokenizer)\n"
 	       "  --threads N          threads (default: online cores)\n"
+	       "  --device D           cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
+	       "                       CUDA plugin finds one, else the CPU)\n"
 	       "  -o FILE              output file (replaced only on success)\n"
 	       "  -q, -v               quieter; more verbose (-v: tokens/s at the end)\n"
 	       "  -h, --help           this help;  -V, --version  the version\n",
@@ -62,13 +64,14 @@ int main(int argc, char **argv)
 	cli_init("ss-decode");
 	const char *model_opt = NULL, *state_path = NULL, *prompt = NULL, *prompt_file = NULL,
 		   *prompt_ids = NULL, *tok_path = NULL, *out_path = NULL;
+	const char *device_opt = "auto";
 	int no_state = 0, threads = 0, ignore_eos = 0, ids_out = 0, jsonl = 0, greedy = 0;
 	int have_seed = 0;
 	long max_tokens = 64;
 	uint64_t seed = 0;
 	ss_sample_params sp = { .temperature = 0, .top_k = 0, .top_p = 1 };
 	enum { O_MODEL = 256, O_STATE, O_NOSTATE, O_PROMPT, O_PFILE, O_PTOK, O_GREEDY, O_TEMP,
-	       O_TOPK, O_TOPP, O_SEED, O_MAX, O_IGNEOS, O_IDS, O_JSONL, O_TOK, O_THREADS };
+	       O_TOPK, O_TOPP, O_SEED, O_MAX, O_IGNEOS, O_IDS, O_JSONL, O_TOK, O_THREADS, O_DEVICE };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL },
 		{ "state", required_argument, 0, O_STATE },
@@ -87,6 +90,7 @@ int main(int argc, char **argv)
 		{ "jsonl", no_argument, 0, O_JSONL },
 		{ "tokenizer", required_argument, 0, O_TOK },
 		{ "threads", required_argument, 0, O_THREADS },
+		{ "device", required_argument, 0, O_DEVICE },
 		{ "output", required_argument, 0, 'o' },
 		{ "quiet", no_argument, 0, 'q' },
 		{ "verbose", no_argument, 0, 'v' },
@@ -117,6 +121,7 @@ int main(int argc, char **argv)
 		case O_JSONL: jsonl = 1; break;
 		case O_TOK: tok_path = optarg; break;
 		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
+		case O_DEVICE: device_opt = optarg; break;
 		case 'o': out_path = optarg; break;
 		case 'q': cli_verbosity = 0; break;
 		case 'v': cli_verbosity++; break;
@@ -148,6 +153,7 @@ int main(int argc, char **argv)
 	if (!threads)
 		threads = mcli_threads_default();
 	const char *model_dir = mcli_model_dir(model_opt, usage);
+	ss_device *dev = mcli_device(device_opt, usage);
 
 	size_t np = 0;
 	int32_t *pids = prompt_ids ? mcli_parse_ids("--prompt-tokens", prompt_ids, &np, usage) : NULL;
@@ -183,9 +189,7 @@ int main(int argc, char **argv)
 		n_gen = ss_tokenizer_n_vocab(tok);
 
 	char err[SS_ERRMSG_MAX] = "";
-	ss_forward_ctx *ctx;
-	if (ss_forward_ctx_init(&ctx, m, threads, 0, err))
-		cli_die("%s: %s", model_dir, err);
+	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, threads);
 	ss_sampler *smp;
 	if (ss_sampler_init(&smp, n_gen, &sp, seed))
 		cli_die("cannot create the sampler (out of memory?)");
@@ -211,6 +215,10 @@ int main(int argc, char **argv)
 			fputs("{\"id\":", out);
 			mcli_json_str(out, st.id, (size_t)-1);
 		}
+		/* the state stays on the device (GPU) for the whole generation */
+		ss_state *sp1 = &st;
+		if (ss_forward_decode_begin(ctx, &sp1, 1, err))
+			cli_die("%s: %s", st.id, err);
 		long n = 0;
 		while (n < max_tokens) {
 			int32_t t = ss_sampler_sample(smp, logits);
@@ -230,12 +238,11 @@ int main(int argc, char **argv)
 				}
 				fflush(out);
 			}
-			if (n < max_tokens) {
-				ss_state *sp1 = &st;
-				if (ss_forward_decode(ctx, &sp1, &t, 1, logits, err))
-					cli_die("%s: %s", st.id, err);
-			}
+			if (n < max_tokens && ss_forward_decode_next(ctx, &t, logits, NULL, 0, err))
+				cli_die("%s: %s", st.id, err);
 		}
+		if (ss_forward_decode_end(ctx, err))
+			cli_die("%s: %s", st.id, err);
 		total += n;
 		if (jsonl) {
 			if (!ids_out) {
@@ -272,6 +279,7 @@ int main(int argc, char **argv)
 	free(pids);
 	ss_sampler_free(smp);
 	ss_forward_ctx_free(ctx);
+	ss_device_close(dev);
 	ss_tokenizer_free(tok);
 	ss_model_free(m);
 	return 0;

@@ -15,7 +15,7 @@
 #include "ss.h"
 
 static const char *usage =
-	"ss-encode --model DIR [--threads N] [--state-dtype f32|f16|bf16] [--batch N]\n"
+	"ss-encode --model DIR [--device D] [--threads N] [--state-dtype f32|f16|bf16] [--batch N]\n"
 	"                 [--concat [--id ID]] [--from-state FILE] [--text [--tokenizer FILE]]\n"
 	"                 [--shard I/N] [--ids FILE] [-o FILE] [-q|-v] [FILE...]";
 
@@ -28,6 +28,8 @@ static void help(void)
 	       "as one record of a state stream, in input order.\n\n"
 	       "  --model DIR          model directory (config.json + weights); or $SS_MODEL\n"
 	       "  --threads N          threads (default: online cores)\n"
+	       "  --device D           cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
+	       "                       CUDA plugin finds one, else the CPU)\n"
 	       "  --state-dtype T      storage dtype of conv and ssm: f32 (default), f16, bf16\n"
 	       "  --batch N            documents per forward call (default 8); memory grows\n"
 	       "                       with N, not with the corpus\n"
@@ -400,15 +402,17 @@ int main(int argc, char **argv)
 	cli_init("ss-encode");
 	const char *model_opt = NULL, *from_path = NULL, *out_path = NULL, *tok_path = NULL,
 		   *concat_id = NULL;
+	const char *device_opt = "auto";
 	int threads = 0, concat = 0, text = 0;
 	long batch = 8;
 	ss_dtype dtype = SS_DTYPE_F32;
 	selection sel = { .shard_n = 1 };
 	enum { O_MODEL = 256, O_THREADS, O_DTYPE, O_CONCAT, O_FROM, O_BATCH, O_TEXT, O_TOK, O_ID,
-	       O_SHARD, O_IDS };
+	       O_SHARD, O_IDS, O_DEVICE };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL },
 		{ "threads", required_argument, 0, O_THREADS },
+		{ "device", required_argument, 0, O_DEVICE },
 		{ "state-dtype", required_argument, 0, O_DTYPE },
 		{ "concat", no_argument, 0, O_CONCAT },
 		{ "id", required_argument, 0, O_ID },
@@ -430,6 +434,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case O_MODEL: model_opt = optarg; break;
 		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
+		case O_DEVICE: device_opt = optarg; break;
 		case O_DTYPE:
 			if (ss_dtype_parse(optarg, &dtype))
 				cli_usage(usage, "--state-dtype: '%s' is not f32, f16 or bf16", optarg);
@@ -457,6 +462,7 @@ int main(int argc, char **argv)
 	const char *model_dir = mcli_model_dir(model_opt, usage);
 	if (!threads)
 		threads = mcli_threads_default();
+	ss_device *dev = mcli_device(device_opt, usage);
 
 	char *stdin_only[] = { "-" };
 	input in = { 0 };
@@ -486,9 +492,7 @@ int main(int argc, char **argv)
 	}
 
 	char err[SS_ERRMSG_MAX] = "";
-	ss_forward_ctx *ctx;
-	if (ss_forward_ctx_init(&ctx, m, threads, 0, err))
-		cli_die("%s: %s", model_dir, err);
+	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, threads);
 	if (ss_writer_open(&out_w, out_path ? out_path : "-", 0, err))
 		cli_die("%s: %s", out_path ? out_path : "standard output", err);
 	atexit(abort_output);
@@ -578,6 +582,7 @@ int main(int argc, char **argv)
 	free(seqs);
 	ss_state_free(&base);
 	ss_forward_ctx_free(ctx);
+	ss_device_close(dev);
 	input_close(&in);
 	selection_free(&sel);
 	ss_tokenizer_free(in.tok);

@@ -17,7 +17,8 @@
 static const char *usage =
 	"ss-score --model DIR [--state FILE | --no-state]\n"
 	"                [--query TEXT --continuation TEXT | --query-tokens IDS --continuation-tokens IDS\n"
-	"                 | --pairs FILE] [--per-token] [--tokenizer FILE] [--threads N] [-o FILE] [-q|-v]";
+	"                 | --pairs FILE] [--per-token] [--tokenizer FILE] [--device D]\n"
+	"                 [--threads N] [-o FILE] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -44,6 +45,8 @@ static void help(void)
 	       "  --tokenizer FILE       tokenizer.json (default: $SS_TOKENIZER,\n"
 	       "                         DIR/tokenizer.json, $SS_SHARED's GPT-NeoX tokenizer)\n"
 	       "  --threads N            threads (default: online cores)\n"
+	       "  --device D             cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
+	       "                         CUDA plugin finds one, else the CPU)\n"
 	       "  -o FILE                output file (replaced only on success)\n"
 	       "  -q, -v                 quieter; more verbose\n"
 	       "  -h, --help             this help;  -V, --version  the version\n\n"
@@ -264,10 +267,11 @@ int main(int argc, char **argv)
 	cli_init("ss-score");
 	const char *model_opt = NULL, *state_path = NULL, *pairs_path = NULL, *out_path = NULL;
 	const char *query = NULL, *cont = NULL, *qtok = NULL, *ctok = NULL;
+	const char *device_opt = "auto";
 	int no_state = 0, threads = 0;
 	scorer sc = { 0 };
 	enum { O_MODEL = 256, O_STATE, O_NOSTATE, O_QUERY, O_CONT, O_QTOK, O_CTOK, O_PAIRS,
-	       O_PER, O_TOK, O_THREADS };
+	       O_PER, O_TOK, O_THREADS, O_DEVICE };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL },
 		{ "state", required_argument, 0, O_STATE },
@@ -280,6 +284,7 @@ int main(int argc, char **argv)
 		{ "per-token", no_argument, 0, O_PER },
 		{ "tokenizer", required_argument, 0, O_TOK },
 		{ "threads", required_argument, 0, O_THREADS },
+		{ "device", required_argument, 0, O_DEVICE },
 		{ "output", required_argument, 0, 'o' },
 		{ "quiet", no_argument, 0, 'q' },
 		{ "verbose", no_argument, 0, 'v' },
@@ -301,6 +306,7 @@ int main(int argc, char **argv)
 		case O_PER: sc.per_token = 1; break;
 		case O_TOK: sc.tok_path = optarg; break;
 		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
+		case O_DEVICE: device_opt = optarg; break;
 		case 'o': out_path = optarg; break;
 		case 'q': cli_verbosity = 0; break;
 		case 'v': cli_verbosity++; break;
@@ -333,6 +339,7 @@ int main(int argc, char **argv)
 	if (!threads)
 		threads = mcli_threads_default();
 	sc.model_dir = mcli_model_dir(model_opt, usage);
+	ss_device *dev = mcli_device(device_opt, usage);
 
 	/* Parse inline token lists before the (slow) model load: usage errors first. */
 	size_t nq = 0, nc = 0;
@@ -341,9 +348,7 @@ int main(int argc, char **argv)
 
 	ss_model *m = mcli_load_model(sc.model_dir, 0);
 	sc.m = m;
-	char err[SS_ERRMSG_MAX] = "";
-	if (ss_forward_ctx_init(&sc.ctx, m, threads, 0, err))
-		cli_die("%s: %s", sc.model_dir, err);
+	sc.ctx = mcli_forward_ctx(m, sc.model_dir, dev, threads);
 	sc.logits = malloc((size_t)SCORE_ROWS * (size_t)m->cfg.vocab_padded * sizeof(float));
 	if (!sc.logits)
 		cli_die("out of memory");
@@ -387,6 +392,7 @@ int main(int argc, char **argv)
 	free(sc.per);
 	ss_tokenizer_free(sc.tok);
 	ss_forward_ctx_free(sc.ctx);
+	ss_device_close(dev);
 	ss_model_free(m);
 	return 0;
 }

@@ -1,0 +1,74 @@
+/*
+ * norm.cu — RMSNorm with residual add, and the gated grouped RMSNorm of the
+ * mixer's output. One block per row (per row and group for the gated one);
+ * each thread keeps to its own elements, so y may be h.
+ * ref: ss_rmsnorm_cpu, ss_gated_rmsnorm_cpu (lib/ops.c);
+ *      mamba_ssm ops/triton/layer_norm.py, layernorm_gated.py.
+ */
+#include "norm.cuh"
+
+#define NORM_THREADS 256
+
+__global__ void rmsnorm_kernel(float *y, float *h, const float *res, const float *w, int d,
+			       float eps)
+{
+	__shared__ float sh[32];
+	const int64_t r = blockIdx.x;
+	float *hr = h + r * d;
+	float ss = 0.0f;
+
+	for (int i = threadIdx.x; i < d; i += blockDim.x) {
+		float v = hr[i];
+		if (res) {
+			v += res[r * d + i];
+			hr[i] = v;
+		}
+		ss += v * v;
+	}
+	ss = ss_block_sum(ss, sh);
+	const float scale = rsqrtf(ss / (float)d + eps);
+	for (int i = threadIdx.x; i < d; i += blockDim.x)
+		y[r * d + i] = hr[i] * scale * w[i];
+}
+
+extern "C" void ss_rmsnorm_cuda(float *y, float *h, const float *res, const float *w, int64_t n,
+				int d, float eps, cudaStream_t st)
+{
+	if (n <= 0)
+		return;
+	rmsnorm_kernel<<<(unsigned)n, NORM_THREADS, 0, st>>>(y, h, res, w, d, eps);
+	SS_CUDA_LAUNCHED("rmsnorm");
+}
+
+/* grid (rows, groups) */
+__global__ void gated_rmsnorm_kernel(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz,
+				     const float *w, int gs, float eps)
+{
+	__shared__ float sh[32];
+	const int64_t r = blockIdx.x;
+	const int g0 = blockIdx.y * gs;
+	float *yr = y + r * ldy + g0;
+	const float *zr = z + r * ldz + g0;
+	float ss = 0.0f;
+
+	for (int i = threadIdx.x; i < gs; i += blockDim.x) {
+		const float v = yr[i] * ss_silu(zr[i]);
+		yr[i] = v;
+		ss += v * v;
+	}
+	ss = ss_block_sum(ss, sh);
+	const float scale = rsqrtf(ss / (float)gs + eps);
+	for (int i = threadIdx.x; i < gs; i += blockDim.x)
+		yr[i] = yr[i] * scale * w[g0 + i];
+}
+
+extern "C" void ss_gated_rmsnorm_cuda(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz,
+				      const float *w, int64_t n, int d, int ngroups, float eps,
+				      cudaStream_t st)
+{
+	if (n <= 0 || ngroups <= 0)
+		return;
+	gated_rmsnorm_kernel<<<dim3((unsigned)n, (unsigned)ngroups), NORM_THREADS, 0, st>>>(
+		y, ldy, z, ldz, w, d / ngroups, eps);
+	SS_CUDA_LAUNCHED("gated_rmsnorm");
+}

@@ -1,0 +1,11 @@
+/* norm.cuh — CUDA twins of ss_rmsnorm_cpu and ss_gated_rmsnorm_cpu
+ * (ss_ops.h; same arguments, device pointers, then a stream). The sums of
+ * squares are f32 tree reductions (the CPU sums in double). */
+#pragma once
+#include "common.cuh"
+
+extern "C" void ss_rmsnorm_cuda(float *y, float *h, const float *res, const float *w, int64_t n,
+				int d, float eps, cudaStream_t st);
+extern "C" void ss_gated_rmsnorm_cuda(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz,
+				      const float *w, int64_t n, int d, int ngroups, float eps,
+				      cudaStream_t st);

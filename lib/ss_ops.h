@@ -1,0 +1,175 @@
+/*
+ * ss_ops.h — the tensor ops of the Mamba-2 forward pass, one function per op
+ * (part of libss; include "ss.h").
+ *
+ * Each op here is the CPU reference `ss_<op>_cpu`; kernels/<op>.cuh declares
+ * its CUDA twin `ss_<op>_cuda` with the same parameters (device pointers,
+ * plus a trailing stream, and a cuBLAS handle for the linear). The forward
+ * pass (forward.c, and kernels/forward.cu on a GPU) is these ops in order;
+ * tests/test_ops.c checks each CPU op against a naive reference and
+ * tests/test_cuda_parity.c each CUDA twin against its CPU op.
+ *
+ * Conventions, for every op:
+ *   - Rows are tokens. A matrix "[n][d], row stride ld" has element (r, i) at
+ *     p[r*ld + i], ld >= d, in elements (not bytes).
+ *   - Activations are f32. Weights are f32 unless a dtype says otherwise.
+ *   - A packed batch of variable-length sequences is described by
+ *     seq_start[nseq+1]: sequence s owns rows [seq_start[s], seq_start[s+1]),
+ *     seq_start[0] = 0, non-decreasing (empty sequences allowed).
+ *     seq_start == NULL means one row per sequence (decode: row s is
+ *     sequence s).
+ *   - Per-sequence state arrays of a batch lie at a fixed stride: sequence s
+ *     uses state + s*ld_state (one layer's slice of its state).
+ *   - Ops never allocate, never print, never start threads; the caller cuts
+ *     work into row ranges (rows are independent for the row-wise ops) or
+ *     channel ranges (conv1d) and runs them on its own threads.
+ *   - Arrays never alias unless an op says so (in place is stated).
+ *
+ * ref: DESIGN.md §2; state-spaces/mamba mamba_ssm/modules/mamba2.py
+ *      forward() and step(); golden/README.md §2 (the exact per-token math).
+ */
+#ifndef SS_OPS_H
+#define SS_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Embedding gather: h[r][:] = emb[tokens[r]][:], widened to f32.
+ *   h: out [n][d_model] f32, contiguous.
+ *   emb: [vocab][d_model] in dtype et (f32, f16 or bf16), contiguous.
+ *   tokens: [n] i32; the caller has checked them against vocab.
+ * ref: torch.nn.Embedding. */
+void ss_embed_cpu(float *h, const void *emb, ss_dtype et, const int32_t *tokens, int64_t n,
+		  int d_model);
+
+/* RMSNorm with an optional residual add, row by row:
+ *   if res: h[r] += res[r]        (h updated in place: the residual stream)
+ *   y[r] = h[r] / sqrt(mean(h[r]²) + eps) * w
+ *   y, h, res: [n][d] f32, contiguous; res may be NULL; y may equal h
+ *   (then with res NULL). w: [d] f32.
+ * The sum of squares is taken in double (as ggml's rms_norm) on the CPU, in
+ * f32 with a tree reduction on the GPU.
+ * ref: mamba_ssm ops/triton/layer_norm.py rms_norm_fn (residual_in_fp32). */
+void ss_rmsnorm_cpu(float *y, float *h, const float *res, const float *w, int64_t n, int d,
+		    float eps);
+
+/* Linear (no bias): y[M][N] = x[M][K] · W[N][K]ᵀ + beta · y.
+ *   y: [M][N] f32, row stride ldy (in/out when beta != 0).
+ *   x: [M][K] f32, row stride ldx.
+ *   W: [N][K] row-major (torch's [out][in]) in dtype wt, contiguous.
+ * in_proj (N = d_in_proj, K = d_model), out_proj (N = d_model, K = d_inner,
+ * beta = 1: the residual add), lm_head (N = vocab_padded, K = d_model).
+ * CPU: OpenBLAS sgemm (sgemv when M == 1), one BLAS thread: split M or N
+ * over threads by calling it on slices. Only wt = f32 on the CPU.
+ * CUDA: cublasSgemm (f32) or cublasGemmEx with bf16/f16 W, x rounded to
+ * W's dtype, f32 accumulation and output.
+ * Returns 0; SS_ERR_UNSUPPORTED (wt not handled on this device),
+ * SS_ERR_INVALID (negative sizes, ld too small); SS_ERR_DEVICE (CUDA). */
+int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
+		  ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta);
+
+/* Causal depthwise conv1d (width d_conv, with bias) + SiLU over a packed
+ * batch, starting each sequence from its conv state and leaving its final
+ * conv state there (in place):
+ *   y[t][c] = silu(b[c] + Σ_k wt[k][c] · in(t - (d_conv-1) + k, c))
+ * where in(u, c) is x[u][c] for u >= the sequence's first row and
+ * conv_state[c][d_conv-1 + u - first] before it (k = 0 the oldest).
+ * On return conv_state holds the last d_conv-1 inputs of
+ * [old state | the sequence's rows] (an empty sequence leaves it).
+ *   y: out [T][nch], row stride ldy.   x: [T][nch], row stride ldx
+ *      (in_proj's xBC columns: ldx = d_in_proj).
+ *   seq_start: [nseq+1] or NULL (one row per sequence, see the file comment).
+ *   conv_state: in/out, sequence s at conv_state + s*ld_state,
+ *      [nch][d_conv-1] (channel c at c*(d_conv-1)).
+ *   wt: [d_conv][ldw] the conv1d weights transposed tap-major
+ *      (wt[k*ldw + c] = conv1d.weight[c][0][k]), so that a channel range
+ *      [c0, c1) is the op on x+c0, y+c0, wt+c0, b+c0, conv_state+c0*(d_conv-1)
+ *      with nch = c1-c0 (how the CPU forward splits it over threads).
+ *   b: [nch].
+ * ref: mamba_ssm modules/mamba2.py (causal_conv1d_fn with initial_states and
+ *      return_final_states); causal-conv1d causal_conv1d_varlen. */
+void ss_conv1d_silu_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+			const int64_t *seq_start, int nseq, float *conv_state, ptrdiff_t ld_state,
+			const float *wt, ptrdiff_t ldw, const float *b, int nch, int d_conv);
+
+/* Single-token conv step of nseq independent sequences (decode): the op above
+ * with seq_start NULL. Row s of x/y is sequence s's token.
+ * ref: mamba_ssm modules/mamba2.py step() (causal_conv1d_update). */
+void ss_conv1d_step_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, int nseq,
+			float *conv_state, ptrdiff_t ld_state, const float *wt, ptrdiff_t ldw,
+			const float *b, int nch, int d_conv);
+
+/* dt = softplus(raw + dt_bias), clamped to [dt_min, dt_max] when those are
+ * set (dt_min > 0, dt_max finite), softplus with torch's threshold 20.
+ *   dt: out [n][nheads], row stride lddt.  raw: [n][nheads], row stride ldr
+ *   (in_proj's dt columns).  dt_bias: [nheads].
+ * ref: mamba_ssm modules/mamba2.py (dt_softplus, dt_limit). */
+void ss_dt_softplus_cpu(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t ldr,
+			const float *dt_bias, int64_t n, int nheads, float dt_min, float dt_max);
+
+/* Dims of one layer's scan (also used by ss_ssm_scan_cpu in ss_forward.h). */
+typedef struct {
+	int32_t nheads, headdim, d_state, ngroups;
+} ss_scan_dims;
+
+/* The selective scan (SSM recurrence) of one layer over a packed batch of
+ * variable-length sequences, each from its own initial state, leaving its
+ * final state (prefill). Per sequence, per token t, per head h
+ * (group g = h / (nheads/ngroups), A_h = -exp(A_log[h])):
+ *   ssm[h] = exp(dt[t][h]*A_h) * ssm[h] + dt[t][h] * outer(x[t][h], B[t][g])
+ *   y[t][h] = ssm[h] @ C[t][g] + D[h] * x[t][h]
+ *   logdecay[h] += A_h * Σ_t dt[t][h]   (A_h and the sum in double)
+ *   x: [T][nheads*headdim], row stride ldx.   B, C: [T][ngroups*d_state],
+ *   row strides ldb, ldc.   dt: [T][nheads] (after ss_dt_softplus), lddt.
+ *   A_log, D: [nheads] (D may be NULL = 0).
+ *   ssm: in/out, sequence s at ssm + s*ld_ssm, [nheads][headdim][d_state].
+ *   y: out [T][nheads*headdim], row stride ldy, or NULL (state only; C is
+ *      then unused and may be NULL).
+ *   logdecay: in/out, sequence s at logdecay + s*ld_logdecay, [nheads], or
+ *      NULL.
+ * CPU: sequential in t, heads one after another (callers split heads over
+ * threads by offsetting x, B, C, dt, A_log, D, ssm, y, logdecay and passing
+ * nheads = ngroups = 1). CUDA: ss_ssm_scan_cuda is the same recurrence,
+ * sequential in t, parallel over (sequence, head, headdim, d_state);
+ * ss_ssd_scan_cuda (kernels/ssd.cuh) is the chunked SSD form of the same op.
+ * Returns 0 or SS_ERR_INVALID (bad dims or strides).
+ * ref: mamba_ssm modules/mamba2.py step(); picaso.txt Prop. 1. */
+int ss_ssm_scan_varlen_cpu(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
+			   const float *x, ptrdiff_t ldx, const float *B, ptrdiff_t ldb,
+			   const float *C, ptrdiff_t ldc, const float *dt, ptrdiff_t lddt,
+			   const float *A_log, const float *D, float *ssm, ptrdiff_t ld_ssm,
+			   float *y, ptrdiff_t ldy, float *logdecay, ptrdiff_t ld_logdecay);
+
+/* Single-token state update of nseq independent sequences (decode): the scan
+ * above with one row per sequence (row s is sequence s). Same arguments.
+ * ref: mamba_ssm modules/mamba2.py step() (selective_state_update). */
+int ss_ssm_step_cpu(const ss_scan_dims *d, int nseq, const float *x, ptrdiff_t ldx,
+		    const float *B, ptrdiff_t ldb, const float *C, ptrdiff_t ldc,
+		    const float *dt, ptrdiff_t lddt, const float *A_log, const float *D,
+		    float *ssm, ptrdiff_t ld_ssm, float *y, ptrdiff_t ldy, float *logdecay,
+		    ptrdiff_t ld_logdecay);
+
+/* Gated grouped RMSNorm, in place on y, row by row:
+ *   y = y * silu(z);  each group of d/ngroups columns: y_g = y_g /
+ *   sqrt(mean(y_g²) + eps) * w_g   (norm_before_gate = False)
+ *   y: in/out [n][d], row stride ldy.  z: [n][d], row stride ldz
+ *   (in_proj's z columns).  w: [d] (mixer.norm.weight).
+ * ref: mamba_ssm ops/triton/layernorm_gated.py rmsnorm_fn(group_size). */
+void ss_gated_rmsnorm_cpu(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz,
+			  const float *w, int64_t n, int d, int ngroups, float eps);
+
+/* Greedy sampling: ids[r] = argmax of logits row r over columns [0, n)
+ * (the first index on ties; NaN never wins; -1 if the row is all NaN).
+ *   logits: [nrows][n] f32, row stride ld.  ids: out [nrows] i32.
+ * ref: ss_argmax (ss_sample.h), which this is row by row. */
+void ss_argmax_rows_cpu(int32_t *ids, const float *logits, ptrdiff_t ld, int64_t nrows,
+			int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SS_OPS_H */

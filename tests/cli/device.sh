@@ -1,0 +1,74 @@
+# --device cpu|cuda|auto of the model tools, and the CUDA plugin staying out of
+# everything that does not ask for it. On a machine without a GPU: auto falls
+# back to the CPU silently with identical output, and cuda fails in one line.
+# Run by tests/run from the repo root.
+set -eu
+G=$SS_SHARED/golden
+T1=$G/models/t1-hf
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# expect CODE PATTERN cmd...: exit status CODE, stderr one line matching PATTERN.
+expect() {
+	code=$1 pat=$2; shift 2
+	set +e; "$@" >"$d/out" 2>"$d/err"; rc=$?; set -e
+	[ "$rc" -eq "$code" ] || { cat "$d/err" >&2; fail "$*: exit $rc, expected $code"; }
+	grep -q -- "$pat" "$d/err" || { cat "$d/err" >&2; fail "$*: stderr lacks '$pat'"; }
+	if [ "$code" -eq 1 ]; then [ "$(wc -l <"$d/err")" -eq 1 ] || { cat "$d/err" >&2; fail "$*: not one line"; }; fi
+}
+
+# No binary links CUDA: the plugin is only ever dlopen()ed.
+for t in ss-compose ss-retrieve ss-encode ss-decode ss-score ss-tokenize ss-cat; do
+	ldd "$SS_TOP/$SS_BUILD/bin/$t" >"$d/ldd"
+	! grep -E 'libcuda\.so|libcudart|libcublas|libss_cuda' "$d/ldd" || fail "$t links CUDA"
+done
+
+ss-tokenize -q --whole "$G/t1/c3/text.txt" >"$d/c3.tok"
+ids=$(ss-cat --full "$d/c3.tok" | python3 -c 'import json,sys; print(",".join(map(str, json.loads(sys.stdin.readline())["tokens"][:40])))')
+
+# Which device does auto pick here?
+ss-encode -v --model "$T1" --device auto "$d/c3.tok" >/dev/null 2>"$d/auto.err"
+if grep -q 'device cpu' "$d/auto.err"; then gpu=0; else gpu=1; fi
+
+# --device cpu works; auto (the default) is the CPU here, byte for byte.
+ss-encode --model "$T1" --device cpu "$d/c3.tok" >"$d/cpu.st"
+ss-decode --model "$T1" --device cpu --no-state --ids --max-tokens 8 --prompt-tokens "$ids" >"$d/cpu.dec"
+ss-score --model "$T1" --device cpu --no-state --query-tokens "$ids" --continuation-tokens 1,2,3 >"$d/cpu.score"
+[ -s "$d/cpu.st" ] && [ -s "$d/cpu.dec" ] && [ -s "$d/cpu.score" ] || fail "--device cpu: empty output"
+if [ "$gpu" -eq 0 ]; then
+	ss-encode --model "$T1" "$d/c3.tok" >"$d/auto.st"
+	cmp -s "$d/cpu.st" "$d/auto.st" || fail "encode: --device auto differs from cpu"
+	ss-decode --model "$T1" --device auto --no-state --ids --max-tokens 8 --prompt-tokens "$ids" >"$d/auto.dec"
+	cmp -s "$d/cpu.dec" "$d/auto.dec" || fail "decode: --device auto differs from cpu"
+	ss-score --model "$T1" --device auto --no-state --query-tokens "$ids" --continuation-tokens 1,2,3 >"$d/auto.score"
+	cmp -s "$d/cpu.score" "$d/auto.score" || fail "score: --device auto differs from cpu"
+	# auto falls back silently: nothing on stderr
+	ss-encode --model "$T1" --device auto "$d/c3.tok" 2>"$d/err" >/dev/null
+	[ ! -s "$d/err" ] || fail "auto printed on stderr: $(cat "$d/err")"
+	# cuda without a GPU: one line, exit 1, for each tool
+	expect 1 'ss-encode: --device cuda: ' ss-encode --model "$T1" --device cuda "$d/c3.tok"
+	expect 1 'ss-decode: --device cuda: ' ss-decode --model "$T1" --device cuda --no-state --prompt-tokens 1,2
+	expect 1 'ss-score: --device cuda: ' ss-score --model "$T1" --device cuda --no-state --query-tokens 1 --continuation-tokens 2
+	expect 1 'ss-encode: --device cuda:1: ' ss-encode --model "$T1" --device cuda:1 "$d/c3.tok"
+fi
+
+# A plugin that cannot be loaded: cuda fails in one line, auto falls back silently.
+SS_CUDA_PLUGIN=$d/none.so expect 1 'cannot load the CUDA plugin' ss-encode --model "$T1" --device cuda "$d/c3.tok"
+printf 'not an ELF file\n' >"$d/bad.so"
+SS_CUDA_PLUGIN=$d/bad.so expect 1 'cannot load the CUDA plugin' ss-score --model "$T1" --device cuda --no-state --query-tokens 1 --continuation-tokens 2
+SS_CUDA_PLUGIN=$d/none.so ss-encode --model "$T1" --device auto "$d/c3.tok" >"$d/fb.st" 2>"$d/err"
+[ ! -s "$d/err" ] || fail "auto with a missing plugin printed: $(cat "$d/err")"
+cmp -s "$d/cpu.st" "$d/fb.st" || fail "auto with a missing plugin differs from cpu"
+
+# Bad names are usage errors (exit 2), before the model is loaded.
+set +e
+ss-encode --model /nonexistent --device gpu "$d/c3.tok" >/dev/null 2>"$d/err"; rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "--device gpu: exit $rc, expected 2"
+grep -q "is not cpu, cuda, cuda:N or auto" "$d/err" || fail "--device gpu: $(cat "$d/err")"
+
+# The help of each model tool names the option.
+for t in ss-encode ss-decode ss-score; do
+	$t --help | grep -q -- '--device D' || fail "$t --help lacks --device"
+done
+echo "device: ok (gpu=$gpu)"

@@ -1,0 +1,494 @@
+/*
+ * test_ops.c — each CPU op of ss_ops.h against a naive double-precision
+ * reference written from the formula in its contract, on seeded random
+ * inputs, over shapes that include 1 and sizes off every vector and chunk
+ * width (8, 16, 256), with row strides larger than the rows, empty and short
+ * sequences in packed batches. Mismatches print the first few indices.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ss.h"
+
+static uint64_t rng_state;
+
+static double urand(void)
+{
+	rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+	return (double)(rng_state >> 11) * 0x1.0p-53;
+}
+
+/* n floats uniform in [lo, hi) */
+static float *rnd(size_t n, double lo, double hi)
+{
+	float *p = malloc((n ? n : 1) * sizeof(float));
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)(lo + (hi - lo) * urand());
+	return p;
+}
+
+/* Counts |got - want| > atol + rtol*|want| and prints the first 5. */
+static int mismatches(const char *what, const float *got, const double *want, size_t n, double atol,
+		      double rtol)
+{
+	int bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		const double d = fabs((double)got[i] - want[i]);
+		if (!(d <= atol + rtol * fabs(want[i]))) {
+			if (bad < 5)
+				printf("  %s[%zu]: got %.9g want %.9g (diff %.3g)\n", what, i, got[i],
+				       want[i], d);
+			bad++;
+		}
+	}
+	if (bad)
+		printf("  %s: %d of %zu outside atol %g rtol %g\n", what, bad, n, atol, rtol);
+	return bad;
+}
+
+static double *dalloc(size_t n)
+{
+	double *p = calloc(n ? n : 1, sizeof(double));
+	assert_non_null(p);
+	return p;
+}
+
+/* ------------------------------------------------------------------ embed */
+
+static void test_embed(void **st)
+{
+	(void)st;
+	const int V = 37, ds[] = { 1, 7, 64 };
+	rng_state = 1;
+	for (size_t di = 0; di < 3; di++) {
+		const int d = ds[di];
+		float *emb = rnd((size_t)V * d, -1, 1);
+		uint16_t *eb = malloc((size_t)V * d * 2);
+		const int32_t tok[] = { 0, 36, 5, 5, 17 };
+		float *h = malloc(5 * (size_t)d * sizeof(float));
+		ss_from_f32(eb, SS_DTYPE_BF16, emb, (size_t)V * d);
+		ss_embed_cpu(h, emb, SS_DTYPE_F32, tok, 5, d);
+		for (int r = 0; r < 5; r++)
+			assert_memory_equal(h + r * d, emb + (size_t)tok[r] * d, (size_t)d * sizeof(float));
+		ss_embed_cpu(h, eb, SS_DTYPE_BF16, tok, 5, d);
+		for (int r = 0; r < 5; r++)
+			for (int i = 0; i < d; i++)
+				assert_true(h[r * d + i] == ss_bf16_to_f32(eb[(size_t)tok[r] * d + i]));
+		free(emb);
+		free(eb);
+		free(h);
+	}
+}
+
+/* ---------------------------------------------------------------- rmsnorm */
+
+static void test_rmsnorm(void **st)
+{
+	(void)st;
+	const int ns[] = { 1, 3, 17 }, ds[] = { 1, 7, 64, 129 };
+	const float eps = 1e-5f;
+	rng_state = 2;
+	for (size_t a = 0; a < 3; a++)
+		for (size_t b = 0; b < 4; b++)
+			for (int with_res = 0; with_res < 2; with_res++) {
+				const int n = ns[a], d = ds[b];
+				float *h = rnd((size_t)n * d, -2, 2), *res = rnd((size_t)n * d, -1, 1);
+				float *w = rnd((size_t)d, 0.5, 1.5), *y = rnd((size_t)n * d, 0, 1);
+				double *hw = dalloc((size_t)n * d), *yw = dalloc((size_t)n * d);
+				for (int r = 0; r < n; r++) {
+					double ss = 0;
+					for (int i = 0; i < d; i++) {
+						double v = h[r * d + i];
+						if (with_res)
+							v = (double)(float)(v + res[r * d + i]);
+						hw[r * d + i] = v;
+						ss += v * v;
+					}
+					for (int i = 0; i < d; i++)
+						yw[r * d + i] = hw[r * d + i] / sqrt(ss / d + eps) * w[i];
+				}
+				ss_rmsnorm_cpu(y, h, with_res ? res : NULL, w, n, d, eps);
+				assert_int_equal(mismatches("rmsnorm.h", h, hw, (size_t)n * d, 0, 0), 0);
+				assert_int_equal(mismatches("rmsnorm.y", y, yw, (size_t)n * d, 1e-6, 1e-5), 0);
+				/* in place, y == h */
+				if (!with_res) {
+					ss_rmsnorm_cpu(h, h, NULL, w, n, d, eps);
+					assert_int_equal(mismatches("rmsnorm.inplace", h, yw, (size_t)n * d, 1e-6, 1e-5), 0);
+				}
+				free(h); free(res); free(w); free(y); free(hw); free(yw);
+			}
+}
+
+/* ----------------------------------------------------------------- linear */
+
+static void test_linear(void **st)
+{
+	(void)st;
+	const int Ms[] = { 1, 2, 5, 70 }, Ns[] = { 1, 3, 33 }, Ks[] = { 1, 7, 65 };
+	rng_state = 3;
+	for (size_t a = 0; a < 4; a++)
+		for (size_t b = 0; b < 3; b++)
+			for (size_t k = 0; k < 3; k++)
+				for (int beta = 0; beta < 2; beta++) {
+					const int M = Ms[a], N = Ns[b], K = Ks[k];
+					const int ldx = K + 3, ldy = N + 2;
+					float *x = rnd((size_t)M * ldx, -1, 1), *W = rnd((size_t)N * K, -1, 1);
+					float *y = rnd((size_t)M * ldy, -1, 1);
+					double *want = dalloc((size_t)M * N);
+					float *got = malloc((size_t)M * N * sizeof(float));
+					for (int i = 0; i < M; i++)
+						for (int j = 0; j < N; j++) {
+							double s = beta ? y[i * ldy + j] : 0.0;
+							for (int t = 0; t < K; t++)
+								s += (double)x[i * ldx + t] * W[j * K + t];
+							want[i * N + j] = s;
+						}
+					assert_int_equal(ss_linear_cpu(y, ldy, x, ldx, W, SS_DTYPE_F32, M, N, K,
+								       (float)beta), 0);
+					for (int i = 0; i < M; i++)
+						memcpy(got + i * N, y + i * ldy, (size_t)N * sizeof(float));
+					assert_int_equal(mismatches("linear", got, want, (size_t)M * N, 1e-5, 1e-5), 0);
+					free(x); free(W); free(y); free(want); free(got);
+				}
+	float one = 1;
+	assert_int_equal(ss_linear_cpu(&one, 1, &one, 1, &one, SS_DTYPE_BF16, 1, 1, 1, 0),
+			 SS_ERR_UNSUPPORTED);
+	assert_int_equal(ss_linear_cpu(&one, 0, &one, 1, &one, SS_DTYPE_F32, 1, 1, 1, 0), SS_ERR_INVALID);
+	assert_int_equal(ss_linear_cpu(&one, 1, &one, 1, &one, SS_DTYPE_F32, 0, 1, 1, 0), 0);
+}
+
+/* ----------------------------------------------------------------- conv1d */
+
+/* Naive conv of a packed batch: y and the new states, in double. */
+static void conv_ref(double *y, double *nst, const float *x, int ldx, const int64_t *ss, int nseq,
+		     const float *state, const float *w /* [nch][K] */, const float *b, int nch, int K)
+{
+	const int K1 = K - 1;
+	for (int s = 0; s < nseq; s++) {
+		const int64_t r0 = ss[s], n = ss[s + 1] - r0;
+		for (int c = 0; c < nch; c++) {
+			/* the input stream: K1 state values, then the rows */
+			double *in = dalloc((size_t)(K1 + n));
+			for (int k = 0; k < K1; k++)
+				in[k] = state[((size_t)s * nch + c) * K1 + k];
+			for (int64_t t = 0; t < n; t++)
+				in[K1 + t] = x[(r0 + t) * ldx + c];
+			for (int64_t t = 0; t < n; t++) {
+				double acc = b[c];
+				for (int k = 0; k < K; k++)
+					acc += (double)w[c * K + k] * in[t + k];
+				y[(r0 + t) * nch + c] = acc / (1.0 + exp(-acc));
+			}
+			for (int k = 0; k < K1; k++)
+				nst[((size_t)s * nch + c) * K1 + k] = in[n + k];
+			free(in);
+		}
+	}
+}
+
+static void conv_case(int nch, int K, const int64_t *lens, int nseq, int slices)
+{
+	const int K1 = K - 1, ldx = nch + 5, ldy = nch + 1;
+	int64_t *ss = malloc((size_t)(nseq + 1) * sizeof(int64_t));
+	ss[0] = 0;
+	for (int s = 0; s < nseq; s++)
+		ss[s + 1] = ss[s] + lens[s];
+	const int64_t T = ss[nseq];
+	float *x = rnd((size_t)(T ? T : 1) * ldx, -2, 2), *w = rnd((size_t)nch * K, -0.5, 0.5);
+	float *b = rnd((size_t)nch, -0.1, 0.1);
+	float *state = rnd((size_t)nseq * nch * (K1 ? K1 : 1), -1, 1);
+	float *st2 = malloc((size_t)nseq * nch * (K1 ? K1 : 1) * sizeof(float));
+	float *wt = malloc((size_t)K * nch * sizeof(float));
+	float *y = calloc((size_t)(T ? T : 1) * ldy, sizeof(float));
+	float *yc = malloc((size_t)(T ? T : 1) * nch * sizeof(float));
+	double *yw = dalloc((size_t)T * nch), *nw = dalloc((size_t)nseq * nch * (K1 ? K1 : 1));
+
+	memcpy(st2, state, (size_t)nseq * nch * (K1 ? K1 : 1) * sizeof(float));
+	for (int k = 0; k < K; k++)
+		for (int c = 0; c < nch; c++)
+			wt[k * nch + c] = w[c * K + k];
+	conv_ref(yw, nw, x, ldx, ss, nseq, state, w, b, nch, K);
+	/* the op over channel slices, as forward.c calls it */
+	for (int i = 0; i < slices; i++) {
+		const int c0 = nch * i / slices, c1 = nch * (i + 1) / slices;
+		if (c1 > c0)
+			ss_conv1d_silu_cpu(y + c0, ldy, x + c0, ldx, ss, nseq, st2 + (size_t)c0 * K1,
+					   (ptrdiff_t)nch * K1, wt + c0, nch, b + c0, c1 - c0, K);
+	}
+	for (int64_t r = 0; r < T; r++)
+		memcpy(yc + r * nch, y + r * ldy, (size_t)nch * sizeof(float));
+	printf("  conv nch %d K %d nseq %d slices %d\n", nch, K, nseq, slices);
+	assert_int_equal(mismatches("conv.y", yc, yw, (size_t)T * nch, 1e-5, 1e-5), 0);
+	assert_int_equal(mismatches("conv.state", st2, nw, (size_t)nseq * nch * K1, 0, 0), 0);
+	free(ss); free(x); free(w); free(b); free(state); free(st2); free(wt); free(y); free(yc);
+	free(yw); free(nw);
+}
+
+static void test_conv1d(void **st)
+{
+	(void)st;
+	const int64_t lens[] = { 5, 0, 1, 2, 9, 3 };
+	const int64_t ones[] = { 1, 1, 1, 1 };
+	rng_state = 4;
+	conv_case(1, 4, lens, 6, 1);
+	conv_case(9, 4, lens, 6, 1);
+	conv_case(9, 4, lens, 6, 3);
+	conv_case(300, 4, lens, 6, 1); /* > one 256-channel gather chunk */
+	conv_case(300, 4, lens, 6, 7);
+	conv_case(17, 2, lens, 6, 2);
+	conv_case(17, 1, lens, 6, 1); /* no state at all */
+	conv_case(33, 4, ones, 4, 2);
+}
+
+static void test_conv1d_step(void **st)
+{
+	(void)st;
+	const int nch = 19, K = 4, K1 = 3, nseq = 3, ldx = 23;
+	const int64_t ss[] = { 0, 1, 2, 3 };
+	rng_state = 5;
+	float *x = rnd((size_t)nseq * ldx, -2, 2), *w = rnd((size_t)nch * K, -0.5, 0.5);
+	float *b = rnd(nch, -0.1, 0.1), *state = rnd((size_t)nseq * nch * K1, -1, 1);
+	float *wt = malloc((size_t)K * nch * sizeof(float)), *y = malloc((size_t)nseq * nch * sizeof(float));
+	double *yw = dalloc((size_t)nseq * nch), *nw = dalloc((size_t)nseq * nch * K1);
+	for (int k = 0; k < K; k++)
+		for (int c = 0; c < nch; c++)
+			wt[k * nch + c] = w[c * K + k];
+	conv_ref(yw, nw, x, ldx, ss, nseq, state, w, b, nch, K);
+	ss_conv1d_step_cpu(y, nch, x, ldx, nseq, state, (ptrdiff_t)nch * K1, wt, nch, b, nch, K);
+	assert_int_equal(mismatches("conv_step.y", y, yw, (size_t)nseq * nch, 1e-5, 1e-5), 0);
+	assert_int_equal(mismatches("conv_step.state", state, nw, (size_t)nseq * nch * K1, 0, 0), 0);
+	free(x); free(w); free(b); free(state); free(wt); free(y); free(yw); free(nw);
+}
+
+/* ------------------------------------------------------------- dt softplus */
+
+static void test_dt_softplus(void **st)
+{
+	(void)st;
+	const int n = 13, H = 5, ldr = 9, lddt = 7;
+	rng_state = 6;
+	float *raw = rnd((size_t)n * ldr, -30, 30), *bias = rnd(H, -3, 3);
+	float *dt = malloc((size_t)n * lddt * sizeof(float)), *got = malloc((size_t)n * H * sizeof(float));
+	double *want = dalloc((size_t)n * H);
+	const float lims[][2] = { { 0.0f, INFINITY }, { 1e-3f, 0.1f } };
+	for (int li = 0; li < 2; li++) {
+		for (int r = 0; r < n; r++)
+			for (int h = 0; h < H; h++) {
+				const double u = (double)(raw[r * ldr + h] + bias[h]);
+				double v = u > 20 ? u : log1p(exp(u));
+				if (isfinite(lims[li][1]) && v > lims[li][1])
+					v = lims[li][1];
+				if (lims[li][0] > 0 && v < lims[li][0])
+					v = lims[li][0];
+				want[r * H + h] = v;
+			}
+		ss_dt_softplus_cpu(dt, lddt, raw, ldr, bias, n, H, lims[li][0], lims[li][1]);
+		for (int r = 0; r < n; r++)
+			memcpy(got + r * H, dt + r * lddt, H * sizeof(float));
+		assert_int_equal(mismatches("dt", got, want, (size_t)n * H, 1e-6, 1e-5), 0);
+	}
+	free(raw); free(bias); free(dt); free(got); free(want);
+}
+
+/* ------------------------------------------------------------------- scan */
+
+typedef struct {
+	int H, P, N, G;
+} sdims;
+
+/* Naive scan in double of a packed batch. */
+static void scan_ref(const sdims *d, const int64_t *ss, int nseq, const float *x, int ldx,
+		     const float *B, const float *C, int ldb, const float *dt, const float *A_log,
+		     const float *D, double *ssm, double *y, double *ld)
+{
+	const int hpg = d->H / d->G;
+	for (int s = 0; s < nseq; s++)
+		for (int h = 0; h < d->H; h++) {
+			const int g = h / hpg;
+			const double A = -exp((double)A_log[h]);
+			double *S = ssm + ((size_t)s * d->H + h) * d->P * d->N;
+			double sum = 0;
+			for (int64_t r = ss[s]; r < ss[s + 1]; r++) {
+				const double dtv = dt[r * d->H + h], dA = exp(dtv * A);
+				sum += dtv;
+				for (int p = 0; p < d->P; p++) {
+					const double xv = x[r * ldx + h * d->P + p];
+					double acc = 0;
+					for (int n = 0; n < d->N; n++) {
+						double *e = &S[p * d->N + n];
+						*e = dA * *e + dtv * xv * B[r * ldb + g * d->N + n];
+						acc += *e * C[r * ldb + g * d->N + n];
+					}
+					y[r * d->H * d->P + h * d->P + p] = acc + (D ? D[h] : 0) * xv;
+				}
+			}
+			ld[s * d->H + h] += A * sum;
+		}
+}
+
+static void scan_case(const sdims *d, const int64_t *lens, int nseq, int step)
+{
+	const int HP = d->H * d->P, GN = d->G * d->N;
+	const int ldx = HP + 3, ldb = GN, ldy = HP + 1;
+	const size_t SL = (size_t)d->H * d->P * d->N;
+	int64_t *ss = malloc((size_t)(nseq + 1) * sizeof(int64_t));
+	ss[0] = 0;
+	for (int s = 0; s < nseq; s++)
+		ss[s + 1] = ss[s] + (step ? 1 : lens[s]);
+	const int64_t T = ss[nseq];
+	float *x = rnd((size_t)T * ldx + 1, -1, 1), *B = rnd((size_t)T * ldb + 1, -1, 1);
+	float *C = rnd((size_t)T * ldb + 1, -1, 1), *dt = rnd((size_t)T * d->H + 1, 0.001, 0.5);
+	float *A_log = rnd(d->H, 0, 2.5), *D = rnd(d->H, 0.5, 1.5);
+	float *ssm = rnd(nseq * SL, -1, 1), *ld = rnd((size_t)nseq * d->H, -50, 0);
+	float *y = calloc((size_t)T * ldy + 1, sizeof(float)), *yc = malloc(((size_t)T * HP + 1) * sizeof(float));
+	double *sw = dalloc(nseq * SL), *yw = dalloc((size_t)T * HP), *lw = dalloc((size_t)nseq * d->H);
+	for (size_t i = 0; i < nseq * SL; i++)
+		sw[i] = ssm[i];
+	for (int i = 0; i < nseq * d->H; i++)
+		lw[i] = ld[i];
+	scan_ref(d, ss, nseq, x, ldx, B, C, ldb, dt, A_log, D, sw, yw, lw);
+	const ss_scan_dims sd = { d->H, d->P, d->N, d->G };
+	if (step)
+		assert_int_equal(ss_ssm_step_cpu(&sd, nseq, x, ldx, B, ldb, C, ldb, dt, d->H, A_log, D,
+						 ssm, (ptrdiff_t)SL, y, ldy, ld, d->H), 0);
+	else
+		assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, nseq, x, ldx, B, ldb, C, ldb, dt, d->H,
+							A_log, D, ssm, (ptrdiff_t)SL, y, ldy, ld, d->H), 0);
+	for (int64_t r = 0; r < T; r++)
+		memcpy(yc + r * HP, y + r * ldy, (size_t)HP * sizeof(float));
+	printf("  scan H %d P %d N %d G %d nseq %d%s\n", d->H, d->P, d->N, d->G, nseq, step ? " step" : "");
+	assert_int_equal(mismatches("scan.y", yc, yw, (size_t)T * HP, 1e-4, 1e-4), 0);
+	assert_int_equal(mismatches("scan.ssm", ssm, sw, nseq * SL, 1e-4, 1e-4), 0);
+	assert_int_equal(mismatches("scan.logdecay", ld, lw, (size_t)nseq * d->H, 1e-5, 1e-6), 0);
+	free(ss); free(x); free(B); free(C); free(dt); free(A_log); free(D); free(ssm); free(ld);
+	free(y); free(yc); free(sw); free(yw); free(lw);
+}
+
+static void test_scan(void **st)
+{
+	(void)st;
+	const int64_t lens[] = { 7, 0, 1, 12 };
+	const sdims ds[] = { { 1, 1, 1, 1 }, { 4, 3, 5, 2 }, { 4, 2, 16, 1 }, { 2, 3, 32, 2 },
+			     { 3, 4, 24, 3 } };
+	rng_state = 7;
+	for (size_t i = 0; i < sizeof(ds) / sizeof(ds[0]); i++) {
+		scan_case(&ds[i], lens, 4, 0);
+		scan_case(&ds[i], lens, 3, 1);
+	}
+}
+
+/* y NULL: the state and logdecay equal those of the full scan. */
+static void test_scan_state_only(void **st)
+{
+	(void)st;
+	const ss_scan_dims sd = { 2, 3, 16, 1 };
+	const int64_t ss[] = { 0, 9, 9, 14 };
+	const int T = 14, HP = 6, N = 16, SL = 2 * 3 * 16;
+	rng_state = 8;
+	float *x = rnd((size_t)T * HP, -1, 1), *B = rnd((size_t)T * N, -1, 1), *C = rnd((size_t)T * N, -1, 1);
+	float *dt = rnd((size_t)T * 2, 0.01, 0.3), *A_log = rnd(2, 0, 2), *D = rnd(2, 0, 1);
+	float *s1 = rnd(3 * SL, -1, 1), *s2 = malloc(3 * SL * sizeof(float)), *y = malloc((size_t)T * HP * sizeof(float));
+	float l1[6] = { 0 }, l2[6] = { 0 };
+	memcpy(s2, s1, 3 * SL * sizeof(float));
+	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1, SL,
+						y, HP, l1, 2), 0);
+	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, 3, x, HP, B, N, NULL, 0, dt, 2, A_log, D, s2,
+						SL, NULL, 0, l2, 2), 0);
+	assert_memory_equal(s1, s2, 3 * SL * sizeof(float));
+	assert_memory_equal(l1, l2, sizeof(l1));
+	/* bad dims and strides */
+	const ss_scan_dims bad = { 3, 3, 16, 2 };
+	assert_int_equal(ss_ssm_scan_varlen_cpu(&bad, ss, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1, SL,
+						y, HP, l1, 2), SS_ERR_INVALID);
+	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, 3, x, HP - 1, B, N, C, N, dt, 2, A_log, D, s1,
+						SL, y, HP, l1, 2), SS_ERR_INVALID);
+	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, NULL, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1,
+						SL, y, HP, l1, 2), SS_ERR_INVALID);
+	free(x); free(B); free(C); free(dt); free(A_log); free(D); free(s1); free(s2); free(y);
+}
+
+/* ----------------------------------------------------------- gated norm */
+
+static void test_gated_rmsnorm(void **st)
+{
+	(void)st;
+	const int ns[] = { 1, 4 }, ds[] = { 6, 24, 130 }, gs[] = { 1, 2, 3 };
+	const float eps = 1e-5f;
+	rng_state = 9;
+	for (size_t a = 0; a < 2; a++)
+		for (size_t b = 0; b < 3; b++)
+			for (size_t c = 0; c < 3; c++) {
+				const int n = ns[a], d = ds[b], G = gs[c], gsz = d / G;
+				if (d % G)
+					continue;
+				const int ldy = d + 2, ldz = d + 7;
+				float *y = rnd((size_t)n * ldy, -2, 2), *z = rnd((size_t)n * ldz, -3, 3);
+				float *w = rnd(d, 0.5, 1.5), *got = malloc((size_t)n * d * sizeof(float));
+				double *want = dalloc((size_t)n * d);
+				for (int r = 0; r < n; r++)
+					for (int g = 0; g < G; g++) {
+						double ss = 0;
+						for (int i = g * gsz; i < (g + 1) * gsz; i++) {
+							const double zz = z[r * ldz + i];
+							const double v = y[r * ldy + i] * zz / (1 + exp(-zz));
+							want[r * d + i] = v;
+							ss += v * v;
+						}
+						for (int i = g * gsz; i < (g + 1) * gsz; i++)
+							want[r * d + i] *= w[i] / sqrt(ss / gsz + eps);
+					}
+				ss_gated_rmsnorm_cpu(y, ldy, z, ldz, w, n, d, G, eps);
+				for (int r = 0; r < n; r++)
+					memcpy(got + r * d, y + r * ldy, (size_t)d * sizeof(float));
+				assert_int_equal(mismatches("gated_rmsnorm", got, want, (size_t)n * d, 1e-5, 1e-5), 0);
+				free(y); free(z); free(w); free(got); free(want);
+			}
+}
+
+/* ---------------------------------------------------------------- argmax */
+
+static void test_argmax_rows(void **st)
+{
+	(void)st;
+	float L[4][6] = {
+		{ 1, 3, NAN, 3, -INFINITY, 0 },
+		{ NAN, NAN, NAN, NAN, NAN, NAN },
+		{ -1, -2, -3, -4, -5, 9 },
+		{ 5, 5, 5, 5, 5, 5 },
+	};
+	int32_t ids[4];
+	ss_argmax_rows_cpu(ids, &L[0][0], 6, 4, 6);
+	assert_int_equal(ids[0], 1);
+	assert_int_equal(ids[1], -1);
+	assert_int_equal(ids[2], 5);
+	assert_int_equal(ids[3], 0);
+	/* n smaller than the row: column 5 is out of reach */
+	ss_argmax_rows_cpu(ids, &L[0][0], 6, 4, 5);
+	assert_int_equal(ids[2], 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_embed),
+		cmocka_unit_test(test_rmsnorm),
+		cmocka_unit_test(test_linear),
+		cmocka_unit_test(test_conv1d),
+		cmocka_unit_test(test_conv1d_step),
+		cmocka_unit_test(test_dt_softplus),
+		cmocka_unit_test(test_scan),
+		cmocka_unit_test(test_scan_state_only),
+		cmocka_unit_test(test_gated_rmsnorm),
+		cmocka_unit_test(test_argmax_rows),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
