@@ -44,15 +44,6 @@ struct ss_checkpoint {
 	size_t n;
 };
 
-static int errf(char *errmsg, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
-	va_end(ap);
-	return code;
-}
-
 static char *join(const char *dir, const char *name)
 {
 	size_t a = strlen(dir), b = strlen(name);
@@ -76,24 +67,24 @@ static int slurp(const char *path, size_t max, char **out, size_t *len, char *er
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
-		return errf(errmsg, errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, "%s: %s",
+		return ss_errf(errmsg, errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, "%s: %s",
 		            path, strerror(errno));
 	struct stat sb;
 	if (fstat(fileno(f), &sb) || (uint64_t)sb.st_size > max) {
 		fclose(f);
-		return errf(errmsg, SS_ERR_TOO_LARGE, "%s: larger than %zu bytes", path, max);
+		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: larger than %zu bytes", path, max);
 	}
 	char *buf = malloc((size_t)sb.st_size + 1);
 	if (!buf) {
 		fclose(f);
-		return errf(errmsg, SS_ERR_NOMEM, "%s: out of memory", path);
+		return ss_errf(errmsg, SS_ERR_NOMEM, "%s: out of memory", path);
 	}
 	size_t got = fread(buf, 1, (size_t)sb.st_size, f);
 	int bad = ferror(f);
 	fclose(f);
 	if (bad || got != (size_t)sb.st_size) {
 		free(buf);
-		return errf(errmsg, SS_ERR_IO, "%s: read failed", path);
+		return ss_errf(errmsg, SS_ERR_IO, "%s: read failed", path);
 	}
 	buf[got] = 0;
 	*out = buf;
@@ -106,7 +97,7 @@ static int add_tensor(ss_checkpoint *c, const char *name, const char *file, ss_d
 {
 	for (size_t i = 0; i < c->n; i++)
 		if (!strcmp(c->t[i].name, name))
-			return errf(errmsg, SS_ERR_FORMAT, "%s: tensor %s appears twice", file, name);
+			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: tensor %s appears twice", file, name);
 	ss_checkpoint_tensor *t = &c->t[c->n++];
 	t->name = name;
 	t->file = file;
@@ -131,7 +122,7 @@ static int list_shards(ss_checkpoint *c, char *errmsg)
 		total += c->shards[s].n;
 	c->t = calloc(total + 1, sizeof *c->t);
 	if (!c->t)
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	for (size_t s = 0; s < c->nshards; s++)
 		for (size_t i = 0; i < c->shards[s].n; i++) {
 			const ss_safetensors_tensor *e = &c->shards[s].t[i];
@@ -148,7 +139,7 @@ static int open_single(ss_checkpoint *c, const char *path, char *errmsg)
 {
 	c->shards = calloc(1, sizeof *c->shards);
 	if (!c->shards)
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	int rc = ss_safetensors_open(&c->shards[0], path, errmsg);
 	if (rc)
 		return rc;
@@ -168,7 +159,7 @@ static int open_sharded(ss_checkpoint *c, const char *ipath, char *errmsg)
 	const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
 	if (!cJSON_IsObject(wm)) {
 		cJSON_Delete(root);
-		return errf(errmsg, SS_ERR_FORMAT, "%s: not JSON with a \"weight_map\" object", ipath);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: not JSON with a \"weight_map\" object", ipath);
 	}
 	/* Distinct shard names, in first-seen order. */
 	size_t cap = (size_t)cJSON_GetArraySize(wm) + 1;
@@ -177,13 +168,13 @@ static int open_sharded(ss_checkpoint *c, const char *ipath, char *errmsg)
 	if (!names || !c->shards) {
 		free(names);
 		cJSON_Delete(root);
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	}
 	size_t nn = 0;
 	for (const cJSON *e = wm->child; e && !rc; e = e->next) {
 		if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, '/') ||
 		    !strcmp(e->valuestring, "..")) {
-			rc = errf(errmsg, SS_ERR_FORMAT, "%s: %s: bad shard file name", ipath,
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: %s: bad shard file name", ipath,
 			          e->string ? e->string : "?");
 			break;
 		}
@@ -196,7 +187,7 @@ static int open_sharded(ss_checkpoint *c, const char *ipath, char *errmsg)
 	for (size_t k = 0; k < nn && !rc; k++) {
 		char *path = join(c->dir, names[k]);
 		if (!path) {
-			rc = errf(errmsg, SS_ERR_NOMEM, "out of memory");
+			rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 			break;
 		}
 		rc = ss_safetensors_open(&c->shards[k], path, errmsg);
@@ -210,7 +201,7 @@ static int open_sharded(ss_checkpoint *c, const char *ipath, char *errmsg)
 		while (k < nn && strcmp(names[k], e->valuestring))
 			k++;
 		if (!ss_safetensors_find(&c->shards[k], e->string))
-			rc = errf(errmsg, SS_ERR_NOTFOUND, "%s: %s: missing (the index names this shard)",
+			rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "%s: %s: missing (the index names this shard)",
 			          c->shards[k].path, e->string);
 	}
 	free(names);
@@ -227,18 +218,18 @@ static int archive_fail(struct archive *a, const char *path, char *errmsg)
 	/* Only files starting with a zip local header get here, so an
 	 * unrecognised archive is one whose central directory is missing. */
 	if (s && strstr(s, "Unrecognized archive format"))
-		return errf(errmsg, SS_ERR_TRUNCATED,
+		return ss_errf(errmsg, SS_ERR_TRUNCATED,
 		            "%s: zip archive truncated or damaged (no central directory)", path);
 	int code = (s && (strstr(s, "runcated") || strstr(s, "premature"))) ? SS_ERR_TRUNCATED
 	           : e == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_FORMAT;
-	return errf(errmsg, code, "%s: %s", path, s ? s : "cannot read zip archive");
+	return ss_errf(errmsg, code, "%s: %s", path, s ? s : "cannot read zip archive");
 }
 
 static struct archive *zip_open(const char *path, char *errmsg, int *rc)
 {
 	struct archive *a = archive_read_new();
 	if (!a) {
-		*rc = errf(errmsg, SS_ERR_NOMEM, "%s: out of memory", path);
+		*rc = ss_errf(errmsg, SS_ERR_NOMEM, "%s: out of memory", path);
 		return NULL;
 	}
 	archive_read_support_format_zip_seekable(a);
@@ -265,7 +256,7 @@ static int entry_read(struct archive *a, void *buf, size_t n, const char *path,
 			return SS_ERR_TRUNCATED;
 		}
 		if (r == 0)
-			return errf(errmsg, SS_ERR_TRUNCATED, "%s: entry %s ends early", path, entry);
+			return ss_errf(errmsg, SS_ERR_TRUNCATED, "%s: entry %s ends early", path, entry);
 		p += r;
 		n -= (size_t)r;
 	}
@@ -276,20 +267,20 @@ static int open_torch(ss_checkpoint *c, const char *path, char *errmsg)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
-		return errf(errmsg, errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, "%s: %s", path,
+		return ss_errf(errmsg, errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, "%s: %s", path,
 		            strerror(errno));
 	unsigned char magic[4] = {0};
 	size_t got = fread(magic, 1, 4, f);
 	fclose(f);
 	if (got == 4 && magic[0] == 0x80 && magic[1] <= 5)
-		return errf(errmsg, SS_ERR_UNSUPPORTED,
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED,
 		            "%s: legacy (pre-zip) torch format is not supported; re-save with torch >= 1.6",
 		            path);
 	if (got < 4 || memcmp(magic, "PK\003\004", 4))
-		return errf(errmsg, got < 4 ? SS_ERR_TRUNCATED : SS_ERR_FORMAT,
+		return ss_errf(errmsg, got < 4 ? SS_ERR_TRUNCATED : SS_ERR_FORMAT,
 		            "%s: not a zip archive", path);
 	if (!(c->bin_path = strdup(path)))
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 
 	int rc;
 	struct archive *a = zip_open(path, errmsg, &rc);
@@ -313,12 +304,12 @@ static int open_torch(ss_checkpoint *c, const char *path, char *errmsg)
 		if (ln >= 8 && !strcmp(name + ln - 8, "data.pkl") && (ln == 8 || name[ln - 9] == '/') &&
 		    !pkl) {
 			if (size < 0 || (uint64_t)size > MAX_PICKLE) {
-				rc = errf(errmsg, SS_ERR_TOO_LARGE, "%s: %s: size %lld not allowed", path,
+				rc = ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: %s: size %lld not allowed", path,
 				          name, (long long)size);
 				break;
 			}
 			if (!(c->prefix = strndup(name, ln - 8)) || !(pkl = malloc((size_t)size + 1))) {
-				rc = errf(errmsg, SS_ERR_NOMEM, "out of memory");
+				rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 				break;
 			}
 			pkl_len = (size_t)size;
@@ -333,9 +324,9 @@ static int open_torch(ss_checkpoint *c, const char *path, char *errmsg)
 	}
 	archive_read_free(a);
 	if (!rc && !pkl)
-		rc = errf(errmsg, SS_ERR_FORMAT, "%s: no data.pkl entry (not a torch.save file)", path);
+		rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: no data.pkl entry (not a torch.save file)", path);
 	if (!rc && big_endian)
-		rc = errf(errmsg, SS_ERR_UNSUPPORTED, "%s: big-endian tensor data is not supported", path);
+		rc = ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: big-endian tensor data is not supported", path);
 	if (rc) {
 		free(pkl);
 		return rc;
@@ -346,11 +337,11 @@ static int open_torch(ss_checkpoint *c, const char *path, char *errmsg)
 		char inner[SS_ERRMSG_MAX];
 		memcpy(inner, errmsg, SS_ERRMSG_MAX);
 		inner[SS_ERRMSG_MAX - 1] = 0;
-		return errf(errmsg, rc, "%s: %sdata.pkl: %s", path, c->prefix, inner);
+		return ss_errf(errmsg, rc, "%s: %sdata.pkl: %s", path, c->prefix, inner);
 	}
 	c->t = calloc(c->npt + 1, sizeof *c->t);
 	if (!c->t)
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	for (size_t i = 0; i < c->npt; i++)
 		if ((rc = add_tensor(c, c->pt[i].name, c->bin_path, c->pt[i].dtype, c->pt[i].ndim,
 		                     c->pt[i].shape, -1, i, errmsg)))
@@ -364,7 +355,7 @@ int ss_checkpoint_open(ss_checkpoint **out, const char *dir, char *errmsg)
 	ss_checkpoint *c = calloc(1, sizeof *c);
 	if (!c || !(c->dir = strdup(dir))) {
 		free(c);
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	}
 	static const char *const cand[] = {
 		"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -376,7 +367,7 @@ int ss_checkpoint_open(ss_checkpoint **out, const char *dir, char *errmsg)
 		free(path);
 		if (!(path = join(dir, cand[i]))) {
 			ss_checkpoint_close(c);
-			return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 		}
 		if (exists(path))
 			which = i;
@@ -386,11 +377,11 @@ int ss_checkpoint_open(ss_checkpoint **out, const char *dir, char *errmsg)
 	case 1: rc = open_sharded(c, path, errmsg); break;
 	case 2: rc = open_torch(c, path, errmsg); break;
 	case 3:
-		rc = errf(errmsg, SS_ERR_UNSUPPORTED,
+		rc = ss_errf(errmsg, SS_ERR_UNSUPPORTED,
 		          "%s: sharded pytorch_model.bin is not supported; convert to safetensors", path);
 		break;
 	default:
-		rc = errf(errmsg, SS_ERR_NOTFOUND,
+		rc = ss_errf(errmsg, SS_ERR_NOTFOUND,
 		          "%s: no model.safetensors, model.safetensors.index.json or pytorch_model.bin",
 		          dir);
 	}
@@ -429,7 +420,7 @@ static int read_safetensors(ss_checkpoint *c, const ss_checkpoint_req *r, char *
 	ss_safetensors *st = &c->shards[r->t->src];
 	const ss_safetensors_tensor *e = &st->t[r->t->idx];
 	if (!e->supported)
-		return errf(errmsg, SS_ERR_UNSUPPORTED, "%s: %s: dtype %s is not supported (F32, F16, BF16)",
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: %s: dtype %s is not supported (F32, F16, BF16)",
 		            st->path, e->name, e->dtype_name);
 	size_t n = (size_t)r->t->numel;
 	int rc;
@@ -442,7 +433,7 @@ static int read_safetensors(ss_checkpoint *c, const ss_checkpoint_req *r, char *
 	}
 	float *buf = malloc(CHUNK * sizeof *buf);
 	if (!buf)
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	for (size_t i = 0; i < n; i += CHUNK) {
 		size_t k = n - i < CHUNK ? n - i : CHUNK;
 		if ((rc = ss_safetensors_read_f32(st, e, i, k, buf, errmsg))) {
@@ -498,7 +489,7 @@ static int serve_from_raw(const ss_checkpoint_req *r, const ss_pickle_tensor *p,
 	}
 	float *buf = malloc(CHUNK * sizeof *buf);
 	if (!buf)
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	for (size_t i = 0; i < n; i += CHUNK) {
 		size_t k = n - i < CHUNK ? n - i : CHUNK;
 		gather(p, raw, buf, i, k);
@@ -514,7 +505,7 @@ static int read_torch(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, 
 	const char *path = c->bin_path;
 	char *done = calloc(n + 1, 1);
 	if (!done)
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	int rc;
 	struct archive *a = zip_open(path, errmsg, &rc);
 	if (!a) {
@@ -548,7 +539,7 @@ static int read_torch(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, 
 		uint64_t want = (uint64_t)p0->storage_numel * esz;
 		int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
 		if (size >= 0 && (uint64_t)size != want) {
-			rc = errf(errmsg, (uint64_t)size < want ? SS_ERR_TRUNCATED : SS_ERR_FORMAT,
+			rc = ss_errf(errmsg, (uint64_t)size < want ? SS_ERR_TRUNCATED : SS_ERR_FORMAT,
 			          "%s: %s: %lld bytes, storage of %s needs %llu", path, name,
 			          (long long)size, p0->name, (unsigned long long)want);
 			break;
@@ -557,7 +548,7 @@ static int read_torch(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, 
 			const ss_pickle_tensor *p = &c->pt[req[i].t->idx];
 			if (!strcmp(p->storage_key, key) &&
 			    (p->dtype != p0->dtype || p->storage_numel != p0->storage_numel)) {
-				rc = errf(errmsg, SS_ERR_FORMAT, "%s: %s and %s view storage %s differently",
+				rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: %s and %s view storage %s differently",
 				          path, p0->name, p->name, key);
 				break;
 			}
@@ -586,7 +577,7 @@ static int read_torch(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, 
 		}
 		uint8_t *raw = malloc(want ? (size_t)want : 1);
 		if (!raw) {
-			rc = errf(errmsg, SS_ERR_NOMEM, "out of memory");
+			rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 			break;
 		}
 		if ((rc = entry_read(a, raw, (size_t)want, path, name, errmsg))) {
@@ -605,7 +596,7 @@ static int read_torch(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, 
 	archive_read_free(a);
 	for (size_t i = 0; i < n && !rc; i++)
 		if (!done[i])
-			rc = errf(errmsg, SS_ERR_NOTFOUND, "%s: %s: storage entry %sdata/%s is missing",
+			rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "%s: %s: storage entry %sdata/%s is missing",
 			          path, req[i].t->name, c->prefix, c->pt[req[i].t->idx].storage_key);
 	free(done);
 	return rc;
@@ -616,7 +607,7 @@ int ss_checkpoint_read(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n,
 	if (c->bin_path) {
 		for (size_t i = 0; i < n; i++)
 			if (req[i].t->src >= 0)
-				return errf(errmsg, SS_ERR_INVALID, "bad request");
+				return ss_errf(errmsg, SS_ERR_INVALID, "bad request");
 		return read_torch(c, req, n, errmsg);
 	}
 	for (size_t i = 0; i < n; i++) {

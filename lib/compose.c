@@ -13,17 +13,6 @@
 #include <stdint.h>
 #include <string.h>
 
-static void set_err(char *errmsg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_err(char *errmsg, const char *fmt, ...)
-{
-	if (!errmsg)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
-	va_end(ap);
-}
-
 /* ------------------------------------------------------------------ names */
 
 static const char *const mode_names[] = {"caso", "picaso-s", "picaso-r", "soup", "sum", "max"};
@@ -131,7 +120,7 @@ static int check_decays(size_t n, size_t n_head, const float *a, char *errmsg)
 		for (size_t h = 0; h < n_head; h++) {
 			float v = a[k * n_head + h];
 			if (!(v <= 0)) {
-				set_err(errmsg, "input %zu, head %zu: logdecay %g is not <= 0", k, h,
+				ss_errf(errmsg, 0, "input %zu, head %zu: logdecay %g is not <= 0", k, h,
 					(double)v);
 				return SS_ERR_INVALID;
 			}
@@ -207,11 +196,11 @@ int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const floa
 		       double *w, char *errmsg)
 {
 	if (n == 0) {
-		set_err(errmsg, "no inputs to compose");
+		ss_errf(errmsg, 0, "no inputs to compose");
 		return SS_ERR_INVALID;
 	}
 	if (mode == SS_COMPOSE_MAX || !ss_compose_mode_name(mode)) {
-		set_err(errmsg, "mode %s has no weights", mode == SS_COMPOSE_MAX ? "max" : "(unknown)");
+		ss_errf(errmsg, 0, "mode %s has no weights", mode == SS_COMPOSE_MAX ? "max" : "(unknown)");
 		return SS_ERR_INVALID;
 	}
 	int rc = check_decays(n, n_head, logdecay, errmsg);
@@ -228,7 +217,7 @@ int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const floa
 	if (mode == SS_COMPOSE_PICASO_S) {
 		scratch = malloc((2 * m + 2 * n + 1) * sizeof *scratch);
 		if (!scratch) {
-			set_err(errmsg, "out of memory");
+			ss_errf(errmsg, 0, "out of memory");
 			return SS_ERR_NOMEM;
 		}
 		t = scratch;
@@ -521,11 +510,11 @@ int ss_composer_new(ss_composer **out, const ss_compose_opts *o)
 int ss_composer_plan(ss_composer *c, size_t n, size_t n_head, const float *logdecay, char *errmsg)
 {
 	if (c->failed || c->finished || c->n > 0 || c->n_plan > 0) {
-		set_err(errmsg, "composer: plan after the first input");
+		ss_errf(errmsg, 0, "composer: plan after the first input");
 		return SS_ERR_INVALID;
 	}
 	if (n == 0) {
-		set_err(errmsg, "no input states");
+		ss_errf(errmsg, 0, "no input states");
 		return SS_ERR_INVALID;
 	}
 	int rc = check_decays(n, n_head, logdecay, errmsg);
@@ -533,14 +522,14 @@ int ss_composer_plan(ss_composer *c, size_t n, size_t n_head, const float *logde
 		return rc;
 	c->plan_decay = malloc(n * n_head * sizeof *c->plan_decay);
 	if (!c->plan_decay) {
-		set_err(errmsg, "out of memory");
+		ss_errf(errmsg, 0, "out of memory");
 		return SS_ERR_NOMEM;
 	}
 	memcpy(c->plan_decay, logdecay, n * n_head * sizeof *c->plan_decay);
 	if (ss_compose_needs_plan(c->o.mode)) {
 		c->w = malloc(n * n_head * sizeof *c->w);
 		if (!c->w) {
-			set_err(errmsg, "out of memory");
+			ss_errf(errmsg, 0, "out of memory");
 			return SS_ERR_NOMEM;
 		}
 		rc = ss_compose_weights(c->o.mode, n, n_head, logdecay, c->w, errmsg);
@@ -585,13 +574,13 @@ static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
 {
 	size_t n_head = (size_t)x->dims.n_layer * (size_t)x->dims.nheads;
 	if (c->n_plan && n_head != c->n_head) {
-		set_err(errmsg, "input 0 has %zu heads, the plan %zu", n_head, c->n_head);
+		ss_errf(errmsg, 0, "input 0 has %zu heads, the plan %zu", n_head, c->n_head);
 		return SS_ERR_MISMATCH;
 	}
 	c->n_head = n_head;
 	int rc = ss_state_alloc(&c->acc, &x->dims);
 	if (rc) {
-		set_err(errmsg, "out of memory");
+		ss_errf(errmsg, 0, "out of memory");
 		return rc;
 	}
 	c->have_acc = 1;
@@ -606,20 +595,20 @@ static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const 
 		      char *errmsg)
 {
 	if (c->failed || c->finished) {
-		set_err(errmsg, "composer: add after an error or finish");
+		ss_errf(errmsg, 0, "composer: add after an error or finish");
 		return SS_ERR_INVALID;
 	}
 	if (!x || !ssm || !conv || !x->logdecay || !ss_dtype_name(t)) {
-		set_err(errmsg, "input %zu: state without ssm, conv or logdecay", c->n);
+		ss_errf(errmsg, 0, "input %zu: state without ssm, conv or logdecay", c->n);
 		return fail(c, SS_ERR_INVALID);
 	}
 	if (ss_compose_needs_plan(c->o.mode) && !c->n_plan) {
-		set_err(errmsg, "mode %s needs every input's decays first (ss_composer_plan)",
+		ss_errf(errmsg, 0, "mode %s needs every input's decays first (ss_composer_plan)",
 			ss_compose_mode_name(c->o.mode));
 		return fail(c, SS_ERR_INVALID);
 	}
 	if (c->n_plan && c->n >= c->n_plan) {
-		set_err(errmsg, "input %zu: more inputs than the %zu planned", c->n, c->n_plan);
+		ss_errf(errmsg, 0, "input %zu: more inputs than the %zu planned", c->n, c->n_plan);
 		return fail(c, SS_ERR_INVALID);
 	}
 	int rc;
@@ -629,26 +618,26 @@ static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const 
 	} else {
 		char why[SS_ERRMSG_MAX];
 		if (ss_state_dims_check(&c->acc.dims, &x->dims, why)) {
-			set_err(errmsg, "input %zu: dims differ from input 0: %s", c->n, why);
+			ss_errf(errmsg, 0, "input %zu: dims differ from input 0: %s", c->n, why);
 			return fail(c, SS_ERR_MISMATCH);
 		}
 		if (strncmp(c->acc.fingerprint, x->fingerprint, SS_FINGERPRINT_MAX) != 0) {
-			set_err(errmsg, "input %zu: model fingerprint %.*s differs from input 0's %s",
+			ss_errf(errmsg, 0, "input %zu: model fingerprint %.*s differs from input 0's %s",
 				c->n, SS_FINGERPRINT_MAX, x->fingerprint, c->acc.fingerprint);
 			return fail(c, SS_ERR_MISMATCH);
 		}
 	}
 	size_t H = c->n_head, k = c->n;
 	if (c->n_plan && memcmp(c->plan_decay + k * H, x->logdecay, H * sizeof(float)) != 0) {
-		set_err(errmsg, "input %zu: logdecay differs from the planned one (input changed?)", k);
+		ss_errf(errmsg, 0, "input %zu: logdecay differs from the planned one (input changed?)", k);
 		return fail(c, SS_ERR_MISMATCH);
 	}
 	if ((rc = check_decays(1, H, x->logdecay, errmsg))) {
-		set_err(errmsg, "input %zu: a logdecay is NaN or > 0", k);
+		ss_errf(errmsg, 0, "input %zu: a logdecay is NaN or > 0", k);
 		return fail(c, rc);
 	}
 	if (grow(c) || !(c->ids[k] = strdup(x->id ? x->id : ""))) {
-		set_err(errmsg, "out of memory");
+		ss_errf(errmsg, 0, "out of memory");
 		return fail(c, SS_ERR_NOMEM);
 	}
 	memcpy(c->decay + k * H, x->logdecay, H * sizeof(float));
@@ -707,7 +696,7 @@ int ss_composer_add_arrays(ss_composer *c, const ss_state *x, const void *ssm, c
 int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg)
 {
 	if (c->failed || c->finished) {
-		set_err(errmsg, "composer: add after an error or finish");
+		ss_errf(errmsg, 0, "composer: add after an error or finish");
 		return SS_ERR_INVALID;
 	}
 	ss_state meta;
@@ -740,15 +729,15 @@ int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg)
 {
 	memset(out, 0, sizeof *out);
 	if (c->failed || c->finished) {
-		set_err(errmsg, "composer: finish after an error or finish");
+		ss_errf(errmsg, 0, "composer: finish after an error or finish");
 		return SS_ERR_INVALID;
 	}
 	if (c->n == 0) {
-		set_err(errmsg, "no input states");
+		ss_errf(errmsg, 0, "no input states");
 		return fail(c, SS_ERR_INVALID);
 	}
 	if (c->n_plan && c->n != c->n_plan) {
-		set_err(errmsg, "%zu inputs, %zu planned", c->n, c->n_plan);
+		ss_errf(errmsg, 0, "%zu inputs, %zu planned", c->n, c->n_plan);
 		return fail(c, SS_ERR_INVALID);
 	}
 	size_t n = c->n, H = c->n_head;
@@ -807,7 +796,7 @@ int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg)
 		if (!r->weights || !w) {
 			if (w != c->w)
 				free(w);
-			set_err(errmsg, "out of memory");
+			ss_errf(errmsg, 0, "out of memory");
 			return fail(c, SS_ERR_NOMEM);
 		}
 		for (size_t i = 0; i < H * n; i++)
@@ -819,7 +808,7 @@ int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg)
 	r->mode = strdup(mname);
 	r->id = make_id(mname, c->ids, n);
 	if (!r->mode || !r->id) {
-		set_err(errmsg, "out of memory");
+		ss_errf(errmsg, 0, "out of memory");
 		return fail(c, SS_ERR_NOMEM);
 	}
 	r->sources = c->ids;
@@ -859,11 +848,11 @@ int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss
 	ss_composer *c;
 	int rc = ss_composer_new(&c, o);
 	if (rc) {
-		set_err(errmsg, "invalid composition options");
+		ss_errf(errmsg, 0, "invalid composition options");
 		return rc;
 	}
 	if (n == 0) {
-		set_err(errmsg, "no input states");
+		ss_errf(errmsg, 0, "no input states");
 		ss_composer_free(c);
 		return SS_ERR_INVALID;
 	}
@@ -872,7 +861,7 @@ int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss
 		float *a = malloc(n * H * sizeof *a);
 		if (!a) {
 			ss_composer_free(c);
-			set_err(errmsg, "out of memory");
+			ss_errf(errmsg, 0, "out of memory");
 			return SS_ERR_NOMEM;
 		}
 		for (size_t k = 0; k < n; k++) {
@@ -880,7 +869,7 @@ int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss
 			if (Hk != H || !in[k]->logdecay) {
 				free(a);
 				ss_composer_free(c);
-				set_err(errmsg, "input %zu: dims differ from input 0", k);
+				ss_errf(errmsg, 0, "input %zu: dims differ from input 0", k);
 				return SS_ERR_MISMATCH;
 			}
 			memcpy(a + k * H, in[k]->logdecay, H * sizeof *a);

@@ -30,17 +30,6 @@ struct ss_device {
 	char path[PATH_MAX];
 };
 
-static void set_err(char *errmsg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_err(char *errmsg, const char *fmt, ...)
-{
-	va_list ap;
-	if (!errmsg)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
-	va_end(ap);
-}
-
 /* Tries one path. Returns 0 with d->dl/api set, or an SS_ERR_* with errmsg. */
 static int try_plugin(ss_device *d, const char *path, char *errmsg)
 {
@@ -53,13 +42,13 @@ static int try_plugin(ss_device *d, const char *path, char *errmsg)
 
 	if (!dl) {
 		const char *e = dlerror();
-		set_err(errmsg, "cannot load the CUDA plugin: %s", e ? e : path);
+		ss_errf(errmsg, 0, "cannot load the CUDA plugin: %s", e ? e : path);
 		return SS_ERR_DEVICE;
 	}
 	*(void **)(&entry) = dlsym(dl, SS_CUDA_PLUGIN_SYMBOL);
 	api = entry ? entry(SS_CUDA_ABI) : NULL;
 	if (!api || api->abi != SS_CUDA_ABI || api->size < sizeof(ss_cuda_api)) {
-		set_err(errmsg, "%s: not a CUDA plugin of ABI %d (rebuild it with this libss)", path,
+		ss_errf(errmsg, 0, "%s: not a CUDA plugin of ABI %d (rebuild it with this libss)", path,
 			SS_CUDA_ABI);
 		dlclose(dl);
 		return SS_ERR_VERSION;
@@ -113,7 +102,7 @@ static int load_plugin(ss_device *d, char *errmsg)
 			return 0;
 	}
 	if (!found)
-		set_err(errmsg, "no CUDA plugin (%s) next to the executable, in %s, or on the "
+		ss_errf(errmsg, 0, "no CUDA plugin (%s) next to the executable, in %s, or on the "
 			"library path (set SS_CUDA_PLUGIN)", PLUGIN_NAME, SS_LIBDIR);
 	return err;
 }
@@ -160,7 +149,7 @@ int ss_device_open(ss_device **out, const char *want, char *errmsg)
 		return SS_ERR_INVALID;
 	*out = NULL;
 	if (parse_want(want, &kind, &index, &strict)) {
-		set_err(errmsg, "unknown device '%s' (cpu, cuda, cuda:N or auto)", want);
+		ss_errf(errmsg, 0, "unknown device '%s' (cpu, cuda, cuda:N or auto)", want);
 		return SS_ERR_INVALID;
 	}
 	d = calloc(1, sizeof(*d));
@@ -179,14 +168,14 @@ int ss_device_open(ss_device **out, const char *want, char *errmsg)
 	if (count <= index) {
 		err = SS_ERR_DEVICE;
 		if (count == 0)
-			set_err(strict ? errmsg : NULL, "no CUDA GPU (%s)", d->api->last_error());
+			ss_errf(strict ? errmsg : NULL, 0, "no CUDA GPU (%s)", d->api->last_error());
 		else
-			set_err(strict ? errmsg : NULL, "no CUDA GPU %d (%d present)", index, count);
+			ss_errf(strict ? errmsg : NULL, 0, "no CUDA GPU %d (%d present)", index, count);
 		goto fallback;
 	}
 	if (d->api->device_select(index, gpu, sizeof(gpu), &mem)) {
 		err = SS_ERR_DEVICE;
-		set_err(strict ? errmsg : NULL, "cannot use CUDA GPU %d: %s", index,
+		ss_errf(strict ? errmsg : NULL, 0, "cannot use CUDA GPU %d: %s", index,
 			d->api->last_error());
 		goto fallback;
 	}

@@ -1,4 +1,6 @@
 /* dtype.c — error strings and element conversion between f32, f16 and bf16. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ss.h"
@@ -22,6 +24,17 @@ const char *ss_strerror(int err)
 	case SS_ERR_DEVICE: return "device unavailable";
 	}
 	return "unknown error";
+}
+
+int ss_errf(char *errmsg, int code, const char *fmt, ...)
+{
+	if (errmsg) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
+		va_end(ap);
+	}
+	return code;
 }
 
 const char *ss_dtype_name(ss_dtype t)

@@ -75,17 +75,6 @@ struct ss_forward_ctx {
 
 /* --------------------------------------------------------------- helpers */
 
-static void set_err(char *errmsg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_err(char *errmsg, const char *fmt, ...)
-{
-	va_list ap;
-	if (!errmsg)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
-	va_end(ap);
-}
-
 /* [lo, hi) of part i when n items are cut into k near-equal parts. */
 static inline void split(int64_t n, int64_t k, int64_t i, int64_t *lo, int64_t *hi)
 {
@@ -443,7 +432,7 @@ static int check_seqs(ss_forward_ctx *ctx, const ss_forward_seq *seqs, int n, ss
 		const ss_state *st = q->state;
 		const ss_state_dims *d;
 		if (!st || !st->ssm || !st->conv || !st->logdecay) {
-			set_err(errmsg, "sequence %d: no state arrays", i);
+			ss_errf(errmsg, 0, "sequence %d: no state arrays", i);
 			return SS_ERR_INVALID;
 		}
 		d = &st->dims;
@@ -451,7 +440,7 @@ static int check_seqs(ss_forward_ctx *ctx, const ss_forward_seq *seqs, int n, ss
 		    d->nheads != want.nheads || d->headdim != want.headdim ||
 		    d->d_state != want.d_state || d->conv_dim != want.conv_dim ||
 		    d->d_conv != want.d_conv) {
-			set_err(errmsg,
+			ss_errf(errmsg, 0,
 				"sequence %d: state dims (n_layer %d nheads %d headdim %d d_state %d conv_dim %d d_conv %d) differ from the model's (%d %d %d %d %d %d)",
 				i, d->n_layer, d->nheads, d->headdim, d->d_state, d->conv_dim, d->d_conv,
 				want.n_layer, want.nheads, want.headdim, want.d_state, want.conv_dim, want.d_conv);
@@ -459,21 +448,21 @@ static int check_seqs(ss_forward_ctx *ctx, const ss_forward_seq *seqs, int n, ss
 		}
 		if (st->fingerprint[0] && ctx->m->fingerprint[0] &&
 		    strncmp(st->fingerprint, ctx->m->fingerprint, SS_FINGERPRINT_MAX) != 0) {
-			set_err(errmsg, "sequence %d: state of model %.16s, not of this model %.16s", i,
+			ss_errf(errmsg, 0, "sequence %d: state of model %.16s, not of this model %.16s", i,
 				st->fingerprint, ctx->m->fingerprint);
 			return SS_ERR_MISMATCH;
 		}
 		if (mode != SS_LOGITS_NONE && q->logits && !ctx->m->lm_head) {
-			set_err(errmsg, "sequence %d: logits asked of a model loaded without lm_head", i);
+			ss_errf(errmsg, 0, "sequence %d: logits asked of a model loaded without lm_head", i);
 			return SS_ERR_INVALID;
 		}
 		if (q->n_tokens < 0 || (q->n_tokens > 0 && !q->tokens)) {
-			set_err(errmsg, "sequence %d: bad token array", i);
+			ss_errf(errmsg, 0, "sequence %d: bad token array", i);
 			return SS_ERR_INVALID;
 		}
 		for (k = 0; k < q->n_tokens; k++)
 			if (q->tokens[k] < 0 || q->tokens[k] >= c->vocab_padded) {
-				set_err(errmsg, "sequence %d: token %lld at position %lld is outside [0, %d)",
+				ss_errf(errmsg, 0, "sequence %d: token %lld at position %lld is outside [0, %d)",
 					i, (long long)q->tokens[k], (long long)k, c->vocab_padded);
 				return SS_ERR_INVALID;
 			}
@@ -491,7 +480,7 @@ static int check_seqs(ss_forward_ctx *ctx, const ss_forward_seq *seqs, int n, ss
 		qsort(ctx->sorted, (size_t)n, sizeof(*ctx->sorted), cmp_ptr);
 		for (i = 1; i < n; i++)
 			if (ctx->sorted[i] == ctx->sorted[i - 1]) {
-				set_err(errmsg, "the same state is given for two sequences");
+				ss_errf(errmsg, 0, "the same state is given for two sequences");
 				return SS_ERR_INVALID;
 			}
 	}
@@ -509,21 +498,21 @@ static int check_model(const ss_model *m, char *errmsg)
 	    c->d_inner % c->ngroups != 0 ||
 	    c->conv_dim != c->d_inner + 2 * c->ngroups * c->d_state ||
 	    c->d_in_proj != c->d_inner + c->conv_dim + c->nheads) {
-		set_err(errmsg, "inconsistent model dims (d_model %d n_layer %d d_inner %d nheads %d headdim %d ngroups %d d_state %d conv_dim %d d_in_proj %d)",
+		ss_errf(errmsg, 0, "inconsistent model dims (d_model %d n_layer %d d_inner %d nheads %d headdim %d ngroups %d d_state %d conv_dim %d d_in_proj %d)",
 			c->d_model, c->n_layer, c->d_inner, c->nheads, c->headdim, c->ngroups,
 			c->d_state, c->conv_dim, c->d_in_proj);
 		return SS_ERR_INVALID;
 	}
 	/* lm_head may be NULL (SS_MODEL_SKIP_LM_HEAD): then no logits */
 	if (!m->embedding || !m->norm_f || !m->layers) {
-		set_err(errmsg, "model has missing weights");
+		ss_errf(errmsg, 0, "model has missing weights");
 		return SS_ERR_INVALID;
 	}
 	for (l = 0; l < c->n_layer; l++) {
 		const ss_layer *L = &m->layers[l];
 		if (!L->norm || !L->in_proj || !L->conv_w || !L->conv_b || !L->dt_bias ||
 		    !L->A_log || !L->D || !L->gnorm || !L->out_proj) {
-			set_err(errmsg, "layer %d has missing weights", l);
+			ss_errf(errmsg, 0, "layer %d has missing weights", l);
 			return SS_ERR_INVALID;
 		}
 	}
@@ -541,12 +530,12 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 	int err, l, k, ch;
 
 	if (!out || !m) {
-		set_err(errmsg, "no model");
+		ss_errf(errmsg, 0, "no model");
 		return SS_ERR_INVALID;
 	}
 	*out = NULL;
 	if (n_threads < 0 || ubatch < 0) {
-		set_err(errmsg, "negative thread count or ubatch");
+		ss_errf(errmsg, 0, "negative thread count or ubatch");
 		return SS_ERR_INVALID;
 	}
 	err = check_model(m, errmsg);
@@ -563,7 +552,7 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 	openblas_set_num_threads(1);
 	err = ss_pool_init(&ctx->pool, ctx->n_threads);
 	if (err) {
-		set_err(errmsg, "cannot start %d threads", ctx->n_threads);
+		ss_errf(errmsg, 0, "cannot start %d threads", ctx->n_threads);
 		free(ctx);
 		return err;
 	}
@@ -582,7 +571,7 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 	    !ctx->XBC || !ctx->DT || !ctx->Y || !ctx->segs ||
 	    !ctx->out_seq || !ctx->L) {
 		ss_forward_ctx_free(ctx);
-		set_err(errmsg, "out of memory for a %lld-token ubatch", (long long)ub);
+		ss_errf(errmsg, 0, "out of memory for a %lld-token ubatch", (long long)ub);
 		return SS_ERR_NOMEM;
 	}
 	for (l = 0; l < c->n_layer; l++) {
@@ -606,12 +595,12 @@ int ss_forward_ctx_init_dev(ss_forward_ctx **out, const ss_model *m, ss_device *
 	if (!cu)
 		return ss_forward_ctx_init(out, m, n_threads, ubatch, errmsg);
 	if (!out || !m) {
-		set_err(errmsg, "no model");
+		ss_errf(errmsg, 0, "no model");
 		return SS_ERR_INVALID;
 	}
 	*out = NULL;
 	if (n_threads < 0 || ubatch < 0) {
-		set_err(errmsg, "negative thread count or ubatch");
+		ss_errf(errmsg, 0, "negative thread count or ubatch");
 		return SS_ERR_INVALID;
 	}
 	err = check_model(m, errmsg);
@@ -645,7 +634,7 @@ int ss_forward_decode_begin(ss_forward_ctx *ctx, ss_state **states, int n, char 
 	int i, err;
 
 	if (!ctx || n < 0 || (n > 0 && !states) || ctx->bound_on) {
-		set_err(errmsg, ctx && ctx->bound_on ? "states already bound (no decode_end)"
+		ss_errf(errmsg, 0, ctx && ctx->bound_on ? "states already bound (no decode_end)"
 						     : "invalid arguments");
 		return SS_ERR_INVALID;
 	}
@@ -689,17 +678,17 @@ int ss_forward_decode_next(ss_forward_ctx *ctx, const int32_t *tokens, float *lo
 
 	if (!ctx || !ctx->bound_on || (ctx->nbound > 0 && !tokens) ||
 	    (ids && (n_ids < 1 || n_ids > V))) {
-		set_err(errmsg, ctx && !ctx->bound_on ? "no states bound (decode_begin)"
+		ss_errf(errmsg, 0, ctx && !ctx->bound_on ? "no states bound (decode_begin)"
 						      : "invalid arguments");
 		return SS_ERR_INVALID;
 	}
 	if ((logits || ids) && !ctx->m->lm_head) {
-		set_err(errmsg, "logits asked of a model loaded without lm_head");
+		ss_errf(errmsg, 0, "logits asked of a model loaded without lm_head");
 		return SS_ERR_INVALID;
 	}
 	for (i = 0; i < ctx->nbound; i++)
 		if (tokens[i] < 0 || tokens[i] >= ctx->c.vocab_padded) {
-			set_err(errmsg, "sequence %d: token %d is outside [0, %d)", i, (int)tokens[i],
+			ss_errf(errmsg, 0, "sequence %d: token %d is outside [0, %d)", i, (int)tokens[i],
 				ctx->c.vocab_padded);
 			return SS_ERR_INVALID;
 		}
@@ -731,7 +720,7 @@ int ss_forward_decode_end(ss_forward_ctx *ctx, char *errmsg)
 	int i, err = 0;
 
 	if (!ctx || !ctx->bound_on) {
-		set_err(errmsg, "no states bound (decode_begin)");
+		ss_errf(errmsg, 0, "no states bound (decode_begin)");
 		return SS_ERR_INVALID;
 	}
 	if (ctx->g) {
@@ -786,7 +775,7 @@ int ss_forward_prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs,
 
 	if (!ctx || n_seqs < 0 || (n_seqs > 0 && !seqs) ||
 	    (mode != SS_LOGITS_NONE && mode != SS_LOGITS_LAST && mode != SS_LOGITS_ALL)) {
-		set_err(errmsg, "invalid arguments");
+		ss_errf(errmsg, 0, "invalid arguments");
 		return SS_ERR_INVALID;
 	}
 	err = check_seqs(ctx, seqs, n_seqs, mode, errmsg);
@@ -841,7 +830,7 @@ int ss_forward_decode(ss_forward_ctx *ctx, ss_state **states, const int32_t *tok
 	int i;
 
 	if (!ctx || n < 0 || (n > 0 && (!states || !tokens))) {
-		set_err(errmsg, "invalid arguments");
+		ss_errf(errmsg, 0, "invalid arguments");
 		return SS_ERR_INVALID;
 	}
 	if (ctx->g) {

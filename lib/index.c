@@ -44,23 +44,11 @@ struct ss_index {
 	size_t frame_cap;
 };
 
-static int ferr(char *errmsg, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int ferr(char *errmsg, int rc, const char *fmt, ...)
-{
-	if (errmsg) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
-
 static int sqlerr(ss_index *ix, char *errmsg, const char *what)
 {
 	if (sqlite3_extended_errcode(ix->db) == SQLITE_NOTADB)
-		return ferr(errmsg, SS_ERR_FORMAT, "not an ss index: %s", sqlite3_errmsg(ix->db));
-	return ferr(errmsg, SS_ERR_IO, "%s: %s", what, sqlite3_errmsg(ix->db));
+		return ss_errf(errmsg, SS_ERR_FORMAT, "not an ss index: %s", sqlite3_errmsg(ix->db));
+	return ss_errf(errmsg, SS_ERR_IO, "%s: %s", what, sqlite3_errmsg(ix->db));
 }
 
 static int prep(ss_index *ix, sqlite3_stmt **st, const char *sql, char *errmsg)
@@ -118,25 +106,25 @@ static int check_schema(ss_index *ix, int empty_ok, char *errmsg)
 		int ext = sqlite3_extended_errcode(ix->db);
 		sqlite3_finalize(st);
 		if (ext == SQLITE_NOTADB)
-			return ferr(errmsg, SS_ERR_FORMAT, "not an ss index: %s", sqlite3_errmsg(ix->db));
+			return ss_errf(errmsg, SS_ERR_FORMAT, "not an ss index: %s", sqlite3_errmsg(ix->db));
 		if (ext == SQLITE_READONLY_ROLLBACK) {
 			ix->hot_journal = 1;
-			return ferr(errmsg, SS_ERR_IO,
+			return ss_errf(errmsg, SS_ERR_IO,
 				    "an interrupted build left a hot journal that needs write access to "
 				    "roll back: run 'ss-retrieve build --index' on it with no input");
 		}
-		return ferr(errmsg, SS_ERR_IO, "cannot read the index: %s", sqlite3_errmsg(ix->db));
+		return ss_errf(errmsg, SS_ERR_IO, "cannot read the index: %s", sqlite3_errmsg(ix->db));
 	}
 	int n_tables = sqlite3_column_int(st, 0);
 	sqlite3_finalize(st);
 	if (n_tables == 0) {
 		if (empty_ok)
 			return 1;
-		return ferr(errmsg, SS_ERR_FORMAT, "not an ss index (empty database: no build has completed)");
+		return ss_errf(errmsg, SS_ERR_FORMAT, "not an ss index (empty database: no build has completed)");
 	}
 	st = NULL;
 	if (sqlite3_prepare_v2(ix->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &st, NULL) != SQLITE_OK)
-		return ferr(errmsg, SS_ERR_FORMAT, "not an ss index (no meta table)");
+		return ss_errf(errmsg, SS_ERR_FORMAT, "not an ss index (no meta table)");
 	rc = sqlite3_step(st);
 	long v = -1;
 	if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
@@ -148,9 +136,9 @@ static int check_schema(ss_index *ix, int empty_ok, char *errmsg)
 	}
 	sqlite3_finalize(st);
 	if (rc != SQLITE_ROW)
-		return ferr(errmsg, SS_ERR_FORMAT, "not an ss index (no schema_version)");
+		return ss_errf(errmsg, SS_ERR_FORMAT, "not an ss index (no schema_version)");
 	if (v != SS_INDEX_SCHEMA_VERSION)
-		return ferr(errmsg, SS_ERR_VERSION,
+		return ss_errf(errmsg, SS_ERR_VERSION,
 			    "index schema version %ld, this build of ss reads version %d: rebuild the index",
 			    v, SS_INDEX_SCHEMA_VERSION);
 	return 0;
@@ -170,7 +158,7 @@ static int open_common(ss_index **out, const char *path, int flags, char *errmsg
 {
 	*out = NULL;
 	if (!path || !*path)
-		return ferr(errmsg, SS_ERR_INVALID, "no index path");
+		return ss_errf(errmsg, SS_ERR_INVALID, "no index path");
 	ss_index *ix = calloc(1, sizeof *ix);
 	if (!ix)
 		return SS_ERR_NOMEM;
@@ -178,12 +166,12 @@ static int open_common(ss_index **out, const char *path, int flags, char *errmsg
 	if (!ix->dir) {
 		int e = errno;
 		free(ix);
-		return ferr(errmsg, e == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, "%s", strerror(e));
+		return ss_errf(errmsg, e == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, "%s", strerror(e));
 	}
 	if (sqlite3_open_v2(path, &ix->db, flags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
-		int rc = ix->db ? sqlerr(ix, errmsg, "cannot open") : ferr(errmsg, SS_ERR_NOMEM, "out of memory");
+		int rc = ix->db ? sqlerr(ix, errmsg, "cannot open") : ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 		if ((flags & SQLITE_OPEN_CREATE) == 0 && access(path, F_OK) != 0)
-			rc = ferr(errmsg, SS_ERR_NOTFOUND, "no such index");
+			rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "no such index");
 		ss_index_close(ix);
 		return rc;
 	}
@@ -246,9 +234,9 @@ fail:
 static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, char *errmsg)
 {
 	if (!ix || !ix->building || ix->committed)
-		return ferr(errmsg, SS_ERR_INVALID, "index not open for a build");
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
 	if (!id || !*id)
-		return ferr(errmsg, SS_ERR_INVALID, "empty document id");
+		return ss_errf(errmsg, SS_ERR_INVALID, "empty document id");
 	sqlite3_bind_text(ix->find, 1, id, -1, SQLITE_STATIC);
 	int rc = sqlite3_step(ix->find);
 	if (rc == SQLITE_ROW) {
@@ -280,7 +268,7 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 	if ((rc = doc_rid(ix, id, &rid, &had_text, errmsg)))
 		return rc;
 	if (text_len > INT_MAX)
-		return ferr(errmsg, SS_ERR_TOO_LARGE, "document %s: text of %zu bytes is too long", id, text_len);
+		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "document %s: text of %zu bytes is too long", id, text_len);
 	if (had_text) {
 		sqlite3_bind_int64(ix->fts_del, 1, rid);
 		if ((rc = step_done(ix, ix->fts_del, errmsg)))
@@ -305,7 +293,7 @@ static char *stored_path(ss_index *ix, const char *path, char *errmsg)
 {
 	char *real = realpath(path, NULL);
 	if (!real) {
-		ferr(errmsg, SS_ERR_IO, "%s: %s", path, strerror(errno));
+		ss_errf(errmsg, SS_ERR_IO, "%s: %s", path, strerror(errno));
 		return NULL;
 	}
 	size_t dl = strlen(ix->dir);
@@ -355,7 +343,7 @@ int ss_index_add_state(ss_index *ix, const char *id, const char *state_path, uin
 	int64_t rid, file_id;
 	int had_text, rc;
 	if (!state_path || !*state_path || !strcmp(state_path, "-"))
-		return ferr(errmsg, SS_ERR_INVALID, "document %s: state records need a named regular file", id ? id : "");
+		return ss_errf(errmsg, SS_ERR_INVALID, "document %s: state records need a named regular file", id ? id : "");
 	if ((rc = doc_rid(ix, id, &rid, &had_text, errmsg)) || (rc = file_id_of(ix, state_path, &file_id, errmsg)))
 		return rc;
 	sqlite3_bind_int64(ix->set_state, 1, rid);
@@ -374,7 +362,7 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 	if (!st)
 		st = &local;
 	if (!ix || !ix->building || ix->committed)
-		return ferr(errmsg, SS_ERR_INVALID, "index not open for a build");
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
 	ss_reader *r;
 	int rc = ss_reader_open(&r, path, max_record, errmsg);
 	if (rc)
@@ -392,7 +380,7 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 		if (rc == 0)
 			break;
 		if (rc < 0) {
-			ferr(errmsg, rc, "%s", ss_reader_error(r));
+			ss_errf(errmsg, rc, "%s", ss_reader_error(r));
 			break;
 		}
 		uint64_t off = rec.offset;
@@ -401,7 +389,7 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 			if (!whole) {
 				whole = 1;
 				if ((rc = ss_reader_seek(r, off)) || (rc = ss_reader_next(r, &rec)) != 1) {
-					ferr(errmsg, rc ? rc : SS_ERR_TRUNCATED, "byte offset %llu: %s",
+					ss_errf(errmsg, rc ? rc : SS_ERR_TRUNCATED, "byte offset %llu: %s",
 					     (unsigned long long)off, ss_reader_error(r));
 					rc = rc ? rc : SS_ERR_TRUNCATED;
 					break;
@@ -409,11 +397,11 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 			}
 			char em[SS_ERRMSG_MAX];
 			if ((rc = ss_record_tokens(&rec, &tok, em))) {
-				ferr(errmsg, rc, "token record at byte offset %llu: %s", (unsigned long long)off, em);
+				ss_errf(errmsg, rc, "token record at byte offset %llu: %s", (unsigned long long)off, em);
 				break;
 			}
 			if (!tok.text) {
-				ferr(errmsg, SS_ERR_FORMAT,
+				ss_errf(errmsg, SS_ERR_FORMAT,
 				     "token record at byte offset %llu (document %s) has no text to index",
 				     (unsigned long long)off, tok.id);
 				ss_tokens_free(&tok);
@@ -427,7 +415,7 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 			st->n_text++;
 		} else if (!strcmp(rec.format, SS_FORMAT_STATES)) {
 			if (!seekable) {
-				rc = ferr(errmsg, SS_ERR_INVALID,
+				rc = ss_errf(errmsg, SS_ERR_INVALID,
 					  "state record at byte offset %llu: state streams must be regular files "
 					  "(the index stores their byte offsets), not a pipe",
 					  (unsigned long long)off);
@@ -435,7 +423,7 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 			}
 			char em[SS_ERRMSG_MAX];
 			if ((rc = ss_record_state_meta(&rec, &meta, em))) {
-				ferr(errmsg, rc, "state record at byte offset %llu: %s", (unsigned long long)off, em);
+				ss_errf(errmsg, rc, "state record at byte offset %llu: %s", (unsigned long long)off, em);
 				break;
 			}
 			rc = ss_index_add_state(ix, meta.id, path, rec.offset, rec.length, meta.fingerprint,
@@ -445,7 +433,7 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 				break;
 			st->n_states++;
 		} else {
-			rc = ferr(errmsg, SS_ERR_FORMAT, "record at byte offset %llu: unknown format \"%s\"",
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "record at byte offset %llu: unknown format \"%s\"",
 				  (unsigned long long)off, rec.format);
 			break;
 		}
@@ -464,7 +452,7 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 		stats = &local;
 	memset(stats, 0, sizeof *stats);
 	if (!ix || !ix->building || ix->committed)
-		return ferr(errmsg, SS_ERR_INVALID, "index not open for a build");
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
 	sqlite3_stmt *st = NULL;
 	int rc;
 	char why[SS_ERRMSG_MAX];
@@ -523,7 +511,7 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 			snprintf(fp0, sizeof fp0, "%s", fp ? fp : "");
 			snprintf(id0, sizeof id0, "%s", id ? id : "");
 		} else {
-			rc = ferr(errmsg, SS_ERR_MISMATCH,
+			rc = ss_errf(errmsg, SS_ERR_MISMATCH,
 				  "states of two models: document %s has fingerprint %s, document %s has %s",
 				  id0, fp0, id ? id : "", fp ? fp : "");
 			goto fail;
@@ -734,13 +722,13 @@ int ss_index_query(ss_index *ix, const char *query, int k, const char *const *ex
 {
 	*hits = NULL;
 	if (!ix || !ix->query)
-		return ferr(errmsg, SS_ERR_INVALID, "index not open for queries");
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
 	if (k < 1)
-		return ferr(errmsg, SS_ERR_INVALID, "k must be at least 1");
+		return ss_errf(errmsg, SS_ERR_INVALID, "k must be at least 1");
 	int oom;
 	char *expr = match_expr(query ? query : "", &oom);
 	if (!expr)
-		return oom ? SS_ERR_NOMEM : ferr(errmsg, SS_ERR_INVALID, "empty query (no word to search for)");
+		return oom ? SS_ERR_NOMEM : ss_errf(errmsg, SS_ERR_INVALID, "empty query (no word to search for)");
 	const char **ex = NULL;
 	if (n_exclude) {
 		ex = malloc(n_exclude * sizeof *ex);
@@ -811,13 +799,13 @@ int ss_index_lookup(ss_index *ix, const char *id, ss_index_hit *hit, char *errms
 {
 	memset(hit, 0, sizeof *hit);
 	if (!ix || !ix->lookup)
-		return ferr(errmsg, SS_ERR_INVALID, "index not open for queries");
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
 	sqlite3_bind_text(ix->lookup, 1, id, -1, SQLITE_STATIC);
 	int s = sqlite3_step(ix->lookup), rc;
 	if (s == SQLITE_ROW)
 		rc = hit_from_row(ix, ix->lookup, hit);
 	else if (s == SQLITE_DONE)
-		rc = ferr(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
+		rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
 	else
 		rc = sqlerr(ix, errmsg, "lookup");
 	sqlite3_reset(ix->lookup);
@@ -850,11 +838,11 @@ static int reader_for(ss_index *ix, const ss_index_hit *hit, reader_slot **out, 
 	 * both see the same file even if the path is replaced later. */
 	int fd = open(hit->path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return ferr(errmsg, errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO,
+		return ss_errf(errmsg, errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO,
 			    "document %s: state file: %s", hit->id, strerror(errno));
 	struct stat sb;
 	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		int rc = ferr(errmsg, SS_ERR_IO, "document %s: state file is not a regular file", hit->id);
+		int rc = ss_errf(errmsg, SS_ERR_IO, "document %s: state file is not a regular file", hit->id);
 		close(fd);
 		return rc;
 	}
@@ -862,7 +850,7 @@ static int reader_for(ss_index *ix, const ss_index_hit *hit, reader_slot **out, 
 	int rc = ss_reader_open(&s->r, hit->path, 0, em);
 	if (rc) {
 		close(fd);
-		return ferr(errmsg, rc, "document %s: %s", hit->id, em);
+		return ss_errf(errmsg, rc, "document %s: %s", hit->id, em);
 	}
 	s->fd = fd;
 	s->file_id = hit->file_id;
@@ -874,7 +862,7 @@ static int reader_for(ss_index *ix, const ss_index_hit *hit, reader_slot **out, 
 int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, ss_record *rec, char *errmsg)
 {
 	if (!ix || !hit || !hit->path || !hit->id)
-		return ferr(errmsg, SS_ERR_INVALID, "no hit to read");
+		return ss_errf(errmsg, SS_ERR_INVALID, "no hit to read");
 	reader_slot *s = NULL;
 	int rc = reader_for(ix, hit, &s, errmsg);
 	if (rc)
@@ -882,37 +870,37 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, ss_recor
 	const char *id = hit->id;
 	unsigned long long off = (unsigned long long)hit->offset;
 	if (hit->offset >= s->size || hit->length > s->size - hit->offset)
-		return ferr(errmsg, SS_ERR_TRUNCATED,
+		return ss_errf(errmsg, SS_ERR_TRUNCATED,
 			    "document %s at byte offset %llu: the file has %llu bytes, the record needs %llu: "
 			    "truncated or replaced since the index was built",
 			    id, off, (unsigned long long)s->size, off + (unsigned long long)hit->length);
 	if ((rc = ss_reader_seek(s->r, hit->offset)))
-		return ferr(errmsg, rc, "document %s at byte offset %llu: %s", id, off, ss_reader_error(s->r));
+		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s", id, off, ss_reader_error(s->r));
 	rc = meta_only ? ss_reader_next_meta(s->r, rec) : ss_reader_next(s->r, rec);
 	if (rc == 0)
-		return ferr(errmsg, SS_ERR_TRUNCATED, "document %s at byte offset %llu: no record there", id, off);
+		return ss_errf(errmsg, SS_ERR_TRUNCATED, "document %s at byte offset %llu: no record there", id, off);
 	if (rc < 0)
-		return ferr(errmsg, rc, "document %s at byte offset %llu: %s (file replaced since the index was built?)",
+		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s (file replaced since the index was built?)",
 			    id, off, ss_reader_error(s->r));
 	if (strcmp(rec->format, SS_FORMAT_STATES))
-		return ferr(errmsg, SS_ERR_MISMATCH, "document %s at byte offset %llu: a %s record, not a state",
+		return ss_errf(errmsg, SS_ERR_MISMATCH, "document %s at byte offset %llu: a %s record, not a state",
 			    id, off, rec->format);
 	char em[SS_ERRMSG_MAX];
 	ss_state_free(&ix->meta);
 	if ((rc = ss_record_state_meta(rec, &ix->meta, em)))
-		return ferr(errmsg, rc, "document %s at byte offset %llu: %s", id, off, em);
+		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s", id, off, em);
 	if (strcmp(ix->meta.id, id))
-		return ferr(errmsg, SS_ERR_MISMATCH,
+		return ss_errf(errmsg, SS_ERR_MISMATCH,
 			    "document %s at byte offset %llu: the record there is document %s: "
 			    "state file replaced since the index was built",
 			    id, off, ix->meta.id);
 	if (strcmp(ix->meta.fingerprint, hit->fingerprint))
-		return ferr(errmsg, SS_ERR_MISMATCH,
+		return ss_errf(errmsg, SS_ERR_MISMATCH,
 			    "document %s at byte offset %llu: model fingerprint %s, indexed %s: "
 			    "state file replaced since the index was built",
 			    id, off, ix->meta.fingerprint, hit->fingerprint);
 	if (rec->length != hit->length)
-		return ferr(errmsg, SS_ERR_MISMATCH,
+		return ss_errf(errmsg, SS_ERR_MISMATCH,
 			    "document %s at byte offset %llu: record of %llu bytes, indexed %llu: "
 			    "state file replaced since the index was built",
 			    id, off, (unsigned long long)rec->length, (unsigned long long)hit->length);
@@ -931,13 +919,13 @@ int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *err
 	const char *id = hit->id;
 	unsigned long long off = (unsigned long long)hit->offset;
 	if (hit->length > SIZE_MAX || hit->length > (uint64_t)INT64_MAX)
-		return ferr(errmsg, SS_ERR_TOO_LARGE, "document %s at byte offset %llu: record of %llu bytes",
+		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "document %s at byte offset %llu: record of %llu bytes",
 			    id, off, (unsigned long long)hit->length);
 	size_t len = (size_t)hit->length;
 	if (len > ix->frame_cap) {
 		unsigned char *p = realloc(ix->frame, len);
 		if (!p)
-			return ferr(errmsg, SS_ERR_NOMEM, "document %s: out of memory for a record of %zu bytes", id, len);
+			return ss_errf(errmsg, SS_ERR_NOMEM, "document %s: out of memory for a record of %zu bytes", id, len);
 		ix->frame = p;
 		ix->frame_cap = len;
 	}
@@ -949,10 +937,10 @@ int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *err
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
-			return ferr(errmsg, SS_ERR_IO, "document %s at byte offset %llu: read error: %s", id, off,
+			return ss_errf(errmsg, SS_ERR_IO, "document %s at byte offset %llu: read error: %s", id, off,
 				    strerror(errno));
 		if (n == 0)
-			return ferr(errmsg, SS_ERR_TRUNCATED,
+			return ss_errf(errmsg, SS_ERR_TRUNCATED,
 				    "document %s at byte offset %llu: the file ends %zu bytes into the record's "
 				    "%zu: truncated or replaced since the index was built",
 				    id, off, got, len);

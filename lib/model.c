@@ -28,15 +28,6 @@
 #define MAX_CONFIG_JSON (16u << 20)
 #define MAX_DIM (1 << 24)
 
-static int errf(char *errmsg, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
-	va_end(ap);
-	return code;
-}
-
 /* ------------------------------------------------------------ fingerprint */
 
 /* A 64-bit hash with four independent lanes over 32-byte stripes (the round
@@ -189,16 +180,16 @@ static int cfg_int(const cfgctx *x, const cJSON *obj, const char *key, int64_t d
 	const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
 	if (!j || cJSON_IsNull(j)) {
 		if (def < lo)
-			return errf(x->errmsg, SS_ERR_FORMAT, "%s: missing \"%s\"", x->path, key);
+			return ss_errf(x->errmsg, SS_ERR_FORMAT, "%s: missing \"%s\"", x->path, key);
 		*out = (int32_t)def;
 		return 0;
 	}
 	double v = cJSON_IsNumber(j) ? j->valuedouble : NAN;
 	if (!(v == floor(v)) || v < (double)lo)
-		return errf(x->errmsg, SS_ERR_FORMAT, "%s: \"%s\" must be an integer >= %lld", x->path,
+		return ss_errf(x->errmsg, SS_ERR_FORMAT, "%s: \"%s\" must be an integer >= %lld", x->path,
 		            key, (long long)lo);
 	if (v > (double)hi)
-		return errf(x->errmsg, SS_ERR_TOO_LARGE, "%s: \"%s\" = %.0f exceeds %lld", x->path, key,
+		return ss_errf(x->errmsg, SS_ERR_TOO_LARGE, "%s: \"%s\" = %.0f exceeds %lld", x->path, key,
 		            v, (long long)hi);
 	*out = (int32_t)v;
 	return 0;
@@ -213,7 +204,7 @@ static int cfg_bool(const cfgctx *x, const cJSON *obj, const char *key, int def,
 		return 0;
 	}
 	if (!cJSON_IsBool(j))
-		return errf(x->errmsg, SS_ERR_FORMAT, "%s: \"%s\" must be true or false", x->path, key);
+		return ss_errf(x->errmsg, SS_ERR_FORMAT, "%s: \"%s\" must be true or false", x->path, key);
 	*out = cJSON_IsTrue(j);
 	return 0;
 }
@@ -229,7 +220,7 @@ static int cfg_limit(const cfgctx *x, const cJSON *obj, const char *key, ss_mode
 	const cJSON *a = cJSON_GetArrayItem(j, 0), *b = cJSON_GetArrayItem(j, 1);
 	if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 2 || !cJSON_IsNumber(a) ||
 	    !cJSON_IsNumber(b) || !(a->valuedouble >= 0) || !(b->valuedouble >= a->valuedouble))
-		return errf(x->errmsg, SS_ERR_FORMAT, "%s: \"%s\" must be [min, max] with 0 <= min <= max",
+		return ss_errf(x->errmsg, SS_ERR_FORMAT, "%s: \"%s\" must be [min, max] with 0 <= min <= max",
 		            x->path, key);
 	c->dt_min = (float)a->valuedouble;
 	c->dt_max = (float)b->valuedouble;
@@ -238,7 +229,7 @@ static int cfg_limit(const cfgctx *x, const cJSON *obj, const char *key, ss_mode
 
 static int unsupported(const cfgctx *x, const char *what)
 {
-	return errf(x->errmsg, SS_ERR_UNSUPPORTED, "%s: %s is not supported (only Mamba-2)", x->path,
+	return ss_errf(x->errmsg, SS_ERR_UNSUPPORTED, "%s: %s is not supported (only Mamba-2)", x->path,
 	            what);
 }
 
@@ -259,7 +250,7 @@ static int cfg_eos(const cfgctx *x, const cJSON *obj, int32_t *out)
 	if (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0) {
 		cJSON *wrap = cJSON_CreateObject();
 		if (!wrap)
-			return errf(x->errmsg, SS_ERR_NOMEM, "out of memory");
+			return ss_errf(x->errmsg, SS_ERR_NOMEM, "out of memory");
 		cJSON_AddItemReferenceToObject(wrap, "eos_token_id", cJSON_GetArrayItem(j, 0));
 		int rc = cfg_int(x, wrap, "eos_token_id", 0, 0, MAX_DIM, out);
 		cJSON_Delete(wrap);
@@ -303,7 +294,7 @@ static int config_hf(ss_model_config *c, const cfgctx *x)
 	c->eps = (float)eps;
 	c->d_inner = c->expand * c->d_model;
 	if (nh && (int64_t)nh * c->headdim != c->d_inner)
-		return errf(x->errmsg, SS_ERR_FORMAT,
+		return ss_errf(x->errmsg, SS_ERR_FORMAT,
 		            "%s: num_heads %d x head_dim %d != expand x hidden_size %d", x->path, nh,
 		            c->headdim, c->d_inner);
 	c->vocab_padded = (int32_t)(((int64_t)c->vocab_size + mult - 1) / mult * mult);
@@ -326,10 +317,10 @@ static int config_ss(ss_model_config *c, const cfgctx *x)
 		return unsupported(x, "an MLP block (d_intermediate > 0)");
 	const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "ssm_cfg");
 	if (s && !cJSON_IsObject(s))
-		return errf(x->errmsg, SS_ERR_FORMAT, "%s: \"ssm_cfg\" must be an object", x->path);
+		return ss_errf(x->errmsg, SS_ERR_FORMAT, "%s: \"ssm_cfg\" must be an object", x->path);
 	const cJSON *layer = cJSON_GetObjectItemCaseSensitive(s, "layer");
 	if (layer && !cJSON_IsString(layer))
-		return errf(x->errmsg, SS_ERR_FORMAT, "%s: \"ssm_cfg.layer\" must be a string", x->path);
+		return ss_errf(x->errmsg, SS_ERR_FORMAT, "%s: \"ssm_cfg.layer\" must be a string", x->path);
 	if (layer ? strcmp(layer->valuestring, "Mamba2") != 0
 	          : !cJSON_GetObjectItemCaseSensitive(s, "headdim"))
 		return unsupported(x, layer && strcmp(layer->valuestring, "Mamba1")
@@ -376,41 +367,41 @@ static int config_parse(ss_model_config *c, const cJSON *root, const char *path,
 	int rc;
 	if (mt) {
 		if (!cJSON_IsString(mt))
-			return errf(errmsg, SS_ERR_FORMAT, "%s: \"model_type\" must be a string", path);
+			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: \"model_type\" must be a string", path);
 		if (!strcmp(mt->valuestring, "mamba") || !strcmp(mt->valuestring, "falcon_mamba"))
-			return errf(errmsg, SS_ERR_UNSUPPORTED,
+			return ss_errf(errmsg, SS_ERR_UNSUPPORTED,
 			            "%s: model_type \"%s\" (Mamba-1) is not supported (only Mamba-2)", path,
 			            mt->valuestring);
 		if (strcmp(mt->valuestring, "mamba2"))
-			return errf(errmsg, SS_ERR_UNSUPPORTED,
+			return ss_errf(errmsg, SS_ERR_UNSUPPORTED,
 			            "%s: model_type \"%.64s\" is not supported (only mamba2)", path,
 			            mt->valuestring);
 		rc = config_hf(c, &x);
 	} else if (cJSON_GetObjectItemCaseSensitive(root, "d_model")) {
 		rc = config_ss(c, &x);
 	} else {
-		return errf(errmsg, SS_ERR_FORMAT,
+		return ss_errf(errmsg, SS_ERR_FORMAT,
 		            "%s: neither transformers (model_type) nor state-spaces (d_model, ssm_cfg) style",
 		            path);
 	}
 	if (rc)
 		return rc;
 	if (c->d_inner % c->headdim)
-		return errf(errmsg, SS_ERR_FORMAT, "%s: d_inner %d is not a multiple of headdim %d", path,
+		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: d_inner %d is not a multiple of headdim %d", path,
 		            c->d_inner, c->headdim);
 	c->nheads = c->d_inner / c->headdim;
 	if (c->nheads % c->ngroups || c->d_inner % c->ngroups)
-		return errf(errmsg, SS_ERR_FORMAT, "%s: nheads %d is not a multiple of ngroups %d", path,
+		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: nheads %d is not a multiple of ngroups %d", path,
 		            c->nheads, c->ngroups);
 	int64_t conv_dim = (int64_t)c->d_inner + 2LL * c->ngroups * c->d_state;
 	int64_t d_in_proj = conv_dim + c->d_inner + c->nheads;
 	if (d_in_proj > MAX_DIM || (int64_t)c->d_inner > MAX_DIM)
-		return errf(errmsg, SS_ERR_TOO_LARGE, "%s: in_proj width %lld is too large", path,
+		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: in_proj width %lld is too large", path,
 		            (long long)d_in_proj);
 	c->conv_dim = (int32_t)conv_dim;
 	c->d_in_proj = (int32_t)d_in_proj;
 	if (!(c->eps > 0 && c->eps < 1))
-		return errf(errmsg, SS_ERR_FORMAT, "%s: epsilon must be in (0, 1)", path);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: epsilon must be in (0, 1)", path);
 	return 0;
 }
 
@@ -419,13 +410,13 @@ int ss_model_config_load(ss_model_config *cfg, const char *dir, char *errmsg)
 	size_t ld = strlen(dir);
 	char *path = malloc(ld + sizeof "/config.json");
 	if (!path)
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	memcpy(path, dir, ld);
 	memcpy(path + ld, "/config.json", sizeof "/config.json");
 	FILE *f = fopen(path, "rb");
 	if (!f) {
 		int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
-		errf(errmsg, code, "%s: %s", path, strerror(errno));
+		ss_errf(errmsg, code, "%s: %s", path, strerror(errno));
 		free(path);
 		return code;
 	}
@@ -438,11 +429,11 @@ int ss_model_config_load(ss_model_config *cfg, const char *dir, char *errmsg)
 	fclose(f);
 	int rc = 0;
 	if (!text)
-		rc = errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	else if (bad)
-		rc = errf(errmsg, SS_ERR_IO, "%s: read failed", path);
+		rc = ss_errf(errmsg, SS_ERR_IO, "%s: read failed", path);
 	else if (len > MAX_CONFIG_JSON)
-		rc = errf(errmsg, SS_ERR_TOO_LARGE, "%s: larger than 16 MB", path);
+		rc = ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: larger than 16 MB", path);
 	if (rc) {
 		free(text);
 		free(path);
@@ -452,13 +443,13 @@ int ss_model_config_load(ss_model_config *cfg, const char *dir, char *errmsg)
 	free(text);
 	if (!relaxed) {
 		free(path);
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	}
 	const char *end = NULL;
 	cJSON *root = cJSON_ParseWithOpts(relaxed, &end, 1);
 	if (!cJSON_IsObject(root)) {
 		size_t at = end && end >= relaxed ? (size_t)(end - relaxed) : 0;
-		rc = errf(errmsg, SS_ERR_FORMAT, "%s: malformed JSON%s near byte %zu", path,
+		rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: malformed JSON%s near byte %zu", path,
 		          root ? " (not an object)" : "", at);
 	} else {
 		rc = config_parse(cfg, root, path, errmsg);
@@ -517,7 +508,7 @@ static int check_shape(const slot *s, char *errmsg)
 	char got[128], want[128];
 	fmt_shape(got, sizeof got, s->t->ndim, s->t->shape);
 	fmt_shape(want, sizeof want, s->ndim, s->shape);
-	return errf(errmsg, SS_ERR_MISMATCH, "%s: %s: shape %s, expected %s", s->t->file, s->t->name,
+	return ss_errf(errmsg, SS_ERR_MISMATCH, "%s: %s: shape %s, expected %s", s->t->file, s->t->name,
 	            got, want);
 }
 
@@ -552,7 +543,7 @@ static int build_slots(ss_model *m, const ss_checkpoint *ck, unsigned flags, slo
 	size_t n = 2 + 9 * (size_t)c->n_layer + (size_t)untied;
 	slot *s = calloc(n, sizeof *s);
 	if (!s)
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	*out = s;
 	*nout = n;
 	const char *emb[] = {"backbone.embeddings.weight", "backbone.embedding.weight",
@@ -595,7 +586,7 @@ static int build_slots(ss_model *m, const ss_checkpoint *ck, unsigned flags, slo
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (!s[i].t)
-			return errf(errmsg, SS_ERR_NOTFOUND, "%s: missing tensor %s%s",
+			return ss_errf(errmsg, SS_ERR_NOTFOUND, "%s: missing tensor %s%s",
 			            ss_checkpoint_path(ck), s[i].name,
 			            !strcmp(s[i].name, "lm_head.weight")
 			                ? " (config says the embeddings are not tied)" : "");
@@ -615,7 +606,7 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 	if (!m || !priv) {
 		free(m);
 		free(priv);
-		return errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	}
 	m->priv = priv;
 	slot *s = NULL;
@@ -625,7 +616,7 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 	if (rc)
 		goto fail;
 	if (!(m->layers = calloc((size_t)m->cfg.n_layer, sizeof *m->layers))) {
-		rc = errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 		goto fail;
 	}
 	if ((rc = ss_checkpoint_open(&priv->ckpt, dir, errmsg)) ||
@@ -651,12 +642,12 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 		}
 	}
 	if (arena && !(priv->arena = aligned_alloc(64, arena * sizeof(float)))) {
-		rc = errf(errmsg, SS_ERR_NOMEM, "out of memory for %zu MB of weights",
+		rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory for %zu MB of weights",
 		          arena * sizeof(float) >> 20);
 		goto fail;
 	}
 	if (!(req = calloc(nreq + 1, sizeof *req))) {
-		rc = errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 		goto fail;
 	}
 	size_t at = 0, r = 0;

@@ -26,17 +26,6 @@ struct ss_output {
 static ss_output *live;
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void oerr(char *errmsg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void oerr(char *errmsg, const char *fmt, ...)
-{
-	if (!errmsg)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
-	va_end(ap);
-}
-
 static void unlink_live(ss_output *o)
 {
 	pthread_mutex_lock(&live_lock);
@@ -75,7 +64,7 @@ int ss_output_open(ss_output **out, const char *path, char *errmsg)
 	}
 	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
 		if (!(o->f = fopen(path, "wb"))) {
-			oerr(errmsg, "cannot open: %s", strerror(errno));
+			ss_errf(errmsg, 0, "cannot open: %s", strerror(errno));
 			output_free(o);
 			return SS_ERR_IO;
 		}
@@ -90,7 +79,7 @@ int ss_output_open(ss_output **out, const char *path, char *errmsg)
 	snprintf(o->tmp, n, "%s.tmp.XXXXXX", path);
 	int fd = mkstemp(o->tmp);
 	if (fd < 0) {
-		oerr(errmsg, "cannot create %s: %s", o->tmp, strerror(errno));
+		ss_errf(errmsg, 0, "cannot create %s: %s", o->tmp, strerror(errno));
 		free(o->tmp);
 		o->tmp = NULL;
 		output_free(o);
@@ -101,7 +90,7 @@ int ss_output_open(ss_output **out, const char *path, char *errmsg)
 	umask(um);
 	fchmod(fd, 0666 & ~um);
 	if (!(o->f = fdopen(fd, "wb"))) {
-		oerr(errmsg, "cannot open %s: %s", o->tmp, strerror(errno));
+		ss_errf(errmsg, 0, "cannot open %s: %s", o->tmp, strerror(errno));
 		close(fd);
 		unlink(o->tmp);
 		output_free(o);
@@ -122,23 +111,23 @@ int ss_output_commit(ss_output *o, char *errmsg)
 	int rc = 0;
 	if (!o->path) {
 		if (fflush(stdout) != 0 || ferror(stdout)) {
-			oerr(errmsg, "write error: %s", strerror(errno));
+			ss_errf(errmsg, 0, "write error: %s", strerror(errno));
 			rc = SS_ERR_IO;
 		}
 		output_free(o);
 		return rc;
 	}
 	if (fflush(o->f) != 0 || ferror(o->f) || (o->tmp && fsync(fileno(o->f)) != 0)) {
-		oerr(errmsg, "write error: %s", strerror(errno));
+		ss_errf(errmsg, 0, "write error: %s", strerror(errno));
 		rc = SS_ERR_IO;
 	}
 	if (fclose(o->f) != 0 && rc == 0) {
-		oerr(errmsg, "write error: %s", strerror(errno));
+		ss_errf(errmsg, 0, "write error: %s", strerror(errno));
 		rc = SS_ERR_IO;
 	}
 	if (o->tmp) {
 		if (rc == 0 && rename(o->tmp, o->path) != 0) {
-			oerr(errmsg, "cannot rename %s to %s: %s", o->tmp, o->path, strerror(errno));
+			ss_errf(errmsg, 0, "cannot rename %s to %s: %s", o->tmp, o->path, strerror(errno));
 			rc = SS_ERR_IO;
 		}
 		if (rc != 0)

@@ -13,18 +13,6 @@
 /* Dims above this are refused as corrupt before any size arithmetic. */
 #define DIM_MAX (1 << 24)
 
-static int ferr(char *errmsg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int ferr(char *errmsg, const char *fmt, ...)
-{
-	if (errmsg) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
-		va_end(ap);
-	}
-	return SS_ERR_FORMAT;
-}
-
 /* ------------------------------------------------------------ packing */
 
 /* A growable byte buffer that msgpack_packer writes into. */
@@ -252,9 +240,9 @@ static int get_str(const msgpack_object *m, const char *k, int required, const m
 {
 	*out = ss_map_get(m, k);
 	if (!*out)
-		return required ? ferr(errmsg, "missing field \"%s\"", k) : 0;
+		return required ? ss_errf(errmsg, SS_ERR_FORMAT, "missing field \"%s\"", k) : 0;
 	if ((*out)->type != MSGPACK_OBJECT_STR)
-		return ferr(errmsg, "field \"%s\" is not a string", k);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "field \"%s\" is not a string", k);
 	return 0;
 }
 
@@ -262,16 +250,16 @@ static int get_int(const msgpack_object *m, const char *k, int64_t lo, int64_t h
 {
 	const msgpack_object *o = ss_map_get(m, k);
 	if (!o)
-		return ferr(errmsg, "missing field \"%s\"", k);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "missing field \"%s\"", k);
 	int64_t v;
 	if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
 		v = (int64_t)o->via.u64;
 	else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
 		v = o->via.i64;
 	else
-		return ferr(errmsg, "field \"%s\" is not an integer", k);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "field \"%s\" is not an integer", k);
 	if (v < lo || v > hi)
-		return ferr(errmsg, "field \"%s\" = %lld is out of range [%lld, %lld]", k, (long long)v,
+		return ss_errf(errmsg, SS_ERR_FORMAT, "field \"%s\" = %lld is out of range [%lld, %lld]", k, (long long)v,
 			    (long long)lo, (long long)hi);
 	*out = v;
 	return 0;
@@ -281,18 +269,18 @@ static int get_bin(const msgpack_object *m, const char *k, size_t bytes, const m
 {
 	*out = ss_map_get(m, k);
 	if (!*out)
-		return ferr(errmsg, "missing field \"%s\"", k);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "missing field \"%s\"", k);
 	if ((*out)->type != MSGPACK_OBJECT_BIN)
-		return ferr(errmsg, "field \"%s\" is not a bin", k);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "field \"%s\" is not a bin", k);
 	if ((*out)->via.bin.size != bytes)
-		return ferr(errmsg, "field \"%s\" has %u bytes, expected %zu", k, (*out)->via.bin.size, bytes);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "field \"%s\" has %u bytes, expected %zu", k, (*out)->via.bin.size, bytes);
 	return 0;
 }
 
 static int check_format(const ss_record *rec, const char *want, char *errmsg)
 {
 	if (strcmp(rec->format, want))
-		return ferr(errmsg, "expected a %s record, found %s", want, rec->format);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "expected a %s record, found %s", want, rec->format);
 	return 0;
 }
 
@@ -356,9 +344,9 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 		if ((rc = get_int(m, dimk[i], i == 5 ? 2 : 1, DIM_MAX, &v[i], errmsg)))
 			return rc;
 	if (fp->via.str.size >= SS_FINGERPRINT_MAX)
-		return ferr(errmsg, "field \"fingerprint\" is too long");
+		return ss_errf(errmsg, SS_ERR_FORMAT, "field \"fingerprint\" is too long");
 	if (arch->via.str.size >= sizeof s->dims.arch)
-		return ferr(errmsg, "field \"arch\" is too long");
+		return ss_errf(errmsg, SS_ERR_FORMAT, "field \"arch\" is too long");
 	memcpy(s->fingerprint, fp->via.str.ptr, fp->via.str.size);
 	memcpy(s->dims.arch, arch->via.str.ptr, arch->via.str.size);
 	s->dims.n_layer = (int32_t)v[0];
@@ -371,14 +359,14 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 	 * here keeps later size arithmetic from overflowing. */
 	double ssm_bytes = (double)v[0] * v[1] * v[2] * v[3] * 4;
 	if (ssm_bytes > (double)rec->raw_len * 2 + 1e6 && rec->raw_len > 0 && ss_map_get(m, "ssm"))
-		return ferr(errmsg, "dims declare a %.0f-byte state in a %zu-byte record", ssm_bytes, rec->raw_len);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "dims declare a %.0f-byte state in a %zu-byte record", ssm_bytes, rec->raw_len);
 	if (ssm_bytes > 1e12)
-		return ferr(errmsg, "dims declare an absurd state size (%.0f bytes)", ssm_bytes);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "dims declare an absurd state size (%.0f bytes)", ssm_bytes);
 	s->n_tokens = ntok;
 	char dts[16] = {0};
 	memcpy(dts, dt->via.str.ptr, dt->via.str.size < 15 ? dt->via.str.size : 15);
 	if (ss_dtype_parse(dts, &s->dtype) != 0)
-		return ferr(errmsg, "unknown dtype \"%s\"", dts);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "unknown dtype \"%s\"", dts);
 	s->id = dup_str(id);
 	if (!s->id)
 		return SS_ERR_NOMEM;
@@ -392,7 +380,7 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 		if ((rc = get_int(m, "rank", 0, INT32_MAX, &r, errmsg)))
 			goto fail;
 		if (sc->type != MSGPACK_OBJECT_FLOAT64 && sc->type != MSGPACK_OBJECT_FLOAT32) {
-			rc = ferr(errmsg, "field \"score\" is not a float");
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "field \"score\" is not a float");
 			goto fail;
 		}
 		s->has_rank = 1;
@@ -413,14 +401,14 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 	if (prov) {
 		const msgpack_object *mode, *src, *wts;
 		if (prov->type != MSGPACK_OBJECT_MAP) {
-			rc = ferr(errmsg, "field \"provenance\" is not a map");
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "field \"provenance\" is not a map");
 			goto fail;
 		}
 		if ((rc = get_str(prov, "mode", 1, &mode, errmsg)))
 			goto fail;
 		src = ss_map_get(prov, "sources");
 		if (!src || src->type != MSGPACK_OBJECT_ARRAY) {
-			rc = ferr(errmsg, "field \"provenance.sources\" is not an array");
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "field \"provenance.sources\" is not an array");
 			goto fail;
 		}
 		s->mode = dup_str(mode);
@@ -432,7 +420,7 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 		}
 		for (int32_t i = 0; i < s->n_sources; i++) {
 			if (src->via.array.ptr[i].type != MSGPACK_OBJECT_STR) {
-				rc = ferr(errmsg, "provenance source %d is not a string", (int)i);
+				rc = ss_errf(errmsg, SS_ERR_FORMAT, "provenance source %d is not a string", (int)i);
 				goto fail;
 			}
 			if (!(s->sources[i] = dup_str(&src->via.array.ptr[i]))) {

@@ -51,6 +51,10 @@ enum {
 
 /* Returns a static, human-readable description of an SS_ERR_* code. */
 const char *ss_strerror(int err);
+/* Formats a one-line message into errmsg (SS_ERRMSG_MAX bytes; NULL is
+ * allowed and ignored) and returns `code`, so that error paths read
+ * `return ss_errf(errmsg, SS_ERR_FORMAT, "tensor %s: ...", name);`. */
+int ss_errf(char *errmsg, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Storage dtypes of tensors in files and streams. */
 typedef enum {

@@ -22,17 +22,6 @@
 #define SKIP_MAGIC_MASK 0xFFFFFFF0u
 #define SKIP_MAGIC 0x184D2A50u
 
-static void fmt_err(char *errmsg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fmt_err(char *errmsg, const char *fmt, ...)
-{
-	if (!errmsg)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
-	va_end(ap);
-}
-
 /* ================================================================ reader */
 
 struct ss_reader {
@@ -93,7 +82,7 @@ int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char 
 	} else {
 		r->f = fopen(path, "rb");
 		if (!r->f) {
-			fmt_err(errmsg, "%s", strerror(errno));
+			ss_errf(errmsg, 0, "%s", strerror(errno));
 			int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
 			ss_reader_close(r);
 			return code;
@@ -688,7 +677,7 @@ int ss_writer_open(ss_writer **out, const char *path, int level, char *errmsg)
 {
 	*out = NULL;
 	if ((!path || !strcmp(path, "-")) && isatty(STDOUT_FILENO)) {
-		fmt_err(errmsg, "refusing to write a binary stream to a terminal (use -o FILE or a pipe)");
+		ss_errf(errmsg, 0, "refusing to write a binary stream to a terminal (use -o FILE or a pipe)");
 		return SS_ERR_INVALID;
 	}
 	ss_writer *w = calloc(1, sizeof *w);
@@ -787,7 +776,7 @@ int ss_writer_close(ss_writer *w, char *errmsg)
 {
 	int rc;
 	if (w->failed) {
-		fmt_err(errmsg, "write error: %s", strerror(w->saved_errno));
+		ss_errf(errmsg, 0, "write error: %s", strerror(w->saved_errno));
 		ss_output_abort(w->out);
 		rc = SS_ERR_IO;
 	} else {

@@ -121,20 +121,6 @@ struct ss_tokenizer {
 	size_t scratch_cap;     /* syms: cap; heap: 3*cap */
 };
 
-static int fail(char *errmsg, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(char *errmsg, int err, const char *fmt, ...)
-{
-	if (errmsg) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
-		va_end(ap);
-	}
-	return err;
-}
-
 /* ------------------------------------------------------------------ UTF-8 */
 
 int ss_utf8_validate(const char *s, size_t len, size_t *bad_offset)
@@ -189,7 +175,7 @@ bad:
 
 static int utf8_fail(char *errmsg, size_t off)
 {
-	return fail(errmsg, SS_ERR_UTF8, "invalid UTF-8 at byte offset %zu", off);
+	return ss_errf(errmsg, SS_ERR_UTF8, "invalid UTF-8 at byte offset %zu", off);
 }
 
 /* Writes the UTF-8 form of cp (< 0x110000) to out; returns its length. */
@@ -804,7 +790,7 @@ int ss_tokenizer_encode(ss_tokenizer *tok, const char *text, size_t len,
 	struct ids out = { 0 };
 	/* English text averages about 4.5 bytes per token. */
 	if (len && ids_reserve(&out, len / 3 + 16))
-		return fail(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	size_t pos = 0, at, mlen;
 	int32_t id;
 	int rc = 0;
@@ -826,7 +812,7 @@ int ss_tokenizer_encode(ss_tokenizer *tok, const char *text, size_t len,
 	return 0;
 err:
 	free(out.v);
-	return fail(errmsg, rc, "%s", rc == SS_ERR_INVALID ? "pre-tokenizer regex failed" : ss_strerror(rc));
+	return ss_errf(errmsg, rc, "%s", rc == SS_ERR_INVALID ? "pre-tokenizer regex failed" : ss_strerror(rc));
 }
 
 /* -------------------------------------------------------------- decoding */
@@ -847,13 +833,13 @@ int ss_tokenizer_decode(const ss_tokenizer *tok, const int32_t *ids, size_t n_id
 	size_t total = 0, l;
 	for (size_t i = 0; i < n_ids; i++) {
 		if (!ss_tokenizer_id_bytes(tok, ids[i], &l))
-			return fail(errmsg, SS_ERR_INVALID, "token %zu: id %" PRId32 " is not in the vocabulary",
+			return ss_errf(errmsg, SS_ERR_INVALID, "token %zu: id %" PRId32 " is not in the vocabulary",
 			            i, ids[i]);
 		total += l;
 	}
 	char *out = malloc(total + 1);
 	if (!out)
-		return fail(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	char *p = out;
 	for (size_t i = 0; i < n_ids; i++) {
 		const char *b = ss_tokenizer_id_bytes(tok, ids[i], &l);
@@ -882,10 +868,10 @@ int ss_tokenizer_normalize(const ss_tokenizer *tok, const char *text, size_t len
 		rc = buf_put(&b, text, len);
 	if (rc) {
 		free(b.p);
-		return fail(errmsg, rc, "normalization failed: %s", ss_strerror(rc));
+		return ss_errf(errmsg, rc, "normalization failed: %s", ss_strerror(rc));
 	}
 	if (!b.p && !(b.p = calloc(1, 1)))
-		return fail(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	*out = b.p;
 	*out_len = b.n;
 	return 0;
@@ -932,13 +918,13 @@ static int read_file(const char *path, char **buf, size_t *len, char *errmsg)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
-		return fail(errmsg, SS_ERR_IO, "%s", strerror(errno));
+		return ss_errf(errmsg, SS_ERR_IO, "%s", strerror(errno));
 	size_t cap = 1 << 20, n = 0;
 	char *b = malloc(cap);
 	for (;;) {
 		if (!b) {
 			fclose(f);
-			return fail(errmsg, SS_ERR_NOMEM, "out of memory");
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 		}
 		n += fread(b + n, 1, cap - n, f);
 		if (n < cap)
@@ -953,7 +939,7 @@ static int read_file(const char *path, char **buf, size_t *len, char *errmsg)
 	fclose(f);
 	if (err) {
 		free(b);
-		return fail(errmsg, SS_ERR_IO, "read error");
+		return ss_errf(errmsg, SS_ERR_IO, "read error");
 	}
 	*buf = b;
 	*len = n;
@@ -986,48 +972,48 @@ static int check_pipeline(ss_tokenizer *t, const cJSON *root, char *errmsg)
 			const cJSON *list = cJSON_GetObjectItemCaseSensitive(norm, "normalizers"), *it;
 			cJSON_ArrayForEach(it, list) {
 				if (strcmp(json_type(it), "NFC"))
-					return fail(errmsg, SS_ERR_UNSUPPORTED, "normalizer %s is not supported",
+					return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "normalizer %s is not supported",
 					            json_type(it));
 				t->nfc = 1;
 			}
 		} else
-			return fail(errmsg, SS_ERR_UNSUPPORTED, "normalizer %s is not supported", ty);
+			return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "normalizer %s is not supported", ty);
 	}
 	const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
 	if (!pre || strcmp(json_type(pre), "ByteLevel"))
-		return fail(errmsg, SS_ERR_UNSUPPORTED, "pre_tokenizer %s is not supported (ByteLevel only)",
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "pre_tokenizer %s is not supported (ByteLevel only)",
 		            pre ? json_type(pre) : "null");
 	/* HF's ByteLevel defaults: add_prefix_space true, use_regex true. */
 	if (!json_false(pre, "add_prefix_space", 1))
-		return fail(errmsg, SS_ERR_UNSUPPORTED, "ByteLevel add_prefix_space is not supported");
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "ByteLevel add_prefix_space is not supported");
 	const cJSON *ur = cJSON_GetObjectItemCaseSensitive(pre, "use_regex");
 	if (ur && cJSON_IsFalse(ur))
-		return fail(errmsg, SS_ERR_UNSUPPORTED, "ByteLevel use_regex false is not supported");
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "ByteLevel use_regex false is not supported");
 	const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
 	if (dec && !cJSON_IsNull(dec) && strcmp(json_type(dec), "ByteLevel"))
-		return fail(errmsg, SS_ERR_UNSUPPORTED, "decoder %s is not supported (ByteLevel only)",
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "decoder %s is not supported (ByteLevel only)",
 		            json_type(dec));
 	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
 	if (!cJSON_IsObject(model))
-		return fail(errmsg, SS_ERR_FORMAT, "no \"model\" object");
+		return ss_errf(errmsg, SS_ERR_FORMAT, "no \"model\" object");
 	const cJSON *ty = cJSON_GetObjectItemCaseSensitive(model, "type");
 	if (ty && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "BPE")))
-		return fail(errmsg, SS_ERR_UNSUPPORTED, "model type %s is not supported (BPE only)",
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "model type %s is not supported (BPE only)",
 		            json_type(model));
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, "dropout");
 	if (v && !cJSON_IsNull(v))
-		return fail(errmsg, SS_ERR_UNSUPPORTED, "BPE dropout is not supported");
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "BPE dropout is not supported");
 	v = cJSON_GetObjectItemCaseSensitive(model, "byte_fallback");
 	if (v && cJSON_IsTrue(v))
-		return fail(errmsg, SS_ERR_UNSUPPORTED, "BPE byte_fallback is not supported");
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "BPE byte_fallback is not supported");
 	v = cJSON_GetObjectItemCaseSensitive(model, "ignore_merges");
 	if (v && cJSON_IsTrue(v))
-		return fail(errmsg, SS_ERR_UNSUPPORTED, "BPE ignore_merges is not supported");
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "BPE ignore_merges is not supported");
 	static const char *const affixes[] = { "continuing_subword_prefix", "end_of_word_suffix" };
 	for (int i = 0; i < 2; i++) {
 		v = cJSON_GetObjectItemCaseSensitive(model, affixes[i]);
 		if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !v->valuestring[0]))
-			return fail(errmsg, SS_ERR_UNSUPPORTED, "BPE %s is not supported", affixes[i]);
+			return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "BPE %s is not supported", affixes[i]);
 	}
 	return 0;
 }
@@ -1060,11 +1046,11 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
 	const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
 	if (!cJSON_IsObject(vocab))
-		return fail(errmsg, SS_ERR_FORMAT, "model.vocab is not an object");
+		return ss_errf(errmsg, SS_ERR_FORMAT, "model.vocab is not an object");
 	if (!cJSON_IsArray(merges))
-		return fail(errmsg, SS_ERR_FORMAT, "model.merges is not an array");
+		return ss_errf(errmsg, SS_ERR_FORMAT, "model.merges is not an array");
 	if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added))
-		return fail(errmsg, SS_ERR_FORMAT, "added_tokens is not an array");
+		return ss_errf(errmsg, SS_ERR_FORMAT, "added_tokens is not an array");
 
 	size_t nv = 0, vbytes = 0;
 	int64_t max_id = -1;
@@ -1072,7 +1058,7 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 	cJSON_ArrayForEach(it, vocab) {
 		if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > INT32_MAX - 1 ||
 		    it->valuedouble != (double)it->valueint)
-			return fail(errmsg, SS_ERR_FORMAT, "vocab entry \"%s\": id is not a valid integer",
+			return ss_errf(errmsg, SS_ERR_FORMAT, "vocab entry \"%s\": id is not a valid integer",
 			            it->string);
 		if (it->valueint > max_id)
 			max_id = it->valueint;
@@ -1084,23 +1070,23 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 		const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
 		if (!cJSON_IsNumber(id) || id->valueint < 0 || id->valuedouble != (double)id->valueint ||
 		    !cJSON_IsString(content) || !content->valuestring[0])
-			return fail(errmsg, SS_ERR_FORMAT, "added_tokens: entry without integer id and content");
+			return ss_errf(errmsg, SS_ERR_FORMAT, "added_tokens: entry without integer id and content");
 		if (!json_false(it, "lstrip", 0) || !json_false(it, "rstrip", 0) ||
 		    !json_false(it, "single_word", 0))
-			return fail(errmsg, SS_ERR_UNSUPPORTED,
+			return ss_errf(errmsg, SS_ERR_UNSUPPORTED,
 			            "added token %d: lstrip/rstrip/single_word are not supported", id->valueint);
 		if (id->valueint > max_id)
 			max_id = id->valueint;
 		vbytes += strlen(content->valuestring);
 	}
 	if (max_id < 0)
-		return fail(errmsg, SS_ERR_FORMAT, "empty vocabulary");
+		return ss_errf(errmsg, SS_ERR_FORMAT, "empty vocabulary");
 	t->n_vocab = (int32_t)max_id + 1;
 	t->tlen = malloc((size_t)t->n_vocab * sizeof *t->tlen);
 	t->toff = calloc((size_t)t->n_vocab, sizeof *t->toff);
 	t->tbytes = malloc(vbytes + 1);
 	if (!t->tlen || !t->toff || !t->tbytes)
-		return fail(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	for (int32_t i = 0; i < t->n_vocab; i++)
 		t->tlen[i] = -1;
 
@@ -1114,7 +1100,7 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 
 	struct vmap vm;
 	if (vmap_init(&vm, nv))
-		return fail(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	int rc = 0;
 	size_t off = 0;
 	cJSON_ArrayForEach(it, vocab) {
@@ -1136,14 +1122,14 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 		 * GPT-NeoX has no tokens for them, and encoding validates first. */
 		int in_utf8 = b < 0xC0 || (b >= 0xC2 && b <= 0xF4);
 		if (t->byte_id[b] < 0 && in_utf8) {
-			rc = fail(errmsg, SS_ERR_UNSUPPORTED, "vocab has no token for byte 0x%02x", b);
+			rc = ss_errf(errmsg, SS_ERR_UNSUPPORTED, "vocab has no token for byte 0x%02x", b);
 			goto out;
 		}
 	}
 
 	size_t nm = (size_t)cJSON_GetArraySize(merges);
 	if ((rc = merges_init(t, nm ? nm : 1))) {
-		fail(errmsg, rc, "out of memory");
+		ss_errf(errmsg, rc, "out of memory");
 		goto out;
 	}
 	char *cat = NULL;
@@ -1156,7 +1142,7 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 			a = it->valuestring;
 			const char *sp = strchr(a, ' ');
 			if (!sp || sp == a || !sp[1]) {
-				rc = fail(errmsg, SS_ERR_FORMAT, "merge %" PRId32 " (\"%s\") is not \"a b\"", rank, a);
+				rc = ss_errf(errmsg, SS_ERR_FORMAT, "merge %" PRId32 " (\"%s\") is not \"a b\"", rank, a);
 				break;
 			}
 			la = (size_t)(sp - a);
@@ -1169,14 +1155,14 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 			la = strlen(a);
 			lb = strlen(b);
 		} else {
-			rc = fail(errmsg, SS_ERR_FORMAT, "merge %" PRId32 " is neither \"a b\" nor [a, b]", rank);
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "merge %" PRId32 " is neither \"a b\" nor [a, b]", rank);
 			break;
 		}
 		if (la + lb > catcap) {
 			catcap = 2 * (la + lb);
 			char *nc = realloc(cat, catcap);
 			if (!nc) {
-				rc = fail(errmsg, SS_ERR_NOMEM, "out of memory");
+				rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 				break;
 			}
 			cat = nc;
@@ -1186,7 +1172,7 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 		int32_t ia = vmap_get(&vm, a, la), ib = vmap_get(&vm, b, lb);
 		int32_t im = vmap_get(&vm, cat, la + lb);
 		if (ia < 0 || ib < 0 || im < 0) {
-			rc = fail(errmsg, SS_ERR_FORMAT, "merge %" PRId32 " (\"%.*s\" + \"%.*s\") names a token not in the vocab",
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "merge %" PRId32 " (\"%.*s\" + \"%.*s\") names a token not in the vocab",
 			          rank, (int)la, a, (int)lb, b);
 			break;
 		}
@@ -1204,7 +1190,7 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 	t->raw.pats = calloc(na ? na : 1, sizeof(struct pattern));
 	t->norm.pats = calloc(na ? na : 1, sizeof(struct pattern));
 	if (!t->raw.pats || !t->norm.pats) {
-		rc = fail(errmsg, SS_ERR_NOMEM, "out of memory");
+		rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 		goto out;
 	}
 	cJSON_ArrayForEach(it, added) {
@@ -1212,7 +1198,7 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 		const char *content = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
 		size_t l = strlen(content), bad;
 		if (ss_utf8_validate(content, l, &bad)) {
-			rc = fail(errmsg, SS_ERR_FORMAT, "added token %" PRId32 ": invalid UTF-8", id);
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "added token %" PRId32 ": invalid UTF-8", id);
 			goto out;
 		}
 		memcpy(t->tbytes + off, content, l);
@@ -1229,7 +1215,7 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 		struct buf nb = { 0 };
 		if (normalized && t->nfc && (rc = nfc(content, l, &nb, &norm, &pl))) {
 			free(nb.p);
-			fail(errmsg, rc, "out of memory");
+			ss_errf(errmsg, rc, "out of memory");
 			goto out;
 		}
 		char *pat = malloc(pl + 1);
@@ -1239,7 +1225,7 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 		}
 		free(nb.p);
 		if (!pat) {
-			rc = fail(errmsg, SS_ERR_NOMEM, "out of memory");
+			rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 			goto out;
 		}
 		m->pats[m->n++] = (struct pattern){ pat, (uint32_t)pl, id };
@@ -1260,7 +1246,7 @@ static int compile_regex(ss_tokenizer *t, char *errmsg)
 	if (!t->re) {
 		PCRE2_UCHAR msg[128];
 		pcre2_get_error_message(err, msg, sizeof msg);
-		return fail(errmsg, SS_ERR_UNSUPPORTED, "PCRE2 cannot compile the split regex: %s", (char *)msg);
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "PCRE2 cannot compile the split regex: %s", (char *)msg);
 	}
 	/* Without JIT support (some platforms) the interpreter runs the same
 	 * pattern; inputs are validated UTF-8 either way. */
@@ -1268,11 +1254,11 @@ static int compile_regex(ss_tokenizer *t, char *errmsg)
 	t->md = pcre2_match_data_create_from_pattern(t->re, NULL);
 	t->mctx = pcre2_match_context_create(NULL);
 	if (!t->md || !t->mctx)
-		return fail(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	if (t->jit) {
 		t->jstack = pcre2_jit_stack_create(32 << 10, 8 << 20, NULL);
 		if (!t->jstack)
-			return fail(errmsg, SS_ERR_NOMEM, "out of memory");
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 		pcre2_jit_stack_assign(t->mctx, NULL, t->jstack);
 	}
 	return 0;
@@ -1289,13 +1275,13 @@ int ss_tokenizer_load(ss_tokenizer **out, const char *path, char *errmsg)
 	ss_tokenizer *t = calloc(1, sizeof *t);
 	if (!t) {
 		free(buf);
-		return fail(errmsg, SS_ERR_NOMEM, "out of memory");
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	}
 	snprintf(t->fingerprint, sizeof t->fingerprint, "%016" PRIx64, fnv1a64(buf, len));
 	const char *end = NULL;
 	cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
 	if (!root) {
-		rc = fail(errmsg, SS_ERR_FORMAT, "invalid JSON near byte %td", end ? end - buf : (ptrdiff_t)0);
+		rc = ss_errf(errmsg, SS_ERR_FORMAT, "invalid JSON near byte %td", end ? end - buf : (ptrdiff_t)0);
 		goto done;
 	}
 	if ((rc = check_pipeline(t, root, errmsg)) || (rc = load_tables(t, root, errmsg)) ||
@@ -1305,7 +1291,7 @@ int ss_tokenizer_load(ss_tokenizer **out, const char *path, char *errmsg)
 	t->ckeys = malloc(CACHE_KEY_ARENA);
 	t->cids = malloc(CACHE_ID_ARENA * sizeof *t->cids);
 	if (!t->cache || !t->ckeys || !t->cids || scratch_reserve(t, 256)) {
-		rc = fail(errmsg, SS_ERR_NOMEM, "out of memory");
+		rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 		goto done;
 	}
 done:
