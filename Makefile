@@ -59,7 +59,7 @@ NVCCFLAGS := -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-W
 	-Werror=all-warnings -Ilib -Ikernels $(PKG_CFLAGS)
 CUDA_PLUGIN := $(if $(and $(HAVE_NVCC),$(CU_SRC)),$(B)/lib/libss_cuda.so)
 
-.PHONY: all test check bench man install clean demo deps cuda-note
+.PHONY: all test check bench man install clean demo eval deps cuda-note
 all: $(LIB) $(TOOLS) $(TESTS) $(BENCHES) $(CUDA_PLUGIN) cuda-note
 
 cuda-note:
@@ -132,6 +132,10 @@ deps:
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)SS_SHARED=$(SS_SHARED) SS_BUILD=$(B) $(if $(MODEL),MODEL='$(MODEL)') $(if $(DOCS),DOCS='$(DOCS)') pipelines/demo.sh
+
+# The paper's evaluation (PICASO §6.1, App. C) on the bundled data: pipelines/eval.mk.
+eval: all
+	$(Q)$(MAKE) --no-print-directory -f pipelines/eval.mk eval SS_SHARED=$(SS_SHARED) SS_BIN=$(abspath $(B))/bin
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5

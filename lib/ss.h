@@ -17,6 +17,7 @@
  *   ss_sample.h    logits → tokens, NLL
  *   ss_compose.h   state composition (CASO, PICASO-S/R, soup)
  *   ss_index.h     BM25 index of documents → state offsets
+ *   ss_eval.h      the PICASO paper's evaluation methods (contexts, NLL)
  */
 #ifndef SS_H
 #define SS_H
@@ -98,5 +99,6 @@ void ss_from_f32(void *dst, ss_dtype dst_t, const float *src, size_t n);
 #include "ss_sample.h"
 #include "ss_compose.h"
 #include "ss_index.h"
+#include "ss_eval.h"
 
 #endif /* SS_H */

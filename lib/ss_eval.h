@@ -1,0 +1,116 @@
+/*
+ * ss_eval.h — the paper's evaluation methods as library calls (part of
+ * libss; include "ss.h", not this file): the context state each method
+ * builds from retrieved documents, and the mean NLL of a continuation given
+ * a state and a query. ss-eval(1) runs them over WikiText (PICASO §6.1,
+ * Fig. 3) and MS MARCO attribution (Appendix C, Table 4).
+ *
+ * Methods (documents in concatenation order 0..n-1, n-1 nearest the query;
+ * the WikiText protocol puts the most relevant last):
+ *   naive       the zero state (no documents)
+ *   concat      re-encode the documents concatenated, starting from the
+ *               first document's stored state (picaso.txt §6.2 "Concatenation")
+ *   soup, caso, picaso-s, picaso-r
+ *               compose the stored states (ss_compose, conv averaged, no
+ *               normalisation; picaso.txt §3-4, DESIGN.md §3)
+ *   piconcat-r  mean of the states of the n cyclic concatenations: rotation r
+ *               starts from document r's stored state and re-encodes the
+ *               others in cyclic order; the n re-encodings run as one batched
+ *               prefill (picaso.txt §6.3.1 "PIConcat", Appendix B.1). ssm and
+ *               conv are averaged; logdecay is log of the mean decay (soup's
+ *               rule): past layer 0 the rotations' decays differ, since dt
+ *               comes from layer inputs that depend on the context.
+ * With n = 0 every method gives the zero state; with n = 1 every method gives
+ * the document's stored state bit for bit.
+ */
+#ifndef SS_EVAL_H
+#define SS_EVAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+	SS_EVAL_NAIVE = 0,
+	SS_EVAL_CONCAT = 1,
+	SS_EVAL_SOUP = 2,
+	SS_EVAL_CASO = 3,
+	SS_EVAL_PICASO_S = 4,
+	SS_EVAL_PICASO_R = 5,
+	SS_EVAL_PICONCAT_R = 6,
+	SS_EVAL_N_METHODS = 7,
+} ss_eval_method;
+
+/* "naive" "concat" "soup" "caso" "picaso-s" "picaso-r" "piconcat-r"; NULL
+ * for an unknown value. _parse returns 0 and sets *out, or SS_ERR_INVALID. */
+const char *ss_eval_method_name(ss_eval_method m);
+int ss_eval_method_parse(const char *s, ss_eval_method *out);
+
+/* One retrieved document: its stored state (borrowed, f32 arrays of the
+ * model's dims) and its tokens (borrowed, [n_tokens] ids; read by concat
+ * and piconcat-r only, may be NULL for the other methods). */
+typedef struct {
+	const ss_state *state;
+	const int32_t *tokens;
+	int64_t n_tokens;
+} ss_eval_doc;
+
+/* Deep copy of src's dims, fingerprint, n_tokens, logdecay, conv and ssm
+ * into *dst (id, provenance and annotation are not copied). The caller frees
+ * dst with ss_state_free. Returns 0 or SS_ERR_NOMEM. */
+int ss_eval_state_copy(ss_state *dst, const ss_state *src);
+
+/* The zero state of model m (dims, fingerprint, id "zero"). The caller
+ * frees it with ss_state_free. Returns 0 or SS_ERR_NOMEM. */
+int ss_eval_zero_state(const ss_model *m, ss_state *out);
+
+/* The context state of method `meth` for docs[0..n) (see the top of this
+ * file) into *out (caller frees with ss_state_free).
+ *   ctx: a forward context of model m (used by concat and piconcat-r only;
+ *        may be NULL for the others).
+ * Every document state must have m's dims and fingerprint.
+ * Returns 0; SS_ERR_INVALID (unknown method, NULL argument, concat or
+ * piconcat-r without ctx or tokens), SS_ERR_MISMATCH (dims or fingerprint),
+ * the errors of ss_compose and ss_forward_prefill, SS_ERR_NOMEM; errmsg
+ * (SS_ERRMSG_MAX bytes or NULL) says which document.
+ * Cost: compositions read the n states once; concat prefills
+ * Σ_{i≥1} n_tokens_i tokens; piconcat-r (n-1)·Σ_i n_tokens_i tokens.
+ * ref: picaso.txt §6.1-6.2, Props. 1-3, Appendix B.1; DESIGN.md §3. */
+int ss_eval_context(ss_forward_ctx *ctx, const ss_model *m, ss_eval_method meth,
+		    const ss_eval_doc *docs, size_t n, ss_state *out, char *errmsg);
+
+/* Scratch (logit rows) for scoring up to max_seqs states at once. */
+typedef struct ss_eval_scorer ss_eval_scorer;
+
+/* Creates a scorer on forward context ctx of model m (both borrowed: they
+ * must outlive it). max_seqs >= 1: the most start states per
+ * ss_eval_nll call. Memory: max_seqs · SS_EVAL_ROWS · vocab_padded floats.
+ * Returns 0 and sets *out (free with ss_eval_scorer_free), SS_ERR_INVALID,
+ * SS_ERR_NOMEM. */
+#define SS_EVAL_ROWS 32
+int ss_eval_scorer_init(ss_eval_scorer **out, ss_forward_ctx *ctx, const ss_model *m,
+			int max_seqs);
+void ss_eval_scorer_free(ss_eval_scorer *sc);
+
+/* Mean negative log-likelihood (nats per token) of the continuation
+ * c[0..nc) after the query q[0..nq), starting from each of starts[0..n)
+ * (only read): nll[i] = (1/nc) Σ_j -log softmax(logits_j)[c_j], where
+ * logits_j is the output at q's last token (j = 0) or at c_{j-1}, over all
+ * vocab_padded logits — the definition ss-score(1) prints. The n states run
+ * as one batch (one prefill call per SS_EVAL_ROWS continuation tokens).
+ *   n <= max_seqs; nq >= 1 (a stored state carries no logits), nc >= 1;
+ *   ids in [0, vocab_padded).
+ * Returns 0; SS_ERR_INVALID (sizes, ids), the errors of ss_forward_prefill,
+ * SS_ERR_NOMEM; errmsg says which.
+ * ref: picaso.txt §6.2 (log-perplexity of the continuation);
+ *      golden/README.md §4 nll.f32. */
+int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
+		int64_t nq, const int32_t *c, int64_t nc, double *nll, char *errmsg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SS_EVAL_H */
