@@ -19,6 +19,15 @@ static const char *const mode_names[] = {"caso", "picaso-s", "picaso-r", "soup",
 static const char *const norm_names[] = {"none", "before", "after", "both"};
 static const char *const conv_names[] = {"mean", "last"};
 
+/* Index of s in names[0..n), or -1. */
+static int name_index(const char *const *names, int n, const char *s)
+{
+	for (int i = 0; s && i < n; i++)
+		if (strcmp(s, names[i]) == 0)
+			return i;
+	return -1;
+}
+
 const char *ss_compose_mode_name(ss_compose_mode m)
 {
 	return (unsigned)m < 6 ? mode_names[m] : NULL;
@@ -26,12 +35,11 @@ const char *ss_compose_mode_name(ss_compose_mode m)
 
 int ss_compose_mode_parse(const char *s, ss_compose_mode *out)
 {
-	for (int i = 0; s && i < 6; i++)
-		if (strcmp(s, mode_names[i]) == 0) {
-			*out = (ss_compose_mode)i;
-			return 0;
-		}
-	return SS_ERR_INVALID;
+	int i = name_index(mode_names, 6, s);
+	if (i < 0)
+		return SS_ERR_INVALID;
+	*out = (ss_compose_mode)i;
+	return 0;
 }
 
 const char *ss_compose_norm_name(int norm)
@@ -41,12 +49,11 @@ const char *ss_compose_norm_name(int norm)
 
 int ss_compose_norm_parse(const char *s, int *out)
 {
-	for (int i = 0; s && i < 4; i++)
-		if (strcmp(s, norm_names[i]) == 0) {
-			*out = i;
-			return 0;
-		}
-	return SS_ERR_INVALID;
+	int i = name_index(norm_names, 4, s);
+	if (i < 0)
+		return SS_ERR_INVALID;
+	*out = i;
+	return 0;
 }
 
 const char *ss_compose_conv_name(ss_compose_conv c)
@@ -56,12 +63,11 @@ const char *ss_compose_conv_name(ss_compose_conv c)
 
 int ss_compose_conv_parse(const char *s, ss_compose_conv *out)
 {
-	for (int i = 0; s && i < 2; i++)
-		if (strcmp(s, conv_names[i]) == 0) {
-			*out = (ss_compose_conv)i;
-			return 0;
-		}
-	return SS_ERR_INVALID;
+	int i = name_index(conv_names, 2, s);
+	if (i < 0)
+		return SS_ERR_INVALID;
+	*out = (ss_compose_conv)i;
+	return 0;
 }
 
 int ss_compose_needs_plan(ss_compose_mode m)
