@@ -55,6 +55,9 @@ typedef struct {
 	int id;
 } worker_arg;
 
+/* Task index of a ticket while its run is being published: no claims. */
+#define CLOSED UINT32_MAX
+
 static inline uint32_t gen_of(uint64_t t)
 {
 	return (uint32_t)(t >> 32);
@@ -66,6 +69,13 @@ static void drain(ss_pool *p, uint32_t g, int thread)
 {
 	for (;;) {
 		uint64_t t = atomic_load(&p->ticket);
+		if ((uint32_t)t == CLOSED) {
+			/* the next run is being published */
+			if (gen_of(t) != g)
+				return;
+			cpu_relax();
+			continue;
+		}
 		const int64_t n = atomic_load(&p->n_tasks);
 		const ss_pool_fn fn = atomic_load(&p->fn);
 		void *const arg = atomic_load(&p->arg);
@@ -74,7 +84,9 @@ static void drain(ss_pool *p, uint32_t g, int thread)
 			return;
 		if (!atomic_compare_exchange_weak(&p->ticket, &t, t + 1))
 			continue;
-		/* the claim succeeded, so fn/arg/n were read during run g */
+		/* The claim succeeded, so the ticket was still open for run g when
+		 * fn/arg/n were read after it: publish() closes the ticket before
+		 * it changes them, and that would have failed the claim. */
 		fn(arg, i, thread);
 		atomic_fetch_add(&p->done, 1);
 	}
@@ -113,6 +125,11 @@ static void *worker(void *v)
 static void publish(ss_pool *p, int64_t n_tasks, ss_pool_fn fn, void *arg)
 {
 	p->gen++;
+	/* Close the ticket first: a thread still looping in drain() for the
+	 * previous run may have read the old ticket and be about to claim with
+	 * it; once the ticket has changed its claim fails, so it can never run
+	 * a task of this run with this run's fn/arg or count it as done. */
+	atomic_store(&p->ticket, (uint64_t)p->gen << 32 | CLOSED);
 	atomic_store(&p->fn, fn);
 	atomic_store(&p->arg, arg);
 	atomic_store(&p->n_tasks, n_tasks);
