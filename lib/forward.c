@@ -521,6 +521,26 @@ static int check_model(const ss_model *m, char *errmsg)
 
 /* ------------------------------------------------------------------ public */
 
+/* Checks the arguments shared by the CPU and GPU contexts and allocates a
+ * zeroed context bound to m. */
+static int ctx_new(ss_forward_ctx **out, const ss_model *m, int n_threads, int ubatch,
+		   ss_forward_ctx **ctx, char *errmsg)
+{
+	if (!out || !m)
+		return ss_errf(errmsg, SS_ERR_INVALID, "no model");
+	*out = NULL;
+	if (n_threads < 0 || ubatch < 0)
+		return ss_errf(errmsg, SS_ERR_INVALID, "negative thread count or ubatch");
+	int err = check_model(m, errmsg);
+	if (err)
+		return err;
+	if (!(*ctx = calloc(1, sizeof(**ctx))))
+		return SS_ERR_NOMEM;
+	(*ctx)->m = m;
+	(*ctx)->c = m->cfg;
+	return 0;
+}
+
 int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, int ubatch,
 			char *errmsg)
 {
@@ -529,23 +549,8 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 	int64_t ub;
 	int err, l, k, ch;
 
-	if (!out || !m) {
-		ss_errf(errmsg, 0, "no model");
-		return SS_ERR_INVALID;
-	}
-	*out = NULL;
-	if (n_threads < 0 || ubatch < 0) {
-		ss_errf(errmsg, 0, "negative thread count or ubatch");
-		return SS_ERR_INVALID;
-	}
-	err = check_model(m, errmsg);
-	if (err)
+	if ((err = ctx_new(out, m, n_threads, ubatch, &ctx, errmsg)))
 		return err;
-	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx)
-		return SS_ERR_NOMEM;
-	ctx->m = m;
-	ctx->c = m->cfg;
 	c = &ctx->c;
 	ctx->n_threads = n_threads ? n_threads : 1;
 	ctx->ubatch = ub = ubatch ? ubatch : 512;
@@ -594,23 +599,8 @@ int ss_forward_ctx_init_dev(ss_forward_ctx **out, const ss_model *m, ss_device *
 
 	if (!cu)
 		return ss_forward_ctx_init(out, m, n_threads, ubatch, errmsg);
-	if (!out || !m) {
-		ss_errf(errmsg, 0, "no model");
-		return SS_ERR_INVALID;
-	}
-	*out = NULL;
-	if (n_threads < 0 || ubatch < 0) {
-		ss_errf(errmsg, 0, "negative thread count or ubatch");
-		return SS_ERR_INVALID;
-	}
-	err = check_model(m, errmsg);
-	if (err)
+	if ((err = ctx_new(out, m, n_threads, ubatch, &ctx, errmsg)))
 		return err;
-	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx)
-		return SS_ERR_NOMEM;
-	ctx->m = m;
-	ctx->c = m->cfg;
 	ctx->n_threads = 1;
 	ctx->ubatch = ubatch ? ubatch : SS_FORWARD_UBATCH_GPU;
 	ctx->cu = cu;
