@@ -259,15 +259,6 @@ void mcli_json_str(FILE *f, const char *s, size_t len)
 	putc('"', f);
 }
 
-FILE *mcli_out_open(const char *path)
-{
-	return cli_out_open(path);
-}
-
-void mcli_out_close(FILE *f)
-{
-	cli_out_close(f);
-}
 
 ss_device *mcli_device(const char *want, const char *usage)
 {

@@ -82,12 +82,4 @@ void mcli_states_close(mcli_states *src);
  * valid UTF-8 become U+FFFD) to f. len (size_t)-1 means strlen(s). */
 void mcli_json_str(FILE *f, const char *s, size_t len);
 
-/* Text output: stdout for NULL or "-", else a temporary file beside `path`
- * renamed over it by mcli_out_close() — a failed run (any exit before)
- * leaves no partial file. */
-FILE *mcli_out_open(const char *path);
-/* Flushes and checks the output, renames it into place; dies on a failed
- * write. */
-void mcli_out_close(FILE *f);
-
 #endif /* SS_MODEL_CLI_H */

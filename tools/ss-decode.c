@@ -200,7 +200,7 @@ int main(int argc, char **argv)
 		cli_die("out of memory");
 	const int32_t eos = ignore_eos ? -1 : m->cfg.eos_token_id;
 
-	FILE *out = mcli_out_open(out_path);
+	FILE *out = cli_out_open(out_path);
 	mcli_states src;
 	mcli_states_open(&src, state_path, implicit);
 	ss_state st;
@@ -267,7 +267,7 @@ int main(int argc, char **argv)
 		ss_state_free(&st);
 	}
 	mcli_states_close(&src);
-	mcli_out_close(out);
+	cli_out_close(out);
 	if (cli_verbosity >= 2) {
 		double dt = cli_now() - t0;
 		fprintf(stderr, "ss-decode: %lld tokens in %.2f s (%.1f tokens/s), seed %llu\n", total,

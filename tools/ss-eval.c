@@ -128,7 +128,7 @@ static void *xrealloc(void *p, size_t size)
 }
 
 /* Per-row output (--per-passage / --per-query), kept in memory and written
- * at the end: mcli_out_open() has one output file at a time. */
+ * at the end: cli_out_open() has one output file at a time. */
 static FILE *per_out;
 static char *per_buf;
 static size_t per_len;
@@ -424,7 +424,7 @@ static void wikitext(void)
 	}
 	cli_progress_end();
 
-	FILE *f = mcli_out_open(opt.out);
+	FILE *f = cli_out_open(opt.out);
 	fputs("method\tk\tmean_nll\tn\tmean_time_ms\n", f);
 	for (int j = 0; j < M; j++)
 		for (int k = 0; k <= K; k++) {
@@ -434,7 +434,7 @@ static void wikitext(void)
 			fprintf(f, "%s\t%d\t%.8f\t%ld\t%.6f\n", ss_eval_method_name(opt.methods[j]), k,
 				sum_nll[at] / cnt[at], cnt[at], sum_t[at] / cnt[at] * 1e3);
 		}
-	mcli_out_close(f);
+	cli_out_close(f);
 	if (cli_verbosity >= 2)
 		fprintf(stderr, "ss-eval: %zu of %zu passages (of %zu with >= %ld tokens), k = 0..%d, "
 			"%d methods, %" PRIu64 " states scored (%" PRIu64 " identical ones shared), "
@@ -670,7 +670,7 @@ static void attribution(void)
 	}
 	cli_progress_end();
 
-	FILE *f = mcli_out_open(opt.out);
+	FILE *f = cli_out_open(opt.out);
 	fputs("method\tn\tcorrect\tprecision\tmean_time_ms\n", f);
 	fprintf(f, "chance\t%zu\t%.1f\t%.4f\t0\n", nq, chance, chance / (double)nq);
 	fprintf(f, "loi\t%zu\t%ld\t%.4f\t0\n", nq, correct[0], (double)correct[0] / (double)nq);
@@ -678,7 +678,7 @@ static void attribution(void)
 		fprintf(f, "loo-%s\t%zu\t%ld\t%.4f\t%.6f\n", ss_eval_method_name(opt.methods[j]), nq,
 			correct[1 + j], (double)correct[1 + j] / (double)nq,
 			time_s[1 + j] / (double)nq * 1e3);
-	mcli_out_close(f);
+	cli_out_close(f);
 	if (cli_verbosity >= 2)
 		fprintf(stderr, "ss-eval: %zu of %zu queries, %d methods, %.1f s\n", nq, n_total, M,
 			cli_now() - t_start);
@@ -814,10 +814,10 @@ int main(int argc, char **argv)
 	if (per_out) {
 		if (fclose(per_out))
 			cli_die("out of memory");
-		FILE *f = mcli_out_open(opt.per);
+		FILE *f = cli_out_open(opt.per);
 		if (fwrite(per_buf, 1, per_len, f) != per_len)
 			cli_die("%s: write failed", opt.per);
-		mcli_out_close(f);
+		cli_out_close(f);
 		free(per_buf);
 	}
 	ss_forward_ctx_free(fctx);

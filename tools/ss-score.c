@@ -364,7 +364,7 @@ int main(int argc, char **argv)
 		ps = read_pairs(&sc, pairs_path, &np);
 	}
 
-	sc.out = mcli_out_open(out_path);
+	sc.out = cli_out_open(out_path);
 	mcli_states src;
 	mcli_states_open(&src, state_path, implicit);
 	ss_state st;
@@ -381,7 +381,7 @@ int main(int argc, char **argv)
 		ss_state_free(&st);
 	}
 	mcli_states_close(&src);
-	mcli_out_close(sc.out);
+	cli_out_close(sc.out);
 
 	for (size_t i = 0; i < np; i++)
 		pair_free(&ps[i]);
