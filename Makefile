@@ -137,7 +137,7 @@ deps:
 # MODEL=dir and DOCS="files..." override the model and the corpus (pipelines/demo.sh).
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)SS_SHARED=$(SS_SHARED) SS_BUILD=$(B) $(if $(MODEL),MODEL='$(MODEL)') $(if $(DOCS),DOCS='$(DOCS)') pipelines/demo.sh
+	$(Q)SS_BUILD=$(B) $(if $(MODEL),MODEL='$(MODEL)') $(if $(DOCS),DOCS='$(DOCS)') pipelines/demo.sh
 
 # The paper's evaluation (PICASO §6.1, App. C) on the bundled data: pipelines/eval.mk.
 eval: all

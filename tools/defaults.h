@@ -23,8 +23,10 @@
 
 #include "ss.h"
 
-/* The model directory by the order above. When none is found: NULL if usage
- * is NULL, else a usage error (exit 2) naming the places looked. */
+/* The model directory by the order above: opt itself, the environment's
+ * string, or a static buffer (valid until the next call); not to be freed.
+ * When none is found: NULL if usage is NULL, else a usage error (exit 2)
+ * naming the places looked. */
 const char *cli_model_dir(const char *opt, const char *usage);
 
 /* Loads the tokenizer found by the order above (model_dir may be NULL: no
