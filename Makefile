@@ -1,4 +1,4 @@
-# ss — one non-recursive Makefile. Targets: all test bench man install clean demo deps.
+# ss — one non-recursive Makefile. Targets: all test check bench man install uninstall clean demo deps.
 # Quiet unless V=1. SANITIZE=1 builds with ASan+UBSan into build/san/.
 include config.mk
 
@@ -59,7 +59,7 @@ NVCCFLAGS := -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-W
 	-Werror=all-warnings -Ilib -Ikernels $(PKG_CFLAGS)
 CUDA_PLUGIN := $(if $(and $(HAVE_NVCC),$(CU_SRC)),$(B)/lib/libss_cuda.so)
 
-.PHONY: all test check bench man install clean demo eval deps cuda-note
+.PHONY: all test check bench man install uninstall clean demo eval deps cuda-note
 all: $(LIB) $(TOOLS) $(TESTS) $(BENCHES) $(CUDA_PLUGIN) cuda-note
 
 cuda-note:
@@ -104,8 +104,14 @@ $(B)/lib/libss_cuda.so: $(CU_OBJ)
 	@mkdir -p $(@D)
 	$(Q)$(HAVE_NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublas -Xlinker -rpath,$(CUDA_LIBDIR)
 
-# lib/device.c searches the install LIBDIR for the plugin.
+# lib/device.c searches the install LIBDIR for the plugin; tools/defaults.c the DATADIR for the
+# tokenizer and the default model. Both objects are rebuilt when these paths change (make install
+# PREFIX=...), through a stamp file that holds them.
+PATHS_STAMP := $(B)/install-paths
+$(shell mkdir -p $(B) && { echo '$(LIBDIR) $(DATADIR)' | cmp -s - $(PATHS_STAMP) || echo '$(LIBDIR) $(DATADIR)' >$(PATHS_STAMP); })
 $(B)/lib/device.o: ALL_CFLAGS += -DSS_LIBDIR='"$(LIBDIR)"'
+$(B)/tools/defaults.o: ALL_CFLAGS += -DSS_DATADIR='"$(DATADIR)"'
+$(B)/lib/device.o $(B)/tools/defaults.o: $(PATHS_STAMP)
 
 # The test runner: unit tests (cmocka), CLI cases, man-page examples. Prints "N passed, M failed".
 test: all
@@ -131,18 +137,33 @@ deps:
 # MODEL=dir and DOCS="files..." override the model and the corpus (pipelines/demo.sh).
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)SS_SHARED=$(SS_SHARED) SS_BUILD=$(B) $(if $(MODEL),MODEL='$(MODEL)') $(if $(DOCS),DOCS='$(DOCS)') pipelines/demo.sh
+	$(Q)SS_BUILD=$(B) $(if $(MODEL),MODEL='$(MODEL)') $(if $(DOCS),DOCS='$(DOCS)') pipelines/demo.sh
 
 # The paper's evaluation (PICASO §6.1, App. C) on the bundled data: pipelines/eval.mk.
 eval: all
 	$(Q)$(MAKE) --no-print-directory -f pipelines/eval.mk eval SS_SHARED=$(SS_SHARED) SS_BIN=$(abspath $(B))/bin
 
+# install: the tools, the CUDA plugin (when built), the man pages and data/ (tokenizer, demo
+# corpus, default model) in DATADIR. uninstall removes exactly these files (and DATADIR).
+DATA       := $(filter-out data/model,$(wildcard data/*))
+DATA_MODEL := $(wildcard data/model/*)
 install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
+		$(DESTDIR)$(DATADIR)/model
 	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)
 	$(if $(CUDA_PLUGIN),install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(LIBDIR))
 	install -m 644 $(wildcard man/*.1) $(DESTDIR)$(MANDIR)/man1
 	install -m 644 $(wildcard man/*.5) $(DESTDIR)$(MANDIR)/man5
+	install -m 644 $(DATA) $(DESTDIR)$(DATADIR)
+	install -m 644 $(DATA_MODEL) $(DESTDIR)$(DATADIR)/model
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS))) $(DESTDIR)$(LIBDIR)/libss_cuda.so \
+		$(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(wildcard man/*.1))) \
+		$(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(wildcard man/*.5))) \
+		$(addprefix $(DESTDIR)$(DATADIR)/,$(notdir $(DATA))) \
+		$(addprefix $(DESTDIR)$(DATADIR)/model/,$(notdir $(DATA_MODEL)))
+	rmdir $(DESTDIR)$(DATADIR)/model $(DESTDIR)$(DATADIR)
 
 clean:
 	rm -rf build

@@ -3,11 +3,15 @@ PREFIX   ?= /usr/local
 BINDIR   ?= $(PREFIX)/bin
 LIBDIR   ?= $(PREFIX)/lib
 MANDIR   ?= $(PREFIX)/share/man
+# The tokenizer, demo corpus and default model (data/), installed here and compiled into the tools.
+DATADIR  ?= $(PREFIX)/share/ss
 CC       ?= cc
 CFLAGS   ?= -O2 -g -march=x86-64-v2
 # auto: build the CUDA plugin when nvcc is found; on: require it; off: never.
 CUDA     ?= auto
 NVCC     ?= nvcc
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-# Where the shared data (tokenizer, corpora, golden fixtures) lives; tests and the demo read it.
-SS_SHARED ?= $(abspath ../shared)
+# The large shared data (t2, the t1 pickle layout, corpora) beside the checkout, when there is one:
+# only the tests that need it read it (they skip without it). The demo and the core tests use data/
+# and tests/fixtures/.
+SS_SHARED ?= $(wildcard $(abspath ../shared))

@@ -16,12 +16,14 @@
 
 EVAL_MK_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 SS_SHARED ?= $(abspath $(EVAL_MK_DIR)/../../shared)
-MODEL     ?= $(SS_SHARED)/golden/models/t1-hf
+# The model, the corpus and the tokenizer bundled in data/; the MS MARCO sample is not bundled
+# (Microsoft's non-commercial terms): eval-attribution reads it from ../shared.
+MODEL     ?= $(abspath $(EVAL_MK_DIR)/../data/model)
 SS_BIN    ?= $(abspath $(EVAL_MK_DIR)/../build/bin)
 EVAL_DIR  ?= $(abspath $(EVAL_MK_DIR)/../build/eval/$(notdir $(MODEL)))
-WIKITEXT  ?= $(SS_SHARED)/data/corpora/wikitext-2-raw.test.hf-crlf.raw
+WIKITEXT  ?= $(abspath $(EVAL_MK_DIR)/../data/wikitext-2-raw.test.hf-crlf.raw)
 MSMARCO   ?= $(SS_SHARED)/data/qa/msmarco-v1.1-train-sample200.json
-TOKENIZER ?= $(SS_SHARED)/data/tokenizer/gpt-neox-20b_tokenizer.json
+TOKENIZER ?= $(abspath $(EVAL_MK_DIR)/../data/tokenizer.json)
 # Sample size: passages evaluated (0 = all ~1600). The default keeps the whole
 # WikiText run, database included, well within 20 minutes on 2 cores with t1.
 PASSAGES  ?= 300

@@ -874,7 +874,7 @@ static int load_case(ss_state *s, const char *dir, const char *name)
 static void test_golden_t1(void **unused)
 {
 	(void)unused;
-	const char *dir = getenv("SS_SHARED");
+	const char *dir = getenv("SS_FIXTURES") ? getenv("SS_FIXTURES") : "tests/fixtures";
 	static const char *const names[5] = {"c3", "docB", "c4", "c1", "c2"};
 	ss_state in[5];
 	for (int i = 0; i < 5; i++)

@@ -545,7 +545,7 @@ static void test_model_bf16(void **st)
 int main(void)
 {
 	char errmsg[SS_ERRMSG_MAX] = "";
-	const char *sh = getenv("SS_SHARED");
+	const char *sh = getenv("SS_FIXTURES") ? getenv("SS_FIXTURES") : "tests/fixtures";
 	int rc;
 
 	if (ss_device_open(&dev, "cuda", errmsg)) {

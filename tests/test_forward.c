@@ -7,7 +7,11 @@
  *
  * Tolerance (golden/README.md §8): |x - gold| <= 1e-5 + 1e-5·|gold| for
  * logits, hidden, conv and ssm; relative 1e-5 for logdecay.
- * Needs $SS_SHARED (the shared data folder); exits 77 (skip) without it.
+ * Two programs from this file: test_forward (t1-hf golden cases from
+ * $SS_FIXTURES, tests/fixtures; the properties on t1 and on a generated
+ * model of t2's shape: bf16, ngroups 2, untied lm_head) and
+ * test_shared_forward (SS_TEST_SHARED: the golden cases of t2-hf and t1-ss,
+ * which only $SS_SHARED has; exits 77 without it).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -21,6 +25,11 @@
 #include <cmocka.h>
 
 #include "ss.h"
+#include "util/mkmodel.h"
+
+#ifndef SS_TEST_SHARED
+#define SS_TEST_SHARED 0
+#endif
 
 #define ATOL 1e-5
 #define RTOL 1e-5
@@ -104,8 +113,9 @@ static size_t compare(const char *what, const float *x, const float *g, size_t n
 
 typedef struct {
 	const char *name;  /* "t1-hf": models/<name> */
-	const char *key;   /* golden case folder: "t1" */
+	const char *key;   /* golden case folder: "t1" (tokens only, for a generated model) */
 	ss_model *m;
+	char dir[8192];    /* model directory; "" = not loaded (its tests skip) */
 } tmodel;
 
 static void state_new(ss_state *s, const ss_model *m)
@@ -346,11 +356,14 @@ static void run_golden(const tmodel *tm, int n_threads, int ubatch)
 /* ------------------------------------------------------------------ state */
 
 /* Loaded with ss_model_load in setup(). t1-ss is the same weights in the
- * state-spaces layout (pytorch_model.bin). */
+ * state-spaces layout (pytorch_model.bin). In test_forward, models[1] is a
+ * generated model of t2's shape (its golden-case key is t1's: the texts and
+ * tokens are the same), and t1-ss is not loaded; in test_shared_forward,
+ * t1-hf is not loaded. */
 static tmodel models[] = {
-	{ "t1-hf", "t1", NULL },
-	{ "t2-hf", "t2", NULL },
-	{ "t1-ss", "t1", NULL },
+	{ "t1-hf", "t1", NULL, "" },
+	{ "t2-hf", "t2", NULL, "" },
+	{ "t1-ss", "t1", NULL, "" },
 };
 
 static void test_golden_t1_hf(void **unused)
@@ -744,14 +757,14 @@ static void test_no_lm_head(void **unused)
 
 	if (!full)
 		skip();
-	snprintf(dir, sizeof(dir), "%s/models/t2-hf", golden);
+	snprintf(dir, sizeof(dir), "%s", models[1].dir);
 	if (ss_model_load_opts(&m, dir, &o, errmsg) != 0)
 		fail_msg("%s", errmsg);
 	assert_null(m->lm_head); /* t2 is untied */
 	assert_int_equal(m->cfg.d_model, 96);
 	assert_int_equal(ss_forward_ctx_init(&cf, full, 2, 0, NULL), 0);
 	assert_int_equal(ss_forward_ctx_init(&cn, m, 2, 0, errmsg), 0);
-	tok = read_tokens("t2", "c3", &n);
+	tok = read_tokens(models[1].key, "c3", &n);
 	state_new(&a, full);
 	state_new(&b, m);
 	q = (ss_forward_seq){ tok, (int64_t)n, &a, NULL, ha };
@@ -776,12 +789,13 @@ static void test_no_lm_head(void **unused)
 
 static int setup(void **unused)
 {
-	char dir[8192], errmsg[SS_ERRMSG_MAX] = "";
+	char errmsg[SS_ERRMSG_MAX] = "";
 	size_t n, i;
 	for (i = 0; i < sizeof(models) / sizeof(*models); i++) {
-		snprintf(dir, sizeof(dir), "%s/models/%s", golden, models[i].name);
-		if (ss_model_load(&models[i].m, dir, errmsg) != 0) {
-			printf("cannot load %s: %s\n", dir, errmsg);
+		if (!models[i].dir[0])
+			continue;
+		if (ss_model_load(&models[i].m, models[i].dir, errmsg) != 0) {
+			printf("cannot load %s: %s\n", models[i].dir, errmsg);
 			return -1;
 		}
 	}
@@ -800,17 +814,52 @@ static int teardown(void **unused)
 	return 0;
 }
 
+/* Writes a random model of t2's shape (bf16, ngroups 2, untied lm_head) to
+ * a new directory under $TMPDIR: models[1] of test_forward. */
+static int make_t2_shaped(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	ss_mkmodel_opts o;
+	char errmsg[SS_ERRMSG_MAX] = "";
+
+	snprintf(models[1].dir, sizeof(models[1].dir), "%s/ss-test-forward-XXXXXX",
+		 tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(models[1].dir)) {
+		perror(models[1].dir);
+		return -1;
+	}
+	ss_mkmodel_defaults(&o);
+	ss_mkmodel_preset(&o, "t2");
+	o.dtype = SS_DTYPE_BF16;
+	o.seed = 4321;
+	models[1].name = "t2-shaped (generated)";
+	models[1].key = "t1";
+	if (ss_mkmodel_write(models[1].dir, &o, errmsg) != 0) {
+		printf("mkmodel: %s\n", errmsg);
+		return -1;
+	}
+	return 0;
+}
+
+static void remove_t2_shaped(void)
+{
+	char p[8192 + 32];
+	snprintf(p, sizeof(p), "%s/config.json", models[1].dir);
+	remove(p);
+	snprintf(p, sizeof(p), "%s/model.safetensors", models[1].dir);
+	remove(p);
+	remove(models[1].dir);
+}
+
 int main(void)
 {
-	const char *shared = getenv("SS_SHARED");
+	const char *root = SS_TEST_SHARED ? getenv("SS_SHARED") : getenv("SS_FIXTURES");
 	char probe[8192];
 	FILE *f;
-	const struct CMUnitTest tests[] = {
+	int rc;
+	const struct CMUnitTest core[] = {
 		cmocka_unit_test(test_scan_prop1),
 		cmocka_unit_test(test_golden_t1_hf),
-		cmocka_unit_test(test_golden_t2_hf),
-		cmocka_unit_test(test_golden_t1_ss),
-		cmocka_unit_test(test_golden_t2_small_ubatch),
 		cmocka_unit_test(test_batch_equals_single),
 		cmocka_unit_test(test_pieces_equal_whole),
 		cmocka_unit_test(test_decode_batch),
@@ -818,18 +867,35 @@ int main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_no_lm_head),
 	};
+	const struct CMUnitTest shared[] = {
+		cmocka_unit_test(test_golden_t2_hf),
+		cmocka_unit_test(test_golden_t1_ss),
+		cmocka_unit_test(test_golden_t2_small_ubatch),
+	};
 
-	if (!shared || !*shared) {
-		printf("SS_SHARED is not set: no golden data\n");
-		return 77;
-	}
-	snprintf(golden, sizeof(golden), "%s/golden", shared);
+	if (!SS_TEST_SHARED && (!root || !*root))
+		root = "tests/fixtures";
+	snprintf(golden, sizeof(golden), "%s/golden", root ? root : "");
 	snprintf(probe, sizeof(probe), "%s/manifest.json", golden);
-	f = fopen(probe, "rb");
+	f = root && *root ? fopen(probe, "rb") : NULL;
 	if (!f) {
-		printf("no golden data at %s\n", golden);
-		return 77;
+		if (SS_TEST_SHARED) {
+			printf("skipped: needs SS_SHARED (golden t2-hf and t1-ss)\n");
+			return 77;
+		}
+		printf("no golden fixtures at %s\n", golden);
+		return 1;
 	}
 	fclose(f);
-	return cmocka_run_group_tests(tests, setup, teardown);
+	if (SS_TEST_SHARED) {
+		snprintf(models[1].dir, sizeof(models[1].dir), "%s/models/t2-hf", golden);
+		snprintf(models[2].dir, sizeof(models[2].dir), "%s/models/t1-ss", golden);
+		return cmocka_run_group_tests(shared, setup, teardown);
+	}
+	snprintf(models[0].dir, sizeof(models[0].dir), "%s/models/t1-hf", golden);
+	if (make_t2_shaped() != 0)
+		return 1;
+	rc = cmocka_run_group_tests(core, setup, teardown);
+	remove_t2_shaped();
+	return rc;
 }

@@ -5,8 +5,10 @@
  *
  * Golden values are checked against the raw file bytes at the offsets listed
  * in golden/manifest.json ("model_files"), read and widened here by code
- * independent of the loader. Golden tests are skipped when $SS_SHARED has no
- * golden/ directory; the rest always run.
+ * independent of the loader. Two programs from this file: test_model_load
+ * (golden t1-hf from $SS_FIXTURES, tests/fixtures; everything else) and
+ * test_shared_model_load (SS_TEST_SHARED: golden t1-ss and t2-hf, which only
+ * $SS_SHARED has; exits 77 without it).
  * ref: golden/README.md §2; safetensors "Format"; torch/serialization.py.
  */
 #include <stdarg.h>
@@ -19,6 +21,10 @@
 #include "pickle.h"
 #include "util/mkmodel.h"
 
+#ifndef SS_TEST_SHARED
+#define SS_TEST_SHARED 0
+#endif
+
 #include <archive.h>
 #include <archive_entry.h>
 #include <cJSON.h>
@@ -30,7 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char golden[4096];   /* $SS_SHARED/golden, or "" */
+static char golden[4096];   /* $SS_FIXTURES/golden (or $SS_SHARED/golden: SS_TEST_SHARED) */
 static char tmproot[4096];
 
 /* ---------------------------------------------------------------- helpers */
@@ -266,16 +272,9 @@ static void check_t1_config(const ss_model_config *c)
 	assert_int_equal(c->eos_token_id, 0);
 }
 
-static void skip_without_golden(void)
-{
-	if (!golden[0])
-		skip();
-}
-
 static void test_golden_t1_hf(void **state)
 {
 	(void)state;
-	skip_without_golden();
 	ss_model *m = load_ok(path2(golden, "models/t1-hf"), 0);
 	check_t1_config(&m->cfg);
 	assert_int_equal(m->cfg.vocab_size, 50288);
@@ -317,7 +316,6 @@ static const char *const t1_names[] = {
 static void test_golden_t1_ss(void **state)
 {
 	(void)state;
-	skip_without_golden();
 	ss_model *ss = load_ok(path2(golden, "models/t1-ss"), 0);
 	ss_model *hf = load_ok(path2(golden, "models/t1-hf"), 0);
 	check_t1_config(&ss->cfg);
@@ -341,7 +339,6 @@ static void test_golden_t1_ss(void **state)
 static void test_golden_t2_hf(void **state)
 {
 	(void)state;
-	skip_without_golden();
 	ss_model *m = load_ok(path2(golden, "models/t2-hf"), 0);
 	const ss_model_config *c = &m->cfg;
 	assert_int_equal(c->d_model, 96);
@@ -377,7 +374,6 @@ static void test_golden_t2_hf(void **state)
 static void test_golden_t1_ss_truncated(void **state)
 {
 	(void)state;
-	skip_without_golden();
 	const char *dir = newdir("t1-ss-trunc");
 	copy_file(path2(golden, "models/t1-ss/config.json"), path2(dir, "config.json"));
 	size_t n;
@@ -1086,14 +1082,18 @@ static void test_torch_zip(void **state)
 
 int main(void)
 {
-	const char *sh = getenv("SS_SHARED");
+	const char *root = getenv(SS_TEST_SHARED ? "SS_SHARED" : "SS_FIXTURES");
 	struct stat sb;
-	if (sh && snprintf(golden, sizeof golden, "%s/golden", sh) < (int)sizeof golden &&
-	    stat(path2(golden, "manifest.json"), &sb) == 0) {
-		/* golden available */
-	} else {
-		golden[0] = 0;
-		fprintf(stderr, "test_model_load: SS_SHARED/golden not found: golden tests skipped\n");
+	if (!SS_TEST_SHARED && (!root || !*root))
+		root = "tests/fixtures";
+	if (!root || !*root || snprintf(golden, sizeof golden, "%s/golden", root) >= (int)sizeof golden ||
+	    stat(path2(golden, "manifest.json"), &sb) != 0) {
+		if (SS_TEST_SHARED) {
+			printf("skipped: needs SS_SHARED (golden t1-ss and t2-hf)\n");
+			return 77;
+		}
+		printf("no golden fixtures at %s/golden\n", root ? root : "");
+		return 1;
 	}
 	const char *tmp = getenv("TMPDIR");
 	snprintf(tmproot, sizeof tmproot, "%s/ss-test-model-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -1101,11 +1101,13 @@ int main(void)
 		perror("mkdtemp");
 		return 1;
 	}
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_golden_t1_hf),
+	const struct CMUnitTest shared[] = {
 		cmocka_unit_test(test_golden_t1_ss),
 		cmocka_unit_test(test_golden_t2_hf),
 		cmocka_unit_test(test_golden_t1_ss_truncated),
+	};
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_golden_t1_hf),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_fingerprint_seed),
 		cmocka_unit_test(test_bad_safetensors),
@@ -1117,7 +1119,8 @@ int main(void)
 		cmocka_unit_test(test_pickle_in_model_dir),
 		cmocka_unit_test(test_torch_zip),
 	};
-	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	int rc = SS_TEST_SHARED ? cmocka_run_group_tests(shared, NULL, NULL)
+	                        : cmocka_run_group_tests(tests, NULL, NULL);
 	nftw(tmproot, rm1, 16, FTW_DEPTH | FTW_PHYS);
 	return rc;
 }

@@ -617,7 +617,7 @@ static void write_golden(const char *top, int32_t *toks, float *conv, float *ssm
 static void test_golden_streams(void **ctx)
 {
 	(void)ctx;
-	const char *top = getenv("SS_TOP"), *shared = getenv("SS_SHARED");
+	const char *top = getenv("SS_TOP"), *shared = getenv("SS_FIXTURES");
 	if (!top || !shared)
 		skip();
 	char p[1024], err[SS_ERRMSG_MAX];

@@ -6,20 +6,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
-
-const char *mcli_model_dir(const char *opt, const char *usage)
-{
-	if (opt && *opt)
-		return opt;
-	const char *env = getenv("SS_MODEL");
-	if (env && *env)
-		return env;
-	cli_usage(usage, "no model: use --model DIR or set SS_MODEL");
-}
 
 ss_model *mcli_load_model(const char *dir, unsigned flags)
 {
@@ -51,38 +40,6 @@ int mcli_threads_default(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n < 1 ? 1 : n > 256 ? 256 : (int)n;
-}
-
-static int readable(const char *path)
-{
-	return access(path, R_OK) == 0;
-}
-
-ss_tokenizer *mcli_tokenizer(const char *opt, const char *model_dir)
-{
-	char buf[4096];
-	const char *path = opt;
-	if (!path || !*path)
-		path = getenv("SS_TOKENIZER");
-	if ((!path || !*path) && model_dir) {
-		snprintf(buf, sizeof buf, "%s/tokenizer.json", model_dir);
-		if (readable(buf))
-			path = buf;
-	}
-	if ((!path || !*path) && getenv("SS_SHARED")) {
-		snprintf(buf, sizeof buf, "%s/data/tokenizer/gpt-neox-20b_tokenizer.json",
-			 getenv("SS_SHARED"));
-		if (readable(buf))
-			path = buf;
-	}
-	if (!path || !*path)
-		cli_die("no tokenizer found: use --tokenizer FILE (or set SS_TOKENIZER)");
-	ss_tokenizer *tok;
-	char err[SS_ERRMSG_MAX] = "";
-	int rc = ss_tokenizer_load(&tok, path, err);
-	if (rc)
-		cli_die("%s: %s", path, err[0] ? err : ss_strerror(rc));
-	return tok;
 }
 
 int32_t *mcli_parse_ids(const char *opt, const char *s, size_t *n, const char *usage)

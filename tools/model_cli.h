@@ -1,7 +1,7 @@
 /*
  * model_cli.h — what the model-running tools (ss-encode, ss-decode,
- * ss-score) share: finding and loading the model, checking a state against
- * it, finding the tokenizer, reading states, parsing id lists. Every function
+ * ss-score) share: loading the model (found by defaults.h), checking a state
+ * against it, reading states, parsing id lists. Every function
  * here reports through cli.h and exits on failure: callers get valid results
  * or never return.
  */
@@ -11,10 +11,6 @@
 #include <stdio.h>
 
 #include "ss.h"
-
-/* The model directory: `opt` (from --model) or $SS_MODEL; a usage error
- * (exit 2) when neither is set. */
-const char *mcli_model_dir(const char *opt, const char *usage);
 
 /* Loads the model at dir with SS_MODEL_* flags; "prog: <loader message>",
  * exit 1, on failure. */
@@ -37,12 +33,6 @@ ss_forward_ctx *mcli_forward_ctx(const ss_model *m, const char *model_dir, ss_de
 
 /* Default threads: online cores (at least 1). */
 int mcli_threads_default(void);
-
-/* Loads the tokenizer: `opt` (--tokenizer), else $SS_TOKENIZER, else
- * MODEL_DIR/tokenizer.json when present, else
- * $SS_SHARED/data/tokenizer/gpt-neox-20b_tokenizer.json when present.
- * Dies with a hint to use --tokenizer when none is found or it fails. */
-ss_tokenizer *mcli_tokenizer(const char *opt, const char *model_dir);
 
 /* Parses "1,2,3" (commas and/or blanks) into a malloc'd id array (*n may be
  * 0, then NULL is returned). Usage error naming `opt` on anything else. */

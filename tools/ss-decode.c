@@ -9,12 +9,13 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "defaults.h"
 #include "model_cli.h"
 #include "ss.h"
 #include "ss_sample.h"
 
 static const char *usage =
-	"ss-decode --model DIR [--state FILE | --no-state]\n"
+	"ss-decode [--model DIR] [--state FILE | --no-state]\n"
 	"                 [--prompt TEXT | --prompt-file FILE | --prompt-tokens IDS]\n"
 	"                 [--greedy | --temperature T [--top-k K] [--top-p P] [--seed S]]\n"
 	"                 [--max-tokens N] [--ignore-eos] [--ids] [--jsonl] [--tokenizer FILE]\n"
@@ -26,7 +27,7 @@ static void help(void)
 	printf("usage: %s\n\n"
 	       "Start from a state, feed a prompt, and generate tokens, writing each one's\n"
 	       "text to stdout as soon as it is produced (then a newline).\n\n"
-	       "  --model DIR          model directory; or $SS_MODEL\n"
+	       "  --model DIR          model directory (default: see Defaults)\n"
 	       "  --state FILE         state stream to start from ('-' = stdin); one output\n"
 	       "                       per state. Default: stdin when it is not a terminal\n"
 	       "                       (the zero state if it is empty), else the zero state\n"
@@ -47,15 +48,15 @@ static void help(void)
 	       "  --ids                print token ids (space-separated) instead of text\n"
 	       "  --jsonl              one JSON line per state: {\"id\", \"text\", \"tokens\"}\n"
 	       "                       (no \"text\" with --ids)\n"
-	       "  --tokenizer FILE     tokenizer.json (default: $SS_TOKENIZER,\n"
-	       "                       DIR/tokenizer.json, $SS_SHARED's GPT-NeoX tokenizer)\n"
+	       "  --tokenizer FILE     tokenizer.json (default: see Defaults)\n"
 	       "  --threads N          threads (default: online cores)\n"
 	       "  --device D           cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
 	       "                       CUDA plugin finds one, else the CPU)\n"
 	       "  -o FILE              output file (replaced only on success)\n"
 	       "  -q, -v               quieter; more verbose (-v: tokens/s at the end)\n"
-	       "  -h, --help           this help;  -V, --version  the version\n",
+	       "  -h, --help           this help;  -V, --version  the version\n\n",
 	       usage);
+	cli_defaults_help();
 	exit(0);
 }
 
@@ -152,7 +153,7 @@ int main(int argc, char **argv)
 		cli_usage(usage, "the states and the prompt cannot both come from stdin");
 	if (!threads)
 		threads = mcli_threads_default();
-	const char *model_dir = mcli_model_dir(model_opt, usage);
+	const char *model_dir = cli_model_dir(model_opt, usage);
 	ss_device *dev = mcli_device(device_opt, usage);
 
 	size_t np = 0;
@@ -163,7 +164,7 @@ int main(int argc, char **argv)
 	ss_model *m = mcli_load_model(model_dir, 0);
 	ss_tokenizer *tok = NULL;
 	if (!prompt_ids || !ids_out)
-		tok = mcli_tokenizer(tok_path, model_dir);
+		tok = cli_tokenizer(tok_path, model_dir);
 	if (!prompt_ids) {
 		size_t len;
 		char *text = prompt ? strdup(prompt) : mcli_read_file(prompt_file, &len);

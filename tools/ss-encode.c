@@ -11,11 +11,12 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "defaults.h"
 #include "model_cli.h"
 #include "ss.h"
 
 static const char *usage =
-	"ss-encode --model DIR [--device D] [--threads N] [--state-dtype f32|f16|bf16] [--batch N]\n"
+	"ss-encode [--model DIR] [--device D] [--threads N] [--state-dtype f32|f16|bf16] [--batch N]\n"
 	"                 [--concat [--id ID]] [--from-state FILE] [--text [--tokenizer FILE]]\n"
 	"                 [--shard I/N] [--ids FILE] [-o FILE] [-q|-v] [FILE...]";
 
@@ -26,7 +27,8 @@ static void help(void)
 	       "Run each document of the token streams (stdin when no FILE or '-') through a\n"
 	       "Mamba-2 model and write its final state (ssm, conv, logdecay of every layer)\n"
 	       "as one record of a state stream, in input order.\n\n"
-	       "  --model DIR          model directory (config.json + weights); or $SS_MODEL\n"
+	       "  --model DIR          model directory: config.json + weights (default: see\n"
+	       "                       Defaults)\n"
 	       "  --threads N          threads (default: online cores)\n"
 	       "  --device D           cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
 	       "                       CUDA plugin finds one, else the CPU)\n"
@@ -40,8 +42,7 @@ static void help(void)
 	       "                       first state in FILE instead of the zero state\n"
 	       "  --text               inputs are UTF-8 text, one document per line (empty\n"
 	       "                       lines skipped), id \"FILE:LINE\"\n"
-	       "  --tokenizer FILE     tokenizer.json for --text (default: $SS_TOKENIZER,\n"
-	       "                       DIR/tokenizer.json, $SS_SHARED's GPT-NeoX tokenizer)\n"
+	       "  --tokenizer FILE     tokenizer.json for --text (default: see Defaults)\n"
 	       "  --shard I/N          encode only the documents whose 0-based number i,\n"
 	       "                       counted over all inputs, has i %% N == I: shard I of\n"
 	       "                       a round-robin split in N (0 <= I < N)\n"
@@ -55,8 +56,10 @@ static void help(void)
 	       "  -q, -v               quieter; more verbose (progress and a summary)\n"
 	       "  -h, --help           this help;  -V, --version  the version\n\n"
 	       "A document with no tokens gets the starting state (zero) with n_tokens 0.\n"
-	       "-v ends with a summary: documents, tokens, seconds spent encoding.\n",
+	       "-v ends with a summary: documents, tokens, and the seconds spent reading\n"
+	       "the inputs, encoding and writing (not loading the model).\n\n",
 	       usage);
+	cli_defaults_help();
 	exit(0);
 }
 
@@ -459,7 +462,7 @@ int main(int argc, char **argv)
 		cli_usage(usage, "--id needs --concat");
 	if (tok_path && !text)
 		cli_usage(usage, "--tokenizer needs --text");
-	const char *model_dir = mcli_model_dir(model_opt, usage);
+	const char *model_dir = cli_model_dir(model_opt, usage);
 	if (!threads)
 		threads = mcli_threads_default();
 	ss_device *dev = mcli_device(device_opt, usage);
@@ -478,18 +481,9 @@ int main(int argc, char **argv)
 	ss_model *m = mcli_load_model(model_dir, SS_MODEL_SKIP_LM_HEAD);
 	in.vocab = mcli_vocab(m);
 	if (text)
-		in.tok = mcli_tokenizer(tok_path, model_dir);
+		in.tok = cli_tokenizer(tok_path, model_dir);
 	ss_state_dims dims;
 	ss_model_state_dims(m, &dims);
-
-	ss_state base = { 0 }, *basep = NULL;
-	if (from_path) {
-		mcli_states src;
-		mcli_states_open(&src, from_path, 0);
-		mcli_states_next(&src, m, model_dir, &base);
-		mcli_states_close(&src);
-		basep = &base;
-	}
 
 	char err[SS_ERRMSG_MAX] = "";
 	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, threads);
@@ -507,12 +501,22 @@ int main(int argc, char **argv)
 		if (ss_state_alloc(&st[i], &dims))
 			cli_die("out of memory (state of %d documents)", nst);
 
+	/* The clock covers reading the inputs (the starting state, the documents),
+	 * encoding and writing, as ss-compose's covers reading, composing and
+	 * writing; not loading the model or setting up the device. */
+	double t0 = cli_now();
+	ss_state base = { 0 }, *basep = NULL;
+	if (from_path) {
+		mcli_states src;
+		mcli_states_open(&src, from_path, 0);
+		mcli_states_next(&src, m, model_dir, &base);
+		mcli_states_close(&src);
+		basep = &base;
+	}
 	if (sel.ids_path) {
 		selection_load(&sel);
 		selection_gather(&in, &sel);
 	}
-	/* The clock covers encoding only: with --ids the inputs were read above. */
-	double t0 = cli_now();
 	long long n_docs = 0, n_tok = 0;
 	char *cid = NULL;
 	size_t cid_len = 0, cid_cap = 0;

@@ -14,15 +14,16 @@
 #include <string.h>
 
 #include "cli.h"
+#include "defaults.h"
 #include "model_cli.h"
 #include "ss.h"
 #include "ss_eval.h"
 
 static const char *usage =
-	"ss-eval wikitext --model DIR --index DB --tokens FILE [--passages N] [--min-tokens N]\n"
+	"ss-eval wikitext [--model DIR] --index DB --tokens FILE [--passages N] [--min-tokens N]\n"
 	"               [--kmax K] [--methods LIST] [--seed S] [--per-passage FILE]\n"
 	"               [--threads N] [-o FILE] [-q|-v]\n"
-	"       ss-eval attribution --model DIR --qa FILE [--queries N] [--exactly-one]\n"
+	"       ss-eval attribution [--model DIR] --qa FILE [--queries N] [--exactly-one]\n"
 	"               [--methods LIST] [--per-query FILE] [--tokenizer FILE]\n"
 	"               [--threads N] [-o FILE] [-q|-v]";
 
@@ -51,7 +52,7 @@ static void help(void)
 	       "  from one passage's state) and Leave-One-Out per method (highest answer NLL\n"
 	       "  without the passage). Writes the TSV method, n, correct, precision,\n"
 	       "  mean_time_ms (rows: chance, loi, loo-METHOD...).\n\n"
-	       "  --model DIR         model directory; or $SS_MODEL\n"
+	       "  --model DIR         model directory (default: see Defaults)\n"
 	       "  --index DB          wikitext: the index (ss-retrieve build) of the halves\n"
 	       "  --tokens FILE       wikitext: the token stream of the halves\n"
 	       "  --passages N        wikitext: passages sampled (default %d; 0 = all)\n"
@@ -65,8 +66,7 @@ static void help(void)
 	       "  --exactly-one       attribution: only queries with one selected passage\n"
 	       "  --per-query FILE    attribution: also write query_id, method, pick,\n"
 	       "                      correct, n_passages\n"
-	       "  --tokenizer FILE    attribution: tokenizer.json (default: $SS_TOKENIZER,\n"
-	       "                      DIR/tokenizer.json, $SS_SHARED's GPT-NeoX tokenizer)\n"
+	       "  --tokenizer FILE    attribution: tokenizer.json (default: see Defaults)\n"
 	       "  --methods LIST      comma-separated methods (default: all; wikitext:\n"
 	       "                      naive,concat,soup,caso,picaso-s,picaso-r,piconcat-r;\n"
 	       "                      attribution Leave-One-Out: concat,soup,caso,picaso-r,\n"
@@ -74,8 +74,9 @@ static void help(void)
 	       "  --threads N         threads (default: online cores)\n"
 	       "  -o FILE             output TSV (replaced only on success; default stdout)\n"
 	       "  -q, -v              quieter; more verbose (progress and a summary)\n"
-	       "  -h, --help          this help;  -V, --version  the version\n",
+	       "  -h, --help          this help;  -V, --version  the version\n\n",
 	       usage, PASSAGES_DEFAULT, MIN_TOKENS_DEFAULT, KMAX_DEFAULT);
+	cli_defaults_help();
 	exit(0);
 }
 
@@ -577,7 +578,7 @@ static void attribution(void)
 {
 	char err[SS_ERRMSG_MAX] = "";
 	double t_start = cli_now();
-	ss_tokenizer *tok = mcli_tokenizer(opt.tok_path, opt.model_dir);
+	ss_tokenizer *tok = cli_tokenizer(opt.tok_path, opt.model_dir);
 	size_t nq, n_total;
 	int maxp;
 	qa_item *items = read_qa(tok, &nq, &n_total, &maxp);
@@ -795,7 +796,7 @@ int main(int argc, char **argv)
 		parse_methods("concat,soup,caso,picaso-r,picaso-s");
 	if (!opt.threads)
 		opt.threads = mcli_threads_default();
-	opt.model_dir = mcli_model_dir(model_opt, usage);
+	opt.model_dir = cli_model_dir(model_opt, usage);
 
 	model = mcli_load_model(opt.model_dir, 0);
 	char err[SS_ERRMSG_MAX] = "";

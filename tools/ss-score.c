@@ -10,12 +10,13 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "defaults.h"
 #include "model_cli.h"
 #include "ss.h"
 #include "ss_sample.h"
 
 static const char *usage =
-	"ss-score --model DIR [--state FILE | --no-state]\n"
+	"ss-score [--model DIR] [--state FILE | --no-state]\n"
 	"                [--query TEXT --continuation TEXT | --query-tokens IDS --continuation-tokens IDS\n"
 	"                 | --pairs FILE] [--per-token] [--tokenizer FILE] [--device D]\n"
 	"                 [--threads N] [-o FILE] [-q|-v]";
@@ -28,7 +29,7 @@ static void help(void)
 	       "log-likelihood (nats/token) of the continuation's tokens, each predicted from\n"
 	       "the state, the query and the continuation tokens before it. One JSON line per\n"
 	       "state and pair: {\"id\", \"state\", \"nll\", \"n_tokens\", \"ppl\", \"sum_nll\"}.\n\n"
-	       "  --model DIR            model directory; or $SS_MODEL\n"
+	       "  --model DIR            model directory (default: see Defaults)\n"
 	       "  --state FILE           state stream to start from ('-' = stdin); every\n"
 	       "                         state scores every pair. Default: stdin when it is\n"
 	       "                         not a terminal and the pairs do not come from it\n"
@@ -42,8 +43,7 @@ static void help(void)
 	       "                         \"query_tokens\"/\"continuation_tokens\" arrays);\n"
 	       "                         '-' = stdin, the default when no pair is given\n"
 	       "  --per-token            add \"per_token\": the NLL of each continuation token\n"
-	       "  --tokenizer FILE       tokenizer.json (default: $SS_TOKENIZER,\n"
-	       "                         DIR/tokenizer.json, $SS_SHARED's GPT-NeoX tokenizer)\n"
+	       "  --tokenizer FILE       tokenizer.json (default: see Defaults)\n"
 	       "  --threads N            threads (default: online cores)\n"
 	       "  --device D             cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
 	       "                         CUDA plugin finds one, else the CPU)\n"
@@ -53,8 +53,9 @@ static void help(void)
 	       "Query and continuation are tokenized separately and their ids concatenated.\n"
 	       "The query must not be empty: the first continuation token is predicted from\n"
 	       "the logits at the query's last token (a stored state carries no logits).\n"
-	       "Probabilities are a softmax over all vocab_padded logits.\n",
+	       "Probabilities are a softmax over all vocab_padded logits.\n\n",
 	       usage);
+	cli_defaults_help();
 	exit(0);
 }
 
@@ -79,7 +80,7 @@ static int32_t *pair_ids(scorer *sc, const char *text, size_t len, size_t *n, co
 {
 	char err[SS_ERRMSG_MAX] = "";
 	if (!sc->tok)
-		sc->tok = mcli_tokenizer(sc->tok_path, sc->model_dir);
+		sc->tok = cli_tokenizer(sc->tok_path, sc->model_dir);
 	int32_t *ids;
 	int rc = ss_tokenizer_encode(sc->tok, text, len, &ids, n, err);
 	if (rc)
@@ -338,7 +339,7 @@ int main(int argc, char **argv)
 		cli_usage(usage, "the states and the pairs cannot both come from stdin");
 	if (!threads)
 		threads = mcli_threads_default();
-	sc.model_dir = mcli_model_dir(model_opt, usage);
+	sc.model_dir = cli_model_dir(model_opt, usage);
 	ss_device *dev = mcli_device(device_opt, usage);
 
 	/* Parse inline token lists before the (slow) model load: usage errors first. */

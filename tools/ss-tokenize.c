@@ -17,12 +17,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "defaults.h"
 #include "ss.h"
 
-#ifndef SS_TOKENIZER_DEFAULT
-#define SS_TOKENIZER_DEFAULT "/usr/local/share/ss/gpt-neox-20b_tokenizer.json"
-#endif
-#define TOKENIZER_REL "shared/data/tokenizer/gpt-neox-20b_tokenizer.json"
 #define PEEK 512
 
 static const char *usage =
@@ -70,17 +67,14 @@ static void help(void)
 	       "                   line (chunks of a document joined), or concatenated with\n"
 	       "                   --whole\n"
 	       "  -t, --tokenizer FILE\n"
-	       "                   tokenizer.json (default: $SS_TOKENIZER, else\n"
-	       "                   $SS_SHARED/data/tokenizer/gpt-neox-20b_tokenizer.json, else\n"
-	       "                   " TOKENIZER_REL "\n"
-	       "                   in the nearest directory above this program, else\n"
-	       "                   " SS_TOKENIZER_DEFAULT ")\n"
+	       "                   tokenizer.json (default: see Defaults below)\n"
 	       "  -o, --output FILE  write to FILE (replaced only on success), not stdout\n"
 	       "  -l, --level N    zstd level of the stream (1..19, default %d)\n"
 	       "  -q, -v           quieter, more verbose (-v: a summary at the end)\n"
 	       "  -h, --help       this help;  -V, --version  the version\n\n"
-	       "Invalid UTF-8 is an error naming the document and byte offset (exit 1).\n",
+	       "Invalid UTF-8 is an error naming the document and byte offset (exit 1).\n\n",
 	       usage, SS_ZSTD_LEVEL_DEFAULT);
+	cli_defaults_help();
 	exit(0);
 }
 
@@ -580,47 +574,6 @@ static void decode_finish(void)
 	prev_id = NULL;
 }
 
-/* -------------------------------------------------------------- tokenizer */
-
-static int readable(const char *p)
-{
-	return access(p, R_OK) == 0;
-}
-
-/* Option > $SS_TOKENIZER > $SS_SHARED/data/tokenizer/... > TOKENIZER_REL in
- * the nearest directory above the executable > SS_TOKENIZER_DEFAULT. The
- * first two are taken as given; the others only when they exist. */
-static const char *find_tokenizer(const char *given, char *buf, size_t cap)
-{
-	if (given)
-		return given;
-	const char *env = getenv("SS_TOKENIZER");
-	if (env && *env)
-		return env;
-	env = getenv("SS_SHARED");
-	if (env && *env) {
-		snprintf(buf, cap, "%s/data/tokenizer/gpt-neox-20b_tokenizer.json", env);
-		if (readable(buf))
-			return buf;
-	}
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (n > 0) {
-		exe[n] = 0;
-		char *slash;
-		while ((slash = strrchr(exe, '/')) != NULL) {
-			*slash = 0;
-			snprintf(buf, cap, "%s/" TOKENIZER_REL, exe);
-			if (readable(buf))
-				return buf;
-		}
-	}
-	if (readable(SS_TOKENIZER_DEFAULT))
-		return SS_TOKENIZER_DEFAULT;
-	cli_die("no tokenizer.json found: give -t FILE or set SS_TOKENIZER (looked in $SS_SHARED, "
-	        "above the program for " TOKENIZER_REL ", and " SS_TOKENIZER_DEFAULT ")");
-}
-
 int main(int argc, char **argv)
 {
 	cli_init("ss-tokenize");
@@ -669,10 +622,7 @@ int main(int argc, char **argv)
 	if (opt.whole && opt.format == IN_JSONL)
 		cli_usage(usage, "--whole and --jsonl exclude each other");
 
-	char tbuf[PATH_MAX + 64], err[SS_ERRMSG_MAX];
-	tpath = find_tokenizer(tpath, tbuf, sizeof tbuf);
-	if (ss_tokenizer_load(&tok, tpath, err))
-		cli_die("%s: %s", tpath, err);
+	tok = cli_tokenizer(tpath, cli_model_dir(NULL, NULL));
 
 	open_output();
 	double t0 = cli_now();

@@ -4,10 +4,10 @@
 # one whole encode, the index answers queries, a deleted or interrupted shard (a leftover
 # temporary file) is redone alone, changing SHARDS redoes all — and the Slurm scripts run by
 # hand (shard.sbatch, index.sbatch) and submitted through a stand-in sbatch (submit.sh).
-# Run by tests/run from the repo root (SS_SHARED, SS_TOP, PATH with build/bin).
+# Run by tests/run from the repo root (SS_FIXTURES, SS_TOP, PATH with build/bin).
 set -eu
 LC_ALL=C; export LC_ALL
-T1=$SS_SHARED/golden/models/t1-hf
+T1=$SS_FIXTURES/golden/models/t1-hf
 MK="make --no-print-directory -s -f $SS_TOP/pipelines/corpus.mk"
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
@@ -44,7 +44,7 @@ same() {
 mtime() { stat -c %y "$1"; }
 
 # The corpus: text (one document per line), JSONL, and a tar of two files.
-head -n 40 "$SS_SHARED/data/corpora/wikitext-2-raw.test.hf-crlf.raw" >wiki.txt
+head -n 40 "$SS_TOP/data/wikitext-2-raw.test.hf-crlf.raw" >wiki.txt
 printf '%s\n' '{"id": "j1", "text": "Zanzibar spice markets sell cloves and nutmeg."}' \
 	'{"id": "j2", "text": "The quokka is a small marsupial of Western Australia."}' >docs.jsonl
 mkdir tree

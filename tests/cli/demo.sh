@@ -2,15 +2,17 @@
 # The main job (pipelines/demo.sh) on a small sample of WikiText with the t1 model: it builds the
 # database and prints, for each query, the k = 5 retrieved ids with scores, a non-empty
 # continuation from the PICASO-R state, and the compose and concat times (3 significant figures);
-# MODEL, DOCS, QUERIES, OUT are honoured. Run by tests/run from the repo root.
+# Concat starts from the least relevant chunk's stored state (PICASO §6.2) and gives the state of
+# the retrieved chunks concatenated; MODEL, DOCS, QUERIES, OUT are honoured. Run by tests/run
+# from the repo root.
 set -eu
 LC_ALL=C; export LC_ALL # the continuations of a random model are not always valid UTF-8
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 fail() { echo "FAIL: $*" >&2; sed 's/^/    | /' "$d/out" >&2; exit 1; }
-head -n 60 "$SS_SHARED/data/corpora/wikitext-2-raw.test.hf-crlf.raw" >"$d/wiki.txt"
+head -n 60 "$SS_TOP/data/wikitext-2-raw.test.hf-crlf.raw" >"$d/wiki.txt"
 printf '%s\n' 'Robert Boulter starred in a television series' '' 'Du Fu wrote poems' >"$d/queries"
-OUT=$d/out.d DOCS=$d/wiki.txt MODEL=$SS_SHARED/golden/models/t1-hf QUERIES=$d/queries \
+OUT=$d/out.d DOCS=$d/wiki.txt MODEL=$SS_FIXTURES/golden/models/t1-hf QUERIES=$d/queries \
 	REPEAT=1 MAX_TOKENS=8 sh "$SS_TOP/pipelines/demo.sh" >"$d/out" 2>"$d/err" ||
 	{ cat "$d/err" >&2; fail "demo.sh failed"; }
 [ ! -s "$d/err" ] || { cat "$d/err" >&2; fail "demo.sh wrote to stderr"; }
@@ -31,11 +33,26 @@ grep -A 7 '^query 1' "$o" | grep -q 'score.*wiki.txt:[2-9]#0$' || fail "Boulter 
 # Times: 3 significant figures (%#.3g: 1.23, 0.0123, 1.23e-05).
 sig3='\([1-9]\.[0-9][0-9]\|0\.0*[1-9][0-9][0-9]\|[1-9][0-9]\.[0-9]\|[1-9][0-9][0-9]\.\?\|[1-9]\.[0-9][0-9]e[-+][0-9]*\)'
 [ "$(grep -c "^  time: compose $sig3 s (ss-compose --mode picaso-r, 5 states)$" "$o")" -eq 2 ] || fail "compose time"
-[ "$(grep -c "^        concat  $sig3 s (ss-encode --concat, 5 chunks, [0-9]* tokens)$" "$o")" -eq 2 ] || fail "concat time"
+[ "$(grep -c "^        concat  $sig3 s (ss-encode --from-state --concat: 1 state + 4 chunks, [0-9]* tokens)$" "$o")" -eq 2 ] || fail "concat time"
 [ "$(grep -c "^        compose is $sig3 x faster$" "$o")" -eq 2 ] || fail "ratio"
 grep -q "^mean over 2 queries (best of 1 runs each): compose $sig3 s, concat $sig3 s$" "$o" || fail "mean"
 grep -q "^PICASO-R composition is $sig3 x faster than re-encoding the concatenation$" "$o" || fail "summary"
-# The concat state re-encodes exactly the retrieved chunks, in retrieval order.
+# The concat state re-encodes exactly the retrieved chunks but the first, in retrieval order,
+# from the first one's stored state: it equals encoding all of them from zero.
 cut -f 2 "$d/out.d/q1/retrieved.tsv" | paste -sd, >"$d/want"
 ss-cat --meta "$d/out.d/q1/concat.state" | grep -qF "\"id\":\"concat($(cat "$d/want"))\"" || fail "concat state id"
+[ "$(ss-cat --meta "$d/out.d/q1/rest.tokens" | wc -l)" -eq 4 ] || fail "rest.tokens: not 4 chunks"
+ss-encode --model "$SS_FIXTURES/golden/models/t1-hf" --concat --ids "$d/out.d/q1/ids" "$d/out.d/corpus.tokens" |
+	ss-cat --full | sed 's/"id":"[^"]*",//' >"$d/scratch.json"
+ss-cat --full "$d/out.d/q1/concat.state" | sed 's/"id":"[^"]*",//' >"$d/stored.json"
+python3 - "$d/scratch.json" "$d/stored.json" <<'PYEOF' || fail "Concat from the stored state differs from the concatenation encoded from zero"
+import json, sys
+a, b = (json.loads(open(f).readline()) for f in sys.argv[1:3])
+for k in ("ssm", "conv", "logdecay"):
+    x, y = a[k]["data"] if isinstance(a[k], dict) else a[k], b[k]["data"] if isinstance(b[k], dict) else b[k]
+    flat = lambda v: [w for u in v for w in flat(u)] if isinstance(v, list) else [v]
+    fx, fy = flat(x), flat(y)
+    assert len(fx) == len(fy) and max(abs(p - q) for p, q in zip(fx, fy)) <= 1e-5 + 1e-5 * max(map(abs, fy)), k
+assert a["n_tokens"] == b["n_tokens"]
+PYEOF
 echo ok

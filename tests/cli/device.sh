@@ -3,7 +3,7 @@
 # back to the CPU silently with identical output, and cuda fails in one line.
 # Run by tests/run from the repo root.
 set -eu
-G=$SS_SHARED/golden
+G=$SS_FIXTURES/golden
 T1=$G/models/t1-hf
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT

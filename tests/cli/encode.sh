@@ -1,8 +1,9 @@
 # ss-encode against the independent golden states (golden/README.md: llama.cpp
 # final conv/ssm, numpy logdecay), batching, --concat, --from-state,
-# --state-dtype, --text, and bad input. Run by tests/run from the repo root.
+# --state-dtype, --text, the default model, and bad input. Run by tests/run
+# from the repo root. The t1-ss and t2 cases are in cli/shared.sh.
 set -eu
-G=$SS_SHARED/golden
+G=$SS_FIXTURES/golden
 T1=$G/models/t1-hf
 PY="python3 $SS_TOP/tests/cli/golden.py"
 d=$(mktemp -d)
@@ -17,7 +18,7 @@ expect() {
 	if [ "$code" -eq 1 ]; then [ "$(wc -l <"$d/err")" -eq 1 ] || { cat "$d/err" >&2; fail "$*: not one line"; }; fi
 }
 
-# c3 (297 tokens) from the zero state, both checkpoint layouts.
+# c3 (297 tokens) from the zero state.
 ss-tokenize -q --whole "$G/t1/c3/text.txt" >"$d/c3.tok"
 ss-cat --full "$d/c3.tok" >"$d/c3.tok.json"
 $PY tokens-eq "$d/c3.tok.json" "$G/t1/c3/tokens.i32"
@@ -25,11 +26,13 @@ ss-encode --model "$T1" --threads 2 "$d/c3.tok" >"$d/c3.st"
 ss-cat --full "$d/c3.st" >"$d/c3.json"
 $PY state-eq "$d/c3.json" 0 "$G/t1/c3/ssm.f32" "$G/t1/c3/conv.f32" "$G/t1/c3/logdecay.f32"
 [ "$($PY json-get "$d/c3.json" n_tokens)" = 297 ] || fail "n_tokens"
-SS_MODEL=$G/models/t1-ss ss-encode --threads 1 <"$d/c3.tok" | ss-cat --full >"$d/c3ss.json"
-$PY state-eq "$d/c3ss.json" 0 "$G/t1/c3/ssm.f32" "$G/t1/c3/conv.f32" "$G/t1/c3/logdecay.f32"
-# Both layouts are the same weights: the same fingerprint.
-[ "$($PY json-get "$d/c3.json" fingerprint)" = "$($PY json-get "$d/c3ss.json" fingerprint)" ] ||
-	fail "t1-hf and t1-ss fingerprints differ"
+# $SS_MODEL, and with neither it nor --model the default model (data/model, the t1 weights for
+# now) of the source tree this program was built in.
+SS_MODEL=$T1 ss-encode --threads 1 <"$d/c3.tok" | ss-cat --full >"$d/c3env.json"
+$PY state-eq "$d/c3env.json" 0 "$G/t1/c3/ssm.f32" "$G/t1/c3/conv.f32" "$G/t1/c3/logdecay.f32"
+env -u SS_MODEL ss-encode --threads 1 <"$d/c3.tok" | ss-cat --full >"$d/c3def.json"
+[ "$($PY json-get "$d/c3.json" fingerprint)" = "$($PY json-get "$d/c3def.json" fingerprint)" ] ||
+	fail "the default model is not data/model"
 
 # Several documents, batched or not, each equal to its own golden state;
 # c4 (682 tokens) crosses a 512-token micro-batch.
@@ -85,13 +88,14 @@ if command -v zstd >/dev/null 2>&1; then
 	ss-encode --model "$T1" "$d/empty.tok" | ss-cat >"$d/empty.json"
 	[ "$($PY json-get "$d/empty.json" n_tokens)" = 0 ] || fail "empty n_tokens"
 	$PY json-get "$d/empty.json" ssm | grep -q '"min": 0, "max": 0,' || fail "empty document: ssm not zero"
-	$PY tokens-msgpack "$d/big.mp" big 5 50277 && zstd -q "$d/big.mp" -o "$d/big.tok"
-	expect 1 'big.tok: record 0.*"big".*50277' ss-encode --model "$G/models/t1-ss" "$d/big.tok"
+	$PY tokens-msgpack "$d/big.mp" big 5 50288 && zstd -q "$d/big.mp" -o "$d/big.tok"
+	expect 1 'big.tok: record 0.*"big".*50288' ss-encode --model "$T1" "$d/big.tok"
 	rm -f "$d/e.mp" "$d/big.mp"
 fi
 
-# Bad input.
-ss-tokenize -q --whole "$G/t2/c2/text.txt" | ss-encode --model "$G/models/t2-hf" >"$d/t2.st"
+# Bad input. A state of another model: a generated one of t2's shape.
+"$SS_TOP/$SS_BUILD/bench/mkmodel" "$d/t2" --preset t2 --dtype bf16 >/dev/null
+ss-tokenize -q --whole "$G/t1/c2/text.txt" | ss-encode --model "$d/t2" >"$d/t2.st"
 fp=$($PY json-get "$d/c3.json" fingerprint | tr -d '"')
 expect 1 "t2.st: .*another model.*$fp" ss-encode --model "$T1" --from-state "$d/t2.st" "$d/b.tok"
 head -c 3000 "$d/c3.st" >"$d/trunc.st"
@@ -100,11 +104,19 @@ head -c 100 "$d/many.tok" >"$d/trunc.tok"
 cat "$d/c3.tok" "$d/trunc.tok" >"$d/trunc2.tok"
 expect 1 "trunc2.tok: record 1.*offset" ss-encode --model "$T1" -o "$d/o.st" "$d/trunc2.tok"
 [ ! -e "$d/o.st" ] || fail "output left behind after a failed run"
-[ -z "$(ls "$d" | grep -v '\.\(tok\|st\|json\|txt\)$' | grep -v '^out$\|^err$' || true)" ] || fail "temporary file left behind: $(ls "$d")"
+[ -z "$(ls "$d" | grep -v '\.\(tok\|st\|json\|txt\)$' | grep -v '^out$\|^err$\|^t2$' || true)" ] || fail "temporary file left behind: $(ls "$d")"
 expect 1 "nonexistent" ss-encode --model "$d/nonexistent" "$d/c3.tok"
 expect 1 "not a token record" ss-encode --model "$T1" "$d/c3.st"
 expect 2 "usage:" ss-encode --model "$T1" --bogus
 expect 2 "state-dtype" ss-encode --model "$T1" --state-dtype f64
-expect 2 "no model" env -u SS_MODEL ss-encode "$d/c3.tok"
+# No model anywhere: the program copied out of its build tree (unless a default model is
+# installed in the DATADIR its --help names).
+cp "$(command -v ss-encode)" "$d/ss-encode"
+datadir=$(ss-encode --help | sed -n 's|^  model      --model DIR, \$SS_MODEL, \(.*\)/model,$|\1|p')
+[ -n "$datadir" ] || fail "--help does not state the model lookup"
+if [ ! -e "$datadir/model/config.json" ]; then
+	expect 2 "no model: use --model DIR or set SS_MODEL" env -u SS_MODEL "$d/ss-encode" "$d/c3.tok"
+fi
+rm -f "$d/ss-encode"
 ss-encode --help | grep -q "^usage: ss-encode" || fail "--help"
 echo ok

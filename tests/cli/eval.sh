@@ -5,15 +5,13 @@
 # NLL (the single state); PICASO-S = PICASO-R for k <= 2; Naive and Concat
 # equal ss-score from the zero state with the documents' tokens prepended to
 # the query (Concat from the first document's stored state = encoding the
-# concatenation from scratch). Then attribution on 3 MS MARCO queries, and
-# usage errors. Run by tests/run (PATH has the build's bin/, SS_SHARED set).
+# concatenation from scratch). Then attribution on 3 queries in the MS MARCO
+# v1.1 format made here from the passages, and usage errors. Run by tests/run
+# (PATH has the build's bin/; the model and the corpus from data/).
 set -u
-model=$SS_SHARED/golden/models/t1-hf
-raw=$SS_SHARED/data/corpora/wikitext-2-raw.test.hf-crlf.raw
-qa=$SS_SHARED/data/qa/msmarco-v1.1-train-sample200.json
-for f in "$model/config.json" "$raw" "$qa"; do
-	[ -r "$f" ] || { echo "no $f: skipped"; exit 77; }
-done
+model=$SS_TOP/data/model
+raw=$SS_TOP/data/wikitext-2-raw.test.hf-crlf.raw
+qa=qa.json
 command -v ss-eval >/dev/null || { echo "ss-eval not built"; exit 1; }
 t=$(mktemp -d) || exit 1
 trap 'rm -rf "$t"' EXIT
@@ -88,7 +86,19 @@ ss-eval wikitext -q --index halves.db --tokens halves.tok --passages 1000 --kmax
 [ "$(cut -f1 sub.tsv | uniq | tr '\n' ' ')" = "method picaso-r naive " ] ||
 	fail "--methods order: $(cut -f1 sub.tsv | uniq | tr '\n' ' ')"
 
-# --- attribution
+# --- attribution: 3 queries of 4 passages (lines of passages.txt), the second one selected;
+# the query is the selected passage's first 8 words, the answer its next 4.
+python3 - passages.txt >"$qa" <<'PYEOF' || fail "qa.json"
+import json, sys
+lines = [l.strip() for l in open(sys.argv[1], encoding="utf-8") if len(l.split()) > 12]
+qa = []
+for i in range(3):
+    ps = lines[4 * i:4 * i + 4]
+    w = ps[1].split()
+    qa.append({"query_id": i + 1, "query": " ".join(w[:8]), "answers": [" ".join(w[8:12])],
+               "passages": {"is_selected": [0, 1, 0, 0], "passage_text": ps}})
+json.dump(qa, sys.stdout)
+PYEOF
 ss-eval attribution -q --qa "$qa" --queries 3 --per-query perq.tsv -o attr.tsv ||
 	fail "ss-eval attribution"
 [ "$(cut -f1 attr.tsv | tr '\n' ' ')" = \

@@ -1,9 +1,8 @@
 #!/bin/sh
 # ss-tokenize as a command: options, input formats, ids, chunks, decoding,
-# errors. Run by tests/run (PATH has the build's bin/, SS_SHARED is set).
+# errors, the tokenizer lookup. Run by tests/run (PATH has the build's bin/).
 set -u
-tok=$SS_SHARED/data/tokenizer/gpt-neox-20b_tokenizer.json
-[ -r "$tok" ] || { echo "no $tok: skipped"; exit 77; }
+tok=$SS_TOP/data/tokenizer.json
 command -v ss-tokenize >/dev/null || { echo "ss-tokenize not built"; exit 1; }
 t=$(mktemp -d) || exit 1
 trap 'rm -rf "$t"' EXIT
@@ -55,8 +54,8 @@ expect_grep '"id":"stdin:1"' "$t/out"
 expect_exit 0 ss-tokenize --whole --ids "$t/a.txt"
 expect_text "$t/out" '12092 1533 187 187 10951 1386 190 187 19016\n'
 # the golden case text gives the golden tokens
-expect_exit 0 ss-tokenize --whole --ids "$SS_SHARED/golden/t1/c2/text.txt"
-od -An -v -t d4 "$SS_SHARED/golden/t1/c2/tokens.i32" | tr -s ' \n' '  ' | sed 's/^ //; s/ $//' >"$t/want"
+expect_exit 0 ss-tokenize --whole --ids "$SS_FIXTURES/golden/t1/c2/text.txt"
+od -An -v -t d4 "$SS_FIXTURES/golden/t1/c2/tokens.i32" | tr -s ' \n' '  ' | sed 's/^ //; s/ $//' >"$t/want"
 echo >>"$t/want"
 cmp -s "$t/out" "$t/want" || fail "golden c2: got $(cat "$t/out"), want $(cat "$t/want")"
 
@@ -73,7 +72,7 @@ expect_text "$t/out" 'The cat sat.\r\n  Two  spaces\nCaf\303\251 \360\237\246\23
 # chunks of a document are joined again; --whole decodes to the bytes
 ss-tokenize --chunk 2 "$t/r.txt" | ss-tokenize --decode -o "$t/dec.txt" || fail "chunk decode failed"
 expect_text "$t/dec.txt" 'The cat sat.\r\n  Two  spaces\nCaf\303\251 \360\237\246\231\n'
-cp "$SS_SHARED/golden/t1/c3/text.txt" "$t/c3.txt"
+cp "$SS_FIXTURES/golden/t1/c3/text.txt" "$t/c3.txt"
 ss-tokenize --whole --chunk 50 "$t/c3.txt" | ss-tokenize --decode --whole >"$t/out"
 cmp -s "$t/out" "$t/c3.txt" || fail "--whole --chunk 50 round trip differs"
 
@@ -155,6 +154,29 @@ expect_grep 'made by tokenizer' "$t/err"
 # SS_TOKENIZER is used when no -t is given
 SS_TOKENIZER=$t/missing.json ss-tokenize --ids "$t/a.txt" >/dev/null 2>"$t/err" && fail "SS_TOKENIZER ignored"
 expect_grep 'missing.json' "$t/err"
+
+# --- the lookup order (tools/defaults.h): -t > $SS_TOKENIZER > the model's tokenizer.json >
+# DATADIR > the source tree's data/tokenizer.json. A model directory whose tokenizer.json is
+# not a tokenizer shows where each step looks.
+mkdir "$t/m"
+echo '{}' >"$t/m/tokenizer.json"
+SS_MODEL=$t/m expect_exit 1 ss-tokenize --ids "$t/a.txt"
+expect_grep "$t/m/tokenizer.json" "$t/err"
+SS_MODEL=$t/m SS_TOKENIZER=$tok expect_exit 0 ss-tokenize --ids "$t/a.txt"
+expect_text "$t/out" '12092 1533\n10951 1386 190\n19016\n'
+SS_TOKENIZER=$t/m/tokenizer.json expect_exit 0 ss-tokenize -t "$tok" --ids "$t/a.txt"
+# nothing given: the source tree's data/tokenizer.json (this program runs from its build tree)
+env -u SS_MODEL -u SS_TOKENIZER ss-tokenize --ids "$t/a.txt" >"$t/out" 2>"$t/err" || fail "no default tokenizer: $(cat "$t/err")"
+expect_text "$t/out" '12092 1533\n10951 1386 190\n19016\n'
+# out of its tree, with no DATADIR copy: an error naming what to give
+cp "$(command -v ss-tokenize)" "$t/ss-tokenize"
+datadir=$(ss-tokenize --help | sed -n 's|^             \(.*\)/tokenizer.json, data/tokenizer.json of the source tree$|\1|p')
+[ -n "$datadir" ] || fail "--help does not state the tokenizer lookup"
+if [ ! -e "$datadir/tokenizer.json" ]; then
+	env -u SS_MODEL -u SS_TOKENIZER "$t/ss-tokenize" --ids "$t/a.txt" >"$t/out" 2>"$t/err"
+	[ $? -eq 1 ] || fail "no tokenizer anywhere: exit $?"
+	expect_grep 'no tokenizer.json found: use --tokenizer FILE or set SS_TOKENIZER' "$t/err"
+fi
 
 [ "$fails" -eq 0 ] || { echo "$fails failures"; exit 1; }
 echo "ok"
