@@ -3,11 +3,12 @@
 # (40 lines of WikiText, a JSONL file, a tar) in 3 shards with -j2 — the shards together equal
 # one whole encode, the index answers queries, a deleted or interrupted shard (a leftover
 # temporary file) is redone alone, changing SHARDS redoes all — and the Slurm scripts run by
-# hand (shard.sbatch, index.sbatch) and submitted through a stand-in sbatch (submit.sh).
+# hand (shard.sbatch, index.sbatch); tests/cli/slurm.sh submits them through stand-ins.
 # Run by tests/run from the repo root (SS_SHARED, SS_TOP, PATH with build/bin).
 set -eu
 LC_ALL=C; export LC_ALL
-T1=$SS_SHARED/golden/models/t1-hf
+T1=${SS_SHARED:-}/golden/models/t1-hf
+[ -d "$T1" ] || { echo "skipped: needs SS_SHARED (no $T1)"; exit 77; }
 MK="make --no-print-directory -s -f $SS_TOP/pipelines/corpus.mk"
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
@@ -127,11 +128,14 @@ $MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 -j2
 [ "$(mtime db/shard-2.states)" = "$m1" ] || fail "shard-2 rebuilt after an interrupted shard-1"
 ss-retrieve query -q --index db/index.db -k 1 --query "quokka" | ss-cat --meta | grep -q '"id":"j2#0"' ||
 	fail "index after the interrupted shard"
-# An interrupted index build (a leftover temporary index) is redone from scratch.
+# An interrupted index build (the temporary index a killed run left) is not taken as done:
+# the rebuild writes under a name of its own (a concurrent run may own the leftover).
 rm db/index.db
-echo junk >db/index.db.tmp
+echo junk >db/index.db.tmp.12345
 $MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 index
-[ -s db/index.db ] && [ ! -e db/index.db.tmp ] || fail "interrupted index"
+[ -s db/index.db ] && [ "$(ls db | grep -c '^index\.db\.tmp')" -eq 1 ] || fail "interrupted index: $(ls db)"
+ss-retrieve query -q --index db/index.db -k 1 --query "quokka" --ids | grep -q "j2#0" ||
+	fail "index after an interrupted one"
 
 # Other settings rebuild everything: 2 shards, the same documents.
 $MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=2 CHUNK=64 THREADS=1 -j2
@@ -154,19 +158,7 @@ states sl/shard-0.states sl/shard-1.states >db.json
 same db.json all.json || fail "slurm shards differ from the whole"
 ss-retrieve query -q --index sl/index.db -k 1 --query "quokka" --ids | grep -q "j2#0" || fail "slurm index"
 expect 2 "SLURM_ARRAY_TASK_ID is not set" sh "$SS_TOP/pipelines/slurm/shard.sbatch"
-# submit.sh through a stand-in sbatch that logs its arguments and prints job ids.
-mkdir bin
-cat >bin/sbatch <<'EOF'
-#!/bin/sh
-n=$(($(wc -l <"$SBATCH_LOG") + 1))
-echo "$*" >>"$SBATCH_LOG"
-echo "10$n"
-EOF
-chmod +x bin/sbatch
-: >sbatch.log
-SBATCH_LOG=$d/sbatch.log PATH=$d/bin:$PATH SHARDS=3 sh "$SS_TOP/pipelines/slurm/submit.sh" --partition=cpu >out
-grep -q "tokens job 101, shard array 102 (0-2), index job 103" out || fail "submit.sh: $(cat out)"
-sed -n 1p sbatch.log | grep -q -- "--partition=cpu .*index.sbatch tokens$" || fail "submit.sh 1: $(sed -n 1p sbatch.log)"
-sed -n 2p sbatch.log | grep -q -- "--dependency=afterok:101 --array=0-2 .*shard.sbatch$" || fail "submit.sh 2: $(sed -n 2p sbatch.log)"
-sed -n 3p sbatch.log | grep -q -- "--dependency=afterok:102 .*index.sbatch$" || fail "submit.sh 3: $(sed -n 3p sbatch.log)"
+# clean removes the outputs and the leftover temporary files.
+$MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=2 CHUNK=64 clean
+[ -z "$(ls db)" ] || fail "clean left: $(ls db)"
 echo ok
