@@ -10,7 +10,10 @@
 # Targets: all (default, = index), tokens, shards, shard-I (one shard; a Slurm array task),
 # index, todo-shards (prints the ids of the shards still to encode; for slurm/submit.sh),
 # clean. THREADS=N is passed to ss-encode --threads (default: online cores; with -j N on a
-# small machine, THREADS=1 avoids oversubscription).
+# small machine, THREADS=1 avoids oversubscription). DETERMINISTIC=1 (default) passes
+# ss-encode --deterministic: a document's state is the same bytes whatever shard, batch or
+# threads encode it (on the CPU; slower on short chunks); DETERMINISTIC=0 lets ss-encode
+# pick a GPU and batch freely.
 # Every file is written whole under a temporary name of its own (the tools' -o; the recipes
 # below for the rest: NAME.tmp.PID) and renamed, so an interrupted run never leaves a file that
 # make takes as done, and runs of the same build at once (a Slurm job submitted twice) each
@@ -25,6 +28,7 @@ MODEL  ?= $(SS_MODEL)
 SHARDS ?= 4
 CHUNK  ?= 256
 THREADS ?=
+DETERMINISTIC ?= 1
 
 ifeq ($(strip $(DOCS)),)
 $(error DOCS is empty: give the corpus files, e.g. DOCS="a.txt b.jsonl c.tar")
@@ -42,7 +46,7 @@ SHARD_IDS   := $(shell i=0; while [ $$i -lt $(SHARDS) ]; do echo $$i; i=$$((i + 
 SHARD_FILES := $(SHARD_IDS:%=$(DB)/shard-%.states)
 CONF        := $(DB)/build.conf
 conf_line   := docs=$(DOCS) model=$(MODEL) shards=$(SHARDS) chunk=$(CHUNK)
-threads_opt := $(if $(THREADS),--threads $(THREADS))
+encode_opts := $(if $(THREADS),--threads $(THREADS)) $(if $(filter 1,$(DETERMINISTIC)),--deterministic)
 
 .PHONY: all tokens shards index todo-shards clean FORCE $(SHARD_IDS:%=shard-%)
 .PRECIOUS: $(CONF) $(DB)/corpus.tokens $(DB)/shard-%.states $(DB)/index.db
@@ -62,7 +66,7 @@ $(DB)/corpus.tokens: $(DOCS) $(CONF)
 	ss-tokenize -q --chunk $(CHUNK) -o $@ $(DOCS)
 
 $(DB)/shard-%.states: $(DB)/corpus.tokens $(CONF)
-	ss-encode -q --model $(MODEL) $(threads_opt) --shard $*/$(SHARDS) -o $@ $(DB)/corpus.tokens
+	ss-encode -q --model $(MODEL) $(encode_opts) --shard $*/$(SHARDS) -o $@ $(DB)/corpus.tokens
 
 # Built under a temporary name of this run's own (an interrupted build leaves no index.db,
 # and a concurrent one builds its own); state paths are stored relative to the index's
