@@ -16,7 +16,8 @@
  * tg128 ≈ 55 tokens/s.
  *
  * usage: forward [-t THREADS] [-d DOCS] [-n TOKENS] [-g DECODE_STEPS] [-u UBATCH]
- *                [-r REPEATS] [-p PRESET | -m MODEL_DIR] [--no-mmap]
+ *                [-r REPEATS] [-p PRESET | -m MODEL_DIR] [--no-mmap] [--deterministic]
+ * --deterministic: prefill with ss_forward_ctx_set_deterministic (its cost).
  */
 #include <cblas.h>
 #include <math.h>
@@ -123,7 +124,7 @@ int main(int argc, char **argv)
 	int threads = 2, docs = 4, len = 512, steps = 128, ubatch = 512, reps = 3;
 	const char *preset = "mamba2-130m", *model_dir = NULL;
 	ss_model_opts lo = { 0 };
-	int vocab;
+	int vocab, det = 0;
 	char errmsg[SS_ERRMSG_MAX] = "";
 	ss_model *m;
 	ss_forward_ctx *ctx;
@@ -141,12 +142,16 @@ int main(int argc, char **argv)
 			 : NULL;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			printf("usage: forward [-t THREADS] [-d DOCS] [-n TOKENS] [-g DECODE_STEPS] [-u UBATCH] [-r REPEATS]\n"
-			       "               [-p PRESET | -m MODEL_DIR] [--no-mmap]\n"
+			       "               [-p PRESET | -m MODEL_DIR] [--no-mmap] [--deterministic]\n"
 			       "PRESET: a tests/util/mkmodel.h shape (default mamba2-130m), written to $TMPDIR and loaded.\n");
 			return 0;
 		}
 		if (!strcmp(a, "--no-mmap")) {
 			lo.flags |= SS_MODEL_NO_MMAP;
+			continue;
+		}
+		if (!strcmp(a, "--deterministic")) {
+			det = 1;
 			continue;
 		}
 		if ((!strcmp(a, "-p") || !strcmp(a, "-m")) && i + 1 < argc) {
@@ -176,8 +181,10 @@ int main(int argc, char **argv)
 	       m->cfg.headdim, m->cfg.nheads, m->cfg.ngroups, vocab, ss_dtype_name(m->weight_dtype),
 	       model_bytes(m) / 1e6, now() - t0);
 	check(ss_forward_ctx_init(&ctx, m, threads, ubatch, errmsg), "context", errmsg);
-	printf("threads %d, ubatch %d, context scratch %.1f MB, OpenBLAS kernels %s (OPENBLAS_CORETYPE %s)\n",
-	       threads, ubatch, ss_forward_ctx_bytes(ctx) / 1e6, openblas_get_corename(),
+	check(ss_forward_ctx_set_deterministic(ctx, det), "deterministic", "");
+	printf("threads %d, ubatch %d,%s context scratch %.1f MB, OpenBLAS kernels %s (OPENBLAS_CORETYPE %s)\n",
+	       threads, ubatch, det ? " deterministic," : "", ss_forward_ctx_bytes(ctx) / 1e6,
+	       openblas_get_corename(),
 	       getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
 
 	st = calloc((size_t)docs, sizeof(*st));

@@ -21,7 +21,9 @@
  * llama.cpp's ubatches do (golden c4 is 512 + 170).
  *
  * The GEMMs are split over the pool's threads by rows (large T) or by output
- * columns (small T: decode, where sgemv streams the weights once).
+ * columns (small T: decode, where sgemv streams the weights once); in a
+ * deterministic prefill, as (row block of one segment, column block) tasks
+ * (see ROW_BLOCK).
  *
  * ref: golden/README.md §2; mamba_ssm modules/mamba2.py; DESIGN.md §2.
  */
@@ -37,6 +39,16 @@
 
 /* Rows per pass below which a GEMM is split by output columns. */
 #define SPLIT_ROWS_MIN 64
+/* Deterministic prefill GEMMs are cut into calls of at most ROW_BLOCK rows,
+ * counted from each segment's first row, by COL_BLOCK output columns (a
+ * multiple of 16). OpenBLAS rounds a row differently by the call's shape and
+ * the row's place in it (tail kernels, gemv for one row), so shapes that
+ * depend only on the segment keep a document's state the same bytes
+ * whatever its batch neighbours and the thread count. sgemm runs 256 x 256
+ * calls within about 5% of whole-matrix calls (Haswell kernels, mamba2-130m
+ * shapes); a 64-row call is about 20% slower. */
+#define ROW_BLOCK 256
+#define COL_BLOCK 256
 /* Last-position rows that share one pass over lm_head. */
 #define LAST_GROUP 16
 
@@ -54,9 +66,11 @@ struct ss_forward_ctx {
 	ss_pool *pool;
 	int n_threads;
 	int64_t ubatch;
+	int deterministic; /* see ss_forward_ctx_set_deterministic */
 	float *conv_wt;   /* [n_layer][d_conv][conv_dim]: conv1d weights, tap-major */
 	float *H, *U, *ZXD, *XBC, *DT, *Y;
 	segment *segs;    /* [ubatch] at most one segment per row */
+	int64_t *blk;     /* [ubatch][2] prefill GEMM row blocks: first row, rows */
 	int32_t *out_seq; /* [ubatch] sequence of each gathered last row */
 	float *L;         /* [LAST_GROUP][vocab_padded] logits of gathered rows */
 	ss_forward_seq *dseqs; /* decode's seqs, grown on demand */
@@ -103,6 +117,8 @@ typedef struct {
 	float beta;
 	int by_rows;
 	int64_t parts;
+	const int64_t *blk; /* row blocks (prefill), else NULL */
+	int64_t ncb;        /* column blocks per row block */
 } gemm_job;
 
 static void gemm_task(void *arg, int64_t i, int thread)
@@ -110,7 +126,12 @@ static void gemm_task(void *arg, int64_t i, int thread)
 	const gemm_job *j = arg;
 	int64_t m0 = 0, m1 = j->M, n0 = 0, n1 = j->N;
 
-	if (j->by_rows)
+	if (j->blk) {
+		m0 = j->blk[2 * (i / j->ncb)];
+		m1 = m0 + j->blk[2 * (i / j->ncb) + 1];
+		n0 = i % j->ncb * COL_BLOCK;
+		n1 = n0 + COL_BLOCK < j->N ? n0 + COL_BLOCK : j->N;
+	} else if (j->by_rows)
 		split(j->M, j->parts, i, &m0, &m1);
 	else {
 		/* column cuts on multiples of 16 keep the W slices cache-line aligned */
@@ -126,13 +147,21 @@ static void gemm_task(void *arg, int64_t i, int thread)
 			    j->W + n0 * j->K, SS_DTYPE_F32, m1 - m0, n1 - n0, j->K, j->beta);
 }
 
-static void gemm(ss_forward_ctx *ctx, const float *A, int64_t lda, const float *W,
+/* nblk > 0: the rows are ctx->blk's blocks (deterministic prefill); else M
+ * rows cut by thread count. */
+static void gemm(ss_forward_ctx *ctx, int64_t nblk, const float *A, int64_t lda, const float *W,
 		 float *C, int64_t ldc, int64_t M, int64_t N, int64_t K, float beta)
 {
-	gemm_job j = { A, W, C, M, N, K, lda, ldc, beta, 0, ctx->n_threads };
+	gemm_job j = { A, W, C, M, N, K, lda, ldc, beta, 0, ctx->n_threads, NULL, 0 };
 
 	if (M <= 0 || N <= 0)
 		return;
+	if (nblk > 0) {
+		j.blk = ctx->blk;
+		j.ncb = (N + COL_BLOCK - 1) / COL_BLOCK;
+		ss_pool_run(ctx->pool, nblk * j.ncb, gemm_task, &j);
+		return;
+	}
 	/* Row slices: one per thread, each as tall as possible for sgemm's
 	 * efficiency. Column slices (weight-streaming, bandwidth-bound): a few
 	 * per thread, so that a thread that is descheduled on a busy machine
@@ -261,13 +290,22 @@ static int64_t row_parts(const ss_forward_ctx *ctx, int64_t T)
 
 /* Runs the layers over one pass of T rows (segments already laid out,
  * embeddings gathered into H). skip_last_mix: the outputs of the last
- * layer's mixer are not needed (no output rows), only its state. */
+ * layer's mixer are not needed (no output rows), only its state. blocked:
+ * the GEMMs run in ROW_BLOCK blocks of each segment (deterministic), else
+ * split by thread count. */
 static void run_layers(ss_forward_ctx *ctx, const segment *segs, int nseg, int64_t T,
-		       int skip_last_mix)
+		       int skip_last_mix, int blocked)
 {
 	const ss_model_config *c = &ctx->c;
 	row_job j = { .ctx = ctx, .T = T, .parts = row_parts(ctx, T), .segs = segs };
-	int l;
+	int64_t nblk = 0, r;
+	int l, i;
+
+	for (i = 0; blocked && i < nseg; i++)
+		for (r = 0; r < segs[i].n; r += ROW_BLOCK, nblk++) {
+			ctx->blk[2 * nblk] = segs[i].row0 + r;
+			ctx->blk[2 * nblk + 1] = segs[i].n - r < ROW_BLOCK ? segs[i].n - r : ROW_BLOCK;
+		}
 
 	/* enough (segment, channel slice) tasks to keep every thread busy,
 	 * slices of at least 64 channels */
@@ -285,7 +323,7 @@ static void run_layers(ss_forward_ctx *ctx, const segment *segs, int nseg, int64
 		j.src = ctx->H;
 		j.dst = ctx->U;
 		ss_pool_run(ctx->pool, j.parts, rmsnorm_task, &j);
-		gemm(ctx, ctx->U, c->d_model, L->in_proj, ctx->ZXD, c->d_in_proj, T,
+		gemm(ctx, nblk, ctx->U, c->d_model, L->in_proj, ctx->ZXD, c->d_in_proj, T,
 		     c->d_in_proj, c->d_model, 0.0f);
 		ss_pool_run(ctx->pool, (int64_t)nseg * j.conv_parts, conv_task, &j);
 		ss_pool_run(ctx->pool, j.parts, dt_task, &j);
@@ -294,7 +332,7 @@ static void run_layers(ss_forward_ctx *ctx, const segment *segs, int nseg, int64
 		if (last && skip_last_mix)
 			break;
 		ss_pool_run(ctx->pool, j.parts, gate_task, &j);
-		gemm(ctx, ctx->Y, c->d_inner, L->out_proj, ctx->H, c->d_model, T, c->d_model,
+		gemm(ctx, nblk, ctx->Y, c->d_inner, L->out_proj, ctx->H, c->d_model, T, c->d_model,
 		     c->d_inner, 1.0f);
 	}
 }
@@ -320,7 +358,7 @@ static void emit_all(ss_forward_ctx *ctx, const segment *s, const ss_forward_seq
 	if (q->hidden)
 		memcpy(q->hidden + s->start * d, ctx->U + s->row0 * d, (size_t)(s->n * d) * sizeof(float));
 	if (q->logits)
-		gemm(ctx, ctx->U + s->row0 * d, d, ctx->m->lm_head, q->logits + s->start * c->vocab_padded,
+		gemm(ctx, 0, ctx->U + s->row0 * d, d, ctx->m->lm_head, q->logits + s->start * c->vocab_padded,
 		     c->vocab_padded, s->n, c->vocab_padded, d, 0.0f);
 }
 
@@ -358,7 +396,7 @@ static void emit_last(ss_forward_ctx *ctx, ss_forward_seq *seqs, const segment *
 		}
 		if (!any_logits)
 			continue;
-		gemm(ctx, ctx->U + i * d, d, ctx->m->lm_head, ctx->L, V, g, V, d, 0.0f);
+		gemm(ctx, 0, ctx->U + i * d, d, ctx->m->lm_head, ctx->L, V, g, V, d, 0.0f);
 		for (k = 0; k < g; k++) {
 			const ss_forward_seq *q = &seqs[ctx->out_seq[i + k]];
 			if (q->logits)
@@ -379,7 +417,7 @@ static int any_output(const ss_forward_seq *seqs, int n, ss_logits_mode mode)
 }
 
 static void run_pass(ss_forward_ctx *ctx, ss_forward_seq *seqs, const segment *segs, int nseg,
-		     int64_t T, ss_logits_mode mode, int outputs)
+		     int64_t T, ss_logits_mode mode, int outputs, int blocked)
 {
 	const ss_model_config *c = &ctx->c;
 	int i;
@@ -390,7 +428,7 @@ static void run_pass(ss_forward_ctx *ctx, ss_forward_seq *seqs, const segment *s
 		ss_embed_cpu(ctx->H + s->row0 * c->d_model, ctx->m->embedding, SS_DTYPE_F32, tok, s->n,
 			     c->d_model);
 	}
-	run_layers(ctx, segs, nseg, T, !outputs);
+	run_layers(ctx, segs, nseg, T, !outputs, blocked);
 	if (outputs && mode == SS_LOGITS_ALL)
 		for (i = 0; i < nseg; i++)
 			emit_all(ctx, &segs[i], &seqs[segs[i].seq]);
@@ -570,10 +608,11 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 	ctx->DT = xalloc((size_t)ub * c->nheads, sizeof(float), &ctx->bytes);
 	ctx->Y = xalloc((size_t)ub * c->d_inner, sizeof(float), &ctx->bytes);
 	ctx->segs = xalloc((size_t)ub, sizeof(segment), &ctx->bytes);
+	ctx->blk = xalloc((size_t)ub * 2, sizeof(int64_t), &ctx->bytes);
 	ctx->out_seq = xalloc((size_t)ub, sizeof(int32_t), &ctx->bytes);
 	ctx->L = xalloc((size_t)LAST_GROUP * c->vocab_padded, sizeof(float), &ctx->bytes);
 	if (!ctx->conv_wt || !ctx->H || !ctx->U || !ctx->ZXD ||
-	    !ctx->XBC || !ctx->DT || !ctx->Y || !ctx->segs ||
+	    !ctx->XBC || !ctx->DT || !ctx->Y || !ctx->segs || !ctx->blk ||
 	    !ctx->out_seq || !ctx->L) {
 		ss_forward_ctx_free(ctx);
 		ss_errf(errmsg, 0, "out of memory for a %lld-token ubatch", (long long)ub);
@@ -728,6 +767,16 @@ int ss_forward_decode_end(ss_forward_ctx *ctx, char *errmsg)
 	return err;
 }
 
+int ss_forward_ctx_set_deterministic(ss_forward_ctx *ctx, int on)
+{
+	if (!ctx)
+		return SS_ERR_INVALID;
+	if (ctx->g)
+		return SS_ERR_UNSUPPORTED;
+	ctx->deterministic = on != 0;
+	return 0;
+}
+
 void ss_forward_ctx_free(ss_forward_ctx *ctx)
 {
 	if (!ctx)
@@ -745,6 +794,7 @@ void ss_forward_ctx_free(ss_forward_ctx *ctx)
 	free(ctx->DT);
 	free(ctx->Y);
 	free(ctx->segs);
+	free(ctx->blk);
 	free(ctx->out_seq);
 	free(ctx->L);
 	free(ctx->dseqs);
@@ -757,8 +807,12 @@ size_t ss_forward_ctx_bytes(const ss_forward_ctx *ctx)
 	return ctx ? ctx->bytes : 0;
 }
 
-int ss_forward_prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs,
-		       ss_logits_mode mode, char *errmsg)
+/* blocked: each sequence's results must not depend on the others (see
+ * ROW_BLOCK); a sequence that does not fit in the rest of a pass starts the
+ * next one, so a sequence is cut into passes at multiples of ubatch only
+ * (the scan's logdecay is rounded once per pass). */
+static int prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs, ss_logits_mode mode,
+		   int blocked, char *errmsg)
 {
 	int err, cur = 0, i, outputs;
 	int64_t off = 0;
@@ -789,6 +843,8 @@ int ss_forward_prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs,
 				off = 0;
 				continue;
 			}
+			if (take > ctx->ubatch - T && blocked && T > 0)
+				break;
 			if (take > ctx->ubatch - T)
 				take = ctx->ubatch - T;
 			ctx->segs[nseg] = (segment){ cur, off, take, T, q->state };
@@ -801,7 +857,7 @@ int ss_forward_prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs,
 			}
 		}
 		if (nseg > 0)
-			run_pass(ctx, seqs, ctx->segs, nseg, T, mode, outputs);
+			run_pass(ctx, seqs, ctx->segs, nseg, T, mode, outputs, blocked);
 	}
 	for (i = 0; i < n_seqs; i++) {
 		ss_state *st = seqs[i].state;
@@ -812,6 +868,12 @@ int ss_forward_prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs,
 			snprintf(st->dims.arch, sizeof(st->dims.arch), "mamba2");
 	}
 	return 0;
+}
+
+int ss_forward_prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs,
+		       ss_logits_mode mode, char *errmsg)
+{
+	return prefill(ctx, seqs, n_seqs, mode, ctx && ctx->deterministic, errmsg);
 }
 
 int ss_forward_decode(ss_forward_ctx *ctx, ss_state **states, const int32_t *tokens, int n,
@@ -847,6 +909,5 @@ int ss_forward_decode(ss_forward_ctx *ctx, ss_state **states, const int32_t *tok
 			.state = states[i],
 			.logits = logits ? logits + (size_t)i * ctx->c.vocab_padded : NULL,
 		};
-	return ss_forward_prefill(ctx, ctx->dseqs, n, logits ? SS_LOGITS_LAST : SS_LOGITS_NONE,
-				  errmsg);
+	return prefill(ctx, ctx->dseqs, n, logits ? SS_LOGITS_LAST : SS_LOGITS_NONE, 0, errmsg);
 }

@@ -69,7 +69,8 @@ typedef struct ss_forward_ctx ss_forward_ctx;
  *   n_threads: threads used by every call (>= 1; 0 = 1).
  *   ubatch:    the most tokens (over all sequences) computed in one pass;
  *              longer inputs are cut into passes with the state carried
- *              across (same result). 0 = 512. Scratch memory is about
+ *              across (same result up to rounding; a prefill's results
+ *              depend on ubatch, see ss_forward_prefill). 0 = 512. Scratch memory is about
  *              ubatch * (2*d_model + d_in_proj + conv_dim + d_inner + nheads)
  *              floats (33 KB per token for mamba2-130m) plus 16 rows of
  *              vocab_padded logits, all allocated here, none per call.
@@ -78,18 +79,36 @@ typedef struct ss_forward_ctx ss_forward_ctx;
  * (bad dims or arguments, errmsg says which), SS_ERR_NOMEM. */
 int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads,
 			int ubatch, char *errmsg);
+/* Deterministic prefill: on a CPU context, ss_forward_prefill then gives each
+ * sequence's state and hidden rows the same bits whatever the other
+ * sequences of the call and the context's thread count (for one model,
+ * ubatch and BLAS kernel family). OpenBLAS rounds a row differently by the
+ * shape of the call and the row's place in it, so the projections run in
+ * calls of at most 256 rows of one sequence by 256 outputs, and a sequence
+ * that does not fit in the rest of a pass starts the next one (it is cut
+ * only at multiples of ubatch: the scan's log-decay is rounded per pass).
+ * Costs the GEMMs' efficiency on short sequences (ss-encode(1) gives the
+ * figures). Logits rows and ss_forward_decode are not covered.
+ *   on: 1, or 0 (the default: fewest and tallest GEMM calls).
+ * Returns 0; SS_ERR_INVALID (ctx NULL), SS_ERR_UNSUPPORTED (a CUDA
+ * context). */
+int ss_forward_ctx_set_deterministic(ss_forward_ctx *ctx, int on);
 /* Stops the threads and frees everything the context owns. NULL is a no-op. */
 void ss_forward_ctx_free(ss_forward_ctx *ctx);
 /* Bytes of scratch and weights copies the context holds (not the model). */
 size_t ss_forward_ctx_bytes(const ss_forward_ctx *ctx);
 
 /* Prefill: runs n_seqs sequences, each from its own state, through the model
- * in one call. All tokens of all sequences are packed into one
- * [T][d_model] matrix so that in_proj/out_proj are single large GEMMs; the
- * conv and the scan then run per sequence (heads across threads).
+ * in one call. The tokens of all sequences are packed into [T][d_model]
+ * matrices of up to ubatch rows (passes); in_proj/out_proj run over them in
+ * blocks across threads, the conv and the scan per sequence (heads across
+ * threads).
  *   seqs: [n_seqs], see ss_forward_seq (states updated in place).
  *   mode: which rows get hidden/logits; SS_LOGITS_NONE never touches norm_f
  *         or lm_head (state extraction).
+ * A sequence's results depend in their last bits on the other sequences of
+ * the call and on the thread count, unless the context is deterministic
+ * (ss_forward_ctx_set_deterministic).
  * Returns 0; SS_ERR_INVALID (token out of range, NULL state, negative
  * n_tokens, the same state twice, logits asked of a model loaded with
  * SS_MODEL_SKIP_LM_HEAD), SS_ERR_MISMATCH (state dims or

@@ -8,12 +8,19 @@
 # DB/build.conf      DOCS, MODEL, SHARDS and CHUNK of the build: changing one rebuilds all
 #
 # Targets: all (default, = index), tokens, shards, shard-I (one shard; a Slurm array task),
-# index, clean. THREADS=N is passed to ss-encode --threads (default: online cores; with -j N
-# on a small machine, THREADS=1 avoids oversubscription).
-# Every file is written whole under a temporary name and renamed (the tools' -o; the recipes
-# below for the rest), so an interrupted run never leaves a file that make takes as done:
-# re-running redoes only the missing or out-of-date targets. Tools come from PATH, else from
-# this checkout's build/bin.
+# index, todo-shards (prints the ids of the shards still to encode; for slurm/submit.sh),
+# clean. THREADS=N is passed to ss-encode --threads (default: online cores; with -j N on a
+# small machine, THREADS=1 avoids oversubscription). DETERMINISTIC=1 (default) passes
+# ss-encode --deterministic: a document's state is the same bytes whatever shard, batch or
+# threads encode it (on the CPU; slower on short chunks); DETERMINISTIC=0 lets ss-encode
+# pick a GPU and batch freely.
+# Every file is written whole under a temporary name of its own (the tools' -o; the recipes
+# below for the rest: NAME.tmp.PID) and renamed, so an interrupted run never leaves a file that
+# make takes as done, and runs of the same build at once (a Slurm job submitted twice) each
+# rename a whole file into place: re-running redoes only the missing or out-of-date targets.
+# No target is ever deleted by make (no .DELETE_ON_ERROR; all .PRECIOUS): a failing or killed
+# run must not delete a good file that another run renamed into place meanwhile.
+# Tools come from PATH, else from this checkout's build/bin.
 
 DB     ?= db
 DOCS   ?=
@@ -21,6 +28,7 @@ MODEL  ?= $(SS_MODEL)
 SHARDS ?= 4
 CHUNK  ?= 256
 THREADS ?=
+DETERMINISTIC ?= 1
 
 ifeq ($(strip $(DOCS)),)
 $(error DOCS is empty: give the corpus files, e.g. DOCS="a.txt b.jsonl c.tar")
@@ -38,10 +46,10 @@ SHARD_IDS   := $(shell i=0; while [ $$i -lt $(SHARDS) ]; do echo $$i; i=$$((i + 
 SHARD_FILES := $(SHARD_IDS:%=$(DB)/shard-%.states)
 CONF        := $(DB)/build.conf
 conf_line   := docs=$(DOCS) model=$(MODEL) shards=$(SHARDS) chunk=$(CHUNK)
-threads_opt := $(if $(THREADS),--threads $(THREADS))
+encode_opts := $(if $(THREADS),--threads $(THREADS)) $(if $(filter 1,$(DETERMINISTIC)),--deterministic)
 
-.PHONY: all tokens shards index clean FORCE $(SHARD_IDS:%=shard-%)
-.DELETE_ON_ERROR:
+.PHONY: all tokens shards index todo-shards clean FORCE $(SHARD_IDS:%=shard-%)
+.PRECIOUS: $(CONF) $(DB)/corpus.tokens $(DB)/shard-%.states $(DB)/index.db
 all: index
 tokens: $(DB)/corpus.tokens
 shards: $(SHARD_FILES)
@@ -58,16 +66,28 @@ $(DB)/corpus.tokens: $(DOCS) $(CONF)
 	ss-tokenize -q --chunk $(CHUNK) -o $@ $(DOCS)
 
 $(DB)/shard-%.states: $(DB)/corpus.tokens $(CONF)
-	ss-encode -q --model $(MODEL) $(threads_opt) --shard $*/$(SHARDS) -o $@ $(DB)/corpus.tokens
+	ss-encode -q --model $(MODEL) $(encode_opts) --shard $*/$(SHARDS) -o $@ $(DB)/corpus.tokens
 
-# Built under a temporary name (an interrupted build leaves no index.db); state paths are
-# stored relative to the index's directory, so the name does not matter to them.
+# Built under a temporary name of this run's own (an interrupted build leaves no index.db,
+# and a concurrent one builds its own); state paths are stored relative to the index's
+# directory, so the name does not matter to them. One line: $$$$ is one shell's PID.
 $(DB)/index.db: $(DB)/corpus.tokens $(SHARD_FILES)
-	rm -f $@.tmp $@.tmp-journal
-	ss-retrieve build -q --index $@.tmp $(DB)/corpus.tokens $(SHARD_FILES)
-	mv -f $@.tmp $@
+	t=$@.tmp.$$$$; rm -f $$t $$t-journal; \
+	ss-retrieve build -q --index $$t $(DB)/corpus.tokens $(SHARD_FILES) && mv -f $$t $@ || \
+	{ rm -f $$t $$t-journal; exit 1; }
+
+# A shard is still to encode when it is missing or older than the tokens or the settings,
+# and every shard is when the tokens are missing or older than a document, or the settings
+# changed (as the rules above would decide, before the tokens job has run).
+todo-shards:
+	@all=; [ "$$(cat $(CONF) 2>/dev/null)" = '$(conf_line)' ] || all=1; \
+	for f in $(DOCS); do [ -f $(DB)/corpus.tokens ] && [ ! "$$f" -nt $(DB)/corpus.tokens ] || all=1; done; \
+	for i in $(SHARD_IDS); do s=$(DB)/shard-$$i.states; \
+		if [ -n "$$all" ] || [ ! -f $$s ] || [ $(DB)/corpus.tokens -nt $$s ] || [ $(CONF) -nt $$s ]; \
+		then echo $$i; fi; \
+	done
 
 clean:
-	rm -f $(DB)/corpus.tokens $(DB)/shard-*.states $(DB)/index.db $(CONF) $(DB)/*.tmp.* $(DB)/index.db.tmp*
+	rm -f $(DB)/corpus.tokens $(DB)/shard-*.states $(DB)/index.db $(CONF) $(DB)/*.tmp.*
 
 FORCE:

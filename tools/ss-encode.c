@@ -18,7 +18,7 @@
 static const char *usage =
 	"ss-encode [--model DIR] [--device D] [--threads N] [--state-dtype f32|f16|bf16] [--batch N]\n"
 	"                 [--concat [--id ID]] [--from-state FILE] [--text [--tokenizer FILE]]\n"
-	"                 [--shard I/N] [--ids FILE] [-o FILE] [-q|-v] [FILE...]";
+	"                 [--shard I/N] [--ids FILE] [--deterministic] [-o FILE] [-q|-v] [FILE...]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -35,6 +35,9 @@ static void help(void)
 	       "  --state-dtype T      storage dtype of conv and ssm: f32 (default), f16, bf16\n"
 	       "  --batch N            documents per forward call (default 8); memory grows\n"
 	       "                       with N, not with the corpus\n"
+	       "  --deterministic      a document's state is the same bytes whatever --threads,\n"
+	       "                       --batch and --shard (on the CPU, which it implies for\n"
+	       "                       --device auto; slower on short documents)\n"
 	       "  --concat             one state for all documents concatenated in input order,\n"
 	       "                       id \"concat(a,b,...)\"\n"
 	       "  --id ID              the id of the --concat state\n"
@@ -406,12 +409,12 @@ int main(int argc, char **argv)
 	const char *model_opt = NULL, *from_path = NULL, *out_path = NULL, *tok_path = NULL,
 		   *concat_id = NULL;
 	const char *device_opt = "auto";
-	int threads = 0, concat = 0, text = 0;
+	int threads = 0, concat = 0, text = 0, deterministic = 0;
 	long batch = 8;
 	ss_dtype dtype = SS_DTYPE_F32;
 	selection sel = { .shard_n = 1 };
 	enum { O_MODEL = 256, O_THREADS, O_DTYPE, O_CONCAT, O_FROM, O_BATCH, O_TEXT, O_TOK, O_ID,
-	       O_SHARD, O_IDS, O_DEVICE };
+	       O_SHARD, O_IDS, O_DEVICE, O_DET };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL },
 		{ "threads", required_argument, 0, O_THREADS },
@@ -421,6 +424,7 @@ int main(int argc, char **argv)
 		{ "id", required_argument, 0, O_ID },
 		{ "from-state", required_argument, 0, O_FROM },
 		{ "batch", required_argument, 0, O_BATCH },
+		{ "deterministic", no_argument, 0, O_DET },
 		{ "text", no_argument, 0, O_TEXT },
 		{ "tokenizer", required_argument, 0, O_TOK },
 		{ "shard", required_argument, 0, O_SHARD },
@@ -446,6 +450,7 @@ int main(int argc, char **argv)
 		case O_ID: concat_id = optarg; break;
 		case O_FROM: from_path = optarg; break;
 		case O_BATCH: batch = cli_long("--batch", optarg, 1, 4096, usage); break;
+		case O_DET: deterministic = 1; break;
 		case O_TEXT: text = 1; break;
 		case O_TOK: tok_path = optarg; break;
 		case O_SHARD: parse_shard(optarg, &sel, usage); break;
@@ -465,6 +470,8 @@ int main(int argc, char **argv)
 	const char *model_dir = cli_model_dir(model_opt, usage);
 	if (!threads)
 		threads = mcli_threads_default();
+	if (deterministic && !strcmp(device_opt, "auto"))
+		device_opt = "cpu"; /* only the CPU promises it */
 	ss_device *dev = mcli_device(device_opt, usage);
 
 	char *stdin_only[] = { "-" };
@@ -487,6 +494,8 @@ int main(int argc, char **argv)
 
 	char err[SS_ERRMSG_MAX] = "";
 	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, threads);
+	if (deterministic && ss_forward_ctx_set_deterministic(ctx, 1))
+		cli_die("--deterministic: only the CPU promises it, not --device %s", device_opt);
 	if (ss_writer_open(&out_w, out_path ? out_path : "-", 0, err))
 		cli_die("%s: %s", out_path ? out_path : "standard output", err);
 	atexit(abort_output);
