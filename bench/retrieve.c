@@ -13,7 +13,9 @@
  * Queries follow the paper's protocol: the first half of a chunk, with that
  * chunk excluded.
  */
+#include <ctype.h>
 #include <fcntl.h>
+#include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,8 +260,374 @@ static void big_states(const char *dir)
 	unlink(opath);
 }
 
+/* ------------------------------------------------------------------ scale */
+
+/* The peer: SQLite FTS5 with bm25() ORDER BY rank, as the index answered
+ * queries before (schema 1), in a database of its own. */
+typedef struct {
+	sqlite3 *db;
+	sqlite3_stmt *ins, *query;
+} fts_peer;
+
+static void peer_open(fts_peer *p, const char *path)
+{
+	if (sqlite3_open(path, &p->db) != SQLITE_OK ||
+	    sqlite3_exec(p->db, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;"
+			 "CREATE VIRTUAL TABLE fts USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2');"
+			 "BEGIN", 0, 0, 0) != SQLITE_OK ||
+	    sqlite3_prepare_v2(p->db, "INSERT INTO fts(rowid, text) VALUES(?1, ?2)", -1, &p->ins, NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(p->db, "SELECT rowid, -rank FROM fts WHERE fts MATCH ?1 ORDER BY rank LIMIT ?2", -1,
+			       &p->query, NULL) != SQLITE_OK)
+		die(path, sqlite3_errmsg(p->db));
+}
+
+static void peer_add(fts_peer *p, int64_t rowid, const char *text, size_t len)
+{
+	sqlite3_bind_int64(p->ins, 1, rowid);
+	sqlite3_bind_text(p->ins, 2, text, (int)len, SQLITE_STATIC);
+	if (sqlite3_step(p->ins) != SQLITE_DONE)
+		die("fts5 insert", sqlite3_errmsg(p->db));
+	sqlite3_reset(p->ins);
+}
+
+static void peer_commit(fts_peer *p)
+{
+	if (sqlite3_exec(p->db, "INSERT INTO fts(fts) VALUES('optimize'); COMMIT", 0, 0, 0) != SQLITE_OK)
+		die("fts5 commit", sqlite3_errmsg(p->db));
+}
+
+/* Top-k rowids for an FTS5 expression; returns their number. */
+static int peer_query(fts_peer *p, const char *expr, int k, int64_t *rowid)
+{
+	int n = 0;
+	sqlite3_bind_text(p->query, 1, expr, -1, SQLITE_STATIC);
+	sqlite3_bind_int(p->query, 2, k);
+	while (n < k && sqlite3_step(p->query) == SQLITE_ROW)
+		rowid[n++] = sqlite3_column_int64(p->query, 0);
+	sqlite3_reset(p->query);
+	return n;
+}
+
+/* FTS5 expression of a query: its pieces quoted and OR-ed. same_terms != 0
+ * cuts words at every ASCII character that is not a letter or digit, as the
+ * index's tokenizer does, and keeps repeats, so that the expression's bm25()
+ * is the index's BM25 of the same terms, computed exhaustively; 0 keeps
+ * white-space words whole (a multi-term word is then a phrase) and each
+ * distinct word once, as the index's queries were before schema 2.
+ * Returns malloc'd string ("" when none). */
+static char *fts_expr(const char *q, int same_terms)
+{
+	size_t qn = strlen(q), mn = 0;
+	char *m = malloc(qn * 8 + 8);
+	m[0] = 0;
+	const char *p = q;
+	while (*p) {
+		int sep;
+		while (*p && (sep = same_terms ? !(isalnum((unsigned char)*p) || (unsigned char)*p >= 0x80)
+					       : isspace((unsigned char)*p)))
+			p++;
+		const char *t = p;
+		while (*p && !(same_terms ? !(isalnum((unsigned char)*p) || (unsigned char)*p >= 0x80)
+					  : isspace((unsigned char)*p)))
+			p++;
+		size_t tn = (size_t)(p - t);
+		int word = 0;
+		for (size_t i = 0; i < tn; i++)
+			word |= isalnum((unsigned char)t[i]) || (unsigned char)t[i] >= 0x80;
+		if (!word)
+			continue;
+		char piece[1024];
+		size_t pn = 0;
+		piece[pn++] = '"';
+		for (size_t i = 0; i < tn && pn < sizeof piece - 4; i++) {
+			if (t[i] == '"')
+				piece[pn++] = '"';
+			piece[pn++] = t[i];
+		}
+		piece[pn++] = '"';
+		piece[pn] = 0;
+		char *dup = strstr(m, piece); /* whole quoted pieces only */
+		if (!same_terms && dup && (dup == m || dup[-1] == ' ') && (dup[pn] == 0 || dup[pn] == ' '))
+			continue;
+		mn += (size_t)sprintf(m + mn, "%s%s", mn ? " OR " : "", piece);
+	}
+	return m;
+}
+
+static void report3(const char *what, double *t, int n)
+{
+	qsort(t, (size_t)n, sizeof *t, cmp_d);
+	double sum = 0;
+	for (int i = 0; i < n; i++)
+		sum += t[i];
+	printf("  %-34s p50 %8.2f ms  p95 %8.2f ms  p99 %8.2f ms  mean %8.2f ms  (n=%d)\n", what,
+	       t[(int)(0.50 * (n - 1) + 0.5)] * 1e3, t[(int)(0.95 * (n - 1) + 0.5)] * 1e3,
+	       t[(int)(0.99 * (n - 1) + 0.5)] * 1e3, sum / n * 1e3, n);
+}
+
+static off_t file_size(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) ? 0 : sb.st_size;
+}
+
+/* retrieve --scale: see usage in main. */
+static int scale_main(int argc, char **argv)
+{
+	int copies = 1, n_q = 200, peer = 0, n_peer = -1;
+	const char *keep = NULL;
+	int a = 2;
+	for (; a < argc && argv[a][0] == '-'; a++) {
+		if (!strcmp(argv[a], "--copies") && a + 1 < argc)
+			copies = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--queries") && a + 1 < argc)
+			n_q = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--peer"))
+			peer = 1;
+		else if (!strcmp(argv[a], "--peer-queries") && a + 1 < argc)
+			n_peer = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--keep") && a + 1 < argc)
+			keep = argv[++a];
+		else
+			die("usage", argv[a]);
+	}
+	if (a == argc || copies < 1 || n_q < 1)
+		die("usage", "retrieve --scale [--copies C] [--queries Q] [--peer [--peer-queries P]] [--keep DIR] TOKENS...");
+	if (n_peer < 0 || n_peer > n_q)
+		n_peer = n_q;
+	char dir[512], em[SS_ERRMSG_MAX];
+	if (keep) {
+		snprintf(dir, sizeof dir, "%s", keep);
+		mkdir(dir, 0777);
+	} else {
+		snprintf(dir, sizeof dir, "%s/ss-bench-scale-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+		if (!mkdtemp(dir))
+			die(dir, "mkdtemp failed");
+	}
+	char spath[600], dbpath[600], qpath[600], ppath[600];
+	snprintf(spath, sizeof spath, "%s/states", dir);
+	snprintf(dbpath, sizeof dbpath, "%s/index.db", dir);
+	snprintf(qpath, sizeof qpath, "%s/queries.jsonl", dir);
+	snprintf(ppath, sizeof ppath, "%s/fts5-peer.db", dir);
+	unlink(dbpath);
+	unlink(ppath);
+
+	/* The chunks' ids, texts and token counts, in memory. */
+	size_t n = 0, cap = 1 << 16;
+	char **ids = malloc(cap * sizeof *ids), **texts = malloc(cap * sizeof *texts);
+	size_t *lens = malloc(cap * sizeof *lens);
+	int64_t *ntok = malloc(cap * sizeof *ntok);
+	for (; a < argc; a++) {
+		ss_reader *r;
+		ss_record rec;
+		ss_tokens t;
+		if (ss_reader_open(&r, argv[a], 0, em))
+			die(argv[a], em);
+		int rc;
+		while ((rc = ss_reader_next(r, &rec)) == 1) {
+			if (ss_record_tokens(&rec, &t, em) || !t.text)
+				die(argv[a], t.text ? em : "a token record without text");
+			if (n == cap) {
+				cap *= 2;
+				ids = realloc(ids, cap * sizeof *ids);
+				texts = realloc(texts, cap * sizeof *texts);
+				lens = realloc(lens, cap * sizeof *lens);
+				ntok = realloc(ntok, cap * sizeof *ntok);
+			}
+			ids[n] = t.id;
+			texts[n] = t.text;
+			lens[n] = t.text_len;
+			ntok[n++] = t.n_tokens;
+			t.id = t.text = NULL;
+			ss_tokens_free(&t);
+		}
+		if (rc < 0)
+			die(argv[a], ss_reader_error(r));
+		ss_reader_close(r);
+	}
+	size_t n_docs = n * (size_t)copies;
+	printf("ss-retrieve scale bench: %zu chunks x %d = %zu documents; %d queries of 30 words, k = 10, batch\n",
+	       n, copies, n_docs, n_q);
+
+	/* Tiny random states, one per document (retrieval never reads them). */
+	double t0 = now();
+	ss_state_dims d = { "mamba2", 2, 3, 4, 5, 6, 4 };
+	ss_state s;
+	ss_writer *sw;
+	if (ss_state_alloc(&s, &d) || ss_writer_open(&sw, spath, 1, em))
+		die(spath, "cannot start");
+	snprintf(s.fingerprint, sizeof s.fingerprint, "bench-scale");
+	char id[600];
+	for (int c = 0; c < copies; c++)
+		for (size_t i = 0; i < n; i++) {
+			if (c)
+				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
+			s.id = c ? id : ids[i];
+			s.n_tokens = ntok[i];
+			s.ssm[0] = (float)i;
+			if (ss_writer_put_state(sw, &s, NULL))
+				die(spath, "write failed");
+		}
+	s.id = NULL;
+	ss_state_free(&s);
+	if (ss_writer_close(sw, em))
+		die(spath, em);
+	printf("  write %zu tiny states                %8.1f s\n", n_docs, now() - t0);
+
+	/* Build, as ss-retrieve build does, the texts given one by one. */
+	t0 = now();
+	ss_index *ix;
+	ss_index_build_stats bs;
+	if (ss_index_build_open(&ix, dbpath, em))
+		die(dbpath, em);
+	for (int c = 0; c < copies; c++)
+		for (size_t i = 0; i < n; i++) {
+			if (c)
+				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
+			if (ss_index_add_text(ix, c ? id : ids[i], texts[i], lens[i], ntok[i], em))
+				die(dbpath, em);
+		}
+	double t_text = now() - t0;
+	if (ss_index_add_stream(ix, spath, 0, NULL, NULL, NULL, em) || ss_index_commit(ix, NULL, NULL, &bs, em))
+		die(dbpath, em);
+	ss_index_close(ix);
+	double t_build = now() - t0;
+	printf("  build the index                    %8.1f s   (%.1f s per million; texts %.1f s, states and commit "
+	       "%.1f s); %lld documents, %.1f MB\n",
+	       t_build, t_build / (double)n_docs * 1e6, t_text, t_build - t_text, (long long)bs.n_docs,
+	       file_size(dbpath) / 1e6);
+
+	/* Queries: 30 consecutive words of a random chunk, from a random word. */
+	char **qs = malloc((size_t)n_q * sizeof *qs);
+	FILE *qf = fopen(qpath, "w");
+	if (!qf)
+		die(qpath, "cannot write");
+	for (int q = 0; q < n_q; q++) {
+		const char *t = texts[next() % n];
+		int nw = 0;
+		for (const char *p = t; *p;) {
+			while (*p && isspace((unsigned char)*p))
+				p++;
+			if (*p)
+				nw++;
+			while (*p && !isspace((unsigned char)*p))
+				p++;
+		}
+		int from = nw > 30 ? (int)(next() % (uint64_t)(nw - 29)) : 0, w = 0;
+		size_t qn = 0;
+		char *qt = malloc(strlen(t) + 1);
+		for (const char *p = t; *p && w < from + 30;) {
+			while (*p && isspace((unsigned char)*p))
+				p++;
+			const char *b = p;
+			while (*p && !isspace((unsigned char)*p))
+				p++;
+			if (p > b && w++ >= from) {
+				if (qn)
+					qt[qn++] = ' ';
+				for (; b < p; b++)
+					qt[qn++] = *b == '"' || *b == '\\' ? ' ' : *b;
+			}
+		}
+		qt[qn] = 0;
+		qs[q] = qt;
+		fprintf(qf, "{\"id\": \"q%d\", \"query\": \"%s\"}\n", q, qt);
+	}
+	fclose(qf);
+
+	double *lat = malloc((size_t)n_q * sizeof *lat);
+	char ***top = malloc((size_t)n_q * sizeof *top);
+	int *n_top = malloc((size_t)n_q * sizeof *n_top);
+	t0 = now();
+	if (ss_index_open(&ix, dbpath, em))
+		die(dbpath, em);
+	double t_open = now() - t0;
+	for (int q = 0; q < n_q; q++) {
+		ss_index_hit *h;
+		double t1 = now();
+		int k = ss_index_query(ix, qs[q], 10, NULL, 0, &h, em);
+		lat[q] = now() - t1;
+		if (k < 0)
+			die("query", em);
+		top[q] = malloc(10 * sizeof **top);
+		for (int i = 0; i < k; i++)
+			top[q][i] = strdup(h[i].id);
+		n_top[q] = k;
+		ss_index_hits_free(h, k);
+	}
+	ss_index_close(ix);
+	printf("  open the index                     %8.2f ms\n", t_open * 1e3);
+	report3("query (ours: MaxScore)", lat, n_q);
+
+	if (peer) {
+		/* The same documents in FTS5 (rowid = c * n + i). */
+		fts_peer p;
+		t0 = now();
+		peer_open(&p, ppath);
+		for (int c = 0; c < copies; c++)
+			for (size_t i = 0; i < n; i++)
+				peer_add(&p, (int64_t)c * (int64_t)n + (int64_t)i + 1, texts[i], lens[i]);
+		peer_commit(&p);
+		double t_peer = now() - t0;
+		printf("  peer: build FTS5                   %8.1f s   (%.1f s per million), %.1f MB\n", t_peer,
+		       t_peer / (double)n_docs * 1e6, file_size(ppath) / 1e6);
+		double overlap = 0;
+		int64_t rows[10];
+		for (int q = 0; q < n_peer; q++) {
+			char *e = fts_expr(qs[q], 1);
+			double t1 = now();
+			int k = peer_query(&p, e, 10, rows);
+			lat[q] = now() - t1;
+			int same = 0;
+			for (int i = 0; i < k; i++) {
+				int64_t r = rows[i] - 1;
+				int c = (int)(r / (int64_t)n);
+				size_t j = (size_t)(r % (int64_t)n);
+				if (c)
+					snprintf(id, sizeof id, "c%d/%s", c, ids[j]);
+				for (int m = 0; m < n_top[q]; m++)
+					same += !strcmp(top[q][m], c ? id : ids[j]);
+			}
+			overlap += k ? (double)same / k : 1;
+			free(e);
+		}
+		report3("peer: FTS5 bm25() ORDER BY rank", lat, n_peer);
+		printf("  top-10 overlap with the exhaustive FTS5 bm25() on the same terms: %.4f (%d queries)\n",
+		       overlap / n_peer, n_peer);
+		sqlite3_close(p.db);
+	}
+	for (int q = 0; q < n_q; q++) {
+		for (int i = 0; i < n_top[q]; i++)
+			free(top[q][i]);
+		free(top[q]);
+		free(qs[q]);
+	}
+	for (size_t i = 0; i < n; i++) {
+		free(ids[i]);
+		free(texts[i]);
+	}
+	free(top);
+	free(n_top);
+	free(qs);
+	free(lat);
+	free(ids);
+	free(texts);
+	free(lens);
+	free(ntok);
+	if (!keep) {
+		unlink(spath);
+		unlink(dbpath);
+		unlink(qpath);
+		unlink(ppath);
+		rmdir(dir);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "--scale"))
+		return scale_main(argc, argv);
 	int n_docs = argc > 1 ? atoi(argv[1]) : 10000;
 	int n_q = argc > 2 ? atoi(argv[2]) : 200;
 	if (n_docs < 10 || n_q < 1)

@@ -38,7 +38,7 @@
 extern "C" {
 #endif
 
-#define SS_INDEX_SCHEMA_VERSION 1
+#define SS_INDEX_SCHEMA_VERSION 2
 
 typedef struct ss_index ss_index;
 
