@@ -28,10 +28,12 @@ struct ss_bm25 {
 	Fts5Tokenizer *tok;
 	int build;
 	vocab v;
-	sqlite3_stmt *set_terms, *ins_term, *find_term, *data_version;
+	sqlite3_stmt *ins_term, *find_term, *data_version;
 	/* per call scratch */
 	uint32_t *tids;
 	size_t n_tids, cap_tids;
+	unsigned char *vec; /* ss_bm25_terms' result */
+	size_t vec_cap;
 	char **qterms;   /* the query's distinct terms */
 	int *qtf;        /* how often each occurs in the query */
 	size_t n_q, cap_q;
@@ -53,7 +55,10 @@ static uint64_t hash_str(const char *s, size_t n)
 	uint64_t h = 1469598103934665603ull;
 	for (size_t i = 0; i < n; i++)
 		h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-	return h;
+	/* FNV's low bits cluster; the table indexes by them. */
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	return h ^ (h >> 33);
 }
 
 static int vocab_grow(vocab *v)
@@ -137,9 +142,7 @@ int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg)
 	}
 	if (build) {
 		sqlite3_stmt *st = NULL;
-		if (sqlite3_prepare_v2(db, "UPDATE docs SET n_terms = ?2, terms = ?3 WHERE rid = ?1", -1,
-				       &b->set_terms, NULL) != SQLITE_OK ||
-		    sqlite3_prepare_v2(db, "INSERT INTO terms(tid, term) VALUES(?1, ?2)", -1, &b->ins_term, NULL) !=
+		if (sqlite3_prepare_v2(db, "INSERT INTO terms(tid, term) VALUES(?1, ?2)", -1, &b->ins_term, NULL) !=
 			    SQLITE_OK ||
 		    sqlite3_prepare_v2(db, "SELECT tid, term FROM terms", -1, &st, NULL) != SQLITE_OK) {
 			sqlite3_finalize(st);
@@ -186,12 +189,12 @@ void ss_bm25_close(ss_bm25 *b)
 		return;
 	if (b->tok)
 		b->tk.xDelete(b->tok);
-	sqlite3_finalize(b->set_terms);
 	sqlite3_finalize(b->ins_term);
 	sqlite3_finalize(b->find_term);
 	sqlite3_finalize(b->data_version);
 	vocab_free(&b->v);
 	free(b->tids);
+	free(b->vec);
 	for (size_t i = 0; i < b->n_q; i++)
 		free(b->qterms[i]);
 	free(b->qterms);
@@ -283,7 +286,8 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int ss_bm25_add(ss_bm25 *b, int64_t rid, const char *text, size_t len, char *errmsg)
+int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec_out, size_t *vec_len,
+		  int64_t *n_terms, char *errmsg)
 {
 	b->n_tids = 0;
 	int rc = b->tk.xTokenize(b->tok, b, FTS5_TOKENIZE_DOCUMENT, text ? text : "", (int)len, on_doc_token);
@@ -293,9 +297,15 @@ int ss_bm25_add(ss_bm25 *b, int64_t rid, const char *text, size_t len, char *err
 		return sqlfail(b, errmsg, "storing a term");
 	qsort(b->tids, b->n_tids, sizeof *b->tids, cmp_u32);
 	/* Each (tid, tf) pair takes at most 10 bytes. */
-	unsigned char *vec = malloc(b->n_tids * 10 + 1);
-	if (!vec)
-		return SS_ERR_NOMEM;
+	if (b->n_tids * 10 + 1 > b->vec_cap) {
+		free(b->vec);
+		b->vec_cap = b->n_tids * 10 + 1;
+		if (!(b->vec = malloc(b->vec_cap))) {
+			b->vec_cap = 0;
+			return SS_ERR_NOMEM;
+		}
+	}
+	unsigned char *vec = b->vec;
 	size_t vn = 0;
 	uint32_t prev = 0;
 	for (size_t i = 0; i < b->n_tids;) {
@@ -307,13 +317,10 @@ int ss_bm25_add(ss_bm25 *b, int64_t rid, const char *text, size_t len, char *err
 		prev = b->tids[i];
 		i = j;
 	}
-	sqlite3_bind_int64(b->set_terms, 1, rid);
-	sqlite3_bind_int64(b->set_terms, 2, (int64_t)b->n_tids);
-	sqlite3_bind_blob(b->set_terms, 3, vec, (int)vn, SQLITE_STATIC);
-	rc = sqlite3_step(b->set_terms);
-	sqlite3_reset(b->set_terms);
-	free(vec);
-	return rc == SQLITE_DONE ? 0 : sqlfail(b, errmsg, "storing a term vector");
+	*vec_out = vec;
+	*vec_len = vn;
+	*n_terms = (int64_t)b->n_tids;
+	return 0;
 }
 
 /* One term's postings being written: data and skip entries grow as

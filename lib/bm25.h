@@ -44,9 +44,12 @@ typedef struct ss_bm25 ss_bm25;
 int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg);
 void ss_bm25_close(ss_bm25 *b);
 
-/* Tokenizes text[0..len) and stores the term vector of document row `rid`
- * (docs.n_terms, docs.terms). Returns 0, SS_ERR_NOMEM, SS_ERR_IO. */
-int ss_bm25_add(ss_bm25 *b, int64_t rid, const char *text, size_t len, char *errmsg);
+/* Tokenizes text[0..len) into its term vector (the docs.terms blob),
+ * adding new terms to the vocabulary and the terms table. *vec (*vec_len
+ * bytes) is owned by b, valid until the next call; *n_terms: the number of
+ * terms (docs.n_terms). Returns 0, SS_ERR_NOMEM, SS_ERR_IO. */
+int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec, size_t *vec_len,
+		  int64_t *n_terms, char *errmsg);
 
 /* Rewrites terms.df/maxw/postings and the bm25 row from every document's
  * term vector (inside the caller's write transaction); drops terms no

@@ -219,7 +219,7 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	sqlite3_finalize(st);
 	if ((rc = prep(ix, &ix->find, "SELECT rid, text_len IS NOT NULL FROM docs WHERE id = ?1", errmsg)) ||
 	    (rc = prep(ix, &ix->ins_doc, "INSERT INTO docs(id) VALUES(?1)", errmsg)) ||
-	    (rc = prep(ix, &ix->set_text, "UPDATE docs SET text_tokens = ?2, text_len = ?3 WHERE rid = ?1", errmsg)) ||
+	    (rc = prep(ix, &ix->set_text, "UPDATE docs SET text_tokens = ?2, text_len = ?3, n_terms = ?4, terms = ?5 WHERE rid = ?1", errmsg)) ||
 	    (rc = prep(ix, &ix->set_state,
 		       "UPDATE docs SET file_id = ?2, byte_offset = ?3, frame_length = ?4, fingerprint = ?5,"
 		       " n_tokens = ?6 WHERE rid = ?1", errmsg)) ||
@@ -274,7 +274,10 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 		return rc;
 	if (text_len > INT_MAX)
 		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "document %s: text of %zu bytes is too long", id, text_len);
-	if ((rc = ss_bm25_add(ix->bm25, rid, text, text_len, errmsg)))
+	const void *vec;
+	size_t vec_len;
+	int64_t n_terms;
+	if ((rc = ss_bm25_terms(ix->bm25, text, text_len, &vec, &vec_len, &n_terms, errmsg)))
 		return rc;
 	sqlite3_bind_int64(ix->set_text, 1, rid);
 	if (text_tokens >= 0)
@@ -282,6 +285,8 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 	else
 		sqlite3_bind_null(ix->set_text, 2);
 	sqlite3_bind_int64(ix->set_text, 3, (int64_t)text_len);
+	sqlite3_bind_int64(ix->set_text, 4, n_terms);
+	sqlite3_bind_blob(ix->set_text, 5, vec, (int)vec_len, SQLITE_STATIC);
 	return step_done(ix, ix->set_text, errmsg);
 }
 
