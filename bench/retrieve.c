@@ -13,6 +13,7 @@
  * Queries follow the paper's protocol: the first half of a chunk, with that
  * chunk excluded.
  */
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -267,6 +268,7 @@ static void big_states(const char *dir)
 typedef struct {
 	sqlite3 *db;
 	sqlite3_stmt *ins, *query;
+	sqlite3_stmt *term_ins, *term_of; /* the term of a word (temp.q, temp.qv) */
 } fts_peer;
 
 static void peer_open(fts_peer *p, const char *path)
@@ -277,8 +279,24 @@ static void peer_open(fts_peer *p, const char *path)
 			 "BEGIN", 0, 0, 0) != SQLITE_OK ||
 	    sqlite3_prepare_v2(p->db, "INSERT INTO fts(rowid, text) VALUES(?1, ?2)", -1, &p->ins, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(p->db, "SELECT rowid, -rank FROM fts WHERE fts MATCH ?1 ORDER BY rank LIMIT ?2", -1,
-			       &p->query, NULL) != SQLITE_OK)
+			       &p->query, NULL) != SQLITE_OK ||
+	    sqlite3_exec(p->db, "CREATE VIRTUAL TABLE temp.q USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2');"
+			 "CREATE VIRTUAL TABLE temp.qv USING fts5vocab('temp', 'q', 'instance');", 0, 0, 0) != SQLITE_OK ||
+	    sqlite3_prepare_v2(p->db, "INSERT INTO temp.q(text) VALUES(?1)", -1, &p->term_ins, NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(p->db, "SELECT term FROM temp.qv", -1, &p->term_of, NULL) != SQLITE_OK)
 		die(path, sqlite3_errmsg(p->db));
+}
+
+/* The term FTS5's tokenizer makes of one word (malloc'd; "" for none). */
+static char *peer_term(fts_peer *p, const char *word, size_t n)
+{
+	sqlite3_exec(p->db, "DELETE FROM temp.q", 0, 0, 0);
+	sqlite3_bind_text(p->term_ins, 1, word, (int)n, SQLITE_STATIC);
+	sqlite3_step(p->term_ins);
+	sqlite3_reset(p->term_ins);
+	char *t = strdup(sqlite3_step(p->term_of) == SQLITE_ROW ? (const char *)sqlite3_column_text(p->term_of, 0) : "");
+	sqlite3_reset(p->term_of);
+	return t;
 }
 
 static void peer_add(fts_peer *p, int64_t rowid, const char *text, size_t len)
@@ -296,6 +314,15 @@ static void peer_commit(fts_peer *p)
 		die("fts5 commit", sqlite3_errmsg(p->db));
 }
 
+static void peer_close(fts_peer *p)
+{
+	sqlite3_finalize(p->ins);
+	sqlite3_finalize(p->query);
+	sqlite3_finalize(p->term_ins);
+	sqlite3_finalize(p->term_of);
+	sqlite3_close(p->db);
+}
+
 /* Top-k rowids for an FTS5 expression; returns their number. */
 static int peer_query(fts_peer *p, const char *expr, int k, int64_t *rowid)
 {
@@ -310,13 +337,16 @@ static int peer_query(fts_peer *p, const char *expr, int k, int64_t *rowid)
 
 /* FTS5 expression of a query: its pieces quoted and OR-ed. same_terms != 0
  * cuts words at every ASCII character that is not a letter or digit, as the
- * index's tokenizer does, and keeps repeats, so that the expression's bm25()
- * is the index's BM25 of the same terms, computed exhaustively; 0 keeps
- * white-space words whole (a multi-term word is then a phrase) and each
- * distinct word once, as the index's queries were before schema 2.
+ * index's tokenizer does, and keeps one piece per distinct term (p's
+ * tokenizer says which), so that the expression's bm25() is the index's
+ * BM25 of the same terms, computed exhaustively; 0 keeps white-space words
+ * whole (a multi-term word is then a phrase) and each distinct word once,
+ * as the index's queries were before schema 2.
  * Returns malloc'd string ("" when none). */
-static char *fts_expr(const char *q, int same_terms)
+static char *fts_expr(fts_peer *p_, const char *q, int same_terms)
 {
+	char **terms = malloc((strlen(q) + 1) * sizeof *terms);
+	size_t n_terms = 0;
 	size_t qn = strlen(q), mn = 0;
 	char *m = malloc(qn * 8 + 8);
 	m[0] = 0;
@@ -346,11 +376,25 @@ static char *fts_expr(const char *q, int same_terms)
 		}
 		piece[pn++] = '"';
 		piece[pn] = 0;
-		char *dup = strstr(m, piece); /* whole quoted pieces only */
-		if (!same_terms && dup && (dup == m || dup[-1] == ' ') && (dup[pn] == 0 || dup[pn] == ' '))
-			continue;
-		mn += (size_t)sprintf(m + mn, "%s%s", mn ? " OR " : "", piece);
+		int dup = 0;
+		if (same_terms) {
+			char *term = peer_term(p_, t, tn);
+			for (size_t i = 0; i < n_terms && !dup; i++)
+				dup = !strcmp(terms[i], term);
+			if (dup)
+				free(term);
+			else
+				terms[n_terms++] = term;
+		} else {
+			char *at = strstr(m, piece); /* whole quoted pieces only */
+			dup = at && (at == m || at[-1] == ' ') && (at[pn] == 0 || at[pn] == ' ');
+		}
+		if (!dup)
+			mn += (size_t)sprintf(m + mn, "%s%s", mn ? " OR " : "", piece);
 	}
+	for (size_t i = 0; i < n_terms; i++)
+		free(terms[i]);
+	free(terms);
 	return m;
 }
 
@@ -574,7 +618,7 @@ static int scale_main(int argc, char **argv)
 		double overlap = 0;
 		int64_t rows[10];
 		for (int q = 0; q < n_peer; q++) {
-			char *e = fts_expr(qs[q], 1);
+			char *e = fts_expr(&p, qs[q], 1);
 			double t1 = now();
 			int k = peer_query(&p, e, 10, rows);
 			lat[q] = now() - t1;
@@ -594,7 +638,7 @@ static int scale_main(int argc, char **argv)
 		report3("peer: FTS5 bm25() ORDER BY rank", lat, n_peer);
 		printf("  top-10 overlap with the exhaustive FTS5 bm25() on the same terms: %.4f (%d queries)\n",
 		       overlap / n_peer, n_peer);
-		sqlite3_close(p.db);
+		peer_close(&p);
 	}
 	for (int q = 0; q < n_q; q++) {
 		for (int i = 0; i < n_top[q]; i++)
@@ -624,10 +668,236 @@ static int scale_main(int argc, char **argv)
 	return 0;
 }
 
+/* ------------------------------------------------------------------ qa */
+
+/* A retrieval test set: documents with a relevance key, queries with the
+ * keys that are relevant to them. */
+typedef struct {
+	size_t n_docs, n_q;
+	char **text, **key;   /* [n_docs] */
+	char **query;         /* [n_q] */
+	char ***rel;          /* [n_q], NULL-terminated key lists */
+} qa_set;
+
+static void qa_doc(qa_set *s, char *text, char *key)
+{
+	if ((s->n_docs & (s->n_docs - 1)) == 0) {
+		s->text = realloc(s->text, (2 * s->n_docs + 1) * sizeof *s->text);
+		s->key = realloc(s->key, (2 * s->n_docs + 1) * sizeof *s->key);
+	}
+	s->text[s->n_docs] = text;
+	s->key[s->n_docs++] = key;
+}
+
+static void qa_query(qa_set *s, const char *query, char **rel)
+{
+	if ((s->n_q & (s->n_q - 1)) == 0) {
+		s->query = realloc(s->query, (2 * s->n_q + 1) * sizeof *s->query);
+		s->rel = realloc(s->rel, (2 * s->n_q + 1) * sizeof *s->rel);
+	}
+	s->query[s->n_q] = strdup(query);
+	s->rel[s->n_q++] = rel;
+}
+
+static cJSON *read_json(const char *path)
+{
+	size_t n;
+	char *t = read_all(path, &n);
+	if (!t)
+		die(path, "cannot read (set SS_SHARED)");
+	cJSON *j = cJSON_ParseWithLength(t, n);
+	free(t);
+	if (!cJSON_IsArray(j))
+		die(path, "not a JSON array");
+	return j;
+}
+
+/* MS MARCO: every passage of every sample is a document; a query's
+ * relevant passages are its own selected ones. */
+static void qa_msmarco(qa_set *s, const char *path)
+{
+	cJSON *all = read_json(path), *it;
+	int i = 0;
+	cJSON_ArrayForEach(it, all) {
+		cJSON *ps = cJSON_GetObjectItem(it, "passages");
+		cJSON *txt = cJSON_GetObjectItem(ps, "passage_text"), *sel = cJSON_GetObjectItem(ps, "is_selected");
+		int n = cJSON_GetArraySize(txt), n_rel = 0;
+		char **rel = calloc((size_t)n + 1, sizeof *rel);
+		for (int j = 0; j < n; j++) {
+			char key[64];
+			snprintf(key, sizeof key, "m%d/%d", i, j);
+			qa_doc(s, strdup(cJSON_GetArrayItem(txt, j)->valuestring), strdup(key));
+			if (cJSON_GetArrayItem(sel, j)->valueint)
+				rel[n_rel++] = strdup(key);
+		}
+		if (n_rel)
+			qa_query(s, cJSON_GetObjectItem(it, "query")->valuestring, rel);
+		else
+			free(rel);
+		i++;
+	}
+	cJSON_Delete(all);
+}
+
+/* HotpotQA (distractor): every context paragraph (title, then its
+ * sentences) is a document keyed by its title; a question's relevant
+ * documents are those of its supporting titles. */
+static void qa_hotpot(qa_set *s, const char *path)
+{
+	cJSON *all = read_json(path), *it;
+	cJSON_ArrayForEach(it, all) {
+		cJSON *c, *f;
+		cJSON_ArrayForEach(c, cJSON_GetObjectItem(it, "context")) {
+			const char *title = cJSON_GetArrayItem(c, 0)->valuestring;
+			size_t len = strlen(title) + 2;
+			cJSON *sent;
+			cJSON_ArrayForEach(sent, cJSON_GetArrayItem(c, 1))
+				len += strlen(sent->valuestring);
+			char *t = malloc(len);
+			size_t tn = (size_t)sprintf(t, "%s\n", title);
+			cJSON_ArrayForEach(sent, cJSON_GetArrayItem(c, 1))
+				tn += (size_t)sprintf(t + tn, "%s", sent->valuestring);
+			qa_doc(s, t, strdup(title));
+		}
+		cJSON *sf = cJSON_GetObjectItem(it, "supporting_facts");
+		char **rel = calloc((size_t)cJSON_GetArraySize(sf) + 1, sizeof *rel);
+		int n_rel = 0;
+		cJSON_ArrayForEach(f, sf) {
+			const char *title = cJSON_GetArrayItem(f, 0)->valuestring;
+			int seen = 0;
+			for (int j = 0; j < n_rel; j++)
+				seen |= !strcmp(rel[j], title);
+			if (!seen)
+				rel[n_rel++] = strdup(title);
+		}
+		qa_query(s, cJSON_GetObjectItem(it, "question")->valuestring, rel);
+	}
+	cJSON_Delete(all);
+}
+
+/* Adds recall@10 and reciprocal rank of one ranked list of document
+ * ordinals to *recall, *mrr. */
+static void qa_score(const qa_set *s, size_t q, const size_t *docs, int n, double *recall, double *mrr)
+{
+	int n_rel = 0, found = 0, first = 0;
+	while (s->rel[q][n_rel])
+		n_rel++;
+	char *got = calloc((size_t)n_rel, 1);
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < n_rel; j++)
+			if (!strcmp(s->key[docs[i]], s->rel[q][j])) {
+				if (!got[j])
+					found++;
+				got[j] = 1;
+				if (!first)
+					first = i + 1;
+			}
+	free(got);
+	*recall += (double)found / n_rel;
+	*mrr += first ? 1.0 / first : 0;
+}
+
+static void qa_run(const char *name, qa_set *s)
+{
+	char dir[512], spath[600], dbpath[600], ppath[600], em[SS_ERRMSG_MAX], id[32];
+	snprintf(dir, sizeof dir, "%s/ss-bench-qa-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(dir))
+		die(dir, "mkdtemp failed");
+	snprintf(spath, sizeof spath, "%s/states", dir);
+	snprintf(dbpath, sizeof dbpath, "%s/index.db", dir);
+	snprintf(ppath, sizeof ppath, "%s/fts5.db", dir);
+	ss_state_dims d = { "mamba2", 2, 3, 4, 5, 6, 4 };
+	ss_state st;
+	ss_writer *sw;
+	ss_index *ix;
+	fts_peer p;
+	if (ss_state_alloc(&st, &d) || ss_writer_open(&sw, spath, 1, em) || ss_index_build_open(&ix, dbpath, em))
+		die(dir, "cannot start");
+	peer_open(&p, ppath);
+	snprintf(st.fingerprint, sizeof st.fingerprint, "bench-qa");
+	for (size_t i = 0; i < s->n_docs; i++) {
+		snprintf(id, sizeof id, "%zu", i);
+		st.id = id;
+		if (ss_writer_put_state(sw, &st, NULL) ||
+		    ss_index_add_text(ix, id, s->text[i], strlen(s->text[i]), -1, em))
+			die(dbpath, em);
+		peer_add(&p, (int64_t)i + 1, s->text[i], strlen(s->text[i]));
+	}
+	st.id = NULL;
+	ss_state_free(&st);
+	if (ss_writer_close(sw, em) || ss_index_add_stream(ix, spath, 0, NULL, NULL, NULL, em) ||
+	    ss_index_commit(ix, NULL, NULL, NULL, em))
+		die(dbpath, em);
+	ss_index_close(ix);
+	peer_commit(&p);
+	if (ss_index_open(&ix, dbpath, em))
+		die(dbpath, em);
+	double r_ours = 0, m_ours = 0, r_peer = 0, m_peer = 0;
+	size_t docs[10];
+	int64_t rows[10];
+	for (size_t q = 0; q < s->n_q; q++) {
+		ss_index_hit *h;
+		int n = ss_index_query(ix, s->query[q], 10, NULL, 0, &h, em);
+		if (n < 0)
+			die("query", em);
+		for (int i = 0; i < n; i++)
+			docs[i] = (size_t)strtoull(h[i].id, NULL, 10);
+		ss_index_hits_free(h, n);
+		qa_score(s, q, docs, n, &r_ours, &m_ours);
+		char *e = fts_expr(&p, s->query[q], 0);
+		n = e[0] ? peer_query(&p, e, 10, rows) : 0;
+		free(e);
+		for (int i = 0; i < n; i++)
+			docs[i] = (size_t)(rows[i] - 1);
+		qa_score(s, q, docs, n, &r_peer, &m_peer);
+	}
+	ss_index_close(ix);
+	peer_close(&p);
+	printf("  %-28s %5zu docs %4zu queries   recall@10 %.4f  MRR@10 %.4f   (FTS5 before: %.4f, %.4f)\n", name,
+	       s->n_docs, s->n_q, r_ours / s->n_q, m_ours / s->n_q, r_peer / s->n_q, m_peer / s->n_q);
+	unlink(spath);
+	unlink(dbpath);
+	unlink(ppath);
+	rmdir(dir);
+	for (size_t i = 0; i < s->n_docs; i++) {
+		free(s->text[i]);
+		free(s->key[i]);
+	}
+	for (size_t q = 0; q < s->n_q; q++) {
+		for (char **r = s->rel[q]; *r; r++)
+			free(*r);
+		free(s->rel[q]);
+		free(s->query[q]);
+	}
+	free(s->text);
+	free(s->key);
+	free(s->query);
+	free(s->rel);
+}
+
+/* retrieve --qa: retrieval quality on the MS MARCO and HotpotQA samples,
+ * the index against FTS5 bm25() as the index queried it before. */
+static int qa_main(void)
+{
+	const char *shared = getenv("SS_SHARED") ? getenv("SS_SHARED") : "../shared";
+	char path[1024];
+	printf("ss-retrieve retrieval quality (k = 10; each query's relevant documents among all the samples' documents)\n");
+	qa_set m = {0}, h = {0};
+	snprintf(path, sizeof path, "%s/data/qa/msmarco-v1.1-train-sample200.json", shared);
+	qa_msmarco(&m, path);
+	qa_run("MS MARCO v1.1 (200 samples)", &m);
+	snprintf(path, sizeof path, "%s/data/qa/hotpotqa-dev-distractor-sample479.json", shared);
+	qa_hotpot(&h, path);
+	qa_run("HotpotQA distractor (479)", &h);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--scale"))
 		return scale_main(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--qa"))
+		return qa_main();
 	int n_docs = argc > 1 ? atoi(argv[1]) : 10000;
 	int n_q = argc > 2 ? atoi(argv[2]) : 200;
 	if (n_docs < 10 || n_q < 1)

@@ -35,7 +35,6 @@ struct ss_bm25 {
 	unsigned char *vec; /* ss_bm25_terms' result */
 	size_t vec_cap;
 	char **qterms;   /* the query's distinct terms */
-	int *qtf;        /* how often each occurs in the query */
 	size_t n_q, cap_q;
 	int oom;
 	/* query-side corpus statistics (loaded lazily, reloaded when the file changes) */
@@ -198,7 +197,6 @@ void ss_bm25_close(ss_bm25 *b)
 	for (size_t i = 0; i < b->n_q; i++)
 		free(b->qterms[i]);
 	free(b->qterms);
-	free(b->qtf);
 	free(b->doclen);
 	free(b);
 }
@@ -525,25 +523,19 @@ static int on_query_token(void *ctx, int flags, const char *tok, int n, int star
 	(void)end;
 	ss_bm25 *b = ctx;
 	for (size_t i = 0; i < b->n_q; i++)
-		if (!strncmp(b->qterms[i], tok, (size_t)n) && !b->qterms[i][n]) {
-			b->qtf[i]++;
+		if (!strncmp(b->qterms[i], tok, (size_t)n) && !b->qterms[i][n])
 			return SQLITE_OK;
-		}
 	if (b->n_q == b->cap_q) {
 		size_t cap = b->cap_q ? 2 * b->cap_q : 32;
 		char **q = realloc(b->qterms, cap * sizeof *q);
-		if (q)
-			b->qterms = q;
-		int *f = realloc(b->qtf, cap * sizeof *f);
-		if (f)
-			b->qtf = f;
-		if (!q || !f)
+		if (!q)
 			return SQLITE_NOMEM;
+		b->qterms = q;
 		b->cap_q = cap;
 	}
 	if (!(b->qterms[b->n_q] = strndup(tok, (size_t)n)))
 		return SQLITE_NOMEM;
-	b->qtf[b->n_q++] = 1;
+	b->n_q++;
 	return SQLITE_OK;
 }
 
@@ -764,7 +756,7 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 			int64_t tid = sqlite3_column_int64(b->find_term, 0);
 			double df = (double)sqlite3_column_int64(b->find_term, 1);
 			double idf = log((b->n_docs - df + 0.5) / (df + 0.5));
-			t->idf = (idf <= 0 ? 1e-6 : idf) * b->qtf[i];
+			t->idf = idf <= 0 ? 1e-6 : idf;
 			t->ub = t->idf * sqlite3_column_double(b->find_term, 2);
 			t->blk = -1;
 			unsigned char hdr[4];

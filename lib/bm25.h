@@ -62,8 +62,7 @@ typedef struct {
 	double score;
 } ss_bm25_hit;
 
-/* Top-k rows for `query` (terms OR-ed, a term that occurs n times in the
- * query weighing n times: FTS5's bm25() of the OR of every query term) by BM25,
+/* Top-k rows for `query` (its distinct terms OR-ed, each counted once) by BM25,
  * best first, equal scores by rid, leaving out the rids in
  * exclude[0..n_exclude) (sorted ascending). Runs in the caller's read
  * transaction. hits: room for k. Returns the number of hits (0 when no
