@@ -21,7 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -269,6 +272,8 @@ typedef struct {
 	sqlite3 *db;
 	sqlite3_stmt *ins, *query;
 	sqlite3_stmt *term_ins, *term_of; /* the term of a word (temp.q, temp.qv) */
+	sqlite3_stmt *df_of;              /* documents holding a term (temp.v) */
+	int64_t max_df;                   /* fts_expr leaves out terms in more documents */
 } fts_peer;
 
 static void peer_open(fts_peer *p, const char *path)
@@ -281,7 +286,9 @@ static void peer_open(fts_peer *p, const char *path)
 	    sqlite3_prepare_v2(p->db, "SELECT rowid, -rank FROM fts WHERE fts MATCH ?1 ORDER BY rank LIMIT ?2", -1,
 			       &p->query, NULL) != SQLITE_OK ||
 	    sqlite3_exec(p->db, "CREATE VIRTUAL TABLE temp.q USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2');"
-			 "CREATE VIRTUAL TABLE temp.qv USING fts5vocab('temp', 'q', 'instance');", 0, 0, 0) != SQLITE_OK ||
+			 "CREATE VIRTUAL TABLE temp.qv USING fts5vocab('temp', 'q', 'instance');"
+			 "CREATE VIRTUAL TABLE temp.v USING fts5vocab('main', 'fts', 'row');", 0, 0, 0) != SQLITE_OK ||
+	    sqlite3_prepare_v2(p->db, "SELECT doc FROM temp.v WHERE term = ?1", -1, &p->df_of, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(p->db, "INSERT INTO temp.q(text) VALUES(?1)", -1, &p->term_ins, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(p->db, "SELECT term FROM temp.qv", -1, &p->term_of, NULL) != SQLITE_OK)
 		die(path, sqlite3_errmsg(p->db));
@@ -320,6 +327,7 @@ static void peer_close(fts_peer *p)
 	sqlite3_finalize(p->query);
 	sqlite3_finalize(p->term_ins);
 	sqlite3_finalize(p->term_of);
+	sqlite3_finalize(p->df_of);
 	sqlite3_close(p->db);
 }
 
@@ -381,6 +389,12 @@ static char *fts_expr(fts_peer *p_, const char *q, int same_terms)
 			char *term = peer_term(p_, t, tn);
 			for (size_t i = 0; i < n_terms && !dup; i++)
 				dup = !strcmp(terms[i], term);
+			if (!dup && p_->max_df) {
+				/* Query-term pruning by document frequency. */
+				sqlite3_bind_text(p_->df_of, 1, term, -1, SQLITE_STATIC);
+				dup = sqlite3_step(p_->df_of) == SQLITE_ROW && sqlite3_column_int64(p_->df_of, 0) > p_->max_df;
+				sqlite3_reset(p_->df_of);
+			}
 			if (dup)
 				free(term);
 			else
@@ -415,11 +429,38 @@ static off_t file_size(const char *path)
 	return stat(path, &sb) ? 0 : sb.st_size;
 }
 
+/* Runs argv with stdin from `in` (NULL: /dev/null) and stdout to
+ * /dev/null; returns seconds from fork to exit and sets *cpu to the
+ * child's user + system seconds (on a loaded machine the wall time
+ * includes waiting for a core). Dies when it fails. */
+static double run_timed(char *const *argv, const char *in, double *cpu)
+{
+	double t0 = now();
+	pid_t pid = fork();
+	if (pid < 0)
+		die("fork", strerror(errno));
+	if (pid == 0) {
+		int fi = open(in ? in : "/dev/null", O_RDONLY), fo = open("/dev/null", O_WRONLY);
+		dup2(fi, 0);
+		dup2(fo, 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	int st;
+	struct rusage ru;
+	wait4(pid, &st, 0, &ru);
+	double t = now() - t0;
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		die(argv[0], "failed");
+	*cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+	return t;
+}
+
 /* retrieve --scale: see usage in main. */
 static int scale_main(int argc, char **argv)
 {
 	int copies = 1, n_q = 200, peer = 0, n_peer = -1;
-	const char *keep = NULL;
+	const char *keep = NULL, *cli = NULL;
 	int a = 2;
 	for (; a < argc && argv[a][0] == '-'; a++) {
 		if (!strcmp(argv[a], "--copies") && a + 1 < argc)
@@ -432,11 +473,14 @@ static int scale_main(int argc, char **argv)
 			n_peer = atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--keep") && a + 1 < argc)
 			keep = argv[++a];
+		else if (!strcmp(argv[a], "--cli") && a + 1 < argc)
+			cli = argv[++a];
 		else
 			die("usage", argv[a]);
 	}
 	if (a == argc || copies < 1 || n_q < 1)
-		die("usage", "retrieve --scale [--copies C] [--queries Q] [--peer [--peer-queries P]] [--keep DIR] TOKENS...");
+		die("usage", "retrieve --scale [--copies C] [--queries Q] [--peer [--peer-queries P]] [--cli SS_RETRIEVE] "
+			     "[--keep DIR] TOKENS...");
 	if (n_peer < 0 || n_peer > n_q)
 		n_peer = n_q;
 	char dir[512], em[SS_ERRMSG_MAX];
@@ -602,6 +646,22 @@ static int scale_main(int argc, char **argv)
 	ss_index_close(ix);
 	printf("  open the index                     %8.2f ms\n", t_open * 1e3);
 	report3("query (ours: MaxScore)", lat, n_q);
+	if (cli) {
+		/* The tool itself: batch (JSON lines on stdin) and one process
+		 * per query, start-up included. */
+		char *batch[] = { (char *)cli, "query", "--index", dbpath, "-k", "10", "--ids", NULL };
+		double cpu, t = run_timed(batch, qpath, &cpu);
+		printf("  ss-retrieve batch, %d queries     %8.2f s   (%.2f ms per query, start-up included; CPU %.2f ms)\n",
+		       n_q, t, t / n_q * 1e3, cpu / n_q * 1e3);
+		double *lat_cpu = malloc((size_t)n_q * sizeof *lat_cpu);
+		for (int q = 0; q < n_q; q++) {
+			char *one[] = { (char *)cli, "query", "--index", dbpath, "-k", "10", "--ids", "--query", qs[q], NULL };
+			lat[q] = run_timed(one, NULL, &lat_cpu[q]);
+		}
+		report3("ss-retrieve, a process per query", lat, n_q);
+		report3("  the same, CPU time (user+sys)", lat_cpu, n_q);
+		free(lat_cpu);
+	}
 
 	if (peer) {
 		/* The same documents in FTS5 (rowid = c * n + i). */
@@ -615,8 +675,12 @@ static int scale_main(int argc, char **argv)
 		double t_peer = now() - t0;
 		printf("  peer: build FTS5                   %8.1f s   (%.1f s per million), %.1f MB\n", t_peer,
 		       t_peer / (double)n_docs * 1e6, file_size(ppath) / 1e6);
-		double overlap = 0;
 		int64_t rows[10];
+		/* Exhaustive, then candidate (b): terms in more than N/2 (weight
+		 * 1e-6: the same top 10 but for ties) or N/20 documents left out. */
+		for (int v = 0; v < 3; v++) {
+		p.max_df = v == 0 ? 0 : (int64_t)n_docs / (v == 1 ? 2 : 20);
+		double overlap = 0;
 		for (int q = 0; q < n_peer; q++) {
 			char *e = fts_expr(&p, qs[q], 1);
 			double t1 = now();
@@ -635,9 +699,11 @@ static int scale_main(int argc, char **argv)
 			overlap += k ? (double)same / k : 1;
 			free(e);
 		}
-		report3("peer: FTS5 bm25() ORDER BY rank", lat, n_peer);
-		printf("  top-10 overlap with the exhaustive FTS5 bm25() on the same terms: %.4f (%d queries)\n",
-		       overlap / n_peer, n_peer);
+		char what[80];
+		snprintf(what, sizeof what, "peer: FTS5 bm25(), df <= %s", v == 0 ? "N" : v == 1 ? "N/2" : "N/20");
+		report3(what, lat, n_peer);
+		printf("  top-10 overlap of ours with it: %.4f (%d queries)\n", overlap / n_peer, n_peer);
+		}
 		peer_close(&p);
 	}
 	for (int q = 0; q < n_q; q++) {

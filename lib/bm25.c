@@ -13,6 +13,9 @@
  * (float block maxima, sums in another order) never drops a document
  * that belongs in the top k. */
 #define SLACK (1 + 1e-6)
+/* Documents scored first, from the rarest terms, to start the search with
+ * a k-th score near its final value. */
+#define PRIME 256
 
 /* Vocabulary of a build: term → tid, open addressing. */
 typedef struct {
@@ -170,7 +173,8 @@ int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg)
 		sqlite3_finalize(st);
 		if (rc)
 			goto fail;
-	} else if (sqlite3_prepare_v2(db, "SELECT tid, df, maxw FROM terms WHERE term = ?1 AND df > 0", -1,
+	} else if (sqlite3_exec(db, "PRAGMA mmap_size = 1099511627776", NULL, NULL, NULL) != SQLITE_OK ||
+		   sqlite3_prepare_v2(db, "SELECT tid, df, maxw FROM terms WHERE term = ?1 AND df > 0", -1,
 				      &b->find_term, NULL) != SQLITE_OK) {
 		rc = sqlfail(b, errmsg, "sqlite");
 		goto fail;
@@ -591,6 +595,7 @@ static int load_stats(ss_bm25 *b, char *errmsg)
 typedef struct {
 	sqlite3_blob *blob;
 	double idf, ub;
+	int64_t df;
 	uint32_t n_blocks, size;
 	unsigned char *skip;
 	int64_t blk;    /* decoded block, -1 = none */
@@ -707,6 +712,17 @@ static void heap_push(ss_bm25_hit *h, int *n, ss_bm25_hit x)
 	}
 }
 
+/* Adds x to the top-k heap hits[0..*n) unless it is worse than all of k. */
+static void heap_offer(ss_bm25_hit *h, int *n, int k, ss_bm25_hit x)
+{
+	if (*n < k) {
+		heap_push(h, n, x);
+	} else if (worse(&h[0], &x)) {
+		h[0] = x;
+		sift_down(h, *n, 0);
+	}
+}
+
 static int cmp_hit(const void *a, const void *b)
 {
 	const ss_bm25_hit *x = a, *y = b;
@@ -739,7 +755,9 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 		return ss_errf(errmsg, SS_ERR_INVALID, "empty query (no word to search for)");
 	if ((rc = load_stats(b, errmsg)))
 		return rc;
-	cursor *c = calloc(b->n_q, sizeof *c);
+	cursor *c = calloc(b->n_q, sizeof *c), *pc = NULL;
+	int64_t *primed = NULL;
+	size_t n_primed = 0;
 	unsigned char *buf = malloc(BLOCK * 20);
 	double *cum = malloc(b->n_q * sizeof *cum);
 	int m = 0, n_hits = 0;
@@ -754,7 +772,8 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 		if (s == SQLITE_ROW) {
 			cursor *t = &c[m];
 			int64_t tid = sqlite3_column_int64(b->find_term, 0);
-			double df = (double)sqlite3_column_int64(b->find_term, 1);
+			t->df = sqlite3_column_int64(b->find_term, 1);
+			double df = (double)t->df;
 			double idf = log((b->n_docs - df + 0.5) / (df + 0.5));
 			t->idf = idf <= 0 ? 1e-6 : idf;
 			t->ub = t->idf * sqlite3_column_double(b->find_term, 2);
@@ -789,8 +808,49 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 	qsort(c, (size_t)m, sizeof *c, cmp_ub);
 	for (int i = 0; i < m; i++)
 		cum[i] = c[i].ub + (i ? cum[i - 1] : 0);
+	/* Priming: up to PRIME documents of the rarest terms, in rid order,
+	 * scored in full through copies of the cursors (sharing blob and skip
+	 * table) so that the search proper starts at block 0 with a useful
+	 * k-th score; it then skips these documents. */
+	int p0 = m - 1;
+	for (int64_t sum = m ? c[m - 1].df : 0; p0 > 0 && sum + c[p0 - 1].df <= PRIME; p0--)
+		sum += c[p0 - 1].df;
+	pc = m ? malloc((size_t)m * sizeof *pc) : NULL;
+	primed = malloc(PRIME * sizeof *primed);
+	if (m && (!pc || !primed)) {
+		rc = SS_ERR_NOMEM;
+		goto done;
+	}
+	if (m)
+		memcpy(pc, c, (size_t)m * sizeof *pc);
+	while (m && n_primed < PRIME) {
+		uint32_t d = END;
+		for (int i = p0; i < m; i++)
+			if (pc[i].cur < d)
+				d = pc[i].cur;
+		if (d == END)
+			break;
+		double dl = d <= b->max_rid ? b->doclen[d] : 0, s = 0;
+		for (int i = 0; i < m; i++) {
+			if (i < p0 && (rc = cur_seek(&pc[i], d, buf)))
+				goto damaged;
+			if (pc[i].cur == d) {
+				s += pc[i].idf * tf_weight(pc[i].tf[pc[i].pos], dl, avgdl);
+				if (i >= p0 && (rc = cur_next(&pc[i], buf)))
+					goto damaged;
+			}
+		}
+		primed[n_primed++] = d;
+		if (!(n_exclude && excluded(d, exclude, n_exclude)))
+			heap_offer(hits, &n_hits, k, (ss_bm25_hit){ d, s });
+	}
 	int ess = 0;
 	double theta = 0;
+	if (n_hits == k) {
+		theta = hits[0].score;
+		while (ess < m && cum[ess] * SLACK < theta)
+			ess++;
+	}
 	for (;;) {
 		uint32_t d = END;
 		for (int i = ess; i < m; i++)
@@ -805,7 +865,7 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 				if ((rc = cur_next(&c[i], buf)))
 					goto damaged;
 			}
-		if (n_exclude && excluded(d, exclude, n_exclude))
+		if ((n_exclude && excluded(d, exclude, n_exclude)) || excluded(d, primed, n_primed))
 			continue;
 		for (int i = ess - 1; i >= 0; i--) {
 			if ((s + cum[i]) * SLACK < theta)
@@ -841,6 +901,8 @@ done:
 		free(c[i].skip);
 	}
 	free(c);
+	free(pc);
+	free(primed);
 	free(buf);
 	free(cum);
 	return rc;
