@@ -194,8 +194,11 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	if (rc)
 		return rc;
 	/* A big page cache keeps a large build from spilling into the file
-	 * before commit; the temp tables live in memory. */
-	if ((rc = exec(ix, "PRAGMA cache_size = -262144; PRAGMA temp_store = MEMORY;", errmsg)))
+	 * before commit; the temp tables live in memory. Pages of 64 KiB (for
+	 * a new file) make the long postings blobs short chains of overflow
+	 * pages, which a query walks to reach a block. */
+	if ((rc = exec(ix, "PRAGMA page_size = 65536; PRAGMA cache_size = -262144; PRAGMA temp_store = MEMORY;",
+		       errmsg)))
 		goto fail;
 	if (sqlite3_exec(ix->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
 		rc = sqlerr(ix, errmsg, sqlite3_extended_errcode(ix->db) == SQLITE_BUSY
