@@ -16,6 +16,7 @@
 /* Documents scored first, from the rarest terms, to start the search with
  * a k-th score near its final value. */
 #define PRIME 256
+#define DL_CHUNK 1024
 
 /* Vocabulary of a build: term → tid, open addressing. */
 typedef struct {
@@ -43,9 +44,20 @@ struct ss_bm25 {
 	/* query-side corpus statistics (loaded lazily, reloaded when the file changes) */
 	int64_t stats_version;
 	double n_docs, avgdl;
-	uint32_t *doclen;
+	uint32_t **dlc;   /* document lengths by rid, in chunks of DL_CHUNK read when first needed */
+	size_t n_dlc;
+	sqlite3_blob *dl_blob; /* bm25.doclen, open during a search */
 	int64_t max_rid;
 };
+
+static void free_doclen(ss_bm25 *b)
+{
+	for (size_t i = 0; i < b->n_dlc; i++)
+		free(b->dlc[i]);
+	free(b->dlc);
+	b->dlc = NULL;
+	b->n_dlc = 0;
+}
 
 static int sqlfail(ss_bm25 *b, char *errmsg, const char *what)
 {
@@ -201,7 +213,7 @@ void ss_bm25_close(ss_bm25 *b)
 	for (size_t i = 0; i < b->n_q; i++)
 		free(b->qterms[i]);
 	free(b->qterms);
-	free(b->doclen);
+	free_doclen(b);
 	free(b);
 }
 
@@ -543,23 +555,22 @@ static int on_query_token(void *ctx, int flags, const char *tok, int n, int star
 	return SQLITE_OK;
 }
 
-/* Loads N, avgdl and the document lengths when the file changed since they
- * were loaded (or never were). */
+/* Loads N and avgdl when the file changed since they were loaded (or never
+ * were), forgetting the document lengths read so far. */
 static int load_stats(ss_bm25 *b, char *errmsg)
 {
 	int64_t ver = -2;
 	if (sqlite3_step(b->data_version) == SQLITE_ROW)
 		ver = sqlite3_column_int64(b->data_version, 0);
 	sqlite3_reset(b->data_version);
-	if (ver == b->stats_version && b->doclen)
+	if (ver == b->stats_version)
 		return 0;
 	sqlite3_stmt *st = NULL;
 	int rc = 0;
-	if (sqlite3_prepare_v2(b->db, "SELECT n_docs, n_terms, max_rid, doclen FROM bm25 WHERE one = 1", -1, &st,
-			       NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(b->db, "SELECT n_docs, n_terms, max_rid, length(doclen) FROM bm25 WHERE one = 1", -1,
+			       &st, NULL) != SQLITE_OK)
 		return sqlfail(b, errmsg, "sqlite");
-	free(b->doclen);
-	b->doclen = NULL;
+	free_doclen(b);
 	b->n_docs = 0;
 	b->avgdl = 1;
 	b->max_rid = -1;
@@ -567,27 +578,54 @@ static int load_stats(ss_bm25 *b, char *errmsg)
 	if (s == SQLITE_ROW) {
 		int64_t n = sqlite3_column_int64(st, 0), t = sqlite3_column_int64(st, 1);
 		b->max_rid = sqlite3_column_int64(st, 2);
-		size_t bytes = (size_t)sqlite3_column_bytes(st, 3);
-		const unsigned char *p = sqlite3_column_blob(st, 3);
-		if (b->max_rid < 0 || b->max_rid >= UINT32_MAX || bytes != (size_t)(b->max_rid + 1) * 4) {
-			rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document lengths of %zu bytes", bytes);
-		} else if (!(b->doclen = malloc(bytes ? bytes : 1))) {
+		int64_t bytes = sqlite3_column_int64(st, 3);
+		if (b->max_rid < 0 || b->max_rid >= UINT32_MAX || bytes != (b->max_rid + 1) * 4) {
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document lengths of %lld bytes", (long long)bytes);
+		} else if (!(b->dlc = calloc((size_t)b->max_rid / DL_CHUNK + 1, sizeof *b->dlc))) {
 			rc = SS_ERR_NOMEM;
 		} else {
-			for (size_t i = 0; i < bytes / 4; i++)
-				b->doclen[i] = rd32(p + 4 * i);
+			b->n_dlc = (size_t)b->max_rid / DL_CHUNK + 1;
 			b->n_docs = (double)n;
 			b->avgdl = n && t ? (double)t / (double)n : 1;
 		}
 	} else if (s != SQLITE_DONE) {
 		rc = sqlfail(b, errmsg, "reading corpus statistics");
-	} else if (!(b->doclen = malloc(4))) {
-		rc = SS_ERR_NOMEM;
 	}
 	sqlite3_finalize(st);
 	if (!rc)
 		b->stats_version = ver;
 	return rc;
+}
+
+/* Length in terms of document `rid`: a chunk of the lengths is read from
+ * bm25.doclen (through b->dl_blob, opened here, closed by the search) the
+ * first time one of its documents is scored. Returns 0 or SS_ERR_NOMEM,
+ * SS_ERR_IO. */
+static int dl_of(ss_bm25 *b, uint32_t rid, double *dl)
+{
+	if ((int64_t)rid > b->max_rid) {
+		*dl = 0;
+		return 0;
+	}
+	size_t c = rid / DL_CHUNK;
+	if (!b->dlc[c]) {
+		size_t first = c * DL_CHUNK, n = (size_t)b->max_rid + 1 - first;
+		if (n > DL_CHUNK)
+			n = DL_CHUNK;
+		uint32_t *v = malloc(n * 4);
+		if (!v)
+			return SS_ERR_NOMEM;
+		if ((!b->dl_blob && sqlite3_blob_open(b->db, "main", "bm25", "doclen", 1, 0, &b->dl_blob) != SQLITE_OK) ||
+		    sqlite3_blob_read(b->dl_blob, v, (int)(n * 4), (int)(first * 4)) != SQLITE_OK) {
+			free(v);
+			return SS_ERR_IO;
+		}
+		for (size_t i = 0; i < n; i++)
+			v[i] = rd32((const unsigned char *)&v[i]);
+		b->dlc[c] = v;
+	}
+	*dl = b->dlc[c][rid % DL_CHUNK];
+	return 0;
 }
 
 /* A term's postings being read: the skip table in memory, one block
@@ -830,7 +868,9 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 				d = pc[i].cur;
 		if (d == END)
 			break;
-		double dl = d <= b->max_rid ? b->doclen[d] : 0, s = 0;
+		double dl, s = 0;
+		if ((rc = dl_of(b, d, &dl)))
+			goto damaged;
 		for (int i = 0; i < m; i++) {
 			if (i < p0 && (rc = cur_seek(&pc[i], d, buf)))
 				goto damaged;
@@ -858,7 +898,9 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 				d = c[i].cur;
 		if (d == END)
 			break;
-		double dl = d <= b->max_rid ? b->doclen[d] : 0, s = 0;
+		double dl, s = 0;
+		if ((rc = dl_of(b, d, &dl)))
+			goto damaged;
 		for (int i = ess; i < m; i++)
 			if (c[i].cur == d) {
 				s += c[i].idf * tf_weight(c[i].tf[c[i].pos], dl, avgdl);
@@ -896,6 +938,8 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 damaged:
 	rc = rc == SS_ERR_IO ? sqlfail(b, errmsg, "reading postings") : ss_errf(errmsg, rc, "damaged postings");
 done:
+	sqlite3_blob_close(b->dl_blob);
+	b->dl_blob = NULL;
 	for (int i = 0; c && i < m; i++) {
 		sqlite3_blob_close(c[i].blob);
 		free(c[i].skip);
