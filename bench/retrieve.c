@@ -13,12 +13,19 @@
  * Queries follow the paper's protocol: the first half of a chunk, with that
  * chunk excluded.
  */
+#include <cjson/cJSON.h>
+#include <ctype.h>
 #include <fcntl.h>
+#include <spawn.h>
+#include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -258,8 +265,723 @@ static void big_states(const char *dir)
 	unlink(opath);
 }
 
+/* ------------------------------------------------------------------ scale */
+
+/* The peer: SQLite FTS5 with bm25() ORDER BY rank, as the index answered
+ * queries before (schema 1), in a database of its own. */
+typedef struct {
+	sqlite3 *db;
+	sqlite3_stmt *ins, *query;
+	sqlite3_stmt *term_ins, *term_of; /* the term of a word (temp.q, temp.qv) */
+	sqlite3_stmt *df_of;              /* documents holding a term (temp.v) */
+	int64_t max_df;                   /* fts_expr leaves out terms in more documents */
+} fts_peer;
+
+static void peer_open(fts_peer *p, const char *path)
+{
+	if (sqlite3_open(path, &p->db) != SQLITE_OK ||
+	    sqlite3_exec(p->db, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;"
+			 "CREATE VIRTUAL TABLE fts USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2');"
+			 "BEGIN", 0, 0, 0) != SQLITE_OK ||
+	    sqlite3_prepare_v2(p->db, "INSERT INTO fts(rowid, text) VALUES(?1, ?2)", -1, &p->ins, NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(p->db, "SELECT rowid, -rank FROM fts WHERE fts MATCH ?1 ORDER BY rank LIMIT ?2", -1,
+			       &p->query, NULL) != SQLITE_OK ||
+	    sqlite3_exec(p->db, "CREATE VIRTUAL TABLE temp.q USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2');"
+			 "CREATE VIRTUAL TABLE temp.qv USING fts5vocab('temp', 'q', 'instance');"
+			 "CREATE VIRTUAL TABLE temp.v USING fts5vocab('main', 'fts', 'row');", 0, 0, 0) != SQLITE_OK ||
+	    sqlite3_prepare_v2(p->db, "SELECT doc FROM temp.v WHERE term = ?1", -1, &p->df_of, NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(p->db, "INSERT INTO temp.q(text) VALUES(?1)", -1, &p->term_ins, NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(p->db, "SELECT term FROM temp.qv", -1, &p->term_of, NULL) != SQLITE_OK)
+		die(path, sqlite3_errmsg(p->db));
+}
+
+/* The term FTS5's tokenizer makes of one word (malloc'd; "" for none). */
+static char *peer_term(fts_peer *p, const char *word, size_t n)
+{
+	sqlite3_exec(p->db, "DELETE FROM temp.q", 0, 0, 0);
+	sqlite3_bind_text(p->term_ins, 1, word, (int)n, SQLITE_STATIC);
+	sqlite3_step(p->term_ins);
+	sqlite3_reset(p->term_ins);
+	char *t = strdup(sqlite3_step(p->term_of) == SQLITE_ROW ? (const char *)sqlite3_column_text(p->term_of, 0) : "");
+	sqlite3_reset(p->term_of);
+	return t;
+}
+
+static void peer_add(fts_peer *p, int64_t rowid, const char *text, size_t len)
+{
+	sqlite3_bind_int64(p->ins, 1, rowid);
+	sqlite3_bind_text(p->ins, 2, text, (int)len, SQLITE_STATIC);
+	if (sqlite3_step(p->ins) != SQLITE_DONE)
+		die("fts5 insert", sqlite3_errmsg(p->db));
+	sqlite3_reset(p->ins);
+}
+
+static void peer_commit(fts_peer *p)
+{
+	if (sqlite3_exec(p->db, "INSERT INTO fts(fts) VALUES('optimize'); COMMIT", 0, 0, 0) != SQLITE_OK)
+		die("fts5 commit", sqlite3_errmsg(p->db));
+}
+
+static void peer_close(fts_peer *p)
+{
+	sqlite3_finalize(p->ins);
+	sqlite3_finalize(p->query);
+	sqlite3_finalize(p->term_ins);
+	sqlite3_finalize(p->term_of);
+	sqlite3_finalize(p->df_of);
+	sqlite3_close(p->db);
+}
+
+/* Top-k rowids for an FTS5 expression; returns their number. */
+static int peer_query(fts_peer *p, const char *expr, int k, int64_t *rowid)
+{
+	int n = 0;
+	sqlite3_bind_text(p->query, 1, expr, -1, SQLITE_STATIC);
+	sqlite3_bind_int(p->query, 2, k);
+	while (n < k && sqlite3_step(p->query) == SQLITE_ROW)
+		rowid[n++] = sqlite3_column_int64(p->query, 0);
+	sqlite3_reset(p->query);
+	return n;
+}
+
+/* FTS5 expression of a query: its pieces quoted and OR-ed. same_terms != 0
+ * cuts words at every ASCII character that is not a letter or digit, as the
+ * index's tokenizer does, and keeps one piece per distinct term (p's
+ * tokenizer says which), so that the expression's bm25() is the index's
+ * BM25 of the same terms, computed exhaustively; 0 keeps white-space words
+ * whole (a multi-term word is then a phrase) and each distinct word once,
+ * as the index's queries were before schema 2.
+ * Returns malloc'd string ("" when none). */
+static char *fts_expr(fts_peer *p_, const char *q, int same_terms)
+{
+	char **terms = malloc((strlen(q) + 1) * sizeof *terms);
+	size_t n_terms = 0;
+	size_t qn = strlen(q), mn = 0;
+	char *m = malloc(qn * 8 + 8);
+	m[0] = 0;
+	const char *p = q;
+	while (*p) {
+		int sep;
+		while (*p && (sep = same_terms ? !(isalnum((unsigned char)*p) || (unsigned char)*p >= 0x80)
+					       : isspace((unsigned char)*p)))
+			p++;
+		const char *t = p;
+		while (*p && !(same_terms ? !(isalnum((unsigned char)*p) || (unsigned char)*p >= 0x80)
+					  : isspace((unsigned char)*p)))
+			p++;
+		size_t tn = (size_t)(p - t);
+		int word = 0;
+		for (size_t i = 0; i < tn; i++)
+			word |= isalnum((unsigned char)t[i]) || (unsigned char)t[i] >= 0x80;
+		if (!word)
+			continue;
+		char piece[1024];
+		size_t pn = 0;
+		piece[pn++] = '"';
+		for (size_t i = 0; i < tn && pn < sizeof piece - 4; i++) {
+			if (t[i] == '"')
+				piece[pn++] = '"';
+			piece[pn++] = t[i];
+		}
+		piece[pn++] = '"';
+		piece[pn] = 0;
+		int dup = 0;
+		if (same_terms) {
+			char *term = peer_term(p_, t, tn);
+			for (size_t i = 0; i < n_terms && !dup; i++)
+				dup = !strcmp(terms[i], term);
+			if (!dup && p_->max_df) {
+				/* Query-term pruning by document frequency. */
+				sqlite3_bind_text(p_->df_of, 1, term, -1, SQLITE_STATIC);
+				dup = sqlite3_step(p_->df_of) == SQLITE_ROW && sqlite3_column_int64(p_->df_of, 0) > p_->max_df;
+				sqlite3_reset(p_->df_of);
+			}
+			if (dup)
+				free(term);
+			else
+				terms[n_terms++] = term;
+		} else {
+			char *at = strstr(m, piece); /* whole quoted pieces only */
+			dup = at && (at == m || at[-1] == ' ') && (at[pn] == 0 || at[pn] == ' ');
+		}
+		if (!dup)
+			mn += (size_t)sprintf(m + mn, "%s%s", mn ? " OR " : "", piece);
+	}
+	for (size_t i = 0; i < n_terms; i++)
+		free(terms[i]);
+	free(terms);
+	return m;
+}
+
+static void report3(const char *what, double *t, int n)
+{
+	qsort(t, (size_t)n, sizeof *t, cmp_d);
+	double sum = 0;
+	for (int i = 0; i < n; i++)
+		sum += t[i];
+	printf("  %-34s p50 %8.2f ms  p95 %8.2f ms  p99 %8.2f ms  mean %8.2f ms  (n=%d)\n", what,
+	       t[(int)(0.50 * (n - 1) + 0.5)] * 1e3, t[(int)(0.95 * (n - 1) + 0.5)] * 1e3,
+	       t[(int)(0.99 * (n - 1) + 0.5)] * 1e3, sum / n * 1e3, n);
+}
+
+/* CPU seconds of this thread: on a machine shared with other jobs the
+ * wall time includes waiting for a core, this does not. */
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static off_t file_size(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) ? 0 : sb.st_size;
+}
+
+/* Runs argv with stdin from `in` (NULL: /dev/null) and stdout to
+ * /dev/null; returns seconds from fork to exit and sets *cpu to the
+ * child's user + system seconds (on a loaded machine the wall time
+ * includes waiting for a core). Dies when it fails. */
+static double run_timed(char *const *argv, const char *in, double *cpu)
+{
+	/* posix_spawn, not fork: a copy of this big process would be timed. */
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, in ? in : "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	extern char **environ;
+	pid_t pid;
+	double t0 = now();
+	if (posix_spawn(&pid, argv[0], &fa, NULL, argv, environ))
+		die(argv[0], strerror(errno));
+	posix_spawn_file_actions_destroy(&fa);
+	int st;
+	struct rusage ru;
+	wait4(pid, &st, 0, &ru);
+	double t = now() - t0;
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		die(argv[0], "failed");
+	*cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+	return t;
+}
+
+/* retrieve --scale: see usage in main. */
+static int scale_main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0); /* figures as they come: the run takes long */
+	int copies = 1, n_q = 200, peer = 0, n_peer = -1;
+	const char *keep = NULL, *cli = NULL;
+	int a = 2;
+	for (; a < argc && argv[a][0] == '-'; a++) {
+		if (!strcmp(argv[a], "--copies") && a + 1 < argc)
+			copies = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--queries") && a + 1 < argc)
+			n_q = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--peer"))
+			peer = 1;
+		else if (!strcmp(argv[a], "--peer-queries") && a + 1 < argc)
+			n_peer = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--keep") && a + 1 < argc)
+			keep = argv[++a];
+		else if (!strcmp(argv[a], "--cli") && a + 1 < argc)
+			cli = argv[++a];
+		else
+			die("usage", argv[a]);
+	}
+	if (a == argc || copies < 1 || n_q < 1)
+		die("usage", "retrieve --scale [--copies C] [--queries Q] [--peer [--peer-queries P]] [--cli SS_RETRIEVE] "
+			     "[--keep DIR] TOKENS...");
+	if (n_peer < 0 || n_peer > n_q)
+		n_peer = n_q;
+	char dir[512], em[SS_ERRMSG_MAX];
+	if (keep) {
+		snprintf(dir, sizeof dir, "%s", keep);
+		mkdir(dir, 0777);
+	} else {
+		snprintf(dir, sizeof dir, "%s/ss-bench-scale-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+		if (!mkdtemp(dir))
+			die(dir, "mkdtemp failed");
+	}
+	char spath[600], dbpath[600], qpath[600], ppath[600];
+	snprintf(spath, sizeof spath, "%s/states", dir);
+	snprintf(dbpath, sizeof dbpath, "%s/index.db", dir);
+	snprintf(qpath, sizeof qpath, "%s/queries.jsonl", dir);
+	snprintf(ppath, sizeof ppath, "%s/fts5-peer.db", dir);
+	unlink(dbpath);
+	unlink(ppath);
+
+	/* The chunks' ids, texts and token counts, in memory. */
+	size_t n = 0, cap = 1 << 16;
+	char **ids = malloc(cap * sizeof *ids), **texts = malloc(cap * sizeof *texts);
+	size_t *lens = malloc(cap * sizeof *lens);
+	int64_t *ntok = malloc(cap * sizeof *ntok);
+	for (; a < argc; a++) {
+		ss_reader *r;
+		ss_record rec;
+		ss_tokens t;
+		if (ss_reader_open(&r, argv[a], 0, em))
+			die(argv[a], em);
+		int rc;
+		while ((rc = ss_reader_next(r, &rec)) == 1) {
+			if (ss_record_tokens(&rec, &t, em) || !t.text)
+				die(argv[a], t.text ? em : "a token record without text");
+			if (n == cap) {
+				cap *= 2;
+				ids = realloc(ids, cap * sizeof *ids);
+				texts = realloc(texts, cap * sizeof *texts);
+				lens = realloc(lens, cap * sizeof *lens);
+				ntok = realloc(ntok, cap * sizeof *ntok);
+			}
+			ids[n] = t.id;
+			texts[n] = t.text;
+			lens[n] = t.text_len;
+			ntok[n++] = t.n_tokens;
+			t.id = t.text = NULL;
+			ss_tokens_free(&t);
+		}
+		if (rc < 0)
+			die(argv[a], ss_reader_error(r));
+		ss_reader_close(r);
+	}
+	size_t n_docs = n * (size_t)copies;
+	printf("ss-retrieve scale bench: %zu chunks x %d = %zu documents; %d queries of 30 words, k = 10, batch\n",
+	       n, copies, n_docs, n_q);
+
+	/* Tiny random states, one per document (retrieval never reads them). */
+	double t0 = now();
+	ss_state_dims d = { "mamba2", 2, 3, 4, 5, 6, 4 };
+	ss_state s;
+	ss_writer *sw;
+	if (ss_state_alloc(&s, &d) || ss_writer_open(&sw, spath, 1, em))
+		die(spath, "cannot start");
+	snprintf(s.fingerprint, sizeof s.fingerprint, "bench-scale");
+	char id[600];
+	for (int c = 0; c < copies; c++)
+		for (size_t i = 0; i < n; i++) {
+			if (c)
+				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
+			s.id = c ? id : ids[i];
+			s.n_tokens = ntok[i];
+			s.ssm[0] = (float)i;
+			if (ss_writer_put_state(sw, &s, NULL))
+				die(spath, "write failed");
+		}
+	s.id = NULL;
+	ss_state_free(&s);
+	if (ss_writer_close(sw, em))
+		die(spath, em);
+	printf("  write %zu tiny states                %8.1f s\n", n_docs, now() - t0);
+
+	/* Build, as ss-retrieve build does, the texts given one by one. */
+	t0 = now();
+	double c0 = cpu_now();
+	ss_index *ix;
+	ss_index_build_stats bs;
+	if (ss_index_build_open(&ix, dbpath, em))
+		die(dbpath, em);
+	for (int c = 0; c < copies; c++)
+		for (size_t i = 0; i < n; i++) {
+			if (c)
+				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
+			if (ss_index_add_text(ix, c ? id : ids[i], texts[i], lens[i], ntok[i], em))
+				die(dbpath, em);
+		}
+	double t_text = now() - t0;
+	if (ss_index_add_stream(ix, spath, 0, NULL, NULL, NULL, em) || ss_index_commit(ix, NULL, NULL, &bs, em))
+		die(dbpath, em);
+	ss_index_close(ix);
+	double t_build = now() - t0, c_build = cpu_now() - c0;
+	printf("  build the index                    %8.1f s   (%.1f s per million; texts %.1f s, states and commit "
+	       "%.1f s); %lld documents, %.1f MB\n",
+	       t_build, t_build / (double)n_docs * 1e6, t_text, t_build - t_text, (long long)bs.n_docs,
+	       file_size(dbpath) / 1e6);
+	printf("  the same, CPU time                 %8.1f s   (%.1f s per million)\n", c_build,
+	       c_build / (double)n_docs * 1e6);
+
+	/* Queries: 30 consecutive words of a random chunk, from a random word. */
+	char **qs = malloc((size_t)n_q * sizeof *qs);
+	FILE *qf = fopen(qpath, "w");
+	if (!qf)
+		die(qpath, "cannot write");
+	for (int q = 0; q < n_q; q++) {
+		const char *t = texts[next() % n];
+		int nw = 0;
+		for (const char *p = t; *p;) {
+			while (*p && isspace((unsigned char)*p))
+				p++;
+			if (*p)
+				nw++;
+			while (*p && !isspace((unsigned char)*p))
+				p++;
+		}
+		int from = nw > 30 ? (int)(next() % (uint64_t)(nw - 29)) : 0, w = 0;
+		size_t qn = 0;
+		char *qt = malloc(strlen(t) + 1);
+		for (const char *p = t; *p && w < from + 30;) {
+			while (*p && isspace((unsigned char)*p))
+				p++;
+			const char *b = p;
+			while (*p && !isspace((unsigned char)*p))
+				p++;
+			if (p > b && w++ >= from) {
+				if (qn)
+					qt[qn++] = ' ';
+				for (; b < p; b++)
+					qt[qn++] = *b == '"' || *b == '\\' ? ' ' : *b;
+			}
+		}
+		qt[qn] = 0;
+		qs[q] = qt;
+		fprintf(qf, "{\"id\": \"q%d\", \"query\": \"%s\"}\n", q, qt);
+	}
+	fclose(qf);
+
+	double *lat = malloc((size_t)n_q * sizeof *lat), *lat_cpu = malloc((size_t)n_q * sizeof *lat_cpu);
+	char ***top = malloc((size_t)n_q * sizeof *top);
+	int *n_top = malloc((size_t)n_q * sizeof *n_top);
+	t0 = now();
+	if (ss_index_open(&ix, dbpath, em))
+		die(dbpath, em);
+	double t_open = now() - t0;
+	for (int q = 0; q < n_q; q++) {
+		ss_index_hit *h;
+		double t1 = now(), c1 = cpu_now();
+		int k = ss_index_query(ix, qs[q], 10, NULL, 0, &h, em);
+		lat[q] = now() - t1;
+		lat_cpu[q] = cpu_now() - c1;
+		if (k < 0)
+			die("query", em);
+		top[q] = malloc(10 * sizeof **top);
+		for (int i = 0; i < k; i++)
+			top[q][i] = strdup(h[i].id);
+		n_top[q] = k;
+		ss_index_hits_free(h, k);
+	}
+	ss_index_close(ix);
+	printf("  open the index                     %8.2f ms\n", t_open * 1e3);
+	report3("query (ours: MaxScore)", lat, n_q);
+	report3("  the same, CPU time", lat_cpu, n_q);
+	if (cli) {
+		/* The tool itself: batch (JSON lines on stdin) and one process
+		 * per query, start-up included. */
+		char *batch[] = { (char *)cli, "query", "--index", dbpath, "-k", "10", "--ids", NULL };
+		double cpu, t = run_timed(batch, qpath, &cpu);
+		printf("  ss-retrieve batch, %d queries     %8.2f s   (%.2f ms per query, start-up included; CPU %.2f ms)\n",
+		       n_q, t, t / n_q * 1e3, cpu / n_q * 1e3);
+		for (int q = 0; q < n_q; q++) {
+			char *one[] = { (char *)cli, "query", "--index", dbpath, "-k", "10", "--ids", "--query", qs[q], NULL };
+			lat[q] = run_timed(one, NULL, &lat_cpu[q]);
+		}
+		report3("ss-retrieve, a process per query", lat, n_q);
+		report3("  the same, CPU time (user+sys)", lat_cpu, n_q);
+	}
+
+	if (peer) {
+		/* The same documents in FTS5 (rowid = c * n + i). */
+		fts_peer p;
+		t0 = now();
+		peer_open(&p, ppath);
+		for (int c = 0; c < copies; c++)
+			for (size_t i = 0; i < n; i++)
+				peer_add(&p, (int64_t)c * (int64_t)n + (int64_t)i + 1, texts[i], lens[i]);
+		peer_commit(&p);
+		double t_peer = now() - t0;
+		printf("  peer: build FTS5                   %8.1f s   (%.1f s per million), %.1f MB\n", t_peer,
+		       t_peer / (double)n_docs * 1e6, file_size(ppath) / 1e6);
+		int64_t rows[10];
+		/* Exhaustive, then candidate (b): terms in more than N/2 (weight
+		 * 1e-6: the same top 10 but for ties) or N/20 documents left out. */
+		for (int v = 0; v < 3; v++) {
+		p.max_df = v == 0 ? 0 : (int64_t)n_docs / (v == 1 ? 2 : 20);
+		int n_v = v ? (n_peer < 50 ? n_peer : 50) : n_peer;
+		double overlap = 0;
+		for (int q = 0; q < n_v; q++) {
+			char *e = fts_expr(&p, qs[q], 1);
+			double t1 = now(), c1 = cpu_now();
+			int k = peer_query(&p, e, 10, rows);
+			lat[q] = now() - t1;
+			lat_cpu[q] = cpu_now() - c1;
+			int same = 0;
+			for (int i = 0; i < k; i++) {
+				int64_t r = rows[i] - 1;
+				int c = (int)(r / (int64_t)n);
+				size_t j = (size_t)(r % (int64_t)n);
+				if (c)
+					snprintf(id, sizeof id, "c%d/%s", c, ids[j]);
+				for (int m = 0; m < n_top[q]; m++)
+					same += !strcmp(top[q][m], c ? id : ids[j]);
+			}
+			overlap += k ? (double)same / k : 1;
+			free(e);
+		}
+		char what[80];
+		snprintf(what, sizeof what, "peer: FTS5 bm25(), df <= %s", v == 0 ? "N" : v == 1 ? "N/2" : "N/20");
+		report3(what, lat, n_v);
+		report3("  the same, CPU time", lat_cpu, n_v);
+		printf("  top-10 overlap of ours with it: %.4f (%d queries)\n", overlap / n_v, n_v);
+		}
+		peer_close(&p);
+	}
+	for (int q = 0; q < n_q; q++) {
+		for (int i = 0; i < n_top[q]; i++)
+			free(top[q][i]);
+		free(top[q]);
+		free(qs[q]);
+	}
+	for (size_t i = 0; i < n; i++) {
+		free(ids[i]);
+		free(texts[i]);
+	}
+	free(top);
+	free(n_top);
+	free(qs);
+	free(lat);
+	free(lat_cpu);
+	free(ids);
+	free(texts);
+	free(lens);
+	free(ntok);
+	if (!keep) {
+		unlink(spath);
+		unlink(dbpath);
+		unlink(qpath);
+		unlink(ppath);
+		rmdir(dir);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ qa */
+
+/* A retrieval test set: documents with a relevance key, queries with the
+ * keys that are relevant to them. */
+typedef struct {
+	size_t n_docs, n_q;
+	char **text, **key;   /* [n_docs] */
+	char **query;         /* [n_q] */
+	char ***rel;          /* [n_q], NULL-terminated key lists */
+} qa_set;
+
+static void qa_doc(qa_set *s, char *text, char *key)
+{
+	if ((s->n_docs & (s->n_docs - 1)) == 0) {
+		s->text = realloc(s->text, (2 * s->n_docs + 1) * sizeof *s->text);
+		s->key = realloc(s->key, (2 * s->n_docs + 1) * sizeof *s->key);
+	}
+	s->text[s->n_docs] = text;
+	s->key[s->n_docs++] = key;
+}
+
+static void qa_query(qa_set *s, const char *query, char **rel)
+{
+	if ((s->n_q & (s->n_q - 1)) == 0) {
+		s->query = realloc(s->query, (2 * s->n_q + 1) * sizeof *s->query);
+		s->rel = realloc(s->rel, (2 * s->n_q + 1) * sizeof *s->rel);
+	}
+	s->query[s->n_q] = strdup(query);
+	s->rel[s->n_q++] = rel;
+}
+
+static cJSON *read_json(const char *path)
+{
+	size_t n;
+	char *t = read_all(path, &n);
+	if (!t)
+		die(path, "cannot read (set SS_SHARED)");
+	cJSON *j = cJSON_ParseWithLength(t, n);
+	free(t);
+	if (!cJSON_IsArray(j))
+		die(path, "not a JSON array");
+	return j;
+}
+
+/* MS MARCO: every passage of every sample is a document; a query's
+ * relevant passages are its own selected ones. */
+static void qa_msmarco(qa_set *s, const char *path)
+{
+	cJSON *all = read_json(path), *it;
+	int i = 0;
+	cJSON_ArrayForEach(it, all) {
+		cJSON *ps = cJSON_GetObjectItem(it, "passages");
+		cJSON *txt = cJSON_GetObjectItem(ps, "passage_text"), *sel = cJSON_GetObjectItem(ps, "is_selected");
+		int n = cJSON_GetArraySize(txt), n_rel = 0;
+		char **rel = calloc((size_t)n + 1, sizeof *rel);
+		for (int j = 0; j < n; j++) {
+			char key[64];
+			snprintf(key, sizeof key, "m%d/%d", i, j);
+			qa_doc(s, strdup(cJSON_GetArrayItem(txt, j)->valuestring), strdup(key));
+			if (cJSON_GetArrayItem(sel, j)->valueint)
+				rel[n_rel++] = strdup(key);
+		}
+		if (n_rel)
+			qa_query(s, cJSON_GetObjectItem(it, "query")->valuestring, rel);
+		else
+			free(rel);
+		i++;
+	}
+	cJSON_Delete(all);
+}
+
+/* HotpotQA (distractor): every context paragraph (title, then its
+ * sentences) is a document keyed by its title; a question's relevant
+ * documents are those of its supporting titles. */
+static void qa_hotpot(qa_set *s, const char *path)
+{
+	cJSON *all = read_json(path), *it;
+	cJSON_ArrayForEach(it, all) {
+		cJSON *c, *f;
+		cJSON_ArrayForEach(c, cJSON_GetObjectItem(it, "context")) {
+			const char *title = cJSON_GetArrayItem(c, 0)->valuestring;
+			size_t len = strlen(title) + 2;
+			cJSON *sent;
+			cJSON_ArrayForEach(sent, cJSON_GetArrayItem(c, 1))
+				len += strlen(sent->valuestring);
+			char *t = malloc(len);
+			size_t tn = (size_t)sprintf(t, "%s\n", title);
+			cJSON_ArrayForEach(sent, cJSON_GetArrayItem(c, 1))
+				tn += (size_t)sprintf(t + tn, "%s", sent->valuestring);
+			qa_doc(s, t, strdup(title));
+		}
+		cJSON *sf = cJSON_GetObjectItem(it, "supporting_facts");
+		char **rel = calloc((size_t)cJSON_GetArraySize(sf) + 1, sizeof *rel);
+		int n_rel = 0;
+		cJSON_ArrayForEach(f, sf) {
+			const char *title = cJSON_GetArrayItem(f, 0)->valuestring;
+			int seen = 0;
+			for (int j = 0; j < n_rel; j++)
+				seen |= !strcmp(rel[j], title);
+			if (!seen)
+				rel[n_rel++] = strdup(title);
+		}
+		qa_query(s, cJSON_GetObjectItem(it, "question")->valuestring, rel);
+	}
+	cJSON_Delete(all);
+}
+
+/* Adds recall@10 and reciprocal rank of one ranked list of document
+ * ordinals to *recall, *mrr. */
+static void qa_score(const qa_set *s, size_t q, const size_t *docs, int n, double *recall, double *mrr)
+{
+	int n_rel = 0, found = 0, first = 0;
+	while (s->rel[q][n_rel])
+		n_rel++;
+	char *got = calloc((size_t)n_rel, 1);
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < n_rel; j++)
+			if (!strcmp(s->key[docs[i]], s->rel[q][j])) {
+				if (!got[j])
+					found++;
+				got[j] = 1;
+				if (!first)
+					first = i + 1;
+			}
+	free(got);
+	*recall += (double)found / n_rel;
+	*mrr += first ? 1.0 / first : 0;
+}
+
+static void qa_run(const char *name, qa_set *s)
+{
+	char dir[512], spath[600], dbpath[600], ppath[600], em[SS_ERRMSG_MAX], id[32];
+	snprintf(dir, sizeof dir, "%s/ss-bench-qa-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(dir))
+		die(dir, "mkdtemp failed");
+	snprintf(spath, sizeof spath, "%s/states", dir);
+	snprintf(dbpath, sizeof dbpath, "%s/index.db", dir);
+	snprintf(ppath, sizeof ppath, "%s/fts5.db", dir);
+	ss_state_dims d = { "mamba2", 2, 3, 4, 5, 6, 4 };
+	ss_state st;
+	ss_writer *sw;
+	ss_index *ix;
+	fts_peer p;
+	if (ss_state_alloc(&st, &d) || ss_writer_open(&sw, spath, 1, em) || ss_index_build_open(&ix, dbpath, em))
+		die(dir, "cannot start");
+	peer_open(&p, ppath);
+	snprintf(st.fingerprint, sizeof st.fingerprint, "bench-qa");
+	for (size_t i = 0; i < s->n_docs; i++) {
+		snprintf(id, sizeof id, "%zu", i);
+		st.id = id;
+		if (ss_writer_put_state(sw, &st, NULL) ||
+		    ss_index_add_text(ix, id, s->text[i], strlen(s->text[i]), -1, em))
+			die(dbpath, em);
+		peer_add(&p, (int64_t)i + 1, s->text[i], strlen(s->text[i]));
+	}
+	st.id = NULL;
+	ss_state_free(&st);
+	if (ss_writer_close(sw, em) || ss_index_add_stream(ix, spath, 0, NULL, NULL, NULL, em) ||
+	    ss_index_commit(ix, NULL, NULL, NULL, em))
+		die(dbpath, em);
+	ss_index_close(ix);
+	peer_commit(&p);
+	if (ss_index_open(&ix, dbpath, em))
+		die(dbpath, em);
+	double r_ours = 0, m_ours = 0, r_peer = 0, m_peer = 0;
+	size_t docs[10];
+	int64_t rows[10];
+	for (size_t q = 0; q < s->n_q; q++) {
+		ss_index_hit *h;
+		int n = ss_index_query(ix, s->query[q], 10, NULL, 0, &h, em);
+		if (n < 0)
+			die("query", em);
+		for (int i = 0; i < n; i++)
+			docs[i] = (size_t)strtoull(h[i].id, NULL, 10);
+		ss_index_hits_free(h, n);
+		qa_score(s, q, docs, n, &r_ours, &m_ours);
+		char *e = fts_expr(&p, s->query[q], 0);
+		n = e[0] ? peer_query(&p, e, 10, rows) : 0;
+		free(e);
+		for (int i = 0; i < n; i++)
+			docs[i] = (size_t)(rows[i] - 1);
+		qa_score(s, q, docs, n, &r_peer, &m_peer);
+	}
+	ss_index_close(ix);
+	peer_close(&p);
+	printf("  %-28s %5zu docs %4zu queries   recall@10 %.4f  MRR@10 %.4f   (FTS5 before: %.4f, %.4f)\n", name,
+	       s->n_docs, s->n_q, r_ours / s->n_q, m_ours / s->n_q, r_peer / s->n_q, m_peer / s->n_q);
+	unlink(spath);
+	unlink(dbpath);
+	unlink(ppath);
+	rmdir(dir);
+	for (size_t i = 0; i < s->n_docs; i++) {
+		free(s->text[i]);
+		free(s->key[i]);
+	}
+	for (size_t q = 0; q < s->n_q; q++) {
+		for (char **r = s->rel[q]; *r; r++)
+			free(*r);
+		free(s->rel[q]);
+		free(s->query[q]);
+	}
+	free(s->text);
+	free(s->key);
+	free(s->query);
+	free(s->rel);
+}
+
+/* retrieve --qa: retrieval quality on the MS MARCO and HotpotQA samples,
+ * the index against FTS5 bm25() as the index queried it before. */
+static int qa_main(void)
+{
+	const char *shared = getenv("SS_SHARED") ? getenv("SS_SHARED") : "../shared";
+	char path[1024];
+	printf("ss-retrieve retrieval quality (k = 10; each query's relevant documents among all the samples' documents)\n");
+	qa_set m = {0}, h = {0};
+	snprintf(path, sizeof path, "%s/data/qa/msmarco-v1.1-train-sample200.json", shared);
+	qa_msmarco(&m, path);
+	qa_run("MS MARCO v1.1 (200 samples)", &m);
+	snprintf(path, sizeof path, "%s/data/qa/hotpotqa-dev-distractor-sample479.json", shared);
+	qa_hotpot(&h, path);
+	qa_run("HotpotQA distractor (479)", &h);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "--scale"))
+		return scale_main(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--qa"))
+		return qa_main();
 	int n_docs = argc > 1 ? atoi(argv[1]) : 10000;
 	int n_q = argc > 2 ? atoi(argv[2]) : 200;
 	if (n_docs < 10 || n_q < 1)

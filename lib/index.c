@@ -1,5 +1,6 @@
-/* index.c — BM25 index of documents → state records (SQLite FTS5); see ss_index.h. */
+/* index.c — BM25 index of documents → state records (SQLite); see ss_index.h. */
 #include "ss.h"
+#include "bm25.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,12 +32,13 @@ struct ss_index {
 	char *dir;      /* realpath of the index's directory, no trailing '/' */
 	int64_t base_rid; /* largest docs.rid before this build */
 	/* build statements */
-	sqlite3_stmt *find, *ins_doc, *set_text, *fts_del, *fts_ins, *set_state, *touch;
+	sqlite3_stmt *find, *ins_doc, *set_text, *set_state, *touch;
 	sqlite3_stmt *file_find, *file_ins;
 	char *last_path;  /* state path as given → file id, for runs of one shard */
 	int64_t last_file_id;
 	/* query statements */
-	sqlite3_stmt *query, *lookup;
+	sqlite3_stmt *query, *lookup, *rid_of;
+	ss_bm25 *bm25;    /* tokenizer, postings */
 	reader_slot slots[READER_SLOTS];
 	int next_slot;
 	ss_state meta;    /* scratch for ss_index_read */
@@ -150,9 +152,13 @@ static const char *schema_sql =
 	"CREATE TABLE files(file_id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE);"
 	"CREATE TABLE docs(rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,"
 	" file_id INTEGER REFERENCES files(file_id), byte_offset INTEGER, frame_length INTEGER,"
-	" fingerprint TEXT, n_tokens INTEGER, text_tokens INTEGER, text_len INTEGER);"
-	"CREATE VIRTUAL TABLE fts USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2');"
-	"INSERT INTO meta VALUES('schema_version', '1'), ('created_by', 'ss " SS_VERSION "');";
+	" fingerprint TEXT, n_tokens INTEGER, text_tokens INTEGER, text_len INTEGER,"
+	" n_terms INTEGER, terms BLOB);"
+	"CREATE TABLE terms(tid INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE, df INTEGER NOT NULL DEFAULT 0,"
+	" maxw REAL NOT NULL DEFAULT 0, postings BLOB);"
+	"CREATE TABLE bm25(one INTEGER PRIMARY KEY CHECK (one = 1), n_docs INTEGER, n_terms INTEGER,"
+	" max_rid INTEGER, doclen BLOB);"
+	"INSERT INTO meta VALUES('schema_version', '2'), ('created_by', 'ss " SS_VERSION "');";
 
 static int open_common(ss_index **out, const char *path, int flags, char *errmsg)
 {
@@ -188,8 +194,11 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	if (rc)
 		return rc;
 	/* A big page cache keeps a large build from spilling into the file
-	 * before commit; the temp tables live in memory. */
-	if ((rc = exec(ix, "PRAGMA cache_size = -262144; PRAGMA temp_store = MEMORY;", errmsg)))
+	 * before commit; the temp tables live in memory. Pages of 64 KiB (for
+	 * a new file) make the long postings blobs short chains of overflow
+	 * pages, which a query walks to reach a block. */
+	if ((rc = exec(ix, "PRAGMA page_size = 65536; PRAGMA cache_size = -262144; PRAGMA temp_store = MEMORY;",
+		       errmsg)))
 		goto fail;
 	if (sqlite3_exec(ix->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
 		rc = sqlerr(ix, errmsg, sqlite3_extended_errcode(ix->db) == SQLITE_BUSY
@@ -202,7 +211,8 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 		rc = exec(ix, schema_sql, errmsg);
 	if (rc)
 		goto fail;
-	if ((rc = exec(ix, "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY)", errmsg)))
+	if ((rc = exec(ix, "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY)", errmsg)) ||
+	    (rc = ss_bm25_open(&ix->bm25, ix->db, 1, errmsg)))
 		goto fail;
 	sqlite3_stmt *st;
 	if ((rc = prep(ix, &st, "SELECT coalesce(max(rid), 0) FROM docs", errmsg)))
@@ -212,9 +222,7 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	sqlite3_finalize(st);
 	if ((rc = prep(ix, &ix->find, "SELECT rid, text_len IS NOT NULL FROM docs WHERE id = ?1", errmsg)) ||
 	    (rc = prep(ix, &ix->ins_doc, "INSERT INTO docs(id) VALUES(?1)", errmsg)) ||
-	    (rc = prep(ix, &ix->set_text, "UPDATE docs SET text_tokens = ?2, text_len = ?3 WHERE rid = ?1", errmsg)) ||
-	    (rc = prep(ix, &ix->fts_del, "DELETE FROM fts WHERE rowid = ?1", errmsg)) ||
-	    (rc = prep(ix, &ix->fts_ins, "INSERT INTO fts(rowid, text) VALUES(?1, ?2)", errmsg)) ||
+	    (rc = prep(ix, &ix->set_text, "UPDATE docs SET text_tokens = ?2, text_len = ?3, n_terms = ?4, terms = ?5 WHERE rid = ?1", errmsg)) ||
 	    (rc = prep(ix, &ix->set_state,
 		       "UPDATE docs SET file_id = ?2, byte_offset = ?3, frame_length = ?4, fingerprint = ?5,"
 		       " n_tokens = ?6 WHERE rid = ?1", errmsg)) ||
@@ -269,14 +277,10 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 		return rc;
 	if (text_len > INT_MAX)
 		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "document %s: text of %zu bytes is too long", id, text_len);
-	if (had_text) {
-		sqlite3_bind_int64(ix->fts_del, 1, rid);
-		if ((rc = step_done(ix, ix->fts_del, errmsg)))
-			return rc;
-	}
-	sqlite3_bind_int64(ix->fts_ins, 1, rid);
-	sqlite3_bind_text(ix->fts_ins, 2, text ? text : "", (int)text_len, SQLITE_STATIC);
-	if ((rc = step_done(ix, ix->fts_ins, errmsg)))
+	const void *vec;
+	size_t vec_len;
+	int64_t n_terms;
+	if ((rc = ss_bm25_terms(ix->bm25, text, text_len, &vec, &vec_len, &n_terms, errmsg)))
 		return rc;
 	sqlite3_bind_int64(ix->set_text, 1, rid);
 	if (text_tokens >= 0)
@@ -284,6 +288,8 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 	else
 		sqlite3_bind_null(ix->set_text, 2);
 	sqlite3_bind_int64(ix->set_text, 3, (int64_t)text_len);
+	sqlite3_bind_int64(ix->set_text, 4, n_terms);
+	sqlite3_bind_blob(ix->set_text, 5, vec, (int)vec_len, SQLITE_STATIC);
 	return step_done(ix, ix->set_text, errmsg);
 }
 
@@ -475,7 +481,6 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 	sqlite3_finalize(st);
 	st = NULL;
 	if ((rc = exec(ix,
-		       "DELETE FROM fts WHERE rowid IN (SELECT rid FROM docs WHERE text_len IS NOT NULL AND file_id IS NULL);"
 		       "DELETE FROM docs WHERE file_id IS NULL OR text_len IS NULL;"
 		       "DELETE FROM files WHERE file_id NOT IN (SELECT file_id FROM docs);", errmsg)))
 		goto fail;
@@ -542,8 +547,7 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 		goto fail;
 	sqlite3_finalize(st);
 	st = NULL;
-	/* One merged FTS segment: the fastest layout for queries. */
-	if ((rc = exec(ix, "INSERT INTO fts(fts) VALUES('optimize'); COMMIT", errmsg)))
+	if ((rc = ss_bm25_commit(ix->bm25, errmsg)) || (rc = exec(ix, "COMMIT", errmsg)))
 		goto fail;
 	ix->committed = 1;
 	ix->building = 0;
@@ -578,11 +582,11 @@ int ss_index_open(ss_index **out, const char *path, char *errmsg)
 	}
 	if (rc)
 		goto fail;
-	if ((rc = prep(ix, &ix->query,
-		       "SELECT d.id, -m.rank, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
-		       " d.file_id FROM (SELECT rowid AS r, rank FROM fts WHERE fts MATCH ?1 ORDER BY rank LIMIT ?2) AS m"
-		       " JOIN docs d ON d.rid = m.r JOIN files f ON f.file_id = d.file_id"
-		       " ORDER BY m.rank, d.id", errmsg)) ||
+	if ((rc = ss_bm25_open(&ix->bm25, ix->db, 0, errmsg)) ||
+	    (rc = prep(ix, &ix->query,
+		       "SELECT d.id, ?2, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
+		       " d.file_id FROM docs d JOIN files f ON f.file_id = d.file_id WHERE d.rid = ?1", errmsg)) ||
+	    (rc = prep(ix, &ix->rid_of, "SELECT rid FROM docs WHERE id = ?1", errmsg)) ||
 	    (rc = prep(ix, &ix->lookup,
 		       "SELECT d.id, 0.0, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
 		       " d.file_id FROM docs d JOIN files f ON f.file_id = d.file_id WHERE d.id = ?1", errmsg)))
@@ -602,88 +606,6 @@ int64_t ss_index_count(ss_index *ix)
 	int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : SS_ERR_IO;
 	sqlite3_finalize(st);
 	return n;
-}
-
-/* A query term is worth matching when FTS5's unicode61 tokenizer keeps
- * something of it: an ASCII letter or digit, or any non-ASCII byte. */
-static int searchable(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c >= 0x80 || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'))
-			return 1;
-	}
-	return 0;
-}
-
-static int is_space(char c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-/* FTS5 MATCH expression: every distinct searchable term quoted ("" inside
- * doubled), joined by OR. Returns malloc'd string, NULL when the query has
- * no searchable term (or on allocation failure: *oom set). */
-static char *match_expr(const char *q, int *oom)
-{
-	*oom = 0;
-	size_t qn = strlen(q);
-	/* A term of n bytes becomes at most 2n+2 bytes plus " OR ". */
-	char *m = malloc(qn * 4 + 8);
-	const char **seen = malloc((qn / 2 + 1) * sizeof *seen);
-	size_t *seen_len = malloc((qn / 2 + 1) * sizeof *seen_len);
-	if (!m || !seen || !seen_len) {
-		free(m);
-		free(seen);
-		free(seen_len);
-		*oom = 1;
-		return NULL;
-	}
-	size_t mn = 0, n_terms = 0;
-	const char *p = q;
-	while (*p) {
-		while (*p && is_space(*p))
-			p++;
-		const char *t = p;
-		while (*p && !is_space(*p))
-			p++;
-		size_t tn = (size_t)(p - t);
-		if (!tn || !searchable(t, tn))
-			continue;
-		/* A repeated term would only weigh twice; passages as queries
-		 * repeat many, so keep the expression short. */
-		int dup = 0;
-		for (size_t i = 0; i < n_terms && !dup; i++)
-			dup = seen_len[i] == tn && !memcmp(seen[i], t, tn);
-		if (dup)
-			continue;
-		seen[n_terms] = t;
-		seen_len[n_terms] = tn;
-		if (n_terms++) {
-			memcpy(m + mn, " OR ", 4);
-			mn += 4;
-		}
-		m[mn++] = '"';
-		for (size_t i = 0; i < tn; i++) {
-			if (t[i] == '"')
-				m[mn++] = '"';
-			m[mn++] = t[i];
-		}
-		m[mn++] = '"';
-	}
-	free(seen);
-	free(seen_len);
-	if (!n_terms) {
-		free(m);
-		return NULL;
-	}
-	m[mn] = 0;
-	return m;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* Absolute (or cwd-relative, as the index was named) path of a stored one. */
@@ -717,6 +639,21 @@ static int hit_from_row(ss_index *ix, sqlite3_stmt *st, ss_index_hit *h)
 	return 0;
 }
 
+static int cmp_rid(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Best first; equal scores by id. */
+static int cmp_hit(const void *a, const void *b)
+{
+	const ss_index_hit *x = a, *y = b;
+	if (x->score != y->score)
+		return x->score > y->score ? -1 : 1;
+	return strcmp(x->id, y->id);
+}
+
 int ss_index_query(ss_index *ix, const char *query, int k, const char *const *exclude,
 		   size_t n_exclude, ss_index_hit **hits, char *errmsg)
 {
@@ -725,46 +662,52 @@ int ss_index_query(ss_index *ix, const char *query, int k, const char *const *ex
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
 	if (k < 1)
 		return ss_errf(errmsg, SS_ERR_INVALID, "k must be at least 1");
-	int oom;
-	char *expr = match_expr(query ? query : "", &oom);
-	if (!expr)
-		return oom ? SS_ERR_NOMEM : ss_errf(errmsg, SS_ERR_INVALID, "empty query (no word to search for)");
-	const char **ex = NULL;
-	if (n_exclude) {
-		ex = malloc(n_exclude * sizeof *ex);
-		if (!ex) {
-			free(expr);
-			return SS_ERR_NOMEM;
-		}
-		memcpy(ex, exclude, n_exclude * sizeof *ex);
-		qsort(ex, n_exclude, sizeof *ex, cmp_str);
-	}
+	int64_t *ex = malloc((n_exclude + 1) * sizeof *ex);
+	ss_bm25_hit *top = malloc((size_t)k * sizeof *top);
 	ss_index_hit *h = calloc((size_t)k, sizeof *h);
 	int n = 0, rc = 0;
-	if (!h) {
+	size_t n_ex = 0;
+	if (!ex || !top || !h) {
 		rc = SS_ERR_NOMEM;
 		goto done;
 	}
-	/* Excluded ids can take at most n_exclude of the rows. */
-	sqlite3_bind_text(ix->query, 1, expr, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(ix->query, 2, (int64_t)k + (int64_t)n_exclude);
-	int s;
-	while (n < k && (s = sqlite3_step(ix->query)) == SQLITE_ROW) {
-		const char *id = (const char *)sqlite3_column_text(ix->query, 0);
-		if (ex && bsearch(&id, ex, n_exclude, sizeof *ex, cmp_str))
-			continue;
-		if ((rc = hit_from_row(ix, ix->query, &h[n])))
-			break;
-		h[n].rank = n + 1;
-		n++;
+	/* One read transaction: the postings, statistics and rows of one
+	 * snapshot even while a build commits. */
+	if ((rc = exec(ix, "BEGIN", errmsg)))
+		goto done;
+	for (size_t i = 0; i < n_exclude && !rc; i++) {
+		sqlite3_bind_text(ix->rid_of, 1, exclude[i], -1, SQLITE_STATIC);
+		int s = sqlite3_step(ix->rid_of);
+		if (s == SQLITE_ROW)
+			ex[n_ex++] = sqlite3_column_int64(ix->rid_of, 0);
+		else if (s != SQLITE_DONE)
+			rc = sqlerr(ix, errmsg, "query");
+		sqlite3_reset(ix->rid_of);
 	}
-	if (!rc && n < k && s != SQLITE_DONE)
-		rc = sqlerr(ix, errmsg, "query");
-	sqlite3_reset(ix->query);
-	sqlite3_clear_bindings(ix->query);
+	qsort(ex, n_ex, sizeof *ex, cmp_rid);
+	int n_top = rc ? rc : ss_bm25_search(ix->bm25, query ? query : "", k, ex, n_ex, top, errmsg);
+	rc = n_top < 0 ? n_top : 0;
+	for (int i = 0; i < n_top && !rc; i++) {
+		sqlite3_bind_int64(ix->query, 1, top[i].rid);
+		sqlite3_bind_double(ix->query, 2, top[i].score);
+		int s = sqlite3_step(ix->query);
+		if (s == SQLITE_ROW)
+			rc = hit_from_row(ix, ix->query, &h[n++]);
+		else
+			rc = s == SQLITE_DONE ? ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: postings name row %lld, "
+						     "which is not there", (long long)top[i].rid)
+					      : sqlerr(ix, errmsg, "query");
+		sqlite3_reset(ix->query);
+	}
+	sqlite3_exec(ix->db, "COMMIT", NULL, NULL, NULL);
+	if (!rc) {
+		qsort(h, (size_t)n, sizeof *h, cmp_hit);
+		for (int i = 0; i < n; i++)
+			h[i].rank = i + 1;
+	}
 done:
-	free(expr);
 	free(ex);
+	free(top);
 	if (rc) {
 		ss_index_hits_free(h, n);
 		return rc;
@@ -958,11 +901,11 @@ void ss_index_close(ss_index *ix)
 {
 	if (!ix)
 		return;
-	sqlite3_stmt **stmts[] = { &ix->find, &ix->ins_doc, &ix->set_text, &ix->fts_del, &ix->fts_ins,
-				   &ix->set_state, &ix->touch, &ix->file_find, &ix->file_ins,
-				   &ix->query, &ix->lookup };
+	sqlite3_stmt **stmts[] = { &ix->find, &ix->ins_doc, &ix->set_text, &ix->set_state, &ix->touch,
+				   &ix->file_find, &ix->file_ins, &ix->query, &ix->lookup, &ix->rid_of };
 	for (size_t i = 0; i < sizeof stmts / sizeof *stmts; i++)
 		sqlite3_finalize(*stmts[i]);
+	ss_bm25_close(ix->bm25);
 	if (ix->db) {
 		if (ix->building)
 			sqlite3_exec(ix->db, "ROLLBACK", NULL, NULL, NULL);

@@ -1,7 +1,8 @@
 /*
- * ss_index.h — the database of states: a BM25 (SQLite FTS5) index over
- * document text that maps each document id to the byte offset of its state
- * record in a state stream (part of libss; include "ss.h", not this file).
+ * ss_index.h — the database of states: a BM25 index over document text
+ * (in one SQLite file) that maps each document id to the byte offset of its
+ * state record in a state stream (part of libss; include "ss.h", not this
+ * file).
  *
  * One index is one SQLite file. Tables (schema version SS_INDEX_SCHEMA_VERSION):
  *   meta(key, value)   "schema_version", "created_by" ("ss 0.1.0"),
@@ -12,11 +13,18 @@
  *                      directory, absolute otherwise: an index moved together
  *                      with the shards below it keeps working.
  *   docs(rid, id, file_id, offset, length, fingerprint, n_tokens,
- *        text_tokens, text_len)
+ *        text_tokens, text_len, n_terms, terms)
  *                      one row per document; offset/length address the zstd
- *                      frame of its state record (ss_stream.h).
- *   fts(text)          FTS5, rowid = docs.rid, tokenizer
- *                      "porter unicode61 remove_diacritics 2".
+ *                      frame of its state record (ss_stream.h); n_terms and
+ *                      terms: its length in terms and its term vector.
+ *   terms(tid, term, df, maxw, postings)
+ *                      per term, the documents that hold it (blocks of 128
+ *                      with a skip table), rewritten at every commit.
+ *   bm25(n_docs, n_terms, max_rid, doclen)
+ *                      corpus statistics and every document's length.
+ * Terms are what SQLite FTS5's tokenizer "porter unicode61
+ * remove_diacritics 2" makes of the text (case and diacritics folded,
+ * Porter stems); lib/bm25.h has the layout, formats/index.md the design.
  *
  * A document is the pair (text from a token record, state from a state
  * record) joined by id. A build is one transaction: it adds or replaces
@@ -26,7 +34,8 @@
  * writes the file, normally at its commit, and they wait up to 10 s).
  *
  * ref: SQLite FTS5 (https://sqlite.org/fts5.html) bm25(), Robertson &
- * Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond" (2009).
+ * Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond" (2009),
+ * Turtle & Flood, "Query evaluation: strategies and optimizations" (1995).
  */
 #ifndef SS_INDEX_H
 #define SS_INDEX_H
@@ -38,7 +47,7 @@
 extern "C" {
 #endif
 
-#define SS_INDEX_SCHEMA_VERSION 1
+#define SS_INDEX_SCHEMA_VERSION 2
 
 typedef struct ss_index ss_index;
 
@@ -113,6 +122,8 @@ typedef struct {
  * each to `note`, may be NULL), checks that every state in the index comes
  * from one model (else SS_ERR_MISMATCH naming two fingerprints; nothing is
  * committed), merges the FTS segments and commits. st may be NULL.
+ * Rewrites the postings of every term from the documents' term vectors
+ * (time and memory about those of the postings, whatever the build added).
  * Returns 0, or a negative SS_ERR_* (the build is then rolled back).
  * ix stays open (for ss_index_close) either way; no more adds after it. */
 int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_build_stats *st,
@@ -133,7 +144,7 @@ int64_t ss_index_count(ss_index *ix);
 typedef struct {
 	char *id;
 	int32_t rank;          /* 1 = most relevant */
-	double score;          /* BM25 score, > 0, higher = more relevant (-fts5 bm25()) */
+	double score;          /* BM25 score, > 0, higher = more relevant (as -fts5 bm25()) */
 	char *path;            /* state file: absolute, or as the index path was given */
 	uint64_t offset;       /* byte offset of the state record's zstd frame */
 	uint64_t length;       /* its compressed bytes */
@@ -143,10 +154,14 @@ typedef struct {
 } ss_index_hit;
 
 /* Top-k documents for `query` by BM25, best first, leaving out the ids in
- * exclude[0..n_exclude). The query is split on white space; each term is
- * quoted for FTS5 (so no query syntax is interpreted: AND, NEAR, "*", ":"
- * are words) and the terms are OR-ed, so a document matching any term is a
- * candidate. Hits of equal score are ordered by id. k >= 1.
+ * exclude[0..n_exclude). The query is cut into terms as the text was (no
+ * query syntax: AND, NEAR, "*", ":" are words or separators); its distinct
+ * terms are OR-ed, each counted once, so a document holding any of them is
+ * a candidate. score = sum over those terms of idf * tf (k1 + 1) /
+ * (tf + k1 (1 - b + b dl / avgdl)), k1 = 1.2, b = 0.75, idf = ln((N - df +
+ * 0.5) / (df + 0.5)) or 1e-6 when that is <= 0: FTS5's bm25() of the OR of
+ * the terms. The top k is exact, found without scoring every candidate
+ * (MaxScore). Hits of equal score are ordered by id. k >= 1.
  * Returns the number of hits n (0 <= n <= k) with *hits set (free with
  * ss_index_hits_free; NULL when n == 0), or SS_ERR_INVALID for an empty
  * query (no term with a letter or digit) or k < 1, SS_ERR_IO (SQLite). */

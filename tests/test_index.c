@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -713,6 +714,171 @@ static void test_copy_bad_state_file(void **state)
 	ss_index_close(ix);
 }
 
+/* The top k is BM25's, exactly: against FTS5's bm25() over the same text
+ * (the same tokenizer, the query's distinct words OR-ed) on a corpus whose
+ * common words match nearly every document, so that the search prunes. */
+static void test_top_k_is_exhaustive_bm25(void **state)
+{
+	enum { N_DOCS = 3000, N_Q = 150 };
+	static doc docs[N_DOCS];
+	static char ids[N_DOCS][16], *texts[N_DOCS];
+	uint32_t x = 12345;
+	for (int i = 0; i < N_DOCS; i++) {
+		char buf[1024];
+		size_t n = 0;
+		x = x * 1664525u + 1013904223u;
+		int words = 20 + (int)(x >> 8) % 40;
+		for (int w = 0; w < words; w++) {
+			x = x * 1664525u + 1013904223u;
+			/* Zipf-like: word r with probability about 1/r. */
+			int r = (int)pow(2000.0, (double)(x >> 8) / (double)(1u << 24));
+			n += (size_t)snprintf(buf + n, sizeof buf - n, "%st%d", w ? " " : "", r);
+		}
+		snprintf(ids[i], sizeof ids[i], "g%d", i);
+		texts[i] = strdup(buf);
+		docs[i] = (doc){ ids[i], texts[i] };
+	}
+	write_docs(path_in("g.tokens"), path_in("g.states"), docs, N_DOCS, "fpA");
+	const char *in[] = { path_in("g.tokens"), path_in("g.states") };
+	notes nt = {0};
+	assert_int_equal(build(path_in("g.db"), in, 2, NULL, &nt), 0);
+	sqlite3 *ref;
+	assert_int_equal(sqlite3_open(":memory:", &ref), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(ref, "CREATE VIRTUAL TABLE fts USING fts5(text,"
+				      " tokenize = 'porter unicode61 remove_diacritics 2'); BEGIN", 0, 0, 0), SQLITE_OK);
+	sqlite3_stmt *ins, *top, *one;
+	assert_int_equal(sqlite3_prepare_v2(ref, "INSERT INTO fts(rowid, text) VALUES(?1, ?2)", -1, &ins, NULL), SQLITE_OK);
+	for (int i = 0; i < N_DOCS; i++) {
+		sqlite3_bind_int(ins, 1, i);
+		sqlite3_bind_text(ins, 2, texts[i], -1, SQLITE_STATIC);
+		assert_int_equal(sqlite3_step(ins), SQLITE_DONE);
+		sqlite3_reset(ins);
+	}
+	sqlite3_finalize(ins);
+	assert_int_equal(sqlite3_exec(ref, "COMMIT", 0, 0, 0), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(ref, "SELECT -bm25(fts) FROM fts WHERE fts MATCH ?1 ORDER BY rank LIMIT ?2",
+					    -1, &top, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(ref, "SELECT -bm25(fts) FROM fts WHERE fts MATCH ?1 AND rowid = ?2", -1, &one,
+					    NULL), SQLITE_OK);
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("g.db"), em), 0);
+	for (int q = 0; q < N_Q; q++) {
+		/* A passage (words of a document) or common words, then the FTS5
+		 * expression of its distinct words. */
+		x = x * 1664525u + 1013904223u;
+		const char *src = texts[(x >> 8) % N_DOCS];
+		char query[1024], expr[4096] = "";
+		if (q % 2) {
+			snprintf(query, sizeof query, "%s t%d", src, q + 1);
+		} else {
+			/* Common words only: the top k is made of documents that
+			 * hold many of them, the case pruning must get right. */
+			size_t qn = 0;
+			for (int w = 0; w < 3 + q % 10; w++) {
+				x = x * 1664525u + 1013904223u;
+				qn += (size_t)snprintf(query + qn, sizeof query - qn, "%st%d", w ? " " : "", 1 + (int)(x >> 8) % 40);
+			}
+		}
+		size_t en = 0;
+		char *save, *copy = strdup(query);
+		for (char *w = strtok_r(copy, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+			char quoted[64];
+			snprintf(quoted, sizeof quoted, "\"%s\"", w);
+			if (!strstr(expr, quoted) || strstr(expr, quoted)[strlen(quoted)] == '*')
+				en += (size_t)snprintf(expr + en, sizeof expr - en, "%s%s", en ? " OR " : "", quoted);
+		}
+		free(copy);
+		int k = q % 3 == 0 ? 1 : q % 3 == 1 ? 10 : 40 + q;
+		ss_index_hit *h;
+		int n = ss_index_query(ix, query, k, NULL, 0, &h, em);
+		assert_true(n >= 1);
+		sqlite3_bind_text(top, 1, expr, -1, SQLITE_STATIC);
+		sqlite3_bind_int(top, 2, k);
+		int r = 0;
+		while (sqlite3_step(top) == SQLITE_ROW) {
+			/* The k best scores, rank by rank... */
+			double want = sqlite3_column_double(top, 0);
+			assert_true(r < n);
+			if (fabs(h[r].score - want) > 1e-9 * want)
+				fail_msg("query %d rank %d: score %.12g, bm25() %.12g", q, r + 1, h[r].score, want);
+			/* ...held by the documents named. */
+			sqlite3_bind_text(one, 1, expr, -1, SQLITE_STATIC);
+			sqlite3_bind_int(one, 2, atoi(h[r].id + 1)); /* "g<i>" */
+			assert_int_equal(sqlite3_step(one), SQLITE_ROW);
+			assert_true(fabs(sqlite3_column_double(one, 0) - h[r].score) <= 1e-9 * h[r].score);
+			sqlite3_reset(one);
+			r++;
+		}
+		sqlite3_reset(top);
+		assert_int_equal(r, n);
+		ss_index_hits_free(h, n);
+	}
+	ss_index_close(ix);
+	sqlite3_finalize(top);
+	sqlite3_finalize(one);
+	sqlite3_close(ref);
+	for (int i = 0; i < N_DOCS; i++)
+		free(texts[i]);
+}
+
+/* Damaged postings are an error naming the term, never a crash. */
+static void test_damaged_postings(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	ss_index_hit *h;
+	const char *bad[] = {
+		"UPDATE terms SET postings = x'01000000' WHERE term = 'fox'",           /* no skip table */
+		"UPDATE terms SET postings = x'ffffff7f' WHERE term = 'fox'",           /* 2^31 blocks */
+		"UPDATE terms SET postings = x'01000000' || x'05000000' || x'40000000' || x'0000803f'"
+		" || x'8080' WHERE term = 'fox'",                                       /* block past the end */
+		"UPDATE terms SET postings = x'01000000' || x'05000000' || x'02000000' || x'0000803f'"
+		" || x'8080' WHERE term = 'fox'",                                       /* unterminated varint */
+		"UPDATE bm25 SET doclen = x'00'",                                       /* lengths cut short */
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		copy_file(path_in("idx.db"), path_in("bad.db"));
+		sqlite3 *s;
+		assert_int_equal(sqlite3_open(path_in("bad.db"), &s), SQLITE_OK);
+		assert_int_equal(sqlite3_exec(s, bad[i], 0, 0, 0), SQLITE_OK);
+		sqlite3_close(s);
+		assert_int_equal(ss_index_open(&ix, path_in("bad.db"), em), 0);
+		assert_int_equal(ss_index_query(ix, "fox", 3, NULL, 0, &h, em), SS_ERR_FORMAT);
+		assert_non_null(strstr(em, "damaged"));
+		ss_index_close(ix);
+	}
+}
+
+/* An index kept open sees a later build, with the new corpus statistics. */
+static void test_reader_sees_later_build(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix, *fresh;
+	ss_index_hit *h, *h2;
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	assert_int_equal(ss_index_query(ix, "glaciers ocean", 3, NULL, 0, &h, em), 2);
+	ss_index_hits_free(h, 2);
+	const doc more[] = { { "d9", "glaciers carve valleys" }, { "d10", "glaciers reach the ocean" } };
+	write_docs(path_in("more.tokens"), path_in("shard1.states"), more, 2, "fpA");
+	const char *in[] = { path_in("more.tokens"), path_in("shard1.states") };
+	notes nt = {0};
+	assert_int_equal(build(path_in("idx.db"), in, 2, NULL, &nt), 0);
+	int n = ss_index_query(ix, "glaciers ocean", 3, NULL, 0, &h, em);
+	assert_int_equal(n, 3);
+	assert_string_equal(h[0].id, "d10");
+	assert_int_equal(ss_index_open(&fresh, path_in("idx.db"), em), 0);
+	assert_int_equal(ss_index_query(fresh, "glaciers ocean", 3, NULL, 0, &h2, em), 3);
+	for (int i = 0; i < n; i++) {
+		assert_string_equal(h[i].id, h2[i].id);
+		assert_true(h[i].score == h2[i].score);
+	}
+	ss_index_hits_free(h, n);
+	ss_index_hits_free(h2, n);
+	ss_index_close(fresh);
+	ss_index_close(ix);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -730,6 +896,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_concurrent_readers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copy_bad_state_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_top_k_is_exhaustive_bm25, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_damaged_postings, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reader_sees_later_build, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

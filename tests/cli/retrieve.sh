@@ -187,11 +187,11 @@ expect 0 ss-retrieve query --index db/idx.db -k 1 --query quantum -o t.states
 
 # --- an index from another schema version, and things that are not indexes
 if command -v sqlite3 >/dev/null; then
-	cp db/idx.db v2.db
-	sqlite3 v2.db "UPDATE meta SET value = '2' WHERE key = 'schema_version'"
-	expect 1 ss-retrieve query --index v2.db --query fox --ids; has err "v2.db: index schema version 2"
+	cp db/idx.db v1.db
+	sqlite3 v1.db "UPDATE meta SET value = '1' WHERE key = 'schema_version'"
+	expect 1 ss-retrieve query --index v1.db --query fox --ids; has err "v1.db: index schema version 1"
 	lines err 1
-	expect 1 ss-retrieve build --index v2.db db/part1.tokens; has err "schema version 2"
+	expect 1 ss-retrieve build --index v1.db db/part1.tokens; has err "schema version 1"
 fi
 echo "not a database at all, just some text......................................" >text.db
 expect 1 ss-retrieve query --index text.db --query fox --ids; has err "text.db: not an ss index"

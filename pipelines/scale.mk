@@ -1,0 +1,55 @@
+# scale.mk — retrieval at scale (issue 20): the Wikipedia text in
+# $(SS_SHARED)/train (45,920 articles, 399 MB) cut into 256-token chunks,
+# indexed with tiny random states (retrieval never reads them), then 200
+# 30-word passages as queries, k = 10: p50/p95/p99 in batch, through the
+# ss-retrieve tool in batch and one process per query, index size and build
+# time; FTS5 bm25() (the index before schema 2) as the exhaustive peer, whose
+# top 10 ours must match (bench/retrieve --scale).
+#
+# From the repository root, after `make`:
+#   make -f pipelines/scale.mk scale             # 360 k chunks, with the FTS5 peer
+#   make -f pipelines/scale.mk scale-1m          # the chunks 3 times (1.08 M), new ids
+#   make -f pipelines/scale.mk scale-3.6m        # 10 times (3.6 M); about 10 GB of disk
+#   make -f pipelines/scale.mk qa                # recall@10, MRR@10 on MS MARCO, HotpotQA
+# Outputs in $(SCALE_DIR): the token streams (kept: tokenizing takes minutes),
+# and per run a directory xN/ with states, index.db, queries.jsonl.
+
+SCALE_MK_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+SS_SHARED ?= $(abspath $(SCALE_MK_DIR)/../../shared)
+SS_BUILD  ?= $(abspath $(SCALE_MK_DIR)/../build)
+SCALE_DIR ?= $(SS_BUILD)/scale
+QUERIES   ?= 200
+# FTS5 takes seconds a query at a million chunks: fewer peer queries there.
+PEER_QUERIES ?= 200
+
+TRAIN  := $(wildcard $(SS_SHARED)/train/*.txt.zst)
+TOKENS := $(patsubst $(SS_SHARED)/train/%.txt.zst,$(SCALE_DIR)/%.tokens,$(TRAIN))
+BENCH  := $(SS_BUILD)/bench/retrieve --scale --queries $(QUERIES) --cli $(SS_BUILD)/bin/ss-retrieve
+
+.PHONY: scale scale-1m scale-3.6m qa tokens
+.DELETE_ON_ERROR:
+
+tokens: $(TOKENS)
+
+scale: $(TOKENS)
+	$(BENCH) --peer --peer-queries $(PEER_QUERIES) --keep $(SCALE_DIR)/x1 $(TOKENS)
+
+scale-1m: $(TOKENS)
+	$(BENCH) --copies 3 --peer --peer-queries $(if $(filter 200,$(PEER_QUERIES)),20,$(PEER_QUERIES)) \
+		--keep $(SCALE_DIR)/x3 $(TOKENS)
+
+scale-3.6m: $(TOKENS)
+	$(BENCH) --copies 10 --keep $(SCALE_DIR)/x10 $(TOKENS)
+
+qa:
+	SS_SHARED=$(SS_SHARED) $(SS_BUILD)/bench/retrieve --qa
+
+# Articles are separated by blank lines: one JSON line per article, id
+# PART:N, then chunks of 256 tokens (ids PART:N#0, #1, ...).
+$(SCALE_DIR)/%.tokens: $(SS_SHARED)/train/%.txt.zst
+	@mkdir -p $(@D)
+	zstd -dc $< | python3 -c 'import sys, json; \
+		[print(json.dumps({"id": "$*:%d" % i, "text": a.strip("\n")})) \
+		 for i, a in enumerate(sys.stdin.read().split("\n\n")) if a.strip()]' > $@.jsonl
+	$(SS_BUILD)/bin/ss-tokenize --jsonl --chunk 256 -o $@ $@.jsonl
+	rm -f $@.jsonl
