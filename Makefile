@@ -16,7 +16,9 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN   := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -pthread -Ilib -Itools -Itests $(PKG_CFLAGS) -MMD -MP
 LDLIBS := $(PKG_LIBS) -lm -ldl -pthread
-ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS)
+# --as-needed: a tool records only the shared libraries it calls, so ss-cat or ss-retrieve do not
+# load OpenBLAS, libarchive and their dependencies at every start-up.
+ALL_LDFLAGS := -Wl,--as-needed $(LDFLAGS) $(SANFLAGS)
 
 ifeq ($(V),1)
 Q :=
@@ -31,6 +33,8 @@ LIB       := $(B)/libss.a
 TOOLS     := $(patsubst tools/%.c,$(B)/bin/%,$(wildcard tools/ss-*.c))
 # tools/*.c that are not ss-*.c are shared by every tool (cli helpers).
 TOOLCOMMON_OBJ := $(patsubst %.c,$(B)/%.o,$(filter-out tools/ss-%.c,$(wildcard tools/*.c)))
+# An archive, so a tool links only the helpers (and through them the lib/ modules) it uses.
+TOOLCOMMON := $(B)/tools/libsstools.a
 TEST_SRC  := $(wildcard tests/test_*.c)
 TESTS     := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TESTUTIL_SRC := $(wildcard tests/util/*.c)
@@ -79,10 +83,14 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(TOOLS): $(B)/bin/%: $(B)/tools/%.o $(TOOLCOMMON_OBJ) $(LIB)
+$(TOOLCOMMON): $(TOOLCOMMON_OBJ)
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(TOOLS): $(B)/bin/%: $(B)/tools/%.o $(TOOLCOMMON) $(LIB)
 	$(call say,LD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(TOOLCOMMON_OBJ) $(LIB) $(LDLIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(TOOLCOMMON) $(LIB) $(LDLIBS)
 
 $(TESTS): $(B)/tests/%: $(B)/tests/%.o $(TESTUTIL_OBJ) $(LIB)
 	$(call say,LD,$@)
