@@ -21,18 +21,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ss.h"
+#include "bench.h"
 #include "../tests/util/mkmodel.h"
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* Runs exe with the device; returns its wall time (s) and peak RSS (KB). */
 static int run_once(const char *exe, const char *model, const char *dev, double *sec, long *rss_kb)
@@ -43,7 +36,7 @@ static int run_once(const char *exe, const char *model, const char *dev, double 
 	pid_t pid;
 
 	fflush(stdout);
-	t = now();
+	t = bench_now();
 	pid = fork();
 
 	if (pid < 0)
@@ -56,21 +49,9 @@ static int run_once(const char *exe, const char *model, const char *dev, double 
 	}
 	if (wait4(pid, &status, 0, &ru) != pid)
 		return -1;
-	*sec = now() - t;
+	*sec = bench_now() - t;
 	*rss_kb = ru.ru_maxrss;
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int main(int argc, char **argv)
@@ -131,13 +112,11 @@ int main(int argc, char **argv)
 		drss[r] = rss[0][r] - rss[1][r];
 	}
 	for (k = 0; k < 2; k++) {
-		double best = t[k][0];
-		for (r = 1; r < rounds; r++)
-			best = t[k][r] < best ? t[k][r] : best;
+		const double best = bench_min(t[k], rounds);
 		printf("--device %-4s  wall min %7.1f ms  median %7.1f ms   peak RSS median %6.1f MB   (%d rounds)\n",
-		       devs[k], best * 1e3, median(t[k], rounds) * 1e3, median(rss[k], rounds), rounds);
+		       devs[k], best * 1e3, bench_median(t[k], rounds) * 1e3, bench_median(rss[k], rounds), rounds);
 	}
 	printf("auto - cpu:    wall median %+7.1f ms, peak RSS median %+6.1f MB (goal <= +10 ms, <= +5 MB without a GPU)\n",
-	       median(dt, rounds) * 1e3, median(drss, rounds));
+	       bench_median(dt, rounds) * 1e3, bench_median(drss, rounds));
 	return 0;
 }
