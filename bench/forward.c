@@ -7,9 +7,13 @@
  * 512-token documents, the time of one 512-token prefill, decode tokens/s
  * (single-token steps with full logits, like llama-bench tg128), and memory.
  * Each figure is the best of -r rounds (the machine may be shared).
- * OpenBLAS picks its kernels at load time, or as $OPENBLAS_CORETYPE says;
- * prefill is GEMM-bound, so the kernel family (AVX2 "Haswell" or AVX-512
- * "SkylakeX"/"Cooperlake") matters and is printed.
+ * The BLAS (config.mk BLAS=openblas|blis) picks its kernels at load time
+ * (OpenBLAS: or as $OPENBLAS_CORETYPE says); prefill is GEMM-bound, so the
+ * kernel family (AVX2 "Haswell" or AVX-512 "SkylakeX"/"skx") matters and is
+ * printed, with the floor: the BLAS's sgemm GFLOP/s at the in_proj shape
+ * (ubatch x d_in_proj x d_model) on the same threads, split by rows as the
+ * forward pass does, and the GEMM FLOP rate of state extraction as a
+ * fraction of it.
  * Figures only, no pass/fail. The model is written with tests/util/mkmodel.h
  * into $TMPDIR (removed after loading), or read from -m DIR.
  *
@@ -22,9 +26,10 @@
  * min and median of the per-round ratios. Otherwise it says it was not
  * measured: no peer figure is ever a constant.
  */
-#include <cblas.h>
+#include "blas.h"
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +193,59 @@ static int peer_round(const char *exe, const char *gguf, int threads, int len, i
 	return err;
 }
 
+/* The BLAS floor: C[M][N] = A[M][K]·W[N][K]ᵀ (the forward pass's layout) on
+ * `threads` threads, each one sgemm over its slice of rows, as the forward
+ * pass splits prefill GEMMs. Returns GFLOP/s of one timed call after a
+ * warm-up. */
+typedef struct {
+	const float *A, *W;
+	float *C;
+	int m0, m1, N, K;
+} sgemm_part;
+
+static void *sgemm_run(void *arg)
+{
+	const sgemm_part *p = arg;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->m1 - p->m0, p->N, p->K, 1.0f,
+		    p->A + (size_t)p->m0 * p->K, p->K, p->W, p->K, 0.0f, p->C + (size_t)p->m0 * p->N, p->N);
+	return NULL;
+}
+
+static double sgemm_gflops(int threads, int M, int N, int K)
+{
+	float *A = malloc((size_t)M * K * sizeof(float)), *W = malloc((size_t)N * K * sizeof(float));
+	float *C = malloc((size_t)M * N * sizeof(float));
+	sgemm_part part[64];
+	pthread_t th[64];
+	double t = 0;
+	int i, round;
+
+	if (!A || !W || !C || threads > 64) {
+		fprintf(stderr, "forward: out of memory\n");
+		exit(1);
+	}
+	for (i = 0; i < M * K; i++)
+		A[i] = (float)(i % 7) * 0.1f;
+	for (i = 0; i < N * K; i++)
+		W[i] = (float)(i % 5) * 0.1f;
+	ss_blas_serial();
+	for (round = 0; round < 2; round++) {
+		t = bench_now();
+		for (i = 0; i < threads; i++) {
+			part[i] = (sgemm_part){ A, W, C, (int)((int64_t)M * i / threads),
+						(int)((int64_t)M * (i + 1) / threads), N, K };
+			pthread_create(&th[i], NULL, sgemm_run, &part[i]);
+		}
+		for (i = 0; i < threads; i++)
+			pthread_join(th[i], NULL);
+		t = bench_now() - t;
+	}
+	free(A);
+	free(W);
+	free(C);
+	return 2.0 * M * N * K / t / 1e9;
+}
+
 /* Prints our rate over the rounds (n tokens per round: best as ms and
  * tokens/s, and the median), then the peer's rate and ours/peer, min and
  * median of the per-round ratio (test is "pp" or "tg"), or why the peer was
@@ -287,8 +345,8 @@ int main(int argc, char **argv)
 		printf("peer: %s -m %s%s\n", peer_exe, peer_gguf,
 		       model_dir ? "" : " (give -m the directory it was converted from for the same weights)");
 	check(ss_forward_ctx_init(&ctx, m, threads, ubatch, errmsg), "context", errmsg);
-	printf("threads %d, ubatch %d, context scratch %.1f MB, OpenBLAS kernels %s (OPENBLAS_CORETYPE %s)\n",
-	       threads, ubatch, ss_forward_ctx_bytes(ctx) / 1e6, openblas_get_corename(),
+	printf("threads %d, ubatch %d, context scratch %.1f MB, %s kernels %s (OPENBLAS_CORETYPE %s)\n",
+	       threads, ubatch, ss_forward_ctx_bytes(ctx) / 1e6, SS_BLAS_NAME, ss_blas_kernels(),
 	       getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
 
 	st = calloc((size_t)docs, sizeof(*st));
@@ -361,6 +419,18 @@ int main(int argc, char **argv)
 	}
 	printf("state extraction, %d documents x %d tokens:       %8.1f ms  (%7.1f tokens/s)\n", docs,
 	       len, best * 1e3, (double)docs * len / best);
+	{
+		/* the projections' FLOPs per token: in_proj and out_proj of every layer */
+		const double flop = 2.0 * m->cfg.n_layer * m->cfg.d_model * (m->cfg.d_in_proj + m->cfg.d_inner);
+		double gf[MAX_REPS];
+		for (r = 0; r < reps; r++)
+			gf[r] = sgemm_gflops(threads, ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model);
+		printf("  floor: %s sgemm %dx%dx%d on %d threads: %.1f GFLOP/s best (median %.1f); state extraction's "
+		       "projections run at %.1f GFLOP/s = %.0f%% of it (goal >= 70%%)\n",
+		       SS_BLAS_NAME, ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model, threads, bench_max(gf, reps),
+		       bench_median(gf, reps), (double)docs * len / best * flop / 1e9,
+		       100.0 * (double)docs * len / best * flop / 1e9 / bench_max(gf, reps));
+	}
 
 	/* batched decode: one step for every document at once */
 	{
