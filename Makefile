@@ -2,20 +2,32 @@
 # Quiet unless V=1. SANITIZE=1 builds with ASan+UBSan into build/san/.
 include config.mk
 
-PKGS := libzstd msgpack libarchive openblas sqlite3 libpcre2-8 libutf8proc libcjson
+# The BLAS (config.mk): OpenBLAS through pkg-config, or BLIS (Debian's libblis-dev has no .pc
+# file; its blis.h declares the CBLAS layer). A BLIS build goes to build/blis/.
+ifeq ($(BLAS),blis)
+BLAS_PKG :=
+BLAS_CFLAGS := -DSS_BLAS_BLIS
+BLAS_LIBS := -lblis
+BLAS_DIR := /blis
+else ifeq ($(BLAS),openblas)
+BLAS_PKG := openblas
+else
+$(error BLAS=$(BLAS): openblas or blis)
+endif
+PKGS := libzstd msgpack libarchive $(BLAS_PKG) sqlite3 libpcre2-8 libutf8proc libcjson
 ifeq ($(SANITIZE),1)
-B := build/san
+B := build$(BLAS_DIR)/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 else
-B := build
+B := build$(BLAS_DIR)
 SANFLAGS :=
 endif
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN   := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) -pthread -Ilib -Itools -Itests $(PKG_CFLAGS) -MMD -MP
-LDLIBS := $(PKG_LIBS) -lm -ldl -pthread
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(BLAS_CFLAGS) $(SANFLAGS) -pthread -Ilib -Itools -Itests $(PKG_CFLAGS) -MMD -MP
+LDLIBS := $(PKG_LIBS) $(BLAS_LIBS) -lm -ldl -pthread
 # --as-needed: a tool records only the shared libraries it calls, so ss-cat or ss-retrieve do not
 # load OpenBLAS, libarchive and their dependencies at every start-up.
 ALL_LDFLAGS := -Wl,--as-needed $(LDFLAGS) $(SANFLAGS)

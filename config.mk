@@ -7,6 +7,8 @@ MANDIR   ?= $(PREFIX)/share/man
 DATADIR  ?= $(PREFIX)/share/ss
 CC       ?= cc
 CFLAGS   ?= -O2 -g -march=x86-64-v2
+# BLAS for the CPU GEMMs: openblas (default) or blis (Debian's libblis-dev; builds into build/blis/).
+BLAS     ?= openblas
 # auto: build the CUDA plugin when nvcc is found; on: require it; off: never.
 CUDA     ?= auto
 NVCC     ?= nvcc

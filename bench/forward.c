@@ -7,42 +7,46 @@
  * 512-token documents, the time of one 512-token prefill, decode tokens/s
  * (single-token steps with full logits, like llama-bench tg128), and memory.
  * Each figure is the best of -r rounds (the machine may be shared).
- * OpenBLAS picks its kernels at load time, or as $OPENBLAS_CORETYPE says;
- * prefill is GEMM-bound, so the kernel family (AVX2 "Haswell" or AVX-512
- * "SkylakeX"/"Cooperlake") matters and is printed.
+ * The BLAS (config.mk BLAS=openblas|blis) picks its kernels at load time
+ * (OpenBLAS: or as $OPENBLAS_CORETYPE says); prefill is GEMM-bound, so the
+ * kernel family (AVX2 "Haswell" or AVX-512 "SkylakeX"/"skx") matters and is
+ * printed, with the floor: the BLAS's sgemm GFLOP/s at the in_proj shape
+ * (ubatch x d_in_proj x d_model) on the same threads, split by rows as the
+ * forward pass does, and the GEMM FLOP rate of state extraction as a
+ * fraction of it.
  * Figures only, no pass/fail. The model is written with tests/util/mkmodel.h
- * into $TMPDIR (removed after loading), or read from -m DIR. The peer figures (issue 3): llama.cpp upstream,
- * same shape, f32, 2 threads, this machine class: pp512 ≈ 540 tokens/s,
- * tg128 ≈ 55 tokens/s.
+ * into $TMPDIR (removed after loading), or read from -m DIR.
+ *
+ * The peer, llama.cpp, is run in the same process tree and interleaved with
+ * ours (ours, peer, ours, peer, ... -r rounds) when $LLAMA_BENCH names a
+ * llama-bench binary and $LLAMA_GGUF the same weights converted with
+ * llama.cpp's convert_hf_to_gguf.py (bench/README.md): `llama-bench -p N
+ * -n G -t T -r 1 -o json` per round, its pp and tg figures beside our
+ * one-document prefill with last logits and our single-token decode, as
+ * min and median of the per-round ratios. Otherwise it says it was not
+ * measured: no peer figure is ever a constant.
  *
  * usage: forward [-t THREADS] [-d DOCS] [-n TOKENS] [-g DECODE_STEPS] [-u UBATCH]
  *                [-r REPEATS] [-p PRESET | -m MODEL_DIR] [--no-mmap] [--deterministic]
  * --deterministic: prefill with ss_forward_ctx_set_deterministic (its cost).
  */
-#include <cblas.h>
+#include "blas.h"
+#include <cjson/cJSON.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ss.h"
+#include "bench.h"
 #include "../tests/util/mkmodel.h"
 
-/* The independent peer's figures (issue 3: llama.cpp upstream, mamba2-130m
- * shape, f32, 2 threads, measured on this machine class): llama-bench pp512
- * and tg128. Printed beside ours; llama.cpp is not built here. */
-#define PEER_PP512 540.0
-#define PEER_TG128 55.0
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#define MAX_REPS 64
 
 static uint64_t rng = 0x9E3779B97F4A7C15ULL;
 
@@ -119,6 +123,160 @@ static long peak_rss_kb(void)
 	return ru.ru_maxrss;
 }
 
+/* One round of the peer: `$LLAMA_BENCH -m $LLAMA_GGUF -p len -n steps -t
+ * threads -ngl 0 -r 1 -o json`, its stdout parsed for the avg_ts of the
+ * prompt (n_prompt = len) and generation (n_gen = steps) tests. Returns 0 with
+ * *pp and *tg in tokens/s, or -1 (why on stderr). */
+static int peer_round(const char *exe, const char *gguf, int threads, int len, int steps, double *pp,
+		      double *tg)
+{
+	char a_len[16], a_steps[16], a_thr[16], *buf = NULL;
+	size_t n = 0, cap = 0;
+	int fd[2], status, err = -1;
+	cJSON *root, *it;
+	pid_t pid;
+
+	snprintf(a_len, sizeof(a_len), "%d", len);
+	snprintf(a_steps, sizeof(a_steps), "%d", steps);
+	snprintf(a_thr, sizeof(a_thr), "%d", threads);
+	fflush(stdout);
+	if (pipe(fd))
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		dup2(fd[1], 1);
+		close(fd[0]);
+		close(fd[1]);
+		freopen("/dev/null", "w", stderr);
+		execl(exe, exe, "-m", gguf, "-p", a_len, "-n", a_steps, "-t", a_thr, "-ngl", "0", "-r", "1",
+		      "-o", "json", (char *)NULL);
+		_exit(127);
+	}
+	close(fd[1]);
+	for (;;) {
+		ssize_t k;
+		if (n + 4096 + 1 > cap) {
+			char *nb = realloc(buf, cap = 2 * cap + 8192);
+			if (!nb)
+				break;
+			buf = nb;
+		}
+		k = read(fd[0], buf + n, cap - n - 1);
+		if (k <= 0)
+			break;
+		n += (size_t)k;
+	}
+	close(fd[0]);
+	waitpid(pid, &status, 0);
+	if (!buf || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "forward: %s failed (exit %d)\n", exe, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		free(buf);
+		return -1;
+	}
+	buf[n] = '\0';
+	*pp = *tg = 0;
+	root = cJSON_Parse(buf);
+	cJSON_ArrayForEach(it, root) {
+		const cJSON *np = cJSON_GetObjectItem(it, "n_prompt"), *ng = cJSON_GetObjectItem(it, "n_gen"),
+			    *ts = cJSON_GetObjectItem(it, "avg_ts");
+		if (!cJSON_IsNumber(np) || !cJSON_IsNumber(ng) || !cJSON_IsNumber(ts))
+			continue;
+		if (np->valueint == len && ng->valueint == 0)
+			*pp = ts->valuedouble;
+		if (np->valueint == 0 && ng->valueint == steps)
+			*tg = ts->valuedouble;
+	}
+	if (*pp > 0 && *tg > 0)
+		err = 0;
+	else
+		fprintf(stderr, "forward: %s: no pp%d/tg%d figures in its JSON output\n", exe, len, steps);
+	cJSON_Delete(root);
+	free(buf);
+	return err;
+}
+
+/* The BLAS floor: C[M][N] = A[M][K]·W[N][K]ᵀ (the forward pass's layout) on
+ * `threads` threads, each one sgemm over its slice of rows, as the forward
+ * pass splits prefill GEMMs. Returns GFLOP/s of one timed call after a
+ * warm-up. */
+typedef struct {
+	const float *A, *W;
+	float *C;
+	int m0, m1, N, K;
+} sgemm_part;
+
+static void *sgemm_run(void *arg)
+{
+	const sgemm_part *p = arg;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->m1 - p->m0, p->N, p->K, 1.0f,
+		    p->A + (size_t)p->m0 * p->K, p->K, p->W, p->K, 0.0f, p->C + (size_t)p->m0 * p->N, p->N);
+	return NULL;
+}
+
+static double sgemm_gflops(int threads, int M, int N, int K)
+{
+	float *A = malloc((size_t)M * K * sizeof(float)), *W = malloc((size_t)N * K * sizeof(float));
+	float *C = malloc((size_t)M * N * sizeof(float));
+	sgemm_part part[64];
+	pthread_t th[64];
+	double t = 0;
+	int i, round;
+
+	if (!A || !W || !C || threads > 64) {
+		fprintf(stderr, "forward: out of memory\n");
+		exit(1);
+	}
+	for (i = 0; i < M * K; i++)
+		A[i] = (float)(i % 7) * 0.1f;
+	for (i = 0; i < N * K; i++)
+		W[i] = (float)(i % 5) * 0.1f;
+	ss_blas_serial();
+	for (round = 0; round < 2; round++) {
+		t = bench_now();
+		for (i = 0; i < threads; i++) {
+			part[i] = (sgemm_part){ A, W, C, (int)((int64_t)M * i / threads),
+						(int)((int64_t)M * (i + 1) / threads), N, K };
+			pthread_create(&th[i], NULL, sgemm_run, &part[i]);
+		}
+		for (i = 0; i < threads; i++)
+			pthread_join(th[i], NULL);
+		t = bench_now() - t;
+	}
+	free(A);
+	free(W);
+	free(C);
+	return 2.0 * M * N * K / t / 1e9;
+}
+
+/* Prints our rate over the rounds (n tokens per round: best as ms and
+ * tokens/s, and the median), then the peer's rate and ours/peer, min and
+ * median of the per-round ratio (test is "pp" or "tg"), or why the peer was
+ * not measured (peer NULL). */
+static void print_vs_peer(const char *label, const char *test, int n, const double *ours, const double *peer,
+			  const char *peer_why, int reps, const char *goal)
+{
+	double ratio[MAX_REPS] = { 0 }, pv[MAX_REPS] = { 0 }, ov[MAX_REPS] = { 0 };
+	int r;
+
+	for (r = 0; r < reps; r++) {
+		ov[r] = ours[r];
+		ratio[r] = peer ? ours[r] / peer[r] : 0;
+		pv[r] = peer ? peer[r] : 0;
+	}
+	printf("%-50s%8.1f ms  (%7.1f tokens/s; median %.1f)\n", label, n / bench_max(ov, reps) * 1e3,
+	       bench_max(ov, reps), bench_median(ov, reps));
+	if (!peer) {
+		printf("  peer: %s\n", peer_why);
+		return;
+	}
+	printf("  peer: llama.cpp %s%d, same threads, %d rounds interleaved: %7.1f tokens/s median (best %.1f)\n",
+	       test, n, reps, bench_median(pv, reps), bench_max(pv, reps));
+	printf("  ours/peer: min %.2f, median %.2f (goal %s)\n", bench_min(ratio, reps), bench_median(ratio, reps),
+	       goal);
+}
+
 int main(int argc, char **argv)
 {
 	int threads = 2, docs = 4, len = 512, steps = 128, ubatch = 512, reps = 3;
@@ -132,7 +290,11 @@ int main(int argc, char **argv)
 	ss_forward_seq *q;
 	int32_t *tok;
 	float *logits;
-	double t0, t, best;
+	double t0, t, best, pp[MAX_REPS] = { 0 }, tg[MAX_REPS] = { 0 };
+	char label[128];
+	double peer_pp[MAX_REPS] = { 0 }, peer_tg[MAX_REPS] = { 0 };
+	const char *peer_exe = getenv("LLAMA_BENCH"), *peer_gguf = getenv("LLAMA_GGUF");
+	const char *peer_why = "not measured (set LLAMA_BENCH, LLAMA_GGUF)";
 	int i, r, k;
 
 	for (i = 1; i < argc; i++) {
@@ -143,7 +305,8 @@ int main(int argc, char **argv)
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			printf("usage: forward [-t THREADS] [-d DOCS] [-n TOKENS] [-g DECODE_STEPS] [-u UBATCH] [-r REPEATS]\n"
 			       "               [-p PRESET | -m MODEL_DIR] [--no-mmap] [--deterministic]\n"
-			       "PRESET: a tests/util/mkmodel.h shape (default mamba2-130m), written to $TMPDIR and loaded.\n");
+			       "PRESET: a tests/util/mkmodel.h shape (default mamba2-130m), written to $TMPDIR and loaded.\n"
+			       "Peer: LLAMA_BENCH=llama-bench LLAMA_GGUF=model.gguf (bench/README.md).\n");
 			return 0;
 		}
 		if (!strcmp(a, "--no-mmap")) {
@@ -163,8 +326,14 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (reps > MAX_REPS) {
+		fprintf(stderr, "forward: -r %d: at most %d rounds\n", reps, MAX_REPS);
+		return 2;
+	}
+	if (!peer_exe || !*peer_exe || !peer_gguf || !*peer_gguf)
+		peer_exe = NULL;
 
-	t0 = now();
+	t0 = bench_now();
 	if (model_dir) {
 		if (ss_model_load_opts(&m, model_dir, &lo, errmsg) != 0)
 			m = NULL;
@@ -179,12 +348,15 @@ int main(int argc, char **argv)
 	       model_dir ? model_dir : preset, lo.flags & SS_MODEL_NO_MMAP ? " (heap, no mmap)" : "",
 	       m->cfg.d_model, m->cfg.n_layer, m->cfg.d_state,
 	       m->cfg.headdim, m->cfg.nheads, m->cfg.ngroups, vocab, ss_dtype_name(m->weight_dtype),
-	       model_bytes(m) / 1e6, now() - t0);
+	       model_bytes(m) / 1e6, bench_now() - t0);
+	if (peer_exe)
+		printf("peer: %s -m %s%s\n", peer_exe, peer_gguf,
+		       model_dir ? "" : " (give -m the directory it was converted from for the same weights)");
 	check(ss_forward_ctx_init(&ctx, m, threads, ubatch, errmsg), "context", errmsg);
 	check(ss_forward_ctx_set_deterministic(ctx, det), "deterministic", "");
-	printf("threads %d, ubatch %d,%s context scratch %.1f MB, OpenBLAS kernels %s (OPENBLAS_CORETYPE %s)\n",
+	printf("threads %d, ubatch %d,%s context scratch %.1f MB, %s kernels %s (OPENBLAS_CORETYPE %s)\n",
 	       threads, ubatch, det ? " deterministic," : "", ss_forward_ctx_bytes(ctx) / 1e6,
-	       openblas_get_corename(),
+	       SS_BLAS_NAME, ss_blas_kernels(),
 	       getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
 
 	st = calloc((size_t)docs, sizeof(*st));
@@ -207,24 +379,41 @@ int main(int argc, char **argv)
 	best = 1e30;
 	for (r = 0; r < reps; r++) {
 		state_zero(&st[0]);
-		t = now();
+		t = bench_now();
 		check(ss_forward_prefill(ctx, q, 1, SS_LOGITS_NONE, errmsg), "prefill", errmsg);
-		t = now() - t;
+		t = bench_now() - t;
 		best = t < best ? t : best;
 	}
 	printf("prefill, one %d-token document, state only:       %8.1f ms  (%7.1f tokens/s)\n", len,
 	       best * 1e3, len / best);
-	best = 1e30;
+	/* One document with last-position logits (llama-bench's pp) and
+	 * single-token decode steps with full logits, greedy (its tg), each
+	 * round followed by one round of the peer. */
 	q[0].logits = logits;
 	for (r = 0; r < reps; r++) {
+		ss_state *sp = &st[0];
+		int32_t next = tok[0];
 		state_zero(&st[0]);
-		t = now();
+		t = bench_now();
 		check(ss_forward_prefill(ctx, q, 1, SS_LOGITS_LAST, errmsg), "prefill", errmsg);
-		t = now() - t;
-		best = t < best ? t : best;
+		pp[r] = len / (bench_now() - t);
+		t = bench_now();
+		for (k = 0; k < steps; k++) {
+			int v, arg = 0;
+			check(ss_forward_decode(ctx, &sp, &next, 1, logits, errmsg), "decode", errmsg);
+			for (v = 1; v < vocab; v++)
+				if (logits[v] > logits[arg])
+					arg = v;
+			next = arg;
+		}
+		tg[r] = steps / (bench_now() - t);
+		if (peer_exe && peer_round(peer_exe, peer_gguf, threads, len, steps, &peer_pp[r], &peer_tg[r]))
+			peer_exe = NULL, peer_why = "failed (see above)";
 	}
-	printf("prefill, one %d-token document, last logits:      %8.1f ms  (%7.1f tokens/s)\n", len,
-	       best * 1e3, len / best);
+	snprintf(label, sizeof(label), "prefill, one %d-token document, last logits:", len);
+	print_vs_peer(label, "pp", len, pp, peer_exe ? peer_pp : NULL, peer_why, reps, ">= 2.5");
+	snprintf(label, sizeof(label), "decode, %d single-token steps with logits:", steps);
+	print_vs_peer(label, "tg", steps, tg, peer_exe ? peer_tg : NULL, peer_why, reps, ">= 1");
 
 	/* state extraction over a batch of documents */
 	for (i = 0; i < docs; i++)
@@ -233,40 +422,26 @@ int main(int argc, char **argv)
 	for (r = 0; r < reps; r++) {
 		for (i = 0; i < docs; i++)
 			state_zero(&st[i]);
-		t = now();
+		t = bench_now();
 		check(ss_forward_prefill(ctx, q, docs, SS_LOGITS_NONE, errmsg), "prefill", errmsg);
-		t = now() - t;
+		t = bench_now() - t;
 		best = t < best ? t : best;
 	}
 	printf("state extraction, %d documents x %d tokens:       %8.1f ms  (%7.1f tokens/s)\n", docs,
 	       len, best * 1e3, (double)docs * len / best);
-	printf("  peer: llama.cpp pp512, same shape, f32, 2 threads:           (%7.1f tokens/s)  ours/peer %.2f (goal >= 1.5)\n",
-	       PEER_PP512, (double)docs * len / best / PEER_PP512);
-
-	/* decode: single-token steps with full logits (greedy), from the first
-	 * document's state; best of `reps` rounds */
 	{
-		ss_state *sp = &st[0];
-		best = 1e30;
-		for (r = 0; r < reps; r++) {
-			int32_t next = tok[0];
-			t = now();
-			for (k = 0; k < steps; k++) {
-				int v, arg = 0;
-				check(ss_forward_decode(ctx, &sp, &next, 1, logits, errmsg), "decode", errmsg);
-				for (v = 1; v < vocab; v++)
-					if (logits[v] > logits[arg])
-						arg = v;
-				next = arg;
-			}
-			t = now() - t;
-			best = t < best ? t : best;
-		}
-		printf("decode, %d single-token steps with logits:        %8.1f ms  (%7.1f tokens/s)\n",
-		       steps, best * 1e3, steps / best);
-		printf("  peer: llama.cpp tg128, same shape, f32, 2 threads:           (%7.1f tokens/s)  ours/peer %.2f (goal >= 1)\n",
-		       PEER_TG128, steps / best / PEER_TG128);
+		/* the projections' FLOPs per token: in_proj and out_proj of every layer */
+		const double flop = 2.0 * m->cfg.n_layer * m->cfg.d_model * (m->cfg.d_in_proj + m->cfg.d_inner);
+		double gf[MAX_REPS];
+		for (r = 0; r < reps; r++)
+			gf[r] = sgemm_gflops(threads, ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model);
+		printf("  floor: %s sgemm %dx%dx%d on %d threads: %.1f GFLOP/s best (median %.1f); state extraction's "
+		       "projections run at %.1f GFLOP/s = %.0f%% of it (goal >= 70%%)\n",
+		       SS_BLAS_NAME, ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model, threads, bench_max(gf, reps),
+		       bench_median(gf, reps), (double)docs * len / best * flop / 1e9,
+		       100.0 * (double)docs * len / best * flop / 1e9 / bench_max(gf, reps));
 	}
+
 	/* batched decode: one step for every document at once */
 	{
 		ss_state **sp = malloc((size_t)docs * sizeof(*sp));
@@ -278,10 +453,10 @@ int main(int argc, char **argv)
 		}
 		best = 1e30;
 		for (r = 0; r < reps; r++) {
-			t = now();
+			t = bench_now();
 			for (k = 0; k < bsteps; k++)
 				check(ss_forward_decode(ctx, sp, next, docs, logits, errmsg), "decode", errmsg);
-			t = now() - t;
+			t = bench_now() - t;
 			best = t < best ? t : best;
 		}
 		printf("decode, batch of %d sequences, %d steps:           %8.1f ms  (%7.1f tokens/s)\n",

@@ -27,7 +27,7 @@
  *
  * ref: golden/README.md §2; mamba_ssm modules/mamba2.py; DESIGN.md §2.
  */
-#include <cblas.h>
+#include "blas.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -592,7 +592,7 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 	c = &ctx->c;
 	ctx->n_threads = n_threads ? n_threads : 1;
 	ctx->ubatch = ub = ubatch ? ubatch : 512;
-	openblas_set_num_threads(1);
+	ss_blas_serial();
 	err = ss_pool_init(&ctx->pool, ctx->n_threads);
 	if (err) {
 		ss_errf(errmsg, 0, "cannot start %d threads", ctx->n_threads);

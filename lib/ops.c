@@ -8,7 +8,7 @@
  * through scan.c, so the results are bit for bit those of the fused loops
  * forward.c ran before the ops were factored out.
  */
-#include <cblas.h>
+#include "blas.h"
 #include <math.h>
 #include <string.h>
 

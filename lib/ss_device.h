@@ -39,7 +39,9 @@ typedef struct ss_device ss_device;
 
 /* Opens a device. want: "cpu", "cuda" (the first GPU; "cuda:N" for GPU N)
  * or "auto" (a GPU when the plugin loads and reports one, else the CPU,
- * silently). NULL means "auto".
+ * silently; the plugin is loaded only after the driver, libcuda.so.1, loads
+ * and cuDeviceGetCount reports a GPU, so auto costs a CPU-only machine one
+ * failed dlopen). NULL means "auto".
  * Returns 0 and sets *out (close with ss_device_close); SS_ERR_INVALID
  * (unknown name), SS_ERR_DEVICE ("cuda" asked and no plugin, no driver or no
  * GPU: errmsg says which, in one line), SS_ERR_VERSION (plugin of another

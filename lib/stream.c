@@ -454,6 +454,13 @@ static int zstd_code(size_t rc)
 	return ZSTD_getErrorCode(rc) == ZSTD_error_checksum_wrong ? SS_ERR_CHECKSUM : SS_ERR_FORMAT;
 }
 
+/* No valid frame of `content` bytes is longer than this: readers ask for no
+ * more input than that (a seek to a small record must not read IN_CHUNK). */
+static uint64_t frame_bound(uint64_t content)
+{
+	return ZSTD_compressBound((size_t)content) + ZSTD_FRAMEHEADERSIZE_MAX + 3 * (content / 1024 + 2) + 4;
+}
+
 int ss_reader_next(ss_reader *r, ss_record *rec)
 {
 	size_t hsz;
@@ -471,8 +478,7 @@ int ss_reader_next(ss_reader *r, ss_record *rec)
 	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, 1);
 	ZSTD_outBuffer ob = { r->out, (size_t)content, 0 };
 	uint64_t in_off = r->pos;
-	/* No valid frame is longer than this: ask for no more input than that. */
-	uint64_t bound = ZSTD_compressBound((size_t)content) + ZSTD_FRAMEHEADERSIZE_MAX + 3 * (content / 1024 + 2) + 4;
+	uint64_t bound = frame_bound(content);
 	for (;;) {
 		uint64_t left = bound > in_off - r->pos ? bound - (in_off - r->pos) : 1;
 		long long got = in_fill(r, in_off, left < IN_CHUNK ? (size_t)left : IN_CHUNK, in_off);
@@ -605,6 +611,7 @@ int ss_reader_next_meta(ss_reader *r, ss_record *rec)
 		return rc;
 	uint64_t off = r->pos;
 	/* Decompress block by block until the prefix before "conv"/"ssm" is in. */
+	const uint64_t bound = frame_bound(content);
 	ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
 	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, 0);
 	ZSTD_outBuffer ob = { NULL, 0, 0 };
@@ -621,7 +628,8 @@ int ss_reader_next_meta(ss_reader *r, ss_record *rec)
 			return rerr(r, SS_ERR_NOMEM, off, "out of memory");
 		ob.dst = r->out;
 		ob.size = want;
-		long long got = in_fill(r, in_off, IN_CHUNK, r->pos);
+		uint64_t left = bound > in_off - off ? bound - (in_off - off) : 1;
+		long long got = in_fill(r, in_off, left < IN_CHUNK ? (size_t)left : IN_CHUNK, r->pos);
 		if (got < 0)
 			return rerr(r, (int)got, off, "read error: %s", strerror(errno));
 		if (got == 0)

@@ -59,6 +59,13 @@ SS_CUDA_PLUGIN=$d/bad.so expect 1 'cannot load the CUDA plugin' ss-score --model
 SS_CUDA_PLUGIN=$d/none.so ss-encode --model "$T1" --device auto "$d/c3.tok" >"$d/fb.st" 2>"$d/err"
 [ ! -s "$d/err" ] || fail "auto with a missing plugin printed: $(cat "$d/err")"
 cmp -s "$d/cpu.st" "$d/fb.st" || fail "auto with a missing plugin differs from cpu"
+# Without the CUDA driver, auto never even tries the plugin (loading the real one
+# costs ~1 s and ~180 MB: issue 12); the loader's own log says what was opened.
+if ! ldconfig -p | grep -q 'libcuda\.so\.1 '; then
+	SS_CUDA_PLUGIN=$d/bad.so LD_DEBUG=files ss-decode --model "$T1" --device auto --no-state --ids \
+		--max-tokens 1 --prompt-tokens 1,2 >/dev/null 2>"$d/ld.log"
+	! grep -q 'file=.*bad\.so' "$d/ld.log" || fail "auto without a CUDA driver tried the plugin"
+fi
 
 # Bad names are usage errors (exit 2), before the model is loaded.
 set +e
