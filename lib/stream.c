@@ -474,13 +474,15 @@ int ss_reader_next(ss_reader *r, ss_record *rec)
 		;
 	if (rc <= 0)
 		return rc;
-	/* A declared size up to TRUST_DECLARED gets its buffer at once and
-	 * zstd writes straight into it (stable output). A larger declared size
-	 * is only a claim: the buffer starts at TRUST_DECLARED and doubles as
-	 * bytes actually come out, so memory follows the data, not the header
-	 * (zstd then keeps its own window, at most 2^ZSTD_WINDOWLOG_LIMIT_DEFAULT
-	 * bytes). Input memory stays one chunk either way. */
-	int stable = content <= TRUST_DECLARED;
+	/* A declared size up to TRUST_DECLARED, or one that fits the buffer
+	 * an earlier record grew, gets its buffer at once and zstd writes
+	 * straight into it (stable output). A larger declared size is only a
+	 * claim: the buffer starts at TRUST_DECLARED and doubles as bytes
+	 * actually come out, so memory follows the data, not the header (zstd
+	 * then keeps its own window, at most 2^ZSTD_WINDOWLOG_LIMIT_DEFAULT
+	 * bytes, and output is copied once more). Input memory stays one chunk
+	 * either way. */
+	int stable = content <= TRUST_DECLARED || content <= r->out_cap;
 	size_t cap = stable ? (size_t)content : TRUST_DECLARED;
 	if (grow(&r->out, &r->out_cap, cap) != 0)
 		return rerr(r, SS_ERR_NOMEM, r->pos, "out of memory for a %zu-byte buffer", cap);
