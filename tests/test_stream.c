@@ -16,7 +16,8 @@
 #include <zstd.h>
 #include <cmocka.h>
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/allocator_interface.h>
+/* ASan's allocator statistics (in libasan; gcc ships no header for it). */
+size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 #include "ss.h"
