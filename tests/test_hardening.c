@@ -1,8 +1,9 @@
 /* test_hardening.c — library regressions of the adversarial pass (issue
  * 11) that need no shared data: the tokenizer's working memory on a long
  * pre-token and its tables on out-of-range ids (tiny byte-level tokenizer
- * tests/fuzz/tiny-tokenizer.json), model files that are FIFOs, and the
- * numbers in safetensors messages. Runs from the source tree. */
+ * tests/fuzz/tiny-tokenizer.json), model files that are FIFOs, the
+ * numbers in safetensors messages, a pickle's memo index. Runs from the
+ * source tree. */
 #include <errno.h>
 #include <malloc.h>
 #include <setjmp.h>
@@ -22,6 +23,7 @@ size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 #include "ss.h"
+#include "pickle.h"
 #include "safetensors.h"
 #include "util/mkmodel.h"
 
@@ -167,6 +169,19 @@ static void test_safetensors_message_numbers(void **ctx)
 		fail_msg("message: %s", err);
 }
 
+/* Found by the pickle fuzz target: a 13-byte pickle PUT memo index
+ * 4128896, and the memo array was grown to 4 M entries (33 MB) for it. */
+static void test_pickle_memo_index(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	static const uint8_t pk[] = { 'N', 'r', 0x80, 0x00, 0x3f, 0x00, 'N', '.' };
+	ss_pickle_tensor *t = NULL;
+	size_t n = 0;
+	assert_int_equal(ss_pickle_load_state_dict(pk, sizeof pk, &t, &n, err), SS_ERR_TOO_LARGE);
+	assert_non_null(strstr(err, "memo index 4128896 too large for a 8-byte pickle"));
+}
+
 static int setup(void **ctx)
 {
 	(void)ctx;
@@ -190,6 +205,7 @@ int main(void)
 		cmocka_unit_test(test_tokenizer_id_out_of_range),
 		cmocka_unit_test(test_fifo_model_files),
 		cmocka_unit_test(test_safetensors_message_numbers),
+		cmocka_unit_test(test_pickle_memo_index),
 	};
 	return cmocka_run_group_tests_name("hardening", tests, setup, teardown);
 }
