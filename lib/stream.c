@@ -240,6 +240,8 @@ static long long frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64
 	return (long long)(off - r->pos);
 }
 
+static int msgpack_check(const unsigned char *p, size_t len, const char **why);
+
 /* Reads the annotation frame at r->pos (payload of n bytes: a msgpack map
  * {"rank": int, "score": float}); it applies to the next record. */
 static int read_annotation(ss_reader *r, uint32_t n)
@@ -249,11 +251,16 @@ static int read_annotation(ss_reader *r, uint32_t n)
 		return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
 	if (got < 8 + (long long)n)
 		return rerr(r, SS_ERR_TRUNCATED, r->pos, "annotation frame truncated");
+	/* Checked first, as a record is: the unpacker allocates for the
+	 * counts it reads (a 22-byte frame asked for 128 GiB). */
+	const unsigned char *pay = r->buf + (r->pos - r->base) + 8;
+	const char *why;
+	if (msgpack_check(pay, n, &why) != 0)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "malformed annotation frame: %s", why);
 	msgpack_unpacked u;
 	msgpack_unpacked_init(&u);
 	size_t used = 0;
-	int ok = msgpack_unpack_next(&u, (const char *)r->buf + (r->pos - r->base) + 8, n, &used) ==
-		 MSGPACK_UNPACK_SUCCESS && used == n;
+	int ok = msgpack_unpack_next(&u, (const char *)pay, n, &used) == MSGPACK_UNPACK_SUCCESS && used == n;
 	const msgpack_object *rk = ok ? ss_map_get(&u.data, "rank") : NULL;
 	const msgpack_object *sc = ok ? ss_map_get(&u.data, "score") : NULL;
 	ok = rk && sc && rk->type == MSGPACK_OBJECT_POSITIVE_INTEGER && rk->via.u64 <= INT32_MAX &&
