@@ -1,5 +1,5 @@
 # ss — one non-recursive Makefile. Targets: all test check bench man install uninstall clean demo deps.
-# Quiet unless V=1. SANITIZE=1 builds with ASan+UBSan into build/san/.
+# Quiet unless V=1. SANITIZE=1 builds with ASan+UBSan into build/san/. make fuzz: tests/fuzz/.
 include config.mk
 
 # The BLAS (config.mk): OpenBLAS through pkg-config, or BLIS (Debian's libblis-dev has no .pc
@@ -17,7 +17,8 @@ endif
 PKGS := libzstd msgpack libarchive $(BLAS_PKG) sqlite3 libpcre2-8 libutf8proc libcjson
 ifeq ($(SANITIZE),1)
 B := build$(BLAS_DIR)/san
-SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# float-cast-overflow: gcc's "undefined" leaves it out (clang's has it).
+SANFLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=all
 else
 B := build$(BLAS_DIR)
 SANFLAGS :=
@@ -48,7 +49,11 @@ TOOLCOMMON_OBJ := $(patsubst %.c,$(B)/%.o,$(filter-out tools/ss-%.c,$(wildcard t
 # An archive, so a tool links only the helpers (and through them the lib/ modules) it uses.
 TOOLCOMMON := $(B)/tools/libsstools.a
 TEST_SRC  := $(wildcard tests/test_*.c)
-TESTS     := $(TEST_SRC:tests/%.c=$(B)/tests/%)
+# Fuzz harnesses (tests/fuzz/NAME.c): each is also a test, test_fuzz_NAME,
+# that replays its seeds and past crashes (tests/fuzz/replay.c).
+FUZZ_NAMES := $(filter-out fuzz replay,$(basename $(notdir $(wildcard tests/fuzz/*.c))))
+FUZZ_REPLAY := $(FUZZ_NAMES:%=$(B)/tests/test_fuzz_%)
+TESTS     := $(TEST_SRC:tests/%.c=$(B)/tests/%) $(FUZZ_REPLAY)
 TESTUTIL_SRC := $(wildcard tests/util/*.c)
 TESTUTIL_OBJ := $(TESTUTIL_SRC:%.c=$(B)/%.o)
 BENCH_SRC := $(wildcard bench/*.c)
@@ -75,7 +80,7 @@ NVCCFLAGS := -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-W
 	-Werror=all-warnings -Ilib -Ikernels $(PKG_CFLAGS)
 CUDA_PLUGIN := $(if $(and $(HAVE_NVCC),$(CU_SRC)),$(B)/lib/libss_cuda.so)
 
-.PHONY: all test check bench man install uninstall clean demo eval deps cuda-note
+.PHONY: all test check bench man install uninstall clean demo eval deps cuda-note fuzz
 all: $(LIB) $(TOOLS) $(TESTS) $(BENCHES) $(CUDA_PLUGIN) cuda-note
 
 cuda-note:
@@ -104,10 +109,20 @@ $(TOOLS): $(B)/bin/%: $(B)/tools/%.o $(TOOLCOMMON) $(LIB)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(TOOLCOMMON) $(LIB) $(LDLIBS)
 
-$(TESTS): $(B)/tests/%: $(B)/tests/%.o $(TESTUTIL_OBJ) $(LIB)
+$(filter-out $(FUZZ_REPLAY),$(TESTS)): $(B)/tests/%: $(B)/tests/%.o $(TESTUTIL_OBJ) $(LIB)
 	$(call say,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(TESTUTIL_OBJ) $(LIB) $(LDLIBS) -lcmocka
+
+$(B)/tests/fuzz/replay-%.o: tests/fuzz/replay.c
+	$(call say,CC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -DFUZZ_TARGET='"$*"' -c -o $@ $<
+
+$(FUZZ_REPLAY): $(B)/tests/test_fuzz_%: $(B)/tests/fuzz/%.o $(B)/tests/fuzz/replay-%.o $(B)/tests/fuzz/fuzz.o $(TOOLCOMMON_OBJ) $(LIB)
+	$(call say,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BENCHES): $(B)/bench/%: $(B)/bench/%.o $(TESTUTIL_OBJ) $(LIB)
 	$(call say,LD,$@)
@@ -141,6 +156,35 @@ test: all
 check:
 	$(Q)$(MAKE) --no-print-directory test
 	$(Q)$(MAKE) --no-print-directory test SANITIZE=1
+
+# libFuzzer over every harness for FUZZ_SECONDS each (clang required), one
+# after the other. New inputs go to build/fuzz/corpus/NAME, crashes to
+# build/fuzz/crashes/ (add them to tests/fuzz/crashes/NAME/ with the fix).
+FUZZ_SECONDS ?= 60
+FUZZ_CC ?= clang
+FZ := build/fuzz
+FUZZ_SAN := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g $(WARN) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -pthread \
+	-Ilib -Itools -Itests $(PKG_CFLAGS)
+FUZZ_OBJ := $(LIB_SRC:%.c=$(FZ)/%.o) $(TOOLCOMMON_OBJ:$(B)/%=$(FZ)/%) $(FZ)/tests/fuzz/fuzz.o
+$(FZ)/%.o: %.c
+	$(call say,FUZZCC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c -o $@ $<
+$(FUZZ_NAMES:%=$(FZ)/bin/%): $(FZ)/bin/%: $(FZ)/tests/fuzz/%.o $(FUZZ_OBJ)
+	$(call say,FUZZLD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+fuzz:
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang (FUZZ_CC=$(FUZZ_CC) not found)"; exit 1; }
+	$(Q)$(MAKE) --no-print-directory $(FUZZ_NAMES:%=$(FZ)/bin/%)
+	$(Q)for t in $(FUZZ_NAMES); do mkdir -p $(FZ)/corpus/$$t $(FZ)/crashes; \
+		echo "  FUZZ    $$t ($(FUZZ_SECONDS) s)"; \
+		SS_TOP=$(CURDIR) $(FZ)/bin/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=25 -print_final_stats=1 \
+			-artifact_prefix=$(FZ)/crashes/$$t- $(FZ)/corpus/$$t tests/fuzz/seeds/$$t \
+			>$(FZ)/$$t.log 2>&1 || { tail -n 40 $(FZ)/$$t.log; exit 1; }; \
+		grep -E '^#[0-9]+[[:space:]]+DONE' $(FZ)/$$t.log | sed "s|^|  $$t: |"; \
+	done
 
 bench: all
 	$(Q)SS_SHARED=$(SS_SHARED) SS_BUILD=$(B) bench/run
@@ -188,4 +232,5 @@ uninstall:
 clean:
 	rm -rf build
 
+-include $(wildcard $(FZ)/*/*.d $(FZ)/tests/fuzz/*.d)
 -include $(LIB_OBJ:.o=.d) $(TOOLS:$(B)/bin/%=$(B)/tools/%.d) $(TESTS:=.d) $(BENCHES:=.d) $(TESTUTIL_OBJ:.o=.d) $(TOOLCOMMON_OBJ:.o=.d)

@@ -62,13 +62,28 @@ static int exists(const char *path)
 	return stat(path, &sb) == 0;
 }
 
+/* Opens path for reading if it is a regular file (a FIFO would block
+ * forever): NULL with errmsg filled and *code set otherwise. */
+static FILE *open_regular(const char *path, char *errmsg, int *code)
+{
+	int fd = ss_open_regular(path);
+	FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+	if (f)
+		return f;
+	if (fd >= 0)
+		close(fd);
+	*code = fd == -2 ? SS_ERR_IO : errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
+	ss_errf(errmsg, *code, "%s: %s", path, fd == -2 ? "not a regular file" : strerror(errno));
+	return NULL;
+}
+
 /* Reads a whole small file (≤ max bytes) into a NUL-terminated buffer. */
 static int slurp(const char *path, size_t max, char **out, size_t *len, char *errmsg)
 {
-	FILE *f = fopen(path, "rb");
+	int code;
+	FILE *f = open_regular(path, errmsg, &code);
 	if (!f)
-		return ss_errf(errmsg, errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, "%s: %s",
-		            path, strerror(errno));
+		return code;
 	struct stat sb;
 	if (fstat(fileno(f), &sb) || (uint64_t)sb.st_size > max) {
 		fclose(f);
@@ -265,10 +280,10 @@ static int entry_read(struct archive *a, void *buf, size_t n, const char *path,
 
 static int open_torch(ss_checkpoint *c, const char *path, char *errmsg)
 {
-	FILE *f = fopen(path, "rb");
+	int code;
+	FILE *f = open_regular(path, errmsg, &code);
 	if (!f)
-		return ss_errf(errmsg, errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, "%s: %s", path,
-		            strerror(errno));
+		return code;
 	unsigned char magic[4] = {0};
 	size_t got = fread(magic, 1, 4, f);
 	fclose(f);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,12 +45,21 @@ struct ss_index {
 	ss_state meta;    /* scratch for ss_index_read */
 	unsigned char *frame; /* ss_index_copy's buffer: one frame, reused */
 	size_t frame_cap;
+	/* a build: its lock (DB.lock, flock'ed), and DB when the build made it
+	 * (removed unless the build commits) */
+	int lock_fd;
+	char *lock_path, *created_path;
 };
 
 static int sqlerr(ss_index *ix, char *errmsg, const char *what)
 {
 	if (sqlite3_extended_errcode(ix->db) == SQLITE_NOTADB)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "not an ss index: %s", sqlite3_errmsg(ix->db));
+	int se = sqlite3_system_errno(ix->db);
+	if (!se) /* a failed write's errno is kept by the file, not the db */
+		sqlite3_file_control(ix->db, "main", SQLITE_FCNTL_LAST_ERRNO, &se);
+	if (se)
+		return ss_errf(errmsg, SS_ERR_IO, "%s: %s (%s)", what, sqlite3_errmsg(ix->db), strerror(se));
 	return ss_errf(errmsg, SS_ERR_IO, "%s: %s", what, sqlite3_errmsg(ix->db));
 }
 
@@ -64,10 +74,10 @@ static int prep(ss_index *ix, sqlite3_stmt **st, const char *sql, char *errmsg)
 static int step_done(ss_index *ix, sqlite3_stmt *st, char *errmsg)
 {
 	int rc = sqlite3_step(st);
+	/* The message first: resetting may clear the system errno. */
+	rc = rc != SQLITE_DONE && rc != SQLITE_ROW ? sqlerr(ix, errmsg, "sqlite") : 0;
 	sqlite3_reset(st);
-	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-		return sqlerr(ix, errmsg, "sqlite");
-	return 0;
+	return rc;
 }
 
 static int exec(ss_index *ix, const char *sql, char *errmsg)
@@ -187,12 +197,74 @@ static int open_common(ss_index **out, const char *path, int flags, char *errmsg
 	return 0;
 }
 
+/* Takes the build lock of the index at `path`: an exclusive flock on
+ * path.lock, waited for as long as another build holds it. A build that
+ * ends removes the lock file while holding it, so a waiter that then gets
+ * the lock of a removed file opens the new one. Returns 0 with *fd and
+ * *lock_path (malloc'ed) set, or SS_ERR_IO/SS_ERR_NOMEM. */
+static int build_lock(const char *path, int *fd, char **lock_path, char *errmsg)
+{
+	size_t n = strlen(path) + sizeof ".lock";
+	char *lp = malloc(n);
+	if (!lp)
+		return SS_ERR_NOMEM;
+	snprintf(lp, n, "%s.lock", path);
+	for (;;) {
+		int f = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+		if (f < 0) {
+			int e = errno;
+			free(lp);
+			return ss_errf(errmsg, e == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, "cannot create the build lock: %s",
+				       strerror(e));
+		}
+		int r;
+		while ((r = flock(f, LOCK_EX)) != 0 && errno == EINTR)
+			;
+		struct stat a, b;
+		if (r != 0) {
+			int e = errno;
+			close(f);
+			free(lp);
+			return ss_errf(errmsg, SS_ERR_IO, "cannot lock %s.lock: %s", path, strerror(e));
+		}
+		if (fstat(f, &a) == 0 && stat(lp, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+			*fd = f;
+			*lock_path = lp;
+			return 0;
+		}
+		close(f);
+	}
+}
+
 int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 {
-	ss_index *ix;
-	int rc = open_common(&ix, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, errmsg);
+	/* Builds of one index run one at a time (SQLite alone would make a
+	 * build that waits more than BUSY_TIMEOUT_MS fail). */
+	if (!path || !*path)
+		return ss_errf(errmsg, SS_ERR_INVALID, "no index path");
+	int lock_fd = -1;
+	char *lock_path = NULL;
+	int rc = build_lock(path, &lock_fd, &lock_path, errmsg);
 	if (rc)
 		return rc;
+	struct stat sb;
+	int created = stat(path, &sb) != 0 || sb.st_size == 0;
+	ss_index *ix;
+	rc = open_common(&ix, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, errmsg);
+	if (rc) {
+		if (created)
+			unlink(path);
+		unlink(lock_path);
+		close(lock_fd);
+		free(lock_path);
+		return rc;
+	}
+	ix->lock_fd = lock_fd;
+	ix->lock_path = lock_path;
+	if (created && !(ix->created_path = strdup(path))) {
+		ss_index_close(ix);
+		return SS_ERR_NOMEM;
+	}
 	/* A big page cache keeps a large build from spilling into the file
 	 * before commit; the temp tables live in memory. Pages of 64 KiB (for
 	 * a new file) make the long postings blobs short chains of overflow
@@ -551,6 +623,8 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 		goto fail;
 	ix->committed = 1;
 	ix->building = 0;
+	free(ix->created_path); /* committed: the index stays */
+	ix->created_path = NULL;
 	return 0;
 fail:
 	sqlite3_finalize(st);
@@ -911,6 +985,15 @@ void ss_index_close(ss_index *ix)
 			sqlite3_exec(ix->db, "ROLLBACK", NULL, NULL, NULL);
 		sqlite3_close(ix->db);
 	}
+	/* A failed build of a new index leaves nothing; the lock goes last. */
+	if (ix->created_path)
+		unlink(ix->created_path);
+	if (ix->lock_path) {
+		unlink(ix->lock_path);
+		close(ix->lock_fd);
+	}
+	free(ix->created_path);
+	free(ix->lock_path);
 	for (int i = 0; i < READER_SLOTS; i++)
 		slot_clear(&ix->slots[i]);
 	ss_state_free(&ix->meta);

@@ -15,6 +15,7 @@
 #include "ss.h"
 
 #include "checkpoint.h"
+#include "safetensors.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_CONFIG_JSON (16u << 20)
 #define MAX_DIM (1 << 24)
@@ -413,10 +415,13 @@ int ss_model_config_load(ss_model_config *cfg, const char *dir, char *errmsg)
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	memcpy(path, dir, ld);
 	memcpy(path + ld, "/config.json", sizeof "/config.json");
-	FILE *f = fopen(path, "rb");
+	int fd = ss_open_regular(path); /* a FIFO would block forever */
+	FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
 	if (!f) {
-		int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
-		ss_errf(errmsg, code, "%s: %s", path, strerror(errno));
+		int code = fd != -2 && errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
+		ss_errf(errmsg, code, "%s: %s", path, fd == -2 ? "not a regular file" : strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		free(path);
 		return code;
 	}

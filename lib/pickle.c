@@ -155,9 +155,13 @@ static int memo_put(unpickler *u, uint64_t idx)
 {
 	if (u->nstack == 0 || u->stack[u->nstack - 1]->type == P_MARK)
 		return fail(u, SS_ERR_FORMAT, "PUT with empty stack at byte %zu", pos(u));
-	if (idx >= MAX_MEMO)
-		return fail(u, SS_ERR_TOO_LARGE, "memo index %llu too large",
-		            (unsigned long long)idx);
+	/* Picklers number memo entries 0, 1, ... and each PUT takes 2 bytes
+	 * or more, so an index past the pickle's length is not from one; the
+	 * memo array is sized by the index, which must not cost more than the
+	 * input (a 13-byte pickle asked for 33 MB). */
+	if (idx >= MAX_MEMO || idx >= (uint64_t)(u->end - u->start))
+		return fail(u, SS_ERR_TOO_LARGE, "memo index %llu too large for a %zu-byte pickle",
+		            (unsigned long long)idx, (size_t)(u->end - u->start));
 	if (idx >= u->nmemo) {
 		size_t n = u->nmemo ? u->nmemo : 64;
 		while (n <= idx)

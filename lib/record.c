@@ -12,6 +12,9 @@
 
 /* Dims above this are refused as corrupt before any size arithmetic. */
 #define DIM_MAX (1 << 24)
+/* Elements of all a state's arrays together: refused above this (2^38,
+ * 1 TiB of f32) as corrupt, whatever the record holds. */
+#define STATE_MAX_ELEMS (UINT64_C(1) << 38)
 
 /* ------------------------------------------------------------ packing */
 
@@ -355,13 +358,25 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 	s->dims.d_state = (int32_t)v[3];
 	s->dims.conv_dim = (int32_t)v[4];
 	s->dims.d_conv = (int32_t)v[5];
-	/* The arrays' byte sizes must fit the record; checking the products
-	 * here keeps later size arithmetic from overflowing. */
-	double ssm_bytes = (double)v[0] * v[1] * v[2] * v[3] * 4;
-	if (ssm_bytes > (double)rec->raw_len * 2 + 1e6 && rec->raw_len > 0 && ss_map_get(m, "ssm"))
-		return ss_errf(errmsg, SS_ERR_FORMAT, "dims declare a %.0f-byte state in a %zu-byte record", ssm_bytes, rec->raw_len);
-	if (ssm_bytes > 1e12)
-		return ss_errf(errmsg, SS_ERR_FORMAT, "dims declare an absurd state size (%.0f bytes)", ssm_bytes);
+	/* Every array's f32 byte size, with each product checked, must be
+	 * sane, and the arrays present must fit the record: later size
+	 * arithmetic (ss_state_*_len times 4) then cannot overflow or wrap. */
+	uint64_t ssm_n, conv_n, ld_n, bytes;
+	if (__builtin_mul_overflow((uint64_t)v[0], (uint64_t)v[1], &ld_n) ||
+	    __builtin_mul_overflow(ld_n, (uint64_t)v[2], &ssm_n) ||
+	    __builtin_mul_overflow(ssm_n, (uint64_t)v[3], &ssm_n) ||
+	    __builtin_mul_overflow((uint64_t)v[0], (uint64_t)v[4], &conv_n) ||
+	    __builtin_mul_overflow(conv_n, (uint64_t)(v[5] - 1), &conv_n) ||
+	    __builtin_add_overflow(ssm_n, conv_n, &bytes) || __builtin_add_overflow(bytes, ld_n, &bytes) ||
+	    bytes > STATE_MAX_ELEMS)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "dims declare an absurd state size (n_layer %lld, nheads %lld, "
+			       "headdim %lld, d_state %lld, conv_dim %lld, d_conv %lld)", (long long)v[0],
+			       (long long)v[1], (long long)v[2], (long long)v[3], (long long)v[4], (long long)v[5]);
+	/* Stored arrays take at least 2 bytes an element (f16, bf16). */
+	uint64_t stored = (ss_map_get(m, "ssm") ? ssm_n : 0) + (ss_map_get(m, "conv") ? conv_n : 0);
+	if (stored && stored * 2 > rec->raw_len)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "dims declare %llu state elements in a %zu-byte record",
+			       (unsigned long long)stored, rec->raw_len);
 	s->n_tokens = ntok;
 	char dts[16] = {0};
 	memcpy(dts, dt->via.str.ptr, dt->via.str.size < 15 ? dt->via.str.size : 15);

@@ -127,6 +127,28 @@ static int parse_entry(ss_safetensors_tensor *t, const cJSON *e, uint64_t data_s
 	return 0;
 }
 
+int ss_open_regular(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return -1;
+	struct stat sb;
+	if (fstat(fd, &sb) != 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		close(fd);
+		return -2;
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl != -1)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	return fd;
+}
+
 int ss_safetensors_open(ss_safetensors *st, const char *path, char *errmsg)
 {
 	memset(st, 0, sizeof *st);
@@ -134,7 +156,11 @@ int ss_safetensors_open(ss_safetensors *st, const char *path, char *errmsg)
 	st->path = strdup(path);
 	if (!st->path)
 		return err(errmsg, SS_ERR_NOMEM, path, "out of memory");
-	st->fd = open(path, O_RDONLY | O_CLOEXEC);
+	st->fd = ss_open_regular(path);
+	if (st->fd == -2) {
+		ss_safetensors_close(st);
+		return err(errmsg, SS_ERR_IO, path, "not a regular file");
+	}
 	if (st->fd < 0) {
 		int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
 		err(errmsg, code, path, "%s", strerror(errno));
@@ -142,9 +168,9 @@ int ss_safetensors_open(ss_safetensors *st, const char *path, char *errmsg)
 		return code;
 	}
 	struct stat sb;
-	if (fstat(st->fd, &sb) || !S_ISREG(sb.st_mode)) {
+	if (fstat(st->fd, &sb)) {
 		ss_safetensors_close(st);
-		return err(errmsg, SS_ERR_IO, path, "not a regular file");
+		return err(errmsg, SS_ERR_IO, path, "%s", strerror(errno));
 	}
 	st->file_size = (uint64_t)sb.st_size;
 
@@ -168,10 +194,11 @@ int ss_safetensors_open(ss_safetensors *st, const char *path, char *errmsg)
 		           (unsigned long long)hlen);
 	}
 	if (hlen > st->file_size - 8) {
+		/* The message first: closing zeroes st. */
+		err(errmsg, SS_ERR_TRUNCATED, path, "header length %llu exceeds the file size %llu",
+		    (unsigned long long)hlen, (unsigned long long)st->file_size);
 		ss_safetensors_close(st);
-		return err(errmsg, SS_ERR_TRUNCATED, path,
-		           "header length %llu exceeds the file size %llu",
-		           (unsigned long long)hlen, (unsigned long long)st->file_size);
+		return SS_ERR_TRUNCATED;
 	}
 	if (hlen < 2) {
 		ss_safetensors_close(st);

@@ -8,7 +8,8 @@
  *     seek there and decode that record alone (ss-retrieve's index does);
  *   - a reader holds one record at a time: memory is bounded by the largest
  *     record, and a declared content size above the limit is refused before
- *     anything is allocated.
+ *     anything is allocated; below it, memory grows with the bytes a frame
+ *     actually yields, not with the size its header declares.
  * Every record map carries "format" ("ss-tokens" | "ss-states") and
  * "version" (SS_STREAM_VERSION). Specs: formats/tokens.md, formats/states.md.
  * ref: zstd frame format (RFC 8878 §3.1), msgpack spec.
@@ -26,8 +27,10 @@ extern "C" {
 #define SS_STREAM_VERSION 1
 #define SS_FORMAT_TOKENS "ss-tokens"
 #define SS_FORMAT_STATES "ss-states"
-/* Default limit on one record's decompressed size: 4 GiB. */
-#define SS_MAX_RECORD_DEFAULT (UINT64_C(4) << 30)
+/* Default limit on one record's decompressed size: 512 MiB, three times
+ * the largest real record (a mamba2-2.7b f32 state, ~168 MB; a token record
+ * of a document at ss-tokenize's 64 MiB default limit is at most ~320 MB). */
+#define SS_MAX_RECORD_DEFAULT (UINT64_C(512) << 20)
 #define SS_FINGERPRINT_MAX 64
 #define SS_ZSTD_LEVEL_DEFAULT 3
 /* zstd skippable-frame magic of an annotation frame: a msgpack map

@@ -57,6 +57,12 @@ const char *ss_tokenizer_fingerprint(const ss_tokenizer *tok);
  * 50277). Ids below it may still be unassigned (decode refuses those). */
 int32_t ss_tokenizer_n_vocab(const ss_tokenizer *tok);
 
+/* Pre-tokens (regex pieces) longer than this many bytes are merged in
+ * pieces of at most this size, cut before a character, which bounds the
+ * encoder's working memory (HF merges them whole: the ids can differ only
+ * for such pre-tokens, which no natural text has). */
+#define SS_TOKENIZER_MAX_PRETOKEN ((size_t)64 << 10)
+
 /* Encodes `len` bytes of UTF-8 `text` (NUL bytes allowed) to token ids.
  * ids: *ids = malloc'd [*n_ids] int32 (caller frees; NULL when *n_ids is 0).
  * Returns 0, or SS_ERR_UTF8 with errmsg "invalid UTF-8 at byte offset N"

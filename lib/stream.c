@@ -18,6 +18,8 @@
 #include "ss.h"
 
 #define IN_CHUNK (1u << 20)
+/* Declared record sizes up to this are allocated at once (ss_reader_next). */
+#define TRUST_DECLARED (1u << 20)
 #define ZSTD_MAGIC 0xFD2FB528u
 #define SKIP_MAGIC_MASK 0xFFFFFFF0u
 #define SKIP_MAGIC 0x184D2A50u
@@ -238,6 +240,8 @@ static long long frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64
 	return (long long)(off - r->pos);
 }
 
+static int msgpack_check(const unsigned char *p, size_t len, const char **why);
+
 /* Reads the annotation frame at r->pos (payload of n bytes: a msgpack map
  * {"rank": int, "score": float}); it applies to the next record. */
 static int read_annotation(ss_reader *r, uint32_t n)
@@ -247,11 +251,16 @@ static int read_annotation(ss_reader *r, uint32_t n)
 		return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
 	if (got < 8 + (long long)n)
 		return rerr(r, SS_ERR_TRUNCATED, r->pos, "annotation frame truncated");
+	/* Checked first, as a record is: the unpacker allocates for the
+	 * counts it reads (a 22-byte frame asked for 128 GiB). */
+	const unsigned char *pay = r->buf + (r->pos - r->base) + 8;
+	const char *why;
+	if (msgpack_check(pay, n, &why) != 0)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "malformed annotation frame: %s", why);
 	msgpack_unpacked u;
 	msgpack_unpacked_init(&u);
 	size_t used = 0;
-	int ok = msgpack_unpack_next(&u, (const char *)r->buf + (r->pos - r->base) + 8, n, &used) ==
-		 MSGPACK_UNPACK_SUCCESS && used == n;
+	int ok = msgpack_unpack_next(&u, (const char *)pay, n, &used) == MSGPACK_UNPACK_SUCCESS && used == n;
 	const msgpack_object *rk = ok ? ss_map_get(&u.data, "rank") : NULL;
 	const msgpack_object *sc = ok ? ss_map_get(&u.data, "score") : NULL;
 	ok = rk && sc && rk->type == MSGPACK_OBJECT_POSITIVE_INTEGER && rk->via.u64 <= INT32_MAX &&
@@ -297,7 +306,16 @@ static int frame_header(ss_reader *r, size_t *hsz, uint64_t *content, int *check
 			if (rc < 0)
 				return rc;
 		}
-		r->pos += 8 + (uint64_t)n;
+		/* The frame's last byte must exist: a size running past the end
+		 * is damage, not a clean end of stream. */
+		uint64_t end = r->pos + 8 + (uint64_t)n;
+		got = in_fill(r, end - 1, 1, end - 1);
+		if (got < 0)
+			return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
+		if (got < 1)
+			return rerr(r, SS_ERR_TRUNCATED, r->pos, "skippable frame truncated (declares %lu bytes)",
+				    (unsigned long)n);
+		r->pos = end;
 		return 2;
 	}
 	if (magic != ZSTD_MAGIC)
@@ -470,31 +488,49 @@ int ss_reader_next(ss_reader *r, ss_record *rec)
 		;
 	if (rc <= 0)
 		return rc;
-	if (grow(&r->out, &r->out_cap, (size_t)content) != 0)
-		return rerr(r, SS_ERR_NOMEM, r->pos, "out of memory for a %llu-byte record", (unsigned long long)content);
-	/* Stream the frame through the decoder: input memory stays one chunk,
-	 * and with a stable output buffer zstd writes straight into r->out. */
+	/* A declared size up to TRUST_DECLARED, or one that fits the buffer
+	 * an earlier record grew, gets its buffer at once and zstd writes
+	 * straight into it (stable output). A larger declared size is only a
+	 * claim: the buffer starts at TRUST_DECLARED and doubles as bytes
+	 * actually come out, so memory follows the data, not the header (zstd
+	 * then keeps its own window, at most 2^ZSTD_WINDOWLOG_LIMIT_DEFAULT
+	 * bytes, and output is copied once more). Input memory stays one chunk
+	 * either way. */
+	int stable = content <= TRUST_DECLARED || content <= r->out_cap;
+	size_t cap = stable ? (size_t)content : TRUST_DECLARED;
+	if (grow(&r->out, &r->out_cap, cap) != 0)
+		return rerr(r, SS_ERR_NOMEM, r->pos, "out of memory for a %zu-byte buffer", cap);
 	ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
-	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, 1);
-	ZSTD_outBuffer ob = { r->out, (size_t)content, 0 };
+	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, stable);
+	ZSTD_outBuffer ob = { r->out, cap, 0 };
 	uint64_t in_off = r->pos;
 	uint64_t bound = frame_bound(content);
 	for (;;) {
+		if (ob.pos == ob.size && ob.size < content) {
+			cap = ob.size < content / 2 ? 2 * ob.size : (size_t)content;
+			if (grow(&r->out, &r->out_cap, cap) != 0)
+				return rerr(r, SS_ERR_NOMEM, r->pos, "out of memory after %zu of the declared %llu bytes",
+					    ob.pos, (unsigned long long)content);
+			ob.dst = r->out;
+			ob.size = cap;
+		}
 		uint64_t left = bound > in_off - r->pos ? bound - (in_off - r->pos) : 1;
 		long long got = in_fill(r, in_off, left < IN_CHUNK ? (size_t)left : IN_CHUNK, in_off);
 		if (got < 0)
 			return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
-		if (got == 0)
-			return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (input ends %llu bytes into it)",
-				    (unsigned long long)(in_off - r->pos));
 		ZSTD_inBuffer ib = { r->buf + (in_off - r->base), (size_t)got, 0 };
+		size_t before = ob.pos;
 		size_t zr = ZSTD_decompressStream(r->dctx, &ob, &ib);
 		if (ZSTD_isError(zr))
 			return rerr(r, zstd_code(zr), r->pos, "corrupt zstd frame: %s", ZSTD_getErrorName(zr));
 		in_off += ib.pos;
 		if (zr == 0)
 			break;
-		if (ib.pos == 0 && ob.pos == ob.size)
+		/* At the end of input zstd may still flush what it holds. */
+		if (got == 0 && ob.pos == before)
+			return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (input ends %llu bytes into it)",
+				    (unsigned long long)(in_off - r->pos));
+		if (ib.pos == 0 && ob.pos == ob.size && ob.size == content)
 			return rerr(r, SS_ERR_FORMAT, r->pos, "zstd frame holds more than its declared %llu bytes",
 				    (unsigned long long)content);
 	}

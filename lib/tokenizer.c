@@ -664,10 +664,24 @@ static void cache_clear(ss_tokenizer *t)
 	t->cache_n = t->ckeys_n = t->cids_n = 0;
 }
 
-/* BPE of one pre-token, through the cache. */
+/* BPE of one pre-token, through the cache. A pre-token longer than
+ * SS_TOKENIZER_MAX_PRETOKEN bytes is merged in pieces of at most that
+ * many, cut before a character: the merge's scratch memory (~50 bytes a
+ * byte) stays bounded whatever the text (HF merges it whole; no text but a
+ * 64 KiB run of letters, digits, punctuation or spaces tells them apart). */
 static int bpe_word(ss_tokenizer *t, const char *s, size_t n, struct ids *out)
 {
 	const unsigned char *w = (const unsigned char *)s;
+	while (n > SS_TOKENIZER_MAX_PRETOKEN) {
+		size_t k = SS_TOKENIZER_MAX_PRETOKEN;
+		while (k > 1 && (w[k] & 0xC0) == 0x80)
+			k--;
+		int rc = bpe_merge(t, w, k, out);
+		if (rc)
+			return rc;
+		w += k;
+		n -= k;
+	}
 	if (n == 1)
 		return ids_push(out, t->byte_id[w[0]]);
 	if (n > CACHE_MAX_KEY)
@@ -1081,6 +1095,12 @@ static int load_tables(ss_tokenizer *t, const cJSON *root, char *errmsg)
 	}
 	if (max_id < 0)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "empty vocabulary");
+	/* Tables are sized by the largest id: ids far beyond the number of
+	 * entries would make a small file cost gigabytes. */
+	size_t n_entries = nv + (size_t)cJSON_GetArraySize(added);
+	if ((uint64_t)max_id >= 2 * (uint64_t)n_entries + 1024)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "token id %" PRId64 " is out of range for %zu vocab and added entries",
+		            max_id, n_entries);
 	t->n_vocab = (int32_t)max_id + 1;
 	t->tlen = malloc((size_t)t->n_vocab * sizeof *t->tlen);
 	t->toff = calloc((size_t)t->n_vocab, sizeof *t->toff);

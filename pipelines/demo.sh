@@ -94,7 +94,7 @@ while IFS= read -r q <&3; do
 	echo
 	echo "query $n: $q"
 	echo "  \$ ss-retrieve query --index index.db -k $K --query \"...\" | ss-compose --mode picaso-r | ss-decode --prompt \"...\""
-	ss-retrieve query -q --index "$out/index.db" -k "$K" --query "$q" --ids >"$d/retrieved.tsv"
+	ss-retrieve query -q --index "$out/index.db" -k "$K" --query "$q" --ids --empty-ok >"$d/retrieved.tsv"
 	echo "  retrieved (most relevant last):"
 	awk -F '\t' '{ printf "    rank %2d  score %6.2f  %s\n", $1, $3, $2 }' "$d/retrieved.tsv"
 	if [ ! -s "$d/retrieved.tsv" ]; then

@@ -2,6 +2,7 @@
  * records, cat concatenates, pipes work, and every kind of bad input is
  * refused with the record number and byte offset. */
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,10 @@
 #include <unistd.h>
 #include <zstd.h>
 #include <cmocka.h>
+#if defined(__SANITIZE_ADDRESS__)
+/* ASan's allocator statistics (in libasan; gcc ships no header for it). */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
 
 #include "ss.h"
 
@@ -493,56 +498,242 @@ static void test_corrupt_inputs(void **ctx)
 	assert_int_equal(ss_reader_open(&r, tpath("nope"), 0, err), SS_ERR_NOTFOUND);
 }
 
+/* Packs the head of a hand-made state record into pk: a map of n_keys
+ * entries, the string fields and dims[7] (n_layer, nheads, headdim,
+ * d_state, conv_dim, d_conv, n_tokens); the caller packs the arrays. */
+static void pack_state_head(msgpack_packer *pk, int n_keys, const int64_t *dims)
+{
+	msgpack_pack_map(pk, (size_t)n_keys);
+	const char *ks[] = { "format", "version", "id", "fingerprint", "arch", "dtype" };
+	const char *vs[] = { "ss-states", NULL, "x", "ff", "mamba2", "f32" };
+	for (int i = 0; i < 6; i++) {
+		msgpack_pack_str_with_body(pk, ks[i], strlen(ks[i]));
+		if (vs[i])
+			msgpack_pack_str_with_body(pk, vs[i], strlen(vs[i]));
+		else
+			msgpack_pack_int(pk, 1);
+	}
+	const char *dk[] = { "n_layer", "nheads", "headdim", "d_state", "conv_dim", "d_conv", "n_tokens" };
+	for (int i = 0; i < 7; i++) {
+		msgpack_pack_str_with_body(pk, dk[i], strlen(dk[i]));
+		msgpack_pack_int64(pk, dims[i]);
+	}
+}
+
+/* Writes one record (sb's bytes) as the stream `name` and reads it back. */
+static ss_reader *one_record(const char *name, const msgpack_sbuffer *sb, ss_record *rec)
+{
+	char err[SS_ERRMSG_MAX];
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, tpath(name), 0, err), 0);
+	assert_int_equal(ss_writer_put(w, sb->data, sb->size, NULL), 0);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	ss_reader *r;
+	assert_int_equal(ss_reader_open(&r, tpath(name), 0, err), 0);
+	assert_int_equal(ss_reader_next(r, rec), 1);
+	return r;
+}
+
 static void test_bad_state_fields(void **ctx)
 {
 	(void)ctx;
 	/* A state record whose ssm bin is shorter than its dims declare. */
-	char err[SS_ERRMSG_MAX], msg[SS_ERRMSG_MAX];
+	char err[SS_ERRMSG_MAX];
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer pk;
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 14);
-	const char *ks[] = { "format", "version", "id", "fingerprint", "arch", "dtype" };
-	const char *vs[] = { "ss-states", NULL, "x", "ff", "mamba2", "f32" };
-	for (int i = 0; i < 6; i++) {
-		msgpack_pack_str(&pk, strlen(ks[i]));
-		msgpack_pack_str_body(&pk, ks[i], strlen(ks[i]));
-		if (vs[i]) {
-			msgpack_pack_str(&pk, strlen(vs[i]));
-			msgpack_pack_str_body(&pk, vs[i], strlen(vs[i]));
-		} else {
-			msgpack_pack_int(&pk, 1);
-		}
-	}
-	const char *dk[] = { "n_layer", "nheads", "headdim", "d_state", "conv_dim", "d_conv", "n_tokens" };
-	int dv[] = { 1, 1, 1, 2, 1, 4, 3 };
-	for (int i = 0; i < 7; i++) {
-		msgpack_pack_str(&pk, strlen(dk[i]));
-		msgpack_pack_str_body(&pk, dk[i], strlen(dk[i]));
-		msgpack_pack_int(&pk, dv[i]);
-	}
-	msgpack_pack_str(&pk, 8);
-	msgpack_pack_str_body(&pk, "logdecay", 8);
+	const int64_t dims[7] = { 1, 1, 1, 2, 1, 4, 3 };
+	pack_state_head(&pk, 14, dims);
+	msgpack_pack_str_with_body(&pk, "logdecay", 8);
 	float ld = -1;
-	msgpack_pack_bin(&pk, 4);
-	msgpack_pack_bin_body(&pk, &ld, 4);
-	ss_writer *w;
-	assert_int_equal(ss_writer_open(&w, tpath("bad.states"), 0, err), 0);
-	assert_int_equal(ss_writer_put(w, sb.data, sb.size, NULL), 0);
-	assert_int_equal(ss_writer_close(w, err), 0);
-	msgpack_sbuffer_destroy(&sb);
-	ss_reader *r;
+	msgpack_pack_bin_with_body(&pk, &ld, 4);
 	ss_record rec;
-	assert_int_equal(ss_reader_open(&r, tpath("bad.states"), 0, err), 0);
-	assert_int_equal(ss_reader_next(r, &rec), 1);
+	ss_reader *r = one_record("bad.states", &sb, &rec);
+	msgpack_sbuffer_destroy(&sb);
 	ss_state s;
 	assert_int_equal(ss_record_state_meta(&rec, &s, err), 0);
 	ss_state_free(&s);
 	assert_int_equal(ss_record_state(&rec, &s, err), SS_ERR_FORMAT);
 	assert_non_null(strstr(err, "missing field \"conv\""));
 	ss_reader_close(r);
-	(void)msg;
+}
+
+/* Heap bytes in use now (glibc's counters, or ASan's allocator). */
+static size_t heap_in_use(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	return __sanitizer_get_current_allocated_bytes();
+#else
+	struct mallinfo2 mi = mallinfo2();
+	return mi.uordblks + mi.hblkhd;
+#endif
+}
+
+/* A zstd frame by hand: 8-byte declared content size, 2 MiB window, the
+ * given blocks (type 0 raw with payload, 1 RLE of one byte). */
+static size_t hand_frame(unsigned char *out, uint64_t content, int type, const void *payload, uint32_t size)
+{
+	size_t n = 0;
+	const unsigned char h[] = { 0x28, 0xb5, 0x2f, 0xfd, 0xc0, 0x58 };
+	memcpy(out, h, sizeof h);
+	n += sizeof h;
+	for (int i = 0; i < 8; i++)
+		out[n++] = (unsigned char)(content >> (8 * i));
+	uint32_t bh = 1 | (uint32_t)type << 1 | size << 3;
+	out[n++] = (unsigned char)bh;
+	out[n++] = (unsigned char)(bh >> 8);
+	out[n++] = (unsigned char)(bh >> 16);
+	size_t pl = type == 1 ? 1 : size;
+	memcpy(out + n, payload, pl);
+	return n + pl;
+}
+
+/* Issue 11.1: a skippable frame whose size runs past the end of the input
+ * is an error naming its offset, not a clean end after 0 records. */
+static void test_skippable_frame_truncated(void **ctx)
+{
+	(void)ctx;
+	char msg[SS_ERRMSG_MAX];
+	const char *p = tpath("skip.states");
+	write_states(p, 3, SS_DTYPE_F32, NULL);
+	long n = fsize(p);
+	unsigned char *b = malloc((size_t)n + 8);
+	FILE *f = fopen(p, "rb");
+	assert_int_equal(fread(b + 8, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	/* An annotation frame whose size (65536) swallows the stream. */
+	const unsigned char ann[] = { 0x53, 0x2a, 0x4d, 0x18, 0x00, 0x00, 0x01, 0x00 };
+	memcpy(b, ann, 8);
+	write_bytes(tpath("skipbad.states"), b, (size_t)n + 8);
+	assert_int_equal(read_all(tpath("skipbad.states"), 0, msg), SS_ERR_TRUNCATED);
+	assert_non_null(strstr(msg, "record 0 (byte offset 0): skippable frame truncated"));
+	/* A skippable frame that ends exactly at the end of input is fine. */
+	const unsigned char tail[] = { 0x50, 0x2a, 0x4d, 0x18, 0x02, 0x00, 0x00, 0x00, 'h', 'i' };
+	memcpy(b, tail, 8);
+	write_bytes(tpath("skipok.states"), b + 8, (size_t)n);
+	f = fopen(tpath("skipok.states"), "ab");
+	fwrite(tail, 1, sizeof tail, f);
+	fclose(f);
+	assert_int_equal(read_all(tpath("skipok.states"), 0, msg), 0);
+	free(b);
+}
+
+/* Issue 11.2: memory follows the bytes a frame yields, not its declared
+ * size: a 232-byte frame declaring 300 MB (under the default limit) costs
+ * no more than a few MB before it is found corrupt. */
+static void test_declared_size_not_trusted(void **ctx)
+{
+	(void)ctx;
+	unsigned char fr[256], pay[215];
+	memset(pay, 0xa0, sizeof pay);
+	pay[0] = 0x8f;
+	size_t n = hand_frame(fr, 300000000, 0, pay, sizeof pay);
+	assert_int_equal(n, 232);
+	write_bytes(tpath("declared.states"), fr, n);
+	ss_reader *r;
+	ss_record rec;
+	char err[SS_ERRMSG_MAX];
+	size_t base = heap_in_use();
+	assert_int_equal(ss_reader_open(&r, tpath("declared.states"), 0, err), 0);
+	assert_int_equal(ss_reader_next(r, &rec), SS_ERR_FORMAT);
+	size_t used = heap_in_use() - base;
+	assert_true(used < (16u << 20));
+	assert_non_null(strstr(ss_reader_error(r), "record 0 (byte offset 0)"));
+	ss_reader_close(r);
+	/* Above the limit: refused before anything is decompressed. */
+	n = hand_frame(fr, (uint64_t)1 << 30, 1, "\0", 131072);
+	write_bytes(tpath("rle.states"), fr, n);
+	char msg[SS_ERRMSG_MAX];
+	assert_int_equal(read_all(tpath("rle.states"), 0, msg), SS_ERR_TOO_LARGE);
+	assert_non_null(strstr(msg, "exceeds the limit"));
+}
+
+/* Records far above the 1 MiB trusted size round-trip through the growing
+ * buffer, from a file and from a pipe, and the next record follows. */
+static void test_large_records(void **ctx)
+{
+	(void)ctx;
+	ss_state_dims big = { "mamba2", 3, 16, 64, 160, 8, 4 }; /* 5.9 MB f32 ssm */
+	char err[SS_ERRMSG_MAX];
+	const char *p = tpath("big.states");
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+	for (int k = 0; k < 2; k++) {
+		ss_state s;
+		assert_int_equal(ss_state_alloc(&s, &big), 0);
+		s.id = strdup(k ? "b" : "a");
+		uint32_t x = 12345u + (uint32_t)k;
+		for (size_t i = 0; i < ss_state_ssm_len(&big); i++) {
+			x = x * 1664525u + 1013904223u;
+			s.ssm[i] = (float)(x >> 8) / 16777216.0f;
+		}
+		assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+		ss_state_free(&s);
+	}
+	assert_int_equal(ss_writer_close(w, err), 0);
+	for (int pipe_in = 0; pipe_in < 2; pipe_in++) {
+		ss_reader *r;
+		ss_record rec;
+		FILE *saved = stdin;
+		if (pipe_in) {
+			char cmd[600];
+			snprintf(cmd, sizeof cmd, "cat '%s'", p);
+			stdin = popen(cmd, "r");
+		}
+		assert_int_equal(ss_reader_open(&r, pipe_in ? "-" : p, 0, err), 0);
+		for (int k = 0; k < 2; k++) {
+			assert_int_equal(ss_reader_next(r, &rec), 1);
+			ss_state s;
+			assert_int_equal(ss_record_state(&rec, &s, err), 0);
+			assert_string_equal(s.id, k ? "b" : "a");
+			uint32_t x = 12345u + (uint32_t)k;
+			for (size_t i = 0; i < ss_state_ssm_len(&big); i++) {
+				x = x * 1664525u + 1013904223u;
+				if (s.ssm[i] != (float)(x >> 8) / 16777216.0f)
+					fail_msg("ssm[%zu] differs", i);
+			}
+			ss_state_free(&s);
+		}
+		assert_int_equal(ss_reader_next(r, &rec), 0);
+		ss_reader_close(r);
+		if (pipe_in) {
+			pclose(stdin);
+			stdin = saved;
+		}
+	}
+}
+
+/* Issue 11.7: conv's length is validated like ssm's, with every product
+ * checked: dims whose conv length wraps to 0 are refused. */
+static void test_conv_len_wrap(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	/* n_layer * conv_dim * (d_conv - 1) = 2^17 * 2^24 * 2^23 = 2^64. */
+	const int64_t dims[7] = { 1 << 17, 1, 1, 1, 1 << 24, (1 << 23) + 1, 3 };
+	pack_state_head(&pk, 16, dims);
+	size_t nb = (size_t)4 << 17;
+	char *zeros = calloc(1, nb);
+	msgpack_pack_str_with_body(&pk, "logdecay", 8);
+	msgpack_pack_bin_with_body(&pk, zeros, nb);
+	msgpack_pack_str_with_body(&pk, "conv", 4);
+	msgpack_pack_bin_with_body(&pk, zeros, 0);
+	msgpack_pack_str_with_body(&pk, "ssm", 3);
+	msgpack_pack_bin_with_body(&pk, zeros, nb);
+	free(zeros);
+	ss_record rec;
+	ss_reader *r = one_record("wrap.states", &sb, &rec);
+	msgpack_sbuffer_destroy(&sb);
+	ss_state s;
+	assert_int_equal(ss_record_state(&rec, &s, err), SS_ERR_FORMAT);
+	assert_non_null(strstr(err, "absurd state size"));
+	assert_int_equal(ss_record_state_meta(&rec, &s, err), SS_ERR_FORMAT);
+	ss_reader_close(r);
 }
 
 static void test_writer_abort_leaves_nothing(void **ctx)
@@ -709,6 +900,10 @@ int main(void)
 		cmocka_unit_test(test_corrupt_inputs),
 		cmocka_unit_test(test_bad_state_fields),
 		cmocka_unit_test(test_writer_abort_leaves_nothing),
+		cmocka_unit_test(test_skippable_frame_truncated),
+		cmocka_unit_test(test_declared_size_not_trusted),
+		cmocka_unit_test(test_large_records),
+		cmocka_unit_test(test_conv_len_wrap),
 		cmocka_unit_test(test_golden_streams),
 	};
 	return cmocka_run_group_tests_name("stream", tests, setup, teardown);

@@ -26,7 +26,8 @@ static void check_stdout(void)
 	}
 }
 
-/* An interrupted or failing tool leaves no temporary output files. */
+/* An interrupted, failing or cut-off (SIGPIPE) tool leaves no temporary
+ * output files. */
 static void on_signal(int sig)
 {
 	ss_output_abort_all();
@@ -47,6 +48,11 @@ void cli_init(const char *prog)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
+	signal(SIGPIPE, on_signal);
+	/* Past a file-size limit (ulimit -f) a write fails with EFBIG instead
+	 * of killing the tool: the write error is reported, naming the file,
+	 * and the temporary output removed, as for a full disk. */
+	signal(SIGXFSZ, SIG_IGN);
 }
 
 /* The one text output of a tool (cli_out_open/close). */
@@ -166,11 +172,8 @@ double cli_double(const char *opt, const char *s, double lo, double hi, const ch
 	return v;
 }
 
-uint64_t cli_max_record(void)
+uint64_t cli_size(const char *s)
 {
-	const char *s = getenv("SS_MAX_RECORD");
-	if (!s || !*s)
-		return SS_MAX_RECORD_DEFAULT;
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
@@ -180,9 +183,62 @@ uint64_t cli_max_record(void)
 	case 'm': case 'M': mul = UINT64_C(1) << 20; end++; break;
 	case 'g': case 'G': mul = UINT64_C(1) << 30; end++; break;
 	}
-	if (errno || end == s || *end || v == 0)
-		cli_die("SS_MAX_RECORD: '%s' is not a size (bytes, with optional k/M/G)", s);
+	if (errno || end == s || *end || v == 0 || *s == '-' || v > UINT64_MAX / mul)
+		return 0;
 	return (uint64_t)v * mul;
+}
+
+uint64_t cli_max_record(void)
+{
+	const char *s = getenv("SS_MAX_RECORD");
+	if (!s || !*s)
+		return SS_MAX_RECORD_DEFAULT;
+	uint64_t v = cli_size(s);
+	if (!v)
+		cli_die("SS_MAX_RECORD: '%s' is not a size (bytes, with optional k/M/G)", s);
+	return v;
+}
+
+long cli_getline(char **line, size_t *cap, FILE *f, size_t max)
+{
+	size_t n = 0;
+	int ch;
+	while ((ch = getc_unlocked(f)) != EOF) {
+		if (n == max) {
+			/* Skip the rest of the line: the caller reports it. */
+			while (ch != EOF && ch != '\n')
+				ch = getc_unlocked(f);
+			return -2;
+		}
+		if (n + 1 >= *cap) {
+			size_t nc = *cap ? 2 * *cap : 256;
+			char *nl = realloc(*line, nc);
+			if (!nl)
+				cli_die("out of memory");
+			*line = nl;
+			*cap = nc;
+		}
+		(*line)[n++] = (char)ch;
+		if (ch == '\n')
+			break;
+	}
+	if (ferror(f))
+		return -3;
+	if (n == 0)
+		return -1;
+	(*line)[n] = 0;
+	return (long)n;
+}
+
+void cli_writer_die(ss_writer *w, const char *path, int rc)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	const char *name = path && strcmp(path, "-") ? path : "standard output";
+	if (rc == SS_ERR_IO && ss_writer_close(w, err))
+		cli_die("%s: %s", name, err);
+	if (rc != SS_ERR_IO)
+		ss_writer_abort(w);
+	cli_die("%s: %s", name, ss_strerror(rc));
 }
 
 void cli_version(void)

@@ -35,6 +35,15 @@ long cli_long(const char *opt, const char *s, long lo, long hi, const char *usag
 double cli_double(const char *opt, const char *s, double lo, double hi, const char *usage);
 /* Record size limit: $SS_MAX_RECORD (bytes, k/M/G suffix) or the default. */
 uint64_t cli_max_record(void);
+/* A size: decimal bytes with an optional k, M or G suffix (binary units).
+ * Returns it, or 0 when s is not a positive size. */
+uint64_t cli_size(const char *s);
+/* Reads one line (with its '\n', if any) of at most max bytes into
+ * *line (grown as needed, NUL-terminated; the caller frees). Returns its
+ * length, -1 at the end of input, -2 when the line is longer than max (the
+ * rest of it is skipped), -3 on a read error (errno set). Memory stays
+ * within max + 1 bytes whatever the input. */
+long cli_getline(char **line, size_t *cap, FILE *f, size_t max);
 /* Monotonic seconds. */
 double cli_now(void);
 /* Opens a text output: stdout for NULL or "-", else a file that appears
@@ -42,6 +51,10 @@ double cli_now(void);
 FILE *cli_out_open(const char *path);
 /* Commits the output opened by cli_out_open(); dies on a write error. */
 void cli_out_close(FILE *f);
+/* Dies after a failed ss_writer_put* (rc): "prog: path: write error: <the
+ * reason>" for a failed write, the stream discarded (no partial output). */
+struct ss_writer;
+void cli_writer_die(struct ss_writer *w, const char *path, int rc) __attribute__((noreturn));
 /* Prints "prog VERSION" to stdout and exits 0. */
 void cli_version(void) __attribute__((noreturn));
 

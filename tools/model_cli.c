@@ -130,7 +130,7 @@ int mcli_states_next(mcli_states *src, const ss_model *m, const char *model_dir,
 {
 	if (src->done)
 		return 0;
-	if (!src->path || src->zero) {
+	if (!src->path) {
 		ss_state_dims d;
 		ss_model_state_dims(m, &d);
 		if (ss_state_alloc(s, &d) || !(s->id = strdup("zero")))
@@ -144,14 +144,13 @@ int mcli_states_next(mcli_states *src, const ss_model *m, const char *model_dir,
 	int rc = ss_reader_next(src->r, &rec);
 	if (rc < 0)
 		cli_die("%s: %s", src->path, ss_reader_error(src->r));
-	if (rc == 0 && src->count == 0 && src->implicit) {
-		src->zero = 1;
-		return mcli_states_next(src, m, model_dir, s);
-	}
 	if (rc == 0) {
 		src->done = 1;
+		/* An empty input is no state, not the zero state: a pipeline
+		 * whose retrieval found nothing must not go on as if it had. */
 		if (src->count == 0)
-			cli_die("%s: no state records", src->path);
+			cli_die("%s: no state records%s", src->path,
+				src->implicit ? " (standard input is empty; --no-state starts from the zero state)" : "");
 		return 0;
 	}
 	char err[SS_ERRMSG_MAX] = "";

@@ -52,14 +52,13 @@ typedef struct {
 	const char *path;
 	ss_reader *r;
 	int done;
-	int zero;     /* fell back to the zero state */
-	int implicit; /* stdin by default, not named: empty means the zero state */
+	int implicit; /* stdin by default, not named (said when it is empty) */
 	uint64_t count;
 } mcli_states;
 
 /* Opens the source; path NULL means "no stream: a single zero state".
- * implicit: the stream is stdin by default rather than by --state; an empty
- * one then gives the zero state, where a named empty stream is an error. */
+ * implicit: the stream is stdin by default rather than by --state. An empty
+ * stream is an error either way (the message points at --no-state). */
 void mcli_states_open(mcli_states *src, const char *path, int implicit);
 /* Next starting state into *s (freed by the caller with ss_state_free),
  * checked against m: from the stream, or the zero state once when path is

@@ -218,7 +218,7 @@ static void write_weights(const char *path, const ss_state *s, ss_compose_mode m
 	fputc('\n', f);
 	free(txt);
 	if (!to_stdout && (ferror(f) | fclose(f)))
-		cli_die("%s: write error", path);
+		cli_die("%s: write error: %s", path, strerror(errno));
 }
 
 int main(int argc, char **argv)
@@ -448,8 +448,11 @@ int main(int argc, char **argv)
 	}
 	if (weights_path)
 		write_weights(weights_path, &out, o.mode, o.norm, o.conv);
-	if ((rc = ss_writer_put_state(out_w, &out, NULL)) != 0)
-		cli_die("%s: %s", out_path, ss_strerror(rc));
+	if ((rc = ss_writer_put_state(out_w, &out, NULL)) != 0) {
+		ss_writer *w = out_w;
+		out_w = NULL;
+		cli_writer_die(w, out_path, rc);
+	}
 	ss_writer *w = out_w;
 	out_w = NULL;
 	if (ss_writer_close(w, err) != 0)

@@ -2,6 +2,7 @@
  * ss-decode — generate text from a state: feed a prompt, then sample tokens
  * (greedy by default) and stream them to stdout as they are produced.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
@@ -264,7 +265,7 @@ int main(int argc, char **argv)
 		putc('\n', out);
 		fflush(out);
 		if (ferror(out))
-			cli_die("%s: write failed", out_path ? out_path : "standard output");
+			cli_die("%s: write error: %s", out_path ? out_path : "standard output", strerror(errno));
 		ss_state_free(&st);
 	}
 	mcli_states_close(&src);

@@ -17,7 +17,8 @@
 
 static const char *usage =
 	"ss-encode [--model DIR] [--device D] [--threads N] [--state-dtype f32|f16|bf16] [--batch N]\n"
-	"                 [--concat [--id ID]] [--from-state FILE] [--text [--tokenizer FILE]]\n"
+	"                 [--concat [--id ID]] [--from-state FILE]\n"
+	"                 [--text [--tokenizer FILE] [--max-doc SIZE]]\n"
 	"                 [--shard I/N] [--ids FILE] [--deterministic] [-o FILE] [-q|-v] [FILE...]";
 
 static void help(void) __attribute__((noreturn));
@@ -45,6 +46,7 @@ static void help(void)
 	       "                       first state in FILE instead of the zero state\n"
 	       "  --text               inputs are UTF-8 text, one document per line (empty\n"
 	       "                       lines skipped), id \"FILE:LINE\"\n"
+	       "  --max-doc SIZE       --text: refuse a line over SIZE bytes (k/M/G; 64M)\n"
 	       "  --tokenizer FILE     tokenizer.json for --text (default: see Defaults)\n"
 	       "  --shard I/N          encode only the documents whose 0-based number i,\n"
 	       "                       counted over all inputs, has i %% N == I: shard I of\n"
@@ -103,6 +105,7 @@ typedef struct {
 	size_t line_cap;
 	long lineno;
 	int32_t vocab;
+	uint64_t max_doc; /* --text: longest line (document) accepted */
 } input;
 
 /* Next document into *d. Returns 1, or 0 when all inputs are exhausted. */
@@ -155,10 +158,11 @@ static int input_next(input *in, doc *d)
 				cli_die("%s: %m", path);
 			in->lineno = 0;
 		}
-		ssize_t n = getline(&in->line, &in->line_cap, in->tf);
-		if (n < 0) {
-			if (ferror(in->tf))
-				cli_die("%s: read error", path);
+		/* Room for the line end: the limit is on the document. */
+		long n = cli_getline(&in->line, &in->line_cap, in->tf, in->max_doc + 2);
+		if (n < 0 && n != -2) {
+			if (n == -3)
+				cli_die("%s: read error: %s", path, strerror(errno));
 			if (in->tf != stdin)
 				fclose(in->tf);
 			in->tf = NULL;
@@ -168,6 +172,9 @@ static int input_next(input *in, doc *d)
 		in->lineno++;
 		while (n > 0 && (in->line[n - 1] == '\n' || in->line[n - 1] == '\r'))
 			n--;
+		if (n == -2 || (uint64_t)n > in->max_doc)
+			cli_die("%s: line %ld: document longer than the --max-doc limit of %llu bytes", path,
+				in->lineno, (unsigned long long)in->max_doc);
 		if (n == 0)
 			continue;
 		size_t nids;
@@ -382,8 +389,12 @@ static void start_state(ss_state *s, const ss_state *base, const ss_model *m, ss
 
 static void put_state(const char *out_path, ss_state *s)
 {
-	if (ss_writer_put_state(out_w, s, NULL))
-		cli_die("%s: write failed", out_path ? out_path : "standard output");
+	int rc = ss_writer_put_state(out_w, s, NULL);
+	if (rc) {
+		ss_writer *w = out_w;
+		out_w = NULL;
+		cli_writer_die(w, out_path, rc);
+	}
 }
 
 /* Appends `add` to the growing string *acc (comma-separated). */
@@ -410,11 +421,12 @@ int main(int argc, char **argv)
 		   *concat_id = NULL;
 	const char *device_opt = "auto";
 	int threads = 0, concat = 0, text = 0, deterministic = 0;
+	uint64_t max_doc = (uint64_t)64 << 20; /* as ss-tokenize's default */
 	long batch = 8;
 	ss_dtype dtype = SS_DTYPE_F32;
 	selection sel = { .shard_n = 1 };
 	enum { O_MODEL = 256, O_THREADS, O_DTYPE, O_CONCAT, O_FROM, O_BATCH, O_TEXT, O_TOK, O_ID,
-	       O_SHARD, O_IDS, O_DEVICE, O_DET };
+	       O_SHARD, O_IDS, O_DEVICE, O_DET, O_MAXDOC };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL },
 		{ "threads", required_argument, 0, O_THREADS },
@@ -427,6 +439,7 @@ int main(int argc, char **argv)
 		{ "deterministic", no_argument, 0, O_DET },
 		{ "text", no_argument, 0, O_TEXT },
 		{ "tokenizer", required_argument, 0, O_TOK },
+		{ "max-doc", required_argument, 0, O_MAXDOC },
 		{ "shard", required_argument, 0, O_SHARD },
 		{ "ids", required_argument, 0, O_IDS },
 		{ "output", required_argument, 0, 'o' },
@@ -453,6 +466,10 @@ int main(int argc, char **argv)
 		case O_DET: deterministic = 1; break;
 		case O_TEXT: text = 1; break;
 		case O_TOK: tok_path = optarg; break;
+		case O_MAXDOC:
+			if (!(max_doc = cli_size(optarg)))
+				cli_usage(usage, "--max-doc: '%s' is not a size (bytes, with optional k/M/G)", optarg);
+			break;
 		case O_SHARD: parse_shard(optarg, &sel, usage); break;
 		case O_IDS: sel.ids_path = optarg; break;
 		case 'o': out_path = optarg; break;
@@ -479,6 +496,7 @@ int main(int argc, char **argv)
 	in.files = optind < argc ? argv + optind : stdin_only;
 	in.nfiles = optind < argc ? argc - optind : 1;
 	in.text = text;
+	in.max_doc = max_doc;
 	if (sel.ids_path && !strcmp(sel.ids_path, "-"))
 		for (int i = 0; i < in.nfiles; i++)
 			if (!strcmp(in.files[i], "-"))

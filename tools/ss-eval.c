@@ -6,6 +6,7 @@
  * metric are libss calls (ss_eval.h); this file reads the inputs, loops and
  * tabulates. Manual: man/ss-eval.1.
  */
+#include <errno.h>
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -817,7 +818,7 @@ int main(int argc, char **argv)
 			cli_die("out of memory");
 		FILE *f = cli_out_open(opt.per);
 		if (fwrite(per_buf, 1, per_len, f) != per_len)
-			cli_die("%s: write failed", opt.per);
+			cli_die("%s: write error: %s", opt.per, strerror(errno));
 		cli_out_close(f);
 		free(per_buf);
 	}

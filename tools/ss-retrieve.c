@@ -18,7 +18,7 @@
 static const char *usage_line =
 	"ss-retrieve build --index DB [-q|-v] STREAM...\n"
 	"       ss-retrieve query --index DB [-k K] [--exclude ID]... [--query TEXT]\n"
-	"                   [--ids [--json]] [-o FILE | --out-dir DIR] [-q|-v]";
+	"                   [--ids [--json]] [-o FILE | --out-dir DIR] [--empty-ok] [-q|-v]";
 
 static void help(void)
 {
@@ -45,6 +45,8 @@ static void help(void)
 	      "  --json           with --ids: JSON lines instead of TSV\n"
 	      "  -o FILE          output file (default stdout)\n"
 	      "  --out-dir DIR    batch: write DIR/<query id>.states per query\n"
+	      "  --empty-ok       exit 0 when a query matches no document (default: 1,\n"
+	      "                   as grep; the output is written, empty, either way)\n"
 	      "  -q, -v           quieter, more verbose (progress, summary)\n"
 	      "  -h, --help       this help\n"
 	      "  -V, --version    version\n",
@@ -116,6 +118,8 @@ typedef struct {
 	int ids, json;
 	const char *out, *out_dir;
 	FILE *text_out; /* --ids destination */
+	int empty_ok;
+	unsigned long long n_empty; /* queries that matched nothing */
 } qopts;
 
 /* Writes s to f as a TSV field: backslash, tab, newline and CR escaped. */
@@ -220,6 +224,11 @@ static int run_query(ss_index *ix, qopts *o, const char *qid, const char *text, 
 		return 1;
 	}
 	int bad = 0;
+	if (n == 0) {
+		o->n_empty++;
+		if (qid && !o->empty_ok)
+			cli_warn("%sno document matched", label);
+	}
 	if (o->ids) {
 		print_ids(o, qid, h, n);
 	} else if (qid) {
@@ -240,6 +249,78 @@ static int run_query(ss_index *ix, qopts *o, const char *qid, const char *text, 
 	return bad;
 }
 
+/* One batch query, parsed from its JSON line. */
+typedef struct {
+	cJSON *j;             /* the parsed line: owns the strings below */
+	char qid_buf[64];
+	const char *qid;      /* "id" (string, or number as %.17g), else the line number */
+	const char *text;     /* "query" */
+	int k;                /* "k", else the -k default */
+	const char **exclude; /* command-line excludes, then "exclude" (malloc'ed) */
+	size_t n_exclude;
+} batch_query;
+
+static void batch_query_free(batch_query *b)
+{
+	cJSON_Delete(b->j);
+	free(b->exclude);
+	memset(b, 0, sizeof *b);
+}
+
+/* Parses batch line `lineno` (len bytes) into *b: returns NULL, or why it
+ * is not a query (one line; b is then freed). */
+static const char *batch_parse(const char *line, size_t len, unsigned long long lineno, const qopts *o,
+			       batch_query *b)
+{
+	memset(b, 0, sizeof *b);
+	b->j = cJSON_ParseWithLength(line, len);
+	const cJSON *q = cJSON_GetObjectItemCaseSensitive(b->j, "query");
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(b->j, "id");
+	const cJSON *ex = cJSON_GetObjectItemCaseSensitive(b->j, "exclude");
+	const cJSON *kk = cJSON_GetObjectItemCaseSensitive(b->j, "k");
+	snprintf(b->qid_buf, sizeof b->qid_buf, "%llu", lineno);
+	b->qid = b->qid_buf;
+	if (cJSON_IsString(id))
+		b->qid = id->valuestring;
+	else if (cJSON_IsNumber(id))
+		snprintf(b->qid_buf, sizeof b->qid_buf, "%.17g", id->valuedouble);
+	const char *why = NULL;
+	if (!cJSON_IsObject(b->j))
+		why = "not a JSON object";
+	else if (!cJSON_IsString(q))
+		why = "no \"query\" string";
+	else if (id && !cJSON_IsString(id) && !cJSON_IsNumber(id))
+		why = "\"id\" is neither a string nor a number";
+	else if (ex && !cJSON_IsArray(ex))
+		why = "\"exclude\" is not an array of ids";
+	else if (kk && (!cJSON_IsNumber(kk) || !(kk->valuedouble >= 1 && kk->valuedouble <= 1e6) ||
+			kk->valuedouble != (int)kk->valuedouble))
+		why = "\"k\" is not an integer in [1, 1000000]";
+	size_t n_ex = o->n_exclude + (size_t)(ex ? cJSON_GetArraySize(ex) : 0);
+	b->exclude = malloc((n_ex + 1) * sizeof *b->exclude);
+	if (!b->exclude)
+		cli_die("out of memory");
+	if (o->n_exclude)
+		memcpy(b->exclude, o->exclude, o->n_exclude * sizeof *b->exclude);
+	b->n_exclude = o->n_exclude;
+	const cJSON *e;
+	if (!why && ex)
+		cJSON_ArrayForEach(e, ex) {
+			if (!cJSON_IsString(e)) {
+				why = "\"exclude\" is not an array of ids";
+				break;
+			}
+			b->exclude[b->n_exclude++] = e->valuestring;
+		}
+	if (why) {
+		batch_query_free(b);
+		return why;
+	}
+	b->text = q->valuestring;
+	b->k = kk ? (int)kk->valuedouble : o->k;
+	return NULL;
+}
+
 /* Batch mode: one JSON object per line on stdin. */
 static int run_batch(ss_index *ix, qopts *o)
 {
@@ -255,53 +336,15 @@ static int run_batch(ss_index *ix, qopts *o)
 			p++;
 		if (!*p)
 			continue;
-		cJSON *j = cJSON_ParseWithLength(line, (size_t)len);
-		const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "query");
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
-		const cJSON *ex = cJSON_GetObjectItemCaseSensitive(j, "exclude");
-		const cJSON *kk = cJSON_GetObjectItemCaseSensitive(j, "k");
-		char qid[64];
-		const char *qids = qid;
-		snprintf(qid, sizeof qid, "%llu", lineno);
-		if (cJSON_IsString(id))
-			qids = id->valuestring;
-		else if (cJSON_IsNumber(id))
-			snprintf(qid, sizeof qid, "%.17g", id->valuedouble);
-		const char *why = NULL;
-		if (!cJSON_IsObject(j))
-			why = "not a JSON object";
-		else if (!cJSON_IsString(q))
-			why = "no \"query\" string";
-		else if (id && !cJSON_IsString(id) && !cJSON_IsNumber(id))
-			why = "\"id\" is neither a string nor a number";
-		else if (ex && !cJSON_IsArray(ex))
-			why = "\"exclude\" is not an array of ids";
-		else if (kk && (!cJSON_IsNumber(kk) || kk->valuedouble < 1 || kk->valuedouble > 1e6 ||
-				kk->valuedouble != (int)kk->valuedouble))
-			why = "\"k\" is not an integer in [1, 1000000]";
-		size_t n_ex = o->n_exclude + (size_t)(ex ? cJSON_GetArraySize(ex) : 0);
-		const char **exl = malloc((n_ex + 1) * sizeof *exl);
-		if (!exl)
-			cli_die("out of memory");
-		memcpy(exl, o->exclude, o->n_exclude * sizeof *exl);
-		size_t m = o->n_exclude;
-		const cJSON *e;
-		if (!why && ex)
-			cJSON_ArrayForEach(e, ex) {
-				if (!cJSON_IsString(e)) {
-					why = "\"exclude\" is not an array of ids";
-					break;
-				}
-				exl[m++] = e->valuestring;
-			}
+		batch_query b;
+		const char *why = batch_parse(line, (size_t)len, lineno, o, &b);
 		if (why) {
 			cli_warn("-: line %llu: %s", lineno, why);
 			bad = 1;
 		} else {
-			bad |= run_query(ix, o, qids, q->valuestring, kk ? (int)kk->valuedouble : o->k, exl, m);
+			bad |= run_query(ix, o, b.qid, b.text, b.k, b.exclude, b.n_exclude);
+			batch_query_free(&b);
 		}
-		free(exl);
-		cJSON_Delete(j);
 		n_done++;
 		cli_progress("%llu queries", n_done);
 	}
@@ -333,13 +376,13 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 	ss_index_close(ix);
 	if (o->text_out != stdout && fclose(o->text_out) != 0)
 		cli_die("%s: %s", o->out, strerror(errno));
-	return bad ? CLI_EXIT_FAIL : 0;
+	return bad || (o->n_empty && !o->empty_ok) ? CLI_EXIT_FAIL : 0;
 }
 
 int main(int argc, char **argv)
 {
 	cli_init("ss-retrieve");
-	enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR };
+	enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK };
 	static const struct option longs[] = {
 		{ "index", required_argument, 0, O_INDEX },
 		{ "query", required_argument, 0, O_QUERY },
@@ -347,6 +390,7 @@ int main(int argc, char **argv)
 		{ "ids", no_argument, 0, O_IDS },
 		{ "json", no_argument, 0, O_JSON },
 		{ "out-dir", required_argument, 0, O_OUTDIR },
+		{ "empty-ok", no_argument, 0, O_EMPTYOK },
 		{ "help", no_argument, 0, 'h' },
 		{ "version", no_argument, 0, 'V' },
 		{ "quiet", no_argument, 0, 'q' },
@@ -389,6 +433,7 @@ int main(int argc, char **argv)
 		case O_IDS: o.ids = 1; break;
 		case O_JSON: o.json = 1; break;
 		case O_OUTDIR: o.out_dir = optarg; break;
+		case O_EMPTYOK: o.empty_ok = 1; break;
 		case 'k': o.k = (int)cli_long("-k", optarg, 1, 1000000, usage_line); break;
 		case 'o': o.out = optarg; break;
 		case 'q': cli_verbosity = 0; break;

@@ -2,6 +2,7 @@
  * ss-score — negative log-likelihood of a continuation given a state and a
  * query (the PICASO paper's metric): one JSON line per (state, pair).
  */
+#include <errno.h>
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <math.h>
@@ -165,7 +166,7 @@ static void score_pair(scorer *sc, const ss_state *start, const char *id, const 
 	}
 	fputs("}\n", f);
 	if (ferror(f))
-		cli_die("write failed");
+		cli_die("write error: %s", strerror(errno));
 }
 
 /* One pair of the --pairs input, parsed. */

@@ -21,9 +21,14 @@
 #include "ss.h"
 
 #define PEEK 512
+/* Default of --max-doc: 64 MiB, ~16 M tokens, far beyond any document a
+ * state is encoded from, while its token record stays under the default
+ * SS_MAX_RECORD. */
+#define MAX_DOC_DEFAULT ((uint64_t)64 << 20)
 
 static const char *usage =
-	"ss-tokenize [--whole|--jsonl|--archive|--text] [--chunk N|--parts N] [--ids] [-t TOKENIZER] [-o FILE] [FILE...]\n"
+	"ss-tokenize [--whole|--jsonl|--archive|--text] [--chunk N|--parts N] [--ids] [--max-doc SIZE]\n"
+	"            [-t TOKENIZER] [-o FILE] [FILE...]\n"
 	"       ss-tokenize --decode [--whole] [-t TOKENIZER] [-o FILE] [STREAM...]";
 
 enum informat { IN_AUTO, IN_TEXT, IN_JSONL, IN_ARCHIVE };
@@ -32,7 +37,8 @@ static struct {
 	enum informat format;
 	int whole, ids, decode, no_text, level;
 	long chunk, parts;
-} opt;
+	uint64_t max_doc;
+} opt = { .max_doc = MAX_DOC_DEFAULT };
 
 static ss_tokenizer *tok;
 static ss_writer *out_stream;     /* token stream output */
@@ -63,6 +69,8 @@ static void help(void)
 	       "  --ids            print token ids as text (one record per line, space-\n"
 	       "                   separated) instead of writing a stream\n"
 	       "  --no-text        do not store the document text in the records\n"
+	       "  --max-doc SIZE   refuse a document (line, JSONL line, --whole file or\n"
+	       "                   archive entry) over SIZE bytes (k/M/G; default 64M)\n"
 	       "  --decode         read token streams and write their text: one record per\n"
 	       "                   line (chunks of a document joined), or concatenated with\n"
 	       "                   --whole\n"
@@ -155,8 +163,11 @@ static void put_record(const char *src, const char *id, const int32_t *ids, size
 		.tokenizer = (char *)ss_tokenizer_fingerprint(tok),
 	};
 	int rc = ss_writer_put_tokens(out_stream, &t, NULL);
-	if (rc)
-		cli_die("%s: %s", strcmp(out_path, "-") ? out_path : "stdout", ss_strerror(rc));
+	if (rc) {
+		ss_writer *w = out_stream;
+		out_stream = NULL;
+		cli_writer_die(w, out_path, rc);
+	}
 }
 
 /* Tokenizes one document and writes its record(s). src names the input
@@ -246,8 +257,9 @@ static size_t src_read(struct src *s, void *buf, size_t n)
 	return got;
 }
 
-/* Reads everything left in s; *len set; NUL-terminated. */
-static char *src_slurp(struct src *s, size_t *len)
+/* Reads everything left in s (document `what`); *len set; NUL-terminated.
+ * Dies past --max-doc bytes. */
+static char *src_slurp(struct src *s, const char *what, size_t *len)
 {
 	size_t cap = 1 << 16, n = 0;
 	char *b = malloc(cap);
@@ -258,6 +270,9 @@ static char *src_slurp(struct src *s, size_t *len)
 		n += r;
 		if (r == 0)
 			break;
+		if (n > opt.max_doc)
+			cli_die("%s: document %s: longer than the --max-doc limit of %" PRIu64 " bytes", s->name,
+			        what, opt.max_doc);
 		if (cap - n - 1 < (1 << 15)) {
 			cap *= 2;
 			char *nb = realloc(b, cap);
@@ -279,6 +294,13 @@ struct lines {
 	uint64_t lineno;
 };
 
+static void line_too_long(const struct lines *L, uint64_t lineno) __attribute__((noreturn));
+static void line_too_long(const struct lines *L, uint64_t lineno)
+{
+	cli_die("%s: line %" PRIu64 ": document longer than the --max-doc limit of %" PRIu64 " bytes", L->s->name,
+	        lineno, opt.max_doc);
+}
+
 /* Next line without its \n (a final line without \n counts). Returns 0
  * at the end. The line is NUL-terminated in place. */
 static int next_line(struct lines *L, char **line, size_t *len)
@@ -292,6 +314,8 @@ static int next_line(struct lines *L, char **line, size_t *len)
 			*len = (size_t)(nl - *line);
 			L->start = (size_t)(nl - L->buf) + 1;
 			L->lineno++;
+			if (*len > opt.max_doc)
+				line_too_long(L, L->lineno);
 			return 1;
 		}
 		if (L->eof) {
@@ -302,6 +326,8 @@ static int next_line(struct lines *L, char **line, size_t *len)
 			*len = L->end - L->start;
 			L->start = L->end;
 			L->lineno++;
+			if (*len > opt.max_doc)
+				line_too_long(L, L->lineno);
 			return 1;
 		}
 		if (L->start > 0) {
@@ -310,6 +336,8 @@ static int next_line(struct lines *L, char **line, size_t *len)
 			L->start = 0;
 		}
 		scan = L->end;
+		if (L->end - L->start > opt.max_doc)
+			line_too_long(L, L->lineno + 1);
 		if (L->cap - L->end < (1 << 15)) {
 			L->cap = L->cap ? 2 * L->cap : 1 << 17;
 			char *nb = realloc(L->buf, L->cap);
@@ -328,7 +356,7 @@ static void read_text(struct src *s)
 {
 	if (opt.whole) {
 		size_t len;
-		char *b = src_slurp(s, &len);
+		char *b = src_slurp(s, s->name, &len);
 		if (len)
 			put_document(s->name, s->name, b, len);
 		free(b);
@@ -346,34 +374,87 @@ static void read_text(struct src *s)
 	free(L.buf);
 }
 
+/* A NUL in a JSON string: a raw 0 byte or a \u0000 escape. cJSON ends its
+ * strings at the first NUL, so such text would be cut short silently.
+ * Backslashes mean escapes only inside strings, and the line parsed. */
+static int json_has_nul(const char *line, size_t len)
+{
+	if (memchr(line, 0, len))
+		return 1;
+	for (size_t i = 0; i + 1 < len; i++)
+		if (line[i] == '\\') {
+			if (line[i + 1] == 'u' && i + 5 < len && !memcmp(line + i + 2, "0000", 4))
+				return 1;
+			i++;
+		}
+	return 0;
+}
+
+/* Parses one JSONL document line {"id": string|number|null, "text": string}.
+ * On success returns NULL with *o set (the caller deletes it), *text and
+ * *text_len pointing into it, and *id a malloc'ed id (a string id whole,
+ * an integral number as an integer, another number as %.17g; absent or
+ * null: src:lineno). Otherwise returns why, one line; *o is NULL. */
+static const char *jsonl_doc(const char *line, size_t len, const char *src, uint64_t lineno, cJSON **o,
+                             char **id, const char **text, size_t *text_len)
+{
+	static char why[64];
+	const char *end = NULL;
+	*id = NULL;
+	*o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
+	if (!*o) {
+		snprintf(why, sizeof why, "invalid JSON near column %td", end ? end - line + 1 : (ptrdiff_t)1);
+		return why;
+	}
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(*o, "text");
+	const cJSON *i = cJSON_GetObjectItemCaseSensitive(*o, "id");
+	const char *bad = NULL;
+	int rc = 0;
+	if (!cJSON_IsObject(*o) || !cJSON_IsString(t))
+		bad = "no \"text\" string";
+	else if (json_has_nul(line, len))
+		bad = "a NUL character (\\u0000) in a string";
+	else if (cJSON_IsString(i))
+		rc = (*id = strdup(i->valuestring)) ? 0 : -1;
+	else if (cJSON_IsNumber(i) && i->valuedouble >= -9007199254740992.0 && i->valuedouble <= 9007199254740992.0 &&
+	         i->valuedouble == (double)(long long)i->valuedouble)
+		rc = asprintf(id, "%lld", (long long)i->valuedouble);
+	else if (cJSON_IsNumber(i))
+		rc = asprintf(id, "%.17g", i->valuedouble);
+	else if (!i || cJSON_IsNull(i))
+		rc = asprintf(id, "%s:%" PRIu64, src, lineno);
+	else
+		bad = "\"id\" is neither a string nor a number";
+	if (rc < 0)
+		cli_die("out of memory");
+	if (bad) {
+		free(*id);
+		*id = NULL;
+		cJSON_Delete(*o);
+		*o = NULL;
+		return bad;
+	}
+	*text = t->valuestring;
+	*text_len = strlen(t->valuestring);
+	return NULL;
+}
+
 static void read_jsonl(struct src *s)
 {
 	struct lines L = { .s = s };
-	char *line, idbuf[4096];
+	char *line;
 	size_t len;
 	while (next_line(&L, &line, &len)) {
 		if (strspn(line, " \t\r") == len)
 			continue;
-		const char *end = NULL;
-		cJSON *o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
-		if (!o)
-			cli_die("%s: line %" PRIu64 ": invalid JSON near column %td", s->name, L.lineno,
-			        end ? end - line + 1 : (ptrdiff_t)1);
-		const cJSON *text = cJSON_GetObjectItemCaseSensitive(o, "text");
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
-		if (!cJSON_IsObject(o) || !cJSON_IsString(text))
-			cli_die("%s: line %" PRIu64 ": no \"text\" string", s->name, L.lineno);
-		if (cJSON_IsString(id))
-			snprintf(idbuf, sizeof idbuf, "%s", id->valuestring);
-		else if (cJSON_IsNumber(id) && id->valuedouble == (double)(long long)id->valuedouble)
-			snprintf(idbuf, sizeof idbuf, "%lld", (long long)id->valuedouble);
-		else if (cJSON_IsNumber(id))
-			snprintf(idbuf, sizeof idbuf, "%.17g", id->valuedouble);
-		else if (!id || cJSON_IsNull(id))
-			snprintf(idbuf, sizeof idbuf, "%s:%" PRIu64, s->name, L.lineno);
-		else
-			cli_die("%s: line %" PRIu64 ": \"id\" is neither a string nor a number", s->name, L.lineno);
-		put_document(s->name, idbuf, text->valuestring, strlen(text->valuestring));
+		cJSON *o;
+		char *id;
+		const char *text, *why;
+		size_t text_len;
+		if ((why = jsonl_doc(line, len, s->name, L.lineno, &o, &id, &text, &text_len)))
+			cli_die("%s: line %" PRIu64 ": %s", s->name, L.lineno, why);
+		put_document(s->name, id, text, text_len);
+		free(id);
 		cJSON_Delete(o);
 	}
 	free(L.buf);
@@ -429,9 +510,12 @@ static void read_archive(struct src *s, int allow_raw, enum informat raw_as)
 		char *id = strdup(path);
 		if (!id)
 			cli_die("out of memory");
+		if (archive_entry_size_is_set(e) && (uint64_t)archive_entry_size(e) > opt.max_doc)
+			cli_die("%s: document %s: %" PRId64 " bytes, over the --max-doc limit of %" PRIu64 " bytes",
+			        s->name, id, (int64_t)archive_entry_size(e), opt.max_doc);
 		struct src inner = { .name = s->name, .raw = a };
 		size_t len;
-		char *data = src_slurp(&inner, &len);
+		char *data = src_slurp(&inner, id, &len);
 		put_document(s->name, id, data, len);
 		free(data);
 		free(id);
@@ -578,13 +662,14 @@ int main(int argc, char **argv)
 {
 	cli_init("ss-tokenize");
 	const char *tpath = NULL;
-	enum { O_WHOLE = 256, O_TEXT, O_JSONL, O_ARCHIVE, O_CHUNK, O_PARTS, O_IDS, O_DECODE, O_NOTEXT };
+	enum { O_WHOLE = 256, O_TEXT, O_JSONL, O_ARCHIVE, O_CHUNK, O_PARTS, O_IDS, O_DECODE, O_NOTEXT, O_MAXDOC };
 	static const struct option opts[] = {
 		{ "whole", no_argument, 0, O_WHOLE },     { "text", no_argument, 0, O_TEXT },
 		{ "jsonl", no_argument, 0, O_JSONL },     { "archive", no_argument, 0, O_ARCHIVE },
 		{ "chunk", required_argument, 0, O_CHUNK }, { "parts", required_argument, 0, O_PARTS },
 		{ "ids", no_argument, 0, O_IDS },
 		{ "decode", no_argument, 0, O_DECODE },   { "no-text", no_argument, 0, O_NOTEXT },
+		{ "max-doc", required_argument, 0, O_MAXDOC },
 		{ "tokenizer", required_argument, 0, 't' }, { "output", required_argument, 0, 'o' },
 		{ "level", required_argument, 0, 'l' },   { "help", no_argument, 0, 'h' },
 		{ "version", no_argument, 0, 'V' },       { 0, 0, 0, 0 },
@@ -602,6 +687,10 @@ int main(int argc, char **argv)
 		case O_IDS: opt.ids = 1; break;
 		case O_DECODE: opt.decode = 1; break;
 		case O_NOTEXT: opt.no_text = 1; break;
+		case O_MAXDOC:
+			if (!(opt.max_doc = cli_size(optarg)))
+				cli_usage(usage, "--max-doc: '%s' is not a size (bytes, with optional k/M/G)", optarg);
+			break;
 		case 't': tpath = optarg; break;
 		case 'o': out_path = optarg; break;
 		case 'l': opt.level = (int)cli_long("--level", optarg, 1, 19, usage); break;

@@ -81,7 +81,12 @@ lines out 2
 expect 1 ss-retrieve query --index db/idx.db --query "  @-@ , " --ids; has err "empty query"
 expect 1 ss-retrieve query --index db/idx.db --query "" -o empty.states; has err "empty query"
 [ -e empty.states ] && fail "output written for an empty query"
-expect 0 ss-retrieve query --index db/idx.db --query "zeppelin" --ids; lines out 0
+# nothing matched: exit 1 as grep, the (empty) output written; --empty-ok: 0
+expect 1 ss-retrieve query --index db/idx.db --query "zeppelin" --ids; lines out 0
+[ -s err ] && fail "a message for a query without match: $(cat err)"
+expect 1 ss-retrieve query --index db/idx.db --query "zeppelin" -o none.states
+[ -e none.states ] && [ ! -s none.states ] || fail "no empty output for a query without match"
+expect 0 ss-retrieve query --index db/idx.db --query "zeppelin" --ids --empty-ok; lines out 0
 expect 0 ss-retrieve query --index db/idx.db --query 'fox" OR NEAR(a b) *' --ids
 
 # --- batch: JSON lines on stdin, one file per query; a bad line does not stop the rest
@@ -144,7 +149,7 @@ has err "document lonely has text but no state record"
 has err "7 documents (1 added, 1 replaced, 1 left out)"
 expect 0 ss-retrieve query --index db/idx.db -k 1 --query "volcanic" -o v.states
 [ "$(ids v.states)" = "a1 " ] || fail "replaced a1: $(ids v.states)"
-expect 0 ss-retrieve query --index db/idx.db --query "lazy dog" --ids
+expect 1 ss-retrieve query --index db/idx.db --query "lazy dog" --ids
 grep -q 'a1' out && fail "a1's old text still indexed"
 
 # --- a failed build leaves the index as it was

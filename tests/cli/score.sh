@@ -26,10 +26,11 @@ ss-score --model "$T1" --no-state --per-token --query-tokens "$(ids t1 0 100)" \
 $PY nll-eq "$d/s.json" "$G/t1/c3/nll.f32" 99 296
 
 # Text: c3 cut after c2's 29 bytes, tokenized separately (7 + 290 tokens, the
-# same ids as c3 whole). With no state stream on stdin: the zero state.
+# same ids as c3 whole). From the zero state (--no-state: an empty stdin is
+# an error, see tests/cli/hardening.sh).
 head -c 29 "$G/t1/c3/text.txt" >"$d/a.txt"
 tail -c +30 "$G/t1/c3/text.txt" >"$d/b.txt"
-ss-score --model "$T1" --query "$(cat "$d/a.txt")" --continuation "$(cat "$d/b.txt")" \
+ss-score --model "$T1" --no-state --query "$(cat "$d/a.txt")" --continuation "$(cat "$d/b.txt")" \
 	</dev/null >"$d/s.json"
 $PY nll-eq "$d/s.json" "$G/t1/c3/nll.f32" 6 296
 [ "$($PY json-get "$d/s.json" id)" = '"zero"' ] || fail "id of a single pair"

@@ -1,0 +1,119 @@
+#!/bin/sh
+# CLI regressions of the adversarial pass (issue 11): a truncated skippable
+# frame, document limits, JSONL NUL / long / huge ids, file size limits and
+# full disks (no partial output, the reason said), concurrent index builds,
+# and empty state inputs / queries without a match. No shared data: the tiny
+# tokenizer tests/fuzz/tiny-tokenizer.json, bench/mkdb and bench/mkmodel.
+set -u
+LC_ALL=C; export LC_ALL
+B="$SS_TOP/$SS_BUILD"
+for p in bench/mkdb bench/mkmodel; do [ -x "$B/$p" ] || { echo "no $B/$p (run make)"; exit 77; }; done
+TOK="$SS_TOP/tests/fuzz/tiny-tokenizer.json"
+t=$(mktemp -d) || exit 1
+trap 'rm -rf "$t"' EXIT
+cd "$t" || exit 1
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# expect CODE CMD...: runs CMD (stdout out, stderr err), checks the exit code.
+expect() {
+	want=$1; shift
+	"$@" >out 2>err
+	got=$?
+	[ "$got" -eq "$want" ] || { fail "'$*' exited $got, want $want"; sed 's/^/    /' err | head -5; }
+}
+has() { grep -q -- "$2" "$1" || { fail "$1 lacks '$2'"; sed 's/^/    /' "$1" | head -5; }; }
+
+# --- 1. a skippable frame running past the end is an error, not a clean end
+printf 'a\tthe quick brown fox\nb\tlazy dog\nc\tocean\n' | "$B/bench/mkdb" d.tokens d.states
+(printf '\123\052\115\030\000\000\001\000'; cat d.states) | ss-cat >out 2>err
+[ $? -eq 1 ] || fail "truncated skippable frame: exit 0"
+has err "record 0 (byte offset 0): skippable frame truncated"
+[ -s out ] && fail "records printed past a truncated skippable frame"
+
+# --- 3. document limits: line, --whole, archive entry, JSONL line; ss-encode --text
+awk 'BEGIN { for (i = 0; i < 3000; i++) printf "the fox "; print "" }' >long.txt
+printf 'short line\n' >>long.txt
+expect 1 ss-tokenize -t "$TOK" --max-doc 4k --ids long.txt; has err "long.txt: line 1: document longer than the --max-doc limit of 4096 bytes"
+expect 1 ss-tokenize -t "$TOK" --max-doc 4k --whole --ids long.txt; has err "document long.txt: longer than the --max-doc limit"
+expect 0 ss-tokenize -t "$TOK" --max-doc 32k --ids long.txt
+mkdir ar && cp long.txt ar/big.txt && printf 'small\n' >ar/small.txt && tar czf ar.tar.gz -C ar big.txt small.txt
+expect 1 ss-tokenize -t "$TOK" --max-doc 4k --ids ar.tar.gz; has err "document big.txt: 24012 bytes, over the --max-doc limit of 4096 bytes"
+printf '{"id":"j","text":"%s"}\n' "$(head -c 5000 long.txt)" >long.jsonl
+expect 1 ss-tokenize -t "$TOK" --max-doc 4k --ids long.jsonl; has err "long.jsonl: line 1: document longer"
+expect 2 ss-tokenize -t "$TOK" --max-doc 0 long.txt; has err "max-doc"
+"$B/bench/mkmodel" m --vocab 512 >/dev/null 2>&1 || fail "mkmodel"
+expect 1 ss-encode --model m --text --tokenizer "$TOK" --max-doc 4k -o e.states long.txt
+has err "long.txt: line 1: document longer than the --max-doc limit of 4096 bytes"
+[ -e e.states ] && fail "ss-encode left an output after a refused document"
+
+# --- 4, 5, 6. JSONL: NUL refused naming the line; long ids whole; huge numbers
+printf '{"id":"a","text":"fine"}\n{"id":"b","text":"fi\\u0000ne"}\n' >nul.jsonl
+expect 1 ss-tokenize -t "$TOK" nul.jsonl -o nul.tokens; has err "nul.jsonl: line 2: a NUL character"
+[ -e nul.tokens ] && fail "output written for a NUL in JSONL"
+long=$(awk 'BEGIN { for (i = 0; i < 5000; i++) printf "x"; printf "\303\251" }')
+printf '{"id":"%s","text":"a"}\n{"id":"%sz","text":"b"}\n' "$long" "$long" >ids.jsonl
+expect 0 ss-tokenize -t "$TOK" ids.jsonl -o ids.tokens
+[ "$(ss-cat --meta ids.tokens | grep -c "\"id\":\"$long\"")" -eq 1 ] || fail "a 5002-byte id was not kept whole"
+[ "$(ss-cat --meta ids.tokens | grep -c "\"id\":\"${long}z\"")" -eq 1 ] || fail "ids longer than 4095 bytes collide"
+printf '{"id":1e300,"text":"a"}\n{"id":-1e19,"text":"b"}\n{"id":42,"text":"c"}\n' >num.jsonl
+expect 0 ss-tokenize -t "$TOK" num.jsonl -o num.tokens
+[ "$(ss-cat --meta num.tokens | sed 's/.*"id":"\([^"]*\)".*/\1/' | tr '\n' ' ')" = "1.0000000000000001e+300 -1e+19 42 " ] ||
+	fail "numeric ids: $(ss-cat --meta num.tokens | sed 's/.*"id":"\([^"]*\)".*/\1/' | tr '\n' ' ')"
+
+# --- 10. a file size limit: the write error with its reason, no output, no temporary
+awk 'BEGIN { for (i = 0; i < 20000; i++) print "the quick brown fox jumps over the lazy dog" }' >big.txt
+(ulimit -f 100; exec ss-tokenize -t "$TOK" -o big.tokens big.txt) >out 2>err
+rc=$?
+[ $rc -eq 1 ] || fail "ss-tokenize past ulimit -f: exit $rc (153: killed by SIGXFSZ)"
+has err "big.tokens: write error: File too large"
+[ -n "$(ls | grep big.tokens)" ] && fail "left behind: $(ls | grep big.tokens)"
+# an index build on a full disk: a new index leaves nothing, an old one stays as it was
+awk 'BEGIN { for (i = 0; i < 3000; i++) printf "d%d\tfox dog ocean ship %d bread moon %d\n", i, i, i * 7 }' >docs.txt
+"$B/bench/mkdb" big.tokens big.states <docs.txt
+(ulimit -f 200; exec ss-retrieve build --index new.db big.tokens big.states) >out 2>err
+rc=$?
+[ $rc -eq 1 ] || fail "index build past ulimit -f: exit $rc"
+has err "new.db: .*(File too large)"
+[ -n "$(ls | grep new.db)" ] && fail "a failed build of a new index left: $(ls | grep new.db)"
+expect 0 ss-retrieve build --index old.db d.tokens d.states
+cp old.db old.copy
+(ulimit -f 200; exec ss-retrieve build --index old.db big.tokens big.states) >out 2>err
+rc=$?
+[ $rc -eq 1 ] || fail "index build past ulimit -f: exit $rc"
+cmp -s old.db old.copy || fail "a failed build changed the old index"
+[ "$(ls | grep old.db | tr '\n' ' ')" = "old.db " ] || fail "left behind: $(ls | grep old.db)"
+
+# --- 11. concurrent builds of one index run one after the other: a build
+# that waits longer than SQLite's 10 s busy timeout still commits, and the
+# index holds both builds' documents.
+printf 'e1\tzeppelin over the fjord\n' | "$B/bench/mkdb" e.tokens e.states
+( (sleep 12; cat d.tokens) | ss-retrieve build --index c.db - d.states >a.out 2>a.err; echo $? >a.rc ) &
+sleep 1
+expect 0 ss-retrieve build --index c.db e.tokens e.states
+wait
+[ "$(cat a.rc)" = 0 ] || { fail "the first build failed"; cat a.err; }
+expect 0 ss-retrieve query --index c.db --query "zeppelin fox" -k 10 --ids
+[ "$(cut -f 2 out | sort | tr '\n' ' ')" = "a e1 " ] || fail "concurrent builds: $(cut -f 2 out | tr '\n' ' ')"
+[ -n "$(ls | grep c.db.lock)" ] && fail "lock file left behind"
+
+# --- 12. an empty state input is an error (not the zero state) unless --no-state;
+# a query without a match exits 1 (as grep) unless --empty-ok
+expect 1 ss-decode --model m --prompt-tokens 1,2 --max-tokens 2 --ids </dev/null
+has err "no state records (standard input is empty; --no-state starts from the zero state)"
+: | ss-decode --model m --prompt-tokens 1,2 --max-tokens 2 --ids >out 2>err
+[ $? -eq 1 ] || fail "ss-decode on an empty pipe: exit 0"
+expect 0 ss-decode --model m --no-state --prompt-tokens 1,2 --max-tokens 2 --ids </dev/null
+expect 1 ss-score --model m --query-tokens 1,2 --continuation-tokens 3 </dev/null
+has err "no state records"
+expect 0 ss-score --model m --no-state --query-tokens 1,2 --continuation-tokens 3 </dev/null
+expect 1 ss-retrieve query --index old.db --query "quasar" -o q.states
+[ -e q.states ] && [ ! -s q.states ] || fail "no empty output for a query without match"
+expect 0 ss-retrieve query --index old.db --query "quasar" --empty-ok --ids
+mkdir qd
+printf '{"id":"hit","query":"fox"}\n{"id":"miss","query":"quasar"}\n' >batch.jsonl
+ss-retrieve query --index old.db --out-dir qd <batch.jsonl >out 2>err
+[ $? -eq 1 ] || fail "batch with a query without match: exit 0"
+has err "query miss: no document matched"
+[ "$(ls qd | tr '\n' ' ')" = "hit.states miss.states " ] || fail "batch outputs: $(ls qd)"
+
+[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
