@@ -26,6 +26,7 @@ size_t __sanitizer_get_current_allocated_bytes(void);
 #include "pickle.h"
 #include "safetensors.h"
 #include "util/mkmodel.h"
+#include "util/tmpdir.h"
 
 #define TINY "tests/fuzz/tiny-tokenizer.json"
 
@@ -185,17 +186,13 @@ static void test_pickle_memo_index(void **ctx)
 static int setup(void **ctx)
 {
 	(void)ctx;
-	const char *t = getenv("TMPDIR");
-	snprintf(tmpdir, sizeof tmpdir, "%s/ss-hard.XXXXXX", t && *t ? t : "/tmp");
-	return mkdtemp(tmpdir) ? 0 : -1;
+	return ss_test_tmpdir_make(tmpdir, sizeof tmpdir, "hardening");
 }
 
 static int teardown(void **ctx)
 {
 	(void)ctx;
-	char cmd[600];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	return system(cmd);
+	return ss_test_tmpdir_remove(tmpdir);
 }
 
 int main(void)

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "ss.h"
+#include "util/tmpdir.h"
 
 static char tmpdir[256];
 
@@ -161,8 +162,7 @@ static const char *top1(const char *db, const char *q, const char *const *ex, si
 /* A fresh directory with the corpus in docs.tokens + shard0.states, indexed in idx.db. */
 static int setup(void **state)
 {
-	snprintf(tmpdir, sizeof tmpdir, "%s/ss-test-index-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(tmpdir))
+	if (ss_test_tmpdir_make(tmpdir, sizeof tmpdir, "index"))
 		return -1;
 	write_docs(path_in("docs.tokens"), path_in("shard0.states"), corpus, N_CORPUS, "fpA");
 	const char *in[] = { path_in("docs.tokens"), path_in("shard0.states") };
@@ -173,9 +173,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[600];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	return system(cmd);
+	return ss_test_tmpdir_remove(tmpdir);
 }
 
 static void test_build_and_query(void **state)

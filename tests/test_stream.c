@@ -21,6 +21,7 @@ size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 #include "ss.h"
+#include "util/tmpdir.h"
 
 static char tmpdir[256];
 
@@ -874,16 +875,13 @@ static void test_golden_streams(void **ctx)
 static int setup(void **ctx)
 {
 	(void)ctx;
-	snprintf(tmpdir, sizeof tmpdir, "%s/ss-test-stream-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	return mkdtemp(tmpdir) ? 0 : -1;
+	return ss_test_tmpdir_make(tmpdir, sizeof tmpdir, "stream");
 }
 
 static int teardown(void **ctx)
 {
 	(void)ctx;
-	char cmd[600];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	return system(cmd);
+	return ss_test_tmpdir_remove(tmpdir);
 }
 
 int main(void)
