@@ -8,7 +8,6 @@
  */
 #include <errno.h>
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -722,33 +721,13 @@ int main(int argc, char **argv)
 		{ "tokenizer", required_argument, 0, O_TOK },
 		{ "methods", required_argument, 0, O_METHODS },
 		{ "threads", required_argument, 0, O_THREADS },
-		{ "output", required_argument, 0, 'o' },
-		{ "quiet", no_argument, 0, 'q' },
-		{ "verbose", no_argument, 0, 'v' },
-		{ "help", no_argument, 0, 'h' },
-		{ "version", no_argument, 0, 'V' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *model_opt = NULL, *methods = NULL;
+	/* Options may come before or after the command. */
+	const cli_options co = { NULL, opts, usage, help, &opt.out };
 	int c;
-	/* First pass, up to the command: only -h and -V act before it. */
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+o:qvhV", opts, NULL)) != -1) {
-		if (c == 'h')
-			help();
-		if (c == 'V')
-			cli_version();
-	}
-	opterr = 1;
-	if (optind >= argc)
-		cli_usage(usage, "missing command: wikitext or attribution");
-	const char *cmd = argv[optind];
-	int wiki = !strcmp(cmd, "wikitext"), attr = !strcmp(cmd, "attribution");
-	if (!wiki && !attr)
-		cli_usage(usage, "unknown command '%s' (wikitext or attribution)", cmd);
-	/* Options may come before or after the command (0: glibc re-initialises). */
-	optind = 0;
-	while ((c = getopt_long(argc, argv, "o:qvhV", opts, NULL)) != -1) {
+	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
 		case O_MODEL: model_opt = optarg; break;
 		case O_INDEX: opt.index = optarg; break;
@@ -765,18 +744,16 @@ int main(int argc, char **argv)
 		case O_TOK: opt.tok_path = optarg; break;
 		case O_METHODS: methods = optarg; break;
 		case O_THREADS: opt.threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
-		case 'o': opt.out = optarg; break;
-		case 'q': cli_verbosity = 0; break;
-		case 'v': cli_verbosity++; break;
-		case 'h': help();
-		case 'V': cli_version();
-		default: cli_usage(usage, "unknown option");
 		}
 	}
-	int extra = 0;
-	for (int i = optind; i < argc; i++)
-		if (strcmp(argv[i], cmd) || extra++)
-			cli_usage(usage, "unexpected argument '%s'", argv[i]);
+	if (optind >= argc)
+		cli_usage(usage, "missing command: wikitext or attribution");
+	const char *cmd = argv[optind];
+	int wiki = !strcmp(cmd, "wikitext"), attr = !strcmp(cmd, "attribution");
+	if (!wiki && !attr)
+		cli_usage(usage, "unknown command '%s' (wikitext or attribution)", cmd);
+	if (optind + 1 < argc)
+		cli_usage(usage, "unexpected argument '%s'", argv[optind + 1]);
 	if (wiki) {
 		if (!opt.index || !opt.tokens)
 			cli_usage(usage, "wikitext needs --index and --tokens");
