@@ -40,11 +40,11 @@ Q := @
 endif
 say = $(if $(Q),@printf '  %-7s %s\n' $(1) $(2))
 
-LIB_SRC   := $(wildcard lib/*.c)
+LIB_SRC   := $(wildcard lib/*.c lib/*/*.c)
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
 LIB       := $(B)/libss.a
 TOOLS     := $(patsubst tools/%.c,$(B)/bin/%,$(wildcard tools/ss-*.c))
-# tools/*.c that are not ss-*.c are shared by every tool (cli helpers).
+# tools/*.c that are not ss-*.c are the tools' helpers (cli, defaults, model loading, ss-eval's protocols).
 TOOLCOMMON_OBJ := $(patsubst %.c,$(B)/%.o,$(filter-out tools/ss-%.c,$(wildcard tools/*.c)))
 # An archive, so a tool links only the helpers (and through them the lib/ modules) it uses.
 TOOLCOMMON := $(B)/tools/libsstools.a
@@ -236,5 +236,5 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(wildcard $(FZ)/*/*.d $(FZ)/tests/fuzz/*.d)
+-include $(wildcard $(FZ)/*/*.d $(FZ)/*/*/*.d)
 -include $(LIB_OBJ:.o=.d) $(TOOLS:$(B)/bin/%=$(B)/tools/%.d) $(TESTS:=.d) $(BENCHES:=.d) $(GENS:=.d) $(GEN_LIB_OBJ:.o=.d) $(TESTUTIL_OBJ:.o=.d) $(TOOLCOMMON_OBJ:.o=.d)
