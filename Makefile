@@ -27,7 +27,7 @@ endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN   := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wvla
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(BLAS_CFLAGS) $(SANFLAGS) -pthread -Ilib -Itools -Itests $(PKG_CFLAGS) -MMD -MP
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(BLAS_CFLAGS) $(SANFLAGS) -pthread -I. -Ilib -Itools -Itests $(PKG_CFLAGS) -MMD -MP
 LDLIBS := $(PKG_LIBS) $(BLAS_LIBS) -lm -ldl -pthread
 # --as-needed: a tool records only the shared libraries it calls, so ss-cat or ss-retrieve do not
 # load OpenBLAS, libarchive and their dependencies at every start-up.
@@ -40,11 +40,11 @@ Q := @
 endif
 say = $(if $(Q),@printf '  %-7s %s\n' $(1) $(2))
 
-LIB_SRC   := $(wildcard lib/*.c)
+LIB_SRC   := $(wildcard lib/*.c lib/*/*.c)
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
 LIB       := $(B)/libss.a
 TOOLS     := $(patsubst tools/%.c,$(B)/bin/%,$(wildcard tools/ss-*.c))
-# tools/*.c that are not ss-*.c are shared by every tool (cli helpers).
+# tools/*.c that are not ss-*.c are the tools' helpers (cli, defaults, model loading, ss-eval's protocols).
 TOOLCOMMON_OBJ := $(patsubst %.c,$(B)/%.o,$(filter-out tools/ss-%.c,$(wildcard tools/*.c)))
 # An archive, so a tool links only the helpers (and through them the lib/ modules) it uses.
 TOOLCOMMON := $(B)/tools/libsstools.a
@@ -58,6 +58,10 @@ TESTUTIL_SRC := $(wildcard tests/util/*.c)
 TESTUTIL_OBJ := $(TESTUTIL_SRC:%.c=$(B)/%.o)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES   := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
+# Generators of random models, states and small databases (gen/mk*.c programs, gen/*.c their
+# library), used by the tests and the benchmarks alike.
+GEN_LIB_OBJ := $(patsubst %.c,$(B)/%.o,$(filter-out gen/mk%.c,$(wildcard gen/*.c)))
+GENS      := $(patsubst gen/%.c,$(B)/gen/%,$(wildcard gen/mk*.c))
 MANS      := $(wildcard man/*.1 man/*.5)
 
 # CUDA plugin: kernels/*.cu → libss_cuda.so, dlopen()ed by the tools only when a GPU is present
@@ -81,7 +85,7 @@ NVCCFLAGS := -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-W
 CUDA_PLUGIN := $(if $(and $(HAVE_NVCC),$(CU_SRC)),$(B)/lib/libss_cuda.so)
 
 .PHONY: all test check bench man install uninstall clean demo eval deps cuda-note fuzz
-all: $(LIB) $(TOOLS) $(TESTS) $(BENCHES) $(CUDA_PLUGIN) cuda-note
+all: $(LIB) $(TOOLS) $(GENS) $(TESTS) $(BENCHES) $(CUDA_PLUGIN) cuda-note
 
 cuda-note:
 ifeq ($(CUDA),off)
@@ -109,10 +113,10 @@ $(TOOLS): $(B)/bin/%: $(B)/tools/%.o $(TOOLCOMMON) $(LIB)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(TOOLCOMMON) $(LIB) $(LDLIBS)
 
-$(filter-out $(FUZZ_REPLAY),$(TESTS)): $(B)/tests/%: $(B)/tests/%.o $(TESTUTIL_OBJ) $(LIB)
+$(filter-out $(FUZZ_REPLAY),$(TESTS)): $(B)/tests/%: $(B)/tests/%.o $(TESTUTIL_OBJ) $(GEN_LIB_OBJ) $(LIB)
 	$(call say,LD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(TESTUTIL_OBJ) $(LIB) $(LDLIBS) -lcmocka
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(TESTUTIL_OBJ) $(GEN_LIB_OBJ) $(LIB) $(LDLIBS) -lcmocka
 
 $(B)/tests/fuzz/replay-%.o: tests/fuzz/replay.c
 	$(call say,CC,$<)
@@ -124,10 +128,10 @@ $(FUZZ_REPLAY): $(B)/tests/test_fuzz_%: $(B)/tests/fuzz/%.o $(B)/tests/fuzz/repl
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BENCHES): $(B)/bench/%: $(B)/bench/%.o $(TESTUTIL_OBJ) $(LIB)
+$(BENCHES) $(GENS): $(B)/%: $(B)/%.o $(GEN_LIB_OBJ) $(LIB)
 	$(call say,LD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(TESTUTIL_OBJ) $(LIB) $(LDLIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(GEN_LIB_OBJ) $(LIB) $(LDLIBS)
 
 $(B)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) lib/ss.h lib/ss_ops.h lib/ss_device.h
 	$(call say,NVCC,$<)
@@ -232,5 +236,5 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(wildcard $(FZ)/*/*.d $(FZ)/tests/fuzz/*.d)
--include $(LIB_OBJ:.o=.d) $(TOOLS:$(B)/bin/%=$(B)/tools/%.d) $(TESTS:=.d) $(BENCHES:=.d) $(TESTUTIL_OBJ:.o=.d) $(TOOLCOMMON_OBJ:.o=.d)
+-include $(wildcard $(FZ)/*/*.d $(FZ)/*/*/*.d)
+-include $(LIB_OBJ:.o=.d) $(TOOLS:$(B)/bin/%=$(B)/tools/%.d) $(TESTS:=.d) $(BENCHES:=.d) $(GENS:=.d) $(GEN_LIB_OBJ:.o=.d) $(TESTUTIL_OBJ:.o=.d) $(TOOLCOMMON_OBJ:.o=.d)

@@ -25,7 +25,7 @@
 
 #include "ss.h"
 #include "bench.h"
-#include "../tests/util/mkmodel.h"
+#include "gen/model.h"
 
 /* Runs exe with the device; returns its wall time (s) and peak RSS (KB). */
 static int run_once(const char *exe, const char *model, const char *dev, double *sec, long *rss_kb)

@@ -14,7 +14,7 @@
  * (ubatch x d_in_proj x d_model) on the same threads, split by rows as the
  * forward pass does, and the GEMM FLOP rate of state extraction as a
  * fraction of it.
- * Figures only, no pass/fail. The model is written with tests/util/mkmodel.h
+ * Figures only, no pass/fail. The model is written with gen/model.h
  * into $TMPDIR (removed after loading), or read from -m DIR.
  *
  * The peer, llama.cpp, is run in the same process tree and interleaved with
@@ -44,7 +44,7 @@
 
 #include "ss.h"
 #include "bench.h"
-#include "../tests/util/mkmodel.h"
+#include "gen/model.h"
 
 #define MAX_REPS 64
 
@@ -305,7 +305,7 @@ int main(int argc, char **argv)
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			printf("usage: forward [-t THREADS] [-d DOCS] [-n TOKENS] [-g DECODE_STEPS] [-u UBATCH] [-r REPEATS]\n"
 			       "               [-p PRESET | -m MODEL_DIR] [--no-mmap] [--deterministic]\n"
-			       "PRESET: a tests/util/mkmodel.h shape (default mamba2-130m), written to $TMPDIR and loaded.\n"
+			       "PRESET: a gen/model.h shape (default mamba2-130m), written to $TMPDIR and loaded.\n"
 			       "Peer: LLAMA_BENCH=llama-bench LLAMA_GGUF=model.gguf (bench/README.md).\n");
 			return 0;
 		}

@@ -27,7 +27,7 @@ mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 for p in $presets; do
 	echo "== $p (bf16)"
-	"$SS_BUILD"/bench/mkmodel "$tmp/$p" --preset "$p" --dtype bf16 >/dev/null
+	"$SS_BUILD"/gen/mkmodel "$tmp/$p" --preset "$p" --dtype bf16 >/dev/null
 	"$SS_BUILD"/bench/cuda -m "$tmp/$p" -d "$DOCS" -n "$TOKENS" -b "$PER_CALL" -B "$BATCHES" \
 		-s "$STEPS" -P "$PEAK_TFLOPS" -W "$PEAK_TBPS" || echo "bench/cuda: exit $?"
 	if python3 -c 'import torch, transformers' 2>/dev/null; then

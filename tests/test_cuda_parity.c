@@ -27,7 +27,7 @@
 #include <cmocka.h>
 
 #include "ss.h"
-#include "util/mkmodel.h"
+#include "gen/model.h"
 
 static ss_device *dev;
 static const ss_cuda_api *cu;

@@ -25,7 +25,7 @@
 #include <cmocka.h>
 
 #include "ss.h"
-#include "util/mkmodel.h"
+#include "gen/model.h"
 
 #ifndef SS_TEST_SHARED
 #define SS_TEST_SHARED 0

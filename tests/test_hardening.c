@@ -25,7 +25,7 @@ size_t __sanitizer_get_current_allocated_bytes(void);
 #include "ss.h"
 #include "pickle.h"
 #include "safetensors.h"
-#include "util/mkmodel.h"
+#include "gen/model.h"
 #include "util/tmpdir.h"
 
 #define TINY "tests/fuzz/tiny-tokenizer.json"

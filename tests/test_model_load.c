@@ -19,7 +19,7 @@
 
 #include "ss.h"
 #include "pickle.h"
-#include "util/mkmodel.h"
+#include "gen/model.h"
 
 #ifndef SS_TEST_SHARED
 #define SS_TEST_SHARED 0

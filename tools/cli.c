@@ -152,6 +152,65 @@ void cli_progress_end(void)
 	progress_open = 0;
 }
 
+/* The option at optind - 1 as given ("--foo", "--foo=1"), or "-x" for a
+ * short one. */
+static const char *bad_option(char **argv, char *buf)
+{
+	const char *a = optind > 0 ? argv[optind - 1] : NULL;
+	if (a && !strncmp(a, "--", 2))
+		return a;
+	snprintf(buf, 3, "-%c", optopt ? optopt : '?');
+	return buf;
+}
+
+int cli_getopt(int argc, char **argv, const cli_options *o)
+{
+	static const struct option common[] = {
+		{ "output", required_argument, 0, 'o' }, { "quiet", no_argument, 0, 'q' },
+		{ "verbose", no_argument, 0, 'v' },      { "help", no_argument, 0, 'h' },
+		{ "version", no_argument, 0, 'V' },
+	};
+	enum { N_COMMON = sizeof common / sizeof *common, MAX_LONGS = 64 };
+	/* Built anew at every call (the same each time): getopt_long keeps only
+	 * its place in argv between calls. */
+	static struct option longs[MAX_LONGS + N_COMMON + 1];
+	static char shorts[64];
+	size_t n = 0;
+	for (const struct option *l = o->longs; l && l->name; l++) {
+		if (n == MAX_LONGS)
+			cli_die("internal error: more than %d long options", MAX_LONGS);
+		longs[n++] = *l;
+	}
+	for (size_t i = o->out ? 0 : 1; i < N_COMMON; i++)
+		longs[n++] = common[i];
+	longs[n] = (struct option){ 0, 0, 0, 0 };
+	if ((size_t)snprintf(shorts, sizeof shorts, ":%s%sqvhV", o->out ? "o:" : "",
+			     o->shorts ? o->shorts : "") >= sizeof shorts)
+		cli_die("internal error: too many short options");
+	opterr = 0;
+	for (;;) {
+		int c = getopt_long(argc, argv, shorts, longs, NULL);
+		char buf[3];
+		switch (c) {
+		case 'o':
+			if (!o->out)
+				return c;
+			*o->out = optarg;
+			break;
+		case 'q': cli_verbosity = 0; break;
+		case 'v': cli_verbosity++; break;
+		case 'h': o->help(); cli_die("internal error: help returned");
+		case 'V': cli_version();
+		case ':': cli_usage(o->usage, "option '%s' needs an argument", bad_option(argv, buf));
+		case '?':
+			fprintf(stderr, "%s: unknown option '%s' (usage: %s --help)\n", cli_prog,
+				bad_option(argv, buf), cli_prog);
+			exit(CLI_EXIT_USAGE);
+		default: return c;
+		}
+	}
+}
+
 long cli_long(const char *opt, const char *s, long lo, long hi, const char *usage)
 {
 	char *end;

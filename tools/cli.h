@@ -7,6 +7,7 @@
 #ifndef SS_CLI_H
 #define SS_CLI_H
 
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +17,29 @@
 
 extern const char *cli_prog; /* "ss-encode" */
 extern int cli_verbosity;    /* 0 = -q, 1 = default, 2+ = -v */
+
+/* A tool's options for cli_getopt(): its own, and the common ones every tool
+ * takes with one meaning:
+ *   -o, --output FILE  the output (only where `out` is set)
+ *   -q, --quiet        errors only (cli_verbosity 0)
+ *   -v, --verbose      more on stderr (cli_verbosity + 1 per -v)
+ *   -h, --help         help(): prints the help to stdout and exits 0
+ *   -V, --version      "prog VERSION" to stdout, exit 0 */
+typedef struct {
+	const char *shorts;         /* the tool's own short options, getopt syntax ("k:"); NULL: none */
+	const struct option *longs; /* the tool's own long options, {0}-terminated; NULL: none */
+	const char *usage;          /* for usage errors (cli_usage) */
+	void (*help)(void);         /* must not return */
+	const char **out;           /* where -o/--output FILE goes; NULL: the tool takes no -o */
+} cli_options;
+
+/* getopt_long over the tool's own options and the common ones (opterr = 0:
+ * getopt itself prints nothing). Acts on the common options, and returns the
+ * next of the tool's own (optarg set), or -1 after the last option (optind:
+ * the first operand, as getopt_long). An unknown option is one line on
+ * stderr, "prog: unknown option '--foo' (usage: prog --help)", exit 2; a
+ * missing argument a usage error naming the option (cli_usage), exit 2. */
+int cli_getopt(int argc, char **argv, const cli_options *o);
 
 /* Records the program name and registers the stdout-close check at exit. */
 void cli_init(const char *prog);

@@ -2,7 +2,6 @@
  * ss-cat — print the records of ss streams (tokens or states) as JSON lines,
  * for people and scripts. Large arrays are summarised unless --full.
  */
-#include <getopt.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,21 +37,16 @@ int main(int argc, char **argv)
 	long long at = -1, limit = -1;
 	static const struct option opts[] = {
 		{ "full", no_argument, 0, 'F' }, { "meta", no_argument, 0, 'M' },
-		{ "at", required_argument, 0, 'a' }, { "help", no_argument, 0, 'h' },
-		{ "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
+		{ "at", required_argument, 0, 'a' }, { 0, 0, 0, 0 },
 	};
+	const cli_options co = { "n:", opts, usage, help, NULL };
 	int c;
-	while ((c = getopt_long(argc, argv, "n:qvhV", opts, NULL)) != -1) {
+	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
 		case 'F': full = 1; break;
 		case 'M': meta = 1; break;
 		case 'a': at = cli_long("--at", optarg, 0, LONG_MAX, usage); break;
 		case 'n': limit = cli_long("-n", optarg, 0, LONG_MAX, usage); break;
-		case 'q': cli_verbosity = 0; break;
-		case 'v': cli_verbosity++; break;
-		case 'h': help();
-		case 'V': cli_version();
-		default: cli_usage(usage, "unknown option");
 		}
 	}
 	char *stdin_only[] = { "-" };

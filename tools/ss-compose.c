@@ -17,7 +17,6 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -233,12 +232,11 @@ int main(int argc, char **argv)
 		{"mode", required_argument, 0, 'm'}, {"norm", required_argument, 0, 'N'},
 		{"conv", required_argument, 0, 'C'}, {"state-dtype", required_argument, 0, 'D'},
 		{"weights", required_argument, 0, 'W'}, {"id", required_argument, 0, 'I'},
-		{"output", required_argument, 0, 'o'}, {"level", required_argument, 0, 'l'},
-		{"help", no_argument, 0, 'h'},
-		{"version", no_argument, 0, 'V'}, {0, 0, 0, 0},
+		{"level", required_argument, 0, 'l'}, {0, 0, 0, 0},
 	};
+	const cli_options co = {"l:", opts, usage, help, &out_path};
 	int ch;
-	while ((ch = getopt_long(argc, argv, "o:l:qvhV", opts, NULL)) != -1) {
+	while ((ch = cli_getopt(argc, argv, &co)) != -1) {
 		switch (ch) {
 		case 'm':
 			if (ss_compose_mode_parse(optarg, &o.mode))
@@ -264,13 +262,7 @@ int main(int argc, char **argv)
 				cli_usage(usage, "--id: empty id");
 			id = optarg;
 			break;
-		case 'o': out_path = optarg; break;
 		case 'l': level = (int)cli_long("--level", optarg, -7, 19, usage); break;
-		case 'q': cli_verbosity = 0; break;
-		case 'v': cli_verbosity++; break;
-		case 'h': help();
-		case 'V': cli_version();
-		default: cli_usage(usage, "unknown option");
 		}
 	}
 	if (weights_path && !strcmp(weights_path, "-") && !strcmp(out_path, "-"))

@@ -5,7 +5,6 @@
  * documents of the inputs to encode (corpus shards; given retrieved ids).
  */
 #include <errno.h>
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -442,15 +441,11 @@ int main(int argc, char **argv)
 		{ "max-doc", required_argument, 0, O_MAXDOC },
 		{ "shard", required_argument, 0, O_SHARD },
 		{ "ids", required_argument, 0, O_IDS },
-		{ "output", required_argument, 0, 'o' },
-		{ "quiet", no_argument, 0, 'q' },
-		{ "verbose", no_argument, 0, 'v' },
-		{ "help", no_argument, 0, 'h' },
-		{ "version", no_argument, 0, 'V' },
 		{ 0, 0, 0, 0 },
 	};
+	const cli_options co = { NULL, opts, usage, help, &out_path };
 	int c;
-	while ((c = getopt_long(argc, argv, "o:qvhV", opts, NULL)) != -1) {
+	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
 		case O_MODEL: model_opt = optarg; break;
 		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
@@ -472,12 +467,6 @@ int main(int argc, char **argv)
 			break;
 		case O_SHARD: parse_shard(optarg, &sel, usage); break;
 		case O_IDS: sel.ids_path = optarg; break;
-		case 'o': out_path = optarg; break;
-		case 'q': cli_verbosity = 0; break;
-		case 'v': cli_verbosity++; break;
-		case 'h': help();
-		case 'V': cli_version();
-		default: cli_usage(usage, "unknown option");
 		}
 	}
 	if (concat_id && !concat)

@@ -6,7 +6,6 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,10 +390,6 @@ int main(int argc, char **argv)
 		{ "json", no_argument, 0, O_JSON },
 		{ "out-dir", required_argument, 0, O_OUTDIR },
 		{ "empty-ok", no_argument, 0, O_EMPTYOK },
-		{ "help", no_argument, 0, 'h' },
-		{ "version", no_argument, 0, 'V' },
-		{ "quiet", no_argument, 0, 'q' },
-		{ "verbose", no_argument, 0, 'v' },
 		{ 0, 0, 0, 0 },
 	};
 	for (int i = 1; i < argc; i++) {
@@ -417,14 +412,10 @@ int main(int argc, char **argv)
 	if (!o.exclude)
 		cli_die("out of memory");
 	optind = 2;
-	opterr = 0;
+	const cli_options co = { "k:", longs, usage_line, help, &o.out };
 	int c;
-	while ((c = getopt_long(argc, argv, ":k:o:qvhV", longs, NULL)) != -1) {
-		if (c == '?')
-			cli_usage(usage_line, "unknown option '%s'", argv[optind - 1]);
-		if (c == ':')
-			cli_usage(usage_line, "option '%s' needs an argument", argv[optind - 1]);
-		if (build && c != O_INDEX && c != 'q' && c != 'v')
+	while ((c = cli_getopt(argc, argv, &co)) != -1) {
+		if (build && c != O_INDEX)
 			cli_usage(usage_line, "option not valid for build: %s", argv[optind - 1]);
 		switch (c) {
 		case O_INDEX: db = optarg; break;
@@ -435,12 +426,10 @@ int main(int argc, char **argv)
 		case O_OUTDIR: o.out_dir = optarg; break;
 		case O_EMPTYOK: o.empty_ok = 1; break;
 		case 'k': o.k = (int)cli_long("-k", optarg, 1, 1000000, usage_line); break;
-		case 'o': o.out = optarg; break;
-		case 'q': cli_verbosity = 0; break;
-		case 'v': cli_verbosity++; break;
-		default: cli_usage(usage_line, "unknown option");
 		}
 	}
+	if (build && o.out)
+		cli_usage(usage_line, "option not valid for build: -o");
 	if (!db)
 		cli_usage(usage_line, "--index DB is required");
 	if (build) {

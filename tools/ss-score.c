@@ -4,7 +4,6 @@
  */
 #include <errno.h>
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,15 +286,11 @@ int main(int argc, char **argv)
 		{ "tokenizer", required_argument, 0, O_TOK },
 		{ "threads", required_argument, 0, O_THREADS },
 		{ "device", required_argument, 0, O_DEVICE },
-		{ "output", required_argument, 0, 'o' },
-		{ "quiet", no_argument, 0, 'q' },
-		{ "verbose", no_argument, 0, 'v' },
-		{ "help", no_argument, 0, 'h' },
-		{ "version", no_argument, 0, 'V' },
 		{ 0, 0, 0, 0 },
 	};
+	const cli_options co = { NULL, opts, usage, help, &out_path };
 	int c;
-	while ((c = getopt_long(argc, argv, "o:qvhV", opts, NULL)) != -1) {
+	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
 		case O_MODEL: model_opt = optarg; break;
 		case O_STATE: state_path = optarg; break;
@@ -309,12 +304,6 @@ int main(int argc, char **argv)
 		case O_TOK: sc.tok_path = optarg; break;
 		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
 		case O_DEVICE: device_opt = optarg; break;
-		case 'o': out_path = optarg; break;
-		case 'q': cli_verbosity = 0; break;
-		case 'v': cli_verbosity++; break;
-		case 'h': help();
-		case 'V': cli_version();
-		default: cli_usage(usage, "unknown option");
 		}
 	}
 	if (optind < argc)

@@ -8,7 +8,6 @@
 #include <archive_entry.h>
 #include <cJSON.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stddef.h>
@@ -670,13 +669,12 @@ int main(int argc, char **argv)
 		{ "ids", no_argument, 0, O_IDS },
 		{ "decode", no_argument, 0, O_DECODE },   { "no-text", no_argument, 0, O_NOTEXT },
 		{ "max-doc", required_argument, 0, O_MAXDOC },
-		{ "tokenizer", required_argument, 0, 't' }, { "output", required_argument, 0, 'o' },
-		{ "level", required_argument, 0, 'l' },   { "help", no_argument, 0, 'h' },
-		{ "version", no_argument, 0, 'V' },       { 0, 0, 0, 0 },
+		{ "tokenizer", required_argument, 0, 't' }, { "level", required_argument, 0, 'l' },
+		{ 0, 0, 0, 0 },
 	};
+	const cli_options co = { "t:l:", opts, usage, help, &out_path };
 	int c, nformat = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":t:o:l:qvhV", opts, NULL)) != -1) {
+	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
 		case O_WHOLE: opt.whole = 1; break;
 		case O_TEXT: opt.format = IN_TEXT; nformat++; break;
@@ -692,14 +690,7 @@ int main(int argc, char **argv)
 				cli_usage(usage, "--max-doc: '%s' is not a size (bytes, with optional k/M/G)", optarg);
 			break;
 		case 't': tpath = optarg; break;
-		case 'o': out_path = optarg; break;
 		case 'l': opt.level = (int)cli_long("--level", optarg, 1, 19, usage); break;
-		case 'q': cli_verbosity = 0; break;
-		case 'v': cli_verbosity++; break;
-		case 'h': help();
-		case 'V': cli_version();
-		case ':': cli_usage(usage, "option '%s' needs an argument", argv[optind - 1]);
-		default: cli_usage(usage, "unknown option '%s'", argv[optind - 1]);
 		}
 	}
 	if (nformat > 1)

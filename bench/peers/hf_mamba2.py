@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The peer figures for bench/gpu.sh: transformers' Mamba2 on the same GPU,
-model directory (written by bench/mkmodel, transformers layout) and shapes.
+model directory (written by gen/mkmodel, transformers layout) and shapes.
 
 Not part of the product: run only when torch (with CUDA) and transformers
 import. Prints lines in the format of bench/cuda:

@@ -2,9 +2,9 @@
 # CLI cases of ss-compose: help and usage, every mode's output record, n = 1
 # identity, refusal of mixed models (naming both records, no output file),
 # n = 0, truncated and foreign input, mixed storage dtypes, pipe = file.
-# Inputs come from bench/mkstates (seeded random states, small dims).
+# Inputs come from gen/mkstates (seeded random states, small dims).
 set -u
-mk="$SS_TOP/$SS_BUILD/bench/mkstates"
+mk="$SS_TOP/$SS_BUILD/gen/mkstates"
 [ -x "$mk" ] || { echo "no $mk (run make)"; exit 77; }
 t=$(mktemp -d) || exit 1
 trap 'rm -rf "$t"' EXIT

@@ -65,7 +65,7 @@ p0=$(ss-decode --model "$T1" --no-state --prompt-tokens 6911,378 --ids --max-tok
 [ -z "$(ss-decode --model "$T1" --no-state --prompt-tokens 1 --ids --max-tokens 0)" ] || fail "--max-tokens 0"
 
 # Bad input. A state of another model: a generated one of t2's shape.
-"$SS_TOP/$SS_BUILD/bench/mkmodel" "$d/t2" --preset t2 --dtype bf16 >/dev/null
+"$SS_TOP/$SS_BUILD/gen/mkmodel" "$d/t2" --preset t2 --dtype bf16 >/dev/null
 ss-tokenize -q --whole "$G/t1/c2/text.txt" | ss-encode --model "$d/t2" >"$d/t2.st"
 expect 1 "t2.st: record 0: .*another model" ss-decode --model "$T1" --state "$d/t2.st" --prompt-tokens 1
 head -c 3000 "$d/a.st" >"$d/trunc.st"

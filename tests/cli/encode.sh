@@ -94,7 +94,7 @@ if command -v zstd >/dev/null 2>&1; then
 fi
 
 # Bad input. A state of another model: a generated one of t2's shape.
-"$SS_TOP/$SS_BUILD/bench/mkmodel" "$d/t2" --preset t2 --dtype bf16 >/dev/null
+"$SS_TOP/$SS_BUILD/gen/mkmodel" "$d/t2" --preset t2 --dtype bf16 >/dev/null
 ss-tokenize -q --whole "$G/t1/c2/text.txt" | ss-encode --model "$d/t2" >"$d/t2.st"
 fp=$($PY json-get "$d/c3.json" fingerprint | tr -d '"')
 expect 1 "t2.st: .*another model.*$fp" ss-encode --model "$T1" --from-state "$d/t2.st" "$d/b.tok"

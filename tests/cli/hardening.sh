@@ -3,11 +3,11 @@
 # frame, document limits, JSONL NUL / long / huge ids, file size limits and
 # full disks (no partial output, the reason said), concurrent index builds,
 # and empty state inputs / queries without a match. No shared data: the tiny
-# tokenizer tests/fuzz/tiny-tokenizer.json, bench/mkdb and bench/mkmodel.
+# tokenizer tests/fuzz/tiny-tokenizer.json, gen/mkdb and gen/mkmodel.
 set -u
 LC_ALL=C; export LC_ALL
 B="$SS_TOP/$SS_BUILD"
-for p in bench/mkdb bench/mkmodel; do [ -x "$B/$p" ] || { echo "no $B/$p (run make)"; exit 77; }; done
+for p in gen/mkdb gen/mkmodel; do [ -x "$B/$p" ] || { echo "no $B/$p (run make)"; exit 77; }; done
 TOK="$SS_TOP/tests/fuzz/tiny-tokenizer.json"
 t=$(mktemp -d) || exit 1
 trap 'rm -rf "$t"' EXIT
@@ -24,7 +24,7 @@ expect() {
 has() { grep -q -- "$2" "$1" || { fail "$1 lacks '$2'"; sed 's/^/    /' "$1" | head -5; }; }
 
 # --- 1. a skippable frame running past the end is an error, not a clean end
-printf 'a\tthe quick brown fox\nb\tlazy dog\nc\tocean\n' | "$B/bench/mkdb" d.tokens d.states
+printf 'a\tthe quick brown fox\nb\tlazy dog\nc\tocean\n' | "$B/gen/mkdb" d.tokens d.states
 (printf '\123\052\115\030\000\000\001\000'; cat d.states) | ss-cat >out 2>err
 [ $? -eq 1 ] || fail "truncated skippable frame: exit 0"
 has err "record 0 (byte offset 0): skippable frame truncated"
@@ -41,7 +41,7 @@ expect 1 ss-tokenize -t "$TOK" --max-doc 4k --ids ar.tar.gz; has err "document b
 printf '{"id":"j","text":"%s"}\n' "$(head -c 5000 long.txt)" >long.jsonl
 expect 1 ss-tokenize -t "$TOK" --max-doc 4k --ids long.jsonl; has err "long.jsonl: line 1: document longer"
 expect 2 ss-tokenize -t "$TOK" --max-doc 0 long.txt; has err "max-doc"
-"$B/bench/mkmodel" m --vocab 512 >/dev/null 2>&1 || fail "mkmodel"
+"$B/gen/mkmodel" m --vocab 512 >/dev/null 2>&1 || fail "mkmodel"
 expect 1 ss-encode --model m --text --tokenizer "$TOK" --max-doc 4k -o e.states long.txt
 has err "long.txt: line 1: document longer than the --max-doc limit of 4096 bytes"
 [ -e e.states ] && fail "ss-encode left an output after a refused document"
@@ -69,7 +69,7 @@ has err "big.tokens: write error: File too large"
 [ -n "$(ls | grep big.tokens)" ] && fail "left behind: $(ls | grep big.tokens)"
 # an index build on a full disk: a new index leaves nothing, an old one stays as it was
 awk 'BEGIN { for (i = 0; i < 3000; i++) printf "d%d\tfox dog ocean ship %d bread moon %d\n", i, i, i * 7 }' >docs.txt
-"$B/bench/mkdb" big.tokens big.states <docs.txt
+"$B/gen/mkdb" big.tokens big.states <docs.txt
 (ulimit -f 200; exec ss-retrieve build --index new.db big.tokens big.states) >out 2>err
 rc=$?
 [ $rc -eq 1 ] || fail "index build past ulimit -f: exit $rc"
@@ -86,7 +86,7 @@ cmp -s old.db old.copy || fail "a failed build changed the old index"
 # --- 11. concurrent builds of one index run one after the other: a build
 # that waits longer than SQLite's 10 s busy timeout still commits, and the
 # index holds both builds' documents.
-printf 'e1\tzeppelin over the fjord\n' | "$B/bench/mkdb" e.tokens e.states
+printf 'e1\tzeppelin over the fjord\n' | "$B/gen/mkdb" e.tokens e.states
 ( (sleep 12; cat d.tokens) | ss-retrieve build --index c.db - d.states >a.out 2>a.err; echo $? >a.rc ) &
 sleep 1
 expect 0 ss-retrieve build --index c.db e.tokens e.states

@@ -1,12 +1,12 @@
 #!/bin/sh
 # ss-retrieve from the command line: build, rebuild, queries (single and
 # batch), ordering, exclusion, concurrent readers, and every bad input.
-# Fixtures come from build/bench/mkdb ("ID<TAB>TEXT" lines → token + state
+# Fixtures come from build/gen/mkdb ("ID<TAB>TEXT" lines → token + state
 # streams with random small states).
 set -u
 LC_ALL=C; export LC_ALL
 : "${SS_BUILD:=build}"
-mkdb=$SS_BUILD/bench/mkdb
+mkdb=$SS_BUILD/gen/mkdb
 [ -x "$mkdb" ] || { echo "no $mkdb (make first)"; exit 77; }
 command -v ss-retrieve >/dev/null || { echo "ss-retrieve not on PATH"; exit 77; }
 case $mkdb in /*) ;; *) mkdb="$(pwd)/$mkdb" ;; esac

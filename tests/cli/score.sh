@@ -60,7 +60,7 @@ ss-score --model "$T1" --no-state <"$d/pairs.jsonl" >"$d/p0.json"
 [ "$(wc -l <"$d/p0.json")" -eq 2 ] || fail "pairs on stdin"
 
 # Bad input. A state of another model: a generated one of t2's shape.
-"$SS_TOP/$SS_BUILD/bench/mkmodel" "$d/t2" --preset t2 --dtype bf16 >/dev/null
+"$SS_TOP/$SS_BUILD/gen/mkmodel" "$d/t2" --preset t2 --dtype bf16 >/dev/null
 ss-tokenize -q --whole "$G/t1/c2/text.txt" | ss-encode --model "$d/t2" >"$d/t2.st"
 expect 1 "t2.st: record 0: .*another model" ss-score --model "$T1" --state "$d/t2.st" --query x --continuation y
 head -c 3000 "$d/aa.st" >"$d/trunc.st"

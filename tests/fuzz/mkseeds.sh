@@ -13,7 +13,7 @@ done
 
 # stream: token and state records (small dims), an annotated retrieval output
 printf 'a1\tthe quick brown fox\na2\tsailing ships\n' >"$T/docs.txt"
-"$B/bench/mkdb" "$T/d.tokens" "$T/d.states" <"$T/docs.txt"
+"$B/gen/mkdb" "$T/d.tokens" "$T/d.states" <"$T/docs.txt"
 cp formats/golden/t1-c2.tokens "$S/stream/golden.tokens"
 cp "$T/d.tokens" "$S/stream/mkdb.tokens"
 cp "$T/d.states" "$S/stream/mkdb.states"

@@ -1,4 +1,4 @@
-/* Fuzz target: the tokenizer (lib/tokenizer.c) with the tiny byte-level
+/* Fuzz target: the tokenizer (lib/tokenizer/) with the tiny byte-level
  * BPE tests/fuzz/tiny-tokenizer.json. On valid UTF-8, decoding the
  * encoding gives back the NFC-normalized text; invalid UTF-8 is refused
  * with the offset of the first bad byte. */

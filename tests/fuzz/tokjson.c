@@ -1,4 +1,4 @@
-/* Fuzz target: the tokenizer.json loader (lib/tokenizer.c); a loaded
+/* Fuzz target: the tokenizer.json loader (lib/tokenizer/); a loaded
  * tokenizer must encode and decode a short text. */
 #include "fuzz.h"
 #include "ss.h"

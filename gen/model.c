@@ -1,5 +1,5 @@
 /*
- * mkmodel.c — random Mamba-2 model directories (see mkmodel.h).
+ * model.c — random Mamba-2 model directories (see model.h).
  *
  * Each tensor has its own generator stream (xoshiro256** seeded through
  * splitmix64 from seed and the tensor's index), so a tensor's values do not
@@ -8,7 +8,7 @@
  * ref: golden/README.md §2.4 (distributions); safetensors "Format" (file
  * layout); transformers modeling_utils.py (index json).
  */
-#include "mkmodel.h"
+#include "gen/model.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /*
- * mkmodel.h — writes random (seeded) Mamba-2 model directories in the
+ * model.h — writes random (seeded) Mamba-2 model directories in the
  * transformers safetensors layout, for tests and benchmarks at any size.
  *
  * Output: DIR/config.json (model_type "mamba2", vocab_size = padded rows,

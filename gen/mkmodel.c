@@ -2,18 +2,18 @@
  * mkmodel — writes a random (seeded) Mamba-2 model directory in the
  * transformers safetensors layout, for benchmarks and manual tests.
  *
- *   build/bench/mkmodel DIR [--preset NAME] [--d-model N] [--n-layer N]
+ *   build/gen/mkmodel DIR [--preset NAME] [--d-model N] [--n-layer N]
  *       [--d-state N] [--headdim N] [--expand N] [--ngroups N] [--d-conv N]
  *       [--vocab N] [--pad-multiple N] [--tied|--untied]
  *       [--dtype f32|f16|bf16] [--seed N] [--shards N]
  *
  * Presets: t1 (default), t2, mamba2-130m, mamba2-370m, mamba2-780m,
  * mamba2-1.3b, mamba2-2.7b; options after --preset override it.
- * ref: tests/util/mkmodel.h.
+ * ref: gen/model.h.
  */
 #include "ss.h"
 
-#include "../tests/util/mkmodel.h"
+#include "gen/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,0 +1,2 @@
+# --help: the usage on stdout, exit 0.
+ss-cat --help
