@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ss.h"
+#include "stream_internal.h"
 
 /* Dims above this are refused as corrupt before any size arithmetic. */
 #define DIM_MAX (1 << 24)

@@ -118,7 +118,7 @@ static void record_meta(const ss_record *rec, ss_state *m, const char *path, uin
 	char err[SS_ERRMSG_MAX];
 	if (ss_record_state_meta(rec, m, err) != 0)
 		cli_die("%s: record %llu (byte offset %llu): %s", path, (unsigned long long)recno,
-			(unsigned long long)rec->offset, err);
+			(unsigned long long)ss_record_offset(rec), err);
 }
 
 /* What the first pass of a two-pass mode keeps per input state. */
@@ -296,7 +296,7 @@ int main(int argc, char **argv)
 	uint64_t max = cli_max_record();
 	double t0 = cli_now();
 	uint64_t bytes_in = 0;
-	ss_record rec;
+	const ss_record *rec;
 	ss_state m;
 	int rc;
 
@@ -308,11 +308,11 @@ int main(int argc, char **argv)
 				cli_die("%s: %s", files[i], err);
 			uint64_t recno = 0;
 			while ((rc = ss_reader_next(r, &rec)) == 1) {
-				record_meta(&rec, &m, files[i], recno);
+				record_meta(rec, &m, files[i], recno);
 				check_compat(&m, files[i], recno);
-				add_or_die(c, &rec, files[i], recno, m.id);
+				add_or_die(c, rec, files[i], recno, m.id);
 				ss_state_free(&m);
-				bytes_in += rec.raw_len;
+				bytes_in += ss_record_size(rec);
 				recno++;
 				cli_progress("%zu states", ss_composer_count(c));
 			}
@@ -338,14 +338,15 @@ int main(int argc, char **argv)
 			uint64_t recno = 0;
 			while ((rc = seekable[i] ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec)) == 1) {
 				if (recno == 0)
-					stdin_off = !strcmp(files[i], "-") ? rec.offset : stdin_off;
+					stdin_off = !strcmp(files[i], "-") ? ss_record_offset(rec) : stdin_off;
 				if (seekable[i]) {
-					record_meta(&rec, &m, files[i], recno);
+					record_meta(rec, &m, files[i], recno);
 					check_compat(&m, files[i], recno);
 				} else {
-					if (ss_record_state(&rec, &m, err) != 0)
+					if (ss_record_state(rec, &m, err) != 0)
 						cli_die("%s: record %llu (byte offset %llu): %s", files[i],
-							(unsigned long long)recno, (unsigned long long)rec.offset, err);
+							(unsigned long long)recno,
+							(unsigned long long)ss_record_offset(rec), err);
 					check_compat(&m, files[i], recno);
 					if (!spool && !(spool = tmpfile()))
 						cli_die("cannot create a spool file in $TMPDIR: %s", strerror(errno));
@@ -409,8 +410,8 @@ int main(int argc, char **argv)
 			}
 			uint64_t recno = 0;
 			while (recno < count[i] && (rc = ss_reader_next(r, &rec)) == 1) {
-				add_or_die(c, &rec, files[i], recno, plan.m[k].id);
-				bytes_in += rec.raw_len;
+				add_or_die(c, rec, files[i], recno, plan.m[k].id);
+				bytes_in += ss_record_size(rec);
 				recno++, k++;
 				cli_progress("%zu/%zu states", k, plan.n);
 			}

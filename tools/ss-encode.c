@@ -119,7 +119,7 @@ static int input_next(input *in, doc *d)
 		if (!in->text) {
 			if (!in->r && ss_reader_open(&in->r, path, cli_max_record(), err))
 				cli_die("%s: %s", path, err);
-			ss_record rec;
+			const ss_record *rec;
 			int rc = ss_reader_next(in->r, &rec);
 			if (rc < 0)
 				cli_die("%s: %s", path, ss_reader_error(in->r));
@@ -129,20 +129,21 @@ static int input_next(input *in, doc *d)
 				in->cur++;
 				continue;
 			}
-			if (strcmp(rec.format, SS_FORMAT_TOKENS))
+			if (strcmp(ss_record_format(rec), SS_FORMAT_TOKENS))
 				cli_die("%s: record %llu (byte offset %llu): not a token record (format \"%s\")",
-					path, (unsigned long long)rec.index,
-					(unsigned long long)rec.offset, rec.format);
+					path, (unsigned long long)ss_record_index(rec),
+					(unsigned long long)ss_record_offset(rec), ss_record_format(rec));
 			ss_tokens t;
-			if (ss_record_tokens(&rec, &t, err))
+			if (ss_record_tokens(rec, &t, err))
 				cli_die("%s: record %llu (byte offset %llu): %s", path,
-					(unsigned long long)rec.index, (unsigned long long)rec.offset, err);
+					(unsigned long long)ss_record_index(rec),
+					(unsigned long long)ss_record_offset(rec), err);
 			for (int64_t i = 0; i < t.n_tokens; i++)
 				if (t.tokens[i] < 0 || t.tokens[i] >= in->vocab)
 					cli_die("%s: record %llu (byte offset %llu, id \"%s\"): token %lld is %d, "
 						"outside the model's vocabulary [0, %d)",
-						path, (unsigned long long)rec.index,
-						(unsigned long long)rec.offset, t.id, (long long)i,
+						path, (unsigned long long)ss_record_index(rec),
+						(unsigned long long)ss_record_offset(rec), t.id, (long long)i,
 						(int)t.tokens[i], (int)in->vocab);
 			d->id = t.id;
 			d->tokens = t.tokens;

@@ -154,19 +154,19 @@ static void read_tokens(const char *path)
 	if (ss_reader_open(&r, path, cli_max_record(), err))
 		cli_die("%s: %s", path, err);
 	size_t cap = 0;
-	ss_record rec;
+	const ss_record *rec;
 	int rc;
 	while ((rc = ss_reader_next(r, &rec)) == 1) {
-		if (strcmp(rec.format, SS_FORMAT_TOKENS))
-			cli_die("%s: record %" PRIu64 ": a %s record, not ss-tokens", path, rec.index,
-				rec.format);
+		if (strcmp(ss_record_format(rec), SS_FORMAT_TOKENS))
+			cli_die("%s: record %" PRIu64 ": a %s record, not ss-tokens", path, ss_record_index(rec),
+				ss_record_format(rec));
 		if (n_recs == cap) {
 			cap = cap ? 2 * cap : 1024;
 			recs = xrealloc(recs, cap * sizeof *recs);
 		}
-		if (ss_record_tokens(&rec, &recs[n_recs], err))
-			cli_die("%s: record %" PRIu64 " (byte offset %" PRIu64 "): %s", path, rec.index,
-				rec.offset, err);
+		if (ss_record_tokens(rec, &recs[n_recs], err))
+			cli_die("%s: record %" PRIu64 " (byte offset %" PRIu64 "): %s", path, ss_record_index(rec),
+				ss_record_offset(rec), err);
 		n_recs++;
 	}
 	if (rc < 0)
@@ -329,10 +329,10 @@ static void wikitext(void)
 		}
 		free(qtext);
 		for (int h = 0; h < nh; h++) {
-			ss_record rec;
+			const ss_record *rec;
 			if (ss_index_read(ix, &hits[h], 0, &rec, err))
 				cli_die("%s: %s", hits[h].path, err);
-			if (ss_record_state(&rec, &hit_st[h], err))
+			if (ss_record_state(rec, &hit_st[h], err))
 				cli_die("%s: document %s at byte offset %" PRIu64 ": %s", hits[h].path,
 					hits[h].id, hits[h].offset, err);
 		}
