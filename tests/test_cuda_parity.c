@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "ss.h"
+#include "device_plugin.h"
 #include "util/mkmodel.h"
 
 static ss_device *dev;
