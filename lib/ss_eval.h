@@ -58,11 +58,6 @@ typedef struct {
 	int64_t n_tokens;
 } ss_eval_doc;
 
-/* Deep copy of src's dims, fingerprint, n_tokens, logdecay, conv and ssm
- * into *dst (id, provenance and annotation are not copied). The caller frees
- * dst with ss_state_free. Returns 0 or SS_ERR_NOMEM. */
-int ss_eval_state_copy(ss_state *dst, const ss_state *src);
-
 /* The zero state of model m (dims, fingerprint, id "zero"). The caller
  * frees it with ss_state_free. Returns 0 or SS_ERR_NOMEM. */
 int ss_eval_zero_state(const ss_model *m, ss_state *out);

@@ -208,6 +208,11 @@ size_t ss_state_conv_len(const ss_state_dims *d);
 size_t ss_state_logdecay_len(const ss_state_dims *d);
 /* Allocates zeroed arrays for dims `d` (id NULL, dtype f32). */
 int ss_state_alloc(ss_state *s, const ss_state_dims *d);
+/* Deep copy of src's dims, fingerprint, n_tokens, logdecay, conv and ssm
+ * into *dst (allocated here, dtype f32; id, provenance and annotation are
+ * not copied). The caller frees dst with ss_state_free. Returns 0 or
+ * SS_ERR_NOMEM. */
+int ss_state_copy(ss_state *dst, const ss_state *src);
 void ss_state_free(ss_state *s);
 /* 0 when dims are equal; else SS_ERR_MISMATCH with errmsg describing the
  * first difference ("nheads 8 vs 16"). */

@@ -244,6 +244,29 @@ static void test_provenance_and_rank(void **ctx)
 	ss_reader_close(r);
 }
 
+/* ss_state_copy: a deep copy of the arrays, dims, fingerprint and n_tokens;
+ * not the id, provenance or annotation. */
+static void test_state_copy(void **ctx)
+{
+	(void)ctx;
+	ss_state s, c;
+	fill_state(&s, "doc", 2, SS_DTYPE_BF16);
+	s.has_rank = 1;
+	assert_int_equal(ss_state_copy(&c, &s), 0);
+	assert_int_equal(ss_state_dims_check(&c.dims, &s.dims, NULL), 0);
+	assert_string_equal(c.fingerprint, s.fingerprint);
+	assert_int_equal(c.n_tokens, 42);
+	assert_int_equal(c.dtype, SS_DTYPE_F32);
+	assert_null(c.id);
+	assert_int_equal(c.has_rank, 0);
+	assert_true(c.ssm != s.ssm && c.conv != s.conv && c.logdecay != s.logdecay);
+	assert_memory_equal(c.ssm, s.ssm, ss_state_ssm_len(&tiny) * sizeof(float));
+	assert_memory_equal(c.conv, s.conv, ss_state_conv_len(&tiny) * sizeof(float));
+	assert_memory_equal(c.logdecay, s.logdecay, ss_state_logdecay_len(&tiny) * sizeof(float));
+	ss_state_free(&s);
+	ss_state_free(&c);
+}
+
 /* Annotation frames (ss-retrieve's rank/score) attach to the next record,
  * in full and meta reads, and are dropped by a seek. */
 static void test_annotation_frames(void **ctx)
@@ -892,6 +915,7 @@ int main(void)
 		cmocka_unit_test(test_tokens_roundtrip_and_seek),
 		cmocka_unit_test(test_states_roundtrip_dtypes),
 		cmocka_unit_test(test_provenance_and_rank),
+		cmocka_unit_test(test_state_copy),
 		cmocka_unit_test(test_annotation_frames),
 		cmocka_unit_test(test_meta_then_full),
 		cmocka_unit_test(test_cat_concatenates),

@@ -383,7 +383,7 @@ static void wikitext(void)
 				if (src[j] == -1) {
 					nll[j] = unll[u++];
 					if (k <= 1) {
-						if (ss_eval_state_copy(&cache[n_cache], &ctxs[j]))
+						if (ss_state_copy(&cache[n_cache], &ctxs[j]))
 							cli_die("out of memory");
 						cache_nll[n_cache++] = nll[j];
 					}
