@@ -459,9 +459,10 @@ int main(int argc, char **argv)
 	if (ss_writer_close(w, err) != 0)
 		cli_die("%s: %s", out_path, err);
 	if (cli_verbosity >= 2) {
-		double dt = cli_now() - t0;
+		double elapsed_s = cli_now() - t0;
 		fprintf(stderr, "ss-compose: %d states, %.1f MB in %.3g s (%.3g GB/s), mode %s\n",
-			(int)out.n_sources, bytes_in / 1e6, dt, dt > 0 ? bytes_in / dt / 1e9 : 0.0,
+			(int)out.n_sources, bytes_in / 1e6, elapsed_s,
+			elapsed_s > 0 ? bytes_in / elapsed_s / 1e9 : 0.0,
 			ss_compose_mode_name(o.mode));
 	}
 	ss_state_free(&out);

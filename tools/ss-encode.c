@@ -578,9 +578,9 @@ int main(int argc, char **argv)
 			doc_free(&docs[i]);
 		}
 		n_docs += nb;
-		double dt = cli_now() - t0;
+		double elapsed_s = cli_now() - t0;
 		cli_progress("%lld documents, %lld tokens, %.0f tokens/s", n_docs, n_tok,
-			     dt > 0 ? n_tok / dt : 0.0);
+			     elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
 	}
 	if (concat) {
 		/* Each call above is one sequence per state, so documents in one
@@ -601,9 +601,9 @@ int main(int argc, char **argv)
 	if (ss_writer_close(w, err))
 		cli_die("%s: %s", out_path ? out_path : "standard output", err[0] ? err : "write failed");
 	if (cli_verbosity >= 2) {
-		double dt = cli_now() - t0;
+		double elapsed_s = cli_now() - t0;
 		fprintf(stderr, "ss-encode: %lld documents, %lld tokens in %.3g s (%.0f tokens/s)\n",
-			n_docs, n_tok, dt, dt > 0 ? n_tok / dt : 0.0);
+			n_docs, n_tok, elapsed_s, elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
 	}
 
 	free(cid);

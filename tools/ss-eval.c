@@ -302,7 +302,7 @@ static void wikitext(void)
 	ss_eval_doc *docs = xcalloc((size_t)K, sizeof *docs);
 	ss_state *ctxs = xcalloc((size_t)M, sizeof *ctxs);
 	const ss_state **starts = xcalloc((size_t)M, sizeof *starts);
-	double *nll = xcalloc((size_t)M, sizeof *nll), *dt = xcalloc((size_t)M, sizeof *dt);
+	double *nll = xcalloc((size_t)M, sizeof *nll), *elapsed_s = xcalloc((size_t)M, sizeof *elapsed_s);
 	double *unll = xcalloc((size_t)M, sizeof *unll);
 	int *src = xcalloc((size_t)M, sizeof *src);
 	/* The states scored at k = 0 and 1 of this passage, for reuse by later k
@@ -357,7 +357,7 @@ static void wikitext(void)
 						    (size_t)k, &ctxs[j], err))
 					cli_die("passage %s, k %d, %s: %s", tq->id, k,
 						ss_eval_method_name(opt.methods[j]), err);
-				dt[j] = cli_now() - t0;
+				elapsed_s[j] = cli_now() - t0;
 				starts[j] = &ctxs[j];
 			}
 			/* src[j] >= 0: the index of an identical earlier state of this k;
@@ -407,11 +407,11 @@ static void wikitext(void)
 			for (int j = 0; j < M; j++) {
 				size_t at = (size_t)j * (K + 1) + k;
 				sum_nll[at] += nll[j];
-				sum_t[at] += dt[j];
+				sum_t[at] += elapsed_s[j];
 				cnt[at]++;
 				if (per_out)
 					fprintf(per_out, "%s\t%d\t%s\t%.9g\t%.6f\t%s\n", tq->id, k,
-						ss_eval_method_name(opt.methods[j]), nll[j], dt[j] * 1e3,
+						ss_eval_method_name(opt.methods[j]), nll[j], elapsed_s[j] * 1e3,
 						ids);
 				ss_state_free(&ctxs[j]);
 			}
@@ -451,7 +451,7 @@ static void wikitext(void)
 	free(ctxs);
 	free(starts);
 	free(nll);
-	free(dt);
+	free(elapsed_s);
 	free(unll);
 	free(src);
 	free(cache);

@@ -729,10 +729,11 @@ int main(int argc, char **argv)
 	close_output();
 	cli_progress_end();
 	if (cli_verbosity >= 2) {
-		double dt = cli_now() - t0;
+		double elapsed_s = cli_now() - t0;
 		fprintf(stderr, "ss-tokenize: %" PRIu64 " documents, %" PRIu64 " records, %" PRIu64
 		        " tokens, %.1f MB of text in %.2f s (%.1f MB/s)\n",
-		        n_docs, n_records, n_tokens, n_bytes / 1e6, dt, dt > 0 ? n_bytes / 1e6 / dt : 0.0);
+		        n_docs, n_records, n_tokens, n_bytes / 1e6, elapsed_s,
+		        elapsed_s > 0 ? n_bytes / 1e6 / elapsed_s : 0.0);
 	}
 	ss_tokenizer_free(tok);
 	return 0;
