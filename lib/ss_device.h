@@ -1,6 +1,7 @@
 /*
  * ss_device.h — where the forward pass runs: the CPU, or a GPU through the
  * CUDA plugin libss_cuda.so (part of libss; include "ss.h").
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * libss and the tools never link CUDA. ss_device_open("cuda"|"auto")
  * dlopen()s the plugin, which links cudart and cuBLAS, and asks it whether a

@@ -4,6 +4,7 @@
  * builds from retrieved documents, and the mean NLL of a continuation given
  * a state and a query. ss-eval(1) runs them over WikiText (PICASO §6.1,
  * Fig. 3) and MS MARCO attribution (Appendix C, Table 4).
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * Methods (documents in concatenation order 0..n-1, n-1 nearest the query;
  * the WikiText protocol puts the most relevant last):

@@ -3,6 +3,7 @@
  * (in one SQLite file) that maps each document id to the byte offset of its
  * state record in a state stream (part of libss; include "ss.h", not this
  * file).
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * One index is one SQLite file. Tables (schema version SS_INDEX_SCHEMA_VERSION):
  *   meta(key, value)   "schema_version", "created_by" ("ss 0.1.0"),

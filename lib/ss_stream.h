@@ -1,5 +1,6 @@
 /*
  * ss_stream.h — record streams (part of libss; include "ss.h").
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * A stream is a sequence of records; each record is one msgpack map
  * compressed as one zstd frame (content size declared, checksum on). So:
