@@ -119,6 +119,9 @@ void ss_reader_close(ss_reader *r)
 }
 
 const char *ss_reader_error(const ss_reader *r) { return r->err; }
+const char *ss_reader_path(const ss_reader *r) { return r->path; }
+int ss_reader_seekable(const ss_reader *r) { return r->seekable; }
+
 const char *ss_record_format(const ss_record *rec) { return rec->format; }
 uint64_t ss_record_offset(const ss_record *rec) { return rec->offset; }
 uint64_t ss_record_length(const ss_record *rec) { return rec->length; }
@@ -136,8 +139,6 @@ int ss_record_rank(const ss_record *rec, int32_t *rank, double *score)
 		*score = rec->score;
 	return 1;
 }
-const char *ss_reader_path(const ss_reader *r) { return r->path; }
-int ss_reader_seekable(const ss_reader *r) { return r->seekable; }
 
 /* Makes file bytes [off, off+need) available in the window and returns
  * how many of them are (fewer at end of input), or a negative SS_ERR_*.
