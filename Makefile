@@ -133,10 +133,15 @@ $(BENCHES) $(GENS): $(B)/%: $(B)/%.o $(GEN_LIB_OBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(GEN_LIB_OBJ) $(LIB) $(LDLIBS)
 
-$(B)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) lib/ss.h lib/ss_ops.h lib/ss_device.h
+# Header dependencies come from nvcc itself (-MMD -MP, included at the end), as for the C
+# objects: a change to any header a .cu reads (the structs kernels/forward.cu reads field by
+# field) rebuilds it. An object without its .d (built before this rule) is rebuilt once.
+# lib/device.c also checks the layouts at load (lib/device_plugin.h).
+$(B)/kernels/%.o: kernels/%.cu $(B)/kernels/%.d
 	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
-	$(Q)$(HAVE_NVCC) $(NVCCFLAGS) -c -o $@ $<
+	$(Q)$(HAVE_NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -MT $@ -c -o $@ $<
+$(CU_OBJ:.o=.d): ;
 
 $(B)/lib/libss_cuda.so: $(CU_OBJ)
 	$(call say,NVLD,$@)
@@ -238,3 +243,4 @@ clean:
 
 -include $(wildcard $(FZ)/*/*.d $(FZ)/*/*/*.d)
 -include $(LIB_OBJ:.o=.d) $(TOOLS:$(B)/bin/%=$(B)/tools/%.d) $(TESTS:=.d) $(BENCHES:=.d) $(GENS:=.d) $(GEN_LIB_OBJ:.o=.d) $(TESTUTIL_OBJ:.o=.d) $(TOOLCOMMON_OBJ:.o=.d)
+-include $(wildcard $(CU_OBJ:.o=.d))

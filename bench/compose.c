@@ -119,13 +119,13 @@ static void job_read(job_t *j)
 static void job_decomp(job_t *j)
 {
 	ss_reader *r;
-	ss_record rec;
+	const ss_record *rec;
 	char err[SS_ERRMSG_MAX];
 	if (ss_reader_open(&r, j->path, 0, err))
 		die(j->path, err);
 	int rc;
 	while ((rc = ss_reader_next(r, &rec)) == 1)
-		j->bytes += rec.raw_len;
+		j->bytes += ss_record_size(rec);
 	if (rc < 0)
 		die(j->path, ss_reader_error(r));
 	ss_reader_close(r);
@@ -134,13 +134,13 @@ static void job_decomp(job_t *j)
 static void job_meta(job_t *j)
 {
 	ss_reader *r;
-	ss_record rec;
+	const ss_record *rec;
 	char err[SS_ERRMSG_MAX];
 	if (ss_reader_open(&r, j->path, 0, err))
 		die(j->path, err);
 	int rc;
 	while ((rc = ss_reader_next_meta(r, &rec)) == 1)
-		j->bytes += rec.raw_len;
+		j->bytes += ss_record_size(rec);
 	if (rc < 0)
 		die(j->path, ss_reader_error(r));
 	ss_reader_close(r);
@@ -151,7 +151,7 @@ static void job_meta(job_t *j)
 static double job_kernel(job_t *j)
 {
 	ss_reader *r;
-	ss_record rec;
+	const ss_record *rec;
 	char err[SS_ERRMSG_MAX];
 	ss_state meta[64];
 	void *ssm[64], *conv[64];
@@ -161,17 +161,19 @@ static double job_kernel(job_t *j)
 	if (ss_reader_open(&r, j->path, 0, err))
 		die(j->path, err);
 	while (n < 64 && (rc = ss_reader_next(r, &rec)) == 1) {
-		if (ss_record_state_meta(&rec, &meta[n], err))
+		const void *sm, *cv;
+		if (ss_record_state_view(rec, &meta[n], &cv, &sm, err))
 			die(j->path, err);
-		const msgpack_object *sm = ss_map_get(rec.root, "ssm"), *cv = ss_map_get(rec.root, "conv");
-		ssm[n] = malloc(sm->via.bin.size);
-		conv[n] = malloc(cv->via.bin.size);
-		memcpy(ssm[n], sm->via.bin.ptr, sm->via.bin.size);
-		memcpy(conv[n], cv->via.bin.ptr, cv->via.bin.size);
+		size_t es = ss_dtype_size(meta[n].dtype);
+		size_t ssm_bytes = ss_state_ssm_len(&meta[n].dims) * es, conv_bytes = ss_state_conv_len(&meta[n].dims) * es;
+		ssm[n] = malloc(ssm_bytes);
+		conv[n] = malloc(conv_bytes);
+		memcpy(ssm[n], sm, ssm_bytes);
+		memcpy(conv[n], cv, conv_bytes);
 		H = ss_state_logdecay_len(&meta[n].dims);
 		dec = realloc(dec, (n + 1) * H * sizeof *dec);
 		memcpy(dec + n * H, meta[n].logdecay, H * sizeof *dec);
-		j->bytes += rec.raw_len;
+		j->bytes += ss_record_size(rec);
 		n++;
 	}
 	ss_reader_close(r);
@@ -203,7 +205,7 @@ static void job_compose(job_t *j)
 	ss_composer *c;
 	ss_compose_opts o = {j->mode, 0, SS_COMPOSE_CONV_MEAN};
 	ss_reader *r;
-	ss_record rec;
+	const ss_record *rec;
 	char err[SS_ERRMSG_MAX];
 	int rc;
 	if (ss_composer_new(&c, &o))
@@ -215,7 +217,7 @@ static void job_compose(job_t *j)
 			die(j->path, err);
 		while ((rc = ss_reader_next_meta(r, &rec)) == 1) {
 			ss_state m;
-			if (ss_record_state_meta(&rec, &m, err))
+			if (ss_record_state_meta(rec, &m, err))
 				die(j->path, err);
 			H = ss_state_logdecay_len(&m.dims);
 			dec = realloc(dec, (n + 1) * H * sizeof *dec);
@@ -233,9 +235,9 @@ static void job_compose(job_t *j)
 	if (ss_reader_open(&r, j->path, 0, err))
 		die(j->path, err);
 	while ((rc = ss_reader_next(r, &rec)) == 1) {
-		if (ss_composer_add_record(c, &rec, err))
+		if (ss_composer_add_record(c, rec, err))
 			die(j->path, err);
-		j->bytes += rec.raw_len;
+		j->bytes += ss_record_size(rec);
 	}
 	if (rc < 0)
 		die(j->path, ss_reader_error(r));

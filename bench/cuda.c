@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "ss.h"
+#include "device_plugin.h"
 
 static double now(void)
 {

@@ -58,7 +58,7 @@ int main(int argc, char **argv)
 {
 	const char *top = getenv("SS_TOP"), *build = getenv("SS_BUILD"), *tmp = getenv("TMPDIR");
 	char exe[4096], plugin[4200], dir[4096], path[4200], errmsg[SS_ERRMSG_MAX] = "";
-	double *t[2], *rss[2], *dt, *drss;
+	double *t[2], *rss[2], *dwall_s, *drss;
 	const char *devs[2] = { "auto", "cpu" };
 	ss_mkmodel_opts o;
 	int rounds = 11, r, k, ok = 1;
@@ -85,7 +85,7 @@ int main(int argc, char **argv)
 		t[k] = calloc((size_t)rounds, sizeof(double));
 		rss[k] = calloc((size_t)rounds, sizeof(double));
 	}
-	dt = calloc((size_t)rounds, sizeof(double));
+	dwall_s = calloc((size_t)rounds, sizeof(double));
 	drss = calloc((size_t)rounds, sizeof(double));
 	printf("ss-decode --no-state --prompt-tokens 15496 --max-tokens 1 --ids, t1-shape model; %s\n", exe);
 	printf("CUDA plugin %s: %s; CUDA driver libcuda.so.1: %s\n", plugin,
@@ -108,7 +108,7 @@ int main(int argc, char **argv)
 	if (!ok)
 		return 1;
 	for (r = 0; r < rounds; r++) {
-		dt[r] = t[0][r] - t[1][r];
+		dwall_s[r] = t[0][r] - t[1][r];
 		drss[r] = rss[0][r] - rss[1][r];
 	}
 	for (k = 0; k < 2; k++) {
@@ -117,6 +117,6 @@ int main(int argc, char **argv)
 		       devs[k], best * 1e3, bench_median(t[k], rounds) * 1e3, bench_median(rss[k], rounds), rounds);
 	}
 	printf("auto - cpu:    wall median %+7.1f ms, peak RSS median %+6.1f MB (goal <= +10 ms, <= +5 MB without a GPU)\n",
-	       bench_median(dt, rounds) * 1e3, bench_median(drss, rounds));
+	       bench_median(dwall_s, rounds) * 1e3, bench_median(drss, rounds));
 	return 0;
 }

@@ -112,7 +112,7 @@ static double emit(ss_index *ix, const ss_index_hit *h, int n, const char *path)
 	char em[SS_ERRMSG_MAX];
 	int saved = strcmp(path, "-") ? -1 : to_null();
 	double t0 = now();
-	ss_record rec;
+	const ss_record *rec;
 	ss_writer *w;
 	for (int i = 0; i < n; i++)
 		if (ss_index_read(ix, &h[i], 1, &rec, em))
@@ -139,13 +139,13 @@ static double emit_reencode(ss_index *ix, const ss_index_hit *h, int n, ss_state
 	char em[SS_ERRMSG_MAX];
 	int saved = to_null();
 	double t0 = now();
-	ss_record rec;
+	const ss_record *rec;
 	ss_writer *w;
 	if (ss_writer_open(&w, "-", 0, em))
 		die("-", em);
 	for (int i = n - 1; i >= 0; i--) {
 		ss_state st;
-		if (ss_index_read(ix, &h[i], 0, &rec, em) || ss_record_state(&rec, &st, em))
+		if (ss_index_read(ix, &h[i], 0, &rec, em) || ss_record_state(rec, &st, em))
 			die("emit", em);
 		st.has_rank = 1;
 		st.rank = h[i].rank;
@@ -214,7 +214,7 @@ static void big_states(const char *dir)
 		die("big query", em);
 	printf("  k = %d states of mamba2-130m size (%.1f MB each, f32), best of %d:\n", K,
 	       (ss_state_ssm_len(&d) + ss_state_conv_len(&d)) * 4 / 1e6, REPS);
-	ss_record rec;
+	const ss_record *rec;
 	double best = 1e9, best_f = 1e9, best_re = 1e9;
 	for (int r = 0; r < REPS; r++) {
 		double t = emit(ix, h, n, "-");
@@ -237,7 +237,7 @@ static void big_states(const char *dir)
 		float *ld = malloc((size_t)n * nh * sizeof *ld);
 		for (int i = 0; i < n; i++) {
 			ss_state m;
-			if (ss_index_read(ix, &h[n - 1 - i], 1, &rec, em) || ss_record_state_meta(&rec, &m, em))
+			if (ss_index_read(ix, &h[n - 1 - i], 1, &rec, em) || ss_record_state_meta(rec, &m, em))
 				die("compose", em);
 			memcpy(ld + (size_t)i * nh, m.logdecay, nh * sizeof *ld);
 			ss_state_free(&m);
@@ -246,7 +246,7 @@ static void big_states(const char *dir)
 		if (ss_composer_new(&c, &co) || ss_composer_plan(c, (size_t)n, nh, ld, em))
 			die("compose", em);
 		for (int i = 0; i < n; i++)
-			if (ss_index_read(ix, &h[n - 1 - i], 0, &rec, em) || ss_composer_add_record(c, &rec, em))
+			if (ss_index_read(ix, &h[n - 1 - i], 0, &rec, em) || ss_composer_add_record(c, rec, em))
 				die("compose", em);
 		if (ss_composer_finish(c, &out, em))
 			die("compose", em);
@@ -518,13 +518,13 @@ static int scale_main(int argc, char **argv)
 	int64_t *ntok = malloc(cap * sizeof *ntok);
 	for (; a < argc; a++) {
 		ss_reader *r;
-		ss_record rec;
+		const ss_record *rec;
 		ss_tokens t;
 		if (ss_reader_open(&r, argv[a], 0, em))
 			die(argv[a], em);
 		int rc;
 		while ((rc = ss_reader_next(r, &rec)) == 1) {
-			if (ss_record_tokens(&rec, &t, em) || !t.text)
+			if (ss_record_tokens(rec, &t, em) || !t.text)
 				die(argv[a], t.text ? em : "a token record without text");
 			if (n == cap) {
 				cap *= 2;

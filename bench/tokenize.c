@@ -90,9 +90,9 @@ int main(int argc, char **argv)
 	for (int r = 0; r < 5; r++) {
 		t0 = now();
 		ss_tokenizer_encode(tok, text, len, &ids, &n, err);
-		double dt = now() - t0;
-		if (dt < best)
-			best = dt;
+		double elapsed_s = now() - t0;
+		if (elapsed_s < best)
+			best = elapsed_s;
 		free(ids);
 	}
 	report("encode, one doc, warm (best of 5)", len, n, best);

@@ -11,7 +11,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include "ss.h"
+#include "device_plugin.h"
 
 /* Records a CUDA error for last_error() (plugin.cu); returns SS_ERR_DEVICE,
  * or 0 for cudaSuccess. `what` names the call. */

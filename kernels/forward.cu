@@ -67,7 +67,7 @@ struct ss_cuda_fwd {
 	ss_cuda_blas *blas;
 	void *emb, *lm_head;  /* lm_head == emb when tied; NULL when absent */
 	float *norm_f;
-	layer_w *L;           /* host array of device pointers */
+	layer_w *layers;      /* [n_layer], host array of device pointers */
 	float *H, *U, *ZXD, *XBC, *DT, *Y, *Lg;
 	int32_t *tok, *ids, *gather;
 	int64_t *sstart;
@@ -156,9 +156,9 @@ extern "C" void ss_cuda_fwd_free(ss_cuda_fwd *g)
 		cudaStreamSynchronize(g->st);
 	if (g->graph)
 		cudaGraphExecDestroy(g->graph);
-	if (g->L) {
+	if (g->layers) {
 		for (int l = 0; l < g->c.n_layer; l++) {
-			layer_w *w = &g->L[l];
+			layer_w *w = &g->layers[l];
 			cudaFree(w->norm);
 			cudaFree(w->conv_wt);
 			cudaFree(w->conv_b);
@@ -169,7 +169,7 @@ extern "C" void ss_cuda_fwd_free(ss_cuda_fwd *g)
 			cudaFree(w->in_proj);
 			cudaFree(w->out_proj);
 		}
-		free(g->L);
+		free(g->layers);
 	}
 	if (g->lm_head != g->emb)
 		cudaFree(g->lm_head);
@@ -245,7 +245,7 @@ extern "C" int ss_cuda_fwd_init(ss_cuda_fwd **out, const ss_model *m, ss_dtype w
 	    !(g->blas = ss_cuda_blas_create(g->st, (size_t)ub * kmax * 2)) ||
 	    ss_cuda_note(cudaMalloc((void **)&tmp, big * sizeof(float)), "cudaMalloc") ||
 	    !(cwt = (float *)malloc((size_t)c->d_conv * c->conv_dim * sizeof(float))) ||
-	    !(g->L = (layer_w *)calloc((size_t)c->n_layer, sizeof(layer_w)))) {
+	    !(g->layers = (layer_w *)calloc((size_t)c->n_layer, sizeof(layer_w)))) {
 		err = SS_ERR_DEVICE;
 		goto fail;
 	}
@@ -259,20 +259,20 @@ extern "C" int ss_cuda_fwd_init(ss_cuda_fwd **out, const ss_model *m, ss_dtype w
 	if (err)
 		goto fail;
 	for (int l = 0; l < c->n_layer; l++) {
-		const ss_layer *L = &m->layers[l];
-		layer_w *w = &g->L[l];
+		const ss_layer *lw = &m->layers[l];
+		layer_w *w = &g->layers[l];
 		for (int k = 0; k < c->d_conv; k++)
 			for (int ch = 0; ch < c->conv_dim; ch++)
-				cwt[(size_t)k * c->conv_dim + ch] = L->conv_w[(size_t)ch * c->d_conv + k];
-		if ((err = upload_f32(g, &w->norm, L->norm, (size_t)dm)) ||
-		    (err = upload_w(g, &w->in_proj, L->in_proj, (size_t)c->d_in_proj * dm, tmp)) ||
+				cwt[(size_t)k * c->conv_dim + ch] = lw->conv_w[(size_t)ch * c->d_conv + k];
+		if ((err = upload_f32(g, &w->norm, lw->norm, (size_t)dm)) ||
+		    (err = upload_w(g, &w->in_proj, lw->in_proj, (size_t)c->d_in_proj * dm, tmp)) ||
 		    (err = upload_f32(g, &w->conv_wt, cwt, (size_t)c->d_conv * c->conv_dim)) ||
-		    (err = upload_f32(g, &w->conv_b, L->conv_b, (size_t)c->conv_dim)) ||
-		    (err = upload_f32(g, &w->dt_bias, L->dt_bias, (size_t)c->nheads)) ||
-		    (err = upload_f32(g, &w->A_log, L->A_log, (size_t)c->nheads)) ||
-		    (err = upload_f32(g, &w->D, L->D, (size_t)c->nheads)) ||
-		    (err = upload_f32(g, &w->gnorm, L->gnorm, (size_t)c->d_inner)) ||
-		    (err = upload_w(g, &w->out_proj, L->out_proj, (size_t)dm * c->d_inner, tmp)))
+		    (err = upload_f32(g, &w->conv_b, lw->conv_b, (size_t)c->conv_dim)) ||
+		    (err = upload_f32(g, &w->dt_bias, lw->dt_bias, (size_t)c->nheads)) ||
+		    (err = upload_f32(g, &w->A_log, lw->A_log, (size_t)c->nheads)) ||
+		    (err = upload_f32(g, &w->D, lw->D, (size_t)c->nheads)) ||
+		    (err = upload_f32(g, &w->gnorm, lw->gnorm, (size_t)c->d_inner)) ||
+		    (err = upload_w(g, &w->out_proj, lw->out_proj, (size_t)dm * c->d_inner, tmp)))
 			goto fail;
 	}
 	if ((err = dalloc(g, (void **)&g->H, (size_t)ub * dm * 4)) ||
@@ -380,7 +380,7 @@ static int run_layers(ss_cuda_fwd *g, int64_t T, int nseq, int slot0, int64_t ma
 			  (g->scan_mode == 0 && max_len >= SSD_MIN_LEN && scratch <= SSD_MAX_SCRATCH);
 	}
 	for (int l = 0; l < c->n_layer; l++) {
-		const layer_w *w = &g->L[l];
+		const layer_w *w = &g->layers[l];
 		const int last = l == c->n_layer - 1;
 		float *ssm = g->ssm + slot0 * g->ssm_len + l * c->nheads * PN;
 		float *conv = g->conv + slot0 * g->conv_len + l * cd * K1;

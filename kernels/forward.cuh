@@ -1,7 +1,7 @@
 /* forward.cuh — the Mamba-2 forward pass on the GPU, behind ss_forward_*
  * (lib/forward.c calls these through the plugin table for a context made on
  * a CUDA device; the contracts are those of ss_forward.h and of the fwd_*
- * entries of ss_cuda_api in ss_device.h). */
+ * entries of ss_cuda_api in device_plugin.h). */
 #pragma once
 #include "common.cuh"
 

@@ -1,7 +1,7 @@
 /*
  * plugin.cu — the entry point of libss_cuda.so: the ss_cuda_api table
- * (lib/ss_device.h), the device query, memory helpers, and the error record
- * behind last_error().
+ * (lib/device_plugin.h) with the layouts nvcc compiled, the device query,
+ * memory helpers, and the error record behind last_error().
  *
  * device_count() must never fail: on a machine with the plugin but no
  * driver or no GPU, cudaGetDeviceCount returns an error, which means 0
@@ -107,10 +107,15 @@ static ss_cuda_blas *blas_create(ss_cuda_stream st)
 #define STR2(x) #x
 #define STR(x) STR2(x)
 
+/* The types shared with libss as nvcc lays them out: lib/device.c compares
+ * them with its own at load (ss_cuda_api_check). */
+static const ss_cuda_layout layout[] = SS_CUDA_LAYOUT_INIT;
+
 static const ss_cuda_api api = {
 	SS_CUDA_ABI,
 	sizeof(ss_cuda_api),
 	"CUDA " STR(__CUDACC_VER_MAJOR__) "." STR(__CUDACC_VER_MINOR__) ", sm_80 sm_90",
+	layout,
 	device_count,
 	device_select,
 	ss_cuda_last_error,

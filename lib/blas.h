@@ -3,6 +3,7 @@
  * the CBLAS declarations, and the two calls in which the libraries differ.
  * OpenBLAS comes through pkg-config; BLIS is Debian's libblis-dev (blis.h
  * declares its CBLAS layer), built with -DSS_BLAS_BLIS.
+ * Internal to libss: not part of its interface (ss.h), never installed.
  */
 #ifndef SS_BLAS_H
 #define SS_BLAS_H

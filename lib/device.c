@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ss.h"
+#include "device_plugin.h"
 
 #ifndef SS_LIBDIR
 #define SS_LIBDIR "/usr/local/lib"
@@ -33,11 +33,51 @@ struct ss_device {
 	char path[PATH_MAX];
 };
 
+int ss_cuda_api_check(const ss_cuda_api *api, const char *path, char *errmsg)
+{
+	static const ss_cuda_layout ours[] = SS_CUDA_LAYOUT_INIT;
+	const ss_cuda_layout *theirs;
+	size_t i;
+
+	if (!api || api->abi != SS_CUDA_ABI || api->size < sizeof(ss_cuda_api)) {
+		ss_errf(errmsg, 0, "%s: not a CUDA plugin of ABI %d (rebuild it with this libss)", path,
+			SS_CUDA_ABI);
+		return SS_ERR_VERSION;
+	}
+	theirs = api->layout;
+	for (i = 0; theirs && ours[i].what; i++) {
+		if (!theirs[i].what) {
+			ss_errf(errmsg, 0, "%s: built from other headers: its layout list ends before %s "
+				"(rebuild the plugin with this libss)", path, ours[i].what);
+			return SS_ERR_VERSION;
+		}
+		if (strcmp(theirs[i].what, ours[i].what)) {
+			ss_errf(errmsg, 0, "%s: built from other headers: layout entry %zu is %s in the "
+				"plugin, %s in this libss (rebuild the plugin with this libss)", path, i,
+				theirs[i].what, ours[i].what);
+			return SS_ERR_VERSION;
+		}
+		if (theirs[i].value != ours[i].value) {
+			ss_errf(errmsg, 0, "%s: built from other headers: %s is %llu in the plugin, %llu in "
+				"this libss (rebuild the plugin with this libss)", path, ours[i].what,
+				(unsigned long long)theirs[i].value, (unsigned long long)ours[i].value);
+			return SS_ERR_VERSION;
+		}
+	}
+	if (!theirs || theirs[i].what) {
+		ss_errf(errmsg, 0, "%s: built from other headers: %s (rebuild the plugin with this libss)",
+			path, theirs ? "its layout list is longer than this libss's" : "no layout list");
+		return SS_ERR_VERSION;
+	}
+	return 0;
+}
+
 /* Tries one path. Returns 0 with d->dl/api set, or an SS_ERR_* with errmsg. */
 static int try_plugin(ss_device *d, const char *path, char *errmsg)
 {
 	ss_cuda_plugin_fn entry;
 	const ss_cuda_api *api;
+	int err;
 	/* NODELETE: the CUDA runtime and the C++ runtime it brings are never
 	 * unloaded (unloading them under live threads or atexit handlers is
 	 * unsafe), and their allocations stay reachable. */
@@ -50,11 +90,9 @@ static int try_plugin(ss_device *d, const char *path, char *errmsg)
 	}
 	*(void **)(&entry) = dlsym(dl, SS_CUDA_PLUGIN_SYMBOL);
 	api = entry ? entry(SS_CUDA_ABI) : NULL;
-	if (!api || api->abi != SS_CUDA_ABI || api->size < sizeof(ss_cuda_api)) {
-		ss_errf(errmsg, 0, "%s: not a CUDA plugin of ABI %d (rebuild it with this libss)", path,
-			SS_CUDA_ABI);
+	if ((err = ss_cuda_api_check(api, path, errmsg))) {
 		dlclose(dl);
-		return SS_ERR_VERSION;
+		return err;
 	}
 	d->dl = dl;
 	d->api = api;

@@ -31,19 +31,6 @@ int ss_eval_method_parse(const char *s, ss_eval_method *out)
 
 #define ERR(...) do { if (errmsg) snprintf(errmsg, SS_ERRMSG_MAX, __VA_ARGS__); } while (0)
 
-int ss_eval_state_copy(ss_state *dst, const ss_state *src)
-{
-	int rc = ss_state_alloc(dst, &src->dims);
-	if (rc)
-		return rc;
-	memcpy(dst->ssm, src->ssm, ss_state_ssm_len(&src->dims) * sizeof(float));
-	memcpy(dst->conv, src->conv, ss_state_conv_len(&src->dims) * sizeof(float));
-	memcpy(dst->logdecay, src->logdecay, ss_state_logdecay_len(&src->dims) * sizeof(float));
-	memcpy(dst->fingerprint, src->fingerprint, SS_FINGERPRINT_MAX);
-	dst->n_tokens = src->n_tokens;
-	return 0;
-}
-
 int ss_eval_zero_state(const ss_model *m, ss_state *out)
 {
 	ss_state_dims d;
@@ -106,7 +93,7 @@ static int rotations(ss_forward_ctx *ctx, ss_eval_method meth, const ss_eval_doc
 	if (!st || !seqs || !buf)
 		goto done;
 	for (; made < n_rot; made++) {
-		if ((rc = ss_eval_state_copy(&st[made], docs[made].state)))
+		if ((rc = ss_state_copy(&st[made], docs[made].state)))
 			goto done;
 		int32_t *tk = buf + (size_t)total * made;
 		seqs[made] = (ss_forward_seq){ .tokens = tk, .state = &st[made],
@@ -277,7 +264,7 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 	size_t made = 0;
 	int rc = 0;
 	for (; made < n; made++) {
-		if ((rc = ss_eval_state_copy(&sc->st[made], starts[made])))
+		if ((rc = ss_state_copy(&sc->st[made], starts[made])))
 			goto done;
 		sc->sum[made] = 0;
 	}

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "ss.h"
+#include "device_plugin.h"
 #include "pool.h"
 
 /* Rows per pass below which a GEMM is split by output columns. */

@@ -450,7 +450,7 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 	 * record shows up the stream is probably all tokens, so read whole
 	 * records from then on (a state record is still handled). */
 	int whole = !seekable;
-	ss_record rec;
+	const ss_record *rec;
 	ss_tokens tok;
 	ss_state meta;
 	for (;;) {
@@ -461,9 +461,9 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 			ss_errf(errmsg, rc, "%s", ss_reader_error(r));
 			break;
 		}
-		uint64_t off = rec.offset;
-		st->bytes += rec.length;
-		if (!strcmp(rec.format, SS_FORMAT_TOKENS)) {
+		uint64_t off = ss_record_offset(rec);
+		st->bytes += ss_record_length(rec);
+		if (!strcmp(ss_record_format(rec), SS_FORMAT_TOKENS)) {
 			if (!whole) {
 				whole = 1;
 				if ((rc = ss_reader_seek(r, off)) || (rc = ss_reader_next(r, &rec)) != 1) {
@@ -474,7 +474,7 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 				}
 			}
 			char em[SS_ERRMSG_MAX];
-			if ((rc = ss_record_tokens(&rec, &tok, em))) {
+			if ((rc = ss_record_tokens(rec, &tok, em))) {
 				ss_errf(errmsg, rc, "token record at byte offset %llu: %s", (unsigned long long)off, em);
 				break;
 			}
@@ -491,7 +491,7 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 			if (rc)
 				break;
 			st->n_text++;
-		} else if (!strcmp(rec.format, SS_FORMAT_STATES)) {
+		} else if (!strcmp(ss_record_format(rec), SS_FORMAT_STATES)) {
 			if (!seekable) {
 				rc = ss_errf(errmsg, SS_ERR_INVALID,
 					  "state record at byte offset %llu: state streams must be regular files "
@@ -500,11 +500,11 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 				break;
 			}
 			char em[SS_ERRMSG_MAX];
-			if ((rc = ss_record_state_meta(&rec, &meta, em))) {
+			if ((rc = ss_record_state_meta(rec, &meta, em))) {
 				ss_errf(errmsg, rc, "state record at byte offset %llu: %s", (unsigned long long)off, em);
 				break;
 			}
-			rc = ss_index_add_state(ix, meta.id, path, rec.offset, rec.length, meta.fingerprint,
+			rc = ss_index_add_state(ix, meta.id, path, off, ss_record_length(rec), meta.fingerprint,
 						meta.n_tokens, errmsg);
 			ss_state_free(&meta);
 			if (rc)
@@ -512,7 +512,7 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 			st->n_states++;
 		} else {
 			rc = ss_errf(errmsg, SS_ERR_FORMAT, "record at byte offset %llu: unknown format \"%s\"",
-				  (unsigned long long)off, rec.format);
+				  (unsigned long long)off, ss_record_format(rec));
 			break;
 		}
 		if (progress)
@@ -876,8 +876,9 @@ static int reader_for(ss_index *ix, const ss_index_hit *hit, reader_slot **out, 
 	return 0;
 }
 
-int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, ss_record *rec, char *errmsg)
+int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss_record **recp, char *errmsg)
 {
+	*recp = NULL;
 	if (!ix || !hit || !hit->path || !hit->id)
 		return ss_errf(errmsg, SS_ERR_INVALID, "no hit to read");
 	reader_slot *s = NULL;
@@ -893,15 +894,16 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, ss_recor
 			    id, off, (unsigned long long)s->size, off + (unsigned long long)hit->length);
 	if ((rc = ss_reader_seek(s->r, hit->offset)))
 		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s", id, off, ss_reader_error(s->r));
-	rc = meta_only ? ss_reader_next_meta(s->r, rec) : ss_reader_next(s->r, rec);
+	const ss_record *rec;
+	rc = meta_only ? ss_reader_next_meta(s->r, &rec) : ss_reader_next(s->r, &rec);
 	if (rc == 0)
 		return ss_errf(errmsg, SS_ERR_TRUNCATED, "document %s at byte offset %llu: no record there", id, off);
 	if (rc < 0)
 		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s (file replaced since the index was built?)",
 			    id, off, ss_reader_error(s->r));
-	if (strcmp(rec->format, SS_FORMAT_STATES))
+	if (strcmp(ss_record_format(rec), SS_FORMAT_STATES))
 		return ss_errf(errmsg, SS_ERR_MISMATCH, "document %s at byte offset %llu: a %s record, not a state",
-			    id, off, rec->format);
+			    id, off, ss_record_format(rec));
 	char em[SS_ERRMSG_MAX];
 	ss_state_free(&ix->meta);
 	if ((rc = ss_record_state_meta(rec, &ix->meta, em)))
@@ -916,17 +918,18 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, ss_recor
 			    "document %s at byte offset %llu: model fingerprint %s, indexed %s: "
 			    "state file replaced since the index was built",
 			    id, off, ix->meta.fingerprint, hit->fingerprint);
-	if (rec->length != hit->length)
+	if (ss_record_length(rec) != hit->length)
 		return ss_errf(errmsg, SS_ERR_MISMATCH,
 			    "document %s at byte offset %llu: record of %llu bytes, indexed %llu: "
 			    "state file replaced since the index was built",
-			    id, off, (unsigned long long)rec->length, (unsigned long long)hit->length);
+			    id, off, (unsigned long long)ss_record_length(rec), (unsigned long long)hit->length);
+	*recp = rec;
 	return 0;
 }
 
 int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *errmsg)
 {
-	ss_record rec;
+	const ss_record *rec;
 	int rc = ss_index_read(ix, hit, 1, &rec, errmsg);
 	if (rc)
 		return rc;

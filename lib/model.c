@@ -563,14 +563,14 @@ static int build_slots(ss_model *m, const ss_checkpoint *ck, unsigned flags, slo
 	slot_set(&s[k++], "backbone.embeddings.weight", &m->embedding, 2, c->vocab_padded,
 	         c->d_model, 0);
 	for (int l = 0; l < c->n_layer; l++) {
-		ss_layer *L = &m->layers[l];
+		ss_layer *lw = &m->layers[l];
 		static const char *const suffix[9] = {
 			"norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.conv1d.bias",
 			"mixer.dt_bias", "mixer.A_log", "mixer.D", "mixer.norm.weight",
 			"mixer.out_proj.weight",
 		};
-		float **dst[9] = {&L->norm, &L->in_proj, &L->conv_w, &L->conv_b, &L->dt_bias,
-		                  &L->A_log, &L->D, &L->gnorm, &L->out_proj};
+		float **dst[9] = {&lw->norm, &lw->in_proj, &lw->conv_w, &lw->conv_b, &lw->dt_bias,
+		                  &lw->A_log, &lw->D, &lw->gnorm, &lw->out_proj};
 		int64_t sh[9][3] = {
 			{c->d_model}, {c->d_in_proj, c->d_model}, {c->conv_dim, 1, c->d_conv},
 			{c->conv_dim}, {c->nheads}, {c->nheads}, {c->nheads}, {c->d_inner},

@@ -18,6 +18,15 @@
  *   ss_compose.h   state composition (CASO, PICASO-S/R, soup)
  *   ss_index.h     BM25 index of documents → state offsets
  *   ss_eval.h      the PICASO paper's evaluation methods (contexts, NLL)
+ *
+ * Public headers: this one and the module headers above, the interface the
+ * tools, bench/ and tests/ build on. They are not installed: `make install`
+ * installs the tools, the CUDA plugin, the man pages and data/, but neither
+ * libss.a nor headers, so the streams and the command lines are the stable
+ * interface and these headers change with the tree. Every other header in
+ * lib/ is internal to libss (stream_internal.h: the decoded record and
+ * msgpack; device_plugin.h: the CUDA plugin's table; the rest: helpers of
+ * one module or two) and says so at its top.
  */
 #ifndef SS_H
 #define SS_H

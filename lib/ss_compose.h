@@ -1,6 +1,7 @@
 /*
  * ss_compose.h — composing document states into one state (part of libss;
  * include "ss.h", not this file).
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * Per layer l and head h, with a_i = logdecay of input i (≤ 0) and
  * d_i = exp(a_i), inputs in concatenation order 0..n-1 (n-1 = nearest the

@@ -4,6 +4,7 @@
  * builds from retrieved documents, and the mean NLL of a continuation given
  * a state and a query. ss-eval(1) runs them over WikiText (PICASO §6.1,
  * Fig. 3) and MS MARCO attribution (Appendix C, Table 4).
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * Methods (documents in concatenation order 0..n-1, n-1 nearest the query;
  * the WikiText protocol puts the most relevant last):
@@ -57,11 +58,6 @@ typedef struct {
 	const int32_t *tokens;
 	int64_t n_tokens;
 } ss_eval_doc;
-
-/* Deep copy of src's dims, fingerprint, n_tokens, logdecay, conv and ssm
- * into *dst (id, provenance and annotation are not copied). The caller frees
- * dst with ss_state_free. Returns 0 or SS_ERR_NOMEM. */
-int ss_eval_state_copy(ss_state *dst, const ss_state *src);
 
 /* The zero state of model m (dims, fingerprint, id "zero"). The caller
  * frees it with ss_state_free. Returns 0 or SS_ERR_NOMEM. */

@@ -3,6 +3,7 @@
  * plugin, ss_forward_ctx_init_dev) on a GPU (part of libss; include
  * "ss.h", not this file: it uses ss_model from ss_model.h and ss_state from
  * ss_stream.h).
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * Prefill of token sequences from any state (zero, stored, composed), single
  * token decode steps, and the layer-level selective scan. f32 throughout;

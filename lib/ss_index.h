@@ -3,6 +3,7 @@
  * (in one SQLite file) that maps each document id to the byte offset of its
  * state record in a state stream (part of libss; include "ss.h", not this
  * file).
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * One index is one SQLite file. Tables (schema version SS_INDEX_SCHEMA_VERSION):
  *   meta(key, value)   "schema_version", "created_by" ("ss 0.1.0"),
@@ -183,13 +184,13 @@ void ss_index_hit_clear(ss_index_hit *hit);
  * compressed length, id and fingerprint equal the indexed ones, and the
  * frame lies within the file. meta_only != 0 decodes only the metadata
  * prefix (ss_reader_next_meta), enough to validate cheaply before emitting.
- * On success *rec is the record, borrowed from a reader the index caches
+ * On success *rec points at the record, owned by a reader the index caches
  * per state file: valid until the next ss_index_read or ss_index_close.
  * Errors (errmsg "document ID at byte offset N: what", the caller names the
  * file): SS_ERR_NOTFOUND (file missing), SS_ERR_TRUNCATED (file shorter
  * than the record), SS_ERR_MISMATCH (another record at the offset: id,
  * fingerprint or length differ), or the reader's error. */
-int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, ss_record *rec,
+int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss_record **rec,
                   char *errmsg);
 
 /* Appends document `hit` to the state stream `w` as retrieval output: an
@@ -197,7 +198,7 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, ss_recor
  * then the state record's zstd frame copied verbatim from its state file
  * (hit->length bytes at hit->offset), neither decompressed nor recompressed.
  * Read back, the record is the stored one with has_rank/rank/score set
- * (ss_record, ss_state). Callers write the hits of a query most relevant
+ * (ss_record_rank, ss_state). Callers write the hits of a query most relevant
  * last (hits[n-1] first).
  * Before anything is written the record is validated as by ss_index_read
  * with meta_only (file present, id, fingerprint and frame length at the

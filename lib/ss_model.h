@@ -3,6 +3,7 @@
  * include "ss.h").
  * ref: DESIGN.md §2; state-spaces/mamba mamba_ssm/modules/mamba2.py;
  *      golden/README.md §2 (the exact math the fixtures follow).
+ * Public: part of libss's interface (ss.h says what that means).
  */
 #ifndef SS_MODEL_H
 #define SS_MODEL_H

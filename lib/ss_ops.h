@@ -1,6 +1,7 @@
 /*
  * ss_ops.h — the tensor ops of the Mamba-2 forward pass, one function per op
  * (part of libss; include "ss.h").
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * Each op here is the CPU reference `ss_<op>_cpu`; kernels/<op>.cuh declares
  * its CUDA twin `ss_<op>_cuda` with the same parameters (device pointers,

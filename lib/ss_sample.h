@@ -1,6 +1,7 @@
 /*
  * ss_sample.h — from logits to a token, and log-likelihoods (part of libss;
  * include "ss.h").
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * Greedy (argmax), temperature, top-k and top-p (nucleus) sampling with a
  * seeded, platform-independent PRNG (xoshiro256** seeded by splitmix64, never

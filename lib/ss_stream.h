@@ -1,5 +1,6 @@
 /*
  * ss_stream.h — record streams (part of libss; include "ss.h").
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * A stream is a sequence of records; each record is one msgpack map
  * compressed as one zstd frame (content size declared, checksum on). So:
@@ -17,7 +18,7 @@
 #ifndef SS_STREAM_H
 #define SS_STREAM_H
 
-#include <msgpack.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #ifdef __cplusplus
@@ -42,20 +43,11 @@ extern "C" {
 
 typedef struct ss_reader ss_reader;
 
-/* One decoded record, borrowed from its reader: valid until the next
- * ss_reader_next()/seek/close on that reader. */
-typedef struct {
-	const msgpack_object *root; /* the record's map */
-	const char *format;         /* value of "format" (NUL-terminated copy) */
-	uint64_t offset;            /* byte offset of the record's zstd frame */
-	uint64_t length;            /* compressed bytes of the frame */
-	uint64_t index;             /* 0-based record number since open/seek */
-	const void *raw;            /* decompressed msgpack bytes */
-	size_t raw_len;
-	int has_rank;               /* an annotation frame preceded the record */
-	int32_t rank;               /* its rank (1 = most relevant) ... */
-	double score;               /* ... and score (BM25, higher = better) */
-} ss_record;
+/* One decoded record, owned by its reader: valid until the next
+ * ss_reader_next()/next_meta/seek/close on that reader. Opaque: read it with
+ * the ss_record_* functions (what it is and where it came from below; its
+ * contents with ss_record_tokens, ss_record_state...). */
+typedef struct ss_record ss_record;
 
 /* Opens `path` for reading; "-" or NULL means stdin (a pipe is fine).
  * max_record: limit on one record's decompressed size, 0 = default.
@@ -63,12 +55,13 @@ typedef struct {
  * SS_ERR_* with errmsg (SS_ERRMSG_MAX bytes, may be NULL) filled. */
 int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char *errmsg);
 
-/* Reads the next record. Returns 1 with *rec filled, 0 at a clean end of
- * stream, or a negative SS_ERR_* (TRUNCATED, CHECKSUM, FORMAT, TOO_LARGE,
- * VERSION, IO); then ss_reader_error() names the record number and byte
- * offset. An empty input is a clean end (0 records); callers that need at
- * least one record say so. */
-int ss_reader_next(ss_reader *r, ss_record *rec);
+/* Reads the next record. Returns 1 with *rec pointing at it (owned by r,
+ * see ss_record; *rec is NULL otherwise), 0 at a clean end of stream, or a
+ * negative SS_ERR_* (TRUNCATED, CHECKSUM, FORMAT, TOO_LARGE, VERSION, IO);
+ * then ss_reader_error() names the record number and byte offset. An empty
+ * input is a clean end (0 records); callers that need at least one record
+ * say so. */
+int ss_reader_next(ss_reader *r, const ss_record **rec);
 
 /* Moves to the frame at byte `offset` (regular files only; SS_ERR_INVALID on
  * a pipe). The next ss_reader_next() decodes the record there. */
@@ -79,7 +72,7 @@ int ss_reader_seek(ss_reader *r, uint64_t offset);
  * and skips the rest of the frame. For two-pass tools that first read
  * decays and ids. The returned record has no "conv"/"ssm" keys (or
  * truncated ones) — use ss_record_state_meta() on it. */
-int ss_reader_next_meta(ss_reader *r, ss_record *rec);
+int ss_reader_next_meta(ss_reader *r, const ss_record **rec);
 
 /* Last error, e.g. "record 3 (byte offset 8812): zstd frame truncated".
  * Never NULL. */
@@ -90,8 +83,25 @@ const char *ss_reader_path(const ss_reader *r);
 int ss_reader_seekable(const ss_reader *r);
 void ss_reader_close(ss_reader *r);
 
-/* Looks up key `key` in a msgpack map; NULL when absent or not a map. */
-const msgpack_object *ss_map_get(const msgpack_object *map, const char *key);
+/* About a record read by the above (rec never NULL). */
+/* Its "format": SS_FORMAT_TOKENS or SS_FORMAT_STATES (a reader refuses
+ * others). Owned by the reader, valid as long as rec. */
+const char *ss_record_format(const ss_record *rec);
+/* Byte offset of the record's zstd frame in its input. */
+uint64_t ss_record_offset(const ss_record *rec);
+/* Bytes of the frame, compressed (what ss_index_copy copies). */
+uint64_t ss_record_length(const ss_record *rec);
+/* 0-based number of the record since the reader's open or last seek. */
+uint64_t ss_record_index(const ss_record *rec);
+/* The record's decompressed msgpack map, ss_record_size() bytes, owned by
+ * the reader; for a record read by ss_reader_next_meta, the map of its
+ * metadata only. */
+const void *ss_record_bytes(const ss_record *rec);
+size_t ss_record_size(const ss_record *rec);
+/* 1 when an annotation frame preceded the record (ss_writer_put_annotation),
+ * then *rank (1 = most relevant) and *score (BM25, higher = more relevant)
+ * are set (either may be NULL); else 0. */
+int ss_record_rank(const ss_record *rec, int32_t *rank, double *score);
 
 /* ---------------------------------------------------------- output files */
 
@@ -133,7 +143,7 @@ int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset);
 int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *offset);
 
 /* Appends an annotation frame: the next record written gets this retrieval
- * rank and score when read back (ss_record.has_rank, ss_state.has_rank).
+ * rank and score when read back (ss_record_rank, ss_state.has_rank).
  * Readers that do not know it skip it (a zstd skippable frame). */
 int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score);
 
@@ -199,6 +209,11 @@ size_t ss_state_conv_len(const ss_state_dims *d);
 size_t ss_state_logdecay_len(const ss_state_dims *d);
 /* Allocates zeroed arrays for dims `d` (id NULL, dtype f32). */
 int ss_state_alloc(ss_state *s, const ss_state_dims *d);
+/* Deep copy of src's dims, fingerprint, n_tokens, logdecay, conv and ssm
+ * into *dst (allocated here, dtype f32; id, provenance and annotation are
+ * not copied). The caller frees dst with ss_state_free. Returns 0 or
+ * SS_ERR_NOMEM. */
+int ss_state_copy(ss_state *dst, const ss_state *src);
 void ss_state_free(ss_state *s);
 /* 0 when dims are equal; else SS_ERR_MISMATCH with errmsg describing the
  * first difference ("nheads 8 vs 16"). */

@@ -1,6 +1,7 @@
 /*
  * ss_tokenizer.h — byte-level BPE read from a HF tokenizer.json (part of
  * libss; include "ss.h", not this file).
+ * Public: part of libss's interface (ss.h says what that means).
  *
  * Encoding follows HF tokenizers for a tokenizer.json with model type BPE,
  * an NFC (or no) normalizer and a ByteLevel pre-tokenizer, as GPT-NeoX-20B

@@ -16,6 +16,7 @@
 #include <zstd_errors.h>
 
 #include "ss.h"
+#include "stream_internal.h"
 
 #define IN_CHUNK (1u << 20)
 /* Declared record sizes up to this are allocated at once (ss_reader_next). */
@@ -43,6 +44,7 @@ struct ss_reader {
 	unsigned char *meta; /* synthetic map for next_meta */
 	size_t meta_cap;
 	msgpack_unpacked unp;
+	ss_record rec;       /* the record last read, handed out by pointer */
 	int annot;           /* an annotation frame precedes the next record */
 	int32_t annot_rank;
 	double annot_score;
@@ -119,6 +121,24 @@ void ss_reader_close(ss_reader *r)
 const char *ss_reader_error(const ss_reader *r) { return r->err; }
 const char *ss_reader_path(const ss_reader *r) { return r->path; }
 int ss_reader_seekable(const ss_reader *r) { return r->seekable; }
+
+const char *ss_record_format(const ss_record *rec) { return rec->format; }
+uint64_t ss_record_offset(const ss_record *rec) { return rec->offset; }
+uint64_t ss_record_length(const ss_record *rec) { return rec->length; }
+uint64_t ss_record_index(const ss_record *rec) { return rec->index; }
+const void *ss_record_bytes(const ss_record *rec) { return rec->raw; }
+size_t ss_record_size(const ss_record *rec) { return rec->raw_len; }
+
+int ss_record_rank(const ss_record *rec, int32_t *rank, double *score)
+{
+	if (!rec->has_rank)
+		return 0;
+	if (rank)
+		*rank = rec->rank;
+	if (score)
+		*score = rec->score;
+	return 1;
+}
 
 /* Makes file bytes [off, off+need) available in the window and returns
  * how many of them are (fewer at end of input), or a negative SS_ERR_*.
@@ -479,8 +499,10 @@ static uint64_t frame_bound(uint64_t content)
 	return ZSTD_compressBound((size_t)content) + ZSTD_FRAMEHEADERSIZE_MAX + 3 * (content / 1024 + 2) + 4;
 }
 
-int ss_reader_next(ss_reader *r, ss_record *rec)
+int ss_reader_next(ss_reader *r, const ss_record **recp)
 {
+	ss_record *rec = &r->rec;
+	*recp = NULL;
 	size_t hsz;
 	uint64_t content;
 	int checksum, rc;
@@ -545,6 +567,7 @@ int ss_reader_next(ss_reader *r, ss_record *rec)
 	rec->length = in_off - off;
 	r->pos = in_off;
 	r->index++;
+	*recp = rec;
 	return 1;
 }
 
@@ -636,8 +659,10 @@ static long long meta_prefix(const unsigned char *p, size_t len, uint32_t *n_bef
 	return (long long)i;
 }
 
-int ss_reader_next_meta(ss_reader *r, ss_record *rec)
+int ss_reader_next_meta(ss_reader *r, const ss_record **recp)
 {
+	ss_record *rec = &r->rec;
+	*recp = NULL;
 	size_t hsz;
 	uint64_t content;
 	int checksum, rc;
@@ -701,6 +726,7 @@ int ss_reader_next_meta(ss_reader *r, ss_record *rec)
 	rec->length = (uint64_t)flen;
 	r->pos += (uint64_t)flen;
 	r->index++;
+	*recp = rec;
 	return 1;
 }
 

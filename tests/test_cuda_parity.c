@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "ss.h"
+#include "device_plugin.h"
 #include "gen/model.h"
 
 static ss_device *dev;
@@ -134,16 +135,16 @@ static void test_embed_norms_argmax(void **st)
 	assert_int_equal(cmp("gated_rmsnorm", yyg, ldz, yy, ldz, n, d, 1e-5, 1e-5), 0);
 	/* argmax over rows with ties and NaN, n off the block size */
 	const int R = 5, Nv = 50288;
-	float *L = rnd((size_t)R * Nv, -5, 5);
-	L[1 * Nv + 7] = 100; L[1 * Nv + 9] = 100;       /* tie: the first wins */
-	for (int i = 0; i < Nv; i++) L[2 * Nv + i] = NAN; /* all NaN: -1 */
-	L[3 * Nv + 0] = NAN; L[3 * Nv + Nv - 1] = 1e30f;  /* the last column */
+	float *logits = rnd((size_t)R * Nv, -5, 5);
+	logits[1 * Nv + 7] = 100; logits[1 * Nv + 9] = 100;       /* tie: the first wins */
+	for (int i = 0; i < Nv; i++) logits[2 * Nv + i] = NAN; /* all NaN: -1 */
+	logits[3 * Nv + 0] = NAN; logits[3 * Nv + Nv - 1] = 1e30f;  /* the last column */
 	int32_t ids[5], idg[5];
-	float *dL = up(L, (size_t)R * Nv * 4);
+	float *dlogits = up(logits, (size_t)R * Nv * 4);
 	int32_t *dids = up(NULL, sizeof(ids));
 	for (int nn = Nv; nn >= Nv - 1; nn--) {
-		ss_argmax_rows_cpu(ids, L, Nv, R, nn);
-		cu->argmax_rows(dids, dL, Nv, R, nn, NULL);
+		ss_argmax_rows_cpu(ids, logits, Nv, R, nn);
+		cu->argmax_rows(dids, dlogits, Nv, R, nn, NULL);
 		down(idg, dids, sizeof(idg));
 		for (int r = 0; r < R; r++) {
 			if (ids[r] != idg[r])
@@ -152,9 +153,9 @@ static void test_embed_norms_argmax(void **st)
 		}
 	}
 	cu->dfree(dtok); cu->dfree(dh); cu->dfree(dres); cu->dfree(dw); cu->dfree(dy);
-	cu->dfree(dyy); cu->dfree(dz); cu->dfree(dL); cu->dfree(dids);
+	cu->dfree(dyy); cu->dfree(dz); cu->dfree(dlogits); cu->dfree(dids);
 	free(emb); free(h); free(hg); free(eb); free(res); free(w); free(y); free(yg);
-	free(yy); free(z); free(yyg); free(L);
+	free(yy); free(z); free(yyg); free(logits);
 }
 
 static void test_linear(void **st)

@@ -351,7 +351,7 @@ static void test_errors(void **st)
 			 SS_ERR_INVALID);
 	/* a state of another model */
 	ss_state other;
-	assert_int_equal(ss_eval_state_copy(&other, &doc_st[0]), 0);
+	assert_int_equal(ss_state_copy(&other, &doc_st[0]), 0);
 	strcpy(other.fingerprint, "0123456789abcdef");
 	ss_eval_doc bad[2] = { docs[1], { &other, doc_tok[0], doc_n[0] } };
 	assert_int_equal(ss_eval_context(fctx, model, SS_EVAL_PICASO_R, bad, 2, &out, err),

@@ -195,10 +195,10 @@ static void test_build_and_query(void **state)
 		assert_string_equal(h[i].fingerprint, "fpA");
 	}
 	/* The state behind each hit is the indexed record. */
-	ss_record rec;
+	const ss_record *rec;
 	ss_state s;
 	assert_int_equal(ss_index_read(ix, &h[0], 0, &rec, em), 0);
-	assert_int_equal(ss_record_state(&rec, &s, em), 0);
+	assert_int_equal(ss_record_state(rec, &s, em), 0);
 	assert_string_equal(s.id, "d3");
 	assert_int_equal(s.n_tokens, n_words(corpus[3].text));
 	ss_state_free(&s);
@@ -292,7 +292,7 @@ static void test_rebuild_replaces(void **state)
 	ss_index_hit h;
 	assert_int_equal(ss_index_lookup(ix, "d0", &h, em), 0);
 	assert_non_null(strstr(h.path, "shard1.states"));
-	ss_record rec;
+	const ss_record *rec;
 	assert_int_equal(ss_index_read(ix, &h, 0, &rec, em), 0);
 	ss_index_hit_clear(&h);
 	ss_index_close(ix);
@@ -404,7 +404,7 @@ static int read_doc(const char *db, const char *id, int meta_only, char *em)
 	if (rc)
 		return rc;
 	ss_index_hit h;
-	ss_record rec;
+	const ss_record *rec;
 	rc = ss_index_lookup(ix, id, &h, em);
 	if (!rc)
 		rc = ss_index_read(ix, &h, meta_only, &rec, em);
@@ -550,7 +550,7 @@ static void test_index_moves_with_shards(void **state)
 	int n = ss_index_query(ix, "sailing", 1, NULL, 0, &h, em);
 	assert_int_equal(n, 1);
 	assert_non_null(strstr(h[0].path, ".moved/shard0.states"));
-	ss_record rec;
+	const ss_record *rec;
 	assert_int_equal(ss_index_read(ix, &h[0], 0, &rec, em), 0);
 	ss_index_hits_free(h, n);
 	ss_index_close(ix);
@@ -575,7 +575,7 @@ static void test_concurrent_readers(void **state)
 				int n = ss_index_query(ix, corpus[(p + q) % N_CORPUS].text, 3, NULL, 0, &h, em);
 				if (n < 1 || strcmp(h[0].id, corpus[(p + q) % N_CORPUS].id))
 					_exit(2);
-				ss_record rec;
+				const ss_record *rec;
 				for (int i = 0; i < n; i++)
 					if (ss_index_read(ix, &h[i], q & 1, &rec, em))
 						_exit(3);
@@ -610,23 +610,26 @@ static void test_copy(void **state)
 	assert_int_equal(ss_writer_close(w, em), 0);
 
 	ss_reader *r;
-	ss_record got, stored;
+	const ss_record *got, *stored;
 	assert_int_equal(ss_reader_open(&r, path_in("out.states"), 0, em), 0);
 	for (int j = 0; j < n; j++) {
 		const ss_index_hit *hj = &h[n - 1 - j];
 		assert_int_equal(ss_reader_next(r, &got), 1);
-		assert_true(got.has_rank);
-		assert_int_equal(got.rank, hj->rank);
-		assert_int_equal(got.rank, n - j); /* most relevant last */
+		int32_t rank;
+		double score;
+		assert_true(ss_record_rank(got, &rank, &score));
+		assert_int_equal(rank, hj->rank);
+		assert_int_equal(rank, n - j); /* most relevant last */
+		assert_true(score == hj->score);
 		/* The frame is the stored one, byte for byte. */
-		assert_int_equal(got.length, hj->length);
+		assert_int_equal(ss_record_length(got), hj->length);
 		assert_int_equal(ss_index_read(ix, hj, 0, &stored, em), 0);
-		assert_false(stored.has_rank);
-		assert_int_equal(got.raw_len, stored.raw_len);
-		assert_memory_equal(got.raw, stored.raw, stored.raw_len);
+		assert_false(ss_record_rank(stored, NULL, NULL));
+		assert_int_equal(ss_record_size(got), ss_record_size(stored));
+		assert_memory_equal(ss_record_bytes(got), ss_record_bytes(stored), ss_record_size(stored));
 		ss_state a, b;
-		assert_int_equal(ss_record_state(&got, &a, em), 0);
-		assert_int_equal(ss_record_state(&stored, &b, em), 0);
+		assert_int_equal(ss_record_state(got, &a, em), 0);
+		assert_int_equal(ss_record_state(stored, &b, em), 0);
 		assert_true(a.has_rank);
 		assert_int_equal(a.rank, hj->rank);
 		assert_true(a.score == hj->score);
@@ -647,7 +650,7 @@ static void test_copy(void **state)
 	for (int j = 0; j < n; j++) {
 		ss_state m;
 		assert_int_equal(ss_reader_next_meta(r, &got), 1);
-		assert_int_equal(ss_record_state_meta(&got, &m, em), 0);
+		assert_int_equal(ss_record_state_meta(got, &m, em), 0);
 		assert_true(m.has_rank);
 		assert_int_equal(m.rank, n - j);
 		assert_true(m.score == h[n - 1 - j].score);

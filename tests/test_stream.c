@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <msgpack.h>
 #include <zstd.h>
 #include <cmocka.h>
 #if defined(__SANITIZE_ADDRESS__)
@@ -129,14 +130,14 @@ static void test_tokens_roundtrip_and_seek(void **ctx)
 	assert_int_equal(offs[0], 0);
 
 	ss_reader *r;
-	ss_record rec;
+	const ss_record *rec;
 	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
 	for (int i = 0; i < 3; i++) {
 		assert_int_equal(ss_reader_next(r, &rec), 1);
-		assert_int_equal(rec.offset, offs[i]);
-		assert_string_equal(rec.format, SS_FORMAT_TOKENS);
+		assert_int_equal(ss_record_offset(rec), offs[i]);
+		assert_string_equal(ss_record_format(rec), SS_FORMAT_TOKENS);
 		ss_tokens t;
-		assert_int_equal(ss_record_tokens(&rec, &t, err), 0);
+		assert_int_equal(ss_record_tokens(rec, &t, err), 0);
 		assert_int_equal(t.n_tokens, 5 - i);
 		assert_int_equal(t.tokens[0], i);
 		assert_int_equal(t.tokens[1], 50276);
@@ -149,12 +150,12 @@ static void test_tokens_roundtrip_and_seek(void **ctx)
 	assert_int_equal(ss_reader_seek(r, offs[1]), 0);
 	assert_int_equal(ss_reader_next(r, &rec), 1);
 	ss_tokens t;
-	assert_int_equal(ss_record_tokens(&rec, &t, err), 0);
+	assert_int_equal(ss_record_tokens(rec, &t, err), 0);
 	assert_string_equal(t.id, "d1");
 	ss_tokens_free(&t);
 	/* A token record is not a state record. */
 	ss_state s;
-	assert_int_equal(ss_record_state(&rec, &s, err), SS_ERR_FORMAT);
+	assert_int_equal(ss_record_state(rec, &s, err), SS_ERR_FORMAT);
 	assert_non_null(strstr(err, "expected a ss-states record"));
 	ss_reader_close(r);
 }
@@ -191,12 +192,12 @@ static void test_states_roundtrip_dtypes(void **ctx)
 		const char *p = tpath("s.states");
 		write_states(p, 3, (ss_dtype)dt, NULL);
 		ss_reader *r;
-		ss_record rec;
+		const ss_record *rec;
 		assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
 		for (int i = 0; i < 3; i++) {
 			assert_int_equal(ss_reader_next(r, &rec), 1);
 			ss_state s;
-			assert_int_equal(ss_record_state(&rec, &s, err), 0);
+			assert_int_equal(ss_record_state(rec, &s, err), 0);
 			check_state(&s, i, (ss_dtype)dt);
 			ss_state_free(&s);
 		}
@@ -228,10 +229,10 @@ static void test_provenance_and_rank(void **ctx)
 	assert_int_equal(ss_writer_close(w, err), 0);
 	ss_state_free(&s);
 	ss_reader *r;
-	ss_record rec;
+	const ss_record *rec;
 	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
 	assert_int_equal(ss_reader_next(r, &rec), 1);
-	assert_int_equal(ss_record_state(&rec, &s, err), 0);
+	assert_int_equal(ss_record_state(rec, &s, err), 0);
 	assert_string_equal(s.mode, "picaso-r");
 	assert_int_equal(s.n_sources, 2);
 	assert_string_equal(s.sources[1], "b");
@@ -241,6 +242,29 @@ static void test_provenance_and_rank(void **ctx)
 	assert_true(s.score == 7.5);
 	ss_state_free(&s);
 	ss_reader_close(r);
+}
+
+/* ss_state_copy: a deep copy of the arrays, dims, fingerprint and n_tokens;
+ * not the id, provenance or annotation. */
+static void test_state_copy(void **ctx)
+{
+	(void)ctx;
+	ss_state s, c;
+	fill_state(&s, "doc", 2, SS_DTYPE_BF16);
+	s.has_rank = 1;
+	assert_int_equal(ss_state_copy(&c, &s), 0);
+	assert_int_equal(ss_state_dims_check(&c.dims, &s.dims, NULL), 0);
+	assert_string_equal(c.fingerprint, s.fingerprint);
+	assert_int_equal(c.n_tokens, 42);
+	assert_int_equal(c.dtype, SS_DTYPE_F32);
+	assert_null(c.id);
+	assert_int_equal(c.has_rank, 0);
+	assert_true(c.ssm != s.ssm && c.conv != s.conv && c.logdecay != s.logdecay);
+	assert_memory_equal(c.ssm, s.ssm, ss_state_ssm_len(&tiny) * sizeof(float));
+	assert_memory_equal(c.conv, s.conv, ss_state_conv_len(&tiny) * sizeof(float));
+	assert_memory_equal(c.logdecay, s.logdecay, ss_state_logdecay_len(&tiny) * sizeof(float));
+	ss_state_free(&s);
+	ss_state_free(&c);
 }
 
 /* Annotation frames (ss-retrieve's rank/score) attach to the next record,
@@ -264,13 +288,13 @@ static void test_annotation_frames(void **ctx)
 	assert_int_equal(ss_writer_close(w, err), 0);
 	for (int meta = 0; meta < 2; meta++) {
 		ss_reader *r;
-		ss_record rec;
+		const ss_record *rec;
 		assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
 		for (int i = 0; i < 3; i++) {
 			assert_int_equal(meta ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec), 1);
-			assert_int_equal(rec.offset, offs[i]);
+			assert_int_equal(ss_record_offset(rec), offs[i]);
 			ss_state s;
-			assert_int_equal(meta ? ss_record_state_meta(&rec, &s, err) : ss_record_state(&rec, &s, err), 0);
+			assert_int_equal(meta ? ss_record_state_meta(rec, &s, err) : ss_record_state(rec, &s, err), 0);
 			assert_int_equal(s.has_rank, i != 1);
 			if (i != 1) {
 				assert_int_equal(s.rank, 3 - i);
@@ -282,7 +306,7 @@ static void test_annotation_frames(void **ctx)
 		/* Seeking to a record's frame skips its annotation. */
 		assert_int_equal(ss_reader_seek(r, offs[2]), 0);
 		assert_int_equal(ss_reader_next(r, &rec), 1);
-		assert_int_equal(rec.has_rank, 0);
+		assert_int_equal(ss_record_rank(rec, NULL, NULL), 0);
 		ss_reader_close(r);
 	}
 }
@@ -314,7 +338,7 @@ static void test_meta_then_full(void **ctx)
 	/* Alternate meta and full reads, from a file and from a pipe. */
 	for (int pipe_mode = 0; pipe_mode < 2; pipe_mode++) {
 		ss_reader *r;
-		ss_record rec;
+		const ss_record *rec;
 		char src[600];
 		int pfd[2] = { -1, -1 };
 		pid_t pid = -1;
@@ -342,8 +366,8 @@ static void test_meta_then_full(void **ctx)
 			ss_state s;
 			int meta = (i % 2 == 0);
 			assert_int_equal(meta ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec), 1);
-			assert_int_equal(rec.offset, offs[i]);
-			assert_int_equal(meta ? ss_record_state_meta(&rec, &s, err) : ss_record_state(&rec, &s, err), 0);
+			assert_int_equal(ss_record_offset(rec), offs[i]);
+			assert_int_equal(meta ? ss_record_state_meta(rec, &s, err) : ss_record_state(rec, &s, err), 0);
 			assert_true(s.logdecay[5] == -(float)(i + 1) * 5.0f);
 			if (meta)
 				assert_null(s.ssm);
@@ -370,13 +394,13 @@ static void test_cat_concatenates(void **ctx)
 	snprintf(cmd, sizeof cmd, "cat '%s' '%s' > '%s'", tpath("a.states"), tpath("b.states"), tpath("ab.states"));
 	assert_int_equal(system(cmd), 0);
 	ss_reader *r;
-	ss_record rec;
+	const ss_record *rec;
 	assert_int_equal(ss_reader_open(&r, tpath("ab.states"), 0, err), 0);
 	long asz = fsize(tpath("a.states"));
 	for (int i = 0; i < 5; i++) {
 		assert_int_equal(ss_reader_next(r, &rec), 1);
-		assert_int_equal(rec.index, (uint64_t)i);
-		assert_int_equal(rec.offset, i < 2 ? a[i] : (uint64_t)asz + b[i - 2]);
+		assert_int_equal(ss_record_index(rec), (uint64_t)i);
+		assert_int_equal(ss_record_offset(rec), i < 2 ? a[i] : (uint64_t)asz + b[i - 2]);
 	}
 	assert_int_equal(ss_reader_next(r, &rec), 0);
 	ss_reader_close(r);
@@ -403,7 +427,7 @@ static void test_truncated(void **ctx)
 		fwrite(all, 1, (size_t)cut, f);
 		fclose(f);
 		ss_reader *r;
-		ss_record rec;
+		const ss_record *rec;
 		assert_int_equal(ss_reader_open(&r, tpath("cut.states"), 0, err), 0);
 		assert_int_equal(ss_reader_next(r, &rec), 1);
 		int rc = ss_reader_next(r, &rec);
@@ -417,14 +441,14 @@ static void test_truncated(void **ctx)
 static int read_all(const char *p, uint64_t max, char *msg)
 {
 	ss_reader *r;
-	ss_record rec;
+	const ss_record *rec;
 	char err[SS_ERRMSG_MAX];
 	int rc = ss_reader_open(&r, p, max, err);
 	if (rc)
 		return rc;
 	while ((rc = ss_reader_next(r, &rec)) == 1) {
 		ss_state s;
-		if ((rc = ss_record_state(&rec, &s, err)) != 0)
+		if ((rc = ss_record_state(rec, &s, err)) != 0)
 			break;
 		ss_state_free(&s);
 	}
@@ -522,7 +546,7 @@ static void pack_state_head(msgpack_packer *pk, int n_keys, const int64_t *dims)
 }
 
 /* Writes one record (sb's bytes) as the stream `name` and reads it back. */
-static ss_reader *one_record(const char *name, const msgpack_sbuffer *sb, ss_record *rec)
+static ss_reader *one_record(const char *name, const msgpack_sbuffer *sb, const ss_record **rec)
 {
 	char err[SS_ERRMSG_MAX];
 	ss_writer *w;
@@ -549,13 +573,13 @@ static void test_bad_state_fields(void **ctx)
 	msgpack_pack_str_with_body(&pk, "logdecay", 8);
 	float ld = -1;
 	msgpack_pack_bin_with_body(&pk, &ld, 4);
-	ss_record rec;
+	const ss_record *rec;
 	ss_reader *r = one_record("bad.states", &sb, &rec);
 	msgpack_sbuffer_destroy(&sb);
 	ss_state s;
-	assert_int_equal(ss_record_state_meta(&rec, &s, err), 0);
+	assert_int_equal(ss_record_state_meta(rec, &s, err), 0);
 	ss_state_free(&s);
-	assert_int_equal(ss_record_state(&rec, &s, err), SS_ERR_FORMAT);
+	assert_int_equal(ss_record_state(rec, &s, err), SS_ERR_FORMAT);
 	assert_non_null(strstr(err, "missing field \"conv\""));
 	ss_reader_close(r);
 }
@@ -633,7 +657,7 @@ static void test_declared_size_not_trusted(void **ctx)
 	assert_int_equal(n, 232);
 	write_bytes(tpath("declared.states"), fr, n);
 	ss_reader *r;
-	ss_record rec;
+	const ss_record *rec;
 	char err[SS_ERRMSG_MAX];
 	size_t base = heap_in_use();
 	assert_int_equal(ss_reader_open(&r, tpath("declared.states"), 0, err), 0);
@@ -675,7 +699,7 @@ static void test_large_records(void **ctx)
 	assert_int_equal(ss_writer_close(w, err), 0);
 	for (int pipe_in = 0; pipe_in < 2; pipe_in++) {
 		ss_reader *r;
-		ss_record rec;
+		const ss_record *rec;
 		FILE *saved = stdin;
 		if (pipe_in) {
 			char cmd[600];
@@ -686,7 +710,7 @@ static void test_large_records(void **ctx)
 		for (int k = 0; k < 2; k++) {
 			assert_int_equal(ss_reader_next(r, &rec), 1);
 			ss_state s;
-			assert_int_equal(ss_record_state(&rec, &s, err), 0);
+			assert_int_equal(ss_record_state(rec, &s, err), 0);
 			assert_string_equal(s.id, k ? "b" : "a");
 			uint32_t x = 12345u + (uint32_t)k;
 			for (size_t i = 0; i < ss_state_ssm_len(&big); i++) {
@@ -727,13 +751,13 @@ static void test_conv_len_wrap(void **ctx)
 	msgpack_pack_str_with_body(&pk, "ssm", 3);
 	msgpack_pack_bin_with_body(&pk, zeros, nb);
 	free(zeros);
-	ss_record rec;
+	const ss_record *rec;
 	ss_reader *r = one_record("wrap.states", &sb, &rec);
 	msgpack_sbuffer_destroy(&sb);
 	ss_state s;
-	assert_int_equal(ss_record_state(&rec, &s, err), SS_ERR_FORMAT);
+	assert_int_equal(ss_record_state(rec, &s, err), SS_ERR_FORMAT);
 	assert_non_null(strstr(err, "absurd state size"));
-	assert_int_equal(ss_record_state_meta(&rec, &s, err), SS_ERR_FORMAT);
+	assert_int_equal(ss_record_state_meta(rec, &s, err), SS_ERR_FORMAT);
 	ss_reader_close(r);
 }
 
@@ -833,12 +857,12 @@ static void test_golden_streams(void **ctx)
 	if (getenv("SS_WRITE_GOLDEN"))
 		write_golden(top, toks, conv, ssm, shared);
 	ss_reader *r;
-	ss_record rec;
+	const ss_record *rec;
 	snprintf(p, sizeof p, "%s/formats/golden/t1-c2.tokens", top);
 	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
 	assert_int_equal(ss_reader_next(r, &rec), 1);
 	ss_tokens t;
-	assert_int_equal(ss_record_tokens(&rec, &t, err), 0);
+	assert_int_equal(ss_record_tokens(rec, &t, err), 0);
 	assert_int_equal(t.n_tokens, 7);
 	assert_memory_equal(t.tokens, toks, sizeof toks);
 	assert_string_equal(t.text, " Robert Boulter is an English");
@@ -851,7 +875,7 @@ static void test_golden_streams(void **ctx)
 	for (int dt = 0; dt < 3; dt++) {
 		assert_int_equal(ss_reader_next(r, &rec), 1);
 		ss_state s;
-		assert_int_equal(ss_record_state(&rec, &s, err), 0);
+		assert_int_equal(ss_record_state(rec, &s, err), 0);
 		assert_int_equal(s.dtype, dt);
 		assert_int_equal(s.dims.n_layer, 2);
 		assert_int_equal(s.dims.d_state, 16);
@@ -891,6 +915,7 @@ int main(void)
 		cmocka_unit_test(test_tokens_roundtrip_and_seek),
 		cmocka_unit_test(test_states_roundtrip_dtypes),
 		cmocka_unit_test(test_provenance_and_rank),
+		cmocka_unit_test(test_state_copy),
 		cmocka_unit_test(test_annotation_frames),
 		cmocka_unit_test(test_meta_then_full),
 		cmocka_unit_test(test_cat_concatenates),

@@ -29,19 +29,19 @@ static void tokens_read(token_set *ts, const char *path)
 	if (ss_reader_open(&r, path, cli_max_record(), err))
 		cli_die("%s: %s", path, err);
 	size_t cap = 0;
-	ss_record rec;
+	const ss_record *rec;
 	int rc;
 	while ((rc = ss_reader_next(r, &rec)) == 1) {
-		if (strcmp(rec.format, SS_FORMAT_TOKENS))
-			cli_die("%s: record %" PRIu64 ": a %s record, not ss-tokens", path, rec.index,
-				rec.format);
+		if (strcmp(ss_record_format(rec), SS_FORMAT_TOKENS))
+			cli_die("%s: record %" PRIu64 ": a %s record, not ss-tokens", path, ss_record_index(rec),
+				ss_record_format(rec));
 		if (ts->n == cap) {
 			cap = cap ? 2 * cap : 1024;
 			ts->recs = xrealloc(ts->recs, cap * sizeof *ts->recs);
 		}
-		if (ss_record_tokens(&rec, &ts->recs[ts->n], err))
-			cli_die("%s: record %" PRIu64 " (byte offset %" PRIu64 "): %s", path, rec.index,
-				rec.offset, err);
+		if (ss_record_tokens(rec, &ts->recs[ts->n], err))
+			cli_die("%s: record %" PRIu64 " (byte offset %" PRIu64 "): %s", path, ss_record_index(rec),
+				ss_record_offset(rec), err);
 		ts->n++;
 	}
 	if (rc < 0)
@@ -235,10 +235,10 @@ static void wiki_retrieve(const eval_run *run, ss_index *ix, const ss_tokens *tq
 	free(qtext);
 	for (int h = 0; h < w->nh; h++) {
 		const ss_index_hit *hit = &w->hits[h];
-		ss_record rec;
+		const ss_record *rec;
 		if (ss_index_read(ix, hit, 0, &rec, err))
 			cli_die("%s: %s", hit->path, err);
-		if (ss_record_state(&rec, &w->hit_st[h], err))
+		if (ss_record_state(rec, &w->hit_st[h], err))
 			cli_die("%s: document %s at byte offset %" PRIu64 ": %s", hit->path, hit->id,
 				hit->offset, err);
 	}
@@ -313,7 +313,7 @@ static void wiki_score(const eval_run *run, ss_eval_scorer *sc, const ss_tokens 
 		} else {
 			w->nll[j] = w->unll[u++];
 			if (k <= 1) {
-				if (ss_eval_state_copy(&w->cache[w->n_cache], &w->ctxs[j]))
+				if (ss_state_copy(&w->cache[w->n_cache], &w->ctxs[j]))
 					cli_die("out of memory");
 				w->cache_nll[w->n_cache++] = w->nll[j];
 			}

@@ -140,7 +140,7 @@ int mcli_states_next(mcli_states *src, const ss_model *m, const char *model_dir,
 		src->count++;
 		return 1;
 	}
-	ss_record rec;
+	const ss_record *rec;
 	int rc = ss_reader_next(src->r, &rec);
 	if (rc < 0)
 		cli_die("%s: %s", src->path, ss_reader_error(src->r));
@@ -154,14 +154,15 @@ int mcli_states_next(mcli_states *src, const ss_model *m, const char *model_dir,
 		return 0;
 	}
 	char err[SS_ERRMSG_MAX] = "";
-	if (strcmp(rec.format, SS_FORMAT_STATES))
+	if (strcmp(ss_record_format(rec), SS_FORMAT_STATES))
 		cli_die("%s: record %llu (byte offset %llu): not a state record (format \"%s\")",
-			src->path, (unsigned long long)rec.index, (unsigned long long)rec.offset,
-			rec.format);
-	if (ss_record_state(&rec, s, err))
+			src->path, (unsigned long long)ss_record_index(rec),
+			(unsigned long long)ss_record_offset(rec), ss_record_format(rec));
+	if (ss_record_state(rec, s, err))
 		cli_die("%s: record %llu (byte offset %llu): %s", src->path,
-			(unsigned long long)rec.index, (unsigned long long)rec.offset, err);
-	mcli_check_state(m, model_dir, s, src->path, rec.index);
+			(unsigned long long)ss_record_index(rec),
+			(unsigned long long)ss_record_offset(rec), err);
+	mcli_check_state(m, model_dir, s, src->path, ss_record_index(rec));
 	if (!s->id && !(s->id = strdup("")))
 		cli_die("out of memory");
 	src->count++;

@@ -55,7 +55,7 @@ int main(int argc, char **argv)
 	uint64_t max = cli_max_record();
 	for (int i = 0; i < nfiles; i++) {
 		ss_reader *r;
-		ss_record rec;
+		const ss_record *rec;
 		char err[SS_ERRMSG_MAX];
 		int rc = ss_reader_open(&r, files[i], max, err);
 		if (rc)
@@ -65,7 +65,7 @@ int main(int argc, char **argv)
 		long long n = 0;
 		while ((limit < 0 || n < limit) && (at < 0 || n < 1) &&
 		       (rc = meta ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec)) == 1) {
-			ss_record_to_json(&rec, stdout, full);
+			ss_record_to_json(rec, stdout, full);
 			putchar('\n');
 			n++;
 		}

@@ -117,7 +117,7 @@ static void record_meta(const ss_record *rec, ss_state *m, const char *path, uin
 	char err[SS_ERRMSG_MAX];
 	if (ss_record_state_meta(rec, m, err) != 0)
 		cli_die("%s: record %llu (byte offset %llu): %s", path, (unsigned long long)recno,
-			(unsigned long long)rec->offset, err);
+			(unsigned long long)ss_record_offset(rec), err);
 }
 
 /* What the first pass of a two-pass mode keeps per input state. */
@@ -288,7 +288,7 @@ int main(int argc, char **argv)
 	uint64_t max = cli_max_record();
 	double t0 = cli_now();
 	uint64_t bytes_in = 0;
-	ss_record rec;
+	const ss_record *rec;
 	ss_state m;
 	int rc;
 
@@ -300,11 +300,11 @@ int main(int argc, char **argv)
 				cli_die("%s: %s", files[i], err);
 			uint64_t recno = 0;
 			while ((rc = ss_reader_next(r, &rec)) == 1) {
-				record_meta(&rec, &m, files[i], recno);
+				record_meta(rec, &m, files[i], recno);
 				check_compat(&m, files[i], recno);
-				add_or_die(c, &rec, files[i], recno, m.id);
+				add_or_die(c, rec, files[i], recno, m.id);
 				ss_state_free(&m);
-				bytes_in += rec.raw_len;
+				bytes_in += ss_record_size(rec);
 				recno++;
 				cli_progress("%zu states", ss_composer_count(c));
 			}
@@ -330,14 +330,15 @@ int main(int argc, char **argv)
 			uint64_t recno = 0;
 			while ((rc = seekable[i] ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec)) == 1) {
 				if (recno == 0)
-					stdin_off = !strcmp(files[i], "-") ? rec.offset : stdin_off;
+					stdin_off = !strcmp(files[i], "-") ? ss_record_offset(rec) : stdin_off;
 				if (seekable[i]) {
-					record_meta(&rec, &m, files[i], recno);
+					record_meta(rec, &m, files[i], recno);
 					check_compat(&m, files[i], recno);
 				} else {
-					if (ss_record_state(&rec, &m, err) != 0)
+					if (ss_record_state(rec, &m, err) != 0)
 						cli_die("%s: record %llu (byte offset %llu): %s", files[i],
-							(unsigned long long)recno, (unsigned long long)rec.offset, err);
+							(unsigned long long)recno,
+							(unsigned long long)ss_record_offset(rec), err);
 					check_compat(&m, files[i], recno);
 					if (!spool && !(spool = tmpfile()))
 						cli_die("cannot create a spool file in $TMPDIR: %s", strerror(errno));
@@ -401,8 +402,8 @@ int main(int argc, char **argv)
 			}
 			uint64_t recno = 0;
 			while (recno < count[i] && (rc = ss_reader_next(r, &rec)) == 1) {
-				add_or_die(c, &rec, files[i], recno, plan.m[k].id);
-				bytes_in += rec.raw_len;
+				add_or_die(c, rec, files[i], recno, plan.m[k].id);
+				bytes_in += ss_record_size(rec);
 				recno++, k++;
 				cli_progress("%zu/%zu states", k, plan.n);
 			}
@@ -450,9 +451,10 @@ int main(int argc, char **argv)
 	if (ss_writer_close(w, err) != 0)
 		cli_die("%s: %s", out_path, err);
 	if (cli_verbosity >= 2) {
-		double dt = cli_now() - t0;
+		double elapsed_s = cli_now() - t0;
 		fprintf(stderr, "ss-compose: %d states, %.1f MB in %.3g s (%.3g GB/s), mode %s\n",
-			(int)out.n_sources, bytes_in / 1e6, dt, dt > 0 ? bytes_in / dt / 1e9 : 0.0,
+			(int)out.n_sources, bytes_in / 1e6, elapsed_s,
+			elapsed_s > 0 ? bytes_in / elapsed_s / 1e9 : 0.0,
 			ss_compose_mode_name(o.mode));
 	}
 	ss_state_free(&out);

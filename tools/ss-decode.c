@@ -260,9 +260,9 @@ int main(int argc, char **argv)
 	mcli_states_close(&src);
 	cli_out_close(out);
 	if (cli_verbosity >= 2) {
-		double dt = cli_now() - t0;
+		double elapsed_s = cli_now() - t0;
 		fprintf(stderr, "ss-decode: %lld tokens in %.2f s (%.1f tokens/s), seed %llu\n", total,
-			dt, dt > 0 ? total / dt : 0.0, (unsigned long long)seed);
+			elapsed_s, elapsed_s > 0 ? total / elapsed_s : 0.0, (unsigned long long)seed);
 	}
 
 	free(gen);

@@ -118,7 +118,7 @@ static int input_next(input *in, doc *d)
 		if (!in->text) {
 			if (!in->r && ss_reader_open(&in->r, path, cli_max_record(), err))
 				cli_die("%s: %s", path, err);
-			ss_record rec;
+			const ss_record *rec;
 			int rc = ss_reader_next(in->r, &rec);
 			if (rc < 0)
 				cli_die("%s: %s", path, ss_reader_error(in->r));
@@ -128,20 +128,21 @@ static int input_next(input *in, doc *d)
 				in->cur++;
 				continue;
 			}
-			if (strcmp(rec.format, SS_FORMAT_TOKENS))
+			if (strcmp(ss_record_format(rec), SS_FORMAT_TOKENS))
 				cli_die("%s: record %llu (byte offset %llu): not a token record (format \"%s\")",
-					path, (unsigned long long)rec.index,
-					(unsigned long long)rec.offset, rec.format);
+					path, (unsigned long long)ss_record_index(rec),
+					(unsigned long long)ss_record_offset(rec), ss_record_format(rec));
 			ss_tokens t;
-			if (ss_record_tokens(&rec, &t, err))
+			if (ss_record_tokens(rec, &t, err))
 				cli_die("%s: record %llu (byte offset %llu): %s", path,
-					(unsigned long long)rec.index, (unsigned long long)rec.offset, err);
+					(unsigned long long)ss_record_index(rec),
+					(unsigned long long)ss_record_offset(rec), err);
 			for (int64_t i = 0; i < t.n_tokens; i++)
 				if (t.tokens[i] < 0 || t.tokens[i] >= in->vocab)
 					cli_die("%s: record %llu (byte offset %llu, id \"%s\"): token %lld is %d, "
 						"outside the model's vocabulary [0, %d)",
-						path, (unsigned long long)rec.index,
-						(unsigned long long)rec.offset, t.id, (long long)i,
+						path, (unsigned long long)ss_record_index(rec),
+						(unsigned long long)ss_record_offset(rec), t.id, (long long)i,
 						(int)t.tokens[i], (int)in->vocab);
 			d->id = t.id;
 			d->tokens = t.tokens;
@@ -566,9 +567,9 @@ int main(int argc, char **argv)
 			doc_free(&docs[i]);
 		}
 		n_docs += nb;
-		double dt = cli_now() - t0;
+		double elapsed_s = cli_now() - t0;
 		cli_progress("%lld documents, %lld tokens, %.0f tokens/s", n_docs, n_tok,
-			     dt > 0 ? n_tok / dt : 0.0);
+			     elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
 	}
 	if (concat) {
 		/* Each call above is one sequence per state, so documents in one
@@ -589,9 +590,9 @@ int main(int argc, char **argv)
 	if (ss_writer_close(w, err))
 		cli_die("%s: %s", out_path ? out_path : "standard output", err[0] ? err : "write failed");
 	if (cli_verbosity >= 2) {
-		double dt = cli_now() - t0;
+		double elapsed_s = cli_now() - t0;
 		fprintf(stderr, "ss-encode: %lld documents, %lld tokens in %.3g s (%.0f tokens/s)\n",
-			n_docs, n_tok, dt, dt > 0 ? n_tok / dt : 0.0);
+			n_docs, n_tok, elapsed_s, elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
 	}
 
 	free(cid);

@@ -180,7 +180,7 @@ static int emit_states(ss_index *ix, const char *label, const ss_index_hit *h, i
 		       const char *path)
 {
 	char em[SS_ERRMSG_MAX];
-	ss_record rec;
+	const ss_record *rec;
 	for (int i = 0; i < n; i++)
 		if (ss_index_read(ix, &h[i], 1, &rec, em)) {
 			cli_warn("%s%s: %s", label, h[i].path, em);

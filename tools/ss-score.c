@@ -118,12 +118,8 @@ static void score_pair(scorer *sc, const ss_state *start, const char *id, const 
 	}
 
 	ss_state s;
-	if (ss_state_alloc(&s, &start->dims))
+	if (ss_state_copy(&s, start))
 		cli_die("out of memory");
-	memcpy(s.ssm, start->ssm, ss_state_ssm_len(&s.dims) * sizeof(float));
-	memcpy(s.conv, start->conv, ss_state_conv_len(&s.dims) * sizeof(float));
-	memcpy(s.logdecay, start->logdecay, ss_state_logdecay_len(&s.dims) * sizeof(float));
-	memcpy(s.fingerprint, start->fingerprint, SS_FINGERPRINT_MAX);
 
 	/* The query but its last token: state only. */
 	ss_forward_seq seq = { .tokens = q, .n_tokens = (int64_t)nq - 1, .state = &s };

@@ -613,23 +613,23 @@ static void decode_input(const char *path)
 {
 	char err[SS_ERRMSG_MAX];
 	ss_reader *r;
-	ss_record rec;
+	const ss_record *rec;
 	if (ss_reader_open(&r, path, cli_max_record(), err))
 		cli_die("%s: %s", path, err);
 	const char *name = ss_reader_path(r);
 	int rc;
 	while ((rc = ss_reader_next(r, &rec)) == 1) {
 		ss_tokens t;
-		if (ss_record_tokens(&rec, &t, err))
-			cli_die("%s: record %" PRIu64 " (byte offset %" PRIu64 "): %s", name, rec.index,
-			        rec.offset, err);
+		if (ss_record_tokens(rec, &t, err))
+			cli_die("%s: record %" PRIu64 " (byte offset %" PRIu64 "): %s", name, ss_record_index(rec),
+			        ss_record_offset(rec), err);
 		if (t.tokenizer && strcmp(t.tokenizer, ss_tokenizer_fingerprint(tok)))
 			cli_die("%s: record %" PRIu64 " (%s): made by tokenizer %s, not %s (see --tokenizer)", name,
-			        rec.index, t.id, t.tokenizer, ss_tokenizer_fingerprint(tok));
+			        ss_record_index(rec), t.id, t.tokenizer, ss_tokenizer_fingerprint(tok));
 		char *bytes;
 		size_t len;
 		if (ss_tokenizer_decode(tok, t.tokens, (size_t)t.n_tokens, &bytes, &len, err))
-			cli_die("%s: record %" PRIu64 " (%s): %s", name, rec.index, t.id, err);
+			cli_die("%s: record %" PRIu64 " (%s): %s", name, ss_record_index(rec), t.id, err);
 		if (pending_nl && !continues(prev_id, t.id))
 			text_write("\n", 1);
 		text_write(bytes, len);
@@ -720,10 +720,11 @@ int main(int argc, char **argv)
 	close_output();
 	cli_progress_end();
 	if (cli_verbosity >= 2) {
-		double dt = cli_now() - t0;
+		double elapsed_s = cli_now() - t0;
 		fprintf(stderr, "ss-tokenize: %" PRIu64 " documents, %" PRIu64 " records, %" PRIu64
 		        " tokens, %.1f MB of text in %.2f s (%.1f MB/s)\n",
-		        n_docs, n_records, n_tokens, n_bytes / 1e6, dt, dt > 0 ? n_bytes / 1e6 / dt : 0.0);
+		        n_docs, n_records, n_tokens, n_bytes / 1e6, elapsed_s,
+		        elapsed_s > 0 ? n_bytes / 1e6 / elapsed_s : 0.0);
 	}
 	ss_tokenizer_free(tok);
 	return 0;

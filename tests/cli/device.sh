@@ -59,6 +59,31 @@ SS_CUDA_PLUGIN=$d/bad.so expect 1 'cannot load the CUDA plugin' ss-score --model
 SS_CUDA_PLUGIN=$d/none.so ss-encode --model "$T1" --device auto "$d/c3.tok" >"$d/fb.st" 2>"$d/err"
 [ ! -s "$d/err" ] || fail "auto with a missing plugin printed: $(cat "$d/err")"
 cmp -s "$d/cpu.st" "$d/fb.st" || fail "auto with a missing plugin differs from cpu"
+# A plugin compiled from other headers than this libss (a stale build) is refused at load,
+# naming the type whose layout differs; one from these headers gets as far as the GPU
+# count. Both are fakes built here with the C compiler from lib/device_plugin.h.
+cat >"$d/fake.c" <<'EOF'
+#include <string.h>
+#include "device_plugin.h"
+static ss_cuda_layout layout[] = SS_CUDA_LAYOUT_INIT;
+static ss_cuda_api api;
+static int no_gpu(void) { return 0; }
+static const char *why(void) { return "fake plugin"; }
+const ss_cuda_api *ss_cuda_plugin(uint32_t abi)
+{
+	api.abi = SS_CUDA_ABI, api.size = sizeof api, api.build = "fake", api.layout = layout;
+	api.device_count = no_gpu, api.last_error = why;
+	for (ss_cuda_layout *l = layout; STALE && l->what; l++)
+		if (!strcmp(l->what, "sizeof(ss_state)"))
+			l->value = sizeof(ss_state) + 8;
+	return abi == SS_CUDA_ABI ? &api : NULL;
+}
+EOF
+${CC:-cc} -shared -fPIC -DSTALE=0 -I"$SS_TOP/lib" -o "$d/fresh.so" "$d/fake.c"
+${CC:-cc} -shared -fPIC -DSTALE=1 -I"$SS_TOP/lib" -o "$d/stale.so" "$d/fake.c"
+SS_CUDA_PLUGIN=$d/stale.so expect 1 'stale.so: built from other headers: sizeof(ss_state) is' \
+	ss-encode --model "$T1" --device cuda "$d/c3.tok"
+SS_CUDA_PLUGIN=$d/fresh.so expect 1 'no CUDA GPU (fake plugin)' ss-encode --model "$T1" --device cuda "$d/c3.tok"
 # Without the CUDA driver, auto never even tries the plugin (loading the real one
 # costs ~1 s and ~180 MB: issue 12); the loader's own log says what was opened.
 if ! ldconfig -p | grep -q 'libcuda\.so\.1 '; then

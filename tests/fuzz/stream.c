@@ -9,7 +9,7 @@ static void decode(const ss_record *rec)
 {
 	char err[SS_ERRMSG_MAX];
 	ss_record_to_json(rec, devnull, 0);
-	if (!strcmp(rec->format, SS_FORMAT_TOKENS)) {
+	if (!strcmp(ss_record_format(rec), SS_FORMAT_TOKENS)) {
 		ss_tokens t;
 		if (ss_record_tokens(rec, &t, err) == 0)
 			ss_tokens_free(&t);
@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char err[SS_ERRMSG_MAX];
 	for (int meta = 0; meta < 2; meta++) {
 		ss_reader *r;
-		ss_record rec;
+		const ss_record *rec;
 		/* A small limit: the fuzzer's memory limit is not what is tested. */
 		if (ss_reader_open(&r, p, 64u << 20, err))
 			abort();
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					abort(); /* every error names the record's offset */
 				break;
 			}
-			decode(&rec);
+			decode(rec);
 		}
 		ss_reader_close(r);
 	}

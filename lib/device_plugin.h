@@ -1,0 +1,210 @@
+/*
+ * device_plugin.h — INTERNAL to libss and its CUDA plugin: the table of
+ * functions libss_cuda.so hands to lib/device.c, and the check that a loaded
+ * plugin was built from the same headers. Included by lib/device.c,
+ * lib/forward.c, the kernels (through kernels/common.cuh) and the tests
+ * and benches that drive GPU ops directly (tests/test_cuda_parity.c,
+ * bench/cuda.c). Not installed; tools never see it (ss_device.h is their
+ * interface).
+ *
+ * The plugin is built by nvcc, libss by the C compiler, possibly at other
+ * times (an installed plugin, a build tree rebuilt in part). Both include
+ * these headers; what could differ is checked at load: SS_CUDA_ABI (bumped
+ * by hand when signatures change), the table's size, and the sizeof and
+ * offsetof of every shared type as each compiler saw them (SS_CUDA_LAYOUT).
+ * ref: lib/device.c (the loader), kernels/plugin.cu (the table).
+ */
+#ifndef SS_DEVICE_PLUGIN_H
+#define SS_DEVICE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ss.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bump when a function's signature or the meaning of an entry changes: the
+ * layout check below sees where fields are, not what they mean. 2: the
+ * table carries its layout list. */
+#define SS_CUDA_ABI 2
+#define SS_CUDA_PLUGIN_SYMBOL "ss_cuda_plugin"
+
+/* One sizeof or offsetof of a type the plugin shares with libss, as the
+ * compiler of one side computed it. A list ends with what == NULL. */
+typedef struct {
+	const char *what; /* "sizeof(ss_model)", "offsetof(ss_state, ssm)" */
+	uint64_t value;   /* bytes */
+} ss_cuda_layout;
+
+/* CUDA's stream type (cudaStream_t is struct CUstream_st *); NULL = the
+ * legacy default stream. Declared here so that the table needs no CUDA
+ * header. */
+struct CUstream_st;
+typedef struct CUstream_st *ss_cuda_stream;
+/* A cuBLAS handle bound to a stream, with the scratch the bf16/f16 linears
+ * need (kernels/linear.cuh). */
+typedef struct ss_cuda_blas ss_cuda_blas;
+/* A model on the GPU with its forward pass's scratch (kernels/forward.cuh). */
+typedef struct ss_cuda_fwd ss_cuda_fwd;
+
+/* Every op takes device pointers and the same arguments as its CPU twin in
+ * ss_ops.h, then a stream; they are asynchronous (errors show at sync).
+ * Memory helpers and sync return 0 or SS_ERR_DEVICE (last_error() says
+ * why). Pointers to int64 seq_start arrays are device pointers too. */
+typedef struct ss_cuda_api {
+	/* These four come first and keep their places in every ABI. */
+	uint32_t abi;  /* SS_CUDA_ABI */
+	uint32_t size; /* sizeof(ss_cuda_api) as the plugin was built */
+	const char *build; /* e.g. "CUDA 13.0, sm_80 sm_90" */
+	const ss_cuda_layout *layout; /* SS_CUDA_LAYOUT as nvcc compiled it */
+
+	/* device: count is 0 when there is no driver or no GPU (never fails) */
+	int (*device_count)(void);
+	int (*device_select)(int dev, char *name, size_t name_len, size_t *mem_bytes);
+	const char *(*last_error)(void);
+
+	/* memory and sync (tests, benches) */
+	void *(*dmalloc)(size_t bytes);
+	void (*dfree)(void *p);
+	int (*h2d)(void *dst, const void *src, size_t bytes);
+	int (*d2h)(void *dst, const void *src, size_t bytes);
+	int (*sync)(void);
+
+	/* ops: ss_<op>_cuda, declared in kernels/<op>.cuh */
+	void (*embed)(float *h, const void *emb, ss_dtype et, const int32_t *tokens, int64_t n,
+		      int d_model, ss_cuda_stream st);
+	void (*rmsnorm)(float *y, float *h, const float *res, const float *w, int64_t n, int d,
+			float eps, ss_cuda_stream st);
+	ss_cuda_blas *(*blas_create)(ss_cuda_stream st);
+	void (*blas_free)(ss_cuda_blas *b);
+	int (*linear)(ss_cuda_blas *b, float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+		      const void *W, ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta);
+	void (*conv1d_silu)(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+			    const int64_t *seq_start, int nseq, float *conv_state,
+			    ptrdiff_t ld_state, const float *wt, ptrdiff_t ldw, const float *b,
+			    int nch, int d_conv, ss_cuda_stream st);
+	void (*conv1d_step)(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, int nseq,
+			    float *conv_state, ptrdiff_t ld_state, const float *wt, ptrdiff_t ldw,
+			    const float *b, int nch, int d_conv, ss_cuda_stream st);
+	void (*dt_softplus)(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t ldr,
+			    const float *dt_bias, int64_t n, int nheads, float dt_min, float dt_max,
+			    ss_cuda_stream st);
+	/* scan: sequential in t (ss_ssm_scan_cuda) and chunked SSD
+	 * (ss_ssd_scan_cuda); the same op. max_len: an upper bound of the
+	 * longest sequence (host value, sizes the grid of the chunked form). */
+	int (*ssm_scan)(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
+			const float *x, ptrdiff_t ldx, const float *B, ptrdiff_t ldb,
+			const float *C, ptrdiff_t ldc, const float *dt, ptrdiff_t lddt,
+			const float *A_log, const float *D, float *ssm, ptrdiff_t ld_ssm, float *y,
+			ptrdiff_t ldy, float *logdecay, ptrdiff_t ld_logdecay, ss_cuda_stream st);
+	int (*ssd_scan)(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
+			int64_t max_len, const float *x, ptrdiff_t ldx, const float *B,
+			ptrdiff_t ldb, const float *C, ptrdiff_t ldc, const float *dt,
+			ptrdiff_t lddt, const float *A_log, const float *D, float *ssm,
+			ptrdiff_t ld_ssm, float *y, ptrdiff_t ldy, float *logdecay,
+			ptrdiff_t ld_logdecay, ss_cuda_stream st);
+	int (*ssm_step)(const ss_scan_dims *d, int nseq, const float *x, ptrdiff_t ldx,
+			const float *B, ptrdiff_t ldb, const float *C, ptrdiff_t ldc,
+			const float *dt, ptrdiff_t lddt, const float *A_log, const float *D,
+			float *ssm, ptrdiff_t ld_ssm, float *y, ptrdiff_t ldy, float *logdecay,
+			ptrdiff_t ld_logdecay, ss_cuda_stream st);
+	void (*gated_rmsnorm)(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz,
+			      const float *w, int64_t n, int d, int ngroups, float eps,
+			      ss_cuda_stream st);
+	void (*argmax_rows)(int32_t *ids, const float *logits, ptrdiff_t ld, int64_t nrows,
+			    int64_t n, ss_cuda_stream st);
+
+	/* The forward pass on the GPU, behind ss_forward_* (forward.c calls
+	 * these for a context made on a CUDA device; see ss_forward.h). */
+	int (*fwd_init)(ss_cuda_fwd **out, const ss_model *m, ss_dtype wdtype, int ubatch,
+			char *errmsg);
+	void (*fwd_free)(ss_cuda_fwd *g);
+	size_t (*fwd_bytes)(const ss_cuda_fwd *g);
+	int (*fwd_prefill)(ss_cuda_fwd *g, ss_forward_seq *seqs, int n_seqs, ss_logits_mode mode,
+			   char *errmsg);
+	int (*fwd_decode_begin)(ss_cuda_fwd *g, ss_state **states, int n, char *errmsg);
+	int (*fwd_decode_next)(ss_cuda_fwd *g, const int32_t *tokens, float *logits, int32_t *ids,
+			       int32_t n_ids, char *errmsg);
+	int (*fwd_decode_end)(ss_cuda_fwd *g, char *errmsg);
+
+	/* Benchmark: the best time in seconds of `reps` calls of the linear
+	 * y[M][N] = x[M][K]·W[N][K]ᵀ with W in dtype wt (random data), after a
+	 * warm-up; < 0 on error. For the GEMM floor of bench/gpu.sh. */
+	double (*bench_linear)(int64_t M, int64_t N, int64_t K, ss_dtype wt, int reps);
+} ss_cuda_api;
+
+/* The plugin's one entry point: returns its table when abi == SS_CUDA_ABI,
+ * else NULL. */
+typedef const ss_cuda_api *(*ss_cuda_plugin_fn)(uint32_t abi);
+
+/* The table of a CUDA device, NULL for the CPU. Borrowed from d. */
+const ss_cuda_api *ss_device_cuda(const ss_device *d);
+
+/* ------------------------------------------------------ the layout check */
+
+/* Every type whose layout both sides must agree on: the structs the table's
+ * functions take or read through pointers (kernels/forward.cu reads
+ * ss_model, ss_layer, ss_state and ss_forward_seq field by field), the
+ * enums passed by value, and the table itself. S(T) stands for sizeof(T),
+ * F(T, f) for offsetof(T, f). A field added to one of these types goes
+ * here too. */
+#define SS_CUDA_LAYOUT(S, F) \
+	S(ss_dtype) S(ss_logits_mode) \
+	S(ss_model_config) F(ss_model_config, arch) F(ss_model_config, d_model) \
+	F(ss_model_config, n_layer) F(ss_model_config, d_state) F(ss_model_config, headdim) \
+	F(ss_model_config, nheads) F(ss_model_config, ngroups) F(ss_model_config, d_conv) \
+	F(ss_model_config, expand) F(ss_model_config, d_inner) F(ss_model_config, conv_dim) \
+	F(ss_model_config, d_in_proj) F(ss_model_config, vocab_size) \
+	F(ss_model_config, vocab_padded) F(ss_model_config, eps) F(ss_model_config, dt_min) \
+	F(ss_model_config, dt_max) F(ss_model_config, tied) F(ss_model_config, eos_token_id) \
+	S(ss_layer) F(ss_layer, norm) F(ss_layer, in_proj) F(ss_layer, conv_w) \
+	F(ss_layer, conv_b) F(ss_layer, dt_bias) F(ss_layer, A_log) F(ss_layer, D) \
+	F(ss_layer, gnorm) F(ss_layer, out_proj) \
+	S(ss_model) F(ss_model, cfg) F(ss_model, fingerprint) F(ss_model, weight_dtype) \
+	F(ss_model, embedding) F(ss_model, norm_f) F(ss_model, lm_head) F(ss_model, layers) \
+	F(ss_model, priv) \
+	S(ss_state_dims) F(ss_state_dims, arch) F(ss_state_dims, n_layer) \
+	F(ss_state_dims, nheads) F(ss_state_dims, headdim) F(ss_state_dims, d_state) \
+	F(ss_state_dims, conv_dim) F(ss_state_dims, d_conv) \
+	S(ss_state) F(ss_state, id) F(ss_state, fingerprint) F(ss_state, dims) \
+	F(ss_state, n_tokens) F(ss_state, dtype) F(ss_state, logdecay) F(ss_state, conv) \
+	F(ss_state, ssm) F(ss_state, mode) F(ss_state, sources) F(ss_state, n_sources) \
+	F(ss_state, weights) F(ss_state, has_rank) F(ss_state, rank) F(ss_state, score) \
+	S(ss_forward_seq) F(ss_forward_seq, tokens) F(ss_forward_seq, n_tokens) \
+	F(ss_forward_seq, state) F(ss_forward_seq, logits) F(ss_forward_seq, hidden) \
+	S(ss_scan_dims) F(ss_scan_dims, nheads) F(ss_scan_dims, headdim) \
+	F(ss_scan_dims, d_state) F(ss_scan_dims, ngroups) \
+	S(ss_cuda_api) F(ss_cuda_api, device_count) F(ss_cuda_api, device_select) \
+	F(ss_cuda_api, last_error) F(ss_cuda_api, dmalloc) F(ss_cuda_api, dfree) \
+	F(ss_cuda_api, h2d) F(ss_cuda_api, d2h) F(ss_cuda_api, sync) F(ss_cuda_api, embed) \
+	F(ss_cuda_api, rmsnorm) F(ss_cuda_api, blas_create) F(ss_cuda_api, blas_free) \
+	F(ss_cuda_api, linear) F(ss_cuda_api, conv1d_silu) F(ss_cuda_api, conv1d_step) \
+	F(ss_cuda_api, dt_softplus) F(ss_cuda_api, ssm_scan) F(ss_cuda_api, ssd_scan) \
+	F(ss_cuda_api, ssm_step) F(ss_cuda_api, gated_rmsnorm) F(ss_cuda_api, argmax_rows) \
+	F(ss_cuda_api, fwd_init) F(ss_cuda_api, fwd_free) F(ss_cuda_api, fwd_bytes) \
+	F(ss_cuda_api, fwd_prefill) F(ss_cuda_api, fwd_decode_begin) \
+	F(ss_cuda_api, fwd_decode_next) F(ss_cuda_api, fwd_decode_end) \
+	F(ss_cuda_api, bench_linear)
+
+#define SS_CUDA_LAYOUT_S_(T) { "sizeof(" #T ")", sizeof(T) },
+#define SS_CUDA_LAYOUT_F_(T, f) { "offsetof(" #T ", " #f ")", offsetof(T, f) },
+/* Initialiser of a `static const ss_cuda_layout x[]`: the list as this
+ * compiler lays the types out (gcc for libss, nvcc for the plugin). */
+#define SS_CUDA_LAYOUT_INIT { SS_CUDA_LAYOUT(SS_CUDA_LAYOUT_S_, SS_CUDA_LAYOUT_F_) { NULL, 0 } }
+
+/* Whether `api`, the table a plugin at `path` returned for SS_CUDA_ABI, is
+ * one this libss can use: its abi, its size (at least this build's
+ * sizeof(ss_cuda_api)) and its layout list (the same entries, in order, with
+ * the same values as this build's SS_CUDA_LAYOUT_INIT). api may be NULL (the
+ * plugin refused the ABI). Returns 0, or SS_ERR_VERSION with errmsg (may be
+ * NULL) "PATH: ..." naming the first difference, e.g. "sizeof(ss_state) is
+ * 160 in the plugin, 168 in this libss". */
+int ss_cuda_api_check(const ss_cuda_api *api, const char *path, char *errmsg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SS_DEVICE_PLUGIN_H */
