@@ -9,9 +9,9 @@
  *   decomp    ss_reader_next over every record: zstd decompression only
  *   meta      ss_reader_next_meta over every record (picaso's first pass)
  *   kernel    the accumulation alone, from arrays already in memory
- *   <mode>    composing all k with the library as ss-compose does: caso and
- *             soup in one streaming pass, picaso-r/-s reading the decays
- *             first (ss_reader_next_meta) and then the states
+ *   <mode>    composing all k with ss_compose_files(), as ss-compose does:
+ *             caso and soup in one streaming pass, picaso-r/-s reading the
+ *             decays first (ss_reader_next_meta) and then the states
  *   tool      the ss-compose binary end to end (incl. writing its output)
  * Prints best-of-3 wall time, GB/s of state data (decompressed record
  * bytes), peak RSS, and the ratio to decomp. Figures only, no pass/fail.
@@ -202,51 +202,13 @@ static double job_kernel(job_t *j)
 
 static void job_compose(job_t *j)
 {
-	ss_composer *c;
 	ss_compose_opts o = {j->mode, 0, SS_COMPOSE_CONV_MEAN};
-	ss_reader *r;
-	const ss_record *rec;
+	const char *paths[1] = {j->path};
 	char err[SS_ERRMSG_MAX];
-	int rc;
-	if (ss_composer_new(&c, &o))
-		die("composer", "new");
-	if (ss_compose_needs_plan(j->mode)) {
-		size_t n = 0, H = 0;
-		float *dec = NULL;
-		if (ss_reader_open(&r, j->path, 0, err))
-			die(j->path, err);
-		while ((rc = ss_reader_next_meta(r, &rec)) == 1) {
-			ss_state m;
-			if (ss_record_state_meta(rec, &m, err))
-				die(j->path, err);
-			H = ss_state_logdecay_len(&m.dims);
-			dec = realloc(dec, (n + 1) * H * sizeof *dec);
-			memcpy(dec + n * H, m.logdecay, H * sizeof *dec);
-			n++;
-			ss_state_free(&m);
-		}
-		if (rc < 0)
-			die(j->path, ss_reader_error(r));
-		ss_reader_close(r);
-		if (ss_composer_plan(c, n, H, dec, err))
-			die("plan", err);
-		free(dec);
-	}
-	if (ss_reader_open(&r, j->path, 0, err))
-		die(j->path, err);
-	while ((rc = ss_reader_next(r, &rec)) == 1) {
-		if (ss_composer_add_record(c, rec, err))
-			die(j->path, err);
-		j->bytes += ss_record_size(rec);
-	}
-	if (rc < 0)
-		die(j->path, ss_reader_error(r));
-	ss_reader_close(r);
 	ss_state out;
-	if (ss_composer_finish(c, &out, err))
-		die("finish", err);
+	if (ss_compose_files(&o, paths, 1, 0, NULL, NULL, &out, &j->bytes, err))
+		die(j->path, err);
 	ss_state_free(&out);
-	ss_composer_free(c);
 }
 
 static void job_tool(job_t *j)

@@ -171,6 +171,54 @@ void ss_composer_free(ss_composer *c);
 int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss_state *out,
 	       char *errmsg);
 
+/* ---------------------------------------------------------- drivers */
+
+/* Progress of ss_compose_files(): pass 0 = the one streaming pass, 1 = the
+ * decays pass, 2 = the states pass of a planned mode; done inputs so far of
+ * total (0 when not yet known). Called once per input. */
+typedef void (*ss_compose_progress_fn)(void *arg, int pass, size_t done, size_t total);
+
+/* Composes every state record of the files paths[0..n_paths) (in order,
+ * records in order: the concatenation order; "-" = stdin, at most once) into *out, which the caller frees with ss_state_free. What
+ * ss-compose does between its options and its output.
+ * Modes without a plan read each input once, streaming, from files or pipes
+ * alike. picaso-s/picaso-r read the decays first (ss_reader_next_meta) and
+ * the states in a second pass (regular files, stdin included, are read
+ * again; a pipe's states are spooled in f32 to an unlinked tmpfile() in
+ * $TMPDIR). Memory: the accumulator, one record and n_layer·nheads decays
+ * per input, whatever the number of inputs.
+ * max_record: limit on one record's decompressed size (0 = default).
+ * fn(arg, ...): progress, may be NULL. *bytes_in (may be NULL): state bytes
+ * read in the accumulating pass (decompressed record bytes; f32 for spooled
+ * ones), for throughput.
+ * *out as ss_composer_finish() gives it, except out->dtype: the inputs'
+ * storage dtype when they all share one, else SS_DTYPE_F32.
+ * Returns 0, or a negative SS_ERR_* with errmsg (SS_ERRMSG_MAX bytes, may
+ * be NULL) naming the file and record ("FILE: record N (id \"ID\"): what";
+ * a mismatch names both records): the reader's errors, SS_ERR_FORMAT for a
+ * record that is not a state, SS_ERR_MISMATCH (another model fingerprint or
+ * dims; a file whose records changed between the passes), SS_ERR_INVALID
+ * (no input state; stdin given twice), SS_ERR_IO (spool file), NOMEM.
+ * *out is then empty (nothing to free). */
+int ss_compose_files(const ss_compose_opts *o, const char *const *paths, size_t n_paths,
+		     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
+		     uint64_t *bytes_in, char *errmsg);
+
+/* Source of ss_compose_records(): sets *rec to input i's state record
+ * (borrowed, valid until the next call), only its metadata prefix when
+ * meta_only (ss_reader_next_meta). Returns 0 or a negative SS_ERR_* with
+ * errmsg (SS_ERRMSG_MAX bytes) filled. */
+typedef int (*ss_compose_read_fn)(void *arg, size_t i, int meta_only, const ss_record **rec, char *errmsg);
+
+/* Composes the n records that read(arg, i, ...) gives, i = 0..n-1 in
+ * concatenation order (e.g. from an index by record offset): for
+ * picaso-s/picaso-r every input's metadata first, then each record once.
+ * *out as ss_composer_finish() gives it (dtype f32). Returns 0, or read's
+ * errors and those of ss_composer_add_record/finish, errmsg prefixed
+ * "input I: ". */
+int ss_compose_records(const ss_compose_opts *o, size_t n, ss_compose_read_fn read, void *arg,
+		       ss_state *out, char *errmsg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "ss.h"
+#include "util/tmpdir.h"
 
 #define REL_TOL 1e-6
 
@@ -840,6 +841,102 @@ static void test_errors(void **unused)
 
 /* ------------------------------------------------------------ golden t1 */
 
+/* ss_compose_records' source in the test: records by offset in one file. */
+typedef struct {
+	ss_reader *r;
+	const uint64_t *off;
+} offsets_src;
+
+static int read_at(void *arg, size_t i, int meta_only, const ss_record **rec, char *errmsg)
+{
+	const offsets_src *s = arg;
+	int rc = ss_reader_seek(s->r, s->off[i]);
+	if (!rc)
+		rc = meta_only ? ss_reader_next_meta(s->r, rec) : ss_reader_next(s->r, rec);
+	if (rc == 1)
+		return 0;
+	ss_errf(errmsg, 0, "%s", ss_reader_error(s->r));
+	return rc ? rc : SS_ERR_TRUNCATED;
+}
+
+/* The drivers equal the in-memory composition bit for bit: 3 f32 states in
+ * one file and 2 in another, through ss_compose_files (both passes for
+ * picaso), and through ss_compose_records reading by offset; the output
+ * dtype is the inputs' shared one, else f32; errors name file and record. */
+static void test_drivers(void **unused)
+{
+	(void)unused;
+	char dir[4096], pa[4200], pb[4200], pz[4200], err[SS_ERRMSG_MAX];
+	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "compose"), 0);
+	snprintf(pa, sizeof pa, "%s/a.ss", dir);
+	snprintf(pb, sizeof pb, "%s/b.ss", dir);
+	snprintf(pz, sizeof pz, "%s/z.ss", dir);
+	enum { N = 5 };
+	ss_state in[N];
+	const ss_state *p[N];
+	uint64_t off[N];
+	ss_writer *w[2];
+	assert_int_equal(ss_writer_open(&w[0], pa, 0, err), 0);
+	assert_int_equal(ss_writer_open(&w[1], pb, 0, err), 0);
+	for (int k = 0; k < N; k++) {
+		char id[8];
+		snprintf(id, sizeof id, "s%d", k);
+		make_state(&in[k], &small_dims, k % D_KINDS, id);
+		p[k] = &in[k];
+		assert_int_equal(ss_writer_put_state(w[k >= 3], &in[k], &off[k]), 0);
+	}
+	assert_int_equal(ss_writer_close(w[0], err), 0);
+	assert_int_equal(ss_writer_close(w[1], err), 0);
+	const char *paths[2] = {pa, pb};
+	for (int m = 0; m < 6; m++) {
+		ss_compose_opts o = opts_of((ss_compose_mode)m);
+		ss_state ref, got;
+		uint64_t bytes = 0;
+		assert_int_equal(ss_compose(&o, p, N, &ref, err), 0);
+		if (ss_compose_files(&o, paths, 2, 0, NULL, NULL, &got, &bytes, err))
+			fail_msg("%s: %s", ss_compose_mode_name((ss_compose_mode)m), err);
+		assert_memory_equal(got.ssm, ref.ssm, ss_state_ssm_len(&ref.dims) * sizeof(float));
+		assert_memory_equal(got.conv, ref.conv, ss_state_conv_len(&ref.dims) * sizeof(float));
+		assert_memory_equal(got.logdecay, ref.logdecay, ss_state_logdecay_len(&ref.dims) * sizeof(float));
+		assert_string_equal(got.id, ref.id);
+		assert_int_equal(got.dtype, SS_DTYPE_F32);
+		assert_true(bytes > N * (ss_state_ssm_len(&ref.dims) + ss_state_conv_len(&ref.dims)) * 4);
+		ss_state_free(&got);
+		/* the second file only, through a source that seeks */
+		ss_reader *r;
+		assert_int_equal(ss_reader_open(&r, pb, 0, err), 0);
+		uint64_t offb[2] = {off[3], off[4]};
+		offsets_src src = {r, offb};
+		ss_state ref2;
+		assert_int_equal(ss_compose(&o, p + 3, 2, &ref2, err), 0);
+		if (ss_compose_records(&o, 2, read_at, &src, &got, err))
+			fail_msg("%s: %s", ss_compose_mode_name((ss_compose_mode)m), err);
+		assert_memory_equal(got.ssm, ref2.ssm, ss_state_ssm_len(&ref.dims) * sizeof(float));
+		assert_memory_equal(got.conv, ref2.conv, ss_state_conv_len(&ref.dims) * sizeof(float));
+		ss_reader_close(r);
+		ss_state_free(&got);
+		ss_state_free(&ref2);
+		ss_state_free(&ref);
+	}
+	/* shared storage dtype kept; another fingerprint names both records */
+	in[0].dtype = SS_DTYPE_F16;
+	strcpy(in[1].fingerprint, "beef");
+	assert_int_equal(ss_writer_open(&w[0], pz, 0, err), 0);
+	assert_int_equal(ss_writer_put_state(w[0], &in[0], NULL), 0);
+	assert_int_equal(ss_writer_put_state(w[0], &in[1], NULL), 0);
+	assert_int_equal(ss_writer_close(w[0], err), 0);
+	for (int m = 0; m < 2; m++) {
+		ss_compose_opts o = opts_of(m ? SS_COMPOSE_PICASO_R : SS_COMPOSE_SOUP);
+		ss_state got;
+		const char *one[1] = {pz};
+		assert_int_equal(ss_compose_files(&o, one, 1, 0, NULL, NULL, &got, NULL, err), SS_ERR_MISMATCH);
+		assert_non_null(strstr(err, "z.ss: record 1 (id \"s1\"): model fingerprint beef differs from"));
+		assert_non_null(strstr(err, "z.ss: record 0 (id \"s0\")"));
+	}
+	free_states(in, N);
+	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
 static const ss_state_dims t1_dims = {"mamba2", 2, 8, 16, 16, 160, 4};
 
 static int read_f32(const char *path, float *dst, size_t n)
@@ -923,6 +1020,7 @@ int main(void)
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_dtypes),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_drivers),
 		cmocka_unit_test(test_golden_t1),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,424 @@
+/*
+ * compose_files.c — the composition driver: reading state records from files,
+ * pipes or a caller's source into a composer, with the first pass that
+ * picaso-s/picaso-r need for the decays. See ss_compose.h for the contract.
+ *
+ * Memory. Modes caso, soup, sum and max make one streaming pass (caso by
+ * Horner), from files or pipes alike. picaso-s and picaso-r need every
+ * decay before the first state: regular files are read twice (first only
+ * the record prefixes, ss_reader_next_meta, then the states); a pipe's
+ * states are spooled in f32 to an unlinked temporary file in $TMPDIR during
+ * the first pass and read back in the second. Either way memory holds the
+ * accumulator, the reader's one record, a record's metadata and the decays
+ * (n_layer·nheads floats per input), whatever the number of inputs.
+ */
+#include "ss.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The first state seen: every other one must match it. */
+typedef struct {
+	int set;
+	char *path, *id;
+	uint64_t rec;
+	char fingerprint[SS_FINGERPRINT_MAX];
+	ss_state_dims dims;
+	ss_dtype dtype;
+	int mixed_dtype;
+} first_t;
+
+/* Checks m (record `rec` of `path`) against the first state; records the
+ * first one. Returns 0, SS_ERR_MISMATCH or SS_ERR_NOMEM with errmsg naming
+ * both records. */
+static int check_compat(first_t *f, const ss_state *m, const char *path, uint64_t rec, char *errmsg)
+{
+	if (!f->set) {
+		f->set = 1;
+		f->path = strdup(path);
+		f->id = strdup(m->id ? m->id : "");
+		if (!f->path || !f->id)
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		f->rec = rec;
+		memcpy(f->fingerprint, m->fingerprint, sizeof f->fingerprint);
+		f->dims = m->dims;
+		f->dtype = m->dtype;
+		return 0;
+	}
+	char why[SS_ERRMSG_MAX];
+	if (strcmp(f->fingerprint, m->fingerprint) != 0)
+		return ss_errf(errmsg, SS_ERR_MISMATCH,
+			       "%s: record %llu (id \"%s\"): model fingerprint %s differs from %s: record %llu "
+			       "(id \"%s\"): %s",
+			       path, (unsigned long long)rec, m->id, m->fingerprint, f->path,
+			       (unsigned long long)f->rec, f->id, f->fingerprint);
+	if (ss_state_dims_check(&f->dims, &m->dims, why) != 0)
+		return ss_errf(errmsg, SS_ERR_MISMATCH,
+			       "%s: record %llu (id \"%s\"): dims differ from %s: record %llu (id \"%s\"): %s",
+			       path, (unsigned long long)rec, m->id, f->path, (unsigned long long)f->rec, f->id,
+			       why);
+	if (m->dtype != f->dtype)
+		f->mixed_dtype = 1;
+	return 0;
+}
+
+/* Decodes a record's metadata (state records only), errmsg naming it. */
+static int record_meta(const ss_record *rec, ss_state *m, const char *path, uint64_t recno, char *errmsg)
+{
+	char err[SS_ERRMSG_MAX];
+	int rc = ss_record_state_meta(rec, m, err);
+	if (rc)
+		ss_errf(errmsg, 0, "%s: record %llu (byte offset %llu): %s", path, (unsigned long long)recno,
+			(unsigned long long)ss_record_offset(rec), err);
+	return rc;
+}
+
+static int add_record(ss_composer *c, const ss_record *rec, const char *path, uint64_t recno,
+		      const char *id, char *errmsg)
+{
+	char err[SS_ERRMSG_MAX];
+	int rc = ss_composer_add_record(c, rec, err);
+	if (rc)
+		ss_errf(errmsg, 0, "%s: record %llu (id \"%s\"): %s", path, (unsigned long long)recno, id, err);
+	return rc;
+}
+
+/* What the first pass of a two-pass mode keeps per input state. */
+typedef struct {
+	int64_t n_tokens;
+	char *id;
+} meta_t;
+
+typedef struct {
+	size_t n, cap, H;
+	float *decay; /* [n][H] */
+	meta_t *m;    /* [n] */
+} plan_t;
+
+static int plan_push(plan_t *p, const ss_state *s, char *errmsg)
+{
+	if (!p->H)
+		p->H = ss_state_logdecay_len(&s->dims);
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 64;
+		float *d = realloc(p->decay, cap * p->H * sizeof *d);
+		if (d)
+			p->decay = d;
+		meta_t *m = d ? realloc(p->m, cap * sizeof *m) : NULL;
+		if (!m)
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		p->m = m;
+		p->cap = cap;
+	}
+	memcpy(p->decay + p->n * p->H, s->logdecay, p->H * sizeof *p->decay);
+	p->m[p->n].n_tokens = s->n_tokens;
+	if (!(p->m[p->n].id = strdup(s->id ? s->id : "")))
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	p->n++;
+	return 0;
+}
+
+static void plan_free(plan_t *p)
+{
+	for (size_t j = 0; j < p->n; j++)
+		free(p->m[j].id);
+	free(p->m);
+	free(p->decay);
+}
+
+/* One ss_compose_files() call: its arguments and what the passes share. */
+typedef struct {
+	ss_composer *c;
+	first_t f;
+	const char *const *paths;
+	size_t n_paths;
+	uint64_t max_record;
+	ss_compose_progress_fn fn;
+	void *arg;
+	uint64_t bytes;
+	char *errmsg;
+} run_t;
+
+static void progress(const run_t *u, int pass, size_t done, size_t total)
+{
+	if (u->fn)
+		u->fn(u->arg, pass, done, total);
+}
+
+/* One streaming pass over every file (modes without a plan). */
+static int compose_stream(run_t *u)
+{
+	ss_composer *c = u->c;
+	first_t *f = &u->f;
+	const char *const *paths = u->paths;
+	char *errmsg = u->errmsg;
+	char err[SS_ERRMSG_MAX];
+	const ss_record *rec;
+	ss_state m;
+	int rc = 0;
+	for (size_t i = 0; i < u->n_paths; i++) {
+		ss_reader *r;
+		if ((rc = ss_reader_open(&r, paths[i], u->max_record, err)) != 0)
+			return ss_errf(errmsg, rc, "%s: %s", paths[i], err);
+		uint64_t recno = 0;
+		int stopped = 0; /* by a bad record: errmsg already says why */
+		while ((rc = ss_reader_next(r, &rec)) == 1) {
+			if ((rc = record_meta(rec, &m, paths[i], recno, errmsg)) == 0) {
+				if (!(rc = check_compat(f, &m, paths[i], recno, errmsg)))
+					rc = add_record(c, rec, paths[i], recno, m.id, errmsg);
+				ss_state_free(&m);
+			}
+			if ((stopped = rc != 0))
+				break;
+			u->bytes += ss_record_size(rec);
+			recno++;
+			progress(u, 0, ss_composer_count(c), 0);
+		}
+		if (rc < 0 && !stopped)
+			ss_errf(errmsg, 0, "%s: %s", paths[i], ss_reader_error(r));
+		ss_reader_close(r);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* The two passes of picaso-s/picaso-r: decays first (a pipe's states
+ * spooled), then the states. */
+static int compose_planned(run_t *u)
+{
+	ss_composer *c = u->c;
+	first_t *f = &u->f;
+	const char *const *paths = u->paths;
+	size_t n_paths = u->n_paths;
+	char *errmsg = u->errmsg;
+	char err[SS_ERRMSG_MAX];
+	const ss_record *rec;
+	ss_state m;
+	plan_t plan = {0};
+	FILE *spool = NULL;
+	ss_reader *r = NULL, *stdin_r = NULL;
+	uint64_t stdin_off = 0;
+	float *sp_ssm = NULL, *sp_conv = NULL;
+	int *seekable = calloc(n_paths, sizeof *seekable);
+	size_t *count = calloc(n_paths, sizeof *count);
+	int rc = 0;
+	if (!seekable || !count) {
+		rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	/* Pass 1: decays (and a pipe's states, spooled). */
+	for (size_t i = 0; i < n_paths; i++) {
+		if ((rc = ss_reader_open(&r, paths[i], u->max_record, err)) != 0) {
+			ss_errf(errmsg, 0, "%s: %s", paths[i], err);
+			r = NULL;
+			goto out;
+		}
+		seekable[i] = ss_reader_seekable(r);
+		uint64_t recno = 0;
+		while ((rc = seekable[i] ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec)) == 1) {
+			if (recno == 0 && !strcmp(paths[i], "-"))
+				stdin_off = ss_record_offset(rec);
+			if (seekable[i]) {
+				if ((rc = record_meta(rec, &m, paths[i], recno, errmsg)) != 0)
+					goto out;
+			} else if ((rc = ss_record_state(rec, &m, err)) != 0) {
+				ss_errf(errmsg, 0, "%s: record %llu (byte offset %llu): %s", paths[i],
+					(unsigned long long)recno, (unsigned long long)ss_record_offset(rec), err);
+				goto out;
+			}
+			if (!(rc = check_compat(f, &m, paths[i], recno, errmsg)) && !seekable[i]) {
+				if (!spool && !(spool = tmpfile()))
+					rc = ss_errf(errmsg, SS_ERR_IO, "cannot create a spool file in $TMPDIR: %s",
+						     strerror(errno));
+				size_t ns = ss_state_ssm_len(&m.dims), nc = ss_state_conv_len(&m.dims);
+				if (!rc && (fwrite(m.ssm, 4, ns, spool) != ns || fwrite(m.conv, 4, nc, spool) != nc))
+					rc = ss_errf(errmsg, SS_ERR_IO, "spool file: write error: %s", strerror(errno));
+			}
+			if (!rc)
+				rc = plan_push(&plan, &m, errmsg);
+			ss_state_free(&m);
+			if (rc)
+				goto out;
+			recno++;
+			progress(u, 1, plan.n, 0);
+		}
+		if (rc < 0) {
+			ss_errf(errmsg, 0, "%s: %s", paths[i], ss_reader_error(r));
+			goto out;
+		}
+		count[i] = recno;
+		if (seekable[i] && !strcmp(paths[i], "-"))
+			stdin_r = r; /* cannot reopen stdin: seek back instead */
+		else
+			ss_reader_close(r);
+		r = NULL;
+	}
+	if (plan.n == 0) {
+		rc = ss_errf(errmsg, SS_ERR_INVALID, "no input states");
+		goto out;
+	}
+	if ((rc = ss_composer_plan(c, plan.n, plan.H, plan.decay, errmsg)) != 0)
+		goto out;
+	if (spool && (fflush(spool) != 0 || fseek(spool, 0, SEEK_SET) != 0)) {
+		rc = ss_errf(errmsg, SS_ERR_IO, "spool file: %s", strerror(errno));
+		goto out;
+	}
+
+	/* Pass 2: accumulate. */
+	size_t k = 0, ns = ss_state_ssm_len(&f->dims), nc = ss_state_conv_len(&f->dims);
+	for (size_t i = 0; i < n_paths; i++) {
+		if (!seekable[i]) {
+			if (!sp_ssm) {
+				sp_ssm = malloc(ns * sizeof *sp_ssm);
+				sp_conv = malloc(nc * sizeof *sp_conv);
+				if (!sp_ssm || !sp_conv) {
+					rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+					goto out;
+				}
+			}
+			for (size_t j = 0; j < count[i]; j++, k++) {
+				if (fread(sp_ssm, 4, ns, spool) != ns || fread(sp_conv, 4, nc, spool) != nc) {
+					rc = ss_errf(errmsg, SS_ERR_IO, "spool file: read error");
+					goto out;
+				}
+				ss_state v = {0};
+				v.id = plan.m[k].id;
+				memcpy(v.fingerprint, f->fingerprint, sizeof v.fingerprint);
+				v.dims = f->dims;
+				v.n_tokens = plan.m[k].n_tokens;
+				v.logdecay = plan.decay + k * plan.H;
+				if ((rc = ss_composer_add_arrays(c, &v, sp_ssm, sp_conv, SS_DTYPE_F32, err)) != 0) {
+					ss_errf(errmsg, 0, "%s: record %zu (id \"%s\"): %s", paths[i], j, v.id, err);
+					goto out;
+				}
+				u->bytes += (ns + nc) * 4;
+				progress(u, 2, k + 1, plan.n);
+			}
+			continue;
+		}
+		if (stdin_r && !strcmp(paths[i], "-")) {
+			r = stdin_r;
+			stdin_r = NULL;
+			if ((rc = ss_reader_seek(r, stdin_off)) != 0) {
+				ss_errf(errmsg, 0, "-: %s", ss_reader_error(r));
+				goto out;
+			}
+		} else if ((rc = ss_reader_open(&r, paths[i], u->max_record, err)) != 0) {
+			ss_errf(errmsg, 0, "%s: %s", paths[i], err);
+			r = NULL;
+			goto out;
+		}
+		uint64_t recno = 0;
+		while (recno < count[i] && (rc = ss_reader_next(r, &rec)) == 1) {
+			if ((rc = add_record(c, rec, paths[i], recno, plan.m[k].id, errmsg)) != 0)
+				goto out;
+			u->bytes += ss_record_size(rec);
+			recno++, k++;
+			progress(u, 2, k, plan.n);
+		}
+		if (rc < 0) {
+			ss_errf(errmsg, 0, "%s: %s", paths[i], ss_reader_error(r));
+			goto out;
+		}
+		if (recno < count[i]) {
+			rc = ss_errf(errmsg, SS_ERR_MISMATCH, "%s: has %llu records now, %zu in the first pass (file changed?)",
+				     paths[i], (unsigned long long)recno, count[i]);
+			goto out;
+		}
+		ss_reader_close(r);
+		r = NULL;
+	}
+	rc = 0;
+out:
+	ss_reader_close(r);
+	ss_reader_close(stdin_r);
+	if (spool)
+		fclose(spool);
+	free(sp_ssm);
+	free(sp_conv);
+	plan_free(&plan);
+	free(seekable);
+	free(count);
+	return rc;
+}
+
+int ss_compose_files(const ss_compose_opts *o, const char *const *paths, size_t n_paths,
+		     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
+		     uint64_t *bytes_in, char *errmsg)
+{
+	memset(out, 0, sizeof *out);
+	size_t n_stdin = 0;
+	for (size_t i = 0; i < n_paths; i++)
+		n_stdin += !strcmp(paths[i], "-");
+	if (n_stdin > 1)
+		return ss_errf(errmsg, SS_ERR_INVALID, "standard input ('-') given more than once");
+	run_t u = {NULL, {0}, paths, n_paths, max_record, fn, arg, 0, errmsg};
+	int rc = ss_composer_new(&u.c, o);
+	if (rc)
+		return ss_errf(errmsg, rc, "invalid composition options");
+	rc = ss_compose_needs_plan(o->mode) ? compose_planned(&u) : compose_stream(&u);
+	if (!rc && ss_composer_count(u.c) == 0)
+		rc = ss_errf(errmsg, SS_ERR_INVALID, "no input states");
+	if (!rc)
+		rc = ss_composer_finish(u.c, out, errmsg);
+	if (!rc)
+		out->dtype = u.f.mixed_dtype ? SS_DTYPE_F32 : u.f.dtype;
+	ss_composer_free(u.c);
+	free(u.f.path);
+	free(u.f.id);
+	if (bytes_in)
+		*bytes_in = u.bytes;
+	return rc;
+}
+
+int ss_compose_records(const ss_compose_opts *o, size_t n, ss_compose_read_fn read, void *arg,
+		       ss_state *out, char *errmsg)
+{
+	char err[SS_ERRMSG_MAX];
+	memset(out, 0, sizeof *out);
+	ss_composer *c;
+	int rc = ss_composer_new(&c, o);
+	if (rc)
+		return ss_errf(errmsg, rc, "invalid composition options");
+	const ss_record *rec;
+	float *dec = NULL;
+	if (ss_compose_needs_plan(o->mode)) {
+		size_t H = 0;
+		for (size_t i = 0; !rc && i < n; i++) {
+			ss_state m;
+			if ((rc = read(arg, i, 1, &rec, err)) || (rc = ss_record_state_meta(rec, &m, err))) {
+				ss_errf(errmsg, 0, "input %zu: %s", i, err);
+				break;
+			}
+			size_t Hi = ss_state_logdecay_len(&m.dims);
+			float *d = !H || Hi == H ? realloc(dec, (i + 1) * Hi * sizeof *d) : NULL;
+			if (d) {
+				dec = d;
+				H = Hi;
+				memcpy(dec + i * H, m.logdecay, H * sizeof *dec);
+			} else {
+				rc = H && Hi != H ? ss_errf(errmsg, SS_ERR_MISMATCH, "input %zu: dims differ from input 0", i)
+						  : ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+			}
+			ss_state_free(&m);
+		}
+		if (!rc)
+			rc = ss_composer_plan(c, n, H, dec, errmsg);
+	}
+	for (size_t i = 0; !rc && i < n; i++) {
+		if ((rc = read(arg, i, 0, &rec, err)) != 0) {
+			ss_errf(errmsg, 0, "input %zu: %s", i, err);
+			break;
+		}
+		if ((rc = ss_composer_add_record(c, rec, err)) != 0)
+			ss_errf(errmsg, 0, "input %zu: %s", i, err);
+	}
+	if (!rc)
+		rc = ss_composer_finish(c, out, errmsg);
+	ss_composer_free(c);
+	free(dec);
+	return rc;
+}
