@@ -23,10 +23,10 @@
 static const char *usage =
 	"ss-eval wikitext [--model DIR] --index DB --tokens FILE [--passages N] [--min-tokens N]\n"
 	"               [--kmax K] [--methods LIST] [--seed S] [--per-passage FILE]\n"
-	"               [--threads N] [-o FILE] [-q|-v]\n"
+	"               [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]\n"
 	"       ss-eval attribution [--model DIR] --qa FILE [--queries N] [--exactly-one]\n"
 	"               [--methods LIST] [--per-query FILE] [--tokenizer FILE]\n"
-	"               [--threads N] [-o FILE] [-q|-v]";
+	"               [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
 
 /* Keeps the default WikiText run (database included) within 20 minutes on 2
  * cores with the t1 model: about 1.5 s per passage there (7 methods, k = 0..10). */
@@ -73,6 +73,8 @@ static void help(void)
 	       "                      attribution Leave-One-Out: concat,soup,caso,picaso-r,\n"
 	       "                      picaso-s)\n"
 	       "  --threads N         threads (default: online cores)\n"
+	       "  --weights-dtype T   f32, bf16, f16 or auto: the dtype the weight matrices\n"
+	       "                      are held and read in (default auto: the checkpoint's)\n"
 	       "  -o FILE             output TSV (replaced only on success; default stdout)\n"
 	       "  -q, -v              quieter; more verbose (progress and a summary)\n"
 	       "  -h, --help          this help;  -V, --version  the version\n\n",
@@ -82,7 +84,7 @@ static void help(void)
 }
 
 static struct {
-	const char *model_dir, *index, *tokens, *qa, *out, *per, *tok_path;
+	const char *model_dir, *index, *tokens, *qa, *out, *per, *tok_path, *wtype;
 	long passages, min_tokens, kmax, queries;
 	uint64_t seed;
 	int exactly_one, threads;
@@ -705,8 +707,9 @@ int main(int argc, char **argv)
 {
 	cli_init("ss-eval");
 	enum { O_MODEL = 256, O_INDEX, O_TOKENS, O_PASSAGES, O_MINTOK, O_KMAX, O_SEED, O_PERP,
-	       O_QA, O_QUERIES, O_ONE, O_PERQ, O_TOK, O_METHODS, O_THREADS };
+	       O_QA, O_QUERIES, O_ONE, O_PERQ, O_TOK, O_METHODS, O_THREADS, O_WTYPE };
 	static const struct option opts[] = {
+		{ "weights-dtype", required_argument, 0, O_WTYPE },
 		{ "model", required_argument, 0, O_MODEL },
 		{ "index", required_argument, 0, O_INDEX },
 		{ "tokens", required_argument, 0, O_TOKENS },
@@ -765,6 +768,7 @@ int main(int argc, char **argv)
 		case O_TOK: opt.tok_path = optarg; break;
 		case O_METHODS: methods = optarg; break;
 		case O_THREADS: opt.threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
+		case O_WTYPE: opt.wtype = optarg; break;
 		case 'o': opt.out = optarg; break;
 		case 'q': cli_verbosity = 0; break;
 		case 'v': cli_verbosity++; break;
@@ -799,7 +803,7 @@ int main(int argc, char **argv)
 		opt.threads = mcli_threads_default();
 	opt.model_dir = cli_model_dir(model_opt, usage);
 
-	model = mcli_load_model(opt.model_dir, 0);
+	model = mcli_load_model(opt.model_dir, 0, opt.wtype, usage);
 	char err[SS_ERRMSG_MAX] = "";
 	if (ss_forward_ctx_init(&fctx, model, opt.threads, 0, err))
 		cli_die("%s: %s", opt.model_dir, err);
