@@ -563,6 +563,10 @@ static int check_model(const ss_model *m, char *errmsg)
 			c->d_state, c->conv_dim, c->d_in_proj);
 		return SS_ERR_INVALID;
 	}
+	if (!ss_dtype_name(m->wtype)) {
+		ss_errf(errmsg, 0, "model has an unknown weights dtype %d", (int)m->wtype);
+		return SS_ERR_INVALID;
+	}
 	/* lm_head may be NULL (SS_MODEL_SKIP_LM_HEAD): then no logits */
 	if (!m->embedding || !m->norm_f || !m->layers) {
 		ss_errf(errmsg, 0, "model has missing weights");

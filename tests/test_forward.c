@@ -738,6 +738,12 @@ static void test_errors(void **unused)
 	assert_int_equal(ss_forward_decode(ctx, NULL, NULL, 0, NULL, errmsg), 0);
 	ss_state_free(&st);
 	ss_forward_ctx_free(ctx);
+
+	/* a model whose matrices claim an unknown dtype is refused */
+	ss_model bad = *m;
+	bad.wtype = (ss_dtype)9;
+	assert_int_equal(ss_forward_ctx_init(&ctx, &bad, 1, 0, errmsg), SS_ERR_INVALID);
+	assert_non_null(strstr(errmsg, "dtype"));
 }
 
 /* State extraction never touches lm_head: a model loaded without it gives
