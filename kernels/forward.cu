@@ -137,9 +137,11 @@ static int upload_w(ss_cuda_fwd *g, void **dst, const void *src, ss_dtype src_t,
 {
 	int err;
 	if (src_t == g->wt) {
-		err = dalloc(g, dst, n * ss_dtype_size(src_t));
-		return err ? err : ss_cuda_note(cudaMemcpy(*dst, src, n * ss_dtype_size(src_t),
-							   cudaMemcpyHostToDevice), "upload");
+		/* no libss call here: the plugin resolves none of its symbols */
+		const size_t bytes = n * (src_t == SS_DTYPE_F32 ? 4 : 2);
+		err = dalloc(g, dst, bytes);
+		return err ? err : ss_cuda_note(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice),
+						"upload");
 	}
 	err = dalloc(g, dst, n * 2);
 	if (!err)
