@@ -26,9 +26,19 @@
  * min and median of the per-round ratios. Otherwise it says it was not
  * measured: no peer figure is ever a constant.
  *
+ * Decode by weight dtype (issue 12.4: decode is bandwidth-bound): f32 and
+ * bf16 weights (SS_MODEL_WTYPE, the tools' --weights-dtype), each in a
+ * fresh process (this program re-run with --decode-child) so that its peak
+ * RSS is its own, interleaved round by round with a memcpy of 256 MB over
+ * the same threads: tokens/s, the weight bytes a step reads times tokens/s
+ * (GB/s) against the memcpy's bytes copied per second, and peak RSS.
+ *
  * usage: forward [-t THREADS] [-d DOCS] [-n TOKENS] [-g DECODE_STEPS] [-u UBATCH]
  *                [-r REPEATS] [-p PRESET | -m MODEL_DIR] [--no-mmap] [--deterministic]
+ *                [--weights-dtype f32|bf16|f16]
  * --deterministic: prefill with ss_forward_ctx_set_deterministic (its cost).
+ * --weights-dtype: the dtype of the main run's matrices (default: the
+ * checkpoint's).
  */
 #include "blas.h"
 #include <cjson/cJSON.h>
@@ -38,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,10 +72,10 @@ static size_t model_bytes(const ss_model *m)
 
 /* Writes a random model of the preset's shape into a temporary directory,
  * loads it, and removes the files (a mapping outlives the names). */
-static ss_model *make_model(const char *preset, const ss_model_opts *lo, char *errmsg)
+static ss_model *make_model(const char *preset, const ss_model_opts *lo, char dir[4096],
+			    char *errmsg)
 {
 	const char *tmp = getenv("TMPDIR");
-	char dir[4096], path[4200];
 	ss_mkmodel_opts o;
 	ss_model *m = NULL;
 	int err;
@@ -74,7 +85,7 @@ static ss_model *make_model(const char *preset, const ss_model_opts *lo, char *e
 		snprintf(errmsg, SS_ERRMSG_MAX, "unknown preset %s", preset);
 		return NULL;
 	}
-	snprintf(dir, sizeof(dir), "%s/ss-bench-forward-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	snprintf(dir, 4096, "%s/ss-bench-forward-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(dir)) {
 		snprintf(errmsg, SS_ERRMSG_MAX, "%.400s: cannot create", dir);
 		return NULL;
@@ -82,12 +93,18 @@ static ss_model *make_model(const char *preset, const ss_model_opts *lo, char *e
 	err = ss_mkmodel_write(dir, &o, errmsg);
 	if (!err)
 		err = ss_model_load_opts(&m, dir, lo, errmsg);
+	return err ? NULL : m;
+}
+
+/* Removes what make_model wrote. */
+static void remove_model(const char *dir)
+{
+	char path[4200];
 	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
 	unlink(path);
 	snprintf(path, sizeof(path), "%s/config.json", dir);
 	unlink(path);
 	rmdir(dir);
-	return err ? NULL : m;
 }
 
 static void state_new(ss_state *s, const ss_model *m)
@@ -250,6 +267,190 @@ static double sgemm_gflops(int threads, int M, int N, int K)
 	return 2.0 * M * N * K / t / 1e9;
 }
 
+/* Bytes of weights one decode step of one sequence reads: the four
+ * matrices in wtype (one embedding row, all of lm_head), the rest f32. */
+static double step_bytes(const ss_model *m)
+{
+	const ss_model_config *c = &m->cfg;
+	const double w = (double)ss_dtype_size(m->wtype);
+	const double proj = (double)c->n_layer * c->d_model * ((double)c->d_in_proj + c->d_inner);
+	const double small = (double)c->n_layer * (c->d_model + (double)c->conv_dim * (c->d_conv + 1) +
+						   3.0 * c->nheads + c->d_inner) + c->d_model;
+	return w * (proj + (double)c->vocab_padded * c->d_model + c->d_model) + 4.0 * small;
+}
+
+/* Peak resident set of this process image (VmHWM; unlike getrusage it
+ * starts afresh at exec), kB. */
+static long vm_hwm_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "VmHWM:", 6))
+			kb = atol(line + 6);
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+/* --decode-child DIR DTYPE THREADS STEPS: loads DIR with its matrices in
+ * DTYPE, runs STEPS single-token decode steps with full logits and greedy
+ * picks after 8 warm-up steps, prints "tokens/s bytes_per_step peak_kB". */
+static int decode_child(char **argv)
+{
+	ss_model_opts lo = { .flags = SS_MODEL_WTYPE };
+	char errmsg[SS_ERRMSG_MAX] = "";
+	const int threads = atoi(argv[2]), steps = atoi(argv[3]);
+	ss_model *m;
+	ss_forward_ctx *ctx;
+	ss_state st, *sp = &st;
+	int32_t next = 1;
+	float *logits;
+	double t = 0;
+	int k;
+
+	if (ss_dtype_parse(argv[1], &lo.wtype) || threads < 1 || steps < 1)
+		return 2;
+	check(ss_model_load_opts(&m, argv[0], &lo, errmsg), "load", errmsg);
+	check(ss_forward_ctx_init(&ctx, m, threads, 0, errmsg), "context", errmsg);
+	state_new(&st, m);
+	logits = malloc((size_t)m->cfg.vocab_padded * sizeof(float));
+	for (k = -8; k < steps; k++) {
+		int v, arg = 0;
+		if (k == 0)
+			t = bench_now();
+		check(ss_forward_decode(ctx, &sp, &next, 1, logits, errmsg), "decode", errmsg);
+		for (v = 1; v < m->cfg.vocab_padded; v++)
+			if (logits[v] > logits[arg])
+				arg = v;
+		next = arg;
+	}
+	t = bench_now() - t;
+	printf("%.6f %.0f %ld\n", steps / t, step_bytes(m), vm_hwm_kb());
+	free(logits);
+	ss_state_free(&st);
+	ss_forward_ctx_free(ctx);
+	ss_model_free(m);
+	return 0;
+}
+
+/* Runs this program as a decode child; 0 with its three figures, or -1. */
+static int run_child(const char *dir, const char *dtype, int threads, int steps, double out[3])
+{
+	char a_thr[16], a_steps[16], buf[256];
+	int fd[2], status;
+	ssize_t n;
+	pid_t pid;
+
+	snprintf(a_thr, sizeof(a_thr), "%d", threads);
+	snprintf(a_steps, sizeof(a_steps), "%d", steps);
+	fflush(stdout);
+	if (pipe(fd) || (pid = fork()) < 0)
+		return -1;
+	if (pid == 0) {
+		dup2(fd[1], 1);
+		close(fd[0]);
+		close(fd[1]);
+		execl("/proc/self/exe", "forward", "--decode-child", dir, dtype, a_thr, a_steps,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(fd[1]);
+	n = read(fd[0], buf, sizeof(buf) - 1);
+	close(fd[0]);
+	waitpid(pid, &status, 0);
+	buf[n > 0 ? n : 0] = '\0';
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+	    sscanf(buf, "%lf %lf %lf", &out[0], &out[1], &out[2]) != 3)
+		return -1;
+	return 0;
+}
+
+/* Bytes copied per second by `threads` threads, each memcpy-ing its share of
+ * a 256 MB buffer (best of 3 passes). */
+typedef struct {
+	char *dst;
+	const char *src;
+	size_t n;
+} copy_part;
+
+static void *copy_run(void *arg)
+{
+	const copy_part *p = arg;
+	memcpy(p->dst, p->src, p->n);
+	return NULL;
+}
+
+static double memcpy_gbs(int threads)
+{
+	const size_t n = (size_t)256 << 20;
+	char *src = malloc(n), *dst = malloc(n);
+	copy_part part[64];
+	pthread_t th[64];
+	double best = 0;
+	int i, pass;
+
+	if (!src || !dst || threads > 64) {
+		fprintf(stderr, "forward: out of memory\n");
+		exit(1);
+	}
+	memset(src, 1, n);
+	memset(dst, 2, n);
+	for (pass = 0; pass < 3; pass++) {
+		double t = bench_now();
+		for (i = 0; i < threads; i++) {
+			part[i] = (copy_part){ dst + n * i / threads, src + n * i / threads,
+					       n * (i + 1) / threads - n * i / threads };
+			pthread_create(&th[i], NULL, copy_run, &part[i]);
+		}
+		for (i = 0; i < threads; i++)
+			pthread_join(th[i], NULL);
+		t = bench_now() - t;
+		best = n / t / 1e9 > best ? n / t / 1e9 : best;
+	}
+	free(src);
+	free(dst);
+	return best;
+}
+
+/* Decode with f32 and bf16 matrices, child processes, interleaved with the
+ * memcpy rounds: f32, bf16, memcpy, f32, bf16, memcpy, ... */
+static void decode_by_dtype(const char *dir, int threads, int steps, int reps)
+{
+	static const char *const dts[2] = { "f32", "bf16" };
+	double tps[2][MAX_REPS], gbs[2][MAX_REPS], rss[2][MAX_REPS], bytes[2] = { 0 }, cp[MAX_REPS];
+	double ratio[MAX_REPS];
+	int r, d;
+
+	for (r = 0; r < reps; r++) {
+		for (d = 0; d < 2; d++) {
+			double o[3];
+			if (run_child(dir, dts[d], threads, steps, o)) {
+				printf("decode by weights dtype: the %s child failed\n", dts[d]);
+				return;
+			}
+			tps[d][r] = o[0];
+			bytes[d] = o[1];
+			gbs[d][r] = o[0] * o[1] / 1e9;
+			rss[d][r] = o[2] / 1e3;
+		}
+		ratio[r] = tps[1][r] / tps[0][r];
+		cp[r] = memcpy_gbs(threads);
+	}
+	printf("decode by weights dtype, %d single-token steps with logits, %d threads, %d rounds interleaved"
+	       " (each a fresh process):\n", steps, threads, reps);
+	printf("  memcpy 256 MB on %d threads: %.1f GB/s copied best (median %.1f; reads + writes twice that)\n",
+	       threads, bench_max(cp, reps), bench_median(cp, reps));
+	for (d = 0; d < 2; d++)
+		printf("  %-4s weights: %7.1f tokens/s best (median %.1f); %.1f MB read per step: %.1f GB/s best"
+		       " (median %.1f); peak RSS %.0f MB (max of rounds)\n",
+		       dts[d], bench_max(tps[d], reps), bench_median(tps[d], reps), bytes[d] / 1e6,
+		       bench_max(gbs[d], reps), bench_median(gbs[d], reps), bench_max(rss[d], reps));
+	printf("  bf16/f32 decode: min %.2f, median %.2f (goal >= 1.8)\n", bench_min(ratio, reps),
+	       bench_median(ratio, reps));
+}
+
 /* Prints our rate over the rounds (n tokens per round: best as ms and
  * tokens/s, and the median), then the peer's rate and ours/peer, min and
  * median of the per-round ratio (test is "pp" or "tg"), or why the peer was
@@ -296,7 +497,10 @@ int main(int argc, char **argv)
 	const char *peer_exe = getenv("LLAMA_BENCH"), *peer_gguf = getenv("LLAMA_GGUF");
 	const char *peer_why = "not measured (set LLAMA_BENCH, LLAMA_GGUF)";
 	int i, r, k;
+	char tmpdir[4096] = "";
 
+	if (argc == 6 && !strcmp(argv[1], "--decode-child"))
+		return decode_child(argv + 2);
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		int *dst = !strcmp(a, "-t") ? &threads : !strcmp(a, "-d") ? &docs : !strcmp(a, "-n") ? &len
@@ -304,7 +508,7 @@ int main(int argc, char **argv)
 			 : NULL;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			printf("usage: forward [-t THREADS] [-d DOCS] [-n TOKENS] [-g DECODE_STEPS] [-u UBATCH] [-r REPEATS]\n"
-			       "               [-p PRESET | -m MODEL_DIR] [--no-mmap] [--deterministic]\n"
+			       "               [-p PRESET | -m MODEL_DIR] [--no-mmap] [--deterministic] [--weights-dtype DT]\n"
 			       "PRESET: a gen/model.h shape (default mamba2-130m), written to $TMPDIR and loaded.\n"
 			       "Peer: LLAMA_BENCH=llama-bench LLAMA_GGUF=model.gguf (bench/README.md).\n");
 			return 0;
@@ -315,6 +519,14 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(a, "--deterministic")) {
 			det = 1;
+			continue;
+		}
+		if (!strcmp(a, "--weights-dtype") && i + 1 < argc) {
+			lo.flags |= SS_MODEL_WTYPE;
+			if (ss_dtype_parse(argv[++i], &lo.wtype)) {
+				fprintf(stderr, "forward: --weights-dtype %s: f32, bf16 or f16\n", argv[i]);
+				return 2;
+			}
 			continue;
 		}
 		if ((!strcmp(a, "-p") || !strcmp(a, "-m")) && i + 1 < argc) {
@@ -338,17 +550,17 @@ int main(int argc, char **argv)
 		if (ss_model_load_opts(&m, model_dir, &lo, errmsg) != 0)
 			m = NULL;
 	} else
-		m = make_model(preset, &lo, errmsg);
+		m = make_model(preset, &lo, tmpdir, errmsg);
 	if (!m) {
 		fprintf(stderr, "forward: %s\n", errmsg);
 		return 1;
 	}
 	vocab = m->cfg.vocab_padded;
-	printf("model: %s%s, d_model %d, n_layer %d, d_state %d, headdim %d, nheads %d, ngroups %d, vocab %d, %s weights, %.1f MB as f32 (made and loaded in %.1f s)\n",
+	printf("model: %s%s, d_model %d, n_layer %d, d_state %d, headdim %d, nheads %d, ngroups %d, vocab %d, %s weights (%s in memory), %.1f MB as f32 (made and loaded in %.1f s)\n",
 	       model_dir ? model_dir : preset, lo.flags & SS_MODEL_NO_MMAP ? " (heap, no mmap)" : "",
 	       m->cfg.d_model, m->cfg.n_layer, m->cfg.d_state,
 	       m->cfg.headdim, m->cfg.nheads, m->cfg.ngroups, vocab, ss_dtype_name(m->weight_dtype),
-	       model_bytes(m) / 1e6, bench_now() - t0);
+	       ss_dtype_name(m->wtype), model_bytes(m) / 1e6, bench_now() - t0);
 	if (peer_exe)
 		printf("peer: %s -m %s%s\n", peer_exe, peer_gguf,
 		       model_dir ? "" : " (give -m the directory it was converted from for the same weights)");
@@ -465,6 +677,9 @@ int main(int argc, char **argv)
 		free(next);
 	}
 	printf("peak RSS %.1f MB\n", peak_rss_kb() / 1e3);
+	decode_by_dtype(model_dir ? model_dir : tmpdir, threads, steps, reps);
+	if (!model_dir)
+		remove_model(tmpdir);
 
 	for (i = 0; i < docs; i++)
 		ss_state_free(&st[i]);

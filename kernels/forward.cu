@@ -130,13 +130,19 @@ static int upload_f32(ss_cuda_fwd *g, float **dst, const float *src, size_t n)
 	return err;
 }
 
-/* A [rows][cols] f32 host matrix to the device in g->wt, through tmp (a
- * device f32 buffer of at least rows*cols floats). */
-static int upload_w(ss_cuda_fwd *g, void **dst, const float *src, size_t n, float *tmp)
+/* A weight matrix held on the host in m->wtype (src_t): as it is when that
+ * is g->wt, else f32 converted on the device (tmp: n f32 of scratch). */
+static int upload_w(ss_cuda_fwd *g, void **dst, const void *src, ss_dtype src_t, size_t n,
+		    float *tmp)
 {
 	int err;
-	if (g->wt == SS_DTYPE_F32)
-		return upload_f32(g, (float **)dst, src, n);
+	if (src_t == g->wt) {
+		/* no libss call here: the plugin resolves none of its symbols */
+		const size_t bytes = n * (src_t == SS_DTYPE_F32 ? 4 : 2);
+		err = dalloc(g, dst, bytes);
+		return err ? err : ss_cuda_note(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice),
+						"upload");
+	}
 	err = dalloc(g, dst, n * 2);
 	if (!err)
 		err = ss_cuda_note(cudaMemcpy(tmp, src, n * sizeof(float), cudaMemcpyHostToDevice),
@@ -225,7 +231,9 @@ extern "C" int ss_cuda_fwd_init(ss_cuda_fwd **out, const ss_model *m, ss_dtype w
 	if (!g)
 		return SS_ERR_NOMEM;
 	g->c = *c;
-	g->wt = wdtype == SS_DTYPE_BF16 || wdtype == SS_DTYPE_F16 ? wdtype : SS_DTYPE_F32;
+	/* matrices the host holds in 16 bits stay so; f32 ones go in wdtype */
+	g->wt = m->wtype != SS_DTYPE_F32 ? m->wtype
+		: wdtype == SS_DTYPE_BF16 || wdtype == SS_DTYPE_F16 ? wdtype : SS_DTYPE_F32;
 	g->ubatch = ubatch > 0 ? ubatch : 8192;
 	env = getenv("SS_CUDA_GRAPHS");
 	g->use_graphs = !(env && strcmp(env, "0") == 0);
@@ -249,11 +257,11 @@ extern "C" int ss_cuda_fwd_init(ss_cuda_fwd **out, const ss_model *m, ss_dtype w
 		err = SS_ERR_DEVICE;
 		goto fail;
 	}
-	if ((err = upload_w(g, &g->emb, m->embedding, (size_t)V * dm, tmp)) ||
+	if ((err = upload_w(g, &g->emb, m->embedding, m->wtype, (size_t)V * dm, tmp)) ||
 	    (err = upload_f32(g, &g->norm_f, m->norm_f, (size_t)dm)))
 		goto fail;
 	if (m->lm_head && m->lm_head != m->embedding)
-		err = upload_w(g, &g->lm_head, m->lm_head, (size_t)V * dm, tmp);
+		err = upload_w(g, &g->lm_head, m->lm_head, m->wtype, (size_t)V * dm, tmp);
 	else
 		g->lm_head = m->lm_head ? g->emb : NULL;
 	if (err)
@@ -265,14 +273,14 @@ extern "C" int ss_cuda_fwd_init(ss_cuda_fwd **out, const ss_model *m, ss_dtype w
 			for (int ch = 0; ch < c->conv_dim; ch++)
 				cwt[(size_t)k * c->conv_dim + ch] = lw->conv_w[(size_t)ch * c->d_conv + k];
 		if ((err = upload_f32(g, &w->norm, lw->norm, (size_t)dm)) ||
-		    (err = upload_w(g, &w->in_proj, lw->in_proj, (size_t)c->d_in_proj * dm, tmp)) ||
+		    (err = upload_w(g, &w->in_proj, lw->in_proj, m->wtype, (size_t)c->d_in_proj * dm, tmp)) ||
 		    (err = upload_f32(g, &w->conv_wt, cwt, (size_t)c->d_conv * c->conv_dim)) ||
 		    (err = upload_f32(g, &w->conv_b, lw->conv_b, (size_t)c->conv_dim)) ||
 		    (err = upload_f32(g, &w->dt_bias, lw->dt_bias, (size_t)c->nheads)) ||
 		    (err = upload_f32(g, &w->A_log, lw->A_log, (size_t)c->nheads)) ||
 		    (err = upload_f32(g, &w->D, lw->D, (size_t)c->nheads)) ||
 		    (err = upload_f32(g, &w->gnorm, lw->gnorm, (size_t)c->d_inner)) ||
-		    (err = upload_w(g, &w->out_proj, lw->out_proj, (size_t)dm * c->d_inner, tmp)))
+		    (err = upload_w(g, &w->out_proj, lw->out_proj, m->wtype, (size_t)dm * c->d_inner, tmp)))
 			goto fail;
 	}
 	if ((err = dalloc(g, (void **)&g->H, (size_t)ub * dm * 4)) ||

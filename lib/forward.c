@@ -36,6 +36,7 @@
 
 #include "ss.h"
 #include "device_plugin.h"
+#include "matvec.h"
 #include "pool.h"
 
 /* Rows per pass below which a GEMM is split by output columns. */
@@ -52,6 +53,10 @@
 #define COL_BLOCK 256
 /* Last-position rows that share one pass over lm_head. */
 #define LAST_GROUP 16
+/* With bf16/f16 weights, a GEMM of more rows than this per call widens
+ * COL_BLOCK-row panels of W into f32 and runs sgemm on them; fewer rows
+ * (decode) stream W through the 16-bit kernel. */
+#define W16_DOT_ROWS 4
 
 typedef struct {
 	int seq;        /* index into the call's seqs */
@@ -69,6 +74,7 @@ struct ss_forward_ctx {
 	int64_t ubatch;
 	int deterministic; /* see ss_forward_ctx_set_deterministic */
 	float *conv_wt;   /* [n_layer][d_conv][conv_dim]: conv1d weights, tap-major */
+	float *wpanel;    /* [n_threads][COL_BLOCK][max(d_model, d_inner)]: 16-bit W widened */
 	float *H, *U, *ZXD, *XBC, *DT, *Y;
 	segment *segs;    /* [ubatch] at most one segment per row */
 	int64_t *blk;     /* [ubatch][2] prefill GEMM row blocks: first row, rows */
@@ -112,7 +118,10 @@ static void *xalloc(size_t n, size_t size, size_t *bytes)
 
 /* C[M][N] (row stride ldc) = A[M][K] (row stride lda) · W[N][K]ᵀ + beta·C. */
 typedef struct {
-	const float *A, *W;
+	const float *A;
+	const void *W;    /* in wt */
+	ss_dtype wt;
+	float *wpanel;    /* see ss_forward_ctx */
 	float *C;
 	int64_t M, N, K, lda, ldc;
 	float beta;
@@ -143,17 +152,30 @@ static void gemm_task(void *arg, int64_t i, int thread)
 	}
 	if (m1 <= m0 || n1 <= n0)
 		return;
-	/* f32 weights (checked at init): cannot fail */
+	const size_t esz = ss_dtype_size(j->wt);
+	if (j->wt != SS_DTYPE_F32 && m1 - m0 > W16_DOT_ROWS) {
+		float *P = j->wpanel + (size_t)thread * COL_BLOCK * j->K;
+		for (int64_t n = n0, nb; n < n1; n += nb) {
+			nb = n1 - n < COL_BLOCK ? n1 - n : COL_BLOCK;
+			ss_matvec_widen(P, (const char *)j->W + n * j->K * esz, j->wt, (size_t)(nb * j->K));
+			(void)ss_linear_cpu(j->C + m0 * j->ldc + n, j->ldc, j->A + m0 * j->lda, j->lda, P,
+					    SS_DTYPE_F32, m1 - m0, nb, j->K, j->beta);
+		}
+		return;
+	}
+	/* dtype checked at load, sizes here: cannot fail */
 	(void)ss_linear_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
-			    j->W + n0 * j->K, SS_DTYPE_F32, m1 - m0, n1 - n0, j->K, j->beta);
+			    (const char *)j->W + n0 * j->K * esz, j->wt, m1 - m0, n1 - n0, j->K,
+			    j->beta);
 }
 
 /* nblk > 0: the rows are ctx->blk's blocks (deterministic prefill); else M
  * rows cut by thread count. */
-static void gemm(ss_forward_ctx *ctx, int64_t nblk, const float *A, int64_t lda, const float *W,
+static void gemm(ss_forward_ctx *ctx, int64_t nblk, const float *A, int64_t lda, const void *W,
 		 float *C, int64_t ldc, int64_t M, int64_t N, int64_t K, float beta)
 {
-	gemm_job j = { A, W, C, M, N, K, lda, ldc, beta, 0, ctx->n_threads, NULL, 0 };
+	gemm_job j = { A, W, ctx->m->wtype, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0,
+		       ctx->n_threads, NULL, 0 };
 
 	if (M <= 0 || N <= 0)
 		return;
@@ -426,7 +448,7 @@ static void run_pass(ss_forward_ctx *ctx, ss_forward_seq *seqs, const segment *s
 	for (i = 0; i < nseg; i++) {
 		const segment *s = &segs[i];
 		const int32_t *tok = seqs[s->seq].tokens + s->start;
-		ss_embed_cpu(ctx->H + s->row0 * c->d_model, ctx->m->embedding, SS_DTYPE_F32, tok, s->n,
+		ss_embed_cpu(ctx->H + s->row0 * c->d_model, ctx->m->embedding, ctx->m->wtype, tok, s->n,
 			     c->d_model);
 	}
 	run_layers(ctx, segs, nseg, T, !outputs, blocked);
@@ -542,6 +564,10 @@ static int check_model(const ss_model *m, char *errmsg)
 			c->d_state, c->conv_dim, c->d_in_proj);
 		return SS_ERR_INVALID;
 	}
+	if (!ss_dtype_name(m->wtype)) {
+		ss_errf(errmsg, 0, "model has an unknown weights dtype %d", (int)m->wtype);
+		return SS_ERR_INVALID;
+	}
 	/* lm_head may be NULL (SS_MODEL_SKIP_LM_HEAD): then no logits */
 	if (!m->embedding || !m->norm_f || !m->layers) {
 		ss_errf(errmsg, 0, "model has missing weights");
@@ -612,7 +638,11 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 	ctx->blk = xalloc((size_t)ub * 2, sizeof(int64_t), &ctx->bytes);
 	ctx->out_seq = xalloc((size_t)ub, sizeof(int32_t), &ctx->bytes);
 	ctx->L = xalloc((size_t)LAST_GROUP * c->vocab_padded, sizeof(float), &ctx->bytes);
-	if (!ctx->conv_wt || !ctx->H || !ctx->U || !ctx->ZXD ||
+	if (m->wtype != SS_DTYPE_F32)
+		ctx->wpanel = xalloc((size_t)ctx->n_threads * COL_BLOCK *
+					     (c->d_inner > c->d_model ? c->d_inner : c->d_model),
+				     sizeof(float), &ctx->bytes);
+	if ((m->wtype != SS_DTYPE_F32 && !ctx->wpanel) || !ctx->conv_wt || !ctx->H || !ctx->U || !ctx->ZXD ||
 	    !ctx->XBC || !ctx->DT || !ctx->Y || !ctx->segs || !ctx->blk ||
 	    !ctx->out_seq || !ctx->L) {
 		ss_forward_ctx_free(ctx);
@@ -788,6 +818,7 @@ void ss_forward_ctx_free(ss_forward_ctx *ctx)
 	free(ctx->blogits);
 	ss_pool_free(ctx->pool);
 	free(ctx->conv_wt);
+	free(ctx->wpanel);
 	free(ctx->H);
 	free(ctx->U);
 	free(ctx->ZXD);

@@ -4,10 +4,12 @@
  *
  * Loading plan: parse the config, list the checkpoint's tensors (headers
  * only), resolve and shape-check every tensor the model needs, then read them
- * in one batch into a single f32 arena (or point into a file mapping for
- * aligned f32 safetensors). Each tensor is hashed as it arrives; the model
- * fingerprint combines the per-tensor digests in a fixed order, so it does
- * not depend on file layout, storage dtype (after widening) or read order.
+ * in one batch into a single arena (or point into a file mapping for aligned
+ * f32 safetensors): f32, or for the four matrices in a 16-bit wtype, narrowed
+ * chunk by chunk as they stream in. Each tensor is hashed as it arrives,
+ * widened to f32; the model fingerprint combines the per-tensor digests in a
+ * fixed order, so it does not depend on file layout, storage dtype (after
+ * widening), wtype or read order.
  * ref: DESIGN.md §2; transformers models/mamba2/configuration_mamba2.py;
  *      mamba_ssm models/config_mamba.py, models/mixer_seq_simple.py,
  *      modules/mamba2.py (parameter names and shapes).
@@ -468,7 +470,7 @@ int ss_model_config_load(ss_model_config *cfg, const char *dir, char *errmsg)
 /* ---------------------------------------------------------------- loading */
 
 struct model_priv {
-	float *arena;
+	void *arena;
 	ss_checkpoint *ckpt;   /* kept open while tensors point into its mappings */
 };
 
@@ -476,12 +478,25 @@ struct model_priv {
 typedef struct {
 	char name[96];            /* canonical name (for messages when missing) */
 	const ss_checkpoint_tensor *t;
-	float **dst;              /* where the model keeps it; NULL = hash only */
+	float **dst;              /* where the model keeps it (f32); NULL = hash only */
+	void **mat;               /* or: one of the four matrices, in wtype */
 	int ndim;
 	int64_t shape[3];
 	fphash h;
 	int mapped;
+	ss_dtype wt;              /* dtype kept in memory */
+	char *out;                /* narrowing: next element's address */
 } slot;
+
+/* Hashes a chunk of a tensor held in a 16-bit wtype and narrows it into
+ * the slot's next elements (chunks arrive in order). */
+static void narrow_visit(void *ctx, const float *x, size_t n)
+{
+	slot *s = ctx;
+	fphash_update(&s->h, x, n * sizeof *x);
+	ss_from_f32(s->out, s->wt, x, n);
+	s->out += n * ss_dtype_size(s->wt);
+}
 
 /* Finds the first present name among `alts` (NULL-terminated list). */
 static const ss_checkpoint_tensor *find_any(const ss_checkpoint *ck, const char *const *alts)
@@ -523,6 +538,7 @@ static void slot_set(slot *s, const char *name, float **dst, int ndim, int64_t a
 	if (name != s->name)
 		snprintf(s->name, sizeof s->name, "%s", name);
 	s->dst = dst;
+	s->mat = NULL;
 	s->ndim = ndim;
 	s->shape[0] = a;
 	s->shape[1] = b;
@@ -560,8 +576,8 @@ static int build_slots(ss_model *m, const ss_checkpoint *ck, unsigned flags, slo
 	/* transformers' Mamba2 embeds vocab_size rows, unpadded: accept that. */
 	if (s[k].t && s[k].t->ndim == 2 && s[k].t->shape[0] == c->vocab_size)
 		c->vocab_padded = c->vocab_size;
-	slot_set(&s[k++], "backbone.embeddings.weight", &m->embedding, 2, c->vocab_padded,
-	         c->d_model, 0);
+	slot_set(&s[k], "backbone.embeddings.weight", NULL, 2, c->vocab_padded, c->d_model, 0);
+	s[k++].mat = &m->embedding;
 	for (int l = 0; l < c->n_layer; l++) {
 		ss_layer *lw = &m->layers[l];
 		static const char *const suffix[9] = {
@@ -569,8 +585,9 @@ static int build_slots(ss_model *m, const ss_checkpoint *ck, unsigned flags, slo
 			"mixer.dt_bias", "mixer.A_log", "mixer.D", "mixer.norm.weight",
 			"mixer.out_proj.weight",
 		};
-		float **dst[9] = {&lw->norm, &lw->in_proj, &lw->conv_w, &lw->conv_b, &lw->dt_bias,
-		                  &lw->A_log, &lw->D, &lw->gnorm, &lw->out_proj};
+		float **dst[9] = {&lw->norm, NULL, &lw->conv_w, &lw->conv_b, &lw->dt_bias,
+		                  &lw->A_log, &lw->D, &lw->gnorm, NULL};
+		void **mat[9] = {[1] = &lw->in_proj, [8] = &lw->out_proj};
 		int64_t sh[9][3] = {
 			{c->d_model}, {c->d_in_proj, c->d_model}, {c->conv_dim, 1, c->d_conv},
 			{c->conv_dim}, {c->nheads}, {c->nheads}, {c->nheads}, {c->d_inner},
@@ -580,14 +597,15 @@ static int build_slots(ss_model *m, const ss_checkpoint *ck, unsigned flags, slo
 		for (int i = 0; i < 9; i++, k++) {
 			s[k].t = find_layer(ck, l, suffix[i], s[k].name, sizeof s[k].name);
 			slot_set(&s[k], s[k].name, dst[i], nd[i], sh[i][0], sh[i][1], sh[i][2]);
+			s[k].mat = mat[i];
 		}
 	}
 	s[k].t = find_any(ck, normf);
 	slot_set(&s[k++], "backbone.norm_f.weight", &m->norm_f, 1, c->d_model, 0, 0);
 	if (untied) {
 		s[k].t = find_any(ck, head);
-		slot_set(&s[k++], "lm_head.weight", (flags & SS_MODEL_SKIP_LM_HEAD) ? NULL : &m->lm_head,
-		         2, c->vocab_padded, c->d_model, 0);
+		slot_set(&s[k], "lm_head.weight", NULL, 2, c->vocab_padded, c->d_model, 0);
+		s[k++].mat = (flags & SS_MODEL_SKIP_LM_HEAD) ? NULL : &m->lm_head;
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (!s[i].t)
@@ -628,27 +646,40 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 	    (rc = build_slots(m, priv->ckpt, flags, &s, &ns, errmsg)))
 		goto fail;
 	m->weight_dtype = s[0].t->dtype;
+	m->wtype = m->weight_dtype;
+	if (flags & SS_MODEL_WTYPE) {
+		if (!ss_dtype_name(opts->wtype)) {
+			rc = ss_errf(errmsg, SS_ERR_INVALID, "unknown weights dtype %d", (int)opts->wtype);
+			goto fail;
+		}
+		m->wtype = opts->wtype;
+	}
 
-	/* Map what can be mapped; everything else kept goes in one arena. */
+	/* Map what can be mapped; everything else kept goes in one arena
+	 * (bytes, each tensor 64-byte aligned). */
 	size_t arena = 0, nreq = 0, nmapped = 0;
 	for (size_t i = 0; i < ns; i++) {
 		fphash_init(&s[i].h, 0);
+		s[i].wt = s[i].mat ? m->wtype : SS_DTYPE_F32;
+		void **keep = s[i].mat;
 		const float *p = NULL;
-		if (s[i].dst && !(flags & SS_MODEL_NO_MMAP))
+		if ((s[i].dst || keep) && s[i].wt == SS_DTYPE_F32 && !(flags & SS_MODEL_NO_MMAP))
 			p = ss_checkpoint_map_f32(priv->ckpt, s[i].t);
 		if (p) {
-			*s[i].dst = (float *)p;
+			if (keep)
+				*keep = (void *)p;
+			else
+				*s[i].dst = (float *)p;
 			s[i].mapped = 1;
 			nmapped++;
 		} else {
 			nreq++;
-			if (s[i].dst)
-				arena += ((size_t)s[i].t->numel + 15) & ~(size_t)15;
+			if (s[i].dst || keep)
+				arena += ((size_t)s[i].t->numel * ss_dtype_size(s[i].wt) + 63) & ~(size_t)63;
 		}
 	}
-	if (arena && !(priv->arena = aligned_alloc(64, arena * sizeof(float)))) {
-		rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory for %zu MB of weights",
-		          arena * sizeof(float) >> 20);
+	if (arena && !(priv->arena = aligned_alloc(64, arena))) {
+		rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory for %zu MB of weights", arena >> 20);
 		goto fail;
 	}
 	if (!(req = calloc(nreq + 1, sizeof *req))) {
@@ -662,9 +693,20 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 		req[r].t = s[i].t;
 		req[r].visit = fphash_visit;
 		req[r].ctx = &s[i].h;
-		if (s[i].dst) {
-			req[r].dst = *s[i].dst = priv->arena + at;
-			at += ((size_t)s[i].t->numel + 15) & ~(size_t)15;
+		if (s[i].dst || s[i].mat) {
+			float *p = (float *)((char *)priv->arena + at);
+			at += ((size_t)s[i].t->numel * ss_dtype_size(s[i].wt) + 63) & ~(size_t)63;
+			if (s[i].mat)
+				*s[i].mat = p;
+			else
+				*s[i].dst = p;
+			if (s[i].wt == SS_DTYPE_F32) {
+				req[r].dst = p;
+			} else { /* streamed in chunks, narrowed by the visit */
+				s[i].out = (char *)p;
+				req[r].visit = narrow_visit;
+				req[r].ctx = &s[i];
+			}
 		}
 		r++;
 	}
@@ -672,7 +714,8 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 		goto fail;
 	for (size_t i = 0; i < ns; i++)
 		if (s[i].mapped)
-			fphash_update(&s[i].h, *s[i].dst, (size_t)s[i].t->numel * sizeof(float));
+			fphash_update(&s[i].h, s[i].mat ? *s[i].mat : (void *)*s[i].dst,
+			              (size_t)s[i].t->numel * sizeof(float));
 	if (m->cfg.tied)
 		m->lm_head = m->embedding;
 

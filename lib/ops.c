@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ss.h"
+#include "matvec.h"
 #include "scan.h"
 #include "vec.h"
 
@@ -63,10 +64,14 @@ int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const 
 {
 	if (M < 0 || N < 0 || K < 0 || ldy < N || ldx < K)
 		return SS_ERR_INVALID;
-	if (wt != SS_DTYPE_F32)
+	if (wt != SS_DTYPE_F32 && wt != SS_DTYPE_BF16 && wt != SS_DTYPE_F16)
 		return SS_ERR_UNSUPPORTED;
 	if (M == 0 || N == 0)
 		return 0;
+	if (wt != SS_DTYPE_F32) {
+		ss_matvec_w16(y, ldy, x, ldx, W, wt, M, N, K, beta);
+		return 0;
+	}
 	if (M == 1)
 		cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)N, (blasint)K, 1.0f, W, (blasint)K,
 			    x, 1, beta, y, 1);

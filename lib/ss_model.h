@@ -34,27 +34,32 @@ typedef struct {
 	int32_t eos_token_id;   /* 0 for GPT-NeoX */
 } ss_model_config;
 
-/* One layer's weights, f32, row-major (torch's [out][in] for projections). */
+/* One layer's weights, row-major (torch's [out][in] for projections): f32,
+ * except in_proj and out_proj, which are in the model's wtype. */
 typedef struct {
 	float *norm;      /* [d_model]            backbone.layers.N.norm.weight */
-	float *in_proj;   /* [d_in_proj][d_model] mixer.in_proj.weight */
+	void *in_proj;    /* [d_in_proj][d_model] mixer.in_proj.weight, wtype */
 	float *conv_w;    /* [conv_dim][d_conv]   mixer.conv1d.weight ([conv_dim,1,d_conv]) */
 	float *conv_b;    /* [conv_dim]           mixer.conv1d.bias */
 	float *dt_bias;   /* [nheads] */
 	float *A_log;     /* [nheads]; A = -exp(A_log) */
 	float *D;         /* [nheads] */
 	float *gnorm;     /* [d_inner]            mixer.norm.weight (gated, grouped RMSNorm) */
-	float *out_proj;  /* [d_model][d_inner] */
+	void *out_proj;   /* [d_model][d_inner], wtype */
 } ss_layer;
 
-/* A loaded model. All weights f32 in memory (widened from f16/bf16). */
+/* A loaded model. The four weight matrices the forward pass streams
+ * (embedding, lm_head, in_proj, out_proj: all but a few hundredth of the
+ * bytes) are held in wtype; every other weight is f32 (widened). */
 typedef struct ss_model {
 	ss_model_config cfg;
-	char fingerprint[SS_FINGERPRINT_MAX]; /* 16 hex digits: dims + f32 weights (model.c) */
+	char fingerprint[SS_FINGERPRINT_MAX]; /* 16 hex digits: dims + the checkpoint's
+						 weights widened to f32 (model.c) */
 	ss_dtype weight_dtype;  /* dtype in the checkpoint */
-	float *embedding;       /* [vocab_padded][d_model] */
+	ss_dtype wtype;         /* dtype of the four matrices in memory (ss_model_opts) */
+	void *embedding;        /* [vocab_padded][d_model], wtype */
 	float *norm_f;          /* [d_model] */
-	float *lm_head;         /* [vocab_padded][d_model]; == embedding when tied */
+	void *lm_head;          /* [vocab_padded][d_model], wtype; == embedding when tied */
 	ss_layer *layers;       /* [n_layer] */
 	void *priv;             /* loader-owned storage */
 } ss_model;
@@ -63,9 +68,13 @@ typedef struct ss_model {
  * state-spaces `ssm_cfg`) plus model.safetensors, sharded safetensors with
  * model.safetensors.index.json, or pytorch_model.bin (zip + restricted
  * unpickler that only rebuilds tensors). Checks every tensor's shape against
- * the config. Weights are f32 in memory: f16/bf16 are widened; aligned f32
- * safetensors data is mapped copy-on-write from the file instead of copied
- * (writes stay private to the process), unless SS_MODEL_NO_MMAP.
+ * the config. The four matrices stay in the checkpoint's dtype (m->wtype =
+ * m->weight_dtype: bf16 and f16 are kept 2 bytes, as llama.cpp keeps a
+ * GGUF's types and transformers' dtype="auto" a checkpoint's), the other
+ * weights are widened to f32; ss_model_load_opts can ask for another wtype.
+ * Aligned f32 safetensors data is mapped copy-on-write from the file
+ * instead of copied (writes stay private to the process), unless
+ * SS_MODEL_NO_MMAP.
  * Errors: SS_ERR_NOTFOUND (missing file/tensor), SS_ERR_FORMAT
  * (malformed JSON/safetensors/pickle), SS_ERR_TRUNCATED, SS_ERR_TOO_LARGE,
  * SS_ERR_UNSUPPORTED (Mamba-1, hybrids), SS_ERR_MISMATCH (shape); errmsg
@@ -84,10 +93,18 @@ enum {
 	SS_MODEL_SKIP_LM_HEAD = 1 << 0,
 	/* Copy f32 safetensors data to the heap instead of mapping the file. */
 	SS_MODEL_NO_MMAP = 1 << 1,
+	/* Hold the four matrices in opts->wtype instead of the checkpoint's
+	 * dtype: f32 widens a bf16/f16 checkpoint; bf16 or f16 rounds an f32
+	 * one to nearest even at load (half the bytes to stream per token).
+	 * The fingerprint is the checkpoint's either way: states stay
+	 * interchangeable between runs of the same weights in any wtype, as
+	 * between the CPU and a GPU. */
+	SS_MODEL_WTYPE = 1 << 2,
 };
 
 typedef struct {
 	unsigned flags;   /* SS_MODEL_* */
+	ss_dtype wtype;   /* with SS_MODEL_WTYPE */
 } ss_model_opts;
 
 /* ss_model_load with options (opts NULL = defaults = ss_model_load). */

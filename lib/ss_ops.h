@@ -64,8 +64,11 @@ void ss_rmsnorm_cpu(float *y, float *h, const float *res, const float *w, int64_
  *   W: [N][K] row-major (torch's [out][in]) in dtype wt, contiguous.
  * in_proj (N = d_in_proj, K = d_model), out_proj (N = d_model, K = d_inner,
  * beta = 1: the residual add), lm_head (N = vocab_padded, K = d_model).
- * CPU: OpenBLAS sgemm (sgemv when M == 1), one BLAS thread: split M or N
- * over threads by calling it on slices. Only wt = f32 on the CPU.
+ * CPU: f32 W: the BLAS's sgemm (sgemv when M == 1), one BLAS thread: split
+ * M or N over threads by calling it on slices. bf16/f16 W: f32 products
+ * of the widened weights, f32 accumulation, W streamed once (lib/matvec.h:
+ * a decode kernel, best for small M; for large M the forward pass widens
+ * panels of W and calls this with f32).
  * CUDA: cublasSgemm (f32) or cublasGemmEx with bf16/f16 W, x rounded to
  * W's dtype, f32 accumulation and output.
  * Returns 0; SS_ERR_UNSUPPORTED (wt not handled on this device),

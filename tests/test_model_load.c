@@ -127,31 +127,58 @@ static const char *small_model(const char *name, ss_dtype dt, int tied, int shar
 	return dir;
 }
 
-/* The model's f32 array for a checkpoint tensor name, and its length. */
-static const float *model_tensor(const ss_model *m, const char *name, size_t *n)
+/* A copy of the model's array for a checkpoint tensor name, widened to f32
+ * (the four matrices are in m->wtype), and its length. Caller frees. */
+static float *widened(const void *p, ss_dtype t, size_t n)
+{
+	float *x = malloc(n * sizeof *x + 1);
+	assert_non_null(x);
+	ss_to_f32(x, p, t, n);
+	return x;
+}
+
+static const float *model_array(const ss_model *m, const char *name, size_t *n);
+
+static float *model_tensor(const ss_model *m, const char *name, size_t *n)
 {
 	const ss_model_config *c = &m->cfg;
 	size_t V = (size_t)c->vocab_padded, D = (size_t)c->d_model;
+	const ss_layer *L = NULL;
+	int l, off;
 	if (!strcmp(name, "backbone.embeddings.weight") || !strcmp(name, "backbone.embedding.weight"))
-		return *n = V * D, m->embedding;
+		return *n = V * D, widened(m->embedding, m->wtype, *n);
+	if (!strcmp(name, "lm_head.weight"))
+		return m->lm_head ? (*n = V * D, widened(m->lm_head, m->wtype, *n)) : NULL;
+	if (sscanf(name, "backbone.layers.%d.%n", &l, &off) == 1 && l >= 0 && l < c->n_layer)
+		L = &m->layers[l];
+	if (L && !strcmp(name + off, "mixer.in_proj.weight"))
+		return *n = (size_t)c->d_in_proj * D, widened(L->in_proj, m->wtype, *n);
+	if (L && !strcmp(name + off, "mixer.out_proj.weight"))
+		return *n = D * (size_t)c->d_inner, widened(L->out_proj, m->wtype, *n);
+	const float *x = model_array(m, name, n);
+	return x ? widened(x, SS_DTYPE_F32, *n) : NULL;
+}
+
+/* The model's f32 array for a checkpoint tensor name other than the four
+ * matrices, and its length. */
+static const float *model_array(const ss_model *m, const char *name, size_t *n)
+{
+	const ss_model_config *c = &m->cfg;
+	size_t D = (size_t)c->d_model;
 	if (!strcmp(name, "backbone.norm_f.weight"))
 		return *n = D, m->norm_f;
-	if (!strcmp(name, "lm_head.weight"))
-		return *n = V * D, m->lm_head;
 	int l, off;
 	if (sscanf(name, "backbone.layers.%d.%n", &l, &off) != 1 || l < 0 || l >= c->n_layer)
 		return NULL;
 	const ss_layer *L = &m->layers[l];
 	const char *s = name + off;
 	if (!strcmp(s, "norm.weight")) return *n = D, L->norm;
-	if (!strcmp(s, "mixer.in_proj.weight")) return *n = (size_t)c->d_in_proj * D, L->in_proj;
 	if (!strcmp(s, "mixer.conv1d.weight")) return *n = (size_t)c->conv_dim * (size_t)c->d_conv, L->conv_w;
 	if (!strcmp(s, "mixer.conv1d.bias")) return *n = (size_t)c->conv_dim, L->conv_b;
 	if (!strcmp(s, "mixer.dt_bias")) return *n = (size_t)c->nheads, L->dt_bias;
 	if (!strcmp(s, "mixer.A_log")) return *n = (size_t)c->nheads, L->A_log;
 	if (!strcmp(s, "mixer.D")) return *n = (size_t)c->nheads, L->D;
 	if (!strcmp(s, "mixer.norm.weight")) return *n = (size_t)c->d_inner, L->gnorm;
-	if (!strcmp(s, "mixer.out_proj.weight")) return *n = D * (size_t)c->d_inner, L->out_proj;
 	return NULL;
 }
 
@@ -169,7 +196,7 @@ static ss_model *load_ok(const char *dir, unsigned flags)
 {
 	ss_model *m = NULL;
 	char err[SS_ERRMSG_MAX] = "";
-	ss_model_opts o = {flags};
+	ss_model_opts o = {.flags = flags};
 	int rc = ss_model_load_opts(&m, dir, &o, err);
 	if (rc)
 		fail_msg("load %s: %d %s", dir, rc, err);
@@ -231,7 +258,7 @@ static void check_against_manifest(const ss_model *m, const char *model)
 		int64_t e = (int64_t)cJSON_GetArrayItem(of, 1)->valuedouble;
 		size_t esz = !strcmp(dt, "F32") ? 4 : 2, n = (size_t)(e - b) / esz, got = 0;
 		assert_true((size_t)(data0 + e) <= flen);
-		const float *x = model_tensor(m, t->string, &got);
+		float *x = model_tensor(m, t->string, &got);
 		if (!x)
 			fail_msg("%s: no model tensor for %s", model, t->string);
 		assert_int_equal(got, n);
@@ -245,6 +272,7 @@ static void check_against_manifest(const ss_model *m, const char *model)
 			if (u != v)
 				fail_msg("%s %s[%zu]: 0x%08x, file 0x%08x", model, t->string, i, v, u);
 		}
+		free(x);
 	}
 	assert_int_equal(count, m->cfg.tied ? 2 + 9 * m->cfg.n_layer : 3 + 9 * m->cfg.n_layer);
 	free(file);
@@ -323,13 +351,15 @@ static void test_golden_t1_ss(void **state)
 	assert_ptr_equal(ss->lm_head, ss->embedding);
 	for (size_t i = 0; i < sizeof t1_names / sizeof t1_names[0]; i++) {
 		size_t na = 0, nb = 0;
-		const float *a = model_tensor(ss, t1_names[i], &na);
-		const float *b = model_tensor(hf, t1_names[i], &nb);
+		float *a = model_tensor(ss, t1_names[i], &na);
+		float *b = model_tensor(hf, t1_names[i], &nb);
 		assert_non_null(a);
 		assert_non_null(b);
 		assert_int_equal(na, nb);
 		if (memcmp(a, b, na * sizeof *a))
 			fail_msg("t1-ss %s differs from t1-hf", t1_names[i]);
+		free(a);
+		free(b);
 	}
 	assert_string_equal(ss->fingerprint, hf->fingerprint);
 	ss_model_free(ss);
@@ -402,12 +432,13 @@ static int rt_visit(void *ctx, const char *name, int ndim, const int64_t *shape,
 	(void)ndim, (void)shape;
 	rt_ctx *r = ctx;
 	size_t got = 0;
-	const float *y = model_tensor(r->m, name, &got);
+	float *y = model_tensor(r->m, name, &got);
 	if (!y)
 		fail_msg("no model tensor for %s", name);
 	assert_int_equal(got, n);
 	if (memcmp(x, y, n * sizeof *x))
 		fail_msg("%s differs after the round trip", name);
+	free(y);
 	r->count++;
 	return 0;
 }

@@ -18,7 +18,7 @@
  * per-row output (--per-passage / --per-query), kept in memory and written
  * at the end: cli_out_open() has one output file at a time. */
 typedef struct {
-	const char *model_dir, *index, *tokens, *qa, *out, *per, *tok_path;
+	const char *model_dir, *index, *tokens, *qa, *out, *per, *tok_path, *wtype;
 	long passages, min_tokens, kmax, queries;
 	uint64_t seed;
 	int exactly_one, threads;

@@ -10,11 +10,16 @@
 
 #include "cli.h"
 
-ss_model *mcli_load_model(const char *dir, unsigned flags)
+ss_model *mcli_load_model(const char *dir, unsigned flags, const char *wtype, const char *usage)
 {
 	ss_model *m;
 	char err[SS_ERRMSG_MAX] = "";
 	ss_model_opts o = { .flags = flags };
+	if (wtype && strcmp(wtype, "auto")) {
+		if (ss_dtype_parse(wtype, &o.wtype))
+			cli_usage(usage, "--weights-dtype: '%s' is not f32, bf16, f16 or auto", wtype);
+		o.flags |= SS_MODEL_WTYPE;
+	}
 	int rc = ss_model_load_opts(&m, dir, &o, err);
 	if (rc)
 		cli_die("%s", err[0] ? err : ss_strerror(rc));

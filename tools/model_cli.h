@@ -12,9 +12,11 @@
 
 #include "ss.h"
 
-/* Loads the model at dir with SS_MODEL_* flags; "prog: <loader message>",
- * exit 1, on failure. */
-ss_model *mcli_load_model(const char *dir, unsigned flags);
+/* Loads the model at dir with SS_MODEL_* flags, its weight matrices in
+ * --weights-dtype WTYPE ("f32", "bf16", "f16"; NULL or "auto": the
+ * checkpoint's dtype); a bad WTYPE is a usage error (exit 2), a failed load
+ * "prog: <loader message>", exit 1. */
+ss_model *mcli_load_model(const char *dir, unsigned flags, const char *wtype, const char *usage);
 
 /* Dies (exit 1) unless state s, read from `file` record `index`, was made by
  * model m (same fingerprint and dims). The message names the file, the

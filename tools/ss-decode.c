@@ -19,7 +19,7 @@ static const char *usage =
 	"                 [--prompt TEXT | --prompt-file FILE | --prompt-tokens IDS]\n"
 	"                 [--greedy | --temperature T [--top-k K] [--top-p P] [--seed S]]\n"
 	"                 [--max-tokens N] [--ignore-eos] [--ids] [--jsonl] [--tokenizer FILE]\n"
-	"                 [--device D] [--threads N] [-o FILE] [-q|-v]";
+	"                 [--device D] [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -52,6 +52,9 @@ static void help(void)
 	       "  --threads N          threads (default: online cores)\n"
 	       "  --device D           cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
 	       "                       CUDA plugin finds one, else the CPU)\n"
+	       "  --weights-dtype T    f32, bf16, f16 or auto: the dtype the weight matrices\n"
+	       "                       are held and read in (default auto: the checkpoint's;\n"
+	       "                       bf16 halves the bytes a decode step reads)\n"
 	       "  -o FILE              output file (replaced only on success)\n"
 	       "  -q, -v               quieter; more verbose (-v: tokens/s at the end)\n"
 	       "  -h, --help           this help;  -V, --version  the version\n\n",
@@ -65,19 +68,20 @@ int main(int argc, char **argv)
 	cli_init("ss-decode");
 	const char *model_opt = NULL, *state_path = NULL, *prompt = NULL, *prompt_file = NULL,
 		   *prompt_ids = NULL, *tok_path = NULL, *out_path = NULL;
-	const char *device_opt = "auto";
+	const char *device_opt = "auto", *wtype_opt = NULL;
 	int no_state = 0, threads = 0, ignore_eos = 0, ids_out = 0, jsonl = 0, greedy = 0;
 	int have_seed = 0;
 	long max_tokens = 64;
 	uint64_t seed = 0;
 	ss_sample_params sp = { .temperature = 0, .top_k = 0, .top_p = 1 };
 	enum { O_MODEL = 256, O_STATE, O_NOSTATE, O_PROMPT, O_PFILE, O_PTOK, O_GREEDY, O_TEMP,
-	       O_TOPK, O_TOPP, O_SEED, O_MAX, O_IGNEOS, O_IDS, O_JSONL, O_TOK, O_THREADS, O_DEVICE };
+	       O_TOPK, O_TOPP, O_SEED, O_MAX, O_IGNEOS, O_IDS, O_JSONL, O_TOK, O_THREADS, O_DEVICE, O_WTYPE };
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL },
 		{ "state", required_argument, 0, O_STATE },
 		{ "no-state", no_argument, 0, O_NOSTATE },
 		{ "prompt", required_argument, 0, O_PROMPT },
+		{ "weights-dtype", required_argument, 0, O_WTYPE },
 		{ "prompt-file", required_argument, 0, O_PFILE },
 		{ "prompt-tokens", required_argument, 0, O_PTOK },
 		{ "greedy", no_argument, 0, O_GREEDY },
@@ -119,6 +123,7 @@ int main(int argc, char **argv)
 		case O_TOK: tok_path = optarg; break;
 		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
 		case O_DEVICE: device_opt = optarg; break;
+		case O_WTYPE: wtype_opt = optarg; break;
 		}
 	}
 	if (optind < argc)
@@ -151,7 +156,7 @@ int main(int argc, char **argv)
 	if (prompt_ids && np == 0)
 		cli_usage(usage, "--prompt-tokens: empty prompt");
 
-	ss_model *m = mcli_load_model(model_dir, 0);
+	ss_model *m = mcli_load_model(model_dir, 0, wtype_opt, usage);
 	ss_tokenizer *tok = NULL;
 	if (!prompt_ids || !ids_out)
 		tok = cli_tokenizer(tok_path, model_dir);

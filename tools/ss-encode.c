@@ -18,7 +18,8 @@ static const char *usage =
 	"ss-encode [--model DIR] [--device D] [--threads N] [--state-dtype f32|f16|bf16] [--batch N]\n"
 	"                 [--concat [--id ID]] [--from-state FILE]\n"
 	"                 [--text [--tokenizer FILE] [--max-doc SIZE]]\n"
-	"                 [--shard I/N] [--ids FILE] [--deterministic] [-o FILE] [-q|-v] [FILE...]";
+	"                 [--shard I/N] [--ids FILE] [--deterministic] [--weights-dtype T]\n"
+	"                 [-o FILE] [-q|-v] [FILE...]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -33,6 +34,8 @@ static void help(void)
 	       "  --device D           cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
 	       "                       CUDA plugin finds one, else the CPU)\n"
 	       "  --state-dtype T      storage dtype of conv and ssm: f32 (default), f16, bf16\n"
+	       "  --weights-dtype T    f32, bf16, f16 or auto: the dtype the weight matrices\n"
+	       "                       are held and read in (default auto: the checkpoint's)\n"
 	       "  --batch N            documents per forward call (default 8); memory grows\n"
 	       "                       with N, not with the corpus\n"
 	       "  --deterministic      a document's state is the same bytes whatever --threads,\n"
@@ -419,15 +422,16 @@ int main(int argc, char **argv)
 	cli_init("ss-encode");
 	const char *model_opt = NULL, *from_path = NULL, *out_path = NULL, *tok_path = NULL,
 		   *concat_id = NULL;
-	const char *device_opt = "auto";
+	const char *device_opt = "auto", *wtype_opt = NULL;
 	int threads = 0, concat = 0, text = 0, deterministic = 0;
 	uint64_t max_doc = (uint64_t)64 << 20; /* as ss-tokenize's default */
 	long batch = 8;
 	ss_dtype dtype = SS_DTYPE_F32;
 	selection sel = { .shard_n = 1 };
 	enum { O_MODEL = 256, O_THREADS, O_DTYPE, O_CONCAT, O_FROM, O_BATCH, O_TEXT, O_TOK, O_ID,
-	       O_SHARD, O_IDS, O_DEVICE, O_DET, O_MAXDOC };
+	       O_SHARD, O_IDS, O_DEVICE, O_DET, O_MAXDOC, O_WTYPE };
 	static const struct option opts[] = {
+		{ "weights-dtype", required_argument, 0, O_WTYPE },
 		{ "model", required_argument, 0, O_MODEL },
 		{ "threads", required_argument, 0, O_THREADS },
 		{ "device", required_argument, 0, O_DEVICE },
@@ -451,6 +455,7 @@ int main(int argc, char **argv)
 		case O_MODEL: model_opt = optarg; break;
 		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
 		case O_DEVICE: device_opt = optarg; break;
+		case O_WTYPE: wtype_opt = optarg; break;
 		case O_DTYPE:
 			if (ss_dtype_parse(optarg, &dtype))
 				cli_usage(usage, "--state-dtype: '%s' is not f32, f16 or bf16", optarg);
@@ -493,7 +498,7 @@ int main(int argc, char **argv)
 				cli_usage(usage, "--ids - and an input both read standard input");
 
 	/* State extraction never needs an untied lm_head: do not keep it. */
-	ss_model *m = mcli_load_model(model_dir, SS_MODEL_SKIP_LM_HEAD);
+	ss_model *m = mcli_load_model(model_dir, SS_MODEL_SKIP_LM_HEAD, wtype_opt, usage);
 	in.vocab = mcli_vocab(m);
 	if (text)
 		in.tok = cli_tokenizer(tok_path, model_dir);

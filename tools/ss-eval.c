@@ -20,10 +20,10 @@
 static const char *usage =
 	"ss-eval wikitext [--model DIR] --index DB --tokens FILE [--passages N] [--min-tokens N]\n"
 	"               [--kmax K] [--methods LIST] [--seed S] [--per-passage FILE]\n"
-	"               [--threads N] [-o FILE] [-q|-v]\n"
+	"               [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]\n"
 	"       ss-eval attribution [--model DIR] --qa FILE [--queries N] [--exactly-one]\n"
 	"               [--methods LIST] [--per-query FILE] [--tokenizer FILE]\n"
-	"               [--threads N] [-o FILE] [-q|-v]";
+	"               [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
 
 /* Keeps the default WikiText run (database included) within 20 minutes on 2
  * cores with the t1 model: about 1.5 s per passage there (7 methods, k = 0..10). */
@@ -69,6 +69,8 @@ static void help(void)
 	       "                      attribution Leave-One-Out: concat,soup,caso,picaso-r,\n"
 	       "                      picaso-s)\n"
 	       "  --threads N         threads (default: online cores)\n"
+	       "  --weights-dtype T   f32, bf16, f16 or auto: the dtype the weight matrices\n"
+	       "                      are held and read in (default auto: the checkpoint's)\n"
 	       "  -o FILE             output TSV (replaced only on success; default stdout)\n"
 	       "  -q, -v              quieter; more verbose (progress and a summary)\n"
 	       "  -h, --help          this help;  -V, --version  the version\n\n",
@@ -98,7 +100,7 @@ static void parse_methods(eval_run *run, const char *s)
 }
 
 enum { O_MODEL = 256, O_INDEX, O_TOKENS, O_PASSAGES, O_MINTOK, O_KMAX, O_SEED, O_PERP, O_QA,
-       O_QUERIES, O_ONE, O_PERQ, O_TOK, O_METHODS, O_THREADS };
+       O_QUERIES, O_ONE, O_PERQ, O_TOK, O_METHODS, O_THREADS, O_WTYPE };
 
 /* Reads the options into *run; *model_opt and *methods as given (NULL when
  * not). Options may come before or after the command. Returns the command
@@ -122,6 +124,7 @@ static const char *parse_options(int argc, char **argv, eval_run *run, const cha
 		{ "tokenizer", required_argument, 0, O_TOK },
 		{ "methods", required_argument, 0, O_METHODS },
 		{ "threads", required_argument, 0, O_THREADS },
+		{ "weights-dtype", required_argument, 0, O_WTYPE },
 		{ 0, 0, 0, 0 },
 	};
 	const cli_options co = { NULL, opts, usage, help, &run->out };
@@ -143,6 +146,7 @@ static const char *parse_options(int argc, char **argv, eval_run *run, const cha
 		case O_TOK: run->tok_path = optarg; break;
 		case O_METHODS: *methods = optarg; break;
 		case O_THREADS: run->threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
+		case O_WTYPE: run->wtype = optarg; break;
 		}
 	}
 	if (optind >= argc)
@@ -188,7 +192,7 @@ static int parse_args(int argc, char **argv, eval_run *run)
 static void run_open(eval_run *run, int wiki)
 {
 	char err[SS_ERRMSG_MAX] = "";
-	run->model = mcli_load_model(run->model_dir, 0);
+	run->model = mcli_load_model(run->model_dir, 0, run->wtype, usage);
 	if (ss_forward_ctx_init(&run->fctx, run->model, run->threads, 0, err))
 		cli_die("%s: %s", run->model_dir, err);
 	if (!run->per)

@@ -19,7 +19,7 @@ static const char *usage =
 	"ss-score [--model DIR] [--state FILE | --no-state]\n"
 	"                [--query TEXT --continuation TEXT | --query-tokens IDS --continuation-tokens IDS\n"
 	"                 | --pairs FILE] [--per-token] [--tokenizer FILE] [--device D]\n"
-	"                 [--threads N] [-o FILE] [-q|-v]";
+	"                 [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -47,6 +47,8 @@ static void help(void)
 	       "  --threads N            threads (default: online cores)\n"
 	       "  --device D             cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
 	       "                         CUDA plugin finds one, else the CPU)\n"
+	       "  --weights-dtype T      f32, bf16, f16 or auto: the dtype the weight matrices\n"
+	       "                         are held and read in (default auto: the checkpoint's)\n"
 	       "  -o FILE                output file (replaced only on success)\n"
 	       "  -q, -v                 quieter; more verbose\n"
 	       "  -h, --help             this help;  -V, --version  the version\n\n"
@@ -264,12 +266,13 @@ int main(int argc, char **argv)
 	cli_init("ss-score");
 	const char *model_opt = NULL, *state_path = NULL, *pairs_path = NULL, *out_path = NULL;
 	const char *query = NULL, *cont = NULL, *qtok = NULL, *ctok = NULL;
-	const char *device_opt = "auto";
+	const char *device_opt = "auto", *wtype_opt = NULL;
 	int no_state = 0, threads = 0;
 	scorer sc = { 0 };
 	enum { O_MODEL = 256, O_STATE, O_NOSTATE, O_QUERY, O_CONT, O_QTOK, O_CTOK, O_PAIRS,
-	       O_PER, O_TOK, O_THREADS, O_DEVICE };
+	       O_PER, O_TOK, O_THREADS, O_DEVICE, O_WTYPE };
 	static const struct option opts[] = {
+		{ "weights-dtype", required_argument, 0, O_WTYPE },
 		{ "model", required_argument, 0, O_MODEL },
 		{ "state", required_argument, 0, O_STATE },
 		{ "no-state", no_argument, 0, O_NOSTATE },
@@ -300,6 +303,7 @@ int main(int argc, char **argv)
 		case O_TOK: sc.tok_path = optarg; break;
 		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
 		case O_DEVICE: device_opt = optarg; break;
+		case O_WTYPE: wtype_opt = optarg; break;
 		}
 	}
 	if (optind < argc)
@@ -333,7 +337,7 @@ int main(int argc, char **argv)
 	int32_t *q = qtok ? mcli_parse_ids("--query-tokens", qtok, &nq, usage) : NULL;
 	int32_t *cc = ctok ? mcli_parse_ids("--continuation-tokens", ctok, &nc, usage) : NULL;
 
-	ss_model *m = mcli_load_model(sc.model_dir, 0);
+	ss_model *m = mcli_load_model(sc.model_dir, 0, wtype_opt, usage);
 	sc.m = m;
 	sc.ctx = mcli_forward_ctx(m, sc.model_dir, dev, threads);
 	sc.logits = malloc((size_t)SCORE_ROWS * (size_t)m->cfg.vocab_padded * sizeof(float));

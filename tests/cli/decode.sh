@@ -80,4 +80,12 @@ expect 2 "one prompt" ss-decode --model "$T1" --no-state
 expect 2 "top-p" ss-decode --model "$T1" --prompt-tokens 1 --temperature 1 --top-p 0
 expect 2 "need --temperature" ss-decode --model "$T1" --prompt-tokens 1 --top-k 5
 ss-decode --help | grep -q "^usage: ss-decode" || fail "--help"
+
+# --weights-dtype: a bad dtype is a usage error; states made with bf16
+# matrices carry the checkpoint's fingerprint, so an f32 run takes them.
+expect 2 "weights-dtype" ss-decode --model "$T1" --no-state --prompt-tokens 1 --weights-dtype f8
+head -c 29 "$G/t1/c3/text.txt" | ss-tokenize -q --whole - |
+	ss-encode --model "$T1" --weights-dtype bf16 >"$d/a16.st"
+ss-decode --model "$T1" --state "$d/a16.st" --weights-dtype f32 --ids --max-tokens 2 \
+	--prompt-tokens 5 >/dev/null || fail "a bf16-made state refused by an f32 run"
 echo ok
