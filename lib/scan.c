@@ -14,9 +14,11 @@
 #include "blas.h"
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "ss.h"
 #include "scan.h"
+#include "vec.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -249,10 +251,10 @@ size_t ss_scan_chunked_work(int nh, int P)
 void ss_scan_chunked(const ss_scan_chunked_args *a)
 {
 	const int Q = SS_SCAN_CHUNK, P = a->P, N = a->N, nh = a->nh, HP = nh * P;
-	float *G = a->work, *M = G + Q * Q, *Xw = M + Q * Q, *L = Xw + (size_t)Q * HP;
-	float *e = L + Q, *dA = e + Q, *dt = dA + Q;
+	float *G = a->work, *M = G + Q * Q, *Xw = M + Q * Q, *Ld = Xw + (size_t)Q * HP;
+	float *e = Ld + Q, *dA = e + Q, *dt = dA + Q;
 	int64_t t0;
-	int k, i, j, p;
+	int k, i, j;
 
 	for (k = 0; k < nh; k++)
 		a->dtsum[k] = 0.0;
@@ -270,9 +272,7 @@ void ss_scan_chunked(const ss_scan_chunked_args *a)
 		}
 		for (k = 0; k < nh; k++) {
 			const float *xk = x + k * P;
-			float *sk = a->s + (size_t)k * P * N;
-			float run = 1.0f, decay;
-			size_t m;
+			float run = 1.0f;
 
 			for (i = 0; i < q; i++) {
 				dt[i] = a->dt[(t0 + i) * a->lddt + k];
@@ -280,37 +280,28 @@ void ss_scan_chunked(const ss_scan_chunked_args *a)
 				dA[i] = expf(dt[i] * a->A[k]);
 				e[i] = run *= dA[i];
 			}
+			/* row i of Ld: L_ij·dt_j, j <= i */
 			for (i = 0; i < q; i++) {
-				for (j = 0; j < i; j++)
-					L[j] *= dA[i];
-				L[i] = 1.0f;
+				ss_vec_scale(Ld, Ld, dA[i], i);
+				Ld[i] = dt[i];
 				if (y) {
-					float *mi = M + i * Q;
-					const float *gi = G + i * Q;
-					for (j = 0; j <= i; j++)
-						mi[j] = gi[j] * L[j] * dt[j];
-					for (; j < q; j++)
-						mi[j] = 0.0f;
+					ss_vec_scale_mul(M + i * Q, G + i * Q, 1.0f, Ld, i + 1);
+					memset(M + i * Q + i + 1, 0, (size_t)(q - i - 1) * sizeof(float));
 				}
 			}
 			if (y) {
-				const float Dk = a->D ? a->D[k] : 0.0f;
 				float *yk = y + k * P;
 				for (i = 0; i < q; i++)
-					for (p = 0; p < P; p++)
-						yk[i * a->ldy + p] = yk[i * a->ldy + p] * e[i] + Dk * xk[i * a->ldx + p];
+					ss_vec_axpby(yk + i * a->ldy, e[i], xk + i * a->ldx,
+						     a->D ? a->D[k] : 0.0f, P);
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q, P, q, 1.0f, M, Q, xk,
 					    (blasint)a->ldx, 1.0f, yk, (blasint)a->ldy);
 			}
-			/* L is now row q-1: the decays to the chunk's end */
-			for (j = 0; j < q; j++) {
-				const float w = L[j] * dt[j];
-				for (p = 0; p < P; p++)
-					Xw[(size_t)j * HP + k * P + p] = w * xk[j * a->ldx + p];
-			}
-			decay = e[q - 1];
-			for (m = 0; m < (size_t)P * N; m++)
-				sk[m] *= decay;
+			/* Ld is now row q-1: the weights to the chunk's end */
+			for (j = 0; j < q; j++)
+				ss_vec_scale(Xw + (size_t)j * HP + k * P, xk + j * a->ldx, Ld[j], P);
+			ss_vec_scale(a->s + (size_t)k * P * N, a->s + (size_t)k * P * N, e[q - 1],
+				     (int64_t)P * N);
 		}
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, HP, N, q, 1.0f, Xw, HP, B,
 			    (blasint)a->ldb, 1.0f, a->s, N);
