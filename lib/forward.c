@@ -15,7 +15,9 @@
  *   Y   [T][d_inner]    scan output, then gated group-norm output
  * Per layer: U = rmsnorm(H)·w; ZXD = U·in_projᵀ (GEMM); conv (per segment,
  * channel slices in parallel; it also leaves the new conv state); dt (rows);
- * scan per (sequence, head) in parallel; gate + group norm (rows);
+ * scan per (sequence, block of heads) in parallel, in the chunked form
+ * (scan.h: matrix products through sgemm) for all but short segments;
+ * gate + group norm (rows);
  * H += Y·out_projᵀ (GEMM, beta = 1). A sequence longer than a pass continues
  * in the next pass from the state the previous one left, exactly as
  * llama.cpp's ubatches do (golden c4 is 512 + 170).
@@ -38,6 +40,7 @@
 #include "device_plugin.h"
 #include "matvec.h"
 #include "pool.h"
+#include "scan.h"
 
 /* Rows per pass below which a GEMM is split by output columns. */
 #define SPLIT_ROWS_MIN 64
@@ -57,6 +60,12 @@
  * COL_BLOCK-row panels of W into f32 and runs sgemm on them; fewer rows
  * (decode) stream W through the 16-bit kernel. */
 #define W16_DOT_ROWS 4
+/* Segments of at least this many tokens are scanned in the chunked form
+ * (scan.h), shorter ones (decode) token by token. */
+#define SCAN_CHUNKED_MIN 16
+/* Scan tasks per segment in a deterministic pass (heads per task must not
+ * depend on the batch or the threads: they set the chunk products' shapes). */
+#define SCAN_TASKS_DET 4
 
 typedef struct {
 	int seq;        /* index into the call's seqs */
@@ -75,6 +84,10 @@ struct ss_forward_ctx {
 	int deterministic; /* see ss_forward_ctx_set_deterministic */
 	float *conv_wt;   /* [n_layer][d_conv][conv_dim]: conv1d weights, tap-major */
 	float *wpanel;    /* [n_threads][COL_BLOCK][max(d_model, d_inner)]: 16-bit W widened */
+	float *A;         /* [n_layer][nheads]: -exp(A_log) */
+	float *scan_work; /* [n_threads][scan_work_len]: ss_scan_chunked's work */
+	size_t scan_work_len;
+	double *scan_dtsum; /* [n_threads][nheads] */
 	float *H, *U, *ZXD, *XBC, *DT, *Y;
 	segment *segs;    /* [ubatch] at most one segment per row */
 	int64_t *blk;     /* [ubatch][2] prefill GEMM row blocks: first row, rows */
@@ -210,6 +223,7 @@ typedef struct {
 	float *dst;          /* rmsnorm output rows */
 	int state_only;      /* scan: skip y (last layer, no output rows) */
 	int64_t conv_parts;  /* channel slices per segment in conv_task */
+	int scan_hb;         /* heads per scan task (a divisor of the heads per group) */
 } row_job;
 
 static void rmsnorm_task(void *arg, int64_t i, int thread)
@@ -275,32 +289,71 @@ static void gate_task(void *arg, int64_t i, int thread)
 			     c->ngroups, c->eps);
 }
 
-/* The scan of one (segment, head): the op with one head, its pointers
- * offset to the head and its B/C group. */
+/* The scan of one segment over scan_hb heads of one group (task i:
+ * segment i / tasks per segment, heads from (i % tasks per segment) ·
+ * scan_hb): chunked for a long segment, else the op head by head with its
+ * pointers offset to the head and its B/C group. */
 static void scan_task(void *arg, int64_t i, int thread)
 {
 	const row_job *j = arg;
 	const ss_forward_ctx *ctx = j->ctx;
 	const ss_model_config *c = &ctx->c;
-	const segment *s = &j->segs[i / c->nheads];
-	const int h = (int)(i % c->nheads);
-	const int g = h / (c->nheads / c->ngroups);
+	const int tps = c->nheads / j->scan_hb;
+	const segment *s = &j->segs[i / tps];
+	const int h0 = (int)(i % tps) * j->scan_hb;
+	const int g = h0 / (c->nheads / c->ngroups);
 	const int l = j->layer;
 	const ss_layer *L = &ctx->m->layers[l];
 	const size_t hs = (size_t)c->headdim * c->d_state;
 	const float *xbc = ctx->XBC + s->row0 * c->conv_dim;
-	const ss_scan_dims d1 = { 1, c->headdim, c->d_state, 1 };
-	const int64_t start[2] = { 0, s->n };
+	const float *B = xbc + c->d_inner + (size_t)g * c->d_state;
+	const float *C = xbc + c->d_inner + (size_t)(c->ngroups + g) * c->d_state;
+	float *y = j->state_only ? NULL : ctx->Y + s->row0 * c->d_inner + (size_t)h0 * c->headdim;
+	float *logdecay = &s->st->logdecay[l * c->nheads + h0];
+	int h;
 
-	/* dims and strides were checked at init: cannot fail */
-	(void)ss_ssm_scan_varlen_cpu(
-		&d1, start, 1, xbc + (size_t)h * c->headdim, c->conv_dim,
-		xbc + c->d_inner + (size_t)g * c->d_state, c->conv_dim,
-		xbc + c->d_inner + (size_t)(c->ngroups + g) * c->d_state, c->conv_dim,
-		ctx->DT + s->row0 * c->nheads + h, c->nheads, L->A_log + h, L->D + h,
-		s->st->ssm + ((size_t)l * c->nheads + h) * hs, 0,
-		j->state_only ? NULL : ctx->Y + s->row0 * c->d_inner + (size_t)h * c->headdim,
-		c->d_inner, &s->st->logdecay[l * c->nheads + h], 0);
+	if (s->n >= SCAN_CHUNKED_MIN) {
+		double *dtsum = ctx->scan_dtsum + (size_t)thread * c->nheads;
+		const ss_scan_chunked_args a = {
+			.n = s->n, .nh = j->scan_hb, .P = c->headdim, .N = c->d_state,
+			.x = xbc + (size_t)h0 * c->headdim, .ldx = c->conv_dim,
+			.B = B, .ldb = c->conv_dim, .C = C, .ldc = c->conv_dim,
+			.dt = ctx->DT + s->row0 * c->nheads + h0, .lddt = c->nheads,
+			.A = ctx->A + (size_t)l * c->nheads + h0, .D = L->D + h0,
+			.s = s->st->ssm + ((size_t)l * c->nheads + h0) * hs,
+			.y = y, .ldy = c->d_inner, .dtsum = dtsum,
+			.work = ctx->scan_work + (size_t)thread * ctx->scan_work_len,
+		};
+		ss_scan_chunked(&a);
+		/* as ss_ssm_scan_varlen_cpu does */
+		for (h = 0; h < j->scan_hb; h++)
+			logdecay[h] = (float)((double)logdecay[h] -
+					      exp((double)L->A_log[h0 + h]) * dtsum[h]);
+		return;
+	}
+	for (h = h0; h < h0 + j->scan_hb; h++) {
+		const ss_scan_dims d1 = { 1, c->headdim, c->d_state, 1 };
+		const int64_t start[2] = { 0, s->n };
+		/* dims and strides were checked at init: cannot fail */
+		(void)ss_ssm_scan_varlen_cpu(
+			&d1, start, 1, xbc + (size_t)h * c->headdim, c->conv_dim, B, c->conv_dim, C,
+			c->conv_dim, ctx->DT + s->row0 * c->nheads + h, c->nheads, L->A_log + h, L->D + h,
+			s->st->ssm + ((size_t)l * c->nheads + h) * hs, 0,
+			y ? y + (size_t)(h - h0) * c->headdim : NULL, c->d_inner,
+			&s->st->logdecay[l * c->nheads + h], 0);
+	}
+}
+
+/* Heads per scan task: the largest divisor of the heads per group that
+ * still gives `want` tasks per segment. */
+static int scan_heads_per_task(const ss_model_config *c, int64_t want)
+{
+	const int hpg = c->nheads / c->ngroups;
+	int d;
+	for (d = hpg; d > 1; d--)
+		if (hpg % d == 0 && c->nheads / d >= want)
+			return d;
+	return 1;
 }
 
 /* ------------------------------------------------------------------ passes */
@@ -337,6 +390,8 @@ static void run_layers(ss_forward_ctx *ctx, const segment *segs, int nseg, int64
 		j.conv_parts = c->conv_dim / 64;
 	if (j.conv_parts < 1)
 		j.conv_parts = 1;
+	j.scan_hb = scan_heads_per_task(c, blocked ? SCAN_TASKS_DET
+						   : (2 * (int64_t)ctx->n_threads + nseg - 1) / nseg);
 
 	for (l = 0; l < c->n_layer; l++) {
 		const ss_layer *L = &ctx->m->layers[l];
@@ -351,7 +406,7 @@ static void run_layers(ss_forward_ctx *ctx, const segment *segs, int nseg, int64
 		ss_pool_run(ctx->pool, (int64_t)nseg * j.conv_parts, conv_task, &j);
 		ss_pool_run(ctx->pool, j.parts, dt_task, &j);
 		j.state_only = last && skip_last_mix;
-		ss_pool_run(ctx->pool, (int64_t)nseg * c->nheads, scan_task, &j);
+		ss_pool_run(ctx->pool, (int64_t)nseg * (c->nheads / j.scan_hb), scan_task, &j);
 		if (last && skip_last_mix)
 			break;
 		ss_pool_run(ctx->pool, j.parts, gate_task, &j);
@@ -642,8 +697,12 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 		ctx->wpanel = xalloc((size_t)ctx->n_threads * COL_BLOCK *
 					     (c->d_inner > c->d_model ? c->d_inner : c->d_model),
 				     sizeof(float), &ctx->bytes);
-	if ((m->wtype != SS_DTYPE_F32 && !ctx->wpanel) || !ctx->conv_wt || !ctx->H || !ctx->U || !ctx->ZXD ||
-	    !ctx->XBC || !ctx->DT || !ctx->Y || !ctx->segs || !ctx->blk ||
+	ctx->A = xalloc((size_t)c->n_layer * c->nheads, sizeof(float), &ctx->bytes);
+	ctx->scan_work_len = ss_scan_chunked_work(c->nheads / c->ngroups, c->headdim);
+	ctx->scan_work = xalloc((size_t)ctx->n_threads * ctx->scan_work_len, sizeof(float), &ctx->bytes);
+	ctx->scan_dtsum = xalloc((size_t)ctx->n_threads * c->nheads, sizeof(double), &ctx->bytes);
+	if ((m->wtype != SS_DTYPE_F32 && !ctx->wpanel) || !ctx->A || !ctx->scan_work ||
+	    !ctx->scan_dtsum || !ctx->conv_wt || !ctx->H || !ctx->U || !ctx->ZXD || !ctx->XBC || !ctx->DT || !ctx->Y || !ctx->segs || !ctx->blk ||
 	    !ctx->out_seq || !ctx->L) {
 		ss_forward_ctx_free(ctx);
 		ss_errf(errmsg, 0, "out of memory for a %lld-token ubatch", (long long)ub);
@@ -651,6 +710,8 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 	}
 	for (l = 0; l < c->n_layer; l++) {
 		const ss_layer *L = &m->layers[l];
+		for (k = 0; k < c->nheads; k++)
+			ctx->A[(size_t)l * c->nheads + k] = -expf(L->A_log[k]);
 		for (k = 0; k < c->d_conv; k++)
 			for (ch = 0; ch < c->conv_dim; ch++)
 				ctx->conv_wt[((size_t)l * c->d_conv + k) * c->conv_dim + ch] =
@@ -819,6 +880,9 @@ void ss_forward_ctx_free(ss_forward_ctx *ctx)
 	ss_pool_free(ctx->pool);
 	free(ctx->conv_wt);
 	free(ctx->wpanel);
+	free(ctx->A);
+	free(ctx->scan_work);
+	free(ctx->scan_dtsum);
 	free(ctx->H);
 	free(ctx->U);
 	free(ctx->ZXD);

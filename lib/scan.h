@@ -26,4 +26,36 @@ typedef struct {
 
 double ss_scan_head(const ss_scan_head_args *a);
 
+/* Tokens per chunk of the chunked scan. */
+#define SS_SCAN_CHUNK 64
+
+/* nh consecutive heads of one group over n tokens, in the chunked (SSD)
+ * form: the same recurrence as ss_scan_head, cut into chunks of
+ * SS_SCAN_CHUNK tokens from the first row. Within a chunk the outputs are
+ * matrix products (C·Bᵀ masked by the decays, times x; C times the
+ * incoming states) and the states advance once per chunk (xᵀ·B weighted by
+ * the decays to the chunk's end), all through sgemm; the decays are running
+ * products of exp(dt·A), as the recurrence multiplies them.
+ *   x: [n][nh·P] (head h0 first), B, C: [n][N] the group's; dt: [n][nh];
+ *   A, D: [nh] (A = -exp(A_log); D may be NULL); s: [nh][P][N] in/out;
+ *   y: [n][nh·P] or NULL (states only); dtsum: [nh] out, Σ_t dt in double;
+ *   work: ss_scan_chunked_work(nh, P) floats.
+ * ref: Dao & Gu 2024 (Mamba-2), §6 and Listing 1 (ssd_minimal_discrete). */
+typedef struct {
+	int64_t n;
+	int nh, P, N;
+	const float *x;  ptrdiff_t ldx;
+	const float *B;  ptrdiff_t ldb;
+	const float *C;  ptrdiff_t ldc;
+	const float *dt; ptrdiff_t lddt;
+	const float *A, *D;
+	float *s;
+	float *y;        ptrdiff_t ldy;
+	double *dtsum;
+	float *work;
+} ss_scan_chunked_args;
+
+size_t ss_scan_chunked_work(int nh, int P);
+void ss_scan_chunked(const ss_scan_chunked_args *a);
+
 #endif /* SS_SCAN_H */

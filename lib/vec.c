@@ -110,6 +110,27 @@ AVX2 static void scale_mul_avx2(float *y, const float *x, float s, const float *
 	for (; i < n; i++)
 		y[i] = x[i] * s * w[i];
 }
+
+AVX2 static void scale_avx2(float *y, const float *x, float s, int64_t n)
+{
+	const __m256 sv = _mm256_set1_ps(s);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), sv));
+	for (; i < n; i++)
+		y[i] = x[i] * s;
+}
+
+AVX2 static void axpby_avx2(float *y, float a, const float *x, float b, int64_t n)
+{
+	const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), bv,
+							_mm256_mul_ps(_mm256_loadu_ps(y + i), av)));
+	for (; i < n; i++)
+		y[i] = fmaf(x[i], b, y[i] * a);
+}
 #endif
 
 void ss_vec_silu(float *x, int64_t n)
@@ -175,4 +196,30 @@ void ss_vec_scale_mul(float *y, const float *x, float s, const float *w, int64_t
 #endif
 	for (i = 0; i < n; i++)
 		y[i] = x[i] * s * w[i];
+}
+
+void ss_vec_scale(float *y, const float *x, float s, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		scale_avx2(y, x, s, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] = x[i] * s;
+}
+
+void ss_vec_axpby(float *y, float a, const float *x, float b, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		axpby_avx2(y, a, x, b, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] = fmaf(x[i], b, y[i] * a);
 }

@@ -18,5 +18,9 @@ void ss_vec_fma(float *y, const float *w, const float *x, int64_t n);
 double ss_vec_sumsq(const float *x, int64_t n);
 /* y[i] = x[i] * s * w[i]  (y may be x) */
 void ss_vec_scale_mul(float *y, const float *x, float s, const float *w, int64_t n);
+/* y[i] = x[i] * s  (y may be x) */
+void ss_vec_scale(float *y, const float *x, float s, int64_t n);
+/* y[i] = a * y[i] + b * x[i]  (one rounding for the sum: fmaf) */
+void ss_vec_axpby(float *y, float a, const float *x, float b, int64_t n);
 
 #endif /* SS_VEC_H */
