@@ -10,11 +10,11 @@
  * no token holds. A document holds its tokens and its compounds (its
  * length counts the tokens only); a query's word is its token or, when it
  * has several, its compound alone: the phrase of adjacent tokens the index
- * matched before schema 3 (FTS5 '"U.S."'), without positions. It finds a
- * word written "U.S." but no longer "U. S.", and keeps the rank of the
- * documents that hold the phrase (recall@10 and MRR@10 of formats/index.md).
+ * matched before schema 2 (FTS5 '"U.S."'), without positions, so that it
+ * ranks as that index did (formats/index.md has the figures). It finds a
+ * word written "U.S." or "u.s", no longer "U. S." (two words).
  * Tables, in the index's SQLite file (created by lib/index.c, schema 3):
- *   docs.n_terms, docs.terms   a document's length in terms and its term
+ *   docs.n_terms, docs.terms   a document's length in tokens and its term
  *                              vector: (varint tid delta, varint tf) pairs,
  *                              tid ascending.
  *   terms(tid, term, df, maxw, postings)
