@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bm25.h"
 #include "ss.h"
 
 static double now(void)
@@ -263,8 +264,10 @@ static void big_states(const char *dir)
 
 /* ------------------------------------------------------------------ scale */
 
-/* The peer: SQLite FTS5 with bm25() ORDER BY rank, as the index answered
- * queries before (schema 1), in a database of its own. */
+/* The peer: SQLite FTS5 with bm25() ORDER BY rank, in a database of its
+ * own. tokenize: FTS5's "porter unicode61 remove_diacritics 2", as the
+ * index answered queries before schema 2, or "ss", the index's own terms
+ * (compounds included; bm25.h). */
 typedef struct {
 	sqlite3 *db;
 	sqlite3_stmt *ins, *query;
@@ -273,25 +276,30 @@ typedef struct {
 	int64_t max_df;                   /* fts_expr leaves out terms in more documents */
 } fts_peer;
 
-static void peer_open(fts_peer *p, const char *path)
+static void peer_open(fts_peer *p, const char *path, const char *tokenize)
 {
-	if (sqlite3_open(path, &p->db) != SQLITE_OK ||
-	    sqlite3_exec(p->db, "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;"
-			 "CREATE VIRTUAL TABLE fts USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2');"
-			 "BEGIN", 0, 0, 0) != SQLITE_OK ||
+	char sql[2][512];
+	snprintf(sql[0], sizeof sql[0],
+		 "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;"
+		 "CREATE VIRTUAL TABLE fts USING fts5(text, tokenize = '%s'); BEGIN", tokenize);
+	snprintf(sql[1], sizeof sql[1],
+		 "CREATE VIRTUAL TABLE temp.q USING fts5(text, tokenize = '%s');"
+		 "CREATE VIRTUAL TABLE temp.qv USING fts5vocab('temp', 'q', 'instance');"
+		 "CREATE VIRTUAL TABLE temp.v USING fts5vocab('main', 'fts', 'row');", tokenize);
+	if (sqlite3_open(path, &p->db) != SQLITE_OK || ss_bm25_tokenizer_register(p->db) ||
+	    sqlite3_exec(p->db, sql[0], 0, 0, 0) != SQLITE_OK ||
 	    sqlite3_prepare_v2(p->db, "INSERT INTO fts(rowid, text) VALUES(?1, ?2)", -1, &p->ins, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(p->db, "SELECT rowid, -rank FROM fts WHERE fts MATCH ?1 ORDER BY rank LIMIT ?2", -1,
 			       &p->query, NULL) != SQLITE_OK ||
-	    sqlite3_exec(p->db, "CREATE VIRTUAL TABLE temp.q USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2');"
-			 "CREATE VIRTUAL TABLE temp.qv USING fts5vocab('temp', 'q', 'instance');"
-			 "CREATE VIRTUAL TABLE temp.v USING fts5vocab('main', 'fts', 'row');", 0, 0, 0) != SQLITE_OK ||
+	    sqlite3_exec(p->db, sql[1], 0, 0, 0) != SQLITE_OK ||
 	    sqlite3_prepare_v2(p->db, "SELECT doc FROM temp.v WHERE term = ?1", -1, &p->df_of, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(p->db, "INSERT INTO temp.q(text) VALUES(?1)", -1, &p->term_ins, NULL) != SQLITE_OK ||
-	    sqlite3_prepare_v2(p->db, "SELECT term FROM temp.qv", -1, &p->term_of, NULL) != SQLITE_OK)
+	    sqlite3_prepare_v2(p->db, "SELECT coalesce(group_concat(term, '|'), '') FROM temp.qv", -1, &p->term_of, NULL) != SQLITE_OK)
 		die(path, sqlite3_errmsg(p->db));
 }
 
-/* The term FTS5's tokenizer makes of one word (malloc'd; "" for none). */
+/* The terms FTS5's tokenizer makes of one word, as one string (malloc'd;
+ * "" for none): a word of one token gives its term. */
 static char *peer_term(fts_peer *p, const char *word, size_t n)
 {
 	sqlite3_exec(p->db, "DELETE FROM temp.q", 0, 0, 0);
@@ -340,13 +348,12 @@ static int peer_query(fts_peer *p, const char *expr, int k, int64_t *rowid)
 	return n;
 }
 
-/* FTS5 expression of a query: its pieces quoted and OR-ed. same_terms != 0
- * cuts words at every ASCII character that is not a letter or digit, as the
- * index's tokenizer does, and keeps one piece per distinct term (p's
- * tokenizer says which), so that the expression's bm25() is the index's
- * BM25 of the same terms, computed exhaustively; 0 keeps white-space words
- * whole (a multi-term word is then a phrase) and each distinct word once,
- * as the index's queries were before schema 2.
+/* FTS5 expression of a query: its white-space words quoted and OR-ed (a
+ * word of several tokens is a phrase, or with tokenizer "ss" its compound
+ * term). same_terms != 0 keeps one word per distinct term (p's tokenizer
+ * says which), so that with tokenizer "ss" the expression's bm25() is the
+ * index's BM25 of the same terms, computed exhaustively; 0 keeps each
+ * distinct word once, as the index's queries were before schema 2.
  * Returns malloc'd string ("" when none). */
 static char *fts_expr(fts_peer *p_, const char *q, int same_terms)
 {
@@ -357,13 +364,10 @@ static char *fts_expr(fts_peer *p_, const char *q, int same_terms)
 	m[0] = 0;
 	const char *p = q;
 	while (*p) {
-		int sep;
-		while (*p && (sep = same_terms ? !(isalnum((unsigned char)*p) || (unsigned char)*p >= 0x80)
-					       : isspace((unsigned char)*p)))
+		while (*p && isspace((unsigned char)*p))
 			p++;
 		const char *t = p;
-		while (*p && !(same_terms ? !(isalnum((unsigned char)*p) || (unsigned char)*p >= 0x80)
-					  : isspace((unsigned char)*p)))
+		while (*p && !isspace((unsigned char)*p))
 			p++;
 		size_t tn = (size_t)(p - t);
 		int word = 0;
@@ -677,7 +681,7 @@ static int scale_main(int argc, char **argv)
 		/* The same documents in FTS5 (rowid = c * n + i). */
 		fts_peer p;
 		t0 = now();
-		peer_open(&p, ppath);
+		peer_open(&p, ppath, "ss");
 		for (int c = 0; c < copies; c++)
 			for (size_t i = 0; i < n; i++)
 				peer_add(&p, (int64_t)c * (int64_t)n + (int64_t)i + 1, texts[i], lens[i]);
@@ -893,7 +897,7 @@ static void qa_run(const char *name, qa_set *s)
 	fts_peer p;
 	if (ss_state_alloc(&st, &d) || ss_writer_open(&sw, spath, 1, em) || ss_index_build_open(&ix, dbpath, em))
 		die(dir, "cannot start");
-	peer_open(&p, ppath);
+	peer_open(&p, ppath, "porter unicode61 remove_diacritics 2");
 	snprintf(st.fingerprint, sizeof st.fingerprint, "bench-qa");
 	for (size_t i = 0; i < s->n_docs; i++) {
 		snprintf(id, sizeof id, "%zu", i);

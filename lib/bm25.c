@@ -36,6 +36,7 @@ struct ss_bm25 {
 	/* per call scratch */
 	uint32_t *tids;
 	size_t n_tids, cap_tids;
+	int64_t n_words; /* tokens of the document (its length: compounds left out) */
 	unsigned char *vec; /* ss_bm25_terms' result */
 	size_t vec_cap;
 	char **qterms;   /* the query's distinct terms */
@@ -132,6 +133,122 @@ static fts5_api *fts5_api_of(sqlite3 *db)
 	return api;
 }
 
+/* ------------------------------------------------------------------ tokenizer */
+
+/* The index's tokenizer wraps FTS5's "porter unicode61 remove_diacritics 2"
+ * and adds compound terms; see bm25.h. */
+typedef struct {
+	fts5_tokenizer inner;
+	Fts5Tokenizer *tok;
+} compound_tok;
+
+/* One xTokenize call: the word being read (its tokens joined by spaces). */
+typedef struct {
+	void *ctx;
+	int (*xToken)(void *, int, const char *, int, int, int);
+	const char *text;
+	int query;
+	char *buf;
+	size_t len, cap;
+	int parts, start, end;
+} word_state;
+
+static int has_space(const char *s, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == '\v' || s[i] == '\f')
+			return 1;
+	return 0;
+}
+
+/* The word ends: a document gets its compound term (if it has several
+ * tokens) at the position of its last token; a query gets the word's one
+ * term, its token or its compound. */
+static int word_end(word_state *w)
+{
+	int rc = SQLITE_OK;
+	if (w->parts > 1 || (w->query && w->parts))
+		rc = w->xToken(w->ctx, w->query ? 0 : FTS5_TOKEN_COLOCATED, w->buf, (int)w->len, w->start, w->end);
+	w->parts = 0;
+	w->len = 0;
+	return rc;
+}
+
+static int word_token(void *ctx, int flags, const char *tok, int n, int start, int end)
+{
+	word_state *w = ctx;
+	int rc;
+	if (w->parts && has_space(w->text + w->end, start - w->end) && (rc = word_end(w)) != SQLITE_OK)
+		return rc;
+	if (w->len + (size_t)n + 2 > w->cap) {
+		size_t cap = 2 * (w->len + (size_t)n + 2);
+		char *p = realloc(w->buf, cap);
+		if (!p)
+			return SQLITE_NOMEM;
+		w->buf = p;
+		w->cap = cap;
+	}
+	if (w->parts++)
+		w->buf[w->len++] = ' ';
+	else
+		w->start = start;
+	memcpy(w->buf + w->len, tok, (size_t)n);
+	w->len += (size_t)n;
+	w->end = end;
+	return w->query ? SQLITE_OK : w->xToken(w->ctx, flags, tok, n, start, end);
+}
+
+static int compound_tokenize(Fts5Tokenizer *t, void *ctx, int flags, const char *text, int n,
+			     int (*xToken)(void *, int, const char *, int, int, int))
+{
+	compound_tok *c = (compound_tok *)t;
+	word_state w = { ctx, xToken, text, (flags & FTS5_TOKENIZE_QUERY) != 0, NULL, 0, 0, 0, 0, 0 };
+	int rc = c->inner.xTokenize(c->tok, &w, flags, text, n, word_token);
+	if (rc == SQLITE_OK)
+		rc = word_end(&w);
+	free(w.buf);
+	return rc;
+}
+
+static void compound_delete(Fts5Tokenizer *t)
+{
+	compound_tok *c = (compound_tok *)t;
+	if (c && c->tok)
+		c->inner.xDelete(c->tok);
+	free(c);
+}
+
+/* api: the connection's fts5_api; arguments are not taken. */
+static int compound_create(void *api_, const char **args, int n_args, Fts5Tokenizer **out)
+{
+	(void)args;
+	fts5_api *api = api_;
+	const char *porter[] = { "unicode61", "remove_diacritics", "2" };
+	void *ud = NULL;
+	compound_tok *c = calloc(1, sizeof *c);
+	*out = NULL;
+	if (!c)
+		return SQLITE_NOMEM;
+	if (n_args || api->xFindTokenizer(api, "porter", &ud, &c->inner) != SQLITE_OK ||
+	    c->inner.xCreate(ud, porter, 3, &c->tok) != SQLITE_OK) {
+		compound_delete((Fts5Tokenizer *)c);
+		return SQLITE_ERROR;
+	}
+	*out = (Fts5Tokenizer *)c;
+	return SQLITE_OK;
+}
+
+static const fts5_tokenizer compound_tokenizer = { compound_create, compound_delete, compound_tokenize };
+
+int ss_bm25_tokenizer_register(sqlite3 *db)
+{
+	fts5_api *api = fts5_api_of(db);
+	if (!api)
+		return SS_ERR_UNSUPPORTED;
+	fts5_tokenizer t = compound_tokenizer;
+	return api->xCreateTokenizer(api, "ss", api, &t, NULL) == SQLITE_OK ? 0 : SS_ERR_UNSUPPORTED;
+}
+
 int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg)
 {
 	*out = NULL;
@@ -143,10 +260,8 @@ int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg)
 	b->stats_version = -1;
 	int rc = 0;
 	fts5_api *api = fts5_api_of(db);
-	void *ud = NULL;
-	const char *args[] = { "unicode61", "remove_diacritics", "2" };
-	if (!api || api->xFindTokenizer(api, "porter", &ud, &b->tk) != SQLITE_OK ||
-	    b->tk.xCreate(ud, args, 3, &b->tok) != SQLITE_OK) {
+	b->tk = compound_tokenizer;
+	if (!api || b->tk.xCreate(api, NULL, 0, &b->tok) != SQLITE_OK) {
 		rc = ss_errf(errmsg, SS_ERR_UNSUPPORTED, "this SQLite has no FTS5 porter tokenizer");
 		goto fail;
 	}
@@ -262,10 +377,11 @@ static void wr32(unsigned char *p, uint32_t v)
 
 static int on_doc_token(void *ctx, int flags, const char *tok, int n, int start, int end)
 {
-	(void)flags;
 	(void)start;
 	(void)end;
 	ss_bm25 *b = ctx;
+	if (!(flags & FTS5_TOKEN_COLOCATED))
+		b->n_words++;
 	vocab *v = &b->v;
 	if (2 * (v->n + 1) > v->cap && vocab_grow(v))
 		return SQLITE_NOMEM;
@@ -304,6 +420,7 @@ int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec_out
 		  int64_t *n_terms, char *errmsg)
 {
 	b->n_tids = 0;
+	b->n_words = 0;
 	int rc = b->tk.xTokenize(b->tok, b, FTS5_TOKENIZE_DOCUMENT, text ? text : "", (int)len, on_doc_token);
 	if (rc == SQLITE_NOMEM)
 		return SS_ERR_NOMEM;
@@ -333,7 +450,7 @@ int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec_out
 	}
 	*vec_out = vec;
 	*vec_len = vn;
-	*n_terms = (int64_t)b->n_tids;
+	*n_terms = b->n_words;
 	return 0;
 }
 

@@ -3,9 +3,18 @@
  * to lib/index.c; not part of the public header).
  *
  * Text is cut into terms by SQLite FTS5's "porter unicode61
- * remove_diacritics 2" tokenizer (case and diacritics folded, Porter stems).
- * Tables, in the index's SQLite file (created by lib/index.c, schema 2):
- *   docs.n_terms, docs.terms   a document's length in terms and its term
+ * remove_diacritics 2" tokenizer (case and diacritics folded, Porter stems),
+ * wrapped: a word (a run of text without ASCII white space) that it cuts
+ * into several tokens ("U.S.", "e.g.", "a-z", "1,000", "don't") also gives
+ * a compound term, its tokens joined by single spaces ("u s"), which
+ * no token holds. A document holds its tokens and its compounds (its
+ * length counts the tokens only); a query's word is its token or, when it
+ * has several, its compound alone: the phrase of adjacent tokens the index
+ * matched before schema 2 (FTS5 '"U.S."'), without positions, so that it
+ * ranks as that index did (formats/index.md has the figures). It finds a
+ * word written "U.S." or "u.s", no longer "U. S." (two words).
+ * Tables, in the index's SQLite file (created by lib/index.c, schema 3):
+ *   docs.n_terms, docs.terms   a document's length in tokens and its term
  *                              vector: (varint tid delta, varint tf) pairs,
  *                              tid ascending.
  *   terms(tid, term, df, maxw, postings)
@@ -37,6 +46,14 @@
 #define SS_BM25_B 0.75
 
 typedef struct ss_bm25 ss_bm25;
+
+/* Registers the index's tokenizer (above) as FTS5 tokenizer "ss" on
+ * connection db, so that an FTS5 table with tokenize = 'ss' and its
+ * bm25() score the index's terms exhaustively (the tests' and the
+ * bench's reference): compounds are FTS5_TOKEN_COLOCATED tokens there,
+ * which FTS5 leaves out of a row's length. It takes no arguments.
+ * Returns 0 or SS_ERR_UNSUPPORTED (no FTS5). */
+int ss_bm25_tokenizer_register(sqlite3 *db);
 
 /* Binds the tokenizer to connection `db` (which must outlive it). build != 0
  * loads the vocabulary for ss_bm25_add/ss_bm25_commit. Returns 0 or a

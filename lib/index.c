@@ -168,7 +168,7 @@ static const char *schema_sql =
 	" maxw REAL NOT NULL DEFAULT 0, postings BLOB);"
 	"CREATE TABLE bm25(one INTEGER PRIMARY KEY CHECK (one = 1), n_docs INTEGER, n_terms INTEGER,"
 	" max_rid INTEGER, doclen BLOB);"
-	"INSERT INTO meta VALUES('schema_version', '2'), ('created_by', 'ss " SS_VERSION "');";
+	"INSERT INTO meta VALUES('schema_version', '3'), ('created_by', 'ss " SS_VERSION "');";
 
 static int open_common(ss_index **out, const char *path, int flags, char *errmsg)
 {

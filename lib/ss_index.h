@@ -25,7 +25,9 @@
  *                      corpus statistics and every document's length.
  * Terms are what SQLite FTS5's tokenizer "porter unicode61
  * remove_diacritics 2" makes of the text (case and diacritics folded,
- * Porter stems); lib/bm25.h has the layout, formats/index.md the design.
+ * Porter stems), plus a compound term for each word that is cut into
+ * several ("U.S." -> "u s"); lib/bm25.h has the layout, formats/index.md
+ * the design.
  *
  * A document is the pair (text from a token record, state from a state
  * record) joined by id. A build is one transaction: it adds or replaces
@@ -48,7 +50,7 @@
 extern "C" {
 #endif
 
-#define SS_INDEX_SCHEMA_VERSION 2
+#define SS_INDEX_SCHEMA_VERSION 3
 
 typedef struct ss_index ss_index;
 

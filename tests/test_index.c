@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bm25.h"
 #include "ss.h"
 #include "util/tmpdir.h"
 
@@ -716,8 +717,9 @@ static void test_copy_bad_state_file(void **state)
 }
 
 /* The top k is BM25's, exactly: against FTS5's bm25() over the same text
- * (the same tokenizer, the query's distinct words OR-ed) on a corpus whose
- * common words match nearly every document, so that the search prunes. */
+ * (the same tokenizer, compounds included; the query's distinct words
+ * OR-ed) on a corpus whose common words match nearly every document, so
+ * that the search prunes. */
 static void test_top_k_is_exhaustive_bm25(void **state)
 {
 	enum { N_DOCS = 3000, N_Q = 150 };
@@ -734,6 +736,9 @@ static void test_top_k_is_exhaustive_bm25(void **state)
 			/* Zipf-like: word r with probability about 1/r. */
 			int r = (int)pow(2000.0, (double)(x >> 8) / (double)(1u << 24));
 			n += (size_t)snprintf(buf + n, sizeof buf - n, "%st%d", w ? " " : "", r);
+			/* One word in 8 a compound of two ("t3-t17"). */
+			if ((x >> 29) == 0)
+				n += (size_t)snprintf(buf + n, sizeof buf - n, "-t%d", 1 + (int)(x >> 20) % 30);
 		}
 		snprintf(ids[i], sizeof ids[i], "g%d", i);
 		texts[i] = strdup(buf);
@@ -745,8 +750,9 @@ static void test_top_k_is_exhaustive_bm25(void **state)
 	assert_int_equal(build(path_in("g.db"), in, 2, NULL, &nt), 0);
 	sqlite3 *ref;
 	assert_int_equal(sqlite3_open(":memory:", &ref), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(ref, "CREATE VIRTUAL TABLE fts USING fts5(text,"
-				      " tokenize = 'porter unicode61 remove_diacritics 2'); BEGIN", 0, 0, 0), SQLITE_OK);
+	assert_int_equal(ss_bm25_tokenizer_register(ref), 0);
+	assert_int_equal(sqlite3_exec(ref, "CREATE VIRTUAL TABLE fts USING fts5(text, tokenize = 'ss'); BEGIN", 0, 0, 0),
+			 SQLITE_OK);
 	sqlite3_stmt *ins, *top, *one;
 	assert_int_equal(sqlite3_prepare_v2(ref, "INSERT INTO fts(rowid, text) VALUES(?1, ?2)", -1, &ins, NULL), SQLITE_OK);
 	for (int i = 0; i < N_DOCS; i++) {
@@ -821,6 +827,31 @@ static void test_top_k_is_exhaustive_bm25(void **state)
 	sqlite3_close(ref);
 	for (int i = 0; i < N_DOCS; i++)
 		free(texts[i]);
+}
+
+/* A word cut into several tokens ("U.S.") is searched as one compound
+ * term: the document that writes it ranks first, before one that holds its
+ * tokens apart more often (as the phrase queries of schema 1 ranked them). */
+static void test_compound_words(void **state)
+{
+	static const doc d[] = {
+		{ "c0", "Troops of the U.S. army crossed the river, e.g. at dawn." },
+		{ "c1", "Part U, section S: the s curve, the u bend, s and u again; e and g." },
+		{ "c2", "A quiet village by the river." },
+		{ "c3", "The army rested in the village." },
+		{ "c4", "Dawn came over the hills." },
+		{ "c5", "Boats crossed the lake at night." },
+	};
+	write_docs(path_in("c.tokens"), path_in("c.states"), d, sizeof d / sizeof *d, "fpA");
+	const char *in[] = { path_in("c.tokens"), path_in("c.states") };
+	notes nt = {0};
+	assert_int_equal(build(path_in("c.db"), in, 2, NULL, &nt), 0);
+	const char *db = path_in("c.db");
+	assert_string_equal(top1(db, "U.S.", NULL, 0), "c0");
+	assert_string_equal(top1(db, "e.g.", NULL, 0), "c0");
+	assert_string_equal(top1(db, "the u.s", NULL, 0), "c0");
+	/* Words apart are tokens apart. */
+	assert_string_equal(top1(db, "U. S.", NULL, 0), "c1");
 }
 
 /* Damaged postings are an error naming the term, never a crash. */
@@ -898,6 +929,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_copy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copy_bad_state_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_top_k_is_exhaustive_bm25, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_compound_words, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_postings, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reader_sees_later_build, setup, teardown),
 	};
