@@ -273,7 +273,7 @@ static void scan_case(int H, int P, int N, int G, const int64_t *ss, int nseq, i
 		assert_int_equal(cu->ssm_step(&d, nseq, dxbc, ld, dxbc + HP, ld, dxbc + HP + GN, ld, ddt, H,
 					      dA, dD, dssm, SL, dy, HP, dld, H, NULL), 0);
 	} else {
-		assert_int_equal(ss_ssm_scan_varlen_cpu(&d, ss, nseq, xbc, ld, xbc + HP, ld, xbc + HP + GN,
+		assert_int_equal(ss_ssm_scan_cpu(&d, ss, nseq, xbc, ld, xbc + HP, ld, xbc + HP + GN,
 							ld, dt, H, A_log, D, ssm, SL, y, HP, ldc, H), 0);
 		if (variant == 0)
 			assert_int_equal(cu->ssm_scan(&d, dss, nseq, dxbc, ld, dxbc + HP, ld, dxbc + HP + GN,

@@ -382,7 +382,7 @@ static void scan_case(const sdims *d, const int64_t *lens, int nseq, int step)
 		assert_int_equal(ss_ssm_step_cpu(&sd, nseq, x, ldx, B, ldb, C, ldb, dt, d->H, A_log, D,
 						 ssm, (ptrdiff_t)SL, y, ldy, ld, d->H), 0);
 	else
-		assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, nseq, x, ldx, B, ldb, C, ldb, dt, d->H,
+		assert_int_equal(ss_ssm_scan_cpu(&sd, ss, nseq, x, ldx, B, ldb, C, ldb, dt, d->H,
 							A_log, D, ssm, (ptrdiff_t)SL, y, ldy, ld, d->H), 0);
 	for (int64_t r = 0; r < T; r++)
 		memcpy(yc + r * HP, y + r * ldy, (size_t)HP * sizeof(float));
@@ -420,19 +420,19 @@ static void test_scan_state_only(void **st)
 	float *s1 = rnd(3 * SL, -1, 1), *s2 = malloc(3 * SL * sizeof(float)), *y = malloc((size_t)T * HP * sizeof(float));
 	float l1[6] = { 0 }, l2[6] = { 0 };
 	memcpy(s2, s1, 3 * SL * sizeof(float));
-	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1, SL,
+	assert_int_equal(ss_ssm_scan_cpu(&sd, ss, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1, SL,
 						y, HP, l1, 2), 0);
-	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, 3, x, HP, B, N, NULL, 0, dt, 2, A_log, D, s2,
+	assert_int_equal(ss_ssm_scan_cpu(&sd, ss, 3, x, HP, B, N, NULL, 0, dt, 2, A_log, D, s2,
 						SL, NULL, 0, l2, 2), 0);
 	assert_memory_equal(s1, s2, 3 * SL * sizeof(float));
 	assert_memory_equal(l1, l2, sizeof(l1));
 	/* bad dims and strides */
 	const ss_scan_dims bad = { 3, 3, 16, 2 };
-	assert_int_equal(ss_ssm_scan_varlen_cpu(&bad, ss, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1, SL,
+	assert_int_equal(ss_ssm_scan_cpu(&bad, ss, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1, SL,
 						y, HP, l1, 2), SS_ERR_INVALID);
-	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, 3, x, HP - 1, B, N, C, N, dt, 2, A_log, D, s1,
+	assert_int_equal(ss_ssm_scan_cpu(&sd, ss, 3, x, HP - 1, B, N, C, N, dt, 2, A_log, D, s1,
 						SL, y, HP, l1, 2), SS_ERR_INVALID);
-	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, NULL, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1,
+	assert_int_equal(ss_ssm_scan_cpu(&sd, NULL, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1,
 						SL, y, HP, l1, 2), SS_ERR_INVALID);
 	free(x); free(B); free(C); free(dt); free(A_log); free(D); free(s1); free(s2); free(y);
 }
