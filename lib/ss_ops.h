@@ -10,8 +10,9 @@
  * tests/test_ops.c checks each CPU op against a naive reference and
  * tests/test_cuda_parity.c each CUDA twin against its CPU op.
  *
- * The twins, one file pair per op (a new op adds a row, lib/ops/<op>.c,
- * kernels/<op>.cu + .cuh, and its slot in ss_cuda_api, device_plugin.h):
+ * The twins, one file pair per op. A new op adds a row here, lib/ops/<op>.c,
+ * kernels/<op>.cu + .cuh, its slot in ss_cuda_api (device_plugin.h) and its
+ * row of twins[] in tests/test_cuda_parity.c, the loop that runs every row:
  *
  *   op           CPU (lib/ops/<op>.c)    CUDA (kernels/<op>.cu)   file pair
  *   embed        ss_embed_cpu            ss_embed_cuda            embed.c   | embed.cu

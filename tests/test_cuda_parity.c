@@ -29,6 +29,7 @@
 #include "ss.h"
 #include "device_plugin.h"
 #include "gen/model.h"
+#include "util/opref.h"
 
 static ss_device *dev;
 static const ss_cuda_api *cu;
@@ -80,7 +81,7 @@ static int cmp(const char *what, const float *got, size_t sg, const float *want,
 				worst = d;
 			if (!(d <= atol + rtol * fabs(x))) {
 				if (bad < 5)
-					printf("  %s[%zu][%zu]: gpu %.9g cpu %.9g (diff %.3g)\n", what, r, i,
+					printf("  %s[%zu][%zu]: got %.9g want %.9g (diff %.3g)\n", what, r, i,
 					       g, x, d);
 				bad++;
 			}
@@ -97,9 +98,10 @@ static int cmp(const char *what, const float *got, size_t sg, const float *want,
  * tolerance of each compared buffer), cpu() runs ss_<op>_cpu on host copies
  * and cuda() ss_<op>_cuda (through the plugin's table) on device copies of
  * the same buffers; the loop compares every output buffer.
- * Without a GPU the loop still runs every case on the CPU, twice, and checks
- * that the op is deterministic, writes only its outputs and leaves them
- * finite (the reference values are test_ops.c's). */
+ * Without a GPU the loop still runs every case on the CPU: against ref(), a
+ * naive double-precision reference (tests/util/opref.h), where the row has
+ * one, else against the CPU op run again (deterministic); in both cases it
+ * checks that the op writes only its outputs and leaves them finite. */
 
 enum { MAXBUF = 9 };
 
@@ -130,6 +132,8 @@ typedef struct {
 	/* p[i]: buffer i (host or device copy) */
 	void (*cpu)(const tcase *c, void **p);
 	void (*cuda)(const tcase *c, void **p, ss_cuda_blas *b);
+	/* the reference on host buffers p (outputs written as f32), or NULL */
+	void (*ref)(const tcase *c, void **p);
 } twin;
 
 /* Adds buffer i: n floats drawn from [lo, hi] (lo == hi: left to the caller
@@ -353,6 +357,50 @@ static void cuda_conv_step(const tcase *c, void **p, ss_cuda_blas *b)
 			NULL);
 }
 
+/* seq_start of nseq one-row sequences (decode), in one[64]. */
+static const int64_t *row_starts(int64_t *one, int nseq)
+{
+	assert_true(nseq < 64);
+	for (int s = 0; s <= nseq; s++)
+		one[s] = s;
+	return one;
+}
+
+/* The reference of both conv rows: the step is the batch op with one row
+ * per sequence. */
+static void ref_conv_common(const tcase *c, void **p, int step)
+{
+	const int nch = c->n[0], K = c->n[1], nseq = c->n[3];
+	const int64_t *ss = p[5];
+	int64_t one[64];
+	if (step)
+		ss = row_starts(one, nseq);
+	const int64_t T = ss[nseq];
+	const size_t ns = (size_t)nseq * nch * (K - 1);
+	float *w = malloc((size_t)nch * K * sizeof(float));
+	double *y = malloc(((size_t)T * nch + 1) * sizeof(double)), *st = malloc((ns + 1) * sizeof(double));
+	assert_true(w && y && st);
+	for (int k = 0; k < K; k++)
+		for (int ch = 0; ch < nch; ch++)
+			w[ch * K + k] = ((const float *)p[1])[k * nch + ch];
+	opref_conv(y, st, p[0], c->n[2], ss, nseq, p[3], w, p[2], nch, K);
+	for (size_t i = 0; i < (size_t)T * nch; i++)
+		((float *)p[4])[i] = (float)y[i];
+	for (size_t i = 0; i < ns; i++)
+		((float *)p[3])[i] = (float)st[i];
+	free(w);
+	free(y);
+	free(st);
+}
+static void ref_conv(const tcase *c, void **p)
+{
+	ref_conv_common(c, p, 0);
+}
+static void ref_conv_step(const tcase *c, void **p)
+{
+	ref_conv_common(c, p, 1);
+}
+
 /* dt = softplus(raw + bias), clamped to [1e-3, 0.1]. */
 static int make_dt(tcase *c, int k)
 {
@@ -459,6 +507,44 @@ static void cuda_step(const tcase *c, void **p, ss_cuda_blas *b)
 	assert_int_equal(cu->ssm_step(&c->d, c->n[0], SCAN_ARGS(p), NULL), 0);
 }
 
+/* The reference of the scan rows (the step: one row per sequence). */
+static void ref_scan_common(const tcase *c, void **p, int step)
+{
+	SCAN_DIMS;
+	const int nseq = c->n[0], ld = c->n[1], H = c->d.nheads;
+	const int64_t *ss = p[7];
+	int64_t one[64];
+	if (step)
+		ss = row_starts(one, nseq);
+	const int64_t T = ss[nseq];
+	const float *xbc = p[0];
+	double *S = malloc((nseq * SL + 1) * sizeof(double)), *y = calloc((size_t)T * HP + 1, sizeof(double));
+	double *lg = malloc(((size_t)nseq * H + 1) * sizeof(double));
+	assert_true(S && y && lg);
+	for (size_t i = 0; i < nseq * SL; i++)
+		S[i] = ((const float *)p[4])[i];
+	for (int i = 0; i < nseq * H; i++)
+		lg[i] = ((const float *)p[5])[i];
+	opref_scan(&c->d, ss, nseq, xbc, ld, xbc + HP, xbc + HP + GN, ld, p[1], p[2], p[3], S, y, lg);
+	for (size_t i = 0; i < nseq * SL; i++)
+		((float *)p[4])[i] = (float)S[i];
+	for (int i = 0; i < nseq * H; i++)
+		((float *)p[5])[i] = (float)lg[i];
+	for (size_t i = 0; i < (size_t)T * HP; i++)
+		((float *)p[6])[i] = (float)y[i];
+	free(S);
+	free(y);
+	free(lg);
+}
+static void ref_scan(const tcase *c, void **p)
+{
+	ref_scan_common(c, p, 0);
+}
+static void ref_step(const tcase *c, void **p)
+{
+	ref_scan_common(c, p, 1);
+}
+
 /* argmax over rows with a tie, an all-NaN row and a winner in the last
  * column, over n = all columns and all but the last. */
 static int make_argmax(tcase *c, int k)
@@ -491,17 +577,17 @@ static void cuda_argmax(const tcase *c, void **p, ss_cuda_blas *b)
 
 /* The rows of ss_ops.h's table of twins. */
 static const twin twins[] = {
-	{ "embed", make_embed, cpu_embed, cuda_embed },
-	{ "rmsnorm", make_rmsnorm, cpu_rmsnorm, cuda_rmsnorm },
-	{ "gated norm", make_gated, cpu_gated, cuda_gated },
-	{ "linear", make_linear, cpu_linear, cuda_linear },
-	{ "conv1d", make_conv, cpu_conv, cuda_conv },
-	{ "conv1d step", make_conv_step, cpu_conv_step, cuda_conv_step },
-	{ "dt", make_dt, cpu_dt, cuda_dt },
-	{ "scan", make_scan, cpu_scan, cuda_scan },
-	{ "scan (SSD)", make_scan, cpu_scan, cuda_ssd },
-	{ "scan step", make_step, cpu_step, cuda_step },
-	{ "argmax", make_argmax, cpu_argmax, cuda_argmax },
+	{ "embed", make_embed, cpu_embed, cuda_embed, NULL },
+	{ "rmsnorm", make_rmsnorm, cpu_rmsnorm, cuda_rmsnorm, NULL },
+	{ "gated norm", make_gated, cpu_gated, cuda_gated, NULL },
+	{ "linear", make_linear, cpu_linear, cuda_linear, NULL },
+	{ "conv1d", make_conv, cpu_conv, cuda_conv, ref_conv },
+	{ "conv1d step", make_conv_step, cpu_conv_step, cuda_conv_step, ref_conv_step },
+	{ "dt", make_dt, cpu_dt, cuda_dt, NULL },
+	{ "scan", make_scan, cpu_scan, cuda_scan, ref_scan },
+	{ "scan (SSD)", make_scan, cpu_scan, cuda_ssd, ref_scan },
+	{ "scan step", make_step, cpu_step, cuda_step, ref_step },
+	{ "argmax", make_argmax, cpu_argmax, cuda_argmax, NULL },
 };
 
 /* Mismatches of buffer b, got vs want ("gpu"/"cpu" in the printout). */
@@ -511,7 +597,7 @@ static int cmp_buf(const tbuf *b, const void *got, const void *want, double atol
 		int bad = 0;
 		for (size_t i = 0; i < b->bytes / 4; i++)
 			if (((const int32_t *)got)[i] != ((const int32_t *)want)[i]) {
-				printf("  %s[%zu]: gpu %d cpu %d\n", b->name, i, ((const int32_t *)got)[i],
+				printf("  %s[%zu]: got %d want %d\n", b->name, i, ((const int32_t *)got)[i],
 				       ((const int32_t *)want)[i]);
 				bad++;
 			}
@@ -521,7 +607,8 @@ static int cmp_buf(const tbuf *b, const void *got, const void *want, double atol
 }
 
 /* One case of one twin: the CPU op, then the CUDA op when there is a GPU
- * (else the CPU op again), and every output compared. Returns mismatches. */
+ * (else the reference, or the CPU op again), and every output compared.
+ * Returns mismatches. */
 static int run_case(const twin *tw, tcase *c, ss_cuda_blas *blas)
 {
 	void *hp[MAXBUF], *gp[MAXBUF], *back[MAXBUF];
@@ -543,9 +630,13 @@ static int run_case(const twin *tw, tcase *c, ss_cuda_blas *blas)
 	tw->cpu(c, hp);
 	if (cu)
 		tw->cuda(c, gp, blas);
+	else if (tw->ref)
+		tw->ref(c, gp);
 	else
 		tw->cpu(c, gp);
-	printf("  %-12s %s%s\n", tw->op, c->what, cu ? "" : " (CPU twice)");
+	const int exact = !cu && !tw->ref;
+	printf("  %-12s %s%s\n", tw->op, c->what,
+	       cu ? "" : tw->ref ? " (CPU vs reference)" : " (CPU twice)");
 	for (int i = 0; i < c->nb; i++) {
 		const tbuf *b = &c->b[i];
 		if (cu)
@@ -553,7 +644,7 @@ static int run_case(const twin *tw, tcase *c, ss_cuda_blas *blas)
 		else
 			memcpy(back[i], gp[i], b->bytes);
 		if (b->out) {
-			bad += cmp_buf(b, back[i], hp[i], cu ? b->atol : 0, cu ? b->rtol : 0);
+			bad += cmp_buf(b, back[i], hp[i], exact ? 0 : b->atol, exact ? 0 : b->rtol);
 			if (!b->i32)
 				for (size_t j = 0; j < b->bytes / 4; j++)
 					if (!isfinite(((const float *)hp[i])[j])) {
