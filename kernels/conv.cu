@@ -1,13 +1,13 @@
 /*
  * conv.cu — causal depthwise conv1d + SiLU over packed variable-length
- * sequences with initial and final conv states, its decode step, and dt.
+ * sequences with initial and final conv states, and its decode step.
  *
  * One thread per (sequence, channel) runs along the sequence with the
  * d_conv-1 previous inputs in registers: it reads its channel's state once,
  * writes the final state once (in place is then safe), and a warp's loads of
  * x rows are coalesced (channels are contiguous). The row count is not
  * needed on the host: each thread reads its sequence's bounds.
- * ref: ss_conv1d_silu_cpu (lib/ops.c); causal-conv1d causal_conv1d_fwd
+ * ref: ss_conv1d_silu_cpu (lib/ops/conv.c); causal-conv1d causal_conv1d_fwd
  *      (varlen, initial_states) and causal_conv1d_update.
  */
 #include <math.h>
@@ -91,32 +91,4 @@ extern "C" void ss_conv1d_step_cuda(float *y, ptrdiff_t ldy, const float *x, ptr
 {
 	ss_conv1d_silu_cuda(y, ldy, x, ldx, NULL, nseq, conv_state, ld_state, wt, ldw, b, nch,
 			    d_conv, st);
-}
-
-__global__ void dt_kernel(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t ldr,
-			  const float *dt_bias, int64_t n, int nheads, float dt_min, float dt_max)
-{
-	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i >= n * nheads)
-		return;
-	const int64_t r = i / nheads;
-	const int h = (int)(i % nheads);
-	const float u = raw[r * ldr + h] + dt_bias[h];
-	float v = u > 20.0f ? u : log1pf(expf(u));
-	if (isfinite(dt_max) && v > dt_max)
-		v = dt_max;
-	if (dt_min > 0.0f && v < dt_min)
-		v = dt_min;
-	dt[r * lddt + h] = v;
-}
-
-extern "C" void ss_dt_softplus_cuda(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t ldr,
-				    const float *dt_bias, int64_t n, int nheads, float dt_min,
-				    float dt_max, cudaStream_t st)
-{
-	if (n <= 0 || nheads <= 0)
-		return;
-	dt_kernel<<<ss_cdiv(n * nheads, 256), 256, 0, st>>>(dt, lddt, raw, ldr, dt_bias, n, nheads,
-							    dt_min, dt_max);
-	SS_CUDA_LAUNCHED("dt_softplus");
 }

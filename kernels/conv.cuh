@@ -1,6 +1,6 @@
-/* conv.cuh — CUDA twins of ss_conv1d_silu_cpu, ss_conv1d_step_cpu and
- * ss_dt_softplus_cpu (ss_ops.h; same arguments, device pointers — seq_start
- * too — then a stream). d_conv <= SS_CONV_MAX. */
+/* conv.cuh — CUDA twins of ss_conv1d_silu_cpu and ss_conv1d_step_cpu
+ * (ss_ops.h; same arguments, device pointers — seq_start too — then a
+ * stream). d_conv <= SS_CONV_MAX. */
 #pragma once
 #include "common.cuh"
 
@@ -14,6 +14,3 @@ extern "C" void ss_conv1d_step_cuda(float *y, ptrdiff_t ldy, const float *x, ptr
 				    int nseq, float *conv_state, ptrdiff_t ld_state,
 				    const float *wt, ptrdiff_t ldw, const float *b, int nch,
 				    int d_conv, cudaStream_t st);
-extern "C" void ss_dt_softplus_cuda(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t ldr,
-				    const float *dt_bias, int64_t n, int nheads, float dt_min,
-				    float dt_max, cudaStream_t st);

@@ -33,6 +33,7 @@
 
 #include "argmax.cuh"
 #include "conv.cuh"
+#include "dt.cuh"
 #include "embed.cuh"
 #include "forward.cuh"
 #include "linear.cuh"

@@ -13,6 +13,7 @@
 
 #include "argmax.cuh"
 #include "conv.cuh"
+#include "dt.cuh"
 #include "embed.cuh"
 #include "forward.cuh"
 #include "linear.cuh"

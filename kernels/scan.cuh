@@ -1,4 +1,4 @@
-/* scan.cuh — CUDA twins of ss_ssm_scan_varlen_cpu and ss_ssm_step_cpu
+/* scan.cuh — CUDA twins of ss_ssm_scan_cpu and ss_ssm_step_cpu
  * (ss_ops.h; same arguments, device pointers — seq_start too — then a
  * stream): the recurrence sequential in t, parallel over (sequence, head,
  * headdim, d_state). d_state <= 256. Returns 0, SS_ERR_INVALID (dims), or

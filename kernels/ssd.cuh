@@ -1,4 +1,4 @@
-/* ssd.cuh — the chunked SSD form of ss_ssm_scan_varlen_cpu (ss_ops.h; same
+/* ssd.cuh — the chunked SSD form of ss_ssm_scan_cpu (ss_ops.h; same
  * arguments, device pointers, plus max_len: a host upper bound of the longest
  * sequence, which sizes the grid, then a stream). Same results as
  * ss_ssm_scan_cuda to f32 rounding (sums in another order). Allocates its

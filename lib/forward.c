@@ -1,7 +1,7 @@
 /*
  * forward.c — the Mamba-2 forward pass: prefill (batched) and decode. See
  * ss_forward.h for the contracts. On the CPU it is the ops of ss_ops.h
- * (lib/ops.c) run over this file's thread pool; a context made on a CUDA
+ * (lib/ops/) run over this file's thread pool; a context made on a CUDA
  * device hands every call to the plugin (kernels/forward.cu) after the same
  * argument checks.
  *
@@ -38,9 +38,9 @@
 
 #include "ss.h"
 #include "device_plugin.h"
-#include "matvec.h"
+#include "ops/linear.h"
 #include "pool.h"
-#include "scan.h"
+#include "ops/scan.h"
 
 /* Rows per pass below which a GEMM is split by output columns. */
 #define SPLIT_ROWS_MIN 64
@@ -325,7 +325,7 @@ static void scan_task(void *arg, int64_t i, int thread)
 			.work = ctx->scan_work + (size_t)thread * ctx->scan_work_len,
 		};
 		ss_scan_chunked(&a);
-		/* as ss_ssm_scan_varlen_cpu does */
+		/* as ss_ssm_scan_cpu does */
 		for (h = 0; h < j->scan_hb; h++)
 			logdecay[h] = (float)((double)logdecay[h] -
 					      exp((double)L->A_log[h0 + h]) * dtsum[h]);
@@ -335,7 +335,7 @@ static void scan_task(void *arg, int64_t i, int thread)
 		const ss_scan_dims d1 = { 1, c->headdim, c->d_state, 1 };
 		const int64_t start[2] = { 0, s->n };
 		/* dims and strides were checked at init: cannot fail */
-		(void)ss_ssm_scan_varlen_cpu(
+		(void)ss_ssm_scan_cpu(
 			&d1, start, 1, xbc + (size_t)h * c->headdim, c->conv_dim, B, c->conv_dim, C,
 			c->conv_dim, ctx->DT + s->row0 * c->nheads + h, c->nheads, L->A_log + h, L->D + h,
 			s->st->ssm + ((size_t)l * c->nheads + h) * hs, 0,

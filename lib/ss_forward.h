@@ -181,31 +181,6 @@ int ss_forward_decode_next(ss_forward_ctx *ctx, const int32_t *tokens, float *lo
 			   int32_t *ids, int32_t n_ids, char *errmsg);
 int ss_forward_decode_end(ss_forward_ctx *ctx, char *errmsg);
 
-/* ss_scan_dims (ss_ops.h): dims of one layer's selective scan. Head h uses
- * B/C group h / (nheads/ngroups). */
-
-/* The SSM recurrence of one layer over n tokens, all heads, sequentially
- * (the kernel the forward pass runs per head):
- *   ssm[h] = exp(dt[t][h]*A[h]) * ssm[h] + dt[t][h] * outer(x[t][h], B[t][g])
- *   y[t][h] = ssm[h] @ C[t][g] + D[h] * x[t][h]
- *   logdecay[h] += A[h] * Σ_t dt[t][h]     (summed in double)
- *   x:  [n][nheads*headdim] f32, row stride ldx floats (>= nheads*headdim)
- *   B:  [n][ngroups*d_state], row stride ldb;  C: likewise with ldc, or NULL
- *   dt: [n][nheads] after softplus (and clamp), row stride lddt
- *   A:  [nheads], A = -exp(A_log) (< 0);  D: [nheads] or NULL (= 0)
- *   ssm: [nheads][headdim][d_state], in/out
- *   y:  [n][nheads*headdim], row stride ldy, out; NULL skips y (then C unused)
- *   logdecay: [nheads] in/out, or NULL
- * No allocation, no threads. Returns 0 or SS_ERR_INVALID (bad dims/strides).
- * ref: golden/README.md §2; mamba_ssm modules/mamba2.py step();
- *      picaso.txt Prop. 1 (the state is linear in the inputs, decays multiply). */
-int ss_ssm_scan_cpu(const ss_scan_dims *d, int64_t n,
-		    const float *x, ptrdiff_t ldx,
-		    const float *B, ptrdiff_t ldb,
-		    const float *C, ptrdiff_t ldc,
-		    const float *dt, ptrdiff_t lddt,
-		    const float *A, const float *D,
-		    float *ssm, float *y, ptrdiff_t ldy, float *logdecay);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,27 @@
  * tests/test_ops.c checks each CPU op against a naive reference and
  * tests/test_cuda_parity.c each CUDA twin against its CPU op.
  *
+ * The twins, one file pair per op. A new op adds a row here, lib/ops/<op>.c,
+ * kernels/<op>.cu + .cuh, its slot in ss_cuda_api (device_plugin.h) and its
+ * row of twins[] in tests/test_cuda_parity.c, the loop that runs every row:
+ *
+ *   op           CPU (lib/ops/<op>.c)    CUDA (kernels/<op>.cu)   file pair
+ *   embed        ss_embed_cpu            ss_embed_cuda            embed.c   | embed.cu
+ *   rmsnorm      ss_rmsnorm_cpu          ss_rmsnorm_cuda          norm.c    | norm.cu
+ *   gated norm   ss_gated_rmsnorm_cpu    ss_gated_rmsnorm_cuda    norm.c    | norm.cu
+ *   linear       ss_linear_cpu           ss_linear_cuda           linear.c  | linear.cu
+ *   conv1d       ss_conv1d_silu_cpu      ss_conv1d_silu_cuda      conv.c    | conv.cu
+ *   conv1d step  ss_conv1d_step_cpu      ss_conv1d_step_cuda      conv.c    | conv.cu
+ *   dt           ss_dt_softplus_cpu      ss_dt_softplus_cuda      dt.c      | dt.cu
+ *   scan         ss_ssm_scan_cpu         ss_ssm_scan_cuda         scan.c    | scan.cu
+ *   scan (SSD)   ss_scan_chunked *       ss_ssd_scan_cuda         ssd.c     | ssd.cu
+ *   scan step    ss_ssm_step_cpu         ss_ssm_step_cuda         scan.c    | scan.cu
+ *   argmax       ss_argmax_rows_cpu      ss_argmax_rows_cuda      argmax.c  | argmax.cu
+ *
+ *   * internal (lib/ops/scan.h): one group's heads, called by forward.c per
+ *     thread; ss_ssd_scan_cuda is checked against ss_ssm_scan_cpu.
+ * Shared inner loops: lib/vec.c (AVX2 elementwise) and kernels/common.cuh.
+ *
  * Conventions, for every op:
  *   - Rows are tokens. A matrix "[n][d], row stride ld" has element (r, i) at
  *     p[r*ld + i], ld >= d, in elements (not bytes).
@@ -115,7 +136,7 @@ void ss_conv1d_step_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, 
 void ss_dt_softplus_cpu(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t ldr,
 			const float *dt_bias, int64_t n, int nheads, float dt_min, float dt_max);
 
-/* Dims of one layer's scan (also used by ss_ssm_scan_cpu in ss_forward.h). */
+/* Dims of one layer's scan. */
 typedef struct {
 	int32_t nheads, headdim, d_state, ngroups;
 } ss_scan_dims;
@@ -142,11 +163,11 @@ typedef struct {
  * ss_ssd_scan_cuda (kernels/ssd.cuh) is the chunked SSD form of the same op.
  * Returns 0 or SS_ERR_INVALID (bad dims or strides).
  * ref: mamba_ssm modules/mamba2.py step(); picaso.txt Prop. 1. */
-int ss_ssm_scan_varlen_cpu(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
-			   const float *x, ptrdiff_t ldx, const float *B, ptrdiff_t ldb,
-			   const float *C, ptrdiff_t ldc, const float *dt, ptrdiff_t lddt,
-			   const float *A_log, const float *D, float *ssm, ptrdiff_t ld_ssm,
-			   float *y, ptrdiff_t ldy, float *logdecay, ptrdiff_t ld_logdecay);
+int ss_ssm_scan_cpu(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
+		    const float *x, ptrdiff_t ldx, const float *B, ptrdiff_t ldb,
+		    const float *C, ptrdiff_t ldc, const float *dt, ptrdiff_t lddt,
+		    const float *A_log, const float *D, float *ssm, ptrdiff_t ld_ssm,
+		    float *y, ptrdiff_t ldy, float *logdecay, ptrdiff_t ld_logdecay);
 
 /* Single-token state update of nseq independent sequences (decode): the scan
  * above with one row per sequence (row s is sequence s). Same arguments.

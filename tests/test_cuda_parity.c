@@ -29,6 +29,7 @@
 #include "ss.h"
 #include "device_plugin.h"
 #include "gen/model.h"
+#include "util/opref.h"
 
 static ss_device *dev;
 static const ss_cuda_api *cu;
@@ -80,7 +81,7 @@ static int cmp(const char *what, const float *got, size_t sg, const float *want,
 				worst = d;
 			if (!(d <= atol + rtol * fabs(x))) {
 				if (bad < 5)
-					printf("  %s[%zu][%zu]: gpu %.9g cpu %.9g (diff %.3g)\n", what, r, i,
+					printf("  %s[%zu][%zu]: got %.9g want %.9g (diff %.3g)\n", what, r, i,
 					       g, x, d);
 				bad++;
 			}
@@ -91,224 +92,603 @@ static int cmp(const char *what, const float *got, size_t sg, const float *want,
 
 /* ------------------------------------------------------------------- ops */
 
-static void test_embed_norms_argmax(void **st)
+/* The twin table, iterated by one loop (as llama.cpp's test-backend-ops):
+ * each row of ss_ops.h's table of twins is a `twin` below, whose make()
+ * builds the host buffers of one case (inputs, in/out and outputs, with the
+ * tolerance of each compared buffer), cpu() runs ss_<op>_cpu on host copies
+ * and cuda() ss_<op>_cuda (through the plugin's table) on device copies of
+ * the same buffers; the loop compares every output buffer.
+ * Without a GPU the loop still runs every case on the CPU: against ref(), a
+ * naive double-precision reference (tests/util/opref.h), where the row has
+ * one, else against the CPU op run again (deterministic); in both cases it
+ * checks that the op writes only its outputs and leaves them finite. */
+
+enum { MAXBUF = 9 };
+
+typedef struct {
+	const char *name;
+	size_t bytes;
+	void *h;           /* the initial contents (inputs; outputs too: overwritten) */
+	int out;           /* compared after the run */
+	int i32;           /* compared as int32, exactly */
+	size_t rows, w, ld; /* the compared values: rows × w floats at stride ld */
+	double atol, rtol;
+} tbuf;
+
+typedef struct {
+	char what[96];
+	int n[8];          /* the op's sizes, as make() sets them */
+	float f[2];
+	ss_dtype t;
+	ss_scan_dims d;
+	int nb;
+	tbuf b[MAXBUF];
+} tcase;
+
+typedef struct {
+	const char *op; /* as in ss_ops.h's table */
+	/* fills c for case k; 0 when k is past the last case */
+	int (*make)(tcase *c, int k);
+	/* p[i]: buffer i (host or device copy) */
+	void (*cpu)(const tcase *c, void **p);
+	void (*cuda)(const tcase *c, void **p, ss_cuda_blas *b);
+	/* the reference on host buffers p (outputs written as f32), or NULL */
+	void (*ref)(const tcase *c, void **p);
+} twin;
+
+/* Adds buffer i: n floats drawn from [lo, hi] (lo == hi: left to the caller
+ * to fill, h zeroed), compared (out) as rows × w at stride ld when tol >= 0. */
+static float *addf(tcase *c, const char *name, size_t n, double lo, double hi, int out,
+		   size_t rows, size_t w, size_t ld, double atol, double rtol)
 {
-	(void)st;
-	const int V = 61, d = 130, n = 7, G = 2, ldz = d + 3;
-	const int32_t tok[7] = { 0, 60, 3, 3, 17, 1, 59 };
-	rng_state = 11;
-	float *emb = rnd((size_t)V * d, -1, 1), *h = malloc((size_t)n * d * 4), *hg = malloc((size_t)n * d * 4);
-	uint16_t *eb = malloc((size_t)V * d * 2);
-	ss_from_f32(eb, SS_DTYPE_BF16, emb, (size_t)V * d);
-	int32_t *dtok = up(tok, sizeof(tok));
-	float *dh = up(NULL, (size_t)n * d * 4);
-	for (int bf = 0; bf < 2; bf++) {
-		void *de = bf ? up(eb, (size_t)V * d * 2) : up(emb, (size_t)V * d * 4);
-		ss_embed_cpu(h, bf ? (void *)eb : (void *)emb, bf ? SS_DTYPE_BF16 : SS_DTYPE_F32, tok, n, d);
-		cu->embed(dh, de, bf ? SS_DTYPE_BF16 : SS_DTYPE_F32, dtok, n, d, NULL);
-		down(hg, dh, (size_t)n * d * 4);
-		assert_int_equal(cmp(bf ? "embed bf16" : "embed f32", hg, d, h, d, n, d, 0, 0), 0);
-		cu->dfree(de);
+	assert_true(c->nb < MAXBUF);
+	tbuf *b = &c->b[c->nb++];
+	*b = (tbuf){ .name = name, .bytes = n * sizeof(float), .out = out, .rows = rows, .w = w,
+		     .ld = ld, .atol = atol, .rtol = rtol };
+	b->h = lo == hi ? calloc(n ? n : 1, sizeof(float)) : rnd(n, lo, hi);
+	assert_non_null(b->h);
+	return b->h;
+}
+
+static float *addin(tcase *c, const char *name, size_t n, double lo, double hi)
+{
+	return addf(c, name, n, lo, hi, 0, 0, 0, 0, 0, 0);
+}
+
+/* A compared output of rows × w at stride ld (rows·ld floats). */
+static float *addout(tcase *c, const char *name, size_t rows, size_t w, size_t ld, double lo,
+		     double hi, double atol, double rtol)
+{
+	return addf(c, name, rows * ld, lo, hi, 1, rows, w, ld, atol, rtol);
+}
+
+/* An input of raw bytes (tokens, seq_start, 16-bit weights), copied. */
+static void addraw(tcase *c, const char *name, const void *src, size_t bytes, int out_i32)
+{
+	assert_true(c->nb < MAXBUF);
+	tbuf *b = &c->b[c->nb++];
+	*b = (tbuf){ .name = name, .bytes = bytes, .out = out_i32, .i32 = out_i32, .rows = 1,
+		     .w = bytes / 4, .ld = bytes / 4 };
+	b->h = malloc(bytes ? bytes : 1);
+	assert_non_null(b->h);
+	if (src)
+		memcpy(b->h, src, bytes);
+}
+
+static const int32_t EMB_TOK[7] = { 0, 60, 3, 3, 17, 1, 59 };
+
+/* embed: f32 and bf16 tables. n: V, d, rows. */
+static int make_embed(tcase *c, int k)
+{
+	const int V = 61, d = 130, n = 7;
+	if (k >= 2)
+		return 0;
+	c->t = k ? SS_DTYPE_BF16 : SS_DTYPE_F32;
+	c->n[0] = n, c->n[1] = d;
+	float *emb = rnd((size_t)V * d, -1, 1);
+	if (k) {
+		uint16_t *eb = malloc((size_t)V * d * 2);
+		ss_from_f32(eb, SS_DTYPE_BF16, emb, (size_t)V * d);
+		addraw(c, "emb", eb, (size_t)V * d * 2, 0);
+		free(eb);
+	} else {
+		addraw(c, "emb", emb, (size_t)V * d * 4, 0);
 	}
-	/* rmsnorm with and without the residual add */
-	float *res = rnd((size_t)n * d, -1, 1), *w = rnd(d, 0.5, 1.5), *y = malloc((size_t)n * d * 4);
-	float *yg = malloc((size_t)n * d * 4);
-	float *dres = up(res, (size_t)n * d * 4), *dw = up(w, (size_t)d * 4), *dy = up(NULL, (size_t)n * d * 4);
-	for (int with_res = 0; with_res < 2; with_res++) {
-		float *h0 = rnd((size_t)n * d, -2, 2);
-		memcpy(h, h0, (size_t)n * d * 4);
-		assert_int_equal(cu->h2d(dh, h0, (size_t)n * d * 4), 0);
-		ss_rmsnorm_cpu(y, h, with_res ? res : NULL, w, n, d, 1e-5f);
-		cu->rmsnorm(dy, dh, with_res ? dres : NULL, dw, n, d, 1e-5f, NULL);
-		down(yg, dy, (size_t)n * d * 4);
-		down(hg, dh, (size_t)n * d * 4);
-		assert_int_equal(cmp("rmsnorm.h", hg, d, h, d, n, d, 0, 0), 0);
-		assert_int_equal(cmp("rmsnorm.y", yg, d, y, d, n, d, 1e-5, 1e-5), 0);
-		free(h0);
-	}
-	/* gated grouped rmsnorm, strided */
-	float *yy = rnd((size_t)n * ldz, -2, 2), *z = rnd((size_t)n * ldz, -3, 3), *yyg = malloc((size_t)n * ldz * 4);
-	float *dyy = up(yy, (size_t)n * ldz * 4), *dz = up(z, (size_t)n * ldz * 4);
-	ss_gated_rmsnorm_cpu(yy, ldz, z, ldz, w, n, d, G, 1e-5f);
-	cu->gated_rmsnorm(dyy, ldz, dz, ldz, dw, n, d, G, 1e-5f, NULL);
-	down(yyg, dyy, (size_t)n * ldz * 4);
-	assert_int_equal(cmp("gated_rmsnorm", yyg, ldz, yy, ldz, n, d, 1e-5, 1e-5), 0);
-	/* argmax over rows with ties and NaN, n off the block size */
-	const int R = 5, Nv = 50288;
-	float *logits = rnd((size_t)R * Nv, -5, 5);
-	logits[1 * Nv + 7] = 100; logits[1 * Nv + 9] = 100;       /* tie: the first wins */
-	for (int i = 0; i < Nv; i++) logits[2 * Nv + i] = NAN; /* all NaN: -1 */
-	logits[3 * Nv + 0] = NAN; logits[3 * Nv + Nv - 1] = 1e30f;  /* the last column */
-	int32_t ids[5], idg[5];
-	float *dlogits = up(logits, (size_t)R * Nv * 4);
-	int32_t *dids = up(NULL, sizeof(ids));
-	for (int nn = Nv; nn >= Nv - 1; nn--) {
-		ss_argmax_rows_cpu(ids, logits, Nv, R, nn);
-		cu->argmax_rows(dids, dlogits, Nv, R, nn, NULL);
-		down(idg, dids, sizeof(idg));
-		for (int r = 0; r < R; r++) {
-			if (ids[r] != idg[r])
-				printf("  argmax row %d n %d: gpu %d cpu %d\n", r, nn, idg[r], ids[r]);
-			assert_int_equal(ids[r], idg[r]);
+	free(emb);
+	addraw(c, "tokens", EMB_TOK, sizeof(EMB_TOK), 0);
+	addout(c, "h", n, d, d, 0, 0, 0, 0);
+	snprintf(c->what, sizeof(c->what), "embed %s", ss_dtype_name(c->t));
+	return 1;
+}
+static void cpu_embed(const tcase *c, void **p)
+{
+	ss_embed_cpu(p[2], p[0], c->t, p[1], c->n[0], c->n[1]);
+}
+static void cuda_embed(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	cu->embed(p[2], p[0], c->t, p[1], c->n[0], c->n[1], NULL);
+}
+
+/* rmsnorm with (k = 1) and without the residual add. */
+static int make_rmsnorm(tcase *c, int k)
+{
+	const int d = 130, n = 7;
+	if (k >= 2)
+		return 0;
+	c->n[0] = n, c->n[1] = d, c->n[2] = k;
+	addout(c, "h", n, d, d, -2, 2, 0, 0);
+	addin(c, "res", (size_t)n * d, -1, 1);
+	addin(c, "w", d, 0.5, 1.5);
+	addout(c, "y", n, d, d, 0, 0, 1e-5, 1e-5);
+	snprintf(c->what, sizeof(c->what), "rmsnorm res %d", k);
+	return 1;
+}
+static void cpu_rmsnorm(const tcase *c, void **p)
+{
+	ss_rmsnorm_cpu(p[3], p[0], c->n[2] ? p[1] : NULL, p[2], c->n[0], c->n[1], 1e-5f);
+}
+static void cuda_rmsnorm(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	cu->rmsnorm(p[3], p[0], c->n[2] ? p[1] : NULL, p[2], c->n[0], c->n[1], 1e-5f, NULL);
+}
+
+/* gated grouped rmsnorm, strided rows. */
+static int make_gated(tcase *c, int k)
+{
+	const int d = 130, n = 7, G = 2, ldz = d + 3;
+	if (k >= 1)
+		return 0;
+	c->n[0] = n, c->n[1] = d, c->n[2] = G, c->n[3] = ldz;
+	addout(c, "y", n, d, ldz, -2, 2, 1e-5, 1e-5);
+	addin(c, "z", (size_t)n * ldz, -3, 3);
+	addin(c, "w", d, 0.5, 1.5);
+	snprintf(c->what, sizeof(c->what), "gated_rmsnorm G %d", G);
+	return 1;
+}
+static void cpu_gated(const tcase *c, void **p)
+{
+	ss_gated_rmsnorm_cpu(p[0], c->n[3], p[1], c->n[3], p[2], c->n[0], c->n[1], c->n[2], 1e-5f);
+}
+static void cuda_gated(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	cu->gated_rmsnorm(p[0], c->n[3], p[1], c->n[3], p[2], c->n[0], c->n[1], c->n[2], 1e-5f,
+			  NULL);
+}
+
+/* linear: shapes × {f32, bf16, f16} × beta {0, 1}. The CPU twin runs in f32
+ * on the operands rounded as the GPU's (x and W to W's dtype). */
+static int make_linear(tcase *c, int k)
+{
+	static const int shapes[][3] = { { 1, 1, 1 }, { 1, 3352, 768 }, { 7, 33, 65 },
+					 { 300, 768, 1536 }, { 513, 1000, 129 } };
+	if (k >= 5 * 3 * 2)
+		return 0;
+	const int si = k / 6, wt = k / 2 % 3, beta = k % 2;
+	const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+	const int ldx = K + 1, ldy = N + 3;
+	const ss_dtype t = wt == 0 ? SS_DTYPE_F32 : wt == 1 ? SS_DTYPE_BF16 : SS_DTYPE_F16;
+	c->t = t;
+	c->n[0] = M, c->n[1] = N, c->n[2] = K, c->n[3] = ldx, c->n[4] = ldy, c->n[5] = beta;
+	float *x = addin(c, "x", (size_t)M * ldx, -1, 1);
+	float *W = addin(c, "W", (size_t)N * K, -1, 1);
+	/* |y| ~ sqrt(K): the tolerance scales with it */
+	addout(c, "y", M, N, ldy, -1, 1, 1e-5 * sqrt((double)K), 1e-4);
+	if (t == SS_DTYPE_F32) {
+		addraw(c, "W (GPU)", W, (size_t)N * K * 4, 0);
+	} else {
+		uint16_t *h16 = malloc((size_t)N * K * 2), *x16 = malloc((size_t)ldx * 2);
+		ss_from_f32(h16, t, W, (size_t)N * K);
+		ss_to_f32(W, h16, t, (size_t)N * K);
+		for (int r = 0; r < M; r++) {
+			ss_from_f32(x16, t, x + (size_t)r * ldx, (size_t)ldx);
+			ss_to_f32(x + (size_t)r * ldx, x16, t, (size_t)ldx);
 		}
+		addraw(c, "W (GPU)", h16, (size_t)N * K * 2, 0);
+		free(h16);
+		free(x16);
 	}
-	cu->dfree(dtok); cu->dfree(dh); cu->dfree(dres); cu->dfree(dw); cu->dfree(dy);
-	cu->dfree(dyy); cu->dfree(dz); cu->dfree(dlogits); cu->dfree(dids);
-	free(emb); free(h); free(hg); free(eb); free(res); free(w); free(y); free(yg);
-	free(yy); free(z); free(yyg); free(logits);
+	snprintf(c->what, sizeof(c->what), "linear %s %dx%dx%d b%d", ss_dtype_name(t), M, N, K,
+		 beta);
+	return 1;
+}
+static void cpu_linear(const tcase *c, void **p)
+{
+	assert_int_equal(ss_linear_cpu(p[2], c->n[4], p[0], c->n[3], p[1], SS_DTYPE_F32, c->n[0],
+				       c->n[1], c->n[2], (float)c->n[5]), 0);
+}
+static void cuda_linear(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	assert_int_equal(cu->linear(b, p[2], c->n[4], p[0], c->n[3], p[3], c->t, c->n[0], c->n[1],
+				    c->n[2], (float)c->n[5]), 0);
 }
 
-static void test_linear(void **st)
-{
-	(void)st;
-	const int shapes[][3] = { { 1, 1, 1 }, { 1, 3352, 768 }, { 7, 33, 65 }, { 300, 768, 1536 },
-				  { 513, 1000, 129 } };
-	ss_cuda_blas *b = cu->blas_create(NULL);
-	assert_non_null(b);
-	rng_state = 12;
-	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
-		for (int wt = 0; wt < 3; wt++)
-			for (int beta = 0; beta < 2; beta++) {
-				const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
-				const int ldx = K + 1, ldy = N + 3;
-				const ss_dtype t = wt == 0 ? SS_DTYPE_F32 : wt == 1 ? SS_DTYPE_BF16 : SS_DTYPE_F16;
-				float *x = rnd((size_t)M * ldx, -1, 1), *W = rnd((size_t)N * K, -1, 1);
-				float *y = rnd((size_t)M * ldy, -1, 1), *yg = malloc((size_t)M * ldy * 4);
-				float *dx = up(x, (size_t)M * ldx * 4), *dy = up(y, (size_t)M * ldy * 4);
-				void *dW;
-				if (t == SS_DTYPE_F32) {
-					dW = up(W, (size_t)N * K * 4);
-				} else {
-					/* the CPU twin on the same rounded operands */
-					uint16_t *h16 = malloc((size_t)N * K * 2), *x16 = malloc((size_t)ldx * 2);
-					ss_from_f32(h16, t, W, (size_t)N * K);
-					ss_to_f32(W, h16, t, (size_t)N * K);
-					for (int r = 0; r < M; r++) {
-						ss_from_f32(x16, t, x + (size_t)r * ldx, (size_t)ldx);
-						ss_to_f32(x + (size_t)r * ldx, x16, t, (size_t)ldx);
-					}
-					dW = up(h16, (size_t)N * K * 2);
-					free(h16);
-					free(x16);
-				}
-				assert_int_equal(ss_linear_cpu(y, ldy, x, ldx, W, SS_DTYPE_F32, M, N, K, (float)beta), 0);
-				assert_int_equal(cu->linear(b, dy, ldy, dx, ldx, dW, t, M, N, K, (float)beta), 0);
-				down(yg, dy, (size_t)M * ldy * 4);
-				char what[64];
-				snprintf(what, sizeof(what), "linear %s %dx%dx%d b%d", ss_dtype_name(t), M, N, K, beta);
-				/* |y| ~ sqrt(K): the tolerance scales with it */
-				const double sc = sqrt((double)K);
-				assert_int_equal(cmp(what, yg, ldy, y, ldy, M, N, 1e-5 * sc, 1e-4), 0);
-				cu->dfree(dx); cu->dfree(dy); cu->dfree(dW);
-				free(x); free(W); free(y); free(yg);
-			}
-	cu->blas_free(b);
-}
+/* conv1d over packed sequences (k = 0) and its decode step (k = 1 for the
+ * step row): empty, short and long sequences, channels off the block size. */
+static const int64_t CONV_SS[] = { 0, 5, 5, 6, 8, 1000, 1003 };
 
-static void test_conv_dt(void **st)
+static int make_conv_common(tcase *c, int step)
 {
-	(void)st;
 	const int nch = 300, K = 4, K1 = 3, ldx = 311, nseq = 6;
-	const int64_t ss[] = { 0, 5, 5, 6, 8, 1000, 1003 };
-	const int64_t T = ss[nseq];
-	rng_state = 13;
-	float *x = rnd((size_t)T * ldx, -2, 2), *wt = rnd((size_t)K * nch, -0.5, 0.5), *b = rnd(nch, -0.1, 0.1);
-	float *state = rnd((size_t)nseq * nch * K1, -1, 1), *stg = malloc((size_t)nseq * nch * K1 * 4);
-	float *y = malloc((size_t)T * nch * 4), *yg = malloc((size_t)T * nch * 4);
-	float *dx = up(x, (size_t)T * ldx * 4), *dwt = up(wt, (size_t)K * nch * 4), *db = up(b, (size_t)nch * 4);
-	float *dst = up(state, (size_t)nseq * nch * K1 * 4), *dy = up(NULL, (size_t)T * nch * 4);
-	int64_t *dss = up(ss, sizeof(ss));
-	ss_conv1d_silu_cpu(y, nch, x, ldx, ss, nseq, state, (ptrdiff_t)nch * K1, wt, nch, b, nch, K);
-	cu->conv1d_silu(dy, nch, dx, ldx, dss, nseq, dst, (ptrdiff_t)nch * K1, dwt, nch, db, nch, K, NULL);
-	down(yg, dy, (size_t)T * nch * 4);
-	down(stg, dst, (size_t)nseq * nch * K1 * 4);
-	assert_int_equal(cmp("conv1d.y", yg, nch, y, nch, T, nch, 1e-5, 1e-5), 0);
-	assert_int_equal(cmp("conv1d.state", stg, 1, state, 1, 1, (size_t)nseq * nch * K1, 0, 0), 0);
-	/* the decode step */
-	ss_conv1d_step_cpu(y, nch, x, ldx, nseq, state, (ptrdiff_t)nch * K1, wt, nch, b, nch, K);
-	cu->conv1d_step(dy, nch, dx, ldx, nseq, dst, (ptrdiff_t)nch * K1, dwt, nch, db, nch, K, NULL);
-	down(yg, dy, (size_t)nseq * nch * 4);
-	down(stg, dst, (size_t)nseq * nch * K1 * 4);
-	assert_int_equal(cmp("conv1d_step.y", yg, nch, y, nch, nseq, nch, 1e-5, 1e-5), 0);
-	assert_int_equal(cmp("conv1d_step.state", stg, 1, state, 1, 1, (size_t)nseq * nch * K1, 0, 0), 0);
-	/* dt = softplus(raw + bias), clamped */
-	const int H = 24;
-	float *bias = rnd(H, -3, 3), *dt = malloc((size_t)T * H * 4), *dtg = malloc((size_t)T * H * 4);
-	float *dbias = up(bias, (size_t)H * 4), *ddt = up(NULL, (size_t)T * H * 4);
-	ss_dt_softplus_cpu(dt, H, x, ldx, bias, T, H, 1e-3f, 0.1f);
-	cu->dt_softplus(ddt, H, dx, ldx, dbias, T, H, 1e-3f, 0.1f, NULL);
-	down(dtg, ddt, (size_t)T * H * 4);
-	assert_int_equal(cmp("dt_softplus", dtg, H, dt, H, T, H, 1e-6, 1e-5), 0);
-	cu->dfree(dx); cu->dfree(dwt); cu->dfree(db); cu->dfree(dst); cu->dfree(dy); cu->dfree(dss);
-	cu->dfree(dbias); cu->dfree(ddt);
-	free(x); free(wt); free(b); free(state); free(stg); free(y); free(yg); free(bias); free(dt); free(dtg);
+	const int64_t T = CONV_SS[nseq], rows = step ? nseq : T;
+	c->n[0] = nch, c->n[1] = K, c->n[2] = ldx, c->n[3] = nseq;
+	addin(c, "x", (size_t)T * ldx, -2, 2);
+	addin(c, "wt", (size_t)K * nch, -0.5, 0.5);
+	addin(c, "b", nch, -0.1, 0.1);
+	addout(c, "conv_state", 1, (size_t)nseq * nch * K1, (size_t)nseq * nch * K1, -1, 1, 0, 0);
+	addout(c, "y", rows, nch, nch, 0, 0, 1e-5, 1e-5);
+	addraw(c, "seq_start", CONV_SS, sizeof(CONV_SS), 0);
+	snprintf(c->what, sizeof(c->what), "%s nch %d d_conv %d nseq %d",
+		 step ? "conv1d_step" : "conv1d_silu", nch, K, nseq);
+	return 1;
+}
+static int make_conv(tcase *c, int k)
+{
+	return k < 1 && make_conv_common(c, 0);
+}
+static int make_conv_step(tcase *c, int k)
+{
+	return k < 1 && make_conv_common(c, 1);
+}
+static void cpu_conv(const tcase *c, void **p)
+{
+	ss_conv1d_silu_cpu(p[4], c->n[0], p[0], c->n[2], p[5], c->n[3], p[3],
+			   (ptrdiff_t)c->n[0] * (c->n[1] - 1), p[1], c->n[0], p[2], c->n[0], c->n[1]);
+}
+static void cuda_conv(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	cu->conv1d_silu(p[4], c->n[0], p[0], c->n[2], p[5], c->n[3], p[3],
+			(ptrdiff_t)c->n[0] * (c->n[1] - 1), p[1], c->n[0], p[2], c->n[0], c->n[1],
+			NULL);
+}
+static void cpu_conv_step(const tcase *c, void **p)
+{
+	ss_conv1d_step_cpu(p[4], c->n[0], p[0], c->n[2], c->n[3], p[3],
+			   (ptrdiff_t)c->n[0] * (c->n[1] - 1), p[1], c->n[0], p[2], c->n[0], c->n[1]);
+}
+static void cuda_conv_step(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	cu->conv1d_step(p[4], c->n[0], p[0], c->n[2], c->n[3], p[3],
+			(ptrdiff_t)c->n[0] * (c->n[1] - 1), p[1], c->n[0], p[2], c->n[0], c->n[1],
+			NULL);
 }
 
-/* The scan (sequential and SSD) and the decode step against the CPU. */
-static void scan_case(int H, int P, int N, int G, const int64_t *ss, int nseq, int variant)
+/* seq_start of nseq one-row sequences (decode), in one[64]. */
+static const int64_t *row_starts(int64_t *one, int nseq)
 {
+	assert_true(nseq < 64);
+	for (int s = 0; s <= nseq; s++)
+		one[s] = s;
+	return one;
+}
+
+/* The reference of both conv rows: the step is the batch op with one row
+ * per sequence. */
+static void ref_conv_common(const tcase *c, void **p, int step)
+{
+	const int nch = c->n[0], K = c->n[1], nseq = c->n[3];
+	const int64_t *ss = p[5];
+	int64_t one[64];
+	if (step)
+		ss = row_starts(one, nseq);
 	const int64_t T = ss[nseq];
-	const int HP = H * P, GN = G * N, ld = HP + 2 * GN;
+	const size_t ns = (size_t)nseq * nch * (K - 1);
+	float *w = malloc((size_t)nch * K * sizeof(float));
+	double *y = malloc(((size_t)T * nch + 1) * sizeof(double)), *st = malloc((ns + 1) * sizeof(double));
+	assert_true(w && y && st);
+	for (int k = 0; k < K; k++)
+		for (int ch = 0; ch < nch; ch++)
+			w[ch * K + k] = ((const float *)p[1])[k * nch + ch];
+	opref_conv(y, st, p[0], c->n[2], ss, nseq, p[3], w, p[2], nch, K);
+	for (size_t i = 0; i < (size_t)T * nch; i++)
+		((float *)p[4])[i] = (float)y[i];
+	for (size_t i = 0; i < ns; i++)
+		((float *)p[3])[i] = (float)st[i];
+	free(w);
+	free(y);
+	free(st);
+}
+static void ref_conv(const tcase *c, void **p)
+{
+	ref_conv_common(c, p, 0);
+}
+static void ref_conv_step(const tcase *c, void **p)
+{
+	ref_conv_common(c, p, 1);
+}
+
+/* dt = softplus(raw + bias), clamped to [1e-3, 0.1]. */
+static int make_dt(tcase *c, int k)
+{
+	const int T = 1003, H = 24, ldr = 311;
+	if (k >= 1)
+		return 0;
+	c->n[0] = T, c->n[1] = H, c->n[2] = ldr;
+	addin(c, "raw", (size_t)T * ldr, -2, 2);
+	addin(c, "dt_bias", H, -3, 3);
+	addout(c, "dt", T, H, H, 0, 0, 1e-6, 1e-5);
+	snprintf(c->what, sizeof(c->what), "dt_softplus T %d H %d", T, H);
+	return 1;
+}
+static void cpu_dt(const tcase *c, void **p)
+{
+	ss_dt_softplus_cpu(p[2], c->n[1], p[0], c->n[2], p[1], c->n[0], c->n[1], 1e-3f, 0.1f);
+}
+static void cuda_dt(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	cu->dt_softplus(p[2], c->n[1], p[0], c->n[2], p[1], c->n[0], c->n[1], 1e-3f, 0.1f, NULL);
+}
+
+/* The scan, its SSD form and the decode step: shapes (H, P, N, G) over
+ * lengths empty, 1, one chunk minus one, several chunks plus a tail. */
+static const int64_t SCAN_SS[] = { 0, 0, 1, 64, 64 + 63, 64 + 63 + 300 };
+static const int64_t SCAN_ONE[] = { 0, 1 };
+
+static int make_scan_common(tcase *c, int k, int step)
+{
+	static const int shapes[][4] = { { 1, 1, 1, 1 }, { 4, 3, 5, 2 },
+					 { 24, 64, 128, 1 } /* mamba2-130m heads */,
+					 { 6, 8, 200, 3 } /* d_state off 32 */ };
+	if (k >= 4)
+		return 0;
+	const int H = shapes[k][0], P = shapes[k][1], N = shapes[k][2], G = shapes[k][3];
+	const int64_t *ss = k ? SCAN_SS : SCAN_ONE;
+	const int nseq = k ? 5 : 1;
+	const int64_t T = ss[nseq], rows = step ? nseq : T;
+	const int HP = H * P, ld = HP + 2 * G * N;
 	const size_t SL = (size_t)H * P * N;
 	int64_t maxlen = 0;
 	for (int s = 0; s < nseq; s++)
 		if (ss[s + 1] - ss[s] > maxlen)
 			maxlen = ss[s + 1] - ss[s];
-	float *xbc = rnd((size_t)T * ld, -1, 1), *dt = rnd((size_t)T * H, 0.001, 0.2);
-	float *A_log = rnd(H, 0, 2.7), *D = rnd(H, 0.5, 1.5);
-	float *ssm = rnd(nseq * SL, -1, 1), *ldc = rnd((size_t)nseq * H, -30, 0);
-	float *y = malloc((size_t)T * HP * 4), *yg = malloc((size_t)T * HP * 4);
-	float *sg = malloc(nseq * SL * 4), *lg = malloc((size_t)nseq * H * 4);
-	float *dxbc = up(xbc, (size_t)T * ld * 4), *ddt = up(dt, (size_t)T * H * 4);
-	float *dA = up(A_log, (size_t)H * 4), *dD = up(D, (size_t)H * 4);
-	float *dssm = up(ssm, nseq * SL * 4), *dld = up(ldc, (size_t)nseq * H * 4);
-	float *dy = up(NULL, (size_t)T * HP * 4);
-	int64_t *dss = up(ss, (size_t)(nseq + 1) * 8);
-	const ss_scan_dims d = { H, P, N, G };
-	const char *name = variant == 0 ? "ssm_scan" : variant == 1 ? "ssd_scan" : "ssm_step";
-
-	if (variant == 2) {
-		assert_int_equal(ss_ssm_step_cpu(&d, nseq, xbc, ld, xbc + HP, ld, xbc + HP + GN, ld, dt, H,
-						 A_log, D, ssm, SL, y, HP, ldc, H), 0);
-		assert_int_equal(cu->ssm_step(&d, nseq, dxbc, ld, dxbc + HP, ld, dxbc + HP + GN, ld, ddt, H,
-					      dA, dD, dssm, SL, dy, HP, dld, H, NULL), 0);
-	} else {
-		assert_int_equal(ss_ssm_scan_varlen_cpu(&d, ss, nseq, xbc, ld, xbc + HP, ld, xbc + HP + GN,
-							ld, dt, H, A_log, D, ssm, SL, y, HP, ldc, H), 0);
-		if (variant == 0)
-			assert_int_equal(cu->ssm_scan(&d, dss, nseq, dxbc, ld, dxbc + HP, ld, dxbc + HP + GN,
-						      ld, ddt, H, dA, dD, dssm, SL, dy, HP, dld, H, NULL), 0);
-		else
-			assert_int_equal(cu->ssd_scan(&d, dss, nseq, maxlen, dxbc, ld, dxbc + HP, ld,
-						      dxbc + HP + GN, ld, ddt, H, dA, dD, dssm, SL, dy, HP,
-						      dld, H, NULL), 0);
-	}
-	const int64_t rows = variant == 2 ? nseq : T;
-	down(yg, dy, (size_t)rows * HP * 4);
-	down(sg, dssm, nseq * SL * 4);
-	down(lg, dld, (size_t)nseq * H * 4);
-	printf("  %s H %d P %d N %d G %d nseq %d rows %lld\n", name, H, P, N, G, nseq, (long long)rows);
-	assert_int_equal(cmp("  y", yg, HP, y, HP, rows, HP, 1e-4, 1e-4), 0);
-	assert_int_equal(cmp("  ssm", sg, 1, ssm, 1, 1, nseq * SL, 1e-4, 1e-4), 0);
-	assert_int_equal(cmp("  logdecay", lg, 1, ldc, 1, 1, (size_t)nseq * H, 1e-5, 1e-6), 0);
-	cu->dfree(dxbc); cu->dfree(ddt); cu->dfree(dA); cu->dfree(dD); cu->dfree(dssm); cu->dfree(dld);
-	cu->dfree(dy); cu->dfree(dss);
-	free(xbc); free(dt); free(A_log); free(D); free(ssm); free(ldc); free(y); free(yg); free(sg); free(lg);
+	c->d = (ss_scan_dims){ H, P, N, G };
+	c->n[0] = nseq, c->n[1] = ld, c->n[2] = (int)maxlen;
+	addin(c, "xBC", (size_t)T * ld, -1, 1);
+	addin(c, "dt", (size_t)T * H, 0.001, 0.2);
+	addin(c, "A_log", H, 0, 2.7);
+	addin(c, "D", H, 0.5, 1.5);
+	addout(c, "ssm", 1, nseq * SL, nseq * SL, -1, 1, 1e-4, 1e-4);
+	addout(c, "logdecay", 1, (size_t)nseq * H, (size_t)nseq * H, -30, 0, 1e-5, 1e-6);
+	addout(c, "y", rows, HP, HP, 0, 0, 1e-4, 1e-4);
+	addraw(c, "seq_start", ss, (size_t)(nseq + 1) * sizeof(int64_t), 0);
+	snprintf(c->what, sizeof(c->what), "H %d P %d N %d G %d nseq %d rows %lld", H, P, N, G, nseq,
+		 (long long)rows);
+	return 1;
+}
+static int make_scan(tcase *c, int k)
+{
+	return make_scan_common(c, k, 0);
+}
+static int make_step(tcase *c, int k)
+{
+	return make_scan_common(c, k, 1);
 }
 
-static void test_scan(void **st)
+/* The scan's arguments from buffer p: x, B, C at offsets 0, HP, HP + GN of
+ * the xBC rows. */
+#define SCAN_ARGS(p)                                                                           \
+	(float *)p[0], c->n[1], (float *)p[0] + HP, c->n[1], (float *)p[0] + HP + GN, c->n[1],   \
+		p[1], c->d.nheads, p[2], p[3], p[4], (ptrdiff_t)SL, p[6], HP, p[5], c->d.nheads
+#define SCAN_DIMS                                                                              \
+	const int HP = c->d.nheads * c->d.headdim, GN = c->d.ngroups * c->d.d_state;             \
+	const size_t SL = (size_t)HP * c->d.d_state
+
+static void cpu_scan(const tcase *c, void **p)
+{
+	SCAN_DIMS;
+	assert_int_equal(ss_ssm_scan_cpu(&c->d, p[7], c->n[0], SCAN_ARGS(p)), 0);
+}
+static void cuda_scan(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	SCAN_DIMS;
+	(void)b;
+	assert_int_equal(cu->ssm_scan(&c->d, p[7], c->n[0], SCAN_ARGS(p), NULL), 0);
+}
+static void cuda_ssd(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	SCAN_DIMS;
+	(void)b;
+	assert_int_equal(cu->ssd_scan(&c->d, p[7], c->n[0], c->n[2], SCAN_ARGS(p), NULL), 0);
+}
+static void cpu_step(const tcase *c, void **p)
+{
+	SCAN_DIMS;
+	assert_int_equal(ss_ssm_step_cpu(&c->d, c->n[0], SCAN_ARGS(p)), 0);
+}
+static void cuda_step(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	SCAN_DIMS;
+	(void)b;
+	assert_int_equal(cu->ssm_step(&c->d, c->n[0], SCAN_ARGS(p), NULL), 0);
+}
+
+/* The reference of the scan rows (the step: one row per sequence). */
+static void ref_scan_common(const tcase *c, void **p, int step)
+{
+	SCAN_DIMS;
+	const int nseq = c->n[0], ld = c->n[1], H = c->d.nheads;
+	const int64_t *ss = p[7];
+	int64_t one[64];
+	if (step)
+		ss = row_starts(one, nseq);
+	const int64_t T = ss[nseq];
+	const float *xbc = p[0];
+	double *S = malloc((nseq * SL + 1) * sizeof(double)), *y = calloc((size_t)T * HP + 1, sizeof(double));
+	double *lg = malloc(((size_t)nseq * H + 1) * sizeof(double));
+	assert_true(S && y && lg);
+	for (size_t i = 0; i < nseq * SL; i++)
+		S[i] = ((const float *)p[4])[i];
+	for (int i = 0; i < nseq * H; i++)
+		lg[i] = ((const float *)p[5])[i];
+	opref_scan(&c->d, ss, nseq, xbc, ld, xbc + HP, xbc + HP + GN, ld, p[1], p[2], p[3], S, y, lg);
+	for (size_t i = 0; i < nseq * SL; i++)
+		((float *)p[4])[i] = (float)S[i];
+	for (int i = 0; i < nseq * H; i++)
+		((float *)p[5])[i] = (float)lg[i];
+	for (size_t i = 0; i < (size_t)T * HP; i++)
+		((float *)p[6])[i] = (float)y[i];
+	free(S);
+	free(y);
+	free(lg);
+}
+static void ref_scan(const tcase *c, void **p)
+{
+	ref_scan_common(c, p, 0);
+}
+static void ref_step(const tcase *c, void **p)
+{
+	ref_scan_common(c, p, 1);
+}
+
+/* argmax over rows with a tie, an all-NaN row and a winner in the last
+ * column, over n = all columns and all but the last. */
+static int make_argmax(tcase *c, int k)
+{
+	const int R = 5, Nv = 50288;
+	if (k >= 2)
+		return 0;
+	c->n[0] = R, c->n[1] = Nv, c->n[2] = Nv - k;
+	float *lg = addin(c, "logits", (size_t)R * Nv, -5, 5);
+	lg[1 * Nv + 7] = 100;
+	lg[1 * Nv + 9] = 100; /* tie: the first wins */
+	for (int i = 0; i < Nv; i++)
+		lg[2 * Nv + i] = NAN; /* all NaN: -1 */
+	lg[3 * Nv + 0] = NAN;
+	lg[3 * Nv + Nv - 1] = 1e30f; /* the last column */
+	addraw(c, "ids", NULL, (size_t)R * sizeof(int32_t), 1);
+	memset(c->b[1].h, 0, (size_t)R * sizeof(int32_t));
+	snprintf(c->what, sizeof(c->what), "argmax_rows R %d n %d", R, Nv - k);
+	return 1;
+}
+static void cpu_argmax(const tcase *c, void **p)
+{
+	ss_argmax_rows_cpu(p[1], p[0], c->n[1], c->n[0], c->n[2]);
+}
+static void cuda_argmax(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	cu->argmax_rows(p[1], p[0], c->n[1], c->n[0], c->n[2], NULL);
+}
+
+/* The rows of ss_ops.h's table of twins. */
+static const twin twins[] = {
+	{ "embed", make_embed, cpu_embed, cuda_embed, NULL },
+	{ "rmsnorm", make_rmsnorm, cpu_rmsnorm, cuda_rmsnorm, NULL },
+	{ "gated norm", make_gated, cpu_gated, cuda_gated, NULL },
+	{ "linear", make_linear, cpu_linear, cuda_linear, NULL },
+	{ "conv1d", make_conv, cpu_conv, cuda_conv, ref_conv },
+	{ "conv1d step", make_conv_step, cpu_conv_step, cuda_conv_step, ref_conv_step },
+	{ "dt", make_dt, cpu_dt, cuda_dt, NULL },
+	{ "scan", make_scan, cpu_scan, cuda_scan, ref_scan },
+	{ "scan (SSD)", make_scan, cpu_scan, cuda_ssd, ref_scan },
+	{ "scan step", make_step, cpu_step, cuda_step, ref_step },
+	{ "argmax", make_argmax, cpu_argmax, cuda_argmax, NULL },
+};
+
+/* Mismatches of buffer b, got vs want ("gpu"/"cpu" in the printout). */
+static int cmp_buf(const tbuf *b, const void *got, const void *want, double atol, double rtol)
+{
+	if (b->i32) {
+		int bad = 0;
+		for (size_t i = 0; i < b->bytes / 4; i++)
+			if (((const int32_t *)got)[i] != ((const int32_t *)want)[i]) {
+				printf("  %s[%zu]: got %d want %d\n", b->name, i, ((const int32_t *)got)[i],
+				       ((const int32_t *)want)[i]);
+				bad++;
+			}
+		return bad;
+	}
+	return cmp(b->name, got, b->ld, want, b->ld, b->rows, b->w, atol, rtol);
+}
+
+/* One case of one twin: the CPU op, then the CUDA op when there is a GPU
+ * (else the reference, or the CPU op again), and every output compared.
+ * Returns mismatches. */
+static int run_case(const twin *tw, tcase *c, ss_cuda_blas *blas)
+{
+	void *hp[MAXBUF], *gp[MAXBUF], *back[MAXBUF];
+	int bad = 0;
+
+	for (int i = 0; i < c->nb; i++) {
+		hp[i] = malloc(c->b[i].bytes ? c->b[i].bytes : 1);
+		back[i] = malloc(c->b[i].bytes ? c->b[i].bytes : 1);
+		assert_true(hp[i] && back[i]);
+		memcpy(hp[i], c->b[i].h, c->b[i].bytes);
+		if (cu) {
+			gp[i] = up(c->b[i].h, c->b[i].bytes);
+		} else {
+			gp[i] = malloc(c->b[i].bytes ? c->b[i].bytes : 1);
+			assert_non_null(gp[i]);
+			memcpy(gp[i], c->b[i].h, c->b[i].bytes);
+		}
+	}
+	tw->cpu(c, hp);
+	if (cu)
+		tw->cuda(c, gp, blas);
+	else if (tw->ref)
+		tw->ref(c, gp);
+	else
+		tw->cpu(c, gp);
+	const int exact = !cu && !tw->ref;
+	printf("  %-12s %s%s\n", tw->op, c->what,
+	       cu ? "" : tw->ref ? " (CPU vs reference)" : " (CPU twice)");
+	for (int i = 0; i < c->nb; i++) {
+		const tbuf *b = &c->b[i];
+		if (cu)
+			down(back[i], gp[i], b->bytes);
+		else
+			memcpy(back[i], gp[i], b->bytes);
+		if (b->out) {
+			bad += cmp_buf(b, back[i], hp[i], exact ? 0 : b->atol, exact ? 0 : b->rtol);
+			if (!b->i32)
+				for (size_t j = 0; j < b->bytes / 4; j++)
+					if (!isfinite(((const float *)hp[i])[j])) {
+						printf("  %s[%zu] not finite\n", b->name, j);
+						bad++;
+						break;
+					}
+		} else if (memcmp(back[i], b->h, b->bytes) || memcmp(hp[i], b->h, b->bytes)) {
+			printf("  %s: an input was written\n", b->name);
+			bad++;
+		}
+		free(hp[i]);
+		free(back[i]);
+		if (cu)
+			cu->dfree(gp[i]);
+		else
+			free(gp[i]);
+	}
+	return bad;
+}
+
+static void test_ops(void **st)
 {
 	(void)st;
-	/* lengths: empty, 1, one chunk minus one, several chunks plus a tail */
-	const int64_t ss[] = { 0, 0, 1, 64, 64 + 63, 64 + 63 + 300 };
-	const int64_t one[] = { 0, 1 };
-	rng_state = 14;
-	for (int v = 0; v < 3; v++) {
-		scan_case(1, 1, 1, 1, one, 1, v);
-		scan_case(4, 3, 5, 2, ss, 5, v);
-		scan_case(24, 64, 128, 1, ss, 5, v); /* mamba2-130m head shape */
-		scan_case(6, 8, 200, 3, ss, 5, v);   /* d_state off 32 */
+	ss_cuda_blas *blas = cu ? cu->blas_create(NULL) : NULL;
+	int bad = 0, ncase = 0;
+
+	assert_true(!cu || blas);
+	for (size_t t = 0; t < sizeof(twins) / sizeof(twins[0]); t++) {
+		rng_state = 11 + t;
+		for (int k = 0;; k++) {
+			tcase c = { .nb = 0 };
+			if (!twins[t].make(&c, k))
+				break;
+			bad += run_case(&twins[t], &c, blas);
+			ncase++;
+			for (int i = 0; i < c.nb; i++)
+				free(c.b[i].h);
+		}
 	}
+	printf("  %d cases of %zu twins\n", ncase, sizeof(twins) / sizeof(twins[0]));
+	if (blas)
+		cu->blas_free(blas);
+	assert_int_equal(bad, 0);
 }
 
 /* Relative L2 error ||got - want|| / ||want|| of n values, printed; 1 when
@@ -550,6 +930,10 @@ int main(void)
 	int rc;
 
 	if (ss_device_open(&dev, "cuda", errmsg)) {
+		/* the table's CPU side still runs: each op on its own */
+		const struct CMUnitTest cpu_only[] = { cmocka_unit_test(test_ops) };
+		if (cmocka_run_group_tests(cpu_only, NULL, NULL))
+			return 1;
 		printf("test_cuda_parity: skipped, no GPU to run on: %s\n", errmsg);
 		return 77;
 	}
@@ -558,10 +942,7 @@ int main(void)
 	if (sh && *sh)
 		snprintf(shared_dir, sizeof(shared_dir), "%s", sh);
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_embed_norms_argmax),
-		cmocka_unit_test(test_linear),
-		cmocka_unit_test(test_conv_dt),
-		cmocka_unit_test(test_scan),
+		cmocka_unit_test(test_ops),
 		cmocka_unit_test(test_golden),
 		cmocka_unit_test(test_model_f32),
 		cmocka_unit_test(test_model_bf16),

@@ -578,6 +578,17 @@ static float urand(uint64_t *s, float lo, float hi)
 	return lo + (hi - lo) * (float)((*s >> 40) * (1.0 / 16777216.0));
 }
 
+/* One sequence of n tokens through ss_ssm_scan_cpu (ss_ops.h). */
+static int scan1(const ss_scan_dims *d, int64_t n, const float *x, ptrdiff_t ldx, const float *B,
+		 ptrdiff_t ldb, const float *C, ptrdiff_t ldc, const float *dt, ptrdiff_t lddt,
+		 const float *A_log, const float *D, float *ssm, float *y, ptrdiff_t ldy,
+		 float *logdecay)
+{
+	const int64_t seq_start[2] = { 0, n };
+	return ss_ssm_scan_cpu(d, seq_start, 1, x, ldx, B, ldb, C, ldc, dt, lddt, A_log, D, ssm, 0,
+			       y, ldy, logdecay, 0);
+}
+
 /* Prop. 1 for one layer's scan: with x(u) the state reached from zero and
  * a(u) = A·Σdt its log-decay, x(u1·u2) = exp(a(u2))·x(u1) + x(u2).
  * Also: the whole-layer entry point equals itself cut at any token, y and all. */
@@ -591,7 +602,7 @@ static void test_scan_prop1(void **unused)
 	float *C = malloc(sizeof(float) * NT * BW), *dt = malloc(sizeof(float) * NT * H);
 	float *y = malloc(sizeof(float) * NT * XW), *y2 = malloc(sizeof(float) * NT * XW);
 	float *s12 = calloc(SL, 4), *s1 = calloc(SL, 4), *s2 = calloc(SL, 4), *comp = malloc(SL * 4);
-	float A[6], D[6], ld12[6] = { 0 }, ld1[6] = { 0 }, ld2[6] = { 0 };
+	float A_log[6], D[6], ld12[6] = { 0 }, ld1[6] = { 0 }, ld2[6] = { 0 };
 	uint64_t seed = 42;
 	size_t i, bad = 0;
 	int h;
@@ -605,13 +616,13 @@ static void test_scan_prop1(void **unused)
 	for (i = 0; i < (size_t)NT * H; i++)
 		dt[i] = urand(&seed, 0.001f, 0.2f);
 	for (h = 0; h < H; h++) {
-		A[h] = -urand(&seed, 1, 16);
+		A_log[h] = logf(urand(&seed, 1, 16));
 		D[h] = urand(&seed, 0.5f, 1.5f);
 	}
-	assert_int_equal(ss_ssm_scan_cpu(&d, NT, x, XW, B, BW, C, BW, dt, H, A, D, s12, y, XW, ld12), 0);
-	assert_int_equal(ss_ssm_scan_cpu(&d, N1, x, XW, B, BW, NULL, 0, dt, H, A, NULL, s1, NULL, 0, ld1), 0);
-	assert_int_equal(ss_ssm_scan_cpu(&d, N2, x + N1 * XW, XW, B + N1 * BW, BW, NULL, 0, dt + N1 * H,
-					 H, A, NULL, s2, NULL, 0, ld2), 0);
+	assert_int_equal(scan1(&d, NT, x, XW, B, BW, C, BW, dt, H, A_log, D, s12, y, XW, ld12), 0);
+	assert_int_equal(scan1(&d, N1, x, XW, B, BW, NULL, 0, dt, H, A_log, NULL, s1, NULL, 0, ld1), 0);
+	assert_int_equal(scan1(&d, N2, x + N1 * XW, XW, B + N1 * BW, BW, NULL, 0, dt + N1 * H,
+					 H, A_log, NULL, s2, NULL, 0, ld2), 0);
 	for (h = 0; h < H; h++) {
 		const float decay = expf(ld2[h]);
 		for (i = 0; i < (size_t)P * S; i++) {
@@ -627,9 +638,9 @@ static void test_scan_prop1(void **unused)
 
 	/* continuing from u1's state reproduces the whole run, y included */
 	memset(s1, 0, SL * 4);
-	assert_int_equal(ss_ssm_scan_cpu(&d, N1, x, XW, B, BW, C, BW, dt, H, A, D, s1, y2, XW, NULL), 0);
-	assert_int_equal(ss_ssm_scan_cpu(&d, N2, x + N1 * XW, XW, B + N1 * BW, BW, C + N1 * BW, BW,
-					 dt + N1 * H, H, A, D, s1, y2 + N1 * XW, XW, NULL), 0);
+	assert_int_equal(scan1(&d, N1, x, XW, B, BW, C, BW, dt, H, A_log, D, s1, y2, XW, NULL), 0);
+	assert_int_equal(scan1(&d, N2, x + N1 * XW, XW, B + N1 * BW, BW, C + N1 * BW, BW,
+					 dt + N1 * H, H, A_log, D, s1, y2 + N1 * XW, XW, NULL), 0);
 	bad += compare("ssm (continued)", s1, s12, SL, 1, 0.0, 0.0, NULL);
 	bad += compare("y (continued)", y2, y, (size_t)NT * XW, 1, 0.0, 0.0, NULL);
 
@@ -637,9 +648,9 @@ static void test_scan_prop1(void **unused)
 	{
 		ss_scan_dims bd = d;
 		bd.ngroups = 4; /* 6 heads do not split into 4 groups */
-		assert_int_equal(ss_ssm_scan_cpu(&bd, NT, x, XW, B, BW, C, BW, dt, H, A, D, s12, y, XW, NULL),
+		assert_int_equal(scan1(&bd, NT, x, XW, B, BW, C, BW, dt, H, A_log, D, s12, y, XW, NULL),
 				 SS_ERR_INVALID);
-		assert_int_equal(ss_ssm_scan_cpu(&d, NT, x, XW - 1, B, BW, C, BW, dt, H, A, D, s12, y, XW, NULL),
+		assert_int_equal(scan1(&d, NT, x, XW - 1, B, BW, C, BW, dt, H, A_log, D, s12, y, XW, NULL),
 				 SS_ERR_INVALID);
 	}
 	free(x); free(B); free(C); free(dt); free(y); free(y2);

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "ss.h"
+#include "util/opref.h"
 
 static uint64_t rng_state;
 
@@ -189,33 +190,6 @@ static void test_linear(void **st)
 
 /* ----------------------------------------------------------------- conv1d */
 
-/* Naive conv of a packed batch: y and the new states, in double. */
-static void conv_ref(double *y, double *nst, const float *x, int ldx, const int64_t *ss, int nseq,
-		     const float *state, const float *w /* [nch][K] */, const float *b, int nch, int K)
-{
-	const int K1 = K - 1;
-	for (int s = 0; s < nseq; s++) {
-		const int64_t r0 = ss[s], n = ss[s + 1] - r0;
-		for (int c = 0; c < nch; c++) {
-			/* the input stream: K1 state values, then the rows */
-			double *in = dalloc((size_t)(K1 + n));
-			for (int k = 0; k < K1; k++)
-				in[k] = state[((size_t)s * nch + c) * K1 + k];
-			for (int64_t t = 0; t < n; t++)
-				in[K1 + t] = x[(r0 + t) * ldx + c];
-			for (int64_t t = 0; t < n; t++) {
-				double acc = b[c];
-				for (int k = 0; k < K; k++)
-					acc += (double)w[c * K + k] * in[t + k];
-				y[(r0 + t) * nch + c] = acc / (1.0 + exp(-acc));
-			}
-			for (int k = 0; k < K1; k++)
-				nst[((size_t)s * nch + c) * K1 + k] = in[n + k];
-			free(in);
-		}
-	}
-}
-
 static void conv_case(int nch, int K, const int64_t *lens, int nseq, int slices)
 {
 	const int K1 = K - 1, ldx = nch + 5, ldy = nch + 1;
@@ -237,7 +211,7 @@ static void conv_case(int nch, int K, const int64_t *lens, int nseq, int slices)
 	for (int k = 0; k < K; k++)
 		for (int c = 0; c < nch; c++)
 			wt[k * nch + c] = w[c * K + k];
-	conv_ref(yw, nw, x, ldx, ss, nseq, state, w, b, nch, K);
+	opref_conv(yw, nw, x, ldx, ss, nseq, state, w, b, nch, K);
 	/* the op over channel slices, as forward.c calls it */
 	for (int i = 0; i < slices; i++) {
 		const int c0 = nch * i / slices, c1 = nch * (i + 1) / slices;
@@ -283,7 +257,7 @@ static void test_conv1d_step(void **st)
 	for (int k = 0; k < K; k++)
 		for (int c = 0; c < nch; c++)
 			wt[k * nch + c] = w[c * K + k];
-	conv_ref(yw, nw, x, ldx, ss, nseq, state, w, b, nch, K);
+	opref_conv(yw, nw, x, ldx, ss, nseq, state, w, b, nch, K);
 	ss_conv1d_step_cpu(y, nch, x, ldx, nseq, state, (ptrdiff_t)nch * K1, wt, nch, b, nch, K);
 	assert_int_equal(mismatches("conv_step.y", y, yw, (size_t)nseq * nch, 1e-5, 1e-5), 0);
 	assert_int_equal(mismatches("conv_step.state", state, nw, (size_t)nseq * nch * K1, 0, 0), 0);
@@ -326,36 +300,6 @@ typedef struct {
 	int H, P, N, G;
 } sdims;
 
-/* Naive scan in double of a packed batch. */
-static void scan_ref(const sdims *d, const int64_t *ss, int nseq, const float *x, int ldx,
-		     const float *B, const float *C, int ldb, const float *dt, const float *A_log,
-		     const float *D, double *ssm, double *y, double *ld)
-{
-	const int hpg = d->H / d->G;
-	for (int s = 0; s < nseq; s++)
-		for (int h = 0; h < d->H; h++) {
-			const int g = h / hpg;
-			const double A = -exp((double)A_log[h]);
-			double *S = ssm + ((size_t)s * d->H + h) * d->P * d->N;
-			double sum = 0;
-			for (int64_t r = ss[s]; r < ss[s + 1]; r++) {
-				const double dtv = dt[r * d->H + h], dA = exp(dtv * A);
-				sum += dtv;
-				for (int p = 0; p < d->P; p++) {
-					const double xv = x[r * ldx + h * d->P + p];
-					double acc = 0;
-					for (int n = 0; n < d->N; n++) {
-						double *e = &S[p * d->N + n];
-						*e = dA * *e + dtv * xv * B[r * ldb + g * d->N + n];
-						acc += *e * C[r * ldb + g * d->N + n];
-					}
-					y[r * d->H * d->P + h * d->P + p] = acc + (D ? D[h] : 0) * xv;
-				}
-			}
-			ld[s * d->H + h] += A * sum;
-		}
-}
-
 static void scan_case(const sdims *d, const int64_t *lens, int nseq, int step)
 {
 	const int HP = d->H * d->P, GN = d->G * d->N;
@@ -376,13 +320,13 @@ static void scan_case(const sdims *d, const int64_t *lens, int nseq, int step)
 		sw[i] = ssm[i];
 	for (int i = 0; i < nseq * d->H; i++)
 		lw[i] = ld[i];
-	scan_ref(d, ss, nseq, x, ldx, B, C, ldb, dt, A_log, D, sw, yw, lw);
 	const ss_scan_dims sd = { d->H, d->P, d->N, d->G };
+	opref_scan(&sd, ss, nseq, x, ldx, B, C, ldb, dt, A_log, D, sw, yw, lw);
 	if (step)
 		assert_int_equal(ss_ssm_step_cpu(&sd, nseq, x, ldx, B, ldb, C, ldb, dt, d->H, A_log, D,
 						 ssm, (ptrdiff_t)SL, y, ldy, ld, d->H), 0);
 	else
-		assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, nseq, x, ldx, B, ldb, C, ldb, dt, d->H,
+		assert_int_equal(ss_ssm_scan_cpu(&sd, ss, nseq, x, ldx, B, ldb, C, ldb, dt, d->H,
 							A_log, D, ssm, (ptrdiff_t)SL, y, ldy, ld, d->H), 0);
 	for (int64_t r = 0; r < T; r++)
 		memcpy(yc + r * HP, y + r * ldy, (size_t)HP * sizeof(float));
@@ -420,19 +364,19 @@ static void test_scan_state_only(void **st)
 	float *s1 = rnd(3 * SL, -1, 1), *s2 = malloc(3 * SL * sizeof(float)), *y = malloc((size_t)T * HP * sizeof(float));
 	float l1[6] = { 0 }, l2[6] = { 0 };
 	memcpy(s2, s1, 3 * SL * sizeof(float));
-	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1, SL,
+	assert_int_equal(ss_ssm_scan_cpu(&sd, ss, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1, SL,
 						y, HP, l1, 2), 0);
-	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, 3, x, HP, B, N, NULL, 0, dt, 2, A_log, D, s2,
+	assert_int_equal(ss_ssm_scan_cpu(&sd, ss, 3, x, HP, B, N, NULL, 0, dt, 2, A_log, D, s2,
 						SL, NULL, 0, l2, 2), 0);
 	assert_memory_equal(s1, s2, 3 * SL * sizeof(float));
 	assert_memory_equal(l1, l2, sizeof(l1));
 	/* bad dims and strides */
 	const ss_scan_dims bad = { 3, 3, 16, 2 };
-	assert_int_equal(ss_ssm_scan_varlen_cpu(&bad, ss, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1, SL,
+	assert_int_equal(ss_ssm_scan_cpu(&bad, ss, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1, SL,
 						y, HP, l1, 2), SS_ERR_INVALID);
-	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, ss, 3, x, HP - 1, B, N, C, N, dt, 2, A_log, D, s1,
+	assert_int_equal(ss_ssm_scan_cpu(&sd, ss, 3, x, HP - 1, B, N, C, N, dt, 2, A_log, D, s1,
 						SL, y, HP, l1, 2), SS_ERR_INVALID);
-	assert_int_equal(ss_ssm_scan_varlen_cpu(&sd, NULL, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1,
+	assert_int_equal(ss_ssm_scan_cpu(&sd, NULL, 3, x, HP, B, N, C, N, dt, 2, A_log, D, s1,
 						SL, y, HP, l1, 2), SS_ERR_INVALID);
 	free(x); free(B); free(C); free(dt); free(A_log); free(D); free(s1); free(s2); free(y);
 }

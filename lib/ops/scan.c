@@ -1,5 +1,8 @@
 /*
- * scan.c — the Mamba-2 selective scan on the CPU, one head at a time.
+ * scan.c — the Mamba-2 selective scan on the CPU, ss_ssm_scan_cpu and
+ * ss_ssm_step_cpu (ss_ops.h), one head at a time through ss_scan_head.
+ * Twin: kernels/scan.cu (and kernels/ssd.cu, the chunked form; on the CPU
+ * that is ops/ssd.c).
  *
  * Per token t (golden/README.md §2; mamba_ssm modules/mamba2.py step()):
  *   s = exp(dt*A) * s + dt * outer(x, B);   y = s @ C + D * x
@@ -17,7 +20,7 @@
 #include <string.h>
 
 #include "ss.h"
-#include "scan.h"
+#include "ops/scan.h"
 #include "vec.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -195,115 +198,82 @@ double ss_scan_head(const ss_scan_head_args *a)
 	return scan_head_generic(a);
 }
 
-int ss_ssm_scan_cpu(const ss_scan_dims *d, int64_t n,
-		    const float *x, ptrdiff_t ldx,
-		    const float *B, ptrdiff_t ldb,
-		    const float *C, ptrdiff_t ldc,
-		    const float *dt, ptrdiff_t lddt,
-		    const float *A, const float *D,
-		    float *ssm, float *y, ptrdiff_t ldy, float *logdecay)
+static int scan_args_ok(const ss_scan_dims *d, const float *x, ptrdiff_t ldx, const float *B,
+			ptrdiff_t ldb, const float *C, ptrdiff_t ldc, const float *dt,
+			ptrdiff_t lddt, const float *A_log, const float *ssm, const float *y,
+			ptrdiff_t ldy)
 {
-	int h, hpg;
+	return d && d->nheads > 0 && d->headdim > 0 && d->d_state > 0 && d->ngroups > 0 &&
+	       d->nheads % d->ngroups == 0 && x && B && dt && A_log && ssm && (!y || C) &&
+	       ldx >= (ptrdiff_t)d->nheads * d->headdim && ldb >= (ptrdiff_t)d->ngroups * d->d_state &&
+	       lddt >= d->nheads && (!y || ldy >= (ptrdiff_t)d->nheads * d->headdim) &&
+	       (!y || ldc >= (ptrdiff_t)d->ngroups * d->d_state);
+}
 
-	if (!d || n < 0 || d->nheads <= 0 || d->headdim <= 0 || d->d_state <= 0 ||
-	    d->ngroups <= 0 || d->nheads % d->ngroups != 0 || !ssm || !A)
+/* The scan of nseq sequences; seq_start NULL = one row each. */
+static int scan_batch(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
+		      const float *x, ptrdiff_t ldx, const float *B, ptrdiff_t ldb,
+		      const float *C, ptrdiff_t ldc, const float *dt, ptrdiff_t lddt,
+		      const float *A_log, const float *D, float *ssm, ptrdiff_t ld_ssm,
+		      float *y, ptrdiff_t ldy, float *logdecay, ptrdiff_t ld_logdecay)
+{
+	const size_t hs = (size_t)d->headdim * d->d_state;
+	int s, h, hpg;
+
+	if (nseq < 0)
 		return SS_ERR_INVALID;
-	if (n == 0)
+	if (nseq == 0)
 		return 0;
-	if (!x || !B || !dt || (y && !C) ||
-	    ldx < (ptrdiff_t)d->nheads * d->headdim || ldb < (ptrdiff_t)d->ngroups * d->d_state ||
-	    lddt < d->nheads || (y && ldy < (ptrdiff_t)d->nheads * d->headdim) ||
-	    (y && ldc < (ptrdiff_t)d->ngroups * d->d_state))
+	if (!scan_args_ok(d, x, ldx, B, ldb, C, ldc, dt, lddt, A_log, ssm, y, ldy))
 		return SS_ERR_INVALID;
 	hpg = d->nheads / d->ngroups;
-	for (h = 0; h < d->nheads; h++) {
-		const int g = h / hpg;
-		ss_scan_head_args a = {
-			.n = n, .P = d->headdim, .N = d->d_state,
-			.x = x + (ptrdiff_t)h * d->headdim, .ldx = ldx,
-			.B = B + (ptrdiff_t)g * d->d_state, .ldb = ldb,
-			.C = y ? C + (ptrdiff_t)g * d->d_state : NULL, .ldc = ldc,
-			.dt = dt + h, .lddt = lddt,
-			.A = A[h], .D = D ? D[h] : 0.0f,
-			.s = ssm + (size_t)h * d->headdim * d->d_state,
-			.y = y ? y + (ptrdiff_t)h * d->headdim : NULL, .ldy = ldy,
-		};
-		double dtsum = ss_scan_head(&a);
-		if (logdecay)
-			logdecay[h] = (float)((double)logdecay[h] + (double)A[h] * dtsum);
+	for (s = 0; s < nseq; s++) {
+		const int64_t r0 = seq_start ? seq_start[s] : s;
+		const int64_t n = seq_start ? seq_start[s + 1] - r0 : 1;
+		if (n < 0)
+			return SS_ERR_INVALID;
+		if (n == 0)
+			continue;
+		for (h = 0; h < d->nheads; h++) {
+			const int g = h / hpg;
+			ss_scan_head_args a = {
+				.n = n, .P = d->headdim, .N = d->d_state,
+				.x = x + r0 * ldx + (ptrdiff_t)h * d->headdim, .ldx = ldx,
+				.B = B + r0 * ldb + (ptrdiff_t)g * d->d_state, .ldb = ldb,
+				.C = y ? C + r0 * ldc + (ptrdiff_t)g * d->d_state : NULL, .ldc = ldc,
+				.dt = dt + r0 * lddt + h, .lddt = lddt,
+				.A = -expf(A_log[h]), .D = D ? D[h] : 0.0f,
+				.s = ssm + s * ld_ssm + (size_t)h * hs,
+				.y = y ? y + r0 * ldy + (ptrdiff_t)h * d->headdim : NULL, .ldy = ldy,
+			};
+			const double dtsum = ss_scan_head(&a);
+			if (logdecay) {
+				float *ld = logdecay + s * ld_logdecay + h;
+				*ld = (float)((double)*ld - exp((double)A_log[h]) * dtsum);
+			}
+		}
 	}
 	return 0;
 }
 
-size_t ss_scan_chunked_work(int nh, int P)
+int ss_ssm_scan_cpu(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
+		    const float *x, ptrdiff_t ldx, const float *B, ptrdiff_t ldb,
+		    const float *C, ptrdiff_t ldc, const float *dt, ptrdiff_t lddt,
+		    const float *A_log, const float *D, float *ssm, ptrdiff_t ld_ssm,
+		    float *y, ptrdiff_t ldy, float *logdecay, ptrdiff_t ld_logdecay)
 {
-	const size_t Q = SS_SCAN_CHUNK;
-	return 2 * Q * Q + Q * (size_t)nh * (size_t)P + 4 * Q;
+	if (!seq_start)
+		return SS_ERR_INVALID;
+	return scan_batch(d, seq_start, nseq, x, ldx, B, ldb, C, ldc, dt, lddt, A_log, D, ssm,
+			  ld_ssm, y, ldy, logdecay, ld_logdecay);
 }
 
-/* Per chunk of q rows, with dA_i = exp(dt_i·A) and L_ij = dA_{j+1}···dA_i
- * (j <= i, the decay from token j to token i; L_ii = 1), e_i = dA_0···dA_i,
- * S the states at the chunk's start:
- *   y_i = e_i·(C_i·S) + Σ_{j<=i} (C_i·B_j)·L_ij·dt_j·x_j + D·x_i
- *   S' = e_{q-1}·S + Σ_j L_{q-1,j}·dt_j·x_jᵀB_j
- * C·S for all nh heads is one product (the states are [nh·P][N]), and so
- * is the state update (the weighted x of all heads side by side). */
-void ss_scan_chunked(const ss_scan_chunked_args *a)
+int ss_ssm_step_cpu(const ss_scan_dims *d, int nseq, const float *x, ptrdiff_t ldx,
+		    const float *B, ptrdiff_t ldb, const float *C, ptrdiff_t ldc,
+		    const float *dt, ptrdiff_t lddt, const float *A_log, const float *D,
+		    float *ssm, ptrdiff_t ld_ssm, float *y, ptrdiff_t ldy, float *logdecay,
+		    ptrdiff_t ld_logdecay)
 {
-	const int Q = SS_SCAN_CHUNK, P = a->P, N = a->N, nh = a->nh, HP = nh * P;
-	float *G = a->work, *M = G + Q * Q, *Xw = M + Q * Q, *Ld = Xw + (size_t)Q * HP;
-	float *e = Ld + Q, *dA = e + Q, *dt = dA + Q;
-	int64_t t0;
-	int k, i, j;
-
-	for (k = 0; k < nh; k++)
-		a->dtsum[k] = 0.0;
-	for (t0 = 0; t0 < a->n; t0 += Q) {
-		const int q = a->n - t0 < Q ? (int)(a->n - t0) : Q;
-		const float *x = a->x + t0 * a->ldx, *B = a->B + t0 * a->ldb;
-		float *y = a->y ? a->y + t0 * a->ldy : NULL;
-
-		if (y) {
-			const float *C = a->C + t0 * a->ldc;
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q, q, N, 1.0f, C,
-				    (blasint)a->ldc, B, (blasint)a->ldb, 0.0f, G, Q);
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q, HP, N, 1.0f, C,
-				    (blasint)a->ldc, a->s, N, 0.0f, y, (blasint)a->ldy);
-		}
-		for (k = 0; k < nh; k++) {
-			const float *xk = x + k * P;
-			float run = 1.0f;
-
-			for (i = 0; i < q; i++) {
-				dt[i] = a->dt[(t0 + i) * a->lddt + k];
-				a->dtsum[k] += dt[i];
-				dA[i] = expf(dt[i] * a->A[k]);
-				e[i] = run *= dA[i];
-			}
-			/* row i of Ld: L_ij·dt_j, j <= i */
-			for (i = 0; i < q; i++) {
-				ss_vec_scale(Ld, Ld, dA[i], i);
-				Ld[i] = dt[i];
-				if (y) {
-					ss_vec_scale_mul(M + i * Q, G + i * Q, 1.0f, Ld, i + 1);
-					memset(M + i * Q + i + 1, 0, (size_t)(q - i - 1) * sizeof(float));
-				}
-			}
-			if (y) {
-				float *yk = y + k * P;
-				for (i = 0; i < q; i++)
-					ss_vec_axpby(yk + i * a->ldy, e[i], xk + i * a->ldx,
-						     a->D ? a->D[k] : 0.0f, P);
-				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q, P, q, 1.0f, M, Q, xk,
-					    (blasint)a->ldx, 1.0f, yk, (blasint)a->ldy);
-			}
-			/* Ld is now row q-1: the weights to the chunk's end */
-			for (j = 0; j < q; j++)
-				ss_vec_scale(Xw + (size_t)j * HP + k * P, xk + j * a->ldx, Ld[j], P);
-			ss_vec_scale(a->s + (size_t)k * P * N, a->s + (size_t)k * P * N, e[q - 1],
-				     (int64_t)P * N);
-		}
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, HP, N, q, 1.0f, Xw, HP, B,
-			    (blasint)a->ldb, 1.0f, a->s, N);
-	}
+	return scan_batch(d, NULL, nseq, x, ldx, B, ldb, C, ldc, dt, lddt, A_log, D, ssm, ld_ssm,
+			  y, ldy, logdecay, ld_logdecay);
 }

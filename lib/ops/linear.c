@@ -1,12 +1,16 @@
 /*
- * matvec.c — the linear op with bf16/f16 weights. See matvec.h.
+ * linear.c — the linear op on the CPU, ss_linear_cpu (ss_ops.h): f32
+ * weights through the BLAS, bf16/f16 weights through ss_matvec_w16 below
+ * (ops/linear.h). Twin: kernels/linear.cu.
  *
- * One row of W against one row of x at a time: 8 f32 lanes (widened from 8
+ * ss_matvec_w16: one row of W against one row of x at a time: 8 f32 lanes (widened from 8
  * weights: bf16 by a 16-bit shift, f16 by F16C), four independent FMA
  * chains, one fixed horizontal sum and the K % 8 tail in order, so every
  * y[m][n] has one summation order for a given K.
  */
-#include "matvec.h"
+#include "blas.h"
+
+#include "ops/linear.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -127,4 +131,26 @@ void ss_matvec_widen(float *dst, const void *src, ss_dtype wt, size_t n)
 	}
 #endif
 	ss_to_f32(dst, src, wt, n);
+}
+
+int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
+		  ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta)
+{
+	if (M < 0 || N < 0 || K < 0 || ldy < N || ldx < K)
+		return SS_ERR_INVALID;
+	if (wt != SS_DTYPE_F32 && wt != SS_DTYPE_BF16 && wt != SS_DTYPE_F16)
+		return SS_ERR_UNSUPPORTED;
+	if (M == 0 || N == 0)
+		return 0;
+	if (wt != SS_DTYPE_F32) {
+		ss_matvec_w16(y, ldy, x, ldx, W, wt, M, N, K, beta);
+		return 0;
+	}
+	if (M == 1)
+		cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)N, (blasint)K, 1.0f, W, (blasint)K,
+			    x, 1, beta, y, 1);
+	else
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)M, (blasint)N,
+			    (blasint)K, 1.0f, x, (blasint)ldx, W, (blasint)K, beta, y, (blasint)ldy);
+	return 0;
 }

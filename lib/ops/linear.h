@@ -1,5 +1,5 @@
 /*
- * matvec.h — the linear op with 16-bit weights (internal to libss; behind
+ * ops/linear.h — the linear op with 16-bit weights (internal to libss; behind
  * ss_linear_cpu): y[m][n] = W[n]·x[m] + beta·y[m][n], W in bf16 or f16,
  * x, y and the accumulation in f32. Decode (M = 1) streams W once, so its
  * speed is the bytes of W per second: half those of f32 weights.

@@ -1,6 +1,7 @@
 /*
- * scan.h — the per-head selective-scan kernel (internal to libss; the public
- * whole-layer entry point is ss_ssm_scan_cpu in ss_forward.h).
+ * ops/scan.h — the per-head selective-scan kernel (ops/scan.c) and its
+ * chunked SSD form (ops/ssd.c), internal to libss; the public whole-layer
+ * ops are ss_ssm_scan_cpu and ss_ssm_step_cpu in ss_ops.h.
  */
 #ifndef SS_SCAN_H
 #define SS_SCAN_H

@@ -1,0 +1,81 @@
+/*
+ * conv.c — the causal depthwise conv1d + SiLU on the CPU, ss_conv1d_silu_cpu
+ * and its decode step ss_conv1d_step_cpu (ss_ops.h). Twin: kernels/conv.cu.
+ */
+#include <string.h>
+
+#include "ss.h"
+#include "vec.h"
+
+/* Channels gathered from a conv state per step (stack buffer). */
+#define CONV_CHUNK 256
+
+/* One sequence of rows [0, n) (pointers at its first row). */
+static void conv_seq(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, int64_t n,
+		     float *st, const float *wt, ptrdiff_t ldw, const float *b, int nch, int K)
+{
+	const int K1 = K - 1;
+	float tmp[CONV_CHUNK];
+	int64_t t;
+	int k, c, c0;
+
+	for (t = 0; t < n; t++) {
+		float *out = y + t * ldy;
+		memcpy(out, b, (size_t)nch * sizeof(float));
+		for (k = 0; k < K; k++) {
+			const int64_t u = t - K1 + k; /* input row within the sequence */
+			if (u >= 0) {
+				ss_vec_fma(out, wt + k * ldw, x + u * ldx, nch);
+				continue;
+			}
+			/* the tap falls before the sequence: its conv state column */
+			for (c0 = 0; c0 < nch; c0 += CONV_CHUNK) {
+				const int m = nch - c0 < CONV_CHUNK ? nch - c0 : CONV_CHUNK;
+				for (c = 0; c < m; c++)
+					tmp[c] = st[(size_t)(c0 + c) * K1 + (K1 + u)];
+				ss_vec_fma(out + c0, wt + k * ldw + c0, tmp, m);
+			}
+		}
+		ss_vec_silu(out, nch);
+	}
+	if (K1 <= 0 || n == 0)
+		return;
+	/* the new state: the last K1 inputs of [old state | rows] */
+	if (n >= K1) {
+		for (k = 0; k < K1; k++) {
+			const float *in = x + (n - K1 + k) * ldx;
+			for (c = 0; c < nch; c++)
+				st[(size_t)c * K1 + k] = in[c];
+		}
+		return;
+	}
+	for (c = 0; c < nch; c++) {
+		float *w = st + (size_t)c * K1;
+		for (k = 0; k < K1 - n; k++)
+			w[k] = w[k + n];
+		for (k = 0; k < n; k++)
+			w[K1 - n + k] = x[k * ldx + c];
+	}
+}
+
+void ss_conv1d_silu_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+			const int64_t *seq_start, int nseq, float *conv_state, ptrdiff_t ld_state,
+			const float *wt, ptrdiff_t ldw, const float *b, int nch, int d_conv)
+{
+	int s;
+
+	for (s = 0; s < nseq; s++) {
+		const int64_t r0 = seq_start ? seq_start[s] : s;
+		const int64_t n = seq_start ? seq_start[s + 1] - r0 : 1;
+		conv_seq(y + r0 * ldy, ldy, x + r0 * ldx, ldx, n, conv_state + s * ld_state, wt, ldw,
+			 b, nch, d_conv);
+	}
+}
+
+void ss_conv1d_step_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, int nseq,
+			float *conv_state, ptrdiff_t ld_state, const float *wt, ptrdiff_t ldw,
+			const float *b, int nch, int d_conv)
+{
+	ss_conv1d_silu_cpu(y, ldy, x, ldx, NULL, nseq, conv_state, ld_state, wt, ldw, b, nch,
+			   d_conv);
+}

@@ -1,0 +1,31 @@
+/*
+ * dt.c — dt = softplus(raw + dt_bias), clamped, on the CPU,
+ * ss_dt_softplus_cpu (ss_ops.h). Twin: kernels/dt.cu.
+ */
+#include <math.h>
+
+#include "ss.h"
+
+/* torch.nn.functional.softplus with its default threshold 20. */
+static inline float softplus(float x)
+{
+	return x > 20.0f ? x : log1pf(expf(x));
+}
+
+void ss_dt_softplus_cpu(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t ldr,
+			const float *dt_bias, int64_t n, int nheads, float dt_min, float dt_max)
+{
+	const int clamp_hi = isfinite(dt_max), clamp_lo = dt_min > 0.0f;
+	int64_t r;
+	int h;
+
+	for (r = 0; r < n; r++)
+		for (h = 0; h < nheads; h++) {
+			float v = softplus(raw[r * ldr + h] + dt_bias[h]);
+			if (clamp_hi && v > dt_max)
+				v = dt_max;
+			if (clamp_lo && v < dt_min)
+				v = dt_min;
+			dt[r * lddt + h] = v;
+		}
+}
