@@ -792,29 +792,54 @@ int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *o
 	return w_write(w, frame, len);
 }
 
-int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset)
+/* Feeds ib to the open frame: ZSTD_e_continue until all of it is taken,
+ * ZSTD_e_end until the frame is complete. Output goes out through a fixed
+ * chunk, so a record costs one chunk of memory beyond its input. */
+static int w_compress(ss_writer *w, ZSTD_inBuffer *ib, ZSTD_EndDirective op)
 {
-	/* Streamed through a fixed chunk so that writing a record costs the
-	 * record plus one chunk of memory; the pledged size puts the content
-	 * size in the frame header, as readers require. */
+	for (;;) {
+		ZSTD_outBuffer ob = { w->cbuf, w->ccap, 0 };
+		size_t left = ZSTD_compressStream2(w->cctx, &ob, ib, op);
+		if (ZSTD_isError(left))
+			return SS_ERR_NOMEM;
+		int rc = w_write(w, w->cbuf, ob.pos);
+		if (rc)
+			return rc;
+		if (op == ZSTD_e_end ? left == 0 : ib->pos == ib->size)
+			return 0;
+	}
+}
+
+int ss_writer_begin(ss_writer *w, uint64_t len, uint64_t *offset)
+{
+	/* The pledged size puts the content size in the frame header, as
+	 * readers require. */
 	if (offset)
 		*offset = w->off;
 	if (grow(&w->cbuf, &w->ccap, ZSTD_CStreamOutSize()) != 0)
 		return SS_ERR_NOMEM;
 	ZSTD_CCtx_reset(w->cctx, ZSTD_reset_session_only);
 	ZSTD_CCtx_setPledgedSrcSize(w->cctx, len);
+	return 0;
+}
+
+int ss_writer_add(ss_writer *w, const void *buf, size_t len)
+{
 	ZSTD_inBuffer ib = { buf, len, 0 };
-	for (;;) {
-		ZSTD_outBuffer ob = { w->cbuf, w->ccap, 0 };
-		size_t left = ZSTD_compressStream2(w->cctx, &ob, &ib, ZSTD_e_end);
-		if (ZSTD_isError(left))
-			return SS_ERR_NOMEM;
-		int rc = w_write(w, w->cbuf, ob.pos);
-		if (rc)
-			return rc;
-		if (left == 0)
-			return 0;
-	}
+	return len ? w_compress(w, &ib, ZSTD_e_continue) : 0;
+}
+
+int ss_writer_end(ss_writer *w)
+{
+	ZSTD_inBuffer ib = { NULL, 0, 0 };
+	return w_compress(w, &ib, ZSTD_e_end);
+}
+
+int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset)
+{
+	int rc = ss_writer_begin(w, len, offset);
+	ZSTD_inBuffer ib = { buf, len, 0 };
+	return rc ? rc : w_compress(w, &ib, ZSTD_e_end);
 }
 
 int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score)
