@@ -237,13 +237,33 @@ static long long frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64
 	 * per-block headers; anything longer is corrupt. */
 	uint64_t limit = ZSTD_compressBound((size_t)content) + hsz + 3 * (content / 1024 + 2) + 8;
 	for (;;) {
-		long long got = in_fill(r, off, 3, r->pos);
+		/* Past the window of a file, only the 3 header bytes are read
+		 * (pread: the window and the stream position stay as they are);
+		 * filling the window would read 64 KiB of each 128 KiB block. */
+		unsigned char hb[3];
+		const unsigned char *p = hb;
+		long long got;
+		if (r->seekable && (off < r->base || off + 3 > r->base + r->len)) {
+			got = 0;
+			while (got < 3) {
+				ssize_t n = pread(fileno(r->f), hb + got, 3 - (size_t)got, (off_t)(off + (uint64_t)got));
+				if (n < 0 && errno == EINTR)
+					continue;
+				if (n < 0)
+					got = SS_ERR_IO;
+				if (n <= 0)
+					break;
+				got += n;
+			}
+		} else {
+			got = in_fill(r, off, 3, r->pos);
+			p = r->buf + (off - r->base);
+		}
 		if (got < 0)
 			return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
 		if (got < 3)
 			return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (block header at byte %llu)",
 				    (unsigned long long)off);
-		const unsigned char *p = r->buf + (off - r->base);
 		uint32_t bh = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
 		int last = bh & 1, type = (bh >> 1) & 3;
 		uint32_t bsize = bh >> 3;
