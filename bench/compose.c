@@ -16,7 +16,8 @@
  * Prints best-of-3 wall time, GB/s of state data (decompressed record
  * bytes), peak RSS, and the ratio to decomp. Figures only, no pass/fail.
  *
- * The last line of each storage compares the tool with decompression alone,
+ * The last lines of each storage compare the tool (picaso-r, at levels -1
+ * and 3, and soup) with decompression alone,
  * -R rounds interleaved (default 5), as min and median of the per-round
  * ratios of wall time and of CPU time (user + system, the tool included).
  *
@@ -239,6 +240,7 @@ static void run_child(job_t *j, double *secs, uint64_t *bytes, double *rss_mb)
 	int fds[2];
 	if (pipe(fds))
 		die("pipe", "failed");
+	fflush(stdout); /* else a child that dies (exit) prints our buffer again */
 	pid_t p = fork();
 	if (p == 0) {
 		close(fds[0]);
@@ -277,8 +279,9 @@ static void run_child(job_t *j, double *secs, uint64_t *bytes, double *rss_mb)
  * the per-round ratios of wall and of CPU time. */
 static void tool_vs_decomp(const char *path, const char *tool, const char *out, int rounds)
 {
-	static const char *const levels[2] = { NULL, "3" };
-	double rw[2][64], rc[2][64];
+	static const struct { ss_compose_mode mode; const char *level; } v_of[3] = {
+		{ SS_COMPOSE_PICASO_R, NULL }, { SS_COMPOSE_PICASO_R, "3" }, { SS_COMPOSE_SOUP, NULL } };
+	double rw[3][64], rc[3][64];
 	uint64_t bytes;
 	double rss;
 
@@ -287,19 +290,20 @@ static void tool_vs_decomp(const char *path, const char *tool, const char *out, 
 		double dwall, dcpu;
 		run_child(&d, &dwall, &bytes, &rss);
 		dcpu = last_cpu;
-		for (int v = 0; v < 2; v++) {
-			job_t t = {J_TOOL, SS_COMPOSE_PICASO_R, path, tool, out, 0, 0, 0, levels[v]};
+		for (int v = 0; v < 3; v++) {
+			job_t t = {J_TOOL, v_of[v].mode, path, tool, out, 0, 0, 0, v_of[v].level};
 			double twall;
 			run_child(&t, &twall, &bytes, &rss);
 			rw[v][r] = twall / dwall;
 			rc[v][r] = last_cpu / dcpu;
 		}
 	}
-	for (int v = 0; v < 2; v++)
-		printf("  tool picaso-r%-5s / decompress only, %d rounds interleaved: wall min %.2f median %.2f, "
+	for (int v = 0; v < 3; v++)
+		printf("  tool %-8s%-5s / decompress only, %d rounds interleaved: wall min %.2f median %.2f, "
 		       "CPU min %.2f median %.2f%s\n",
-		       levels[v] ? " -l 3" : "", rounds, bench_min(rw[v], rounds), bench_median(rw[v], rounds),
-		       bench_min(rc[v], rounds), bench_median(rc[v], rounds), levels[v] ? "" : " (goal <= 1.2)");
+		       ss_compose_mode_name(v_of[v].mode), v_of[v].level ? " -l 3" : "", rounds,
+		       bench_min(rw[v], rounds), bench_median(rw[v], rounds), bench_min(rc[v], rounds),
+		       bench_median(rc[v], rounds), v_of[v].level ? "" : " (goal <= 1.2)");
 }
 
 static double bench(job_t *j, int reps, uint64_t *bytes, double *rss)

@@ -61,16 +61,52 @@ static void pk_str(msgpack_packer *pk, const char *s)
 
 static void pk_key(msgpack_packer *pk, const char *k) { pk_str(pk, k); }
 
-/* Packs a bin of n f32 values stored as dtype t, converting straight into
- * the output buffer. */
-static void pk_array(msgpack_packer *pk, buf_t *b, const float *v, size_t n, ss_dtype t)
+/* The arrays of a state record, kept out of the packed bytes: each goes
+ * into the zstd stream straight from the state, at byte `at` of the packed
+ * msgpack. */
+typedef struct {
+	struct {
+		size_t at;
+		const float *v;
+		size_t n;
+		ss_dtype t;
+	} a[4];
+	int n;
+	uint64_t bytes;
+} arrays_t;
+
+/* Packs the header of a bin of n f32 values stored as dtype t and notes
+ * where its body goes. */
+static void pk_array(msgpack_packer *pk, buf_t *b, arrays_t *arr, const float *v, size_t n, ss_dtype t)
 {
 	size_t bytes = n * ss_dtype_size(t);
 	msgpack_pack_bin(pk, bytes);
-	if (buf_reserve(b, bytes) != 0)
-		return;
-	ss_from_f32(b->p + b->len, t, v, n);
-	b->len += bytes;
+	arr->a[arr->n].at = b->len;
+	arr->a[arr->n].v = v;
+	arr->a[arr->n].n = n;
+	arr->a[arr->n].t = t;
+	arr->n++;
+	arr->bytes += bytes;
+}
+
+/* Compresses one array's body: f32 as it lies in memory (little-endian
+ * hosts only, as ss_from_f32), f16/bf16 converted a chunk at a time. */
+static int put_array(ss_writer *w, const float *v, size_t n, ss_dtype t)
+{
+	if (t == SS_DTYPE_F32)
+		return ss_writer_add(w, v, n * 4);
+	enum { CHUNK = 32768 };
+	uint16_t *tmp = malloc(CHUNK * sizeof *tmp);
+	if (!tmp)
+		return SS_ERR_NOMEM;
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i += CHUNK) {
+		size_t m = n - i < CHUNK ? n - i : CHUNK;
+		ss_from_f32(tmp, t, v + i, m);
+		rc = ss_writer_add(w, tmp, m * 2);
+	}
+	free(tmp);
+	return rc;
 }
 
 static void pk_header(msgpack_packer *pk, const char *format, int n_keys, const char *id)
@@ -189,12 +225,11 @@ int ss_state_dims_check(const ss_state_dims *a, const ss_state_dims *b, char *er
 int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 {
 	const ss_state_dims *d = &s->dims;
-	size_t es = ss_dtype_size(s->dtype);
 	buf_t b = {0};
+	arrays_t arr = {0};
 	msgpack_packer pk;
 	msgpack_packer_init(&pk, &b, buf_write);
-	buf_reserve(&b, 4096 + (ss_state_ssm_len(d) + ss_state_conv_len(d)) * es + ss_state_logdecay_len(d) * 4 +
-			(s->weights ? ss_state_logdecay_len(d) * s->n_sources * 4 : 0));
+	buf_reserve(&b, 4096);
 	int n_keys = 16 + (s->mode != NULL) + 2 * (s->has_rank != 0);
 	pk_header(&pk, SS_FORMAT_STATES, n_keys, s->id);
 	pk_key(&pk, "fingerprint");
@@ -219,7 +254,7 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 			pk_str(&pk, s->sources[i] ? s->sources[i] : "");
 		if (s->weights) {
 			pk_key(&pk, "weights");
-			pk_array(&pk, &b, s->weights, ss_state_logdecay_len(d) * (size_t)s->n_sources, SS_DTYPE_F32);
+			pk_array(&pk, &b, &arr, s->weights, ss_state_logdecay_len(d) * (size_t)s->n_sources, SS_DTYPE_F32);
 		}
 	}
 	if (s->has_rank) {
@@ -230,12 +265,25 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 	}
 	/* Small arrays first, conv and ssm last: ss_reader_next_meta relies on it. */
 	pk_key(&pk, "logdecay");
-	pk_array(&pk, &b, s->logdecay, ss_state_logdecay_len(d), SS_DTYPE_F32);
+	pk_array(&pk, &b, &arr, s->logdecay, ss_state_logdecay_len(d), SS_DTYPE_F32);
 	pk_key(&pk, "conv");
-	pk_array(&pk, &b, s->conv, ss_state_conv_len(d), s->dtype);
+	pk_array(&pk, &b, &arr, s->conv, ss_state_conv_len(d), s->dtype);
 	pk_key(&pk, "ssm");
-	pk_array(&pk, &b, s->ssm, ss_state_ssm_len(d), s->dtype);
-	int rc = b.oom ? SS_ERR_NOMEM : ss_writer_put(w, b.p, b.len, offset);
+	pk_array(&pk, &b, &arr, s->ssm, ss_state_ssm_len(d), s->dtype);
+	/* The packed bytes with the arrays' bodies spliced in, streamed into
+	 * one frame: a state is never copied whole (19 MB for 130m in f32). */
+	int rc = b.oom ? SS_ERR_NOMEM : ss_writer_begin(w, b.len + arr.bytes, offset);
+	size_t from = 0;
+	for (int i = 0; i < arr.n && !rc; i++) {
+		rc = ss_writer_add(w, b.p + from, arr.a[i].at - from);
+		if (!rc)
+			rc = put_array(w, arr.a[i].v, arr.a[i].n, arr.a[i].t);
+		from = arr.a[i].at;
+	}
+	if (!rc)
+		rc = ss_writer_add(w, b.p + from, b.len - from);
+	if (!rc)
+		rc = ss_writer_end(w);
 	free(b.p);
 	return rc;
 }

@@ -237,13 +237,33 @@ static long long frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64
 	 * per-block headers; anything longer is corrupt. */
 	uint64_t limit = ZSTD_compressBound((size_t)content) + hsz + 3 * (content / 1024 + 2) + 8;
 	for (;;) {
-		long long got = in_fill(r, off, 3, r->pos);
+		/* Past the window of a file, only the 3 header bytes are read
+		 * (pread: the window and the stream position stay as they are);
+		 * filling the window would read 64 KiB of each 128 KiB block. */
+		unsigned char hb[3];
+		const unsigned char *p = hb;
+		long long got;
+		if (r->seekable && (off < r->base || off + 3 > r->base + r->len)) {
+			got = 0;
+			while (got < 3) {
+				ssize_t n = pread(fileno(r->f), hb + got, 3 - (size_t)got, (off_t)(off + (uint64_t)got));
+				if (n < 0 && errno == EINTR)
+					continue;
+				if (n < 0)
+					got = SS_ERR_IO;
+				if (n <= 0)
+					break;
+				got += n;
+			}
+		} else {
+			got = in_fill(r, off, 3, r->pos);
+			p = r->buf + (off - r->base);
+		}
 		if (got < 0)
 			return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
 		if (got < 3)
 			return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (block header at byte %llu)",
 				    (unsigned long long)off);
-		const unsigned char *p = r->buf + (off - r->base);
 		uint32_t bh = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
 		int last = bh & 1, type = (bh >> 1) & 3;
 		uint32_t bsize = bh >> 3;
@@ -792,29 +812,54 @@ int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *o
 	return w_write(w, frame, len);
 }
 
-int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset)
+/* Feeds ib to the open frame: ZSTD_e_continue until all of it is taken,
+ * ZSTD_e_end until the frame is complete. Output goes out through a fixed
+ * chunk, so a record costs one chunk of memory beyond its input. */
+static int w_compress(ss_writer *w, ZSTD_inBuffer *ib, ZSTD_EndDirective op)
 {
-	/* Streamed through a fixed chunk so that writing a record costs the
-	 * record plus one chunk of memory; the pledged size puts the content
-	 * size in the frame header, as readers require. */
+	for (;;) {
+		ZSTD_outBuffer ob = { w->cbuf, w->ccap, 0 };
+		size_t left = ZSTD_compressStream2(w->cctx, &ob, ib, op);
+		if (ZSTD_isError(left))
+			return SS_ERR_NOMEM;
+		int rc = w_write(w, w->cbuf, ob.pos);
+		if (rc)
+			return rc;
+		if (op == ZSTD_e_end ? left == 0 : ib->pos == ib->size)
+			return 0;
+	}
+}
+
+int ss_writer_begin(ss_writer *w, uint64_t len, uint64_t *offset)
+{
+	/* The pledged size puts the content size in the frame header, as
+	 * readers require. */
 	if (offset)
 		*offset = w->off;
 	if (grow(&w->cbuf, &w->ccap, ZSTD_CStreamOutSize()) != 0)
 		return SS_ERR_NOMEM;
 	ZSTD_CCtx_reset(w->cctx, ZSTD_reset_session_only);
 	ZSTD_CCtx_setPledgedSrcSize(w->cctx, len);
+	return 0;
+}
+
+int ss_writer_add(ss_writer *w, const void *buf, size_t len)
+{
 	ZSTD_inBuffer ib = { buf, len, 0 };
-	for (;;) {
-		ZSTD_outBuffer ob = { w->cbuf, w->ccap, 0 };
-		size_t left = ZSTD_compressStream2(w->cctx, &ob, &ib, ZSTD_e_end);
-		if (ZSTD_isError(left))
-			return SS_ERR_NOMEM;
-		int rc = w_write(w, w->cbuf, ob.pos);
-		if (rc)
-			return rc;
-		if (left == 0)
-			return 0;
-	}
+	return len ? w_compress(w, &ib, ZSTD_e_continue) : 0;
+}
+
+int ss_writer_end(ss_writer *w)
+{
+	ZSTD_inBuffer ib = { NULL, 0, 0 };
+	return w_compress(w, &ib, ZSTD_e_end);
+}
+
+int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset)
+{
+	int rc = ss_writer_begin(w, len, offset);
+	ZSTD_inBuffer ib = { buf, len, 0 };
+	return rc ? rc : w_compress(w, &ib, ZSTD_e_end);
 }
 
 int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score)

@@ -33,4 +33,16 @@ struct ss_record {
  * result points into `map` (same lifetime). */
 const msgpack_object *ss_map_get(const msgpack_object *map, const char *key);
 
+/* A record written in pieces, so that its bytes need not be gathered into
+ * one buffer first: ss_writer_begin opens a zstd frame for len bytes of
+ * msgpack (*offset, when not NULL, gets the frame's byte offset),
+ * ss_writer_add compresses the next piece, ss_writer_end closes the frame;
+ * the pieces must add up to len exactly (else ss_writer_end fails). The
+ * frame is the one ss_writer_put makes from the same bytes. All return 0 or
+ * SS_ERR_NOMEM (zstd failure) / SS_ERR_IO (write failure); after an error
+ * the output is unusable and the writer must be aborted. */
+int ss_writer_begin(ss_writer *w, uint64_t len, uint64_t *offset);
+int ss_writer_add(ss_writer *w, const void *buf, size_t len);
+int ss_writer_end(ss_writer *w);
+
 #endif /* SS_STREAM_INTERNAL_H */

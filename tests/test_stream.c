@@ -676,12 +676,14 @@ static void test_declared_size_not_trusted(void **ctx)
 
 /* Records far above the 1 MiB trusted size round-trip through the growing
  * buffer, from a file and from a pipe, and the next record follows. */
-static void test_large_records(void **ctx)
+static const ss_state_dims big = { "mamba2", 3, 16, 64, 160, 8, 4 }; /* 2.0 MB f32 ssm */
+
+/* Writes states "a" and "b" of dims `big`, ssm filled with an LCG (hardly
+ * compressible: each frame is ~15 zstd blocks, beyond a reader's 1 MiB
+ * window); offs (may be NULL) gets their byte offsets. */
+static void write_big(const char *p, uint64_t *offs)
 {
-	(void)ctx;
-	ss_state_dims big = { "mamba2", 3, 16, 64, 160, 8, 4 }; /* 5.9 MB f32 ssm */
 	char err[SS_ERRMSG_MAX];
-	const char *p = tpath("big.states");
 	ss_writer *w;
 	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
 	for (int k = 0; k < 2; k++) {
@@ -693,10 +695,18 @@ static void test_large_records(void **ctx)
 			x = x * 1664525u + 1013904223u;
 			s.ssm[i] = (float)(x >> 8) / 16777216.0f;
 		}
-		assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+		assert_int_equal(ss_writer_put_state(w, &s, offs ? &offs[k] : NULL), 0);
 		ss_state_free(&s);
 	}
 	assert_int_equal(ss_writer_close(w, err), 0);
+}
+
+static void test_large_records(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	const char *p = tpath("big.states");
+	write_big(p, NULL);
 	for (int pipe_in = 0; pipe_in < 2; pipe_in++) {
 		ss_reader *r;
 		const ss_record *rec;
@@ -727,6 +737,51 @@ static void test_large_records(void **ctx)
 			stdin = saved;
 		}
 	}
+}
+
+/* ss_reader_next_meta skips the rest of a frame by its block headers, read
+ * alone (pread) past the window of a file: the records' offsets and lengths
+ * are right, and a file cut anywhere in a frame's far blocks is a truncation
+ * naming that record. */
+static void test_meta_skips_large_frames(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	uint64_t offs[2];
+	const char *p = tpath("bigm.states");
+	write_big(p, offs);
+	long n = fsize(p);
+	assert_true(offs[1] > (3u << 19) && (uint64_t)n - offs[1] > (3u << 19));
+	ss_reader *r;
+	const ss_record *rec;
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(ss_reader_next_meta(r, &rec), 1);
+		assert_int_equal(ss_record_offset(rec), offs[k]);
+		assert_int_equal(ss_record_length(rec), (k ? (uint64_t)n : offs[1]) - offs[k]);
+	}
+	assert_int_equal(ss_reader_next_meta(r, &rec), 0);
+	ss_reader_close(r);
+	FILE *f = fopen(p, "rb");
+	unsigned char *all = malloc((size_t)n);
+	assert_int_equal(fread(all, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	for (int k = 0; k < 2; k++) {
+		uint64_t end = k ? (uint64_t)n : offs[1];
+		char want[64];
+		snprintf(want, sizeof want, "record %d (byte offset %llu)", k, (unsigned long long)offs[k]);
+		for (uint64_t cut = offs[k] + (1u << 20); cut < end; cut += 77777) {
+			write_bytes(tpath("cutm.states"), all, (size_t)cut);
+			assert_int_equal(ss_reader_open(&r, tpath("cutm.states"), 0, err), 0);
+			if (k)
+				assert_int_equal(ss_reader_next_meta(r, &rec), 1);
+			assert_int_equal(ss_reader_next_meta(r, &rec), SS_ERR_TRUNCATED);
+			if (!strstr(ss_reader_error(r), want))
+				fail_msg("cut %llu: '%s' lacks '%s'", (unsigned long long)cut, ss_reader_error(r), want);
+			ss_reader_close(r);
+		}
+	}
+	free(all);
 }
 
 /* Issue 11.7: conv's length is validated like ssm's, with every product
@@ -926,6 +981,7 @@ int main(void)
 		cmocka_unit_test(test_skippable_frame_truncated),
 		cmocka_unit_test(test_declared_size_not_trusted),
 		cmocka_unit_test(test_large_records),
+		cmocka_unit_test(test_meta_skips_large_frames),
 		cmocka_unit_test(test_conv_len_wrap),
 		cmocka_unit_test(test_golden_streams),
 	};
