@@ -21,8 +21,11 @@
  *               conv are averaged; logdecay is log of the mean decay (soup's
  *               rule): past layer 0 the rotations' decays differ, since dt
  *               comes from layer inputs that depend on the context.
- * With n = 0 every method gives the zero state; with n = 1 every method gives
- * the document's stored state bit for bit.
+ *   soup-sum, soup-max (any norm), soup with a norm
+ *               ss_compose modes sum, max, soup with norm flags
+ *               (document-souping.txt §2.2-2.3)
+ * With n = 0 every method gives the zero state; with n = 1 every method
+ * without a norm flag gives the document's stored state bit for bit.
  */
 #ifndef SS_EVAL_H
 #define SS_EVAL_H
@@ -42,11 +45,23 @@ typedef enum {
 	SS_EVAL_PICASO_S = 4,
 	SS_EVAL_PICASO_R = 5,
 	SS_EVAL_PICONCAT_R = 6,
-	SS_EVAL_N_METHODS = 7,
+	SS_EVAL_N_PAPER = 7, /* the PICASO paper's methods: 0..6 */
+	SS_EVAL_SOUP_SUM = 7,
+	SS_EVAL_SOUP_MAX = 8,
+	SS_EVAL_N_METHODS = 9,
+	/* Flags OR-ed into soup, soup-sum and soup-max: the souping paper's L2
+	 * normalisation of each layer's ssm block (SS_COMPOSE_NORM_*) before
+	 * pooling, after it, or both. */
+	SS_EVAL_NORM_BEFORE = 0x100,
+	SS_EVAL_NORM_AFTER = 0x200,
 } ss_eval_method;
 
-/* "naive" "concat" "soup" "caso" "picaso-s" "picaso-r" "piconcat-r"; NULL
- * for an unknown value. _parse returns 0 and sets *out, or SS_ERR_INVALID. */
+/* "naive" "concat" "soup" "caso" "picaso-s" "picaso-r" "piconcat-r", and the
+ * souping paper's pooling variants (document-souping.txt §2.2) "soup-sum"
+ * "soup-max", each of the three soups with an optional normalisation
+ * suffix ":before" ":after" ":both" (e.g. "soup-max:both"); NULL for an
+ * unknown value (a norm flag on another method included). _parse returns 0
+ * and sets *out, or SS_ERR_INVALID. */
 const char *ss_eval_method_name(ss_eval_method m);
 int ss_eval_method_parse(const char *s, ss_eval_method *out);
 
