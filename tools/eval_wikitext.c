@@ -5,6 +5,7 @@
  * query; see eval_run.h and man/ss-eval.1.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 #include "eval_run.h"
@@ -387,6 +388,58 @@ static void wiki_write(const eval_run *run, const wiki_work *w)
 	cli_out_close(f);
 }
 
+/* Fig. 3's summary (picaso.txt §6.2): per method the mean over k = 1..K of
+ * the NLL improvement over naive, 100·(naive_k - method_k)/naive_k, and
+ * that mean as a fraction of concat's (NaN without concat). Written as the
+ * TSV method, improvement_pct, concat_fraction to --summary, and with -v on
+ * standard error under a ruler. Needs naive among the methods. */
+static void wiki_summary(const eval_run *run, const wiki_work *w)
+{
+	int naive = -1, concat = -1;
+	for (int j = 0; j < w->M; j++) {
+		if (run->methods[j] == SS_EVAL_NAIVE)
+			naive = j;
+		if (run->methods[j] == SS_EVAL_CONCAT)
+			concat = j;
+	}
+	if (naive < 0)
+		cli_die("--summary: the improvement over naive needs naive among --methods");
+	double *impr = xcalloc((size_t)w->M, sizeof *impr);
+	for (int j = 0; j < w->M; j++) {
+		int nk = 0;
+		for (int k = 1; k <= w->K; k++) {
+			size_t at = (size_t)j * (w->K + 1) + k, an = (size_t)naive * (w->K + 1) + k;
+			if (!w->cnt[at] || !w->cnt[an])
+				continue;
+			double base = w->sum_nll[an] / w->cnt[an];
+			impr[j] += 100 * (base - w->sum_nll[at] / w->cnt[at]) / base;
+			nk++;
+		}
+		impr[j] = nk ? impr[j] / nk : NAN;
+	}
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	if (!m)
+		cli_die("out of memory");
+	fputs("method\timprovement_pct\tconcat_fraction\n", m);
+	for (int j = 0; j < w->M; j++)
+		fprintf(m, "%s\t%.4f\t%.4f\n", method_name(run, j), impr[j],
+			concat >= 0 ? impr[j] / impr[concat] : NAN);
+	if (fclose(m))
+		cli_die("out of memory");
+	if (run->summary) {
+		FILE *f = cli_out_open(run->summary);
+		if (fwrite(buf, 1, len, f) != len)
+			cli_die("%s: write error", run->summary);
+		cli_out_close(f);
+	}
+	if (cli_verbosity >= 2)
+		fprintf(stderr, "ss-eval: Fig. 3 summary (k = 1..%d)\n%s", w->K, buf);
+	free(buf);
+	free(impr);
+}
+
 void eval_wikitext(eval_run *run)
 {
 	char err[SS_ERRMSG_MAX] = "";
@@ -418,6 +471,8 @@ void eval_wikitext(eval_run *run)
 	}
 	cli_progress_end();
 	wiki_write(run, &w);
+	if (run->summary || cli_verbosity >= 2)
+		wiki_summary(run, &w);
 	if (cli_verbosity >= 2)
 		fprintf(stderr, "ss-eval: %zu of %zu passages (of %zu with >= %ld tokens), k = 0..%d, "
 			"%d methods, %" PRIu64 " states scored (%" PRIu64 " identical ones shared), "
