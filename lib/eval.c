@@ -3,6 +3,7 @@
  * compositions, piconcat-r) and the continuation NLL from a state and a
  * query. Contracts in ss_eval.h. ref: picaso.txt §6.1-6.2, Appendix B.1, C.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,4 +322,36 @@ done:
 	for (size_t i = 0; i < made; i++)
 		ss_state_free(&sc->st[i]);
 	return rc;
+}
+
+/* ------------------------------------------------------------ ranking */
+
+int ss_eval_rank(const int *rel, int n, int n_rel, ss_eval_ranking *out)
+{
+	if (!out || n < 0 || n_rel < 1 || (n && !rel))
+		return SS_ERR_INVALID;
+	memset(out, 0, sizeof *out);
+	double dcg = 0, idcg = 0;
+	int found = 0;
+	for (int i = 0; i < n; i++) {
+		if (!rel[i])
+			continue;
+		if (++found > n_rel)
+			return SS_ERR_INVALID;
+		out->recall_1 += i < 1;
+		out->recall_5 += i < 5;
+		out->recall_10 += i < 10;
+		if (i < 10) {
+			dcg += 1 / log2(i + 2.0);
+			if (out->rr_10 == 0)
+				out->rr_10 = 1.0 / (i + 1);
+		}
+	}
+	for (int i = 0; i < n_rel && i < 10; i++)
+		idcg += 1 / log2(i + 2.0);
+	out->recall_1 /= n_rel;
+	out->recall_5 /= n_rel;
+	out->recall_10 /= n_rel;
+	out->ndcg_10 = dcg / idcg;
+	return 0;
 }

@@ -121,6 +121,22 @@ void ss_eval_scorer_free(ss_eval_scorer *sc);
 int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
 		int64_t nq, const int32_t *c, int64_t nc, double *nll, char *errmsg);
 
+/* Retrieval quality of one ranked list (picaso.txt §B.5: the retriever
+ * decides what gets composed), binary relevance. */
+typedef struct {
+	double recall_1, recall_5, recall_10; /* relevant documents in the top k / n_rel */
+	double rr_10;   /* 1 / rank of the first relevant one in the top 10, else 0 (MRR@10) */
+	double ndcg_10; /* DCG@10 / ideal DCG@10, gains 1 / log2(rank + 1) */
+} ss_eval_ranking;
+
+/* rel[0..n): 1 when the i-th result (best first) is a relevant document not
+ * seen earlier in the list, else 0; n_rel >= 1: the relevant documents that
+ * exist. Returns 0 and fills *out, or SS_ERR_INVALID (n < 0, n_rel < 1, NULL
+ * arguments, more relevant results than n_rel).
+ * ref: Järvelin & Kekäläinen, "Cumulated gain-based evaluation of IR
+ * techniques" (2002); TREC's recall@k, MRR@10 (MS MARCO's metric). */
+int ss_eval_rank(const int *rel, int n, int n_rel, ss_eval_ranking *out);
+
 #ifdef __cplusplus
 }
 #endif

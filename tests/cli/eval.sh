@@ -181,6 +181,17 @@ awk -F'\t' 'NR > 1 && !($2 > 0 && $3 > 0) { bad = 1 } END { exit bad }' tim.tsv 
 awk -F'\t' '$1 == "loi" && !($5 > 0) { bad = 1 } END { exit bad }' attr.tsv ||
 	fail "loi time not measured: $(grep loi attr.tsv)"
 
+# --- BM25 parameters: the defaults spelled out change nothing, other values change the scores
+qt=$(sed -n 3p passages.txt | cut -d' ' -f1-12)
+ss-retrieve query --index halves.db --query "$qt" --ids >r0.tsv || fail "ss-retrieve query"
+ss-retrieve query --index halves.db --query "$qt" --ids --k1 1.2 --b 0.75 >r1.tsv || fail "--k1 --b"
+cmp -s r0.tsv r1.tsv || fail "--k1 1.2 --b 0.75 differs from the defaults"
+ss-retrieve query --index halves.db --query "$qt" --ids --k1 3 --b 0 >r2.tsv || fail "--k1 3 --b 0"
+[ "$(wc -l <r2.tsv)" -eq "$(wc -l <r0.tsv)" ] && ! cmp -s r0.tsv r2.tsv ||
+	fail "--k1 3 --b 0: same scores as the defaults"
+ss-retrieve query --index halves.db --query "$qt" --b 1.5 >/dev/null 2>err; [ $? -eq 2 ] ||
+	fail "--b 1.5: want exit 2"
+
 # --- errors
 ss-eval timing --device bogus >/dev/null 2>err; [ $? -eq 2 ] || fail "--device bogus: want exit 2"
 ss-eval timing --qa "$qa" >/dev/null 2>err; [ $? -eq 2 ] || fail "timing --qa: want exit 2"
