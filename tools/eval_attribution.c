@@ -25,8 +25,8 @@ typedef struct {
 	int64_t nq, na;
 } qa_item;
 
-static int32_t *encode_text(const eval_run *run, ss_tokenizer *tok, const char *s, int64_t *n,
-			    const char *where)
+int32_t *encode_text(const eval_run *run, ss_tokenizer *tok, const char *s, int64_t *n,
+		     const char *where)
 {
 	char err[SS_ERRMSG_MAX] = "";
 	int32_t *ids;

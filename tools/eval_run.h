@@ -59,6 +59,17 @@ static inline const char *method_name(const eval_run *run, int j)
 	return ss_eval_method_name((ss_eval_method)run->methods[j]);
 }
 
+/* The token ids of text s (malloc'd, *n of them); dies naming run->qa and
+ * `where` on a tokenizer error or an id outside the model's vocabulary
+ * (eval_attribution.c). */
+int32_t *encode_text(const eval_run *run, ss_tokenizer *tok, const char *s, int64_t *n,
+		     const char *where);
+
+/* Appendix B.6, Table 3: OpenBookQA accuracy with k = 0..K retrieved
+ * documents composed per method; writes the TSV method, k, n, accuracy,
+ * accuracy_norm, mean_time_ms (eval_wikitext.c). */
+void eval_openbookqa(eval_run *run);
+
 /* PICASO §6.1, Fig. 3: WikiText continuation NLL vs k per method; writes the
  * TSV method, k, mean_nll, n, mean_time_ms (eval_wikitext.c). */
 void eval_wikitext(eval_run *run);

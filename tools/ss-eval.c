@@ -29,6 +29,8 @@ static const char *usage =
 	"               [--per-query FILE] [--tokenizer FILE] [COMMON]\n"
 	"       ss-eval timing [--model DIR] [--lengths L,...] [--gen N] [--repeat R]\n"
 	"               [--seed S] [COMMON]\n"
+	"       ss-eval openbookqa [--model DIR] --qa FILE.tsv --index DB --tokens FILE\n"
+	"               [--kmax K] [--queries N] [--methods LIST] [--tokenizer FILE] [COMMON]\n"
 	"  COMMON: [--device D] [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
 
 /* Keeps the default WikiText run (database included) within 20 minutes on 2
@@ -61,20 +63,26 @@ static void help(void)
 	       "  mean_time_ms, mean_infer_ms.\n"
 	       "timing: for each length L prefill L tokens from the zero state\n"
 	       "  (processing), then decode --gen tokens greedily from that state\n"
-	       "  (inference). Writes the TSV tokens, processing_ms, inference_ms.\n\n"
+	       "  (inference). Writes the TSV tokens, processing_ms, inference_ms.\n"
+	       "openbookqa: for each OpenBookQA question (TSV) retrieve the top K documents\n"
+	       "  of the index by BM25 with the question stem; for k = 0..K build each\n"
+	       "  method's context and pick the choice of lowest answer NLL (summed:\n"
+	       "  accuracy; per byte: accuracy_norm). Writes the TSV method, k, n,\n"
+	       "  accuracy, accuracy_norm, mean_time_ms.\n\n"
 	       "  --model DIR         model directory (default: see Defaults)\n"
-	       "  --index DB          wikitext: the index (ss-retrieve build) of the halves\n"
-	       "  --tokens FILE       wikitext: the token stream of the halves\n"
+	       "  --index DB          wikitext, openbookqa: the index (ss-retrieve build)\n"
+	       "  --tokens FILE       wikitext, openbookqa: the index's token stream\n"
 	       "  --passages N        wikitext: passages sampled (default %d; 0 = all)\n"
 	       "  --min-tokens N      wikitext: only passages of at least N tokens (default %d)\n"
-	       "  --kmax K            wikitext: k = 0..K (default %d)\n"
+	       "  --kmax K            wikitext, openbookqa: k = 0..K (default %d)\n"
 	       "  --seed S            wikitext: sampling seed (default 1)\n"
 	       "  --per-passage FILE  wikitext: also write passage, k, method, nll, time_ms,\n"
 	       "                      docs (ids in concatenation order)\n"
 	       "  --summary FILE      wikitext: also write Fig. 3's summary: method,\n"
 	       "                      improvement_pct (mean over k >= 1 of the NLL gain\n"
 	       "                      over naive, %%), concat_fraction (of concat's gain)\n"
-	       "  --qa FILE           attribution, msmarco: MS MARCO v1.1 JSON (array)\n"
+	       "  --qa FILE           attribution, msmarco: MS MARCO v1.1 JSON (array);\n"
+	       "                      openbookqa: OpenBookQA TSV\n"
 	       "  --queries N         attribution, msmarco: at most N queries (0 = all)\n"
 	       "  --exactly-one       attribution: only queries with one selected passage\n"
 	       "  --per-query FILE    attribution: also write query_id, method, pick,\n"
@@ -153,8 +161,9 @@ enum { O_MODEL = 256, O_INDEX, O_TOKENS, O_PASSAGES, O_MINTOK, O_KMAX, O_SEED, O
        O_QUERIES, O_ONE, O_PERQ, O_TOK, O_METHODS, O_THREADS, O_WTYPE, O_DEVICE, O_SUMMARY,
        O_LENGTHS, O_GEN, O_REPEAT };
 
-static const char *const commands[] = { "wikitext", "attribution", "msmarco", "timing" };
-enum { CMD_WIKITEXT, CMD_ATTRIBUTION, CMD_MSMARCO, CMD_TIMING };
+static const char *const commands[] = { "wikitext", "attribution", "msmarco", "timing",
+					"openbookqa" };
+enum { CMD_WIKITEXT, CMD_ATTRIBUTION, CMD_MSMARCO, CMD_TIMING, CMD_OPENBOOKQA, N_CMD };
 
 /* --lengths "L,L,...": positive token counts. */
 static void parse_lengths(eval_run *run, const char *s)
@@ -232,13 +241,14 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **mode
 		}
 	}
 	if (optind >= argc)
-		cli_usage(usage, "missing command: wikitext, attribution, msmarco or timing");
+		cli_usage(usage, "missing command: wikitext, attribution, msmarco, timing or openbookqa");
 	const char *cmd = argv[optind];
 	int k = 0;
-	while (k < 4 && strcmp(cmd, commands[k]))
+	while (k < N_CMD && strcmp(cmd, commands[k]))
 		k++;
-	if (k == 4)
-		cli_usage(usage, "unknown command '%s' (wikitext, attribution, msmarco or timing)", cmd);
+	if (k == N_CMD)
+		cli_usage(usage, "unknown command '%s' (wikitext, attribution, msmarco, timing or "
+			  "openbookqa)", cmd);
 	if (optind + 1 < argc)
 		cli_usage(usage, "unexpected argument '%s'", argv[optind + 1]);
 	return k;
@@ -249,16 +259,17 @@ static int parse_args(int argc, char **argv, eval_run *run)
 {
 	const char *model_opt = NULL, *methods = NULL;
 	int cmd = parse_options(argc, argv, run, &model_opt, &methods);
-	int wiki = cmd == CMD_WIKITEXT, qa = cmd == CMD_ATTRIBUTION || cmd == CMD_MSMARCO;
+	int obqa = cmd == CMD_OPENBOOKQA, wiki = cmd == CMD_WIKITEXT || obqa;
+	int qa = cmd == CMD_ATTRIBUTION || cmd == CMD_MSMARCO || obqa;
 	if (wiki && (!run->index || !run->tokens))
-		cli_usage(usage, "wikitext needs --index and --tokens");
+		cli_usage(usage, "%s needs --index and --tokens", commands[cmd]);
 	if (!qa && run->qa)
-		cli_usage(usage, "--qa belongs to attribution and msmarco");
+		cli_usage(usage, "--qa belongs to attribution, msmarco and openbookqa");
 	if (qa && !run->qa)
 		cli_usage(usage, "%s needs --qa", commands[cmd]);
 	if (!wiki && (run->index || run->tokens))
-		cli_usage(usage, "--index and --tokens belong to wikitext");
-	if (!wiki && run->summary)
+		cli_usage(usage, "--index and --tokens belong to wikitext and openbookqa");
+	if (cmd != CMD_WIKITEXT && run->summary)
 		cli_usage(usage, "--summary belongs to wikitext");
 	if (cmd != CMD_TIMING && (run->lengths || run->gen || run->repeat))
 		cli_usage(usage, "--lengths, --gen and --repeat belong to timing");
@@ -288,8 +299,8 @@ static void run_open(eval_run *run, int cmd)
 	run->fctx = mcli_forward_ctx(run->model, run->model_dir, run->dev, run->threads);
 	if (!run->per)
 		return;
-	if (cmd == CMD_TIMING)
-		cli_usage(usage, "timing has no per-row output");
+	if (cmd == CMD_TIMING || cmd == CMD_OPENBOOKQA)
+		cli_usage(usage, "%s has no per-row output", commands[cmd]);
 	if (!(run->per_out = open_memstream(&run->per_buf, &run->per_len)))
 		cli_die("out of memory");
 	fputs(per_header[cmd], run->per_out);
@@ -324,6 +335,7 @@ int main(int argc, char **argv)
 	case CMD_WIKITEXT: eval_wikitext(&run); break;
 	case CMD_ATTRIBUTION: eval_attribution(&run); break;
 	case CMD_MSMARCO: eval_msmarco(&run); break;
+	case CMD_OPENBOOKQA: eval_openbookqa(&run); break;
 	default: eval_timing(&run); break;
 	}
 	run_close(&run);

@@ -181,6 +181,32 @@ awk -F'\t' 'NR > 1 && !($2 > 0 && $3 > 0) { bad = 1 } END { exit bad }' tim.tsv 
 awk -F'\t' '$1 == "loi" && !($5 > 0) { bad = 1 } END { exit bad }' attr.tsv ||
 	fail "loi time not measured: $(grep loi attr.tsv)"
 
+# --- openbookqa (App. B.6): 3 questions made here, whole passages as the documents
+tr -d '\r' <"$raw" | grep -v '^ *$' | grep -v '^ *=.*= *$' | head -n 20 >whole.txt
+ss-tokenize -o whole.tok whole.txt && ss-encode -q -o whole.states whole.tok &&
+	ss-retrieve build -q --index whole.db whole.tok whole.states || fail "whole-passage index"
+{
+	printf 'ID\tQuestion Stem\tChoices\tComplete Question\tAnswer Key\n'
+	printf '1-1\tThe river flows past the town of\t(A) Paris (B) the old mill (C) Rome (D) a market\tx\tB\n'
+	printf '1-2\tWhat was the album called\t(A) Seven (B) the band (C) a song (D) none\tx\tA\n'
+	printf '1-3\tWho wrote the play\t(A) he (B) she (C) they (D) the actor of the play\tx\tD\n'
+} >ob.tsv
+ss-eval openbookqa -q --qa ob.tsv --index whole.db --tokens whole.tok --kmax 2 -o ob.out ||
+	fail "ss-eval openbookqa"
+[ "$(head -n 1 ob.out)" = "$(printf 'method\tk\tn\taccuracy\taccuracy_norm\tmean_time_ms')" ] ||
+	fail "openbookqa header: $(head -n 1 ob.out)"
+[ "$(wc -l <ob.out)" -eq 22 ] || fail "openbookqa: want 7 methods x 3 k + header"
+# n = 3 everywhere, accuracies are thirds, k = 0 is naive for every method, naive does not move with k
+awk -F'\t' 'NR == 1 { next }
+	$3 != 3 || ($4 * 3) % 1 > 1e-3 && ($4 * 3) % 1 < 0.999 { print "bad row " $0; bad = 1 }
+	$2 == 0 { a[$1] = $4 SUBSEP $5 } $1 == "naive" { nv[$2] = $4 SUBSEP $5 }
+	END { for (m in a) if (a[m] != nv[0]) { print m " k=0 != naive"; bad = 1 }
+	      for (k in nv) if (nv[k] != nv[0]) { print "naive moves with k"; bad = 1 }
+	      exit bad }' ob.out || fail "openbookqa invariants: $(cat ob.out)"
+printf 'ID\tStem\n1\tx\n' >bad.tsv
+ss-eval openbookqa -q --qa bad.tsv --index whole.db --tokens whole.tok >/dev/null 2>err
+[ $? -eq 1 ] && grep -q "bad.tsv: line 1: not an OpenBookQA TSV" err || fail "bad obqa: $(cat err)"
+
 # --- BM25 parameters: the defaults spelled out change nothing, other values change the scores
 qt=$(sed -n 3p passages.txt | cut -d' ' -f1-12)
 ss-retrieve query --index halves.db --query "$qt" --ids >r0.tsv || fail "ss-retrieve query"
