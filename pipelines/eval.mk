@@ -8,7 +8,7 @@
 # one command. With the bundled random-weight t1 model the NLLs carry no
 # meaning (only the timings and the retrieval figures do).
 #
-# From the repository root, after `make` (and `make bench` for retrieval):
+# From the repository root, after `make`:
 #   make -f pipelines/eval.mk eval               # everything + plots
 #   make -f pipelines/eval.mk eval-wikitext PASSAGES=50   # + summary, PNGs
 #   make -f pipelines/eval.mk eval-k50 PASSAGES=20        # k = 0..50
@@ -142,10 +142,10 @@ $(EV_E)/msmarco.tsv: $(MSMARCO) $(EV_E)/msmarco.params $(EV_B)/ss-eval
 	$(call gp,eval-msmarco.gp,msmarco.tsv,msmarco)
 
 # §B.5: recall@k, MRR@10, nDCG@10 of the BM25 index on the MS MARCO and
-# HotpotQA samples for every k1 x b (bench/retrieve --qa: `make bench`).
+# HotpotQA samples for every k1 x b (bench/retrieve --qa, built by `make`).
 eval-retrieval: $(EV_E)/retrieval.tsv
 $(EV_E)/retrieval.tsv: $(EV_E)/retrieval.params
-	@test -x $(SS_BENCH)/retrieve || { echo "eval.mk: $(SS_BENCH)/retrieve is missing: make bench" >&2; exit 1; }
+	@test -x $(SS_BENCH)/retrieve || { echo "eval.mk: $(SS_BENCH)/retrieve is missing: build it first (make)" >&2; exit 1; }
 	SS_SHARED=$(SS_SHARED) $(SS_BENCH)/retrieve --qa --k1 $(K1S) --b $(BS) >$@.tmp
 	mv $@.tmp $@
 	$(call gp,eval-retrieval.gp,retrieval.tsv,retrieval)
