@@ -440,7 +440,7 @@ static void wiki_summary(const eval_run *run, const wiki_work *w)
 		cli_die("out of memory");
 	fputs("method\timprovement_pct\tconcat_fraction\n", m);
 	for (int j = 0; j < w->M; j++)
-		fprintf(m, "%s\t%.4f\t%.4f\n", method_name(run, j), impr[j],
+		fprintf(m, "%s\t%.6g\t%.6g\n", method_name(run, j), impr[j],
 			concat >= 0 ? impr[j] / impr[concat] : NAN);
 	if (fclose(m))
 		cli_die("out of memory");
