@@ -859,27 +859,62 @@ static void qa_hotpot(qa_set *s, const char *path)
 	cJSON_Delete(all);
 }
 
-/* Adds recall@10 and reciprocal rank of one ranked list of document
- * ordinals to *recall, *mrr. */
-static void qa_score(const qa_set *s, size_t q, const size_t *docs, int n, double *recall, double *mrr)
+/* Metrics summed over queries (ss_eval_ranking's fields). */
+typedef struct {
+	double r1, r5, r10, rr, ndcg;
+} qa_sums;
+
+/* Adds the ranking metrics of one ranked list of document ordinals to *m:
+ * a result is relevant when its key is one of the query's not yet found
+ * (HotpotQA titles recur across samples). */
+static void qa_score(const qa_set *s, size_t q, const size_t *docs, int n, qa_sums *m)
 {
-	int n_rel = 0, found = 0, first = 0;
+	int n_rel = 0, rel[10] = { 0 };
 	while (s->rel[q][n_rel])
 		n_rel++;
 	char *got = calloc((size_t)n_rel, 1);
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j < n_rel; j++)
-			if (!strcmp(s->key[docs[i]], s->rel[q][j])) {
-				if (!got[j])
-					found++;
+			if (!got[j] && !strcmp(s->key[docs[i]], s->rel[q][j])) {
 				got[j] = 1;
-				if (!first)
-					first = i + 1;
+				rel[i] = 1;
+				break;
 			}
 	free(got);
-	*recall += (double)found / n_rel;
-	*mrr += first ? 1.0 / first : 0;
+	ss_eval_ranking r;
+	if (ss_eval_rank(rel, n, n_rel, &r))
+		die("qa", "ss_eval_rank failed");
+	m->r1 += r.recall_1;
+	m->r5 += r.recall_5;
+	m->r10 += r.recall_10;
+	m->rr += r.rr_10;
+	m->ndcg += r.ndcg_10;
 }
+
+/* The metrics of every query of s on the open index ix, with k1, b. */
+static qa_sums qa_eval(const qa_set *s, ss_index *ix, double k1, double b)
+{
+	char em[SS_ERRMSG_MAX];
+	qa_sums m = { 0 };
+	size_t docs[10];
+	if (ss_index_set_bm25(ix, k1, b, em))
+		die("bm25", em);
+	for (size_t q = 0; q < s->n_q; q++) {
+		ss_index_hit *h;
+		int n = ss_index_query(ix, s->query[q], 10, NULL, 0, &h, em);
+		if (n < 0)
+			die("query", em);
+		for (int i = 0; i < n; i++)
+			docs[i] = (size_t)strtoull(h[i].id, NULL, 10);
+		ss_index_hits_free(h, n);
+		qa_score(s, q, docs, n, &m);
+	}
+	return m;
+}
+
+/* --qa --k1 LIST --b LIST: the sweep's parameters; NULL lists: the
+ * default run against FTS5. */
+static const char *qa_k1s, *qa_bs;
 
 static void qa_run(const char *name, qa_set *s)
 {
@@ -916,29 +951,43 @@ static void qa_run(const char *name, qa_set *s)
 	peer_commit(&p);
 	if (ss_index_open(&ix, dbpath, em))
 		die(dbpath, em);
-	double r_ours = 0, m_ours = 0, r_peer = 0, m_peer = 0;
-	size_t docs[10];
-	int64_t rows[10];
-	for (size_t q = 0; q < s->n_q; q++) {
-		ss_index_hit *h;
-		int n = ss_index_query(ix, s->query[q], 10, NULL, 0, &h, em);
-		if (n < 0)
-			die("query", em);
-		for (int i = 0; i < n; i++)
-			docs[i] = (size_t)strtoull(h[i].id, NULL, 10);
-		ss_index_hits_free(h, n);
-		qa_score(s, q, docs, n, &r_ours, &m_ours);
-		char *e = fts_expr(&p, s->query[q], 0);
-		n = e[0] ? peer_query(&p, e, 10, rows) : 0;
-		free(e);
-		for (int i = 0; i < n; i++)
-			docs[i] = (size_t)(rows[i] - 1);
-		qa_score(s, q, docs, n, &r_peer, &m_peer);
+	if (qa_k1s) {
+		/* One TSV row per (k1, b): the index is built once. */
+		char *k1s = strdup(qa_k1s), *s1 = NULL;
+		for (char *a = strtok_r(k1s, ",", &s1); a; a = strtok_r(NULL, ",", &s1)) {
+			char *bs = strdup(qa_bs), *s2 = NULL;
+			for (char *c = strtok_r(bs, ",", &s2); c; c = strtok_r(NULL, ",", &s2)) {
+				double k1 = atof(a), b = atof(c);
+				qa_sums m = qa_eval(s, ix, k1, b);
+				double n = (double)s->n_q;
+				printf("%s\t%g\t%g\t%zu\t%zu\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\n", name, k1, b,
+				       s->n_docs, s->n_q, m.r1 / n, m.r5 / n, m.r10 / n, m.rr / n, m.ndcg / n);
+				fflush(stdout);
+			}
+			free(bs);
+		}
+		free(k1s);
+		ss_index_close(ix);
+		peer_close(&p);
+	} else {
+		qa_sums ours = qa_eval(s, ix, 1.2, 0.75), peer = { 0 };
+		size_t docs[10];
+		int64_t rows[10];
+		for (size_t q = 0; q < s->n_q; q++) {
+			char *e = fts_expr(&p, s->query[q], 0);
+			int n = e[0] ? peer_query(&p, e, 10, rows) : 0;
+			free(e);
+			for (int i = 0; i < n; i++)
+				docs[i] = (size_t)(rows[i] - 1);
+			qa_score(s, q, docs, n, &peer);
+		}
+		ss_index_close(ix);
+		peer_close(&p);
+		double n = (double)s->n_q;
+		printf("  %-28s %5zu docs %4zu queries   recall@10 %.4f  MRR@10 %.4f  nDCG@10 %.4f   "
+		       "(FTS5 before: %.4f, %.4f, %.4f)\n", name, s->n_docs, s->n_q, ours.r10 / n, ours.rr / n,
+		       ours.ndcg / n, peer.r10 / n, peer.rr / n, peer.ndcg / n);
 	}
-	ss_index_close(ix);
-	peer_close(&p);
-	printf("  %-28s %5zu docs %4zu queries   recall@10 %.4f  MRR@10 %.4f   (FTS5 before: %.4f, %.4f)\n", name,
-	       s->n_docs, s->n_q, r_ours / s->n_q, m_ours / s->n_q, r_peer / s->n_q, m_peer / s->n_q);
 	unlink(spath);
 	unlink(dbpath);
 	unlink(ppath);
@@ -960,19 +1009,34 @@ static void qa_run(const char *name, qa_set *s)
 }
 
 /* retrieve --qa: retrieval quality on the MS MARCO and HotpotQA samples,
- * the index against FTS5 bm25() as the index queried it before. */
-static int qa_main(void)
+ * the index against FTS5 bm25() as the index queried it before; with
+ * --k1 LIST --b LIST (comma-separated), the TSV dataset, k1, b, docs,
+ * queries, recall@1, recall@5, recall@10, mrr@10, ndcg@10 for every pair
+ * instead (pipelines/eval.mk eval-retrieval). */
+static int qa_main(int argc, char **argv)
 {
 	const char *shared = getenv("SS_SHARED") ? getenv("SS_SHARED") : "../shared";
 	char path[1024];
-	printf("ss-retrieve retrieval quality (k = 10; each query's relevant documents among all the samples' documents)\n");
+	for (int i = 2; i + 1 < argc; i += 2)
+		if (!strcmp(argv[i], "--k1"))
+			qa_k1s = argv[i + 1];
+		else if (!strcmp(argv[i], "--b"))
+			qa_bs = argv[i + 1];
+		else
+			die("usage", "retrieve --qa [--k1 K1,... --b B,...]");
+	if (!qa_k1s != !qa_bs)
+		die("usage", "retrieve --qa: --k1 and --b go together");
+	if (qa_k1s)
+		printf("dataset\tk1\tb\tdocs\tqueries\trecall@1\trecall@5\trecall@10\tmrr@10\tndcg@10\n");
+	else
+		printf("ss-retrieve retrieval quality (k = 10; each query's relevant documents among all the samples' documents)\n");
 	qa_set m = {0}, h = {0};
 	snprintf(path, sizeof path, "%s/data/qa/msmarco-v1.1-train-sample200.json", shared);
 	qa_msmarco(&m, path);
-	qa_run("MS MARCO v1.1 (200 samples)", &m);
+	qa_run(qa_k1s ? "msmarco" : "MS MARCO v1.1 (200 samples)", &m);
 	snprintf(path, sizeof path, "%s/data/qa/hotpotqa-dev-distractor-sample479.json", shared);
 	qa_hotpot(&h, path);
-	qa_run("HotpotQA distractor (479)", &h);
+	qa_run(qa_k1s ? "hotpotqa" : "HotpotQA distractor (479)", &h);
 	return 0;
 }
 
@@ -981,7 +1045,7 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--scale"))
 		return scale_main(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "--qa"))
-		return qa_main();
+		return qa_main(argc, argv);
 	int n_docs = argc > 1 ? atoi(argv[1]) : 10000;
 	int n_q = argc > 2 ? atoi(argv[2]) : 200;
 	if (n_docs < 10 || n_q < 1)

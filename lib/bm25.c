@@ -49,6 +49,7 @@ struct ss_bm25 {
 	size_t n_dlc;
 	sqlite3_blob *dl_blob; /* bm25.doclen, open during a search */
 	int64_t max_rid;
+	double k1, b; /* the search's parameters (ss_bm25_set_params) */
 };
 
 static void free_doclen(ss_bm25 *b)
@@ -258,6 +259,8 @@ int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg)
 	b->db = db;
 	b->build = build;
 	b->stats_version = -1;
+	b->k1 = SS_BM25_K1;
+	b->b = SS_BM25_B;
 	int rc = 0;
 	fts5_api *api = fts5_api_of(db);
 	b->tk = compound_tokenizer;
@@ -518,9 +521,15 @@ static int plist_add(plist *l, uint32_t rid, uint64_t tf, double w)
 	return 0;
 }
 
-static double tf_weight(double tf, double dl, double avgdl)
+static double tf_weight(double tf, double dl, double avgdl, double k1, double b)
 {
-	return tf * (SS_BM25_K1 + 1) / (tf + SS_BM25_K1 * (1 - SS_BM25_B + SS_BM25_B * dl / avgdl));
+	return tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl));
+}
+
+void ss_bm25_set_params(ss_bm25 *b, double k1, double bb)
+{
+	b->k1 = k1;
+	b->b = bb;
 }
 
 int ss_bm25_commit(ss_bm25 *b, char *errmsg)
@@ -569,7 +578,8 @@ int ss_bm25_commit(ss_bm25 *b, char *errmsg)
 				rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged term vector in document row %u", rid);
 				goto done;
 			}
-			if ((rc = plist_add(&pl[tid], rid, tf, tf_weight((double)tf, (double)doclen[rid], avgdl)))) {
+			double w = tf_weight((double)tf, (double)doclen[rid], avgdl, SS_BM25_K1, SS_BM25_B);
+			if ((rc = plist_add(&pl[tid], rid, tf, w))) {
 				ss_errf(errmsg, rc, "postings of term %llu", (unsigned long long)tid);
 				goto done;
 			}
@@ -931,7 +941,9 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 			double df = (double)t->df;
 			double idf = log((b->n_docs - df + 0.5) / (df + 0.5));
 			t->idf = idf <= 0 ? 1e-6 : idf;
-			t->ub = t->idf * sqlite3_column_double(b->find_term, 2);
+			/* maxw holds for the default k1, b; for others w < k1 + 1 (tf/(tf + k1 L) < 1). */
+			int dflt = b->k1 == SS_BM25_K1 && b->b == SS_BM25_B;
+			t->ub = t->idf * (dflt ? sqlite3_column_double(b->find_term, 2) : b->k1 + 1);
 			t->blk = -1;
 			unsigned char hdr[4];
 			if (sqlite3_blob_open(b->db, "main", "terms", "postings", tid, 0, &t->blob) != SQLITE_OK)
@@ -992,7 +1004,7 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 			if (i < p0 && (rc = cur_seek(&pc[i], d, buf)))
 				goto damaged;
 			if (pc[i].cur == d) {
-				s += pc[i].idf * tf_weight(pc[i].tf[pc[i].pos], dl, avgdl);
+				s += pc[i].idf * tf_weight(pc[i].tf[pc[i].pos], dl, avgdl, b->k1, b->b);
 				if (i >= p0 && (rc = cur_next(&pc[i], buf)))
 					goto damaged;
 			}
@@ -1020,7 +1032,7 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 			goto damaged;
 		for (int i = ess; i < m; i++)
 			if (c[i].cur == d) {
-				s += c[i].idf * tf_weight(c[i].tf[c[i].pos], dl, avgdl);
+				s += c[i].idf * tf_weight(c[i].tf[c[i].pos], dl, avgdl, b->k1, b->b);
 				if ((rc = cur_next(&c[i], buf)))
 					goto damaged;
 			}
@@ -1032,7 +1044,7 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 			if ((rc = cur_seek(&c[i], d, buf)))
 				goto damaged;
 			if (c[i].cur == d)
-				s += c[i].idf * tf_weight(c[i].tf[c[i].pos], dl, avgdl);
+				s += c[i].idf * tf_weight(c[i].tf[c[i].pos], dl, avgdl, b->k1, b->b);
 		}
 		ss_bm25_hit x = { d, s };
 		if (n_hits < k) {

@@ -74,6 +74,12 @@ int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec, si
  * negative SS_ERR_*. */
 int ss_bm25_commit(ss_bm25 *b, char *errmsg);
 
+/* Sets k1 (>= 0) and b (in [0, 1]) of the following searches (default
+ * SS_BM25_K1, SS_BM25_B; the caller checks the ranges). Postings keep the
+ * default's maxw: with other values a term's bound is idf (k1 + 1), still
+ * exact, with less pruning. */
+void ss_bm25_set_params(ss_bm25 *b, double k1, double bb);
+
 typedef struct {
 	int64_t rid;
 	double score;

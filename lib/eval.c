@@ -3,6 +3,7 @@
  * compositions, piconcat-r) and the continuation NLL from a state and a
  * query. Contracts in ss_eval.h. ref: picaso.txt §6.1-6.2, Appendix B.1, C.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,20 +12,41 @@
 #include "ss_eval.h"
 
 static const char *const method_names[SS_EVAL_N_METHODS] = {
-	"naive", "concat", "soup", "caso", "picaso-s", "picaso-r", "piconcat-r",
+	"naive", "concat", "soup", "caso", "picaso-s", "picaso-r", "piconcat-r", "soup-sum", "soup-max",
 };
+
+/* The soups with a norm: [pool][norm - 1], pool 0 soup, 1 soup-sum, 2 soup-max. */
+static const char *const soup_norm_names[3][3] = {
+	{ "soup:before", "soup:after", "soup:both" },
+	{ "soup-sum:before", "soup-sum:after", "soup-sum:both" },
+	{ "soup-max:before", "soup-max:after", "soup-max:both" },
+};
+
+/* 0, 1, 2 for soup, soup-sum, soup-max; -1 for the other methods. */
+static int soup_pool(unsigned base)
+{
+	return base == SS_EVAL_SOUP ? 0 : base == SS_EVAL_SOUP_SUM ? 1 : base == SS_EVAL_SOUP_MAX ? 2 : -1;
+}
 
 const char *ss_eval_method_name(ss_eval_method m)
 {
-	return (unsigned)m < SS_EVAL_N_METHODS ? method_names[m] : NULL;
+	unsigned base = (unsigned)m & 0xff, norm = (unsigned)m >> 8;
+	if ((unsigned)m >> 10 || base >= SS_EVAL_N_METHODS)
+		return NULL;
+	if (!norm)
+		return method_names[base];
+	return soup_pool(base) < 0 ? NULL : soup_norm_names[soup_pool(base)][norm - 1];
 }
 
 int ss_eval_method_parse(const char *s, ss_eval_method *out)
 {
-	for (int i = 0; s && i < SS_EVAL_N_METHODS; i++)
-		if (!strcmp(s, method_names[i])) {
-			*out = (ss_eval_method)i;
-			return 0;
+	for (unsigned i = 0; s && i < SS_EVAL_N_METHODS; i++)
+		for (unsigned norm = 0; norm < 4; norm++) {
+			const char *name = ss_eval_method_name((ss_eval_method)(i | norm << 8));
+			if (name && !strcmp(s, name)) {
+				*out = (ss_eval_method)(i | norm << 8);
+				return 0;
+			}
 		}
 	return SS_ERR_INVALID;
 }
@@ -141,7 +163,7 @@ done:
 int ss_eval_context(ss_forward_ctx *ctx, const ss_model *m, ss_eval_method meth,
 		    const ss_eval_doc *docs, size_t n, ss_state *out, char *errmsg)
 {
-	if (!m || !out || (n && !docs) || (unsigned)meth >= SS_EVAL_N_METHODS) {
+	if (!m || !out || (n && !docs) || !ss_eval_method_name(meth)) {
 		ERR("ss_eval_context: invalid argument");
 		return SS_ERR_INVALID;
 	}
@@ -184,6 +206,8 @@ int ss_eval_context(ss_forward_ctx *ctx, const ss_model *m, ss_eval_method meth,
 		[SS_EVAL_CASO] = SS_COMPOSE_CASO,
 		[SS_EVAL_PICASO_S] = SS_COMPOSE_PICASO_S,
 		[SS_EVAL_PICASO_R] = SS_COMPOSE_PICASO_R,
+		[SS_EVAL_SOUP_SUM] = SS_COMPOSE_SUM,
+		[SS_EVAL_SOUP_MAX] = SS_COMPOSE_MAX,
 	};
 	const ss_state *small[16];
 	const ss_state **in = n <= 16 ? small : malloc(n * sizeof *in);
@@ -191,7 +215,8 @@ int ss_eval_context(ss_forward_ctx *ctx, const ss_model *m, ss_eval_method meth,
 		return SS_ERR_NOMEM;
 	for (size_t i = 0; i < n; i++)
 		in[i] = docs[i].state;
-	ss_compose_opts o = { .mode = cmode[meth] };
+	/* SS_EVAL_NORM_BEFORE/AFTER are SS_COMPOSE_NORM_BEFORE/AFTER shifted by 8. */
+	ss_compose_opts o = { .mode = cmode[meth & 0xff], .norm = (int)meth >> 8 };
 	int rc = ss_compose(&o, in, n, out, errmsg);
 	if (in != small)
 		free(in);
@@ -297,4 +322,36 @@ done:
 	for (size_t i = 0; i < made; i++)
 		ss_state_free(&sc->st[i]);
 	return rc;
+}
+
+/* ------------------------------------------------------------ ranking */
+
+int ss_eval_rank(const int *rel, int n, int n_rel, ss_eval_ranking *out)
+{
+	if (!out || n < 0 || n_rel < 1 || (n && !rel))
+		return SS_ERR_INVALID;
+	memset(out, 0, sizeof *out);
+	double dcg = 0, idcg = 0;
+	int found = 0;
+	for (int i = 0; i < n; i++) {
+		if (!rel[i])
+			continue;
+		if (++found > n_rel)
+			return SS_ERR_INVALID;
+		out->recall_1 += i < 1;
+		out->recall_5 += i < 5;
+		out->recall_10 += i < 10;
+		if (i < 10) {
+			dcg += 1 / log2(i + 2.0);
+			if (out->rr_10 == 0)
+				out->rr_10 = 1.0 / (i + 1);
+		}
+	}
+	for (int i = 0; i < n_rel && i < 10; i++)
+		idcg += 1 / log2(i + 2.0);
+	out->recall_1 /= n_rel;
+	out->recall_5 /= n_rel;
+	out->recall_10 /= n_rel;
+	out->ndcg_10 = dcg / idcg;
+	return 0;
 }

@@ -728,6 +728,16 @@ static int cmp_hit(const void *a, const void *b)
 	return strcmp(x->id, y->id);
 }
 
+int ss_index_set_bm25(ss_index *ix, double k1, double b, char *errmsg)
+{
+	if (!ix || !ix->query || !ix->bm25)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	if (!(k1 >= 0 && k1 <= 1000) || !(b >= 0 && b <= 1))
+		return ss_errf(errmsg, SS_ERR_INVALID, "BM25 k1 %g, b %g: want 0 <= k1 <= 1000, 0 <= b <= 1", k1, b);
+	ss_bm25_set_params(ix->bm25, k1, b);
+	return 0;
+}
+
 int ss_index_query(ss_index *ix, const char *query, int k, const char *const *exclude,
 		   size_t n_exclude, ss_index_hit **hits, char *errmsg)
 {

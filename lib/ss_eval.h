@@ -21,8 +21,11 @@
  *               conv are averaged; logdecay is log of the mean decay (soup's
  *               rule): past layer 0 the rotations' decays differ, since dt
  *               comes from layer inputs that depend on the context.
- * With n = 0 every method gives the zero state; with n = 1 every method gives
- * the document's stored state bit for bit.
+ *   soup-sum, soup-max (any norm), soup with a norm
+ *               ss_compose modes sum, max, soup with norm flags
+ *               (document-souping.txt §2.2-2.3)
+ * With n = 0 every method gives the zero state; with n = 1 every method
+ * without a norm flag gives the document's stored state bit for bit.
  */
 #ifndef SS_EVAL_H
 #define SS_EVAL_H
@@ -42,11 +45,23 @@ typedef enum {
 	SS_EVAL_PICASO_S = 4,
 	SS_EVAL_PICASO_R = 5,
 	SS_EVAL_PICONCAT_R = 6,
-	SS_EVAL_N_METHODS = 7,
+	SS_EVAL_N_PAPER = 7, /* the PICASO paper's methods: 0..6 */
+	SS_EVAL_SOUP_SUM = 7,
+	SS_EVAL_SOUP_MAX = 8,
+	SS_EVAL_N_METHODS = 9,
+	/* Flags OR-ed into soup, soup-sum and soup-max: the souping paper's L2
+	 * normalisation of each layer's ssm block (SS_COMPOSE_NORM_*) before
+	 * pooling, after it, or both. */
+	SS_EVAL_NORM_BEFORE = 0x100,
+	SS_EVAL_NORM_AFTER = 0x200,
 } ss_eval_method;
 
-/* "naive" "concat" "soup" "caso" "picaso-s" "picaso-r" "piconcat-r"; NULL
- * for an unknown value. _parse returns 0 and sets *out, or SS_ERR_INVALID. */
+/* "naive" "concat" "soup" "caso" "picaso-s" "picaso-r" "piconcat-r", and the
+ * souping paper's pooling variants (document-souping.txt §2.2) "soup-sum"
+ * "soup-max", each of the three soups with an optional normalisation
+ * suffix ":before" ":after" ":both" (e.g. "soup-max:both"); NULL for an
+ * unknown value (a norm flag on another method included). _parse returns 0
+ * and sets *out, or SS_ERR_INVALID. */
 const char *ss_eval_method_name(ss_eval_method m);
 int ss_eval_method_parse(const char *s, ss_eval_method *out);
 
@@ -105,6 +120,22 @@ void ss_eval_scorer_free(ss_eval_scorer *sc);
  *      golden/README.md §4 nll.f32. */
 int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
 		int64_t nq, const int32_t *c, int64_t nc, double *nll, char *errmsg);
+
+/* Retrieval quality of one ranked list (picaso.txt §B.5: the retriever
+ * decides what gets composed), binary relevance. */
+typedef struct {
+	double recall_1, recall_5, recall_10; /* relevant documents in the top k / n_rel */
+	double rr_10;   /* 1 / rank of the first relevant one in the top 10, else 0 (MRR@10) */
+	double ndcg_10; /* DCG@10 / ideal DCG@10, gains 1 / log2(rank + 1) */
+} ss_eval_ranking;
+
+/* rel[0..n): 1 when the i-th result (best first) is a relevant document not
+ * seen earlier in the list, else 0; n_rel >= 1: the relevant documents that
+ * exist. Returns 0 and fills *out, or SS_ERR_INVALID (n < 0, n_rel < 1, NULL
+ * arguments, more relevant results than n_rel).
+ * ref: Järvelin & Kekäläinen, "Cumulated gain-based evaluation of IR
+ * techniques" (2002); TREC's recall@k, MRR@10 (MS MARCO's metric). */
+int ss_eval_rank(const int *rel, int n, int n_rel, ss_eval_ranking *out);
 
 #ifdef __cplusplus
 }

@@ -171,6 +171,13 @@ typedef struct {
 int ss_index_query(ss_index *ix, const char *query, int k, const char *const *exclude,
                    size_t n_exclude, ss_index_hit **hits, char *errmsg);
 
+/* Sets BM25's k1 and b for the following ss_index_query calls on ix (opened
+ * with ss_index_open; defaults 1.2, 0.75, FTS5's). The scores change, the
+ * index does not. Returns 0, or SS_ERR_INVALID (k1 outside [0, 1000], b
+ * outside [0, 1], ix not open for queries). ref: Robertson & Zaragoza, "The
+ * Probabilistic Relevance Framework: BM25 and Beyond" (2009) §3.4. */
+int ss_index_set_bm25(ss_index *ix, double k1, double b, char *errmsg);
+
 /* Frees hits[0..n) and the array. NULL is fine. */
 void ss_index_hits_free(ss_index_hit *hits, int n);
 

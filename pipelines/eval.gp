@@ -21,7 +21,8 @@ set style line 5 lc rgb "#1f77b4" lw 2 pt 11
 set style line 6 lc rgb "#9467bd" lw 2 pt 13 dt 3
 set style line 7 lc rgb "#8c564b" lw 2 pt 3
 set xlabel "k (retrieved chunks)"
-set xtics 1
+if (!exists("xstep")) xstep = 1
+set xtics xstep
 set grid
 set format y "%.7f"
 set key outside bottom center horizontal samplen 2

@@ -368,6 +368,59 @@ static void test_errors(void **st)
 	assert_int_equal(ss_eval_nll(scorer, &s, 1, q, NQ, badc, 2, &v, err), SS_ERR_INVALID);
 }
 
+/* Method names: every base method and soup variant parses back to itself;
+ * a norm only on the soups. */
+static void test_method_names(void **st)
+{
+	(void)st;
+	int n = 0;
+	for (unsigned m = 0; m < SS_EVAL_N_METHODS; m++)
+		for (unsigned norm = 0; norm < 4; norm++) {
+			const char *name = ss_eval_method_name((ss_eval_method)(m | norm << 8));
+			if (!name)
+				continue;
+			ss_eval_method back;
+			assert_int_equal(ss_eval_method_parse(name, &back), 0);
+			assert_int_equal((unsigned)back, m | norm << 8);
+			n++;
+		}
+	assert_int_equal(n, SS_EVAL_N_METHODS + 3 * 3); /* soup, soup-sum, soup-max x 3 norms */
+	assert_null(ss_eval_method_name((ss_eval_method)(SS_EVAL_CASO | SS_EVAL_NORM_AFTER)));
+	ss_eval_method m;
+	assert_int_equal(ss_eval_method_parse("soup-max:both", &m), 0);
+	assert_int_equal(m, SS_EVAL_SOUP_MAX | SS_EVAL_NORM_BEFORE | SS_EVAL_NORM_AFTER);
+	assert_int_equal(ss_eval_method_parse("caso:after", &m), SS_ERR_INVALID);
+}
+
+/* Ranking metrics: a perfect retriever gives recall, MRR and nDCG 1; the
+ * values of a hand-worked list; errors. */
+static void test_ranking(void **st)
+{
+	(void)st;
+	ss_eval_ranking r;
+	int perfect[10] = { 1, 1, 1, 0, 0, 0, 0, 0, 0, 0 };
+	assert_int_equal(ss_eval_rank(perfect, 10, 3, &r), 0);
+	assert_true(fabs(r.recall_5 - 1) < 1e-12 && fabs(r.recall_10 - 1) < 1e-12);
+	assert_true(fabs(r.rr_10 - 1) < 1e-12 && fabs(r.ndcg_10 - 1) < 1e-12);
+	assert_true(fabs(r.recall_1 - 1.0 / 3) < 1e-12);
+	/* relevant at ranks 2 and 7 of 2 relevant: recall@1 0, @5 1/2, @10 1,
+	 * RR 1/2, nDCG (1/log2 3 + 1/log2 8) / (1 + 1/log2 3). */
+	int two[8] = { 0, 1, 0, 0, 0, 0, 1, 0 };
+	assert_int_equal(ss_eval_rank(two, 8, 2, &r), 0);
+	assert_true(r.recall_1 == 0 && fabs(r.recall_5 - 0.5) < 1e-12 && fabs(r.recall_10 - 1) < 1e-12);
+	assert_true(fabs(r.rr_10 - 0.5) < 1e-12);
+	double want = (1 / log2(3.0) + 1 / 3.0) / (1 + 1 / log2(3.0));
+	assert_true(fabs(r.ndcg_10 - want) < 1e-12);
+	/* nothing relevant retrieved, and the 11th rank does not count */
+	int late[11] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1 };
+	assert_int_equal(ss_eval_rank(late, 11, 1, &r), 0);
+	assert_true(r.recall_10 == 0 && r.rr_10 == 0 && r.ndcg_10 == 0);
+	assert_int_equal(ss_eval_rank(NULL, 0, 2, &r), 0);
+	assert_true(r.recall_10 == 0);
+	assert_int_equal(ss_eval_rank(perfect, 10, 0, &r), SS_ERR_INVALID);
+	assert_int_equal(ss_eval_rank(perfect, 10, 2, &r), SS_ERR_INVALID);
+}
+
 int main(void)
 {
 	const char *shared = getenv("SS_FIXTURES") ? getenv("SS_FIXTURES") : "tests/fixtures";
@@ -380,6 +433,8 @@ int main(void)
 		cmocka_unit_test(test_piconcat),
 		cmocka_unit_test(test_batch_nll),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_method_names),
+		cmocka_unit_test(test_ranking),
 	};
 	snprintf(shared_dir, sizeof shared_dir, "%s", shared);
 	return cmocka_run_group_tests(tests, setup, teardown);

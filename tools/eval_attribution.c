@@ -1,8 +1,9 @@
 /*
- * eval_attribution.c — ss-eval attribution (PICASO Appendix C, Table 4): for
- * each MS MARCO query pick the passage the answer depends on, by
- * Leave-One-In and by Leave-One-Out per method; see eval_run.h and
- * man/ss-eval.1.
+ * eval_attribution.c — the MS MARCO protocols of ss-eval: attribution
+ * (PICASO Appendix C, Table 4): for each query pick the passage the answer
+ * depends on, by Leave-One-In and by Leave-One-Out per method; msmarco
+ * (Table 1 row 1): the answer's NLL from all the query's passages composed
+ * by each method. See eval_run.h and man/ss-eval.1.
  */
 #include <cjson/cJSON.h>
 #include <string.h>
@@ -24,8 +25,8 @@ typedef struct {
 	int64_t nq, na;
 } qa_item;
 
-static int32_t *encode_text(const eval_run *run, ss_tokenizer *tok, const char *s, int64_t *n,
-			    const char *where)
+int32_t *encode_text(const eval_run *run, ss_tokenizer *tok, const char *s, int64_t *n,
+		     const char *where)
 {
 	char err[SS_ERRMSG_MAX] = "";
 	int32_t *ids;
@@ -78,9 +79,9 @@ static void qa_encode(const eval_run *run, ss_tokenizer *tok, const cJSON *e, si
 }
 
 /* Whether entry e is kept: an MS MARCO v1.1 entry (dies otherwise) with an
- * answer, at least 2 passages and a selected one (exactly one with
+ * answer, at least min_pass passages and a selected one (exactly one with
  * --exactly-one). */
-static int qa_wanted(const eval_run *run, const cJSON *e, const char *where)
+static int qa_wanted(const eval_run *run, const cJSON *e, int min_pass, const char *where)
 {
 	const cJSON *qs = cJSON_GetObjectItemCaseSensitive(e, "query");
 	const cJSON *pass = cJSON_GetObjectItemCaseSensitive(e, "passages");
@@ -96,12 +97,12 @@ static int qa_wanted(const eval_run *run, const cJSON *e, const char *where)
 	const cJSON *s;
 	cJSON_ArrayForEach(s, sel) nsel += cJSON_IsNumber(s) && s->valuedouble != 0;
 	return cJSON_IsString(a0) && a0->valuestring[0] && strcmp(a0->valuestring, NO_ANSWER) &&
-	       np >= 2 && nsel > 0 && (!run->exactly_one || nsel == 1);
+	       np >= min_pass && nsel > 0 && (!run->exactly_one || nsel == 1);
 }
 
-/* The queries of --qa kept for attribution (at most --queries); *n_total:
- * the entries read, *max_pass: the most passages of one. */
-static qa_item *read_qa(const eval_run *run, ss_tokenizer *tok, size_t *n_items,
+/* The queries of --qa kept (at least min_pass passages; at most --queries);
+ * *n_total: the entries read, *max_pass: the most passages of one. */
+static qa_item *read_qa(const eval_run *run, ss_tokenizer *tok, int min_pass, size_t *n_items,
 			size_t *n_total, int *max_pass)
 {
 	size_t len;
@@ -119,7 +120,7 @@ static qa_item *read_qa(const eval_run *run, ss_tokenizer *tok, size_t *n_items,
 			break;
 		char where[128];
 		snprintf(where, sizeof where, "query %zu", idx);
-		if (!qa_wanted(run, e, where))
+		if (!qa_wanted(run, e, min_pass, where))
 			continue;
 		qa_item *it = &items[n++];
 		qa_encode(run, tok, e, idx, where, it);
@@ -222,7 +223,8 @@ static int attr_pick(const eval_run *run, ss_eval_scorer *sc, const qa_item *it,
 }
 
 /* Leave-One-Out with method j: the passage whose removal hurts the answer
- * most (argmax of L(S_-i); L(S) is the same for every i). */
+ * most (argmax of L(S_-i); L(S) is the same for every i). Timed: the n
+ * contexts and their scoring. */
 static int attr_loo(const eval_run *run, ss_eval_scorer *sc, const qa_item *it, int j,
 		    attr_work *w)
 {
@@ -238,10 +240,10 @@ static int attr_loo(const eval_run *run, ss_eval_scorer *sc, const qa_item *it, 
 				    (size_t)r, &w->ctxs[i], err))
 			cli_die("%s: query %s, %s: %s", run->qa, it->id, method_name(run, j), err);
 	}
-	w->time_s[1 + j] += cli_now() - t0;
 	for (int i = 0; i < n; i++)
 		w->starts[i] = &w->ctxs[i];
 	int pick = attr_pick(run, sc, it, 1, w);
+	w->time_s[1 + j] += cli_now() - t0;
 	for (int i = 0; i < n; i++)
 		ss_state_free(&w->ctxs[i]);
 	return pick;
@@ -257,7 +259,9 @@ static void attr_query(const eval_run *run, ss_eval_scorer *sc, const qa_item *i
 		nsel += it->selected[i];
 	w->chance += (double)nsel / n;
 	attr_prefill(run, it, w);
+	double t0 = cli_now(); /* the passages' states are the database's: not timed */
 	int pick = attr_pick(run, sc, it, 0, w);
+	w->time_s[0] += cli_now() - t0;
 	w->correct[0] += it->selected[pick];
 	if (run->per_out)
 		fprintf(run->per_out, "%s\tloi\t%d\t%d\t%d\n", it->id, pick, it->selected[pick], n);
@@ -278,7 +282,8 @@ static void attr_write(const eval_run *run, const attr_work *w, size_t nq)
 	FILE *f = cli_out_open(run->out);
 	fputs("method\tn\tcorrect\tprecision\tmean_time_ms\n", f);
 	fprintf(f, "chance\t%zu\t%.1f\t%.4f\t0\n", nq, w->chance, w->chance / (double)nq);
-	fprintf(f, "loi\t%zu\t%ld\t%.4f\t0\n", nq, w->correct[0], (double)w->correct[0] / (double)nq);
+	fprintf(f, "loi\t%zu\t%ld\t%.4f\t%.6f\n", nq, w->correct[0], (double)w->correct[0] / (double)nq,
+		w->time_s[0] / (double)nq * 1e3);
 	for (int j = 0; j < w->M; j++)
 		fprintf(f, "loo-%s\t%zu\t%ld\t%.4f\t%.6f\n", method_name(run, j), nq,
 			w->correct[1 + j], (double)w->correct[1 + j] / (double)nq,
@@ -292,7 +297,7 @@ void eval_attribution(eval_run *run)
 	ss_tokenizer *tok = cli_tokenizer(run->tok_path, run->model_dir);
 	size_t nq, n_total;
 	int maxp;
-	qa_item *items = read_qa(run, tok, &nq, &n_total, &maxp);
+	qa_item *items = read_qa(run, tok, 2, &nq, &n_total, &maxp);
 	if (nq == 0)
 		cli_die("%s: no query with an answer and a selected passage", run->qa);
 	for (int j = 0; j < run->n_methods; j++)
@@ -320,3 +325,87 @@ void eval_attribution(eval_run *run)
 	ss_tokenizer_free(tok);
 }
 
+
+/* ------------------------------------------------------------- msmarco */
+
+/* Per method: sums of the answer NLL, the context time and the scoring
+ * time over the queries. */
+typedef struct {
+	double *nll, *time_s, *infer_s; /* [M] */
+} msm_sums;
+
+/* One query: every method's context from all the passages (sample order),
+ * timed; then the answer scored from each, as one batch. */
+static void msm_query(const eval_run *run, ss_eval_scorer *sc, const qa_item *it, attr_work *w,
+		      msm_sums *sum)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	const int M = w->M;
+	attr_prefill(run, it, w);
+	double *secs = w->nll + M; /* past the M NLLs: see eval_msmarco */
+	for (int j = 0; j < M; j++) {
+		double t0 = cli_now();
+		if (ss_eval_context(run->fctx, run->model, (ss_eval_method)run->methods[j], w->docs,
+				    (size_t)it->n, &w->ctxs[j], err))
+			cli_die("%s: query %s, %s: %s", run->qa, it->id, method_name(run, j), err);
+		secs[j] = cli_now() - t0;
+		w->starts[j] = &w->ctxs[j];
+	}
+	double t0 = cli_now();
+	if (ss_eval_nll(sc, w->starts, (size_t)M, it->q, it->nq, it->a, it->na, w->nll, err))
+		cli_die("%s: query %s: %s", run->qa, it->id, err);
+	double infer = (cli_now() - t0) / M;
+	for (int j = 0; j < M; j++) {
+		sum->nll[j] += w->nll[j];
+		sum->time_s[j] += secs[j];
+		sum->infer_s[j] += infer;
+		if (run->per_out)
+			fprintf(run->per_out, "%s\t%s\t%.9g\t%.6f\t%d\n", it->id, method_name(run, j),
+				w->nll[j], secs[j] * 1e3, it->n);
+		ss_state_free(&w->ctxs[j]);
+	}
+	for (int i = 0; i < it->n; i++)
+		ss_state_free(&w->pst[i]);
+}
+
+void eval_msmarco(eval_run *run)
+{
+	double t_start = cli_now();
+	ss_tokenizer *tok = cli_tokenizer(run->tok_path, run->model_dir);
+	size_t nq, n_total;
+	int maxp;
+	qa_item *items = read_qa(run, tok, 1, &nq, &n_total, &maxp);
+	if (nq == 0)
+		cli_die("%s: no query with an answer and a selected passage", run->qa);
+	const int M = run->n_methods;
+	ss_eval_scorer *sc;
+	if (ss_eval_scorer_init(&sc, run->fctx, run->model, M))
+		cli_die("out of memory");
+	attr_work w;
+	/* Room for the passages, and for M contexts, NLLs and M times. */
+	attr_work_init(&w, M, maxp + 2 * M);
+	msm_sums sum = { xcalloc((size_t)M, sizeof(double)), xcalloc((size_t)M, sizeof(double)),
+			 xcalloc((size_t)M, sizeof(double)) };
+	for (size_t qi = 0; qi < nq; qi++) {
+		msm_query(run, sc, &items[qi], &w, &sum);
+		qa_free(&items[qi]);
+		cli_progress("%zu/%zu queries, %.0f s", qi + 1, nq, cli_now() - t_start);
+	}
+	cli_progress_end();
+	FILE *f = cli_out_open(run->out);
+	fputs("method\tn\tmean_nll\tmean_time_ms\tmean_infer_ms\n", f);
+	for (int j = 0; j < M; j++)
+		fprintf(f, "%s\t%zu\t%.8f\t%.6f\t%.6f\n", method_name(run, j), nq, sum.nll[j] / nq,
+			sum.time_s[j] / nq * 1e3, sum.infer_s[j] / nq * 1e3);
+	cli_out_close(f);
+	if (cli_verbosity >= 2)
+		fprintf(stderr, "ss-eval: %zu of %zu queries, %d methods, %.1f s\n", nq, n_total, M,
+			cli_now() - t_start);
+	free(sum.nll);
+	free(sum.time_s);
+	free(sum.infer_s);
+	free(items);
+	attr_work_free(&w);
+	ss_eval_scorer_free(sc);
+	ss_tokenizer_free(tok);
+}

@@ -1,6 +1,6 @@
 /*
  * eval_run.h — what ss-eval's parts share (tools/ss-eval.c: options and
- * main; eval_wikitext.c, eval_attribution.c: the two protocols): one run's
+ * main; eval_wikitext.c, eval_attribution.c, eval_timing.c: the protocols): one run's
  * options, model and per-row output. Every function reports through cli.h
  * and exits on failure.
  */
@@ -17,13 +17,18 @@
 /* One run: the options, the model and its forward context, and the
  * per-row output (--per-passage / --per-query), kept in memory and written
  * at the end: cli_out_open() has one output file at a time. */
+#define EVAL_MAX_METHODS 32
 typedef struct {
-	const char *model_dir, *index, *tokens, *qa, *out, *per, *tok_path, *wtype;
-	long passages, min_tokens, kmax, queries;
+	const char *model_dir, *index, *tokens, *qa, *out, *per, *tok_path, *wtype, *summary,
+		   *dev_opt;
+	long passages, min_tokens, kmax, queries, gen, repeat;
+	long *lengths; /* timing: --lengths, [n_lengths] */
+	int n_lengths;
 	uint64_t seed;
 	int exactly_one, threads;
-	int methods[SS_EVAL_N_METHODS], n_methods;
+	int methods[EVAL_MAX_METHODS], n_methods; /* ss_eval_method values */
 	ss_model *model;
+	ss_device *dev;
 	ss_forward_ctx *fctx;
 	const char *usage; /* for usage errors */
 	FILE *per_out; /* NULL without --per-passage / --per-query */
@@ -54,9 +59,30 @@ static inline const char *method_name(const eval_run *run, int j)
 	return ss_eval_method_name((ss_eval_method)run->methods[j]);
 }
 
+/* The token ids of text s (malloc'd, *n of them); dies naming run->qa and
+ * `where` on a tokenizer error or an id outside the model's vocabulary
+ * (eval_attribution.c). */
+int32_t *encode_text(const eval_run *run, ss_tokenizer *tok, const char *s, int64_t *n,
+		     const char *where);
+
+/* Appendix B.6, Table 3: OpenBookQA accuracy with k = 0..K retrieved
+ * documents composed per method; writes the TSV method, k, n, accuracy,
+ * accuracy_norm, mean_time_ms (eval_wikitext.c). */
+void eval_openbookqa(eval_run *run);
+
 /* PICASO §6.1, Fig. 3: WikiText continuation NLL vs k per method; writes the
  * TSV method, k, mean_nll, n, mean_time_ms (eval_wikitext.c). */
 void eval_wikitext(eval_run *run);
+
+/* Table 1 row 1: MS MARCO answer NLL per method with all of a query's
+ * passages composed; writes the TSV method, n, mean_nll, mean_time_ms,
+ * mean_infer_ms (eval_attribution.c). */
+void eval_msmarco(eval_run *run);
+
+/* Appendix B.3, Fig. 7: processing (prefill of L tokens) vs inference
+ * (decoding --gen tokens from the state) time; writes the TSV tokens,
+ * processing_ms, inference_ms (eval_timing.c). */
+void eval_timing(eval_run *run);
 
 /* Appendix C, Table 4: MS MARCO attribution by Leave-One-In and
  * Leave-One-Out per method; writes the TSV method, n, correct, precision,

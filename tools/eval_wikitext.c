@@ -5,9 +5,12 @@
  * query; see eval_run.h and man/ss-eval.1.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
+#include "defaults.h"
 #include "eval_run.h"
+#include "model_cli.h"
 
 /* The token records of the halves, in file order, and sorted by id for
  * lookups. */
@@ -215,24 +218,22 @@ static void wiki_work_free(wiki_work *w)
 	free(w->ids);
 }
 
-/* Retrieves the top K halves for query half tq (leaving out both halves of
- * its passage) into w->hits and reads their states into w->hit_st. */
-static void wiki_retrieve(const eval_run *run, ss_index *ix, const ss_tokens *tq,
-			  const ss_tokens *tc, wiki_work *w)
+/* Retrieves the top K documents for qtext (leaving out ex[0..n_ex)) into
+ * w->hits and reads their states into w->hit_st; qid names the query in
+ * messages. */
+static void wiki_retrieve(const eval_run *run, ss_index *ix, const char *qtext,
+			  const char *const *ex, size_t n_ex, const char *qid, wiki_work *w)
 {
 	char err[SS_ERRMSG_MAX] = "";
-	const char *ex[2] = { tq->id, tc->id };
-	char *qtext = query_text(tq, run->tokens);
 	w->hits = NULL;
 	w->nh = 0;
 	if (w->K > 0) {
-		w->nh = ss_index_query(ix, qtext, w->K, ex, 2, &w->hits, err);
+		w->nh = ss_index_query(ix, qtext, w->K, ex, n_ex, &w->hits, err);
 		if (w->nh == SS_ERR_INVALID)
 			w->nh = 0; /* a query without a word: no documents */
 		else if (w->nh < 0)
-			cli_die("%s: passage %s: %s", run->index, tq->id, err);
+			cli_die("%s: %s: %s", run->index, qid, err);
 	}
-	free(qtext);
 	for (int h = 0; h < w->nh; h++) {
 		const ss_index_hit *hit = &w->hits[h];
 		const ss_record *rec;
@@ -264,15 +265,15 @@ static void wiki_docs(const eval_run *run, const token_set *ts, int k, wiki_work
 }
 
 /* Each method's context from w->docs[0..k), timed, into w->ctxs and
- * w->secs. */
-static void wiki_contexts(const eval_run *run, const ss_tokens *tq, int k, wiki_work *w)
+ * w->secs; qid names the query in messages. */
+static void wiki_contexts(const eval_run *run, const char *qid, int k, wiki_work *w)
 {
 	char err[SS_ERRMSG_MAX] = "";
 	for (int j = 0; j < w->M; j++) {
 		double t0 = cli_now();
 		if (ss_eval_context(run->fctx, run->model, (ss_eval_method)run->methods[j], w->docs,
 				    (size_t)k, &w->ctxs[j], err))
-			cli_die("passage %s, k %d, %s: %s", tq->id, k, method_name(run, j), err);
+			cli_die("%s, k %d, %s: %s", qid, k, method_name(run, j), err);
 		w->secs[j] = cli_now() - t0;
 	}
 }
@@ -350,16 +351,32 @@ static void wiki_record(const eval_run *run, const ss_tokens *tq, int k, wiki_wo
 	}
 }
 
+/* Opens the index, a scorer for the methods and the loop's sums and
+ * scratch (k = 0..--kmax). */
+static void wiki_open(const eval_run *run, ss_index **ix, ss_eval_scorer **sc, wiki_work *w)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	if (ss_index_open(ix, run->index, err))
+		cli_die("%s: %s", run->index, err);
+	if (ss_eval_scorer_init(sc, run->fctx, run->model, run->n_methods))
+		cli_die("out of memory");
+	wiki_work_init(w, (int)run->kmax, run->n_methods);
+}
+
 /* One passage: retrieve, then for k = 0..(documents found) build, score and
  * record each method's context. */
 static void wiki_passage(const eval_run *run, const token_set *ts, ss_index *ix,
 			 ss_eval_scorer *sc, const passage *p, wiki_work *w)
 {
 	const ss_tokens *tq = &ts->recs[p->q], *tc = &ts->recs[p->c];
-	wiki_retrieve(run, ix, tq, tc, w);
+	const char *ex[2] = { tq->id, tc->id };
+	char *qtext = query_text(tq, run->tokens), qid[300];
+	snprintf(qid, sizeof qid, "passage %s", tq->id);
+	wiki_retrieve(run, ix, qtext, ex, 2, qid, w);
+	free(qtext);
 	for (int k = 0; k <= w->nh; k++) {
 		wiki_docs(run, ts, k, w);
-		wiki_contexts(run, tq, k, w);
+		wiki_contexts(run, qid, k, w);
 		wiki_score(run, sc, tq, tc, k, w);
 		wiki_record(run, tq, k, w);
 	}
@@ -387,9 +404,60 @@ static void wiki_write(const eval_run *run, const wiki_work *w)
 	cli_out_close(f);
 }
 
+/* Fig. 3's summary (picaso.txt §6.2): per method the mean over k = 1..K of
+ * the NLL improvement over naive, 100·(naive_k - method_k)/naive_k, and
+ * that mean as a fraction of concat's (NaN without concat). Written as the
+ * TSV method, improvement_pct, concat_fraction to --summary, and with -v on
+ * standard error under a ruler. Needs naive among the methods. */
+static void wiki_summary(const eval_run *run, const wiki_work *w)
+{
+	int naive = -1, concat = -1;
+	for (int j = 0; j < w->M; j++) {
+		if (run->methods[j] == SS_EVAL_NAIVE)
+			naive = j;
+		if (run->methods[j] == SS_EVAL_CONCAT)
+			concat = j;
+	}
+	if (naive < 0)
+		cli_die("--summary: the improvement over naive needs naive among --methods");
+	double *impr = xcalloc((size_t)w->M, sizeof *impr);
+	for (int j = 0; j < w->M; j++) {
+		int nk = 0;
+		for (int k = 1; k <= w->K; k++) {
+			size_t at = (size_t)j * (w->K + 1) + k, an = (size_t)naive * (w->K + 1) + k;
+			if (!w->cnt[at] || !w->cnt[an])
+				continue;
+			double base = w->sum_nll[an] / w->cnt[an];
+			impr[j] += 100 * (base - w->sum_nll[at] / w->cnt[at]) / base;
+			nk++;
+		}
+		impr[j] = nk ? impr[j] / nk : NAN;
+	}
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	if (!m)
+		cli_die("out of memory");
+	fputs("method\timprovement_pct\tconcat_fraction\n", m);
+	for (int j = 0; j < w->M; j++)
+		fprintf(m, "%s\t%.6g\t%.6g\n", method_name(run, j), impr[j],
+			concat >= 0 ? impr[j] / impr[concat] : NAN);
+	if (fclose(m))
+		cli_die("out of memory");
+	if (run->summary) {
+		FILE *f = cli_out_open(run->summary);
+		if (fwrite(buf, 1, len, f) != len)
+			cli_die("%s: write error", run->summary);
+		cli_out_close(f);
+	}
+	if (cli_verbosity >= 2)
+		fprintf(stderr, "ss-eval: Fig. 3 summary (k = 1..%d)\n%s", w->K, buf);
+	free(buf);
+	free(impr);
+}
+
 void eval_wikitext(eval_run *run)
 {
-	char err[SS_ERRMSG_MAX] = "";
 	double t_start = cli_now();
 	token_set ts = { 0 };
 	tokens_read(&ts, run->tokens);
@@ -405,19 +473,17 @@ void eval_wikitext(eval_run *run)
 	sample_passages(ps, &np, (size_t)run->passages, run->seed);
 
 	ss_index *ix;
-	if (ss_index_open(&ix, run->index, err))
-		cli_die("%s: %s", run->index, err);
 	ss_eval_scorer *sc;
-	if (ss_eval_scorer_init(&sc, run->fctx, run->model, run->n_methods))
-		cli_die("out of memory");
 	wiki_work w;
-	wiki_work_init(&w, (int)run->kmax, run->n_methods);
+	wiki_open(run, &ix, &sc, &w);
 	for (size_t p = 0; p < np; p++) {
 		wiki_passage(run, &ts, ix, sc, &ps[p], &w);
 		cli_progress("%zu/%zu passages, %.0f s", p + 1, np, cli_now() - t_start);
 	}
 	cli_progress_end();
 	wiki_write(run, &w);
+	if (run->summary || cli_verbosity >= 2)
+		wiki_summary(run, &w);
 	if (cli_verbosity >= 2)
 		fprintf(stderr, "ss-eval: %zu of %zu passages (of %zu with >= %ld tokens), k = 0..%d, "
 			"%d methods, %" PRIu64 " states scored (%" PRIu64 " identical ones shared), "
@@ -430,3 +496,193 @@ void eval_wikitext(eval_run *run)
 	tokens_free(&ts);
 }
 
+
+/* ---------------------------------------------------------- openbookqa */
+
+/* One OpenBookQA question: its id, stem, the 4 choices and the key. */
+typedef struct {
+	char *id, *stem, *choice[4];
+	int key; /* 0..3 */
+} obqa_item;
+
+/* Splits "(A) x (B) y (C) z (D) w" into its 4 choices (malloc'd); 0 or -1. */
+static int obqa_choices(const char *s, char **out)
+{
+	const char *at[5];
+	for (int i = 0; i < 4; i++) {
+		char tag[5] = { '(', (char)('A' + i), ')', ' ', 0 };
+		if (!(at[i] = strstr(i ? at[i - 1] : s, tag)))
+			return -1;
+	}
+	at[4] = s + strlen(s);
+	for (int i = 0; i < 4; i++) {
+		const char *b = at[i] + 4, *e = at[i + 1];
+		while (e > b && e[-1] == ' ')
+			e--;
+		out[i] = xcalloc((size_t)(e - b) + 1, 1);
+		memcpy(out[i], b, (size_t)(e - b));
+	}
+	return 0;
+}
+
+/* The questions of the TSV (header ID, Question Stem, Choices, Complete
+ * Question, Answer Key), at most --queries. */
+static obqa_item *obqa_read(const eval_run *run, size_t *n)
+{
+	size_t len;
+	char *buf = mcli_read_file(run->qa, &len), *save = NULL;
+	obqa_item *items = NULL;
+	size_t cap = 0, line = 0;
+	*n = 0;
+	for (char *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		line++;
+		l[strcspn(l, "\r")] = 0;
+		char *f[5], *fs = NULL;
+		int nf = 0;
+		for (char *t = strtok_r(l, "\t", &fs); t && nf < 5; t = strtok_r(NULL, "\t", &fs))
+			f[nf++] = t;
+		if (line == 1) {
+			if (nf < 5 || strcmp(f[0], "ID") || strcmp(f[4], "Answer Key"))
+				cli_die("%s: line 1: not an OpenBookQA TSV (ID, Question Stem, Choices, "
+					"Complete Question, Answer Key)", run->qa);
+			continue;
+		}
+		if (run->queries && (long)*n >= run->queries)
+			break;
+		if (*n == cap)
+			items = xrealloc(items, (cap = cap ? 2 * cap : 256) * sizeof *items);
+		obqa_item *it = &items[*n];
+		if (nf < 5 || strlen(f[4]) != 1 || f[4][0] < 'A' || f[4][0] > 'D' ||
+		    obqa_choices(f[2], it->choice))
+			cli_die("%s: line %zu: want 5 fields, choices (A) .. (D) and a key A-D", run->qa,
+				line);
+		it->id = strdup(f[0]);
+		it->stem = strdup(f[1]);
+		it->key = f[4][0] - 'A';
+		if (!it->id || !it->stem)
+			cli_die("out of memory");
+		++*n;
+	}
+	free(buf);
+	return items;
+}
+
+/* Tokens of one question: the query, and per choice its tokens and bytes. */
+typedef struct {
+	int32_t *q, *c[4];
+	int64_t nq, nc[4];
+	size_t bytes[4];
+} obqa_tok;
+
+/* Scores the 4 choices from each method's context at this k; adds to the
+ * counts of accuracy (lowest summed NLL) and accuracy_norm (lowest summed
+ * NLL per byte of the choice, lm-evaluation-harness's acc_norm). */
+static void obqa_score(const eval_run *run, ss_eval_scorer *sc, const obqa_item *it,
+		       const obqa_tok *t, int k, wiki_work *w, long *acc, long *accn)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	const int M = w->M;
+	double best[2][EVAL_MAX_METHODS];
+	int pick[2][EVAL_MAX_METHODS] = { { 0 } };
+	for (int j = 0; j < M; j++)
+		w->starts[j] = &w->ctxs[j];
+	for (int c = 0; c < 4; c++) {
+		if (ss_eval_nll(sc, w->starts, (size_t)M, t->q, t->nq, t->c[c], t->nc[c], w->nll, err))
+			cli_die("%s: question %s, k %d: %s", run->qa, it->id, k, err);
+		for (int j = 0; j < M; j++) {
+			double sum = w->nll[j] * (double)t->nc[c];
+			double v[2] = { sum, sum / (double)t->bytes[c] };
+			for (int a = 0; a < 2; a++)
+				if (c == 0 || v[a] < best[a][j]) {
+					best[a][j] = v[a];
+					pick[a][j] = c;
+				}
+		}
+	}
+	for (int j = 0; j < M; j++) {
+		size_t at = (size_t)j * (w->K + 1) + k;
+		acc[at] += pick[0][j] == it->key;
+		accn[at] += pick[1][j] == it->key;
+		w->sum_t[at] += w->secs[j];
+		w->cnt[at]++;
+		ss_state_free(&w->ctxs[j]);
+	}
+}
+
+void eval_openbookqa(eval_run *run)
+{
+	double t_start = cli_now();
+	size_t nq;
+	obqa_item *items = obqa_read(run, &nq);
+	if (nq == 0)
+		cli_die("%s: no question", run->qa);
+	ss_tokenizer *tok = cli_tokenizer(run->tok_path, run->model_dir);
+	token_set ts = { 0 };
+	tokens_read(&ts, run->tokens);
+	ss_index *ix;
+	ss_eval_scorer *sc;
+	wiki_work w;
+	wiki_open(run, &ix, &sc, &w);
+	size_t cells = (size_t)w.M * (w.K + 1);
+	long *acc = xcalloc(cells, sizeof *acc), *accn = xcalloc(cells, sizeof *accn);
+	for (size_t i = 0; i < nq; i++) {
+		obqa_item *it = &items[i];
+		char where[300], *q;
+		snprintf(where, sizeof where, "question %s", it->id);
+		if (asprintf(&q, "\n\nQuestion: %s\nAnswer:", it->stem) < 0)
+			cli_die("out of memory");
+		obqa_tok t;
+		t.q = encode_text(run, tok, q, &t.nq, where);
+		free(q);
+		for (int c = 0; c < 4; c++) {
+			char *a;
+			if (asprintf(&a, " %s", it->choice[c]) < 0)
+				cli_die("out of memory");
+			t.c[c] = encode_text(run, tok, a, &t.nc[c], where);
+			t.bytes[c] = strlen(a);
+			free(a);
+			if (t.nc[c] < 1 || t.nq < 1)
+				cli_die("%s: %s: an empty question or choice", run->qa, where);
+		}
+		wiki_retrieve(run, ix, it->stem, NULL, 0, where, &w);
+		for (int k = 0; k <= w.nh; k++) {
+			wiki_docs(run, &ts, k, &w);
+			wiki_contexts(run, where, k, &w);
+			obqa_score(run, sc, it, &t, k, &w, acc, accn);
+		}
+		for (int h = 0; h < w.nh; h++)
+			ss_state_free(&w.hit_st[h]);
+		ss_index_hits_free(w.hits, w.nh);
+		free(t.q);
+		for (int c = 0; c < 4; c++) {
+			free(t.c[c]);
+			free(it->choice[c]);
+		}
+		free(it->id);
+		free(it->stem);
+		cli_progress("%zu/%zu questions, %.0f s", i + 1, nq, cli_now() - t_start);
+	}
+	cli_progress_end();
+	FILE *f = cli_out_open(run->out);
+	fputs("method\tk\tn\taccuracy\taccuracy_norm\tmean_time_ms\n", f);
+	for (int j = 0; j < w.M; j++)
+		for (int k = 0; k <= w.K; k++) {
+			size_t at = (size_t)j * (w.K + 1) + k;
+			if (w.cnt[at])
+				fprintf(f, "%s\t%d\t%ld\t%.4f\t%.4f\t%.6f\n", method_name(run, j), k,
+					w.cnt[at], (double)acc[at] / w.cnt[at], (double)accn[at] / w.cnt[at],
+					w.sum_t[at] / w.cnt[at] * 1e3);
+		}
+	cli_out_close(f);
+	if (cli_verbosity >= 2)
+		fprintf(stderr, "ss-eval: %zu questions, k = 0..%d, %d methods, %.1f s\n", nq, w.K, w.M,
+			cli_now() - t_start);
+	free(acc);
+	free(accn);
+	free(items);
+	wiki_work_free(&w);
+	ss_eval_scorer_free(sc);
+	ss_index_close(ix);
+	tokens_free(&ts);
+	ss_tokenizer_free(tok);
+}

@@ -2,9 +2,11 @@
  * ss-eval — the PICASO paper's evaluation over a state database: WikiText
  * continuation NLL vs k retrieved chunks per method with composition vs
  * concatenation timings (§6.1, Fig. 3), and MS MARCO data attribution by
- * Leave-One-In / Leave-One-Out (Appendix C, Table 4). The methods and the
- * metric are libss calls (ss_eval.h); this file reads the options and runs
- * one protocol (eval_wikitext.c, eval_attribution.c). Manual: man/ss-eval.1.
+ * Leave-One-In / Leave-One-Out (Appendix C, Table 4), the MS MARCO answer
+ * NLL (Table 1 row 1) and processing vs inference time (Appendix B.3,
+ * Fig. 7). The methods and the metric are libss calls (ss_eval.h); this
+ * file reads the options and runs one protocol (eval_wikitext.c,
+ * eval_attribution.c, eval_timing.c). Manual: man/ss-eval.1.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -20,10 +22,16 @@
 static const char *usage =
 	"ss-eval wikitext [--model DIR] --index DB --tokens FILE [--passages N] [--min-tokens N]\n"
 	"               [--kmax K] [--methods LIST] [--seed S] [--per-passage FILE]\n"
-	"               [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]\n"
+	"               [--summary FILE] [COMMON]\n"
 	"       ss-eval attribution [--model DIR] --qa FILE [--queries N] [--exactly-one]\n"
-	"               [--methods LIST] [--per-query FILE] [--tokenizer FILE]\n"
-	"               [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
+	"               [--methods LIST] [--per-query FILE] [--tokenizer FILE] [COMMON]\n"
+	"       ss-eval msmarco [--model DIR] --qa FILE [--queries N] [--methods LIST]\n"
+	"               [--per-query FILE] [--tokenizer FILE] [COMMON]\n"
+	"       ss-eval timing [--model DIR] [--lengths L,...] [--gen N] [--repeat R]\n"
+	"               [--seed S] [COMMON]\n"
+	"       ss-eval openbookqa [--model DIR] --qa FILE.tsv --index DB --tokens FILE\n"
+	"               [--kmax K] [--queries N] [--methods LIST] [--tokenizer FILE] [COMMON]\n"
+	"  COMMON: [--device D] [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
 
 /* Keeps the default WikiText run (database included) within 20 minutes on 2
  * cores with the t1 model: about 1.5 s per passage there (7 methods, k = 0..10). */
@@ -48,26 +56,52 @@ static void help(void)
 	       "  pick the passage the answer depends on: Leave-One-In (lowest answer NLL\n"
 	       "  from one passage's state) and Leave-One-Out per method (highest answer NLL\n"
 	       "  without the passage). Writes the TSV method, n, correct, precision,\n"
-	       "  mean_time_ms (rows: chance, loi, loo-METHOD...).\n\n"
+	       "  mean_time_ms (rows: chance, loi, loo-METHOD...).\n"
+	       "msmarco: for each MS MARCO query with an answer and a selected passage,\n"
+	       "  compose all its passages (sample order) by each method and score the\n"
+	       "  answer's mean NLL after the query. Writes the TSV method, n, mean_nll,\n"
+	       "  mean_time_ms, mean_infer_ms.\n"
+	       "timing: for each length L prefill L tokens from the zero state\n"
+	       "  (processing), then decode --gen tokens greedily from that state\n"
+	       "  (inference). Writes the TSV tokens, processing_ms, inference_ms.\n"
+	       "openbookqa: for each OpenBookQA question (TSV) retrieve the top K documents\n"
+	       "  of the index by BM25 with the question stem; for k = 0..K build each\n"
+	       "  method's context and pick the choice of lowest answer NLL (summed:\n"
+	       "  accuracy; per byte: accuracy_norm). Writes the TSV method, k, n,\n"
+	       "  accuracy, accuracy_norm, mean_time_ms.\n\n"
 	       "  --model DIR         model directory (default: see Defaults)\n"
-	       "  --index DB          wikitext: the index (ss-retrieve build) of the halves\n"
-	       "  --tokens FILE       wikitext: the token stream of the halves\n"
+	       "  --index DB          wikitext, openbookqa: the index (ss-retrieve build)\n"
+	       "  --tokens FILE       wikitext, openbookqa: the index's token stream\n"
 	       "  --passages N        wikitext: passages sampled (default %d; 0 = all)\n"
 	       "  --min-tokens N      wikitext: only passages of at least N tokens (default %d)\n"
-	       "  --kmax K            wikitext: k = 0..K (default %d)\n"
+	       "  --kmax K            wikitext, openbookqa: k = 0..K (default %d)\n"
 	       "  --seed S            wikitext: sampling seed (default 1)\n"
 	       "  --per-passage FILE  wikitext: also write passage, k, method, nll, time_ms,\n"
 	       "                      docs (ids in concatenation order)\n"
-	       "  --qa FILE           attribution: MS MARCO v1.1 JSON (array of queries)\n"
-	       "  --queries N         attribution: at most N queries (default 0 = all)\n"
+	       "  --summary FILE      wikitext: also write Fig. 3's summary: method,\n"
+	       "                      improvement_pct (mean over k >= 1 of the NLL gain\n"
+	       "                      over naive, %%), concat_fraction (of concat's gain)\n"
+	       "  --qa FILE           attribution, msmarco: MS MARCO v1.1 JSON (array);\n"
+	       "                      openbookqa: OpenBookQA TSV\n"
+	       "  --queries N         attribution, msmarco: at most N queries (0 = all)\n"
 	       "  --exactly-one       attribution: only queries with one selected passage\n"
 	       "  --per-query FILE    attribution: also write query_id, method, pick,\n"
-	       "                      correct, n_passages\n"
-	       "  --tokenizer FILE    attribution: tokenizer.json (default: see Defaults)\n"
-	       "  --methods LIST      comma-separated methods (default: all; wikitext:\n"
-	       "                      naive,concat,soup,caso,picaso-s,picaso-r,piconcat-r;\n"
-	       "                      attribution Leave-One-Out: concat,soup,caso,picaso-r,\n"
-	       "                      picaso-s)\n"
+	       "                      correct, n_passages; msmarco: query_id, method,\n"
+	       "                      nll, time_ms, n_passages\n"
+	       "  --tokenizer FILE    tokenizer.json (default: see Defaults)\n"
+	       "  --methods LIST      comma-separated methods; 'paper' = naive,concat,soup,\n"
+	       "                      caso,picaso-s,picaso-r,piconcat-r (wikitext and\n"
+	       "                      msmarco default); 'souping' = soup, soup-sum,\n"
+	       "                      soup-max, each also with :before, :after, :both\n"
+	       "                      (L2 norm of each layer's ssm before/after pooling);\n"
+	       "                      attribution Leave-One-Out default: concat,soup,caso,\n"
+	       "                      picaso-r,picaso-s\n"
+	       "  --lengths L,...     timing: input lengths in tokens (default\n"
+	       "                      256,512,1024,2048,4096,8192)\n"
+	       "  --gen N             timing: tokens decoded (default 32)\n"
+	       "  --repeat R          timing: runs per length, the median kept (default 3)\n"
+	       "  --device D          cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
+	       "                      CUDA plugin finds one, else the CPU)\n"
 	       "  --threads N         threads (default: online cores)\n"
 	       "  --weights-dtype T   f32, bf16, f16 or auto: the dtype the weight matrices\n"
 	       "                      are held and read in (default auto: the checkpoint's)\n"
@@ -79,6 +113,23 @@ static void help(void)
 	exit(0);
 }
 
+/* Appends method m to run->methods; when it is there already, a usage error
+ * if named, nothing if from a keyword. */
+static void add_method(eval_run *run, int m, int named)
+{
+	for (int i = 0; i < run->n_methods; i++)
+		if (run->methods[i] == m) {
+			if (!named)
+				return;
+			cli_usage(usage, "--methods: '%s' given twice", ss_eval_method_name((ss_eval_method)m));
+		}
+	if (run->n_methods == EVAL_MAX_METHODS)
+		cli_usage(usage, "--methods: more than %d methods", EVAL_MAX_METHODS);
+	run->methods[run->n_methods++] = m;
+}
+
+/* --methods: names and the keywords paper (the PICASO paper's 7) and
+ * souping (soup, soup-sum, soup-max with each normalisation). */
 static void parse_methods(eval_run *run, const char *s)
 {
 	char *dup = strdup(s), *save = NULL;
@@ -87,12 +138,19 @@ static void parse_methods(eval_run *run, const char *s)
 	run->n_methods = 0;
 	for (char *t = strtok_r(dup, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
 		ss_eval_method m;
-		if (ss_eval_method_parse(t, &m))
+		if (!strcmp(t, "paper")) {
+			for (int i = 0; i < SS_EVAL_N_PAPER; i++)
+				add_method(run, i, 0);
+		} else if (!strcmp(t, "souping")) {
+			static const int pool[3] = { SS_EVAL_SOUP, SS_EVAL_SOUP_SUM, SS_EVAL_SOUP_MAX };
+			for (int i = 0; i < 3; i++)
+				for (int norm = 0; norm < 4; norm++)
+					add_method(run, pool[i] | norm << 8, 0);
+		} else if (ss_eval_method_parse(t, &m)) {
 			cli_usage(usage, "--methods: unknown method '%s'", t);
-		for (int i = 0; i < run->n_methods; i++)
-			if (run->methods[i] == (int)m)
-				cli_usage(usage, "--methods: '%s' given twice", t);
-		run->methods[run->n_methods++] = (int)m;
+		} else {
+			add_method(run, (int)m, 1);
+		}
 	}
 	if (!run->n_methods)
 		cli_usage(usage, "--methods: no method");
@@ -100,13 +158,36 @@ static void parse_methods(eval_run *run, const char *s)
 }
 
 enum { O_MODEL = 256, O_INDEX, O_TOKENS, O_PASSAGES, O_MINTOK, O_KMAX, O_SEED, O_PERP, O_QA,
-       O_QUERIES, O_ONE, O_PERQ, O_TOK, O_METHODS, O_THREADS, O_WTYPE };
+       O_QUERIES, O_ONE, O_PERQ, O_TOK, O_METHODS, O_THREADS, O_WTYPE, O_DEVICE, O_SUMMARY,
+       O_LENGTHS, O_GEN, O_REPEAT };
+
+static const char *const commands[] = { "wikitext", "attribution", "msmarco", "timing",
+					"openbookqa" };
+enum { CMD_WIKITEXT, CMD_ATTRIBUTION, CMD_MSMARCO, CMD_TIMING, CMD_OPENBOOKQA, N_CMD };
+
+/* --lengths "L,L,...": positive token counts. */
+static void parse_lengths(eval_run *run, const char *s)
+{
+	size_t n;
+	int32_t *ids = mcli_parse_ids("--lengths", s, &n, usage);
+	if (!n)
+		cli_usage(usage, "--lengths: no length");
+	free(run->lengths);
+	run->lengths = xcalloc(n, sizeof *run->lengths);
+	for (size_t i = 0; i < n; i++) {
+		if (ids[i] < 1)
+			cli_usage(usage, "--lengths: %d is not a positive length", ids[i]);
+		run->lengths[i] = ids[i];
+	}
+	run->n_lengths = (int)n;
+	free(ids);
+}
 
 /* Reads the options into *run; *model_opt and *methods as given (NULL when
  * not). Options may come before or after the command. Returns the command
- * (wikitext or attribution). */
-static const char *parse_options(int argc, char **argv, eval_run *run, const char **model_opt,
-				 const char **methods)
+ * (CMD_*). */
+static int parse_options(int argc, char **argv, eval_run *run, const char **model_opt,
+			 const char **methods)
 {
 	static const struct option opts[] = {
 		{ "model", required_argument, 0, O_MODEL },
@@ -125,6 +206,11 @@ static const char *parse_options(int argc, char **argv, eval_run *run, const cha
 		{ "methods", required_argument, 0, O_METHODS },
 		{ "threads", required_argument, 0, O_THREADS },
 		{ "weights-dtype", required_argument, 0, O_WTYPE },
+		{ "device", required_argument, 0, O_DEVICE },
+		{ "summary", required_argument, 0, O_SUMMARY },
+		{ "lengths", required_argument, 0, O_LENGTHS },
+		{ "gen", required_argument, 0, O_GEN },
+		{ "repeat", required_argument, 0, O_REPEAT },
 		{ 0, 0, 0, 0 },
 	};
 	const cli_options co = { NULL, opts, usage, help, &run->out };
@@ -147,60 +233,77 @@ static const char *parse_options(int argc, char **argv, eval_run *run, const cha
 		case O_METHODS: *methods = optarg; break;
 		case O_THREADS: run->threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
 		case O_WTYPE: run->wtype = optarg; break;
+		case O_DEVICE: run->dev_opt = optarg; break;
+		case O_SUMMARY: run->summary = optarg; break;
+		case O_LENGTHS: parse_lengths(run, optarg); break;
+		case O_GEN: run->gen = cli_long("--gen", optarg, 1, 1L << 20, usage); break;
+		case O_REPEAT: run->repeat = cli_long("--repeat", optarg, 1, 1000, usage); break;
 		}
 	}
 	if (optind >= argc)
-		cli_usage(usage, "missing command: wikitext or attribution");
+		cli_usage(usage, "missing command: wikitext, attribution, msmarco, timing or openbookqa");
 	const char *cmd = argv[optind];
-	if (strcmp(cmd, "wikitext") && strcmp(cmd, "attribution"))
-		cli_usage(usage, "unknown command '%s' (wikitext or attribution)", cmd);
+	int k = 0;
+	while (k < N_CMD && strcmp(cmd, commands[k]))
+		k++;
+	if (k == N_CMD)
+		cli_usage(usage, "unknown command '%s' (wikitext, attribution, msmarco, timing or "
+			  "openbookqa)", cmd);
 	if (optind + 1 < argc)
 		cli_usage(usage, "unexpected argument '%s'", argv[optind + 1]);
-	return cmd;
+	return k;
 }
 
-/* Parses and checks the command line into *run; returns 1 for wikitext, 0
- * for attribution. */
+/* Parses and checks the command line into *run; returns the command. */
 static int parse_args(int argc, char **argv, eval_run *run)
 {
 	const char *model_opt = NULL, *methods = NULL;
-	const char *cmd = parse_options(argc, argv, run, &model_opt, &methods);
-	int wiki = !strcmp(cmd, "wikitext");
+	int cmd = parse_options(argc, argv, run, &model_opt, &methods);
+	int obqa = cmd == CMD_OPENBOOKQA, wiki = cmd == CMD_WIKITEXT || obqa;
+	int qa = cmd == CMD_ATTRIBUTION || cmd == CMD_MSMARCO || obqa;
 	if (wiki && (!run->index || !run->tokens))
-		cli_usage(usage, "wikitext needs --index and --tokens");
-	if (wiki && run->qa)
-		cli_usage(usage, "--qa belongs to attribution");
-	if (!wiki && !run->qa)
-		cli_usage(usage, "attribution needs --qa");
+		cli_usage(usage, "%s needs --index and --tokens", commands[cmd]);
+	if (!qa && run->qa)
+		cli_usage(usage, "--qa belongs to attribution, msmarco and openbookqa");
+	if (qa && !run->qa)
+		cli_usage(usage, "%s needs --qa", commands[cmd]);
 	if (!wiki && (run->index || run->tokens))
-		cli_usage(usage, "--index and --tokens belong to wikitext");
+		cli_usage(usage, "--index and --tokens belong to wikitext and openbookqa");
+	if (cmd != CMD_WIKITEXT && run->summary)
+		cli_usage(usage, "--summary belongs to wikitext");
+	if (cmd != CMD_TIMING && (run->lengths || run->gen || run->repeat))
+		cli_usage(usage, "--lengths, --gen and --repeat belong to timing");
 	if (methods)
 		parse_methods(run, methods);
-	else if (wiki)
-		for (int m = 0; m < SS_EVAL_N_METHODS; m++)
-			run->methods[run->n_methods++] = m;
-	else
+	else if (cmd == CMD_ATTRIBUTION)
 		parse_methods(run, "concat,soup,caso,picaso-r,picaso-s");
+	else
+		parse_methods(run, "paper");
 	if (!run->threads)
 		run->threads = mcli_threads_default();
 	run->model_dir = cli_model_dir(model_opt, usage);
-	return wiki;
+	run->dev = mcli_device(run->dev_opt ? run->dev_opt : "auto", usage);
+	return cmd;
 }
 
 /* Loads the model and its forward context; opens the per-row output with
  * its header when asked for. */
-static void run_open(eval_run *run, int wiki)
+static void run_open(eval_run *run, int cmd)
 {
-	char err[SS_ERRMSG_MAX] = "";
+	static const char *const per_header[] = {
+		"passage\tk\tmethod\tnll\ttime_ms\tdocs\n",
+		"query_id\tmethod\tpick\tcorrect\tn_passages\n",
+		"query_id\tmethod\tnll\ttime_ms\tn_passages\n",
+	};
 	run->model = mcli_load_model(run->model_dir, 0, run->wtype, usage);
-	if (ss_forward_ctx_init(&run->fctx, run->model, run->threads, 0, err))
-		cli_die("%s: %s", run->model_dir, err);
+	run->fctx = mcli_forward_ctx(run->model, run->model_dir, run->dev, run->threads);
 	if (!run->per)
 		return;
+	if (cmd == CMD_TIMING || cmd == CMD_OPENBOOKQA)
+		cli_usage(usage, "%s has no per-row output", commands[cmd]);
 	if (!(run->per_out = open_memstream(&run->per_buf, &run->per_len)))
 		cli_die("out of memory");
-	fputs(wiki ? "passage\tk\tmethod\tnll\ttime_ms\tdocs\n"
-		   : "query_id\tmethod\tpick\tcorrect\tn_passages\n", run->per_out);
+	fputs(per_header[cmd], run->per_out);
 }
 
 /* Writes the per-row output, if any, and frees the model. */
@@ -217,6 +320,8 @@ static void run_close(eval_run *run)
 	}
 	ss_forward_ctx_free(run->fctx);
 	ss_model_free(run->model);
+	ss_device_close(run->dev);
+	free(run->lengths);
 }
 
 int main(int argc, char **argv)
@@ -224,12 +329,15 @@ int main(int argc, char **argv)
 	cli_init("ss-eval");
 	eval_run run = { .passages = PASSAGES_DEFAULT, .min_tokens = MIN_TOKENS_DEFAULT,
 			 .kmax = KMAX_DEFAULT, .seed = 1, .usage = usage };
-	int wiki = parse_args(argc, argv, &run);
-	run_open(&run, wiki);
-	if (wiki)
-		eval_wikitext(&run);
-	else
-		eval_attribution(&run);
+	int cmd = parse_args(argc, argv, &run);
+	run_open(&run, cmd);
+	switch (cmd) {
+	case CMD_WIKITEXT: eval_wikitext(&run); break;
+	case CMD_ATTRIBUTION: eval_attribution(&run); break;
+	case CMD_MSMARCO: eval_msmarco(&run); break;
+	case CMD_OPENBOOKQA: eval_openbookqa(&run); break;
+	default: eval_timing(&run); break;
+	}
 	run_close(&run);
 	return 0;
 }

@@ -17,7 +17,8 @@
 static const char *usage_line =
 	"ss-retrieve build --index DB [-q|-v] STREAM...\n"
 	"       ss-retrieve query --index DB [-k K] [--exclude ID]... [--query TEXT]\n"
-	"                   [--ids [--json]] [-o FILE | --out-dir DIR] [--empty-ok] [-q|-v]";
+	"                   [--ids [--json]] [-o FILE | --out-dir DIR] [--empty-ok]\n"
+	"                   [--k1 K1] [--b B] [-q|-v]";
 
 static void help(void)
 {
@@ -46,6 +47,8 @@ static void help(void)
 	      "  --out-dir DIR    batch: write DIR/<query id>.states per query\n"
 	      "  --empty-ok       exit 0 when a query matches no document (default: 1,\n"
 	      "                   as grep; the output is written, empty, either way)\n"
+	      "  --k1 K1, --b B   BM25's term-frequency saturation k1 (>= 0, default 1.2)\n"
+	      "                   and length normalisation b (0..1, default 0.75)\n"
 	      "  -q, -v           quieter, more verbose (progress, summary)\n"
 	      "  -h, --help       this help\n"
 	      "  -V, --version    version\n",
@@ -119,6 +122,7 @@ typedef struct {
 	FILE *text_out; /* --ids destination */
 	int empty_ok;
 	unsigned long long n_empty; /* queries that matched nothing */
+	double k1, b; /* BM25 parameters (ss_index_set_bm25) */
 } qopts;
 
 /* Writes s to f as a TSV field: backslash, tab, newline and CR escaped. */
@@ -358,7 +362,7 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 {
 	char em[SS_ERRMSG_MAX];
 	ss_index *ix;
-	if (ss_index_open(&ix, db, em))
+	if (ss_index_open(&ix, db, em) || ss_index_set_bm25(ix, o->k1, o->b, em))
 		cli_die("%s: %s", db, em);
 	o->text_out = stdout;
 	if (o->ids && o->out && strcmp(o->out, "-")) {
@@ -381,7 +385,7 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 int main(int argc, char **argv)
 {
 	cli_init("ss-retrieve");
-	enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK };
+	enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B };
 	static const struct option longs[] = {
 		{ "index", required_argument, 0, O_INDEX },
 		{ "query", required_argument, 0, O_QUERY },
@@ -390,6 +394,8 @@ int main(int argc, char **argv)
 		{ "json", no_argument, 0, O_JSON },
 		{ "out-dir", required_argument, 0, O_OUTDIR },
 		{ "empty-ok", no_argument, 0, O_EMPTYOK },
+		{ "k1", required_argument, 0, O_K1 },
+		{ "b", required_argument, 0, O_B },
 		{ 0, 0, 0, 0 },
 	};
 	for (int i = 1; i < argc; i++) {
@@ -406,7 +412,7 @@ int main(int argc, char **argv)
 	int build = !strcmp(cmd, "build");
 	if (!build && strcmp(cmd, "query"))
 		cli_usage(usage_line, "unknown command '%s' (build or query)", cmd);
-	qopts o = { .k = 10 };
+	qopts o = { .k = 10, .k1 = 1.2, .b = 0.75 };
 	const char *db = NULL, *query = NULL;
 	o.exclude = calloc((size_t)argc, sizeof *o.exclude);
 	if (!o.exclude)
@@ -425,6 +431,8 @@ int main(int argc, char **argv)
 		case O_JSON: o.json = 1; break;
 		case O_OUTDIR: o.out_dir = optarg; break;
 		case O_EMPTYOK: o.empty_ok = 1; break;
+		case O_K1: o.k1 = cli_double("--k1", optarg, 0, 1000, usage_line); break;
+		case O_B: o.b = cli_double("--b", optarg, 0, 1, usage_line); break;
 		case 'k': o.k = (int)cli_long("-k", optarg, 1, 1000000, usage_line); break;
 		}
 	}
