@@ -5,6 +5,7 @@
  *      document-souping.txt §2.2.
  */
 #include "ss.h"
+#include "compose_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -269,79 +270,6 @@ int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const floa
  * time into an L1-resident buffer, so each input byte crosses memory once. */
 #define BLK 256
 
-static inline float u2f(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static inline uint32_t f2u(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
-
-/* binary16 → binary32, exact and branch-free so it vectorises: the 15 bits
- * below the sign, shifted into a binary32's exponent/mantissa, read as a
- * float and scaled by 2^(127-15), give every finite value (subnormals
- * included, the product being exact); the all-ones exponent becomes inf/NaN. */
-static inline float h2f(uint16_t h)
-{
-	uint32_t em = h & 0x7fffu, sign = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t u = f2u(u2f(em << 13) * 0x1p112f);
-	uint32_t special = 0u - (uint32_t)(em >= 0x7c00u);
-	u = (u & ~special) | ((0x7f800000u | (em << 13)) & special);
-	return u2f(u | sign);
-}
-
-static inline float load_el(const unsigned char *p, ss_dtype t)
-{
-	uint16_t h;
-	float f;
-	switch (t) {
-	case SS_DTYPE_F16:
-		memcpy(&h, p, 2);
-		return h2f(h);
-	case SS_DTYPE_BF16:
-		memcpy(&h, p, 2);
-		return u2f((uint32_t)h << 16);
-	default:
-		memcpy(&f, p, 4);
-		return f;
-	}
-}
-
-/* dst[0..n) = src[0..n) of dtype t, little-endian, any alignment. */
-static void cvt(float *restrict dst, const unsigned char *restrict src, ss_dtype t, size_t n)
-{
-	size_t i = 0;
-	switch (t) {
-	case SS_DTYPE_F16:
-		for (; i + VW <= n; i += VW)
-			for (size_t j = 0; j < VW; j++) {
-				uint16_t h;
-				memcpy(&h, src + 2 * (i + j), 2);
-				dst[i + j] = h2f(h);
-			}
-		break;
-	case SS_DTYPE_BF16:
-		for (; i + VW <= n; i += VW)
-			for (size_t j = 0; j < VW; j++) {
-				uint16_t h;
-				memcpy(&h, src + 2 * (i + j), 2);
-				dst[i + j] = u2f((uint32_t)h << 16);
-			}
-		break;
-	default:
-		memcpy(dst, src, n * 4);
-		return;
-	}
-	for (; i < n; i++)
-		dst[i] = load_el(src + i * ss_dtype_size(t), t);
-}
-
 static void k_scale(float *restrict y, float c, const float *restrict x, size_t n)
 {
 	size_t i = 0;
@@ -451,7 +379,7 @@ static void apply(float *restrict y, src_arr x, size_t off, size_t n, int op, fl
 		if (x.direct) {
 			xs = (const float *)(const void *)x.p + off + i;
 		} else {
-			cvt(op == OP_COPY ? y + i : tmp, x.p + (off + i) * x.es, x.t, m);
+			ss_to_f32(op == OP_COPY ? y + i : tmp, x.p + (off + i) * x.es, x.t, m);
 			xs = tmp;
 		}
 		switch (op) {
@@ -476,7 +404,7 @@ static double norm2(src_arr x, size_t off, size_t n)
 	double s = 0;
 	for (size_t i = 0; i < n; i += BLK) {
 		size_t m = n - i < BLK ? n - i : BLK;
-		cvt(tmp, x.p + (off + i) * x.es, x.t, m);
+		ss_to_f32(tmp, x.p + (off + i) * x.es, x.t, m);
 		s += k_sumsq(tmp, m);
 	}
 	return sqrt(s);
@@ -498,6 +426,10 @@ struct ss_composer {
 	float *decay;      /* [cap][n_head] the inputs' logdecays */
 	char **ids;        /* [cap] */
 	int64_t n_tokens;
+	/* the input being added (between add_begin and add_end) */
+	int open;
+	ss_dtype t;
+	uint64_t want[2], fed[2]; /* bytes of conv [0] and ssm [1]: expected, received */
 };
 
 int ss_composer_new(ss_composer **out, const ss_compose_opts *o)
@@ -622,16 +554,15 @@ static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
 	return 0;
 }
 
-/* The work of every add: x supplies dims, fingerprint, id, logdecay and
- * n_tokens; ssm and conv come as arrays of dtype t (any alignment). */
-static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv, ss_dtype t,
-		      char *errmsg)
+/* Starts input c->n: x supplies dims, fingerprint, id, logdecay and
+ * n_tokens; its arrays follow in dtype t through add_range(). */
+static int add_begin(ss_composer *c, const ss_state *x, ss_dtype t, char *errmsg)
 {
-	if (c->failed || c->finished) {
+	if (c->failed || c->finished || c->open) {
 		ss_errf(errmsg, 0, "composer: add after an error or finish");
 		return SS_ERR_INVALID;
 	}
-	if (!x || !ssm || !conv || !x->logdecay || !ss_dtype_name(t)) {
+	if (!x || !x->logdecay || !ss_dtype_name(t)) {
 		ss_errf(errmsg, 0, "input %zu: state without ssm, conv or logdecay", c->n);
 		return fail(c, SS_ERR_INVALID);
 	}
@@ -675,44 +606,131 @@ static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const 
 	}
 	memcpy(c->decay + k * H, x->logdecay, H * sizeof(float));
 	c->n_tokens += x->n_tokens;
+	c->open = 1;
+	c->t = t;
+	c->want[0] = ss_state_conv_len(&c->acc.dims) * ss_dtype_size(t);
+	c->want[1] = ss_state_ssm_len(&c->acc.dims) * ss_dtype_size(t);
+	c->fed[0] = c->fed[1] = 0;
+	return 0;
+}
 
-	const ss_state_dims *dm = &c->acc.dims;
-	size_t nheads = (size_t)dm->nheads;
-	size_t hlen = (size_t)dm->headdim * (size_t)dm->d_state;
-	size_t llen = nheads * hlen;
-	int first = k == 0;
-	src_arr xs = src_of(ssm, t);
-	for (size_t l = 0; l < (size_t)dm->n_layer; l++) {
-		double s = 1;
-		if (c->o.norm & SS_COMPOSE_NORM_BEFORE) {
-			double nrm = norm2(xs, l * llen, llen);
-			if (nrm > 0)
-				s = 1 / nrm;
-		}
-		for (size_t h = 0; h < nheads; h++) {
-			size_t gh = l * nheads + h, off = gh * hlen;
-			float *yh = c->acc.ssm + off;
-			float cf = (float)s;
-			if (c->w)
-				cf = (float)(c->w[gh * c->n_plan + k] * s);
-			if (first)
-				apply(yh, xs, off, hlen, OP_SCALE, cf, 0);
-			else if (c->o.mode == SS_COMPOSE_CASO)
-				apply(yh, xs, off, hlen, OP_AXPBY, cf, (float)exp((double)x->logdecay[gh]));
-			else if (c->o.mode == SS_COMPOSE_MAX)
-				apply(yh, xs, off, hlen, OP_MAX, cf, 0);
-			else /* picaso (weighted), soup and sum (divided at the end) */
-				apply(yh, xs, off, hlen, OP_AXPY, cf, 0);
-		}
+/* Folds elements [e0, e0+n) of the open input's conv (which 0) or ssm
+ * (which 1) array, given at xs, into the accumulator. lscale: per layer
+ * factor of the ssm (norm before), or NULL. Elementwise: any cut of an
+ * array into ranges gives the same bits. */
+static void add_range(ss_composer *c, int which, src_arr xs, size_t e0, size_t n, const double *lscale)
+{
+	int first = c->n == 0;
+	if (which == 0) {
+		int copy = first || c->o.conv == SS_COMPOSE_CONV_LAST;
+		apply(c->acc.conv + e0, xs, 0, n, copy ? OP_COPY : OP_AXPY, 1, 0);
+		return;
 	}
-	src_arr xc = src_of(conv, t);
-	size_t clen = ss_state_conv_len(dm);
-	if (first || c->o.conv == SS_COMPOSE_CONV_LAST)
-		apply(c->acc.conv, xc, 0, clen, OP_COPY, 1, 0);
-	else
-		apply(c->acc.conv, xc, 0, clen, OP_AXPY, 1, 0);
+	const ss_state_dims *dm = &c->acc.dims;
+	size_t hlen = (size_t)dm->headdim * (size_t)dm->d_state, k = c->n;
+	for (size_t e = e0, end = e0 + n; e < end;) {
+		size_t gh = e / hlen, seg = (gh + 1) * hlen < end ? (gh + 1) * hlen - e : end - e;
+		double s = lscale ? lscale[gh / (size_t)dm->nheads] : 1;
+		float cf = (float)(c->w ? c->w[gh * c->n_plan + k] * s : s);
+		float *y = c->acc.ssm + e;
+		if (first)
+			apply(y, xs, e - e0, seg, OP_SCALE, cf, 0);
+		else if (c->o.mode == SS_COMPOSE_CASO)
+			apply(y, xs, e - e0, seg, OP_AXPBY, cf, (float)exp((double)c->decay[k * c->n_head + gh]));
+		else if (c->o.mode == SS_COMPOSE_MAX)
+			apply(y, xs, e - e0, seg, OP_MAX, cf, 0);
+		else /* picaso (weighted), soup and sum (divided at the end) */
+			apply(y, xs, e - e0, seg, OP_AXPY, cf, 0);
+		e += seg;
+	}
+}
+
+static int add_end(ss_composer *c, char *errmsg)
+{
+	static const char *const name[2] = {"conv", "ssm"};
+	for (int a = 0; a < 2; a++)
+		if (c->fed[a] != c->want[a]) {
+			ss_errf(errmsg, 0, "input %zu: field \"%s\" has %llu bytes, expected %llu", c->n, name[a],
+				(unsigned long long)c->fed[a], (unsigned long long)c->want[a]);
+			return fail(c, SS_ERR_FORMAT);
+		}
+	c->open = 0;
 	c->n++;
 	return 0;
+}
+
+/* The whole-array add: ssm and conv in dtype t (any alignment). */
+static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv, ss_dtype t,
+		      char *errmsg)
+{
+	if (!ssm || !conv) {
+		ss_errf(errmsg, 0, "input %zu: state without ssm, conv or logdecay", c->n);
+		return fail(c, SS_ERR_INVALID);
+	}
+	int rc = add_begin(c, x, t, errmsg);
+	if (rc)
+		return rc;
+	const ss_state_dims *dm = &c->acc.dims;
+	size_t llen = (size_t)dm->nheads * (size_t)dm->headdim * (size_t)dm->d_state;
+	src_arr xs = src_of(ssm, t);
+	double *lscale = NULL;
+	if (c->o.norm & SS_COMPOSE_NORM_BEFORE) {
+		if (!(lscale = malloc((size_t)dm->n_layer * sizeof *lscale))) {
+			ss_errf(errmsg, 0, "out of memory");
+			return fail(c, SS_ERR_NOMEM);
+		}
+		for (size_t l = 0; l < (size_t)dm->n_layer; l++) {
+			double nrm = norm2(xs, l * llen, llen);
+			lscale[l] = nrm > 0 ? 1 / nrm : 1;
+		}
+	}
+	add_range(c, 1, xs, 0, c->want[1] / xs.es, lscale);
+	add_range(c, 0, src_of(conv, t), 0, c->want[0] / xs.es, NULL);
+	free(lscale);
+	c->fed[0] = c->want[0];
+	c->fed[1] = c->want[1];
+	return add_end(c, errmsg);
+}
+
+int ss_composer_streams(const ss_composer *c)
+{
+	return !(c->o.norm & SS_COMPOSE_NORM_BEFORE);
+}
+
+int ss_composer_add_begin(ss_composer *c, const ss_state *x, char *errmsg)
+{
+	if (!ss_composer_streams(c)) {
+		ss_errf(errmsg, 0, "composer: norm before needs whole arrays");
+		return fail(c, SS_ERR_INVALID);
+	}
+	return add_begin(c, x, x ? x->dtype : SS_DTYPE_F32, errmsg);
+}
+
+int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p, size_t len, char *errmsg)
+{
+	static const char *const name[2] = {"conv", "ssm"};
+	if (!c->open || c->failed || (which != 0 && which != 1)) {
+		ss_errf(errmsg, 0, "composer: a piece outside an input");
+		return fail(c, SS_ERR_INVALID);
+	}
+	size_t es = ss_dtype_size(c->t);
+	if (off != c->fed[which] || len % es || len > c->want[which] - off) {
+		ss_errf(errmsg, 0, "input %zu: field \"%s\" is not %llu bytes of %s", c->n, name[which],
+			(unsigned long long)c->want[which], ss_dtype_name(c->t));
+		return fail(c, SS_ERR_FORMAT);
+	}
+	add_range(c, which, src_of(p, c->t), (size_t)(off / es), len / es, NULL);
+	c->fed[which] += len;
+	return 0;
+}
+
+int ss_composer_add_end(ss_composer *c, char *errmsg)
+{
+	if (!c->open || c->failed) {
+		ss_errf(errmsg, 0, "composer: add_end outside an input");
+		return fail(c, SS_ERR_INVALID);
+	}
+	return add_end(c, errmsg);
 }
 
 int ss_composer_add(ss_composer *c, const ss_state *x, char *errmsg)
@@ -764,6 +782,10 @@ int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg)
 	if (c->failed || c->finished) {
 		ss_errf(errmsg, 0, "composer: finish after an error or finish");
 		return SS_ERR_INVALID;
+	}
+	if (c->open) {
+		ss_errf(errmsg, 0, "input %zu: its arrays were not all added", c->n);
+		return fail(c, SS_ERR_INVALID);
 	}
 	if (c->n == 0) {
 		ss_errf(errmsg, 0, "no input states");

@@ -8,11 +8,16 @@
  * decay before the first state: regular files are read twice (first only
  * the record prefixes, ss_reader_next_meta, then the states); a pipe's
  * states are spooled in f32 to an unlinked temporary file in $TMPDIR during
- * the first pass and read back in the second. Either way memory holds the
- * accumulator, the reader's one record, a record's metadata and the decays
- * (n_layer·nheads floats per input), whatever the number of inputs.
+ * the first pass and read back in the second. A record's arrays go into the
+ * accumulator piece by piece as they are decompressed (add_next), so each
+ * byte is read while still in cache and no record-sized buffer is touched.
+ * Either way memory holds the accumulator, a 128 KiB piece (a whole record
+ * with norm before), a record's metadata and the decays (n_layer·nheads
+ * floats per input), whatever the number of inputs.
  */
 #include "ss.h"
+#include "compose_internal.h"
+#include "stream_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -147,37 +152,89 @@ static void progress(const run_t *u, int pass, size_t done, size_t total)
 		u->fn(u->arg, pass, done, total);
 }
 
+/* The record being added in pieces (ss_reader_next_pieces). */
+typedef struct {
+	run_t *u;
+	const char *path;
+	uint64_t recno;
+	int checked; /* check_compat done by a first pass */
+	int failed;  /* u->errmsg says why */
+	char *id;
+	uint64_t bytes;
+} piece_t;
+
+static int on_piece(void *arg, const ss_record *meta, int which, uint64_t off, const void *p, size_t len)
+{
+	piece_t *x = arg;
+	run_t *u = x->u;
+	char err[SS_ERRMSG_MAX];
+	int rc;
+	if (which < 0) {
+		ss_state m;
+		if ((rc = record_meta(meta, &m, x->path, x->recno, u->errmsg)) == 0) {
+			if (!x->checked)
+				rc = check_compat(&u->f, &m, x->path, x->recno, u->errmsg);
+			if (!rc && !(x->id = strdup(m.id ? m.id : "")))
+				rc = ss_errf(u->errmsg, SS_ERR_NOMEM, "out of memory");
+			if (!rc && (rc = ss_composer_add_begin(u->c, &m, err)) != 0)
+				ss_errf(u->errmsg, 0, "%s: record %llu (id \"%s\"): %s", x->path,
+					(unsigned long long)x->recno, x->id, err);
+			ss_state_free(&m);
+		}
+	} else if ((rc = ss_composer_add_piece(u->c, which, off, p, len, err)) != 0) {
+		ss_errf(u->errmsg, 0, "%s: record %llu (id \"%s\"): %s", x->path, (unsigned long long)x->recno,
+			x->id, err);
+	}
+	x->failed = rc != 0;
+	x->bytes += len;
+	return rc;
+}
+
+/* Reads record `recno` of r (at `path`) and adds it: in pieces as it is
+ * decompressed where the composer allows, else whole. checked: its
+ * compatibility was checked by a first pass. Returns 1 (added), 0 (end of
+ * input) or an SS_ERR_* with u->errmsg set. */
+static int add_next(run_t *u, ss_reader *r, const char *path, uint64_t recno, int checked)
+{
+	const ss_record *rec;
+	piece_t x = {u, path, recno, checked, 0, NULL, 0};
+	char err[SS_ERRMSG_MAX];
+	int rc = ss_composer_streams(u->c) ? ss_reader_next_pieces(r, &rec, on_piece, &x) : ss_reader_next(r, &rec);
+	if (rc == 1 && ss_composer_streams(u->c)) {
+		if ((rc = ss_composer_add_end(u->c, err)) != 0)
+			ss_errf(u->errmsg, 0, "%s: record %llu (id \"%s\"): %s", path, (unsigned long long)recno, x.id,
+				err);
+		else
+			u->bytes += ss_record_size(rec) + x.bytes, rc = 1;
+	} else if (rc == 1 || rc == 2) {
+		ss_state m;
+		if ((rc = record_meta(rec, &m, path, recno, u->errmsg)) == 0) {
+			if (!checked)
+				rc = check_compat(&u->f, &m, path, recno, u->errmsg);
+			if (!rc)
+				rc = add_record(u->c, rec, path, recno, m.id, u->errmsg);
+			ss_state_free(&m);
+		}
+		if (!rc)
+			u->bytes += ss_record_size(rec), rc = 1;
+	} else if (rc < 0 && !x.failed) {
+		ss_errf(u->errmsg, 0, "%s: %s", path, ss_reader_error(r));
+	}
+	free(x.id);
+	return rc;
+}
+
 /* One streaming pass over every file (modes without a plan). */
 static int compose_stream(run_t *u)
 {
-	ss_composer *c = u->c;
-	first_t *f = &u->f;
-	const char *const *paths = u->paths;
-	char *errmsg = u->errmsg;
 	char err[SS_ERRMSG_MAX];
-	const ss_record *rec;
-	ss_state m;
 	int rc = 0;
 	for (size_t i = 0; i < u->n_paths; i++) {
 		ss_reader *r;
-		if ((rc = ss_reader_open(&r, paths[i], u->max_record, err)) != 0)
-			return ss_errf(errmsg, rc, "%s: %s", paths[i], err);
-		uint64_t recno = 0;
-		int stopped = 0; /* by a bad record: errmsg already says why */
-		while ((rc = ss_reader_next(r, &rec)) == 1) {
-			if ((rc = record_meta(rec, &m, paths[i], recno, errmsg)) == 0) {
-				if (!(rc = check_compat(f, &m, paths[i], recno, errmsg)))
-					rc = add_record(c, rec, paths[i], recno, m.id, errmsg);
-				ss_state_free(&m);
-			}
-			if ((stopped = rc != 0))
-				break;
-			u->bytes += ss_record_size(rec);
-			recno++;
-			progress(u, 0, ss_composer_count(c), 0);
-		}
-		if (rc < 0 && !stopped)
-			ss_errf(errmsg, 0, "%s: %s", paths[i], ss_reader_error(r));
+		if ((rc = ss_reader_open(&r, u->paths[i], u->max_record, err)) != 0)
+			return ss_errf(u->errmsg, rc, "%s: %s", u->paths[i], err);
+		for (uint64_t recno = 0; (rc = add_next(u, r, u->paths[i], recno, 0)) == 1; recno++)
+			progress(u, 0, ss_composer_count(u->c), 0);
 		ss_reader_close(r);
 		if (rc < 0)
 			return rc;
@@ -312,17 +369,12 @@ static int compose_planned(run_t *u)
 			goto out;
 		}
 		uint64_t recno = 0;
-		while (recno < count[i] && (rc = ss_reader_next(r, &rec)) == 1) {
-			if ((rc = add_record(c, rec, paths[i], recno, plan.m[k].id, errmsg)) != 0)
-				goto out;
-			u->bytes += ss_record_size(rec);
+		while (recno < count[i] && (rc = add_next(u, r, paths[i], recno, 1)) == 1) {
 			recno++, k++;
 			progress(u, 2, k, plan.n);
 		}
-		if (rc < 0) {
-			ss_errf(errmsg, 0, "%s: %s", paths[i], ss_reader_error(r));
+		if (rc < 0)
 			goto out;
-		}
 		if (recno < count[i]) {
 			rc = ss_errf(errmsg, SS_ERR_MISMATCH, "%s: has %llu records now, %zu in the first pass (file changed?)",
 				     paths[i], (unsigned long long)recno, count[i]);

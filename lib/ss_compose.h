@@ -185,7 +185,11 @@ typedef void (*ss_compose_progress_fn)(void *arg, int pass, size_t done, size_t 
  * alike. picaso-s/picaso-r read the decays first (ss_reader_next_meta) and
  * the states in a second pass (regular files, stdin included, are read
  * again; a pipe's states are spooled in f32 to an unlinked tmpfile() in
- * $TMPDIR). Memory: the accumulator, one record and n_layer·nheads decays
+ * $TMPDIR). A record's arrays are folded in as they are decompressed, at
+ * most 128 KiB at a time, never gathered whole (except with
+ * SS_COMPOSE_NORM_BEFORE, which needs each layer's norm first, and records
+ * not laid out as formats/states.md says writers lay them out). Memory: the
+ * accumulator, a 128 KiB piece (else one record) and n_layer·nheads decays
  * per input, whatever the number of inputs.
  * max_record: limit on one record's decompressed size (0 = default).
  * fn(arg, ...): progress, may be NULL. *bytes_in (may be NULL): state bytes

@@ -595,7 +595,8 @@ int ss_reader_next(ss_reader *r, const ss_record **recp)
  * for entries before the first "conv" or "ssm" key. Returns the byte offset
  * where that key starts and the number of entries before it, or -1 when the
  * prefix does not reach it yet (or the map has neither key: *whole = 1). */
-static long long meta_prefix(const unsigned char *p, size_t len, uint32_t *n_before, size_t *hdr, int *whole)
+static long long meta_prefix(const unsigned char *p, size_t len, uint32_t *n_before, size_t *hdr, int *whole,
+			     uint64_t *n_entries)
 {
 	*whole = 0;
 	if (len < 1)
@@ -607,6 +608,7 @@ static long long meta_prefix(const unsigned char *p, size_t len, uint32_t *n_bef
 	else if (p[0] == 0xdf && len >= 5) { count = (uint64_t)p[1] << 24 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 8 | p[4]; i = 5; }
 	else return -1;
 	*hdr = i;
+	*n_entries = count;
 	for (uint64_t e = 0; e < count; e++) {
 		/* key */
 		size_t kstart = i;
@@ -679,72 +681,230 @@ static long long meta_prefix(const unsigned char *p, size_t len, uint32_t *n_bef
 	return (long long)i;
 }
 
-int ss_reader_next_meta(ss_reader *r, const ss_record **recp)
-{
-	ss_record *rec = &r->rec;
-	*recp = NULL;
+/* The start of the record at r->pos, decompressed until the entries before
+ * "conv"/"ssm" are in r->out (the rest of the frame not yet read, its
+ * start kept in the input window): what next_meta and next_pieces share. */
+typedef struct {
 	size_t hsz;
-	uint64_t content;
-	int checksum, rc;
-	while ((rc = frame_header(r, &hsz, &content, &checksum)) == 2)
+	int checksum;
+	uint64_t content, off, in_off, bound, n_entries, made;
+	ZSTD_outBuffer ob;
+	long long cut; /* where "conv"/"ssm" starts in r->out */
+	uint32_t n_before;
+	size_t hdr;
+	int whole, done; /* done: the frame is decoded to its end */
+} prefix_t;
+
+/* Decompresses q's frame on into q->ob (dst and size set by the caller),
+ * keeping input from keep_from on in the window. 0 or a negative error. */
+static int decode_step(ss_reader *r, prefix_t *q, uint64_t keep_from)
+{
+	uint64_t left = q->bound > q->in_off - q->off ? q->bound - (q->in_off - q->off) : 1;
+	long long got = in_fill(r, q->in_off, left < IN_CHUNK ? (size_t)left : IN_CHUNK, keep_from);
+	if (got < 0)
+		return rerr(r, (int)got, q->off, "read error: %s", strerror(errno));
+	ZSTD_inBuffer ib = { r->buf + (q->in_off - r->base), (size_t)got, 0 };
+	size_t before = q->ob.pos;
+	size_t zr = ZSTD_decompressStream(r->dctx, &q->ob, &ib);
+	if (ZSTD_isError(zr))
+		return rerr(r, zstd_code(zr), q->off, "corrupt zstd frame: %s", ZSTD_getErrorName(zr));
+	q->in_off += ib.pos;
+	q->made += q->ob.pos - before;
+	q->done = zr == 0;
+	if (q->made > q->content)
+		return rerr(r, SS_ERR_FORMAT, q->off, "zstd frame holds more than its declared %llu bytes",
+			    (unsigned long long)q->content);
+	if (!q->done && got == 0 && q->ob.pos == before)
+		return rerr(r, SS_ERR_TRUNCATED, q->off, "zstd frame truncated (input ends %llu bytes into it)",
+			    (unsigned long long)(q->in_off - q->off));
+	return 0;
+}
+
+/* 1 with q filled, 0 at clean end of input, negative on error. */
+static int read_prefix(ss_reader *r, prefix_t *q)
+{
+	int rc;
+	memset(q, 0, sizeof *q);
+	while ((rc = frame_header(r, &q->hsz, &q->content, &q->checksum)) == 2)
 		;
 	if (rc <= 0)
 		return rc;
-	uint64_t off = r->pos;
-	/* Decompress block by block until the prefix before "conv"/"ssm" is in. */
-	const uint64_t bound = frame_bound(content);
+	q->off = q->in_off = r->pos;
+	q->bound = frame_bound(q->content);
+	q->cut = -1;
 	ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
 	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, 0);
-	ZSTD_outBuffer ob = { NULL, 0, 0 };
-	uint64_t in_off = off;
-	long long cut = -1;
-	uint32_t n_before = 0;
-	size_t hdr = 0;
-	int whole = 0;
 	for (;;) {
-		size_t want = ob.pos + (256u << 10);
-		if (want > content)
-			want = (size_t)content;
+		size_t want = q->ob.pos + (64u << 10);
+		if (want > q->content)
+			want = (size_t)q->content;
 		if (grow(&r->out, &r->out_cap, want) != 0)
-			return rerr(r, SS_ERR_NOMEM, off, "out of memory");
-		ob.dst = r->out;
-		ob.size = want;
-		uint64_t left = bound > in_off - off ? bound - (in_off - off) : 1;
-		long long got = in_fill(r, in_off, left < IN_CHUNK ? (size_t)left : IN_CHUNK, r->pos);
-		if (got < 0)
-			return rerr(r, (int)got, off, "read error: %s", strerror(errno));
-		if (got == 0)
-			return rerr(r, SS_ERR_TRUNCATED, off, "zstd frame truncated");
-		ZSTD_inBuffer ib = { r->buf + (in_off - r->base), (size_t)got, 0 };
-		size_t zr = ZSTD_decompressStream(r->dctx, &ob, &ib);
-		if (ZSTD_isError(zr))
-			return rerr(r, zstd_code(zr), off, "corrupt zstd frame: %s", ZSTD_getErrorName(zr));
-		in_off += ib.pos;
-		cut = meta_prefix(r->out, ob.pos, &n_before, &hdr, &whole);
-		if (cut >= 0 || zr == 0)
+			return rerr(r, SS_ERR_NOMEM, q->off, "out of memory");
+		q->ob.dst = r->out;
+		q->ob.size = want;
+		if ((rc = decode_step(r, q, q->off)) < 0)
+			return rc;
+		q->cut = meta_prefix(r->out, q->ob.pos, &q->n_before, &q->hdr, &q->whole, &q->n_entries);
+		if (q->cut >= 0 || q->done)
 			break;
 	}
-	if (cut < 0)
-		return rerr(r, SS_ERR_FORMAT, off, "malformed msgpack record");
-	/* Synthetic map: header for n_before entries + the entries' bytes. */
-	size_t body = (size_t)cut - hdr;
+	if (q->cut < 0)
+		return rerr(r, SS_ERR_FORMAT, q->off, "malformed msgpack record");
+	return 1;
+}
+
+/* Unpacks the entries before "conv"/"ssm" as a map of their own (in
+ * r->meta) into r->rec. */
+static int unpack_prefix(ss_reader *r, const prefix_t *q)
+{
+	size_t body = (size_t)q->cut - q->hdr;
 	if (grow(&r->meta, &r->meta_cap, body + 5) != 0)
-		return rerr(r, SS_ERR_NOMEM, off, "out of memory");
+		return rerr(r, SS_ERR_NOMEM, q->off, "out of memory");
 	r->meta[0] = 0xdf;
-	r->meta[1] = (unsigned char)(n_before >> 24);
-	r->meta[2] = (unsigned char)(n_before >> 16);
-	r->meta[3] = (unsigned char)(n_before >> 8);
-	r->meta[4] = (unsigned char)n_before;
-	memcpy(r->meta + 5, r->out + hdr, body);
-	long long flen = frame_length(r, hsz, checksum, content);
+	r->meta[1] = (unsigned char)(q->n_before >> 24);
+	r->meta[2] = (unsigned char)(q->n_before >> 16);
+	r->meta[3] = (unsigned char)(q->n_before >> 8);
+	r->meta[4] = (unsigned char)q->n_before;
+	memcpy(r->meta + 5, r->out + q->hdr, body);
+	return unpack_record(r, q->off, r->meta, body + 5, &r->rec);
+}
+
+int ss_reader_next_meta(ss_reader *r, const ss_record **recp)
+{
+	*recp = NULL;
+	prefix_t q;
+	int rc = read_prefix(r, &q);
+	if (rc <= 0)
+		return rc;
+	long long flen = frame_length(r, q.hsz, q.checksum, q.content);
 	if (flen < 0)
 		return (int)flen;
-	rc = unpack_record(r, off, r->meta, body + 5, rec);
-	if (rc < 0)
+	if ((rc = unpack_prefix(r, &q)) < 0)
 		return rc;
-	take_annotation(r, rec);
-	rec->length = (uint64_t)flen;
+	take_annotation(r, &r->rec);
+	r->rec.length = (uint64_t)flen;
 	r->pos += (uint64_t)flen;
+	r->index++;
+	*recp = &r->rec;
+	return 1;
+}
+
+/* Pieces of next_pieces: at most this many decompressed bytes at a time,
+ * so they are still in cache when the caller reads them. */
+#define PIECE (128u << 10)
+
+/* Moves q's unread bytes r->out[p..ob.pos) to the buffer's start. */
+static void compact(ss_reader *r, prefix_t *q, size_t *p)
+{
+	if (*p) {
+		memmove(r->out, r->out + *p, q->ob.pos - *p);
+		q->ob.pos -= *p;
+		*p = 0;
+	}
+}
+
+/* Compacts, then decompresses at most PIECE bytes more into r->out (whose
+ * unread bytes are then fewer than 16). keep: keep the frame's start in
+ * the input window (a pipe can then still decode the record whole). */
+static int pump(ss_reader *r, prefix_t *q, size_t *p, int keep)
+{
+	compact(r, q, p);
+	if (q->done)
+		return rerr(r, SS_ERR_FORMAT, q->off, "record ends inside its \"conv\"/\"ssm\" arrays");
+	q->ob.dst = r->out;
+	q->ob.size = PIECE;
+	return decode_step(r, q, keep ? q->off : q->in_off);
+}
+
+/* Makes n (< 16) unread bytes available at r->out + *p. */
+static int need(ss_reader *r, prefix_t *q, size_t *p, size_t n, int keep)
+{
+	int rc;
+	while (q->ob.pos - *p < n)
+		if ((rc = pump(r, q, p, keep)) < 0)
+			return rc;
+	return 0;
+}
+
+/* A msgpack bin header at b (n bytes there): its size in *hl and the
+ * payload length in *len; -1 when b is not one. */
+static int bin_header(const unsigned char *b, size_t n, size_t *hl, uint64_t *len)
+{
+	if (n >= 2 && b[0] == 0xc4) { *hl = 2; *len = b[1]; return 0; }
+	if (n >= 3 && b[0] == 0xc5) { *hl = 3; *len = (uint64_t)b[1] << 8 | b[2]; return 0; }
+	if (n >= 5 && b[0] == 0xc6) {
+		*hl = 5;
+		*len = (uint64_t)b[1] << 24 | (uint64_t)b[2] << 16 | (uint64_t)b[3] << 8 | b[4];
+		return 0;
+	}
+	return -1;
+}
+
+int ss_reader_next_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, void *arg)
+{
+	static const unsigned char key[2][5] = {{0xa4, 'c', 'o', 'n', 'v'}, {0xa3, 's', 's', 'm'}};
+	static const size_t key_len[2] = {5, 4};
+	*recp = NULL;
+	prefix_t q;
+	int rc = read_prefix(r, &q);
+	if (rc <= 0)
+		return rc;
+	/* Pieces only for what writers make (formats/states.md): "conv" then
+	 * "ssm", bins, the map's last two entries. Anything else is decoded
+	 * whole from the frame's start, still in the input window. */
+	size_t p = (size_t)q.cut, hl = 0;
+	uint64_t at = (uint64_t)q.cut, len = 0; /* at: r->out[p]'s offset in the record */
+	int pieces = !q.whole && q.n_entries - q.n_before == 2 && q.content - at >= 2 * 5 + 4 + 2 * 2;
+	if (pieces && grow(&r->out, &r->out_cap, PIECE) != 0)
+		return rerr(r, SS_ERR_NOMEM, q.off, "out of memory");
+	if (pieces && (rc = unpack_prefix(r, &q)) < 0)
+		return rc;
+	if (pieces && (rc = need(r, &q, &p, 10, 1)) < 0)
+		return rc;
+	if (!pieces || memcmp(r->out + p, key[0], 5) || bin_header(r->out + p + 5, 5, &hl, &len) ||
+	    len > q.content - at - 5 - hl) {
+		rc = ss_reader_next(r, recp);
+		return rc == 1 ? 2 : rc;
+	}
+	ss_record *rec = &r->rec;
+	take_annotation(r, rec);
+	if ((rc = fn(arg, rec, -1, 0, NULL, 0)) != 0)
+		return rerr(r, rc, q.off, "stopped by the caller");
+	for (int which = 0; which < 2; which++) {
+		if (which == 1) {
+			uint64_t rest = q.content - at;
+			if (rest < 6 || (rc = need(r, &q, &p, rest < 9 ? (size_t)rest : 9, 0)) < 0 ||
+			    memcmp(r->out + p, key[1], 4) || bin_header(r->out + p + 4, q.ob.pos - p - 4, &hl, &len) ||
+			    len != rest - 4 - hl)
+				return rc < 0 ? rc : rerr(r, SS_ERR_FORMAT, q.off,
+							  "\"conv\" and \"ssm\" are not the record's last entries");
+		}
+		p += key_len[which] + hl;
+		at += key_len[which] + hl + len;
+		compact(r, &q, &p); /* each array starts at the buffer's start: aligned pieces */
+		for (uint64_t done = 0; done < len;) {
+			size_t avail = q.ob.pos - p;
+			uint64_t left = len - done;
+			size_t take = avail < left ? avail & ~(size_t)15 : (size_t)left;
+			if (take == 0) {
+				if ((rc = pump(r, &q, &p, 0)) < 0)
+					return rc;
+				continue;
+			}
+			if ((rc = fn(arg, rec, which, done, r->out + p, take)) != 0)
+				return rerr(r, rc, q.off, "stopped by the caller");
+			p += take;
+			done += take;
+		}
+	}
+	while (!q.done) /* the checksum, and nothing more */
+		if ((rc = pump(r, &q, &p, 0)) < 0)
+			return rc;
+	if (q.ob.pos != p || q.made != q.content)
+		return rerr(r, SS_ERR_FORMAT, q.off, "zstd frame content is %llu bytes, header says %llu",
+			    (unsigned long long)q.made, (unsigned long long)q.content);
+	rec->length = q.in_off - q.off;
+	r->pos = q.in_off;
 	r->index++;
 	*recp = rec;
 	return 1;

@@ -1,6 +1,6 @@
 /*
  * stream_internal.h — INTERNAL to libss (lib/stream.c, lib/record.c,
- * lib/record_json.c): the decoded record behind the opaque ss_record of
+ * lib/record_json.c, lib/compose_files.c): the decoded record behind the opaque ss_record of
  * ss_stream.h, and the msgpack helpers that read it. Not installed, not for
  * tools: msgpack is an implementation detail of the stream format, which
  * tools reach through ss_record_* and the typed decoders (ss_record_tokens,
@@ -44,5 +44,27 @@ const msgpack_object *ss_map_get(const msgpack_object *map, const char *key);
 int ss_writer_begin(ss_writer *w, uint64_t len, uint64_t *offset);
 int ss_writer_add(ss_writer *w, const void *buf, size_t len);
 int ss_writer_end(ss_writer *w);
+
+/* Called by ss_reader_next_pieces(): once with which -1 (meta: the
+ * record's entries before "conv", p NULL), then with the bytes
+ * [off, off+len) of "conv" (which 0) and of "ssm" (which 1), each array in
+ * order. p is valid only during the call; every piece but an array's last
+ * is a multiple of 16 bytes and 16-byte aligned. Nonzero (an SS_ERR_*)
+ * stops the read, which returns it. */
+typedef int (*ss_piece_fn)(void *arg, const ss_record *meta, int which, uint64_t off, const void *p,
+			   size_t len);
+
+/* Reads the next record as ss_reader_next() does, but hands a state
+ * record's "conv" and "ssm" to fn while they are decompressed, at most
+ * 128 KiB at a time, instead of gathering the record in one buffer (the
+ * record's bytes are checked as ss_reader_next checks them, the frame's
+ * checksum included, but only after fn has seen the pieces: callers treat
+ * what they got as void when this fails). Returns 1 after the pieces (*rec
+ * is the meta record, as ss_reader_next_meta gives, with length set); 2 when
+ * the record is not laid out as writers lay out states (formats/states.md:
+ * "conv" then "ssm", the last entries), then fn was not called and *rec is
+ * the whole record from ss_reader_next(); 0 at clean end of input; negative
+ * on error (ss_reader_error says why, unless fn stopped it). */
+int ss_reader_next_pieces(ss_reader *r, const ss_record **rec, ss_piece_fn fn, void *arg);
 
 #endif /* SS_STREAM_INTERNAL_H */

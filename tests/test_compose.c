@@ -1006,6 +1006,68 @@ static void test_golden_t1(void **unused)
 	free_states(in, 5);
 }
 
+/* ss_compose_files() adds a file's records in pieces as they are
+ * decompressed (lib/compose_internal.h); the result must be the bits of
+ * adding each record whole (ss_compose_records reading whole records), for
+ * every mode, dtype and conv rule, with heads cut across pieces. */
+typedef struct {
+	const char *path;
+	ss_reader *r;
+} whole_src;
+
+static int read_whole(void *arg, size_t i, int meta_only, const ss_record **rec, char *errmsg)
+{
+	whole_src *w = arg;
+	(void)meta_only;
+	if (i == 0) {
+		ss_reader_close(w->r);
+		if (ss_reader_open(&w->r, w->path, 0, errmsg))
+			return SS_ERR_IO;
+	}
+	return ss_reader_next(w->r, rec) == 1 ? 0 : ss_errf(errmsg, SS_ERR_FORMAT, "read");
+}
+
+static void test_files_pieces_equal_whole(void **unused)
+{
+	(void)unused;
+	const ss_state_dims d = {"mamba2", 2, 6, 64, 80, 99, 4}; /* ssm 240 KiB in f32 */
+	static const ss_dtype dts[3] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16};
+	char err[SS_ERRMSG_MAX];
+	ss_state in[3];
+	for (int k = 0; k < 3; k++)
+		make_state(&in[k], &d, D_SMALL, k == 0 ? "a" : k == 1 ? "b" : "c");
+	char dir[4096], path[4200];
+	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "pieces"), 0);
+	snprintf(path, sizeof path, "%s/pieces.ss", dir);
+	for (int t = 0; t < 3; t++) {
+		ss_writer *w;
+		assert_int_equal(ss_writer_open(&w, path, 1, err), 0);
+		for (int k = 0; k < 3; k++) {
+			in[k].dtype = dts[t];
+			assert_int_equal(ss_writer_put_state(w, &in[k], NULL), 0);
+		}
+		assert_int_equal(ss_writer_close(w, err), 0);
+		for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++)
+			for (int conv = 0; conv < 2; conv++) {
+				ss_compose_opts o = {(ss_compose_mode)mode, SS_COMPOSE_NORM_AFTER * (mode == SS_COMPOSE_SOUP),
+						     (ss_compose_conv)conv};
+				ss_state a, b;
+				const char *paths[1] = {path};
+				whole_src ws = {path, NULL};
+				assert_int_equal(ss_compose_files(&o, paths, 1, 0, NULL, NULL, &a, NULL, err), 0);
+				assert_int_equal(ss_compose_records(&o, 3, read_whole, &ws, &b, err), 0);
+				ss_reader_close(ws.r);
+				assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&d) * 4);
+				assert_memory_equal(a.conv, b.conv, ss_state_conv_len(&d) * 4);
+				assert_int_equal(a.n_tokens, b.n_tokens);
+				ss_state_free(&a);
+				ss_state_free(&b);
+			}
+	}
+	free_states(in, 3);
+	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1022,6 +1084,7 @@ int main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_drivers),
 		cmocka_unit_test(test_golden_t1),
+		cmocka_unit_test(test_files_pieces_equal_whole),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
  * records, cat concatenates, pipes work, and every kind of bad input is
  * refused with the record number and byte offset. */
 #include <errno.h>
+#include <math.h>
 #include <malloc.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -22,6 +23,7 @@ size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 #include "ss.h"
+#include "stream_internal.h"
 #include "util/tmpdir.h"
 
 static char tmpdir[256];
@@ -105,6 +107,175 @@ static void test_dtype_conversions(void **ctx)
 	assert_int_equal(ss_dtype_parse("bf16", &t), 0);
 	assert_int_equal(t, SS_DTYPE_BF16);
 	assert_int_equal(ss_dtype_parse("f64", &t), SS_ERR_INVALID);
+}
+
+/* Bulk conversions (F16C where the CPU has it) equal the scalar ones. */
+static void test_dtype_bulk(void **ctx)
+{
+	(void)ctx;
+	enum { N = 0x10000 + 5 };
+	uint16_t *h = malloc(N * 2), *back = malloc(N * 2);
+	float *f = malloc(N * 4);
+	for (uint32_t i = 0; i < N; i++)
+		h[i] = (uint16_t)(i * 40503u); /* every pattern, scrambled, and a tail of 5 */
+	ss_to_f32(f, h, SS_DTYPE_F16, N);
+	for (uint32_t i = 0; i < N; i++) {
+		float want = ss_f16_to_f32(h[i]);
+		if (isnan(want))
+			assert_true(isnan(f[i]));
+		else
+			assert_memory_equal(&f[i], &want, 4);
+	}
+	/* f32 → f16: values around every rounding boundary, subnormals, overflow */
+	for (uint32_t i = 0; i < N; i++) {
+		uint32_t u = (uint32_t)h[i] << 13 ^ (i * 2654435761u & 0x1fffu); /* the dropped bits vary */
+		u = ((u & 0x0fffffffu) + (0x38000000u & -(uint32_t)(i & 1))) ^ (i & 2 ? 0x80000000u : 0);
+		memcpy(&f[i], &u, 4);
+		if (isnan(f[i]))
+			f[i] = 1.0f;
+	}
+	ss_from_f32(back, SS_DTYPE_F16, f, N);
+	for (uint32_t i = 0; i < N; i++)
+		assert_int_equal(back[i], ss_f32_to_f16(f[i]));
+	free(h);
+	free(back);
+	free(f);
+}
+
+/* ss_reader_next_pieces: the pieces of a state record are its arrays,
+ * aligned; other layouts come back whole (2); damage is an error. */
+typedef struct {
+	unsigned char *a[2];
+	size_t n[2], pieces;
+	int meta, misaligned;
+} pieces_t;
+
+static int collect(void *arg, const ss_record *meta, int which, uint64_t off, const void *p, size_t len)
+{
+	pieces_t *c = arg;
+	(void)meta;
+	if (which < 0) {
+		c->meta++;
+		return 0;
+	}
+	if (off != c->n[which] || ((uintptr_t)p % 16 && off))
+		c->misaligned++;
+	c->a[which] = realloc(c->a[which], c->n[which] + len);
+	memcpy(c->a[which] + c->n[which], p, len);
+	c->n[which] += len;
+	c->pieces++;
+	return 0;
+}
+
+static void test_next_pieces(void **ctx)
+{
+	(void)ctx;
+	const char *p = tpath("pieces.ss");
+	/* ssm 2·6·64·80 floats = 240 KiB in f32: several pieces, split inside heads */
+	ss_state_dims d = {"mamba2", 2, 6, 64, 80, 99, 4};
+	char err[SS_ERRMSG_MAX];
+	static const ss_dtype dts[3] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16};
+	ss_writer *w;
+	ss_state s;
+	assert_int_equal(ss_writer_open(&w, p, 1, err), 0);
+	assert_int_equal(ss_state_alloc(&s, &d), 0);
+	strcpy(s.fingerprint, "fp");
+	s.id = "x";
+	for (size_t i = 0; i < ss_state_ssm_len(&d); i++)
+		s.ssm[i] = (float)((i * 7919) % 1000) / 999.0f - 0.5f;
+	for (size_t i = 0; i < ss_state_conv_len(&d); i++)
+		s.conv[i] = (float)i;
+	for (size_t i = 0; i < ss_state_logdecay_len(&d); i++)
+		s.logdecay[i] = -(float)i;
+	for (int t = 0; t < 3; t++) {
+		s.dtype = dts[t];
+		assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+	}
+	/* a record with "ssm" before "conv": valid, but not laid out for pieces */
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 14);
+#define KEY(k) msgpack_pack_str(&pk, strlen(k)), msgpack_pack_str_body(&pk, k, strlen(k))
+#define STR(v) msgpack_pack_str(&pk, strlen(v)), msgpack_pack_str_body(&pk, v, strlen(v))
+	KEY("format"), STR("ss-states"), KEY("version"), msgpack_pack_unsigned_int(&pk, 1);
+	KEY("id"), STR("swapped"), KEY("fingerprint"), STR("fp"), KEY("arch"), STR("mamba2");
+	KEY("n_layer"), msgpack_pack_int(&pk, d.n_layer), KEY("nheads"), msgpack_pack_int(&pk, d.nheads);
+	KEY("headdim"), msgpack_pack_int(&pk, d.headdim), KEY("d_state"), msgpack_pack_int(&pk, d.d_state);
+	KEY("conv_dim"), msgpack_pack_int(&pk, d.conv_dim), KEY("d_conv"), msgpack_pack_int(&pk, d.d_conv);
+	KEY("dtype"), STR("f32"), KEY("logdecay");
+	msgpack_pack_bin(&pk, ss_state_logdecay_len(&d) * 4);
+	msgpack_pack_bin_body(&pk, s.logdecay, ss_state_logdecay_len(&d) * 4);
+	KEY("ssm");
+	msgpack_pack_bin(&pk, ss_state_ssm_len(&d) * 4);
+	msgpack_pack_bin_body(&pk, s.ssm, ss_state_ssm_len(&d) * 4);
+#undef KEY
+#undef STR
+	assert_int_equal(ss_writer_put(w, sb.data, sb.size, NULL), 0);
+	msgpack_sbuffer_destroy(&sb);
+	assert_int_equal(ss_writer_close(w, err), 0);
+
+	ss_reader *r, *rw;
+	const ss_record *rec, *whole;
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	assert_int_equal(ss_reader_open(&rw, p, 0, err), 0);
+	for (int t = 0; t < 3; t++) {
+		pieces_t c = {0};
+		assert_int_equal(ss_reader_next_pieces(r, &rec, collect, &c), 1);
+		assert_int_equal(ss_reader_next(rw, &whole), 1);
+		assert_int_equal(c.meta, 1);
+		assert_int_equal(c.misaligned, 0);
+		assert_true(c.pieces >= (t ? 2u : 3u)); /* conv, then ssm in more than one */
+		assert_int_equal(ss_record_offset(rec), ss_record_offset(whole));
+		assert_int_equal(ss_record_length(rec), ss_record_length(whole));
+		ss_state m;
+		const void *cv, *sm;
+		assert_int_equal(ss_record_state_view(whole, &m, &cv, &sm, err), 0);
+		size_t es = ss_dtype_size(m.dtype);
+		assert_int_equal(c.n[0], ss_state_conv_len(&d) * es);
+		assert_int_equal(c.n[1], ss_state_ssm_len(&d) * es);
+		assert_memory_equal(c.a[0], cv, c.n[0]);
+		assert_memory_equal(c.a[1], sm, c.n[1]);
+		ss_state_free(&m);
+		assert_int_equal(ss_record_state_meta(rec, &m, err), 0); /* the meta record */
+		assert_int_equal(m.dtype, dts[t]);
+		ss_state_free(&m);
+		free(c.a[0]);
+		free(c.a[1]);
+	}
+	pieces_t c = {0};
+	assert_int_equal(ss_reader_next_pieces(r, &rec, collect, &c), 2);
+	assert_int_equal(c.meta + c.pieces, 0);
+	assert_non_null(ss_map_get(rec->root, "ssm")); /* the whole record */
+	assert_int_equal(ss_reader_next_pieces(r, &rec, collect, &c), 0);
+	ss_reader_close(r);
+	ss_reader_close(rw);
+
+	/* damage: a file cut inside the first array, and a flipped byte in the
+	 * compressed arrays, are errors naming the record */
+	FILE *f = fopen(p, "rb");
+	unsigned char *all = malloc(1 << 22);
+	size_t len = fread(all, 1, 1 << 22, f);
+	fclose(f);
+	const char *q = tpath("pieces-cut.ss");
+	for (int damage = 0; damage < 2; damage++) {
+		f = fopen(q, "wb");
+		if (damage)
+			all[len / 8] ^= 0x55;
+		fwrite(all, 1, damage ? len : len / 16, f);
+		fclose(f);
+		assert_int_equal(ss_reader_open(&r, q, 0, err), 0);
+		int rc = ss_reader_next_pieces(r, &rec, collect, &c);
+		assert_true(rc < 0);
+		assert_non_null(strstr(ss_reader_error(r), "record 0"));
+		ss_reader_close(r);
+	}
+	free(all);
+	free(c.a[0]);
+	free(c.a[1]);
+	s.id = NULL;
+	ss_state_free(&s);
 }
 
 static void test_tokens_roundtrip_and_seek(void **ctx)
@@ -967,6 +1138,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_dtype_conversions),
+		cmocka_unit_test(test_dtype_bulk),
+		cmocka_unit_test(test_next_pieces),
 		cmocka_unit_test(test_tokens_roundtrip_and_seek),
 		cmocka_unit_test(test_states_roundtrip_dtypes),
 		cmocka_unit_test(test_provenance_and_rank),

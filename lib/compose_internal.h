@@ -1,0 +1,41 @@
+/*
+ * compose_internal.h — INTERNAL to libss (lib/compose.c, lib/compose_files.c):
+ * adding one input to a composer in pieces, as ss_reader_next_pieces()
+ * (stream_internal.h) decompresses them, so a state's arrays are folded
+ * into the accumulator while they are still in cache and never gathered
+ * into a record-sized buffer (issue 12, item 5).
+ *
+ * Protocol, per input: ss_composer_add_begin(meta) once; then
+ * ss_composer_add_piece() for the bytes of "conv" (which 0) and "ssm"
+ * (which 1), each array's pieces in order and contiguous; then
+ * ss_composer_add_end(). The result is bit-identical to
+ * ss_composer_add_record() of the same record: every mode's update is
+ * elementwise. All return 0 or an SS_ERR_* with errmsg naming the input,
+ * and leave the composer failed on error (as the other adds).
+ */
+#ifndef SS_COMPOSE_INTERNAL_H
+#define SS_COMPOSE_INTERNAL_H
+
+#include "ss.h"
+
+/* 1 when the composer's options allow adding in pieces: not with
+ * SS_COMPOSE_NORM_BEFORE, which needs each layer's norm before its first
+ * element (callers then add whole records). */
+int ss_composer_streams(const ss_composer *c);
+
+/* Starts an input: meta carries dims, fingerprint, id, n_tokens, dtype
+ * (the storage dtype of the pieces) and logdecay; its ssm/conv are not
+ * read. The same checks as ss_composer_add(). */
+int ss_composer_add_begin(ss_composer *c, const ss_state *meta, char *errmsg);
+
+/* Bytes [off, off+len) of the open input's conv (which 0) or ssm (which 1)
+ * array, stored in the input's dtype; p any alignment (f32 read in place
+ * when 4-aligned). off must continue the previous piece of that array, len
+ * be whole elements and stay within the array (else SS_ERR_FORMAT). */
+int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p, size_t len,
+			  char *errmsg);
+
+/* Ends the input: SS_ERR_FORMAT unless both arrays were given whole. */
+int ss_composer_add_end(ss_composer *c, char *errmsg);
+
+#endif /* SS_COMPOSE_INTERNAL_H */
