@@ -138,13 +138,7 @@ static const ss_cuda_api api = {
 	ss_ssm_step_cuda,
 	ss_gated_rmsnorm_cuda,
 	ss_argmax_rows_cuda,
-	ss_cuda_fwd_init,
-	ss_cuda_fwd_free,
-	ss_cuda_fwd_bytes,
-	ss_cuda_fwd_prefill,
-	ss_cuda_fwd_decode_begin,
-	ss_cuda_fwd_decode_next,
-	ss_cuda_fwd_decode_end,
+	ss_cuda_backend_init,
 	ss_cuda_bench_linear,
 };
 

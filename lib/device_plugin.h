@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "ss.h"
+#include "backend.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,8 +29,9 @@ extern "C" {
 
 /* Bump when a function's signature or the meaning of an entry changes: the
  * layout check below sees where fields are, not what they mean. 2: the
- * table carries its layout list. */
-#define SS_CUDA_ABI 2
+ * table carries its layout list. 3: the forward pass is a backend
+ * (backend.h) run by lib/forward.c, not fwd_* entries. */
+#define SS_CUDA_ABI 3
 #define SS_CUDA_PLUGIN_SYMBOL "ss_cuda_plugin"
 
 /* One sizeof or offsetof of a type the plugin shares with libss, as the
@@ -47,8 +49,6 @@ typedef struct CUstream_st *ss_cuda_stream;
 /* A cuBLAS handle bound to a stream, with the scratch the bf16/f16 linears
  * need (kernels/linear.cuh). */
 typedef struct ss_cuda_blas ss_cuda_blas;
-/* A model on the GPU with its forward pass's scratch (kernels/forward.cuh). */
-typedef struct ss_cuda_fwd ss_cuda_fwd;
 
 /* Every op takes device pointers and the same arguments as its CPU twin in
  * ss_ops.h, then a stream; they are asynchronous (errors show at sync).
@@ -117,18 +117,14 @@ typedef struct ss_cuda_api {
 	void (*argmax_rows)(int32_t *ids, const float *logits, ptrdiff_t ld, int64_t nrows,
 			    int64_t n, ss_cuda_stream st);
 
-	/* The forward pass on the GPU, behind ss_forward_* (forward.c calls
-	 * these for a context made on a CUDA device; see ss_forward.h). */
-	int (*fwd_init)(ss_cuda_fwd **out, const ss_model *m, ss_dtype wdtype, int ubatch,
-			char *errmsg);
-	void (*fwd_free)(ss_cuda_fwd *g);
-	size_t (*fwd_bytes)(const ss_cuda_fwd *g);
-	int (*fwd_prefill)(ss_cuda_fwd *g, ss_forward_seq *seqs, int n_seqs, ss_logits_mode mode,
-			   char *errmsg);
-	int (*fwd_decode_begin)(ss_cuda_fwd *g, ss_state **states, int n, char *errmsg);
-	int (*fwd_decode_next)(ss_cuda_fwd *g, const int32_t *tokens, float *logits, int32_t *ids,
-			       int32_t n_ids, char *errmsg);
-	int (*fwd_decode_end)(ss_cuda_fwd *g, char *errmsg);
+	/* The GPU backend of the forward driver (backend.h; lib/forward.c runs
+	 * it for a context made on a CUDA device): m put on the current device
+	 * (projections in wdtype when m holds them in f32 and wdtype is bf16 or
+	 * f16), scratch for ubatch rows. Returns 0 with *be and *ops set (free
+	 * with (*ops)->free), or SS_ERR_UNSUPPORTED / SS_ERR_DEVICE /
+	 * SS_ERR_NOMEM with errmsg. kernels/forward.cuh. */
+	int (*backend_init)(void **be, const ss_backend_ops **ops, const ss_model *m,
+			    ss_dtype wdtype, int ubatch, char *errmsg);
 
 	/* Benchmark: the best time in seconds of `reps` calls of the linear
 	 * y[M][N] = x[M][K]·W[N][K]ᵀ with W in dtype wt (random data), after a
@@ -147,8 +143,8 @@ const ss_cuda_api *ss_device_cuda(const ss_device *d);
 
 /* Every type whose layout both sides must agree on: the structs the table's
  * functions take or read through pointers (kernels/forward.cu reads
- * ss_model, ss_layer, ss_state and ss_forward_seq field by field), the
- * enums passed by value, and the table itself. S(T) stands for sizeof(T),
+ * ss_model, ss_layer, ss_state, ss_forward_seq and the backend's ss_pass
+ * field by field), the enums passed by value, and the tables themselves. S(T) stands for sizeof(T),
  * F(T, f) for offsetof(T, f). A field added to one of these types goes
  * here too. */
 #define SS_CUDA_LAYOUT(S, F) \
@@ -184,10 +180,20 @@ const ss_cuda_api *ss_device_cuda(const ss_device *d);
 	F(ss_cuda_api, linear) F(ss_cuda_api, conv1d_silu) F(ss_cuda_api, conv1d_step) \
 	F(ss_cuda_api, dt_softplus) F(ss_cuda_api, ssm_scan) F(ss_cuda_api, ssd_scan) \
 	F(ss_cuda_api, ssm_step) F(ss_cuda_api, gated_rmsnorm) F(ss_cuda_api, argmax_rows) \
-	F(ss_cuda_api, fwd_init) F(ss_cuda_api, fwd_free) F(ss_cuda_api, fwd_bytes) \
-	F(ss_cuda_api, fwd_prefill) F(ss_cuda_api, fwd_decode_begin) \
-	F(ss_cuda_api, fwd_decode_next) F(ss_cuda_api, fwd_decode_end) \
-	F(ss_cuda_api, bench_linear)
+	F(ss_cuda_api, backend_init) F(ss_cuda_api, bench_linear) \
+	S(ss_linear_which) S(ss_segment) F(ss_segment, seq) F(ss_segment, start) \
+	F(ss_segment, n) F(ss_segment, row0) \
+	S(ss_pass) F(ss_pass, seqs) F(ss_pass, segs) F(ss_pass, nseg) F(ss_pass, T) \
+	F(ss_pass, blocked) F(ss_pass, decode) F(ss_pass, state_only) \
+	S(ss_backend_ops) F(ss_backend_ops, lm_rows) F(ss_backend_ops, step_rows) \
+	F(ss_backend_ops, deterministic) F(ss_backend_ops, free) F(ss_backend_ops, bytes) \
+	F(ss_backend_ops, error) F(ss_backend_ops, states_in) F(ss_backend_ops, states_out) \
+	F(ss_backend_ops, pass_begin) F(ss_backend_ops, embed) F(ss_backend_ops, rmsnorm) \
+	F(ss_backend_ops, linear) F(ss_backend_ops, conv) F(ss_backend_ops, dt) \
+	F(ss_backend_ops, scan) F(ss_backend_ops, gated_norm) F(ss_backend_ops, norm_f) \
+	F(ss_backend_ops, hidden) F(ss_backend_ops, lm_head) F(ss_backend_ops, argmax) \
+	F(ss_backend_ops, logits) F(ss_backend_ops, ids) F(ss_backend_ops, sync) \
+	F(ss_backend_ops, graph_begin) F(ss_backend_ops, graph_end)
 
 #define SS_CUDA_LAYOUT_S_(T) { "sizeof(" #T ")", sizeof(T) },
 #define SS_CUDA_LAYOUT_F_(T, f) { "offsetof(" #T ", " #f ")", offsetof(T, f) },

@@ -1,486 +1,154 @@
 /*
- * forward.c — the Mamba-2 forward pass: prefill (batched) and decode. See
- * ss_forward.h for the contracts. On the CPU it is the ops of ss_ops.h
- * (lib/ops/) run over this file's thread pool; a context made on a CUDA
- * device hands every call to the plugin (kernels/forward.cu) after the same
- * argument checks.
+ * forward.c — the Mamba-2 forward pass: prefill (batched) and decode, the
+ * one driver of every device. See ss_forward.h for the contracts. It cuts
+ * calls into passes and runs each pass as the ops of a backend (backend.h):
+ * the CPU's (lib/backend_cpu.c: ss_ops.h over a thread pool) or, for a
+ * context made on a CUDA device, the plugin's (kernels/forward.cu).
  *
  * One call is cut into passes of at most `ubatch` tokens. A pass packs the
- * tokens of one or more sequences into row-major [T][...] matrices:
+ * tokens of one or more consecutive sequences into row-major [T][...]
+ * matrices, which live in the backend:
  *   H   [T][d_model]    residual stream (f32, as residual_in_fp32)
  *   U   [T][d_model]    rmsnorm(H) (layer input; later norm_f(H))
  *   ZXD [T][d_in_proj]  in_proj output: z | xBC | dt
  *   XBC [T][conv_dim]   silu(conv(xBC)): x | B | C
  *   DT  [T][nheads]     softplus(dt + dt_bias), clamped
  *   Y   [T][d_inner]    scan output, then gated group-norm output
- * Per layer: U = rmsnorm(H)·w; ZXD = U·in_projᵀ (GEMM); conv (per segment,
- * channel slices in parallel; it also leaves the new conv state); dt (rows);
- * scan per (sequence, block of heads) in parallel, in the chunked form
- * (scan.h: matrix products through sgemm) for all but short segments;
- * gate + group norm (rows);
- * H += Y·out_projᵀ (GEMM, beta = 1). A sequence longer than a pass continues
- * in the next pass from the state the previous one left, exactly as
- * llama.cpp's ubatches do (golden c4 is 512 + 170).
+ * Per layer: U = rmsnorm(H)·w; ZXD = U·in_projᵀ; conv (it also leaves the
+ * new conv state); dt; scan (ssm state, logdecay); gate + group norm;
+ * H += Y·out_projᵀ. A sequence longer than a pass continues in the next
+ * pass from the state the previous one left, exactly as llama.cpp's
+ * ubatches do (golden c4 is 512 + 170).
  *
- * The GEMMs are split over the pool's threads by rows (large T) or by output
- * columns (small T: decode, where sgemv streams the weights once); in a
- * deterministic prefill, as (row block of one segment, column block) tasks
- * (see ROW_BLOCK).
+ * Decode (decode_begin/next/end) binds states once and runs steps of one
+ * token per sequence; a backend may record a step and replay it (CUDA
+ * graphs, backend.h graph_begin).
  *
  * ref: golden/README.md §2; mamba_ssm modules/mamba2.py; DESIGN.md §2.
  */
-#include "blas.h"
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ss.h"
+#include "backend.h"
 #include "device_plugin.h"
-#include "ops/linear.h"
-#include "pool.h"
-#include "ops/scan.h"
-
-/* Rows per pass below which a GEMM is split by output columns. */
-#define SPLIT_ROWS_MIN 64
-/* Deterministic prefill GEMMs are cut into calls of at most ROW_BLOCK rows,
- * counted from each segment's first row, by COL_BLOCK output columns (a
- * multiple of 16). OpenBLAS rounds a row differently by the call's shape and
- * the row's place in it (tail kernels, gemv for one row), so shapes that
- * depend only on the segment keep a document's state the same bytes
- * whatever its batch neighbours and the thread count. sgemm runs 256 x 256
- * calls within about 5% of whole-matrix calls (Haswell kernels, mamba2-130m
- * shapes); a 64-row call is about 20% slower. */
-#define ROW_BLOCK 256
-#define COL_BLOCK 256
-/* Last-position rows that share one pass over lm_head. */
-#define LAST_GROUP 16
-/* With bf16/f16 weights, a GEMM of more rows than this per call widens
- * COL_BLOCK-row panels of W into f32 and runs sgemm on them; fewer rows
- * (decode) stream W through the 16-bit kernel. */
-#define W16_DOT_ROWS 4
-/* Segments of at least this many tokens are scanned in the chunked form
- * (scan.h), shorter ones (decode) token by token. */
-#define SCAN_CHUNKED_MIN 16
-/* Scan tasks per segment in a deterministic pass (heads per task must not
- * depend on the batch or the threads: they set the chunk products' shapes). */
-#define SCAN_TASKS_DET 4
-
-typedef struct {
-	int seq;        /* index into the call's seqs */
-	int64_t start;  /* first token of the segment within its sequence */
-	int64_t n;      /* tokens */
-	int64_t row0;   /* first row of the segment in the pass */
-	ss_state *st;
-} segment;
 
 struct ss_forward_ctx {
 	const ss_model *m;
 	ss_model_config c;
-	ss_pool *pool;
-	int n_threads;
 	int64_t ubatch;
 	int deterministic; /* see ss_forward_ctx_set_deterministic */
-	float *conv_wt;   /* [n_layer][d_conv][conv_dim]: conv1d weights, tap-major */
-	float *wpanel;    /* [n_threads][COL_BLOCK][max(d_model, d_inner)]: 16-bit W widened */
-	float *A;         /* [n_layer][nheads]: -exp(A_log) */
-	float *scan_work; /* [n_threads][scan_work_len]: ss_scan_chunked's work */
-	size_t scan_work_len;
-	double *scan_dtsum; /* [n_threads][nheads] */
-	float *H, *U, *ZXD, *XBC, *DT, *Y;
-	segment *segs;    /* [ubatch] at most one segment per row */
-	int64_t *blk;     /* [ubatch][2] prefill GEMM row blocks: first row, rows */
-	int32_t *out_seq; /* [ubatch] sequence of each gathered last row */
-	float *L;         /* [LAST_GROUP][vocab_padded] logits of gathered rows */
+	int on_device;     /* a CUDA context */
+	void *be;          /* the backend and its ops */
+	const ss_backend_ops *ops;
+	ss_segment *segs;  /* [ubatch] the pass's segments */
+	int64_t *rows;     /* [ubatch] pass rows gathered for the outputs */
+	int32_t *out_seq;  /* [ubatch] sequence of each gathered row */
 	ss_forward_seq *dseqs; /* decode's seqs, grown on demand */
 	int dseqs_cap;
+	ss_state **sts;    /* a prefill's states, for states_in/out */
 	const ss_state **sorted; /* duplicate-state check */
 	int sorted_cap;
 	size_t bytes;
-	/* a CUDA context: the plugin runs the passes (pool and scratch unused) */
-	const ss_cuda_api *cu;
-	ss_cuda_fwd *g;
 	/* states bound by ss_forward_decode_begin */
 	ss_state **bound;
 	int nbound, bound_cap, bound_on;
-	float *blogits; /* [bound_cap][vocab_padded], CPU greedy without logits */
 };
-
-/* --------------------------------------------------------------- helpers */
-
-/* [lo, hi) of part i when n items are cut into k near-equal parts. */
-static inline void split(int64_t n, int64_t k, int64_t i, int64_t *lo, int64_t *hi)
-{
-	*lo = n * i / k;
-	*hi = n * (i + 1) / k;
-}
-
-static void *xalloc(size_t n, size_t size, size_t *bytes)
-{
-	void *p;
-	if (n == 0)
-		n = 1;
-	p = calloc(n, size);
-	if (p)
-		*bytes += n * size;
-	return p;
-}
-
-/* ------------------------------------------------------------------ GEMM */
-
-/* C[M][N] (row stride ldc) = A[M][K] (row stride lda) · W[N][K]ᵀ + beta·C. */
-typedef struct {
-	const float *A;
-	const void *W;    /* in wt */
-	ss_dtype wt;
-	float *wpanel;    /* see ss_forward_ctx */
-	float *C;
-	int64_t M, N, K, lda, ldc;
-	float beta;
-	int by_rows;
-	int64_t parts;
-	const int64_t *blk; /* row blocks (prefill), else NULL */
-	int64_t ncb;        /* column blocks per row block */
-} gemm_job;
-
-static void gemm_task(void *arg, int64_t i, int thread)
-{
-	const gemm_job *j = arg;
-	int64_t m0 = 0, m1 = j->M, n0 = 0, n1 = j->N;
-
-	if (j->blk) {
-		m0 = j->blk[2 * (i / j->ncb)];
-		m1 = m0 + j->blk[2 * (i / j->ncb) + 1];
-		n0 = i % j->ncb * COL_BLOCK;
-		n1 = n0 + COL_BLOCK < j->N ? n0 + COL_BLOCK : j->N;
-	} else if (j->by_rows)
-		split(j->M, j->parts, i, &m0, &m1);
-	else {
-		/* column cuts on multiples of 16 keep the W slices cache-line aligned */
-		int64_t blocks = (j->N + 15) / 16;
-		split(blocks, j->parts, i, &n0, &n1);
-		n0 *= 16;
-		n1 = n1 * 16 < j->N ? n1 * 16 : j->N;
-	}
-	if (m1 <= m0 || n1 <= n0)
-		return;
-	const size_t esz = ss_dtype_size(j->wt);
-	if (j->wt != SS_DTYPE_F32 && m1 - m0 > W16_DOT_ROWS) {
-		float *P = j->wpanel + (size_t)thread * COL_BLOCK * j->K;
-		for (int64_t n = n0, nb; n < n1; n += nb) {
-			nb = n1 - n < COL_BLOCK ? n1 - n : COL_BLOCK;
-			ss_matvec_widen(P, (const char *)j->W + n * j->K * esz, j->wt, (size_t)(nb * j->K));
-			(void)ss_linear_cpu(j->C + m0 * j->ldc + n, j->ldc, j->A + m0 * j->lda, j->lda, P,
-					    SS_DTYPE_F32, m1 - m0, nb, j->K, j->beta);
-		}
-		return;
-	}
-	/* dtype checked at load, sizes here: cannot fail */
-	(void)ss_linear_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
-			    (const char *)j->W + n0 * j->K * esz, j->wt, m1 - m0, n1 - n0, j->K,
-			    j->beta);
-}
-
-/* nblk > 0: the rows are ctx->blk's blocks (deterministic prefill); else M
- * rows cut by thread count. */
-static void gemm(ss_forward_ctx *ctx, int64_t nblk, const float *A, int64_t lda, const void *W,
-		 float *C, int64_t ldc, int64_t M, int64_t N, int64_t K, float beta)
-{
-	gemm_job j = { A, W, ctx->m->wtype, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0,
-		       ctx->n_threads, NULL, 0 };
-
-	if (M <= 0 || N <= 0)
-		return;
-	if (nblk > 0) {
-		j.blk = ctx->blk;
-		j.ncb = (N + COL_BLOCK - 1) / COL_BLOCK;
-		ss_pool_run(ctx->pool, nblk * j.ncb, gemm_task, &j);
-		return;
-	}
-	/* Row slices: one per thread, each as tall as possible for sgemm's
-	 * efficiency. Column slices (weight-streaming, bandwidth-bound): a few
-	 * per thread, so that a thread that is descheduled on a busy machine
-	 * leaves its share to the others instead of stalling the step. */
-	j.by_rows = M >= SPLIT_ROWS_MIN * ctx->n_threads;
-	if (!j.by_rows && ctx->n_threads > 1)
-		j.parts = 4 * (int64_t)ctx->n_threads;
-	if (!j.by_rows && (N + 15) / 16 < j.parts)
-		j.parts = (N + 15) / 16;
-	ss_pool_run(ctx->pool, j.parts, gemm_task, &j);
-}
-
-/* ------------------------------------------------------------- row phases */
-
-typedef struct {
-	ss_forward_ctx *ctx;
-	int layer;
-	int64_t T;
-	int64_t parts;
-	const segment *segs;
-	const float *norm_w; /* for the rmsnorm phase */
-	const float *src;    /* rmsnorm input rows [T][d_model] */
-	float *dst;          /* rmsnorm output rows */
-	int state_only;      /* scan: skip y (last layer, no output rows) */
-	int64_t conv_parts;  /* channel slices per segment in conv_task */
-	int scan_hb;         /* heads per scan task (a divisor of the heads per group) */
-} row_job;
-
-static void rmsnorm_task(void *arg, int64_t i, int thread)
-{
-	const row_job *j = arg;
-	const int d = j->ctx->c.d_model;
-	int64_t r0, r1;
-	split(j->T, j->parts, i, &r0, &r1);
-	ss_rmsnorm_cpu(j->dst + r0 * d, (float *)j->src + r0 * d, NULL, j->norm_w, r1 - r0, d,
-		       j->ctx->c.eps);
-}
-
-/* Causal conv + silu of one segment over a range of channels (task i:
- * segment i / conv_parts, channel slice i % conv_parts). The op reads the
- * segment's incoming conv state and leaves its new one: channel slices and
- * segments (distinct states) never share state entries. */
-static void conv_task(void *arg, int64_t i, int thread)
-{
-	const row_job *j = arg;
-	const ss_forward_ctx *ctx = j->ctx;
-	const ss_model_config *c = &ctx->c;
-	const segment *s = &j->segs[i / j->conv_parts];
-	const int64_t cd = c->conv_dim, K1 = c->d_conv - 1;
-	const int64_t start[2] = { 0, s->n };
-	int64_t c0, c1;
-
-	/* slices on multiples of 8 channels keep the vector loops whole */
-	split((cd + 7) / 8, j->conv_parts, i % j->conv_parts, &c0, &c1);
-	c0 *= 8;
-	c1 = c1 * 8 < cd ? c1 * 8 : cd;
-	if (c1 <= c0)
-		return;
-	ss_conv1d_silu_cpu(ctx->XBC + s->row0 * cd + c0, cd,
-			   ctx->ZXD + s->row0 * c->d_in_proj + c->d_inner + c0, c->d_in_proj, start, 1,
-			   s->st->conv + (size_t)j->layer * cd * K1 + c0 * K1, 0,
-			   ctx->conv_wt + (size_t)j->layer * c->d_conv * cd + c0, cd,
-			   ctx->m->layers[j->layer].conv_b + c0, (int)(c1 - c0), c->d_conv);
-}
-
-static void dt_task(void *arg, int64_t i, int thread)
-{
-	const row_job *j = arg;
-	const ss_model_config *c = &j->ctx->c;
-	int64_t r0, r1;
-	split(j->T, j->parts, i, &r0, &r1);
-	ss_dt_softplus_cpu(j->ctx->DT + r0 * c->nheads, c->nheads,
-			   j->ctx->ZXD + r0 * c->d_in_proj + c->d_inner + c->conv_dim, c->d_in_proj,
-			   j->ctx->m->layers[j->layer].dt_bias, r1 - r0, c->nheads, c->dt_min,
-			   c->dt_max);
-}
-
-/* y = rmsnorm_grouped(y * silu(z)) * gnorm, groups of d_inner/ngroups. */
-static void gate_task(void *arg, int64_t i, int thread)
-{
-	const row_job *j = arg;
-	const ss_forward_ctx *ctx = j->ctx;
-	const ss_model_config *c = &ctx->c;
-	int64_t r0, r1;
-
-	split(j->T, j->parts, i, &r0, &r1);
-	ss_gated_rmsnorm_cpu(ctx->Y + r0 * c->d_inner, c->d_inner, ctx->ZXD + r0 * c->d_in_proj,
-			     c->d_in_proj, ctx->m->layers[j->layer].gnorm, r1 - r0, c->d_inner,
-			     c->ngroups, c->eps);
-}
-
-/* The scan of one segment over scan_hb heads of one group (task i:
- * segment i / tasks per segment, heads from (i % tasks per segment) ·
- * scan_hb): chunked for a long segment, else the op head by head with its
- * pointers offset to the head and its B/C group. */
-static void scan_task(void *arg, int64_t i, int thread)
-{
-	const row_job *j = arg;
-	const ss_forward_ctx *ctx = j->ctx;
-	const ss_model_config *c = &ctx->c;
-	const int tps = c->nheads / j->scan_hb;
-	const segment *s = &j->segs[i / tps];
-	const int h0 = (int)(i % tps) * j->scan_hb;
-	const int g = h0 / (c->nheads / c->ngroups);
-	const int l = j->layer;
-	const ss_layer *L = &ctx->m->layers[l];
-	const size_t hs = (size_t)c->headdim * c->d_state;
-	const float *xbc = ctx->XBC + s->row0 * c->conv_dim;
-	const float *B = xbc + c->d_inner + (size_t)g * c->d_state;
-	const float *C = xbc + c->d_inner + (size_t)(c->ngroups + g) * c->d_state;
-	float *y = j->state_only ? NULL : ctx->Y + s->row0 * c->d_inner + (size_t)h0 * c->headdim;
-	float *logdecay = &s->st->logdecay[l * c->nheads + h0];
-	int h;
-
-	if (s->n >= SCAN_CHUNKED_MIN) {
-		double *dtsum = ctx->scan_dtsum + (size_t)thread * c->nheads;
-		const ss_scan_chunked_args a = {
-			.n = s->n, .nh = j->scan_hb, .P = c->headdim, .N = c->d_state,
-			.x = xbc + (size_t)h0 * c->headdim, .ldx = c->conv_dim,
-			.B = B, .ldb = c->conv_dim, .C = C, .ldc = c->conv_dim,
-			.dt = ctx->DT + s->row0 * c->nheads + h0, .lddt = c->nheads,
-			.A = ctx->A + (size_t)l * c->nheads + h0, .D = L->D + h0,
-			.s = s->st->ssm + ((size_t)l * c->nheads + h0) * hs,
-			.y = y, .ldy = c->d_inner, .dtsum = dtsum,
-			.work = ctx->scan_work + (size_t)thread * ctx->scan_work_len,
-		};
-		ss_scan_chunked(&a);
-		/* as ss_ssm_scan_cpu does */
-		for (h = 0; h < j->scan_hb; h++)
-			logdecay[h] = (float)((double)logdecay[h] -
-					      exp((double)L->A_log[h0 + h]) * dtsum[h]);
-		return;
-	}
-	for (h = h0; h < h0 + j->scan_hb; h++) {
-		const ss_scan_dims d1 = { 1, c->headdim, c->d_state, 1 };
-		const int64_t start[2] = { 0, s->n };
-		/* dims and strides were checked at init: cannot fail */
-		(void)ss_ssm_scan_cpu(
-			&d1, start, 1, xbc + (size_t)h * c->headdim, c->conv_dim, B, c->conv_dim, C,
-			c->conv_dim, ctx->DT + s->row0 * c->nheads + h, c->nheads, L->A_log + h, L->D + h,
-			s->st->ssm + ((size_t)l * c->nheads + h) * hs, 0,
-			y ? y + (size_t)(h - h0) * c->headdim : NULL, c->d_inner,
-			&s->st->logdecay[l * c->nheads + h], 0);
-	}
-}
-
-/* Heads per scan task: the largest divisor of the heads per group that
- * still gives `want` tasks per segment. */
-static int scan_heads_per_task(const ss_model_config *c, int64_t want)
-{
-	const int hpg = c->nheads / c->ngroups;
-	int d;
-	for (d = hpg; d > 1; d--)
-		if (hpg % d == 0 && c->nheads / d >= want)
-			return d;
-	return 1;
-}
 
 /* ------------------------------------------------------------------ passes */
 
-static int64_t row_parts(const ss_forward_ctx *ctx, int64_t T)
+/* err from a backend op, with its reason in errmsg. */
+static int be_err(const ss_forward_ctx *ctx, int err, char *errmsg)
 {
-	int64_t p = (int64_t)ctx->n_threads * 4;
-	return T < p ? T : p;
+	if (err)
+		ss_errf(errmsg, 0, "%s", ctx->ops->error(ctx->be));
+	return err;
 }
 
-/* Runs the layers over one pass of T rows (segments already laid out,
- * embeddings gathered into H). skip_last_mix: the outputs of the last
- * layer's mixer are not needed (no output rows), only its state. blocked:
- * the GEMMs run in ROW_BLOCK blocks of each segment (deterministic), else
- * split by thread count. */
-static void run_layers(ss_forward_ctx *ctx, const segment *segs, int nseg, int64_t T,
-		       int skip_last_mix, int blocked)
+/* Runs the layers over pass p (pass_begin done, embeddings in H). */
+static int run_layers(ss_forward_ctx *ctx, const ss_pass *p)
 {
-	const ss_model_config *c = &ctx->c;
-	row_job j = { .ctx = ctx, .T = T, .parts = row_parts(ctx, T), .segs = segs };
-	int64_t nblk = 0, r;
-	int l, i;
+	const ss_backend_ops *o = ctx->ops;
+	void *be = ctx->be;
+	int l, err;
 
-	for (i = 0; blocked && i < nseg; i++)
-		for (r = 0; r < segs[i].n; r += ROW_BLOCK, nblk++) {
-			ctx->blk[2 * nblk] = segs[i].row0 + r;
-			ctx->blk[2 * nblk + 1] = segs[i].n - r < ROW_BLOCK ? segs[i].n - r : ROW_BLOCK;
-		}
-
-	/* enough (segment, channel slice) tasks to keep every thread busy,
-	 * slices of at least 64 channels */
-	j.conv_parts = (4 * (int64_t)ctx->n_threads + nseg - 1) / nseg;
-	if (j.conv_parts > c->conv_dim / 64)
-		j.conv_parts = c->conv_dim / 64;
-	if (j.conv_parts < 1)
-		j.conv_parts = 1;
-	j.scan_hb = scan_heads_per_task(c, blocked ? SCAN_TASKS_DET
-						   : (2 * (int64_t)ctx->n_threads + nseg - 1) / nseg);
-
-	for (l = 0; l < c->n_layer; l++) {
-		const ss_layer *L = &ctx->m->layers[l];
-		const int last = l == c->n_layer - 1;
-		j.layer = l;
-		j.norm_w = L->norm;
-		j.src = ctx->H;
-		j.dst = ctx->U;
-		ss_pool_run(ctx->pool, j.parts, rmsnorm_task, &j);
-		gemm(ctx, nblk, ctx->U, c->d_model, L->in_proj, ctx->ZXD, c->d_in_proj, T,
-		     c->d_in_proj, c->d_model, 0.0f);
-		ss_pool_run(ctx->pool, (int64_t)nseg * j.conv_parts, conv_task, &j);
-		ss_pool_run(ctx->pool, j.parts, dt_task, &j);
-		j.state_only = last && skip_last_mix;
-		ss_pool_run(ctx->pool, (int64_t)nseg * (c->nheads / j.scan_hb), scan_task, &j);
-		if (last && skip_last_mix)
+	for (l = 0; l < ctx->c.n_layer; l++) {
+		if ((err = o->rmsnorm(be, p, l)) || (err = o->linear(be, p, l, SS_LINEAR_IN_PROJ)) ||
+		    (err = o->conv(be, p, l)) || (err = o->dt(be, p, l)) || (err = o->scan(be, p, l)))
+			return err;
+		if (p->state_only && l == ctx->c.n_layer - 1)
 			break;
-		ss_pool_run(ctx->pool, j.parts, gate_task, &j);
-		gemm(ctx, nblk, ctx->Y, c->d_inner, L->out_proj, ctx->H, c->d_model, T, c->d_model,
-		     c->d_inner, 1.0f);
+		if ((err = o->gated_norm(be, p, l)) || (err = o->linear(be, p, l, SS_LINEAR_OUT_PROJ)))
+			return err;
 	}
+	return 0;
 }
 
-/* norm_f of pass rows [r0, r0+nr) into U (same rows), rows in parallel. */
-static void norm_f_rows(ss_forward_ctx *ctx, int64_t r0, int64_t nr)
+/* SS_LOGITS_ALL: every row of each segment, into the caller's arrays. */
+static int emit_all(ss_forward_ctx *ctx, const ss_pass *p)
 {
-	const int64_t d = ctx->c.d_model;
-	row_job j = { .ctx = ctx, .T = nr, .parts = row_parts(ctx, nr), .norm_w = ctx->m->norm_f,
-		      .src = ctx->H + r0 * d, .dst = ctx->U + r0 * d };
-	ss_pool_run(ctx->pool, j.parts, rmsnorm_task, &j);
-}
+	const ss_backend_ops *o = ctx->ops;
+	const int64_t d = ctx->c.d_model, V = ctx->c.vocab_padded;
+	int i, err;
 
-/* SS_LOGITS_ALL: every row of the segment, straight into the caller's arrays. */
-static void emit_all(ss_forward_ctx *ctx, const segment *s, const ss_forward_seq *q)
-{
-	const ss_model_config *c = &ctx->c;
-	const int64_t d = c->d_model;
-
-	if (!q->hidden && !q->logits)
-		return;
-	norm_f_rows(ctx, s->row0, s->n);
-	if (q->hidden)
-		memcpy(q->hidden + s->start * d, ctx->U + s->row0 * d, (size_t)(s->n * d) * sizeof(float));
-	if (q->logits)
-		gemm(ctx, 0, ctx->U + s->row0 * d, d, ctx->m->lm_head, q->logits + s->start * c->vocab_padded,
-		     c->vocab_padded, s->n, c->vocab_padded, d, 0.0f);
+	for (i = 0; i < p->nseg; i++) {
+		const ss_segment *s = &p->segs[i];
+		const ss_forward_seq *q = &p->seqs[s->seq];
+		if (s->n == 0 || (!q->hidden && !q->logits))
+			continue;
+		if ((err = o->norm_f(ctx->be, NULL, s->row0, s->n)) ||
+		    (q->hidden && (err = o->hidden(ctx->be, q->hidden + s->start * d, 0, s->n))) ||
+		    (q->logits && (err = o->lm_head(ctx->be, 0, s->n, q->logits + s->start * V))))
+			return err;
+	}
+	return 0;
 }
 
 /* SS_LOGITS_LAST: the last row of each sequence that ends in this pass. The
- * rows are gathered so that up to LAST_GROUP of them share one pass over
- * lm_head (batched decode reads the 150 MB lm_head of mamba2-130m once per
- * group, not once per sequence), then copied to their callers' arrays. */
-static void emit_last(ss_forward_ctx *ctx, ss_forward_seq *seqs, const segment *segs, int nseg)
+ * rows are gathered so that lm_rows of them share one pass over lm_head
+ * (batched decode reads the 150 MB lm_head of mamba2-130m once per group,
+ * not once per sequence), then copied to their callers' arrays. */
+static int emit_last(ss_forward_ctx *ctx, const ss_pass *p)
 {
-	const ss_model_config *c = &ctx->c;
-	const int64_t d = c->d_model, V = c->vocab_padded;
-	int i, k, n = 0;
+	const ss_backend_ops *o = ctx->ops;
+	const int64_t G = o->lm_rows;
+	int64_t i, k, n = 0;
+	int err;
 
-	for (i = 0; i < nseg; i++) {
-		const segment *s = &segs[i];
-		const ss_forward_seq *q = &seqs[s->seq];
-		if (s->start + s->n != q->n_tokens || (!q->hidden && !q->logits))
+	for (i = 0; i < p->nseg; i++) {
+		const ss_segment *s = &p->segs[i];
+		const ss_forward_seq *q = &p->seqs[s->seq];
+		if (s->n == 0 || s->start + s->n != q->n_tokens || (!q->hidden && !q->logits))
 			continue;
-		/* row n of U, in order; n <= the segment's own last row, so no
-		 * row is overwritten before it is read */
-		memcpy(ctx->H + n * d, ctx->H + (s->row0 + s->n - 1) * d, (size_t)d * sizeof(float));
+		ctx->rows[n] = s->row0 + s->n - 1;
 		ctx->out_seq[n++] = s->seq;
 	}
 	if (n == 0)
-		return;
-	norm_f_rows(ctx, 0, n);
-	for (i = 0; i < n; i += LAST_GROUP) {
-		const int g = n - i < LAST_GROUP ? n - i : LAST_GROUP;
+		return 0;
+	if ((err = o->norm_f(ctx->be, ctx->rows, 0, n)))
+		return err;
+	for (i = 0; i < n; i += G) {
+		const int64_t g = n - i < G ? n - i : G;
 		int any_logits = 0;
-		for (k = 0; k < g; k++) {
-			const ss_forward_seq *q = &seqs[ctx->out_seq[i + k]];
-			if (q->hidden)
-				memcpy(q->hidden, ctx->U + (i + k) * d, (size_t)d * sizeof(float));
+		for (k = i; k < i + g; k++) {
+			const ss_forward_seq *q = &p->seqs[ctx->out_seq[k]];
+			if (q->hidden && (err = o->hidden(ctx->be, q->hidden, k, 1)))
+				return err;
 			any_logits |= q->logits != NULL;
 		}
 		if (!any_logits)
 			continue;
-		gemm(ctx, 0, ctx->U + i * d, d, ctx->m->lm_head, ctx->L, V, g, V, d, 0.0f);
-		for (k = 0; k < g; k++) {
-			const ss_forward_seq *q = &seqs[ctx->out_seq[i + k]];
-			if (q->logits)
-				memcpy(q->logits, ctx->L + k * V, (size_t)V * sizeof(float));
+		if ((err = o->lm_head(ctx->be, i, g, NULL)))
+			return err;
+		for (k = i; k < i + g; k++) {
+			const ss_forward_seq *q = &p->seqs[ctx->out_seq[k]];
+			if (q->logits && (err = o->logits(ctx->be, q->logits, k - i, 1)))
+				return err;
 		}
 	}
+	return 0;
 }
 
 static int any_output(const ss_forward_seq *seqs, int n, ss_logits_mode mode)
@@ -494,24 +162,20 @@ static int any_output(const ss_forward_seq *seqs, int n, ss_logits_mode mode)
 	return 0;
 }
 
-static void run_pass(ss_forward_ctx *ctx, ss_forward_seq *seqs, const segment *segs, int nseg,
-		     int64_t T, ss_logits_mode mode, int outputs, int blocked)
+static int run_pass(ss_forward_ctx *ctx, const ss_pass *p, ss_logits_mode mode)
 {
-	const ss_model_config *c = &ctx->c;
-	int i;
+	const ss_backend_ops *o = ctx->ops;
+	int err;
 
-	for (i = 0; i < nseg; i++) {
-		const segment *s = &segs[i];
-		const int32_t *tok = seqs[s->seq].tokens + s->start;
-		ss_embed_cpu(ctx->H + s->row0 * c->d_model, ctx->m->embedding, ctx->m->wtype, tok, s->n,
-			     c->d_model);
-	}
-	run_layers(ctx, segs, nseg, T, !outputs, blocked);
-	if (outputs && mode == SS_LOGITS_ALL)
-		for (i = 0; i < nseg; i++)
-			emit_all(ctx, &segs[i], &seqs[segs[i].seq]);
-	else if (outputs)
-		emit_last(ctx, seqs, segs, nseg);
+	if ((err = o->pass_begin(ctx->be, p)) || (err = o->embed(ctx->be, p)) ||
+	    (err = run_layers(ctx, p)))
+		return err;
+	if (!p->state_only)
+		err = mode == SS_LOGITS_ALL ? emit_all(ctx, p) : emit_last(ctx, p);
+	/* a backend's staging (tokens, row layout) is reused by the next pass */
+	if (!err && o->sync)
+		err = o->sync(ctx->be);
+	return err;
 }
 
 /* -------------------------------------------------------------- checking */
@@ -629,9 +293,9 @@ static int check_model(const ss_model *m, char *errmsg)
 		return SS_ERR_INVALID;
 	}
 	for (l = 0; l < c->n_layer; l++) {
-		const ss_layer *L = &m->layers[l];
-		if (!L->norm || !L->in_proj || !L->conv_w || !L->conv_b || !L->dt_bias ||
-		    !L->A_log || !L->D || !L->gnorm || !L->out_proj) {
+		const ss_layer *layer = &m->layers[l];
+		if (!layer->norm || !layer->in_proj || !layer->conv_w || !layer->conv_b || !layer->dt_bias ||
+		    !layer->A_log || !layer->D || !layer->gnorm || !layer->out_proj) {
 			ss_errf(errmsg, 0, "layer %d has missing weights", l);
 			return SS_ERR_INVALID;
 		}
@@ -642,9 +306,9 @@ static int check_model(const ss_model *m, char *errmsg)
 /* ------------------------------------------------------------------ public */
 
 /* Checks the arguments shared by the CPU and GPU contexts and allocates a
- * zeroed context bound to m. */
+ * zeroed context bound to m with the driver's arrays for ubatch rows. */
 static int ctx_new(ss_forward_ctx **out, const ss_model *m, int n_threads, int ubatch,
-		   ss_forward_ctx **ctx, char *errmsg)
+		   int64_t ub, ss_forward_ctx **ctx, char *errmsg)
 {
 	if (!out || !m)
 		return ss_errf(errmsg, SS_ERR_INVALID, "no model");
@@ -658,6 +322,16 @@ static int ctx_new(ss_forward_ctx **out, const ss_model *m, int n_threads, int u
 		return SS_ERR_NOMEM;
 	(*ctx)->m = m;
 	(*ctx)->c = m->cfg;
+	(*ctx)->ubatch = ub;
+	(*ctx)->segs = calloc((size_t)ub, sizeof(ss_segment));
+	(*ctx)->rows = calloc((size_t)ub, sizeof(int64_t));
+	(*ctx)->out_seq = calloc((size_t)ub, sizeof(int32_t));
+	(*ctx)->bytes = sizeof(**ctx) + (size_t)ub * (sizeof(ss_segment) + sizeof(int64_t) + sizeof(int32_t));
+	if (!(*ctx)->segs || !(*ctx)->rows || !(*ctx)->out_seq) {
+		ss_forward_ctx_free(*ctx);
+		ss_errf(errmsg, 0, "out of memory for a %lld-token ubatch", (long long)ub);
+		return SS_ERR_NOMEM;
+	}
 	return 0;
 }
 
@@ -665,58 +339,17 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads, 
 			char *errmsg)
 {
 	ss_forward_ctx *ctx;
-	const ss_model_config *c;
-	int64_t ub;
-	int err, l, k, ch;
+	int err;
 
-	if ((err = ctx_new(out, m, n_threads, ubatch, &ctx, errmsg)))
+	if ((err = ctx_new(out, m, n_threads, ubatch, ubatch ? ubatch : 512, &ctx, errmsg)))
 		return err;
-	c = &ctx->c;
-	ctx->n_threads = n_threads ? n_threads : 1;
-	ctx->ubatch = ub = ubatch ? ubatch : 512;
-	ss_blas_serial();
-	err = ss_pool_init(&ctx->pool, ctx->n_threads);
+	err = ss_backend_cpu_init(&ctx->be, &ctx->ops, m, n_threads ? n_threads : 1, ctx->ubatch,
+				  errmsg);
 	if (err) {
-		ss_errf(errmsg, 0, "cannot start %d threads", ctx->n_threads);
-		free(ctx);
+		ss_forward_ctx_free(ctx);
 		return err;
 	}
-	ctx->bytes = sizeof(*ctx);
-	ctx->conv_wt = xalloc((size_t)c->n_layer * c->d_conv * c->conv_dim, sizeof(float), &ctx->bytes);
-	ctx->H = xalloc((size_t)ub * c->d_model, sizeof(float), &ctx->bytes);
-	ctx->U = xalloc((size_t)ub * c->d_model, sizeof(float), &ctx->bytes);
-	ctx->ZXD = xalloc((size_t)ub * c->d_in_proj, sizeof(float), &ctx->bytes);
-	ctx->XBC = xalloc((size_t)ub * c->conv_dim, sizeof(float), &ctx->bytes);
-	ctx->DT = xalloc((size_t)ub * c->nheads, sizeof(float), &ctx->bytes);
-	ctx->Y = xalloc((size_t)ub * c->d_inner, sizeof(float), &ctx->bytes);
-	ctx->segs = xalloc((size_t)ub, sizeof(segment), &ctx->bytes);
-	ctx->blk = xalloc((size_t)ub * 2, sizeof(int64_t), &ctx->bytes);
-	ctx->out_seq = xalloc((size_t)ub, sizeof(int32_t), &ctx->bytes);
-	ctx->L = xalloc((size_t)LAST_GROUP * c->vocab_padded, sizeof(float), &ctx->bytes);
-	if (m->wtype != SS_DTYPE_F32)
-		ctx->wpanel = xalloc((size_t)ctx->n_threads * COL_BLOCK *
-					     (c->d_inner > c->d_model ? c->d_inner : c->d_model),
-				     sizeof(float), &ctx->bytes);
-	ctx->A = xalloc((size_t)c->n_layer * c->nheads, sizeof(float), &ctx->bytes);
-	ctx->scan_work_len = ss_scan_chunked_work(c->nheads / c->ngroups, c->headdim);
-	ctx->scan_work = xalloc((size_t)ctx->n_threads * ctx->scan_work_len, sizeof(float), &ctx->bytes);
-	ctx->scan_dtsum = xalloc((size_t)ctx->n_threads * c->nheads, sizeof(double), &ctx->bytes);
-	if ((m->wtype != SS_DTYPE_F32 && !ctx->wpanel) || !ctx->A || !ctx->scan_work ||
-	    !ctx->scan_dtsum || !ctx->conv_wt || !ctx->H || !ctx->U || !ctx->ZXD || !ctx->XBC || !ctx->DT || !ctx->Y || !ctx->segs || !ctx->blk ||
-	    !ctx->out_seq || !ctx->L) {
-		ss_forward_ctx_free(ctx);
-		ss_errf(errmsg, 0, "out of memory for a %lld-token ubatch", (long long)ub);
-		return SS_ERR_NOMEM;
-	}
-	for (l = 0; l < c->n_layer; l++) {
-		const ss_layer *L = &m->layers[l];
-		for (k = 0; k < c->nheads; k++)
-			ctx->A[(size_t)l * c->nheads + k] = -expf(L->A_log[k]);
-		for (k = 0; k < c->d_conv; k++)
-			for (ch = 0; ch < c->conv_dim; ch++)
-				ctx->conv_wt[((size_t)l * c->d_conv + k) * c->conv_dim + ch] =
-					L->conv_w[(size_t)ch * c->d_conv + k];
-	}
+	ctx->bytes += ctx->ops->bytes(ctx->be);
 	*out = ctx;
 	return 0;
 }
@@ -730,24 +363,45 @@ int ss_forward_ctx_init_dev(ss_forward_ctx **out, const ss_model *m, ss_device *
 
 	if (!cu)
 		return ss_forward_ctx_init(out, m, n_threads, ubatch, errmsg);
-	if ((err = ctx_new(out, m, n_threads, ubatch, &ctx, errmsg)))
+	if ((err = ctx_new(out, m, n_threads, ubatch, ubatch ? ubatch : SS_FORWARD_UBATCH_GPU, &ctx,
+			   errmsg)))
 		return err;
-	ctx->n_threads = 1;
-	ctx->ubatch = ubatch ? ubatch : SS_FORWARD_UBATCH_GPU;
-	ctx->cu = cu;
-	err = cu->fwd_init(&ctx->g, m, m->weight_dtype, (int)ctx->ubatch, errmsg);
+	ctx->on_device = 1;
+	err = cu->backend_init(&ctx->be, &ctx->ops, m, m->weight_dtype, (int)ctx->ubatch, errmsg);
 	if (err) {
-		free(ctx);
+		ss_forward_ctx_free(ctx);
 		return err;
 	}
-	ctx->bytes = sizeof(*ctx) + cu->fwd_bytes(ctx->g);
+	ctx->bytes += ctx->ops->bytes(ctx->be);
 	*out = ctx;
 	return 0;
 }
 
 int ss_forward_ctx_device(const ss_forward_ctx *ctx)
 {
-	return ctx && ctx->g ? SS_DEVICE_CUDA : SS_DEVICE_CPU;
+	return ctx && ctx->on_device ? SS_DEVICE_CUDA : SS_DEVICE_CPU;
+}
+
+/* Grows ctx->dseqs to n. */
+static int dseqs_grow(ss_forward_ctx *ctx, int n)
+{
+	if (n > ctx->dseqs_cap) {
+		ss_forward_seq *p = realloc(ctx->dseqs, (size_t)n * sizeof(*p));
+		if (!p)
+			return SS_ERR_NOMEM;
+		ctx->dseqs = p;
+		ctx->dseqs_cap = n;
+	}
+	return 0;
+}
+
+/* What a forward call leaves in a state besides its arrays. */
+static void stamp(const ss_forward_ctx *ctx, ss_state *st)
+{
+	if (!st->fingerprint[0])
+		memcpy(st->fingerprint, ctx->m->fingerprint, SS_FINGERPRINT_MAX);
+	if (!st->dims.arch[0])
+		snprintf(st->dims.arch, sizeof(st->dims.arch), "mamba2");
 }
 
 int ss_forward_decode_begin(ss_forward_ctx *ctx, ss_state **states, int n, char *errmsg)
@@ -759,13 +413,8 @@ int ss_forward_decode_begin(ss_forward_ctx *ctx, ss_state **states, int n, char 
 						     : "invalid arguments");
 		return SS_ERR_INVALID;
 	}
-	if (n > ctx->dseqs_cap) {
-		ss_forward_seq *p = realloc(ctx->dseqs, (size_t)n * sizeof(*p));
-		if (!p)
-			return SS_ERR_NOMEM;
-		ctx->dseqs = p;
-		ctx->dseqs_cap = n;
-	}
+	if ((err = dseqs_grow(ctx, n)))
+		return err;
 	for (i = 0; i < n; i++)
 		ctx->dseqs[i] = (ss_forward_seq){ .state = states[i] };
 	err = check_seqs(ctx, ctx->dseqs, n, SS_LOGITS_NONE, errmsg);
@@ -776,14 +425,14 @@ int ss_forward_decode_begin(ss_forward_ctx *ctx, ss_state **states, int n, char 
 		if (!p)
 			return SS_ERR_NOMEM;
 		ctx->bound = p;
-		free(ctx->blogits);
-		ctx->blogits = NULL;
 		ctx->bound_cap = n;
 	}
-	if (ctx->g) {
-		err = ctx->cu->fwd_decode_begin(ctx->g, states, n, errmsg);
+	if (ctx->ops->states_in) {
+		err = ctx->ops->states_in(ctx->be, states, n);
+		if (!err && ctx->ops->sync)
+			err = ctx->ops->sync(ctx->be);
 		if (err)
-			return err;
+			return be_err(ctx, err, errmsg);
 	}
 	memcpy(ctx->bound, states, (size_t)n * sizeof(*states));
 	ctx->nbound = n;
@@ -791,11 +440,45 @@ int ss_forward_decode_begin(ss_forward_ctx *ctx, ss_state **states, int n, char 
 	return 0;
 }
 
+/* The ops of one decode step over pass p: the layers, then (out) norm_f and
+ * lm_head into the logits buffer, and (n_ids > 0) their argmax. */
+static int step_ops(ss_forward_ctx *ctx, const ss_pass *p, int out, int32_t n_ids)
+{
+	const ss_backend_ops *o = ctx->ops;
+	int err;
+
+	if ((err = o->embed(ctx->be, p)) || (err = run_layers(ctx, p)) || !out)
+		return err;
+	if ((err = o->norm_f(ctx->be, NULL, 0, p->T)) || (err = o->lm_head(ctx->be, 0, p->T, NULL)))
+		return err;
+	return n_ids > 0 ? o->argmax(ctx->be, p->T, n_ids) : 0;
+}
+
+/* A decode step, replayed or recorded where the backend can. */
+static int step(ss_forward_ctx *ctx, const ss_pass *p, int out, int32_t n_ids)
+{
+	const ss_backend_ops *o = ctx->ops;
+	const int key = out ? (n_ids > 0 ? 2 + n_ids : 1) : 0;
+	int err, replayed = 0, again = 0;
+
+	if (o->graph_begin && (err = o->graph_begin(ctx->be, p, key, &replayed)))
+		return err;
+	if (replayed)
+		return 0;
+	err = step_ops(ctx, p, out, n_ids);
+	if (o->graph_end)
+		err = o->graph_end(ctx->be, err, &again);
+	if (!err && again)
+		err = step_ops(ctx, p, out, n_ids);
+	return err;
+}
+
 int ss_forward_decode_next(ss_forward_ctx *ctx, const int32_t *tokens, float *logits,
 			   int32_t *ids, int32_t n_ids, char *errmsg)
 {
 	const int64_t V = ctx ? ctx->c.vocab_padded : 0;
-	int i, err;
+	const ss_backend_ops *o = ctx ? ctx->ops : NULL;
+	int i, err, nb;
 
 	if (!ctx || !ctx->bound_on || (ctx->nbound > 0 && !tokens) ||
 	    (ids && (n_ids < 1 || n_ids > V))) {
@@ -813,47 +496,47 @@ int ss_forward_decode_next(ss_forward_ctx *ctx, const int32_t *tokens, float *lo
 				ctx->c.vocab_padded);
 			return SS_ERR_INVALID;
 		}
-	if (ctx->g) {
-		err = ctx->cu->fwd_decode_next(ctx->g, tokens, logits, ids, n_ids, errmsg);
-		if (!err)
-			for (i = 0; i < ctx->nbound; i++)
-				ctx->bound[i]->n_tokens++;
+	if ((err = dseqs_grow(ctx, ctx->nbound)))
 		return err;
+	for (i = 0; i < ctx->nbound; i++)
+		ctx->dseqs[i] = (ss_forward_seq){ .tokens = tokens + i, .n_tokens = 1,
+						  .state = ctx->bound[i] };
+	const int64_t most = o->step_rows && o->step_rows < ctx->ubatch ? o->step_rows : ctx->ubatch;
+	for (int b0 = 0; b0 < ctx->nbound; b0 += nb) {
+		nb = ctx->nbound - b0 < most ? ctx->nbound - b0 : (int)most;
+		for (i = 0; i < nb; i++)
+			ctx->segs[i] = (ss_segment){ b0 + i, 0, 1, i };
+		const ss_pass p = { ctx->dseqs, ctx->segs, nb, nb, 0, 1, !(logits || ids) };
+		if ((err = o->pass_begin(ctx->be, &p)) ||
+		    (err = step(ctx, &p, logits || ids, ids ? n_ids : 0)) ||
+		    (logits && (err = o->logits(ctx->be, logits + (size_t)b0 * V, 0, nb))) ||
+		    (ids && (err = o->ids(ctx->be, ids + b0, nb))) ||
+		    (o->sync && (err = o->sync(ctx->be))))
+			return be_err(ctx, err, errmsg);
 	}
-	if (ids && !logits) {
-		if (!ctx->blogits) {
-			ctx->blogits = malloc((size_t)ctx->bound_cap * (size_t)V * sizeof(float));
-			if (!ctx->blogits)
-				return SS_ERR_NOMEM;
-		}
-		logits = ctx->blogits;
+	for (i = 0; i < ctx->nbound; i++) {
+		ctx->bound[i]->n_tokens++;
+		stamp(ctx, ctx->bound[i]);
 	}
-	ctx->bound_on = 0; /* ss_forward_decode runs the CPU path directly */
-	err = ss_forward_decode(ctx, ctx->bound, tokens, ctx->nbound, logits, errmsg);
-	ctx->bound_on = 1;
-	if (!err && ids)
-		ss_argmax_rows_cpu(ids, logits, V, ctx->nbound, n_ids);
-	return err;
+	return 0;
 }
 
 int ss_forward_decode_end(ss_forward_ctx *ctx, char *errmsg)
 {
-	int i, err = 0;
+	int err = 0;
 
 	if (!ctx || !ctx->bound_on) {
 		ss_errf(errmsg, 0, "no states bound (decode_begin)");
 		return SS_ERR_INVALID;
 	}
-	if (ctx->g) {
-		err = ctx->cu->fwd_decode_end(ctx->g, errmsg);
-		for (i = 0; i < ctx->nbound; i++) {
-			ss_state *st = ctx->bound[i];
-			if (!st->fingerprint[0])
-				memcpy(st->fingerprint, ctx->m->fingerprint, SS_FINGERPRINT_MAX);
-			if (!st->dims.arch[0])
-				snprintf(st->dims.arch, sizeof(st->dims.arch), "mamba2");
-		}
+	if (ctx->ops->states_out) {
+		err = ctx->ops->states_out(ctx->be, ctx->bound, ctx->nbound);
+		if (!err && ctx->ops->sync)
+			err = ctx->ops->sync(ctx->be);
+		be_err(ctx, err, errmsg);
 	}
+	for (int i = 0; i < ctx->nbound; i++)
+		stamp(ctx, ctx->bound[i]);
 	ctx->bound_on = 0;
 	ctx->nbound = 0;
 	return err;
@@ -863,7 +546,7 @@ int ss_forward_ctx_set_deterministic(ss_forward_ctx *ctx, int on)
 {
 	if (!ctx)
 		return SS_ERR_INVALID;
-	if (ctx->g)
+	if (!ctx->ops->deterministic)
 		return SS_ERR_UNSUPPORTED;
 	ctx->deterministic = on != 0;
 	return 0;
@@ -873,27 +556,14 @@ void ss_forward_ctx_free(ss_forward_ctx *ctx)
 {
 	if (!ctx)
 		return;
-	if (ctx->g)
-		ctx->cu->fwd_free(ctx->g);
+	if (ctx->be)
+		ctx->ops->free(ctx->be);
 	free(ctx->bound);
-	free(ctx->blogits);
-	ss_pool_free(ctx->pool);
-	free(ctx->conv_wt);
-	free(ctx->wpanel);
-	free(ctx->A);
-	free(ctx->scan_work);
-	free(ctx->scan_dtsum);
-	free(ctx->H);
-	free(ctx->U);
-	free(ctx->ZXD);
-	free(ctx->XBC);
-	free(ctx->DT);
-	free(ctx->Y);
 	free(ctx->segs);
-	free(ctx->blk);
+	free(ctx->rows);
 	free(ctx->out_seq);
-	free(ctx->L);
 	free(ctx->dseqs);
+	free(ctx->sts);
 	free(ctx->sorted);
 	free(ctx);
 }
@@ -904,12 +574,13 @@ size_t ss_forward_ctx_bytes(const ss_forward_ctx *ctx)
 }
 
 /* blocked: each sequence's results must not depend on the others (see
- * ROW_BLOCK); a sequence that does not fit in the rest of a pass starts the
- * next one, so a sequence is cut into passes at multiples of ubatch only
- * (the scan's logdecay is rounded once per pass). */
+ * backend_cpu.c ROW_BLOCK); a sequence that does not fit in the rest of a
+ * pass starts the next one, so a sequence is cut into passes at multiples
+ * of ubatch only (the scan's logdecay is rounded once per pass). */
 static int prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs, ss_logits_mode mode,
 		   int blocked, char *errmsg)
 {
+	const ss_backend_ops *o;
 	int err, cur = 0, i, outputs;
 	int64_t off = 0;
 
@@ -921,47 +592,52 @@ static int prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs, ss_log
 	err = check_seqs(ctx, seqs, n_seqs, mode, errmsg);
 	if (err)
 		return err;
-	if (ctx->g) {
-		err = ctx->cu->fwd_prefill(ctx->g, seqs, n_seqs, mode, errmsg);
-		if (err)
-			return err;
-		cur = n_seqs;
+	o = ctx->ops;
+	if (o->states_in) {
+		ss_state **p = realloc(ctx->sts, (size_t)(n_seqs ? n_seqs : 1) * sizeof(*p));
+		if (!p)
+			return SS_ERR_NOMEM;
+		ctx->sts = p;
+		for (i = 0; i < n_seqs; i++)
+			ctx->sts[i] = seqs[i].state;
+		if ((err = o->states_in(ctx->be, ctx->sts, n_seqs)))
+			return be_err(ctx, err, errmsg);
 	}
 	outputs = any_output(seqs, n_seqs, mode);
 	while (cur < n_seqs) {
 		int nseg = 0;
 		int64_t T = 0;
-		while (cur < n_seqs && T < ctx->ubatch) {
-			ss_forward_seq *q = &seqs[cur];
+		while (cur < n_seqs && T < ctx->ubatch && nseg < ctx->ubatch) {
+			const ss_forward_seq *q = &seqs[cur];
 			int64_t take = q->n_tokens - off;
-			if (take <= 0) {
-				cur++;
-				off = 0;
-				continue;
-			}
 			if (take > ctx->ubatch - T && blocked && T > 0)
 				break;
 			if (take > ctx->ubatch - T)
 				take = ctx->ubatch - T;
-			ctx->segs[nseg] = (segment){ cur, off, take, T, q->state };
-			nseg++;
+			ctx->segs[nseg++] = (ss_segment){ cur, off, take, T };
 			T += take;
 			off += take;
-			if (off == q->n_tokens) {
-				cur++;
-				off = 0;
-			}
+			if (off < q->n_tokens)
+				break; /* the pass is full; the sequence goes on in the next */
+			cur++;
+			off = 0;
 		}
-		if (nseg > 0)
-			run_pass(ctx, seqs, ctx->segs, nseg, T, mode, outputs, blocked);
+		if (T == 0)
+			continue;
+		const ss_pass p = { seqs, ctx->segs, nseg, T, blocked, 0, !outputs };
+		if ((err = run_pass(ctx, &p, mode)))
+			return be_err(ctx, err, errmsg);
+	}
+	if (o->states_out) {
+		err = o->states_out(ctx->be, ctx->sts, n_seqs);
+		if (!err && o->sync)
+			err = o->sync(ctx->be);
+		if (err)
+			return be_err(ctx, err, errmsg);
 	}
 	for (i = 0; i < n_seqs; i++) {
-		ss_state *st = seqs[i].state;
-		st->n_tokens += seqs[i].n_tokens;
-		if (!st->fingerprint[0])
-			memcpy(st->fingerprint, ctx->m->fingerprint, SS_FINGERPRINT_MAX);
-		if (!st->dims.arch[0])
-			snprintf(st->dims.arch, sizeof(st->dims.arch), "mamba2");
+		seqs[i].state->n_tokens += seqs[i].n_tokens;
+		stamp(ctx, seqs[i].state);
 	}
 	return 0;
 }
@@ -981,7 +657,7 @@ int ss_forward_decode(ss_forward_ctx *ctx, ss_state **states, const int32_t *tok
 		ss_errf(errmsg, 0, "invalid arguments");
 		return SS_ERR_INVALID;
 	}
-	if (ctx->g) {
+	if (ctx->on_device) {
 		int err = ss_forward_decode_begin(ctx, states, n, errmsg);
 		if (err)
 			return err;
@@ -991,13 +667,8 @@ int ss_forward_decode(ss_forward_ctx *ctx, ss_state **states, const int32_t *tok
 		(void)ss_forward_decode_end(ctx, NULL);
 		return err;
 	}
-	if (n > ctx->dseqs_cap) {
-		ss_forward_seq *p = realloc(ctx->dseqs, (size_t)n * sizeof(*p));
-		if (!p)
-			return SS_ERR_NOMEM;
-		ctx->dseqs = p;
-		ctx->dseqs_cap = n;
-	}
+	if (dseqs_grow(ctx, n))
+		return SS_ERR_NOMEM;
 	for (i = 0; i < n; i++)
 		ctx->dseqs[i] = (ss_forward_seq){
 			.tokens = tokens + i,

@@ -149,7 +149,8 @@ typedef struct ss_device ss_device; /* ss_device.h */
  * prefill uploads the states, runs, and copies states and outputs back
  * before returning. Errors: as ss_forward_ctx_init, and SS_ERR_DEVICE (out
  * of GPU memory, a CUDA failure; errmsg names it).
- * ref: kernels/forward.cu. */
+ * ref: lib/forward.c (the one driver of both devices), kernels/forward.cu
+ *      (the GPU backend it runs). */
 #define SS_FORWARD_UBATCH_GPU 8192
 int ss_forward_ctx_init_dev(ss_forward_ctx **out, const ss_model *m, ss_device *dev,
 			    int n_threads, int ubatch, char *errmsg);

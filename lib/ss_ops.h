@@ -6,7 +6,8 @@
  * Each op here is the CPU reference `ss_<op>_cpu`; kernels/<op>.cuh declares
  * its CUDA twin `ss_<op>_cuda` with the same parameters (device pointers,
  * plus a trailing stream, and a cuBLAS handle for the linear). The forward
- * pass (forward.c, and kernels/forward.cu on a GPU) is these ops in order;
+ * pass (the driver forward.c, through backend_cpu.c or, on a GPU,
+ * kernels/forward.cu: backend.h) is these ops in order;
  * tests/test_ops.c checks each CPU op against a naive reference and
  * tests/test_cuda_parity.c each CUDA twin against its CPU op.
  *

@@ -571,6 +571,65 @@ static void test_decode_batch(void **unused)
 	assert_int_equal(bad, 0);
 }
 
+/* decode_begin/next/end on the CPU (the driver's decode steps) give the
+ * bytes ss_forward_decode gives: logits, ids (their argmax), states. 20
+ * sequences: more than one lm_head group; steps with logits and ids, ids
+ * only, and neither. */
+static void test_decode_bound_equals_decode(void **unused)
+{
+	const tmodel *tm = &models[1];
+	const ss_model *m = tm->m;
+	const int V = m ? m->cfg.vocab_padded : 0;
+	enum { N = 20, STEPS = 6 };
+	ss_forward_ctx *ctx = NULL;
+	ss_state a[N], b[N], *pa[N], *pb[N];
+	int32_t *tok, t[N], ids[N];
+	size_t n;
+	float *la, *lb;
+	int i, k;
+
+	if (!m)
+		skip();
+	assert_int_equal(ss_forward_ctx_init(&ctx, m, 2, 0, NULL), 0);
+	tok = read_tokens(tm->key, "c2", &n);
+	la = malloc((size_t)N * V * sizeof(float));
+	lb = malloc((size_t)N * V * sizeof(float));
+	assert_true(la && lb && n > 0);
+	for (i = 0; i < N; i++) {
+		state_new(&a[i], m);
+		state_new(&b[i], m);
+		pa[i] = &a[i];
+		pb[i] = &b[i];
+	}
+	assert_int_equal(ss_forward_decode_begin(ctx, pb, N, NULL), 0);
+	for (k = 0; k < STEPS; k++) {
+		const int mode = k % 3; /* 0: logits and ids, 1: ids, 2: neither */
+		for (i = 0; i < N; i++)
+			t[i] = tok[(size_t)(k + i) % n];
+		assert_int_equal(ss_forward_decode(ctx, pa, t, N, mode < 2 ? la : NULL, NULL), 0);
+		assert_int_equal(ss_forward_decode_next(ctx, t, mode == 0 ? lb : NULL,
+							mode < 2 ? ids : NULL, V, NULL), 0);
+		if (mode == 0)
+			assert_memory_equal(la, lb, (size_t)N * V * sizeof(float));
+		for (i = 0; mode < 2 && i < N; i++)
+			assert_int_equal(ids[i], ss_argmax(la + (size_t)i * V, V));
+	}
+	assert_int_equal(ss_forward_decode_end(ctx, NULL), 0);
+	for (i = 0; i < N; i++) {
+		assert_int_equal(a[i].n_tokens, b[i].n_tokens);
+		assert_memory_equal(a[i].ssm, b[i].ssm, ss_state_ssm_len(&a[i].dims) * sizeof(float));
+		assert_memory_equal(a[i].conv, b[i].conv, ss_state_conv_len(&a[i].dims) * sizeof(float));
+		assert_memory_equal(a[i].logdecay, b[i].logdecay,
+				    ss_state_logdecay_len(&a[i].dims) * sizeof(float));
+		ss_state_free(&a[i]);
+		ss_state_free(&b[i]);
+	}
+	free(la);
+	free(lb);
+	free(tok);
+	ss_forward_ctx_free(ctx);
+}
+
 /* Deterministic uniform floats in [lo, hi). */
 static float urand(uint64_t *s, float lo, float hi)
 {
@@ -986,6 +1045,7 @@ int main(void)
 		cmocka_unit_test(test_batch_equals_single),
 		cmocka_unit_test(test_pieces_equal_whole),
 		cmocka_unit_test(test_decode_batch),
+		cmocka_unit_test(test_decode_bound_equals_decode),
 		cmocka_unit_test(test_threads_agree),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_no_lm_head),

@@ -105,18 +105,7 @@ static void test_rmsnorm(void **st)
 				float *h = rnd((size_t)n * d, -2, 2), *res = rnd((size_t)n * d, -1, 1);
 				float *w = rnd((size_t)d, 0.5, 1.5), *y = rnd((size_t)n * d, 0, 1);
 				double *hw = dalloc((size_t)n * d), *yw = dalloc((size_t)n * d);
-				for (int r = 0; r < n; r++) {
-					double ss = 0;
-					for (int i = 0; i < d; i++) {
-						double v = h[r * d + i];
-						if (with_res)
-							v = (double)(float)(v + res[r * d + i]);
-						hw[r * d + i] = v;
-						ss += v * v;
-					}
-					for (int i = 0; i < d; i++)
-						yw[r * d + i] = hw[r * d + i] / sqrt(ss / d + eps) * w[i];
-				}
+				opref_rmsnorm(yw, hw, h, with_res ? res : NULL, w, n, d, eps);
 				ss_rmsnorm_cpu(y, h, with_res ? res : NULL, w, n, d, eps);
 				assert_int_equal(mismatches("rmsnorm.h", h, hw, (size_t)n * d, 0, 0), 0);
 				assert_int_equal(mismatches("rmsnorm.y", y, yw, (size_t)n * d, 1e-6, 1e-5), 0);
@@ -155,13 +144,7 @@ static void test_linear(void **st)
 					char *Wd = malloc((size_t)N * K * esz + 2);
 					ss_from_f32(Wd + (esz == 2 ? 2 : 0), dts[d], W, (size_t)N * K);
 					ss_to_f32(W, Wd + (esz == 2 ? 2 : 0), dts[d], (size_t)N * K);
-					for (int i = 0; i < M; i++)
-						for (int j = 0; j < N; j++) {
-							double s = beta ? y[i * ldy + j] : 0.0;
-							for (int t = 0; t < K; t++)
-								s += (double)x[i * ldx + t] * W[j * K + t];
-							want[i * N + j] = s;
-						}
+					opref_linear(want, x, ldx, W, beta ? y : NULL, ldy, M, N, K);
 					/* the last row alone, before y changes */
 					for (int j = 0; j < N; j++)
 						y1[j] = y[(M - 1) * ldy + j];
@@ -276,16 +259,7 @@ static void test_dt_softplus(void **st)
 	double *want = dalloc((size_t)n * H);
 	const float lims[][2] = { { 0.0f, INFINITY }, { 1e-3f, 0.1f } };
 	for (int li = 0; li < 2; li++) {
-		for (int r = 0; r < n; r++)
-			for (int h = 0; h < H; h++) {
-				const double u = (double)(raw[r * ldr + h] + bias[h]);
-				double v = u > 20 ? u : log1p(exp(u));
-				if (isfinite(lims[li][1]) && v > lims[li][1])
-					v = lims[li][1];
-				if (lims[li][0] > 0 && v < lims[li][0])
-					v = lims[li][0];
-				want[r * H + h] = v;
-			}
+		opref_dt(want, raw, ldr, bias, n, H, lims[li][0], lims[li][1]);
 		ss_dt_softplus_cpu(dt, lddt, raw, ldr, bias, n, H, lims[li][0], lims[li][1]);
 		for (int r = 0; r < n; r++)
 			memcpy(got + r * H, dt + r * lddt, H * sizeof(float));
@@ -392,25 +366,14 @@ static void test_gated_rmsnorm(void **st)
 	for (size_t a = 0; a < 2; a++)
 		for (size_t b = 0; b < 3; b++)
 			for (size_t c = 0; c < 3; c++) {
-				const int n = ns[a], d = ds[b], G = gs[c], gsz = d / G;
+				const int n = ns[a], d = ds[b], G = gs[c];
 				if (d % G)
 					continue;
 				const int ldy = d + 2, ldz = d + 7;
 				float *y = rnd((size_t)n * ldy, -2, 2), *z = rnd((size_t)n * ldz, -3, 3);
 				float *w = rnd(d, 0.5, 1.5), *got = malloc((size_t)n * d * sizeof(float));
 				double *want = dalloc((size_t)n * d);
-				for (int r = 0; r < n; r++)
-					for (int g = 0; g < G; g++) {
-						double ss = 0;
-						for (int i = g * gsz; i < (g + 1) * gsz; i++) {
-							const double zz = z[r * ldz + i];
-							const double v = y[r * ldy + i] * zz / (1 + exp(-zz));
-							want[r * d + i] = v;
-							ss += v * v;
-						}
-						for (int i = g * gsz; i < (g + 1) * gsz; i++)
-							want[r * d + i] *= w[i] / sqrt(ss / gsz + eps);
-					}
+				opref_gated_rmsnorm(want, y, ldy, z, ldz, w, n, d, G, eps);
 				ss_gated_rmsnorm_cpu(y, ldy, z, ldz, w, n, d, G, eps);
 				for (int r = 0; r < n; r++)
 					memcpy(got + r * d, y + r * ldy, (size_t)d * sizeof(float));

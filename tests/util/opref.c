@@ -3,6 +3,92 @@
 
 #include "util/opref.h"
 
+void opref_embed(double *h, const void *emb, ss_dtype et, const int32_t *tokens, int64_t n, int d)
+{
+	for (int64_t r = 0; r < n; r++)
+		for (int i = 0; i < d; i++) {
+			const size_t k = (size_t)tokens[r] * d + i;
+			h[r * d + i] = et == SS_DTYPE_F32    ? ((const float *)emb)[k]
+				       : et == SS_DTYPE_BF16 ? ss_bf16_to_f32(((const uint16_t *)emb)[k])
+							     : ss_f16_to_f32(((const uint16_t *)emb)[k]);
+		}
+}
+
+void opref_rmsnorm(double *y, double *hout, const float *h, const float *res, const float *w,
+		   int64_t n, int d, double eps)
+{
+	for (int64_t r = 0; r < n; r++) {
+		double ss = 0;
+		for (int i = 0; i < d; i++) {
+			double v = h[r * d + i];
+			if (res)
+				v = (float)(v + res[r * d + i]);
+			hout[r * d + i] = v;
+			ss += v * v;
+		}
+		for (int i = 0; i < d; i++)
+			y[r * d + i] = hout[r * d + i] / sqrt(ss / d + eps) * w[i];
+	}
+}
+
+void opref_linear(double *y, const float *x, int64_t ldx, const float *W, const float *y0,
+		  int64_t ldy0, int64_t M, int64_t N, int64_t K)
+{
+	for (int64_t i = 0; i < M; i++)
+		for (int64_t j = 0; j < N; j++) {
+			double s = y0 ? y0[i * ldy0 + j] : 0.0;
+			for (int64_t t = 0; t < K; t++)
+				s += (double)x[i * ldx + t] * W[j * K + t];
+			y[i * N + j] = s;
+		}
+}
+
+void opref_dt(double *dt, const float *raw, int64_t ldr, const float *bias, int64_t n, int H,
+	      float dt_min, float dt_max)
+{
+	for (int64_t r = 0; r < n; r++)
+		for (int h = 0; h < H; h++) {
+			const double u = (double)(raw[r * ldr + h] + bias[h]);
+			double v = u > 20 ? u : log1p(exp(u));
+			if (isfinite(dt_max) && v > dt_max)
+				v = dt_max;
+			if (dt_min > 0 && v < dt_min)
+				v = dt_min;
+			dt[r * H + h] = v;
+		}
+}
+
+void opref_gated_rmsnorm(double *out, const float *y, int64_t ldy, const float *z, int64_t ldz,
+			 const float *w, int64_t n, int d, int G, double eps)
+{
+	const int gsz = d / G;
+	for (int64_t r = 0; r < n; r++)
+		for (int g = 0; g < G; g++) {
+			double ss = 0;
+			for (int i = g * gsz; i < (g + 1) * gsz; i++) {
+				const double zz = z[r * ldz + i];
+				const double v = y[r * ldy + i] * zz / (1 + exp(-zz));
+				out[r * d + i] = v;
+				ss += v * v;
+			}
+			for (int i = g * gsz; i < (g + 1) * gsz; i++)
+				out[r * d + i] *= w[i] / sqrt(ss / gsz + eps);
+		}
+}
+
+void opref_argmax(int32_t *ids, const float *logits, int64_t ld, int64_t nrows, int64_t n)
+{
+	for (int64_t r = 0; r < nrows; r++) {
+		int32_t best = -1;
+		for (int64_t i = 0; i < n; i++) {
+			const float v = logits[r * ld + i];
+			if (!isnan(v) && (best < 0 || v > logits[r * ld + best]))
+				best = (int32_t)i;
+		}
+		ids[r] = best;
+	}
+}
+
 void opref_conv(double *y, double *nst, const float *x, int ldx, const int64_t *ss, int nseq,
 		const float *state, const float *w, const float *b, int nch, int K)
 {
