@@ -1,0 +1,466 @@
+/* index_build.c — building a BM25 index of documents → state records
+ * (SQLite): the build lock, adding texts and states, the commit that writes
+ * the postings. See ss_index.h; queries are lib/index.c. */
+#include "index_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *schema_sql =
+	"PRAGMA application_id = 1936937545;" /* 0x73735249, 'ssRI': file(1) can tell */
+	"CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+	"CREATE TABLE files(file_id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE);"
+	"CREATE TABLE docs(rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,"
+	" file_id INTEGER REFERENCES files(file_id), byte_offset INTEGER, frame_length INTEGER,"
+	" fingerprint TEXT, n_tokens INTEGER, text_tokens INTEGER, text_len INTEGER,"
+	" n_terms INTEGER, terms BLOB);"
+	"CREATE TABLE terms(tid INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE, df INTEGER NOT NULL DEFAULT 0,"
+	" maxw REAL NOT NULL DEFAULT 0, postings BLOB);"
+	"CREATE TABLE bm25(one INTEGER PRIMARY KEY CHECK (one = 1), n_docs INTEGER, n_terms INTEGER,"
+	" max_rid INTEGER, doclen BLOB);"
+	"INSERT INTO meta VALUES('schema_version', '3'), ('created_by', 'ss " SS_VERSION "');";
+
+/* Takes the build lock of the index at `path`: an exclusive flock on
+ * path.lock, waited for as long as another build holds it. A build that
+ * ends removes the lock file while holding it, so a waiter that then gets
+ * the lock of a removed file opens the new one. Returns 0 with *fd and
+ * *lock_path (malloc'ed) set, or SS_ERR_IO/SS_ERR_NOMEM. */
+static int build_lock(const char *path, int *fd, char **lock_path, char *errmsg)
+{
+	size_t n = strlen(path) + sizeof ".lock";
+	char *lp = malloc(n);
+	if (!lp)
+		return SS_ERR_NOMEM;
+	snprintf(lp, n, "%s.lock", path);
+	for (;;) {
+		int f = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+		if (f < 0) {
+			int e = errno;
+			free(lp);
+			return ss_errf(errmsg, e == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, "cannot create the build lock: %s",
+				       strerror(e));
+		}
+		int r;
+		while ((r = flock(f, LOCK_EX)) != 0 && errno == EINTR)
+			;
+		struct stat a, b;
+		if (r != 0) {
+			int e = errno;
+			close(f);
+			free(lp);
+			return ss_errf(errmsg, SS_ERR_IO, "cannot lock %s.lock: %s", path, strerror(e));
+		}
+		if (fstat(f, &a) == 0 && stat(lp, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+			*fd = f;
+			*lock_path = lp;
+			return 0;
+		}
+		close(f);
+	}
+}
+
+int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
+{
+	/* Builds of one index run one at a time (SQLite alone would make a
+	 * build that waits more than BUSY_TIMEOUT_MS fail). */
+	if (!path || !*path)
+		return ss_errf(errmsg, SS_ERR_INVALID, "no index path");
+	int lock_fd = -1;
+	char *lock_path = NULL;
+	int rc = build_lock(path, &lock_fd, &lock_path, errmsg);
+	if (rc)
+		return rc;
+	struct stat sb;
+	int created = stat(path, &sb) != 0 || sb.st_size == 0;
+	ss_index *ix;
+	rc = ix_open_common(&ix, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, errmsg);
+	if (rc) {
+		if (created)
+			unlink(path);
+		unlink(lock_path);
+		close(lock_fd);
+		free(lock_path);
+		return rc;
+	}
+	ix->lock_fd = lock_fd;
+	ix->lock_path = lock_path;
+	if (created && !(ix->created_path = strdup(path))) {
+		ss_index_close(ix);
+		return SS_ERR_NOMEM;
+	}
+	/* A big page cache keeps a large build from spilling into the file
+	 * before commit; the temp tables live in memory. Pages of 64 KiB (for
+	 * a new file) make the long postings blobs short chains of overflow
+	 * pages, which a query walks to reach a block. */
+	if ((rc = ix_exec(ix, "PRAGMA page_size = 65536; PRAGMA cache_size = -262144; PRAGMA temp_store = MEMORY;",
+		       errmsg)))
+		goto fail;
+	if (sqlite3_exec(ix->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+		rc = ix_sqlerr(ix, errmsg, sqlite3_extended_errcode(ix->db) == SQLITE_BUSY
+					       ? "locked by another build" : "cannot start the build");
+		goto fail;
+	}
+	ix->building = 1;
+	rc = ix_check_schema(ix, 1, errmsg);
+	if (rc == 1)
+		rc = ix_exec(ix, schema_sql, errmsg);
+	if (rc)
+		goto fail;
+	if ((rc = ix_exec(ix, "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY)", errmsg)) ||
+	    (rc = ss_bm25_open(&ix->bm25, ix->db, 1, errmsg)))
+		goto fail;
+	sqlite3_stmt *st;
+	if ((rc = ix_prep(ix, &st, "SELECT coalesce(max(rid), 0) FROM docs", errmsg)))
+		goto fail;
+	sqlite3_step(st);
+	ix->base_rid = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	if ((rc = ix_prep(ix, &ix->find, "SELECT rid, text_len IS NOT NULL FROM docs WHERE id = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->ins_doc, "INSERT INTO docs(id) VALUES(?1)", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->set_text, "UPDATE docs SET text_tokens = ?2, text_len = ?3, n_terms = ?4, terms = ?5 WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->set_state,
+		       "UPDATE docs SET file_id = ?2, byte_offset = ?3, frame_length = ?4, fingerprint = ?5,"
+		       " n_tokens = ?6 WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->touch, "INSERT OR IGNORE INTO temp.touched VALUES(?1)", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->file_find, "SELECT file_id FROM files WHERE path = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->file_ins, "INSERT INTO files(path) VALUES(?1)", errmsg)))
+		goto fail;
+	*out = ix;
+	return 0;
+fail:
+	ss_index_close(ix);
+	return rc;
+}
+
+/* Row id of document `id`, creating the row when absent. *had_text says
+ * whether it has text already. */
+static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, char *errmsg)
+{
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	if (!id || !*id)
+		return ss_errf(errmsg, SS_ERR_INVALID, "empty document id");
+	sqlite3_bind_text(ix->find, 1, id, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(ix->find);
+	if (rc == SQLITE_ROW) {
+		*rid = sqlite3_column_int64(ix->find, 0);
+		*had_text = sqlite3_column_int(ix->find, 1);
+		sqlite3_reset(ix->find);
+		if (*rid <= ix->base_rid) {
+			sqlite3_bind_int64(ix->touch, 1, *rid);
+			return ix_step_done(ix, ix->touch, errmsg);
+		}
+		return 0;
+	}
+	sqlite3_reset(ix->find);
+	if (rc != SQLITE_DONE)
+		return ix_sqlerr(ix, errmsg, "sqlite");
+	sqlite3_bind_text(ix->ins_doc, 1, id, -1, SQLITE_STATIC);
+	if ((rc = ix_step_done(ix, ix->ins_doc, errmsg)))
+		return rc;
+	*rid = sqlite3_last_insert_rowid(ix->db);
+	*had_text = 0;
+	return 0;
+}
+
+int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t text_len,
+		      int64_t text_tokens, char *errmsg)
+{
+	int64_t rid;
+	int had_text, rc;
+	if ((rc = doc_rid(ix, id, &rid, &had_text, errmsg)))
+		return rc;
+	if (text_len > INT_MAX)
+		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "document %s: text of %zu bytes is too long", id, text_len);
+	const void *vec;
+	size_t vec_len;
+	int64_t n_terms;
+	if ((rc = ss_bm25_terms(ix->bm25, text, text_len, &vec, &vec_len, &n_terms, errmsg)))
+		return rc;
+	sqlite3_bind_int64(ix->set_text, 1, rid);
+	if (text_tokens >= 0)
+		sqlite3_bind_int64(ix->set_text, 2, text_tokens);
+	else
+		sqlite3_bind_null(ix->set_text, 2);
+	sqlite3_bind_int64(ix->set_text, 3, (int64_t)text_len);
+	sqlite3_bind_int64(ix->set_text, 4, n_terms);
+	sqlite3_bind_blob(ix->set_text, 5, vec, (int)vec_len, SQLITE_STATIC);
+	return ix_step_done(ix, ix->set_text, errmsg);
+}
+
+/* The path to store for a state file: relative to the index's directory
+ * when under it, else absolute. Returns malloc'd string or NULL. */
+static char *stored_path(ss_index *ix, const char *path, char *errmsg)
+{
+	char *real = realpath(path, NULL);
+	if (!real) {
+		ss_errf(errmsg, SS_ERR_IO, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	size_t dl = strlen(ix->dir);
+	if (!strcmp(ix->dir, "/"))
+		dl = 0;
+	if (strncmp(real, ix->dir, dl) == 0 && real[dl] == '/') {
+		char *rel = strdup(real + dl + 1);
+		free(real);
+		return rel;
+	}
+	return real;
+}
+
+static int file_id_of(ss_index *ix, const char *path, int64_t *file_id, char *errmsg)
+{
+	if (ix->last_path && !strcmp(ix->last_path, path)) {
+		*file_id = ix->last_file_id;
+		return 0;
+	}
+	char *sp = stored_path(ix, path, errmsg);
+	if (!sp)
+		return SS_ERR_IO;
+	int rc;
+	sqlite3_bind_text(ix->file_find, 1, sp, -1, SQLITE_STATIC);
+	if (sqlite3_step(ix->file_find) == SQLITE_ROW) {
+		*file_id = sqlite3_column_int64(ix->file_find, 0);
+		sqlite3_reset(ix->file_find);
+	} else {
+		sqlite3_reset(ix->file_find);
+		sqlite3_bind_text(ix->file_ins, 1, sp, -1, SQLITE_STATIC);
+		if ((rc = ix_step_done(ix, ix->file_ins, errmsg))) {
+			free(sp);
+			return rc;
+		}
+		*file_id = sqlite3_last_insert_rowid(ix->db);
+	}
+	free(sp);
+	free(ix->last_path);
+	ix->last_path = strdup(path);
+	ix->last_file_id = *file_id;
+	return 0;
+}
+
+int ss_index_add_state(ss_index *ix, const char *id, const char *state_path, uint64_t offset,
+		       uint64_t length, const char *fingerprint, int64_t n_tokens, char *errmsg)
+{
+	int64_t rid, file_id;
+	int had_text, rc;
+	if (!state_path || !*state_path || !strcmp(state_path, "-"))
+		return ss_errf(errmsg, SS_ERR_INVALID, "document %s: state records need a named regular file", id ? id : "");
+	if ((rc = doc_rid(ix, id, &rid, &had_text, errmsg)) || (rc = file_id_of(ix, state_path, &file_id, errmsg)))
+		return rc;
+	sqlite3_bind_int64(ix->set_state, 1, rid);
+	sqlite3_bind_int64(ix->set_state, 2, file_id);
+	sqlite3_bind_int64(ix->set_state, 3, (int64_t)offset);
+	sqlite3_bind_int64(ix->set_state, 4, (int64_t)length);
+	sqlite3_bind_text(ix->set_state, 5, fingerprint ? fingerprint : "", -1, SQLITE_STATIC);
+	sqlite3_bind_int64(ix->set_state, 6, n_tokens);
+	return ix_step_done(ix, ix->set_state, errmsg);
+}
+
+int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
+			ss_index_add_stats *st, ss_index_progress_fn progress, void *ctx, char *errmsg)
+{
+	ss_index_add_stats local = {0};
+	if (!st)
+		st = &local;
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	ss_reader *r;
+	int rc = ss_reader_open(&r, path, max_record, errmsg);
+	if (rc)
+		return rc;
+	int seekable = ss_reader_seekable(r);
+	/* State records are read by their metadata prefix only; once a token
+	 * record shows up the stream is probably all tokens, so read whole
+	 * records from then on (a state record is still handled). */
+	int whole = !seekable;
+	const ss_record *rec;
+	ss_tokens tok;
+	ss_state meta;
+	for (;;) {
+		rc = whole ? ss_reader_next(r, &rec) : ss_reader_next_meta(r, &rec);
+		if (rc == 0)
+			break;
+		if (rc < 0) {
+			ss_errf(errmsg, rc, "%s", ss_reader_error(r));
+			break;
+		}
+		uint64_t off = ss_record_offset(rec);
+		st->bytes += ss_record_length(rec);
+		if (!strcmp(ss_record_format(rec), SS_FORMAT_TOKENS)) {
+			if (!whole) {
+				whole = 1;
+				if ((rc = ss_reader_seek(r, off)) || (rc = ss_reader_next(r, &rec)) != 1) {
+					ss_errf(errmsg, rc ? rc : SS_ERR_TRUNCATED, "byte offset %llu: %s",
+					     (unsigned long long)off, ss_reader_error(r));
+					rc = rc ? rc : SS_ERR_TRUNCATED;
+					break;
+				}
+			}
+			char em[SS_ERRMSG_MAX];
+			if ((rc = ss_record_tokens(rec, &tok, em))) {
+				ss_errf(errmsg, rc, "token record at byte offset %llu: %s", (unsigned long long)off, em);
+				break;
+			}
+			if (!tok.text) {
+				ss_errf(errmsg, SS_ERR_FORMAT,
+				     "token record at byte offset %llu (document %s) has no text to index",
+				     (unsigned long long)off, tok.id);
+				ss_tokens_free(&tok);
+				rc = SS_ERR_FORMAT;
+				break;
+			}
+			rc = ss_index_add_text(ix, tok.id, tok.text, tok.text_len, tok.n_tokens, errmsg);
+			ss_tokens_free(&tok);
+			if (rc)
+				break;
+			st->n_text++;
+		} else if (!strcmp(ss_record_format(rec), SS_FORMAT_STATES)) {
+			if (!seekable) {
+				rc = ss_errf(errmsg, SS_ERR_INVALID,
+					  "state record at byte offset %llu: state streams must be regular files "
+					  "(the index stores their byte offsets), not a pipe",
+					  (unsigned long long)off);
+				break;
+			}
+			char em[SS_ERRMSG_MAX];
+			if ((rc = ss_record_state_meta(rec, &meta, em))) {
+				ss_errf(errmsg, rc, "state record at byte offset %llu: %s", (unsigned long long)off, em);
+				break;
+			}
+			rc = ss_index_add_state(ix, meta.id, path, off, ss_record_length(rec), meta.fingerprint,
+						meta.n_tokens, errmsg);
+			ss_state_free(&meta);
+			if (rc)
+				break;
+			st->n_states++;
+		} else {
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "record at byte offset %llu: unknown format \"%s\"",
+				  (unsigned long long)off, ss_record_format(rec));
+			break;
+		}
+		if (progress)
+			progress(ctx, path, st);
+	}
+	ss_reader_close(r);
+	return rc < 0 ? rc : 0;
+}
+
+int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_build_stats *stats,
+		    char *errmsg)
+{
+	ss_index_build_stats local = {0};
+	if (!stats)
+		stats = &local;
+	memset(stats, 0, sizeof *stats);
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	sqlite3_stmt *st = NULL;
+	int rc;
+	char why[SS_ERRMSG_MAX];
+
+	/* Incomplete documents can only come from this build. */
+	if ((rc = ix_prep(ix, &st,
+		       "SELECT id, file_id IS NULL, text_len IS NULL FROM docs"
+		       " WHERE file_id IS NULL OR text_len IS NULL ORDER BY id", errmsg)))
+		goto fail;
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		stats->n_dropped++;
+		if (note) {
+			const char *id = (const char *)sqlite3_column_text(st, 0);
+			snprintf(why, sizeof why, "%s",
+				 sqlite3_column_int(st, 1) ? "has text but no state record: left out"
+							   : "has a state but no token record (text): left out");
+			note(ctx, id, 1, why);
+		}
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	if ((rc = ix_exec(ix,
+		       "DELETE FROM docs WHERE file_id IS NULL OR text_len IS NULL;"
+		       "DELETE FROM files WHERE file_id NOT IN (SELECT file_id FROM docs);", errmsg)))
+		goto fail;
+
+	/* Token counts that disagree, among the documents this build touched. */
+	if ((rc = ix_prep(ix, &st,
+		       "SELECT id, text_tokens, n_tokens FROM docs"
+		       " WHERE (rid > ?1 OR rid IN (SELECT rid FROM temp.touched))"
+		       " AND text_tokens IS NOT NULL AND text_tokens != n_tokens ORDER BY id", errmsg)))
+		goto fail;
+	sqlite3_bind_int64(st, 1, ix->base_rid);
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		stats->n_warned++;
+		if (note) {
+			snprintf(why, sizeof why,
+				 "text has %lld tokens but the state has seen %lld: encoded from other text?",
+				 (long long)sqlite3_column_int64(st, 1), (long long)sqlite3_column_int64(st, 2));
+			note(ctx, (const char *)sqlite3_column_text(st, 0), 0, why);
+		}
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+
+	/* One model per index: composing states of two models is meaningless. */
+	if ((rc = ix_prep(ix, &st, "SELECT fingerprint, min(id) FROM docs GROUP BY fingerprint LIMIT 2", errmsg)))
+		goto fail;
+	char fp0[SS_ERRMSG_MAX / 4] = "", id0[SS_ERRMSG_MAX / 4] = "";
+	int n_fp = 0;
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		const char *fp = (const char *)sqlite3_column_text(st, 0);
+		const char *id = (const char *)sqlite3_column_text(st, 1);
+		if (n_fp++ == 0) {
+			snprintf(fp0, sizeof fp0, "%s", fp ? fp : "");
+			snprintf(id0, sizeof id0, "%s", id ? id : "");
+		} else {
+			rc = ss_errf(errmsg, SS_ERR_MISMATCH,
+				  "states of two models: document %s has fingerprint %s, document %s has %s",
+				  id0, fp0, id ? id : "", fp ? fp : "");
+			goto fail;
+		}
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+
+	if ((rc = ix_prep(ix, &st,
+		       "SELECT (SELECT count(*) FROM docs), (SELECT count(*) FROM docs WHERE rid > ?1),"
+		       " (SELECT count(*) FROM temp.touched JOIN docs USING (rid))", errmsg)))
+		goto fail;
+	sqlite3_bind_int64(st, 1, ix->base_rid);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		stats->n_docs = sqlite3_column_int64(st, 0);
+		stats->n_added = sqlite3_column_int64(st, 1);
+		stats->n_replaced = sqlite3_column_int64(st, 2);
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+
+	if ((rc = ix_prep(ix, &st,
+		       "INSERT INTO meta VALUES('fingerprint', ?1), ('updated_by', 'ss " SS_VERSION "')"
+		       " ON CONFLICT(key) DO UPDATE SET value = excluded.value", errmsg)))
+		goto fail;
+	sqlite3_bind_text(st, 1, fp0, -1, SQLITE_STATIC);
+	if ((rc = ix_step_done(ix, st, errmsg)))
+		goto fail;
+	sqlite3_finalize(st);
+	st = NULL;
+	if ((rc = ss_bm25_commit(ix->bm25, errmsg)) || (rc = ix_exec(ix, "COMMIT", errmsg)))
+		goto fail;
+	ix->committed = 1;
+	ix->building = 0;
+	free(ix->created_path); /* committed: the index stays */
+	ix->created_path = NULL;
+	return 0;
+fail:
+	sqlite3_finalize(st);
+	sqlite3_exec(ix->db, "ROLLBACK", NULL, NULL, NULL);
+	ix->building = 0;
+	ix->committed = 1; /* no more adds */
+	return rc;
+}
