@@ -11,7 +11,9 @@
  * $SS_FIXTURES, tests/fixtures; the properties on t1 and on a generated
  * model of t2's shape: bf16, ngroups 2, untied lm_head) and
  * test_shared_forward (SS_TEST_SHARED: the golden cases of t2-hf and t1-ss,
- * which only $SS_SHARED has; exits 77 without it).
+ * which only $SS_SHARED has; exits 77 without it) and test_shared_mamba1
+ * (SS_TEST_SHARED 2: the Mamba-1 golden cases of golden-mamba1's m1, HF and
+ * state-spaces layouts, and the batching/pieces/decode properties on m1).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -1058,20 +1060,44 @@ int main(void)
 		cmocka_unit_test(test_nll_t2_weights_dtype),
 	};
 
+	const struct CMUnitTest mamba1[] = {
+		cmocka_unit_test(test_golden_t1_hf),
+		cmocka_unit_test(test_golden_t1_ss),
+		cmocka_unit_test(test_golden_t2_small_ubatch),
+		cmocka_unit_test(test_batch_equals_single),
+		cmocka_unit_test(test_pieces_equal_whole),
+		cmocka_unit_test(test_decode_batch),
+		cmocka_unit_test(test_decode_bound_equals_decode),
+		cmocka_unit_test(test_threads_agree),
+	};
+
 	if (!SS_TEST_SHARED && (!root || !*root))
 		root = "tests/fixtures";
-	snprintf(golden, sizeof(golden), "%s/golden", root ? root : "");
+	snprintf(golden, sizeof(golden), "%s/golden%s", root ? root : "",
+		 SS_TEST_SHARED == 2 ? "-mamba1" : "");
 	snprintf(probe, sizeof(probe), "%s/manifest.json", golden);
 	f = root && *root ? fopen(probe, "rb") : NULL;
 	if (!f) {
 		if (SS_TEST_SHARED) {
-			printf("skipped: needs SS_SHARED (golden t2-hf and t1-ss)\n");
+			printf("skipped: needs SS_SHARED (golden %s)\n",
+			       SS_TEST_SHARED == 2 ? "golden-mamba1" : "t2-hf and t1-ss");
 			return 77;
 		}
 		printf("no golden fixtures at %s\n", golden);
 		return 1;
 	}
 	fclose(f);
+	if (SS_TEST_SHARED == 2) {
+		/* m1 twice (HF): [0] and [1] are the cases' two roles above */
+		static const char *const dirs[3] = { "m1-hf", "m1-hf", "m1-ss" };
+		static const char *const names[3] = { "m1-hf", "m1-hf", "m1-ss" };
+		for (int i = 0; i < 3; i++) {
+			snprintf(models[i].dir, sizeof(models[i].dir), "%s/models/%s", golden, dirs[i]);
+			models[i].name = names[i];
+			models[i].key = "m1";
+		}
+		return cmocka_run_group_tests(mamba1, setup, teardown);
+	}
 	if (SS_TEST_SHARED) {
 		snprintf(models[1].dir, sizeof(models[1].dir), "%s/models/t2-hf", golden);
 		snprintf(models[2].dir, sizeof(models[2].dir), "%s/models/t1-ss", golden);

@@ -1,6 +1,7 @@
 /*
  * dt.c — dt = softplus(raw + dt_bias), clamped, on the CPU,
- * ss_dt_softplus_cpu (ss_ops.h). Twin: kernels/dt.cu.
+ * ss_dt_softplus_cpu, and Mamba-1's low-rank dt = softplus(dt_proj(dt_low)
+ * + dt_bias), ss_dt_proj_cpu (ss_ops.h). Twin: kernels/dt.cu.
  */
 #include <math.h>
 
@@ -28,4 +29,19 @@ void ss_dt_softplus_cpu(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t l
 				v = dt_min;
 			dt[r * lddt + h] = v;
 		}
+}
+
+void ss_dt_proj_cpu(float *dt, ptrdiff_t lddt, const float *low, ptrdiff_t ldl, const float *W,
+		    const float *dt_bias, int64_t n, int d_inner, int dt_rank)
+{
+	for (int64_t r = 0; r < n; r++) {
+		const float *lr = low + r * ldl;
+		for (int d = 0; d < d_inner; d++) {
+			const float *w = W + (size_t)d * dt_rank;
+			float acc = 0.0f;
+			for (int k = 0; k < dt_rank; k++)
+				acc += w[k] * lr[k];
+			dt[r * lddt + d] = softplus(acc + dt_bias[d]);
+		}
+	}
 }

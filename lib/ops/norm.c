@@ -1,6 +1,7 @@
 /*
  * norm.c — RMSNorm (with the residual add) and the gated grouped RMSNorm on
- * the CPU, ss_rmsnorm_cpu and ss_gated_rmsnorm_cpu (ss_ops.h).
+ * the CPU, ss_rmsnorm_cpu and ss_gated_rmsnorm_cpu, and Mamba-1's plain gate
+ * ss_gate_silu_cpu (ss_ops.h).
  * Twin: kernels/norm.cu. The elementwise loops go through vec.c.
  */
 #include <math.h>
@@ -45,4 +46,10 @@ void ss_gated_rmsnorm_cpu(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz
 		for (g = 0; g < ngroups; g++)
 			rmsnorm_row(yr + g * gs, yr + g * gs, w + g * gs, gs, eps);
 	}
+}
+
+void ss_gate_silu_cpu(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz, int64_t n, int d)
+{
+	for (int64_t r = 0; r < n; r++)
+		ss_vec_mul_silu(y + r * ldy, z + r * ldz, d);
 }

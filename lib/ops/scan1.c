@@ -1,0 +1,69 @@
+/*
+ * scan1.c — the Mamba-1 selective scan on the CPU, ss_ssm1_scan_cpu
+ * (ss_ops.h): one decay per (channel, state element). Twin: kernels/scan1.cu.
+ * Per channel d the d_state states stay in registers over the tokens; B and
+ * C rows are shared by every channel of a token.
+ * ref: mamba_ssm ops/selective_scan_interface.py selective_scan_ref;
+ *      golden-mamba1/README.md §2.
+ */
+#include <math.h>
+
+#include "ss.h"
+
+/* Largest d_state handled (the per-channel state is on the stack). */
+#define SCAN1_MAX_STATE 256
+
+int ss_ssm1_scan_cpu(int d_inner, int d_state, const int64_t *seq_start, int nseq,
+		     const float *x, ptrdiff_t ldx, const float *BC, ptrdiff_t ldbc,
+		     const float *dt, ptrdiff_t lddt, const float *A_log, const float *D,
+		     float *ssm, ptrdiff_t ld_ssm, float *y, ptrdiff_t ldy, float *logdecay,
+		     ptrdiff_t ld_logdecay)
+{
+	float A[SCAN1_MAX_STATE], s[SCAN1_MAX_STATE];
+
+	if (nseq < 0 || d_inner < 0 || d_state <= 0 || d_state > SCAN1_MAX_STATE)
+		return SS_ERR_INVALID;
+	if (nseq == 0 || d_inner == 0)
+		return 0;
+	if (!x || !BC || !dt || !A_log || !ssm || ldx < d_inner || lddt < d_inner ||
+	    ldbc < 2 * (ptrdiff_t)d_state || (y && ldy < d_inner))
+		return SS_ERR_INVALID;
+	for (int q = 0; q < nseq; q++) {
+		const int64_t r0 = seq_start ? seq_start[q] : q;
+		const int64_t n = seq_start ? seq_start[q + 1] - r0 : 1;
+		if (n < 0)
+			return SS_ERR_INVALID;
+		if (n == 0)
+			continue;
+		for (int d = 0; d < d_inner; d++) {
+			float *st = ssm + q * ld_ssm + (size_t)d * d_state;
+			const float Dd = D ? D[d] : 0.0f;
+			double dtsum = 0;
+			for (int k = 0; k < d_state; k++) {
+				A[k] = -expf(A_log[(size_t)d * d_state + k]);
+				s[k] = st[k];
+			}
+			for (int64_t t = r0; t < r0 + n; t++) {
+				const float dv = dt[t * lddt + d], xv = x[t * ldx + d], dx = dv * xv;
+				const float *B = BC + t * ldbc, *C = B + d_state;
+				float acc = 0.0f;
+				dtsum += dv;
+				for (int k = 0; k < d_state; k++) {
+					s[k] = expf(dv * A[k]) * s[k] + B[k] * dx;
+					acc += s[k] * C[k];
+				}
+				if (y)
+					y[t * ldy + d] = acc + Dd * xv;
+			}
+			for (int k = 0; k < d_state; k++)
+				st[k] = s[k];
+			if (logdecay) {
+				float *ld = logdecay + q * ld_logdecay + (size_t)d * d_state;
+				for (int k = 0; k < d_state; k++)
+					ld[k] = (float)((double)ld[k] -
+							exp((double)A_log[(size_t)d * d_state + k]) * dtsum);
+			}
+		}
+	}
+	return 0;
+}
