@@ -689,8 +689,15 @@ extern "C" int ss_cuda_backend_init(void **be, const ss_backend_ops **ops, const
 				    ss_dtype wdtype, int ubatch, char *errmsg)
 {
 	gpu_be *g = NULL;
+	*be = NULL;
+	*ops = &gpu_ops;
+	/* Mamba-1's CUDA twins exist (dt.cu, scan1.cu, norm.cu) but this
+	 * backend does not run them yet: such a model stays on the CPU */
+	if (!strcmp(m->cfg.arch, "mamba1")) {
+		snprintf(errmsg, SS_ERRMSG_MAX, "Mamba-1 models run on the CPU only (no GPU forward yet)");
+		return SS_ERR_UNSUPPORTED;
+	}
 	const int err = init(&g, m, wdtype, ubatch, errmsg);
 	*be = g;
-	*ops = &gpu_ops;
 	return err;
 }

@@ -629,6 +629,157 @@ static void ref_argmax(const tcase *c, void **p)
 	opref_argmax(p[1], p[0], c->n[1], c->n[0], c->n[2]);
 }
 
+/* Mamba-1's low-rank dt: random per-channel W and bias, dt_low inside
+ * wider x_proj rows. n: T, d_inner, R, ldl. */
+static int make_dt_proj(tcase *c, int k)
+{
+	static const int shapes[][3] = { { 1, 1, 1 }, { 37, 130, 5 }, { 300, 1536, 48 } };
+	if (k >= 3)
+		return 0;
+	const int T = shapes[k][0], DI = shapes[k][1], R = shapes[k][2], ldl = R + 2 * 16;
+	c->n[0] = T, c->n[1] = DI, c->n[2] = R, c->n[3] = ldl;
+	addin(c, "low", (size_t)T * ldl, -2, 2);
+	addin(c, "W", (size_t)DI * R, -1 / sqrt(R), 1 / sqrt(R));
+	addin(c, "dt_bias", DI, -7, -2);
+	addout(c, "dt", T, DI, DI, 0, 0, 1e-6, 1e-5);
+	snprintf(c->what, sizeof(c->what), "dt_proj T %d d_inner %d R %d", T, DI, R);
+	return 1;
+}
+static void cpu_dt_proj(const tcase *c, void **p)
+{
+	ss_dt_proj_cpu(p[3], c->n[1], p[0], c->n[3], p[1], p[2], c->n[0], c->n[1], c->n[2]);
+}
+static void cuda_dt_proj(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	cu->dt_proj(p[3], c->n[1], p[0], c->n[3], p[1], p[2], c->n[0], c->n[1], c->n[2], NULL);
+}
+static void ref_dt_proj(const tcase *c, void **p)
+{
+	double *dt = dbuf((size_t)c->n[0] * c->n[1]);
+	opref_dt_proj(dt, p[0], c->n[3], p[1], p[2], c->n[0], c->n[1], c->n[2]);
+	put(p[3], c->n[1], dt, c->n[0], c->n[1]);
+}
+
+/* Mamba-1's scan (and its decode form, seq_start NULL): A_log and D random
+ * per channel AND per state element (m1's are the same for every channel,
+ * which would hide an indexing bug), x and dt at a row stride wider than
+ * d_inner, B | C inside wider x_proj rows. n: nseq, d_inner, N, ldx, ldbc. */
+static int make_scan1_common(tcase *c, int k, int step)
+{
+	static const int shapes[][2] = { { 1, 1 }, { 5, 3 }, { 70, 16 }, { 33, 40 } };
+	if (k >= 4)
+		return 0;
+	const int DI = shapes[k][0], N = shapes[k][1];
+	const int64_t *ss = k ? SCAN_SS : SCAN_ONE;
+	const int nseq = k ? 5 : 1;
+	const int64_t T = ss[nseq], rows = step ? nseq : T;
+	const int ldx = DI + 3, ldbc = 7 + 2 * N;
+	const size_t SL = (size_t)DI * N;
+	c->n[0] = nseq, c->n[1] = DI, c->n[2] = N, c->n[3] = ldx, c->n[4] = ldbc;
+	addin(c, "x", (size_t)rows * ldx, -1, 1);
+	addin(c, "BC", (size_t)rows * ldbc, -1, 1);
+	addin(c, "dt", (size_t)rows * ldx, 0.0005, 0.2);
+	addin(c, "A_log", SL, -1, 3);
+	addin(c, "D", DI, 0.5, 1.5);
+	addout(c, "ssm", 1, nseq * SL, nseq * SL, -1, 1, 1e-4, 1e-4);
+	addout(c, "logdecay", 1, nseq * SL, nseq * SL, -30, 0, 1e-5, 1e-6);
+	addout(c, "y", rows, DI, DI, 0, 0, 1e-4, 1e-4);
+	addraw(c, "seq_start", ss, (size_t)(nseq + 1) * sizeof(int64_t), 0);
+	snprintf(c->what, sizeof(c->what), "d_inner %d N %d nseq %d rows %lld", DI, N, nseq,
+		 (long long)rows);
+	return 1;
+}
+static int make_scan1(tcase *c, int k)
+{
+	return make_scan1_common(c, k, 0);
+}
+static int make_scan1_step(tcase *c, int k)
+{
+	return make_scan1_common(c, k, 1);
+}
+#define SCAN1_ARGS(p)                                                                          \
+	p[0], c->n[3], (float *)p[1] + 7, c->n[4], p[2], c->n[3], p[3], p[4], p[5],             \
+		(ptrdiff_t)c->n[1] * c->n[2], p[7], c->n[1], p[6], (ptrdiff_t)c->n[1] * c->n[2]
+static void cpu_scan1(const tcase *c, void **p)
+{
+	assert_int_equal(ss_ssm1_scan_cpu(c->n[1], c->n[2], p[8], c->n[0], SCAN1_ARGS(p)), 0);
+}
+static void cuda_scan1(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	assert_int_equal(cu->ssm1_scan(c->n[1], c->n[2], p[8], c->n[0], SCAN1_ARGS(p), NULL), 0);
+}
+static void cpu_scan1_step(const tcase *c, void **p)
+{
+	assert_int_equal(ss_ssm1_scan_cpu(c->n[1], c->n[2], NULL, c->n[0], SCAN1_ARGS(p)), 0);
+}
+static void cuda_scan1_step(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	assert_int_equal(cu->ssm1_scan(c->n[1], c->n[2], NULL, c->n[0], SCAN1_ARGS(p), NULL), 0);
+}
+static void ref_scan1_common(const tcase *c, void **p, int step)
+{
+	const int nseq = c->n[0], DI = c->n[1], N = c->n[2];
+	const int64_t *ss = p[8];
+	int64_t one[64];
+	if (step)
+		ss = row_starts(one, nseq);
+	const int64_t T = ss[nseq];
+	const size_t SL = (size_t)nseq * DI * N;
+	double *S = dbuf(SL), *lg = dbuf(SL), *y = dbuf((size_t)T * DI);
+	for (size_t i = 0; i < SL; i++) {
+		S[i] = ((const float *)p[5])[i];
+		lg[i] = ((const float *)p[6])[i];
+	}
+	opref_scan1(DI, N, ss, nseq, p[0], c->n[3], (const float *)p[1] + 7, c->n[4], p[2], c->n[3],
+		    p[3], p[4], S, y, lg);
+	for (size_t i = 0; i < SL; i++) {
+		((float *)p[5])[i] = (float)S[i];
+		((float *)p[6])[i] = (float)lg[i];
+	}
+	free(S);
+	free(lg);
+	put(p[7], DI, y, (size_t)T, DI);
+}
+static void ref_scan1(const tcase *c, void **p)
+{
+	ref_scan1_common(c, p, 0);
+}
+static void ref_scan1_step(const tcase *c, void **p)
+{
+	ref_scan1_common(c, p, 1);
+}
+
+/* Mamba-1's gate y · silu(z), y and z inside wider rows. n: T, d, ld. */
+static int make_gate(tcase *c, int k)
+{
+	const int T = 29, d = 1536 + 3 * k, ld = 2 * d + 1;
+	if (k >= 2)
+		return 0;
+	c->n[0] = T, c->n[1] = d, c->n[2] = ld;
+	addin(c, "z", (size_t)T * ld, -6, 6);
+	addout(c, "y", T, d, ld, -2, 2, 1e-6, 1e-5);
+	snprintf(c->what, sizeof(c->what), "gate_silu T %d d %d", T, d);
+	return 1;
+}
+static void cpu_gate(const tcase *c, void **p)
+{
+	ss_gate_silu_cpu(p[1], c->n[2], (float *)p[0] + c->n[1], c->n[2], c->n[0], c->n[1]);
+}
+static void cuda_gate(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	cu->gate_silu(p[1], c->n[2], (float *)p[0] + c->n[1], c->n[2], c->n[0], c->n[1], NULL);
+}
+static void ref_gate(const tcase *c, void **p)
+{
+	double *y = dbuf((size_t)c->n[0] * c->n[1]);
+	opref_gate(y, p[1], c->n[2], (float *)p[0] + c->n[1], c->n[2], c->n[0], c->n[1]);
+	put(p[1], c->n[2], y, c->n[0], c->n[1]);
+}
+
 /* The rows of ss_ops.h's table of twins. */
 static const twin twins[] = {
 	{ "embed", make_embed, cpu_embed, cuda_embed, ref_embed },
@@ -642,6 +793,10 @@ static const twin twins[] = {
 	{ "scan (SSD)", make_scan, cpu_scan, cuda_ssd, ref_scan },
 	{ "scan step", make_step, cpu_step, cuda_step, ref_step },
 	{ "argmax", make_argmax, cpu_argmax, cuda_argmax, ref_argmax },
+	{ "dt low-rank", make_dt_proj, cpu_dt_proj, cuda_dt_proj, ref_dt_proj },
+	{ "scan (M1)", make_scan1, cpu_scan1, cuda_scan1, ref_scan1 },
+	{ "scan (M1) step", make_scan1_step, cpu_scan1_step, cuda_scan1_step, ref_scan1_step },
+	{ "gate", make_gate, cpu_gate, cuda_gate, ref_gate },
 };
 
 /* Mismatches of buffer b, got vs want ("gpu"/"cpu" in the printout). */
