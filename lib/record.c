@@ -431,10 +431,10 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "a mamba1 state has headdim 1 and conv_dim = nheads "
 			       "(d_inner), not headdim %lld, conv_dim %lld, nheads %lld", (long long)v[2],
 			       (long long)v[4], (long long)v[1]);
-	uint64_t ssm_n, conv_n, ld_n, bytes;
-	if (__builtin_mul_overflow((uint64_t)v[0], (uint64_t)v[1], &ld_n) ||
-	    __builtin_mul_overflow(ld_n, (uint64_t)(ss_state_is_mamba1(&s->dims) ? v[3] : 1), &ld_n) ||
-	    __builtin_mul_overflow(ld_n, (uint64_t)v[2], &ssm_n) ||
+	uint64_t ssm_n, conv_n, ld_n, lh_n, bytes;
+	if (__builtin_mul_overflow((uint64_t)v[0], (uint64_t)v[1], &lh_n) ||
+	    __builtin_mul_overflow(lh_n, (uint64_t)(ss_state_is_mamba1(&s->dims) ? v[3] : 1), &ld_n) ||
+	    __builtin_mul_overflow(lh_n, (uint64_t)v[2], &ssm_n) ||
 	    __builtin_mul_overflow(ssm_n, (uint64_t)v[3], &ssm_n) ||
 	    __builtin_mul_overflow((uint64_t)v[0], (uint64_t)v[4], &conv_n) ||
 	    __builtin_mul_overflow(conv_n, (uint64_t)(v[5] - 1), &conv_n) ||
