@@ -367,7 +367,9 @@ int ss_forward_ctx_init_dev(ss_forward_ctx **out, const ss_model *m, ss_device *
 	ss_forward_ctx *ctx;
 	int err;
 
-	if (!cu)
+	/* Mamba-1 has CUDA twins of its ops but no GPU backend yet: it runs on
+	 * the CPU whatever the device (ss_forward_ctx_device says so) */
+	if (!cu || ss_model_is_mamba1(&m->cfg))
 		return ss_forward_ctx_init(out, m, n_threads, ubatch, errmsg);
 	if ((err = ctx_new(out, m, n_threads, ubatch, ubatch ? ubatch : SS_FORWARD_UBATCH_GPU, &ctx,
 			   errmsg)))

@@ -147,7 +147,9 @@ typedef struct ss_device ss_device; /* ss_device.h */
  * the context. Every ss_forward_* call keeps its contract and results (to
  * the GPU's rounding; tests/test_cuda_parity.c gives the tolerances):
  * prefill uploads the states, runs, and copies states and outputs back
- * before returning. Errors: as ss_forward_ctx_init, and SS_ERR_DEVICE (out
+ * before returning. A Mamba-1 model (ss_model_is_mamba1) gets a CPU
+ * context on any device: its GPU backend is not written yet.
+ * Errors: as ss_forward_ctx_init, and SS_ERR_DEVICE (out
  * of GPU memory, a CUDA failure; errmsg names it).
  * ref: lib/forward.c (the one driver of both devices), kernels/forward.cu
  *      (the GPU backend it runs). */
