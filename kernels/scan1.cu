@@ -8,8 +8,9 @@
 #include <math.h>
 
 #include "scan1.cuh"
+#include "ops/scan.h"
 
-#define SCAN1_MAX_STATE 256
+#define SCAN1_MAX_STATE SS_SCAN1_MAX_STATE
 #define SCAN1_PER_LANE (SCAN1_MAX_STATE / 32)
 
 __global__ void scan1_kernel(int d_inner, int d_state, const int64_t *seq_start, int nseq,
@@ -75,13 +76,10 @@ extern "C" int ss_ssm1_scan_cuda(int d_inner, int d_state, const int64_t *seq_st
 				 float *ssm, ptrdiff_t ld_ssm, float *y, ptrdiff_t ldy,
 				 float *logdecay, ptrdiff_t ld_logdecay, cudaStream_t st)
 {
-	if (nseq < 0 || d_inner < 0 || d_state <= 0 || d_state > SCAN1_MAX_STATE)
+	if (!ss_scan1_args_ok(d_inner, d_state, nseq, x, ldx, BC, ldbc, dt, lddt, A_log, ssm, y, ldy))
 		return SS_ERR_INVALID;
 	if (nseq == 0 || d_inner == 0)
 		return 0;
-	if (!x || !BC || !dt || !A_log || !ssm || ldx < d_inner || lddt < d_inner ||
-	    ldbc < 2 * (ptrdiff_t)d_state || (y && ldy < d_inner))
-		return SS_ERR_INVALID;
 	const int64_t threads = (int64_t)nseq * d_inner * 32;
 	scan1_kernel<<<ss_cdiv(threads, 256), 256, 0, st>>>(d_inner, d_state, seq_start, nseq, x, ldx,
 							     BC, ldbc, dt, lddt, A_log, D, ssm,

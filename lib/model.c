@@ -263,12 +263,16 @@ static int cfg_eos(const cfgctx *x, const cJSON *obj, int32_t *out)
 	return cfg_int(x, obj, "eos_token_id", 0, 0, MAX_DIM, out);
 }
 
-/* transformers Mamba2Config (defaults as in configuration_mamba2.py). */
-static int config_hf(ss_model_config *c, const cfgctx *x)
+/* The fields transformers' Mamba2Config and MambaConfig share: hidden_act
+ * (silu), layer_norm_epsilon, hidden_size, num_hidden_layers, expand,
+ * conv_kernel, vocab_size padded by pad_vocab_size_multiple (default 1),
+ * eos, tie_word_embeddings (default `tied`), no in/out_proj bias, a conv
+ * bias; sets d_inner. */
+static int config_hf_top(ss_model_config *c, const cfgctx *x, int tied_default)
 {
 	const cJSON *o = x->obj;
 	int rc, tied;
-	int32_t nh = 0, mult;
+	int32_t mult;
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "hidden_act");
 	if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
 		return unsupported(x, "hidden_act other than silu");
@@ -278,29 +282,66 @@ static int config_hf(ss_model_config *c, const cfgctx *x)
 		eps = je->valuedouble;
 	if ((rc = cfg_int(x, o, "hidden_size", -1, 1, MAX_DIM, &c->d_model)) ||
 	    (rc = cfg_int(x, o, "num_hidden_layers", -1, 1, 65536, &c->n_layer)) ||
-	    (rc = cfg_int(x, o, "state_size", 128, 1, MAX_DIM, &c->d_state)) ||
-	    (rc = cfg_int(x, o, "head_dim", 64, 1, MAX_DIM, &c->headdim)) ||
-	    (rc = cfg_int(x, o, "num_heads", 0, 0, MAX_DIM, &nh)) ||
-	    (rc = cfg_int(x, o, "n_groups", 8, 1, MAX_DIM, &c->ngroups)) ||
 	    (rc = cfg_int(x, o, "expand", 2, 1, 64, &c->expand)) ||
 	    (rc = cfg_int(x, o, "conv_kernel", 4, 2, 64, &c->d_conv)) ||
 	    (rc = cfg_int(x, o, "vocab_size", -1, 1, MAX_DIM, &c->vocab_size)) ||
 	    (rc = cfg_int(x, o, "pad_vocab_size_multiple", 1, 1, 1 << 16, &mult)) ||
 	    (rc = cfg_eos(x, o, &c->eos_token_id)) ||
-	    (rc = cfg_bool(x, o, "tie_word_embeddings", 0, &tied)) ||
+	    (rc = cfg_bool(x, o, "tie_word_embeddings", tied_default, &tied)) ||
 	    (rc = cfg_require(x, o, "use_bias", 0, 0, "use_bias=true (in/out_proj bias)")) ||
-	    (rc = cfg_require(x, o, "use_conv_bias", 1, 1, "use_conv_bias=false")) ||
-	    (rc = cfg_require(x, o, "rms_norm", 1, 1, "LayerNorm (rms_norm=false)")) ||
-	    (rc = cfg_require(x, o, "norm_before_gate", 0, 0, "norm_before_gate=true")) ||
-	    (rc = cfg_limit(x, o, "time_step_limit", c)))
+	    (rc = cfg_require(x, o, "use_conv_bias", 1, 1, "use_conv_bias=false")))
 		return rc;
 	c->tied = tied;
 	c->eps = (float)eps;
 	c->d_inner = c->expand * c->d_model;
+	c->vocab_padded = (int32_t)(((int64_t)c->vocab_size + mult - 1) / mult * mult);
+	return 0;
+}
+
+/* transformers Mamba2Config (defaults as in configuration_mamba2.py). */
+static int config_hf(ss_model_config *c, const cfgctx *x)
+{
+	const cJSON *o = x->obj;
+	int rc;
+	int32_t nh = 0;
+	if ((rc = config_hf_top(c, x, 0)) ||
+	    (rc = cfg_int(x, o, "state_size", 128, 1, MAX_DIM, &c->d_state)) ||
+	    (rc = cfg_int(x, o, "head_dim", 64, 1, MAX_DIM, &c->headdim)) ||
+	    (rc = cfg_int(x, o, "num_heads", 0, 0, MAX_DIM, &nh)) ||
+	    (rc = cfg_int(x, o, "n_groups", 8, 1, MAX_DIM, &c->ngroups)) ||
+	    (rc = cfg_require(x, o, "rms_norm", 1, 1, "LayerNorm (rms_norm=false)")) ||
+	    (rc = cfg_require(x, o, "norm_before_gate", 0, 0, "norm_before_gate=true")) ||
+	    (rc = cfg_limit(x, o, "time_step_limit", c)))
+		return rc;
 	if (nh && (int64_t)nh * c->headdim != c->d_inner)
 		return ss_errf(x->errmsg, SS_ERR_FORMAT,
 		            "%s: num_heads %d x head_dim %d != expand x hidden_size %d", x->path, nh,
 		            c->headdim, c->d_inner);
+	return 0;
+}
+
+/* The top-level fields of a state-spaces config (mamba_ssm MambaConfig),
+ * shared by Mamba-1 and Mamba-2: d_model, n_layer, vocab_size (padded by
+ * pad_vocab_size_multiple, default 8), eos, tie_embeddings, norm_epsilon. */
+static int config_ss_top(ss_model_config *c, const cfgctx *x)
+{
+	const cJSON *o = x->obj;
+	int rc, tied;
+	int32_t mult;
+	double eps = 1e-5;
+	const cJSON *je = cJSON_GetObjectItemCaseSensitive(o, "norm_epsilon");
+	if (cJSON_IsNumber(je))
+		eps = je->valuedouble;
+	if ((rc = cfg_int(x, o, "d_model", -1, 1, MAX_DIM, &c->d_model)) ||
+	    (rc = cfg_int(x, o, "n_layer", -1, 1, 65536, &c->n_layer)) ||
+	    (rc = cfg_int(x, o, "vocab_size", -1, 1, MAX_DIM, &c->vocab_size)) ||
+	    (rc = cfg_int(x, o, "pad_vocab_size_multiple", 8, 1, 1 << 16, &mult)) ||
+	    (rc = cfg_eos(x, o, &c->eos_token_id)) ||
+	    (rc = cfg_bool(x, o, "tie_embeddings", 1, &tied)) ||
+	    (rc = cfg_require(x, o, "rms_norm", 1, 1, "LayerNorm (rms_norm=false)")))
+		return rc;
+	c->tied = tied;
+	c->eps = (float)eps;
 	c->vocab_padded = (int32_t)(((int64_t)c->vocab_size + mult - 1) / mult * mult);
 	return 0;
 }
@@ -312,8 +353,8 @@ static int config_ss1(ss_model_config *c, const cfgctx *x, const cJSON *s);
 static int config_ss(ss_model_config *c, const cfgctx *x)
 {
 	const cJSON *o = x->obj;
-	int rc, tied;
-	int32_t dint, mult, dssm;
+	int rc;
+	int32_t dint, dssm;
 	const cJSON *attn = cJSON_GetObjectItemCaseSensitive(o, "attn_layer_idx");
 	if (attn && cJSON_GetArraySize(attn) > 0)
 		return unsupported(x, "a hybrid with attention layers (attn_layer_idx)");
@@ -332,17 +373,7 @@ static int config_ss(ss_model_config *c, const cfgctx *x)
 		return config_ss1(c, x, s);
 	if (strcmp(layer->valuestring, "Mamba2"))
 		return unsupported(x, "this ssm_cfg.layer");
-	double eps = 1e-5;
-	const cJSON *je = cJSON_GetObjectItemCaseSensitive(o, "norm_epsilon");
-	if (cJSON_IsNumber(je))
-		eps = je->valuedouble;
-	if ((rc = cfg_int(x, o, "d_model", -1, 1, MAX_DIM, &c->d_model)) ||
-	    (rc = cfg_int(x, o, "n_layer", -1, 1, 65536, &c->n_layer)) ||
-	    (rc = cfg_int(x, o, "vocab_size", -1, 1, MAX_DIM, &c->vocab_size)) ||
-	    (rc = cfg_int(x, o, "pad_vocab_size_multiple", 8, 1, 1 << 16, &mult)) ||
-	    (rc = cfg_eos(x, o, &c->eos_token_id)) ||
-	    (rc = cfg_bool(x, o, "tie_embeddings", 1, &tied)) ||
-	    (rc = cfg_require(x, o, "rms_norm", 1, 1, "LayerNorm (rms_norm=false)")) ||
+	if ((rc = config_ss_top(c, x)) ||
 	    (rc = cfg_int(x, s, "d_state", 128, 1, MAX_DIM, &c->d_state)) ||
 	    (rc = cfg_int(x, s, "headdim", 64, 1, MAX_DIM, &c->headdim)) ||
 	    (rc = cfg_int(x, s, "ngroups", 1, 1, MAX_DIM, &c->ngroups)) ||
@@ -356,12 +387,9 @@ static int config_ss(ss_model_config *c, const cfgctx *x)
 	    (rc = cfg_require(x, s, "conv_bias", 1, 1, "conv_bias=false")) ||
 	    (rc = cfg_limit(x, s, "dt_limit", c)))
 		return rc;
-	c->tied = tied;
-	c->eps = (float)eps;
 	c->d_inner = c->expand * c->d_model;
 	if (dssm && dssm != c->d_inner)
 		return unsupported(x, "d_ssm != expand x d_model");
-	c->vocab_padded = (int32_t)(((int64_t)c->vocab_size + mult - 1) / mult * mult);
 	return 0;
 }
 
@@ -381,36 +409,16 @@ static int cfg_dt_rank(const cfgctx *x, const cJSON *obj, const char *key, ss_mo
 static int config_hf1(ss_model_config *c, const cfgctx *x)
 {
 	const cJSON *o = x->obj;
-	int rc, tied;
-	int32_t mult, inter;
-	const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "hidden_act");
-	if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
-		return unsupported(x, "hidden_act other than silu");
-	double eps = 1e-5;
-	const cJSON *je = cJSON_GetObjectItemCaseSensitive(o, "layer_norm_epsilon");
-	if (cJSON_IsNumber(je))
-		eps = je->valuedouble;
-	if ((rc = cfg_int(x, o, "hidden_size", -1, 1, MAX_DIM, &c->d_model)) ||
-	    (rc = cfg_int(x, o, "num_hidden_layers", -1, 1, 65536, &c->n_layer)) ||
+	int rc;
+	int32_t inter;
+	if ((rc = config_hf_top(c, x, 1)) ||
 	    (rc = cfg_int(x, o, "state_size", 16, 1, MAX_DIM, &c->d_state)) ||
-	    (rc = cfg_int(x, o, "expand", 2, 1, 64, &c->expand)) ||
 	    (rc = cfg_int(x, o, "intermediate_size", 0, 0, MAX_DIM, &inter)) ||
-	    (rc = cfg_int(x, o, "conv_kernel", 4, 2, 64, &c->d_conv)) ||
-	    (rc = cfg_int(x, o, "vocab_size", -1, 1, MAX_DIM, &c->vocab_size)) ||
-	    (rc = cfg_int(x, o, "pad_vocab_size_multiple", 1, 1, 1 << 16, &mult)) ||
-	    (rc = cfg_dt_rank(x, o, "time_step_rank", c)) ||
-	    (rc = cfg_eos(x, o, &c->eos_token_id)) ||
-	    (rc = cfg_bool(x, o, "tie_word_embeddings", 1, &tied)) ||
-	    (rc = cfg_require(x, o, "use_bias", 0, 0, "use_bias=true (in/out_proj bias)")) ||
-	    (rc = cfg_require(x, o, "use_conv_bias", 1, 1, "use_conv_bias=false")))
+	    (rc = cfg_dt_rank(x, o, "time_step_rank", c)))
 		return rc;
-	c->tied = tied;
-	c->eps = (float)eps;
-	c->d_inner = c->expand * c->d_model;
 	if (inter && inter != c->d_inner)
 		return ss_errf(x->errmsg, SS_ERR_FORMAT, "%s: intermediate_size %d != expand x hidden_size %d",
 		            x->path, inter, c->d_inner);
-	c->vocab_padded = (int32_t)(((int64_t)c->vocab_size + mult - 1) / mult * mult);
 	return 0;
 }
 
@@ -418,20 +426,8 @@ static int config_hf1(ss_model_config *c, const cfgctx *x)
  * defaults: d_state 16, d_conv 4, expand 2, dt_rank "auto"). */
 static int config_ss1(ss_model_config *c, const cfgctx *x, const cJSON *s)
 {
-	const cJSON *o = x->obj;
-	int rc, tied;
-	int32_t mult;
-	double eps = 1e-5;
-	const cJSON *je = cJSON_GetObjectItemCaseSensitive(o, "norm_epsilon");
-	if (cJSON_IsNumber(je))
-		eps = je->valuedouble;
-	if ((rc = cfg_int(x, o, "d_model", -1, 1, MAX_DIM, &c->d_model)) ||
-	    (rc = cfg_int(x, o, "n_layer", -1, 1, 65536, &c->n_layer)) ||
-	    (rc = cfg_int(x, o, "vocab_size", -1, 1, MAX_DIM, &c->vocab_size)) ||
-	    (rc = cfg_int(x, o, "pad_vocab_size_multiple", 8, 1, 1 << 16, &mult)) ||
-	    (rc = cfg_eos(x, o, &c->eos_token_id)) ||
-	    (rc = cfg_bool(x, o, "tie_embeddings", 1, &tied)) ||
-	    (rc = cfg_require(x, o, "rms_norm", 1, 1, "LayerNorm (rms_norm=false)")) ||
+	int rc;
+	if ((rc = config_ss_top(c, x)) ||
 	    (rc = cfg_int(x, s, "d_state", 16, 1, MAX_DIM, &c->d_state)) ||
 	    (rc = cfg_int(x, s, "d_conv", 4, 2, 64, &c->d_conv)) ||
 	    (rc = cfg_int(x, s, "expand", 2, 1, 64, &c->expand)) ||
@@ -439,10 +435,7 @@ static int config_ss1(ss_model_config *c, const cfgctx *x, const cJSON *s)
 	    (rc = cfg_require(x, s, "bias", 0, 0, "in/out_proj bias")) ||
 	    (rc = cfg_require(x, s, "conv_bias", 1, 1, "conv_bias=false")))
 		return rc;
-	c->tied = tied;
-	c->eps = (float)eps;
 	c->d_inner = c->expand * c->d_model;
-	c->vocab_padded = (int32_t)(((int64_t)c->vocab_size + mult - 1) / mult * mult);
 	return 0;
 }
 

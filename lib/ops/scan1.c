@@ -10,10 +10,12 @@
 #include <math.h>
 
 #include "ss.h"
+#include "scan.h"
 #include "vec.h"
 
 /* Largest d_state handled (the per-channel state is on the stack). */
-#define SCAN1_MAX_STATE 256
+#define SCAN1_MAX_STATE SS_SCAN1_MAX_STATE
+
 
 int ss_ssm1_scan_cpu(int d_inner, int d_state, const int64_t *seq_start, int nseq,
 		     const float *x, ptrdiff_t ldx, const float *BC, ptrdiff_t ldbc,
@@ -24,13 +26,10 @@ int ss_ssm1_scan_cpu(int d_inner, int d_state, const int64_t *seq_start, int nse
 	float A[SCAN1_MAX_STATE], s[SCAN1_MAX_STATE];
 	float A8[8 * SCAN1_MAX_STATE], s8[8 * SCAN1_MAX_STATE];
 
-	if (nseq < 0 || d_inner < 0 || d_state <= 0 || d_state > SCAN1_MAX_STATE)
+	if (!ss_scan1_args_ok(d_inner, d_state, nseq, x, ldx, BC, ldbc, dt, lddt, A_log, ssm, y, ldy))
 		return SS_ERR_INVALID;
 	if (nseq == 0 || d_inner == 0)
 		return 0;
-	if (!x || !BC || !dt || !A_log || !ssm || ldx < d_inner || lddt < d_inner ||
-	    ldbc < 2 * (ptrdiff_t)d_state || (y && ldy < d_inner))
-		return SS_ERR_INVALID;
 	for (int q = 0; q < nseq; q++) {
 		const int64_t r0 = seq_start ? seq_start[q] : q;
 		const int64_t n = seq_start ? seq_start[q + 1] - r0 : 1;
