@@ -26,8 +26,8 @@ static void help(void)
 {
 	printf("usage: %s\n\n"
 	       "Run each document of the token streams (stdin when no FILE or '-') through a\n"
-	       "Mamba-2 (or Mamba-1) model and write its final state (ssm, conv, logdecay of\n"
-	       "every layer) as one record of a state stream, in input order.\n\n"
+	       "Mamba-2 model and write its final state (ssm, conv, logdecay of every layer)\n"
+	       "as one record of a state stream, in input order.\n\n"
 	       "  --model DIR          model directory: config.json + weights (default: see\n"
 	       "                       Defaults)\n"
 	       "  --threads N          threads (default: online cores)\n"
