@@ -939,11 +939,15 @@ static void *slurp(const char *path, size_t *len)
 	return buf;
 }
 
+/* golden/ (Mamba-2, under shared_dir) or golden-mamba1/ (under
+ * $SS_SHARED) */
+static const char *golden_set = "golden", *golden_root = shared_dir;
+
 static void *gold(const char *rel, size_t elem, size_t *count)
 {
 	char path[8192];
 	size_t len = 0;
-	snprintf(path, sizeof(path), "%s/golden/%s", shared_dir, rel);
+	snprintf(path, sizeof(path), "%s/%s/%s", golden_root, golden_set, rel);
 	void *p = slurp(path, &len);
 	if (!p)
 		fail_msg("%s: cannot read", path);
@@ -959,18 +963,18 @@ static void state_for(ss_state *s, const ss_model *m)
 	assert_int_equal(ss_state_alloc(s, &d), 0);
 }
 
-static void test_golden(void **st)
+/* key: the case folder (t1, m1) of golden_set, model: its model folder. */
+static void golden_cases(const char *key, const char *model)
 {
-	(void)st;
 	const char *cases[] = { "c1", "c2", "c3", "c4", "docB" };
 	char dir[8192], rel[256], errmsg[SS_ERRMSG_MAX] = "";
 	ss_model *m;
 	ss_forward_ctx *ctx;
 	int bad = 0;
 
-	if (!shared_dir[0])
+	if (!golden_root[0])
 		skip();
-	snprintf(dir, sizeof(dir), "%s/golden/models/t1-hf", shared_dir);
+	snprintf(dir, sizeof(dir), "%s/%s/models/%s", golden_root, golden_set, model);
 	if (ss_model_load(&m, dir, errmsg))
 		fail_msg("%s", errmsg);
 	if (ss_forward_ctx_init_dev(&ctx, m, dev, 1, 0, errmsg))
@@ -980,33 +984,33 @@ static void test_golden(void **st)
 	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
 		size_t n, k;
 		ss_state s;
-		snprintf(rel, sizeof(rel), "t1/%s/tokens.i32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/tokens.i32", key, cases[ci]);
 		int32_t *tok = gold(rel, 4, &n);
 		float *logits = malloc(n * (size_t)V * 4), *hidden = malloc(n * (size_t)dm * 4);
 		state_for(&s, m);
 		ss_forward_seq q = { tok, (int64_t)n, &s, logits, hidden };
 		if (ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, errmsg))
 			fail_msg("%s: %s", cases[ci], errmsg);
-		printf("  golden t1/%s (%zu tokens)\n", cases[ci], n);
-		snprintf(rel, sizeof(rel), "t1/%s/hidden.f32", cases[ci]);
+		printf("  %s %s/%s (%zu tokens)\n", golden_set, key, cases[ci], n);
+		snprintf(rel, sizeof(rel), "%s/%s/hidden.f32", key, cases[ci]);
 		float *g = gold(rel, 4, &k);
 		bad += cmp("  hidden", hidden, 1, g, 1, 1, k, 1e-4, 1e-4);
 		free(g);
-		snprintf(rel, sizeof(rel), "t1/%s/ssm.f32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/ssm.f32", key, cases[ci]);
 		g = gold(rel, 4, &k);
 		bad += cmp("  ssm", s.ssm, 1, g, 1, 1, k, 1e-4, 1e-4);
 		free(g);
-		snprintf(rel, sizeof(rel), "t1/%s/conv.f32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/conv.f32", key, cases[ci]);
 		g = gold(rel, 4, &k);
 		bad += cmp("  conv", s.conv, 1, g, 1, 1, k, 1e-4, 1e-4);
 		free(g);
-		snprintf(rel, sizeof(rel), "t1/%s/logdecay.f32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/logdecay.f32", key, cases[ci]);
 		g = gold(rel, 4, &k);
 		bad += cmp("  logdecay", s.logdecay, 1, g, 1, 1, k, 0, 1e-5);
 		free(g);
-		snprintf(rel, sizeof(rel), "t1/%s/argmax.i32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/argmax.i32", key, cases[ci]);
 		int32_t *am = gold(rel, 4, &k);
-		snprintf(rel, sizeof(rel), "t1/%s/top2_margin.f32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/top2_margin.f32", key, cases[ci]);
 		float *mg = gold(rel, 4, &k);
 		for (size_t t = 0; t < n; t++)
 			if (mg[t] > 1e-3f && ss_argmax(logits + t * V, V) != am[t]) {
@@ -1021,9 +1025,32 @@ static void test_golden(void **st)
 	assert_int_equal(bad, 0);
 }
 
+static void test_golden(void **st)
+{
+	(void)st;
+	golden_set = "golden";
+	golden_cases("t1", "t1-hf");
+}
+
+/* Mamba-1 (golden-mamba1's m1) on the GPU backend (SS_CUDA_MAMBA1=1). */
+static void test_golden_mamba1(void **st)
+{
+	(void)st;
+	char probe[8192];
+	const char *sh = getenv("SS_SHARED");
+	snprintf(probe, sizeof(probe), "%s/golden-mamba1/manifest.json", sh ? sh : "");
+	if (!sh || !*sh || access(probe, R_OK) != 0)
+		skip();
+	golden_set = "golden-mamba1";
+	golden_root = sh;
+	golden_cases("m1", "m1-hf");
+	golden_set = "golden";
+	golden_root = shared_dir;
+}
+
 /* A random mamba2-130m-shaped model: GPU and CPU on a batch of documents of
  * varied lengths (states, last logits), then decode steps. */
-static void model_vs_cpu(ss_dtype wdtype, double tol)
+static void model_vs_cpu(const char *preset, ss_dtype wdtype, double tol)
 {
 	const int l2 = wdtype != SS_DTYPE_F32;
 	char dir[] = "/tmp/ss-parity-XXXXXX", errmsg[SS_ERRMSG_MAX] = "", path[64];
@@ -1039,7 +1066,7 @@ static void model_vs_cpu(ss_dtype wdtype, double tol)
 
 	assert_non_null(mkdtemp(dir));
 	ss_mkmodel_defaults(&o);
-	assert_int_equal(ss_mkmodel_preset(&o, "mamba2-130m"), 0);
+	assert_int_equal(ss_mkmodel_preset(&o, preset), 0);
 	o.dtype = wdtype;
 	if (ss_mkmodel_write(dir, &o, errmsg) || ss_model_load(&m, dir, errmsg))
 		fail_msg("%s", errmsg);
@@ -1050,6 +1077,7 @@ static void model_vs_cpu(ss_dtype wdtype, double tol)
 	/* a small ubatch: sequences cross passes on the GPU too */
 	if (ss_forward_ctx_init_dev(&gc, m, dev, 1, 512, errmsg))
 		fail_msg("%s", errmsg);
+	assert_int_equal(ss_forward_ctx_device(gc), SS_DEVICE_CUDA);
 	const int V = m->cfg.vocab_padded;
 	float *lc = malloc((size_t)NS * V * 4), *lgp = malloc((size_t)NS * V * 4);
 	rng_state = 15;
@@ -1117,7 +1145,7 @@ static void model_vs_cpu(ss_dtype wdtype, double tol)
 static void test_model_f32(void **st)
 {
 	(void)st;
-	model_vs_cpu(SS_DTYPE_F32, 2e-4);
+	model_vs_cpu("mamba2-130m", SS_DTYPE_F32, 2e-4);
 }
 
 /* bf16 weights: the CPU widens them exactly; the GPU also rounds the
@@ -1125,7 +1153,20 @@ static void test_model_f32(void **st)
 static void test_model_bf16(void **st)
 {
 	(void)st;
-	model_vs_cpu(SS_DTYPE_BF16, 2e-2);
+	model_vs_cpu("mamba2-130m", SS_DTYPE_BF16, 2e-2);
+}
+
+/* Mamba-1 (the mamba-130m shape) on the GPU backend vs the CPU. */
+static void test_model_mamba1_f32(void **st)
+{
+	(void)st;
+	model_vs_cpu("mamba-130m", SS_DTYPE_F32, 2e-4);
+}
+
+static void test_model_mamba1_bf16(void **st)
+{
+	(void)st;
+	model_vs_cpu("mamba-130m", SS_DTYPE_BF16, 2e-2);
 }
 
 int main(void)
@@ -1143,6 +1184,9 @@ int main(void)
 		return 77;
 	}
 	cu = ss_device_cuda(dev);
+	/* Mamba-1 contexts on the GPU backend (lib/forward.c keeps them on the
+	 * CPU otherwise) */
+	setenv("SS_CUDA_MAMBA1", "1", 1);
 	printf("device %s, plugin %s (%s)\n", ss_device_name(dev), ss_device_plugin_path(dev), cu->build);
 	if (sh && *sh)
 		snprintf(shared_dir, sizeof(shared_dir), "%s", sh);
@@ -1151,6 +1195,9 @@ int main(void)
 		cmocka_unit_test(test_golden),
 		cmocka_unit_test(test_model_f32),
 		cmocka_unit_test(test_model_bf16),
+		cmocka_unit_test(test_golden_mamba1),
+		cmocka_unit_test(test_model_mamba1_f32),
+		cmocka_unit_test(test_model_mamba1_bf16),
 	};
 	rc = cmocka_run_group_tests(tests, NULL, NULL);
 	ss_device_close(dev);
