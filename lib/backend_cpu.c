@@ -272,7 +272,12 @@ static void dt1_task(void *arg, int64_t i, int thread)
 	const ss_model_config *c = &j->ctx->c;
 	const int64_t ldx = c->dt_rank + 2 * c->d_state;
 	int64_t r0, r1;
-	split(j->T, j->parts, i, &r0, &r1);
+	(void)thread;
+	if (j->ctx->nblk > 0) { /* deterministic: the GEMMs' row blocks (sgemm inside) */
+		r0 = j->ctx->blk[2 * i];
+		r1 = r0 + j->ctx->blk[2 * i + 1];
+	} else
+		split(j->T, j->parts, i, &r0, &r1);
 	ss_dt_proj_cpu(j->ctx->DT + r0 * c->d_inner, c->d_inner, j->ctx->XDBC + r0 * ldx, ldx,
 		       j->ctx->m->layers[j->layer].dt_proj, j->ctx->m->layers[j->layer].dt_bias,
 		       r1 - r0, c->d_inner, c->dt_rank);
@@ -521,7 +526,7 @@ static int dt(void *b, const ss_pass *p, int l)
 	gemm_wt(ctx, ctx->nblk, ctx->XBC, c->d_inner, ctx->m->layers[l].x_proj, SS_DTYPE_F32,
 		ctx->XDBC, c->dt_rank + 2 * c->d_state, ctx->T, c->dt_rank + 2 * c->d_state,
 		c->d_inner, 0.0f);
-	return run_rows(b, l, -1, dt1_task, 0);
+	return run_rows(b, l, ctx->nblk > 0 ? ctx->nblk : -1, dt1_task, 0);
 }
 
 static int scan(void *b, const ss_pass *p, int l)

@@ -196,7 +196,8 @@ void ss_gated_rmsnorm_cpu(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz
 
 /* Mamba-1's dt, low rank: per row r and channel d
  *   dt[r][d] = softplus(Σ_k W[d][k] · low[r][k] + dt_bias[d])
- * (softplus as ss_dt_softplus_cpu's, no clamp; the sum in f32, k in order).
+ * (softplus to f32 precision as ss_dt_softplus_cpu's, no clamp; the sum in
+ * f32: on the CPU the linear op's sgemm, on the GPU k in order).
  *   dt: out [n][d_inner], row stride lddt.
  *   low: [n][dt_rank], row stride ldl (x_proj's dt_low columns).
  *   W: [d_inner][dt_rank] (mixer.dt_proj.weight).  dt_bias: [d_inner]

@@ -24,6 +24,10 @@ void ss_vec_scale(float *y, const float *x, float s, int64_t n);
 /* y[i] = a * y[i] + b * x[i]  (one rounding for the sum: fmaf) */
 void ss_vec_axpby(float *y, float a, const float *x, float b, int64_t n);
 
+/* y[i] = softplus(y[i] + b[i]) = log(1 + exp(y[i] + b[i])) (torch's, to
+ * f32 precision: the AVX2 body as max(u,0) + log1p(exp(-|u|)) by a series,
+ * the C body with torch's threshold 20). */
+void ss_vec_softplus_bias(float *y, const float *b, int64_t n);
 /* Mamba-1's selective scan of 8 consecutive channels over n tokens (the
  * math of ss_ssm1_scan_cpu), the channels in the vector lanes:
  *   s[k][c] = exp(dt[t][c]·A[k][c]) · s[k][c] + B[t][k] · dt[t][c] · x[t][c]

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "ss.h"
+#include "vec.h"
 
 /* torch.nn.functional.softplus with its default threshold 20. */
 static inline float softplus(float x)
@@ -31,17 +32,15 @@ void ss_dt_softplus_cpu(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t l
 		}
 }
 
+/* The low-rank product through the linear op (sgemm), then softplus(. +
+ * bias) row by row (vec.c). */
 void ss_dt_proj_cpu(float *dt, ptrdiff_t lddt, const float *low, ptrdiff_t ldl, const float *W,
 		    const float *dt_bias, int64_t n, int d_inner, int dt_rank)
 {
-	for (int64_t r = 0; r < n; r++) {
-		const float *lr = low + r * ldl;
-		for (int d = 0; d < d_inner; d++) {
-			const float *w = W + (size_t)d * dt_rank;
-			float acc = 0.0f;
-			for (int k = 0; k < dt_rank; k++)
-				acc += w[k] * lr[k];
-			dt[r * lddt + d] = softplus(acc + dt_bias[d]);
-		}
-	}
+	if (n <= 0 || d_inner <= 0)
+		return;
+	/* sizes are the caller's: cannot fail */
+	(void)ss_linear_cpu(dt, lddt, low, ldl, W, SS_DTYPE_F32, n, d_inner, dt_rank, 0.0f);
+	for (int64_t r = 0; r < n; r++)
+		ss_vec_softplus_bias(dt + r * lddt, dt_bias, d_inner);
 }

@@ -28,9 +28,14 @@ grep -q '"logdecay":{"dtype":"f32","shape":\[2,128,16\]' s1.json || fail "logdec
 grep -q '"conv":{"dtype":"f32","shape":\[2,128,3\]' s1.json || fail "conv shape"
 # stored in bf16; with --deterministic the threads do not change the state
 ss-encode --model m1 --state-dtype bf16 docs.tok | ss-cat | grep -q '"dtype":"bf16"' || fail "bf16 storage"
-ss-encode --model m1 --deterministic --threads 2 docs.tok >det2.st
-ss-encode --model m1 --deterministic --threads 1 docs.tok | cmp -s - det2.st ||
+# (a 700-byte document: 700 rows, more than one row block)
+python3 -c 'import sys; sys.stdout.write("".join(chr(97 + (i * 7) % 26) for i in range(700)))' >long.txt
+ss-tokenize -q --whole long.txt a.txt >long.tok
+ss-encode --model m1 --deterministic --threads 2 long.tok >det2.st
+ss-encode --model m1 --deterministic --threads 1 long.tok | cmp -s - det2.st ||
 	fail "--deterministic: 1 thread differs from 2"
+ss-encode --model m1 --deterministic --threads 3 --batch 1 long.tok | cmp -s - det2.st ||
+	fail "--deterministic: 3 threads, batch 1 differ from 2 threads"
 
 # every composition mode; picaso-r's weights per state element
 for m in caso picaso-s picaso-r soup sum max; do
