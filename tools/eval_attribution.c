@@ -294,7 +294,7 @@ static void attr_write(const eval_run *run, const attr_work *w, size_t nq)
 void eval_attribution(eval_run *run)
 {
 	double t_start = cli_now();
-	ss_tokenizer *tok = cli_tokenizer(run->tok_path, run->model_dir);
+	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	size_t nq, n_total;
 	int maxp;
 	qa_item *items = read_qa(run, tok, 2, &nq, &n_total, &maxp);
@@ -371,7 +371,7 @@ static void msm_query(const eval_run *run, ss_eval_scorer *sc, const qa_item *it
 void eval_msmarco(eval_run *run)
 {
 	double t_start = cli_now();
-	ss_tokenizer *tok = cli_tokenizer(run->tok_path, run->model_dir);
+	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	size_t nq, n_total;
 	int maxp;
 	qa_item *items = read_qa(run, tok, 1, &nq, &n_total, &maxp);

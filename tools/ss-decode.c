@@ -32,7 +32,6 @@ static void help(void)
 	printf("usage: %s\n\n"
 	       "Start from a state, feed a prompt, and generate tokens, writing each one's\n"
 	       "text to stdout as soon as it is produced (then a newline).\n\n"
-	       "  --model DIR          model directory (default: see Defaults)\n"
 	       "  --state FILE         state stream to start from ('-' = stdin); one output\n"
 	       "                       per state. Default: stdin when it is not a terminal\n"
 	       "                       (the zero state if it is empty), else the zero state\n"
@@ -66,18 +65,12 @@ static void help(void)
 	       "  --ids                print token ids (space-separated) instead of text\n"
 	       "  --jsonl              one JSON line per output: {\"id\", \"text\", \"tokens\",\n"
 	       "                       \"finish_reason\"} (no \"text\" with --ids; with\n"
-	       "                       --prompts \"id\" is the prompt's, \"state\" the state's)\n"
-	       "  --tokenizer FILE     tokenizer.json (default: see Defaults)\n"
-	       "  --threads N          threads (default: online cores)\n"
-	       "  --device D           cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
-	       "                       CUDA plugin finds one, else the CPU)\n"
-	       "  --weights-dtype T    f32, bf16, f16 or auto: the dtype the weight matrices\n"
-	       "                       are held and read in (default auto: the checkpoint's;\n"
-	       "                       bf16 halves the bytes a decode step reads)\n"
-	       "  -o FILE              output file (replaced only on success)\n"
-	       "  -q, -v               quieter; more verbose (-v: tokens/s at the end)\n"
-	       "  -h, --help           this help;  -V, --version  the version\n\n",
+	       "                       --prompts \"id\" is the prompt's, \"state\" the state's)\n",
 	       usage);
+	cli_model_help(23);
+	printf("  -o FILE              output file (replaced only on success)\n"
+	       "  -q, -v               quieter; more verbose (-v: tokens/s at the end)\n"
+	       "  -h, --help           this help;  -V, --version  the version\n\n");
 	cli_defaults_help();
 	exit(0);
 }
@@ -448,39 +441,32 @@ static long generate(decoder *d, ss_state *from, const prompt *pr, int keep)
 int main(int argc, char **argv)
 {
 	cli_init("ss-decode");
-	const char *model_opt = NULL, *state_path = NULL, *prompt_text = NULL, *prompt_file = NULL,
-		   *prompt_ids = NULL, *tok_path = NULL, *out_path = NULL;
-	const char *device_opt = "auto", *wtype_opt = NULL;
-	int no_state = 0, threads = 0, ignore_eos = 0, ids_out = 0, jsonl = 0;
+	const char *state_path = NULL, *prompt_text = NULL, *prompt_file = NULL,
+		   *prompt_ids = NULL, *out_path = NULL;
+	cli_model_opts mo = { 0 };
+	int no_state = 0, ignore_eos = 0, ids_out = 0, jsonl = 0;
 	gen_opts g = { .sp = { .temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0,
 			       .repeat_penalty = 1, .repeat_last_n = 64 },
 		       .max_tokens = 64 };
 	if (!(g.stops = malloc((size_t)argc * sizeof *g.stops)))
 		cli_die("out of memory");
-	enum { O_MODEL = 256, O_STATE, O_NOSTATE, O_PROMPT, O_PFILE, O_PTOK, O_IGNEOS, O_IDS,
-	       O_JSONL, O_TOK, O_THREADS, O_DEVICE, O_WTYPE };
+	enum { O_STATE = 256, O_NOSTATE, O_PROMPT, O_PFILE, O_PTOK, O_IGNEOS, O_IDS, O_JSONL };
 	static const struct option opts[] = {
-		{ "model", required_argument, 0, O_MODEL },
 		{ "state", required_argument, 0, O_STATE },
 		{ "no-state", no_argument, 0, O_NOSTATE },
 		{ "prompt", required_argument, 0, O_PROMPT },
-		{ "weights-dtype", required_argument, 0, O_WTYPE },
 		{ "prompt-file", required_argument, 0, O_PFILE },
 		{ "prompt-tokens", required_argument, 0, O_PTOK },
 		{ "ignore-eos", no_argument, 0, O_IGNEOS },
 		{ "ids", no_argument, 0, O_IDS },
 		{ "jsonl", no_argument, 0, O_JSONL },
-		{ "tokenizer", required_argument, 0, O_TOK },
-		{ "threads", required_argument, 0, O_THREADS },
-		{ "device", required_argument, 0, O_DEVICE },
 		GEN_LONG_OPTIONS,
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { "n:", opts, usage, help, &out_path };
+	const cli_options co = { "n:", opts, usage, help, &out_path, &mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
-		case O_MODEL: model_opt = optarg; break;
 		case O_STATE: state_path = optarg; break;
 		case O_NOSTATE: no_state = 1; break;
 		case O_PROMPT: prompt_text = optarg; break;
@@ -489,10 +475,6 @@ int main(int argc, char **argv)
 		case O_IGNEOS: ignore_eos = 1; break;
 		case O_IDS: ids_out = 1; break;
 		case O_JSONL: jsonl = 1; break;
-		case O_TOK: tok_path = optarg; break;
-		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
-		case O_DEVICE: device_opt = optarg; break;
-		case O_WTYPE: wtype_opt = optarg; break;
 		default: gen_opt(&g, c, optarg); break;
 		}
 	}
@@ -513,10 +495,8 @@ int main(int argc, char **argv)
 	}
 	if (state_path && !strcmp(state_path, "-") && prompt_stdin)
 		cli_usage(usage, "the states and the prompt cannot both come from stdin");
-	if (!threads)
-		threads = mcli_threads_default();
-	const char *model_dir = cli_model_dir(model_opt, usage);
-	ss_device *dev = mcli_device(device_opt, usage);
+	const char *model_dir = cli_model_dir(mo.model, usage);
+	ss_device *dev = mcli_device(mo.device, usage);
 
 	prompt one = { .max_tokens = g.max_tokens, .seed = g.seed };
 	if (prompt_ids) {
@@ -525,10 +505,10 @@ int main(int argc, char **argv)
 			cli_usage(usage, "--prompt-tokens: empty prompt");
 	}
 
-	ss_model *m = mcli_load_model(model_dir, 0, wtype_opt, usage);
+	ss_model *m = mcli_load_model(model_dir, 0, mo.wtype, usage);
 	ss_tokenizer *tok = NULL;
 	if (!prompt_ids || !ids_out || g.n_stops || g.prompts_path)
-		tok = cli_tokenizer(tok_path, model_dir);
+		tok = cli_tokenizer(mo.tokenizer, model_dir);
 	prompt *ps = &one;
 	size_t n_prompts = 1;
 	if (g.prompts_path) {
@@ -554,7 +534,7 @@ int main(int argc, char **argv)
 	if (tok && ss_tokenizer_n_vocab(tok) < n_gen)
 		n_gen = ss_tokenizer_n_vocab(tok);
 
-	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, threads);
+	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, mo.threads);
 	ss_sampler *smp;
 	if (ss_sampler_init(&smp, n_gen, &g.sp, g.seed))
 		cli_die("cannot create the sampler (out of memory?)");
