@@ -23,8 +23,8 @@ static const char *usage =
 	"                  --prompts FILE] [--greedy | --temperature T] [--top-k K] [--top-p P]\n"
 	"                 [--min-p P] [--repeat-penalty F] [--repeat-last-n N] [--seed S]\n"
 	"                 [-n|--max-tokens N] [--stop STRING]... [--ignore-eos] [--ids] [--jsonl]\n"
-	"                 [--tokenizer FILE]\n"
-	"                 [--device D] [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
+	"                 [--tokenizer FILE] [--device D] [--threads N] [--weights-dtype T]\n"
+	"                 [-o FILE] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -44,8 +44,9 @@ static void help(void)
 	       "                       \"stop\"]} ('-' = stdin): every state continues\n"
 	       "                       every prompt, in order\n"
 	       "  --greedy             pick the most likely token (default); = --temperature 0\n"
-	       "  --temperature T      sample from softmax(logits / T); 0 = greedy (default\n"
-	       "                       0, or 1 when --top-k, --top-p or --min-p is given)\n"
+	       "  --temperature T      sample from softmax(logits / T) (alias --temp); 0 =\n"
+	       "                       greedy (default 0, or 1 when --top-k, --top-p or\n"
+	       "                       --min-p is given)\n"
 	       "  --top-k K            sample among the K most likely tokens only\n"
 	       "  --top-p P            sample from the smallest set of tokens with\n"
 	       "                       probability >= P (nucleus), 0 < P <= 1\n"
@@ -83,6 +84,7 @@ enum { O_GREEDY = 512, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLAST, O_SE
        O_STOP, O_PROMPTS };
 #define GEN_LONG_OPTIONS                                                                   \
 	{ "greedy", no_argument, 0, O_GREEDY }, { "temperature", required_argument, 0, O_TEMP }, \
+	{ "temp", required_argument, 0, O_TEMP },                                              \
 	{ "top-k", required_argument, 0, O_TOPK }, { "top-p", required_argument, 0, O_TOPP },   \
 	{ "min-p", required_argument, 0, O_MINP },                                             \
 	{ "repeat-penalty", required_argument, 0, O_REPPEN },                                  \

@@ -5,17 +5,7 @@
 # in one model load). The sampler's arithmetic is tests/test_sample.c's; this
 # checks the wiring on the t1 model. Run by tests/run from the repo root.
 set -eu
-T1=$SS_FIXTURES/golden/models/t1-hf
-d=$(mktemp -d)
-trap 'rm -rf "$d"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect() {
-	code=$1 pat=$2; shift 2
-	set +e; "$@" >"$d/out" 2>"$d/err" </dev/null; rc=$?; set -e
-	[ "$rc" -eq "$code" ] || { cat "$d/err" >&2; fail "$*: exit $rc, expected $code"; }
-	grep -q -- "$pat" "$d/err" || { cat "$d/err" >&2; fail "$*: stderr lacks '$pat'"; }
-	[ "$(wc -l <"$d/err")" -eq 1 ] || [ "$code" -eq 2 ] || { cat "$d/err" >&2; fail "$*: not one line"; }
-}
+. "$SS_TOP/tests/util/golden.sh"
 dec() { ss-decode --model "$T1" --no-state "$@" </dev/null; }
 P=6911,378
 
