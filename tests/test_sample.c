@@ -108,6 +108,19 @@ static void test_greedy_and_filters(void **st)
 	assert_int_equal(ss_sampler_init(&s, 0, &g, 1), SS_ERR_INVALID);
 }
 
+/* Counts into cnt[n] the ids of N draws from x[n] under p, seeded. */
+static void draw(const ss_sample_params *p, const float *x, int32_t n, uint64_t seed, int N,
+		 int *cnt)
+{
+	ss_sampler *s;
+	assert_int_equal(ss_sampler_init(&s, n, p, seed), 0);
+	for (int i = 0; i < n; i++)
+		cnt[i] = 0;
+	for (int i = 0; i < N; i++)
+		cnt[ss_sampler_sample(s, x)]++;
+	ss_sampler_free(s);
+}
+
 /* Temperature 1 sampling follows softmax: frequencies within 4 sigma. */
 static void test_distribution(void **st)
 {
@@ -117,13 +130,9 @@ static void test_distribution(void **st)
 	for (int i = 0; i < 3; i++)
 		p[i] = exp((double)i) / z;
 	ss_sample_params t1 = { .temperature = 1.0f, .top_k = 0, .top_p = 1 };
-	ss_sampler *s;
-	assert_int_equal(ss_sampler_init(&s, 5, &t1, 99), 0);
 	const int N = 200000;
-	int cnt[5] = { 0 };
-	for (int i = 0; i < N; i++)
-		cnt[ss_sampler_sample(s, x)]++;
-	ss_sampler_free(s);
+	int cnt[5];
+	draw(&t1, x, 5, 99, N, cnt);
 	assert_int_equal(cnt[3] + cnt[4], 0);
 	for (int i = 0; i < 3; i++) {
 		double sd = sqrt(N * p[i] * (1 - p[i]));
@@ -131,11 +140,8 @@ static void test_distribution(void **st)
 	}
 	/* top-p 0.7: p = {.090, .245, .665}: the nucleus is {2, 1}. */
 	ss_sample_params tp = { .temperature = 1.0f, .top_k = 0, .top_p = 0.7f };
-	assert_int_equal(ss_sampler_init(&s, 5, &tp, 5), 0);
-	int c2[5] = { 0 };
-	for (int i = 0; i < 20000; i++)
-		c2[ss_sampler_sample(s, x)]++;
-	ss_sampler_free(s);
+	int c2[5];
+	draw(&tp, x, 5, 5, 20000, c2);
 	assert_int_equal(c2[0], 0);
 	assert_true(c2[1] > 0 && c2[2] > c2[1]);
 }
@@ -144,39 +150,29 @@ static void test_distribution(void **st)
 static void test_min_p(void **st)
 {
 	(void)st;
-	ss_sampler *s;
 	/* p ∝ {1, 1, e^-1, e^-2}: min_p 1 keeps the two tied maxima only (>=,
 	 * not >); at T = 2 the ratios are {1, 1, .607, .368}: min_p 0.5 keeps
 	 * ids 0..2, never 3. */
 	float x[] = { 2.0f, 2.0f, 1.0f, 0.0f };
 	ss_sample_params p1 = { .temperature = 1, .top_p = 1, .min_p = 1 };
-	assert_int_equal(ss_sampler_init(&s, 4, &p1, 11), 0);
-	int c[4] = { 0 };
-	for (int i = 0; i < 4000; i++)
-		c[ss_sampler_sample(s, x)]++;
-	ss_sampler_free(s);
+	int c[4];
+	draw(&p1, x, 4, 11, 4000, c);
 	assert_int_equal(c[2] + c[3], 0);
 	assert_true(c[0] > 1700 && c[1] > 1700);
 
 	ss_sample_params p2 = { .temperature = 2, .top_p = 1, .min_p = 0.5f };
-	assert_int_equal(ss_sampler_init(&s, 4, &p2, 12), 0);
-	int d[4] = { 0 };
-	for (int i = 0; i < 6000; i++)
-		d[ss_sampler_sample(s, x)]++;
-	ss_sampler_free(s);
+	int d[4];
+	draw(&p2, x, 4, 12, 6000, d);
 	assert_int_equal(d[3], 0);
 	/* Kept mass renormalised: id 2 has .607 / 2.607 of it. */
 	assert_true(fabs(d[2] / 6000.0 - 0.6065 / 2.6065) < 0.03);
 	/* Just below the ratio of id 3 (e^-1 = .3679 at T = 2) keeps it. */
 	ss_sample_params p3 = { .temperature = 2, .top_p = 1, .min_p = 0.36f };
-	assert_int_equal(ss_sampler_init(&s, 4, &p3, 13), 0);
-	int e3 = 0;
-	for (int i = 0; i < 6000; i++)
-		e3 += ss_sampler_sample(s, x) == 3;
-	ss_sampler_free(s);
-	assert_true(e3 > 0);
+	draw(&p3, x, 4, 13, 6000, d);
+	assert_true(d[3] > 0);
 
 	ss_sample_params bad = { .temperature = 1, .top_p = 1, .min_p = 1.5f };
+	ss_sampler *s;
 	assert_int_equal(ss_sampler_init(&s, 4, &bad, 1), SS_ERR_INVALID);
 }
 

@@ -231,31 +231,17 @@ static long line_int(const cJSON *v, const char *key, long hi, const char *where
  * (a misspelt option must not be ignored). */
 static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts *g, size_t *np)
 {
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!f)
-		cli_die("%s: %s", path, strerror(errno));
+	mcli_jsonl r;
+	mcli_jsonl_open(&r, path);
 	prompt *ps = NULL;
-	size_t n = 0, cap = 0, lcap = 0;
-	char *line = NULL, where[600];
-	long len, lineno = 0;
-	while ((len = cli_getline(&line, &lcap, f, 1 << 24)) != -1) {
-		lineno++;
-		snprintf(where, sizeof where, "%s: line %ld", path, lineno);
-		if (len == -2)
-			cli_die("%s: longer than 16 MiB", where);
-		if (len == -3)
-			cli_die("%s: read error: %s", path, strerror(errno));
-		if (strspn(line, " \t\r\n") == (size_t)len)
-			continue;
-		cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
-		if (!cJSON_IsObject(o))
-			cli_die("%s: not a JSON object: expected {\"id\": ..., \"prompt\": \"...\"}", where);
+	size_t n = 0, cap = 0;
+	cJSON *o;
+	while ((o = mcli_jsonl_next(&r, "{\"id\": ..., \"prompt\": \"...\"}"))) {
+		const char *where = r.where;
 		if (n == cap) {
 			cap = cap ? 2 * cap : 16;
-			prompt *t = realloc(ps, cap * sizeof *ps);
-			if (!t)
+			if (!(ps = realloc(ps, cap * sizeof *ps)))
 				cli_die("out of memory");
-			ps = t;
 		}
 		prompt *p = &ps[n];
 		*p = (prompt){ .max_tokens = g->max_tokens, .seed = g->seed };
@@ -264,14 +250,7 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 		cJSON_ArrayForEach(v, o) {
 			const char *k = v->string;
 			if (!strcmp(k, "id")) {
-				if (cJSON_IsString(v))
-					p->id = strdup(v->valuestring);
-				else if (cJSON_IsNumber(v) && asprintf(&p->id, "%.17g", v->valuedouble) < 0)
-					p->id = NULL;
-				else if (!cJSON_IsNumber(v))
-					cli_die("%s: \"id\" must be a string or a number", where);
-				if (!p->id)
-					cli_die("out of memory");
+				p->id = mcli_jsonl_id(&r, o);
 			} else if (!strcmp(k, "prompt")) {
 				if (!cJSON_IsString(v))
 					cli_die("%s: \"prompt\" must be a string", where);
@@ -291,14 +270,12 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 		}
 		if (!have_prompt)
 			cli_die("%s: missing \"prompt\" (a string)", where);
-		if (!p->id && asprintf(&p->id, "%s:%ld", path, lineno) < 0)
-			cli_die("out of memory");
+		if (!p->id)
+			p->id = mcli_jsonl_id(&r, o);
 		cJSON_Delete(o);
 		n++;
 	}
-	free(line);
-	if (f != stdin)
-		fclose(f);
+	mcli_jsonl_close(&r);
 	if (n == 0)
 		cli_die("%s: no prompt", path);
 	*np = n;
