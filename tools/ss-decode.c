@@ -191,6 +191,8 @@ static int32_t *prompt_tokens(ss_tokenizer *tok, const char *text, size_t len, s
 /* A line's "stop": a string or an array of non-empty strings, copied. */
 static void line_stops(prompt *p, const cJSON *v, const char *where)
 {
+	free(p->stops);
+	free(p->stop_buf);
 	size_t n = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? (size_t)cJSON_GetArraySize(v) : 0;
 	size_t bytes = 0;
 	const cJSON *e = cJSON_IsString(v) ? v : v->child;
@@ -249,11 +251,13 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 		const cJSON *v;
 		cJSON_ArrayForEach(v, o) {
 			const char *k = v->string;
+			/* cJSON keeps a repeated key: the last one wins (for "id" the first) */
 			if (!strcmp(k, "id")) {
-				p->id = mcli_jsonl_id(&r, o);
+				continue; /* below */
 			} else if (!strcmp(k, "prompt")) {
 				if (!cJSON_IsString(v))
 					cli_die("%s: \"prompt\" must be a string", where);
+				free(p->ids);
 				p->ids = prompt_tokens(tok, v->valuestring, strlen(v->valuestring), &p->n,
 						       where);
 				have_prompt = 1;
@@ -270,8 +274,7 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 		}
 		if (!have_prompt)
 			cli_die("%s: missing \"prompt\" (a string)", where);
-		if (!p->id)
-			p->id = mcli_jsonl_id(&r, o);
+		p->id = mcli_jsonl_id(&r, o);
 		cJSON_Delete(o);
 		n++;
 	}
