@@ -28,6 +28,7 @@ k=$(dec --prompt-tokens $P --ids -n 12 --top-k 50 --seed 3)
 [ "$k" = "$(dec --prompt-tokens $P --ids -n 12 --top-k 50 --seed 3 --temperature 1)" ] ||
 	fail "--top-k alone is not T = 1"
 [ "$k" != "$g" ] || fail "--top-k alone is greedy"
+[ "$(dec --prompt-tokens $P --ids -n 12 --temp 1 --top-k 50 --seed 3)" = "$k" ] || fail "--temp"
 [ "$(dec --prompt-tokens $P --ids -n 12 --top-p 0.9 --seed 3)" = \
   "$(dec --prompt-tokens $P --ids -n 12 --top-p 0.9 --seed 3 --temperature 1)" ] ||
 	fail "--top-p alone is not T = 1"
