@@ -96,7 +96,7 @@ cat >queries.jsonl <<'EOF'
 {"id": "q2", "query": "ocean", "k": 1}
 
 {"id": "q3", "query": "   "}
-not json
+{not json
 {"id": 70, "query": "bread yeast"}
 {"query": "quantum"}
 {"id": "../evil", "query": "fox"}
