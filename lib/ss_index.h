@@ -18,6 +18,8 @@
  *                      one row per document; offset/length address the zstd
  *                      frame of its state record (ss_stream.h); n_terms and
  *                      terms: its length in terms and its term vector.
+ *   texts(rid, text)   each document's text as indexed (ss_index_text);
+ *                      created by any build of schema 3 that lacks it.
  *   terms(tid, term, df, maxw, postings)
  *                      per term, the documents that hold it (blocks of 128
  *                      with a skip table), rewritten at every commit.
@@ -30,8 +32,8 @@
  * the design.
  *
  * A document is the pair (text from a token record, state from a state
- * record) joined by id. A build is one transaction: it adds or replaces
- * documents, and only ss_index_commit() makes it visible, so an interrupted
+ * record) joined by id. A build is one transaction: it adds, replaces or
+ * deletes documents, and only ss_index_commit() makes it visible, so an interrupted
  * build leaves the previous index as it was. Queries open the file read-only
  * (any number of concurrent readers; a build blocks them only while it
  * writes the file, normally at its commit, and they wait up to 10 s).
