@@ -150,9 +150,10 @@ fail:
 	return rc;
 }
 
-/* Row id of document `id`, creating the row when absent. *had_text says
- * whether it has text already. */
-static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, char *errmsg)
+/* Looks document `id` up in the build open on ix: returns 1 with *rid and
+ * *had_text (whether it has text already) set, 0 when it is not indexed,
+ * or SS_ERR_INVALID (no build, empty id), SS_ERR_IO. */
+static int find_doc(ss_index *ix, const char *id, int64_t *rid, int *had_text, char *errmsg)
 {
 	if (!ix || !ix->building || ix->committed)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
@@ -163,16 +164,25 @@ static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, ch
 	if (rc == SQLITE_ROW) {
 		*rid = sqlite3_column_int64(ix->find, 0);
 		*had_text = sqlite3_column_int(ix->find, 1);
-		sqlite3_reset(ix->find);
+	}
+	sqlite3_reset(ix->find);
+	return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : ix_sqlerr(ix, errmsg, "sqlite");
+}
+
+/* Row id of document `id`, creating the row when absent. *had_text says
+ * whether it has text already. */
+static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, char *errmsg)
+{
+	int rc = find_doc(ix, id, rid, had_text, errmsg);
+	if (rc < 0)
+		return rc;
+	if (rc == 1) {
 		if (*rid <= ix->base_rid) {
 			sqlite3_bind_int64(ix->touch, 1, *rid);
 			return ix_step_done(ix, ix->touch, errmsg);
 		}
 		return 0;
 	}
-	sqlite3_reset(ix->find);
-	if (rc != SQLITE_DONE)
-		return ix_sqlerr(ix, errmsg, "sqlite");
 	sqlite3_bind_text(ix->ins_doc, 1, id, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(ix->ins_doc, 2, ix->base_rid);
 	if ((rc = ix_step_done(ix, ix->ins_doc, errmsg)))
@@ -213,19 +223,13 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 
 int ss_index_delete(ss_index *ix, const char *id, char *errmsg)
 {
-	if (!ix || !ix->building || ix->committed)
-		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
-	if (!id || !*id)
-		return ss_errf(errmsg, SS_ERR_INVALID, "empty document id");
-	sqlite3_bind_text(ix->find, 1, id, -1, SQLITE_STATIC);
-	int s = sqlite3_step(ix->find);
-	int64_t rid = s == SQLITE_ROW ? sqlite3_column_int64(ix->find, 0) : 0;
-	sqlite3_reset(ix->find);
-	if (s == SQLITE_DONE)
+	int64_t rid;
+	int had_text;
+	int rc = find_doc(ix, id, &rid, &had_text, errmsg);
+	if (rc == 0)
 		return ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
-	if (s != SQLITE_ROW)
-		return ix_sqlerr(ix, errmsg, "sqlite");
-	int rc;
+	if (rc < 0)
+		return rc;
 	sqlite3_bind_int64(ix->del_doc, 1, rid);
 	if ((rc = ix_step_done(ix, ix->del_doc, errmsg)))
 		return rc;

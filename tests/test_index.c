@@ -421,6 +421,15 @@ static void copy_file(const char *from, const char *to)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* Runs sql on the database file db (a test reaching past the API). */
+static void sql_on(const char *db, const char *sql)
+{
+	sqlite3 *s;
+	assert_int_equal(sqlite3_open(db, &s), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(s, sql, 0, 0, 0), SQLITE_OK);
+	sqlite3_close(s);
+}
+
 static void test_bad_state_files(void **state)
 {
 	char em[SS_ERRMSG_MAX];
@@ -473,10 +482,7 @@ static void test_versions_and_bad_index(void **state)
 	ss_index *ix;
 	const char *db2 = path_in("v.db");
 	copy_file(path_in("idx.db"), db2);
-	sqlite3 *s;
-	assert_int_equal(sqlite3_open(db2, &s), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(s, "UPDATE meta SET value = '99' WHERE key = 'schema_version'", 0, 0, 0), SQLITE_OK);
-	sqlite3_close(s);
+	sql_on(db2, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
 	assert_int_equal(ss_index_open(&ix, db2, em), SS_ERR_VERSION);
 	assert_non_null(strstr(em, "version 99"));
 	assert_null(strchr(em, '\n'));
@@ -489,9 +495,7 @@ static void test_versions_and_bad_index(void **state)
 	assert_int_equal(ss_index_build_open(&ix, db2, em), SS_ERR_FORMAT);
 	unlink(db2);
 	/* Another SQLite database. */
-	assert_int_equal(sqlite3_open(db2, &s), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(s, "CREATE TABLE t(x)", 0, 0, 0), SQLITE_OK);
-	sqlite3_close(s);
+	sql_on(db2, "CREATE TABLE t(x)");
 	assert_int_equal(ss_index_open(&ix, db2, em), SS_ERR_FORMAT);
 	assert_int_equal(ss_index_build_open(&ix, db2, em), SS_ERR_FORMAT);
 	/* Missing. */
@@ -939,10 +943,7 @@ static void test_texts(void **state)
 	 * a build adds the table and the texts of what it adds. */
 	const char *old = path_in("old.db");
 	copy_file(path_in("idx.db"), old);
-	sqlite3 *s;
-	assert_int_equal(sqlite3_open(old, &s), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(s, "DROP TABLE texts", 0, 0, 0), SQLITE_OK);
-	sqlite3_close(s);
+	sql_on(old, "DROP TABLE texts");
 	assert_non_null(t = text_of(old, "d4"));
 	assert_string_equal(t, "");
 	free(t);
@@ -958,10 +959,7 @@ static void test_texts(void **state)
 	free(t);
 	/* A row whose length is not the document's (left by a build that did
 	 * not know the table) is not its text. */
-	assert_int_equal(sqlite3_open(old, &s), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(s, "INSERT INTO texts SELECT rid, 'stale' FROM docs WHERE id = 'd4'", 0, 0, 0),
-			 SQLITE_OK);
-	sqlite3_close(s);
+	sql_on(old, "INSERT INTO texts SELECT rid, 'stale' FROM docs WHERE id = 'd4'");
 	assert_non_null(t = text_of(old, "d4"));
 	assert_string_equal(t, "");
 	free(t);

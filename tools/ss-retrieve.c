@@ -16,7 +16,7 @@
 #include "ss.h"
 
 static const char *usage_line =
-	"ss-retrieve build|add --index DB [-q|-v] STREAM...\n"
+	"ss-retrieve add|build --index DB [-q|-v] STREAM...\n"
 	"       ss-retrieve query --index DB [-k K] [--exclude ID]... [--query TEXT]\n"
 	"                   [--ids [--text] [--json]] [--order best-last|best-first]\n"
 	"                   [-o FILE | --out-dir DIR] [--empty-ok] [--k1 K1] [--b B] [-q|-v]\n"
@@ -337,6 +337,7 @@ typedef struct {
 	size_t n_exclude;
 	int ids, json, text;
 	int best_first; /* --order best-first */
+	const char *db;
 	const char *out, *out_dir;
 	FILE *text_out; /* --ids destination */
 	int empty_ok;
@@ -358,7 +359,7 @@ static void print_ids(qopts *o, ss_index *ix, const char *qid, const ss_index_hi
 		char em[SS_ERRMSG_MAX], *text = NULL;
 		size_t len = 0;
 		if (o->text && ss_index_text(ix, h->id, &text, &len, em))
-			cli_die("%s", em);
+			cli_die("%s: %s", o->db, em);
 		if (o->json) {
 			cJSON *j = cJSON_CreateObject();
 			if (qid)
@@ -720,6 +721,7 @@ int main(int argc, char **argv)
 		cli_usage(usage_line, "batch queries write one file per query: use --out-dir DIR, not -o");
 	if (o.ids && o.out_dir)
 		cli_usage(usage_line, "--ids prints to stdout or -o FILE, not --out-dir");
+	o.db = db;
 	int rc = cmd_query(db, &o, query);
 	free(o.exclude);
 	return rc;

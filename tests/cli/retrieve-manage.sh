@@ -6,24 +6,7 @@
 # N, avgdl, df and postings all follow the documents).
 # Fixtures: build/gen/mkdb ("ID<TAB>TEXT" lines -> token + state streams).
 set -u
-LC_ALL=C; export LC_ALL
-: "${SS_BUILD:=build}"
-mkdb=$SS_BUILD/gen/mkdb
-[ -x "$mkdb" ] || { echo "no $mkdb (make first)"; exit 77; }
-command -v ss-retrieve >/dev/null || { echo "ss-retrieve not on PATH"; exit 77; }
-case $mkdb in /*) ;; *) mkdb="$(pwd)/$mkdb" ;; esac
-T=$(mktemp -d) || exit 1
-trap 'rm -rf "$T"' EXIT
-cd "$T" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-expect() {
-	want=$1; shift
-	"$@" >out 2>err
-	got=$?
-	[ "$got" -eq "$want" ] || { fail "exit $got, wanted $want: $*"; sed 's/^/    err: /' err | head -5; }
-}
-has() { grep -q -- "$2" "$1" || { fail "$1 lacks '$2'"; sed 's/^/    /' "$1" | head -5; }; }
+. "${SS_TOP:-.}/tests/util/retrieve.sh"
 same() { cmp -s "$1" "$2" || { fail "$3: $1 and $2 differ"; diff "$1" "$2" | head -8 | sed 's/^/    /'; }; }
 
 # Two corpora of pseudo-random documents over one vocabulary, so that df,
@@ -144,5 +127,4 @@ same one four "plain line 4 vs --query"
 printf '{"q":"fox"}\n' | ss-retrieve query --index a.db --ids >out 2>err && fail "bad JSON line accepted"
 has err 'line 1: no "query" string (a query line is plain text, or a JSON object such as {"id": "q1", "query": "text to search"'
 
-[ "$fails" -eq 0 ] || { echo "$fails failed"; exit 1; }
-echo ok
+done_checks
