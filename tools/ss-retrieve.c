@@ -149,6 +149,11 @@ static int cmd_build(const char *db, char **inputs, int n_inputs)
 	return 0;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 /* delete: every id or none (one transaction, rolled back at the first
  * unknown id). */
 static int cmd_delete(const char *db, char **ids, int n_ids)
@@ -159,8 +164,10 @@ static int cmd_delete(const char *db, char **ids, int n_ids)
 		cli_die("%s: %s", db, strerror(errno));
 	if (ss_index_build_open(&ix, db, em))
 		cli_die("%s: %s", db, em);
+	/* Sorted, so that an id given twice is deleted once. */
+	qsort(ids, (size_t)n_ids, sizeof *ids, cmp_str);
 	for (int i = 0; i < n_ids; i++)
-		if (ss_index_delete(ix, ids[i], em)) {
+		if ((i == 0 || strcmp(ids[i], ids[i - 1])) && ss_index_delete(ix, ids[i], em)) {
 			ss_index_close(ix); /* rolls back the deletes so far */
 			cli_die("%s: %s: nothing deleted", db, em);
 		}

@@ -64,6 +64,9 @@ same res.ab.db res.inc.db "delete(B)+add(B) vs build(A+B)"
 expect 1 ss-retrieve delete --index inc.db a1 nosuch a2
 has err "ss-retrieve: inc.db: no document nosuch in the index: nothing deleted"
 ss-retrieve list --index inc.db | cut -f 1 | grep -qx a1 || fail "a1 deleted although the delete failed"
+expect 0 ss-retrieve delete -v --index inc.db a80 a80
+has err "1 deleted, 129 left"
+expect 0 ss-retrieve add --index inc.db A.tokens A.states
 expect 1 ss-retrieve delete --index missing.db a1
 [ -e missing.db ] && fail "delete created missing.db"
 expect 2 ss-retrieve delete --index inc.db; has err "no document ID"
