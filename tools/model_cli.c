@@ -251,6 +251,18 @@ void mcli_jsonl_open(mcli_jsonl *r, const char *path)
 		cli_die("%s: %s", path, strerror(errno));
 }
 
+void *mcli_grow(void *p, size_t n, size_t *cap, size_t elem)
+{
+	if (n < *cap)
+		return p;
+	size_t c = *cap ? 2 * *cap : 16;
+	void *t = realloc(p, c * elem);
+	if (!t)
+		cli_die("out of memory");
+	*cap = c;
+	return t;
+}
+
 cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected)
 {
 	long len;

@@ -79,6 +79,10 @@ typedef struct {
 
 /* Opens path ("-" = stdin); dies naming it when it cannot. */
 void mcli_jsonl_open(mcli_jsonl *r, const char *path);
+/* Room for element n of array p (elem bytes each, *cap of them allocated):
+ * returns p, or p reallocated to twice *cap (16 at first) when n == *cap;
+ * dies when out of memory. */
+void *mcli_grow(void *p, size_t n, size_t *cap, size_t elem);
 /* The next line's object (the caller cJSON_Delete()s it), or NULL at the
  * end. Dies "PATH: line N: not a JSON object" (then ": expected <expected>"
  * unless expected is NULL) on anything else, on a longer line or a read

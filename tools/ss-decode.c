@@ -240,11 +240,7 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 	cJSON *o;
 	while ((o = mcli_jsonl_next(&r, "{\"id\": ..., \"prompt\": \"...\"}"))) {
 		const char *where = r.where;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			if (!(ps = realloc(ps, cap * sizeof *ps)))
-				cli_die("out of memory");
-		}
+		ps = mcli_grow(ps, n, &cap, sizeof *ps);
 		prompt *p = &ps[n];
 		*p = (prompt){ .max_tokens = g->max_tokens, .seed = g->seed };
 		int have_prompt = 0;

@@ -213,11 +213,7 @@ static pair *read_pairs(scorer *sc, const char *path, size_t *np)
 	cJSON *o;
 	while ((o = mcli_jsonl_next(&r, NULL))) {
 		const char *where = r.where;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			if (!(ps = realloc(ps, cap * sizeof *ps)))
-				cli_die("out of memory");
-		}
+		ps = mcli_grow(ps, n, &cap, sizeof *ps);
 		pair *p = &ps[n];
 		memset(p, 0, sizeof *p);
 		p->id = mcli_jsonl_id(&r, o);
