@@ -117,7 +117,9 @@ static void job_read(job_t *j)
 	close(fd);
 }
 
-static void job_decomp(job_t *j)
+/* Reads every record of j's stream with next (ss_reader_next: decompress
+ * all; ss_reader_next_meta: the metadata only), counting record bytes. */
+static void job_records(job_t *j, int (*next)(ss_reader *, const ss_record **))
 {
 	ss_reader *r;
 	const ss_record *rec;
@@ -125,22 +127,7 @@ static void job_decomp(job_t *j)
 	if (ss_reader_open(&r, j->path, 0, err))
 		die(j->path, err);
 	int rc;
-	while ((rc = ss_reader_next(r, &rec)) == 1)
-		j->bytes += ss_record_size(rec);
-	if (rc < 0)
-		die(j->path, ss_reader_error(r));
-	ss_reader_close(r);
-}
-
-static void job_meta(job_t *j)
-{
-	ss_reader *r;
-	const ss_record *rec;
-	char err[SS_ERRMSG_MAX];
-	if (ss_reader_open(&r, j->path, 0, err))
-		die(j->path, err);
-	int rc;
-	while ((rc = ss_reader_next_meta(r, &rec)) == 1)
+	while ((rc = next(r, &rec)) == 1)
 		j->bytes += ss_record_size(rec);
 	if (rc < 0)
 		die(j->path, ss_reader_error(r));
@@ -247,8 +234,8 @@ static void run_child(job_t *j, double *secs, uint64_t *bytes, double *rss_mb)
 		double t0 = now(), kt = -1;
 		switch (j->job) {
 		case J_READ: job_read(j); break;
-		case J_DECOMP: job_decomp(j); break;
-		case J_META: job_meta(j); break;
+		case J_DECOMP: job_records(j, ss_reader_next); break;
+		case J_META: job_records(j, ss_reader_next_meta); break;
 		case J_KERNEL: kt = job_kernel(j); break;
 		case J_COMPOSE: job_compose(j); break;
 		default: job_tool(j); break;

@@ -255,10 +255,19 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 		{ "verbose", no_argument, 0, 'v' },      { "help", no_argument, 0, 'h' },
 		{ "version", no_argument, 0, 'V' },
 	};
-	enum { N_COMMON = sizeof common / sizeof *common, MAX_LONGS = 64 };
+	enum { O_MODEL = 0x1000, O_TOK, O_DEVICE, O_THREADS, O_WTYPE };
+	static const struct option model[] = {
+		{ "model", required_argument, 0, O_MODEL },
+		{ "tokenizer", required_argument, 0, O_TOK },
+		{ "device", required_argument, 0, O_DEVICE },
+		{ "threads", required_argument, 0, O_THREADS },
+		{ "weights-dtype", required_argument, 0, O_WTYPE },
+	};
+	enum { N_COMMON = sizeof common / sizeof *common, N_MODEL = sizeof model / sizeof *model,
+	       MAX_LONGS = 64 };
 	/* Built anew at every call (the same each time): getopt_long keeps only
 	 * its place in argv between calls. */
-	static struct option longs[MAX_LONGS + N_COMMON + 1];
+	static struct option longs[MAX_LONGS + N_COMMON + N_MODEL + 1];
 	static char shorts[64];
 	size_t n = 0;
 	for (const struct option *l = o->longs; l && l->name; l++) {
@@ -268,6 +277,10 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 	}
 	for (size_t i = o->out ? 0 : 1; i < N_COMMON; i++)
 		longs[n++] = common[i];
+	for (size_t i = 0; o->model && i < N_MODEL; i++)
+		longs[n++] = model[i];
+	if (o->model && !o->model->device)
+		o->model->device = "auto";
 	longs[n] = (struct option){ 0, 0, 0, 0 };
 	if ((size_t)snprintf(shorts, sizeof shorts, ":%s%sqvhV", o->out ? "o:" : "",
 			     o->shorts ? o->shorts : "") >= sizeof shorts)
@@ -287,6 +300,17 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 		case 'h': o->help(); cli_die("internal error: help returned");
 		case 'V': cli_version();
 		case ':': cli_usage(o->usage, "option '%s' needs an argument", bad_option(argv, buf));
+		case O_MODEL: o->model->model = optarg; break;
+		case O_TOK: o->model->tokenizer = optarg; break;
+		case O_DEVICE: o->model->device = optarg; break;
+		case O_THREADS:
+			o->model->threads = (int)cli_long("--threads", optarg, 1, 256, o->usage);
+			break;
+		case O_WTYPE: o->model->wtype = optarg; break;
+		case -1:
+			if (o->model && !o->model->threads)
+				o->model->threads = cli_threads_default();
+			return c;
 		case '?':
 			fprintf(stderr, "%s: unknown option '%s' (usage: %s --help)\n", cli_prog,
 				bad_option(argv, buf), cli_prog);
@@ -294,6 +318,29 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 		default: return c;
 		}
 	}
+}
+
+void cli_model_help(int col)
+{
+	static const char *const lines[][2] = {
+		{ "--model DIR", "model directory: config.json + weights" },
+		{ "", "(default: see Defaults)" },
+		{ "--tokenizer FILE", "tokenizer.json (default: see Defaults)" },
+		{ "--device D", "cpu, cuda (cuda:N), or auto (default: a GPU when" },
+		{ "", "the CUDA plugin finds one, else the CPU)" },
+		{ "--threads N", "threads (default: online cores)" },
+		{ "--weights-dtype T", "f32, bf16, f16 or auto: the dtype the weight" },
+		{ "", "matrices are held and read in (default auto: the" },
+		{ "", "checkpoint's; bf16 halves a decode step's reads)" },
+	};
+	for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
+		printf("  %-*s%s\n", col - 2, lines[i][0], lines[i][1]);
+}
+
+int cli_threads_default(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > 256 ? 256 : (int)n;
 }
 
 long cli_long(const char *opt, const char *s, long lo, long hi, const char *usage)

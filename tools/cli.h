@@ -25,12 +25,26 @@ extern int cli_verbosity;    /* 0 = -q, 1 = default, 2+ = -v */
  *   -v, --verbose      more on stderr (cli_verbosity + 1 per -v)
  *   -h, --help         help(): prints the help to stdout and exits 0
  *   -V, --version      "prog VERSION" to stdout, exit 0 */
+/* The options of the tools that run the model (ss-encode, ss-decode,
+ * ss-score, ss-eval), one name, one meaning and one help text everywhere;
+ * filled by cli_getopt() when cli_options.model points here:
+ *   --model DIR        model directory (NULL: the defaults, defaults.h)
+ *   --tokenizer FILE   tokenizer.json (NULL: the defaults)
+ *   --device D         cpu, cuda, cuda:N, auto (default "auto")
+ *   --threads N        1..256 (after the last option: online cores if not given)
+ *   --weights-dtype T  f32, bf16, f16, auto (NULL: the checkpoint's) */
+typedef struct {
+	const char *model, *tokenizer, *device, *wtype;
+	int threads;
+} cli_model_opts;
+
 typedef struct {
 	const char *shorts;         /* the tool's own short options, getopt syntax ("k:"); NULL: none */
 	const struct option *longs; /* the tool's own long options, {0}-terminated; NULL: none */
 	const char *usage;          /* for usage errors (cli_usage) */
 	void (*help)(void);         /* must not return */
 	const char **out;           /* where -o/--output FILE goes; NULL: the tool takes no -o */
+	cli_model_opts *model;      /* where the model options go; NULL: the tool takes none */
 } cli_options;
 
 /* getopt_long over the tool's own options and the common ones (opterr = 0:
@@ -40,6 +54,13 @@ typedef struct {
  * stderr, "prog: unknown option '--foo' (usage: prog --help)", exit 2; a
  * missing argument a usage error naming the option (cli_usage), exit 2. */
 int cli_getopt(int argc, char **argv, const cli_options *o);
+
+/* Prints the help lines of the model options (cli_model_opts) to stdout,
+ * the option names at column 2 and their text at column `col`. */
+void cli_model_help(int col);
+
+/* Online cores, in [1, 256]. */
+int cli_threads_default(void);
 
 /* Records the program name and registers the stdout-close check at exit. */
 void cli_init(const char *prog);

@@ -295,7 +295,7 @@ void eval_attribution(eval_run *run)
 {
 	double t_start = cli_now();
 	cli_progress_begin();
-	ss_tokenizer *tok = cli_tokenizer(run->tok_path, run->model_dir);
+	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	size_t nq, n_total;
 	int maxp;
 	qa_item *items = read_qa(run, tok, 2, &nq, &n_total, &maxp);
@@ -374,7 +374,7 @@ void eval_msmarco(eval_run *run)
 {
 	double t_start = cli_now();
 	cli_progress_begin();
-	ss_tokenizer *tok = cli_tokenizer(run->tok_path, run->model_dir);
+	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	size_t nq, n_total;
 	int maxp;
 	qa_item *items = read_qa(run, tok, 1, &nq, &n_total, &maxp);

@@ -619,7 +619,7 @@ void eval_openbookqa(eval_run *run)
 	obqa_item *items = obqa_read(run, &nq);
 	if (nq == 0)
 		cli_die("%s: no question", run->qa);
-	ss_tokenizer *tok = cli_tokenizer(run->tok_path, run->model_dir);
+	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	token_set ts = { 0 };
 	tokens_read(&ts, run->tokens);
 	ss_index *ix;

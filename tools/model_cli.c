@@ -41,12 +41,6 @@ void mcli_check_state(const ss_model *m, const char *model_dir, const ss_state *
 			(unsigned long long)index, model_dir, err);
 }
 
-int mcli_threads_default(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n < 1 ? 1 : n > 256 ? 256 : (int)n;
-}
-
 int32_t *mcli_parse_ids(const char *opt, const char *s, size_t *n, const char *usage)
 {
 	size_t cap = 16, k = 0;

@@ -33,9 +33,6 @@ ss_device *mcli_device(const char *want, const char *usage);
 ss_forward_ctx *mcli_forward_ctx(const ss_model *m, const char *model_dir, ss_device *dev,
 				 int threads);
 
-/* Default threads: online cores (at least 1). */
-int mcli_threads_default(void);
-
 /* Parses "1,2,3" (commas and/or blanks) into a malloc'd id array (*n may be
  * 0, then NULL is returned). Usage error naming `opt` on anything else. */
 int32_t *mcli_parse_ids(const char *opt, const char *s, size_t *n, const char *usage);

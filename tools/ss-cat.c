@@ -39,7 +39,7 @@ int main(int argc, char **argv)
 		{ "full", no_argument, 0, 'F' }, { "meta", no_argument, 0, 'M' },
 		{ "at", required_argument, 0, 'a' }, { 0, 0, 0, 0 },
 	};
-	const cli_options co = { "n:", opts, usage, help, NULL };
+	const cli_options co = { "n:", opts, usage, help, NULL, NULL };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {

@@ -152,7 +152,7 @@ int main(int argc, char **argv)
 		{"weights", required_argument, 0, 'W'}, {"id", required_argument, 0, 'I'},
 		{"level", required_argument, 0, 'l'}, {0, 0, 0, 0},
 	};
-	const cli_options co = {"l:", opts, usage, help, &out_path};
+	const cli_options co = { "l:", opts, usage, help, &out_path, NULL };
 	int ch;
 	while ((ch = cli_getopt(argc, argv, &co)) != -1) {
 		switch (ch) {

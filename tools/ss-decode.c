@@ -27,7 +27,6 @@ static void help(void)
 	printf("usage: %s\n\n"
 	       "Start from a state, feed a prompt, and generate tokens, writing each one's\n"
 	       "text to stdout as soon as it is produced (then a newline).\n\n"
-	       "  --model DIR          model directory (default: see Defaults)\n"
 	       "  --state FILE         state stream to start from ('-' = stdin); one output\n"
 	       "                       per state. Default: stdin when it is not a terminal\n"
 	       "                       (the zero state if it is empty), else the zero state\n"
@@ -47,18 +46,12 @@ static void help(void)
 	       "                       eos_token_id, 0 for GPT-NeoX)\n"
 	       "  --ids                print token ids (space-separated) instead of text\n"
 	       "  --jsonl              one JSON line per state: {\"id\", \"text\", \"tokens\"}\n"
-	       "                       (no \"text\" with --ids)\n"
-	       "  --tokenizer FILE     tokenizer.json (default: see Defaults)\n"
-	       "  --threads N          threads (default: online cores)\n"
-	       "  --device D           cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
-	       "                       CUDA plugin finds one, else the CPU)\n"
-	       "  --weights-dtype T    f32, bf16, f16 or auto: the dtype the weight matrices\n"
-	       "                       are held and read in (default auto: the checkpoint's;\n"
-	       "                       bf16 halves the bytes a decode step reads)\n"
-	       "  -o FILE              output file (replaced only on success)\n"
-	       "  -q, -v               quieter; more verbose (-v: tokens/s at the end)\n"
-	       "  -h, --help           this help;  -V, --version  the version\n\n",
+	       "                       (no \"text\" with --ids)\n",
 	       usage);
+	cli_model_help(23);
+	printf("  -o FILE              output file (replaced only on success)\n"
+	       "  -q, -v               quieter; more verbose (-v: tokens/s at the end)\n"
+	       "  -h, --help           this help;  -V, --version  the version\n\n");
 	cli_defaults_help();
 	exit(0);
 }
@@ -66,22 +59,20 @@ static void help(void)
 int main(int argc, char **argv)
 {
 	cli_init("ss-decode");
-	const char *model_opt = NULL, *state_path = NULL, *prompt = NULL, *prompt_file = NULL,
-		   *prompt_ids = NULL, *tok_path = NULL, *out_path = NULL;
-	const char *device_opt = "auto", *wtype_opt = NULL;
-	int no_state = 0, threads = 0, ignore_eos = 0, ids_out = 0, jsonl = 0, greedy = 0;
+	const char *state_path = NULL, *prompt = NULL, *prompt_file = NULL, *prompt_ids = NULL,
+		   *out_path = NULL;
+	cli_model_opts mo = { 0 };
+	int no_state = 0, ignore_eos = 0, ids_out = 0, jsonl = 0, greedy = 0;
 	int have_seed = 0;
 	long max_tokens = 64;
 	uint64_t seed = 0;
 	ss_sample_params sp = { .temperature = 0, .top_k = 0, .top_p = 1 };
-	enum { O_MODEL = 256, O_STATE, O_NOSTATE, O_PROMPT, O_PFILE, O_PTOK, O_GREEDY, O_TEMP,
-	       O_TOPK, O_TOPP, O_SEED, O_MAX, O_IGNEOS, O_IDS, O_JSONL, O_TOK, O_THREADS, O_DEVICE, O_WTYPE };
+	enum { O_STATE = 256, O_NOSTATE, O_PROMPT, O_PFILE, O_PTOK, O_GREEDY, O_TEMP,
+	       O_TOPK, O_TOPP, O_SEED, O_MAX, O_IGNEOS, O_IDS, O_JSONL };
 	static const struct option opts[] = {
-		{ "model", required_argument, 0, O_MODEL },
 		{ "state", required_argument, 0, O_STATE },
 		{ "no-state", no_argument, 0, O_NOSTATE },
 		{ "prompt", required_argument, 0, O_PROMPT },
-		{ "weights-dtype", required_argument, 0, O_WTYPE },
 		{ "prompt-file", required_argument, 0, O_PFILE },
 		{ "prompt-tokens", required_argument, 0, O_PTOK },
 		{ "greedy", no_argument, 0, O_GREEDY },
@@ -93,16 +84,12 @@ int main(int argc, char **argv)
 		{ "ignore-eos", no_argument, 0, O_IGNEOS },
 		{ "ids", no_argument, 0, O_IDS },
 		{ "jsonl", no_argument, 0, O_JSONL },
-		{ "tokenizer", required_argument, 0, O_TOK },
-		{ "threads", required_argument, 0, O_THREADS },
-		{ "device", required_argument, 0, O_DEVICE },
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { NULL, opts, usage, help, &out_path };
+	const cli_options co = { NULL, opts, usage, help, &out_path, &mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
-		case O_MODEL: model_opt = optarg; break;
 		case O_STATE: state_path = optarg; break;
 		case O_NOSTATE: no_state = 1; break;
 		case O_PROMPT: prompt = optarg; break;
@@ -120,10 +107,6 @@ int main(int argc, char **argv)
 		case O_IGNEOS: ignore_eos = 1; break;
 		case O_IDS: ids_out = 1; break;
 		case O_JSONL: jsonl = 1; break;
-		case O_TOK: tok_path = optarg; break;
-		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
-		case O_DEVICE: device_opt = optarg; break;
-		case O_WTYPE: wtype_opt = optarg; break;
 		}
 	}
 	if (optind < argc)
@@ -146,20 +129,18 @@ int main(int argc, char **argv)
 	}
 	if (state_path && prompt_file && !strcmp(state_path, "-") && !strcmp(prompt_file, "-"))
 		cli_usage(usage, "the states and the prompt cannot both come from stdin");
-	if (!threads)
-		threads = mcli_threads_default();
-	const char *model_dir = cli_model_dir(model_opt, usage);
-	ss_device *dev = mcli_device(device_opt, usage);
+	const char *model_dir = cli_model_dir(mo.model, usage);
+	ss_device *dev = mcli_device(mo.device, usage);
 
 	size_t np = 0;
 	int32_t *pids = prompt_ids ? mcli_parse_ids("--prompt-tokens", prompt_ids, &np, usage) : NULL;
 	if (prompt_ids && np == 0)
 		cli_usage(usage, "--prompt-tokens: empty prompt");
 
-	ss_model *m = mcli_load_model(model_dir, 0, wtype_opt, usage);
+	ss_model *m = mcli_load_model(model_dir, 0, mo.wtype, usage);
 	ss_tokenizer *tok = NULL;
 	if (!prompt_ids || !ids_out)
-		tok = cli_tokenizer(tok_path, model_dir);
+		tok = cli_tokenizer(mo.tokenizer, model_dir);
 	if (!prompt_ids) {
 		size_t len;
 		char *text = prompt ? strdup(prompt) : mcli_read_file(prompt_file, &len);
@@ -185,7 +166,7 @@ int main(int argc, char **argv)
 		n_gen = ss_tokenizer_n_vocab(tok);
 
 	char err[SS_ERRMSG_MAX] = "";
-	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, threads);
+	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, mo.threads);
 	ss_sampler *smp;
 	if (ss_sampler_init(&smp, n_gen, &sp, seed))
 		cli_die("cannot create the sampler (out of memory?)");

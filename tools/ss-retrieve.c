@@ -418,7 +418,7 @@ int main(int argc, char **argv)
 	if (!o.exclude)
 		cli_die("out of memory");
 	optind = 2;
-	const cli_options co = { "k:", longs, usage_line, help, &o.out };
+	const cli_options co = { "k:", longs, usage_line, help, &o.out, NULL };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		if (build && c != O_INDEX)

@@ -30,7 +30,6 @@ static void help(void)
 	       "the state, the query and the continuation tokens before it. One JSON line per\n"
 	       "state and pair: {\"id\", \"state\", \"nll\", \"n_tokens\", \"ppl\", \"sum_nll\"}\n"
 	       "(\"id\": the pair's, only for --pairs; \"state\": the state's id).\n\n"
-	       "  --model DIR            model directory (default: see Defaults)\n"
 	       "  --state FILE           state stream to start from ('-' = stdin); every\n"
 	       "                         state scores every pair. Default: stdin when it is\n"
 	       "                         not a terminal and the pairs do not come from it\n"
@@ -43,21 +42,16 @@ static void help(void)
 	       "  --pairs FILE           JSON lines {\"id\", \"query\", \"continuation\"} (or\n"
 	       "                         \"query_tokens\"/\"continuation_tokens\" arrays);\n"
 	       "                         '-' = stdin, the default when no pair is given\n"
-	       "  --per-token            add \"per_token\": the NLL of each continuation token\n"
-	       "  --tokenizer FILE       tokenizer.json (default: see Defaults)\n"
-	       "  --threads N            threads (default: online cores)\n"
-	       "  --device D             cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
-	       "                         CUDA plugin finds one, else the CPU)\n"
-	       "  --weights-dtype T      f32, bf16, f16 or auto: the dtype the weight matrices\n"
-	       "                         are held and read in (default auto: the checkpoint's)\n"
-	       "  -o FILE                output file (replaced only on success)\n"
+	       "  --per-token            add \"per_token\": the NLL of each continuation token\n",
+	       usage);
+	cli_model_help(25);
+	printf("  -o FILE                output file (replaced only on success)\n"
 	       "  -q, -v                 quieter; more verbose\n"
 	       "  -h, --help             this help;  -V, --version  the version\n\n"
 	       "Query and continuation are tokenized separately and their ids concatenated.\n"
 	       "The query must not be empty: the first continuation token is predicted from\n"
 	       "the logits at the query's last token (a stored state carries no logits).\n"
-	       "Probabilities are a softmax over all vocab_padded logits.\n\n",
-	       usage);
+	       "Probabilities are a softmax over all vocab_padded logits.\n\n");
 	cli_defaults_help();
 	exit(0);
 }
@@ -270,16 +264,14 @@ static pair *read_pairs(scorer *sc, const char *path, size_t *np)
 int main(int argc, char **argv)
 {
 	cli_init("ss-score");
-	const char *model_opt = NULL, *state_path = NULL, *pairs_path = NULL, *out_path = NULL;
+	const char *state_path = NULL, *pairs_path = NULL, *out_path = NULL;
 	const char *query = NULL, *cont = NULL, *qtok = NULL, *ctok = NULL;
-	const char *device_opt = "auto", *wtype_opt = NULL;
-	int no_state = 0, threads = 0;
+	cli_model_opts mo = { 0 };
+	int no_state = 0;
 	scorer sc = { 0 };
-	enum { O_MODEL = 256, O_STATE, O_NOSTATE, O_QUERY, O_CONT, O_QTOK, O_CTOK, O_PAIRS,
-	       O_PER, O_TOK, O_THREADS, O_DEVICE, O_WTYPE };
+	enum { O_STATE = 256, O_NOSTATE, O_QUERY, O_CONT, O_QTOK, O_CTOK, O_PAIRS,
+	       O_PER };
 	static const struct option opts[] = {
-		{ "weights-dtype", required_argument, 0, O_WTYPE },
-		{ "model", required_argument, 0, O_MODEL },
 		{ "state", required_argument, 0, O_STATE },
 		{ "no-state", no_argument, 0, O_NOSTATE },
 		{ "query", required_argument, 0, O_QUERY },
@@ -288,16 +280,12 @@ int main(int argc, char **argv)
 		{ "continuation-tokens", required_argument, 0, O_CTOK },
 		{ "pairs", required_argument, 0, O_PAIRS },
 		{ "per-token", no_argument, 0, O_PER },
-		{ "tokenizer", required_argument, 0, O_TOK },
-		{ "threads", required_argument, 0, O_THREADS },
-		{ "device", required_argument, 0, O_DEVICE },
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { NULL, opts, usage, help, &out_path };
+	const cli_options co = { NULL, opts, usage, help, &out_path, &mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
-		case O_MODEL: model_opt = optarg; break;
 		case O_STATE: state_path = optarg; break;
 		case O_NOSTATE: no_state = 1; break;
 		case O_QUERY: query = optarg; break;
@@ -306,10 +294,6 @@ int main(int argc, char **argv)
 		case O_CTOK: ctok = optarg; break;
 		case O_PAIRS: pairs_path = optarg; break;
 		case O_PER: sc.per_token = 1; break;
-		case O_TOK: sc.tok_path = optarg; break;
-		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
-		case O_DEVICE: device_opt = optarg; break;
-		case O_WTYPE: wtype_opt = optarg; break;
 		}
 	}
 	if (optind < argc)
@@ -333,19 +317,18 @@ int main(int argc, char **argv)
 	}
 	if (state_path && pairs_path && !strcmp(state_path, "-") && !strcmp(pairs_path, "-"))
 		cli_usage(usage, "the states and the pairs cannot both come from stdin");
-	if (!threads)
-		threads = mcli_threads_default();
-	sc.model_dir = cli_model_dir(model_opt, usage);
-	ss_device *dev = mcli_device(device_opt, usage);
+	sc.tok_path = mo.tokenizer;
+	sc.model_dir = cli_model_dir(mo.model, usage);
+	ss_device *dev = mcli_device(mo.device, usage);
 
 	/* Parse inline token lists before the (slow) model load: usage errors first. */
 	size_t nq = 0, nc = 0;
 	int32_t *q = qtok ? mcli_parse_ids("--query-tokens", qtok, &nq, usage) : NULL;
 	int32_t *cc = ctok ? mcli_parse_ids("--continuation-tokens", ctok, &nc, usage) : NULL;
 
-	ss_model *m = mcli_load_model(sc.model_dir, 0, wtype_opt, usage);
+	ss_model *m = mcli_load_model(sc.model_dir, 0, mo.wtype, usage);
 	sc.m = m;
-	sc.ctx = mcli_forward_ctx(m, sc.model_dir, dev, threads);
+	sc.ctx = mcli_forward_ctx(m, sc.model_dir, dev, mo.threads);
 	sc.logits = malloc((size_t)SCORE_ROWS * (size_t)m->cfg.vocab_padded * sizeof(float));
 	if (!sc.logits)
 		cli_die("out of memory");

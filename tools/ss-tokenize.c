@@ -827,7 +827,7 @@ int main(int argc, char **argv)
 		{ "tokenizer", required_argument, 0, 't' }, { "level", required_argument, 0, 'l' },
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { "t:l:", opts, usage, help, &out_path };
+	const cli_options co = { "t:l:", opts, usage, help, &out_path, NULL };
 	int c, nformat = 0;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {

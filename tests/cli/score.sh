@@ -4,19 +4,7 @@
 # pairs, and bad input. Run by tests/run from the repo root. The t1-ss and t2
 # cases are in cli/shared.sh.
 set -eu
-G=$SS_FIXTURES/golden
-T1=$G/models/t1-hf
-PY="python3 $SS_TOP/tests/cli/golden.py"
-d=$(mktemp -d)
-trap 'rm -rf "$d"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect() {
-	code=$1 pat=$2; shift 2
-	set +e; "$@" >"$d/out" 2>"$d/err" </dev/null; rc=$?; set -e
-	[ "$rc" -eq "$code" ] || { cat "$d/err" >&2; fail "$*: exit $rc, expected $code"; }
-	grep -q -- "$pat" "$d/err" || { cat "$d/err" >&2; fail "$*: stderr lacks '$pat'"; }
-	if [ "$code" -eq 1 ]; then [ "$(wc -l <"$d/err")" -eq 1 ] || { cat "$d/err" >&2; fail "$*: not one line"; }; fi
-}
+. "$SS_TOP/tests/util/golden.sh"
 ids() { $PY ids "$G/$1/c3/tokens.i32" "$2" "$3"; }
 
 # Zero state, token ids: c3[0:100] as the query, c3[100:297] as the
