@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -116,6 +117,10 @@ static int input_next(input *in, doc *d)
 		if (in->cur >= in->nfiles)
 			return 0;
 		const char *path = in->files[in->cur];
+		struct stat st;
+		if (!in->r && !in->tf && strcmp(path, "-") && !stat(path, &st) && S_ISDIR(st.st_mode))
+			cli_die("%s: a directory: ss-tokenize reads one, a document per file (ss-tokenize %s | "
+				"ss-encode)", path, path);
 		if (!in->text) {
 			if (!in->r && ss_reader_open(&in->r, path, cli_max_record(), err))
 				cli_die("%s: %s", path, err);

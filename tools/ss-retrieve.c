@@ -289,7 +289,7 @@ static const char *batch_parse(const char *line, size_t len, unsigned long long 
 		snprintf(b->qid_buf, sizeof b->qid_buf, "%.17g", id->valuedouble);
 	const char *why = NULL;
 	if (!cJSON_IsObject(b->j))
-		why = "not a JSON object";
+		why = "not a JSON object (want one a line: {\"query\": \"text\"}, with \"id\", \"k\", \"exclude\" optional)";
 	else if (!cJSON_IsString(q))
 		why = "no \"query\" string";
 	else if (id && !cJSON_IsString(id) && !cJSON_IsNumber(id))

@@ -228,7 +228,8 @@ static pair *read_pairs(scorer *sc, const char *path, size_t *np)
 			continue;
 		cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
 		if (!cJSON_IsObject(o))
-			cli_die("%s: not a JSON object", where);
+			cli_die("%s: not a JSON object (want one a line: {\"id\": \"p1\", \"query\": \"text\", "
+				"\"continuation\": \"text\"})", where);
 		if (n == cap) {
 			cap = cap ? 2 * cap : 16;
 			pair *t = realloc(ps, cap * sizeof *ps);
