@@ -228,8 +228,8 @@ int main(int argc, char **argv)
 		cli_die("%s: %s", out_path, err);
 	if (cli_verbosity >= 2) {
 		double elapsed_s = cli_now() - t0;
-		fprintf(stderr, "ss-compose: %d states, %.1f MB in %.3g s (%.3g GB/s), mode %s\n",
-			(int)out.n_sources, bytes_in / 1e6, elapsed_s, elapsed_s > 0 ? bytes_in / elapsed_s / 1e9 : 0.0,
+		fprintf(stderr, "ss-compose: %d %s, %.1f MB in %.3g s (%.3g GB/s), mode %s\n",
+			(int)out.n_sources, cli_plural((uint64_t)out.n_sources, "state", "states"), bytes_in / 1e6, elapsed_s, elapsed_s > 0 ? bytes_in / elapsed_s / 1e9 : 0.0,
 			ss_compose_mode_name(o.mode));
 	}
 	ss_state_free(&out);

@@ -109,9 +109,10 @@ static int cmd_build(const char *db, char **inputs, int n_inputs)
 		cli_die("%s: %s", db, em);
 	if (cli_verbosity >= 2)
 		fprintf(stderr,
-			"%s: %s: %lld documents (%lld added, %lld replaced, %lld left out) from %llu token and "
+			"%s: %s: %lld %s (%lld added, %lld replaced, %lld left out) from %llu token and "
 			"%llu state records in %.2f s\n",
-			cli_prog, db, (long long)bs.n_docs, (long long)bs.n_added, (long long)bs.n_replaced,
+			cli_prog, db, (long long)bs.n_docs, cli_plural((uint64_t)bs.n_docs, "document", "documents"),
+			(long long)bs.n_added, (long long)bs.n_replaced,
 			(long long)bs.n_dropped, (unsigned long long)total.n_text,
 			(unsigned long long)total.n_states, cli_now() - t0);
 	return 0;
