@@ -246,7 +246,8 @@ struct src {
 	unsigned char *block;  /* libarchive read buffer */
 };
 
-static size_t src_read(struct src *s, void *buf, size_t n)
+/* Reads up to n bytes of s's data, past its peek buffer. */
+static size_t src_fill(struct src *s, void *buf, size_t n)
 {
 	if (s->raw) {
 		la_ssize_t r = archive_read_data(s->raw, buf, n);
@@ -254,18 +255,27 @@ static size_t src_read(struct src *s, void *buf, size_t n)
 			cli_die("%s: %s", s->name, archive_error_string(s->raw));
 		return (size_t)r;
 	}
+	size_t got = fread(buf, 1, n, s->f);
+	if (ferror(s->f))
+		cli_die("%s: read error: %s", s->name, strerror(errno));
+	in_bytes += got;
+	return got;
+}
+
+static size_t src_read(struct src *s, void *buf, size_t n)
+{
 	size_t got = 0;
 	if (s->ppos < s->plen) {
 		got = s->plen - s->ppos < n ? s->plen - s->ppos : n;
 		memcpy(buf, s->peek + s->ppos, got);
 		s->ppos += got;
 	}
-	if (got < n) {
-		got += fread((char *)buf + got, 1, n - got, s->f);
-		if (ferror(s->f))
-			cli_die("%s: read error: %s", s->name, strerror(errno));
+	while (got < n) {
+		size_t r = src_fill(s, (char *)buf + got, n - got);
+		if (r == 0)
+			break;
+		got += r;
 	}
-	in_bytes += got;
 	return got;
 }
 
@@ -476,6 +486,82 @@ static void read_jsonl(struct src *s)
 	free(L.buf);
 }
 
+/* Reads more of s into its peek buffer, up to `want` bytes in all. */
+static void peek_more(struct src *s, size_t want)
+{
+	if (want > s->pcap) {
+		size_t cap = s->pcap ? s->pcap : PEEK;
+		while (cap < want)
+			cap *= 2;
+		unsigned char *p = realloc(s->peek, cap);
+		if (!p)
+			cli_die("out of memory");
+		s->peek = p;
+		s->pcap = cap;
+	}
+	while (s->plen < want) {
+		size_t r = src_fill(s, s->peek + s->plen, want - s->plen);
+		if (r == 0)
+			break;
+		s->plen += r;
+	}
+}
+
+/* Whether s, of no known format, holds JSONL: its first non-blank byte is
+ * '{' and its first non-blank line a JSON object with a "text" string (that
+ * line is read ahead, up to --max-doc bytes). Returns 1 for JSONL; 0 for
+ * text, with *braced set when the data began with '{' all the same. */
+static int sniff_jsonl(struct src *s, int *braced)
+{
+	size_t i = 0;
+	*braced = 0;
+	for (;;) {
+		while (i < s->plen && strchr(" \t\r\n", s->peek[i]))
+			i++;
+		if (i < s->plen || s->plen < s->pcap || s->plen > opt.max_doc)
+			break;
+		peek_more(s, 2 * s->pcap);
+	}
+	if (i >= s->plen || s->peek[i] != '{')
+		return 0;
+	*braced = 1;
+	size_t scan = i;
+	unsigned char *nl;
+	while (!(nl = memchr(s->peek + scan, '\n', s->plen - scan))) {
+		scan = s->plen;
+		if (s->plen < s->pcap || s->plen - i > opt.max_doc)
+			break;
+		peek_more(s, 2 * s->pcap);
+	}
+	size_t end = nl ? (size_t)(nl - s->peek) : s->plen;
+	cJSON *o;
+	char *id;
+	const char *text;
+	size_t tlen;
+	if (jsonl_doc((const char *)s->peek + i, end - i, s->name, 1, &o, &id, &text, &tlen))
+		return 0;
+	free(id);
+	cJSON_Delete(o);
+	return 1;
+}
+
+/* The format of s when neither named nor forced: JSONL when sniff_jsonl
+ * says so (-v tells), else text (with a warning when it began with '{'). */
+static enum informat text_or_jsonl(struct src *s)
+{
+	int braced;
+	if (sniff_jsonl(s, &braced)) {
+		if (cli_verbosity >= 2)
+			cli_warn("%s: JSONL (its first line is a JSON object with a \"text\" string); "
+				 "--text reads it as plain text", s->name);
+		return IN_JSONL;
+	}
+	if (braced)
+		cli_warn("%s: plain text, one document per line, although it begins with '{': its first "
+			 "line is not a JSON object with a \"text\" string (--jsonl: read it as JSONL)", s->name);
+	return IN_TEXT;
+}
+
 static void read_stream_as(struct src *s, enum informat f)
 {
 	if (f == IN_JSONL)
@@ -513,7 +599,13 @@ static void read_archive(struct src *s, int allow_raw, enum informat raw_as)
 	while ((rc = archive_read_next_header(a, &e)) == ARCHIVE_OK || rc == ARCHIVE_WARN) {
 		if (archive_format(a) == ARCHIVE_FORMAT_RAW) {
 			struct src inner = { .name = s->name, .raw = a, .is_stdin = s->is_stdin };
-			read_stream_as(&inner, raw_as);
+			enum informat as = raw_as;
+			if (as == IN_TEXT && opt.format == IN_AUTO && !opt.whole) {
+				peek_more(&inner, PEEK);
+				as = text_or_jsonl(&inner);
+			}
+			read_stream_as(&inner, as);
+			free(inner.peek);
 			continue;
 		}
 		if (archive_entry_filetype(e) != AE_IFREG)
@@ -573,67 +665,6 @@ static int looks_archive(const unsigned char *p, size_t n)
 		if (n >= magic[i].at + magic[i].len && !memcmp(p + magic[i].at, magic[i].m, magic[i].len))
 			return 1;
 	return 0;
-}
-
-/* Reads more of s into its peek buffer, up to `want` bytes in all. */
-static void peek_more(struct src *s, size_t want)
-{
-	if (want > s->pcap) {
-		size_t cap = s->pcap ? s->pcap : PEEK;
-		while (cap < want)
-			cap *= 2;
-		unsigned char *p = realloc(s->peek, cap);
-		if (!p)
-			cli_die("out of memory");
-		s->peek = p;
-		s->pcap = cap;
-	}
-	while (s->plen < want) {
-		size_t r = fread(s->peek + s->plen, 1, want - s->plen, s->f);
-		if (r == 0)
-			break;
-		s->plen += r;
-	}
-	if (ferror(s->f))
-		cli_die("%s: read error: %s", s->name, strerror(errno));
-}
-
-/* Whether s, of no known format, holds JSONL: its first non-blank byte is
- * '{' and its first non-blank line a JSON object with a "text" string (that
- * line is read ahead, up to --max-doc bytes). Returns 1 for JSONL; 0 for
- * text, with *braced set when the data began with '{' all the same. */
-static int sniff_jsonl(struct src *s, int *braced)
-{
-	size_t i = 0;
-	*braced = 0;
-	for (;;) {
-		while (i < s->plen && strchr(" \t\r\n", s->peek[i]))
-			i++;
-		if (i < s->plen || s->plen < s->pcap || s->plen > opt.max_doc)
-			break;
-		peek_more(s, 2 * s->pcap);
-	}
-	if (i >= s->plen || s->peek[i] != '{')
-		return 0;
-	*braced = 1;
-	size_t scan = i;
-	unsigned char *nl;
-	while (!(nl = memchr(s->peek + scan, '\n', s->plen - scan))) {
-		scan = s->plen;
-		if (s->plen < s->pcap || s->plen - i > opt.max_doc)
-			break;
-		peek_more(s, 2 * s->pcap);
-	}
-	size_t end = nl ? (size_t)(nl - s->peek) : s->plen;
-	cJSON *o;
-	char *id;
-	const char *text;
-	size_t tlen;
-	if (jsonl_doc((const char *)s->peek + i, end - i, s->name, 1, &o, &id, &text, &tlen))
-		return 0;
-	free(id);
-	cJSON_Delete(o);
-	return 1;
 }
 
 static int cmp_name(const void *a, const void *b)
@@ -718,16 +749,7 @@ static void encode_input(const char *path)
 	if (f == IN_AUTO && looks_archive(s.peek, s.plen)) {
 		f = IN_ARCHIVE;
 	} else if (f == IN_AUTO && stream_as == IN_TEXT && !opt.whole) {
-		int braced;
-		if (sniff_jsonl(&s, &braced)) {
-			stream_as = IN_JSONL;
-			if (cli_verbosity >= 2)
-				cli_warn("%s: JSONL (its first line is a JSON object with a \"text\" string); "
-					 "--text reads it as plain text", s.name);
-		} else if (braced) {
-			cli_warn("%s: plain text, one document per line, although it begins with '{': its first "
-				 "line is not a JSON object with a \"text\" string (--jsonl: read it as JSONL)", s.name);
-		}
+		stream_as = text_or_jsonl(&s);
 	}
 	if (f == IN_AUTO)
 		f = stream_as;
