@@ -98,14 +98,18 @@ static const char *text_hint(void)
 
 static void vmsg(const char *fmt, va_list ap)
 {
-	char msg[4096];
+	char *msg = NULL;
 	if (progress_open)
 		cli_progress_end();
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	if (vasprintf(&msg, fmt, ap) < 0) {
+		fprintf(stderr, "%s: %s (out of memory)\n", cli_prog, fmt);
+		return;
+	}
 	if (strstr(msg, "not an ss stream (") && strstr(msg, "; it looks like text)"))
 		fprintf(stderr, "%s: %s: %s\n", cli_prog, msg, text_hint());
 	else
 		fprintf(stderr, "%s: %s\n", cli_prog, msg);
+	free(msg);
 }
 
 void cli_die(const char *fmt, ...)

@@ -62,7 +62,8 @@ static void help(void)
 	       "ending in .jsonl, or whose first line is such an object: -v says so), or\n"
 	       "archives (tar, zip, possibly compressed; one document per regular entry,\n"
 	       "id = entry path), detected from the content. A directory is read\n"
-	       "recursively, one document per regular file (id = its path), in path order.\n"
+	       "recursively, one document per regular file (id = its path; names that\n"
+	       "begin with '.' skipped), in path order.\n"
 	       "Empty lines and empty inputs give no record.\n\n"
 	       "  --whole          each input (or archive entry) is one document, id FILE\n"
 	       "  --text, --jsonl, --archive\n"
@@ -673,8 +674,9 @@ static int cmp_name(const void *a, const void *b)
 }
 
 /* A directory: every regular file under it (symbolic links to files
- * followed, to directories not), in byte order of the paths, is one
- * document, id the path as given joined with the names below it. */
+ * followed, to directories not; names beginning with '.' skipped), in byte
+ * order of the paths, is one document, id the path as given joined with the
+ * names below it. */
 static void read_dir(const char *path)
 {
 	DIR *d = opendir(path);
@@ -685,7 +687,7 @@ static void read_dir(const char *path)
 	struct dirent *e;
 	errno = 0;
 	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+		if (e->d_name[0] == '.') /* ., .., and hidden files (.git, .DS_Store), as globs skip them */
 			continue;
 		if (n == cap) {
 			cap = cap ? 2 * cap : 64;
