@@ -148,6 +148,18 @@ int ix_open_common(ss_index **out, const char *path, int flags, char *errmsg)
 
 /* ------------------------------------------------------------------ query */
 
+/* Whether the index has the texts table (builds since texts were added). */
+static int has_texts(ss_index *ix)
+{
+	sqlite3_stmt *st;
+	if (sqlite3_prepare_v2(ix->db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'texts'", -1,
+			       &st, NULL) != SQLITE_OK)
+		return 0;
+	int yes = sqlite3_step(st) == SQLITE_ROW;
+	sqlite3_finalize(st);
+	return yes;
+}
+
 int ss_index_open(ss_index **out, const char *path, char *errmsg)
 {
 	ss_index *ix;
@@ -176,6 +188,13 @@ int ss_index_open(ss_index **out, const char *path, char *errmsg)
 	    (rc = ix_prep(ix, &ix->lookup,
 		       "SELECT d.id, 0.0, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
 		       " d.file_id FROM docs d JOIN files f ON f.file_id = d.file_id WHERE d.id = ?1", errmsg)))
+		goto fail;
+	/* A text whose length is not the indexed one is not this document's
+	 * (a row left by a build that did not know the texts table). */
+	if (has_texts(ix) &&
+	    (rc = ix_prep(ix, &ix->text_of,
+		       "SELECT (SELECT t.text FROM texts t WHERE t.rid = d.rid AND length(t.text) = d.text_len)"
+		       " FROM docs d WHERE d.id = ?1", errmsg)))
 		goto fail;
 	*out = ix;
 	return 0;
@@ -351,6 +370,143 @@ int ss_index_lookup(ss_index *ix, const char *id, ss_index_hit *hit, char *errms
 	return rc;
 }
 
+int ss_index_text(ss_index *ix, const char *id, char **text, size_t *len, char *errmsg)
+{
+	*text = NULL;
+	*len = 0;
+	if (!ix || !ix->lookup)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	if (!ix->text_of) /* built before texts were kept: is the document there? */
+		return ss_index_docs(ix, id, NULL, NULL, errmsg);
+	sqlite3_bind_text(ix->text_of, 1, id, -1, SQLITE_STATIC);
+	int s = sqlite3_step(ix->text_of), rc = 0;
+	if (s == SQLITE_ROW && sqlite3_column_type(ix->text_of, 0) != SQLITE_NULL) {
+		size_t n = (size_t)sqlite3_column_bytes(ix->text_of, 0);
+		const void *p = sqlite3_column_blob(ix->text_of, 0);
+		if (!(*text = malloc(n + 1))) {
+			rc = SS_ERR_NOMEM;
+		} else {
+			if (n)
+				memcpy(*text, p, n);
+			(*text)[n] = 0;
+			*len = n;
+		}
+	} else if (s == SQLITE_DONE) {
+		rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
+	} else if (s != SQLITE_ROW) {
+		rc = ix_sqlerr(ix, errmsg, "reading the text");
+	}
+	sqlite3_reset(ix->text_of);
+	return rc;
+}
+
+int ss_index_docs(ss_index *ix, const char *id, ss_index_doc_fn fn, void *ctx, char *errmsg)
+{
+	if (!ix || !ix->lookup)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	char sql[640];
+	snprintf(sql, sizeof sql,
+		 "SELECT d.id, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
+		 " coalesce(d.text_tokens, -1), d.text_len, d.n_terms, %s"
+		 " FROM docs d JOIN files f ON f.file_id = d.file_id %s ORDER BY d.id",
+		 ix->text_of ? "EXISTS(SELECT 1 FROM texts t WHERE t.rid = d.rid AND length(t.text) = d.text_len)"
+			     : "0",
+		 id ? "WHERE d.id = ?1" : "");
+	sqlite3_stmt *st;
+	if (sqlite3_prepare_v2(ix->db, sql, -1, &st, NULL) != SQLITE_OK)
+		return ix_sqlerr(ix, errmsg, "listing documents");
+	if (id)
+		sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+	int s = SQLITE_DONE, rc = 0, n = 0;
+	while (!rc && (s = sqlite3_step(st)) == SQLITE_ROW) {
+		n++;
+		if (!fn)
+			continue;
+		ss_index_doc d = {0};
+		d.id = (const char *)sqlite3_column_text(st, 0);
+		char *path = resolve_path(ix, (const char *)sqlite3_column_text(st, 1));
+		if (!d.id || !path) {
+			free(path);
+			rc = SS_ERR_NOMEM;
+			break;
+		}
+		d.path = path;
+		d.offset = (uint64_t)sqlite3_column_int64(st, 2);
+		d.length = (uint64_t)sqlite3_column_int64(st, 3);
+		const char *fp = (const char *)sqlite3_column_text(st, 4);
+		d.fingerprint = fp ? fp : "";
+		d.n_tokens = sqlite3_column_int64(st, 5);
+		d.text_tokens = sqlite3_column_int64(st, 6);
+		d.text_len = sqlite3_column_int64(st, 7);
+		d.n_terms = sqlite3_column_int64(st, 8);
+		d.has_text = sqlite3_column_int(st, 9);
+		rc = fn(ctx, &d);
+		free(path);
+	}
+	if (!rc && s != SQLITE_DONE)
+		rc = ix_sqlerr(ix, errmsg, "listing documents");
+	sqlite3_finalize(st);
+	if (!rc && id && n == 0)
+		rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
+	return rc;
+}
+
+/* The int64 of the first column of `sql`'s first row into *v (0 when no
+ * row). Returns 0 or ix_sqlerr's code. */
+static int ix_int64(ss_index *ix, const char *sql, int64_t *v, char *errmsg)
+{
+	sqlite3_stmt *st;
+	if (sqlite3_prepare_v2(ix->db, sql, -1, &st, NULL) != SQLITE_OK)
+		return ix_sqlerr(ix, errmsg, "index statistics");
+	int s = sqlite3_step(st);
+	*v = s == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+	int rc = s == SQLITE_ROW || s == SQLITE_DONE ? 0 : ix_sqlerr(ix, errmsg, "index statistics");
+	sqlite3_finalize(st);
+	return rc;
+}
+
+int ss_index_info_get(ss_index *ix, ss_index_info *info, char *errmsg)
+{
+	memset(info, 0, sizeof *info);
+	if (!ix || !ix->lookup)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	int64_t page_size = 0, page_count = 0;
+	int rc;
+	if ((rc = ix_exec(ix, "BEGIN", errmsg)))
+		return rc;
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(ix->db,
+			       "SELECT count(*), coalesce(sum(n_terms), 0), coalesce(sum(n_tokens), 0),"
+			       " coalesce(sum(text_len), 0), coalesce(sum(frame_length), 0),"
+			       " (SELECT value FROM meta WHERE key = 'fingerprint') FROM docs",
+			       -1, &st, NULL) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
+		rc = ix_sqlerr(ix, errmsg, "index statistics");
+	} else {
+		info->n_docs = sqlite3_column_int64(st, 0);
+		info->n_doc_terms = sqlite3_column_int64(st, 1);
+		info->n_tokens = sqlite3_column_int64(st, 2);
+		info->text_bytes = sqlite3_column_int64(st, 3);
+		info->state_bytes = sqlite3_column_int64(st, 4);
+		const char *fp = (const char *)sqlite3_column_text(st, 5);
+		snprintf(info->fingerprint, sizeof info->fingerprint, "%s", fp ? fp : "");
+	}
+	sqlite3_finalize(st);
+	if (!rc)
+		rc = ix_int64(ix, "SELECT count(*) FROM terms", &info->n_terms, errmsg);
+	if (!rc)
+		rc = ix_int64(ix, "SELECT count(*) FROM files", &info->n_files, errmsg);
+	if (!rc && ix->text_of)
+		rc = ix_int64(ix, "SELECT count(*) FROM texts t JOIN docs d ON d.rid = t.rid"
+				  " WHERE length(t.text) = d.text_len", &info->n_texts, errmsg);
+	if (!rc)
+		rc = ix_int64(ix, "PRAGMA page_size", &page_size, errmsg);
+	if (!rc)
+		rc = ix_int64(ix, "PRAGMA page_count", &page_count, errmsg);
+	info->index_bytes = page_size * page_count;
+	sqlite3_exec(ix->db, "COMMIT", NULL, NULL, NULL);
+	return rc;
+}
+
 /* Empties a reader slot (closing its files). */
 static void slot_clear(reader_slot *s)
 {
@@ -501,7 +657,8 @@ void ss_index_close(ss_index *ix)
 	if (!ix)
 		return;
 	sqlite3_stmt **stmts[] = { &ix->find, &ix->ins_doc, &ix->set_text, &ix->set_state, &ix->touch,
-				   &ix->file_find, &ix->file_ins, &ix->query, &ix->lookup, &ix->rid_of };
+				   &ix->file_find, &ix->file_ins, &ix->query, &ix->lookup, &ix->rid_of,
+				   &ix->put_text, &ix->del_doc, &ix->del_text, &ix->text_of };
 	for (size_t i = 0; i < sizeof stmts / sizeof *stmts; i++)
 		sqlite3_finalize(*stmts[i]);
 	ss_bm25_close(ix->bm25);

@@ -114,7 +114,11 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 		rc = ix_exec(ix, schema_sql, errmsg);
 	if (rc)
 		goto fail;
-	if ((rc = ix_exec(ix, "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY)", errmsg)) ||
+	/* texts came after schema 3 was released: an index built before has
+	 * none and gets it here, empty (its documents show no text until they
+	 * are added again); readers of schema 3 ignore the table. */
+	if ((rc = ix_exec(ix, "CREATE TABLE IF NOT EXISTS texts(rid INTEGER PRIMARY KEY, text BLOB NOT NULL);"
+			      "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY)", errmsg)) ||
 	    (rc = ss_bm25_open(&ix->bm25, ix->db, 1, errmsg)))
 		goto fail;
 	sqlite3_stmt *st;
@@ -124,11 +128,17 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	ix->base_rid = sqlite3_column_int64(st, 0);
 	sqlite3_finalize(st);
 	if ((rc = ix_prep(ix, &ix->find, "SELECT rid, text_len IS NOT NULL FROM docs WHERE id = ?1", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->ins_doc, "INSERT INTO docs(id) VALUES(?1)", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->ins_doc,
+		       /* above every rid of the index before this build, even one
+			* deleted in it: rid > base_rid says "added by this build" */
+		       "INSERT INTO docs(rid, id) SELECT max(coalesce(max(rid), 0), ?2) + 1, ?1 FROM docs", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->set_text, "UPDATE docs SET text_tokens = ?2, text_len = ?3, n_terms = ?4, terms = ?5 WHERE rid = ?1", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->set_state,
 		       "UPDATE docs SET file_id = ?2, byte_offset = ?3, frame_length = ?4, fingerprint = ?5,"
 		       " n_tokens = ?6 WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->put_text, "INSERT OR REPLACE INTO texts(rid, text) VALUES(?1, ?2)", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->del_doc, "DELETE FROM docs WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->del_text, "DELETE FROM texts WHERE rid = ?1", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->touch, "INSERT OR IGNORE INTO temp.touched VALUES(?1)", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->file_find, "SELECT file_id FROM files WHERE path = ?1", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->file_ins, "INSERT INTO files(path) VALUES(?1)", errmsg)))
@@ -140,9 +150,10 @@ fail:
 	return rc;
 }
 
-/* Row id of document `id`, creating the row when absent. *had_text says
- * whether it has text already. */
-static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, char *errmsg)
+/* Looks document `id` up in the build open on ix: returns 1 with *rid and
+ * *had_text (whether it has text already) set, 0 when it is not indexed,
+ * or SS_ERR_INVALID (no build, empty id), SS_ERR_IO. */
+static int find_doc(ss_index *ix, const char *id, int64_t *rid, int *had_text, char *errmsg)
 {
 	if (!ix || !ix->building || ix->committed)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
@@ -153,17 +164,27 @@ static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, ch
 	if (rc == SQLITE_ROW) {
 		*rid = sqlite3_column_int64(ix->find, 0);
 		*had_text = sqlite3_column_int(ix->find, 1);
-		sqlite3_reset(ix->find);
+	}
+	sqlite3_reset(ix->find);
+	return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : ix_sqlerr(ix, errmsg, "sqlite");
+}
+
+/* Row id of document `id`, creating the row when absent. *had_text says
+ * whether it has text already. */
+static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, char *errmsg)
+{
+	int rc = find_doc(ix, id, rid, had_text, errmsg);
+	if (rc < 0)
+		return rc;
+	if (rc == 1) {
 		if (*rid <= ix->base_rid) {
 			sqlite3_bind_int64(ix->touch, 1, *rid);
 			return ix_step_done(ix, ix->touch, errmsg);
 		}
 		return 0;
 	}
-	sqlite3_reset(ix->find);
-	if (rc != SQLITE_DONE)
-		return ix_sqlerr(ix, errmsg, "sqlite");
 	sqlite3_bind_text(ix->ins_doc, 1, id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(ix->ins_doc, 2, ix->base_rid);
 	if ((rc = ix_step_done(ix, ix->ins_doc, errmsg)))
 		return rc;
 	*rid = sqlite3_last_insert_rowid(ix->db);
@@ -193,7 +214,30 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 	sqlite3_bind_int64(ix->set_text, 3, (int64_t)text_len);
 	sqlite3_bind_int64(ix->set_text, 4, n_terms);
 	sqlite3_bind_blob(ix->set_text, 5, vec, (int)vec_len, SQLITE_STATIC);
-	return ix_step_done(ix, ix->set_text, errmsg);
+	if ((rc = ix_step_done(ix, ix->set_text, errmsg)))
+		return rc;
+	sqlite3_bind_int64(ix->put_text, 1, rid);
+	sqlite3_bind_blob(ix->put_text, 2, text_len ? text : "", (int)text_len, SQLITE_STATIC);
+	return ix_step_done(ix, ix->put_text, errmsg);
+}
+
+int ss_index_delete(ss_index *ix, const char *id, char *errmsg)
+{
+	int64_t rid;
+	int had_text;
+	int rc = find_doc(ix, id, &rid, &had_text, errmsg);
+	if (rc == 0)
+		return ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
+	if (rc < 0)
+		return rc;
+	sqlite3_bind_int64(ix->del_doc, 1, rid);
+	if ((rc = ix_step_done(ix, ix->del_doc, errmsg)))
+		return rc;
+	sqlite3_bind_int64(ix->del_text, 1, rid);
+	if ((rc = ix_step_done(ix, ix->del_text, errmsg)))
+		return rc;
+	ix->n_deleted++;
+	return 0;
 }
 
 /* The path to store for a state file: relative to the index's directory
@@ -385,6 +429,7 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 	st = NULL;
 	if ((rc = ix_exec(ix,
 		       "DELETE FROM docs WHERE file_id IS NULL OR text_len IS NULL;"
+		       "DELETE FROM texts WHERE rid NOT IN (SELECT rid FROM docs);"
 		       "DELETE FROM files WHERE file_id NOT IN (SELECT file_id FROM docs);", errmsg)))
 		goto fail;
 
@@ -438,6 +483,7 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 		stats->n_added = sqlite3_column_int64(st, 1);
 		stats->n_replaced = sqlite3_column_int64(st, 2);
 	}
+	stats->n_deleted = ix->n_deleted;
 	sqlite3_finalize(st);
 	st = NULL;
 

@@ -31,13 +31,16 @@ struct ss_index {
 	int hot_journal; /* a read-only open met a crashed build's journal */
 	char *dir;      /* realpath of the index's directory, no trailing '/' */
 	int64_t base_rid; /* largest docs.rid before this build */
+	int64_t n_deleted; /* ss_index_delete calls that removed a document */
 	/* build statements */
 	sqlite3_stmt *find, *ins_doc, *set_text, *set_state, *touch;
+	sqlite3_stmt *put_text, *del_doc, *del_text; /* texts table; deletes */
 	sqlite3_stmt *file_find, *file_ins;
 	char *last_path;  /* state path as given → file id, for runs of one shard */
 	int64_t last_file_id;
 	/* query statements */
 	sqlite3_stmt *query, *lookup, *rid_of;
+	sqlite3_stmt *text_of; /* NULL when the index has no texts table */
 	ss_bm25 *bm25;    /* tokenizer, postings */
 	reader_slot slots[READER_SLOTS];
 	int next_slot;

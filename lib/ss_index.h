@@ -18,6 +18,8 @@
  *                      one row per document; offset/length address the zstd
  *                      frame of its state record (ss_stream.h); n_terms and
  *                      terms: its length in terms and its term vector.
+ *   texts(rid, text)   each document's text as indexed (ss_index_text);
+ *                      created by any build of schema 3 that lacks it.
  *   terms(tid, term, df, maxw, postings)
  *                      per term, the documents that hold it (blocks of 128
  *                      with a skip table), rewritten at every commit.
@@ -30,8 +32,8 @@
  * the design.
  *
  * A document is the pair (text from a token record, state from a state
- * record) joined by id. A build is one transaction: it adds or replaces
- * documents, and only ss_index_commit() makes it visible, so an interrupted
+ * record) joined by id. A build is one transaction: it adds, replaces or
+ * deletes documents, and only ss_index_commit() makes it visible, so an interrupted
  * build leaves the previous index as it was. Queries open the file read-only
  * (any number of concurrent readers; a build blocks them only while it
  * writes the file, normally at its commit, and they wait up to 10 s).
@@ -119,7 +121,17 @@ typedef struct {
 	int64_t n_replaced; /* ids that were already indexed and got new text and/or state */
 	int64_t n_dropped;  /* incomplete documents left out (see ss_index_note_fn) */
 	int64_t n_warned;   /* token-count disagreements (kept) */
+	int64_t n_deleted;  /* documents removed by ss_index_delete */
 } ss_index_build_stats;
+
+/* Removes document `id` (its row, text and term vector) in the build open
+ * on ix; the commit then rewrites the postings and corpus statistics
+ * (N, avgdl, df) without it, as if it had never been added, and forgets a
+ * state file no document points at any more. Deleting then adding an id
+ * in one build adds it anew. The state record itself stays in its file.
+ * Returns 0, SS_ERR_NOTFOUND (no such document: nothing changed),
+ * SS_ERR_INVALID (empty id, no build open), SS_ERR_IO (SQLite). */
+int ss_index_delete(ss_index *ix, const char *id, char *errmsg);
 
 /* Ends a build: drops documents that still lack text or state (reporting
  * each to `note`, may be NULL), checks that every state in the index comes
@@ -187,6 +199,59 @@ void ss_index_hits_free(ss_index_hit *hits, int n);
 int ss_index_lookup(ss_index *ix, const char *id, ss_index_hit *hit, char *errmsg);
 /* Frees the strings of one hit (not the hit itself). */
 void ss_index_hit_clear(ss_index_hit *hit);
+
+/* One indexed document, as ss_index_docs gives it: strings borrowed, valid
+ * during the callback only. */
+typedef struct {
+	const char *id;
+	const char *path;        /* state file: absolute, or as the index path was given */
+	uint64_t offset;         /* byte offset of the state record's zstd frame */
+	uint64_t length;         /* its compressed bytes */
+	const char *fingerprint; /* model fingerprint of the state */
+	int64_t n_tokens;        /* tokens the state has seen */
+	int64_t text_tokens;     /* tokens of its token record, -1 when unknown */
+	int64_t text_len;        /* bytes of its text (UTF-8) */
+	int64_t n_terms;         /* its length in terms (BM25's dl) */
+	int has_text;            /* its text is stored (ss_index_text) */
+} ss_index_doc;
+
+/* Called per document; a non-zero return stops ss_index_docs, which
+ * returns it. */
+typedef int (*ss_index_doc_fn)(void *ctx, const ss_index_doc *doc);
+
+/* Calls fn for document `id`, or for every document in id order (byte
+ * order) when id is NULL, from one read snapshot (memory: one row at a
+ * time). fn may be NULL (checks that id exists). Returns 0, fn's non-zero
+ * return, SS_ERR_NOTFOUND (id given and absent), SS_ERR_NOMEM, SS_ERR_IO;
+ * SS_ERR_INVALID when ix is not open for queries (ss_index_open). */
+int ss_index_docs(ss_index *ix, const char *id, ss_index_doc_fn fn, void *ctx, char *errmsg);
+
+/* The text document `id` was indexed from (the "text" of its token record,
+ * UTF-8, as given), kept in the index's texts table since that table was
+ * added (an index built before has none until its documents are added
+ * again). Returns 0 with *text (malloc'ed, NUL-terminated; free() it) and
+ * *len (bytes, not counting the NUL) set, or *text NULL and *len 0 when the
+ * text is not stored; SS_ERR_NOTFOUND (no such document), SS_ERR_NOMEM,
+ * SS_ERR_IO, SS_ERR_INVALID (ix not open for queries). */
+int ss_index_text(ss_index *ix, const char *id, char **text, size_t *len, char *errmsg);
+
+/* What an index holds (ss_index_info_get). */
+typedef struct {
+	int64_t n_docs;      /* documents */
+	int64_t n_terms;     /* distinct terms (the vocabulary) */
+	int64_t n_doc_terms; /* sum of the documents' lengths in terms (N avgdl) */
+	int64_t n_tokens;    /* sum of the states' token counts */
+	int64_t text_bytes;  /* sum of the texts' lengths, bytes */
+	int64_t n_texts;     /* documents whose text is stored */
+	int64_t state_bytes; /* sum of the state records' compressed lengths */
+	int64_t n_files;     /* state files (shards) */
+	int64_t index_bytes; /* the index file: page_count * page_size */
+	char fingerprint[SS_FINGERPRINT_MAX]; /* model of every state; "" when empty */
+} ss_index_info;
+
+/* Fills *info from one read snapshot of ix (opened with ss_index_open).
+ * Returns 0, SS_ERR_IO, SS_ERR_INVALID. */
+int ss_index_info_get(ss_index *ix, ss_index_info *info, char *errmsg);
 
 /* Reads the state record of `hit` from its state file and checks that it is
  * the indexed one: the file exists, a record decodes at the offset, its

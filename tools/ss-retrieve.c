@@ -10,40 +10,53 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "ss.h"
 
 static const char *usage_line =
-	"ss-retrieve build --index DB [-q|-v] STREAM...\n"
+	"ss-retrieve add|build --index DB [-q|-v] STREAM...\n"
 	"       ss-retrieve query --index DB [-k K] [--exclude ID]... [--query TEXT]\n"
-	"                   [--ids [--json]] [-o FILE | --out-dir DIR] [--empty-ok]\n"
-	"                   [--k1 K1] [--b B] [-q|-v]";
+	"                   [--ids [--text] [--json]] [--order best-last|best-first]\n"
+	"                   [-o FILE | --out-dir DIR] [--empty-ok] [--k1 K1] [--b B] [-q|-v]\n"
+	"       ss-retrieve list|stats --index DB [--json]\n"
+	"       ss-retrieve show --index DB [--json] ID...\n"
+	"       ss-retrieve delete --index DB [-q|-v] ID...";
 
 static void help(void)
 {
 	printf("usage: %s\n\n", usage_line);
 	fputs("Builds and queries a BM25 index of documents whose entries point at their\n"
 	      "states (byte offsets in state streams).\n\n"
-	      "build: reads token streams (document text) and state streams (states), in any\n"
-	      "  order and mix, and adds the documents to DB in one transaction (created when\n"
-	      "  absent; documents with an id already indexed are replaced). A document needs\n"
-	      "  both a token record and a state record; one with only one of them is left\n"
-	      "  out with a warning. State streams must be regular files.\n"
+	      "add (build is the same command): reads token streams (document text) and\n"
+	      "  state streams (states), in any order and mix, and adds the documents to DB\n"
+	      "  in one transaction (created when absent; documents with an id already\n"
+	      "  indexed are replaced; no rebuild). A document needs both a token record\n"
+	      "  and a state record; one with only one of them is left out with a warning.\n"
+	      "  State streams must be regular files.\n"
 	      "query: writes the states of the top K documents as a state stream, most\n"
-	      "  relevant LAST, each annotated with its rank (1 = best) and score (BM25);\n"
-	      "  the stored records are copied as they are, not recompressed.\n"
-	      "  With --query TEXT: one query, to stdout or -o FILE. Without: JSON lines on\n"
-	      "  stdin, {\"id\": ID, \"query\": TEXT, \"exclude\": [ID...], \"k\": K}, one output\n"
-	      "  file per query in --out-dir DIR (DIR/ID.states), or --ids lines.\n\n"
+	      "  relevant LAST (--order best-first: first), each annotated with its rank\n"
+	      "  (1 = best) and score (BM25); the stored records are copied as they are.\n"
+	      "  With --query TEXT: one query, to stdout or -o FILE. Without: one query per\n"
+	      "  line on stdin, plain text, or JSON {\"id\": ID, \"query\": TEXT, \"exclude\":\n"
+	      "  [ID...], \"k\": K} when the line starts with '{'; one output file per query\n"
+	      "  in --out-dir DIR (DIR/ID.states), or --ids lines.\n"
+	      "list: one line per document: id, tokens, state file, byte offset, length.\n"
+	      "show: each document's metadata and its text (as indexed).\n"
+	      "stats: documents, terms, tokens, bytes and state files of the index.\n"
+	      "delete: removes documents in one transaction (an unknown id: none removed).\n\n"
 	      "options:\n"
 	      "  --index DB       the index file (SQLite)\n"
 	      "  -k K             documents per query (default 10)\n"
 	      "  --query TEXT     one query given on the command line\n"
 	      "  --exclude ID     leave document ID out of every result (repeatable)\n"
 	      "  --ids            print rank, id and score as TSV (batch: query id first)\n"
-	      "  --json           with --ids: JSON lines instead of TSV\n"
-	      "  -o FILE          output file (default stdout)\n"
+	      "  --text           with --ids: each document's text too (last field)\n"
+	      "  --order ORDER    best-last (default: the order ss-compose wants) or\n"
+	      "                   best-first (head -1 is the top hit)\n"
+	      "  --json           JSON lines instead of TSV (--ids, list, show, stats)\n"
+	      "  -o FILE          query: output file (default stdout)\n"
 	      "  --out-dir DIR    batch: write DIR/<query id>.states per query\n"
 	      "  --empty-ok       exit 0 when a query matches no document (default: 1,\n"
 	      "                   as grep; the output is written, empty, either way)\n"
@@ -54,6 +67,31 @@ static void help(void)
 	      "  -V, --version    version\n",
 	      stdout);
 	exit(0);
+}
+
+/* Prints j as one JSON line to f and frees it. */
+static void json_line(FILE *f, cJSON *j)
+{
+	char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+	if (!s)
+		cli_die("out of memory");
+	fprintf(f, "%s\n", s);
+	cJSON_free(s);
+	cJSON_Delete(j);
+}
+
+/* Writes s to f as a TSV field: backslash, tab, newline and CR escaped. */
+static void tsv_field(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		switch (*s) {
+		case '\\': fputs("\\\\", f); break;
+		case '\t': fputs("\\t", f); break;
+		case '\n': fputs("\\n", f); break;
+		case '\r': fputs("\\r", f); break;
+		default: fputc(*s, f);
+		}
+	}
 }
 
 /* ------------------------------------------------------------------ build */
@@ -118,13 +156,202 @@ static int cmd_build(const char *db, char **inputs, int n_inputs)
 	return 0;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* delete: every id or none (one transaction, rolled back at the first
+ * unknown id). */
+static int cmd_delete(const char *db, char **ids, int n_ids)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	if (access(db, F_OK) != 0) /* a build open would create it */
+		cli_die("%s: %s", db, strerror(errno));
+	if (ss_index_build_open(&ix, db, em))
+		cli_die("%s: %s", db, em);
+	/* Sorted, so that an id given twice is deleted once. */
+	qsort(ids, (size_t)n_ids, sizeof *ids, cmp_str);
+	for (int i = 0; i < n_ids; i++)
+		if ((i == 0 || strcmp(ids[i], ids[i - 1])) && ss_index_delete(ix, ids[i], em)) {
+			ss_index_close(ix); /* rolls back the deletes so far */
+			cli_die("%s: %s: nothing deleted", db, em);
+		}
+	ss_index_build_stats bs;
+	int rc = ss_index_commit(ix, build_note, NULL, &bs, em);
+	ss_index_close(ix);
+	if (rc)
+		cli_die("%s: %s", db, em);
+	if (cli_verbosity >= 2)
+		fprintf(stderr, "%s: %s: %lld deleted, %lld left\n", cli_prog, db, (long long)bs.n_deleted,
+			(long long)bs.n_docs);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ inspect */
+
+static ss_index *open_or_die(const char *db)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	if (ss_index_open(&ix, db, em))
+		cli_die("%s: %s", db, em);
+	return ix;
+}
+
+/* The JSON object of one document's metadata (no text). */
+static cJSON *doc_json(const ss_index_doc *d)
+{
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddStringToObject(j, "id", d->id);
+	cJSON_AddNumberToObject(j, "n_tokens", (double)d->n_tokens);
+	cJSON_AddStringToObject(j, "file", d->path);
+	cJSON_AddNumberToObject(j, "offset", (double)d->offset);
+	cJSON_AddNumberToObject(j, "length", (double)d->length);
+	cJSON_AddStringToObject(j, "fingerprint", d->fingerprint);
+	if (d->text_tokens >= 0)
+		cJSON_AddNumberToObject(j, "text_tokens", (double)d->text_tokens);
+	else
+		cJSON_AddNullToObject(j, "text_tokens");
+	cJSON_AddNumberToObject(j, "text_bytes", (double)d->text_len);
+	cJSON_AddNumberToObject(j, "n_terms", (double)d->n_terms);
+	return j;
+}
+
+static int list_one(void *ctx, const ss_index_doc *d)
+{
+	const int *json = ctx;
+	if (*json) {
+		json_line(stdout, doc_json(d));
+		return 0;
+	}
+	tsv_field(stdout, d->id);
+	printf("\t%lld\t", (long long)d->n_tokens);
+	tsv_field(stdout, d->path);
+	printf("\t%llu\t%llu\n", (unsigned long long)d->offset, (unsigned long long)d->length);
+	return 0;
+}
+
+static int cmd_list(const char *db, int json)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix = open_or_die(db);
+	if (ss_index_docs(ix, NULL, list_one, &json, em))
+		cli_die("%s: %s", db, em);
+	ss_index_close(ix);
+	return 0;
+}
+
+typedef struct {
+	ss_index *ix;
+	const char *db;
+	int json;
+	int n_shown;
+} show_ctx;
+
+static int show_one(void *ctx, const ss_index_doc *d)
+{
+	show_ctx *c = ctx;
+	char em[SS_ERRMSG_MAX], *text;
+	size_t len;
+	if (ss_index_text(c->ix, d->id, &text, &len, em))
+		cli_die("%s: %s", c->db, em);
+	if (c->json) {
+		cJSON *j = doc_json(d);
+		if (text)
+			cJSON_AddStringToObject(j, "text", text);
+		else
+			cJSON_AddNullToObject(j, "text");
+		json_line(stdout, j);
+	} else {
+		/* "key: value" lines, a blank line, the text as it is (an e-mail's
+		 * layout); a blank line between documents. */
+		if (c->n_shown)
+			putchar('\n');
+		printf("id: %s\nfile: %s\noffset: %llu\nlength: %llu\nfingerprint: %s\nn_tokens: %lld\n", d->id,
+		       d->path, (unsigned long long)d->offset, (unsigned long long)d->length, d->fingerprint,
+		       (long long)d->n_tokens);
+		if (d->text_tokens >= 0)
+			printf("text_tokens: %lld\n", (long long)d->text_tokens);
+		printf("text_bytes: %lld\nn_terms: %lld\n", (long long)d->text_len, (long long)d->n_terms);
+		if (text) {
+			putchar('\n');
+			fwrite(text, 1, len, stdout);
+			if (!len || text[len - 1] != '\n')
+				putchar('\n');
+		} else {
+			printf("text: not stored (indexed before the index kept texts: add its token stream again)\n");
+		}
+	}
+	c->n_shown++;
+	free(text);
+	return 0;
+}
+
+static int cmd_show(const char *db, char **ids, int n_ids, int json)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix = open_or_die(db);
+	/* Every id first: the output is whole or absent. */
+	for (int i = 0; i < n_ids; i++)
+		if (ss_index_docs(ix, ids[i], NULL, NULL, em))
+			cli_die("%s: %s", db, em);
+	show_ctx c = { ix, db, json, 0 };
+	for (int i = 0; i < n_ids; i++)
+		if (ss_index_docs(ix, ids[i], show_one, &c, em))
+			cli_die("%s: %s", db, em);
+	ss_index_close(ix);
+	return 0;
+}
+
+static int cmd_stats(const char *db, int json)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix = open_or_die(db);
+	ss_index_info in;
+	if (ss_index_info_get(ix, &in, em))
+		cli_die("%s: %s", db, em);
+	ss_index_close(ix);
+	const struct {
+		const char *key;
+		int64_t v;
+	} rows[] = {
+		{ "documents", in.n_docs },
+		{ "terms", in.n_terms },
+		{ "term_occurrences", in.n_doc_terms },
+		{ "tokens", in.n_tokens },
+		{ "texts_stored", in.n_texts },
+		{ "text_bytes", in.text_bytes },
+		{ "state_files", in.n_files },
+		{ "state_bytes", in.state_bytes },
+		{ "index_bytes", in.index_bytes },
+	};
+	cJSON *j = json ? cJSON_CreateObject() : NULL;
+	for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+		if (j)
+			cJSON_AddNumberToObject(j, rows[i].key, (double)rows[i].v);
+		else
+			printf("%-17s %lld\n", rows[i].key, (long long)rows[i].v);
+	}
+	if (j) {
+		cJSON_AddStringToObject(j, "fingerprint", in.fingerprint);
+		json_line(stdout, j);
+	} else {
+		printf("%-17s %s\n", "fingerprint", in.fingerprint);
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------------------ query */
 
 typedef struct {
 	int k;
 	const char **exclude; /* from the command line */
 	size_t n_exclude;
-	int ids, json;
+	int ids, json, text;
+	int best_first; /* --order best-first */
+	const char *db;
 	const char *out, *out_dir;
 	FILE *text_out; /* --ids destination */
 	int empty_ok;
@@ -132,46 +359,48 @@ typedef struct {
 	double k1, b; /* BM25 parameters (ss_index_set_bm25) */
 } qopts;
 
-/* Writes s to f as a TSV field: backslash, tab, newline and CR escaped. */
-static void tsv_field(FILE *f, const char *s)
+/* Index in hits[] of the i-th document to write, in the order asked for. */
+static int out_index(const qopts *o, int i, int n)
 {
-	for (; *s; s++) {
-		switch (*s) {
-		case '\\': fputs("\\\\", f); break;
-		case '\t': fputs("\\t", f); break;
-		case '\n': fputs("\\n", f); break;
-		case '\r': fputs("\\r", f); break;
-		default: fputc(*s, f);
-		}
-	}
+	return o->best_first ? i : n - 1 - i;
 }
 
-static void print_ids(qopts *o, const char *qid, const ss_index_hit *h, int n)
+static void print_ids(qopts *o, ss_index *ix, const char *qid, const ss_index_hit *hits, int n)
 {
-	/* Same order as the state stream: most relevant last. */
-	for (int i = n - 1; i >= 0; i--) {
+	/* Same order as the state stream. */
+	for (int i = 0; i < n; i++) {
+		const ss_index_hit *h = &hits[out_index(o, i, n)];
+		char em[SS_ERRMSG_MAX], *text = NULL;
+		size_t len = 0;
+		if (o->text && ss_index_text(ix, h->id, &text, &len, em))
+			cli_die("%s: %s", o->db, em);
 		if (o->json) {
 			cJSON *j = cJSON_CreateObject();
 			if (qid)
 				cJSON_AddStringToObject(j, "query", qid);
-			cJSON_AddNumberToObject(j, "rank", h[i].rank);
-			cJSON_AddStringToObject(j, "id", h[i].id);
-			cJSON_AddNumberToObject(j, "score", h[i].score);
-			char *s = cJSON_PrintUnformatted(j);
-			if (!s)
-				cli_die("out of memory");
-			fprintf(o->text_out, "%s\n", s);
-			cJSON_free(s);
-			cJSON_Delete(j);
+			cJSON_AddNumberToObject(j, "rank", h->rank);
+			cJSON_AddStringToObject(j, "id", h->id);
+			cJSON_AddNumberToObject(j, "score", h->score);
+			if (text)
+				cJSON_AddStringToObject(j, "text", text);
+			else if (o->text)
+				cJSON_AddNullToObject(j, "text");
+			json_line(o->text_out, j);
 		} else {
 			if (qid) {
 				tsv_field(o->text_out, qid);
 				fputc('\t', o->text_out);
 			}
-			fprintf(o->text_out, "%d\t", h[i].rank);
-			tsv_field(o->text_out, h[i].id);
-			fprintf(o->text_out, "\t%.9g\n", h[i].score);
+			fprintf(o->text_out, "%d\t", h->rank);
+			tsv_field(o->text_out, h->id);
+			fprintf(o->text_out, "\t%.9g", h->score);
+			if (o->text) {
+				fputc('\t', o->text_out);
+				tsv_field(o->text_out, text ? text : "");
+			}
+			fputc('\n', o->text_out);
 		}
+		free(text);
 	}
 }
 
@@ -182,12 +411,13 @@ static int safe_name(const char *s)
 	return n > 0 && n <= 200 && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
 }
 
-/* Writes the hits' states (most relevant last) to `path` ("-" = stdout),
+/* Writes the hits' states (most relevant last, or first with --order
+ * best-first) to `path` ("-" = stdout),
  * each stored frame copied verbatim after its rank/score annotation frame.
  * Every record is first validated by its metadata so that a missing or
  * replaced shard fails the query before anything is written. Returns 0, or
  * 1 after reporting the error. */
-static int emit_states(ss_index *ix, const char *label, const ss_index_hit *h, int n,
+static int emit_states(ss_index *ix, const qopts *o, const char *label, const ss_index_hit *h, int n,
 		       const char *path)
 {
 	char em[SS_ERRMSG_MAX];
@@ -202,11 +432,12 @@ static int emit_states(ss_index *ix, const char *label, const ss_index_hit *h, i
 		cli_warn("%s: %s", path, em);
 		return 1;
 	}
-	for (int i = n - 1; i >= 0; i--) {
-		if (ss_index_copy(ix, &h[i], w, em)) {
+	for (int i = 0; i < n; i++) {
+		const ss_index_hit *hi = &h[out_index(o, i, n)];
+		if (ss_index_copy(ix, hi, w, em)) {
 			/* An empty message means the output failed (errno kept). */
 			if (em[0])
-				cli_warn("%s%s: %s", label, h[i].path, em);
+				cli_warn("%s%s: %s", label, hi->path, em);
 			else
 				cli_warn("%s%s: %s", label, path, strerror(errno));
 			ss_writer_abort(w);
@@ -240,7 +471,7 @@ static int run_query(ss_index *ix, qopts *o, const char *qid, const char *text, 
 			cli_warn("%sno document matched", label);
 	}
 	if (o->ids) {
-		print_ids(o, qid, h, n);
+		print_ids(o, ix, qid, h, n);
 	} else if (qid) {
 		char *path = NULL;
 		if (!safe_name(qid)) {
@@ -249,11 +480,11 @@ static int run_query(ss_index *ix, qopts *o, const char *qid, const char *text, 
 		} else if (asprintf(&path, "%s/%s.states", o->out_dir, qid) < 0) {
 			cli_die("out of memory");
 		} else {
-			bad = emit_states(ix, label, h, n, path);
+			bad = emit_states(ix, o, label, h, n, path);
 		}
 		free(path);
 	} else {
-		bad = emit_states(ix, label, h, n, o->out ? o->out : "-");
+		bad = emit_states(ix, o, label, h, n, o->out ? o->out : "-");
 	}
 	ss_index_hits_free(h, n);
 	return bad;
@@ -296,7 +527,7 @@ static const char *batch_parse(const char *line, size_t len, unsigned long long 
 		snprintf(b->qid_buf, sizeof b->qid_buf, "%.17g", id->valuedouble);
 	const char *why = NULL;
 	if (!cJSON_IsObject(b->j))
-		why = "not a JSON object (want one a line: {\"query\": \"text\"}, with \"id\", \"k\", \"exclude\" optional)";
+		why = "not a JSON object";
 	else if (!cJSON_IsString(q))
 		why = "no \"query\" string";
 	else if (id && !cJSON_IsString(id) && !cJSON_IsNumber(id))
@@ -331,7 +562,8 @@ static const char *batch_parse(const char *line, size_t len, unsigned long long 
 	return NULL;
 }
 
-/* Batch mode: one JSON object per line on stdin. */
+/* Batch mode: one query per line on stdin, a JSON object when its first
+ * non-blank byte is '{', else the query's text. */
 static int run_batch(ss_index *ix, qopts *o)
 {
 	char *line = NULL;
@@ -346,10 +578,24 @@ static int run_batch(ss_index *ix, qopts *o)
 			p++;
 		if (!*p)
 			continue;
+		if (*p != '{') {
+			/* A plain line is the query's text; its id, the line number. */
+			char qid[32];
+			char *end = line + strlen(line);
+			while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+				*--end = 0;
+			snprintf(qid, sizeof qid, "%llu", lineno);
+			bad |= run_query(ix, o, qid, p, o->k, o->exclude, o->n_exclude);
+			n_done++;
+			cli_progress("%llu queries", n_done);
+			continue;
+		}
 		batch_query b;
 		const char *why = batch_parse(line, (size_t)len, lineno, o, &b);
 		if (why) {
-			cli_warn("-: line %llu: %s", lineno, why);
+			cli_warn("-: line %llu: %s (a query line is plain text, or a JSON object such as "
+				 "{\"id\": \"q1\", \"query\": \"text to search\", \"exclude\": [\"doc#3\"], \"k\": 5})",
+				 lineno, why);
 			bad = 1;
 		} else {
 			bad |= run_query(ix, o, b.qid, b.text, b.k, b.exclude, b.n_exclude);
@@ -392,7 +638,7 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 int main(int argc, char **argv)
 {
 	cli_init("ss-retrieve");
-	enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B };
+	enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B, O_TEXT, O_ORDER };
 	static const struct option longs[] = {
 		{ "index", required_argument, 0, O_INDEX },
 		{ "query", required_argument, 0, O_QUERY },
@@ -403,6 +649,8 @@ int main(int argc, char **argv)
 		{ "empty-ok", no_argument, 0, O_EMPTYOK },
 		{ "k1", required_argument, 0, O_K1 },
 		{ "b", required_argument, 0, O_B },
+		{ "text", no_argument, 0, O_TEXT },
+		{ "order", required_argument, 0, O_ORDER },
 		{ 0, 0, 0, 0 },
 	};
 	for (int i = 1; i < argc; i++) {
@@ -413,12 +661,16 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[i], "-V") || !strcmp(argv[i], "--version"))
 			cli_version();
 	}
+	static const char *const cmds = "build, add, query, list, show, stats or delete";
 	if (argc < 2)
-		cli_usage(usage_line, "missing command: build or query");
+		cli_usage(usage_line, "missing command: %s", cmds);
 	const char *cmd = argv[1];
-	int build = !strcmp(cmd, "build");
-	if (!build && strcmp(cmd, "query"))
-		cli_usage(usage_line, "unknown command '%s' (build or query)", cmd);
+	/* build and add are one command: add to DB, creating it when absent. */
+	int build = !strcmp(cmd, "build") || !strcmp(cmd, "add"), query_cmd = !strcmp(cmd, "query");
+	int list = !strcmp(cmd, "list"), show = !strcmp(cmd, "show"), stats = !strcmp(cmd, "stats");
+	int del = !strcmp(cmd, "delete");
+	if (!build && !query_cmd && !list && !show && !stats && !del)
+		cli_usage(usage_line, "unknown command '%s' (%s)", cmd, cmds);
 	qopts o = { .k = 10, .k1 = 1.2, .b = 0.75 };
 	const char *db = NULL, *query = NULL;
 	o.exclude = calloc((size_t)argc, sizeof *o.exclude);
@@ -428,14 +680,22 @@ int main(int argc, char **argv)
 	const cli_options co = { "k:", longs, usage_line, help, &o.out, NULL };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
-		if (build && c != O_INDEX)
-			cli_usage(usage_line, "option not valid for build: %s", argv[optind - 1]);
+		/* Beside --index, the commands other than query take only --json
+		 * (list, show, stats). */
+		if (!query_cmd && c != O_INDEX && (c != O_JSON || build || del))
+			cli_usage(usage_line, "option not valid for %s: %s", cmd, argv[optind - 1]);
 		switch (c) {
 		case O_INDEX: db = optarg; break;
 		case O_QUERY: query = optarg; break;
 		case O_EXCLUDE: o.exclude[o.n_exclude++] = optarg; break;
 		case O_IDS: o.ids = 1; break;
 		case O_JSON: o.json = 1; break;
+		case O_TEXT: o.text = 1; break;
+		case O_ORDER:
+			if (strcmp(optarg, "best-first") && strcmp(optarg, "best-last"))
+				cli_usage(usage_line, "--order: '%s' is neither best-first nor best-last", optarg);
+			o.best_first = !strcmp(optarg, "best-first");
+			break;
 		case O_OUTDIR: o.out_dir = optarg; break;
 		case O_EMPTYOK: o.empty_ok = 1; break;
 		case O_K1: o.k1 = cli_double("--k1", optarg, 0, 1000, usage_line); break;
@@ -443,18 +703,30 @@ int main(int argc, char **argv)
 		case 'k': o.k = (int)cli_long("-k", optarg, 1, 1000000, usage_line); break;
 		}
 	}
-	if (build && o.out)
-		cli_usage(usage_line, "option not valid for build: -o");
+	if (!query_cmd && o.out)
+		cli_usage(usage_line, "option not valid for %s: -o", cmd);
 	if (!db)
 		cli_usage(usage_line, "--index DB is required");
-	if (build) {
+	if (build || del || show) {
 		free(o.exclude);
+		if ((del || show) && optind == argc)
+			cli_usage(usage_line, "%s: no document ID given", cmd);
+		if (del)
+			return cmd_delete(db, argv + optind, argc - optind);
+		if (show)
+			return cmd_show(db, argv + optind, argc - optind, o.json);
 		return cmd_build(db, argv + optind, argc - optind);
 	}
 	if (optind < argc)
 		cli_usage(usage_line, "unexpected argument '%s'", argv[optind]);
+	if (list || stats) {
+		free(o.exclude);
+		return list ? cmd_list(db, o.json) : cmd_stats(db, o.json);
+	}
 	if (o.json && !o.ids)
 		cli_usage(usage_line, "--json goes with --ids");
+	if (o.text && !o.ids)
+		cli_usage(usage_line, "--text goes with --ids");
 	if (query && o.out_dir)
 		cli_usage(usage_line, "--out-dir is for batch queries (stdin); with --query use -o FILE");
 	if (!query && !o.ids && !o.out_dir)
@@ -463,6 +735,7 @@ int main(int argc, char **argv)
 		cli_usage(usage_line, "batch queries write one file per query: use --out-dir DIR, not -o");
 	if (o.ids && o.out_dir)
 		cli_usage(usage_line, "--ids prints to stdout or -o FILE, not --out-dir");
+	o.db = db;
 	int rc = cmd_query(db, &o, query);
 	free(o.exclude);
 	return rc;
