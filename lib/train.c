@@ -246,6 +246,15 @@ void ss_train_zero_grad(ss_train *t)
 	memset(t->g.data, 0, t->g.n * sizeof(float));
 }
 
+/* dst[n] = src, or zeros when src is NULL (a caller's optional state) */
+static void copy_or_zero(float *dst, const float *src, size_t n)
+{
+	if (src)
+		memcpy(dst, src, n * sizeof(float));
+	else
+		memset(dst, 0, n * sizeof(float));
+}
+
 /* Layer l's slices of the activations. */
 #define ACT(arr, width, l) ((arr) + (size_t)(l) * t->T * (width))
 
@@ -279,14 +288,8 @@ int ss_train_forward(ss_train *t, const int32_t *tokens, const int32_t *targets,
 	memcpy(t->seq_start, seq_start, ((size_t)nseq + 1) * sizeof(int64_t));
 	memcpy(t->tokens, tokens, (size_t)T * sizeof(int32_t));
 	memcpy(t->targets, targets, (size_t)T * sizeof(int32_t));
-	if (conv)
-		memcpy(t->conv0, conv, (size_t)nseq * cl * sizeof(float));
-	else
-		memset(t->conv0, 0, (size_t)nseq * cl * sizeof(float));
-	if (ssm)
-		memcpy(t->ssm0, ssm, (size_t)nseq * sl * sizeof(float));
-	else
-		memset(t->ssm0, 0, (size_t)nseq * sl * sizeof(float));
+	copy_or_zero(t->conv0, conv, (size_t)nseq * cl);
+	copy_or_zero(t->ssm0, ssm, (size_t)nseq * sl);
 	memcpy(t->conv, t->conv0, (size_t)nseq * cl * sizeof(float));
 	memcpy(t->ssm, t->ssm0, (size_t)nseq * sl * sizeof(float));
 
@@ -367,14 +370,8 @@ int ss_train_backward(ss_train *t, float *dconv, float *dssm, const float *dlogd
 	ss_rmsnorm_backward_cpu(t->dU, ACT(t->H, d, c->n_layer), t->dH, t->p.norm_f, t->g.norm_f, T,
 				(int)d, c->eps);
 	/* the states' gradients, per sequence and layer as the forward's states */
-	if (dconv)
-		memcpy(t->dconv, dconv, (size_t)nseq * cl * sizeof(float));
-	else
-		memset(t->dconv, 0, (size_t)nseq * cl * sizeof(float));
-	if (dssm)
-		memcpy(t->dssm, dssm, (size_t)nseq * sl * sizeof(float));
-	else
-		memset(t->dssm, 0, (size_t)nseq * sl * sizeof(float));
+	copy_or_zero(t->dconv, dconv, (size_t)nseq * cl);
+	copy_or_zero(t->dssm, dssm, (size_t)nseq * sl);
 
 	for (l = c->n_layer - 1; l >= 0; l--) {
 		const ss_train_layer *L = &t->lp[l];

@@ -27,14 +27,14 @@
 #include <cmocka.h>
 
 #include "ss.h"
+#include "util/rng.h"
 #include "ops/scan.h"
 
 static uint64_t rng_state;
 
 static double urand(void)
 {
-	rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-	return (double)(rng_state >> 11) * 0x1.0p-53;
+	return test_urand(&rng_state);
 }
 
 /* n values uniform in [lo, hi), each exactly an f32 */

@@ -25,13 +25,13 @@
 #include <cmocka.h>
 
 #include "ss.h"
+#include "util/rng.h"
 
 static uint64_t rng_state;
 
 static double urand(void)
 {
-	rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-	return (double)(rng_state >> 11) * 0x1.0p-53;
+	return test_urand(&rng_state);
 }
 
 static float *frnd(size_t n, double lo, double hi)

@@ -23,16 +23,26 @@ static void row_lse(const float *l, int64_t V, float *mx, double *sum)
 	*sum = s;
 }
 
+/* The arguments both ops check: V >= 1, ld >= V, n >= 0, targets < V. */
+static int ce_args_ok(ptrdiff_t ld, const int32_t *targets, int64_t n, int64_t V)
+{
+	int64_t r;
+
+	if (V < 1 || ld < V || n < 0)
+		return 0;
+	for (r = 0; r < n; r++)
+		if (targets[r] >= V)
+			return 0;
+	return 1;
+}
+
 int ss_cross_entropy_cpu(float *nll, const float *logits, ptrdiff_t ld, const int32_t *targets,
 			 int64_t n, int64_t V)
 {
 	int64_t r;
 
-	if (V < 1 || ld < V || n < 0)
+	if (!ce_args_ok(ld, targets, n, V))
 		return SS_ERR_INVALID;
-	for (r = 0; r < n; r++)
-		if (targets[r] >= V)
-			return SS_ERR_INVALID;
 	for (r = 0; r < n; r++) {
 		const float *l = logits + r * ld;
 		float mx;
@@ -52,11 +62,8 @@ int ss_cross_entropy_backward_cpu(const float *dnll, const float *logits, float 
 {
 	int64_t r, i;
 
-	if (V < 1 || ld < V || n < 0)
+	if (!ce_args_ok(ld, targets, n, V))
 		return SS_ERR_INVALID;
-	for (r = 0; r < n; r++)
-		if (targets[r] >= V)
-			return SS_ERR_INVALID;
 	for (r = 0; r < n; r++) {
 		const float *l = logits + r * ld;
 		float *dl = dlogits + r * ld;
