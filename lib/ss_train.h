@@ -9,8 +9,10 @@
  * The step is llm.c's (train_gpt2.c): ss_train_forward, ss_train_zero_grad,
  * ss_train_backward, then ss_adamw_update over ss_train_params /
  * ss_train_grads. Parameters, gradients and activations each live in one
- * allocation carved by shape. Single-threaded reference (one BLAS thread);
- * no activation recomputation yet: the activations of every layer are kept
+ * allocation carved by shape. A reference: the ops run on the calling
+ * thread, the GEMMs on as many threads as the BLAS is set to (one after
+ * ss_forward_ctx_init; OpenBLAS's default otherwise); no activation
+ * recomputation yet: the activations of every layer are kept
  * (about (3·d_model + 2·d_in_proj + conv_dim + 2·d_inner + nheads) floats
  * per token and layer, plus 2·vocab_padded per token for the logits and
  * their gradient).

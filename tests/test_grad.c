@@ -32,18 +32,16 @@
 
 static uint64_t rng_state;
 
-static double urand(void)
-{
-	return test_urand(&rng_state);
-}
-
 /* n values uniform in [lo, hi), each exactly an f32 */
 static double *drnd(size_t n, double lo, double hi)
 {
+	float *f = test_frnd(&rng_state, n, lo, hi);
 	double *p = malloc((n ? n : 1) * sizeof(double));
+	assert_non_null(f);
 	assert_non_null(p);
 	for (size_t i = 0; i < n; i++)
-		p[i] = (float)(lo + (hi - lo) * urand());
+		p[i] = f[i];
+	free(f);
 	return p;
 }
 

@@ -40,10 +40,8 @@ static double urand(void)
 
 static float *frnd(size_t n, double lo, double hi)
 {
-	float *p = malloc((n ? n : 1) * sizeof(float));
+	float *p = test_frnd(&rng_state, n, lo, hi);
 	assert_non_null(p);
-	for (size_t i = 0; i < n; i++)
-		p[i] = (float)(lo + (hi - lo) * urand());
 	return p;
 }
 
