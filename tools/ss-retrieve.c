@@ -147,12 +147,12 @@ static int cmd_build(const char *db, char **inputs, int n_inputs)
 		cli_die("%s: %s", db, em);
 	if (cli_verbosity >= 2)
 		fprintf(stderr,
-			"%s: %s: %lld %s (%lld added, %lld replaced, %lld left out) from %llu token and "
-			"%llu state records in %.2f s\n",
+			"%s: %s: %lld %s (%lld added, %lld replaced, %lld left out) in %.2f s; records "
+			"read: %llu token, %llu state\n",
 			cli_prog, db, (long long)bs.n_docs, cli_plural((uint64_t)bs.n_docs, "document", "documents"),
 			(long long)bs.n_added, (long long)bs.n_replaced,
-			(long long)bs.n_dropped, (unsigned long long)total.n_text,
-			(unsigned long long)total.n_states, cli_now() - t0);
+			(long long)bs.n_dropped, cli_now() - t0, (unsigned long long)total.n_text,
+			(unsigned long long)total.n_states);
 	return 0;
 }
 
