@@ -79,6 +79,8 @@ static double val_at(const unsigned char *b, size_t i, int is_i32, ss_dtype t)
 		memcpy(&x, b + i * 4, 4);
 		return x;
 	}
+	if (t == SS_DTYPE_Q8) /* the int8 code; scales are rendered apart */
+		return (int8_t)b[i];
 	uint16_t h = (uint16_t)(b[i * 2] | b[i * 2 + 1] << 8);
 	return t == SS_DTYPE_F16 ? ss_f16_to_f32(h) : ss_bf16_to_f32(h);
 }
@@ -224,6 +226,12 @@ int ss_record_to_json(const ss_record *rec, FILE *f, int full)
 		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "ssm")) {
 			shape[0] = L, shape[1] = H, shape[2] = P, shape[3] = N;
 			json_array(f, v->via.bin.ptr, v->via.bin.size, dtype, shape, 4, full);
+		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "conv_scale")) {
+			shape[0] = L, shape[1] = v->via.bin.size / 4 / (L ? L : 1);
+			json_array(f, v->via.bin.ptr, v->via.bin.size, "f32", shape, 2, full);
+		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "ssm_scale")) {
+			shape[0] = L, shape[1] = H, shape[2] = P;
+			json_array(f, v->via.bin.ptr, v->via.bin.size, "f32", shape, 3, full);
 		} else if (states && !strcmp(key, "provenance") && v->type == MSGPACK_OBJECT_MAP) {
 			fputc('{', f);
 			for (uint32_t j = 0; j < v->via.map.size; j++) {

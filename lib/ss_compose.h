@@ -143,8 +143,9 @@ int ss_composer_add(ss_composer *c, const ss_state *x, char *errmsg);
 /* Like ss_composer_add(), with the ssm and conv arrays given in storage
  * dtype `dtype` (little-endian, any alignment), e.g. straight from a
  * record's bytes; x supplies everything else (its ssm/conv are ignored).
- * f16/bf16 are widened exactly, BLK elements at a time, inside the
- * accumulation loop: no f32 copy of the input is made. */
+ * f16/bf16 are widened exactly, and q8 codes scaled by x->conv_scale /
+ * x->ssm_scale (required then, ss_state_q8_blocks), BLK elements at a time
+ * inside the accumulation loop: no f32 copy of the input is made. */
 int ss_composer_add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv,
 			   ss_dtype dtype, char *errmsg);
 
