@@ -91,6 +91,11 @@ const char *ss_record_format(const ss_record *rec);
 uint64_t ss_record_offset(const ss_record *rec);
 /* Bytes of the frame, compressed (what ss_index_copy copies). */
 uint64_t ss_record_length(const ss_record *rec);
+/* Bytes of the whole record decompressed (the frame's declared content
+ * size, checked against what it holds when the frame was decoded), also
+ * for a record read by ss_reader_next_meta (whose ss_record_size is its
+ * metadata's). */
+uint64_t ss_record_content_size(const ss_record *rec);
 /* 0-based number of the record since the reader's open or last seek. */
 uint64_t ss_record_index(const ss_record *rec);
 /* The record's decompressed msgpack map, ss_record_size() bytes, owned by

@@ -21,6 +21,7 @@ struct ss_record {
 	const char *format;         /* value of "format" (NUL-terminated copy in the reader) */
 	uint64_t offset;            /* byte offset of the record's zstd frame */
 	uint64_t length;            /* compressed bytes of the frame */
+	uint64_t content;           /* decompressed bytes of the whole record (the frame's content size) */
 	uint64_t index;             /* 0-based record number since open/seek */
 	const void *raw;            /* decompressed msgpack bytes (a synthetic map for next_meta) */
 	size_t raw_len;
