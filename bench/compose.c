@@ -25,10 +25,10 @@
  * ratios of wall time and of CPU time (user + system, the tool included).
  *
  * A last table gives, per storage dtype, the bytes per document (the
- * record decompressed, and its zstd frame as stored), what zstd at the
- * writer's level makes of the record with conv and ssm byte-shuffled first
- * (as blosc's shuffle filter: byte j of every element together; a no-op for
- * q8's one-byte codes), and compose k time vs decompress-only.
+ * record decompressed, and its zstd frame as stored: f16/bf16 byte-shuffled
+ * by default, formats/states.md), the frame of the same record written
+ * without the shuffle (ss_writer_set_shuffle 0), and compose k time vs
+ * decompress-only.
  *
  * usage: compose [-k K] [-r REPS] [-R ROUNDS] [--shape 130m|t1|L,H,P,N,C,K] [--states FILE]
  *                [--dtypes LIST] [--dir DIR]
@@ -73,8 +73,8 @@ static double unif(void)
 }
 
 /* Writes the first k states of `src` (cycled when it has fewer) to path,
- * stored as dt. */
-static void copy_stream(const char *path, const char *src, ss_dtype dt, int k)
+ * stored as dt; shuffle: ss_writer_set_shuffle's. */
+static void copy_stream(const char *path, const char *src, ss_dtype dt, int k, int shuffle)
 {
 	char err[SS_ERRMSG_MAX];
 	ss_writer *w;
@@ -82,6 +82,7 @@ static void copy_stream(const char *path, const char *src, ss_dtype dt, int k)
 	const ss_record *rec;
 	if (ss_writer_open(&w, path, 0, err))
 		die(path, err);
+	ss_writer_set_shuffle(w, shuffle);
 	for (int i = 0; i < k; i++) {
 		int rc = r ? ss_reader_next(r, &rec) : 0;
 		if (rc == 0) {
@@ -106,63 +107,16 @@ static void copy_stream(const char *path, const char *src, ss_dtype dt, int k)
 		die(path, err);
 }
 
-/* Bytes per record of path's records given to zstd at the writer's level,
- * as they are (*plain) and with conv and ssm byte-shuffled (*shuffled): the
- * bytes of element size es regrouped so that byte j of every element comes
- * together (blosc's shuffle). Sums over the records, divided by their count. */
-static void shuffle_gain(const char *path, double *plain, double *shuffled)
-{
-	ss_reader *r;
-	const ss_record *rec;
-	char err[SS_ERRMSG_MAX];
-	if (ss_reader_open(&r, path, 0, err))
-		die(path, err);
-	double sp = 0, ss = 0;
-	int n = 0, rc;
-	while ((rc = ss_reader_next(r, &rec)) == 1) {
-		ss_state m;
-		const void *arr[2];
-		if (ss_record_state_view(rec, &m, &arr[0], &arr[1], err))
-			die(path, err);
-		size_t len = ss_record_size(rec), es = ss_dtype_size(m.dtype), cap = ZSTD_compressBound(len);
-		const unsigned char *raw = ss_record_bytes(rec);
-		unsigned char *sh = malloc(len), *z = malloc(cap);
-		if (!sh || !z)
-			die(path, "out of memory");
-		memcpy(sh, raw, len);
-		size_t count[2] = {ss_state_conv_len(&m.dims), ss_state_ssm_len(&m.dims)};
-		for (int a = 0; a < 2; a++) {
-			const unsigned char *x = arr[a];
-			unsigned char *y = sh + (x - raw);
-			for (size_t b = 0; b < es; b++)
-				for (size_t e = 0; e < count[a]; e++)
-					y[b * count[a] + e] = x[e * es + b];
-		}
-		size_t zp = ZSTD_compress(z, cap, raw, len, SS_ZSTD_LEVEL_DEFAULT);
-		size_t zs = ZSTD_compress(z, cap, sh, len, SS_ZSTD_LEVEL_DEFAULT);
-		if (ZSTD_isError(zp) || ZSTD_isError(zs))
-			die(path, "zstd failed");
-		sp += (double)zp;
-		ss += (double)zs;
-		n++;
-		free(sh);
-		free(z);
-		ss_state_free(&m);
-	}
-	if (rc < 0)
-		die(path, ss_reader_error(r));
-	ss_reader_close(r);
-	*plain = n ? sp / n : 0;
-	*shuffled = n ? ss / n : 0;
-}
-
-static void make_stream(const char *path, const ss_state_dims *d, ss_dtype dt, int k)
+/* k random states (the same for every dt) stored as dt. */
+static void make_stream(const char *path, const ss_state_dims *d, ss_dtype dt, int k, int shuffle)
 {
 	char err[SS_ERRMSG_MAX], id[32];
 	ss_writer *w;
 	ss_state s;
+	rng = 42;
 	if (ss_writer_open(&w, path, 0, err))
 		die(path, err);
+	ss_writer_set_shuffle(w, shuffle);
 	if (ss_state_alloc(&s, d))
 		die(path, "out of memory");
 	strcpy(s.fingerprint, "bench");
@@ -246,8 +200,16 @@ static double job_kernel(job_t *j)
 		die(j->path, err);
 	while (n < 64 && (rc = ss_reader_next(r, &rec)) == 1) {
 		const void *sm, *cv;
-		if (ss_record_state_view(rec, &meta[n], &cv, &sm, err))
+		int rc2 = ss_record_state_view(rec, &meta[n], &cv, &sm, err);
+		if (rc2 == SS_ERR_UNSUPPORTED) { /* byte-shuffled: the kernel reads an f32 copy */
+			if (ss_record_state(rec, &meta[n], err))
+				die(j->path, err);
+			meta[n].dtype = SS_DTYPE_F32;
+			cv = meta[n].conv;
+			sm = meta[n].ssm;
+		} else if (rc2) {
 			die(j->path, err);
+		}
 		size_t es = ss_dtype_size(meta[n].dtype);
 		size_t ssm_bytes = ss_state_ssm_len(&meta[n].dims) * es, conv_bytes = ss_state_conv_len(&meta[n].dims) * es;
 		ssm[n] = malloc(ssm_bytes);
@@ -458,7 +420,7 @@ int main(int argc, char **argv)
 		ss_state_free(&m);
 		ss_reader_close(r);
 	}
-	struct { double stored, zstd, plain, shuffled, decomp, picaso, tool; } sum[8] = {{0}};
+	struct { double stored, zstd, plain, decomp, picaso, tool; } sum[8] = {{0}};
 	/* The tool sits next to this binary's directory: build/bench → build/bin. */
 	char tool[4096];
 	snprintf(tool, sizeof tool, "%s", argv[0]);
@@ -481,9 +443,9 @@ int main(int argc, char **argv)
 		snprintf(out, sizeof out, "%s/out.ss", tmpl);
 		double t0 = now();
 		if (states)
-			copy_stream(path, states, dts[t], k);
+			copy_stream(path, states, dts[t], k, 1);
 		else
-			make_stream(path, &d, dts[t], k);
+			make_stream(path, &d, dts[t], k, 1);
 		long long fsize = 0;
 		FILE *f = fopen(path, "rb");
 		if (f) {
@@ -540,20 +502,29 @@ int main(int argc, char **argv)
 		if (have_tool)
 			tool_vs_decomp(path, tool, out, rounds);
 		sum[t].zstd = (double)fsize / k;
-		shuffle_gain(path, &sum[t].plain, &sum[t].shuffled);
+		if (states)
+			copy_stream(path, states, dts[t], k, 0);
+		else
+			make_stream(path, &d, dts[t], k, 0);
+		if ((f = fopen(path, "rb")) != NULL) {
+			fseek(f, 0, SEEK_END);
+			sum[t].plain = (double)ftell(f) / k;
+			fclose(f);
+		}
 		remove(path);
 		remove(out);
 	}
 	rmdir(tmpl);
-	printf("\nper document, k = %d (%s): MB stored = the record decompressed, zstd = its frame on disk;\n"
-	       "zstd -%d of the record as is and with conv/ssm byte-shuffled; ms to compose all k vs decompress only\n",
-	       k, states ? states : "random values", SS_ZSTD_LEVEL_DEFAULT);
-	printf("  %-6s %9s %9s %9s %9s %8s %10s %10s %8s %10s\n", "dtype", "stored", "zstd", "as is", "shuffled",
-	       "gain", "decomp ms", "picaso-r", "x decomp", "tool ms");
+	printf("\nper document, k = %d (%s): MB stored = the record decompressed, zstd = its frame on\n"
+	       "disk as written (f16/bf16 byte-shuffled), unshuffled = its frame without the shuffle;\n"
+	       "ms to decompress all k, to compose them (picaso-r, library and tool)\n",
+	       k, states ? states : "random values");
+	printf("  %-6s %9s %9s %11s %8s %10s %10s %8s %10s\n", "dtype", "stored", "zstd", "unshuffled", "gain",
+	       "decomp ms", "picaso-r", "x decomp", "tool ms");
 	for (int t = 0; t < n_dt; t++)
-		printf("  %-6s %9.3f %9.3f %9.3f %9.3f %7.1f%% %10.1f %10.1f %8.2f %10.1f\n", ss_dtype_name(dts[t]),
-		       sum[t].stored / 1e6, sum[t].zstd / 1e6, sum[t].plain / 1e6, sum[t].shuffled / 1e6,
-		       sum[t].plain > 0 ? 100 * (1 - sum[t].shuffled / sum[t].plain) : 0, sum[t].decomp * 1e3,
+		printf("  %-6s %9.3f %9.3f %11.3f %7.1f%% %10.1f %10.1f %8.2f %10.1f\n", ss_dtype_name(dts[t]),
+		       sum[t].stored / 1e6, sum[t].zstd / 1e6, sum[t].plain / 1e6,
+		       sum[t].plain > 0 ? 100 * (1 - sum[t].zstd / sum[t].plain) : 0, sum[t].decomp * 1e3,
 		       sum[t].picaso * 1e3, sum[t].decomp > 0 ? sum[t].picaso / sum[t].decomp : 0, sum[t].tool * 1e3);
 	return 0;
 }

@@ -445,6 +445,9 @@ struct ss_composer {
 	uint64_t want[2], fed[2]; /* bytes of conv [0] and ssm [1]: expected, received */
 	float *scale[2];          /* a q8 input's conv [0] and ssm [1] scales (copies) */
 	size_t scale_cap[2];
+	size_t shuf;              /* the open input's shuffle block (elements), 0 = none */
+	unsigned char *blk, *unblk; /* a shuffled block as it arrives, then unshuffled */
+	size_t fill, blk_cap;     /* bytes of blk filled, allocated */
 };
 
 int ss_composer_new(ss_composer **out, const ss_compose_opts *o)
@@ -664,6 +667,8 @@ static int add_begin(ss_composer *c, const ss_state *x, ss_dtype t, char *errmsg
 	c->want[0] = ss_state_conv_len(&c->acc.dims) * ss_dtype_size(t);
 	c->want[1] = ss_state_ssm_len(&c->acc.dims) * ss_dtype_size(t);
 	c->fed[0] = c->fed[1] = 0;
+	c->shuf = 0;
+	c->fill = 0;
 	return 0;
 }
 
@@ -756,7 +761,43 @@ int ss_composer_add_begin(ss_composer *c, const ss_state *x, char *errmsg)
 		ss_errf(errmsg, 0, "composer: norm before needs whole arrays");
 		return fail(c, SS_ERR_INVALID);
 	}
-	return add_begin(c, x, x ? x->dtype : SS_DTYPE_F32, errmsg);
+	int rc = add_begin(c, x, x ? x->dtype : SS_DTYPE_F32, errmsg);
+	if (rc || x->shuffle <= 0 || ss_dtype_size(c->t) == 1)
+		return rc;
+	size_t bytes = (size_t)x->shuffle * ss_dtype_size(c->t); /* <= SS_SHUFFLE_MAX·4: the reader checks */
+	if (bytes > c->blk_cap) {
+		unsigned char *a = realloc(c->blk, bytes), *b = a ? realloc(c->unblk, bytes) : NULL;
+		if (a)
+			c->blk = a;
+		if (b)
+			c->unblk = b;
+		if (!a || !b) {
+			ss_errf(errmsg, 0, "out of memory");
+			return fail(c, SS_ERR_NOMEM);
+		}
+		c->blk_cap = bytes;
+	}
+	c->shuf = (size_t)x->shuffle;
+	return 0;
+}
+
+/* Bytes [fed, fed+len) of a shuffled array: gathered into whole shuffle
+ * blocks, each unshuffled and folded in once complete. */
+static void add_shuffled(ss_composer *c, int which, const unsigned char *p, size_t len)
+{
+	size_t es = ss_dtype_size(c->t), n = (size_t)(c->want[which] / es);
+	while (len) {
+		size_t start = (size_t)(c->fed[which] / es) - c->fill / es; /* the block's first element */
+		size_t m = n - start < c->shuf ? n - start : c->shuf;
+		size_t take = m * es - c->fill < len ? m * es - c->fill : len;
+		memcpy(c->blk + c->fill, p, take);
+		c->fill += take, c->fed[which] += take, p += take, len -= take;
+		if (c->fill == m * es) {
+			ss_unshuffle(c->unblk, c->blk, es, m, m);
+			add_range(c, which, input_arr(c, which, c->unblk, start), start, m, NULL);
+			c->fill = 0;
+		}
+	}
 }
 
 int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p, size_t len, char *errmsg)
@@ -771,6 +812,10 @@ int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p
 		ss_errf(errmsg, 0, "input %zu: field \"%s\" is not %llu bytes of %s", c->n, name[which],
 			(unsigned long long)c->want[which], ss_dtype_name(c->t));
 		return fail(c, SS_ERR_FORMAT);
+	}
+	if (c->shuf) {
+		add_shuffled(c, which, p, len);
+		return 0;
 	}
 	add_range(c, which, input_arr(c, which, p, (size_t)(off / es)), (size_t)(off / es), len / es, NULL);
 	c->fed[which] += len;
@@ -806,6 +851,13 @@ int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg)
 	ss_state meta;
 	const void *conv, *ssm;
 	int rc = ss_record_state_view(rec, &meta, &conv, &ssm, errmsg);
+	if (rc == SS_ERR_UNSUPPORTED) { /* byte-shuffled: through an f32 copy */
+		if ((rc = ss_record_state(rec, &meta, errmsg)))
+			return fail(c, rc);
+		rc = add_arrays(c, &meta, meta.ssm, meta.conv, SS_DTYPE_F32, errmsg);
+		ss_state_free(&meta);
+		return rc;
+	}
 	if (rc)
 		return fail(c, rc);
 	rc = add_arrays(c, &meta, ssm, conv, meta.dtype, errmsg);
@@ -980,6 +1032,8 @@ void ss_composer_free(ss_composer *c)
 	free(c->plan_decay);
 	free(c->scale[0]);
 	free(c->scale[1]);
+	free(c->blk);
+	free(c->unblk);
 	free(c);
 }
 

@@ -239,6 +239,30 @@ void ss_from_f32(void *dst, ss_dtype t, const float *src, size_t n)
 	}
 }
 
+void ss_shuffle(void *dst, const void *src, size_t es, size_t n, size_t block)
+{
+	unsigned char *y = dst;
+	const unsigned char *x = src;
+	for (size_t b0 = 0; b0 < n; b0 += block) {
+		size_t m = n - b0 < block ? n - b0 : block;
+		for (size_t i = 0; i < m; i++)
+			for (size_t j = 0; j < es; j++)
+				y[b0 * es + j * m + i] = x[(b0 + i) * es + j];
+	}
+}
+
+void ss_unshuffle(void *dst, const void *src, size_t es, size_t n, size_t block)
+{
+	unsigned char *y = dst;
+	const unsigned char *x = src;
+	for (size_t b0 = 0; b0 < n; b0 += block) {
+		size_t m = n - b0 < block ? n - b0 : block;
+		for (size_t i = 0; i < m; i++)
+			for (size_t j = 0; j < es; j++)
+				y[(b0 + i) * es + j] = x[b0 * es + j * m + i];
+	}
+}
+
 size_t ss_q8_n_scales(size_t n, size_t row, size_t block)
 {
 	return n / row * ((row + block - 1) / block);

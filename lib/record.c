@@ -73,6 +73,7 @@ typedef struct {
 		ss_dtype t;
 		const float *scale;
 		size_t row, block;
+		size_t shuffle; /* block of the byte shuffle, 0 = none */
 	} a[6];
 	int n;
 	uint64_t bytes;
@@ -92,33 +93,37 @@ static void pk_array(msgpack_packer *pk, buf_t *b, arrays_t *arr, const float *v
 	arr->a[arr->n].scale = scale;
 	arr->a[arr->n].row = row;
 	arr->a[arr->n].block = block;
+	arr->a[arr->n].shuffle = 0;
 	arr->n++;
 	arr->bytes += bytes;
 }
 
 /* Compresses one array's body: f32 as it lies in memory (little-endian
- * hosts only, as ss_from_f32), f16/bf16/q8 converted a chunk at a time. */
+ * hosts only, as ss_from_f32), f16/bf16/q8 converted a chunk at a time
+ * (a shuffle block at a time when shuffled). */
 static int put_array(ss_writer *w, const arrays_t *arr, int k)
 {
 	const float *v = arr->a[k].v;
-	size_t n = arr->a[k].n;
+	size_t n = arr->a[k].n, sh = arr->a[k].shuffle;
 	ss_dtype t = arr->a[k].t;
 	if (t == SS_DTYPE_F32)
 		return ss_writer_add(w, v, n * 4);
 	enum { CHUNK = 32768 };
-	uint16_t *tmp = malloc(CHUNK * sizeof *tmp);
-	if (!tmp)
-		return SS_ERR_NOMEM;
-	int rc = 0;
-	for (size_t i = 0; i < n && !rc; i += CHUNK) {
-		size_t m = n - i < CHUNK ? n - i : CHUNK;
+	size_t chunk = sh ? sh : CHUNK;
+	uint16_t *tmp = malloc(chunk * sizeof *tmp), *tsh = sh ? malloc(chunk * sizeof *tsh) : NULL;
+	int rc = !tmp || (sh && !tsh) ? SS_ERR_NOMEM : 0;
+	for (size_t i = 0; i < n && !rc; i += chunk) {
+		size_t m = n - i < chunk ? n - i : chunk;
 		if (t == SS_DTYPE_Q8)
 			ss_q8_from_f32((int8_t *)tmp, v + i, arr->a[k].scale, i, m, arr->a[k].row, arr->a[k].block);
 		else
 			ss_from_f32(tmp, t, v + i, m);
-		rc = ss_writer_add(w, tmp, m * ss_dtype_size(t));
+		if (sh)
+			ss_shuffle(tsh, tmp, ss_dtype_size(t), m, m);
+		rc = ss_writer_add(w, sh ? tsh : tmp, m * ss_dtype_size(t));
 	}
 	free(tmp);
+	free(tsh);
 	return rc;
 }
 
@@ -281,7 +286,8 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 				return SS_ERR_INVALID;
 			}
 	}
-	int n_keys = 16 + 2 * q8 + (s->mode != NULL) + 2 * (s->has_rank != 0);
+	int shuf = (s->dtype == SS_DTYPE_F16 || s->dtype == SS_DTYPE_BF16) && ss_writer_shuffles(w);
+	int n_keys = 16 + 2 * q8 + shuf + (s->mode != NULL) + 2 * (s->has_rank != 0);
 	pk_header(&pk, SS_FORMAT_STATES, n_keys, s->id);
 	pk_key(&pk, "fingerprint");
 	pk_str(&pk, s->fingerprint);
@@ -317,6 +323,10 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 	}
 	/* Small arrays first, conv and ssm last: ss_reader_next_meta relies on
 	 * it, and reads q8 scales with the metadata. */
+	if (shuf) {
+		pk_key(&pk, "shuffle");
+		msgpack_pack_uint32(&pk, SS_SHUFFLE_BLOCK);
+	}
 	if (q8) {
 		pk_key(&pk, "conv_scale");
 		pk_array(&pk, &b, &arr, sc[0], nsc[0], SS_DTYPE_F32, NULL, 0, 0);
@@ -329,6 +339,8 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 	pk_array(&pk, &b, &arr, s->conv, ss_state_conv_len(d), s->dtype, sc[0], qrow[0], qblk[0]);
 	pk_key(&pk, "ssm");
 	pk_array(&pk, &b, &arr, s->ssm, ss_state_ssm_len(d), s->dtype, sc[1], qrow[1], qblk[1]);
+	if (shuf)
+		arr.a[arr.n - 1].shuffle = arr.a[arr.n - 2].shuffle = SS_SHUFFLE_BLOCK;
 	/* The packed bytes with the arrays' bodies spliced in, streamed into
 	 * one frame: a state is never copied whole (19 MB for 130m in f32). */
 	int rc = b.oom ? SS_ERR_NOMEM : ss_writer_begin(w, b.len + arr.bytes, offset);
@@ -560,6 +572,12 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 	memcpy(s->logdecay, ld->via.bin.ptr, nld * 4);
 	if (s->dtype == SS_DTYPE_Q8 && (rc = q8_scales(m, s, errmsg)))
 		goto fail;
+	if (ss_map_get(m, "shuffle")) {
+		int64_t sh;
+		if ((rc = get_int(m, "shuffle", 1, SS_SHUFFLE_MAX, &sh, errmsg)))
+			goto fail;
+		s->shuffle = (int32_t)sh;
+	}
 	prov = ss_map_get(m, "provenance");
 	if (prov) {
 		const msgpack_object *mode, *src, *wts;
@@ -613,27 +631,40 @@ int ss_record_state_meta(const ss_record *rec, ss_state *out, char *errmsg)
 	return state_meta(rec, out, errmsg);
 }
 
-int ss_record_state_view(const ss_record *rec, ss_state *s, const void **conv, const void **ssm, char *errmsg)
+/* The record's conv and ssm bins, checked against the dims (s decoded). */
+static int raw_arrays(const ss_record *rec, const ss_state *s, const void **conv, const void **ssm, char *errmsg)
 {
-	int rc = state_meta(rec, s, errmsg);
-	if (rc)
-		return rc;
 	size_t es = ss_dtype_size(s->dtype);
 	const msgpack_object *cv, *sm;
+	int rc;
 	if ((rc = get_bin(rec->root, "conv", ss_state_conv_len(&s->dims) * es, &cv, errmsg)) ||
-	    (rc = get_bin(rec->root, "ssm", ss_state_ssm_len(&s->dims) * es, &sm, errmsg))) {
-		ss_state_free(s);
+	    (rc = get_bin(rec->root, "ssm", ss_state_ssm_len(&s->dims) * es, &sm, errmsg)))
 		return rc;
-	}
 	*conv = cv->via.bin.ptr;
 	*ssm = sm->via.bin.ptr;
 	return 0;
 }
 
+int ss_record_state_view(const ss_record *rec, ss_state *s, const void **conv, const void **ssm, char *errmsg)
+{
+	int rc = state_meta(rec, s, errmsg);
+	if (rc)
+		return rc;
+	if (s->shuffle && ss_dtype_size(s->dtype) > 1) {
+		ss_state_free(s);
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "conv and ssm are byte-shuffled: no view in place");
+	}
+	if ((rc = raw_arrays(rec, s, conv, ssm, errmsg)))
+		ss_state_free(s);
+	return rc;
+}
+
 int ss_record_state(const ss_record *rec, ss_state *s, char *errmsg)
 {
 	const void *conv, *ssm;
-	int rc = ss_record_state_view(rec, s, &conv, &ssm, errmsg);
+	int rc = state_meta(rec, s, errmsg);
+	if (!rc && (rc = raw_arrays(rec, s, &conv, &ssm, errmsg)))
+		ss_state_free(s);
 	if (rc)
 		return rc;
 	size_t nc = ss_state_conv_len(&s->dims), ns = ss_state_ssm_len(&s->dims);
@@ -642,6 +673,20 @@ int ss_record_state(const ss_record *rec, ss_state *s, char *errmsg)
 	if (!s->conv || !s->ssm) {
 		ss_state_free(s);
 		return SS_ERR_NOMEM;
+	}
+	if (s->shuffle && ss_dtype_size(s->dtype) > 1) { /* unshuffled into a scratch copy, then widened */
+		size_t es = ss_dtype_size(s->dtype);
+		unsigned char *tmp = malloc((nc > ns ? nc : ns) * es + 1);
+		if (!tmp) {
+			ss_state_free(s);
+			return SS_ERR_NOMEM;
+		}
+		ss_unshuffle(tmp, conv, es, nc, (size_t)s->shuffle);
+		ss_to_f32(s->conv, tmp, s->dtype, nc);
+		ss_unshuffle(tmp, ssm, es, ns, (size_t)s->shuffle);
+		ss_to_f32(s->ssm, tmp, s->dtype, ns);
+		free(tmp);
+		return 0;
 	}
 	if (s->dtype == SS_DTYPE_Q8) {
 		size_t row, block;

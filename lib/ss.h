@@ -100,6 +100,14 @@ void ss_to_f32(float *dst, const void *src, ss_dtype src_t, size_t n);
  * f32, f16 and bf16 only: q8 needs its scales (ss_q8_from_f32). */
 void ss_from_f32(void *dst, ss_dtype dst_t, const float *src, size_t n);
 
+/* Byte shuffle (blosc's filter): n elements of es bytes, cut into blocks of
+ * `block` elements (the last one shorter, m elements); within a block,
+ * byte j of element i goes to j·m + i. Bytes of like significance then lie
+ * together and zstd finds more to share. dst and src do not overlap. */
+void ss_shuffle(void *dst, const void *src, size_t es, size_t n, size_t block);
+/* The inverse of ss_shuffle() with the same es, n and block. */
+void ss_unshuffle(void *dst, const void *src, size_t es, size_t n, size_t block);
+
 /* q8: block quantization of an array of n elements seen as n/row rows of
  * `row` elements, each row cut into ceil(row/block) blocks of `block`
  * elements (the last one of a row shorter). Block b of row r has scale

@@ -151,7 +151,10 @@ int ss_composer_add_arrays(ss_composer *c, const ss_state *x, const void *ssm, c
 
 /* Decodes a state record (ss_reader_next()) and accumulates it without
  * materialising its arrays in f32: memory stays one accumulator plus the
- * reader's record buffer. Errors as ss_composer_add(), plus those of
+ * reader's record buffer; except a byte-shuffled record (f16/bf16 as
+ * writers make them, formats/states.md "shuffle"), decoded to f32 first
+ * (ss_compose_files adds those in pieces instead, unshuffling a block at a
+ * time). Errors as ss_composer_add(), plus those of
  * ss_record_state_meta() and SS_ERR_FORMAT for missing or mis-sized
  * "conv"/"ssm" bins. */
 int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg);

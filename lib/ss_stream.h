@@ -38,6 +38,15 @@ extern "C" {
  * {"rank", "score"} that applies to the record after it (formats/states.md).
  * Lets ss-retrieve annotate stored frames without recompressing them. */
 #define SS_ANNOT_MAGIC 0x184D2A53u
+/* Elements per block of the byte shuffle of a state's f16/bf16 arrays
+ * (ss_shuffle; formats/states.md "shuffle"): 512 KiB of f16, so that each
+ * byte plane (256 KiB) fills whole 128 KiB zstd blocks, whose entropy
+ * tables are where the gain comes from: with 32 or 128 KiB shuffle blocks
+ * f16 states gained nothing (bench/compose, random mamba2-130m on WikiText
+ * chunks). Readers take the block from the record. */
+#define SS_SHUFFLE_BLOCK 262144
+/* Readers refuse a larger block (a composer buffers one). */
+#define SS_SHUFFLE_MAX 1048576
 
 /* ---------------------------------------------------------------- reading */
 
@@ -152,6 +161,12 @@ int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *o
  * Readers that do not know it skip it (a zstd skippable frame). */
 int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score);
 
+/* Whether ss_writer_put_state byte-shuffles f16/bf16 conv and ssm in blocks
+ * of SS_SHUFFLE_BLOCK elements before zstd (formats/states.md "shuffle"):
+ * on (1) by default, as it makes such records 7-11% smaller (bench/compose);
+ * 0 writes them as before. f32 and q8 are never shuffled. */
+void ss_writer_set_shuffle(ss_writer *w, int on);
+
 /* Flushes, fsyncs and renames into place. Returns 0, or SS_ERR_IO when any
  * write failed (the temporary file is then removed). Frees w either way. */
 int ss_writer_close(ss_writer *w, char *errmsg);
@@ -202,6 +217,10 @@ typedef struct {
 	 * ignore them: ss_writer_put_state computes its own from conv/ssm. */
 	float *conv_scale;   /* [ss_state_q8_n_scales(d, 0)] */
 	float *ssm_scale;    /* [ss_state_q8_n_scales(d, 1)] */
+	/* Block (elements) of the byte shuffle of conv and ssm in the record
+	 * read (formats/states.md "shuffle"), 0 when not shuffled. Set by the
+	 * record decoders; writers ignore it (ss_writer_set_shuffle). */
+	int32_t shuffle;
 	/* Provenance of a composed state (mode == NULL for an encoded one). */
 	char *mode;          /* "caso" | "picaso-r" | ... */
 	char **sources;      /* [n_sources] source ids */
@@ -243,7 +262,9 @@ int ss_record_state(const ss_record *rec, ss_state *out, char *errmsg);
 /* Decodes everything but conv and ssm (left NULL). */
 int ss_record_state_meta(const ss_record *rec, ss_state *out, char *errmsg);
 /* Decodes the metadata into *out (conv and ssm left NULL) and points
- * *conv / *ssm at the record's raw arrays: s->dtype elements (for q8, int8
+ * *conv / *ssm at the record's raw arrays (SS_ERR_UNSUPPORTED for a record
+ * whose multi-byte arrays are byte-shuffled, out->shuffle > 0: use
+ * ss_record_state): s->dtype elements (for q8, int8
  * codes to scale with s->conv_scale / s->ssm_scale), little-endian,
  * possibly unaligned, [n_layer][conv_dim][d_conv-1] and
  * [n_layer][nheads][headdim][d_state]; borrowed from the record (valid until

@@ -937,7 +937,18 @@ struct ss_writer {
 	uint64_t off;
 	int failed;
 	int saved_errno;
+	int no_shuffle;
 };
+
+void ss_writer_set_shuffle(ss_writer *w, int on)
+{
+	w->no_shuffle = !on;
+}
+
+int ss_writer_shuffles(const ss_writer *w)
+{
+	return !w->no_shuffle;
+}
 
 int ss_writer_open(ss_writer **out, const char *path, int level, char *errmsg)
 {

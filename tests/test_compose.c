@@ -1045,7 +1045,8 @@ static void test_golden_t1(void **unused)
 /* ss_compose_files() adds a file's records in pieces as they are
  * decompressed (lib/compose_internal.h); the result must be the bits of
  * adding each record whole (ss_compose_records reading whole records), for
- * every mode, dtype and conv rule, with heads cut across pieces. */
+ * every mode, dtype and conv rule, with heads cut across pieces; f16 and
+ * bf16 byte-shuffled (the default: blocks gathered across pieces) and not. */
 typedef struct {
 	const char *path;
 	ss_reader *r;
@@ -1066,7 +1067,9 @@ static int read_whole(void *arg, size_t i, int meta_only, const ss_record **rec,
 static void test_files_pieces_equal_whole(void **unused)
 {
 	(void)unused;
-	const ss_state_dims d = {"mamba2", 2, 6, 64, 80, 99, 4}; /* ssm 240 KiB in f32 */
+	/* ssm 1.3 MB in f32: f16/bf16 in 5 pieces, 2 shuffle blocks (the last short) gathered
+	 * across them */
+	const ss_state_dims d = {"mamba2", 2, 16, 64, 160, 99, 4};
 	static const ss_dtype dts[4] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16, SS_DTYPE_Q8};
 	char err[SS_ERRMSG_MAX];
 	ss_state in[3];
@@ -1075,11 +1078,12 @@ static void test_files_pieces_equal_whole(void **unused)
 	char dir[4096], path[4200];
 	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "pieces"), 0);
 	snprintf(path, sizeof path, "%s/pieces.ss", dir);
-	for (int t = 0; t < 4; t++) {
+	for (int t = 0; t < 6; t++) {
 		ss_writer *w;
 		assert_int_equal(ss_writer_open(&w, path, 1, err), 0);
+		ss_writer_set_shuffle(w, t < 4);
 		for (int k = 0; k < 3; k++) {
-			in[k].dtype = dts[t];
+			in[k].dtype = dts[t < 4 ? t : t - 3];
 			assert_int_equal(ss_writer_put_state(w, &in[k], NULL), 0);
 		}
 		assert_int_equal(ss_writer_close(w, err), 0);

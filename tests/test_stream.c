@@ -178,6 +178,7 @@ static void test_next_pieces(void **ctx)
 	ss_writer *w;
 	ss_state s;
 	assert_int_equal(ss_writer_open(&w, p, 1, err), 0);
+	ss_writer_set_shuffle(w, 0); /* the pieces are compared with the view's bytes */
 	assert_int_equal(ss_state_alloc(&s, &d), 0);
 	strcpy(s.fingerprint, "fp");
 	s.id = "x";
@@ -830,6 +831,97 @@ static void test_q8_roundtrip(void **ctx)
 	ss_state_free(&s);
 }
 
+/* Byte shuffle: the layout of formats/states.md written out by hand (es 2,
+ * 5 elements, blocks of 3: the last block short), and its inverse. */
+static void test_shuffle_layout(void **ctx)
+{
+	(void)ctx;
+	const unsigned char x[10] = { 0x10, 0x11, 0x20, 0x21, 0x30, 0x31, 0x40, 0x41, 0x50, 0x51 };
+	const unsigned char want[10] = { 0x10, 0x20, 0x30, 0x11, 0x21, 0x31, 0x40, 0x50, 0x41, 0x51 };
+	unsigned char y[10], back[10];
+	ss_shuffle(y, x, 2, 5, 3);
+	assert_memory_equal(y, want, 10);
+	ss_unshuffle(back, y, 2, 5, 3);
+	assert_memory_equal(back, x, 10);
+}
+
+/* f16/bf16 records are byte-shuffled by default ("shuffle" recorded in the
+ * record), read back to the very values of the same state written
+ * unshuffled (old layout, still read), refuse a view in place, and a bad
+ * "shuffle" value is refused naming the field. */
+static void test_shuffle_records(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	const ss_state_dims d = { "mamba2", 2, 3, 64, 130, 70, 4 }; /* ssm 49920: one short block */
+	for (int dt = SS_DTYPE_F16; dt <= SS_DTYPE_BF16; dt++) {
+		ss_state s;
+		assert_int_equal(ss_state_alloc(&s, &d), 0);
+		s.id = strdup("sh");
+		strcpy(s.fingerprint, "ff");
+		s.dtype = (ss_dtype)dt;
+		for (size_t i = 0; i < ss_state_ssm_len(&d); i++)
+			s.ssm[i] = sinf(0.01f * (float)i) * (1 + (float)(i % 7));
+		for (size_t i = 0; i < ss_state_conv_len(&d); i++)
+			s.conv[i] = cosf(0.3f * (float)i);
+		const char *p = tpath("sh.states");
+		ss_writer *w;
+		assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+		assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+		ss_writer_set_shuffle(w, 0);
+		assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+		assert_int_equal(ss_writer_close(w, err), 0);
+		ss_reader *r;
+		const ss_record *rec;
+		ss_state a, b;
+		const void *cv, *sm;
+		assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		assert_int_equal(ss_record_state(rec, &a, err), 0);
+		assert_int_equal(a.shuffle, SS_SHUFFLE_BLOCK);
+		assert_int_equal(ss_record_state_view(rec, &b, &cv, &sm, err), SS_ERR_UNSUPPORTED);
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		assert_int_equal(ss_record_state(rec, &b, err), 0);
+		assert_int_equal(b.shuffle, 0);
+		assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&d) * 4);
+		assert_memory_equal(a.conv, b.conv, ss_state_conv_len(&d) * 4);
+		ss_state_free(&a);
+		assert_int_equal(ss_record_state_view(rec, &a, &cv, &sm, err), 0);
+		ss_state_free(&a);
+		ss_state_free(&b);
+		ss_reader_close(r);
+		ss_state_free(&s);
+	}
+	/* "shuffle" out of range */
+	static const int64_t bad[2] = { 0, SS_SHUFFLE_MAX + 1 };
+	for (int c = 0; c < 2; c++) {
+		msgpack_sbuffer sb;
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer pk;
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		const int64_t dims[7] = { 1, 1, 1, 2, 1, 4, 3 };
+		dtype_head = "f16";
+		pack_state_head(&pk, 17, dims);
+		dtype_head = "f32";
+		unsigned char zero[8] = { 0 };
+		msgpack_pack_str_with_body(&pk, "shuffle", 7);
+		msgpack_pack_int64(&pk, bad[c]);
+		msgpack_pack_str_with_body(&pk, "logdecay", 8);
+		msgpack_pack_bin_with_body(&pk, zero, 4);
+		msgpack_pack_str_with_body(&pk, "conv", 4);
+		msgpack_pack_bin_with_body(&pk, zero, 6);
+		msgpack_pack_str_with_body(&pk, "ssm", 3);
+		msgpack_pack_bin_with_body(&pk, zero, 4);
+		const ss_record *rec;
+		ss_reader *r = one_record("badsh.states", &sb, &rec);
+		msgpack_sbuffer_destroy(&sb);
+		ss_state s;
+		assert_int_equal(ss_record_state(rec, &s, err), SS_ERR_FORMAT);
+		assert_non_null(strstr(err, "field \"shuffle\""));
+		ss_reader_close(r);
+	}
+}
+
 /* A q8 record with a scale count that does not fit its dims, a bad scale
  * or a short code payload is refused with the field named, by the record
  * decoders and by composition (which reads codes in pieces). */
@@ -1287,6 +1379,8 @@ int main(void)
 		cmocka_unit_test(test_bad_state_fields),
 		cmocka_unit_test(test_q8_roundtrip),
 		cmocka_unit_test(test_q8_corrupt),
+		cmocka_unit_test(test_shuffle_layout),
+		cmocka_unit_test(test_shuffle_records),
 		cmocka_unit_test(test_writer_abort_leaves_nothing),
 		cmocka_unit_test(test_skippable_frame_truncated),
 		cmocka_unit_test(test_declared_size_not_trusted),
