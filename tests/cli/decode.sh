@@ -71,6 +71,7 @@ ss-decode --help | grep -q "^usage: ss-decode" || fail "--help"
 # --weights-dtype: a bad dtype is a usage error; states made with bf16
 # matrices carry the checkpoint's fingerprint, so an f32 run takes them.
 expect 2 "weights-dtype" ss-decode --model "$T1" --no-state --prompt-tokens 1 --weights-dtype f8
+expect 2 "weights-dtype" ss-decode --model "$T1" --no-state --prompt-tokens 1 --weights-dtype q8 # a state dtype
 head -c 29 "$G/t1/c3/text.txt" | ss-tokenize -q --whole - |
 	ss-encode --model "$T1" --weights-dtype bf16 >"$d/a16.st"
 ss-decode --model "$T1" --state "$d/a16.st" --weights-dtype f32 --ids --max-tokens 2 \
