@@ -1263,15 +1263,23 @@ static void write_golden(const char *top, int32_t *toks, float *conv, float *ssm
 	ss_tokens t = { "wikitext-2-raw.test:2[0:29]", toks, 7, text, strlen(text), NULL };
 	assert_int_equal(ss_writer_put_tokens(w, &t, NULL), 0);
 	assert_int_equal(ss_writer_close(w, err), 0);
+	/* t1-c2.states: the first layout (unshuffled), kept as the old-stream
+	 * guard; t1-c2-v2.states: q8, then f16 and bf16 byte-shuffled. */
 	snprintf(p, sizeof p, "%s/formats/golden/t1-c2.states", top);
 	assert_int_equal(ss_writer_open(&w, p, 19, err), 0);
-	for (int dt = 0; dt < 3; dt++) {
+	ss_writer_set_shuffle(w, 0);
+	for (int dt = 0; dt < 6; dt++) {
+		if (dt == 3) {
+			assert_int_equal(ss_writer_close(w, err), 0);
+			snprintf(p, sizeof p, "%s/formats/golden/t1-c2-v2.states", top);
+			assert_int_equal(ss_writer_open(&w, p, 19, err), 0);
+		}
 		ss_state s = { 0 };
 		s.id = "wikitext-2-raw.test:2[0:29]";
 		snprintf(s.fingerprint, sizeof s.fingerprint, "golden-t1");
 		s.dims = (ss_state_dims){ "mamba2", 2, 8, 16, 16, 160, 4 };
 		s.n_tokens = 7;
-		s.dtype = (ss_dtype)dt;
+		s.dtype = dt == 3 ? SS_DTYPE_Q8 : (ss_dtype)(dt % 3);
 		s.ssm = ssm;
 		s.conv = conv;
 		s.logdecay = ld;
@@ -1343,6 +1351,38 @@ static void test_golden_streams(void **ctx)
 		}
 		if (dt == SS_DTYPE_F32)
 			assert_memory_equal(s.conv, conv, sizeof conv);
+		ss_state_free(&s);
+	}
+	assert_int_equal(ss_reader_next(r, &rec), 0);
+	ss_reader_close(r);
+
+	/* The q8 and shuffled layouts: q8 within half a scale of the golden
+	 * state (and exactly its quantization now), f16/bf16 exact roundings. */
+	snprintf(p, sizeof p, "%s/formats/golden/t1-c2-v2.states", top);
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	static const ss_dtype v2[3] = { SS_DTYPE_Q8, SS_DTYPE_F16, SS_DTYPE_BF16 };
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		ss_state s;
+		assert_int_equal(ss_record_state(rec, &s, err), 0);
+		assert_int_equal(s.dtype, v2[k]);
+		assert_int_equal(s.shuffle, k ? SS_SHUFFLE_BLOCK : 0);
+		float sc[2 * 8 * 16], deq[4096];
+		int8_t q[4096];
+		if (k == 0) {
+			ss_q8_scales(sc, ssm, 4096, 16, 16);
+			assert_memory_equal(s.ssm_scale, sc, sizeof sc);
+			ss_q8_from_f32(q, ssm, sc, 0, 4096, 16, 16);
+			ss_q8_to_f32(deq, q, sc, 0, 4096, 16, 16);
+			assert_memory_equal(s.ssm, deq, sizeof deq);
+		}
+		for (int i = 0; i < 4096; i++) {
+			float want = k == 1 ? ss_f16_to_f32(ss_f32_to_f16(ssm[i])) : ss_bf16_to_f32(ss_f32_to_bf16(ssm[i]));
+			if (k == 0)
+				assert_true(fabsf(s.ssm[i] - ssm[i]) <= s.ssm_scale[i / 16] / 2 * (1 + 1e-6f));
+			else
+				assert_true(s.ssm[i] == want);
+		}
 		ss_state_free(&s);
 	}
 	assert_int_equal(ss_reader_next(r, &rec), 0);
