@@ -239,15 +239,38 @@ void ss_from_f32(void *dst, ss_dtype t, const float *src, size_t n)
 	}
 }
 
+/* One block of m 2-byte elements split into its two planes (vectorises). */
+static void shuffle2(unsigned char *restrict y, const unsigned char *restrict x, size_t m)
+{
+	for (size_t i = 0; i < m; i++) {
+		y[i] = x[2 * i];
+		y[m + i] = x[2 * i + 1];
+	}
+}
+
 void ss_shuffle(void *dst, const void *src, size_t es, size_t n, size_t block)
 {
 	unsigned char *y = dst;
 	const unsigned char *x = src;
 	for (size_t b0 = 0; b0 < n; b0 += block) {
 		size_t m = n - b0 < block ? n - b0 : block;
+		if (es == 2) {
+			shuffle2(y + b0 * 2, x + b0 * 2, m);
+			continue;
+		}
 		for (size_t i = 0; i < m; i++)
 			for (size_t j = 0; j < es; j++)
 				y[b0 * es + j * m + i] = x[(b0 + i) * es + j];
+	}
+}
+
+/* One block of m 2-byte elements: the two planes interleaved (a loop the
+ * compiler vectorises, unlike the general one). */
+static void unshuffle2(unsigned char *restrict y, const unsigned char *restrict x, size_t m)
+{
+	for (size_t i = 0; i < m; i++) {
+		y[2 * i] = x[i];
+		y[2 * i + 1] = x[m + i];
 	}
 }
 
@@ -257,6 +280,10 @@ void ss_unshuffle(void *dst, const void *src, size_t es, size_t n, size_t block)
 	const unsigned char *x = src;
 	for (size_t b0 = 0; b0 < n; b0 += block) {
 		size_t m = n - b0 < block ? n - b0 : block;
+		if (es == 2) {
+			unshuffle2(y + b0 * 2, x + b0 * 2, m);
+			continue;
+		}
 		for (size_t i = 0; i < m; i++)
 			for (size_t j = 0; j < es; j++)
 				y[(b0 + i) * es + j] = x[b0 * es + j * m + i];
