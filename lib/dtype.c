@@ -239,55 +239,48 @@ void ss_from_f32(void *dst, ss_dtype t, const float *src, size_t n)
 	}
 }
 
-/* One block of m 2-byte elements split into its two planes (vectorises). */
-static void shuffle2(unsigned char *restrict y, const unsigned char *restrict x, size_t m)
+/* One block of m 2-byte elements split into its two planes, or (inverse)
+ * the planes interleaved back: loops the compiler vectorises. */
+static void planes2(unsigned char *restrict y, const unsigned char *restrict x, size_t m, int inverse)
 {
-	for (size_t i = 0; i < m; i++) {
-		y[i] = x[2 * i];
-		y[m + i] = x[2 * i + 1];
+	if (inverse)
+		for (size_t i = 0; i < m; i++) {
+			y[2 * i] = x[i];
+			y[2 * i + 1] = x[m + i];
+		}
+	else
+		for (size_t i = 0; i < m; i++) {
+			y[i] = x[2 * i];
+			y[m + i] = x[2 * i + 1];
+		}
+}
+
+/* ss_shuffle (inverse 0) and ss_unshuffle (inverse 1). */
+static void shuffle_blocks(unsigned char *y, const unsigned char *x, size_t es, size_t n, size_t block,
+			   int inverse)
+{
+	for (size_t b0 = 0; b0 < n; b0 += block) {
+		size_t m = n - b0 < block ? n - b0 : block;
+		if (es == 2) {
+			planes2(y + b0 * 2, x + b0 * 2, m, inverse);
+			continue;
+		}
+		for (size_t i = 0; i < m; i++)
+			for (size_t j = 0; j < es; j++) {
+				size_t elem = (b0 + i) * es + j, plane = b0 * es + j * m + i;
+				y[inverse ? elem : plane] = x[inverse ? plane : elem];
+			}
 	}
 }
 
 void ss_shuffle(void *dst, const void *src, size_t es, size_t n, size_t block)
 {
-	unsigned char *y = dst;
-	const unsigned char *x = src;
-	for (size_t b0 = 0; b0 < n; b0 += block) {
-		size_t m = n - b0 < block ? n - b0 : block;
-		if (es == 2) {
-			shuffle2(y + b0 * 2, x + b0 * 2, m);
-			continue;
-		}
-		for (size_t i = 0; i < m; i++)
-			for (size_t j = 0; j < es; j++)
-				y[b0 * es + j * m + i] = x[(b0 + i) * es + j];
-	}
-}
-
-/* One block of m 2-byte elements: the two planes interleaved (a loop the
- * compiler vectorises, unlike the general one). */
-static void unshuffle2(unsigned char *restrict y, const unsigned char *restrict x, size_t m)
-{
-	for (size_t i = 0; i < m; i++) {
-		y[2 * i] = x[i];
-		y[2 * i + 1] = x[m + i];
-	}
+	shuffle_blocks(dst, src, es, n, block, 0);
 }
 
 void ss_unshuffle(void *dst, const void *src, size_t es, size_t n, size_t block)
 {
-	unsigned char *y = dst;
-	const unsigned char *x = src;
-	for (size_t b0 = 0; b0 < n; b0 += block) {
-		size_t m = n - b0 < block ? n - b0 : block;
-		if (es == 2) {
-			unshuffle2(y + b0 * 2, x + b0 * 2, m);
-			continue;
-		}
-		for (size_t i = 0; i < m; i++)
-			for (size_t j = 0; j < es; j++)
-				y[(b0 + i) * es + j] = x[b0 * es + j * m + i];
-	}
+	shuffle_blocks(dst, src, es, n, block, 1);
 }
 
 size_t ss_q8_n_scales(size_t n, size_t row, size_t block)

@@ -843,6 +843,14 @@ static void test_shuffle_layout(void **ctx)
 	assert_memory_equal(y, want, 10);
 	ss_unshuffle(back, y, 2, 5, 3);
 	assert_memory_equal(back, x, 10);
+	/* es 4 (the general loop): 3 elements a, b, c in blocks of 2 */
+	const unsigned char x4[12] = { 0xa0, 0xa1, 0xa2, 0xa3, 0xb0, 0xb1, 0xb2, 0xb3, 0xc0, 0xc1, 0xc2, 0xc3 };
+	const unsigned char w4[12] = { 0xa0, 0xb0, 0xa1, 0xb1, 0xa2, 0xb2, 0xa3, 0xb3, 0xc0, 0xc1, 0xc2, 0xc3 };
+	unsigned char y4[12], b4[12];
+	ss_shuffle(y4, x4, 4, 3, 2);
+	assert_memory_equal(y4, w4, 12);
+	ss_unshuffle(b4, y4, 4, 3, 2);
+	assert_memory_equal(b4, x4, 12);
 }
 
 /* f16/bf16 records are byte-shuffled by default ("shuffle" recorded in the
