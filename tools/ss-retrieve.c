@@ -74,20 +74,21 @@ static void help(void)
 	      "                   add/build: keep at most BYTES (k/M/G) of stored states:\n"
 	      "                   by --hits counts, then the longest documents (the\n"
 	      "                   costliest to recompute), then by id; each state kept\n"
-	      "                   while it fits, the rest dropped (0: every state)\n"
+	      "                   while it fits, the rest dropped (0: none kept)\n"
 	      "  --hits FILE      a query log for --state-budget: one document id per\n"
 	      "                   line, once per retrieval (e.g. cut -f 3 of batch --ids)\n"
 	      "  -q, -v           quieter, more verbose (progress, summary)\n"
 	      "  -h, --help       this help\n"
 	      "  -V, --version    version\n"
-	      "query, to recompute the states of stateless documents (loaded once, at the\n"
-	      "first such hit; without --model such a hit is an error):\n",
+	      "query, to recompute the states of stateless documents (the model is loaded\n"
+	      "once, at the first such hit):\n",
 	      stdout);
-	cli_model_help(19);
-	fputs("  --deterministic  the same state bytes as ss-encode --deterministic (CPU)\n"
-	      "A recomputed state is the record ss-encode --model DIR would write for the\n"
-	      "document's tokens (in the dtype the dropped state had); --tokenizer is not\n"
-	      "used (the tokens are stored).\n",
+	cli_model_help(21);
+	fputs("  --deterministic    the same state bytes as ss-encode --deterministic (CPU)\n"
+	      "Here --model has no default: without it a stateless hit is an error; and\n"
+	      "--tokenizer is refused (the tokens are stored). A recomputed state is the\n"
+	      "record ss-encode --model DIR wrote for the document's tokens, in the dtype\n"
+	      "of the state the budget dropped.\n",
 	      stdout);
 	exit(0);
 }
