@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 void ss_mkmodel_defaults(ss_mkmodel_opts *o)
 {
@@ -446,4 +447,32 @@ int ss_mkmodel_write(const char *dir, const ss_mkmodel_opts *o, char *errmsg)
 	free(w.buf);
 	free((void *)w.t);
 	return rc;
+}
+
+ss_model *ss_mkmodel_load_temp(const ss_mkmodel_opts *o, const ss_model_opts *lo,
+                               const char *name, char dir[4096], char *errmsg)
+{
+	const char *tmp = getenv("TMPDIR");
+	ss_model *m = NULL;
+	int err;
+
+	snprintf(dir, 4096, "%s/ss-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+	if (!mkdtemp(dir)) {
+		errf(errmsg, SS_ERR_IO, "%.400s: cannot create", dir);
+		return NULL;
+	}
+	err = ss_mkmodel_write(dir, o, errmsg);
+	if (!err)
+		err = ss_model_load_opts(&m, dir, lo, errmsg);
+	return err ? NULL : m;
+}
+
+void ss_mkmodel_remove(const char *dir)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	unlink(path);
+	rmdir(dir);
 }

@@ -760,12 +760,44 @@ int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg)
 	return rc;
 }
 
-/* "mode(id0,id1,...)" */
+/* The longest composed id written whole, and the longest piece of a first or
+ * last source id in a bounded one (bytes). */
+#define ID_WHOLE_MAX 160
+#define ID_PIECE_MAX 48
+
+/* Appends id to p, cut to at most ID_PIECE_MAX bytes at a UTF-8 character
+ * boundary, with "…" when cut. Returns the end. */
+static char *put_piece(char *p, const char *id)
+{
+	size_t n = strlen(id);
+	if (n <= ID_PIECE_MAX)
+		return p + sprintf(p, "%s", id);
+	n = ID_PIECE_MAX;
+	while (n > 0 && ((unsigned char)id[n] & 0xC0) == 0x80)
+		n--;
+	memcpy(p, id, n);
+	return p + n + sprintf(p + n, "\u2026");
+}
+
+/* "mode(id0,id1,...)" while that is at most ID_WHOLE_MAX bytes, else
+ * "mode(N states: FIRST … LAST)" with FIRST and LAST cut to ID_PIECE_MAX
+ * bytes: an id a line can show; the full list is the provenance's sources. */
 static char *make_id(const char *mode, char *const *ids, size_t n)
 {
 	size_t len = strlen(mode) + 3;
 	for (size_t k = 0; k < n; k++)
 		len += strlen(ids[k]) + 1;
+	if (len - 1 > ID_WHOLE_MAX && n >= 2) {
+		char *s = malloc(strlen(mode) + 2 * ID_PIECE_MAX + 64), *p = s;
+		if (!s)
+			return NULL;
+		p += sprintf(p, "%s(%zu states: ", mode, n);
+		p = put_piece(p, ids[0]);
+		p += sprintf(p, " \u2026 ");
+		p = put_piece(p, ids[n - 1]);
+		strcpy(p, ")");
+		return s;
+	}
 	char *s = malloc(len), *p = s;
 	if (!s)
 		return NULL;

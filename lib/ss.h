@@ -11,13 +11,14 @@
  *   ss_stream.h    zstd+msgpack record streams, token and state records
  *   ss_tokenizer.h byte-level BPE from a HF tokenizer.json
  *   ss_model.h     Mamba-2 checkpoints
- *   ss_ops.h       the forward pass's ops (CPU reference; CUDA twins in kernels/)
+ *   ss_ops.h       the forward pass's ops and their backwards (CPU reference; CUDA twins in kernels/)
  *   ss_forward.h   the forward pass (prefill, decode) on the CPU or a GPU
  *   ss_device.h    device selection and the CUDA plugin (libss_cuda.so)
  *   ss_sample.h    logits → tokens, NLL
  *   ss_compose.h   state composition (CASO, PICASO-S/R, soup)
  *   ss_index.h     BM25 index of documents → state offsets
  *   ss_eval.h      the PICASO paper's evaluation methods (contexts, NLL)
+ *   ss_train.h     a training step: f32 parameters, forward + backward, AdamW
  *
  * Public headers: this one and the module headers above, the interface the
  * tools, bench/ and tests/ build on. They are not installed: `make install`
@@ -109,5 +110,6 @@ void ss_from_f32(void *dst, ss_dtype dst_t, const float *src, size_t n);
 #include "ss_compose.h"
 #include "ss_index.h"
 #include "ss_eval.h"
+#include "ss_train.h"
 
 #endif /* SS_H */

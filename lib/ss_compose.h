@@ -28,8 +28,11 @@
  *             value ≤ 0 (sum's distributive decay log Σ d_i could exceed 0);
  *   n_tokens  Σ of the inputs'; fingerprint and dims: the inputs' (which must
  *             all agree); dtype SS_DTYPE_F32 (the caller picks the storage);
- *   id        "<mode>(<id0>,<id1>,...)"; provenance: mode, source ids and the
- *             weights [n_layer][nheads][n] (NULL for max).
+ *   id        "<mode>(<id0>,<id1>,...)" up to 160 bytes; longer (n >= 2):
+ *             "<mode>(<n> states: <id0> … <id{n-1}>)", each of the two cut
+ *             to 48 bytes (UTF-8 whole, "…" when cut); provenance: mode, the
+ *             full list of source ids and the weights [n_layer][nheads][n]
+ *             (NULL for max).
  *
  * With one input and no normalisation every mode returns it bit for bit
  * (ssm, conv, logdecay): the first input initialises the accumulator as

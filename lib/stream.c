@@ -323,6 +323,17 @@ static void take_annotation(ss_reader *r, ss_record *rec)
 	r->annot = 0;
 }
 
+/* Whether the n bytes at p could begin a text file (UTF-8 or ASCII: no
+ * control bytes but tab, line ends and form feed): what a user gives a tool
+ * in place of a stream most often. */
+static int looks_text(const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((p[i] < 0x20 && !strchr("\t\n\r\f", p[i])) || p[i] == 0x7f)
+			return 0;
+	return n > 0;
+}
+
 /* Parses the frame header at r->pos. Returns 1 with *hsz, *content,
  * *checksum set; 0 at clean end of input; 2 for a skippable frame (r->pos
  * advanced past it); negative on error. */
@@ -359,7 +370,8 @@ static int frame_header(ss_reader *r, size_t *hsz, uint64_t *content, int *check
 		return 2;
 	}
 	if (magic != ZSTD_MAGIC)
-		return rerr(r, SS_ERR_FORMAT, r->pos, "not an ss stream (no zstd frame here)");
+		return rerr(r, SS_ERR_FORMAT, r->pos, "not an ss stream (no zstd frame here%s)",
+			    r->pos == 0 && looks_text(p, (size_t)got) ? "; it looks like text" : "");
 	ZSTD_frameHeader zfh;
 	size_t rc = ZSTD_getFrameHeader(&zfh, p, (size_t)got);
 	if (ZSTD_isError(rc))

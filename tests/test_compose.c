@@ -386,6 +386,42 @@ static void test_weights_large_n(void **unused)
 		}
 }
 
+/* The composed id: whole while short; bounded (first … last, each cut at a
+ * UTF-8 boundary) when the whole list would be long, which stays in sources. */
+static void test_composed_id(void **unused)
+{
+	(void)unused;
+	ss_state in[10], out;
+	char id[64];
+	for (size_t k = 0; k < 3; k++) {
+		snprintf(id, sizeof id, "d%zu", k);
+		make_state(&in[k], &small_dims, D_RANDOM, id);
+	}
+	compose_ok(SS_COMPOSE_PICASO_R, in, 3, &out);
+	assert_string_equal(out.id, "picaso-r(d0,d1,d2)");
+	ss_state_free(&out);
+	for (size_t k = 0; k < 3; k++)
+		ss_state_free(&in[k]);
+	/* 10 ids of 60 bytes: the first ends in a 2-byte character straddling byte 48. */
+	for (size_t k = 0; k < 10; k++) {
+		memset(id, 'a' + (int)k, 60);
+		id[60] = 0;
+		if (k == 0)
+			memcpy(id + 47, "\xc3\xa9", 2); /* é at bytes 47..48 */
+		make_state(&in[k], &small_dims, D_RANDOM, id);
+	}
+	compose_ok(SS_COMPOSE_SOUP, in, 10, &out);
+	char want[256];
+	snprintf(want, sizeof want, "soup(10 states: %.47s\u2026 \u2026 %.48s\u2026)", in[0].id, in[9].id);
+	assert_string_equal(out.id, want);
+	assert_int_equal(out.n_sources, 10);
+	for (size_t k = 0; k < 10; k++)
+		assert_string_equal(out.sources[k], in[k].id);
+	ss_state_free(&out);
+	for (size_t k = 0; k < 10; k++)
+		ss_state_free(&in[k]);
+}
+
 static void test_soup_sum_max(void **unused)
 {
 	(void)unused;
@@ -1075,6 +1111,7 @@ int main(void)
 		cmocka_unit_test(test_weights_oracle),
 		cmocka_unit_test(test_weights_large_n),
 		cmocka_unit_test(test_oracle_all_modes),
+		cmocka_unit_test(test_composed_id),
 		cmocka_unit_test(test_soup_sum_max),
 		cmocka_unit_test(test_invariances),
 		cmocka_unit_test(test_identity),

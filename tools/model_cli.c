@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli.h"
 
 ss_model *mcli_load_model(const char *dir, unsigned flags, const char *wtype, const char *usage)
@@ -238,4 +240,72 @@ ss_forward_ctx *mcli_forward_ctx(const ss_model *m, const char *model_dir, ss_de
 	if (ss_forward_ctx_init_dev(&ctx, m, dev, threads, 0, err))
 		cli_die("%s: %s", model_dir, err);
 	return ctx;
+}
+
+void mcli_jsonl_open(mcli_jsonl *r, const char *path)
+{
+	memset(r, 0, sizeof *r);
+	r->path = path;
+	r->f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	if (!r->f)
+		cli_die("%s: %s", path, strerror(errno));
+}
+
+void *mcli_grow(void *p, size_t n, size_t *cap, size_t elem)
+{
+	if (n < *cap)
+		return p;
+	size_t c = *cap ? 2 * *cap : 16;
+	void *t = realloc(p, c * elem);
+	if (!t)
+		cli_die("out of memory");
+	*cap = c;
+	return t;
+}
+
+cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected)
+{
+	long len;
+	while ((len = cli_getline(&r->line, &r->cap, r->f, 1 << 24)) != -1) {
+		r->lineno++;
+		snprintf(r->where, sizeof r->where, "%s: line %ld", r->path, r->lineno);
+		if (len == -2)
+			cli_die("%s: longer than 16 MiB", r->where);
+		if (len == -3)
+			cli_die("%s: read error: %s", r->path, strerror(errno));
+		if (strspn(r->line, " \t\r\n") == (size_t)len)
+			continue;
+		cJSON *o = cJSON_ParseWithLength(r->line, (size_t)len);
+		if (!cJSON_IsObject(o))
+			cli_die("%s: not a JSON object%s%s", r->where, expected ? ": expected " : "",
+				expected ? expected : "");
+		return o;
+	}
+	return NULL;
+}
+
+char *mcli_jsonl_id(const mcli_jsonl *r, const cJSON *obj)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "id");
+	char *id = NULL;
+	if (cJSON_IsString(v))
+		id = strdup(v->valuestring);
+	else if (cJSON_IsNumber(v))
+		id = asprintf(&id, "%.17g", v->valuedouble) < 0 ? NULL : id;
+	else if (!v)
+		id = asprintf(&id, "%s:%ld", r->path, r->lineno) < 0 ? NULL : id;
+	else
+		cli_die("%s: \"id\" must be a string or a number", r->where);
+	if (!id)
+		cli_die("out of memory");
+	return id;
+}
+
+void mcli_jsonl_close(mcli_jsonl *r)
+{
+	free(r->line);
+	if (r->f && r->f != stdin)
+		fclose(r->f);
+	r->f = NULL;
+	r->line = NULL;
 }

@@ -41,7 +41,8 @@ static void help(void)
 	       "  --state-dtype T  storage of the output: f32, f16 or bf16 (default: the inputs'\n"
 	       "                   dtype when they all share one, else f32)\n"
 	       "  --weights FILE   write the weights [n_layer][nheads][n] as JSON\n"
-	       "  --id ID          id of the output record (default MODE(id0,id1,...))\n"
+	       "  --id ID          id of the output record (default MODE(id0,id1,...), or\n"
+	       "                   MODE(N states: id0 ... idN-1) past 160 bytes)\n"
 	       "  -l, --level N    zstd level of the output, -7..19 (default %d: fast, the\n"
 	       "                   output is usually piped on; 3 is the other tools' level)\n"
 	       "  -o FILE          output (default stdout, never a terminal)\n"
@@ -228,8 +229,8 @@ int main(int argc, char **argv)
 		cli_die("%s: %s", out_path, err);
 	if (cli_verbosity >= 2) {
 		double elapsed_s = cli_now() - t0;
-		fprintf(stderr, "ss-compose: %d states, %.1f MB in %.3g s (%.3g GB/s), mode %s\n",
-			(int)out.n_sources, bytes_in / 1e6, elapsed_s, elapsed_s > 0 ? bytes_in / elapsed_s / 1e9 : 0.0,
+		fprintf(stderr, "ss-compose: %d %s, %.1f MB in %.3g s (%.3g GB/s), mode %s\n",
+			(int)out.n_sources, cli_plural((uint64_t)out.n_sources, "state", "states"), bytes_in / 1e6, elapsed_s, elapsed_s > 0 ? bytes_in / elapsed_s / 1e9 : 0.0,
 			ss_compose_mode_name(o.mode));
 	}
 	ss_state_free(&out);

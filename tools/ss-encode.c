@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -42,7 +43,8 @@ static void help(void)
 	       "  --from-state FILE    start every document (or the concatenation) from the\n"
 	       "                       first state in FILE instead of the zero state\n"
 	       "  --text               inputs are UTF-8 text, one document per line (empty\n"
-	       "                       lines skipped), id \"FILE:LINE\"\n"
+	       "                       lines skipped), id \"FILE:LINE\"; one document per\n"
+	       "                       file: ss-tokenize --whole FILE... | ss-encode\n"
 	       "  --max-doc SIZE       --text: refuse a line over SIZE bytes (k/M/G; 64M)\n"
 	       "  --shard I/N          encode only the documents whose 0-based number i,\n"
 	       "                       counted over all inputs, has i %% N == I: shard I of\n"
@@ -99,8 +101,12 @@ typedef struct {
 	char *line;
 	size_t line_cap;
 	long lineno;
+	uint64_t file_docs; /* --text: documents of the current file */
 	int32_t vocab;
 	uint64_t max_doc; /* --text: longest line (document) accepted */
+	double total_bytes; /* sum of the inputs' sizes; 0: unknown (a pipe) */
+	double done_bytes;  /* of the inputs already read */
+	double pos;         /* bytes read of the current input */
 } input;
 
 /* Next document into *d. Returns 1, or 0 when all inputs are exhausted. */
@@ -111,6 +117,10 @@ static int input_next(input *in, doc *d)
 		if (in->cur >= in->nfiles)
 			return 0;
 		const char *path = in->files[in->cur];
+		struct stat st;
+		if (!in->r && !in->tf && strcmp(path, "-") && !stat(path, &st) && S_ISDIR(st.st_mode))
+			cli_die("%s: a directory: ss-tokenize reads one, a document per file (ss-tokenize %s | "
+				"ss-encode)", path, path);
 		if (!in->text) {
 			if (!in->r && ss_reader_open(&in->r, path, cli_max_record(), err))
 				cli_die("%s: %s", path, err);
@@ -122,8 +132,11 @@ static int input_next(input *in, doc *d)
 				ss_reader_close(in->r);
 				in->r = NULL;
 				in->cur++;
+				in->done_bytes += in->pos;
+				in->pos = 0;
 				continue;
 			}
+			in->pos = (double)ss_record_offset(rec);
 			if (strcmp(ss_record_format(rec), SS_FORMAT_TOKENS))
 				cli_die("%s: record %llu (byte offset %llu): not a token record (format \"%s\")",
 					path, (unsigned long long)ss_record_index(rec),
@@ -162,9 +175,15 @@ static int input_next(input *in, doc *d)
 			if (in->tf != stdin)
 				fclose(in->tf);
 			in->tf = NULL;
+			cli_warn_line_docs(path, in->file_docs, in->nfiles,
+					   "for one document per file: ss-tokenize --whole FILE... | ss-encode");
+			in->file_docs = 0;
 			in->cur++;
+			in->done_bytes += in->pos;
+			in->pos = 0;
 			continue;
 		}
+		in->pos += (double)n;
 		in->lineno++;
 		while (n > 0 && (in->line[n - 1] == '\n' || in->line[n - 1] == '\r'))
 			n--;
@@ -184,6 +203,7 @@ static int input_next(input *in, doc *d)
 					path, in->lineno, (int)d->tokens[i], (int)in->vocab);
 		if (asprintf(&d->id, "%s:%ld", path, in->lineno) < 0)
 			cli_die("out of memory");
+		in->file_docs++;
 		return 1;
 	}
 }
@@ -472,6 +492,7 @@ int main(int argc, char **argv)
 	in.nfiles = optind < argc ? argc - optind : 1;
 	in.text = text;
 	in.max_doc = max_doc;
+	in.total_bytes = cli_inputs_size(in.files, in.nfiles);
 	if (sel.ids_path && !strcmp(sel.ids_path, "-"))
 		for (int i = 0; i < in.nfiles; i++)
 			if (!strcmp(in.files[i], "-"))
@@ -507,6 +528,7 @@ int main(int argc, char **argv)
 	 * encoding and writing, as ss-compose's covers reading, composing and
 	 * writing; not loading the model or setting up the device. */
 	double t0 = cli_now();
+	cli_progress_begin();
 	ss_state base = { 0 }, *basep = NULL;
 	if (from_path) {
 		mcli_states src;
@@ -553,8 +575,10 @@ int main(int argc, char **argv)
 		}
 		n_docs += nb;
 		double elapsed_s = cli_now() - t0;
-		cli_progress("%lld documents, %lld tokens, %.0f tokens/s", n_docs, n_tok,
-			     elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
+		cli_progress_of(in.done_bytes + in.pos, sel.ids_path ? 0 : in.total_bytes,
+				"%lld %s, %lld tokens, %.0f tokens/s", n_docs,
+				cli_plural((uint64_t)n_docs, "document", "documents"), n_tok,
+				elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
 	}
 	if (concat) {
 		/* Each call above is one sequence per state, so documents in one
@@ -576,8 +600,8 @@ int main(int argc, char **argv)
 		cli_die("%s: %s", out_path ? out_path : "standard output", err[0] ? err : "write failed");
 	if (cli_verbosity >= 2) {
 		double elapsed_s = cli_now() - t0;
-		fprintf(stderr, "ss-encode: %lld documents, %lld tokens in %.3g s (%.0f tokens/s)\n",
-			n_docs, n_tok, elapsed_s, elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
+		fprintf(stderr, "ss-encode: %lld %s, %lld tokens in %.3g s (%.0f tokens/s)\n",
+			n_docs, cli_plural((uint64_t)n_docs, "document", "documents"), n_tok, elapsed_s, elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
 	}
 
 	free(cid);

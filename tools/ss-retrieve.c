@@ -120,13 +120,16 @@ static void tsv_field(FILE *f, const char *s)
 
 /* ------------------------------------------------------------------ build */
 
+/* ctx: [0] bytes of the inputs before this one, [1] all inputs' (0: unknown), [2] the start. */
 static void build_progress(void *ctx, const char *path, const ss_index_add_stats *st)
 {
-	(void)ctx;
+	const double *pg = ctx;
 	if ((st->n_text + st->n_states) % 512)
 		return;
-	cli_progress("%s: %llu token records, %llu state records", path, (unsigned long long)st->n_text,
-		     (unsigned long long)st->n_states);
+	double el = cli_now() - pg[2];
+	cli_progress_of(pg[0] + (double)st->bytes, pg[1], "%s: %llu token records, %llu state records, %.3g MB/s",
+			path, (unsigned long long)st->n_text, (unsigned long long)st->n_states,
+			el > 0 ? (pg[0] + (double)st->bytes) / 1e6 / el : 0.0);
 }
 
 static void build_note(void *ctx, const char *id, int dropped, const char *why)
@@ -178,9 +181,12 @@ static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget
 		read_hits(ix, db, hits);
 	ss_index_add_stats total = {0};
 	uint64_t max_record = cli_max_record();
+	double pg[3] = { 0, cli_inputs_size(inputs, n_inputs), t0 };
+	cli_progress_begin();
 	for (int i = 0; i < n_inputs; i++) {
 		ss_index_add_stats st = {0};
-		rc = ss_index_add_stream(ix, inputs[i], max_record, &st, build_progress, NULL, em);
+		pg[0] = (double)total.bytes;
+		rc = ss_index_add_stream(ix, inputs[i], max_record, &st, build_progress, pg, em);
 		total.n_text += st.n_text;
 		total.n_states += st.n_states;
 		total.bytes += st.bytes;
@@ -197,11 +203,12 @@ static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget
 		cli_die("%s: %s", db, em);
 	if (cli_verbosity >= 2)
 		fprintf(stderr,
-			"%s: %s: %lld documents (%lld added, %lld replaced, %lld left out) from %llu token and "
-			"%llu state records in %.2f s\n",
-			cli_prog, db, (long long)bs.n_docs, (long long)bs.n_added, (long long)bs.n_replaced,
-			(long long)bs.n_dropped, (unsigned long long)total.n_text,
-			(unsigned long long)total.n_states, cli_now() - t0);
+			"%s: %s: %lld %s (%lld added, %lld replaced, %lld left out) in %.2f s; records "
+			"read: %llu token, %llu state\n",
+			cli_prog, db, (long long)bs.n_docs, cli_plural((uint64_t)bs.n_docs, "document", "documents"),
+			(long long)bs.n_added, (long long)bs.n_replaced,
+			(long long)bs.n_dropped, cli_now() - t0, (unsigned long long)total.n_text,
+			(unsigned long long)total.n_states);
 	if (cli_verbosity >= 2 && budget >= 0)
 		fprintf(stderr, "%s: %s: state budget %lld bytes: %lld bytes of states stored, %lld documents "
 			"stateless (%lld dropped by this build)\n",

@@ -28,7 +28,8 @@ static void help(void)
 	       "Score a continuation given a starting state and a query: the mean negative\n"
 	       "log-likelihood (nats/token) of the continuation's tokens, each predicted from\n"
 	       "the state, the query and the continuation tokens before it. One JSON line per\n"
-	       "state and pair: {\"id\", \"state\", \"nll\", \"n_tokens\", \"ppl\", \"sum_nll\"}.\n\n"
+	       "state and pair: {\"id\", \"state\", \"nll\", \"n_tokens\", \"ppl\", \"sum_nll\"}\n"
+	       "(\"id\": the pair's, only for --pairs; \"state\": the state's id).\n\n"
 	       "  --state FILE           state stream to start from ('-' = stdin); every\n"
 	       "                         state scores every pair. Default: stdin when it is\n"
 	       "                         not a terminal and the pairs do not come from it\n"
@@ -143,9 +144,14 @@ static void score_pair(scorer *sc, const ss_state *start, const char *id, const 
 
 	double mean = sum / (double)nc;
 	FILE *f = sc->out;
-	fputs("{\"id\":", f);
-	mcli_json_str(f, id, (size_t)-1);
-	fputs(",\"state\":", f);
+	/* The state's id once: a pair from the command line has no id of its own. */
+	putc('{', f);
+	if (id) {
+		fputs("\"id\":", f);
+		mcli_json_str(f, id, (size_t)-1);
+		putc(',', f);
+	}
+	fputs("\"state\":", f);
 	mcli_json_str(f, start->id ? start->id : "", (size_t)-1);
 	fprintf(f, ",\"nll\":%.9g,\"n_tokens\":%zu,\"ppl\":%.9g,\"sum_nll\":%.9g", mean, nc,
 		exp(mean), sum);
@@ -206,51 +212,23 @@ static int32_t *json_ids(scorer *sc, const cJSON *obj, const char *key, const ch
  * states, and every state scores every pair). */
 static pair *read_pairs(scorer *sc, const char *path, size_t *np)
 {
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!f)
-		cli_die("%s: %m", path);
+	mcli_jsonl r;
+	mcli_jsonl_open(&r, path);
 	pair *ps = NULL;
-	size_t n = 0, cap = 0, lcap = 0;
-	char *line = NULL, where[600];
-	ssize_t len;
-	long lineno = 0;
-	while ((len = getline(&line, &lcap, f)) >= 0) {
-		lineno++;
-		snprintf(where, sizeof where, "%s: line %ld", path, lineno);
-		size_t k = strspn(line, " \t\r\n");
-		if ((ssize_t)k == len)
-			continue;
-		cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
-		if (!cJSON_IsObject(o))
-			cli_die("%s: not a JSON object", where);
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			pair *t = realloc(ps, cap * sizeof *ps);
-			if (!t)
-				cli_die("out of memory");
-			ps = t;
-		}
+	size_t n = 0, cap = 0;
+	cJSON *o;
+	while ((o = mcli_jsonl_next(&r, "{\"id\": \"p1\", \"query\": \"text\", \"continuation\": \"text\"}"))) {
+		const char *where = r.where;
+		ps = mcli_grow(ps, n, &cap, sizeof *ps);
 		pair *p = &ps[n];
 		memset(p, 0, sizeof *p);
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
-		if (cJSON_IsString(id))
-			p->id = strdup(id->valuestring);
-		else if (cJSON_IsNumber(id))
-			p->id = asprintf(&p->id, "%.17g", id->valuedouble) < 0 ? NULL : p->id;
-		else
-			p->id = asprintf(&p->id, "%s:%ld", path, lineno) < 0 ? NULL : p->id;
-		if (!p->id)
-			cli_die("out of memory");
+		p->id = mcli_jsonl_id(&r, o);
 		p->q = json_ids(sc, o, "query", "query_tokens", &p->nq, where);
 		p->c = json_ids(sc, o, "continuation", "continuation_tokens", &p->nc, where);
 		cJSON_Delete(o);
 		n++;
 	}
-	if (ferror(f))
-		cli_die("%s: read error", path);
-	free(line);
-	if (f != stdin)
-		fclose(f);
+	mcli_jsonl_close(&r);
 	*np = n;
 	return ps;
 }
@@ -346,7 +324,7 @@ int main(int argc, char **argv)
 		char where[600];
 		if (single) {
 			snprintf(where, sizeof where, "%s", state_path ? state_path : "(zero state)");
-			score_pair(&sc, &st, st.id, q, nq, cc, nc, where);
+			score_pair(&sc, &st, NULL, q, nq, cc, nc, where);
 		}
 		for (size_t i = 0; i < np; i++) {
 			snprintf(where, sizeof where, "%s: pair \"%s\"", pairs_path, ps[i].id);

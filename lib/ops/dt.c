@@ -1,6 +1,7 @@
 /*
  * dt.c — dt = softplus(raw + dt_bias), clamped, on the CPU,
- * ss_dt_softplus_cpu (ss_ops.h). Twin: kernels/dt.cu.
+ * ss_dt_softplus_cpu (ss_ops.h), and its backward ss_dt_softplus_backward_cpu.
+ * Twin: kernels/dt.cu (forward only).
  */
 #include <math.h>
 
@@ -27,5 +28,29 @@ void ss_dt_softplus_cpu(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t l
 			if (clamp_lo && v < dt_min)
 				v = dt_min;
 			dt[r * lddt + h] = v;
+		}
+}
+
+/* softplus'(x) = σ(x), 1 above the threshold where softplus is the identity;
+ * 0 where the clamp held the value. */
+void ss_dt_softplus_backward_cpu(const float *ddt, ptrdiff_t lddt, const float *raw,
+				 float *draw, ptrdiff_t ldr, const float *dt_bias, float *ddt_bias,
+				 int64_t n, int nheads, float dt_min, float dt_max)
+{
+	const int clamp_hi = isfinite(dt_max), clamp_lo = dt_min > 0.0f;
+	int64_t r;
+	int h;
+
+	for (r = 0; r < n; r++)
+		for (h = 0; h < nheads; h++) {
+			const float u = raw[r * ldr + h] + dt_bias[h], v = softplus(u);
+			float g;
+			if ((clamp_hi && v > dt_max) || (clamp_lo && v < dt_min))
+				continue;
+			g = ddt[r * lddt + h] * (u > 20.0f ? 1.0f : 1.0f / (1.0f + expf(-u)));
+			if (draw)
+				draw[r * ldr + h] += g;
+			if (ddt_bias)
+				ddt_bias[h] += g;
 		}
 }

@@ -66,7 +66,6 @@ expect 1 "nonexistent" ss-decode --model "$d/nonexistent" --no-state --prompt-to
 expect 2 "usage:" ss-decode --model "$T1" --bogus
 expect 2 "one prompt" ss-decode --model "$T1" --no-state
 expect 2 "top-p" ss-decode --model "$T1" --prompt-tokens 1 --temperature 1 --top-p 0
-expect 2 "need --temperature" ss-decode --model "$T1" --prompt-tokens 1 --top-k 5
 ss-decode --help | grep -q "^usage: ss-decode" || fail "--help"
 
 # --weights-dtype: a bad dtype is a usage error; states made with bf16

@@ -21,7 +21,9 @@ tail -c +30 "$G/t1/c3/text.txt" >"$d/b.txt"
 ss-score --model "$T1" --no-state --query "$(cat "$d/a.txt")" --continuation "$(cat "$d/b.txt")" \
 	</dev/null >"$d/s.json"
 $PY nll-eq "$d/s.json" "$G/t1/c3/nll.f32" 6 296
-[ "$($PY json-get "$d/s.json" id)" = '"zero"' ] || fail "id of a single pair"
+# A pair from the command line has no id: the state's id is printed once, as "state".
+[ "$($PY json-get "$d/s.json" state)" = '"zero"' ] || fail "state id of a single pair"
+grep -q '"id"' "$d/s.json" && fail "a single pair printed an id (the state's, twice): $(cat "$d/s.json")"
 
 # From a stored state (c3's first 7 tokens, on stdin), query c3[7:50].
 ss-tokenize -q --whole "$d/a.txt" >"$d/a.tok"
