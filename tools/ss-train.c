@@ -438,75 +438,101 @@ static void ex_close(ex_source *s)
 	ss_tokenizer_free(s->tok);
 }
 
-/* The chunks' stored states: id → byte offset in --states. */
+/* The chunks' records by id: id → byte offset of its record in a stream
+ * (bp2c: the states of --states; BPTC: the chunks' token records). */
 typedef struct {
 	char *id;
 	uint64_t offset;
-} state_ref;
+} chunk_ref;
 
 typedef struct {
 	const char *path;
 	ss_reader *r;
-	state_ref *ref;
+	chunk_ref *ref;
 	size_t n;
-} state_db;
+} chunk_db;
 
 static int ref_cmp(const void *a, const void *b)
 {
-	return strcmp(((const state_ref *)a)->id, ((const state_ref *)b)->id);
+	return strcmp(((const chunk_ref *)a)->id, ((const chunk_ref *)b)->id);
 }
 
-static void db_open(state_db *db, const char *path, const ss_model *m, const char *fingerprint)
+/* Indexes every record of `path`, each of format `format` (SS_FORMAT_STATES:
+ * made by the model of `fingerprint` with the dims of cfg; SS_FORMAT_TOKENS:
+ * fingerprint and cfg unused). Memory: the ids and offsets. */
+static void db_open(chunk_db *db, const char *path, const char *format, const char *fingerprint,
+		    const ss_model_config *cfg)
 {
 	char err[SS_ERRMSG_MAX] = "";
 	size_t cap = 0;
 	ss_state_dims want;
+	ss_model dims_of = { .cfg = *cfg };
 	memset(db, 0, sizeof *db);
 	db->path = path;
-	ss_model_state_dims(m, &want);
+	ss_model_state_dims(&dims_of, &want);
 	if (ss_reader_open(&db->r, path, cli_max_record(), err))
 		cli_die("%s", err);
 	if (!ss_reader_seekable(db->r))
-		cli_die("%s: not a regular file (its states are read by id)", path);
+		cli_die("%s: not a regular file (its records are read by id)", path);
 	const ss_record *rec;
 	int rc;
 	while ((rc = ss_reader_next_meta(db->r, &rec)) > 0) {
-		ss_state s;
 		uint64_t i = ss_record_index(rec);
-		if (strcmp(ss_record_format(rec), SS_FORMAT_STATES))
-			cli_die("%s: record %llu: a %s record, expected a state (ss-states(5))",
-				path, (unsigned long long)i, ss_record_format(rec));
-		if ((rc = ss_record_state_meta(rec, &s, err)))
-			cli_die("%s: record %llu: %s", path, (unsigned long long)i, err);
-		if (strcmp(s.fingerprint, fingerprint) || ss_state_dims_check(&s.dims, &want, err))
-			cli_die("%s: record %llu: made by model %s, not by the model trained (%s)",
-				path, (unsigned long long)i, s.fingerprint, fingerprint);
+		char *id = NULL;
+		if (strcmp(ss_record_format(rec), format))
+			cli_die("%s: record %llu: a %s record, expected %s", path,
+				(unsigned long long)i, ss_record_format(rec), format);
+		if (!strcmp(format, SS_FORMAT_STATES)) {
+			ss_state s;
+			if ((rc = ss_record_state_meta(rec, &s, err)))
+				cli_die("%s: record %llu: %s", path, (unsigned long long)i, err);
+			if (strcmp(s.fingerprint, fingerprint) ||
+			    ss_state_dims_check(&s.dims, &want, err))
+				cli_die("%s: record %llu: made by model %s, not by the model trained "
+					"(%s)", path, (unsigned long long)i, s.fingerprint, fingerprint);
+			id = strdup(s.id ? s.id : "");
+			ss_state_free(&s);
+		} else {
+			ss_tokens t;
+			if ((rc = ss_record_tokens(rec, &t, err)))
+				cli_die("%s: record %llu: %s", path, (unsigned long long)i, err);
+			id = strdup(t.id ? t.id : "");
+			ss_tokens_free(&t);
+		}
+		if (!id)
+			cli_die("out of memory");
 		db->ref = mcli_grow(db->ref, db->n, &cap, sizeof *db->ref);
-		db->ref[db->n].id = strdup(s.id ? s.id : "");
+		db->ref[db->n].id = id;
 		db->ref[db->n++].offset = ss_record_offset(rec);
-		ss_state_free(&s);
 	}
 	if (rc < 0)
 		cli_die("%s: %s", path, ss_reader_error(db->r));
 	qsort(db->ref, db->n, sizeof *db->ref, ref_cmp);
 }
 
-/* Reads the state of chunk `id` into *s; dies naming the example. */
-static void db_get(state_db *db, const char *id, ss_state *s, const char *where)
+/* The record of chunk `id` (valid until the next read of db); dies naming
+ * the example. */
+static const ss_record *db_get(chunk_db *db, const char *id, const char *where)
 {
-	char err[SS_ERRMSG_MAX] = "";
-	state_ref key = { (char *)id, 0 };
-	const state_ref *f = bsearch(&key, db->ref, db->n, sizeof *db->ref, ref_cmp);
+	chunk_ref key = { (char *)id, 0 };
+	const chunk_ref *f = bsearch(&key, db->ref, db->n, sizeof *db->ref, ref_cmp);
 	const ss_record *rec;
 	if (!f)
 		cli_die("%s: chunk \"%s\" is not in %s", where, id, db->path);
 	if (ss_reader_seek(db->r, f->offset) || ss_reader_next(db->r, &rec) != 1)
 		cli_die("%s: %s", db->path, ss_reader_error(db->r));
-	if (ss_record_state(rec, s, err))
+	return rec;
+}
+
+/* Reads the state of chunk `id` into *s; dies naming the example. */
+static void db_get_state(chunk_db *db, const char *id, ss_state *s, const char *where)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	if (ss_record_state(db_get(db, id, where), s, err))
 		cli_die("%s: %s", db->path, err);
 }
 
-static void db_close(state_db *db)
+static void db_close(chunk_db *db)
 {
 	for (size_t i = 0; i < db->n; i++)
 		free(db->ref[i].id);
@@ -517,7 +543,7 @@ static void db_close(state_db *db)
 /* Appends example e to b as one sequence from the composition of its first
  * k chunks (the most relevant last, nearest the query; k = 0: the zero
  * state): inputs q ++ c without c's last token, targets c. */
-static void bp2c_add(batch *b, const example *e, size_t k, state_db *db, ss_compose_mode mode,
+static void bp2c_add(batch *b, const example *e, size_t k, chunk_db *db, ss_compose_mode mode,
 		     size_t conv_len, size_t ssm_len)
 {
 	char err[SS_ERRMSG_MAX] = "";
@@ -531,7 +557,7 @@ static void bp2c_add(batch *b, const example *e, size_t k, state_db *db, ss_comp
 		if (!in || !pin)
 			cli_die("out of memory");
 		for (size_t i = 0; i < k; i++) {
-			db_get(db, e->chunks[k - 1 - i], &in[i], e->where);
+			db_get_state(db, e->chunks[k - 1 - i], &in[i], e->where);
 			pin[i] = &in[i];
 		}
 		ss_compose_opts o = { .mode = mode };
@@ -887,7 +913,7 @@ int main(int argc, char **argv)
 
 	lm_source lm = { 0 };
 	ex_source ex = { 0 };
-	state_db db = { 0 };
+	chunk_db db = { 0 };
 	if (r.objective == OBJ_LM) {
 		lm_open(&lm, &r, vocab);
 	} else {
@@ -895,9 +921,7 @@ int main(int argc, char **argv)
 		b.ssm = malloc((size_t)max_seqs * ssm_len * sizeof *b.ssm);
 		if (!b.conv || !b.ssm)
 			cli_die("out of memory");
-		ss_model fp = { .cfg = cfg };
-		snprintf(fp.fingerprint, sizeof fp.fingerprint, "%s", r.base_fingerprint);
-		db_open(&db, r.states, &fp, r.base_fingerprint);
+		db_open(&db, r.states, SS_FORMAT_STATES, r.base_fingerprint, &cfg);
 		ex_open(&ex, &r, mo.tokenizer, model_dir, vocab);
 	}
 

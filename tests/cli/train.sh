@@ -93,6 +93,9 @@ expect 1 'bad.jsonl: line 1: missing "continuation"' ss-train --objective bp2c -
 	--threads 1 --states "$d/docs.st" --data "$d/bad.jsonl" -o "$d/X"
 expect 1 'docs.st: record 0: a ss-states record, expected tokens' ss-train --objective lm \
 	--model "$T1" --data "$d/docs.st" -o "$d/X"
+ss-encode -q --model "$d/S" --threads 1 "$d/docs.tok" >"$d/other.st"
+expect 1 'other.st: record 0: made by model' ss-train --objective bp2c --model "$T1" \
+	--threads 1 --states "$d/other.st" --data "$d/ex.jsonl" -o "$d/X"
 expect 2 'objective' ss-train --objective nope --model "$T1" --data "$d/docs.tok" -o "$d/X"
 expect 2 'needs --states' ss-train --objective bp2c --model "$T1" --data "$d/ex.jsonl" -o "$d/X"
 expect 2 'trainer_state.json' ss-train --resume "$d/H" --lr 1 -o "$d/X"
