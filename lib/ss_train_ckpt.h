@@ -24,6 +24,14 @@ typedef struct {
 	const float *data;    /* [numel] f32 */
 } ss_tensor_f32;
 
+/* The JSON header of a safetensors file holding the n tensors (names,
+ * shapes; data unused) back to back in this order, each in `dtype`, with
+ * __metadata__ {"format": "pt"}, padded with spaces to a multiple of 8
+ * bytes (the data's alignment); its length in *len. Malloc'd (caller frees),
+ * not NUL-terminated; NULL when out of memory. Names must not need JSON
+ * escaping. */
+char *ss_safetensors_header(const ss_tensor_f32 *t, size_t n, ss_dtype dtype, size_t *len);
+
 /* Writes the n tensors to `path` as one safetensors file, each stored in
  * `dtype` (f32 as is; f16/bf16 rounded to nearest even), in the given order,
  * with __metadata__ {"format": "pt"}. The file appears whole on success

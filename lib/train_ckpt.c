@@ -25,8 +25,7 @@ static uint64_t numel(const ss_tensor_f32 *t)
 	return n;
 }
 
-/* The JSON header, padded with spaces to a multiple of 8 (data alignment). */
-static char *st_header(const ss_tensor_f32 *t, size_t n, ss_dtype dt, size_t *len)
+char *ss_safetensors_header(const ss_tensor_f32 *t, size_t n, ss_dtype dt, size_t *len)
 {
 	size_t cap = 64, k = 0;
 	for (size_t i = 0; i < n; i++)
@@ -63,7 +62,7 @@ int ss_safetensors_save(const char *path, const ss_tensor_f32 *t, size_t n, ss_d
 			return ss_errf(errmsg, SS_ERR_INVALID, "%s: tensor %zu: bad name or ndim",
 				       path, i);
 	size_t len, esz = ss_dtype_size(dtype), chunk = 1 << 16;
-	char *h = st_header(t, n, dtype, &len);
+	char *h = ss_safetensors_header(t, n, dtype, &len);
 	void *buf = malloc(chunk * esz);
 	ss_output *o = NULL;
 	int rc = 0;

@@ -305,22 +305,8 @@ typedef struct {
 static int32_t *ex_ids(ex_source *s, const cJSON *o, const char *key, const char *key_tokens,
 		       size_t *n, const char *where)
 {
-	const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, key_tokens);
-	int32_t *ids;
-	if (t) {
-		if (!cJSON_IsArray(t))
-			cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
-		size_t k = (size_t)cJSON_GetArraySize(t), i = 0;
-		if (!(ids = malloc((k ? k : 1) * sizeof *ids)))
-			cli_die("out of memory");
-		const cJSON *e;
-		cJSON_ArrayForEach(e, t) {
-			if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble)
-				cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
-			ids[i++] = (int32_t)e->valuedouble;
-		}
-		*n = k;
-	} else {
+	int32_t *ids = mcli_json_token_ids(o, key_tokens, n, where);
+	if (!ids) {
 		const cJSON *str = cJSON_GetObjectItemCaseSensitive(o, key);
 		char err[SS_ERRMSG_MAX] = "";
 		if (!cJSON_IsString(str))
