@@ -8,9 +8,11 @@
  *         a document from the zero state;
  *   bp2c  loss on an example's continuation given its query, starting from
  *         the composition of its chunks' stored states (a constant).
- * bp2c shares its example reader and its choice of k with BPTC (the same
- * examples with the chunks' tokens re-encoded inside the step): see
- * ex_source and ex_take_k below.
+ * bp2c shares its example reader (ex_source), its choice of k (ex_take_k)
+ * and its index of the chunks by id (chunk_db) with BPTC, which takes the
+ * same examples but reads the chunks' token records (a chunk_db over a
+ * token stream, SS_FORMAT_TOKENS) instead of their states and re-encodes
+ * them inside the step (lib/train_bptc.c).
  *
  * The run's state (step, data position, RNG, hyperparameters) goes to
  * DIR/trainer_state.json, Adam's moments to DIR/optimizer.safetensors: a
