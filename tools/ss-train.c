@@ -90,7 +90,8 @@ static void help(void)
 	       "  -h, --help             this help;  -V, --version  the version\n\n"
 	       "AdamW (beta1 0.9, beta2 0.95, eps 1e-8); learning rate: linear warmup to\n"
 	       "--lr, then a cosine to --min-lr at --steps. Same --threads for bit-identical\n"
-	       "resumption.\n\n");
+	       "resumption. Training runs on the CPU (--device cpu or auto); the master\n"
+	       "weights are f32 (--weights-dtype is refused; see --save-dtype).\n\n");
 	cli_defaults_help();
 	exit(0);
 }

@@ -96,6 +96,14 @@ expect 1 'docs.st: record 0: a ss-states record, expected tokens' ss-train --obj
 ss-encode -q --model "$d/S" --threads 1 "$d/docs.tok" >"$d/other.st"
 expect 1 'other.st: record 0: made by model' ss-train --objective bp2c --model "$T1" \
 	--threads 1 --states "$d/other.st" --data "$d/ex.jsonl" -o "$d/X"
+expect 1 'ex.jsonl: line 1: 13 tokens, more than --batch-tokens 8' ss-train --objective bp2c \
+	--model "$T1" --threads 1 --states "$d/docs.st" --data "$d/ex.jsonl" --batch-tokens 8 -o "$d/X"
+$PY tokens-msgpack "$d/big.msgpack" big 1 2 60000
+zstd -q "$d/big.msgpack" -o "$d/big.tok"
+expect 1 'big.tok: record 0: token 2 is 60000, outside the model.s vocabulary' ss-train \
+	--objective lm --model "$T1" --threads 1 --data "$d/big.tok" -o "$d/X"
+expect 2 'ss-train runs on the CPU' ss-train --objective lm --model "$T1" --data "$d/docs.tok" \
+	--device cuda -o "$d/X"
 expect 2 'objective' ss-train --objective nope --model "$T1" --data "$d/docs.tok" -o "$d/X"
 expect 2 'needs --states' ss-train --objective bp2c --model "$T1" --data "$d/ex.jsonl" -o "$d/X"
 expect 2 'trainer_state.json' ss-train --resume "$d/H" --lr 1 -o "$d/X"
