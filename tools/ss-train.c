@@ -39,8 +39,8 @@ static const char *usage =
 	"ss-train --objective lm|bp2c -o DIR [--model DIR | --resume DIR] --data FILE\n"
 	"                [--states FILE] [--mode MODE] [--steps N] [--until S] [--lr X]\n"
 	"                [--min-lr X] [--warmup N] [--weight-decay X] [--clip X]\n"
-	"                [--seq-len N] [--batch-tokens N] [--seed N] [--max-k N]\n"
-	"                [--save-dtype T] [--tokenizer FILE] [--threads N] [-q|-v]";
+	"                [--seq-len N] [--batch-tokens N] [--batch-seqs N] [--seed N]\n"
+	"                [--max-k N] [--save-dtype T] [--tokenizer FILE] [--threads N] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -81,6 +81,8 @@ static void help(void)
 	       "                         (default 1)\n"
 	       "  --seq-len N            lm: tokens per window (default 256)\n"
 	       "  --batch-tokens N       tokens per step at most (default 1024; >= --seq-len)\n"
+	       "  --batch-seqs N         sequences (windows, examples) per step at most\n"
+	       "                         (default 16; each holds its states in memory)\n"
 	       "  --seed N               seed of the RNG that draws k (default 1)\n"
 	       "  --save-dtype T         dtype of the saved weights: f32, bf16, f16 (default:\n"
 	       "                         the input model's)\n",
@@ -106,7 +108,7 @@ typedef struct {
 	int objective;
 	int64_t step, steps;
 	double lr, min_lr, weight_decay, clip;
-	int64_t warmup, seq_len, batch_tokens, max_k;
+	int64_t warmup, seq_len, batch_tokens, batch_seqs, max_k;
 	uint64_t seed, rng;
 	ss_compose_mode mode;
 	ss_dtype save_dtype;
@@ -590,6 +592,7 @@ static cJSON *state_json(const run_state *r)
 	cJSON_AddNumberToObject(o, "clip", r->clip);
 	cJSON_AddNumberToObject(o, "seq_len", (double)r->seq_len);
 	cJSON_AddNumberToObject(o, "batch_tokens", (double)r->batch_tokens);
+	cJSON_AddNumberToObject(o, "batch_seqs", (double)r->batch_seqs);
 	cJSON_AddNumberToObject(o, "max_k", (double)r->max_k);
 	snprintf(u, sizeof u, "%llu", (unsigned long long)r->seed);
 	cJSON_AddStringToObject(o, "seed", u);
@@ -729,6 +732,7 @@ static void load_state(const char *dir, run_state *r)
 	r->clip = NUM("clip");
 	r->seq_len = (int64_t)NUM("seq_len");
 	r->batch_tokens = (int64_t)NUM("batch_tokens");
+	r->batch_seqs = (int64_t)NUM("batch_seqs");
 	r->max_k = (int64_t)NUM("max_k");
 	r->seed = strtoull(STR("seed"), NULL, 10);
 	r->rng = strtoull(STR("rng"), NULL, 10);
@@ -756,13 +760,13 @@ int main(int argc, char **argv)
 	cli_init("ss-train");
 	const char *out_dir = NULL, *resume = NULL, *objective = NULL, *mode = NULL, *sdtype = NULL;
 	run_state r = { .steps = 100, .lr = 3e-4, .weight_decay = 0.1, .clip = 1, .seq_len = 256,
-			.batch_tokens = 1024, .max_k = 10, .seed = 1, .mode = SS_COMPOSE_PICASO_R,
+			.batch_tokens = 1024, .batch_seqs = 16, .max_k = 10, .seed = 1, .mode = SS_COMPOSE_PICASO_R,
 			.offset = -1 };
 	int64_t until = -1;
 	int given_steps = 0, given_hyper = 0;
 	cli_model_opts mo = { 0 };
 	enum { O_OBJ = 256, O_DATA, O_STATES, O_MODE, O_MAXK, O_RESUME, O_STEPS, O_UNTIL, O_LR,
-	       O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEQ, O_BATCH, O_SEED, O_SDTYPE };
+	       O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEQ, O_BATCH, O_BSEQS, O_SEED, O_SDTYPE };
 	static const struct option opts[] = {
 		{ "objective", required_argument, 0, O_OBJ },
 		{ "data", required_argument, 0, O_DATA },
@@ -779,6 +783,7 @@ int main(int argc, char **argv)
 		{ "clip", required_argument, 0, O_CLIP },
 		{ "seq-len", required_argument, 0, O_SEQ },
 		{ "batch-tokens", required_argument, 0, O_BATCH },
+		{ "batch-seqs", required_argument, 0, O_BSEQS },
 		{ "seed", required_argument, 0, O_SEED },
 		{ "save-dtype", required_argument, 0, O_SDTYPE },
 		{ 0, 0, 0, 0 },
@@ -808,6 +813,9 @@ int main(int argc, char **argv)
 		case O_SEQ: r.seq_len = cli_long("--seq-len", optarg, 1, 1L << 24, usage); break;
 		case O_BATCH:
 			r.batch_tokens = cli_long("--batch-tokens", optarg, 1, 1L << 24, usage);
+			break;
+		case O_BSEQS:
+			r.batch_seqs = cli_long("--batch-seqs", optarg, 1, 1 << 16, usage);
 			break;
 		case O_SEED: r.seed = (uint64_t)cli_long("--seed", optarg, 0, LONG_MAX, usage); break;
 		case O_SDTYPE: sdtype = optarg; break;
@@ -873,7 +881,7 @@ int main(int argc, char **argv)
 		if (sdtype && ss_dtype_parse(sdtype, &r.save_dtype))
 			cli_usage(usage, "--save-dtype: '%s': f32, bf16 or f16", sdtype);
 	}
-	const int max_seqs = (int)r.batch_tokens;
+	const int max_seqs = (int)(r.batch_seqs < r.batch_tokens ? r.batch_seqs : r.batch_tokens);
 	ss_train *t = NULL;
 	int rc = ss_train_init(&t, m, r.batch_tokens, max_seqs);
 	if (rc)

@@ -33,6 +33,11 @@ ss-train --resume "$d/H16" --threads 1 -o "$d/H16" >/dev/null
 cmp "$d/S16/model.safetensors" "$d/H16/model.safetensors" || fail "bf16: resumed weights differ"
 grep -q '"torch_dtype": "bfloat16"' "$d/S16/config.json" || fail "bf16 config: $(cat "$d/S16/config.json")"
 
+# --batch-seqs bounds the sequences of a step (the docs' windows would fill 64 tokens with more).
+ss-train --objective lm --model "$T1" --data "$d/docs.tok" $O --steps 3 --batch-seqs 1 -o "$d/Q" >"$d/q.log"
+grep -v '"seqs":1}' "$d/q.log" && fail "--batch-seqs 1: $(cat "$d/q.log")"
+grep -q '"seqs":[2-9]' "$d/s.log" || fail "no step of several sequences: $(cat "$d/s.log")"
+
 # The checkpoint is a model every tool loads: ss-score's NLL of one document
 # (its first token the query) is the trainer's loss on it at learning rate 0.
 echo "Robert Boulter is an English film, television and theatre actor. He had a guest role in 2000." >"$d/one.txt"
