@@ -40,7 +40,7 @@ static const char *usage =
 	"                [--states FILE] [--mode MODE] [--steps N] [--until S] [--lr X]\n"
 	"                [--min-lr X] [--warmup N] [--weight-decay X] [--clip X]\n"
 	"                [--seq-len N] [--batch-tokens N] [--batch-seqs N] [--seed N]\n"
-	"                [--max-k N] [--save-dtype T] [--tokenizer FILE] [--threads N] [-q|-v]";
+	"                [--max-k N] [--save-every N] [--save-dtype T] [--tokenizer FILE] [--threads N] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -73,6 +73,7 @@ static void help(void)
 	       "                         may be given again)\n"
 	       "  --steps N              length of the schedule in steps (default 100)\n"
 	       "  --until S              stop after step S (default: --steps)\n"
+	       "  --save-every N         also write the checkpoint every N steps\n"
 	       "  --lr X                 peak learning rate (default 3e-4)\n"
 	       "  --min-lr X             learning rate at the end of the cosine (default 0)\n"
 	       "  --warmup N             linear warmup steps (default 0)\n"
@@ -640,6 +641,16 @@ static void copy_file(const char *from, const char *to)
 	free(buf);
 }
 
+/* The checkpoint directory being written, removed if the program exits
+ * before it is renamed into place. */
+static char save_tmp[4096];
+
+static void save_cleanup(void)
+{
+	if (save_tmp[0])
+		rm_tree(save_tmp);
+}
+
 /* Writes the checkpoint into a fresh directory beside `dir`, then puts it in
  * dir's place: dir holds a whole checkpoint, the old or the new one. */
 static void save(const char *dir, const run_state *r, ss_train *t, const ss_model_config *cfg,
@@ -650,6 +661,7 @@ static void save(const char *dir, const run_state *r, ss_train *t, const ss_mode
 	snprintf(tmp, sizeof tmp, "%s.tmp-%ld", dir, (long)getpid());
 	snprintf(old, sizeof old, "%s.old-%ld", dir, (long)getpid());
 	rm_tree(tmp);
+	snprintf(save_tmp, sizeof save_tmp, "%s", tmp);
 	if (mkdir(tmp, 0777))
 		cli_die("%s: %s", tmp, strerror(errno));
 	if (ss_train_save_model(tmp, cfg, P, r->save_dtype, err))
@@ -682,11 +694,11 @@ static void save(const char *dir, const run_state *r, ss_train *t, const ss_mode
 		cli_die("%s: %s", dir, strerror(errno));
 	if (rename(tmp, dir))
 		cli_die("%s: %s", dir, strerror(errno));
+	save_tmp[0] = 0;
 	if (had)
 		rm_tree(old);
 	return;
 fail:
-	rm_tree(tmp);
 	cli_die("%s", err);
 }
 
@@ -758,15 +770,16 @@ static void load_state(const char *dir, run_state *r)
 int main(int argc, char **argv)
 {
 	cli_init("ss-train");
+	atexit(save_cleanup);
 	const char *out_dir = NULL, *resume = NULL, *objective = NULL, *mode = NULL, *sdtype = NULL;
 	run_state r = { .steps = 100, .lr = 3e-4, .weight_decay = 0.1, .clip = 1, .seq_len = 256,
 			.batch_tokens = 1024, .batch_seqs = 16, .max_k = 10, .seed = 1, .mode = SS_COMPOSE_PICASO_R,
 			.offset = -1 };
-	int64_t until = -1;
+	int64_t until = -1, save_every = 0;
 	int given_steps = 0, given_hyper = 0;
 	cli_model_opts mo = { 0 };
 	enum { O_OBJ = 256, O_DATA, O_STATES, O_MODE, O_MAXK, O_RESUME, O_STEPS, O_UNTIL, O_LR,
-	       O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEQ, O_BATCH, O_BSEQS, O_SEED, O_SDTYPE };
+	       O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEQ, O_BATCH, O_BSEQS, O_SEED, O_SDTYPE, O_SAVE_EVERY };
 	static const struct option opts[] = {
 		{ "objective", required_argument, 0, O_OBJ },
 		{ "data", required_argument, 0, O_DATA },
@@ -786,13 +799,14 @@ int main(int argc, char **argv)
 		{ "batch-seqs", required_argument, 0, O_BSEQS },
 		{ "seed", required_argument, 0, O_SEED },
 		{ "save-dtype", required_argument, 0, O_SDTYPE },
+		{ "save-every", required_argument, 0, O_SAVE_EVERY },
 		{ 0, 0, 0, 0 },
 	};
 	const cli_options co = { NULL, opts, usage, help, &out_dir, &mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		given_hyper += c != O_DATA && c != O_STATES && c != O_RESUME && c != O_STEPS &&
-			       c != O_UNTIL;
+			       c != O_UNTIL && c != O_SAVE_EVERY;
 		switch (c) {
 		case O_OBJ: objective = optarg; break;
 		case O_DATA: r.data = strdup(optarg); break;
@@ -819,6 +833,9 @@ int main(int argc, char **argv)
 			break;
 		case O_SEED: r.seed = (uint64_t)cli_long("--seed", optarg, 0, LONG_MAX, usage); break;
 		case O_SDTYPE: sdtype = optarg; break;
+		case O_SAVE_EVERY:
+			save_every = cli_long("--save-every", optarg, 1, 1L << 40, usage);
+			break;
 		}
 	}
 	if (optind < argc)
@@ -834,7 +851,7 @@ int main(int argc, char **argv)
 		cli_usage(usage, "--device %s: ss-train runs on the CPU", mo.device);
 	if (resume && given_hyper > 0)
 		cli_usage(usage, "with --resume the run's options come from %s/trainer_state.json "
-				 "(only --steps, --until, --data and --states may be given)", resume);
+				 "(only --steps, --until, --save-every, --data and --states may be given)", resume);
 	int64_t steps_given = r.steps;
 	if (resume) {
 		load_state(resume, &r);
@@ -984,6 +1001,13 @@ int main(int argc, char **argv)
 		double dt = cli_now() - t0;
 		cli_progress_of((double)r.step, (double)until, "step %lld, loss %.4f, %.0f tokens/s",
 				(long long)r.step, loss, dt > 0 ? (double)b.ntargets / dt : 0);
+		if (save_every && r.step % save_every == 0 && r.step < until) {
+			if (r.objective == OBJ_LM)
+				lm_tell(&lm, &r);
+			else
+				ex_tell(&ex, &r);
+			save(out_dir, &r, t, &cfg, am, av, model_dir);
+		}
 		t0 = cli_now();
 	}
 	cli_progress_end();

@@ -88,6 +88,25 @@ ss-train --resume "$d/BH" --threads 1 -o "$d/BH" >>"$d/bh.log"
 cmp "$d/bs.log" "$d/bh.log" || fail "bp2c: the resumed run logged other steps"
 cmp "$d/BS/model.safetensors" "$d/BH/model.safetensors" || fail "bp2c: resumed weights differ"
 
+# --save-every: a run that fails at step 4 (its 5th example is bad; examples are read one
+# ahead) leaves the checkpoint of step 3, whole, and resuming from it (with the data fixed)
+# ends where a run that never failed does.
+for i in 1 2 3 4 5 6; do sed -n 1p "$d/ex.jsonl"; done >"$d/six.jsonl"
+{ head -n 4 "$d/six.jsonl"; echo '{"query": "x"}'; sed -n 1p "$d/ex.jsonl"; } >"$d/five.jsonl"
+E="--threads 1 --batch-tokens 16 --states $d/docs.st --steps 6"
+set +e
+ss-train --objective bp2c --model "$T1" $E --data "$d/five.jsonl" --save-every 3 -o "$d/F" >/dev/null 2>"$d/err"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || fail "the bad example: exit $rc"
+grep -q 'five.jsonl: line 5: missing "continuation"' "$d/err" || fail "$(cat "$d/err")"
+grep -q '"step":	3,' "$d/F/trainer_state.json" || fail "no step-3 checkpoint: $(cat "$d/F/trainer_state.json")"
+ls "$d" | grep -q 'tmp-\|old-' && fail "temporary directories left: $(ls "$d")"
+ss-train --objective bp2c --model "$T1" $E --data "$d/six.jsonl" -o "$d/G" >"$d/g.log"
+ss-train --resume "$d/F" --data "$d/six.jsonl" --threads 1 -o "$d/F" >"$d/f.log"
+[ "$(wc -l <"$d/f.log")" -eq 3 ] || fail "resumed from step 3: $(cat "$d/f.log")"
+cmp "$d/G/model.safetensors" "$d/F/model.safetensors" || fail "--save-every: resumed weights differ"
+
 # Bad input: one line naming the file and what, exit 1, no checkpoint.
 printf '{"query": "a b", "continuation": "c d", "chunks": ["nope"]}\n' >"$d/bad.jsonl"
 expect 1 'bad.jsonl: line 1: chunk "nope" is not in' ss-train --objective bp2c --model "$T1" \
