@@ -19,6 +19,7 @@
  *   ss_index.h     BM25 index of documents → state offsets
  *   ss_eval.h      the PICASO paper's evaluation methods (contexts, NLL)
  *   ss_train.h     a training step: f32 parameters, forward + backward, AdamW
+ *   ss_train_ckpt.h checkpoints: safetensors writer, parameters as a model directory
  *
  * Public headers: this one and the module headers above, the interface the
  * tools, bench/ and tests/ build on. They are not installed: `make install`
@@ -148,5 +149,6 @@ void ss_q8_to_f32(float *dst, const int8_t *q, const float *scale, size_t e0, si
 #include "ss_index.h"
 #include "ss_eval.h"
 #include "ss_train.h"
+#include "ss_train_ckpt.h"
 
 #endif /* SS_H */

@@ -309,3 +309,24 @@ void mcli_jsonl_close(mcli_jsonl *r)
 	r->f = NULL;
 	r->line = NULL;
 }
+
+int32_t *mcli_json_token_ids(const cJSON *obj, const char *key_tokens, size_t *n, const char *where)
+{
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, key_tokens);
+	if (!t)
+		return NULL;
+	if (!cJSON_IsArray(t))
+		cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
+	size_t k = (size_t)cJSON_GetArraySize(t), i = 0;
+	int32_t *ids = malloc((k ? k : 1) * sizeof *ids);
+	if (!ids)
+		cli_die("out of memory");
+	const cJSON *e;
+	cJSON_ArrayForEach(e, t) {
+		if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble)
+			cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
+		ids[i++] = (int32_t)e->valuedouble;
+	}
+	*n = k;
+	return ids;
+}
