@@ -242,5 +242,5 @@ clean:
 	rm -rf build
 
 -include $(wildcard $(FZ)/*/*.d $(FZ)/*/*/*.d)
--include $(LIB_OBJ:.o=.d) $(TOOLS:$(B)/bin/%=$(B)/tools/%.d) $(TESTS:=.d) $(BENCHES:=.d) $(GENS:=.d) $(GEN_LIB_OBJ:.o=.d) $(TESTUTIL_OBJ:.o=.d) $(TOOLCOMMON_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TOOLS:$(B)/bin/%=$(B)/tools/%.d) $(TESTS:=.d) $(BENCHES:=.d) $(GENS:=.d) $(GEN_LIB_OBJ:.o=.d) $(TESTUTIL_OBJ:.o=.d) $(TOOLCOMMON_OBJ:.o=.d) $(wildcard $(B)/tests/fuzz/*.d)
 -include $(wildcard $(CU_OBJ:.o=.d))

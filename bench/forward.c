@@ -78,41 +78,19 @@ static size_t model_bytes(const ss_model *m)
 				c->d_model + per_layer * c->n_layer);
 }
 
-/* Writes a random model of the preset's shape into a temporary directory,
- * loads it, and removes the files (a mapping outlives the names). */
+/* Writes a random model of the preset's shape into a temporary directory
+ * and loads it (ss_mkmodel_remove removes the files). */
 static ss_model *make_model(const char *preset, const ss_model_opts *lo, char dir[4096],
 			    char *errmsg)
 {
-	const char *tmp = getenv("TMPDIR");
 	ss_mkmodel_opts o;
-	ss_model *m = NULL;
-	int err;
 
 	ss_mkmodel_defaults(&o);
 	if (ss_mkmodel_preset(&o, preset) != 0) {
 		snprintf(errmsg, SS_ERRMSG_MAX, "unknown preset %s", preset);
 		return NULL;
 	}
-	snprintf(dir, 4096, "%s/ss-bench-forward-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir)) {
-		snprintf(errmsg, SS_ERRMSG_MAX, "%.400s: cannot create", dir);
-		return NULL;
-	}
-	err = ss_mkmodel_write(dir, &o, errmsg);
-	if (!err)
-		err = ss_model_load_opts(&m, dir, lo, errmsg);
-	return err ? NULL : m;
-}
-
-/* Removes what make_model wrote. */
-static void remove_model(const char *dir)
-{
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/config.json", dir);
-	unlink(path);
-	rmdir(dir);
+	return ss_mkmodel_load_temp(&o, lo, "bench-forward", dir, errmsg);
 }
 
 static void state_new(ss_state *s, const ss_model *m)
@@ -687,7 +665,7 @@ int main(int argc, char **argv)
 	printf("peak RSS %.1f MB\n", peak_rss_kb() / 1e3);
 	decode_by_dtype(model_dir ? model_dir : tmpdir, threads, steps, reps);
 	if (!model_dir)
-		remove_model(tmpdir);
+		ss_mkmodel_remove(tmpdir);
 
 	for (i = 0; i < docs; i++)
 		ss_state_free(&st[i]);

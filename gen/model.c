@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 void ss_mkmodel_defaults(ss_mkmodel_opts *o)
 {
@@ -295,11 +296,6 @@ static int errf(char *errmsg, int code, const char *fmt, ...)
 	return code;
 }
 
-static const char *st_dtype(ss_dtype d)
-{
-	return d == SS_DTYPE_F32 ? "F32" : d == SS_DTYPE_F16 ? "F16" : "BF16";
-}
-
 static int write_config(const char *dir, const ss_mkmodel_opts *o, char *errmsg)
 {
 	char path[4096];
@@ -349,26 +345,17 @@ static int write_config(const char *dir, const ss_mkmodel_opts *o, char *errmsg)
 /* Header JSON for tensors [a, b), padded with spaces to a multiple of 8. */
 static char *header(const tdesc *t, size_t a, size_t b, ss_dtype dt, size_t *len)
 {
-	size_t cap = 256 + (b - a) * 256, k = 0;
-	char *h = malloc(cap);
-	if (!h)
+	ss_tensor_f32 *v = calloc(b - a + 1, sizeof *v);
+	if (!v)
 		return NULL;
-	k += (size_t)snprintf(h + k, cap - k, "{\"__metadata__\":{\"format\":\"pt\"}");
-	uint64_t off = 0, esz = ss_dtype_size(dt);
 	for (size_t i = a; i < b; i++) {
-		k += (size_t)snprintf(h + k, cap - k, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t[i].name,
-		                      st_dtype(dt));
+		v[i - a].name = t[i].name;
+		v[i - a].ndim = t[i].ndim;
 		for (int d = 0; d < t[i].ndim; d++)
-			k += (size_t)snprintf(h + k, cap - k, d ? ",%lld" : "%lld", (long long)t[i].shape[d]);
-		uint64_t end = off + t[i].numel * esz;
-		k += (size_t)snprintf(h + k, cap - k, "],\"data_offsets\":[%llu,%llu]}",
-		                      (unsigned long long)off, (unsigned long long)end);
-		off = end;
+			v[i - a].shape[d] = t[i].shape[d];
 	}
-	k += (size_t)snprintf(h + k, cap - k, "}");
-	while (k % 8)
-		h[k++] = ' ';
-	*len = k;
+	char *h = ss_safetensors_header(v, b - a, dt, len);
+	free(v);
 	return h;
 }
 
@@ -512,4 +499,32 @@ int ss_mkmodel_write(const char *dir, const ss_mkmodel_opts *o, char *errmsg)
 	free(w.buf);
 	free((void *)w.t);
 	return rc;
+}
+
+ss_model *ss_mkmodel_load_temp(const ss_mkmodel_opts *o, const ss_model_opts *lo,
+                               const char *name, char dir[4096], char *errmsg)
+{
+	const char *tmp = getenv("TMPDIR");
+	ss_model *m = NULL;
+	int err;
+
+	snprintf(dir, 4096, "%s/ss-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+	if (!mkdtemp(dir)) {
+		errf(errmsg, SS_ERR_IO, "%.400s: cannot create", dir);
+		return NULL;
+	}
+	err = ss_mkmodel_write(dir, o, errmsg);
+	if (!err)
+		err = ss_model_load_opts(&m, dir, lo, errmsg);
+	return err ? NULL : m;
+}
+
+void ss_mkmodel_remove(const char *dir)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	unlink(path);
+	rmdir(dir);
 }

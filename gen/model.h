@@ -60,4 +60,15 @@ int ss_mkmodel_generate(const ss_mkmodel_opts *o, ss_mkmodel_visit visit, void *
  * SS_ERR_IO, SS_ERR_NOMEM with errmsg (SS_ERRMSG_MAX) naming the file. */
 int ss_mkmodel_write(const char *dir, const ss_mkmodel_opts *o, char *errmsg);
 
+/* Writes the model of o into a fresh directory $TMPDIR/ss-NAME-XXXXXX
+ * ($TMPDIR unset or empty: /tmp; its path into dir) and loads it with lo
+ * (NULL: defaults). The files stay until ss_mkmodel_remove(dir) (a mapping
+ * outlives the names; a child process may load them again). Returns the
+ * model (ss_model_free) or NULL with errmsg set. */
+ss_model *ss_mkmodel_load_temp(const ss_mkmodel_opts *o, const ss_model_opts *lo,
+                               const char *name, char dir[4096], char *errmsg);
+
+/* Removes what ss_mkmodel_load_temp wrote (one shard) and its directory. */
+void ss_mkmodel_remove(const char *dir);
+
 #endif /* SS_MKMODEL_H */

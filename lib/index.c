@@ -112,10 +112,10 @@ int ix_check_schema(ss_index *ix, int empty_ok, char *errmsg)
 	sqlite3_finalize(st);
 	if (rc != SQLITE_ROW)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "not an ss index (no schema_version)");
-	if (v != SS_INDEX_SCHEMA_VERSION)
+	if (v < SS_INDEX_SCHEMA_MIN || v > SS_INDEX_SCHEMA_VERSION)
 		return ss_errf(errmsg, SS_ERR_VERSION,
-			    "index schema version %ld, this build of ss reads version %d: rebuild the index",
-			    v, SS_INDEX_SCHEMA_VERSION);
+			    "index schema version %ld, this build of ss reads versions %d and %d: rebuild the index",
+			    v, SS_INDEX_SCHEMA_MIN, SS_INDEX_SCHEMA_VERSION);
 	return 0;
 }
 
@@ -148,6 +148,26 @@ int ix_open_common(ss_index **out, const char *path, int flags, char *errmsg)
 
 /* ------------------------------------------------------------------ query */
 
+/* Whether the index has table `name` (texts, tokens, stateless: added to
+ * schema 3 after its release). */
+static int has_table(ss_index *ix, const char *name)
+{
+	sqlite3_stmt *st;
+	if (sqlite3_prepare_v2(ix->db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", -1,
+			       &st, NULL) != SQLITE_OK)
+		return 0;
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+	int yes = sqlite3_step(st) == SQLITE_ROW;
+	sqlite3_finalize(st);
+	return yes;
+}
+
+/* A hit's row: score (%s), and the stateless dtype (%s) last; a
+ * stateless document has no file (LEFT JOIN). */
+#define HIT_SQL                                                                                    \
+	"SELECT d.id, %s, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens, d.file_id, %s" \
+	" FROM docs d LEFT JOIN files f ON f.file_id = d.file_id"
+
 int ss_index_open(ss_index **out, const char *path, char *errmsg)
 {
 	ss_index *ix;
@@ -168,14 +188,29 @@ int ss_index_open(ss_index **out, const char *path, char *errmsg)
 	}
 	if (rc)
 		goto fail;
-	if ((rc = ss_bm25_open(&ix->bm25, ix->db, 0, errmsg)) ||
-	    (rc = ix_prep(ix, &ix->query,
-		       "SELECT d.id, ?2, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
-		       " d.file_id FROM docs d JOIN files f ON f.file_id = d.file_id WHERE d.rid = ?1", errmsg)) ||
+	/* An index without the stateless table has none (schema 3 forbids
+	 * them); the hit's last column is the dtype of a stateless one. */
+	int tier = has_table(ix, "stateless");
+	char q[512], l[512];
+	snprintf(q, sizeof q, HIT_SQL " WHERE d.rid = ?1", "?2",
+		 tier ? "(SELECT s.dtype FROM stateless s WHERE s.rid = d.rid)" : "NULL");
+	snprintf(l, sizeof l, HIT_SQL " WHERE d.id = ?1", "0.0",
+		 tier ? "(SELECT s.dtype FROM stateless s WHERE s.rid = d.rid)" : "NULL");
+	if ((rc = ss_bm25_open(&ix->bm25, ix->db, 0, errmsg)) || (rc = ix_prep(ix, &ix->query, q, errmsg)) ||
 	    (rc = ix_prep(ix, &ix->rid_of, "SELECT rid FROM docs WHERE id = ?1", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->lookup,
-		       "SELECT d.id, 0.0, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
-		       " d.file_id FROM docs d JOIN files f ON f.file_id = d.file_id WHERE d.id = ?1", errmsg)))
+	    (rc = ix_prep(ix, &ix->lookup, l, errmsg)))
+		goto fail;
+	if (has_table(ix, "tokens") &&
+	    (rc = ix_prep(ix, &ix->tokens_of,
+		       "SELECT (SELECT t.tokens FROM tokens t WHERE t.rid = d.rid AND length(t.tokens) = 4 * d.text_tokens)"
+		       " FROM docs d WHERE d.id = ?1", errmsg)))
+		goto fail;
+	/* A text whose length is not the indexed one is not this document's
+	 * (a row left by a build that did not know the texts table). */
+	if (has_table(ix, "texts") &&
+	    (rc = ix_prep(ix, &ix->text_of,
+		       "SELECT (SELECT t.text FROM texts t WHERE t.rid = d.rid AND length(t.text) = d.text_len)"
+		       " FROM docs d WHERE d.id = ?1", errmsg)))
 		goto fail;
 	*out = ix;
 	return 0;
@@ -194,8 +229,7 @@ int64_t ss_index_count(ss_index *ix)
 	return n;
 }
 
-/* Absolute (or cwd-relative, as the index was named) path of a stored one. */
-static char *resolve_path(ss_index *ix, const char *stored)
+char *ix_resolve_path(ss_index *ix, const char *stored)
 {
 	if (stored[0] == '/')
 		return strdup(stored);
@@ -206,19 +240,28 @@ static char *resolve_path(ss_index *ix, const char *stored)
 	return p;
 }
 
-static int hit_from_row(ss_index *ix, sqlite3_stmt *st, ss_index_hit *h)
+static int hit_from_row(ss_index *ix, sqlite3_stmt *st, ss_index_hit *h, char *errmsg)
 {
 	memset(h, 0, sizeof *h);
 	h->id = strdup((const char *)sqlite3_column_text(st, 0));
 	h->score = sqlite3_column_double(st, 1);
-	h->path = resolve_path(ix, (const char *)sqlite3_column_text(st, 2));
+	const char *stored = (const char *)sqlite3_column_text(st, 2);
+	const char *dtype = (const char *)sqlite3_column_text(st, 8);
+	h->stateless = !stored;
+	h->path = stored ? ix_resolve_path(ix, stored) : NULL;
+	if (h->stateless && (!dtype || ss_dtype_parse(dtype, &h->dtype))) {
+		int rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document %s has neither a state file nor "
+				 "a known dtype to recompute it in (\"%s\")", h->id ? h->id : "", dtype ? dtype : "");
+		ss_index_hit_clear(h);
+		return rc;
+	}
 	h->offset = (uint64_t)sqlite3_column_int64(st, 3);
 	h->length = (uint64_t)sqlite3_column_int64(st, 4);
 	const char *fp = (const char *)sqlite3_column_text(st, 5);
 	snprintf(h->fingerprint, sizeof h->fingerprint, "%s", fp ? fp : "");
 	h->n_tokens = sqlite3_column_int64(st, 6);
 	h->file_id = sqlite3_column_int64(st, 7);
-	if (!h->id || !h->path) {
+	if (!h->id || (stored && !h->path)) {
 		ss_index_hit_clear(h);
 		return SS_ERR_NOMEM;
 	}
@@ -288,7 +331,7 @@ int ss_index_query(ss_index *ix, const char *query, int k, const char *const *ex
 		sqlite3_bind_double(ix->query, 2, top[i].score);
 		int s = sqlite3_step(ix->query);
 		if (s == SQLITE_ROW)
-			rc = hit_from_row(ix, ix->query, &h[n++]);
+			rc = hit_from_row(ix, ix->query, &h[n++], errmsg);
 		else
 			rc = s == SQLITE_DONE ? ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: postings name row %lld, "
 						     "which is not there", (long long)top[i].rid)
@@ -342,12 +385,192 @@ int ss_index_lookup(ss_index *ix, const char *id, ss_index_hit *hit, char *errms
 	sqlite3_bind_text(ix->lookup, 1, id, -1, SQLITE_STATIC);
 	int s = sqlite3_step(ix->lookup), rc;
 	if (s == SQLITE_ROW)
-		rc = hit_from_row(ix, ix->lookup, hit);
+		rc = hit_from_row(ix, ix->lookup, hit, errmsg);
 	else if (s == SQLITE_DONE)
 		rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
 	else
 		rc = ix_sqlerr(ix, errmsg, "lookup");
 	sqlite3_reset(ix->lookup);
+	return rc;
+}
+
+/* The blob statement st (text_of, tokens_of: NULL when the index lacks the
+ * table) gives for document `id`: *out malloc'ed with a NUL after its *len
+ * bytes, or NULL and 0 when there is none. Errors as ss_index_text. */
+static int doc_blob(ss_index *ix, sqlite3_stmt *st, const char *id, const char *what, char **out, size_t *len,
+		    char *errmsg)
+{
+	*out = NULL;
+	*len = 0;
+	if (!ix || !ix->lookup)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	if (!st) /* built before the table was kept: is the document there? */
+		return ss_index_docs(ix, id, NULL, NULL, errmsg);
+	sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+	int s = sqlite3_step(st), rc = 0;
+	if (s == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+		size_t n = (size_t)sqlite3_column_bytes(st, 0);
+		const void *p = sqlite3_column_blob(st, 0);
+		if (!(*out = malloc(n + 1))) {
+			rc = SS_ERR_NOMEM;
+		} else {
+			if (n)
+				memcpy(*out, p, n);
+			(*out)[n] = 0;
+			*len = n;
+		}
+	} else if (s == SQLITE_DONE) {
+		rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
+	} else if (s != SQLITE_ROW) {
+		rc = ix_sqlerr(ix, errmsg, what);
+	}
+	sqlite3_reset(st);
+	return rc;
+}
+
+int ss_index_text(ss_index *ix, const char *id, char **text, size_t *len, char *errmsg)
+{
+	return doc_blob(ix, ix ? ix->text_of : NULL, id, "reading the text", text, len, errmsg);
+}
+
+int ss_index_tokens(ss_index *ix, const char *id, int32_t **tokens, int64_t *n_tokens, char *errmsg)
+{
+	char *blob;
+	size_t len;
+	*tokens = NULL;
+	*n_tokens = 0;
+	int rc = doc_blob(ix, ix ? ix->tokens_of : NULL, id, "reading the tokens", &blob, &len, errmsg);
+	if (rc || !blob)
+		return rc;
+	/* i32 little endian (formats/index.md); the blob has room for one
+	 * token at least (doc_blob's NUL). */
+	int32_t *t = malloc(len ? len : sizeof *t);
+	if (!t) {
+		free(blob);
+		return SS_ERR_NOMEM;
+	}
+	const unsigned char *b = (const unsigned char *)blob;
+	for (size_t i = 0; i < len / 4; i++)
+		t[i] = (int32_t)((uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 | (uint32_t)b[4 * i + 2] << 16 |
+				 (uint32_t)b[4 * i + 3] << 24);
+	free(blob);
+	*tokens = t;
+	*n_tokens = (int64_t)(len / 4);
+	return 0;
+}
+
+int ss_index_docs(ss_index *ix, const char *id, ss_index_doc_fn fn, void *ctx, char *errmsg)
+{
+	if (!ix || !ix->lookup)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	char sql[1024];
+	snprintf(sql, sizeof sql,
+		 "SELECT d.id, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
+		 " coalesce(d.text_tokens, -1), d.text_len, d.n_terms, %s, %s, %s"
+		 " FROM docs d LEFT JOIN files f ON f.file_id = d.file_id %s ORDER BY d.id",
+		 ix->text_of ? "EXISTS(SELECT 1 FROM texts t WHERE t.rid = d.rid AND length(t.text) = d.text_len)"
+			     : "0",
+		 ix->tokens_of ? "EXISTS(SELECT 1 FROM tokens t WHERE t.rid = d.rid AND length(t.tokens) = 4 * d.text_tokens)"
+			       : "0",
+		 ix->tokens_of ? "(SELECT s.dtype FROM stateless s WHERE s.rid = d.rid)" : "NULL",
+		 id ? "WHERE d.id = ?1" : "");
+	sqlite3_stmt *st;
+	if (sqlite3_prepare_v2(ix->db, sql, -1, &st, NULL) != SQLITE_OK)
+		return ix_sqlerr(ix, errmsg, "listing documents");
+	if (id)
+		sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+	int s = SQLITE_DONE, rc = 0, n = 0;
+	while (!rc && (s = sqlite3_step(st)) == SQLITE_ROW) {
+		n++;
+		if (!fn)
+			continue;
+		ss_index_doc d = {0};
+		d.id = (const char *)sqlite3_column_text(st, 0);
+		const char *stored = (const char *)sqlite3_column_text(st, 1);
+		char *path = stored ? ix_resolve_path(ix, stored) : NULL;
+		if (!d.id || (stored && !path)) {
+			free(path);
+			rc = SS_ERR_NOMEM;
+			break;
+		}
+		d.path = path;
+		d.offset = (uint64_t)sqlite3_column_int64(st, 2);
+		d.length = (uint64_t)sqlite3_column_int64(st, 3);
+		const char *fp = (const char *)sqlite3_column_text(st, 4);
+		d.fingerprint = fp ? fp : "";
+		d.n_tokens = sqlite3_column_int64(st, 5);
+		d.text_tokens = sqlite3_column_int64(st, 6);
+		d.text_len = sqlite3_column_int64(st, 7);
+		d.n_terms = sqlite3_column_int64(st, 8);
+		d.has_text = sqlite3_column_int(st, 9);
+		d.has_tokens = sqlite3_column_int(st, 10);
+		d.dtype = (const char *)sqlite3_column_text(st, 11);
+		d.stateless = !stored;
+		rc = fn(ctx, &d);
+		free(path);
+	}
+	if (!rc && s != SQLITE_DONE)
+		rc = ix_sqlerr(ix, errmsg, "listing documents");
+	sqlite3_finalize(st);
+	if (!rc && id && n == 0)
+		rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
+	return rc;
+}
+
+/* The int64 of the first column of `sql`'s first row into *v (0 when no
+ * row). Returns 0 or ix_sqlerr's code. */
+static int ix_int64(ss_index *ix, const char *sql, int64_t *v, char *errmsg)
+{
+	sqlite3_stmt *st;
+	if (sqlite3_prepare_v2(ix->db, sql, -1, &st, NULL) != SQLITE_OK)
+		return ix_sqlerr(ix, errmsg, "index statistics");
+	int s = sqlite3_step(st);
+	*v = s == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+	int rc = s == SQLITE_ROW || s == SQLITE_DONE ? 0 : ix_sqlerr(ix, errmsg, "index statistics");
+	sqlite3_finalize(st);
+	return rc;
+}
+
+int ss_index_info_get(ss_index *ix, ss_index_info *info, char *errmsg)
+{
+	memset(info, 0, sizeof *info);
+	if (!ix || !ix->lookup)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	int64_t page_size = 0, page_count = 0;
+	int rc;
+	if ((rc = ix_exec(ix, "BEGIN", errmsg)))
+		return rc;
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(ix->db,
+			       "SELECT count(*), coalesce(sum(n_terms), 0), coalesce(sum(n_tokens), 0),"
+			       " coalesce(sum(text_len), 0), coalesce(sum(frame_length), 0),"
+			       " (SELECT value FROM meta WHERE key = 'fingerprint'), count(*) - count(file_id) FROM docs",
+			       -1, &st, NULL) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
+		rc = ix_sqlerr(ix, errmsg, "index statistics");
+	} else {
+		info->n_docs = sqlite3_column_int64(st, 0);
+		info->n_doc_terms = sqlite3_column_int64(st, 1);
+		info->n_tokens = sqlite3_column_int64(st, 2);
+		info->text_bytes = sqlite3_column_int64(st, 3);
+		info->state_bytes = sqlite3_column_int64(st, 4);
+		info->n_stateless = sqlite3_column_int64(st, 6);
+		const char *fp = (const char *)sqlite3_column_text(st, 5);
+		snprintf(info->fingerprint, sizeof info->fingerprint, "%s", fp ? fp : "");
+	}
+	sqlite3_finalize(st);
+	if (!rc)
+		rc = ix_int64(ix, "SELECT count(*) FROM terms", &info->n_terms, errmsg);
+	if (!rc)
+		rc = ix_int64(ix, "SELECT count(*) FROM files", &info->n_files, errmsg);
+	if (!rc && ix->text_of)
+		rc = ix_int64(ix, "SELECT count(*) FROM texts t JOIN docs d ON d.rid = t.rid"
+				  " WHERE length(t.text) = d.text_len", &info->n_texts, errmsg);
+	if (!rc)
+		rc = ix_int64(ix, "PRAGMA page_size", &page_size, errmsg);
+	if (!rc)
+		rc = ix_int64(ix, "PRAGMA page_count", &page_count, errmsg);
+	info->index_bytes = page_size * page_count;
+	sqlite3_exec(ix->db, "COMMIT", NULL, NULL, NULL);
 	return rc;
 }
 
@@ -401,6 +624,8 @@ static int reader_for(ss_index *ix, const ss_index_hit *hit, reader_slot **out, 
 int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss_record **recp, char *errmsg)
 {
 	*recp = NULL;
+	if (hit && hit->stateless)
+		return ss_errf(errmsg, SS_ERR_NOTFOUND, "document %s has no stored state", hit->id);
 	if (!ix || !hit || !hit->path || !hit->id)
 		return ss_errf(errmsg, SS_ERR_INVALID, "no hit to read");
 	reader_slot *s = NULL;
@@ -501,7 +726,10 @@ void ss_index_close(ss_index *ix)
 	if (!ix)
 		return;
 	sqlite3_stmt **stmts[] = { &ix->find, &ix->ins_doc, &ix->set_text, &ix->set_state, &ix->touch,
-				   &ix->file_find, &ix->file_ins, &ix->query, &ix->lookup, &ix->rid_of };
+				   &ix->file_find, &ix->file_ins, &ix->query, &ix->lookup, &ix->rid_of,
+				   &ix->put_text, &ix->del_doc, &ix->del_text, &ix->text_of,
+				   &ix->put_tokens, &ix->del_tokens, &ix->del_stateless, &ix->add_hits,
+				   &ix->tokens_of };
 	for (size_t i = 0; i < sizeof stmts / sizeof *stmts; i++)
 		sqlite3_finalize(*stmts[i]);
 	ss_bm25_close(ix->bm25);

@@ -1,10 +1,11 @@
-/* sample.c — logits → token (greedy, temperature, top-k, top-p), seeded
- * PRNG, logsumexp/NLL. See ss_sample.h for the contracts. */
+/* sample.c — logits → token (repeat penalty, greedy, temperature, top-k,
+ * top-p, min-p), stop strings, seeded PRNG, logsumexp/NLL. See ss_sample.h for the contracts. */
 #include "ss.h"
 #include "ss_sample.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ------------------------------------------------------------------ PRNG */
 
@@ -88,27 +89,47 @@ struct ss_sampler {
 	int32_t n;
 	ss_sample_params p;
 	ss_rng rng;
-	int32_t *idx; /* [n] candidate ids */
-	double *w;    /* [n] unnormalised probabilities of idx[] */
+	int32_t *idx;   /* [n] candidate ids */
+	double *w;      /* [n] unnormalised probabilities of idx[] */
+	/* repeat penalty (NULL when off) */
+	float *pen;     /* [n] penalised logits */
+	int32_t *count; /* [n] occurrences of each id in the window */
+	int32_t *ring;  /* [repeat_last_n] the window, oldest at ring_pos when full */
+	int64_t ring_len, ring_pos, n_counted;
 };
+
+static int penalty_on(const ss_sample_params *p)
+{
+	return p->repeat_penalty != 0 && p->repeat_penalty != 1 && p->repeat_last_n != 0;
+}
 
 int ss_sampler_init(ss_sampler **out, int32_t n, const ss_sample_params *p, uint64_t seed)
 {
 	*out = NULL;
-	if (n <= 0 || !p || isnan(p->temperature) || !(p->top_p > 0))
+	if (n <= 0 || !p || isnan(p->temperature) || !(p->top_p > 0) ||
+	    !(p->min_p >= 0 && p->min_p <= 1) || !(p->repeat_penalty >= 0) ||
+	    p->repeat_last_n < -1)
 		return SS_ERR_INVALID;
 	ss_sampler *s = calloc(1, sizeof *s);
 	if (!s)
 		return SS_ERR_NOMEM;
 	s->n = n;
 	s->p = *p;
-	ss_rng_seed(&s->rng, seed);
 	s->idx = malloc((size_t)n * sizeof *s->idx);
 	s->w = malloc((size_t)n * sizeof *s->w);
-	if (!s->idx || !s->w) {
+	int bad = !s->idx || !s->w;
+	if (penalty_on(p)) {
+		s->pen = malloc((size_t)n * sizeof *s->pen);
+		s->count = calloc((size_t)n, sizeof *s->count);
+		if (p->repeat_last_n > 0)
+			s->ring = malloc((size_t)p->repeat_last_n * sizeof *s->ring);
+		bad |= !s->pen || !s->count || (p->repeat_last_n > 0 && !s->ring);
+	}
+	if (bad) {
 		ss_sampler_free(s);
 		return SS_ERR_NOMEM;
 	}
+	ss_sampler_reset(s, seed);
 	*out = s;
 	return 0;
 }
@@ -119,7 +140,55 @@ void ss_sampler_free(ss_sampler *s)
 		return;
 	free(s->idx);
 	free(s->w);
+	free(s->pen);
+	free(s->count);
+	free(s->ring);
 	free(s);
+}
+
+void ss_sampler_reset(ss_sampler *s, uint64_t seed)
+{
+	ss_rng_seed(&s->rng, seed);
+	if (s->count)
+		memset(s->count, 0, (size_t)s->n * sizeof *s->count);
+	s->ring_len = s->ring_pos = s->n_counted = 0;
+}
+
+static void count_add(ss_sampler *s, int32_t id, int32_t d)
+{
+	if (id >= 0 && id < s->n) {
+		s->count[id] += d;
+		s->n_counted += d;
+	}
+}
+
+void ss_sampler_accept(ss_sampler *s, int32_t id)
+{
+	if (!s->count)
+		return;
+	int64_t cap = s->p.repeat_last_n;
+	if (cap < 0) { /* the whole sequence: counts only, nothing leaves */
+		count_add(s, id, 1);
+		return;
+	}
+	if (s->ring_len == cap) {
+		count_add(s, s->ring[s->ring_pos], -1);
+		s->ring[s->ring_pos] = id;
+		s->ring_pos = (s->ring_pos + 1) % cap;
+	} else {
+		s->ring[s->ring_len++] = id;
+	}
+	count_add(s, id, 1);
+}
+
+const float *ss_sampler_penalize(ss_sampler *s, const float *x)
+{
+	if (!s->count || s->n_counted == 0)
+		return x;
+	const float r = s->p.repeat_penalty;
+	for (int32_t i = 0; i < s->n; i++)
+		s->pen[i] = !s->count[i] ? x[i] : x[i] <= 0 ? x[i] * r : x[i] / r;
+	return s->pen;
 }
 
 /* Total order "a ranks before b": higher logit, then lower id. Ties broken by
@@ -154,9 +223,10 @@ static int cmp_rank(const void *a, const void *b, void *ctx)
 	return ranks_before(x, i, j) ? -1 : ranks_before(x, j, i) ? 1 : 0;
 }
 
-int32_t ss_sampler_sample(ss_sampler *s, const float *x)
+int32_t ss_sampler_sample(ss_sampler *s, const float *logits)
 {
 	const int32_t n = s->n;
+	const float *x = ss_sampler_penalize(s, logits);
 	if (!(s->p.temperature > 0))
 		return ss_argmax(x, n);
 
@@ -208,6 +278,19 @@ int32_t ss_sampler_sample(ss_sampler *s, const float *x)
 		k = keep;
 		total = cum;
 	}
+	if (s->p.min_p > 0) {
+		/* The best id has x == mx, so w = 1 is p_max's weight: keep
+		 * w >= min_p, in place (order kept). */
+		int32_t keep = 0;
+		total = 0;
+		for (int32_t i = 0; i < k; i++)
+			if (s->w[i] >= s->p.min_p) {
+				s->idx[keep] = s->idx[i];
+				s->w[keep++] = s->w[i];
+				total += s->w[i];
+			}
+		k = keep;
+	}
 	double u = ss_rng_uniform(&s->rng) * total, acc = 0;
 	for (int32_t i = 0; i < k; i++) {
 		acc += s->w[i];
@@ -215,4 +298,34 @@ int32_t ss_sampler_sample(ss_sampler *s, const float *x)
 			return s->idx[i];
 	}
 	return s->idx[k - 1]; /* u rounded up to total */
+}
+
+/* ----------------------------------------------------------- stop strings */
+
+int64_t ss_stop_find(const char *text, size_t len, size_t from, const char *const *stops,
+		     size_t n_stops, size_t *safe)
+{
+	int64_t cut = -1;
+	size_t hold = 0; /* longest tail that begins a stop string */
+	for (size_t j = 0; j < n_stops; j++) {
+		size_t sl = strlen(stops[j]);
+		if (sl == 0)
+			continue;
+		/* Matches ending after `from` start at or after from + 1 - sl. */
+		size_t start = from + 1 > sl ? from + 1 - sl : 0;
+		for (size_t i = start; i + sl <= len; i++)
+			if (!memcmp(text + i, stops[j], sl)) {
+				if (cut < 0 || (int64_t)i < cut)
+					cut = (int64_t)i;
+				break;
+			}
+		for (size_t t = sl - 1 < len ? sl - 1 : len; t > hold; t--)
+			if (!memcmp(text + len - t, stops[j], t)) {
+				hold = t;
+				break;
+			}
+	}
+	if (safe)
+		*safe = cut >= 0 ? (size_t)cut : len - hold;
+	return cut;
 }

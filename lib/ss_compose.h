@@ -28,8 +28,11 @@
  *             value ≤ 0 (sum's distributive decay log Σ d_i could exceed 0);
  *   n_tokens  Σ of the inputs'; fingerprint and dims: the inputs' (which must
  *             all agree); dtype SS_DTYPE_F32 (the caller picks the storage);
- *   id        "<mode>(<id0>,<id1>,...)"; provenance: mode, source ids and the
- *             weights [n_layer][nheads][n] (NULL for max).
+ *   id        "<mode>(<id0>,<id1>,...)" up to 160 bytes; longer (n >= 2):
+ *             "<mode>(<n> states: <id0> … <id{n-1}>)", each of the two cut
+ *             to 48 bytes (UTF-8 whole, "…" when cut); provenance: mode, the
+ *             full list of source ids and the weights [n_layer][nheads][n]
+ *             (NULL for max).
  *
  * With one input and no normalisation every mode returns it bit for bit
  * (ssm, conv, logdecay): the first input initialises the accumulator as
@@ -140,14 +143,18 @@ int ss_composer_add(ss_composer *c, const ss_state *x, char *errmsg);
 /* Like ss_composer_add(), with the ssm and conv arrays given in storage
  * dtype `dtype` (little-endian, any alignment), e.g. straight from a
  * record's bytes; x supplies everything else (its ssm/conv are ignored).
- * f16/bf16 are widened exactly, BLK elements at a time, inside the
- * accumulation loop: no f32 copy of the input is made. */
+ * f16/bf16 are widened exactly, and q8 codes scaled by x->conv_scale /
+ * x->ssm_scale (required then, ss_state_q8_blocks), BLK elements at a time
+ * inside the accumulation loop: no f32 copy of the input is made. */
 int ss_composer_add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv,
 			   ss_dtype dtype, char *errmsg);
 
 /* Decodes a state record (ss_reader_next()) and accumulates it without
  * materialising its arrays in f32: memory stays one accumulator plus the
- * reader's record buffer. Errors as ss_composer_add(), plus those of
+ * reader's record buffer; except a byte-shuffled record (f16/bf16 as
+ * writers make them, formats/states.md "shuffle"), decoded to f32 first
+ * (ss_compose_files adds those in pieces instead, unshuffling a block at a
+ * time). Errors as ss_composer_add(), plus those of
  * ss_record_state_meta() and SS_ERR_FORMAT for missing or mis-sized
  * "conv"/"ssm" bins. */
 int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg);

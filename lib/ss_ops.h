@@ -27,6 +27,7 @@
  *   scan (SSD)   ss_scan_chunked *       ss_ssd_scan_cuda         ssd.c     | ssd.cu
  *   scan step    ss_ssm_step_cpu         ss_ssm_step_cuda         scan.c    | scan.cu
  *   argmax       ss_argmax_rows_cpu      ss_argmax_rows_cuda      argmax.c  | argmax.cu
+ *   loss         ss_cross_entropy_cpu    —                        loss.c    |
  *   Mamba-1:
  *   dt low-rank  ss_dt_proj_cpu          ss_dt_proj_cuda          dt.c      | dt.cu
  *   scan (M1)    ss_ssm1_scan_cpu        ss_ssm1_scan_cuda        scan1.c   | scan1.cu
@@ -37,6 +38,22 @@
  *   * internal (lib/ops/scan.h): one group's heads, called by forward.c per
  *     thread; ss_ssd_scan_cuda is checked against ss_ssm_scan_cpu.
  * Shared inner loops: lib/vec.c (AVX2 elementwise) and kernels/common.cuh.
+ *
+ * Backward (training; CPU reference only, no CUDA twins yet): each op that
+ * training differentiates has `ss_<op>_backward_cpu` declared under its
+ * forward and defined under it in the same file, in the style of llm.c's
+ * train_gpt2.c: the forward's arguments in the forward's order, each input
+ * followed by its d-prefixed gradient (same shape and row stride as the
+ * array it is the gradient of), the output's gradient in the output's
+ * place. Gradients of inputs and parameters ACCUMULATE (+=) into buffers the
+ * caller zeroes once per step; an op that works in place (the gated norm)
+ * turns its output's gradient into its input's in place; the gradient of a
+ * state that the forward updates in place (conv_state, ssm) is in/out: on
+ * entry that of the final state (zeros if unused), on return that of the
+ * initial state. Forward inputs a backward needs are the forward's inputs
+ * as they were (a caller saves what the forward overwrites: the initial
+ * states, the gated norm's input). tests/test_grad.c checks each against
+ * double-precision central finite differences.
  *
  * Conventions, for every op:
  *   - Rows are tokens. A matrix "[n][d], row stride ld" has element (r, i) at
@@ -75,6 +92,13 @@ extern "C" {
 void ss_embed_cpu(float *h, const void *emb, ss_dtype et, const int32_t *tokens, int64_t n,
 		  int d_model);
 
+/* Backward of the embedding gather: demb[tokens[r]][:] += dh[r][:].
+ *   dh: [n][d_model] f32, contiguous.  demb: [vocab][d_model] f32 (the f32
+ *   master copy of the embedding; with tied weights also lm_head's dW).
+ * Not thread-safe over rows (a token may repeat). ref: llm.c encoder_backward. */
+void ss_embed_backward_cpu(const float *dh, float *demb, const int32_t *tokens, int64_t n,
+			   int d_model);
+
 /* RMSNorm with an optional residual add, row by row:
  *   if res: h[r] += res[r]        (h updated in place: the residual stream)
  *   y[r] = h[r] / sqrt(mean(h[r]²) + eps) * w
@@ -85,6 +109,18 @@ void ss_embed_cpu(float *h, const void *emb, ss_dtype et, const int32_t *tokens,
  * ref: mamba_ssm ops/triton/layer_norm.py rms_norm_fn (residual_in_fp32). */
 void ss_rmsnorm_cpu(float *y, float *h, const float *res, const float *w, int64_t n, int d,
 		    float eps);
+
+/* Backward of ss_rmsnorm_cpu, with r = 1/sqrt(mean(h²) + eps):
+ *   dh[r] += r·(dy∘w) − h·r³/d·Σ(dy∘w∘h);   dw += Σ_r dy∘h·r
+ *   dy: [n][d] the output's gradient.  h: [n][d] the normalised input, i.e.
+ *   after the residual add (what the forward leaves in h).  dh: [n][d]
+ *   (+=).  w: [d].  dw: [d] (+=) or NULL (frozen).
+ * The residual add's gradient is the identity: a caller that keeps one
+ * gradient of the residual stream passes it as dh, and it is then the
+ * gradient of both the pre-add h and res.
+ * ref: mamba_ssm ops/triton/layer_norm.py _layer_norm_bwd (is_rms_norm). */
+void ss_rmsnorm_backward_cpu(const float *dy, const float *h, float *dh, const float *w,
+			     float *dw, int64_t n, int d, float eps);
 
 /* Linear (no bias): y[M][N] = x[M][K] · W[N][K]ᵀ + beta · y.
  *   y: [M][N] f32, row stride ldy (in/out when beta != 0).
@@ -103,6 +139,17 @@ void ss_rmsnorm_cpu(float *y, float *h, const float *res, const float *w, int64_
  * SS_ERR_INVALID (negative sizes, ld too small); SS_ERR_DEVICE (CUDA). */
 int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
 		  ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta);
+
+/* Backward of ss_linear_cpu with f32 W (training keeps f32 master weights):
+ *   dx[M][K] += dy·W;   dW[N][K] += dyᵀ·x
+ *   dy: [M][N], row stride ldy.  x, dx: [M][K], row stride ldx; dx may be
+ *   NULL (an input without a gradient).  W, dW: [N][K] contiguous; dW may
+ *   be NULL (frozen).  beta's y0 gets dy itself (the caller's residual).
+ * Through the BLAS (sgemm with beta 1), one BLAS thread as the forward.
+ * Returns 0 or SS_ERR_INVALID (negative sizes, ld too small).
+ * ref: llm.c matmul_backward. */
+int ss_linear_backward_cpu(const float *dy, ptrdiff_t ldy, const float *x, float *dx,
+			   ptrdiff_t ldx, const float *W, float *dW, int64_t M, int64_t N, int64_t K);
 
 /* Causal depthwise conv1d (width d_conv, with bias) + SiLU over a packed
  * batch, starting each sequence from its conv state and leaving its final
@@ -128,6 +175,26 @@ void ss_conv1d_silu_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
 			const int64_t *seq_start, int nseq, float *conv_state, ptrdiff_t ld_state,
 			const float *wt, ptrdiff_t ldw, const float *b, int nch, int d_conv);
 
+/* The largest d_conv ss_conv1d_silu_backward_cpu takes (Mamba-2 uses 4). */
+#define SS_CONV_BACKWARD_MAX 16
+
+/* Backward of ss_conv1d_silu_cpu over the same packed batch:
+ *   dy: [T][nch], row stride ldy.  x, dx: [T][nch], row stride ldx (+=).
+ *   conv_state: the initial states (as before the forward, which overwrites
+ *   them).  dconv_state: same layout, in: the gradient of the final states
+ *   (zeros if unused); out: that of the initial states.
+ *   wt, dwt: [d_conv][ldw] tap-major (+=).  b, db: [nch] (+=).
+ * The pre-activations are recomputed from x and the states. A channel range
+ * is the op on offset pointers, as for the forward.
+ * Returns 0 or SS_ERR_INVALID (d_conv outside [1, SS_CONV_BACKWARD_MAX],
+ * a negative count or sequence length).
+ * ref: causal-conv1d causal_conv1d_bwd (with initial_states, dfinal_states). */
+int ss_conv1d_silu_backward_cpu(const float *dy, ptrdiff_t ldy, const float *x, float *dx,
+				ptrdiff_t ldx, const int64_t *seq_start, int nseq,
+				const float *conv_state, float *dconv_state, ptrdiff_t ld_state,
+				const float *wt, float *dwt, ptrdiff_t ldw, const float *b, float *db,
+				int nch, int d_conv);
+
 /* Single-token conv step of nseq independent sequences (decode): the op above
  * with seq_start NULL. Row s of x/y is sequence s's token.
  * ref: mamba_ssm modules/mamba2.py step() (causal_conv1d_update). */
@@ -142,6 +209,16 @@ void ss_conv1d_step_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, 
  * ref: mamba_ssm modules/mamba2.py (dt_softplus, dt_limit). */
 void ss_dt_softplus_cpu(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t ldr,
 			const float *dt_bias, int64_t n, int nheads, float dt_min, float dt_max);
+
+/* Backward of ss_dt_softplus_cpu: g = ddt·σ(raw + dt_bias) (1 above the
+ * threshold 20; 0 where the clamp held the value); draw += g;
+ * ddt_bias[h] += Σ_r g.
+ *   ddt: [n][nheads], row stride lddt.  raw, draw: [n][nheads], row stride
+ *   ldr (+=; draw may be NULL).  dt_bias, ddt_bias: [nheads] (+=; ddt_bias
+ *   may be NULL). */
+void ss_dt_softplus_backward_cpu(const float *ddt, ptrdiff_t lddt, const float *raw,
+				 float *draw, ptrdiff_t ldr, const float *dt_bias, float *ddt_bias,
+				 int64_t n, int nheads, float dt_min, float dt_max);
 
 /* Dims of one layer's scan. */
 typedef struct {
@@ -175,6 +252,41 @@ int ss_ssm_scan_cpu(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
 		    const float *C, ptrdiff_t ldc, const float *dt, ptrdiff_t lddt,
 		    const float *A_log, const float *D, float *ssm, ptrdiff_t ld_ssm,
 		    float *y, ptrdiff_t ldy, float *logdecay, ptrdiff_t ld_logdecay);
+
+/* Backward of ss_ssm_scan_cpu: the reverse recurrence. Per head, from the
+ * last token, with ds the gradient of the state after token t:
+ *   ds += dy_t⊗C_t;  dC_t += dy_tᵀ·s_t;  dD += ⟨dy_t, x_t⟩;
+ *   dx_t += D·dy_t + dt_t·ds·B_t;  dB_t += dt_t·dsᵀ·x_t;
+ *   ddt_t += x_tᵀ·ds·B_t + A·a_t·⟨ds, s_{t-1}⟩ + A·dlogdecay;
+ *   dA += dt_t·a_t·⟨ds, s_{t-1}⟩ (+ Σdt·dlogdecay);  ds = a_t·ds
+ * with a_t = exp(dt_t·A), and dA_log += dA·A (A = -exp(A_log)).
+ *   Every forward input is followed by its gradient (+=, same layout and
+ *   stride): x/dx, B/dB, C/dC (C, dC unused when dy is NULL), dt/ddt,
+ *   A_log/dA_log, D/dD (dD may be NULL; D NULL = 0).
+ *   ssm: the initial states (as before the forward).  dssm: same layout,
+ *   in: the gradient of the final states (zeros if unused); out: that of the
+ *   initial states.
+ *   dy: [T][nheads*headdim] at ldy, or NULL (only the final state was
+ *   used).  dlogdecay: [nseq] rows of [nheads] at ld_logdecay, or NULL.
+ *   work: ss_ssm_scan_backward_work(d, longest sequence) floats: the
+ *   states are recomputed one chunk of SS_SCAN_CHUNK tokens at a time from
+ *   checkpoints at the chunks' starts.
+ * Heads one after another; the group's dB, dC gather all its heads.
+ * Returns 0 or SS_ERR_INVALID (bad dims or strides, a NULL gradient array
+ * other than dD and dlogdecay).
+ * ref: Dao & Gu 2024 (Mamba-2) §6 (the SSD backward); mamba_ssm
+ *      ops/triton/ssd_combined.py (dinitial_states, dfinal_states). */
+int ss_ssm_scan_backward_cpu(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
+			     const float *x, float *dx, ptrdiff_t ldx, const float *B, float *dB,
+			     ptrdiff_t ldb, const float *C, float *dC, ptrdiff_t ldc,
+			     const float *dt, float *ddt, ptrdiff_t lddt, const float *A_log,
+			     float *dA_log, const float *D, float *dD, const float *ssm,
+			     float *dssm, ptrdiff_t ld_ssm, const float *dy, ptrdiff_t ldy,
+			     const float *dlogdecay, ptrdiff_t ld_logdecay, float *work);
+
+/* Floats of work ss_ssm_scan_backward_cpu needs for sequences of at most
+ * n_max tokens: (ceil(n_max/SS_SCAN_CHUNK) + SS_SCAN_CHUNK)·headdim·d_state. */
+size_t ss_ssm_scan_backward_work(const ss_scan_dims *d, int64_t n_max);
 
 /* Single-token state update of nseq independent sequences (decode): the scan
  * above with one row per sequence (row s is sequence s). Same arguments.
@@ -238,12 +350,44 @@ int ss_ssm1_scan_cpu(int d_inner, int d_state, const int64_t *seq_start, int nse
  * ref: mamba_ssm modules/mamba_simple.py (y * act(z)). */
 void ss_gate_silu_cpu(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz, int64_t n, int d);
 
+/* Backward of ss_gated_rmsnorm_cpu, in place as the forward: with
+ * u = y∘silu(z) and the group's r = 1/sqrt(mean(u_g²) + eps),
+ *   du_g = r·(dy_g∘w_g) − u_g·r³/gs·Σ(dy_g∘w_g∘u_g);  dw += dy∘u·r;
+ *   dz += du∘y∘silu'(z);  dy ← du∘silu(z)
+ *   y: [n][d] the forward's input (the scan's output, saved before the
+ *   forward overwrote it), row stride ldy.  dy: same layout, in: the
+ *   output's gradient; out: y's gradient.  z, dz: [n][d] at ldz (+=; dz
+ *   may be NULL).  w, dw: [d] (+=; dw may be NULL).
+ * ref: mamba_ssm ops/triton/layernorm_gated.py _layer_norm_bwd (z, norm_before_gate False). */
+void ss_gated_rmsnorm_backward_cpu(const float *y, float *dy, ptrdiff_t ldy, const float *z,
+				   float *dz, ptrdiff_t ldz, const float *w, float *dw, int64_t n,
+				   int d, int ngroups, float eps);
+
 /* Greedy sampling: ids[r] = argmax of logits row r over columns [0, n)
  * (the first index on ties; NaN never wins; -1 if the row is all NaN).
  *   logits: [nrows][n] f32, row stride ld.  ids: out [nrows] i32.
  * ref: ss_argmax (ss_sample.h), which this is row by row. */
 void ss_argmax_rows_cpu(int32_t *ids, const float *logits, ptrdiff_t ld, int64_t nrows,
 			int64_t n);
+
+/* Next-token cross-entropy row by row, over all V columns (the padded
+ * vocabulary, as ss-score's softmax):
+ *   nll[r] = log Σ_i exp(logits[r][i]) − logits[r][targets[r]]
+ * (max-shifted, the sum in double); a row with targets[r] < 0 has no
+ * target (a prompt token, a document boundary) and nll[r] = 0.
+ *   nll: out [n] f32.  logits: [n][V] f32, row stride ld.  targets: [n].
+ * Returns 0 or SS_ERR_INVALID (V < 1, ld < V, a target >= V).
+ * ref: torch.nn.functional.cross_entropy (ignore_index < 0). */
+int ss_cross_entropy_cpu(float *nll, const float *logits, ptrdiff_t ld, const int32_t *targets,
+			 int64_t n, int64_t V);
+
+/* Backward of ss_cross_entropy_cpu: dlogits[r][i] += dnll[r]·(softmax(
+ * logits[r])[i] − [i == targets[r]]); rows without a target get nothing.
+ *   dnll: [n] (1/n_targets for a mean loss).  dlogits: [n][V] at ld (+=).
+ * Returns 0 or SS_ERR_INVALID as the forward.
+ * ref: llm.c crossentropy_softmax_backward. */
+int ss_cross_entropy_backward_cpu(const float *dnll, const float *logits, float *dlogits,
+				  ptrdiff_t ld, const int32_t *targets, int64_t n, int64_t V);
 
 #ifdef __cplusplus
 }

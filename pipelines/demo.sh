@@ -68,7 +68,7 @@ ss-retrieve build -q --index "$out/index.db" "$out/corpus.tokens" "$out/corpus.s
 t3=$(now)
 offsets "$out/corpus.tokens" >"$out/corpus.offsets"
 n_chunks=$(wc -l <"$out/corpus.offsets")
-n_tok=$(sed -n 's/^ss-encode: [0-9]* documents, \([0-9]*\) tokens in .*/\1/p' "$out/encode.log")
+n_tok=$(sed -n 's/^ss-encode: [0-9]* documents*, \([0-9]*\) tokens in .*/\1/p' "$out/encode.log")
 mb=$(awk -v b="$(wc -c <"$out/corpus.states")" 'BEGIN { printf "%#.3g", b / 1e6 }')
 echo "database: $n_chunks chunks of at most 256 tokens, $n_tok tokens, $mb MB of states"
 printf '  %-36s %s s\n' "ss-tokenize --chunk 256" "$(secs "$t0" "$t1")" \
@@ -132,7 +132,7 @@ while IFS= read -r q <&3; do
 	ss-decode --model "$MODEL" --state "$d/concat.state" --prompt "$q" --max-tokens "$MAX_TOKENS" >"$d/concat.txt"
 	printf '  continuation (Concat):   %s\n' "$(oneline <"$d/concat.txt")"
 	k=$(wc -l <"$d/ids")
-	ctok=$(sed -n 's/^ss-encode: [0-9]* documents, \([0-9]*\) tokens in .*/\1/p' "$d/concat.log")
+	ctok=$(sed -n 's/^ss-encode: [0-9]* documents*, \([0-9]*\) tokens in .*/\1/p' "$d/concat.log")
 	awk -v c="$best_c" -v e="$best_e" -v k="$k" -v t="$ctok" 'BEGIN {
 		printf "  time: compose %#.3g s (ss-compose --mode picaso-r, %d states)\n", c, k
 		printf "        concat  %#.3g s (ss-encode --from-state --concat: 1 state + %d chunks, %d tokens)\n", e, k - 1, t

@@ -416,6 +416,42 @@ static void test_weights_large_n(void **unused)
 		}
 }
 
+/* The composed id: whole while short; bounded (first … last, each cut at a
+ * UTF-8 boundary) when the whole list would be long, which stays in sources. */
+static void test_composed_id(void **unused)
+{
+	(void)unused;
+	ss_state in[10], out;
+	char id[64];
+	for (size_t k = 0; k < 3; k++) {
+		snprintf(id, sizeof id, "d%zu", k);
+		make_state(&in[k], &small_dims, D_RANDOM, id);
+	}
+	compose_ok(SS_COMPOSE_PICASO_R, in, 3, &out);
+	assert_string_equal(out.id, "picaso-r(d0,d1,d2)");
+	ss_state_free(&out);
+	for (size_t k = 0; k < 3; k++)
+		ss_state_free(&in[k]);
+	/* 10 ids of 60 bytes: the first ends in a 2-byte character straddling byte 48. */
+	for (size_t k = 0; k < 10; k++) {
+		memset(id, 'a' + (int)k, 60);
+		id[60] = 0;
+		if (k == 0)
+			memcpy(id + 47, "\xc3\xa9", 2); /* é at bytes 47..48 */
+		make_state(&in[k], &small_dims, D_RANDOM, id);
+	}
+	compose_ok(SS_COMPOSE_SOUP, in, 10, &out);
+	char want[256];
+	snprintf(want, sizeof want, "soup(10 states: %.47s\u2026 \u2026 %.48s\u2026)", in[0].id, in[9].id);
+	assert_string_equal(out.id, want);
+	assert_int_equal(out.n_sources, 10);
+	for (size_t k = 0; k < 10; k++)
+		assert_string_equal(out.sources[k], in[k].id);
+	ss_state_free(&out);
+	for (size_t k = 0; k < 10; k++)
+		ss_state_free(&in[k]);
+}
+
 static void soup_sum_max(const ss_state_dims *dims)
 {
 	for (size_t n = 1; n <= 7; n++) {
@@ -1046,7 +1082,8 @@ static void test_golden_t1(void **unused)
 /* ss_compose_files() adds a file's records in pieces as they are
  * decompressed (lib/compose_internal.h); the result must be the bits of
  * adding each record whole (ss_compose_records reading whole records), for
- * every mode, dtype and conv rule, with heads cut across pieces. */
+ * every mode, dtype and conv rule, with heads cut across pieces; f16 and
+ * bf16 byte-shuffled (the default: blocks gathered across pieces) and not. */
 typedef struct {
 	const char *path;
 	ss_reader *r;
@@ -1067,8 +1104,10 @@ static int read_whole(void *arg, size_t i, int meta_only, const ss_record **rec,
 static void test_files_pieces_equal_whole(void **unused)
 {
 	(void)unused;
-	const ss_state_dims d = {"mamba2", 2, 6, 64, 80, 99, 4}; /* ssm 240 KiB in f32 */
-	static const ss_dtype dts[3] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16};
+	/* ssm 1.3 MB in f32: f16/bf16 in 5 pieces, 2 shuffle blocks (the last short) gathered
+	 * across them */
+	const ss_state_dims d = {"mamba2", 2, 16, 64, 160, 99, 4};
+	static const ss_dtype dts[4] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16, SS_DTYPE_Q8};
 	char err[SS_ERRMSG_MAX];
 	ss_state in[3];
 	for (int k = 0; k < 3; k++)
@@ -1076,11 +1115,12 @@ static void test_files_pieces_equal_whole(void **unused)
 	char dir[4096], path[4200];
 	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "pieces"), 0);
 	snprintf(path, sizeof path, "%s/pieces.ss", dir);
-	for (int t = 0; t < 3; t++) {
+	for (int t = 0; t < 6; t++) {
 		ss_writer *w;
 		assert_int_equal(ss_writer_open(&w, path, 1, err), 0);
+		ss_writer_set_shuffle(w, t < 4);
 		for (int k = 0; k < 3; k++) {
-			in[k].dtype = dts[t];
+			in[k].dtype = dts[t < 4 ? t : t - 3];
 			assert_int_equal(ss_writer_put_state(w, &in[k], NULL), 0);
 		}
 		assert_int_equal(ss_writer_close(w, err), 0);
@@ -1105,6 +1145,80 @@ static void test_files_pieces_equal_whole(void **unused)
 	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
 }
 
+/* Composing q8 records (read in place, codes scaled block by block as they
+ * are decompressed) gives the bits of composing their dequantized f32
+ * (ss_record_state) with ss_compose, for every mode and conv rule, norm
+ * before included (whole records); and soup of q8 is within
+ * (1/n)·Σ_k scale_k/2 (+ f32 rounding) of soup of the original f32. */
+static void test_q8_compose(void **unused)
+{
+	(void)unused;
+	enum { K = 5 };
+	/* ssm 160 KiB of codes: pieces (128 KiB) cut a row; conv_dim not a multiple of headdim */
+	const ss_state_dims d = {"mamba2", 2, 16, 64, 80, 99, 4};
+	char err[SS_ERRMSG_MAX], dir[4096], path[4200];
+	ss_state in[K], deq[K];
+	const ss_state *pd[K], *pin[K];
+	for (int k = 0; k < K; k++) {
+		make_state(&in[k], &d, D_SMALL, "q");
+		for (size_t i = 0; i < ss_state_ssm_len(&d); i++) /* rows of very different magnitudes */
+			in[k].ssm[i] *= (float)pow(10, (double)((i / 80 + (size_t)k) % 7) - 4);
+		in[k].dtype = SS_DTYPE_Q8;
+		pin[k] = &in[k];
+	}
+	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "q8"), 0);
+	snprintf(path, sizeof path, "%s/q8.ss", dir);
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, path, 1, err), 0);
+	for (int k = 0; k < K; k++)
+		assert_int_equal(ss_writer_put_state(w, &in[k], NULL), 0);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	ss_reader *r;
+	const ss_record *rec;
+	assert_int_equal(ss_reader_open(&r, path, 0, err), 0);
+	for (int k = 0; k < K; k++) {
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		assert_int_equal(ss_record_state(rec, &deq[k], err), 0);
+		assert_int_equal(deq[k].dtype, SS_DTYPE_Q8);
+		assert_non_null(deq[k].ssm_scale);
+		pd[k] = &deq[k];
+	}
+	ss_reader_close(r);
+	const char *paths[1] = {path};
+	for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++)
+		for (int v = 0; v < 3; v++) {
+			ss_compose_opts o = {(ss_compose_mode)mode, v == 2 ? SS_COMPOSE_NORM_BEFORE : 0,
+					     (ss_compose_conv)(v == 1)};
+			ss_state a, b;
+			assert_int_equal(ss_compose_files(&o, paths, 1, 0, NULL, NULL, &a, NULL, err), 0);
+			assert_int_equal(ss_compose(&o, pd, K, &b, err), 0);
+			assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&d) * 4);
+			assert_memory_equal(a.conv, b.conv, ss_state_conv_len(&d) * 4);
+			assert_int_equal(a.dtype, SS_DTYPE_Q8);
+			ss_state_free(&a);
+			ss_state_free(&b);
+		}
+	ss_compose_opts o = {SS_COMPOSE_SOUP, 0, SS_COMPOSE_CONV_MEAN};
+	ss_state a, b;
+	assert_int_equal(ss_compose_files(&o, paths, 1, 0, NULL, NULL, &a, NULL, err), 0);
+	assert_int_equal(ss_compose(&o, pin, K, &b, err), 0);
+	size_t bad = 0;
+	for (size_t i = 0; i < ss_state_ssm_len(&d); i++) {
+		double bound = 0;
+		for (int k = 0; k < K; k++)
+			bound += deq[k].ssm_scale[i / (size_t)d.d_state] / 2 / K;
+		bound = bound * (1 + 1e-5) + 1e-6 * fabs((double)b.ssm[i]);
+		if (fabs((double)a.ssm[i] - b.ssm[i]) > bound && bad++ < 5)
+			print_error("ssm[%zu]: q8 %.9g, f32 %.9g, bound %.3g\n", i, a.ssm[i], b.ssm[i], bound);
+	}
+	assert_int_equal(bad, 0);
+	ss_state_free(&a);
+	ss_state_free(&b);
+	free_states(in, K);
+	free_states(deq, K);
+	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1113,6 +1227,7 @@ int main(void)
 		cmocka_unit_test(test_weights_large_n),
 		cmocka_unit_test(test_oracle_all_modes),
 		cmocka_unit_test(test_oracle_mamba1),
+		cmocka_unit_test(test_composed_id),
 		cmocka_unit_test(test_soup_sum_max),
 		cmocka_unit_test(test_invariances),
 		cmocka_unit_test(test_identity),
@@ -1123,6 +1238,7 @@ int main(void)
 		cmocka_unit_test(test_drivers),
 		cmocka_unit_test(test_golden_t1),
 		cmocka_unit_test(test_files_pieces_equal_whole),
+		cmocka_unit_test(test_q8_compose),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

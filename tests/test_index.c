@@ -421,6 +421,15 @@ static void copy_file(const char *from, const char *to)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* Runs sql on the database file db (a test reaching past the API). */
+static void sql_on(const char *db, const char *sql)
+{
+	sqlite3 *s;
+	assert_int_equal(sqlite3_open(db, &s), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(s, sql, 0, 0, 0), SQLITE_OK);
+	sqlite3_close(s);
+}
+
 static void test_bad_state_files(void **state)
 {
 	char em[SS_ERRMSG_MAX];
@@ -473,10 +482,7 @@ static void test_versions_and_bad_index(void **state)
 	ss_index *ix;
 	const char *db2 = path_in("v.db");
 	copy_file(path_in("idx.db"), db2);
-	sqlite3 *s;
-	assert_int_equal(sqlite3_open(db2, &s), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(s, "UPDATE meta SET value = '99' WHERE key = 'schema_version'", 0, 0, 0), SQLITE_OK);
-	sqlite3_close(s);
+	sql_on(db2, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
 	assert_int_equal(ss_index_open(&ix, db2, em), SS_ERR_VERSION);
 	assert_non_null(strstr(em, "version 99"));
 	assert_null(strchr(em, '\n'));
@@ -489,9 +495,7 @@ static void test_versions_and_bad_index(void **state)
 	assert_int_equal(ss_index_build_open(&ix, db2, em), SS_ERR_FORMAT);
 	unlink(db2);
 	/* Another SQLite database. */
-	assert_int_equal(sqlite3_open(db2, &s), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(s, "CREATE TABLE t(x)", 0, 0, 0), SQLITE_OK);
-	sqlite3_close(s);
+	sql_on(db2, "CREATE TABLE t(x)");
 	assert_int_equal(ss_index_open(&ix, db2, em), SS_ERR_FORMAT);
 	assert_int_equal(ss_index_build_open(&ix, db2, em), SS_ERR_FORMAT);
 	/* Missing. */
@@ -911,6 +915,369 @@ static void test_reader_sees_later_build(void **state)
 	ss_index_close(ix);
 }
 
+/* The text of `id` in db: malloc'ed, "" when not stored, NULL on error. */
+static char *text_of(const char *db, const char *id)
+{
+	char em[SS_ERRMSG_MAX], *text;
+	size_t len;
+	ss_index *ix;
+	if (ss_index_open(&ix, db, em))
+		return NULL;
+	int rc = ss_index_text(ix, id, &text, &len, em);
+	ss_index_close(ix);
+	if (rc)
+		return NULL;
+	if (text)
+		assert_int_equal(strlen(text), len);
+	return text ? text : strdup("");
+}
+
+static void test_texts(void **state)
+{
+	char *t = text_of(path_in("idx.db"), "d4");
+	assert_non_null(t);
+	assert_string_equal(t, corpus[4].text);
+	free(t);
+	assert_null(text_of(path_in("idx.db"), "nope"));
+	/* An index from before the texts table: its documents have none, and
+	 * a build adds the table and the texts of what it adds. */
+	const char *old = path_in("old.db");
+	copy_file(path_in("idx.db"), old);
+	sql_on(old, "DROP TABLE texts");
+	assert_non_null(t = text_of(old, "d4"));
+	assert_string_equal(t, "");
+	free(t);
+	const doc again[] = { { "d1", "sailing ships cross the stormy atlantic ocean" } };
+	write_docs(path_in("again.tokens"), NULL, again, 1, "fpA");
+	const char *in[] = { path_in("again.tokens") };
+	assert_int_equal(build(old, in, 1, NULL, NULL), 0);
+	assert_non_null(t = text_of(old, "d1"));
+	assert_string_equal(t, again[0].text);
+	free(t);
+	assert_non_null(t = text_of(old, "d4"));
+	assert_string_equal(t, "");
+	free(t);
+	/* A row whose length is not the document's (left by a build that did
+	 * not know the table) is not its text. */
+	sql_on(old, "INSERT INTO texts SELECT rid, 'stale' FROM docs WHERE id = 'd4'");
+	assert_non_null(t = text_of(old, "d4"));
+	assert_string_equal(t, "");
+	free(t);
+}
+
+typedef struct {
+	int n;
+	char ids[8][16];
+	int64_t n_terms;
+} doc_list;
+
+static int collect(void *ctx, const ss_index_doc *d)
+{
+	doc_list *l = ctx;
+	if (l->n < 8)
+		snprintf(l->ids[l->n], sizeof l->ids[0], "%s", d->id);
+	l->n++;
+	l->n_terms += d->n_terms;
+	assert_true(d->has_text);
+	assert_int_equal(d->text_len, (int64_t)strlen(corpus[d->id[1] - '0'].text));
+	assert_int_equal(d->text_tokens, d->n_tokens);
+	assert_non_null(strstr(d->path, "/shard0.states"));
+	assert_string_equal(d->fingerprint, "fpA");
+	return l->n == 100 ? 42 : 0;
+}
+
+static void test_docs_and_info(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	doc_list l = {0};
+	assert_int_equal(ss_index_docs(ix, NULL, collect, &l, em), 0);
+	assert_int_equal(l.n, N_CORPUS);
+	for (int i = 0; i < N_CORPUS; i++)
+		assert_string_equal(l.ids[i], corpus[i].id);
+	doc_list one = {0};
+	assert_int_equal(ss_index_docs(ix, "d2", collect, &one, em), 0);
+	assert_int_equal(one.n, 1);
+	assert_int_equal(ss_index_docs(ix, "nope", collect, &one, em), SS_ERR_NOTFOUND);
+	assert_int_equal(ss_index_docs(ix, "d2", NULL, NULL, em), 0);
+	ss_index_info in;
+	assert_int_equal(ss_index_info_get(ix, &in, em), 0);
+	assert_int_equal(in.n_docs, N_CORPUS);
+	assert_int_equal(in.n_files, 1);
+	assert_int_equal(in.n_texts, N_CORPUS);
+	assert_int_equal(in.n_doc_terms, l.n_terms);
+	int64_t words = 0, bytes = 0;
+	for (int i = 0; i < N_CORPUS; i++) {
+		words += n_words(corpus[i].text);
+		bytes += (int64_t)strlen(corpus[i].text);
+	}
+	assert_int_equal(in.n_tokens, words);
+	assert_int_equal(in.text_bytes, bytes);
+	assert_true(in.n_terms > 20 && in.n_terms <= words + 4);
+	assert_true(in.index_bytes > 0);
+	assert_string_equal(in.fingerprint, "fpA");
+	ss_index_close(ix);
+}
+
+/* Top hits of q as "id score;..." into buf. */
+static void ranking(const char *db, const char *q, char *buf, size_t cap)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, db, em), 0);
+	ss_index_hit *h;
+	int n = ss_index_query(ix, q, 10, NULL, 0, &h, em);
+	assert_true(n >= 0);
+	size_t o = 0;
+	buf[0] = 0;
+	for (int i = 0; i < n && o < cap; i++)
+		o += (size_t)snprintf(buf + o, cap - o, "%s %.17g;", h[i].id, h[i].score);
+	ss_index_hits_free(h, n);
+	ss_index_close(ix);
+}
+
+static void test_delete(void **state)
+{
+	char em[SS_ERRMSG_MAX], a[1024], b[1024];
+	ss_index *ix;
+	const char *db = path_in("idx.db");
+	/* The reference: the corpus without d3 and d5, built at once. */
+	doc rest[N_CORPUS];
+	int n_rest = 0;
+	for (int i = 0; i < N_CORPUS; i++)
+		if (i != 3 && i != 5)
+			rest[n_rest++] = corpus[i];
+	write_docs(path_in("rest.tokens"), path_in("rest.states"), rest, n_rest, "fpA");
+	const char *in[] = { path_in("rest.tokens"), path_in("rest.states") };
+	assert_int_equal(build(path_in("rest.db"), in, 2, NULL, NULL), 0);
+
+	/* An unknown id: SS_ERR_NOTFOUND, and the build rolls back. */
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_delete(ix, "d3", em), 0);
+	assert_int_equal(ss_index_delete(ix, "nope", em), SS_ERR_NOTFOUND);
+	assert_non_null(strstr(em, "nope"));
+	ss_index_close(ix);
+	assert_string_equal(top1(db, "forest night", NULL, 0), "d3");
+
+	ss_index_build_stats st;
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_delete(ix, "d3", em), 0);
+	assert_int_equal(ss_index_delete(ix, "d5", em), 0);
+	assert_int_equal(ss_index_delete(ix, "d5", em), SS_ERR_NOTFOUND);
+	assert_int_equal(ss_index_commit(ix, NULL, NULL, &st, em), 0);
+	ss_index_close(ix);
+	assert_int_equal(st.n_deleted, 2);
+	assert_int_equal(st.n_docs, N_CORPUS - 2);
+	/* Scores as the index built without them (N, avgdl, df all changed). */
+	const char *qs[] = { "fox forest night", "ocean moon tides", "the" };
+	for (size_t i = 0; i < sizeof qs / sizeof *qs; i++) {
+		ranking(db, qs[i], a, sizeof a);
+		ranking(path_in("rest.db"), qs[i], b, sizeof b);
+		assert_string_equal(a, b);
+	}
+	assert_null(text_of(db, "d3"));
+
+	/* Deleted and added back in one build: added anew, with its text. */
+	const doc d5[] = { corpus[5] };
+	write_docs(path_in("d5.tokens"), path_in("d5.states"), d5, 1, "fpA");
+	const char *in5[] = { path_in("d5.tokens"), path_in("d5.states") };
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_delete(ix, "d4", em), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(ss_index_add_stream(ix, in5[i], 0, NULL, NULL, NULL, em), 0);
+	assert_int_equal(ss_index_commit(ix, NULL, NULL, &st, em), 0);
+	ss_index_close(ix);
+	assert_int_equal(st.n_added, 1);
+	assert_int_equal(st.n_replaced, 0);
+	assert_int_equal(st.n_deleted, 1);
+	char *t = text_of(db, "d5");
+	assert_non_null(t);
+	assert_string_equal(t, corpus[5].text);
+	free(t);
+	assert_null(text_of(db, "d4"));
+	assert_string_equal(top1(db, "moon", NULL, 0), "d5");
+}
+
+/* The length of document id's state record in db (0 when stateless). */
+static uint64_t state_len(const char *db, const char *id)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	ss_index_hit h;
+	assert_int_equal(ss_index_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_lookup(ix, id, &h, em), 0);
+	uint64_t len = h.stateless ? 0 : h.length;
+	ss_index_hit_clear(&h);
+	ss_index_close(ix);
+	return len;
+}
+
+/* The int64 sql gives on db (a test reaching past the API). */
+static int64_t sql_int(const char *db, const char *sql)
+{
+	sqlite3 *s;
+	sqlite3_stmt *st;
+	assert_int_equal(sqlite3_open(db, &s), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	int64_t v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(s);
+	return v;
+}
+
+static int find_stateless(void *ctx, const ss_index_doc *d)
+{
+	int *n = ctx;
+	assert_true(d->has_tokens);
+	if (d->stateless) {
+		assert_null(d->path);
+		assert_string_equal(d->dtype, "bf16");
+		assert_string_equal(d->fingerprint, "fpA");
+		(*n)++;
+	} else {
+		assert_null(d->dtype);
+	}
+	return 0;
+}
+
+/* The recompute tier: tokens kept per document, a state budget ranked by
+ * hits then length, stateless hits (and their dtype), deletes. */
+static void test_state_budget(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	/* Token ids that tell the documents apart; bf16 states. */
+	ss_writer *tw, *sw;
+	assert_int_equal(ss_writer_open(&tw, path_in("tier.tokens"), 0, em), 0);
+	assert_int_equal(ss_writer_open(&sw, path_in("tier.states"), 0, em), 0);
+	for (int i = 0; i < N_CORPUS; i++) {
+		int32_t tok[64];
+		int64_t nt = n_words(corpus[i].text);
+		for (int j = 0; j < nt; j++)
+			tok[j] = 1000 * (i + 1) + j;
+		ss_tokens t = { (char *)corpus[i].id, tok, nt, (char *)corpus[i].text, strlen(corpus[i].text), NULL };
+		assert_int_equal(ss_writer_put_tokens(tw, &t, NULL), 0);
+		ss_state st;
+		fill_state(&st, corpus[i].id, "fpA", nt);
+		st.dtype = SS_DTYPE_BF16;
+		assert_int_equal(ss_writer_put_state(sw, &st, NULL), 0);
+		ss_state_free(&st);
+	}
+	assert_int_equal(ss_writer_close(tw, em), 0);
+	assert_int_equal(ss_writer_close(sw, em), 0);
+	const char *db = path_in("tier.db");
+	const char *in[] = { path_in("tier.tokens"), path_in("tier.states") };
+	assert_int_equal(build(db, in, 2, NULL, NULL), 0);
+	assert_int_equal(sql_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+
+	/* The tokens as given. */
+	ss_index *ix;
+	int32_t *tok;
+	int64_t nt;
+	assert_int_equal(ss_index_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_tokens(ix, "d2", &tok, &nt, em), 0);
+	assert_int_equal(nt, n_words(corpus[2].text));
+	for (int j = 0; j < nt; j++)
+		assert_int_equal(tok[j], 3000 + j);
+	free(tok);
+	assert_int_equal(ss_index_tokens(ix, "nope", &tok, &nt, em), SS_ERR_NOTFOUND);
+	ss_index_close(ix);
+
+	/* Hits rank first (d5 3, d0 1; an unknown id is ignored), then length
+	 * (d3 and d4 have 8 words, d3 first by id): a budget of the states of
+	 * d5, d0 and d3 keeps those three. */
+	uint64_t budget = state_len(db, "d5") + state_len(db, "d0") + state_len(db, "d3");
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_set_state_budget(ix, -2, em), SS_ERR_INVALID);
+	assert_int_equal(ss_index_add_hits(ix, "d5", 0, em), SS_ERR_INVALID);
+	assert_int_equal(ss_index_set_state_budget(ix, (int64_t)budget, em), 0);
+	assert_int_equal(ss_index_add_hits(ix, "d5", 2, em), 0);
+	assert_int_equal(ss_index_add_hits(ix, "d0", 1, em), 0);
+	assert_int_equal(ss_index_add_hits(ix, "d5", 1, em), 0);
+	assert_int_equal(ss_index_add_hits(ix, "nope", 5, em), 0);
+	ss_index_build_stats bs;
+	assert_int_equal(ss_index_commit(ix, NULL, NULL, &bs, em), 0);
+	ss_index_close(ix);
+	assert_int_equal(bs.n_stateless, 3);
+	assert_int_equal(bs.n_dropped_states, 3);
+	assert_int_equal(bs.state_bytes, (int64_t)budget);
+	assert_int_equal(bs.n_docs, N_CORPUS);
+	assert_int_equal(sql_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 4);
+	const char *kept[] = { "d0", "d3", "d5" }, *dropped[] = { "d1", "d2", "d4" };
+	for (int i = 0; i < 3; i++) {
+		assert_true(state_len(db, kept[i]) > 0);
+		assert_int_equal(state_len(db, dropped[i]), 0);
+	}
+
+	/* A query hits stateless documents: no path, the dropped dtype; their
+	 * state cannot be read, their tokens can. */
+	assert_int_equal(ss_index_open(&ix, db, em), 0);
+	ss_index_hit *h;
+	int n = ss_index_query(ix, "ocean", 5, NULL, 0, &h, em);
+	assert_int_equal(n, 2); /* d1 (stateless), d5 (stored) */
+	for (int i = 0; i < n; i++) {
+		const ss_record *rec;
+		int d1 = !strcmp(h[i].id, "d1");
+		assert_int_equal(h[i].stateless, d1);
+		if (d1) {
+			assert_null(h[i].path);
+			assert_int_equal(h[i].dtype, SS_DTYPE_BF16);
+			assert_string_equal(h[i].fingerprint, "fpA");
+			assert_int_equal(ss_index_read(ix, &h[i], 1, &rec, em), SS_ERR_NOTFOUND);
+			assert_non_null(strstr(em, "no stored state"));
+		} else {
+			assert_int_equal(ss_index_read(ix, &h[i], 1, &rec, em), 0);
+		}
+	}
+	ss_index_hits_free(h, n);
+	assert_int_equal(ss_index_tokens(ix, "d1", &tok, &nt, em), 0);
+	assert_int_equal(nt, n_words(corpus[1].text));
+	assert_int_equal(tok[0], 2000);
+	free(tok);
+	int n_stateless = 0;
+	assert_int_equal(ss_index_docs(ix, NULL, find_stateless, &n_stateless, em), 0);
+	assert_int_equal(n_stateless, 3);
+	ss_index_info info;
+	assert_int_equal(ss_index_info_get(ix, &info, em), 0);
+	assert_int_equal(info.n_stateless, 3);
+	assert_int_equal(info.state_bytes, (int64_t)budget);
+	assert_int_equal(info.n_files, 1);
+	ss_index_close(ix);
+
+	/* Deleting a stateless document forgets its tokens and its row; adding
+	 * a state again stores it; with none stateless the schema is 3 again. */
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_delete(ix, "d1", em), 0);
+	assert_int_equal(ss_index_commit(ix, NULL, NULL, &bs, em), 0);
+	ss_index_close(ix);
+	assert_int_equal(bs.n_stateless, 2);
+	assert_int_equal(sql_int(db, "SELECT count(*) FROM tokens"), N_CORPUS - 1);
+	assert_int_equal(sql_int(db, "SELECT count(*) FROM stateless"), 2);
+	const char *again[] = { path_in("tier.states") };
+	notes nt2 = {0};
+	assert_int_equal(build(db, again, 1, &bs, &nt2), 0);
+	assert_int_equal(bs.n_stateless, 0);
+	assert_int_equal(nt2.n_dropped, 1); /* d1's state, without its text now */
+	assert_int_equal(sql_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+
+	/* Text without tokens for a stateless document leaves it out. */
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_set_state_budget(ix, 0, em), 0);
+	assert_int_equal(ss_index_commit(ix, NULL, NULL, &bs, em), 0);
+	ss_index_close(ix);
+	assert_int_equal(bs.n_stateless, N_CORPUS - 1);
+	assert_int_equal(bs.state_bytes, 0);
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_add_text(ix, "d4", "new text", 8, 2, em), 0);
+	notes nt3 = {0};
+	assert_int_equal(ss_index_commit(ix, note_cb, &nt3, &bs, em), 0);
+	ss_index_close(ix);
+	assert_int_equal(nt3.n_dropped, 1);
+	assert_non_null(strstr(nt3.last, "d4: has no stored state and no tokens"));
+	assert_int_equal(bs.n_docs, N_CORPUS - 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -932,6 +1299,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compound_words, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_postings, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reader_sees_later_build, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_texts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_docs_and_info, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_state_budget, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@ const char *cli_prog = "ss";
 int cli_verbosity = 1;
 static int progress_open;
 static double progress_last;
+static double progress_t0; /* when the progress began (0: not yet) */
 
 static void check_stdout(void)
 {
@@ -83,13 +85,31 @@ void cli_out_close(FILE *f)
 	text_out_path = NULL;
 }
 
+/* What to do when a text file was given where a stream is read: libss
+ * ends its message "not an ss stream (...; it looks like text)". */
+static const char *text_hint(void)
+{
+	if (!strcmp(cli_prog, "ss-encode"))
+		return "use --text, or make a token stream with ss-tokenize";
+	if (!strcmp(cli_prog, "ss-tokenize"))
+		return "--decode reads token streams; without it ss-tokenize reads text";
+	return "ss-tokenize makes a token stream of text, ss-encode a state stream of that";
+}
+
 static void vmsg(const char *fmt, va_list ap)
 {
+	char *msg = NULL;
 	if (progress_open)
 		cli_progress_end();
-	fprintf(stderr, "%s: ", cli_prog);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	if (vasprintf(&msg, fmt, ap) < 0) {
+		fprintf(stderr, "%s: %s (out of memory)\n", cli_prog, fmt);
+		return;
+	}
+	if (strstr(msg, "not an ss stream (") && strstr(msg, "; it looks like text)"))
+		fprintf(stderr, "%s: %s: %s\n", cli_prog, msg, text_hint());
+	else
+		fprintf(stderr, "%s: %s\n", cli_prog, msg);
+	free(msg);
 }
 
 void cli_die(const char *fmt, ...)
@@ -128,21 +148,89 @@ double cli_now(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-void cli_progress(const char *fmt, ...)
+/* Seconds between plain progress lines when stderr is not a terminal:
+ * $SS_PROGRESS_SECONDS (0: every update), default 10. */
+static double progress_period(void)
 {
-	if (cli_verbosity < 1 || (cli_verbosity < 2 && !isatty(STDERR_FILENO)))
+	const char *s = getenv("SS_PROGRESS_SECONDS");
+	char *end;
+	double v = s && *s ? strtod(s, &end) : 10.0;
+	return s && *s && (*end || !(v >= 0)) ? 10.0 : v;
+}
+
+double cli_inputs_size(char *const *files, int n)
+{
+	double sum = 0;
+	for (int i = 0; i < n; i++) {
+		struct stat st;
+		if (!strcmp(files[i], "-") || stat(files[i], &st) || !S_ISREG(st.st_mode))
+			return 0;
+		sum += (double)st.st_size;
+	}
+	return sum;
+}
+
+void cli_warn_line_docs(const char *path, uint64_t n_docs, int n_named, const char *fix)
+{
+	static int warned;
+	if (warned || n_named < 2 || n_docs < 2 || !strcmp(path, "-"))
+		return;
+	warned = 1;
+	cli_warn("%s: plain text, one document per line: %llu documents from this file (and maybe "
+		 "others); %s", path, (unsigned long long)n_docs, fix);
+}
+
+const char *cli_plural(uint64_t n, const char *one, const char *many)
+{
+	return n == 1 ? one : many;
+}
+
+static void vprogress(double done, double total, const char *fmt, va_list ap)
+{
+	int tty = isatty(STDERR_FILENO);
+	if (cli_verbosity < 1 || (cli_verbosity < 2 && !tty))
 		return;
 	double t = cli_now();
-	if (progress_open && t - progress_last < 0.25)
+	if (!progress_t0)
+		progress_t0 = progress_last = t;
+	if (tty ? progress_open && t - progress_last < 0.25 : t - progress_last < progress_period())
 		return;
 	progress_last = t;
+	fprintf(stderr, tty ? "\r%s: " : "%s: ", cli_prog);
+	vfprintf(stderr, fmt, ap);
+	double el = t - progress_t0;
+	if (total > 0 && done > 0 && el > 0) {
+		double left = (total - done) * el / done;
+		left = left > 0 ? left : 0;
+		fprintf(stderr, ", %.0f%%, ETA ", 100.0 * done / total);
+		if (left >= 3600)
+			fprintf(stderr, "%dh%02dm", (int)(left / 3600), (int)(left / 60) % 60);
+		else
+			fprintf(stderr, "%dm%02ds", (int)(left / 60), (int)left % 60);
+	}
+	fputs(tty ? "\033[K" : "\n", stderr);
+	progress_open = tty;
+}
+
+void cli_progress(const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "\r%s: ", cli_prog);
-	vfprintf(stderr, fmt, ap);
-	fputs("\033[K", stderr);
+	vprogress(0, 0, fmt, ap);
 	va_end(ap);
-	progress_open = 1;
+}
+
+void cli_progress_of(double done, double total, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vprogress(done, total, fmt, ap);
+	va_end(ap);
+}
+
+void cli_progress_begin(void)
+{
+	progress_t0 = progress_last = cli_now();
 }
 
 void cli_progress_end(void)
@@ -150,6 +238,7 @@ void cli_progress_end(void)
 	if (progress_open)
 		fputc('\n', stderr);
 	progress_open = 0;
+	progress_t0 = 0;
 }
 
 /* The option at optind - 1 as given ("--foo", "--foo=1"), or "-x" for a
@@ -170,10 +259,19 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 		{ "verbose", no_argument, 0, 'v' },      { "help", no_argument, 0, 'h' },
 		{ "version", no_argument, 0, 'V' },
 	};
-	enum { N_COMMON = sizeof common / sizeof *common, MAX_LONGS = 64 };
+	enum { O_MODEL = 0x1000, O_TOK, O_DEVICE, O_THREADS, O_WTYPE };
+	static const struct option model[] = {
+		{ "model", required_argument, 0, O_MODEL },
+		{ "tokenizer", required_argument, 0, O_TOK },
+		{ "device", required_argument, 0, O_DEVICE },
+		{ "threads", required_argument, 0, O_THREADS },
+		{ "weights-dtype", required_argument, 0, O_WTYPE },
+	};
+	enum { N_COMMON = sizeof common / sizeof *common, N_MODEL = sizeof model / sizeof *model,
+	       MAX_LONGS = 64 };
 	/* Built anew at every call (the same each time): getopt_long keeps only
 	 * its place in argv between calls. */
-	static struct option longs[MAX_LONGS + N_COMMON + 1];
+	static struct option longs[MAX_LONGS + N_COMMON + N_MODEL + 1];
 	static char shorts[64];
 	size_t n = 0;
 	for (const struct option *l = o->longs; l && l->name; l++) {
@@ -183,6 +281,10 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 	}
 	for (size_t i = o->out ? 0 : 1; i < N_COMMON; i++)
 		longs[n++] = common[i];
+	for (size_t i = 0; o->model && i < N_MODEL; i++)
+		longs[n++] = model[i];
+	if (o->model && !o->model->device)
+		o->model->device = "auto";
 	longs[n] = (struct option){ 0, 0, 0, 0 };
 	if ((size_t)snprintf(shorts, sizeof shorts, ":%s%sqvhV", o->out ? "o:" : "",
 			     o->shorts ? o->shorts : "") >= sizeof shorts)
@@ -202,6 +304,17 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 		case 'h': o->help(); cli_die("internal error: help returned");
 		case 'V': cli_version();
 		case ':': cli_usage(o->usage, "option '%s' needs an argument", bad_option(argv, buf));
+		case O_MODEL: o->model->model = optarg; break;
+		case O_TOK: o->model->tokenizer = optarg; break;
+		case O_DEVICE: o->model->device = optarg; break;
+		case O_THREADS:
+			o->model->threads = (int)cli_long("--threads", optarg, 1, 256, o->usage);
+			break;
+		case O_WTYPE: o->model->wtype = optarg; break;
+		case -1:
+			if (o->model && !o->model->threads)
+				o->model->threads = cli_threads_default();
+			return c;
 		case '?':
 			fprintf(stderr, "%s: unknown option '%s' (usage: %s --help)\n", cli_prog,
 				bad_option(argv, buf), cli_prog);
@@ -209,6 +322,29 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 		default: return c;
 		}
 	}
+}
+
+void cli_model_help(int col)
+{
+	static const char *const lines[][2] = {
+		{ "--model DIR", "model directory: config.json + weights" },
+		{ "", "(default: see Defaults)" },
+		{ "--tokenizer FILE", "tokenizer.json (default: see Defaults)" },
+		{ "--device D", "cpu, cuda (cuda:N), or auto (default: a GPU when" },
+		{ "", "the CUDA plugin finds one, else the CPU)" },
+		{ "--threads N", "threads (default: online cores)" },
+		{ "--weights-dtype T", "f32, bf16, f16 or auto: the dtype the weight" },
+		{ "", "matrices are held and read in (default auto: the" },
+		{ "", "checkpoint's; bf16 halves a decode step's reads)" },
+	};
+	for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
+		printf("  %-*s%s\n", col - 2, lines[i][0], lines[i][1]);
+}
+
+int cli_threads_default(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > 256 ? 256 : (int)n;
 }
 
 long cli_long(const char *opt, const char *s, long lo, long hi, const char *usage)

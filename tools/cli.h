@@ -25,12 +25,26 @@ extern int cli_verbosity;    /* 0 = -q, 1 = default, 2+ = -v */
  *   -v, --verbose      more on stderr (cli_verbosity + 1 per -v)
  *   -h, --help         help(): prints the help to stdout and exits 0
  *   -V, --version      "prog VERSION" to stdout, exit 0 */
+/* The options of the tools that run the model (ss-encode, ss-decode,
+ * ss-score, ss-eval), one name, one meaning and one help text everywhere;
+ * filled by cli_getopt() when cli_options.model points here:
+ *   --model DIR        model directory (NULL: the defaults, defaults.h)
+ *   --tokenizer FILE   tokenizer.json (NULL: the defaults)
+ *   --device D         cpu, cuda, cuda:N, auto (default "auto")
+ *   --threads N        1..256 (after the last option: online cores if not given)
+ *   --weights-dtype T  f32, bf16, f16, auto (NULL: the checkpoint's) */
+typedef struct {
+	const char *model, *tokenizer, *device, *wtype;
+	int threads;
+} cli_model_opts;
+
 typedef struct {
 	const char *shorts;         /* the tool's own short options, getopt syntax ("k:"); NULL: none */
 	const struct option *longs; /* the tool's own long options, {0}-terminated; NULL: none */
 	const char *usage;          /* for usage errors (cli_usage) */
 	void (*help)(void);         /* must not return */
 	const char **out;           /* where -o/--output FILE goes; NULL: the tool takes no -o */
+	cli_model_opts *model;      /* where the model options go; NULL: the tool takes none */
 } cli_options;
 
 /* getopt_long over the tool's own options and the common ones (opterr = 0:
@@ -41,6 +55,13 @@ typedef struct {
  * missing argument a usage error naming the option (cli_usage), exit 2. */
 int cli_getopt(int argc, char **argv, const cli_options *o);
 
+/* Prints the help lines of the model options (cli_model_opts) to stdout,
+ * the option names at column 2 and their text at column `col`. */
+void cli_model_help(int col);
+
+/* Online cores, in [1, 256]. */
+int cli_threads_default(void);
+
 /* Records the program name and registers the stdout-close check at exit. */
 void cli_init(const char *prog);
 /* "prog: msg" on stderr, exit 1. */
@@ -49,11 +70,29 @@ void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn
 void cli_usage(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 /* "prog: msg" on stderr unless -q. */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Progress line (carriage-return updated) on stderr, only when stderr is a
- * terminal or -v was given; at most ~4 per second. cli_progress_end() ends
- * the line. */
+/* Progress on stderr, for long work. On a terminal: one line, updated in
+ * place (\r ... \e[K) at most ~4 times a second, unless -q. Otherwise (a
+ * log file, a pipe) only with -v: a plain line (no control characters)
+ * every $SS_PROGRESS_SECONDS seconds (default 10; 0: every update), the
+ * first one a period after the work began. cli_progress_of() appends the
+ * share done and the time left, ", 45%, ETA 1m23s", from done/total and the
+ * rate since cli_progress_begin() (or the first update); the caller gives
+ * the rate in its message. cli_progress_end() ends the line and the work. */
 void cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_progress_of(double done, double total, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void cli_progress_begin(void);
 void cli_progress_end(void);
+/* Sum of the sizes of the input files when all are regular files (not
+ * "-", not a pipe), else 0: the total of cli_progress_of() in bytes. */
+double cli_inputs_size(char *const *files, int n);
+/* Plain text is one document per line, also in files named on the command
+ * line: with several named (n_named >= 2, as `dir/\*.txt` gives) a file of
+ * more than one line-document is likely meant as one document. Warns once
+ * a run (unless -q), naming path, n_docs and `fix` (the option that reads
+ * a file whole). */
+void cli_warn_line_docs(const char *path, uint64_t n_docs, int n_named, const char *fix);
+/* one when n == 1, else many: "1 document", "2 documents". */
+const char *cli_plural(uint64_t n, const char *one, const char *many);
 /* Parses a whole-string integer in [lo, hi]; usage error naming `opt` if not. */
 long cli_long(const char *opt, const char *s, long lo, long hi, const char *usage);
 double cli_double(const char *opt, const char *s, double lo, double hi, const char *usage);

@@ -294,7 +294,8 @@ static void attr_write(const eval_run *run, const attr_work *w, size_t nq)
 void eval_attribution(eval_run *run)
 {
 	double t_start = cli_now();
-	ss_tokenizer *tok = cli_tokenizer(run->tok_path, run->model_dir);
+	cli_progress_begin();
+	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	size_t nq, n_total;
 	int maxp;
 	qa_item *items = read_qa(run, tok, 2, &nq, &n_total, &maxp);
@@ -312,7 +313,8 @@ void eval_attribution(eval_run *run)
 	for (size_t qi = 0; qi < nq; qi++) {
 		attr_query(run, sc, &items[qi], &w);
 		qa_free(&items[qi]);
-		cli_progress("%zu/%zu queries, %.0f s", qi + 1, nq, cli_now() - t_start);
+		cli_progress_of((double)(qi + 1), (double)nq, "%zu/%zu queries, %.2f queries/s", qi + 1, nq,
+				(double)(qi + 1) / (cli_now() - t_start));
 	}
 	cli_progress_end();
 	attr_write(run, &w, nq);
@@ -371,7 +373,8 @@ static void msm_query(const eval_run *run, ss_eval_scorer *sc, const qa_item *it
 void eval_msmarco(eval_run *run)
 {
 	double t_start = cli_now();
-	ss_tokenizer *tok = cli_tokenizer(run->tok_path, run->model_dir);
+	cli_progress_begin();
+	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	size_t nq, n_total;
 	int maxp;
 	qa_item *items = read_qa(run, tok, 1, &nq, &n_total, &maxp);
@@ -389,7 +392,8 @@ void eval_msmarco(eval_run *run)
 	for (size_t qi = 0; qi < nq; qi++) {
 		msm_query(run, sc, &items[qi], &w, &sum);
 		qa_free(&items[qi]);
-		cli_progress("%zu/%zu queries, %.0f s", qi + 1, nq, cli_now() - t_start);
+		cli_progress_of((double)(qi + 1), (double)nq, "%zu/%zu queries, %.2f queries/s", qi + 1, nq,
+				(double)(qi + 1) / (cli_now() - t_start));
 	}
 	cli_progress_end();
 	FILE *f = cli_out_open(run->out);

@@ -19,13 +19,13 @@
  * at the end: cli_out_open() has one output file at a time. */
 #define EVAL_MAX_METHODS 32
 typedef struct {
-	const char *model_dir, *index, *tokens, *qa, *out, *per, *tok_path, *wtype, *summary,
-		   *dev_opt;
+	const char *model_dir, *index, *tokens, *qa, *out, *per, *summary;
+	cli_model_opts mo; /* --model, --tokenizer, --device, --threads, --weights-dtype */
 	long passages, min_tokens, kmax, queries, gen, repeat;
 	long *lengths; /* timing: --lengths, [n_lengths] */
 	int n_lengths;
 	uint64_t seed;
-	int exactly_one, threads;
+	int exactly_one;
 	int methods[EVAL_MAX_METHODS], n_methods; /* ss_eval_method values */
 	ss_model *model;
 	ss_device *dev;

@@ -459,6 +459,7 @@ static void wiki_summary(const eval_run *run, const wiki_work *w)
 void eval_wikitext(eval_run *run)
 {
 	double t_start = cli_now();
+	cli_progress_begin();
 	token_set ts = { 0 };
 	tokens_read(&ts, run->tokens);
 	size_t np, n_pairs;
@@ -478,7 +479,8 @@ void eval_wikitext(eval_run *run)
 	wiki_open(run, &ix, &sc, &w);
 	for (size_t p = 0; p < np; p++) {
 		wiki_passage(run, &ts, ix, sc, &ps[p], &w);
-		cli_progress("%zu/%zu passages, %.0f s", p + 1, np, cli_now() - t_start);
+		cli_progress_of((double)(p + 1), (double)np, "%zu/%zu passages, %.2f passages/s", p + 1, np,
+				(double)(p + 1) / (cli_now() - t_start));
 	}
 	cli_progress_end();
 	wiki_write(run, &w);
@@ -612,11 +614,12 @@ static void obqa_score(const eval_run *run, ss_eval_scorer *sc, const obqa_item 
 void eval_openbookqa(eval_run *run)
 {
 	double t_start = cli_now();
+	cli_progress_begin();
 	size_t nq;
 	obqa_item *items = obqa_read(run, &nq);
 	if (nq == 0)
 		cli_die("%s: no question", run->qa);
-	ss_tokenizer *tok = cli_tokenizer(run->tok_path, run->model_dir);
+	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	token_set ts = { 0 };
 	tokens_read(&ts, run->tokens);
 	ss_index *ix;
@@ -660,7 +663,8 @@ void eval_openbookqa(eval_run *run)
 		}
 		free(it->id);
 		free(it->stem);
-		cli_progress("%zu/%zu questions, %.0f s", i + 1, nq, cli_now() - t_start);
+		cli_progress_of((double)(i + 1), (double)nq, "%zu/%zu questions, %.2f questions/s", i + 1, nq,
+				(double)(i + 1) / (cli_now() - t_start));
 	}
 	cli_progress_end();
 	FILE *f = cli_out_open(run->out);

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli.h"
 
 ss_model *mcli_load_model(const char *dir, unsigned flags, const char *wtype, const char *usage)
@@ -16,7 +18,7 @@ ss_model *mcli_load_model(const char *dir, unsigned flags, const char *wtype, co
 	char err[SS_ERRMSG_MAX] = "";
 	ss_model_opts o = { .flags = flags };
 	if (wtype && strcmp(wtype, "auto")) {
-		if (ss_dtype_parse(wtype, &o.wtype))
+		if (ss_dtype_parse(wtype, &o.wtype) || o.wtype == SS_DTYPE_Q8)
 			cli_usage(usage, "--weights-dtype: '%s' is not f32, bf16, f16 or auto", wtype);
 		o.flags |= SS_MODEL_WTYPE;
 	}
@@ -39,12 +41,6 @@ void mcli_check_state(const ss_model *m, const char *model_dir, const ss_state *
 	if (ss_state_dims_check(&s->dims, &d, err))
 		cli_die("%s: record %llu: state dims differ from model %s: %s", file,
 			(unsigned long long)index, model_dir, err);
-}
-
-int mcli_threads_default(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n < 1 ? 1 : n > 256 ? 256 : (int)n;
 }
 
 int32_t *mcli_parse_ids(const char *opt, const char *s, size_t *n, const char *usage)
@@ -244,4 +240,93 @@ ss_forward_ctx *mcli_forward_ctx(const ss_model *m, const char *model_dir, ss_de
 	if (ss_forward_ctx_init_dev(&ctx, m, dev, threads, 0, err))
 		cli_die("%s: %s", model_dir, err);
 	return ctx;
+}
+
+void mcli_jsonl_open(mcli_jsonl *r, const char *path)
+{
+	memset(r, 0, sizeof *r);
+	r->path = path;
+	r->f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	if (!r->f)
+		cli_die("%s: %s", path, strerror(errno));
+}
+
+void *mcli_grow(void *p, size_t n, size_t *cap, size_t elem)
+{
+	if (n < *cap)
+		return p;
+	size_t c = *cap ? 2 * *cap : 16;
+	void *t = realloc(p, c * elem);
+	if (!t)
+		cli_die("out of memory");
+	*cap = c;
+	return t;
+}
+
+cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected)
+{
+	long len;
+	while ((len = cli_getline(&r->line, &r->cap, r->f, 1 << 24)) != -1) {
+		r->lineno++;
+		snprintf(r->where, sizeof r->where, "%s: line %ld", r->path, r->lineno);
+		if (len == -2)
+			cli_die("%s: longer than 16 MiB", r->where);
+		if (len == -3)
+			cli_die("%s: read error: %s", r->path, strerror(errno));
+		if (strspn(r->line, " \t\r\n") == (size_t)len)
+			continue;
+		cJSON *o = cJSON_ParseWithLength(r->line, (size_t)len);
+		if (!cJSON_IsObject(o))
+			cli_die("%s: not a JSON object%s%s", r->where, expected ? ": expected " : "",
+				expected ? expected : "");
+		return o;
+	}
+	return NULL;
+}
+
+char *mcli_jsonl_id(const mcli_jsonl *r, const cJSON *obj)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "id");
+	char *id = NULL;
+	if (cJSON_IsString(v))
+		id = strdup(v->valuestring);
+	else if (cJSON_IsNumber(v))
+		id = asprintf(&id, "%.17g", v->valuedouble) < 0 ? NULL : id;
+	else if (!v)
+		id = asprintf(&id, "%s:%ld", r->path, r->lineno) < 0 ? NULL : id;
+	else
+		cli_die("%s: \"id\" must be a string or a number", r->where);
+	if (!id)
+		cli_die("out of memory");
+	return id;
+}
+
+void mcli_jsonl_close(mcli_jsonl *r)
+{
+	free(r->line);
+	if (r->f && r->f != stdin)
+		fclose(r->f);
+	r->f = NULL;
+	r->line = NULL;
+}
+
+int32_t *mcli_json_token_ids(const cJSON *obj, const char *key_tokens, size_t *n, const char *where)
+{
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, key_tokens);
+	if (!t)
+		return NULL;
+	if (!cJSON_IsArray(t))
+		cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
+	size_t k = (size_t)cJSON_GetArraySize(t), i = 0;
+	int32_t *ids = malloc((k ? k : 1) * sizeof *ids);
+	if (!ids)
+		cli_die("out of memory");
+	const cJSON *e;
+	cJSON_ArrayForEach(e, t) {
+		if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble)
+			cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
+		ids[i++] = (int32_t)e->valuedouble;
+	}
+	*n = k;
+	return ids;
 }

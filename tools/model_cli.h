@@ -33,9 +33,6 @@ ss_device *mcli_device(const char *want, const char *usage);
 ss_forward_ctx *mcli_forward_ctx(const ss_model *m, const char *model_dir, ss_device *dev,
 				 int threads);
 
-/* Default threads: online cores (at least 1). */
-int mcli_threads_default(void);
-
 /* Parses "1,2,3" (commas and/or blanks) into a malloc'd id array (*n may be
  * 0, then NULL is returned). Usage error naming `opt` on anything else. */
 int32_t *mcli_parse_ids(const char *opt, const char *s, size_t *n, const char *usage);
@@ -68,6 +65,38 @@ void mcli_states_open(mcli_states *src, const char *path, int implicit);
 int mcli_states_next(mcli_states *src, const ss_model *m, const char *model_dir, ss_state *s);
 void mcli_states_close(mcli_states *src);
 
+
+/* A JSON-lines input of objects, one a line (ss-score --pairs, ss-decode
+ * --prompts): lines of at most 16 MiB, blank lines skipped. */
+typedef struct {
+	const char *path;
+	FILE *f;
+	char *line;
+	size_t cap;
+	long lineno;
+	char where[600]; /* "PATH: line N" of the last object read */
+} mcli_jsonl;
+
+/* Opens path ("-" = stdin); dies naming it when it cannot. */
+void mcli_jsonl_open(mcli_jsonl *r, const char *path);
+/* Room for element n of array p (elem bytes each, *cap of them allocated):
+ * returns p, or p reallocated to twice *cap (16 at first) when n == *cap;
+ * dies when out of memory. */
+void *mcli_grow(void *p, size_t n, size_t *cap, size_t elem);
+/* The next line's object (the caller cJSON_Delete()s it), or NULL at the
+ * end. Dies "PATH: line N: not a JSON object" (then ": expected <expected>"
+ * unless expected is NULL) on anything else, on a longer line or a read
+ * error. */
+struct cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected);
+/* The object's "id" as a malloc'd string: a string as is, a number in %.17g,
+ * absent: "PATH:LINE". Dies on another type. */
+char *mcli_jsonl_id(const mcli_jsonl *r, const struct cJSON *obj);
+/* obj's `key_tokens` as a malloc'd array of *n token ids (*n may be 0), or
+ * NULL when obj has no such key. Dies "WHERE: \"KEY\" must be an array of
+ * token ids" on anything else (range checks are the caller's). */
+int32_t *mcli_json_token_ids(const struct cJSON *obj, const char *key_tokens, size_t *n,
+			     const char *where);
+void mcli_jsonl_close(mcli_jsonl *r);
 
 /* Writes s[0..len) as a JSON string (quoted, escaped; bytes that are not
  * valid UTF-8 become U+FFFD) to f. len (size_t)-1 means strlen(s). */

@@ -17,7 +17,7 @@
 
 static const char *usage =
 	"ss-compose [--mode MODE] [--norm none|before|after|both] [--conv mean|last]\n"
-	"                  [--state-dtype f32|f16|bf16] [--weights FILE.json] [--id ID] [-l N] [-o OUT] [FILE...]";
+	"                  [--state-dtype f32|f16|bf16|q8] [--weights FILE.json] [--id ID] [-l N] [-o OUT] [FILE...]";
 
 /* zstd level of the output. The composed state goes straight to ss-decode or
  * ss-score and floats barely compress: level 3 spent as much CPU on one
@@ -38,11 +38,12 @@ static void help(void)
 	       "  --norm WHEN      L2-normalise each layer's ssm state before pooling, after it,\n"
 	       "                   or both (default none)\n"
 	       "  --conv RULE      conv state: mean of the inputs' (default) or the last input's\n"
-	       "  --state-dtype T  storage of the output: f32, f16 or bf16 (default: the inputs'\n"
+	       "  --state-dtype T  storage of the output: f32, f16, bf16 or q8 (default: the inputs'\n"
 	       "                   dtype when they all share one, else f32)\n"
 	       "  --weights FILE   write the weights [n_layer][nheads][n] as JSON\n"
 	       "                   (Mamba-1: [n_layer][d_inner][d_state][n])\n"
-	       "  --id ID          id of the output record (default MODE(id0,id1,...))\n"
+	       "  --id ID          id of the output record (default MODE(id0,id1,...), or\n"
+	       "                   MODE(N states: id0 ... idN-1) past 160 bytes)\n"
 	       "  -l, --level N    zstd level of the output, -7..19 (default %d: fast, the\n"
 	       "                   output is usually piped on; 3 is the other tools' level)\n"
 	       "  -o FILE          output (default stdout, never a terminal)\n"
@@ -166,7 +167,7 @@ int main(int argc, char **argv)
 		{"weights", required_argument, 0, 'W'}, {"id", required_argument, 0, 'I'},
 		{"level", required_argument, 0, 'l'}, {0, 0, 0, 0},
 	};
-	const cli_options co = {"l:", opts, usage, help, &out_path};
+	const cli_options co = { "l:", opts, usage, help, &out_path, NULL };
 	int ch;
 	while ((ch = cli_getopt(argc, argv, &co)) != -1) {
 		switch (ch) {
@@ -185,7 +186,7 @@ int main(int argc, char **argv)
 			break;
 		case 'D':
 			if (ss_dtype_parse(optarg, &out_dtype))
-				cli_usage(usage, "--state-dtype: '%s' is not f32, f16 or bf16", optarg);
+				cli_usage(usage, "--state-dtype: '%s' is not f32, f16, bf16 or q8", optarg);
 			have_dtype = 1;
 			break;
 		case 'W': weights_path = optarg; break;
@@ -242,8 +243,8 @@ int main(int argc, char **argv)
 		cli_die("%s: %s", out_path, err);
 	if (cli_verbosity >= 2) {
 		double elapsed_s = cli_now() - t0;
-		fprintf(stderr, "ss-compose: %d states, %.1f MB in %.3g s (%.3g GB/s), mode %s\n",
-			(int)out.n_sources, bytes_in / 1e6, elapsed_s, elapsed_s > 0 ? bytes_in / elapsed_s / 1e9 : 0.0,
+		fprintf(stderr, "ss-compose: %d %s, %.1f MB in %.3g s (%.3g GB/s), mode %s\n",
+			(int)out.n_sources, cli_plural((uint64_t)out.n_sources, "state", "states"), bytes_in / 1e6, elapsed_s, elapsed_s > 0 ? bytes_in / elapsed_s / 1e9 : 0.0,
 			ss_compose_mode_name(o.mode));
 	}
 	ss_state_free(&out);

@@ -1,7 +1,10 @@
 /*
  * ss-decode — generate text from a state: feed a prompt, then sample tokens
- * (greedy by default) and stream them to stdout as they are produced.
+ * (greedy by default) and stream them to stdout as they are produced. With
+ * --prompts, every state is continued with every prompt of a JSONL file, in
+ * one model load.
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -16,10 +19,12 @@
 
 static const char *usage =
 	"ss-decode [--model DIR] [--state FILE | --no-state]\n"
-	"                 [--prompt TEXT | --prompt-file FILE | --prompt-tokens IDS]\n"
-	"                 [--greedy | --temperature T [--top-k K] [--top-p P] [--seed S]]\n"
-	"                 [--max-tokens N] [--ignore-eos] [--ids] [--jsonl] [--tokenizer FILE]\n"
-	"                 [--device D] [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
+	"                 [--prompt TEXT | --prompt-file FILE | --prompt-tokens IDS |\n"
+	"                  --prompts FILE] [--greedy | --temperature T] [--top-k K] [--top-p P]\n"
+	"                 [--min-p P] [--repeat-penalty F] [--repeat-last-n N] [--seed S]\n"
+	"                 [-n|--max-tokens N] [--stop STRING]... [--ignore-eos] [--ids] [--jsonl]\n"
+	"                 [--tokenizer FILE] [--device D] [--threads N] [--weights-dtype T]\n"
+	"                 [-o FILE] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -27,252 +32,533 @@ static void help(void)
 	printf("usage: %s\n\n"
 	       "Start from a state, feed a prompt, and generate tokens, writing each one's\n"
 	       "text to stdout as soon as it is produced (then a newline).\n\n"
-	       "  --model DIR          model directory (default: see Defaults)\n"
 	       "  --state FILE         state stream to start from ('-' = stdin); one output\n"
 	       "                       per state. Default: stdin when it is not a terminal\n"
 	       "                       (the zero state if it is empty), else the zero state\n"
 	       "  --no-state           start from the zero state\n"
-	       "  --prompt TEXT        the prompt (must not be empty: the first token is\n"
+	       "  -p, --prompt TEXT    the prompt (must not be empty: the first token is\n"
 	       "                       sampled from the logits of the prompt's last token)\n"
-	       "  --prompt-file FILE   the prompt, read from FILE\n"
+	       "  -f, --prompt-file FILE  the prompt, read from FILE\n"
 	       "  --prompt-tokens IDS  the prompt as token ids (\"1,2,3\")\n"
-	       "  --greedy             pick the most likely token (default)\n"
-	       "  --temperature T      sample from softmax(logits / T), T > 0\n"
+	       "  --prompts FILE       JSON lines {\"id\", \"prompt\"[, \"max_tokens\", \"seed\",\n"
+	       "                       \"stop\"]} ('-' = stdin): every state continues\n"
+	       "                       every prompt, in order\n"
+	       "  --greedy             pick the most likely token (default); = --temperature 0\n"
+	       "  --temperature T      sample from softmax(logits / T) (alias --temp); 0 =\n"
+	       "                       greedy (default 0, or 1 when --top-k, --top-p or\n"
+	       "                       --min-p is given)\n"
 	       "  --top-k K            sample among the K most likely tokens only\n"
 	       "  --top-p P            sample from the smallest set of tokens with\n"
 	       "                       probability >= P (nucleus), 0 < P <= 1\n"
-	       "  --seed S             seed of the sampler (default: from the clock)\n"
-	       "  --max-tokens N       generate at most N tokens (default 64)\n"
+	       "  --min-p P            drop tokens less likely than P times the most likely\n"
+	       "  --repeat-penalty F   divide (positive) or multiply (negative) the logits of\n"
+	       "                       the last --repeat-last-n tokens by F (default 1: off)\n"
+	       "  --repeat-last-n N    tokens of prompt + output the penalty looks back on\n"
+	       "                       (default 64; -1 = all, 0 = off)\n"
+	       "  -s, --seed S         seed of the sampler, the same for every output\n"
+	       "                       (default: from the clock; greedy uses none)\n"
+	       "  -n, --max-tokens N   generate at most N tokens (default 64; alias\n"
+	       "                       --n-predict)\n"
+	       "  --stop STRING        stop when the output contains STRING, which is not\n"
+	       "                       printed (repeatable)\n"
 	       "  --ignore-eos         do not stop at the end-of-text token (config's\n"
 	       "                       eos_token_id, 0 for GPT-NeoX)\n"
 	       "  --ids                print token ids (space-separated) instead of text\n"
-	       "  --jsonl              one JSON line per state: {\"id\", \"text\", \"tokens\"}\n"
-	       "                       (no \"text\" with --ids)\n"
-	       "  --tokenizer FILE     tokenizer.json (default: see Defaults)\n"
-	       "  --threads N          threads (default: online cores)\n"
-	       "  --device D           cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
-	       "                       CUDA plugin finds one, else the CPU)\n"
-	       "  --weights-dtype T    f32, bf16, f16 or auto: the dtype the weight matrices\n"
-	       "                       are held and read in (default auto: the checkpoint's;\n"
-	       "                       bf16 halves the bytes a decode step reads)\n"
-	       "  -o FILE              output file (replaced only on success)\n"
-	       "  -q, -v               quieter; more verbose (-v: tokens/s at the end)\n"
-	       "  -h, --help           this help;  -V, --version  the version\n\n",
+	       "  --jsonl              one JSON line per output: {\"id\", \"text\", \"tokens\",\n"
+	       "                       \"finish_reason\"} (no \"text\" with --ids; with\n"
+	       "                       --prompts \"id\" is the prompt's, \"state\" the state's)\n",
 	       usage);
+	cli_model_help(23);
+	printf("  -o FILE              output file (replaced only on success)\n"
+	       "  -q, -v               quieter; more verbose (-v: tokens/s at the end)\n"
+	       "  -h, --help           this help;  -V, --version  the version\n\n");
 	cli_defaults_help();
 	exit(0);
+}
+
+/* ------------------------------------------------------------------------
+ * Generation options (llama.cpp's names where it has one), parsed apart from
+ * the model options.
+ */
+enum { O_GREEDY = 512, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLAST, O_SEED, O_MAX,
+       O_STOP, O_PROMPTS };
+#define GEN_LONG_OPTIONS                                                                   \
+	{ "greedy", no_argument, 0, O_GREEDY }, { "temperature", required_argument, 0, O_TEMP }, \
+	{ "temp", required_argument, 0, O_TEMP },                                              \
+	{ "top-k", required_argument, 0, O_TOPK }, { "top-p", required_argument, 0, O_TOPP },   \
+	{ "min-p", required_argument, 0, O_MINP },                                             \
+	{ "repeat-penalty", required_argument, 0, O_REPPEN },                                  \
+	{ "repeat-last-n", required_argument, 0, O_REPLAST },                                  \
+	{ "seed", required_argument, 0, O_SEED }, { "max-tokens", required_argument, 0, O_MAX }, \
+	{ "n-predict", required_argument, 0, O_MAX }, { "stop", required_argument, 0, O_STOP },  \
+	{ "prompts", required_argument, 0, O_PROMPTS }
+#define MAX_TOKENS_LIMIT (1L << 30)
+
+typedef struct {
+	ss_sample_params sp;
+	int greedy, have_temp, have_seed;
+	uint64_t seed;
+	long max_tokens;
+	const char **stops; /* [n_stops], borrowed from argv */
+	size_t n_stops;
+	const char *prompts_path;
+} gen_opts;
+
+/* Takes option c if it is a generation option; returns 0 if it is not. */
+static int gen_opt(gen_opts *g, int c, const char *arg)
+{
+	switch (c) {
+	case O_GREEDY: g->greedy = 1; break;
+	case O_TEMP:
+		g->sp.temperature = (float)cli_double("--temperature", arg, 0, 1e6, usage);
+		g->have_temp = 1;
+		break;
+	case O_TOPK: g->sp.top_k = (int32_t)cli_long("--top-k", arg, 0, INT32_MAX, usage); break;
+	case O_TOPP: g->sp.top_p = (float)cli_double("--top-p", arg, 1e-30, 1, usage); break;
+	case O_MINP: g->sp.min_p = (float)cli_double("--min-p", arg, 0, 1, usage); break;
+	case O_REPPEN:
+		g->sp.repeat_penalty = (float)cli_double("--repeat-penalty", arg, 1e-30, 1e6, usage);
+		break;
+	case O_REPLAST:
+		g->sp.repeat_last_n = (int32_t)cli_long("--repeat-last-n", arg, -1, 1L << 20, usage);
+		break;
+	case 's':
+	case O_SEED:
+		g->seed = (uint64_t)cli_long("--seed", arg, 0, INT64_MAX, usage);
+		g->have_seed = 1;
+		break;
+	case O_MAX: g->max_tokens = cli_long("--max-tokens", arg, 0, MAX_TOKENS_LIMIT, usage); break;
+	case 'n': g->max_tokens = cli_long("-n", arg, 0, MAX_TOKENS_LIMIT, usage); break;
+	case O_STOP:
+		if (!arg[0])
+			cli_usage(usage, "--stop: empty string");
+		g->stops[g->n_stops++] = arg;
+		break;
+	case O_PROMPTS: g->prompts_path = arg; break;
+	default: return 0;
+	}
+	return 1;
+}
+
+/* After the options: --greedy is --temperature 0; a sampling filter without
+ * a temperature implies T = 1 (HF generate()); the seed defaults to the
+ * clock (greedy draws nothing, so a seed never matters there). */
+static void gen_finish(gen_opts *g)
+{
+	if (g->greedy && g->sp.temperature > 0)
+		cli_usage(usage, "--greedy excludes --temperature above 0");
+	if (!g->have_temp && !g->greedy &&
+	    (g->sp.top_k > 0 || g->sp.top_p < 1 || g->sp.min_p > 0))
+		g->sp.temperature = 1;
+	if (!g->have_seed)
+		g->seed = (uint64_t)(cli_now() * 1e9) ^ ((uint64_t)getpid() << 32);
+}
+
+/* One prompt: from the command line (id NULL: outputs take the state's id)
+ * or a line of --prompts. */
+typedef struct {
+	char *id;
+	int32_t *ids;
+	size_t n;
+	long max_tokens;
+	uint64_t seed;
+	const char **stops; /* NULL: the command line's */
+	size_t n_stops;
+	char *stop_buf;     /* owns the strings of stops when from the line */
+} prompt;
+
+static void prompt_free(prompt *p)
+{
+	free(p->id);
+	free(p->ids);
+	free(p->stops);
+	free(p->stop_buf);
+}
+
+/* Tokenizes text as a prompt, dying with `where` on failure or emptiness. */
+static int32_t *prompt_tokens(ss_tokenizer *tok, const char *text, size_t len, size_t *n,
+			      const char *where)
+{
+	int32_t *ids = NULL;
+	char err[SS_ERRMSG_MAX] = "";
+	int rc = ss_tokenizer_encode(tok, text, len, &ids, n, err);
+	if (rc)
+		cli_die("%s: %s", where, err[0] ? err : ss_strerror(rc));
+	if (*n == 0)
+		cli_die("%s: empty prompt: the first token needs the logits of a prompt token", where);
+	return ids;
+}
+
+/* A line's "stop": a string or an array of non-empty strings, copied. */
+static void line_stops(prompt *p, const cJSON *v, const char *where)
+{
+	free(p->stops);
+	free(p->stop_buf);
+	size_t n = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? (size_t)cJSON_GetArraySize(v) : 0;
+	size_t bytes = 0;
+	const cJSON *e = cJSON_IsString(v) ? v : v->child;
+	if (!cJSON_IsString(v) && !cJSON_IsArray(v))
+		cli_die("%s: \"stop\" must be a string or an array of strings", where);
+	for (size_t i = 0; i < n; i++, e = e->next) {
+		if (!cJSON_IsString(e) || !e->valuestring[0])
+			cli_die("%s: \"stop\" must hold non-empty strings", where);
+		bytes += strlen(e->valuestring) + 1;
+	}
+	p->stops = malloc((n ? n : 1) * sizeof *p->stops);
+	p->stop_buf = malloc(bytes ? bytes : 1);
+	if (!p->stops || !p->stop_buf)
+		cli_die("out of memory");
+	char *b = p->stop_buf;
+	e = cJSON_IsString(v) ? v : v->child;
+	for (size_t i = 0; i < n; i++, e = e->next) {
+		size_t l = strlen(e->valuestring) + 1;
+		memcpy(b, e->valuestring, l);
+		p->stops[i] = b;
+		b += l;
+	}
+	p->n_stops = n;
+}
+
+/* A non-negative integer field of a line, at most hi. */
+static long line_int(const cJSON *v, const char *key, long hi, const char *where)
+{
+	if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)hi ||
+	    v->valuedouble != (double)(long)v->valuedouble)
+		cli_die("%s: \"%s\" must be an integer in [0, %ld]", where, key, hi);
+	return (long)v->valuedouble;
+}
+
+/* Reads --prompts: one JSON object a line, blank lines skipped. Keys: "id"
+ * (string or number; default FILE:LINE), "prompt" (text, required),
+ * "max_tokens" or "n_predict", "seed", "stop"; any other key is an error
+ * (a misspelt option must not be ignored). */
+static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts *g, size_t *np)
+{
+	mcli_jsonl r;
+	mcli_jsonl_open(&r, path);
+	prompt *ps = NULL;
+	size_t n = 0, cap = 0;
+	cJSON *o;
+	while ((o = mcli_jsonl_next(&r, "{\"id\": ..., \"prompt\": \"...\"}"))) {
+		const char *where = r.where;
+		ps = mcli_grow(ps, n, &cap, sizeof *ps);
+		prompt *p = &ps[n];
+		*p = (prompt){ .max_tokens = g->max_tokens, .seed = g->seed };
+		int have_prompt = 0;
+		const cJSON *v;
+		cJSON_ArrayForEach(v, o) {
+			const char *k = v->string;
+			/* cJSON keeps a repeated key: the last one wins (for "id" the first) */
+			if (!strcmp(k, "id")) {
+				continue; /* below */
+			} else if (!strcmp(k, "prompt")) {
+				if (!cJSON_IsString(v))
+					cli_die("%s: \"prompt\" must be a string", where);
+				free(p->ids);
+				p->ids = prompt_tokens(tok, v->valuestring, strlen(v->valuestring), &p->n,
+						       where);
+				have_prompt = 1;
+			} else if (!strcmp(k, "max_tokens") || !strcmp(k, "n_predict")) {
+				p->max_tokens = line_int(v, k, MAX_TOKENS_LIMIT, where);
+			} else if (!strcmp(k, "seed")) {
+				p->seed = (uint64_t)line_int(v, k, INT64_MAX / 2, where);
+			} else if (!strcmp(k, "stop")) {
+				line_stops(p, v, where);
+			} else {
+				cli_die("%s: unknown key \"%s\" (known: id, prompt, max_tokens, n_predict, "
+					"seed, stop)", where, k);
+			}
+		}
+		if (!have_prompt)
+			cli_die("%s: missing \"prompt\" (a string)", where);
+		p->id = mcli_jsonl_id(&r, o);
+		cJSON_Delete(o);
+		n++;
+	}
+	mcli_jsonl_close(&r);
+	if (n == 0)
+		cli_die("%s: no prompt", path);
+	*np = n;
+	return ps;
+}
+
+/* Growable output of one generation: the ids and the bytes of their text. */
+typedef struct {
+	int32_t *ids;
+	size_t n, cap;
+	char *text;
+	size_t len, text_cap;
+} gen_buf;
+
+static void gen_push(gen_buf *b, int32_t t, const char *bytes, size_t bl)
+{
+	if (b->n == b->cap) {
+		b->cap = b->cap ? 2 * b->cap : 256;
+		if (!(b->ids = realloc(b->ids, b->cap * sizeof *b->ids)))
+			cli_die("out of memory");
+	}
+	b->ids[b->n++] = t;
+	if (b->len + bl + 1 > b->text_cap) {
+		b->text_cap = 2 * (b->len + bl + 1) + 1024;
+		if (!(b->text = realloc(b->text, b->text_cap)))
+			cli_die("out of memory");
+	}
+	memcpy(b->text + b->len, bytes, bl);
+	b->len += bl;
+	b->text[b->len] = 0;
+}
+
+/* What one generation needs, fixed for the run. */
+typedef struct {
+	ss_forward_ctx *ctx;
+	ss_sampler *smp;
+	const ss_tokenizer *tok; /* NULL: ids only, no stop strings */
+	float *logits;           /* [vocab_padded] */
+	int32_t eos;             /* -1: none */
+	const char *const *stops; /* the command line's */
+	size_t n_stops;
+	int jsonl, ids_out;
+	const char *state_path, *out_path; /* for messages */
+	FILE *out;
+	gen_buf gb;
+} decoder;
+
+/* Continues state `from` (left as it is when `keep`, else advanced) with
+ * prompt pr, writing one output. Returns the number of tokens generated. */
+static long generate(decoder *d, ss_state *from, const prompt *pr, int keep)
+{
+	FILE *out = d->out;
+	gen_buf *gb = &d->gb;
+	char err[SS_ERRMSG_MAX] = "";
+	ss_state copy, *st = from;
+	if (keep) {
+		if (ss_state_copy(&copy, from))
+			cli_die("out of memory");
+		st = &copy;
+	}
+	const char *const *stops = pr->stops ? pr->stops : d->stops;
+	size_t n_stops = pr->stops ? pr->n_stops : d->n_stops;
+	ss_sampler_reset(d->smp, pr->seed);
+	for (size_t i = 0; i < pr->n; i++)
+		ss_sampler_accept(d->smp, pr->ids[i]);
+	ss_forward_seq seq = { .tokens = pr->ids, .n_tokens = (int64_t)pr->n, .state = st,
+			       .logits = d->logits };
+	if (ss_forward_prefill(d->ctx, &seq, 1, SS_LOGITS_LAST, err))
+		cli_die("%s: %s", d->state_path, err);
+	if (d->jsonl) {
+		fputs("{\"id\":", out);
+		mcli_json_str(out, pr->id ? pr->id : from->id, (size_t)-1);
+		if (pr->id) {
+			fputs(",\"state\":", out);
+			mcli_json_str(out, from->id, (size_t)-1);
+		}
+	}
+	/* the state stays on the device (GPU) for the whole generation */
+	if (ss_forward_decode_begin(d->ctx, &st, 1, err))
+		cli_die("%s: %s", from->id, err);
+	const char *finish = "length";
+	size_t emitted = 0; /* bytes of gb->text written (text output) */
+	gb->n = gb->len = 0;
+	while ((long)gb->n < pr->max_tokens) {
+		int32_t t = ss_sampler_sample(d->smp, d->logits);
+		if (t < 0)
+			cli_die("%s: the logits are all NaN or -inf", from->id);
+		if (t == d->eos) {
+			finish = "eos";
+			break;
+		}
+		ss_sampler_accept(d->smp, t);
+		size_t bl = 0, from_len = gb->len, safe = 0;
+		const char *b = d->tok ? ss_tokenizer_id_bytes(d->tok, t, &bl) : NULL;
+		gen_push(gb, t, b ? b : "", b ? bl : 0);
+		int64_t cut = -1;
+		if (n_stops)
+			cut = ss_stop_find(gb->text, gb->len, from_len, stops, n_stops, &safe);
+		else
+			safe = gb->len;
+		if (!d->jsonl) {
+			if (d->ids_out) {
+				fprintf(out, gb->n > 1 ? " %d" : "%d", (int)t);
+			} else if (safe > emitted) {
+				fwrite(gb->text + emitted, 1, safe - emitted, out);
+				emitted = safe;
+			}
+			fflush(out);
+		}
+		if (cut >= 0) {
+			gb->len = (size_t)cut;
+			finish = "stop";
+			break;
+		}
+		if ((long)gb->n < pr->max_tokens &&
+		    ss_forward_decode_next(d->ctx, &t, d->logits, NULL, 0, err))
+			cli_die("%s: %s", from->id, err);
+	}
+	if (ss_forward_decode_end(d->ctx, err))
+		cli_die("%s: %s", from->id, err);
+	if (!d->jsonl && !d->ids_out && gb->len > emitted)
+		fwrite(gb->text + emitted, 1, gb->len - emitted, out);
+	if (d->jsonl) {
+		if (!d->ids_out) {
+			fputs(",\"text\":", out);
+			mcli_json_str(out, gb->text ? gb->text : "", gb->len);
+		}
+		fputs(",\"tokens\":[", out);
+		for (size_t i = 0; i < gb->n; i++)
+			fprintf(out, i ? ",%d" : "%d", (int)gb->ids[i]);
+		fprintf(out, "],\"finish_reason\":\"%s\"}", finish);
+	}
+	putc('\n', out);
+	fflush(out);
+	if (ferror(out))
+		cli_die("%s: write error: %s", d->out_path, strerror(errno));
+	if (keep)
+		ss_state_free(&copy);
+	return (long)gb->n;
 }
 
 int main(int argc, char **argv)
 {
 	cli_init("ss-decode");
-	const char *model_opt = NULL, *state_path = NULL, *prompt = NULL, *prompt_file = NULL,
-		   *prompt_ids = NULL, *tok_path = NULL, *out_path = NULL;
-	const char *device_opt = "auto", *wtype_opt = NULL;
-	int no_state = 0, threads = 0, ignore_eos = 0, ids_out = 0, jsonl = 0, greedy = 0;
-	int have_seed = 0;
-	long max_tokens = 64;
-	uint64_t seed = 0;
-	ss_sample_params sp = { .temperature = 0, .top_k = 0, .top_p = 1 };
-	enum { O_MODEL = 256, O_STATE, O_NOSTATE, O_PROMPT, O_PFILE, O_PTOK, O_GREEDY, O_TEMP,
-	       O_TOPK, O_TOPP, O_SEED, O_MAX, O_IGNEOS, O_IDS, O_JSONL, O_TOK, O_THREADS, O_DEVICE, O_WTYPE };
+	const char *state_path = NULL, *prompt_text = NULL, *prompt_file = NULL,
+		   *prompt_ids = NULL, *out_path = NULL;
+	cli_model_opts mo = { 0 };
+	int no_state = 0, ignore_eos = 0, ids_out = 0, jsonl = 0;
+	gen_opts g = { .sp = { .temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0,
+			       .repeat_penalty = 1, .repeat_last_n = 64 },
+		       .max_tokens = 64 };
+	if (!(g.stops = malloc((size_t)argc * sizeof *g.stops)))
+		cli_die("out of memory");
+	enum { O_STATE = 256, O_NOSTATE, O_PROMPT, O_PFILE, O_PTOK, O_IGNEOS, O_IDS, O_JSONL };
 	static const struct option opts[] = {
-		{ "model", required_argument, 0, O_MODEL },
 		{ "state", required_argument, 0, O_STATE },
 		{ "no-state", no_argument, 0, O_NOSTATE },
 		{ "prompt", required_argument, 0, O_PROMPT },
-		{ "weights-dtype", required_argument, 0, O_WTYPE },
 		{ "prompt-file", required_argument, 0, O_PFILE },
 		{ "prompt-tokens", required_argument, 0, O_PTOK },
-		{ "greedy", no_argument, 0, O_GREEDY },
-		{ "temperature", required_argument, 0, O_TEMP },
-		{ "top-k", required_argument, 0, O_TOPK },
-		{ "top-p", required_argument, 0, O_TOPP },
-		{ "seed", required_argument, 0, O_SEED },
-		{ "max-tokens", required_argument, 0, O_MAX },
 		{ "ignore-eos", no_argument, 0, O_IGNEOS },
 		{ "ids", no_argument, 0, O_IDS },
 		{ "jsonl", no_argument, 0, O_JSONL },
-		{ "tokenizer", required_argument, 0, O_TOK },
-		{ "threads", required_argument, 0, O_THREADS },
-		{ "device", required_argument, 0, O_DEVICE },
+		GEN_LONG_OPTIONS,
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { NULL, opts, usage, help, &out_path };
+	const cli_options co = { "n:p:f:s:", opts, usage, help, &out_path, &mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
-		case O_MODEL: model_opt = optarg; break;
 		case O_STATE: state_path = optarg; break;
 		case O_NOSTATE: no_state = 1; break;
-		case O_PROMPT: prompt = optarg; break;
+		case 'p':
+		case O_PROMPT: prompt_text = optarg; break;
+		case 'f':
 		case O_PFILE: prompt_file = optarg; break;
 		case O_PTOK: prompt_ids = optarg; break;
-		case O_GREEDY: greedy = 1; break;
-		case O_TEMP: sp.temperature = (float)cli_double("--temperature", optarg, 0, 1e6, usage); break;
-		case O_TOPK: sp.top_k = (int32_t)cli_long("--top-k", optarg, 0, INT32_MAX, usage); break;
-		case O_TOPP: sp.top_p = (float)cli_double("--top-p", optarg, 1e-30, 1, usage); break;
-		case O_SEED:
-			seed = (uint64_t)cli_long("--seed", optarg, 0, INT64_MAX, usage);
-			have_seed = 1;
-			break;
-		case O_MAX: max_tokens = cli_long("--max-tokens", optarg, 0, 1L << 30, usage); break;
 		case O_IGNEOS: ignore_eos = 1; break;
 		case O_IDS: ids_out = 1; break;
 		case O_JSONL: jsonl = 1; break;
-		case O_TOK: tok_path = optarg; break;
-		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
-		case O_DEVICE: device_opt = optarg; break;
-		case O_WTYPE: wtype_opt = optarg; break;
+		default: gen_opt(&g, c, optarg); break;
 		}
 	}
 	if (optind < argc)
 		cli_usage(usage, "unexpected argument '%s'", argv[optind]);
 	if (state_path && no_state)
 		cli_usage(usage, "--state and --no-state exclude each other");
-	if ((prompt != NULL) + (prompt_file != NULL) + (prompt_ids != NULL) != 1)
-		cli_usage(usage, "give one prompt: --prompt, --prompt-file or --prompt-tokens");
-	if (greedy && sp.temperature > 0)
-		cli_usage(usage, "--greedy excludes --temperature");
-	if (!(sp.temperature > 0) && (sp.top_k || sp.top_p < 1 || have_seed))
-		cli_usage(usage, "--top-k, --top-p and --seed need --temperature");
-	if (!have_seed)
-		seed = (uint64_t)(cli_now() * 1e9) ^ ((uint64_t)getpid() << 32);
+	if ((prompt_text != NULL) + (prompt_file != NULL) + (prompt_ids != NULL) +
+		    (g.prompts_path != NULL) != 1)
+		cli_usage(usage, "give one prompt: --prompt, --prompt-file, --prompt-tokens or --prompts");
+	gen_finish(&g);
+	const char *stdin_prompt = prompt_file ? prompt_file : g.prompts_path;
+	int prompt_stdin = stdin_prompt && !strcmp(stdin_prompt, "-");
 	int implicit = 0;
-	if (!state_path && !no_state && !isatty(STDIN_FILENO) &&
-	    !(prompt_file && !strcmp(prompt_file, "-"))) {
+	if (!state_path && !no_state && !isatty(STDIN_FILENO) && !prompt_stdin) {
 		state_path = "-";
 		implicit = 1;
 	}
-	if (state_path && prompt_file && !strcmp(state_path, "-") && !strcmp(prompt_file, "-"))
+	if (state_path && !strcmp(state_path, "-") && prompt_stdin)
 		cli_usage(usage, "the states and the prompt cannot both come from stdin");
-	if (!threads)
-		threads = mcli_threads_default();
-	const char *model_dir = cli_model_dir(model_opt, usage);
-	ss_device *dev = mcli_device(device_opt, usage);
+	const char *model_dir = cli_model_dir(mo.model, usage);
+	ss_device *dev = mcli_device(mo.device, usage);
 
-	size_t np = 0;
-	int32_t *pids = prompt_ids ? mcli_parse_ids("--prompt-tokens", prompt_ids, &np, usage) : NULL;
-	if (prompt_ids && np == 0)
-		cli_usage(usage, "--prompt-tokens: empty prompt");
+	prompt one = { .max_tokens = g.max_tokens, .seed = g.seed };
+	if (prompt_ids) {
+		one.ids = mcli_parse_ids("--prompt-tokens", prompt_ids, &one.n, usage);
+		if (one.n == 0)
+			cli_usage(usage, "--prompt-tokens: empty prompt");
+	}
 
-	ss_model *m = mcli_load_model(model_dir, 0, wtype_opt, usage);
+	ss_model *m = mcli_load_model(model_dir, 0, mo.wtype, usage);
 	ss_tokenizer *tok = NULL;
-	if (!prompt_ids || !ids_out)
-		tok = cli_tokenizer(tok_path, model_dir);
-	if (!prompt_ids) {
+	if (!prompt_ids || !ids_out || g.n_stops || g.prompts_path)
+		tok = cli_tokenizer(mo.tokenizer, model_dir);
+	prompt *ps = &one;
+	size_t n_prompts = 1;
+	if (g.prompts_path) {
+		ps = read_prompts(g.prompts_path, tok, &g, &n_prompts);
+	} else if (!prompt_ids) {
 		size_t len;
-		char *text = prompt ? strdup(prompt) : mcli_read_file(prompt_file, &len);
+		char *text = prompt_text ? strdup(prompt_text) : mcli_read_file(prompt_file, &len);
 		if (!text)
 			cli_die("out of memory");
-		char err[SS_ERRMSG_MAX] = "";
-		int rc = ss_tokenizer_encode(tok, text, strlen(text), &pids, &np, err);
-		if (rc)
-			cli_die("%s: %s", prompt ? "--prompt" : prompt_file, err[0] ? err : ss_strerror(rc));
+		one.ids = prompt_tokens(tok, text, strlen(text), &one.n,
+					prompt_text ? "--prompt" : prompt_file);
 		free(text);
-		if (np == 0)
-			cli_die("%s: empty prompt: the first token needs the logits of a prompt token",
-				prompt ? "--prompt" : prompt_file);
 	}
 	int32_t vocab = mcli_vocab(m);
-	for (size_t i = 0; i < np; i++)
-		if (pids[i] < 0 || pids[i] >= vocab)
-			cli_die("prompt token %zu is %d, outside the model's vocabulary [0, %d)", i,
-				(int)pids[i], (int)vocab);
+	for (size_t j = 0; j < n_prompts; j++)
+		for (size_t i = 0; i < ps[j].n; i++)
+			if (ps[j].ids[i] < 0 || ps[j].ids[i] >= vocab)
+				cli_die("%s%sprompt token %zu is %d, outside the model's vocabulary [0, %d)",
+					ps[j].id ? ps[j].id : "", ps[j].id ? ": " : "", i,
+					(int)ps[j].ids[i], (int)vocab);
 	/* Generate only ids the tokenizer can print. */
 	int32_t n_gen = vocab;
 	if (tok && ss_tokenizer_n_vocab(tok) < n_gen)
 		n_gen = ss_tokenizer_n_vocab(tok);
 
-	char err[SS_ERRMSG_MAX] = "";
-	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, threads);
+	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, mo.threads);
 	ss_sampler *smp;
-	if (ss_sampler_init(&smp, n_gen, &sp, seed))
+	if (ss_sampler_init(&smp, n_gen, &g.sp, g.seed))
 		cli_die("cannot create the sampler (out of memory?)");
 	const size_t V = (size_t)m->cfg.vocab_padded;
 	float *logits = malloc(V * sizeof *logits);
-	int32_t *gen = malloc(((size_t)max_tokens + 1) * sizeof *gen);
-	if (!logits || !gen)
+	if (!logits)
 		cli_die("out of memory");
 	const int32_t eos = ignore_eos ? -1 : m->cfg.eos_token_id;
-
-	FILE *out = cli_out_open(out_path);
+	decoder d = { .ctx = ctx, .smp = smp, .tok = tok, .logits = logits, .eos = eos,
+		      .stops = g.stops, .n_stops = g.n_stops, .jsonl = jsonl, .ids_out = ids_out,
+		      .state_path = state_path ? state_path : model_dir,
+		      .out_path = out_path ? out_path : "standard output" };
+	FILE *out = d.out = cli_out_open(out_path);
 	mcli_states src;
 	mcli_states_open(&src, state_path, implicit);
 	ss_state st;
 	double t0 = cli_now();
 	long long total = 0;
 	while (mcli_states_next(&src, m, model_dir, &st)) {
-		ss_forward_seq seq = { .tokens = pids, .n_tokens = (int64_t)np, .state = &st,
-				       .logits = logits };
-		if (ss_forward_prefill(ctx, &seq, 1, SS_LOGITS_LAST, err))
-			cli_die("%s: %s", state_path ? state_path : model_dir, err);
-		if (jsonl) {
-			fputs("{\"id\":", out);
-			mcli_json_str(out, st.id, (size_t)-1);
-		}
-		/* the state stays on the device (GPU) for the whole generation */
-		ss_state *sp1 = &st;
-		if (ss_forward_decode_begin(ctx, &sp1, 1, err))
-			cli_die("%s: %s", st.id, err);
-		long n = 0;
-		while (n < max_tokens) {
-			int32_t t = ss_sampler_sample(smp, logits);
-			if (t < 0)
-				cli_die("%s: the logits are all NaN or -inf", st.id);
-			if (t == eos)
-				break;
-			gen[n++] = t;
-			if (!jsonl) {
-				if (ids_out) {
-					fprintf(out, n > 1 ? " %d" : "%d", (int)t);
-				} else {
-					size_t bl;
-					const char *b = ss_tokenizer_id_bytes(tok, t, &bl);
-					if (b)
-						fwrite(b, 1, bl, out);
-				}
-				fflush(out);
-			}
-			if (n < max_tokens && ss_forward_decode_next(ctx, &t, logits, NULL, 0, err))
-				cli_die("%s: %s", st.id, err);
-		}
-		if (ss_forward_decode_end(ctx, err))
-			cli_die("%s: %s", st.id, err);
-		total += n;
-		if (jsonl) {
-			if (!ids_out) {
-				char *text;
-				size_t tl;
-				int rc = ss_tokenizer_decode(tok, gen, (size_t)n, &text, &tl, err);
-				if (rc)
-					cli_die("%s: %s", st.id, err[0] ? err : ss_strerror(rc));
-				fputs(",\"text\":", out);
-				mcli_json_str(out, text, tl);
-				free(text);
-			}
-			fputs(",\"tokens\":[", out);
-			for (long i = 0; i < n; i++)
-				fprintf(out, i ? ",%d" : "%d", (int)gen[i]);
-			fputs("]}", out);
-		}
-		putc('\n', out);
-		fflush(out);
-		if (ferror(out))
-			cli_die("%s: write error: %s", out_path ? out_path : "standard output", strerror(errno));
+		for (size_t j = 0; j < n_prompts; j++)
+			total += generate(&d, &st, &ps[j], n_prompts > 1);
 		ss_state_free(&st);
 	}
 	mcli_states_close(&src);
 	cli_out_close(out);
 	if (cli_verbosity >= 2) {
 		double elapsed_s = cli_now() - t0;
-		fprintf(stderr, "ss-decode: %lld tokens in %.2f s (%.1f tokens/s), seed %llu\n", total,
-			elapsed_s, elapsed_s > 0 ? total / elapsed_s : 0.0, (unsigned long long)seed);
+		fprintf(stderr, "ss-decode: %lld %s in %.2f s (%.1f tokens/s)", total,
+			cli_plural((uint64_t)total, "token", "tokens"), elapsed_s,
+			elapsed_s > 0 ? total / elapsed_s : 0.0);
+		if (g.sp.temperature > 0)
+			fprintf(stderr, ", seed %llu", (unsigned long long)g.seed);
+		putc('\n', stderr);
 	}
 
-	free(gen);
+	for (size_t j = 0; j < n_prompts; j++)
+		prompt_free(&ps[j]);
+	if (ps != &one)
+		free(ps);
+	free(g.stops);
+	free(d.gb.ids);
+	free(d.gb.text);
 	free(logits);
-	free(pids);
 	ss_sampler_free(smp);
 	ss_forward_ctx_free(ctx);
 	ss_device_close(dev);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -15,7 +16,7 @@
 #include "ss.h"
 
 static const char *usage =
-	"ss-encode [--model DIR] [--device D] [--threads N] [--state-dtype f32|f16|bf16] [--batch N]\n"
+	"ss-encode [--model DIR] [--device D] [--threads N] [--state-dtype f32|f16|bf16|q8] [--batch N]\n"
 	"                 [--concat [--id ID]] [--from-state FILE]\n"
 	"                 [--text [--tokenizer FILE] [--max-doc SIZE]]\n"
 	"                 [--shard I/N] [--ids FILE] [--deterministic] [--weights-dtype T]\n"
@@ -27,15 +28,11 @@ static void help(void)
 	printf("usage: %s\n\n"
 	       "Run each document of the token streams (stdin when no FILE or '-') through a\n"
 	       "Mamba-2 model and write its final state (ssm, conv, logdecay of every layer)\n"
-	       "as one record of a state stream, in input order.\n\n"
-	       "  --model DIR          model directory: config.json + weights (default: see\n"
-	       "                       Defaults)\n"
-	       "  --threads N          threads (default: online cores)\n"
-	       "  --device D           cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
-	       "                       CUDA plugin finds one, else the CPU)\n"
-	       "  --state-dtype T      storage dtype of conv and ssm: f32 (default), f16, bf16\n"
-	       "  --weights-dtype T    f32, bf16, f16 or auto: the dtype the weight matrices\n"
-	       "                       are held and read in (default auto: the checkpoint's)\n"
+	       "as one record of a state stream, in input order.\n\n",
+	       usage);
+	cli_model_help(23);
+	printf("  --state-dtype T      storage dtype of conv and ssm: f32 (default), f16, bf16,\n"
+	       "                       q8 (int8 with an f32 scale per block, ss-states(5))\n"
 	       "  --batch N            documents per forward call (default 8); memory grows\n"
 	       "                       with N, not with the corpus\n"
 	       "  --deterministic      a document's state is the same bytes whatever --threads,\n"
@@ -47,9 +44,9 @@ static void help(void)
 	       "  --from-state FILE    start every document (or the concatenation) from the\n"
 	       "                       first state in FILE instead of the zero state\n"
 	       "  --text               inputs are UTF-8 text, one document per line (empty\n"
-	       "                       lines skipped), id \"FILE:LINE\"\n"
+	       "                       lines skipped), id \"FILE:LINE\"; one document per\n"
+	       "                       file: ss-tokenize --whole FILE... | ss-encode\n"
 	       "  --max-doc SIZE       --text: refuse a line over SIZE bytes (k/M/G; 64M)\n"
-	       "  --tokenizer FILE     tokenizer.json for --text (default: see Defaults)\n"
 	       "  --shard I/N          encode only the documents whose 0-based number i,\n"
 	       "                       counted over all inputs, has i %% N == I: shard I of\n"
 	       "                       a round-robin split in N (0 <= I < N)\n"
@@ -64,8 +61,7 @@ static void help(void)
 	       "  -h, --help           this help;  -V, --version  the version\n\n"
 	       "A document with no tokens gets the starting state (zero) with n_tokens 0.\n"
 	       "-v ends with a summary: documents, tokens, and the seconds spent reading\n"
-	       "the inputs, encoding and writing (not loading the model).\n\n",
-	       usage);
+	       "the inputs, encoding and writing (not loading the model).\n\n");
 	cli_defaults_help();
 	exit(0);
 }
@@ -106,8 +102,12 @@ typedef struct {
 	char *line;
 	size_t line_cap;
 	long lineno;
+	uint64_t file_docs; /* --text: documents of the current file */
 	int32_t vocab;
 	uint64_t max_doc; /* --text: longest line (document) accepted */
+	double total_bytes; /* sum of the inputs' sizes; 0: unknown (a pipe) */
+	double done_bytes;  /* of the inputs already read */
+	double pos;         /* bytes read of the current input */
 } input;
 
 /* Next document into *d. Returns 1, or 0 when all inputs are exhausted. */
@@ -118,6 +118,10 @@ static int input_next(input *in, doc *d)
 		if (in->cur >= in->nfiles)
 			return 0;
 		const char *path = in->files[in->cur];
+		struct stat st;
+		if (!in->r && !in->tf && strcmp(path, "-") && !stat(path, &st) && S_ISDIR(st.st_mode))
+			cli_die("%s: a directory: ss-tokenize reads one, a document per file (ss-tokenize %s | "
+				"ss-encode)", path, path);
 		if (!in->text) {
 			if (!in->r && ss_reader_open(&in->r, path, cli_max_record(), err))
 				cli_die("%s: %s", path, err);
@@ -129,8 +133,11 @@ static int input_next(input *in, doc *d)
 				ss_reader_close(in->r);
 				in->r = NULL;
 				in->cur++;
+				in->done_bytes += in->pos;
+				in->pos = 0;
 				continue;
 			}
+			in->pos = (double)ss_record_offset(rec);
 			if (strcmp(ss_record_format(rec), SS_FORMAT_TOKENS))
 				cli_die("%s: record %llu (byte offset %llu): not a token record (format \"%s\")",
 					path, (unsigned long long)ss_record_index(rec),
@@ -169,9 +176,15 @@ static int input_next(input *in, doc *d)
 			if (in->tf != stdin)
 				fclose(in->tf);
 			in->tf = NULL;
+			cli_warn_line_docs(path, in->file_docs, in->nfiles,
+					   "for one document per file: ss-tokenize --whole FILE... | ss-encode");
+			in->file_docs = 0;
 			in->cur++;
+			in->done_bytes += in->pos;
+			in->pos = 0;
 			continue;
 		}
+		in->pos += (double)n;
 		in->lineno++;
 		while (n > 0 && (in->line[n - 1] == '\n' || in->line[n - 1] == '\r'))
 			n--;
@@ -191,6 +204,7 @@ static int input_next(input *in, doc *d)
 					path, in->lineno, (int)d->tokens[i], (int)in->vocab);
 		if (asprintf(&d->id, "%s:%ld", path, in->lineno) < 0)
 			cli_die("out of memory");
+		in->file_docs++;
 		return 1;
 	}
 }
@@ -420,21 +434,16 @@ static void append_id(char **acc, size_t *len, size_t *cap, const char *add)
 int main(int argc, char **argv)
 {
 	cli_init("ss-encode");
-	const char *model_opt = NULL, *from_path = NULL, *out_path = NULL, *tok_path = NULL,
-		   *concat_id = NULL;
-	const char *device_opt = "auto", *wtype_opt = NULL;
-	int threads = 0, concat = 0, text = 0, deterministic = 0;
+	const char *from_path = NULL, *out_path = NULL, *concat_id = NULL;
+	cli_model_opts mo = { 0 };
+	int concat = 0, text = 0, deterministic = 0;
 	uint64_t max_doc = (uint64_t)64 << 20; /* as ss-tokenize's default */
 	long batch = 8;
 	ss_dtype dtype = SS_DTYPE_F32;
 	selection sel = { .shard_n = 1 };
-	enum { O_MODEL = 256, O_THREADS, O_DTYPE, O_CONCAT, O_FROM, O_BATCH, O_TEXT, O_TOK, O_ID,
-	       O_SHARD, O_IDS, O_DEVICE, O_DET, O_MAXDOC, O_WTYPE };
+	enum { O_DTYPE = 256, O_CONCAT, O_FROM, O_BATCH, O_TEXT, O_ID, O_SHARD, O_IDS, O_DET,
+	       O_MAXDOC };
 	static const struct option opts[] = {
-		{ "weights-dtype", required_argument, 0, O_WTYPE },
-		{ "model", required_argument, 0, O_MODEL },
-		{ "threads", required_argument, 0, O_THREADS },
-		{ "device", required_argument, 0, O_DEVICE },
 		{ "state-dtype", required_argument, 0, O_DTYPE },
 		{ "concat", no_argument, 0, O_CONCAT },
 		{ "id", required_argument, 0, O_ID },
@@ -442,23 +451,18 @@ int main(int argc, char **argv)
 		{ "batch", required_argument, 0, O_BATCH },
 		{ "deterministic", no_argument, 0, O_DET },
 		{ "text", no_argument, 0, O_TEXT },
-		{ "tokenizer", required_argument, 0, O_TOK },
 		{ "max-doc", required_argument, 0, O_MAXDOC },
 		{ "shard", required_argument, 0, O_SHARD },
 		{ "ids", required_argument, 0, O_IDS },
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { NULL, opts, usage, help, &out_path };
+	const cli_options co = { NULL, opts, usage, help, &out_path, &mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
-		case O_MODEL: model_opt = optarg; break;
-		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
-		case O_DEVICE: device_opt = optarg; break;
-		case O_WTYPE: wtype_opt = optarg; break;
 		case O_DTYPE:
 			if (ss_dtype_parse(optarg, &dtype))
-				cli_usage(usage, "--state-dtype: '%s' is not f32, f16 or bf16", optarg);
+				cli_usage(usage, "--state-dtype: '%s' is not f32, f16, bf16 or q8", optarg);
 			break;
 		case O_CONCAT: concat = 1; break;
 		case O_ID: concat_id = optarg; break;
@@ -466,7 +470,6 @@ int main(int argc, char **argv)
 		case O_BATCH: batch = cli_long("--batch", optarg, 1, 4096, usage); break;
 		case O_DET: deterministic = 1; break;
 		case O_TEXT: text = 1; break;
-		case O_TOK: tok_path = optarg; break;
 		case O_MAXDOC:
 			if (!(max_doc = cli_size(optarg)))
 				cli_usage(usage, "--max-doc: '%s' is not a size (bytes, with optional k/M/G)", optarg);
@@ -477,14 +480,12 @@ int main(int argc, char **argv)
 	}
 	if (concat_id && !concat)
 		cli_usage(usage, "--id needs --concat");
-	if (tok_path && !text)
+	if (mo.tokenizer && !text)
 		cli_usage(usage, "--tokenizer needs --text");
-	const char *model_dir = cli_model_dir(model_opt, usage);
-	if (!threads)
-		threads = mcli_threads_default();
-	if (deterministic && !strcmp(device_opt, "auto"))
-		device_opt = "cpu"; /* only the CPU promises it */
-	ss_device *dev = mcli_device(device_opt, usage);
+	const char *model_dir = cli_model_dir(mo.model, usage);
+	if (deterministic && !strcmp(mo.device, "auto"))
+		mo.device = "cpu"; /* only the CPU promises it */
+	ss_device *dev = mcli_device(mo.device, usage);
 
 	char *stdin_only[] = { "-" };
 	input in = { 0 };
@@ -492,23 +493,24 @@ int main(int argc, char **argv)
 	in.nfiles = optind < argc ? argc - optind : 1;
 	in.text = text;
 	in.max_doc = max_doc;
+	in.total_bytes = cli_inputs_size(in.files, in.nfiles);
 	if (sel.ids_path && !strcmp(sel.ids_path, "-"))
 		for (int i = 0; i < in.nfiles; i++)
 			if (!strcmp(in.files[i], "-"))
 				cli_usage(usage, "--ids - and an input both read standard input");
 
 	/* State extraction never needs an untied lm_head: do not keep it. */
-	ss_model *m = mcli_load_model(model_dir, SS_MODEL_SKIP_LM_HEAD, wtype_opt, usage);
+	ss_model *m = mcli_load_model(model_dir, SS_MODEL_SKIP_LM_HEAD, mo.wtype, usage);
 	in.vocab = mcli_vocab(m);
 	if (text)
-		in.tok = cli_tokenizer(tok_path, model_dir);
+		in.tok = cli_tokenizer(mo.tokenizer, model_dir);
 	ss_state_dims dims;
 	ss_model_state_dims(m, &dims);
 
 	char err[SS_ERRMSG_MAX] = "";
-	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, threads);
+	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, mo.threads);
 	if (deterministic && ss_forward_ctx_set_deterministic(ctx, 1))
-		cli_die("--deterministic: only the CPU promises it, not --device %s", device_opt);
+		cli_die("--deterministic: only the CPU promises it, not --device %s", mo.device);
 	if (ss_writer_open(&out_w, out_path ? out_path : "-", 0, err))
 		cli_die("%s: %s", out_path ? out_path : "standard output", err);
 	atexit(abort_output);
@@ -527,6 +529,7 @@ int main(int argc, char **argv)
 	 * encoding and writing, as ss-compose's covers reading, composing and
 	 * writing; not loading the model or setting up the device. */
 	double t0 = cli_now();
+	cli_progress_begin();
 	ss_state base = { 0 }, *basep = NULL;
 	if (from_path) {
 		mcli_states src;
@@ -573,8 +576,10 @@ int main(int argc, char **argv)
 		}
 		n_docs += nb;
 		double elapsed_s = cli_now() - t0;
-		cli_progress("%lld documents, %lld tokens, %.0f tokens/s", n_docs, n_tok,
-			     elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
+		cli_progress_of(in.done_bytes + in.pos, sel.ids_path ? 0 : in.total_bytes,
+				"%lld %s, %lld tokens, %.0f tokens/s", n_docs,
+				cli_plural((uint64_t)n_docs, "document", "documents"), n_tok,
+				elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
 	}
 	if (concat) {
 		/* Each call above is one sequence per state, so documents in one
@@ -596,8 +601,8 @@ int main(int argc, char **argv)
 		cli_die("%s: %s", out_path ? out_path : "standard output", err[0] ? err : "write failed");
 	if (cli_verbosity >= 2) {
 		double elapsed_s = cli_now() - t0;
-		fprintf(stderr, "ss-encode: %lld documents, %lld tokens in %.3g s (%.0f tokens/s)\n",
-			n_docs, n_tok, elapsed_s, elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
+		fprintf(stderr, "ss-encode: %lld %s, %lld tokens in %.3g s (%.0f tokens/s)\n",
+			n_docs, cli_plural((uint64_t)n_docs, "document", "documents"), n_tok, elapsed_s, elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
 	}
 
 	free(cid);

@@ -69,7 +69,6 @@ static void help(void)
 	       "  method's context and pick the choice of lowest answer NLL (summed:\n"
 	       "  accuracy; per byte: accuracy_norm). Writes the TSV method, k, n,\n"
 	       "  accuracy, accuracy_norm, mean_time_ms.\n\n"
-	       "  --model DIR         model directory (default: see Defaults)\n"
 	       "  --index DB          wikitext, openbookqa: the index (ss-retrieve build)\n"
 	       "  --tokens FILE       wikitext, openbookqa: the index's token stream\n"
 	       "  --passages N        wikitext: passages sampled (default %d; 0 = all)\n"
@@ -88,7 +87,6 @@ static void help(void)
 	       "  --per-query FILE    attribution: also write query_id, method, pick,\n"
 	       "                      correct, n_passages; msmarco: query_id, method,\n"
 	       "                      nll, time_ms, n_passages\n"
-	       "  --tokenizer FILE    tokenizer.json (default: see Defaults)\n"
 	       "  --methods LIST      comma-separated methods; 'paper' = naive,concat,soup,\n"
 	       "                      caso,picaso-s,picaso-r,piconcat-r (wikitext and\n"
 	       "                      msmarco default); 'souping' = soup, soup-sum,\n"
@@ -99,16 +97,12 @@ static void help(void)
 	       "  --lengths L,...     timing: input lengths in tokens (default\n"
 	       "                      256,512,1024,2048,4096,8192)\n"
 	       "  --gen N             timing: tokens decoded (default 32)\n"
-	       "  --repeat R          timing: runs per length, the median kept (default 3)\n"
-	       "  --device D          cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
-	       "                      CUDA plugin finds one, else the CPU)\n"
-	       "  --threads N         threads (default: online cores)\n"
-	       "  --weights-dtype T   f32, bf16, f16 or auto: the dtype the weight matrices\n"
-	       "                      are held and read in (default auto: the checkpoint's)\n"
-	       "  -o FILE             output TSV (replaced only on success; default stdout)\n"
-	       "  -q, -v              quieter; more verbose (progress and a summary)\n"
-	       "  -h, --help          this help;  -V, --version  the version\n\n",
+	       "  --repeat R          timing: runs per length, the median kept (default 3)\n",
 	       usage, PASSAGES_DEFAULT, MIN_TOKENS_DEFAULT, KMAX_DEFAULT);
+	cli_model_help(22);
+	printf("  -o FILE             output TSV (replaced only on success; default stdout)\n"
+	       "  -q, -v              quieter; more verbose (progress and a summary)\n"
+	       "  -h, --help          this help;  -V, --version  the version\n\n");
 	cli_defaults_help();
 	exit(0);
 }
@@ -157,9 +151,8 @@ static void parse_methods(eval_run *run, const char *s)
 	free(dup);
 }
 
-enum { O_MODEL = 256, O_INDEX, O_TOKENS, O_PASSAGES, O_MINTOK, O_KMAX, O_SEED, O_PERP, O_QA,
-       O_QUERIES, O_ONE, O_PERQ, O_TOK, O_METHODS, O_THREADS, O_WTYPE, O_DEVICE, O_SUMMARY,
-       O_LENGTHS, O_GEN, O_REPEAT };
+enum { O_INDEX = 256, O_TOKENS, O_PASSAGES, O_MINTOK, O_KMAX, O_SEED, O_PERP, O_QA, O_QUERIES,
+       O_ONE, O_PERQ, O_METHODS, O_SUMMARY, O_LENGTHS, O_GEN, O_REPEAT };
 
 static const char *const commands[] = { "wikitext", "attribution", "msmarco", "timing",
 					"openbookqa" };
@@ -183,14 +176,11 @@ static void parse_lengths(eval_run *run, const char *s)
 	free(ids);
 }
 
-/* Reads the options into *run; *model_opt and *methods as given (NULL when
- * not). Options may come before or after the command. Returns the command
+/* Reads the options into *run; *methods as given (NULL when not). Options may come before or after the command. Returns the command
  * (CMD_*). */
-static int parse_options(int argc, char **argv, eval_run *run, const char **model_opt,
-			 const char **methods)
+static int parse_options(int argc, char **argv, eval_run *run, const char **methods)
 {
 	static const struct option opts[] = {
-		{ "model", required_argument, 0, O_MODEL },
 		{ "index", required_argument, 0, O_INDEX },
 		{ "tokens", required_argument, 0, O_TOKENS },
 		{ "passages", required_argument, 0, O_PASSAGES },
@@ -202,22 +192,17 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **mode
 		{ "queries", required_argument, 0, O_QUERIES },
 		{ "exactly-one", no_argument, 0, O_ONE },
 		{ "per-query", required_argument, 0, O_PERQ },
-		{ "tokenizer", required_argument, 0, O_TOK },
 		{ "methods", required_argument, 0, O_METHODS },
-		{ "threads", required_argument, 0, O_THREADS },
-		{ "weights-dtype", required_argument, 0, O_WTYPE },
-		{ "device", required_argument, 0, O_DEVICE },
 		{ "summary", required_argument, 0, O_SUMMARY },
 		{ "lengths", required_argument, 0, O_LENGTHS },
 		{ "gen", required_argument, 0, O_GEN },
 		{ "repeat", required_argument, 0, O_REPEAT },
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { NULL, opts, usage, help, &run->out };
+	const cli_options co = { NULL, opts, usage, help, &run->out, &run->mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
-		case O_MODEL: *model_opt = optarg; break;
 		case O_INDEX: run->index = optarg; break;
 		case O_TOKENS: run->tokens = optarg; break;
 		case O_PASSAGES: run->passages = cli_long("--passages", optarg, 0, 1L << 40, usage); break;
@@ -229,11 +214,7 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **mode
 		case O_QUERIES: run->queries = cli_long("--queries", optarg, 0, 1L << 30, usage); break;
 		case O_ONE: run->exactly_one = 1; break;
 		case O_PERQ: run->per = optarg; break;
-		case O_TOK: run->tok_path = optarg; break;
 		case O_METHODS: *methods = optarg; break;
-		case O_THREADS: run->threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
-		case O_WTYPE: run->wtype = optarg; break;
-		case O_DEVICE: run->dev_opt = optarg; break;
 		case O_SUMMARY: run->summary = optarg; break;
 		case O_LENGTHS: parse_lengths(run, optarg); break;
 		case O_GEN: run->gen = cli_long("--gen", optarg, 1, 1L << 20, usage); break;
@@ -257,8 +238,8 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **mode
 /* Parses and checks the command line into *run; returns the command. */
 static int parse_args(int argc, char **argv, eval_run *run)
 {
-	const char *model_opt = NULL, *methods = NULL;
-	int cmd = parse_options(argc, argv, run, &model_opt, &methods);
+	const char *methods = NULL;
+	int cmd = parse_options(argc, argv, run, &methods);
 	int obqa = cmd == CMD_OPENBOOKQA, wiki = cmd == CMD_WIKITEXT || obqa;
 	int qa = cmd == CMD_ATTRIBUTION || cmd == CMD_MSMARCO || obqa;
 	if (wiki && (!run->index || !run->tokens))
@@ -279,10 +260,8 @@ static int parse_args(int argc, char **argv, eval_run *run)
 		parse_methods(run, "concat,soup,caso,picaso-r,picaso-s");
 	else
 		parse_methods(run, "paper");
-	if (!run->threads)
-		run->threads = mcli_threads_default();
-	run->model_dir = cli_model_dir(model_opt, usage);
-	run->dev = mcli_device(run->dev_opt ? run->dev_opt : "auto", usage);
+	run->model_dir = cli_model_dir(run->mo.model, usage);
+	run->dev = mcli_device(run->mo.device, usage);
 	return cmd;
 }
 
@@ -295,8 +274,8 @@ static void run_open(eval_run *run, int cmd)
 		"query_id\tmethod\tpick\tcorrect\tn_passages\n",
 		"query_id\tmethod\tnll\ttime_ms\tn_passages\n",
 	};
-	run->model = mcli_load_model(run->model_dir, 0, run->wtype, usage);
-	run->fctx = mcli_forward_ctx(run->model, run->model_dir, run->dev, run->threads);
+	run->model = mcli_load_model(run->model_dir, 0, run->mo.wtype, usage);
+	run->fctx = mcli_forward_ctx(run->model, run->model_dir, run->dev, run->mo.threads);
 	if (!run->per)
 		return;
 	if (cmd == CMD_TIMING || cmd == CMD_OPENBOOKQA)

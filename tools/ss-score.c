@@ -28,8 +28,8 @@ static void help(void)
 	       "Score a continuation given a starting state and a query: the mean negative\n"
 	       "log-likelihood (nats/token) of the continuation's tokens, each predicted from\n"
 	       "the state, the query and the continuation tokens before it. One JSON line per\n"
-	       "state and pair: {\"id\", \"state\", \"nll\", \"n_tokens\", \"ppl\", \"sum_nll\"}.\n\n"
-	       "  --model DIR            model directory (default: see Defaults)\n"
+	       "state and pair: {\"id\", \"state\", \"nll\", \"n_tokens\", \"ppl\", \"sum_nll\"}\n"
+	       "(\"id\": the pair's, only for --pairs; \"state\": the state's id).\n\n"
 	       "  --state FILE           state stream to start from ('-' = stdin); every\n"
 	       "                         state scores every pair. Default: stdin when it is\n"
 	       "                         not a terminal and the pairs do not come from it\n"
@@ -42,21 +42,16 @@ static void help(void)
 	       "  --pairs FILE           JSON lines {\"id\", \"query\", \"continuation\"} (or\n"
 	       "                         \"query_tokens\"/\"continuation_tokens\" arrays);\n"
 	       "                         '-' = stdin, the default when no pair is given\n"
-	       "  --per-token            add \"per_token\": the NLL of each continuation token\n"
-	       "  --tokenizer FILE       tokenizer.json (default: see Defaults)\n"
-	       "  --threads N            threads (default: online cores)\n"
-	       "  --device D             cpu, cuda (cuda:N), or auto (default: a GPU when the\n"
-	       "                         CUDA plugin finds one, else the CPU)\n"
-	       "  --weights-dtype T      f32, bf16, f16 or auto: the dtype the weight matrices\n"
-	       "                         are held and read in (default auto: the checkpoint's)\n"
-	       "  -o FILE                output file (replaced only on success)\n"
+	       "  --per-token            add \"per_token\": the NLL of each continuation token\n",
+	       usage);
+	cli_model_help(25);
+	printf("  -o FILE                output file (replaced only on success)\n"
 	       "  -q, -v                 quieter; more verbose\n"
 	       "  -h, --help             this help;  -V, --version  the version\n\n"
 	       "Query and continuation are tokenized separately and their ids concatenated.\n"
 	       "The query must not be empty: the first continuation token is predicted from\n"
 	       "the logits at the query's last token (a stored state carries no logits).\n"
-	       "Probabilities are a softmax over all vocab_padded logits.\n\n",
-	       usage);
+	       "Probabilities are a softmax over all vocab_padded logits.\n\n");
 	cli_defaults_help();
 	exit(0);
 }
@@ -149,9 +144,14 @@ static void score_pair(scorer *sc, const ss_state *start, const char *id, const 
 
 	double mean = sum / (double)nc;
 	FILE *f = sc->out;
-	fputs("{\"id\":", f);
-	mcli_json_str(f, id, (size_t)-1);
-	fputs(",\"state\":", f);
+	/* The state's id once: a pair from the command line has no id of its own. */
+	putc('{', f);
+	if (id) {
+		fputs("\"id\":", f);
+		mcli_json_str(f, id, (size_t)-1);
+		putc(',', f);
+	}
+	fputs("\"state\":", f);
 	mcli_json_str(f, start->id ? start->id : "", (size_t)-1);
 	fprintf(f, ",\"nll\":%.9g,\"n_tokens\":%zu,\"ppl\":%.9g,\"sum_nll\":%.9g", mean, nc,
 		exp(mean), sum);
@@ -185,23 +185,9 @@ static void pair_free(pair *p)
 static int32_t *json_ids(scorer *sc, const cJSON *obj, const char *key, const char *key_tokens,
 			 size_t *n, const char *where)
 {
-	const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, key_tokens);
-	if (t) {
-		if (!cJSON_IsArray(t))
-			cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
-		size_t k = (size_t)cJSON_GetArraySize(t), i = 0;
-		int32_t *ids = malloc((k ? k : 1) * sizeof *ids);
-		if (!ids)
-			cli_die("out of memory");
-		const cJSON *e;
-		cJSON_ArrayForEach(e, t) {
-			if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble)
-				cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
-			ids[i++] = (int32_t)e->valuedouble;
-		}
-		*n = k;
+	int32_t *ids = mcli_json_token_ids(obj, key_tokens, n, where);
+	if (ids)
 		return ids;
-	}
 	const cJSON *s = cJSON_GetObjectItemCaseSensitive(obj, key);
 	if (!cJSON_IsString(s))
 		cli_die("%s: missing \"%s\" (a string) or \"%s\"", where, key, key_tokens);
@@ -212,51 +198,23 @@ static int32_t *json_ids(scorer *sc, const cJSON *obj, const char *key, const ch
  * states, and every state scores every pair). */
 static pair *read_pairs(scorer *sc, const char *path, size_t *np)
 {
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!f)
-		cli_die("%s: %m", path);
+	mcli_jsonl r;
+	mcli_jsonl_open(&r, path);
 	pair *ps = NULL;
-	size_t n = 0, cap = 0, lcap = 0;
-	char *line = NULL, where[600];
-	ssize_t len;
-	long lineno = 0;
-	while ((len = getline(&line, &lcap, f)) >= 0) {
-		lineno++;
-		snprintf(where, sizeof where, "%s: line %ld", path, lineno);
-		size_t k = strspn(line, " \t\r\n");
-		if ((ssize_t)k == len)
-			continue;
-		cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
-		if (!cJSON_IsObject(o))
-			cli_die("%s: not a JSON object", where);
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			pair *t = realloc(ps, cap * sizeof *ps);
-			if (!t)
-				cli_die("out of memory");
-			ps = t;
-		}
+	size_t n = 0, cap = 0;
+	cJSON *o;
+	while ((o = mcli_jsonl_next(&r, "{\"id\": \"p1\", \"query\": \"text\", \"continuation\": \"text\"}"))) {
+		const char *where = r.where;
+		ps = mcli_grow(ps, n, &cap, sizeof *ps);
 		pair *p = &ps[n];
 		memset(p, 0, sizeof *p);
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
-		if (cJSON_IsString(id))
-			p->id = strdup(id->valuestring);
-		else if (cJSON_IsNumber(id))
-			p->id = asprintf(&p->id, "%.17g", id->valuedouble) < 0 ? NULL : p->id;
-		else
-			p->id = asprintf(&p->id, "%s:%ld", path, lineno) < 0 ? NULL : p->id;
-		if (!p->id)
-			cli_die("out of memory");
+		p->id = mcli_jsonl_id(&r, o);
 		p->q = json_ids(sc, o, "query", "query_tokens", &p->nq, where);
 		p->c = json_ids(sc, o, "continuation", "continuation_tokens", &p->nc, where);
 		cJSON_Delete(o);
 		n++;
 	}
-	if (ferror(f))
-		cli_die("%s: read error", path);
-	free(line);
-	if (f != stdin)
-		fclose(f);
+	mcli_jsonl_close(&r);
 	*np = n;
 	return ps;
 }
@@ -264,16 +222,14 @@ static pair *read_pairs(scorer *sc, const char *path, size_t *np)
 int main(int argc, char **argv)
 {
 	cli_init("ss-score");
-	const char *model_opt = NULL, *state_path = NULL, *pairs_path = NULL, *out_path = NULL;
+	const char *state_path = NULL, *pairs_path = NULL, *out_path = NULL;
 	const char *query = NULL, *cont = NULL, *qtok = NULL, *ctok = NULL;
-	const char *device_opt = "auto", *wtype_opt = NULL;
-	int no_state = 0, threads = 0;
+	cli_model_opts mo = { 0 };
+	int no_state = 0;
 	scorer sc = { 0 };
-	enum { O_MODEL = 256, O_STATE, O_NOSTATE, O_QUERY, O_CONT, O_QTOK, O_CTOK, O_PAIRS,
-	       O_PER, O_TOK, O_THREADS, O_DEVICE, O_WTYPE };
+	enum { O_STATE = 256, O_NOSTATE, O_QUERY, O_CONT, O_QTOK, O_CTOK, O_PAIRS,
+	       O_PER };
 	static const struct option opts[] = {
-		{ "weights-dtype", required_argument, 0, O_WTYPE },
-		{ "model", required_argument, 0, O_MODEL },
 		{ "state", required_argument, 0, O_STATE },
 		{ "no-state", no_argument, 0, O_NOSTATE },
 		{ "query", required_argument, 0, O_QUERY },
@@ -282,16 +238,12 @@ int main(int argc, char **argv)
 		{ "continuation-tokens", required_argument, 0, O_CTOK },
 		{ "pairs", required_argument, 0, O_PAIRS },
 		{ "per-token", no_argument, 0, O_PER },
-		{ "tokenizer", required_argument, 0, O_TOK },
-		{ "threads", required_argument, 0, O_THREADS },
-		{ "device", required_argument, 0, O_DEVICE },
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { NULL, opts, usage, help, &out_path };
+	const cli_options co = { NULL, opts, usage, help, &out_path, &mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
-		case O_MODEL: model_opt = optarg; break;
 		case O_STATE: state_path = optarg; break;
 		case O_NOSTATE: no_state = 1; break;
 		case O_QUERY: query = optarg; break;
@@ -300,10 +252,6 @@ int main(int argc, char **argv)
 		case O_CTOK: ctok = optarg; break;
 		case O_PAIRS: pairs_path = optarg; break;
 		case O_PER: sc.per_token = 1; break;
-		case O_TOK: sc.tok_path = optarg; break;
-		case O_THREADS: threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
-		case O_DEVICE: device_opt = optarg; break;
-		case O_WTYPE: wtype_opt = optarg; break;
 		}
 	}
 	if (optind < argc)
@@ -327,19 +275,18 @@ int main(int argc, char **argv)
 	}
 	if (state_path && pairs_path && !strcmp(state_path, "-") && !strcmp(pairs_path, "-"))
 		cli_usage(usage, "the states and the pairs cannot both come from stdin");
-	if (!threads)
-		threads = mcli_threads_default();
-	sc.model_dir = cli_model_dir(model_opt, usage);
-	ss_device *dev = mcli_device(device_opt, usage);
+	sc.tok_path = mo.tokenizer;
+	sc.model_dir = cli_model_dir(mo.model, usage);
+	ss_device *dev = mcli_device(mo.device, usage);
 
 	/* Parse inline token lists before the (slow) model load: usage errors first. */
 	size_t nq = 0, nc = 0;
 	int32_t *q = qtok ? mcli_parse_ids("--query-tokens", qtok, &nq, usage) : NULL;
 	int32_t *cc = ctok ? mcli_parse_ids("--continuation-tokens", ctok, &nc, usage) : NULL;
 
-	ss_model *m = mcli_load_model(sc.model_dir, 0, wtype_opt, usage);
+	ss_model *m = mcli_load_model(sc.model_dir, 0, mo.wtype, usage);
 	sc.m = m;
-	sc.ctx = mcli_forward_ctx(m, sc.model_dir, dev, threads);
+	sc.ctx = mcli_forward_ctx(m, sc.model_dir, dev, mo.threads);
 	sc.logits = malloc((size_t)SCORE_ROWS * (size_t)m->cfg.vocab_padded * sizeof(float));
 	if (!sc.logits)
 		cli_die("out of memory");
@@ -363,7 +310,7 @@ int main(int argc, char **argv)
 		char where[600];
 		if (single) {
 			snprintf(where, sizeof where, "%s", state_path ? state_path : "(zero state)");
-			score_pair(&sc, &st, st.id, q, nq, cc, nc, where);
+			score_pair(&sc, &st, NULL, q, nq, cc, nc, where);
 		}
 		for (size_t i = 0; i < np; i++) {
 			snprintf(where, sizeof where, "%s: pair \"%s\"", pairs_path, ps[i].id);

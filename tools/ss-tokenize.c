@@ -7,12 +7,14 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -40,10 +42,13 @@ static struct {
 } opt = { .max_doc = MAX_DOC_DEFAULT };
 
 static ss_tokenizer *tok;
+static double t_begin;            /* cli_now() when tokenizing began */
 static ss_writer *out_stream;     /* token stream output */
 static FILE *out_text;            /* --ids / --decode output */
 static const char *out_path = "-";
 static uint64_t n_docs, n_records, n_tokens, n_bytes;
+static double in_bytes, in_total; /* bytes of the input files read, their sum (0: unknown) */
+static int n_named;               /* input files named on the command line */
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -52,9 +57,13 @@ static void help(void)
 	       "Tokenize documents with a HF tokenizer.json (byte-level BPE; GPT-NeoX-20B by\n"
 	       "default) into a token stream (ss-tokens(5)). Input FILEs (stdin when none or\n"
 	       "'-') are plain text (one document per line, line ending \\n removed, \\r kept,\n"
-	       "empty lines skipped, id FILE:LINE), JSONL ({\"id\":..., \"text\":...} per line;\n"
-	       "files ending in .jsonl), or archives (tar, zip, possibly compressed; one\n"
-	       "document per regular entry, id = entry path), detected from the content.\n"
+	       "empty lines skipped, id FILE:LINE; also for files named here: --whole for\n"
+	       "one document per file), JSONL ({\"id\":..., \"text\":...} per line; files\n"
+	       "ending in .jsonl, or whose first line is such an object: -v says so), or\n"
+	       "archives (tar, zip, possibly compressed; one document per regular entry,\n"
+	       "id = entry path), detected from the content. A directory is read\n"
+	       "recursively, one document per regular file (id = its path; names that\n"
+	       "begin with '.' skipped), in path order.\n"
 	       "Empty lines and empty inputs give no record.\n\n"
 	       "  --whole          each input (or archive entry) is one document, id FILE\n"
 	       "  --text, --jsonl, --archive\n"
@@ -218,7 +227,10 @@ static void put_document(const char *src, const char *id, const char *text, size
 		free(cid);
 	}
 	free(ids);
-	cli_progress("%" PRIu64 " documents, %" PRIu64 " tokens", n_docs, n_tokens);
+	double el = cli_now() - t_begin;
+	cli_progress_of(in_bytes, in_total, "%" PRIu64 " %s, %" PRIu64 " %s, %.1f MB/s", n_docs,
+			cli_plural(n_docs, "document", "documents"), n_tokens, cli_plural(n_tokens, "token", "tokens"),
+			el > 0 ? in_bytes / 1e6 / el : 0.0);
 }
 
 /* ------------------------------------------------------------------ input */
@@ -228,13 +240,15 @@ static void put_document(const char *src, const char *id, const char *text, size
 struct src {
 	const char *name;      /* for messages and ids: path as given, "stdin" */
 	FILE *f;
-	unsigned char peek[PEEK];
-	size_t plen, ppos;
+	unsigned char *peek;   /* the first bytes, read ahead to detect the format */
+	size_t plen, ppos, pcap;
+	int is_stdin;
 	struct archive *raw;   /* when set, data come from here */
 	unsigned char *block;  /* libarchive read buffer */
 };
 
-static size_t src_read(struct src *s, void *buf, size_t n)
+/* Reads up to n bytes of s's data, past its peek buffer. */
+static size_t src_fill(struct src *s, void *buf, size_t n)
 {
 	if (s->raw) {
 		la_ssize_t r = archive_read_data(s->raw, buf, n);
@@ -242,16 +256,26 @@ static size_t src_read(struct src *s, void *buf, size_t n)
 			cli_die("%s: %s", s->name, archive_error_string(s->raw));
 		return (size_t)r;
 	}
+	size_t got = fread(buf, 1, n, s->f);
+	if (ferror(s->f))
+		cli_die("%s: read error: %s", s->name, strerror(errno));
+	in_bytes += got;
+	return got;
+}
+
+static size_t src_read(struct src *s, void *buf, size_t n)
+{
 	size_t got = 0;
 	if (s->ppos < s->plen) {
 		got = s->plen - s->ppos < n ? s->plen - s->ppos : n;
 		memcpy(buf, s->peek + s->ppos, got);
 		s->ppos += got;
 	}
-	if (got < n) {
-		got += fread((char *)buf + got, 1, n - got, s->f);
-		if (ferror(s->f))
-			cli_die("%s: read error: %s", s->name, strerror(errno));
+	while (got < n) {
+		size_t r = src_fill(s, (char *)buf + got, n - got);
+		if (r == 0)
+			break;
+		got += r;
 	}
 	return got;
 }
@@ -364,13 +388,17 @@ static void read_text(struct src *s)
 	struct lines L = { .s = s };
 	char *line, id[4096];
 	size_t len;
+	uint64_t docs = 0;
 	while (next_line(&L, &line, &len)) {
 		if (!len)
 			continue;
 		snprintf(id, sizeof id, "%s:%" PRIu64, s->name, L.lineno);
 		put_document(s->name, id, line, len);
+		docs++;
 	}
 	free(L.buf);
+	if (!s->is_stdin)
+		cli_warn_line_docs(s->name, docs, n_named, "--whole makes each file one document");
 }
 
 /* A NUL in a JSON string: a raw 0 byte or a \u0000 escape. cJSON ends its
@@ -459,6 +487,82 @@ static void read_jsonl(struct src *s)
 	free(L.buf);
 }
 
+/* Reads more of s into its peek buffer, up to `want` bytes in all. */
+static void peek_more(struct src *s, size_t want)
+{
+	if (want > s->pcap) {
+		size_t cap = s->pcap ? s->pcap : PEEK;
+		while (cap < want)
+			cap *= 2;
+		unsigned char *p = realloc(s->peek, cap);
+		if (!p)
+			cli_die("out of memory");
+		s->peek = p;
+		s->pcap = cap;
+	}
+	while (s->plen < want) {
+		size_t r = src_fill(s, s->peek + s->plen, want - s->plen);
+		if (r == 0)
+			break;
+		s->plen += r;
+	}
+}
+
+/* Whether s, of no known format, holds JSONL: its first non-blank byte is
+ * '{' and its first non-blank line a JSON object with a "text" string (that
+ * line is read ahead, up to --max-doc bytes). Returns 1 for JSONL; 0 for
+ * text, with *braced set when the data began with '{' all the same. */
+static int sniff_jsonl(struct src *s, int *braced)
+{
+	size_t i = 0;
+	*braced = 0;
+	for (;;) {
+		while (i < s->plen && strchr(" \t\r\n", s->peek[i]))
+			i++;
+		if (i < s->plen || s->plen < s->pcap || s->plen > opt.max_doc)
+			break;
+		peek_more(s, 2 * s->pcap);
+	}
+	if (i >= s->plen || s->peek[i] != '{')
+		return 0;
+	*braced = 1;
+	size_t scan = i;
+	unsigned char *nl;
+	while (!(nl = memchr(s->peek + scan, '\n', s->plen - scan))) {
+		scan = s->plen;
+		if (s->plen < s->pcap || s->plen - i > opt.max_doc)
+			break;
+		peek_more(s, 2 * s->pcap);
+	}
+	size_t end = nl ? (size_t)(nl - s->peek) : s->plen;
+	cJSON *o;
+	char *id;
+	const char *text;
+	size_t tlen;
+	if (jsonl_doc((const char *)s->peek + i, end - i, s->name, 1, &o, &id, &text, &tlen))
+		return 0;
+	free(id);
+	cJSON_Delete(o);
+	return 1;
+}
+
+/* The format of s when neither named nor forced: JSONL when sniff_jsonl
+ * says so (-v tells), else text (with a warning when it began with '{'). */
+static enum informat text_or_jsonl(struct src *s)
+{
+	int braced;
+	if (sniff_jsonl(s, &braced)) {
+		if (cli_verbosity >= 2)
+			cli_warn("%s: JSONL (its first line is a JSON object with a \"text\" string); "
+				 "--text reads it as plain text", s->name);
+		return IN_JSONL;
+	}
+	if (braced)
+		cli_warn("%s: plain text, one document per line, although it begins with '{': its first "
+			 "line is not a JSON object with a \"text\" string (--jsonl: read it as JSONL)", s->name);
+	return IN_TEXT;
+}
+
 static void read_stream_as(struct src *s, enum informat f)
 {
 	if (f == IN_JSONL)
@@ -495,8 +599,14 @@ static void read_archive(struct src *s, int allow_raw, enum informat raw_as)
 	int rc;
 	while ((rc = archive_read_next_header(a, &e)) == ARCHIVE_OK || rc == ARCHIVE_WARN) {
 		if (archive_format(a) == ARCHIVE_FORMAT_RAW) {
-			struct src inner = { .name = s->name, .raw = a };
-			read_stream_as(&inner, raw_as);
+			struct src inner = { .name = s->name, .raw = a, .is_stdin = s->is_stdin };
+			enum informat as = raw_as;
+			if (as == IN_TEXT && opt.format == IN_AUTO && !opt.whole) {
+				peek_more(&inner, PEEK);
+				as = text_or_jsonl(&inner);
+			}
+			read_stream_as(&inner, as);
+			free(inner.peek);
 			continue;
 		}
 		if (archive_entry_filetype(e) != AE_IFREG)
@@ -558,32 +668,100 @@ static int looks_archive(const unsigned char *p, size_t n)
 	return 0;
 }
 
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A directory: every regular file under it (symbolic links to files
+ * followed, to directories not; names beginning with '.' skipped), in byte
+ * order of the paths, is one document, id the path as given joined with the
+ * names below it. */
+static void read_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		cli_die("%s: %s", path, strerror(errno));
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	errno = 0;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.') /* ., .., and hidden files (.git, .DS_Store), as globs skip them */
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 64;
+			char **t = realloc(names, cap * sizeof *t);
+			if (!t)
+				cli_die("out of memory");
+			names = t;
+		}
+		size_t pl = strlen(path);
+		int slash = pl && path[pl - 1] == '/';
+		if (asprintf(&names[n++], "%s%s%s", path, slash ? "" : "/", e->d_name) < 0)
+			cli_die("out of memory");
+	}
+	if (errno)
+		cli_die("%s: %s", path, strerror(errno));
+	closedir(d);
+	if (n)
+		qsort(names, n, sizeof *names, cmp_name);
+	for (size_t k = 0; k < n; k++) {
+		struct stat st;
+		if (lstat(names[k], &st))
+			cli_die("%s: %s", names[k], strerror(errno));
+		if (S_ISDIR(st.st_mode)) {
+			read_dir(names[k]);
+		} else if (S_ISREG(st.st_mode) || (S_ISLNK(st.st_mode) && !stat(names[k], &st) &&
+						   S_ISREG(st.st_mode))) {
+			if ((uint64_t)st.st_size > opt.max_doc)
+				cli_die("%s: document %s: %" PRId64 " bytes, over the --max-doc limit of %" PRIu64
+					" bytes", names[k], names[k], (int64_t)st.st_size, opt.max_doc);
+			struct src s = { .name = names[k], .f = fopen(names[k], "rb") };
+			if (!s.f)
+				cli_die("%s: %s", names[k], strerror(errno));
+			size_t len;
+			char *b = src_slurp(&s, names[k], &len);
+			fclose(s.f);
+			if (len)
+				put_document(names[k], names[k], b, len);
+			free(b);
+		}
+		free(names[k]);
+	}
+	free(names);
+}
+
 static void encode_input(const char *path)
 {
-	struct src s = { .name = strcmp(path, "-") ? path : "stdin" };
+	struct stat st;
+	if (strcmp(path, "-") && !stat(path, &st) && S_ISDIR(st.st_mode)) {
+		read_dir(path);
+		return;
+	}
+	struct src s = { .name = strcmp(path, "-") ? path : "stdin", .is_stdin = !strcmp(path, "-") };
 	s.f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
 	if (!s.f)
 		cli_die("%s: %s", path, strerror(errno));
-	while (s.plen < PEEK) {
-		size_t r = fread(s.peek + s.plen, 1, PEEK - s.plen, s.f);
-		if (r == 0)
-			break;
-		s.plen += r;
-	}
-	if (ferror(s.f))
-		cli_die("%s: read error: %s", s.name, strerror(errno));
+	peek_more(&s, PEEK);
 	enum informat f = opt.format;
 	enum informat stream_as = IN_TEXT;
 	if (f == IN_JSONL || (f == IN_AUTO && !opt.whole && jsonl_name(path)))
 		stream_as = IN_JSONL;
+	if (f == IN_AUTO && looks_archive(s.peek, s.plen)) {
+		f = IN_ARCHIVE;
+	} else if (f == IN_AUTO && stream_as == IN_TEXT && !opt.whole) {
+		stream_as = text_or_jsonl(&s);
+	}
 	if (f == IN_AUTO)
-		f = looks_archive(s.peek, s.plen) ? IN_ARCHIVE : stream_as;
+		f = stream_as;
 	if (f == IN_ARCHIVE)
 		read_archive(&s, opt.format != IN_ARCHIVE, stream_as);
 	else
 		read_stream_as(&s, f);
 	if (s.f != stdin)
 		fclose(s.f);
+	free(s.peek);
 }
 
 /* ----------------------------------------------------------------- decode */
@@ -642,7 +820,8 @@ static void decode_input(const char *path)
 		n_tokens += (uint64_t)t.n_tokens;
 		n_bytes += len;
 		ss_tokens_free(&t);
-		cli_progress("%" PRIu64 " records, %" PRIu64 " tokens", n_records, n_tokens);
+		cli_progress("%" PRIu64 " %s, %" PRIu64 " tokens", n_records,
+			     cli_plural(n_records, "record", "records"), n_tokens);
 	}
 	if (rc < 0)
 		cli_die("%s: %s", name, ss_reader_error(r));
@@ -672,7 +851,7 @@ int main(int argc, char **argv)
 		{ "tokenizer", required_argument, 0, 't' }, { "level", required_argument, 0, 'l' },
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { "t:l:", opts, usage, help, &out_path };
+	const cli_options co = { "t:l:", opts, usage, help, &out_path, NULL };
 	int c, nformat = 0;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
@@ -709,6 +888,10 @@ int main(int argc, char **argv)
 	char *stdin_only[] = { "-" };
 	char **files = optind < argc ? argv + optind : stdin_only;
 	int nfiles = optind < argc ? argc - optind : 1;
+	n_named = optind < argc ? argc - optind : 0;
+	in_total = cli_inputs_size(files, nfiles);
+	t_begin = t0;
+	cli_progress_begin();
 	for (int i = 0; i < nfiles; i++) {
 		if (opt.decode)
 			decode_input(files[i]);
@@ -721,9 +904,10 @@ int main(int argc, char **argv)
 	cli_progress_end();
 	if (cli_verbosity >= 2) {
 		double elapsed_s = cli_now() - t0;
-		fprintf(stderr, "ss-tokenize: %" PRIu64 " documents, %" PRIu64 " records, %" PRIu64
-		        " tokens, %.1f MB of text in %.2f s (%.1f MB/s)\n",
-		        n_docs, n_records, n_tokens, n_bytes / 1e6, elapsed_s,
+		fprintf(stderr, "ss-tokenize: %" PRIu64 " %s, %" PRIu64 " %s, %" PRIu64
+		        " %s, %.1f MB of text in %.2f s (%.1f MB/s)\n",
+		        n_docs, cli_plural(n_docs, "document", "documents"), n_records,
+		        cli_plural(n_records, "record", "records"), n_tokens, cli_plural(n_tokens, "token", "tokens"), n_bytes / 1e6, elapsed_s,
 		        elapsed_s > 0 ? n_bytes / 1e6 / elapsed_s : 0.0);
 	}
 	ss_tokenizer_free(tok);

@@ -1,7 +1,9 @@
 /*
  * conv.c — the causal depthwise conv1d + SiLU on the CPU, ss_conv1d_silu_cpu
- * and its decode step ss_conv1d_step_cpu (ss_ops.h). Twin: kernels/conv.cu.
+ * and its decode step ss_conv1d_step_cpu (ss_ops.h), and the backward of the
+ * first, ss_conv1d_silu_backward_cpu. Twin: kernels/conv.cu (forwards only).
  */
+#include <math.h>
 #include <string.h>
 
 #include "ss.h"
@@ -70,6 +72,78 @@ void ss_conv1d_silu_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
 		conv_seq(y + r0 * ldy, ldy, x + r0 * ldx, ldx, n, conv_state + s * ld_state, wt, ldw,
 			 b, nch, d_conv);
 	}
+}
+
+/* One sequence of rows [0, n) backwards. Its inputs, old state then rows,
+ * are ext[j] (j < K1: st column j; else row j - K1); output t reads
+ * ext[t .. t+K1] and the new state is ext[n .. n+K1). g0 collects the
+ * gradient of the old state's columns, dst holds that of the new state on
+ * entry and that of the old on return. */
+static void conv_seq_backward(const float *dy, ptrdiff_t ldy, const float *x, float *dx,
+			      ptrdiff_t ldx, int64_t n, const float *st, float *dst,
+			      const float *wt, float *dwt, ptrdiff_t ldw, const float *b, float *db,
+			      int nch, int K)
+{
+	const int K1 = K - 1;
+	float g0[SS_CONV_BACKWARD_MAX];
+	int64_t t, j;
+	int k, c;
+
+	for (c = 0; c < nch; c++) {
+		const float *sc = st + (size_t)c * K1;
+		float *dsc = dst + (size_t)c * K1;
+		for (k = 0; k < K1; k++)
+			g0[k] = 0.0f;
+		for (k = 0; k < K1; k++) {
+			j = n + k;
+			if (j >= K1)
+				dx[(j - K1) * ldx + c] += dsc[k];
+			else
+				g0[j] += dsc[k];
+		}
+		for (t = 0; t < n; t++) {
+			float pre = b[c], sg, g;
+			for (k = 0; k < K; k++) {
+				j = t + k;
+				pre += wt[k * ldw + c] * (j < K1 ? sc[j] : x[(j - K1) * ldx + c]);
+			}
+			sg = 1.0f / (1.0f + expf(-pre));
+			g = dy[t * ldy + c] * sg * (1.0f + pre * (1.0f - sg));
+			db[c] += g;
+			for (k = 0; k < K; k++) {
+				j = t + k;
+				dwt[k * ldw + c] += g * (j < K1 ? sc[j] : x[(j - K1) * ldx + c]);
+				if (j < K1)
+					g0[j] += g * wt[k * ldw + c];
+				else
+					dx[(j - K1) * ldx + c] += g * wt[k * ldw + c];
+			}
+		}
+		for (k = 0; k < K1; k++)
+			dsc[k] = g0[k];
+	}
+}
+
+int ss_conv1d_silu_backward_cpu(const float *dy, ptrdiff_t ldy, const float *x, float *dx,
+				ptrdiff_t ldx, const int64_t *seq_start, int nseq,
+				const float *conv_state, float *dconv_state, ptrdiff_t ld_state,
+				const float *wt, float *dwt, ptrdiff_t ldw, const float *b, float *db,
+				int nch, int d_conv)
+{
+	int s;
+
+	if (d_conv < 1 || d_conv > SS_CONV_BACKWARD_MAX || nch < 0 || nseq < 0)
+		return SS_ERR_INVALID;
+	for (s = 0; s < nseq; s++) {
+		const int64_t r0 = seq_start ? seq_start[s] : s;
+		const int64_t n = seq_start ? seq_start[s + 1] - r0 : 1;
+		if (n < 0)
+			return SS_ERR_INVALID;
+		conv_seq_backward(dy + r0 * ldy, ldy, x + r0 * ldx, dx + r0 * ldx, ldx, n,
+				  conv_state + s * ld_state, dconv_state + s * ld_state, wt, dwt, ldw,
+				  b, db, nch, d_conv);
+	}
+	return 0;
 }
 
 void ss_conv1d_step_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, int nseq,

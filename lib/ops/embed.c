@@ -1,6 +1,6 @@
 /*
- * embed.c — the embedding gather on the CPU, ss_embed_cpu (ss_ops.h).
- * Twin: kernels/embed.cu.
+ * embed.c — the embedding gather on the CPU, ss_embed_cpu (ss_ops.h), and
+ * its backward, ss_embed_backward_cpu. Twin: kernels/embed.cu (forward only).
  */
 #include <string.h>
 
@@ -18,5 +18,19 @@ void ss_embed_cpu(float *h, const void *emb, ss_dtype et, const int32_t *tokens,
 			memcpy(h + r * d_model, src, row);
 		else
 			ss_to_f32(h + r * d_model, src, et, (size_t)d_model);
+	}
+}
+
+void ss_embed_backward_cpu(const float *dh, float *demb, const int32_t *tokens, int64_t n,
+			   int d_model)
+{
+	int64_t r;
+	int i;
+
+	for (r = 0; r < n; r++) {
+		const float *g = dh + r * d_model;
+		float *row = demb + (size_t)tokens[r] * d_model;
+		for (i = 0; i < d_model; i++)
+			row[i] += g[i];
 	}
 }

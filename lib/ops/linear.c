@@ -1,7 +1,8 @@
 /*
  * linear.c — the linear op on the CPU, ss_linear_cpu (ss_ops.h): f32
  * weights through the BLAS, bf16/f16 weights through ss_matvec_w16 below
- * (ops/linear.h). Twin: kernels/linear.cu.
+ * (ops/linear.h), and its backward ss_linear_backward_cpu (f32 weights, the
+ * BLAS). Twin: kernels/linear.cu (forward only).
  *
  * ss_matvec_w16: one row of W against one row of x at a time: 8 f32 lanes (widened from 8
  * weights: bf16 by a 16-bit shift, f16 by F16C), four independent FMA
@@ -152,5 +153,23 @@ int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const 
 	else
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)M, (blasint)N,
 			    (blasint)K, 1.0f, x, (blasint)ldx, W, (blasint)K, beta, y, (blasint)ldy);
+	return 0;
+}
+
+int ss_linear_backward_cpu(const float *dy, ptrdiff_t ldy, const float *x, float *dx,
+			   ptrdiff_t ldx, const float *W, float *dW, int64_t M, int64_t N, int64_t K)
+{
+	if (M < 0 || N < 0 || K < 0 || ldy < N || ldx < K)
+		return SS_ERR_INVALID;
+	if (M == 0 || N == 0 || K == 0)
+		return 0;
+	/* dx[M][K] += dy[M][N] · W[N][K] */
+	if (dx)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)M, (blasint)K,
+			    (blasint)N, 1.0f, dy, (blasint)ldy, W, (blasint)K, 1.0f, dx, (blasint)ldx);
+	/* dW[N][K] += dy[M][N]ᵀ · x[M][K] */
+	if (dW)
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)N, (blasint)K,
+			    (blasint)M, 1.0f, dy, (blasint)ldy, x, (blasint)ldx, 1.0f, dW, (blasint)K);
 	return 0;
 }

@@ -1,8 +1,10 @@
 /*
  * scan.c — the Mamba-2 selective scan on the CPU, ss_ssm_scan_cpu and
- * ss_ssm_step_cpu (ss_ops.h), one head at a time through ss_scan_head.
+ * ss_ssm_step_cpu (ss_ops.h), one head at a time through ss_scan_head; and
+ * the backward of the scan, ss_ssm_scan_backward_cpu (a reverse recurrence
+ * over states recomputed chunk by chunk from checkpoints).
  * Twin: kernels/scan.cu (and kernels/ssd.cu, the chunked form; on the CPU
- * that is ops/ssd.c).
+ * that is ops/ssd.c); forwards only.
  *
  * Per token t (golden/README.md §2; mamba_ssm modules/mamba2.py step()):
  *   s = exp(dt*A) * s + dt * outer(x, B);   y = s @ C + D * x
@@ -266,6 +268,173 @@ int ss_ssm_scan_cpu(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
 		return SS_ERR_INVALID;
 	return scan_batch(d, seq_start, nseq, x, ldx, B, ldb, C, ldc, dt, lddt, A_log, D, ssm,
 			  ld_ssm, y, ldy, logdecay, ld_logdecay);
+}
+
+size_t ss_ssm_scan_backward_work(const ss_scan_dims *d, int64_t n_max)
+{
+	const int64_t Q = SS_SCAN_CHUNK;
+	const int64_t nck = n_max > 0 ? (n_max + Q - 1) / Q : 0;
+	return (size_t)(nck + Q) * (size_t)d->headdim * (size_t)d->d_state;
+}
+
+/* Where one head's gradients go and what it reads of the output's
+ * gradients; pointers offset to the head (dx, ddt, dy) or its group (dB, dC),
+ * strides those of the forward arrays (ss_scan_head_args). */
+typedef struct {
+	float *dx, *dB, *dC, *ddt;
+	const float *dy; /* NULL: the output was not used */
+	float dlogdecay;
+	float *ds;       /* [P][N] in: d final state; out: d initial state */
+	double dA, dD;   /* out: dL/dA (A = -exp(A_log)) and dL/dD */
+	float *ck;       /* [nck][P][N] checkpoints: the state at each chunk's start */
+	float *buf;      /* [Q][P][N] the states after each token of one chunk */
+} scan_head_grad;
+
+/* s_t = a_t·s_{t-1} + dt_t·x_t⊗B_t, a_t = exp(dt_t·A);  y_t = s_t·C_t + D·x_t.
+ * Backwards from the last token, with ds the gradient of s_t:
+ *   ds += dy_t⊗C_t;  dC_t += dy_tᵀ·s_t;  dx_t += D·dy_t + dt_t·ds·B_t;
+ *   dB_t += dt_t·dsᵀ·x_t;  ddt_t += x_tᵀ·ds·B_t + A·a_t·⟨ds, s_{t-1}⟩;
+ *   dA += dt_t·a_t·⟨ds, s_{t-1}⟩;  then ds = a_t·ds (the gradient of s_{t-1}).
+ * The states come from the checkpoints, one chunk of SS_SCAN_CHUNK tokens
+ * recomputed at a time (the forward's own per-token update). logdecay adds
+ * A·Σdt, so each ddt_t gets dlogdecay·A and dA gets dlogdecay·Σdt. */
+static void scan_head_backward(const ss_scan_head_args *a, const float *s0, scan_head_grad *g)
+{
+	const int P = a->P, N = a->N, Q = SS_SCAN_CHUNK;
+	const size_t PN = (size_t)P * N;
+	const int64_t nck = (a->n + Q - 1) / Q;
+	double dtsum = 0.0;
+	int64_t c, t;
+	int i, p, n;
+
+	g->dA = g->dD = 0.0;
+	if (a->n == 0)
+		return;
+	memcpy(g->ck, s0, PN * sizeof(float));
+	for (c = 1; c < nck; c++) {
+		ss_scan_head_args f = *a;
+		f.n = Q;
+		f.x += (c - 1) * Q * a->ldx;
+		f.B += (c - 1) * Q * a->ldb;
+		f.dt += (c - 1) * Q * a->lddt;
+		f.y = NULL;
+		f.s = g->ck + c * PN;
+		memcpy(f.s, g->ck + (c - 1) * PN, PN * sizeof(float));
+		scan_head_generic(&f);
+	}
+	for (c = nck - 1; c >= 0; c--) {
+		const int64_t t0 = c * Q;
+		const int q = a->n - t0 < Q ? (int)(a->n - t0) : Q;
+		for (i = 0; i < q; i++) {
+			ss_scan_head_args f = *a;
+			f.n = 1;
+			f.x += (t0 + i) * a->ldx;
+			f.B += (t0 + i) * a->ldb;
+			f.dt += (t0 + i) * a->lddt;
+			f.y = NULL;
+			f.s = g->buf + i * PN;
+			memcpy(f.s, i ? g->buf + (i - 1) * PN : g->ck + c * PN, PN * sizeof(float));
+			scan_head_generic(&f);
+		}
+		for (i = q - 1; i >= 0; i--) {
+			const float *st = g->buf + i * PN, *sp = i ? g->buf + (i - 1) * PN : g->ck + c * PN;
+			const float dt = a->dt[(t0 + i) * a->lddt], dA = expf(dt * a->A);
+			const float *x = a->x + (t0 + i) * a->ldx, *B = a->B + (t0 + i) * a->ldb;
+			float *dx = g->dx + (t0 + i) * a->ldx, *dB = g->dB + (t0 + i) * a->ldb;
+			double dda = 0.0, ddt = 0.0;
+			t = t0 + i;
+			if (g->dy) {
+				const float *dy = g->dy + t * a->ldy, *C = a->C + t * a->ldc;
+				float *dC = g->dC + t * a->ldc;
+				for (p = 0; p < P; p++) {
+					float *ds = g->ds + (size_t)p * N;
+					const float *sr = st + (size_t)p * N;
+					g->dD += (double)dy[p] * x[p];
+					dx[p] += a->D * dy[p];
+					for (n = 0; n < N; n++) {
+						ds[n] += dy[p] * C[n];
+						dC[n] += dy[p] * sr[n];
+					}
+				}
+			}
+			for (p = 0; p < P; p++) {
+				float *ds = g->ds + (size_t)p * N;
+				const float *spr = sp + (size_t)p * N;
+				double dsB = 0.0;
+				for (n = 0; n < N; n++) {
+					dsB += (double)ds[n] * B[n];
+					dB[n] += dt * ds[n] * x[p];
+					dda += (double)ds[n] * spr[n];
+					ds[n] *= dA;
+				}
+				dx[p] += (float)(dt * dsB);
+				ddt += dsB * x[p];
+			}
+			g->ddt[t * a->lddt] += (float)(ddt + dda * a->A * dA + (double)g->dlogdecay * a->A);
+			g->dA += dda * dt * dA;
+			dtsum += dt;
+		}
+	}
+	g->dA += (double)g->dlogdecay * dtsum;
+}
+
+int ss_ssm_scan_backward_cpu(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
+			     const float *x, float *dx, ptrdiff_t ldx, const float *B, float *dB,
+			     ptrdiff_t ldb, const float *C, float *dC, ptrdiff_t ldc,
+			     const float *dt, float *ddt, ptrdiff_t lddt, const float *A_log,
+			     float *dA_log, const float *D, float *dD, const float *ssm,
+			     float *dssm, ptrdiff_t ld_ssm, const float *dy, ptrdiff_t ldy,
+			     const float *dlogdecay, ptrdiff_t ld_logdecay, float *work)
+{
+	const size_t hs = (size_t)d->headdim * d->d_state;
+	int64_t n_max = 0;
+	int s, h, hpg;
+
+	if (!seq_start || nseq < 0)
+		return SS_ERR_INVALID;
+	if (nseq == 0)
+		return 0;
+	if (!scan_args_ok(d, x, ldx, B, ldb, C, ldc, dt, lddt, A_log, ssm, dy, ldy) || !dx ||
+	    !dB || !ddt || !dA_log || !dssm || !work || (dy && !dC))
+		return SS_ERR_INVALID;
+	for (s = 0; s < nseq; s++) {
+		if (seq_start[s + 1] < seq_start[s])
+			return SS_ERR_INVALID;
+		if (seq_start[s + 1] - seq_start[s] > n_max)
+			n_max = seq_start[s + 1] - seq_start[s];
+	}
+	hpg = d->nheads / d->ngroups;
+	for (s = 0; s < nseq; s++) {
+		const int64_t r0 = seq_start[s], n = seq_start[s + 1] - r0;
+		for (h = 0; h < d->nheads; h++) {
+			const int g = h / hpg;
+			const ptrdiff_t xo = r0 * ldx + (ptrdiff_t)h * d->headdim;
+			const ptrdiff_t bo = r0 * ldb + (ptrdiff_t)g * d->d_state;
+			const ptrdiff_t co = r0 * ldc + (ptrdiff_t)g * d->d_state;
+			const ss_scan_head_args a = {
+				.n = n, .P = d->headdim, .N = d->d_state,
+				.x = x + xo, .ldx = ldx, .B = B + bo, .ldb = ldb,
+				.C = dy ? C + co : NULL, .ldc = ldc,
+				.dt = dt + r0 * lddt + h, .lddt = lddt,
+				.A = -expf(A_log[h]), .D = D ? D[h] : 0.0f,
+				.ldy = ldy,
+			};
+			scan_head_grad gr = {
+				.dx = dx + xo, .dB = dB + bo, .dC = dy ? dC + co : NULL,
+				.ddt = ddt + r0 * lddt + h,
+				.dy = dy ? dy + r0 * ldy + (ptrdiff_t)h * d->headdim : NULL,
+				.dlogdecay = dlogdecay ? dlogdecay[s * ld_logdecay + h] : 0.0f,
+				.ds = dssm + s * ld_ssm + (size_t)h * hs,
+				.ck = work,
+				.buf = work + ss_ssm_scan_backward_work(d, n) - (size_t)SS_SCAN_CHUNK * hs,
+			};
+			scan_head_backward(&a, ssm + s * ld_ssm + (size_t)h * hs, &gr);
+			dA_log[h] += (float)(gr.dA * a.A);
+			if (dD)
+				dD[h] += (float)gr.dD;
+		}
+	}
+	return 0;
 }
 
 int ss_ssm_step_cpu(const ss_scan_dims *d, int nseq, const float *x, ptrdiff_t ldx,

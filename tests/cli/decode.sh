@@ -4,19 +4,7 @@
 # sampling, and bad input. Run by tests/run from the repo root. The t1-ss and
 # t2 cases are in cli/shared.sh.
 set -eu
-G=$SS_FIXTURES/golden
-T1=$G/models/t1-hf
-PY="python3 $SS_TOP/tests/cli/golden.py"
-d=$(mktemp -d)
-trap 'rm -rf "$d"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect() {
-	code=$1 pat=$2; shift 2
-	set +e; "$@" >"$d/out" 2>"$d/err" </dev/null; rc=$?; set -e
-	[ "$rc" -eq "$code" ] || { cat "$d/err" >&2; fail "$*: exit $rc, expected $code"; }
-	grep -q -- "$pat" "$d/err" || { cat "$d/err" >&2; fail "$*: stderr lacks '$pat'"; }
-	if [ "$code" -eq 1 ]; then [ "$(wc -l <"$d/err")" -eq 1 ] || { cat "$d/err" >&2; fail "$*: not one line"; }; fi
-}
+. "$SS_TOP/tests/util/golden.sh"
 want=$(printf '%s %s' "$($PY ids "$G/t1/decode/in_tokens.i32" | tr , ' ')" \
 	"$($PY ids "$G/t1/decode/out_tokens.i32" 15)")
 # A state holds no logits: start from the zero state with all of c3 as the
@@ -78,14 +66,22 @@ expect 1 "nonexistent" ss-decode --model "$d/nonexistent" --no-state --prompt-to
 expect 2 "usage:" ss-decode --model "$T1" --bogus
 expect 2 "one prompt" ss-decode --model "$T1" --no-state
 expect 2 "top-p" ss-decode --model "$T1" --prompt-tokens 1 --temperature 1 --top-p 0
-expect 2 "need --temperature" ss-decode --model "$T1" --prompt-tokens 1 --top-k 5
 ss-decode --help | grep -q "^usage: ss-decode" || fail "--help"
 
 # --weights-dtype: a bad dtype is a usage error; states made with bf16
 # matrices carry the checkpoint's fingerprint, so an f32 run takes them.
 expect 2 "weights-dtype" ss-decode --model "$T1" --no-state --prompt-tokens 1 --weights-dtype f8
+expect 2 "weights-dtype" ss-decode --model "$T1" --no-state --prompt-tokens 1 --weights-dtype q8 # a state dtype
 head -c 29 "$G/t1/c3/text.txt" | ss-tokenize -q --whole - |
 	ss-encode --model "$T1" --weights-dtype bf16 >"$d/a16.st"
 ss-decode --model "$T1" --state "$d/a16.st" --weights-dtype f32 --ids --max-tokens 2 \
 	--prompt-tokens 5 >/dev/null || fail "a bf16-made state refused by an f32 run"
+# A state stored as q8 decodes (dequantized on read): on t1 the same greedy tokens as from f32.
+head -c 29 "$G/t1/c3/text.txt" | ss-tokenize -q --whole - >"$d/a.tok"
+ss-encode --model "$T1" "$d/a.tok" >"$d/a32.st"
+ss-encode --model "$T1" --state-dtype q8 "$d/a.tok" >"$d/a8.st"
+ss-decode --model "$T1" --state "$d/a32.st" --ids --max-tokens 8 --prompt-tokens 5 >"$d/g32" &&
+ss-decode --model "$T1" --state "$d/a8.st" --ids --max-tokens 8 --prompt-tokens 5 >"$d/g8" ||
+	fail "a q8 state refused by ss-decode"
+cmp -s "$d/g32" "$d/g8" || fail "q8 state: greedy tokens differ from f32's"
 echo ok

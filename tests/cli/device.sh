@@ -3,19 +3,7 @@
 # back to the CPU silently with identical output, and cuda fails in one line.
 # Run by tests/run from the repo root.
 set -eu
-G=$SS_FIXTURES/golden
-T1=$G/models/t1-hf
-d=$(mktemp -d)
-trap 'rm -rf "$d"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-# expect CODE PATTERN cmd...: exit status CODE, stderr one line matching PATTERN.
-expect() {
-	code=$1 pat=$2; shift 2
-	set +e; "$@" >"$d/out" 2>"$d/err"; rc=$?; set -e
-	[ "$rc" -eq "$code" ] || { cat "$d/err" >&2; fail "$*: exit $rc, expected $code"; }
-	grep -q -- "$pat" "$d/err" || { cat "$d/err" >&2; fail "$*: stderr lacks '$pat'"; }
-	if [ "$code" -eq 1 ]; then [ "$(wc -l <"$d/err")" -eq 1 ] || { cat "$d/err" >&2; fail "$*: not one line"; }; fi
-}
+. "$SS_TOP/tests/util/golden.sh"
 
 # No binary links CUDA: the plugin is only ever dlopen()ed.
 for t in ss-compose ss-retrieve ss-encode ss-decode ss-score ss-tokenize ss-cat; do

@@ -3,20 +3,7 @@
 # --state-dtype, --text, the default model, and bad input. Run by tests/run
 # from the repo root. The t1-ss and t2 cases are in cli/shared.sh.
 set -eu
-G=$SS_FIXTURES/golden
-T1=$G/models/t1-hf
-PY="python3 $SS_TOP/tests/cli/golden.py"
-d=$(mktemp -d)
-trap 'rm -rf "$d"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-# expect CODE PATTERN cmd...: exit status CODE, stderr one line matching PATTERN.
-expect() {
-	code=$1 pat=$2; shift 2
-	set +e; "$@" >"$d/out" 2>"$d/err"; rc=$?; set -e
-	[ "$rc" -eq "$code" ] || { cat "$d/err" >&2; fail "$*: exit $rc, expected $code"; }
-	grep -q -- "$pat" "$d/err" || { cat "$d/err" >&2; fail "$*: stderr lacks '$pat'"; }
-	if [ "$code" -eq 1 ]; then [ "$(wc -l <"$d/err")" -eq 1 ] || { cat "$d/err" >&2; fail "$*: not one line"; }; fi
-}
+. "$SS_TOP/tests/util/golden.sh"
 
 # c3 (297 tokens) from the zero state.
 ss-tokenize -q --whole "$G/t1/c3/text.txt" >"$d/c3.tok"

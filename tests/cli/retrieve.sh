@@ -4,25 +4,7 @@
 # Fixtures come from build/gen/mkdb ("ID<TAB>TEXT" lines → token + state
 # streams with random small states).
 set -u
-LC_ALL=C; export LC_ALL
-: "${SS_BUILD:=build}"
-mkdb=$SS_BUILD/gen/mkdb
-[ -x "$mkdb" ] || { echo "no $mkdb (make first)"; exit 77; }
-command -v ss-retrieve >/dev/null || { echo "ss-retrieve not on PATH"; exit 77; }
-case $mkdb in /*) ;; *) mkdb="$(pwd)/$mkdb" ;; esac
-T=$(mktemp -d) || exit 1
-trap 'rm -rf "$T"' EXIT
-cd "$T" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-# expect CODE CMD...: runs CMD, stderr to err, stdout to out; checks the exit code.
-expect() {
-	want=$1; shift
-	"$@" >out 2>err
-	got=$?
-	[ "$got" -eq "$want" ] || { fail "exit $got, wanted $want: $*"; sed 's/^/    err: /' err | head -5; }
-}
-has() { grep -q -- "$2" "$1" || { fail "$1 lacks '$2'"; sed 's/^/    /' "$1" | head -5; }; }
+. "${SS_TOP:-.}/tests/util/retrieve.sh"
 lines() { n=$(wc -l <"$1"); [ "$n" -eq "$2" ] || fail "$1: $n lines, wanted $2"; }
 # ids of a state stream, in stream order, one line
 ids() { ss-cat --meta "$1" | sed 's/.*"id":"\([^"]*\)".*/\1/' | tr '\n' ' '; }
@@ -35,7 +17,7 @@ mkdir -p db/shards
 "$mkdb" db/part2.tokens db/shards/s2.states <part2.txt || exit 1
 
 # --- help, version, usage errors
-expect 0 ss-retrieve --help; has out "usage: ss-retrieve build"
+expect 0 ss-retrieve --help; has out "usage: ss-retrieve add|build"
 expect 0 ss-retrieve -V; has out "ss-retrieve "
 expect 2 ss-retrieve; has err "missing command"
 expect 2 ss-retrieve frobnicate --index x.db; has err "unknown command"
@@ -96,7 +78,7 @@ cat >queries.jsonl <<'EOF'
 {"id": "q2", "query": "ocean", "k": 1}
 
 {"id": "q3", "query": "   "}
-not json
+{not json
 {"id": 70, "query": "bread yeast"}
 {"query": "quantum"}
 {"id": "../evil", "query": "fox"}
@@ -199,7 +181,7 @@ if command -v sqlite3 >/dev/null; then
 	expect 1 ss-retrieve build --index v1.db db/part1.tokens; has err "schema version 1"
 	# Schema 2 had no compound terms: its queries would rank differently.
 	sqlite3 v1.db "UPDATE meta SET value = '2' WHERE key = 'schema_version'"
-	expect 1 ss-retrieve query --index v1.db --query fox --ids; has err "schema version 2, this build of ss reads version 3: rebuild"
+	expect 1 ss-retrieve query --index v1.db --query fox --ids; has err "schema version 2, this build of ss reads versions 3 and 4: rebuild"
 	lines err 1
 fi
 echo "not a database at all, just some text......................................" >text.db
@@ -207,5 +189,4 @@ expect 1 ss-retrieve query --index text.db --query fox --ids; has err "text.db: 
 expect 1 ss-retrieve query --index nosuch.db --query fox --ids; has err "nosuch.db: no such index"
 [ -e nosuch.db ] && fail "query created an index"
 
-[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
-echo ok
+done_checks

@@ -10,17 +10,7 @@ set -eu
 	exit 77
 }
 G=$SS_SHARED/golden
-T1=$G/models/t1-hf
-PY="python3 $SS_TOP/tests/cli/golden.py"
-d=$(mktemp -d)
-trap 'rm -rf "$d"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect() {
-	code=$1 pat=$2; shift 2
-	set +e; "$@" >"$d/out" 2>"$d/err" </dev/null; rc=$?; set -e
-	[ "$rc" -eq "$code" ] || { cat "$d/err" >&2; fail "$*: exit $rc, expected $code"; }
-	grep -q -- "$pat" "$d/err" || { cat "$d/err" >&2; fail "$*: stderr lacks '$pat'"; }
-}
+. "$SS_TOP/tests/util/golden.sh"
 ids() { $PY ids "$G/$1/c3/tokens.i32" "$2" "$3"; }
 
 # ss-encode: c3 from the zero state with t1-ss equals the golden state, and
