@@ -3,7 +3,8 @@
 # byte tokenizer; ss-encode writes arch "mamba1" records with per-element
 # logdecay [L][d_inner][d_state]; ss-cat shows their shapes; ss-compose
 # composes them (--weights [L][d_inner][d_state][n]); ss-decode and ss-score
-# start from them; a Mamba-2 state and a Mamba-1 state never mix.
+# start from them; a Mamba-2 state and a Mamba-1 state never mix; ss-train
+# refuses a Mamba-1 model (no backward ops for it yet).
 set -eu
 mkmodel=$SS_TOP/${SS_BUILD:-build}/gen/mkmodel
 [ -x "$mkmodel" ] || { echo "skipped: no $mkmodel (run make)"; exit 77; }
@@ -69,3 +70,12 @@ set -e
 [ "$rc" -ne 0 ] || fail "Mamba-1 and Mamba-2 states composed"
 grep -q "arch mamba1 vs mamba2\|arch mamba2 vs mamba1\|fingerprint" err || { cat err; fail "compose refusal"; }
 [ ! -e mix.st ] || fail "output written on refusal"
+
+set +e
+ss-train --objective lm -o trained --model m1 --data docs.tok --steps 1 >out 2>err
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || { cat err; fail "ss-train on a Mamba-1 model exited $rc"; }
+grep -q "m1: a Mamba-1 model" err || { cat err; fail "ss-train refusal"; }
+[ "$(wc -l <err)" -eq 1 ] || { cat err; fail "ss-train refusal is not one line"; }
+[ ! -e trained ] || fail "ss-train wrote an output"
