@@ -17,6 +17,10 @@
  * Figures only, no pass/fail. The model is written with gen/model.h
  * into $TMPDIR (removed after loading), or read from -m DIR.
  *
+ * -p mamba-130m (or another Mamba-1 preset of gen/model.h: d_model 768,
+ * 24 layers, d_state 16, expand 2, dt_rank 48, vocab 50280) runs the same
+ * figures on a Mamba-1 model; the peer then needs a Mamba-1 GGUF.
+ *
  * The peer, llama.cpp, is run in the same process tree and interleaved with
  * ours (ours, peer, ours, peer, ... -r rounds) when $LLAMA_BENCH names a
  * llama-bench binary and $LLAMA_GGUF the same weights converted with
@@ -66,6 +70,10 @@ static size_t model_bytes(const ss_model *m)
 	const ss_model_config *c = &m->cfg;
 	size_t per_layer = (size_t)c->d_model * (1 + c->d_in_proj + c->d_inner) +
 			   (size_t)c->conv_dim * (c->d_conv + 1) + 3 * (size_t)c->nheads + c->d_inner;
+	if (ss_model_is_mamba1(c)) /* x_proj, dt_proj, A_log [d_inner][d_state], no gnorm */
+		per_layer = (size_t)c->d_model * (1 + c->d_in_proj + c->d_inner) +
+			    (size_t)c->conv_dim * (c->d_conv + 1) +
+			    (size_t)c->d_inner * (2 * c->dt_rank + 2 * c->d_state + 2 + c->d_state);
 	return sizeof(float) * ((size_t)c->vocab_padded * c->d_model * (c->tied ? 1 : 2) +
 				c->d_model + per_layer * c->n_layer);
 }

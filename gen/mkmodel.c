@@ -8,7 +8,8 @@
  *       [--dtype f32|f16|bf16] [--seed N] [--shards N]
  *
  * Presets: t1 (default), t2, mamba2-130m, mamba2-370m, mamba2-780m,
- * mamba2-1.3b, mamba2-2.7b; options after --preset override it.
+ * mamba2-1.3b, mamba2-2.7b; Mamba-1: m1, mamba-130m, mamba-370m, mamba-790m,
+ * mamba-1.4b, mamba-2.8b; options after --preset override it.
  * ref: gen/model.h.
  */
 #include "ss.h"
@@ -25,7 +26,8 @@ static void usage(FILE *f)
 	      "       [--headdim N] [--expand N] [--ngroups N] [--d-conv N] [--vocab N]\n"
 	      "       [--pad-multiple N] [--tied|--untied] [--dtype f32|f16|bf16] [--seed N]\n"
 	      "       [--shards N]\n"
-	      "presets: t1 t2 mamba2-130m mamba2-370m mamba2-780m mamba2-1.3b mamba2-2.7b\n",
+	      "presets: t1 t2 mamba2-130m mamba2-370m mamba2-780m mamba2-1.3b mamba2-2.7b\n"
+	      "         m1 mamba-130m mamba-370m mamba-790m mamba-1.4b mamba-2.8b (Mamba-1)\n",
 	      f);
 }
 

@@ -49,8 +49,33 @@ int ss_mkmodel_preset(ss_mkmodel_opts *o, const char *name)
 		{"mamba2-1.3b", 2048, 48, 128, 64, 1, 1},
 		{"mamba2-2.7b", 2560, 64, 128, 64, 1, 1},
 	};
+	/* Mamba-1: golden-mamba1's m1 and the state-spaces releases (vocab
+	 * 50277 padded to a multiple of 8, tied) */
+	static const struct { const char *name; int d_model, n_layer, pad; } tab1[] = {
+		{"m1", 64, 2, 16},
+		{"mamba-130m", 768, 24, 8},
+		{"mamba-370m", 1024, 48, 8},
+		{"mamba-790m", 1536, 48, 8},
+		{"mamba-1.4b", 2048, 48, 8},
+		{"mamba-2.8b", 2560, 64, 8},
+	};
+	for (size_t i = 0; i < sizeof tab1 / sizeof tab1[0]; i++)
+		if (!strcmp(name, tab1[i].name)) {
+			o->mamba1 = 1;
+			o->dt_rank = 0;
+			o->d_model = tab1[i].d_model;
+			o->n_layer = tab1[i].n_layer;
+			o->d_state = 16;
+			o->tied = 1;
+			o->expand = 2;
+			o->d_conv = 4;
+			o->vocab_size = 50277;
+			o->pad_vocab_multiple = tab1[i].pad;
+			return 0;
+		}
 	for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
 		if (!strcmp(name, tab[i].name)) {
+			o->mamba1 = 0;
 			o->d_model = tab[i].d_model;
 			o->n_layer = tab[i].n_layer;
 			o->d_state = tab[i].d_state;
@@ -117,7 +142,7 @@ static double rng_normal(rng *r)
 
 /* -------------------------------------------------------------- tensors */
 
-enum init { I_NORMAL, I_ONEPLUS, I_UNIFORM, I_DTBIAS, I_ALOG };
+enum init { I_NORMAL, I_ONEPLUS, I_UNIFORM, I_DTBIAS, I_ALOG, I_ALOG1 };
 
 typedef struct {
 	char name[96];
@@ -131,6 +156,11 @@ typedef struct {
 static int valid(const ss_mkmodel_opts *o)
 {
 	int d_inner = o->expand * o->d_model;
+	if (o->mamba1)
+		return o->d_model > 0 && o->n_layer > 0 && o->d_state > 0 && o->expand > 0 &&
+		       o->d_conv >= 2 && o->vocab_size > 0 && o->pad_vocab_multiple > 0 &&
+		       o->dt_rank >= 0 && o->n_shards >= 1 &&
+		       (o->dtype == SS_DTYPE_F32 || o->dtype == SS_DTYPE_F16 || o->dtype == SS_DTYPE_BF16);
 	return o->d_model > 0 && o->n_layer > 0 && o->d_state > 0 && o->headdim > 0 &&
 	       o->expand > 0 && o->ngroups > 0 && o->d_conv >= 2 && o->vocab_size > 0 &&
 	       o->pad_vocab_multiple > 0 && d_inner % o->headdim == 0 &&
@@ -147,9 +177,11 @@ static int rows(const ss_mkmodel_opts *o)
 /* The tensor list in file order; *n entries, malloc'ed. */
 static tdesc *describe(const ss_mkmodel_opts *o, size_t *n)
 {
-	int64_t dm = o->d_model, di = (int64_t)o->expand * o->d_model, nh = di / o->headdim;
+	int64_t dm = o->d_model, di = (int64_t)o->expand * o->d_model;
+	int64_t nh = o->mamba1 ? di : di / o->headdim;
+	int64_t R = o->dt_rank ? o->dt_rank : (dm + 15) / 16;
 	int64_t conv = di + 2LL * o->ngroups * o->d_state, inp = di + conv + nh;
-	size_t cap = 3 + 9 * (size_t)o->n_layer, k = 0;
+	size_t cap = 3 + 10 * (size_t)o->n_layer, k = 0;
 	tdesc *t = calloc(cap, sizeof *t);
 	if (!t)
 		return NULL;
@@ -163,6 +195,20 @@ static tdesc *describe(const ss_mkmodel_opts *o, size_t *n)
 		char nm[96];
 #define L(suffix) (snprintf(nm, sizeof nm, "backbone.layers.%d.%s", l, suffix), nm)
 		ADD(L("norm.weight"), 1, dm, 0, 0, I_ONEPLUS, 0.1, 0);
+		if (o->mamba1) {
+			ADD(L("mixer.in_proj.weight"), 2, 2 * di, dm, 0, I_NORMAL, 1 / sqrt((double)dm), 0);
+			ADD(L("mixer.conv1d.weight"), 3, di, 1, o->d_conv, I_UNIFORM, -0.5, 0.5);
+			ADD(L("mixer.conv1d.bias"), 1, di, 0, 0, I_UNIFORM, -0.1, 0.1);
+			ADD(L("mixer.x_proj.weight"), 2, R + 2LL * o->d_state, di, 0, I_NORMAL,
+			    1 / sqrt((double)di), 0);
+			ADD(L("mixer.dt_proj.weight"), 2, di, R, 0, I_UNIFORM, -1 / sqrt((double)R),
+			    1 / sqrt((double)R));
+			ADD(L("mixer.dt_proj.bias"), 1, di, 0, 0, I_DTBIAS, 0, 0);
+			ADD(L("mixer.A_log"), 2, di, o->d_state, 0, I_ALOG1, 0, 0);
+			ADD(L("mixer.D"), 1, di, 0, 0, I_ONEPLUS, 0.1, 0);
+			ADD(L("mixer.out_proj.weight"), 2, dm, di, 0, I_NORMAL, 1 / sqrt((double)di), 0);
+			continue;
+		}
 		ADD(L("mixer.in_proj.weight"), 2, inp, dm, 0, I_NORMAL, 1 / sqrt((double)dm), 0);
 		ADD(L("mixer.conv1d.weight"), 3, conv, 1, o->d_conv, I_UNIFORM, -0.5, 0.5);
 		ADD(L("mixer.conv1d.bias"), 1, conv, 0, 0, I_UNIFORM, -0.1, 0.1);
@@ -196,6 +242,7 @@ static void fill(const tdesc *d, size_t idx, const ss_mkmodel_opts *o, float *x,
 			v = dt + log(-expm1(-dt));
 			break;
 		}
+		case I_ALOG1: v = log((double)(i % (size_t)d->shape[1] + 1)) - 0.2 + 0.4 * rng_unif(&r); break;
 		default: v = log(1 + 15 * rng_unif(&r)); break;
 		}
 		x[i] = (float)v;
@@ -257,6 +304,25 @@ static int write_config(const char *dir, const ss_mkmodel_opts *o, char *errmsg)
 	if (!f)
 		return errf(errmsg, SS_ERR_IO, "%s: %s", path, strerror(errno));
 	int di = o->expand * o->d_model;
+	if (o->mamba1) {
+		fprintf(f,
+		        "{\n  \"architectures\": [\"MambaForCausalLM\"],\n  \"model_type\": \"mamba\",\n"
+		        "  \"vocab_size\": %d,\n  \"pad_vocab_size_multiple\": %d,\n  \"hidden_size\": %d,\n"
+		        "  \"num_hidden_layers\": %d,\n  \"state_size\": %d,\n  \"expand\": %d,\n"
+		        "  \"intermediate_size\": %d,\n  \"conv_kernel\": %d,\n  \"time_step_rank\": %d,\n"
+		        "  \"layer_norm_epsilon\": 1e-05,\n  \"residual_in_fp32\": true,\n"
+		        "  \"use_bias\": false,\n  \"use_conv_bias\": true,\n  \"hidden_act\": \"silu\",\n"
+		        "  \"tie_word_embeddings\": %s,\n"
+		        "  \"bos_token_id\": 0,\n  \"eos_token_id\": 0,\n  \"pad_token_id\": 0,\n"
+		        "  \"torch_dtype\": \"%s\"\n}\n",
+		        o->vocab_size, o->pad_vocab_multiple, o->d_model, o->n_layer, o->d_state,
+		        o->expand, di, o->d_conv, o->dt_rank ? o->dt_rank : (o->d_model + 15) / 16,
+		        o->tied ? "true" : "false",
+		        o->dtype == SS_DTYPE_F32 ? "float32" : o->dtype == SS_DTYPE_F16 ? "float16" : "bfloat16");
+		if (fclose(f))
+			return errf(errmsg, SS_ERR_IO, "%s: write failed", path);
+		return 0;
+	}
 	fprintf(f,
 	        "{\n  \"architectures\": [\"Mamba2ForCausalLM\"],\n  \"model_type\": \"mamba2\",\n"
 	        "  \"vocab_size\": %d,\n  \"pad_vocab_size_multiple\": %d,\n  \"hidden_size\": %d,\n"

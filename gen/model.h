@@ -1,5 +1,5 @@
 /*
- * model.h — writes random (seeded) Mamba-2 model directories in the
+ * model.h — writes random (seeded) Mamba-2 (or Mamba-1) model directories in the
  * transformers safetensors layout, for tests and benchmarks at any size.
  *
  * Output: DIR/config.json (model_type "mamba2", vocab_size = padded rows,
@@ -10,6 +10,10 @@
  * in_proj N(0, 1/sqrt(d_model)), conv1d.weight U(-0.5,0.5), conv1d.bias
  * U(-0.1,0.1), dt_bias = softplus⁻¹(exp(U(log 1e-3, log 0.1))),
  * A_log = log U(1,16), D 1+0.1·N(0,1), out_proj N(0, 1/sqrt(d_inner)).
+ * Mamba-1 (mamba1 = 1; golden-mamba1/README.md §2.4, m2's per-element
+ * jitter): in_proj [2·d_inner][d_model], conv over d_inner, x_proj
+ * N(0, 1/sqrt(d_inner)), dt_proj.weight U(±dt_rank^-0.5), dt_proj.bias as
+ * dt_bias, A_log[d][n] = log((n+1)·exp(U(-0.2,0.2))), D 1+0.1·N(0,1).
  */
 #ifndef SS_MKMODEL_H
 #define SS_MKMODEL_H
@@ -24,6 +28,10 @@ typedef struct {
 	ss_dtype dtype;          /* storage dtype of every tensor */
 	uint64_t seed;
 	int n_shards;            /* 1: model.safetensors; > 1: sharded + index */
+	int mamba1;              /* 1: a Mamba-1 model (model_type "mamba"; headdim
+				    and ngroups unused; config vocab_size is the
+				    unpadded vocab_size, rounded up by the loader) */
+	int dt_rank;             /* Mamba-1: 0 = "auto" (ceil(d_model/16)) */
 } ss_mkmodel_opts;
 
 /* Defaults: t1's shape (d_model 64, 2 layers, d_state 16, headdim 16,
@@ -33,7 +41,8 @@ void ss_mkmodel_defaults(ss_mkmodel_opts *o);
 
 /* Sets the shape of a named preset: "t1", "t2", "mamba2-130m", "mamba2-370m",
  * "mamba2-780m", "mamba2-1.3b", "mamba2-2.7b" (dims of the state-spaces
- * releases). Returns 0, or -1 for an unknown name (o unchanged). */
+ * releases); Mamba-1: "m1" (golden-mamba1's shape), "mamba-130m",
+ * "mamba-370m", "mamba-790m", "mamba-1.4b", "mamba-2.8b". Returns 0, or -1 for an unknown name (o unchanged). */
 int ss_mkmodel_preset(ss_mkmodel_opts *o, const char *name);
 
 /* Called once per tensor, in file order: name (transformers naming), shape,

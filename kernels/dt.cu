@@ -33,3 +33,33 @@ extern "C" void ss_dt_softplus_cuda(float *dt, ptrdiff_t lddt, const float *raw,
 							    dt_min, dt_max);
 	SS_CUDA_LAUNCHED("dt_softplus");
 }
+
+/* Mamba-1's low-rank dt: one thread per (row, channel), the dt_rank sum in
+ * order as on the CPU. */
+__global__ void dt_proj_kernel(float *dt, ptrdiff_t lddt, const float *low, ptrdiff_t ldl,
+			       const float *W, const float *dt_bias, int64_t n, int d_inner,
+			       int dt_rank)
+{
+	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n * d_inner)
+		return;
+	const int64_t r = i / d_inner;
+	const int d = (int)(i % d_inner);
+	const float *w = W + (size_t)d * dt_rank, *l = low + r * ldl;
+	float acc = 0.0f;
+	for (int k = 0; k < dt_rank; k++)
+		acc += w[k] * l[k];
+	const float u = acc + dt_bias[d];
+	dt[r * lddt + d] = u > 20.0f ? u : log1pf(expf(u));
+}
+
+extern "C" void ss_dt_proj_cuda(float *dt, ptrdiff_t lddt, const float *low, ptrdiff_t ldl,
+				const float *W, const float *dt_bias, int64_t n, int d_inner,
+				int dt_rank, cudaStream_t st)
+{
+	if (n <= 0 || d_inner <= 0)
+		return;
+	dt_proj_kernel<<<ss_cdiv(n * d_inner, 256), 256, 0, st>>>(dt, lddt, low, ldl, W, dt_bias, n,
+								  d_inner, dt_rank);
+	SS_CUDA_LAUNCHED("dt_proj");
+}

@@ -24,6 +24,10 @@
  * The prefill scan is the chunked SSD (ssd.cu) when some sequence of the
  * pass has >= 128 tokens, else the sequential kernel (scan.cu);
  * SS_CUDA_SCAN=seq|ssd forces one.
+ * Mamba-1 (cfg arch "mamba1"): in_proj gives x | z, the conv runs on x, dt
+ * is x_proj (f32 GEMM into XDBC [T][dt_rank | B | C]) then dt_proj
+ * (dt.cu), the scan is scan1.cu's (per-element decays), the gate y·silu(z)
+ * (norm.cu) replaces the gated norm.
  * ref: lib/forward.c; mamba_ssm modules/mamba2.py forward() and step();
  *      mamba_ssm utils/generation.py (CUDA-graph decoding).
  */
@@ -41,6 +45,7 @@
 #include "linear.cuh"
 #include "norm.cuh"
 #include "scan.cuh"
+#include "scan1.cuh"
 #include "ssd.cuh"
 
 /* Rows of logits computed per lm_head GEMM (the [LG][vocab] f32 buffer),
@@ -53,6 +58,7 @@
 
 typedef struct {
 	float *norm, *conv_wt, *conv_b, *dt_bias, *A_log, *D, *gnorm;
+	float *x_proj, *dt_proj; /* Mamba-1 */
 	void *in_proj, *out_proj;
 } layer_w;
 
@@ -66,6 +72,8 @@ typedef struct {
 	float *norm_f;
 	layer_w *layers;      /* [n_layer], host array of device pointers */
 	float *H, *U, *ZXD, *XBC, *DT, *Y, *Lg;
+	float *XDBC;          /* Mamba-1 [ubatch][dt_rank + 2*d_state] */
+	int m1;               /* a Mamba-1 model */
 	int32_t *tok, *ids, *gather;
 	int64_t *sstart;
 	/* host staging */
@@ -164,6 +172,8 @@ static void be_free(void *p)
 			cudaFree(w->A_log);
 			cudaFree(w->D);
 			cudaFree(w->gnorm);
+			cudaFree(w->x_proj);
+			cudaFree(w->dt_proj);
 			cudaFree(w->in_proj);
 			cudaFree(w->out_proj);
 		}
@@ -179,6 +189,7 @@ static void be_free(void *p)
 	cudaFree(g->XBC);
 	cudaFree(g->DT);
 	cudaFree(g->Y);
+	cudaFree(g->XDBC);
 	cudaFree(g->Lg);
 	cudaFree(g->tok);
 	cudaFree(g->ids);
@@ -219,6 +230,7 @@ static int init(gpu_be **out, const ss_model *m, ss_dtype wdtype, int ubatch, ch
 	if (!g)
 		return SS_ERR_NOMEM;
 	g->c = *c;
+	g->m1 = !strcmp(c->arch, "mamba1");
 	/* matrices the host holds in 16 bits stay so; f32 ones go in wdtype */
 	g->wt = m->wtype != SS_DTYPE_F32 ? m->wtype
 		: wdtype == SS_DTYPE_BF16 || wdtype == SS_DTYPE_F16 ? wdtype : SS_DTYPE_F32;
@@ -229,7 +241,8 @@ static int init(gpu_be **out, const ss_model *m, ss_dtype wdtype, int ubatch, ch
 	g->scan_mode = env && !strcmp(env, "seq") ? 1 : env && !strcmp(env, "ssd") ? 2 : 0;
 	g->ssm_len = (size_t)c->n_layer * c->nheads * c->headdim * c->d_state;
 	g->conv_len = (size_t)c->n_layer * c->conv_dim * (c->d_conv - 1);
-	g->ld_len = (size_t)c->n_layer * c->nheads;
+	/* Mamba-1: a decay per channel and state element */
+	g->ld_len = (size_t)c->n_layer * c->nheads * (g->m1 ? c->d_state : 1);
 	g->bytes = sizeof(*g);
 
 	const int64_t ub = g->ubatch, V = c->vocab_padded, dm = c->d_model;
@@ -265,9 +278,14 @@ static int init(gpu_be **out, const ss_model *m, ss_dtype wdtype, int ubatch, ch
 		    (err = upload_f32(g, &w->conv_wt, cwt, (size_t)c->d_conv * c->conv_dim)) ||
 		    (err = upload_f32(g, &w->conv_b, lw->conv_b, (size_t)c->conv_dim)) ||
 		    (err = upload_f32(g, &w->dt_bias, lw->dt_bias, (size_t)c->nheads)) ||
-		    (err = upload_f32(g, &w->A_log, lw->A_log, (size_t)c->nheads)) ||
+		    (err = upload_f32(g, &w->A_log, lw->A_log,
+				      (size_t)c->nheads * (g->m1 ? c->d_state : 1))) ||
 		    (err = upload_f32(g, &w->D, lw->D, (size_t)c->nheads)) ||
-		    (err = upload_f32(g, &w->gnorm, lw->gnorm, (size_t)c->d_inner)) ||
+		    (!g->m1 && (err = upload_f32(g, &w->gnorm, lw->gnorm, (size_t)c->d_inner))) ||
+		    (g->m1 && (err = upload_f32(g, &w->x_proj, lw->x_proj,
+					       (size_t)(c->dt_rank + 2 * c->d_state) * c->d_inner))) ||
+		    (g->m1 && (err = upload_f32(g, &w->dt_proj, lw->dt_proj,
+					       (size_t)c->d_inner * c->dt_rank))) ||
 		    (err = upload_w(g, &w->out_proj, lw->out_proj, m->wtype, (size_t)dm * c->d_inner, tmp)))
 			goto fail;
 	}
@@ -277,6 +295,8 @@ static int init(gpu_be **out, const ss_model *m, ss_dtype wdtype, int ubatch, ch
 	    (err = dalloc(g, (void **)&g->XBC, (size_t)ub * c->conv_dim * 4)) ||
 	    (err = dalloc(g, (void **)&g->DT, (size_t)ub * c->nheads * 4)) ||
 	    (err = dalloc(g, (void **)&g->Y, (size_t)ub * kmax * 4)) ||
+	    (g->m1 && (err = dalloc(g, (void **)&g->XDBC,
+				    (size_t)ub * (c->dt_rank + 2 * c->d_state) * 4))) ||
 	    (err = dalloc(g, (void **)&g->Lg, (size_t)LG * V * 4)) ||
 	    (err = dalloc(g, (void **)&g->tok, (size_t)ub * 4)) ||
 	    (err = dalloc(g, (void **)&g->ids, (size_t)ub * 4)) ||
@@ -393,7 +413,7 @@ static int pass_begin(void *p, const ss_pass *ps)
 	}
 	g->max_len = ps->decode ? -1 : max_len;
 	g->use_ssd = 0;
-	if (!ps->decode) {
+	if (!ps->decode && !g->m1) {
 		const size_t PN = (size_t)c->headdim * c->d_state;
 		const size_t scratch = (size_t)ps->nseg * ((max_len + SS_SSD_CHUNK - 1) / SS_SSD_CHUNK) *
 				       c->nheads * PN * 4;
@@ -448,7 +468,8 @@ static int conv(void *p, const ss_pass *ps, int l)
 	const int64_t cd = c->conv_dim, K1 = c->d_conv - 1;
 	const layer_w *w = &g->layers[l];
 	float *conv = g->conv + g->slot0 * g->conv_len + l * cd * K1;
-	ss_conv1d_silu_cuda(g->XBC, cd, g->ZXD + c->d_inner, c->d_in_proj,
+	/* Mamba-2's xBC follows z; Mamba-1's x comes first */
+	ss_conv1d_silu_cuda(g->XBC, cd, g->ZXD + (g->m1 ? 0 : c->d_inner), c->d_in_proj,
 			    ps->decode ? NULL : g->sstart, g->nseq, conv, g->conv_len, w->conv_wt, cd,
 			    w->conv_b, (int)cd, c->d_conv, g->st);
 	return 0;
@@ -459,6 +480,16 @@ static int dt(void *p, const ss_pass *ps, int l)
 	gpu_be *g = (gpu_be *)p;
 	const ss_model_config *c = &g->c;
 	(void)ps;
+	if (g->m1) {
+		const int64_t xo = c->dt_rank + 2 * c->d_state;
+		int err = ss_linear_cuda(g->blas, g->XDBC, xo, g->XBC, c->d_inner, g->layers[l].x_proj,
+					 SS_DTYPE_F32, g->T, xo, c->d_inner, 0.0f);
+		if (err)
+			return err;
+		ss_dt_proj_cuda(g->DT, c->d_inner, g->XDBC, xo, g->layers[l].dt_proj,
+				g->layers[l].dt_bias, g->T, c->d_inner, c->dt_rank, g->st);
+		return 0;
+	}
 	ss_dt_softplus_cuda(g->DT, c->nheads, g->ZXD + c->d_inner + c->conv_dim, c->d_in_proj,
 			    g->layers[l].dt_bias, g->T, c->nheads, c->dt_min, c->dt_max, g->st);
 	return 0;
@@ -479,7 +510,15 @@ static int scan(void *p, const ss_pass *ps, int l)
 	const float *B = xbc + c->d_inner, *C = xbc + c->d_inner + c->ngroups * c->d_state;
 	int err;
 
-	if (ps->decode)
+	if (g->m1) {
+		const int64_t xo = c->dt_rank + 2 * c->d_state;
+		float *ssm1 = g->ssm + g->slot0 * g->ssm_len + (size_t)l * c->d_inner * c->d_state;
+		float *ld1 = g->ld + g->slot0 * g->ld_len + (size_t)l * c->d_inner * c->d_state;
+		err = ss_ssm1_scan_cuda(c->d_inner, c->d_state, ps->decode ? NULL : g->sstart, g->nseq,
+					xbc, c->d_inner, g->XDBC + c->dt_rank, xo, g->DT, c->d_inner,
+					w->A_log, w->D, ssm1, g->ssm_len, y, c->d_inner, ld1,
+					g->ld_len, g->st);
+	} else if (ps->decode)
 		err = ss_ssm_step_cuda(&sd, g->nseq, xbc, cd, B, cd, C, cd, g->DT, c->nheads, w->A_log,
 				       w->D, ssm, g->ssm_len, y, c->d_inner, ld, g->ld_len, g->st);
 	else if (g->use_ssd)
@@ -498,6 +537,11 @@ static int gated_norm(void *p, const ss_pass *ps, int l)
 	gpu_be *g = (gpu_be *)p;
 	const ss_model_config *c = &g->c;
 	(void)ps;
+	if (g->m1) {
+		ss_gate_silu_cuda(g->Y, c->d_inner, g->ZXD + c->d_inner, c->d_in_proj, g->T, c->d_inner,
+				  g->st);
+		return 0;
+	}
 	ss_gated_rmsnorm_cuda(g->Y, c->d_inner, g->ZXD, c->d_in_proj, g->layers[l].gnorm, g->T,
 			      c->d_inner, c->ngroups, c->eps, g->st);
 	return 0;

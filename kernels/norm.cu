@@ -72,3 +72,25 @@ extern "C" void ss_gated_rmsnorm_cuda(float *y, ptrdiff_t ldy, const float *z, p
 		y, ldy, z, ldz, w, d / ngroups, eps);
 	SS_CUDA_LAUNCHED("gated_rmsnorm");
 }
+
+/* Mamba-1's gate: one thread per element. */
+__global__ void gate_silu_kernel(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz,
+				 int64_t n, int d)
+{
+	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n * d)
+		return;
+	const int64_t r = i / d;
+	const int c = (int)(i % d);
+	const float zv = z[r * ldz + c];
+	y[r * ldy + c] *= zv / (1.0f + expf(-zv));
+}
+
+extern "C" void ss_gate_silu_cuda(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz,
+				  int64_t n, int d, cudaStream_t st)
+{
+	if (n <= 0 || d <= 0)
+		return;
+	gate_silu_kernel<<<ss_cdiv(n * d, 256), 256, 0, st>>>(y, ldy, z, ldz, n, d);
+	SS_CUDA_LAUNCHED("gate_silu");
+}

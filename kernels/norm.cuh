@@ -9,3 +9,7 @@ extern "C" void ss_rmsnorm_cuda(float *y, float *h, const float *res, const floa
 extern "C" void ss_gated_rmsnorm_cuda(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz,
 				      const float *w, int64_t n, int d, int ngroups, float eps,
 				      cudaStream_t st);
+
+/* Twin of ss_gate_silu_cpu (Mamba-1's gate y = y · silu(z)). */
+extern "C" void ss_gate_silu_cuda(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz,
+				  int64_t n, int d, cudaStream_t st);

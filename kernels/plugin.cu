@@ -18,6 +18,7 @@
 #include "forward.cuh"
 #include "linear.cuh"
 #include "norm.cuh"
+#include "scan1.cuh"
 #include "scan.cuh"
 #include "ssd.cuh"
 
@@ -138,6 +139,9 @@ static const ss_cuda_api api = {
 	ss_ssm_step_cuda,
 	ss_gated_rmsnorm_cuda,
 	ss_argmax_rows_cuda,
+	ss_dt_proj_cuda,
+	ss_ssm1_scan_cuda,
+	ss_gate_silu_cuda,
 	ss_cuda_backend_init,
 	ss_cuda_bench_linear,
 };

@@ -8,6 +8,10 @@
  * per (sequence, block of heads) in parallel, in the chunked form (scan.h:
  * matrix products through sgemm) for all but short segments; gate + group
  * norm (rows); out_proj (GEMM, beta = 1, the residual add).
+ * Mamba-1 (cfg arch "mamba1"): ZXD is x | z, conv over the x columns into
+ * XBC [T][d_inner]; dt is x_proj (GEMM into XDBC [T][dt_rank | B | C]) then
+ * ss_dt_proj_cpu (rows); scan is ss_ssm1_scan_cpu per (segment, channel
+ * block); gated_norm is the plain gate y · silu(z).
  *
  * The GEMMs are split over the pool's threads by rows (large T) or by output
  * columns (small T: decode, where sgemv streams the weights once); in a
@@ -70,6 +74,8 @@ typedef struct {
 	size_t scan_work_len;
 	double *scan_dtsum; /* [n_threads][nheads] */
 	float *H, *U, *ZXD, *XBC, *DT, *Y;
+	float *XDBC;      /* Mamba-1 [ubatch][dt_rank + 2*d_state]: x_proj output */
+	int m1;           /* a Mamba-1 model */
 	/* the pass (pass_begin) */
 	segment *segs;    /* [ubatch] its non-empty segments */
 	int nseg;
@@ -161,11 +167,11 @@ static void gemm_task(void *arg, int64_t i, int thread)
 }
 
 /* nblk > 0: the rows are ctx->blk's blocks (deterministic prefill); else M
- * rows cut by thread count. */
-static void gemm(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, const void *W,
-		 float *C, int64_t ldc, int64_t M, int64_t N, int64_t K, float beta)
+ * rows cut by thread count. W in dtype wt. */
+static void gemm_wt(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, const void *W,
+		    ss_dtype wt, float *C, int64_t ldc, int64_t M, int64_t N, int64_t K, float beta)
 {
-	gemm_job j = { A, W, ctx->m->wtype, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0,
+	gemm_job j = { A, W, wt, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0,
 		       ctx->n_threads, NULL, 0 };
 
 	if (M <= 0 || N <= 0)
@@ -186,6 +192,13 @@ static void gemm(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, const v
 	if (!j.by_rows && (N + 15) / 16 < j.parts)
 		j.parts = (N + 15) / 16;
 	ss_pool_run(ctx->pool, j.parts, gemm_task, &j);
+}
+
+/* gemm_wt with W in the model's wtype (the four streamed matrices). */
+static void gemm(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, const void *W,
+		 float *C, int64_t ldc, int64_t M, int64_t N, int64_t K, float beta)
+{
+	gemm_wt(ctx, nblk, A, lda, W, ctx->m->wtype, C, ldc, M, N, K, beta);
 }
 
 /* ------------------------------------------------------------- row phases */
@@ -231,8 +244,10 @@ static void conv_task(void *arg, int64_t i, int thread)
 	c1 = c1 * 8 < cd ? c1 * 8 : cd;
 	if (c1 <= c0)
 		return;
+	/* Mamba-2's xBC columns follow z; Mamba-1's x comes first */
 	ss_conv1d_silu_cpu(ctx->XBC + s->row0 * cd + c0, cd,
-			   ctx->ZXD + s->row0 * c->d_in_proj + c->d_inner + c0, c->d_in_proj, start, 1,
+			   ctx->ZXD + s->row0 * c->d_in_proj + (ctx->m1 ? 0 : c->d_inner) + c0,
+			   c->d_in_proj, start, 1,
 			   s->st->conv + (size_t)j->layer * cd * K1 + c0 * K1, 0,
 			   ctx->conv_wt + (size_t)j->layer * c->d_conv * cd + c0, cd,
 			   ctx->m->layers[j->layer].conv_b + c0, (int)(c1 - c0), c->d_conv);
@@ -248,6 +263,61 @@ static void dt_task(void *arg, int64_t i, int thread)
 			   j->ctx->ZXD + r0 * c->d_in_proj + c->d_inner + c->conv_dim, c->d_in_proj,
 			   j->ctx->m->layers[j->layer].dt_bias, r1 - r0, c->nheads, c->dt_min,
 			   c->dt_max);
+}
+
+/* Mamba-1: DT rows = softplus(dt_proj(XDBC's dt_low) + dt_bias). */
+static void dt1_task(void *arg, int64_t i, int thread)
+{
+	const row_job *j = arg;
+	const ss_model_config *c = &j->ctx->c;
+	const int64_t ldx = c->dt_rank + 2 * c->d_state;
+	int64_t r0, r1;
+	(void)thread;
+	if (j->ctx->nblk > 0) { /* deterministic: the GEMMs' row blocks (sgemm inside) */
+		r0 = j->ctx->blk[2 * i];
+		r1 = r0 + j->ctx->blk[2 * i + 1];
+	} else
+		split(j->T, j->parts, i, &r0, &r1);
+	ss_dt_proj_cpu(j->ctx->DT + r0 * c->d_inner, c->d_inner, j->ctx->XDBC + r0 * ldx, ldx,
+		       j->ctx->m->layers[j->layer].dt_proj, j->ctx->m->layers[j->layer].dt_bias,
+		       r1 - r0, c->d_inner, c->dt_rank);
+}
+
+/* Mamba-1: Y rows *= silu(ZXD's z columns). */
+static void gate1_task(void *arg, int64_t i, int thread)
+{
+	const row_job *j = arg;
+	const ss_model_config *c = &j->ctx->c;
+	int64_t r0, r1;
+	split(j->T, j->parts, i, &r0, &r1);
+	ss_gate_silu_cpu(j->ctx->Y + r0 * c->d_inner, c->d_inner,
+			 j->ctx->ZXD + r0 * c->d_in_proj + c->d_inner, c->d_in_proj, r1 - r0,
+			 c->d_inner);
+}
+
+/* Mamba-1: the scan of one segment over scan_hb channels (task i: segment
+ * i / tasks per segment, channels from (i % tasks per segment) · scan_hb). */
+static void scan1_task(void *arg, int64_t i, int thread)
+{
+	const row_job *j = arg;
+	const cpu_be *ctx = j->ctx;
+	const ss_model_config *c = &ctx->c;
+	const int64_t di = c->d_inner, N = c->d_state, ldx = c->dt_rank + 2 * N;
+	const int tps = (int)((di + ctx->scan_hb - 1) / ctx->scan_hb);
+	const segment *s = &ctx->segs[i / tps];
+	const int64_t d0 = (i % tps) * ctx->scan_hb;
+	const int64_t nd = d0 + ctx->scan_hb < di ? ctx->scan_hb : di - d0;
+	const int l = j->layer;
+	const ss_layer *layer = &ctx->m->layers[l];
+	const int64_t start[2] = { 0, s->n };
+	(void)thread;
+	/* dims and strides were checked at init: cannot fail */
+	(void)ss_ssm1_scan_cpu((int)nd, (int)N, start, 1, ctx->XBC + s->row0 * di + d0, di,
+			       ctx->XDBC + s->row0 * ldx + c->dt_rank, ldx,
+			       ctx->DT + s->row0 * di + d0, di, layer->A_log + d0 * N, layer->D + d0,
+			       s->st->ssm + ((size_t)l * di + d0) * N, 0,
+			       j->state_only ? NULL : ctx->Y + s->row0 * di + d0, di,
+			       s->st->logdecay + ((size_t)l * di + d0) * N, 0);
 }
 
 /* y = rmsnorm_grouped(y * silu(z)) * gnorm, groups of d_inner/ngroups. */
@@ -372,6 +442,15 @@ static int pass_begin(void *b, const ss_pass *p)
 		ctx->conv_parts = c->conv_dim / 64;
 	if (ctx->conv_parts < 1)
 		ctx->conv_parts = 1;
+	if (ctx->m1) {
+		/* channel blocks of a fixed size (whatever the batch: results do
+		 * not depend on it, each channel being scanned alone), at least
+		 * 2 tasks per thread */
+		int64_t want = (2 * (int64_t)ctx->n_threads + nseg - 1) / nseg;
+		ctx->scan_hb = (int)((c->d_inner + want - 1) / want);
+		ctx->scan_hb = (ctx->scan_hb + 15) / 16 * 16;
+		return 0;
+	}
 	ctx->scan_hb = scan_heads_per_task(c, p->blocked ? SCAN_TASKS_DET
 							: (2 * (int64_t)ctx->n_threads + nseg - 1) / nseg);
 	return 0;
@@ -438,21 +517,33 @@ static int conv(void *b, const ss_pass *p, int l)
 
 static int dt(void *b, const ss_pass *p, int l)
 {
+	cpu_be *ctx = b;
+	const ss_model_config *c = &ctx->c;
 	(void)p;
-	return run_rows(b, l, -1, dt_task, 0);
+	if (!ctx->m1)
+		return run_rows(b, l, -1, dt_task, 0);
+	/* Mamba-1: x_proj (f32 W), then the low-rank dt */
+	gemm_wt(ctx, ctx->nblk, ctx->XBC, c->d_inner, ctx->m->layers[l].x_proj, SS_DTYPE_F32,
+		ctx->XDBC, c->dt_rank + 2 * c->d_state, ctx->T, c->dt_rank + 2 * c->d_state,
+		c->d_inner, 0.0f);
+	return run_rows(b, l, ctx->nblk > 0 ? ctx->nblk : -1, dt1_task, 0);
 }
 
 static int scan(void *b, const ss_pass *p, int l)
 {
 	cpu_be *ctx = b;
-	return run_rows(ctx, l, (int64_t)ctx->nseg * (ctx->c.nheads / ctx->scan_hb), scan_task,
-			p->state_only && l == ctx->c.n_layer - 1);
+	const int so = p->state_only && l == ctx->c.n_layer - 1;
+	if (ctx->m1)
+		return run_rows(ctx, l,
+				(int64_t)ctx->nseg * ((ctx->c.d_inner + ctx->scan_hb - 1) / ctx->scan_hb),
+				scan1_task, so);
+	return run_rows(ctx, l, (int64_t)ctx->nseg * (ctx->c.nheads / ctx->scan_hb), scan_task, so);
 }
 
 static int gated_norm(void *b, const ss_pass *p, int l)
 {
 	(void)p;
-	return run_rows(b, l, -1, gate_task, 0);
+	return run_rows(b, l, -1, ((cpu_be *)b)->m1 ? gate1_task : gate_task, 0);
 }
 
 static int norm_f(void *b, const int64_t *rows, int64_t r0, int64_t n)
@@ -555,6 +646,7 @@ static void be_free(void *b)
 	free(ctx->XBC);
 	free(ctx->DT);
 	free(ctx->Y);
+	free(ctx->XDBC);
 	free(ctx->segs);
 	free(ctx->blk);
 	free(ctx->logits);
@@ -600,6 +692,7 @@ int ss_backend_cpu_init(void **be, const ss_backend_ops **ops, const ss_model *m
 	ctx->c = *c;
 	ctx->n_threads = n_threads;
 	ctx->ubatch = ub;
+	ctx->m1 = ss_model_is_mamba1(c);
 	ss_blas_serial();
 	err = ss_pool_init(&ctx->pool, ctx->n_threads);
 	if (err) {
@@ -624,10 +717,19 @@ int ss_backend_cpu_init(void **be, const ss_backend_ops **ops, const ss_model *m
 		ctx->wpanel = xalloc((size_t)ctx->n_threads * COL_BLOCK *
 					     (c->d_inner > c->d_model ? c->d_inner : c->d_model),
 				     sizeof(float), &ctx->bytes);
-	ctx->A = xalloc((size_t)c->n_layer * c->nheads, sizeof(float), &ctx->bytes);
-	ctx->scan_work_len = ss_scan_chunked_work(c->nheads / c->ngroups, c->headdim);
-	ctx->scan_work = xalloc((size_t)ctx->n_threads * ctx->scan_work_len, sizeof(float), &ctx->bytes);
-	ctx->scan_dtsum = xalloc((size_t)ctx->n_threads * c->nheads, sizeof(double), &ctx->bytes);
+	if (ctx->m1) {
+		/* no A, chunked-scan work or dtsum: scan1 needs none */
+		ctx->XDBC = xalloc((size_t)ub * (c->dt_rank + 2 * c->d_state), sizeof(float), &ctx->bytes);
+		ctx->A = ctx->XDBC ? xalloc(1, sizeof(float), &ctx->bytes) : NULL;
+		ctx->scan_work = xalloc(1, sizeof(float), &ctx->bytes);
+		ctx->scan_dtsum = xalloc(1, sizeof(double), &ctx->bytes);
+	} else {
+		ctx->A = xalloc((size_t)c->n_layer * c->nheads, sizeof(float), &ctx->bytes);
+		ctx->scan_work_len = ss_scan_chunked_work(c->nheads / c->ngroups, c->headdim);
+		ctx->scan_work = xalloc((size_t)ctx->n_threads * ctx->scan_work_len, sizeof(float),
+					&ctx->bytes);
+		ctx->scan_dtsum = xalloc((size_t)ctx->n_threads * c->nheads, sizeof(double), &ctx->bytes);
+	}
 	if ((m->wtype != SS_DTYPE_F32 && !ctx->wpanel) || !ctx->A || !ctx->scan_work ||
 	    !ctx->scan_dtsum || !ctx->conv_wt || !ctx->H || !ctx->U || !ctx->ZXD || !ctx->XBC ||
 	    !ctx->DT || !ctx->Y || !ctx->segs || !ctx->blk || !ctx->logits || !ctx->ids) {
@@ -637,7 +739,7 @@ int ss_backend_cpu_init(void **be, const ss_backend_ops **ops, const ss_model *m
 	}
 	for (l = 0; l < c->n_layer; l++) {
 		const ss_layer *layer = &m->layers[l];
-		for (k = 0; k < c->nheads; k++)
+		for (k = 0; !ctx->m1 && k < c->nheads; k++)
 			ctx->A[(size_t)l * c->nheads + k] = -expf(layer->A_log[k]);
 		for (k = 0; k < c->d_conv; k++)
 			for (ch = 0; ch < c->conv_dim; ch++)

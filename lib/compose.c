@@ -550,7 +550,7 @@ static float *acc_alloc(size_t n)
 /* The first input: fixes dims and fingerprint, allocates the accumulator. */
 static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
 {
-	size_t n_head = (size_t)x->dims.n_layer * (size_t)x->dims.nheads;
+	size_t n_head = ss_state_logdecay_len(&x->dims);
 	if (c->n_plan && n_head != c->n_head) {
 		ss_errf(errmsg, 0, "input 0 has %zu heads, the plan %zu", n_head, c->n_head);
 		return SS_ERR_MISMATCH;
@@ -685,10 +685,13 @@ static void add_range(ss_composer *c, int which, src_arr xs, size_t e0, size_t n
 		return;
 	}
 	const ss_state_dims *dm = &c->acc.dims;
-	size_t hlen = (size_t)dm->headdim * (size_t)dm->d_state, k = c->n;
+	/* ssm elements per decay: a Mamba-2 head's headdim·d_state, a
+	 * Mamba-1 state element's 1; decays per layer */
+	size_t hlen = ss_state_ssm_len(dm) / c->n_head, k = c->n;
+	size_t hpl = c->n_head / (size_t)dm->n_layer;
 	for (size_t e = e0, end = e0 + n; e < end;) {
 		size_t gh = e / hlen, seg = (gh + 1) * hlen < end ? (gh + 1) * hlen - e : end - e;
-		double s = lscale ? lscale[gh / (size_t)dm->nheads] : 1;
+		double s = lscale ? lscale[gh / hpl] : 1;
 		float cf = (float)(c->w ? c->w[gh * c->n_plan + k] * s : s);
 		float *y = c->acc.ssm + e;
 		if (first)
@@ -1053,7 +1056,7 @@ int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss
 		return SS_ERR_INVALID;
 	}
 	if (ss_compose_needs_plan(o->mode)) {
-		size_t H = (size_t)in[0]->dims.n_layer * (size_t)in[0]->dims.nheads;
+		size_t H = ss_state_logdecay_len(&in[0]->dims);
 		float *a = malloc(n * H * sizeof *a);
 		if (!a) {
 			ss_composer_free(c);
@@ -1061,7 +1064,7 @@ int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss
 			return SS_ERR_NOMEM;
 		}
 		for (size_t k = 0; k < n; k++) {
-			size_t Hk = (size_t)in[k]->dims.n_layer * (size_t)in[k]->dims.nheads;
+			size_t Hk = ss_state_logdecay_len(&in[k]->dims);
 			if (Hk != H || !in[k]->logdecay) {
 				free(a);
 				ss_composer_free(c);

@@ -31,7 +31,7 @@ extern "C" {
  * layout check below sees where fields are, not what they mean. 2: the
  * table carries its layout list. 3: the forward pass is a backend
  * (backend.h) run by lib/forward.c, not fwd_* entries. */
-#define SS_CUDA_ABI 3
+#define SS_CUDA_ABI 4
 #define SS_CUDA_PLUGIN_SYMBOL "ss_cuda_plugin"
 
 /* One sizeof or offsetof of a type the plugin shares with libss, as the
@@ -116,6 +116,16 @@ typedef struct ss_cuda_api {
 			      ss_cuda_stream st);
 	void (*argmax_rows)(int32_t *ids, const float *logits, ptrdiff_t ld, int64_t nrows,
 			    int64_t n, ss_cuda_stream st);
+	/* Mamba-1's ops (ss_ops.h) */
+	void (*dt_proj)(float *dt, ptrdiff_t lddt, const float *low, ptrdiff_t ldl, const float *W,
+			const float *dt_bias, int64_t n, int d_inner, int dt_rank, ss_cuda_stream st);
+	int (*ssm1_scan)(int d_inner, int d_state, const int64_t *seq_start, int nseq,
+			 const float *x, ptrdiff_t ldx, const float *BC, ptrdiff_t ldbc,
+			 const float *dt, ptrdiff_t lddt, const float *A_log, const float *D,
+			 float *ssm, ptrdiff_t ld_ssm, float *y, ptrdiff_t ldy, float *logdecay,
+			 ptrdiff_t ld_logdecay, ss_cuda_stream st);
+	void (*gate_silu)(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz, int64_t n, int d,
+			  ss_cuda_stream st);
 
 	/* The GPU backend of the forward driver (backend.h; lib/forward.c runs
 	 * it for a context made on a CUDA device): m put on the current device

@@ -183,7 +183,7 @@ static int run_pass(ss_forward_ctx *ctx, const ss_pass *p, ss_logits_mode mode)
 static void model_state_dims(const ss_model_config *c, ss_state_dims *d)
 {
 	memset(d, 0, sizeof(*d));
-	snprintf(d->arch, sizeof(d->arch), "mamba2");
+	snprintf(d->arch, sizeof(d->arch), "%s", c->arch);
 	d->n_layer = c->n_layer;
 	d->nheads = c->nheads;
 	d->headdim = c->headdim;
@@ -216,7 +216,8 @@ static int check_seqs(ss_forward_ctx *ctx, const ss_forward_seq *seqs, int n, ss
 			return SS_ERR_INVALID;
 		}
 		d = &st->dims;
-		if ((d->arch[0] && strcmp(d->arch, want.arch) != 0) || d->n_layer != want.n_layer ||
+		/* a Mamba-1 state's logdecay is per element: its arch must be set */
+		if (((d->arch[0] || ss_model_is_mamba1(c)) && strcmp(d->arch, want.arch) != 0) || d->n_layer != want.n_layer ||
 		    d->nheads != want.nheads || d->headdim != want.headdim ||
 		    d->d_state != want.d_state || d->conv_dim != want.conv_dim ||
 		    d->d_conv != want.d_conv) {
@@ -272,12 +273,16 @@ static int check_model(const ss_model *m, char *errmsg)
 	const ss_model_config *c = &m->cfg;
 	int l;
 
+	const int m1 = ss_model_is_mamba1(c);
+
 	if (c->d_model <= 0 || c->n_layer <= 0 || c->d_state <= 0 || c->headdim <= 0 ||
 	    c->nheads <= 0 || c->ngroups <= 0 || c->d_conv <= 0 || c->vocab_padded <= 0 ||
 	    c->nheads % c->ngroups != 0 || c->d_inner != c->nheads * c->headdim ||
 	    c->d_inner % c->ngroups != 0 ||
-	    c->conv_dim != c->d_inner + 2 * c->ngroups * c->d_state ||
-	    c->d_in_proj != c->d_inner + c->conv_dim + c->nheads) {
+	    (m1 ? c->headdim != 1 || c->ngroups != 1 || c->dt_rank <= 0 ||
+		  c->conv_dim != c->d_inner || c->d_in_proj != 2 * c->d_inner
+		: c->conv_dim != c->d_inner + 2 * c->ngroups * c->d_state ||
+		  c->d_in_proj != c->d_inner + c->conv_dim + c->nheads)) {
 		ss_errf(errmsg, 0, "inconsistent model dims (d_model %d n_layer %d d_inner %d nheads %d headdim %d ngroups %d d_state %d conv_dim %d d_in_proj %d)",
 			c->d_model, c->n_layer, c->d_inner, c->nheads, c->headdim, c->ngroups,
 			c->d_state, c->conv_dim, c->d_in_proj);
@@ -295,7 +300,8 @@ static int check_model(const ss_model *m, char *errmsg)
 	for (l = 0; l < c->n_layer; l++) {
 		const ss_layer *layer = &m->layers[l];
 		if (!layer->norm || !layer->in_proj || !layer->conv_w || !layer->conv_b || !layer->dt_bias ||
-		    !layer->A_log || !layer->D || !layer->gnorm || !layer->out_proj) {
+		    !layer->A_log || !layer->D || !layer->out_proj ||
+		    (m1 ? !layer->x_proj || !layer->dt_proj : !layer->gnorm)) {
 			ss_errf(errmsg, 0, "layer %d has missing weights", l);
 			return SS_ERR_INVALID;
 		}
@@ -361,7 +367,11 @@ int ss_forward_ctx_init_dev(ss_forward_ctx **out, const ss_model *m, ss_device *
 	ss_forward_ctx *ctx;
 	int err;
 
-	if (!cu)
+	/* Mamba-1's GPU backend has not run on a GPU yet (only
+	 * tests/test_cuda_parity.c checks it there): the CPU unless
+	 * SS_CUDA_MAMBA1=1 asks for it */
+	const char *m1_gpu = getenv("SS_CUDA_MAMBA1");
+	if (!cu || (ss_model_is_mamba1(&m->cfg) && !(m1_gpu && !strcmp(m1_gpu, "1"))))
 		return ss_forward_ctx_init(out, m, n_threads, ubatch, errmsg);
 	if ((err = ctx_new(out, m, n_threads, ubatch, ubatch ? ubatch : SS_FORWARD_UBATCH_GPU, &ctx,
 			   errmsg)))
@@ -401,7 +411,7 @@ static void stamp(const ss_forward_ctx *ctx, ss_state *st)
 	if (!st->fingerprint[0])
 		memcpy(st->fingerprint, ctx->m->fingerprint, SS_FINGERPRINT_MAX);
 	if (!st->dims.arch[0])
-		snprintf(st->dims.arch, sizeof(st->dims.arch), "mamba2");
+		snprintf(st->dims.arch, sizeof(st->dims.arch), "%s", ctx->c.arch);
 }
 
 int ss_forward_decode_begin(ss_forward_ctx *ctx, ss_state **states, int n, char *errmsg)

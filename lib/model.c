@@ -263,12 +263,16 @@ static int cfg_eos(const cfgctx *x, const cJSON *obj, int32_t *out)
 	return cfg_int(x, obj, "eos_token_id", 0, 0, MAX_DIM, out);
 }
 
-/* transformers Mamba2Config (defaults as in configuration_mamba2.py). */
-static int config_hf(ss_model_config *c, const cfgctx *x)
+/* The fields transformers' Mamba2Config and MambaConfig share: hidden_act
+ * (silu), layer_norm_epsilon, hidden_size, num_hidden_layers, expand,
+ * conv_kernel, vocab_size padded by pad_vocab_size_multiple (default 1),
+ * eos, tie_word_embeddings (default `tied`), no in/out_proj bias, a conv
+ * bias; sets d_inner. */
+static int config_hf_top(ss_model_config *c, const cfgctx *x, int tied_default)
 {
 	const cJSON *o = x->obj;
 	int rc, tied;
-	int32_t nh = 0, mult;
+	int32_t mult;
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "hidden_act");
 	if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
 		return unsupported(x, "hidden_act other than silu");
@@ -278,40 +282,79 @@ static int config_hf(ss_model_config *c, const cfgctx *x)
 		eps = je->valuedouble;
 	if ((rc = cfg_int(x, o, "hidden_size", -1, 1, MAX_DIM, &c->d_model)) ||
 	    (rc = cfg_int(x, o, "num_hidden_layers", -1, 1, 65536, &c->n_layer)) ||
-	    (rc = cfg_int(x, o, "state_size", 128, 1, MAX_DIM, &c->d_state)) ||
-	    (rc = cfg_int(x, o, "head_dim", 64, 1, MAX_DIM, &c->headdim)) ||
-	    (rc = cfg_int(x, o, "num_heads", 0, 0, MAX_DIM, &nh)) ||
-	    (rc = cfg_int(x, o, "n_groups", 8, 1, MAX_DIM, &c->ngroups)) ||
 	    (rc = cfg_int(x, o, "expand", 2, 1, 64, &c->expand)) ||
 	    (rc = cfg_int(x, o, "conv_kernel", 4, 2, 64, &c->d_conv)) ||
 	    (rc = cfg_int(x, o, "vocab_size", -1, 1, MAX_DIM, &c->vocab_size)) ||
 	    (rc = cfg_int(x, o, "pad_vocab_size_multiple", 1, 1, 1 << 16, &mult)) ||
 	    (rc = cfg_eos(x, o, &c->eos_token_id)) ||
-	    (rc = cfg_bool(x, o, "tie_word_embeddings", 0, &tied)) ||
+	    (rc = cfg_bool(x, o, "tie_word_embeddings", tied_default, &tied)) ||
 	    (rc = cfg_require(x, o, "use_bias", 0, 0, "use_bias=true (in/out_proj bias)")) ||
-	    (rc = cfg_require(x, o, "use_conv_bias", 1, 1, "use_conv_bias=false")) ||
-	    (rc = cfg_require(x, o, "rms_norm", 1, 1, "LayerNorm (rms_norm=false)")) ||
-	    (rc = cfg_require(x, o, "norm_before_gate", 0, 0, "norm_before_gate=true")) ||
-	    (rc = cfg_limit(x, o, "time_step_limit", c)))
+	    (rc = cfg_require(x, o, "use_conv_bias", 1, 1, "use_conv_bias=false")))
 		return rc;
 	c->tied = tied;
 	c->eps = (float)eps;
 	c->d_inner = c->expand * c->d_model;
+	c->vocab_padded = (int32_t)(((int64_t)c->vocab_size + mult - 1) / mult * mult);
+	return 0;
+}
+
+/* transformers Mamba2Config (defaults as in configuration_mamba2.py). */
+static int config_hf(ss_model_config *c, const cfgctx *x)
+{
+	const cJSON *o = x->obj;
+	int rc;
+	int32_t nh = 0;
+	if ((rc = config_hf_top(c, x, 0)) ||
+	    (rc = cfg_int(x, o, "state_size", 128, 1, MAX_DIM, &c->d_state)) ||
+	    (rc = cfg_int(x, o, "head_dim", 64, 1, MAX_DIM, &c->headdim)) ||
+	    (rc = cfg_int(x, o, "num_heads", 0, 0, MAX_DIM, &nh)) ||
+	    (rc = cfg_int(x, o, "n_groups", 8, 1, MAX_DIM, &c->ngroups)) ||
+	    (rc = cfg_require(x, o, "rms_norm", 1, 1, "LayerNorm (rms_norm=false)")) ||
+	    (rc = cfg_require(x, o, "norm_before_gate", 0, 0, "norm_before_gate=true")) ||
+	    (rc = cfg_limit(x, o, "time_step_limit", c)))
+		return rc;
 	if (nh && (int64_t)nh * c->headdim != c->d_inner)
 		return ss_errf(x->errmsg, SS_ERR_FORMAT,
 		            "%s: num_heads %d x head_dim %d != expand x hidden_size %d", x->path, nh,
 		            c->headdim, c->d_inner);
+	return 0;
+}
+
+/* The top-level fields of a state-spaces config (mamba_ssm MambaConfig),
+ * shared by Mamba-1 and Mamba-2: d_model, n_layer, vocab_size (padded by
+ * pad_vocab_size_multiple, default 8), eos, tie_embeddings, norm_epsilon. */
+static int config_ss_top(ss_model_config *c, const cfgctx *x)
+{
+	const cJSON *o = x->obj;
+	int rc, tied;
+	int32_t mult;
+	double eps = 1e-5;
+	const cJSON *je = cJSON_GetObjectItemCaseSensitive(o, "norm_epsilon");
+	if (cJSON_IsNumber(je))
+		eps = je->valuedouble;
+	if ((rc = cfg_int(x, o, "d_model", -1, 1, MAX_DIM, &c->d_model)) ||
+	    (rc = cfg_int(x, o, "n_layer", -1, 1, 65536, &c->n_layer)) ||
+	    (rc = cfg_int(x, o, "vocab_size", -1, 1, MAX_DIM, &c->vocab_size)) ||
+	    (rc = cfg_int(x, o, "pad_vocab_size_multiple", 8, 1, 1 << 16, &mult)) ||
+	    (rc = cfg_eos(x, o, &c->eos_token_id)) ||
+	    (rc = cfg_bool(x, o, "tie_embeddings", 1, &tied)) ||
+	    (rc = cfg_require(x, o, "rms_norm", 1, 1, "LayerNorm (rms_norm=false)")))
+		return rc;
+	c->tied = tied;
+	c->eps = (float)eps;
 	c->vocab_padded = (int32_t)(((int64_t)c->vocab_size + mult - 1) / mult * mult);
 	return 0;
 }
+
+static int config_ss1(ss_model_config *c, const cfgctx *x, const cJSON *s);
 
 /* mamba_ssm MambaConfig with ssm_cfg (defaults from config_mamba.py and
  * modules/mamba2.py). */
 static int config_ss(ss_model_config *c, const cfgctx *x)
 {
 	const cJSON *o = x->obj;
-	int rc, tied;
-	int32_t dint, mult, dssm;
+	int rc;
+	int32_t dint, dssm;
 	const cJSON *attn = cJSON_GetObjectItemCaseSensitive(o, "attn_layer_idx");
 	if (attn && cJSON_GetArraySize(attn) > 0)
 		return unsupported(x, "a hybrid with attention layers (attn_layer_idx)");
@@ -325,21 +368,12 @@ static int config_ss(ss_model_config *c, const cfgctx *x)
 	const cJSON *layer = cJSON_GetObjectItemCaseSensitive(s, "layer");
 	if (layer && !cJSON_IsString(layer))
 		return ss_errf(x->errmsg, SS_ERR_FORMAT, "%s: \"ssm_cfg.layer\" must be a string", x->path);
-	if (layer ? strcmp(layer->valuestring, "Mamba2") != 0
+	if (layer ? !strcmp(layer->valuestring, "Mamba1")
 	          : !cJSON_GetObjectItemCaseSensitive(s, "headdim"))
-		return unsupported(x, layer && strcmp(layer->valuestring, "Mamba1")
-		                      ? "this ssm_cfg.layer" : "Mamba-1 (ssm_cfg.layer Mamba1)");
-	double eps = 1e-5;
-	const cJSON *je = cJSON_GetObjectItemCaseSensitive(o, "norm_epsilon");
-	if (cJSON_IsNumber(je))
-		eps = je->valuedouble;
-	if ((rc = cfg_int(x, o, "d_model", -1, 1, MAX_DIM, &c->d_model)) ||
-	    (rc = cfg_int(x, o, "n_layer", -1, 1, 65536, &c->n_layer)) ||
-	    (rc = cfg_int(x, o, "vocab_size", -1, 1, MAX_DIM, &c->vocab_size)) ||
-	    (rc = cfg_int(x, o, "pad_vocab_size_multiple", 8, 1, 1 << 16, &mult)) ||
-	    (rc = cfg_eos(x, o, &c->eos_token_id)) ||
-	    (rc = cfg_bool(x, o, "tie_embeddings", 1, &tied)) ||
-	    (rc = cfg_require(x, o, "rms_norm", 1, 1, "LayerNorm (rms_norm=false)")) ||
+		return config_ss1(c, x, s);
+	if (strcmp(layer->valuestring, "Mamba2"))
+		return unsupported(x, "this ssm_cfg.layer");
+	if ((rc = config_ss_top(c, x)) ||
 	    (rc = cfg_int(x, s, "d_state", 128, 1, MAX_DIM, &c->d_state)) ||
 	    (rc = cfg_int(x, s, "headdim", 64, 1, MAX_DIM, &c->headdim)) ||
 	    (rc = cfg_int(x, s, "ngroups", 1, 1, MAX_DIM, &c->ngroups)) ||
@@ -353,13 +387,80 @@ static int config_ss(ss_model_config *c, const cfgctx *x)
 	    (rc = cfg_require(x, s, "conv_bias", 1, 1, "conv_bias=false")) ||
 	    (rc = cfg_limit(x, s, "dt_limit", c)))
 		return rc;
-	c->tied = tied;
-	c->eps = (float)eps;
 	c->d_inner = c->expand * c->d_model;
 	if (dssm && dssm != c->d_inner)
 		return unsupported(x, "d_ssm != expand x d_model");
-	c->vocab_padded = (int32_t)(((int64_t)c->vocab_size + mult - 1) / mult * mult);
 	return 0;
+}
+
+/* dt_rank: an integer, or "auto" (absent too) = ceil(d_model / 16). */
+static int cfg_dt_rank(const cfgctx *x, const cJSON *obj, const char *key, ss_model_config *c)
+{
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+	if (!j || cJSON_IsNull(j) || (cJSON_IsString(j) && !strcmp(j->valuestring, "auto"))) {
+		c->dt_rank = (c->d_model + 15) / 16;
+		return 0;
+	}
+	return cfg_int(x, obj, key, -1, 1, MAX_DIM, &c->dt_rank);
+}
+
+/* transformers MambaConfig (configuration_mamba.py: vocab_size is the
+ * embedding rows, tie_word_embeddings defaults to true). */
+static int config_hf1(ss_model_config *c, const cfgctx *x)
+{
+	const cJSON *o = x->obj;
+	int rc;
+	int32_t inter;
+	if ((rc = config_hf_top(c, x, 1)) ||
+	    (rc = cfg_int(x, o, "state_size", 16, 1, MAX_DIM, &c->d_state)) ||
+	    (rc = cfg_int(x, o, "intermediate_size", 0, 0, MAX_DIM, &inter)) ||
+	    (rc = cfg_dt_rank(x, o, "time_step_rank", c)))
+		return rc;
+	if (inter && inter != c->d_inner)
+		return ss_errf(x->errmsg, SS_ERR_FORMAT, "%s: intermediate_size %d != expand x hidden_size %d",
+		            x->path, inter, c->d_inner);
+	return 0;
+}
+
+/* mamba_ssm MambaConfig whose ssm_cfg is Mamba-1's (modules/mamba_simple.py
+ * defaults: d_state 16, d_conv 4, expand 2, dt_rank "auto"). */
+static int config_ss1(ss_model_config *c, const cfgctx *x, const cJSON *s)
+{
+	int rc;
+	if ((rc = config_ss_top(c, x)) ||
+	    (rc = cfg_int(x, s, "d_state", 16, 1, MAX_DIM, &c->d_state)) ||
+	    (rc = cfg_int(x, s, "d_conv", 4, 2, 64, &c->d_conv)) ||
+	    (rc = cfg_int(x, s, "expand", 2, 1, 64, &c->expand)) ||
+	    (rc = cfg_dt_rank(x, s, "dt_rank", c)) ||
+	    (rc = cfg_require(x, s, "bias", 0, 0, "in/out_proj bias")) ||
+	    (rc = cfg_require(x, s, "conv_bias", 1, 1, "conv_bias=false")))
+		return rc;
+	c->d_inner = c->expand * c->d_model;
+	return 0;
+}
+
+/* Mamba-1 as the shared dims see it: one channel per head (headdim 1), the
+ * conv over x alone, in_proj x | z. */
+static int config_mamba1_dims(ss_model_config *c, const char *path, char *errmsg)
+{
+	snprintf(c->arch, sizeof c->arch, "mamba1");
+	c->headdim = 1;
+	c->nheads = c->d_inner;
+	c->ngroups = 1;
+	c->dt_min = 0.0f;
+	c->dt_max = INFINITY;
+	if ((int64_t)c->d_inner * 2 > MAX_DIM || c->dt_rank + 2LL * c->d_state > MAX_DIM)
+		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: d_inner %d is too large", path, c->d_inner);
+	c->conv_dim = c->d_inner;
+	c->d_in_proj = 2 * c->d_inner;
+	if (!(c->eps > 0 && c->eps < 1))
+		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: epsilon must be in (0, 1)", path);
+	return 0;
+}
+
+int ss_model_is_mamba1(const ss_model_config *cfg)
+{
+	return cfg && !strcmp(cfg->arch, "mamba1");
 }
 
 static int config_parse(ss_model_config *c, const cJSON *root, const char *path, char *errmsg)
@@ -372,13 +473,18 @@ static int config_parse(ss_model_config *c, const cJSON *root, const char *path,
 	if (mt) {
 		if (!cJSON_IsString(mt))
 			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: \"model_type\" must be a string", path);
-		if (!strcmp(mt->valuestring, "mamba") || !strcmp(mt->valuestring, "falcon_mamba"))
+		if (!strcmp(mt->valuestring, "falcon_mamba"))
 			return ss_errf(errmsg, SS_ERR_UNSUPPORTED,
-			            "%s: model_type \"%s\" (Mamba-1) is not supported (only Mamba-2)", path,
-			            mt->valuestring);
+			            "%s: model_type \"%s\" (B/C/dt RMSNorms) is not supported (only mamba, mamba2)",
+			            path, mt->valuestring);
+		if (!strcmp(mt->valuestring, "mamba")) {
+			if ((rc = config_hf1(c, &x)))
+				return rc;
+			return config_mamba1_dims(c, path, errmsg);
+		}
 		if (strcmp(mt->valuestring, "mamba2"))
 			return ss_errf(errmsg, SS_ERR_UNSUPPORTED,
-			            "%s: model_type \"%.64s\" is not supported (only mamba2)", path,
+			            "%s: model_type \"%.64s\" is not supported (only mamba, mamba2)", path,
 			            mt->valuestring);
 		rc = config_hf(c, &x);
 	} else if (cJSON_GetObjectItemCaseSensitive(root, "d_model")) {
@@ -390,6 +496,8 @@ static int config_parse(ss_model_config *c, const cJSON *root, const char *path,
 	}
 	if (rc)
 		return rc;
+	if (c->dt_rank)
+		return config_mamba1_dims(c, path, errmsg);
 	if (c->d_inner % c->headdim)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: d_inner %d is not a multiple of headdim %d", path,
 		            c->d_inner, c->headdim);
@@ -561,7 +669,8 @@ static int build_slots(ss_model *m, const ss_checkpoint *ck, unsigned flags, slo
 {
 	ss_model_config *c = &m->cfg;
 	int untied = !c->tied;
-	size_t n = 2 + 9 * (size_t)c->n_layer + (size_t)untied;
+	const int m1 = ss_model_is_mamba1(c), per = m1 ? 10 : 9;
+	size_t n = 2 + (size_t)per * (size_t)c->n_layer + (size_t)untied;
 	slot *s = calloc(n, sizeof *s);
 	if (!s)
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
@@ -594,10 +703,28 @@ static int build_slots(ss_model *m, const ss_checkpoint *ck, unsigned flags, slo
 			{c->d_model, c->d_inner},
 		};
 		static const int nd[9] = {1, 2, 3, 1, 1, 1, 1, 1, 2};
-		for (int i = 0; i < 9; i++, k++) {
-			s[k].t = find_layer(ck, l, suffix[i], s[k].name, sizeof s[k].name);
-			slot_set(&s[k], s[k].name, dst[i], nd[i], sh[i][0], sh[i][1], sh[i][2]);
-			s[k].mat = mat[i];
+		/* Mamba-1 (mamba_simple.py / modeling_mamba.py MambaMixer) */
+		static const char *const suffix1[10] = {
+			"norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.conv1d.bias",
+			"mixer.x_proj.weight", "mixer.dt_proj.weight", "mixer.dt_proj.bias", "mixer.A_log",
+			"mixer.D", "mixer.out_proj.weight",
+		};
+		float **dst1[10] = {&lw->norm, NULL, &lw->conv_w, &lw->conv_b, &lw->x_proj,
+		                    &lw->dt_proj, &lw->dt_bias, &lw->A_log, &lw->D, NULL};
+		void **mat1[10] = {[1] = &lw->in_proj, [9] = &lw->out_proj};
+		int64_t sh1[10][3] = {
+			{c->d_model}, {c->d_in_proj, c->d_model}, {c->d_inner, 1, c->d_conv},
+			{c->d_inner}, {c->dt_rank + 2 * c->d_state, c->d_inner}, {c->d_inner, c->dt_rank},
+			{c->d_inner}, {c->d_inner, c->d_state}, {c->d_inner}, {c->d_model, c->d_inner},
+		};
+		static const int nd1[10] = {1, 2, 3, 1, 2, 2, 1, 2, 1, 2};
+		for (int i = 0; i < per; i++, k++) {
+			const char *suf = m1 ? suffix1[i] : suffix[i];
+			const int64_t *shp = m1 ? sh1[i] : sh[i];
+			s[k].t = find_layer(ck, l, suf, s[k].name, sizeof s[k].name);
+			slot_set(&s[k], s[k].name, m1 ? dst1[i] : dst[i], m1 ? nd1[i] : nd[i], shp[0],
+			         shp[1], shp[2]);
+			s[k].mat = m1 ? mat1[i] : mat[i];
 		}
 	}
 	s[k].t = find_any(ck, normf);
@@ -723,8 +850,14 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 	const ss_model_config *c = &m->cfg;
 	fphash fp;
 	fphash_init(&fp, 0x5353u);
-	static const char tag[16] = "ss-mamba2-fp-v1";
-	fphash_update(&fp, tag, sizeof tag);
+	/* the architecture is in the tag: a Mamba-1 and a Mamba-2 model never
+	 * share a fingerprint, and Mamba-2 fingerprints stay as they were */
+	static const char tag2[16] = "ss-mamba2-fp-v1", tag1[16] = "ss-mamba1-fp-v1";
+	fphash_update(&fp, ss_model_is_mamba1(c) ? tag1 : tag2, sizeof tag2);
+	if (ss_model_is_mamba1(c)) {
+		int64_t rank = c->dt_rank;
+		fphash_update(&fp, &rank, sizeof rank);
+	}
 	int64_t dims[] = {c->d_model, c->n_layer, c->d_state, c->headdim, c->nheads, c->ngroups,
 	                  c->d_conv, c->d_inner, c->vocab_padded, c->tied};
 	fphash_update(&fp, dims, sizeof dims);

@@ -175,9 +175,14 @@ size_t ss_state_conv_len(const ss_state_dims *d)
 	return (size_t)d->n_layer * d->conv_dim * (d->d_conv - 1);
 }
 
+int ss_state_is_mamba1(const ss_state_dims *d)
+{
+	return !strcmp(d->arch, "mamba1");
+}
+
 size_t ss_state_logdecay_len(const ss_state_dims *d)
 {
-	return (size_t)d->n_layer * d->nheads;
+	return (size_t)d->n_layer * d->nheads * (ss_state_is_mamba1(d) ? (size_t)d->d_state : 1);
 }
 
 void ss_state_q8_blocks(const ss_state_dims *d, int which, size_t *row, size_t *block)
@@ -519,9 +524,14 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 	/* Every array's f32 byte size, with each product checked, must be
 	 * sane, and the arrays present must fit the record: later size
 	 * arithmetic (ss_state_*_len times 4) then cannot overflow or wrap. */
-	uint64_t ssm_n, conv_n, ld_n, bytes;
-	if (__builtin_mul_overflow((uint64_t)v[0], (uint64_t)v[1], &ld_n) ||
-	    __builtin_mul_overflow(ld_n, (uint64_t)v[2], &ssm_n) ||
+	if (ss_state_is_mamba1(&s->dims) && (v[2] != 1 || v[4] != v[1]))
+		return ss_errf(errmsg, SS_ERR_FORMAT, "a mamba1 state has headdim 1 and conv_dim = nheads "
+			       "(d_inner), not headdim %lld, conv_dim %lld, nheads %lld", (long long)v[2],
+			       (long long)v[4], (long long)v[1]);
+	uint64_t ssm_n, conv_n, ld_n, lh_n, bytes;
+	if (__builtin_mul_overflow((uint64_t)v[0], (uint64_t)v[1], &lh_n) ||
+	    __builtin_mul_overflow(lh_n, (uint64_t)(ss_state_is_mamba1(&s->dims) ? v[3] : 1), &ld_n) ||
+	    __builtin_mul_overflow(lh_n, (uint64_t)v[2], &ssm_n) ||
 	    __builtin_mul_overflow(ssm_n, (uint64_t)v[3], &ssm_n) ||
 	    __builtin_mul_overflow((uint64_t)v[0], (uint64_t)v[4], &conv_n) ||
 	    __builtin_mul_overflow(conv_n, (uint64_t)(v[5] - 1), &conv_n) ||

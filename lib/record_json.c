@@ -193,9 +193,11 @@ int ss_record_to_json(const ss_record *rec, FILE *f, int full)
 	int states = !strcmp(rec->format, SS_FORMAT_STATES);
 	int64_t L = int_of(m, "n_layer"), H = int_of(m, "nheads"), P = int_of(m, "headdim"),
 		N = int_of(m, "d_state"), C = int_of(m, "conv_dim"), K = int_of(m, "d_conv") - 1;
+	const msgpack_object *dto = ss_map_get(m, "dtype"), *ao = ss_map_get(m, "arch");
+	const int m1 = ao && ao->type == MSGPACK_OBJECT_STR && ao->via.str.size == 6 &&
+		       !memcmp(ao->via.str.ptr, "mamba1", 6);
 	/* byte-shuffled conv/ssm are rendered unshuffled (a copy) */
 	int64_t shuffle = int_of(m, "shuffle");
-	const msgpack_object *dto = ss_map_get(m, "dtype");
 	char dtype[16] = "f32";
 	if (dto && dto->type == MSGPACK_OBJECT_STR && dto->via.str.size < sizeof dtype) {
 		memcpy(dtype, dto->via.str.ptr, dto->via.str.size);
@@ -221,8 +223,9 @@ int ss_record_to_json(const ss_record *rec, FILE *f, int full)
 			shape[0] = v->via.bin.size / 4;
 			json_array(f, v->via.bin.ptr, v->via.bin.size, "i32", shape, 1, full);
 		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "logdecay")) {
-			shape[0] = L, shape[1] = H;
-			json_array(f, v->via.bin.ptr, v->via.bin.size, "f32", shape, 2, full);
+			/* mamba1: a decay per state element */
+			shape[0] = L, shape[1] = H, shape[2] = N;
+			json_array(f, v->via.bin.ptr, v->via.bin.size, "f32", shape, m1 ? 3 : 2, full);
 		} else if (v->type == MSGPACK_OBJECT_BIN && states && (!strcmp(key, "conv") || !strcmp(key, "ssm"))) {
 			int conv = !strcmp(key, "conv");
 			if (conv)
@@ -253,8 +256,10 @@ int ss_record_to_json(const ss_record *rec, FILE *f, int full)
 				json_obj(f, pk);
 				fputc(':', f);
 				if (pv->type == MSGPACK_OBJECT_BIN) {
-					shape[0] = L, shape[1] = H, shape[2] = L && H ? pv->via.bin.size / 4 / (L * H) : 0;
-					json_array(f, pv->via.bin.ptr, pv->via.bin.size, "f32", shape, 3, full);
+					const int64_t LH = L * H * (m1 ? N : 1);
+					shape[0] = L, shape[1] = H, shape[2] = N;
+					shape[m1 ? 3 : 2] = LH ? (int64_t)(pv->via.bin.size / 4) / LH : 0;
+					json_array(f, pv->via.bin.ptr, pv->via.bin.size, "f32", shape, m1 ? 4 : 3, full);
 				} else {
 					json_obj(f, pv);
 				}

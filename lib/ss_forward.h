@@ -1,5 +1,5 @@
 /*
- * ss_forward.h — the Mamba-2 forward pass, on the CPU or (through the CUDA
+ * ss_forward.h — the Mamba-2 (and Mamba-1) forward pass, on the CPU or (through the CUDA
  * plugin, ss_forward_ctx_init_dev) on a GPU (part of libss; include
  * "ss.h", not this file: it uses ss_model from ss_model.h and ss_state from
  * ss_stream.h).
@@ -17,8 +17,13 @@
  * (openblas_set_num_threads(1), process-wide): OpenBLAS's own threads would
  * otherwise spin-wait beside ours and oversubscribe the cores.
  *
+ * Mamba-1 models (cfg arch "mamba1") run through the same driver and ops
+ * table with their own ops (ss_ops.h: low-rank dt, per-element scan, plain
+ * gate); their states have one decay per channel and state element.
+ *
  * ref: DESIGN.md §2; golden/README.md §2 (the exact per-token math);
- *      state-spaces/mamba mamba_ssm/modules/mamba2.py forward() and step().
+ *      state-spaces/mamba mamba_ssm/modules/mamba2.py forward() and step();
+ *      golden-mamba1/README.md §2 (Mamba-1's).
  */
 #ifndef SS_FORWARD_H
 #define SS_FORWARD_H
@@ -45,7 +50,8 @@ typedef enum {
  *             dims (ss_model_state_dims + ss_state_alloc); on return the
  *             state after the tokens: conv and ssm replaced,
  *             logdecay[l][h] += A_h * Σ_t dt[t][h] (units: log of the decay,
- *             ≤ 0), n_tokens += n_tokens. An empty fingerprint is set to the
+ *             ≤ 0; Mamba-1: logdecay[l][d][n] += A_dn * Σ_t dt[t][d]),
+ *             n_tokens += n_tokens. An empty fingerprint is set to the
  *             model's; a different non-empty one is refused.
  *             Distinct sequences of one call must have distinct states.
  *   logits:   out, caller-owned, [n_rows][vocab_padded] f32 (n_rows per the
@@ -147,7 +153,12 @@ typedef struct ss_device ss_device; /* ss_device.h */
  * the context. Every ss_forward_* call keeps its contract and results (to
  * the GPU's rounding; tests/test_cuda_parity.c gives the tolerances):
  * prefill uploads the states, runs, and copies states and outputs back
- * before returning. Errors: as ss_forward_ctx_init, and SS_ERR_DEVICE (out
+ * before returning. A Mamba-1 model (ss_model_is_mamba1) gets a CPU
+ * context on any device unless the environment has SS_CUDA_MAMBA1=1: its
+ * GPU backend (kernels/forward.cu) is compiled but has not been run on a
+ * GPU yet; tests/test_cuda_parity.c checks it against the CPU and
+ * golden-mamba1 where a GPU exists.
+ * Errors: as ss_forward_ctx_init, and SS_ERR_DEVICE (out
  * of GPU memory, a CUDA failure; errmsg names it).
  * ref: lib/forward.c (the one driver of both devices), kernels/forward.cu
  *      (the GPU backend it runs). */

@@ -14,18 +14,22 @@ extern "C" {
 
 /* Hyperparameters, from config.json (transformers or state-spaces style). */
 typedef struct {
-	char arch[16];          /* "mamba2" */
+	char arch[16];          /* "mamba2" or "mamba1" (ss_model_is_mamba1) */
 	int32_t d_model;        /* hidden size */
 	int32_t n_layer;
 	int32_t d_state;        /* N */
-	int32_t headdim;        /* P */
-	int32_t nheads;         /* d_inner / headdim */
+	int32_t headdim;        /* P; Mamba-1: 1 */
+	int32_t nheads;         /* d_inner / headdim; Mamba-1: d_inner (a "head"
+				   is one channel, with its own d_state decays) */
 	int32_t ngroups;        /* B/C groups; head h uses group h / (nheads/ngroups) */
 	int32_t d_conv;         /* conv width, 4 */
 	int32_t expand;         /* 2 */
 	int32_t d_inner;        /* expand * d_model */
-	int32_t conv_dim;       /* d_inner + 2*ngroups*d_state */
-	int32_t d_in_proj;      /* 2*d_inner + 2*ngroups*d_state + nheads */
+	int32_t conv_dim;       /* d_inner + 2*ngroups*d_state; Mamba-1: d_inner (x only) */
+	int32_t d_in_proj;      /* 2*d_inner + 2*ngroups*d_state + nheads;
+				   Mamba-1: 2*d_inner (x | z) */
+	int32_t dt_rank;        /* Mamba-1: rank of dt_proj (ceil(d_model/16)
+				   for "auto"); 0 for Mamba-2 */
 	int32_t vocab_size;     /* tokenizer vocabulary (50277) */
 	int32_t vocab_padded;   /* embedding / lm_head rows (50288) */
 	float eps;              /* RMSNorm epsilon, 1e-5 */
@@ -35,7 +39,11 @@ typedef struct {
 } ss_model_config;
 
 /* One layer's weights, row-major (torch's [out][in] for projections): f32,
- * except in_proj and out_proj, which are in the model's wtype. */
+ * except in_proj and out_proj, which are in the model's wtype. Mamba-1
+ * (ref: mamba_ssm modules/mamba_simple.py; transformers modeling_mamba.py)
+ * uses in_proj [2*d_inner][d_model] (x | z), conv over d_inner channels,
+ * x_proj, dt_proj, dt_bias = dt_proj.bias [d_inner], A_log
+ * [d_inner][d_state], D [d_inner], out_proj; gnorm is NULL. */
 typedef struct {
 	float *norm;      /* [d_model]            backbone.layers.N.norm.weight */
 	void *in_proj;    /* [d_in_proj][d_model] mixer.in_proj.weight, wtype */
@@ -45,6 +53,9 @@ typedef struct {
 	float *A_log;     /* [nheads]; A = -exp(A_log) */
 	float *D;         /* [nheads] */
 	float *gnorm;     /* [d_inner]            mixer.norm.weight (gated, grouped RMSNorm) */
+	float *x_proj;    /* Mamba-1 [dt_rank+2*d_state][d_inner] mixer.x_proj.weight
+			     (rows: dt_low | B | C) */
+	float *dt_proj;   /* Mamba-1 [d_inner][dt_rank] mixer.dt_proj.weight */
 	void *out_proj;   /* [d_model][d_inner], wtype */
 } ss_layer;
 
@@ -64,8 +75,9 @@ typedef struct ss_model {
 	void *priv;             /* loader-owned storage */
 } ss_model;
 
-/* Loads a model directory: config.json (transformers `model_type: mamba2` or
- * state-spaces `ssm_cfg`) plus model.safetensors, sharded safetensors with
+/* Loads a model directory: config.json (transformers `model_type: mamba2`
+ * or `mamba`, or state-spaces `ssm_cfg`: Mamba-1 when ssm_cfg names layer
+ * "Mamba1" or has neither "layer" nor "headdim", as mamba_ssm's default) plus model.safetensors, sharded safetensors with
  * model.safetensors.index.json, or pytorch_model.bin (zip + restricted
  * unpickler that only rebuilds tensors). Checks every tensor's shape against
  * the config. The four matrices stay in the checkpoint's dtype (m->wtype =
@@ -77,7 +89,7 @@ typedef struct ss_model {
  * SS_MODEL_NO_MMAP.
  * Errors: SS_ERR_NOTFOUND (missing file/tensor), SS_ERR_FORMAT
  * (malformed JSON/safetensors/pickle), SS_ERR_TRUNCATED, SS_ERR_TOO_LARGE,
- * SS_ERR_UNSUPPORTED (Mamba-1, hybrids), SS_ERR_MISMATCH (shape); errmsg
+ * SS_ERR_UNSUPPORTED (FalconMamba, hybrids, biases), SS_ERR_MISMATCH (shape); errmsg
  * names the file and tensor, e.g. "DIR/model.safetensors:
  * backbone.layers.1.mixer.in_proj.weight: shape [296,64], expected [300,64]".
  * Caller frees with ss_model_free().
@@ -119,8 +131,12 @@ int ss_model_config_load(ss_model_config *cfg, const char *dir, char *errmsg);
 /* Frees the model, its weights and mappings. NULL is fine. */
 void ss_model_free(ss_model *m);
 
+/* 1 when cfg is a Mamba-1 model (arch "mamba1"), else 0. */
+int ss_model_is_mamba1(const ss_model_config *cfg);
+
 /* Dims of the states this model produces (for ss_state_alloc):
- * arch "mamba2", n_layer, nheads, headdim, d_state, conv_dim, d_conv. */
+ * arch ("mamba2" or "mamba1"), n_layer, nheads, headdim, d_state,
+ * conv_dim, d_conv. */
 void ss_model_state_dims(const ss_model *m, ss_state_dims *d);
 
 #ifdef __cplusplus

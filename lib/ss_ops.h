@@ -28,6 +28,12 @@
  *   scan step    ss_ssm_step_cpu         ss_ssm_step_cuda         scan.c    | scan.cu
  *   argmax       ss_argmax_rows_cpu      ss_argmax_rows_cuda      argmax.c  | argmax.cu
  *   loss         ss_cross_entropy_cpu    —                        loss.c    |
+ *   Mamba-1:
+ *   dt low-rank  ss_dt_proj_cpu          ss_dt_proj_cuda          dt.c      | dt.cu
+ *   scan (M1)    ss_ssm1_scan_cpu        ss_ssm1_scan_cuda        scan1.c   | scan1.cu
+ *   gate         ss_gate_silu_cpu        ss_gate_silu_cuda        norm.c    | norm.cu
+ *   (Mamba-1's conv is conv1d above over the d_inner x columns, x_proj the
+ *   linear with f32 W.)
  *
  *   * internal (lib/ops/scan.h): one group's heads, called by forward.c per
  *     thread; ss_ssd_scan_cuda is checked against ss_ssm_scan_cpu.
@@ -299,6 +305,50 @@ int ss_ssm_step_cpu(const ss_scan_dims *d, int nseq, const float *x, ptrdiff_t l
  * ref: mamba_ssm ops/triton/layernorm_gated.py rmsnorm_fn(group_size). */
 void ss_gated_rmsnorm_cpu(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz,
 			  const float *w, int64_t n, int d, int ngroups, float eps);
+
+/* Mamba-1's dt, low rank: per row r and channel d
+ *   dt[r][d] = softplus(Σ_k W[d][k] · low[r][k] + dt_bias[d])
+ * (softplus to f32 precision as ss_dt_softplus_cpu's, no clamp; the sum in
+ * f32: on the CPU the linear op's sgemm, on the GPU k in order).
+ *   dt: out [n][d_inner], row stride lddt.
+ *   low: [n][dt_rank], row stride ldl (x_proj's dt_low columns).
+ *   W: [d_inner][dt_rank] (mixer.dt_proj.weight).  dt_bias: [d_inner]
+ *   (mixer.dt_proj.bias). Channel ranges: offset dt, W, dt_bias.
+ * ref: mamba_ssm modules/mamba_simple.py (dt_proj, delta_softplus). */
+void ss_dt_proj_cpu(float *dt, ptrdiff_t lddt, const float *low, ptrdiff_t ldl, const float *W,
+		    const float *dt_bias, int64_t n, int d_inner, int dt_rank);
+
+/* The Mamba-1 selective scan of one layer over a packed batch (seq_start
+ * [nseq+1]) or one row per sequence (seq_start NULL: decode), each from its
+ * own state, leaving its final state. Per token t, channel d, state n
+ * (A_dn = -exp(A_log[d][n]), computed in f32 once per call):
+ *   ssm[d][n] = exp(dt[t][d]·A_dn) · ssm[d][n] + dt[t][d] · x[t][d] · B[t][n]
+ *   y[t][d] = Σ_n ssm[d][n] · C[t][n] + D[d] · x[t][d]
+ *   logdecay[d][n] += A_dn · Σ_t dt[t][d]   (A_dn and the sum in double)
+ *   x: [T][d_inner], row stride ldx (conv output).
+ *   BC: [T][2*d_state] B | C, row stride ldbc (x_proj's columns after
+ *       dt_low).  dt: [T][d_inner], lddt.
+ *   A_log: [d_inner][d_state].  D: [d_inner] or NULL (= 0).
+ *   ssm: in/out, sequence s at ssm + s*ld_ssm, [d_inner][d_state].
+ *   y: out [T][d_inner], ldy, or NULL (state only).
+ *   logdecay: in/out, sequence s at logdecay + s*ld_logdecay,
+ *       [d_inner][d_state], or NULL.
+ * Channel ranges [d0, d1): offset x, dt, y, D by d0 and A_log, ssm,
+ * logdecay by d0·d_state, with d_inner = d1-d0 (how the CPU forward splits
+ * it over threads). d_state <= 256.
+ * Returns 0 or SS_ERR_INVALID (bad dims or strides).
+ * ref: mamba_ssm ops/selective_scan_interface.py selective_scan_ref;
+ *      modules/mamba_simple.py step(); golden-mamba1/README.md §2. */
+int ss_ssm1_scan_cpu(int d_inner, int d_state, const int64_t *seq_start, int nseq,
+		     const float *x, ptrdiff_t ldx, const float *BC, ptrdiff_t ldbc,
+		     const float *dt, ptrdiff_t lddt, const float *A_log, const float *D,
+		     float *ssm, ptrdiff_t ld_ssm, float *y, ptrdiff_t ldy, float *logdecay,
+		     ptrdiff_t ld_logdecay);
+
+/* Mamba-1's gate, in place, row by row: y = y · silu(z).
+ *   y: in/out [n][d], row stride ldy.  z: [n][d], ldz (in_proj's z columns).
+ * ref: mamba_ssm modules/mamba_simple.py (y * act(z)). */
+void ss_gate_silu_cpu(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz, int64_t n, int d);
 
 /* Backward of ss_gated_rmsnorm_cpu, in place as the forward: with
  * u = y∘silu(z) and the group's r = 1/sqrt(mean(u_g²) + eps),

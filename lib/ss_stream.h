@@ -196,7 +196,9 @@ int ss_writer_put_tokens(ss_writer *w, const ss_tokens *t, uint64_t *offset);
 
 /* Architecture and dims of a state; equal dims + fingerprint = composable. */
 typedef struct {
-	char arch[16];     /* "mamba2" */
+	char arch[16];     /* "mamba2" or "mamba1" (then nheads = d_inner,
+			      headdim = 1, conv_dim = d_inner: one "head" per
+			      channel, with a decay per state element) */
 	int32_t n_layer, nheads, headdim, d_state, conv_dim, d_conv;
 } ss_state_dims;
 
@@ -209,7 +211,9 @@ typedef struct {
 	ss_state_dims dims;
 	int64_t n_tokens;    /* tokens the state has seen (sum for compositions) */
 	ss_dtype dtype;      /* storage dtype in the stream */
-	float *logdecay;     /* [n_layer][nheads], a_h = A_h * Σ_t dt_t,h ≤ 0 */
+	float *logdecay;     /* [n_layer][nheads], a_h = A_h * Σ_t dt_t,h ≤ 0;
+				mamba1: [n_layer][d_inner][d_state],
+				a_dn = A_dn * Σ_t dt_t,d */
 	float *conv;         /* [n_layer][conv_dim][d_conv-1], k=0 oldest */
 	float *ssm;          /* [n_layer][nheads][headdim][d_state] */
 	/* q8 scales as read from a q8 record by ss_record_state_meta/view
@@ -225,14 +229,19 @@ typedef struct {
 	char *mode;          /* "caso" | "picaso-r" | ... */
 	char **sources;      /* [n_sources] source ids */
 	int32_t n_sources;
-	float *weights;      /* [n_layer][nheads][n_sources] or NULL */
+	float *weights;      /* [logdecay_len][n_sources] or NULL: mamba2
+				[n_layer][nheads][n_sources], mamba1
+				[n_layer][d_inner][d_state][n_sources] */
 	/* Retrieval annotation (has_rank == 0 when absent). */
 	int has_rank;
 	int32_t rank;        /* 1 = most relevant */
 	double score;        /* BM25 score, higher = more relevant */
 } ss_state;
 
-/* Element counts of the three arrays for given dims. */
+/* 1 when d is a Mamba-1 state (arch "mamba1"), else 0. */
+int ss_state_is_mamba1(const ss_state_dims *d);
+/* Element counts of the three arrays for given dims (logdecay: n_layer ·
+ * nheads, times d_state for mamba1). */
 size_t ss_state_ssm_len(const ss_state_dims *d);
 size_t ss_state_conv_len(const ss_state_dims *d);
 size_t ss_state_logdecay_len(const ss_state_dims *d);

@@ -57,7 +57,8 @@ typedef struct ss_train ss_train;
  * (widened from bf16/f16), zero gradients, and activations for batches of
  * at most max_tokens tokens in at most max_seqs sequences.
  * Returns 0, SS_ERR_NOMEM, SS_ERR_INVALID (max_tokens or max_seqs < 1, d_conv >
- * SS_CONV_BACKWARD_MAX) or SS_ERR_UNSUPPORTED (untied lm_head not loaded).
+ * SS_CONV_BACKWARD_MAX) or SS_ERR_UNSUPPORTED (untied lm_head not loaded, or
+ * a Mamba-1 model: its ops have no backward yet).
  * Caller frees with ss_train_free. The model is not referenced afterwards. */
 int ss_train_init(ss_train **out, const ss_model *m, int64_t max_tokens, int max_seqs);
 

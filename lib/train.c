@@ -199,7 +199,8 @@ int ss_train_init(ss_train **out, const ss_model *m, int64_t max_tokens, int max
 	if (max_tokens < 1 || max_seqs < 1 || m->cfg.d_conv < 1 ||
 	    m->cfg.d_conv > SS_CONV_BACKWARD_MAX)
 		return SS_ERR_INVALID;
-	if (!m->cfg.tied && !m->lm_head)
+	/* an untied lm_head that was not loaded; Mamba-1 (no backward ops yet) */
+	if ((!m->cfg.tied && !m->lm_head) || ss_model_is_mamba1(&m->cfg))
 		return SS_ERR_UNSUPPORTED;
 	if (!(t = calloc(1, sizeof(*t))))
 		return SS_ERR_NOMEM;

@@ -9,6 +9,7 @@
  * is 0 to f32 precision).
  */
 #include <math.h>
+#include <stddef.h>
 
 #include "vec.h"
 
@@ -121,6 +122,57 @@ AVX2 static void scale_avx2(float *y, const float *x, float s, int64_t n)
 		y[i] = x[i] * s;
 }
 
+/* softplus(u) = max(u, 0) + log1p(e), e = exp(-|u|) <= 1, with
+ * log1p(e) = 2·atanh(t) = 2t·(1 + t²/3 + t⁴/5 + ...), t = e/(2+e) <= 1/3:
+ * eight terms leave < 2e-9 relative. */
+AVX2 static void softplus_bias_avx2(float *y, const float *b, int64_t n)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f), two = _mm256_set1_ps(2.0f);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const __m256 u = _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(b + i));
+		const __m256 e = exp256(_mm256_or_ps(u, sign)); /* exp(-|u|) */
+		const __m256 t = _mm256_div_ps(e, _mm256_add_ps(two, e)), t2 = _mm256_mul_ps(t, t);
+		__m256 p = _mm256_set1_ps(1.0f / 15);
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 13));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 11));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 9));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 7));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 5));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 3));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f));
+		const __m256 l = _mm256_mul_ps(_mm256_add_ps(t, t), p);
+		_mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_max_ps(u, _mm256_setzero_ps()), l));
+	}
+	for (; i < n; i++) {
+		const float u = y[i] + b[i];
+		y[i] = u > 20.0f ? u : log1pf(expf(u));
+	}
+}
+
+/* ss_vec_scan1_x8 with the 8 channels in one vector. */
+AVX2 static void scan1_x8_avx2(float *s, const float *A, int N, int64_t n, const float *x,
+			       ptrdiff_t ldx, const float *dt, ptrdiff_t lddt, const float *BC,
+			       ptrdiff_t ldbc, const float *D, float *y, ptrdiff_t ldy)
+{
+	const __m256 Dv = D ? _mm256_loadu_ps(D) : _mm256_setzero_ps();
+	for (int64_t t = 0; t < n; t++) {
+		const __m256 dv = _mm256_loadu_ps(dt + t * lddt), xv = _mm256_loadu_ps(x + t * ldx);
+		const __m256 dx = _mm256_mul_ps(dv, xv);
+		const float *B = BC + t * ldbc, *C = B + N;
+		__m256 acc = _mm256_setzero_ps();
+		for (int k = 0; k < N; k++) {
+			const __m256 dA = exp256(_mm256_mul_ps(dv, _mm256_loadu_ps(A + 8 * k)));
+			__m256 sk = _mm256_mul_ps(dA, _mm256_loadu_ps(s + 8 * k));
+			sk = _mm256_fmadd_ps(_mm256_set1_ps(B[k]), dx, sk);
+			_mm256_storeu_ps(s + 8 * k, sk);
+			acc = _mm256_fmadd_ps(sk, _mm256_set1_ps(C[k]), acc);
+		}
+		if (y)
+			_mm256_storeu_ps(y + t * ldy, _mm256_fmadd_ps(Dv, xv, acc));
+	}
+}
+
 AVX2 static void axpby_avx2(float *y, float a, const float *x, float b, int64_t n)
 {
 	const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
@@ -222,4 +274,44 @@ void ss_vec_axpby(float *y, float a, const float *x, float b, int64_t n)
 #endif
 	for (i = 0; i < n; i++)
 		y[i] = fmaf(x[i], b, y[i] * a);
+}
+
+void ss_vec_scan1_x8(float *s, const float *A, int N, int64_t n, const float *x, ptrdiff_t ldx,
+		     const float *dt, ptrdiff_t lddt, const float *BC, ptrdiff_t ldbc, const float *D,
+		     float *y, ptrdiff_t ldy)
+{
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		scan1_x8_avx2(s, A, N, n, x, ldx, dt, lddt, BC, ldbc, D, y, ldy);
+		return;
+	}
+#endif
+	for (int64_t t = 0; t < n; t++) {
+		const float *B = BC + t * ldbc, *C = B + N;
+		for (int c = 0; c < 8; c++) {
+			const float dv = dt[t * lddt + c], xv = x[t * ldx + c], dx = dv * xv;
+			float acc = 0.0f;
+			for (int k = 0; k < N; k++) {
+				float *e = &s[8 * k + c];
+				*e = expf(dv * A[8 * k + c]) * *e + B[k] * dx;
+				acc += *e * C[k];
+			}
+			if (y)
+				y[t * ldy + c] = acc + (D ? D[c] : 0.0f) * xv;
+		}
+	}
+}
+
+void ss_vec_softplus_bias(float *y, const float *b, int64_t n)
+{
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		softplus_bias_avx2(y, b, n);
+		return;
+	}
+#endif
+	for (int64_t i = 0; i < n; i++) {
+		const float u = y[i] + b[i];
+		y[i] = u > 20.0f ? u : log1pf(expf(u));
+	}
 }

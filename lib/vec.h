@@ -6,6 +6,7 @@
 #ifndef SS_VEC_H
 #define SS_VEC_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* x[i] = silu(x[i]) = x / (1 + exp(-x)) */
@@ -22,5 +23,21 @@ void ss_vec_scale_mul(float *y, const float *x, float s, const float *w, int64_t
 void ss_vec_scale(float *y, const float *x, float s, int64_t n);
 /* y[i] = a * y[i] + b * x[i]  (one rounding for the sum: fmaf) */
 void ss_vec_axpby(float *y, float a, const float *x, float b, int64_t n);
+
+/* y[i] = softplus(y[i] + b[i]) = log(1 + exp(y[i] + b[i])) (torch's, to
+ * f32 precision: the AVX2 body as max(u,0) + log1p(exp(-|u|)) by a series,
+ * the C body with torch's threshold 20). */
+void ss_vec_softplus_bias(float *y, const float *b, int64_t n);
+/* Mamba-1's selective scan of 8 consecutive channels over n tokens (the
+ * math of ss_ssm1_scan_cpu), the channels in the vector lanes:
+ *   s[k][c] = exp(dt[t][c]·A[k][c]) · s[k][c] + B[t][k] · dt[t][c] · x[t][c]
+ *   y[t][c] = Σ_k s[k][c] · C[t][k] + D[c] · x[t][c]
+ * s: in/out [N][8]; A: [N][8] (-exp(A_log), transposed); x, dt, y: rows at
+ * strides ldx, lddt, ldy (their first 8 channels); BC: rows at stride ldbc,
+ * B [N] then C [N]; D: [8] or NULL; y may be NULL. exp as vec.c's AVX2 exp
+ * (inputs clamped to >= -87.3) or expf. */
+void ss_vec_scan1_x8(float *s, const float *A, int N, int64_t n, const float *x, ptrdiff_t ldx,
+		     const float *dt, ptrdiff_t lddt, const float *BC, ptrdiff_t ldbc, const float *D,
+		     float *y, ptrdiff_t ldy);
 
 #endif /* SS_VEC_H */

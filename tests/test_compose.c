@@ -67,6 +67,9 @@ static float draw_decay(int kind)
 }
 
 static const ss_state_dims small_dims = {"mamba2", 2, 3, 2, 3, 4, 4};
+/* Mamba-1: d_inner 5 channels ("heads" of headdim 1), d_state 3, one decay
+ * per (channel, state element). */
+static const ss_state_dims m1_dims = {"mamba1", 2, 5, 1, 3, 5, 4};
 
 /* A state of dims d with random ssm/conv in [-1, 1] and decays of `kind`. */
 static void make_state(ss_state *s, const ss_state_dims *d, int kind, const char *id)
@@ -123,7 +126,9 @@ static void oracle_order(const size_t *perm, void *arg)
 {
 	oracle *o = arg;
 	for (size_t e = 0; e < o->len; e++) {
-		size_t gh = e / o->hlen; /* layer*nheads + head */
+		/* layer*nheads + head (Mamba-2: a head's headdim·d_state elements
+		 * share it); Mamba-1: ssm[l][d][0][n] has logdecay[l][d][n] */
+		size_t gh = e / o->hlen;
 		long double acc = 0, aacc = 0;
 		for (size_t i = 0; i < o->n; i++) {
 			const ss_state *x = &o->in[perm[i]];
@@ -143,8 +148,8 @@ static void oracle_ssm(ss_compose_mode mode, const ss_state *in, size_t n, long 
 		       long double *scale)
 {
 	const ss_state_dims *d = &in[0].dims;
-	oracle o = {in, n, ss_state_ssm_len(d), (size_t)d->nheads, (size_t)d->headdim * d->d_state,
-		    ref, scale, 0};
+	oracle o = {in, n, ss_state_ssm_len(d), (size_t)d->nheads,
+		    strcmp(d->arch, "mamba1") ? (size_t)d->headdim * d->d_state : 1, ref, scale, 0};
 	memset(ref, 0, o.len * sizeof *ref);
 	memset(scale, 0, o.len * sizeof *scale);
 	size_t p[8];
@@ -273,6 +278,31 @@ static void test_oracle_all_modes(void **unused)
 					check_vs_oracle(modes[m], in, n, kind_names[kind]);
 				free_states(in, n);
 			}
+}
+
+/* Mamba-1 states: every state element of every channel has its own decays,
+ * drawn independently (a composition that weighed by channel or by state
+ * index alone would miss the oracle). */
+static void test_oracle_mamba1(void **unused)
+{
+	(void)unused;
+	static const ss_compose_mode modes[] = {SS_COMPOSE_CASO, SS_COMPOSE_PICASO_S,
+						SS_COMPOSE_PICASO_R};
+	rng_state = 11;
+	assert_int_equal(ss_state_logdecay_len(&m1_dims), 2 * 5 * 3);
+	assert_int_equal(ss_state_ssm_len(&m1_dims), 2 * 5 * 3);
+	for (int kind = 0; kind < D_KINDS; kind++)
+		for (size_t n = 1; n <= 6; n++) {
+			ss_state in[6];
+			for (size_t k = 0; k < n; k++) {
+				char id[16];
+				snprintf(id, sizeof id, "m%zu", k);
+				make_state(&in[k], &m1_dims, k % 2 ? (kind + 2) % D_KINDS : kind, id);
+			}
+			for (size_t m = 0; m < 3; m++)
+				check_vs_oracle(modes[m], in, n, kind_names[kind]);
+			free_states(in, n);
+		}
 }
 
 /* Weights alone against the oracle, at f64 accuracy: picaso weights are
@@ -422,15 +452,13 @@ static void test_composed_id(void **unused)
 		ss_state_free(&in[k]);
 }
 
-static void test_soup_sum_max(void **unused)
+static void soup_sum_max(const ss_state_dims *dims)
 {
-	(void)unused;
-	rng_state = 4;
 	for (size_t n = 1; n <= 7; n++) {
 		ss_state in[7], out;
 		for (size_t k = 0; k < n; k++)
-			make_state(&in[k], &small_dims, D_RANDOM, "x");
-		size_t len = ss_state_ssm_len(&small_dims), clen = ss_state_conv_len(&small_dims);
+			make_state(&in[k], dims, D_RANDOM, "x");
+		size_t len = ss_state_ssm_len(dims), clen = ss_state_conv_len(dims);
 		compose_ok(SS_COMPOSE_SOUP, in, n, &out);
 		for (size_t e = 0; e < len; e++) {
 			double s = 0, as = 0;
@@ -445,7 +473,7 @@ static void test_soup_sum_max(void **unused)
 			assert_true(fabs(out.conv[e] - s / n) <= REL_TOL * as / n + 1e-37);
 		}
 		/* soup's decay: log mean exp(a) */
-		for (size_t h = 0; h < ss_state_logdecay_len(&small_dims); h++) {
+		for (size_t h = 0; h < ss_state_logdecay_len(dims); h++) {
 			double m = 0;
 			for (size_t k = 0; k < n; k++)
 				m += exp(in[k].logdecay[h]);
@@ -477,6 +505,15 @@ static void test_soup_sum_max(void **unused)
 		ss_state_free(&out);
 		free_states(in, n);
 	}
+}
+
+static void test_soup_sum_max(void **unused)
+{
+	(void)unused;
+	rng_state = 4;
+	soup_sum_max(&small_dims);
+	/* Mamba-1: soup's decay per state element, weights [decays][n] */
+	soup_sum_max(&m1_dims);
 }
 
 /* ------------------------------------------------------------ invariances */
@@ -1189,6 +1226,7 @@ int main(void)
 		cmocka_unit_test(test_weights_oracle),
 		cmocka_unit_test(test_weights_large_n),
 		cmocka_unit_test(test_oracle_all_modes),
+		cmocka_unit_test(test_oracle_mamba1),
 		cmocka_unit_test(test_composed_id),
 		cmocka_unit_test(test_soup_sum_max),
 		cmocka_unit_test(test_invariances),

@@ -629,6 +629,158 @@ static void ref_argmax(const tcase *c, void **p)
 	opref_argmax(p[1], p[0], c->n[1], c->n[0], c->n[2]);
 }
 
+/* Mamba-1's low-rank dt: random per-channel W and bias, dt_low inside
+ * wider x_proj rows. n: T, d_inner, R, ldl. */
+static int make_dt_proj(tcase *c, int k)
+{
+	/* T, d_inner, R; the last case's biases cross 0 and softplus's 20 */
+	static const int shapes[][3] = { { 1, 1, 1 }, { 37, 130, 5 }, { 300, 1536, 48 }, { 9, 1000, 3 } };
+	if (k >= 4)
+		return 0;
+	const int T = shapes[k][0], DI = shapes[k][1], R = shapes[k][2], ldl = R + 2 * 16;
+	c->n[0] = T, c->n[1] = DI, c->n[2] = R, c->n[3] = ldl;
+	addin(c, "low", (size_t)T * ldl, -2, 2);
+	addin(c, "W", (size_t)DI * R, -1 / sqrt(R), 1 / sqrt(R));
+	addin(c, "dt_bias", DI, -7, k == 3 ? 25 : -2);
+	addout(c, "dt", T, DI, DI, 0, 0, 1e-6, 1e-5);
+	snprintf(c->what, sizeof(c->what), "dt_proj T %d d_inner %d R %d", T, DI, R);
+	return 1;
+}
+static void cpu_dt_proj(const tcase *c, void **p)
+{
+	ss_dt_proj_cpu(p[3], c->n[1], p[0], c->n[3], p[1], p[2], c->n[0], c->n[1], c->n[2]);
+}
+static void cuda_dt_proj(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	cu->dt_proj(p[3], c->n[1], p[0], c->n[3], p[1], p[2], c->n[0], c->n[1], c->n[2], NULL);
+}
+static void ref_dt_proj(const tcase *c, void **p)
+{
+	double *dt = dbuf((size_t)c->n[0] * c->n[1]);
+	opref_dt_proj(dt, p[0], c->n[3], p[1], p[2], c->n[0], c->n[1], c->n[2]);
+	put(p[3], c->n[1], dt, c->n[0], c->n[1]);
+}
+
+/* Mamba-1's scan (and its decode form, seq_start NULL): A_log and D random
+ * per channel AND per state element (m1's are the same for every channel,
+ * which would hide an indexing bug), x and dt at a row stride wider than
+ * d_inner, B | C inside wider x_proj rows. n: nseq, d_inner, N, ldx, ldbc. */
+static int make_scan1_common(tcase *c, int k, int step)
+{
+	static const int shapes[][2] = { { 1, 1 }, { 5, 3 }, { 70, 16 }, { 33, 40 } };
+	if (k >= 4)
+		return 0;
+	const int DI = shapes[k][0], N = shapes[k][1];
+	const int64_t *ss = k ? SCAN_SS : SCAN_ONE;
+	const int nseq = k ? 5 : 1;
+	const int64_t T = ss[nseq], rows = step ? nseq : T;
+	const int ldx = DI + 3, ldbc = 7 + 2 * N;
+	const size_t SL = (size_t)DI * N;
+	c->n[0] = nseq, c->n[1] = DI, c->n[2] = N, c->n[3] = ldx, c->n[4] = ldbc;
+	addin(c, "x", (size_t)rows * ldx, -1, 1);
+	addin(c, "BC", (size_t)rows * ldbc, -1, 1);
+	addin(c, "dt", (size_t)rows * ldx, 0.0005, 0.2);
+	addin(c, "A_log", SL, -1, 3);
+	addin(c, "D", DI, 0.5, 1.5);
+	addout(c, "ssm", 1, nseq * SL, nseq * SL, -1, 1, 1e-4, 1e-4);
+	addout(c, "logdecay", 1, nseq * SL, nseq * SL, -30, 0, 1e-5, 1e-6);
+	addout(c, "y", rows, DI, DI, 0, 0, 1e-4, 1e-4);
+	addraw(c, "seq_start", ss, (size_t)(nseq + 1) * sizeof(int64_t), 0);
+	snprintf(c->what, sizeof(c->what), "d_inner %d N %d nseq %d rows %lld", DI, N, nseq,
+		 (long long)rows);
+	return 1;
+}
+static int make_scan1(tcase *c, int k)
+{
+	return make_scan1_common(c, k, 0);
+}
+static int make_scan1_step(tcase *c, int k)
+{
+	return make_scan1_common(c, k, 1);
+}
+#define SCAN1_ARGS(p)                                                                          \
+	p[0], c->n[3], (float *)p[1] + 7, c->n[4], p[2], c->n[3], p[3], p[4], p[5],             \
+		(ptrdiff_t)c->n[1] * c->n[2], p[7], c->n[1], p[6], (ptrdiff_t)c->n[1] * c->n[2]
+static void cpu_scan1(const tcase *c, void **p)
+{
+	assert_int_equal(ss_ssm1_scan_cpu(c->n[1], c->n[2], p[8], c->n[0], SCAN1_ARGS(p)), 0);
+}
+static void cuda_scan1(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	assert_int_equal(cu->ssm1_scan(c->n[1], c->n[2], p[8], c->n[0], SCAN1_ARGS(p), NULL), 0);
+}
+static void cpu_scan1_step(const tcase *c, void **p)
+{
+	assert_int_equal(ss_ssm1_scan_cpu(c->n[1], c->n[2], NULL, c->n[0], SCAN1_ARGS(p)), 0);
+}
+static void cuda_scan1_step(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	assert_int_equal(cu->ssm1_scan(c->n[1], c->n[2], NULL, c->n[0], SCAN1_ARGS(p), NULL), 0);
+}
+static void ref_scan1_common(const tcase *c, void **p, int step)
+{
+	const int nseq = c->n[0], DI = c->n[1], N = c->n[2];
+	const int64_t *ss = p[8];
+	int64_t one[64];
+	if (step)
+		ss = row_starts(one, nseq);
+	const int64_t T = ss[nseq];
+	const size_t SL = (size_t)nseq * DI * N;
+	double *S = dbuf(SL), *lg = dbuf(SL), *y = dbuf((size_t)T * DI);
+	for (size_t i = 0; i < SL; i++) {
+		S[i] = ((const float *)p[5])[i];
+		lg[i] = ((const float *)p[6])[i];
+	}
+	opref_scan1(DI, N, ss, nseq, p[0], c->n[3], (const float *)p[1] + 7, c->n[4], p[2], c->n[3],
+		    p[3], p[4], S, y, lg);
+	for (size_t i = 0; i < SL; i++) {
+		((float *)p[5])[i] = (float)S[i];
+		((float *)p[6])[i] = (float)lg[i];
+	}
+	free(S);
+	free(lg);
+	put(p[7], DI, y, (size_t)T, DI);
+}
+static void ref_scan1(const tcase *c, void **p)
+{
+	ref_scan1_common(c, p, 0);
+}
+static void ref_scan1_step(const tcase *c, void **p)
+{
+	ref_scan1_common(c, p, 1);
+}
+
+/* Mamba-1's gate y · silu(z), y and z inside wider rows. n: T, d, ld. */
+static int make_gate(tcase *c, int k)
+{
+	const int T = 29, d = 1536 + 3 * k, ld = 2 * d + 1;
+	if (k >= 2)
+		return 0;
+	c->n[0] = T, c->n[1] = d, c->n[2] = ld;
+	addin(c, "z", (size_t)T * ld, -6, 6);
+	addout(c, "y", T, d, ld, -2, 2, 1e-6, 1e-5);
+	snprintf(c->what, sizeof(c->what), "gate_silu T %d d %d", T, d);
+	return 1;
+}
+static void cpu_gate(const tcase *c, void **p)
+{
+	ss_gate_silu_cpu(p[1], c->n[2], (float *)p[0] + c->n[1], c->n[2], c->n[0], c->n[1]);
+}
+static void cuda_gate(const tcase *c, void **p, ss_cuda_blas *b)
+{
+	(void)b;
+	cu->gate_silu(p[1], c->n[2], (float *)p[0] + c->n[1], c->n[2], c->n[0], c->n[1], NULL);
+}
+static void ref_gate(const tcase *c, void **p)
+{
+	double *y = dbuf((size_t)c->n[0] * c->n[1]);
+	opref_gate(y, p[1], c->n[2], (float *)p[0] + c->n[1], c->n[2], c->n[0], c->n[1]);
+	put(p[1], c->n[2], y, c->n[0], c->n[1]);
+}
+
 /* The rows of ss_ops.h's table of twins. */
 static const twin twins[] = {
 	{ "embed", make_embed, cpu_embed, cuda_embed, ref_embed },
@@ -642,6 +794,10 @@ static const twin twins[] = {
 	{ "scan (SSD)", make_scan, cpu_scan, cuda_ssd, ref_scan },
 	{ "scan step", make_step, cpu_step, cuda_step, ref_step },
 	{ "argmax", make_argmax, cpu_argmax, cuda_argmax, ref_argmax },
+	{ "dt low-rank", make_dt_proj, cpu_dt_proj, cuda_dt_proj, ref_dt_proj },
+	{ "scan (M1)", make_scan1, cpu_scan1, cuda_scan1, ref_scan1 },
+	{ "scan (M1) step", make_scan1_step, cpu_scan1_step, cuda_scan1_step, ref_scan1_step },
+	{ "gate", make_gate, cpu_gate, cuda_gate, ref_gate },
 };
 
 /* Mismatches of buffer b, got vs want ("gpu"/"cpu" in the printout). */
@@ -784,11 +940,15 @@ static void *slurp(const char *path, size_t *len)
 	return buf;
 }
 
+/* golden/ (Mamba-2, under shared_dir) or golden-mamba1/ (under
+ * $SS_SHARED) */
+static const char *golden_set = "golden", *golden_root = shared_dir;
+
 static void *gold(const char *rel, size_t elem, size_t *count)
 {
 	char path[8192];
 	size_t len = 0;
-	snprintf(path, sizeof(path), "%s/golden/%s", shared_dir, rel);
+	snprintf(path, sizeof(path), "%s/%s/%s", golden_root, golden_set, rel);
 	void *p = slurp(path, &len);
 	if (!p)
 		fail_msg("%s: cannot read", path);
@@ -804,18 +964,18 @@ static void state_for(ss_state *s, const ss_model *m)
 	assert_int_equal(ss_state_alloc(s, &d), 0);
 }
 
-static void test_golden(void **st)
+/* key: the case folder (t1, m1) of golden_set, model: its model folder. */
+static void golden_cases(const char *key, const char *model)
 {
-	(void)st;
 	const char *cases[] = { "c1", "c2", "c3", "c4", "docB" };
 	char dir[8192], rel[256], errmsg[SS_ERRMSG_MAX] = "";
 	ss_model *m;
 	ss_forward_ctx *ctx;
 	int bad = 0;
 
-	if (!shared_dir[0])
+	if (!golden_root[0])
 		skip();
-	snprintf(dir, sizeof(dir), "%s/golden/models/t1-hf", shared_dir);
+	snprintf(dir, sizeof(dir), "%s/%s/models/%s", golden_root, golden_set, model);
 	if (ss_model_load(&m, dir, errmsg))
 		fail_msg("%s", errmsg);
 	if (ss_forward_ctx_init_dev(&ctx, m, dev, 1, 0, errmsg))
@@ -825,33 +985,33 @@ static void test_golden(void **st)
 	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
 		size_t n, k;
 		ss_state s;
-		snprintf(rel, sizeof(rel), "t1/%s/tokens.i32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/tokens.i32", key, cases[ci]);
 		int32_t *tok = gold(rel, 4, &n);
 		float *logits = malloc(n * (size_t)V * 4), *hidden = malloc(n * (size_t)dm * 4);
 		state_for(&s, m);
 		ss_forward_seq q = { tok, (int64_t)n, &s, logits, hidden };
 		if (ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, errmsg))
 			fail_msg("%s: %s", cases[ci], errmsg);
-		printf("  golden t1/%s (%zu tokens)\n", cases[ci], n);
-		snprintf(rel, sizeof(rel), "t1/%s/hidden.f32", cases[ci]);
+		printf("  %s %s/%s (%zu tokens)\n", golden_set, key, cases[ci], n);
+		snprintf(rel, sizeof(rel), "%s/%s/hidden.f32", key, cases[ci]);
 		float *g = gold(rel, 4, &k);
 		bad += cmp("  hidden", hidden, 1, g, 1, 1, k, 1e-4, 1e-4);
 		free(g);
-		snprintf(rel, sizeof(rel), "t1/%s/ssm.f32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/ssm.f32", key, cases[ci]);
 		g = gold(rel, 4, &k);
 		bad += cmp("  ssm", s.ssm, 1, g, 1, 1, k, 1e-4, 1e-4);
 		free(g);
-		snprintf(rel, sizeof(rel), "t1/%s/conv.f32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/conv.f32", key, cases[ci]);
 		g = gold(rel, 4, &k);
 		bad += cmp("  conv", s.conv, 1, g, 1, 1, k, 1e-4, 1e-4);
 		free(g);
-		snprintf(rel, sizeof(rel), "t1/%s/logdecay.f32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/logdecay.f32", key, cases[ci]);
 		g = gold(rel, 4, &k);
 		bad += cmp("  logdecay", s.logdecay, 1, g, 1, 1, k, 0, 1e-5);
 		free(g);
-		snprintf(rel, sizeof(rel), "t1/%s/argmax.i32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/argmax.i32", key, cases[ci]);
 		int32_t *am = gold(rel, 4, &k);
-		snprintf(rel, sizeof(rel), "t1/%s/top2_margin.f32", cases[ci]);
+		snprintf(rel, sizeof(rel), "%s/%s/top2_margin.f32", key, cases[ci]);
 		float *mg = gold(rel, 4, &k);
 		for (size_t t = 0; t < n; t++)
 			if (mg[t] > 1e-3f && ss_argmax(logits + t * V, V) != am[t]) {
@@ -866,9 +1026,32 @@ static void test_golden(void **st)
 	assert_int_equal(bad, 0);
 }
 
+static void test_golden(void **st)
+{
+	(void)st;
+	golden_set = "golden";
+	golden_cases("t1", "t1-hf");
+}
+
+/* Mamba-1 (golden-mamba1's m1) on the GPU backend (SS_CUDA_MAMBA1=1). */
+static void test_golden_mamba1(void **st)
+{
+	(void)st;
+	char probe[8192];
+	const char *sh = getenv("SS_SHARED");
+	snprintf(probe, sizeof(probe), "%s/golden-mamba1/manifest.json", sh ? sh : "");
+	if (!sh || !*sh || access(probe, R_OK) != 0)
+		skip();
+	golden_set = "golden-mamba1";
+	golden_root = sh;
+	golden_cases("m1", "m1-hf");
+	golden_set = "golden";
+	golden_root = shared_dir;
+}
+
 /* A random mamba2-130m-shaped model: GPU and CPU on a batch of documents of
  * varied lengths (states, last logits), then decode steps. */
-static void model_vs_cpu(ss_dtype wdtype, double tol)
+static void model_vs_cpu(const char *preset, ss_dtype wdtype, double tol)
 {
 	const int l2 = wdtype != SS_DTYPE_F32;
 	char dir[] = "/tmp/ss-parity-XXXXXX", errmsg[SS_ERRMSG_MAX] = "", path[64];
@@ -884,7 +1067,7 @@ static void model_vs_cpu(ss_dtype wdtype, double tol)
 
 	assert_non_null(mkdtemp(dir));
 	ss_mkmodel_defaults(&o);
-	assert_int_equal(ss_mkmodel_preset(&o, "mamba2-130m"), 0);
+	assert_int_equal(ss_mkmodel_preset(&o, preset), 0);
 	o.dtype = wdtype;
 	if (ss_mkmodel_write(dir, &o, errmsg) || ss_model_load(&m, dir, errmsg))
 		fail_msg("%s", errmsg);
@@ -895,6 +1078,7 @@ static void model_vs_cpu(ss_dtype wdtype, double tol)
 	/* a small ubatch: sequences cross passes on the GPU too */
 	if (ss_forward_ctx_init_dev(&gc, m, dev, 1, 512, errmsg))
 		fail_msg("%s", errmsg);
+	assert_int_equal(ss_forward_ctx_device(gc), SS_DEVICE_CUDA);
 	const int V = m->cfg.vocab_padded;
 	float *lc = malloc((size_t)NS * V * 4), *lgp = malloc((size_t)NS * V * 4);
 	rng_state = 15;
@@ -962,7 +1146,7 @@ static void model_vs_cpu(ss_dtype wdtype, double tol)
 static void test_model_f32(void **st)
 {
 	(void)st;
-	model_vs_cpu(SS_DTYPE_F32, 2e-4);
+	model_vs_cpu("mamba2-130m", SS_DTYPE_F32, 2e-4);
 }
 
 /* bf16 weights: the CPU widens them exactly; the GPU also rounds the
@@ -970,7 +1154,20 @@ static void test_model_f32(void **st)
 static void test_model_bf16(void **st)
 {
 	(void)st;
-	model_vs_cpu(SS_DTYPE_BF16, 2e-2);
+	model_vs_cpu("mamba2-130m", SS_DTYPE_BF16, 2e-2);
+}
+
+/* Mamba-1 (the mamba-130m shape) on the GPU backend vs the CPU. */
+static void test_model_mamba1_f32(void **st)
+{
+	(void)st;
+	model_vs_cpu("mamba-130m", SS_DTYPE_F32, 2e-4);
+}
+
+static void test_model_mamba1_bf16(void **st)
+{
+	(void)st;
+	model_vs_cpu("mamba-130m", SS_DTYPE_BF16, 2e-2);
 }
 
 int main(void)
@@ -988,6 +1185,9 @@ int main(void)
 		return 77;
 	}
 	cu = ss_device_cuda(dev);
+	/* Mamba-1 contexts on the GPU backend (lib/forward.c keeps them on the
+	 * CPU otherwise) */
+	setenv("SS_CUDA_MAMBA1", "1", 1);
 	printf("device %s, plugin %s (%s)\n", ss_device_name(dev), ss_device_plugin_path(dev), cu->build);
 	if (sh && *sh)
 		snprintf(shared_dir, sizeof(shared_dir), "%s", sh);
@@ -996,6 +1196,9 @@ int main(void)
 		cmocka_unit_test(test_golden),
 		cmocka_unit_test(test_model_f32),
 		cmocka_unit_test(test_model_bf16),
+		cmocka_unit_test(test_golden_mamba1),
+		cmocka_unit_test(test_model_mamba1_f32),
+		cmocka_unit_test(test_model_mamba1_bf16),
 	};
 	rc = cmocka_run_group_tests(tests, NULL, NULL);
 	ss_device_close(dev);

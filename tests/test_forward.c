@@ -11,7 +11,9 @@
  * $SS_FIXTURES, tests/fixtures; the properties on t1 and on a generated
  * model of t2's shape: bf16, ngroups 2, untied lm_head) and
  * test_shared_forward (SS_TEST_SHARED: the golden cases of t2-hf and t1-ss,
- * which only $SS_SHARED has; exits 77 without it).
+ * which only $SS_SHARED has; exits 77 without it) and test_shared_mamba1
+ * (SS_TEST_SHARED 2: the Mamba-1 golden cases of golden-mamba1's m1, HF and
+ * state-spaces layouts, and the batching/pieces/decode properties on m1).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -969,6 +971,192 @@ static void test_nll_t2_weights_dtype(void **unused)
 	check_nll16(&models[1], SS_DTYPE_F32, NLL32_TOL, NLL32_TOL);
 }
 
+/* ------------------------------------------------- Mamba-1, self-contained */
+
+/* A whole Mamba-1 model in double (golden-mamba1/README.md §2, written from
+ * the equations, not from the ops): tokens [n] from the zero state; fills
+ * logits [n][V], hidden [n][d_model], and the final state (conv, ssm,
+ * logdecay as ss_state lays them out). Weights widened from m. */
+static void m1_reference(const ss_model *m, const int32_t *tok, int n, double *logits,
+			 double *hidden, double *conv, double *ssm, double *logdecay)
+{
+	const ss_model_config *c = &m->cfg;
+	const int dm = c->d_model, di = c->d_inner, N = c->d_state, R = c->dt_rank, K = c->d_conv;
+	const int V = c->vocab_padded, xo = R + 2 * N;
+	float *emb = malloc((size_t)V * dm * sizeof(float)), *head = malloc((size_t)V * dm * sizeof(float));
+	float *inp = malloc((size_t)2 * di * dm * sizeof(float)), *outp = malloc((size_t)dm * di * sizeof(float));
+	double *h = calloc((size_t)n * dm, sizeof(double)), *u = malloc((size_t)dm * sizeof(double));
+	double *xz = malloc((size_t)2 * di * sizeof(double)), *xc = malloc((size_t)di * sizeof(double));
+	double *xd = malloc((size_t)xo * sizeof(double)), *y = malloc((size_t)di * sizeof(double));
+	assert_true(emb && head && inp && outp && h && u && xz && xc && xd && y);
+	ss_to_f32(emb, m->embedding, m->wtype, (size_t)V * dm);
+	ss_to_f32(head, m->lm_head, m->wtype, (size_t)V * dm);
+	for (int t = 0; t < n; t++)
+		for (int i = 0; i < dm; i++)
+			h[(size_t)t * dm + i] = emb[(size_t)tok[t] * dm + i];
+	memset(conv, 0, (size_t)c->n_layer * di * (K - 1) * sizeof(double));
+	memset(ssm, 0, (size_t)c->n_layer * di * N * sizeof(double));
+	memset(logdecay, 0, (size_t)c->n_layer * di * N * sizeof(double));
+	for (int l = 0; l < c->n_layer; l++) {
+		const ss_layer *L = &m->layers[l];
+		double *cs = conv + (size_t)l * di * (K - 1), *S = ssm + (size_t)l * di * N;
+		double *ld = logdecay + (size_t)l * di * N;
+		ss_to_f32(inp, L->in_proj, m->wtype, (size_t)2 * di * dm);
+		ss_to_f32(outp, L->out_proj, m->wtype, (size_t)dm * di);
+		for (int t = 0; t < n; t++) {
+			double *ht = h + (size_t)t * dm, ss2 = 0;
+			for (int i = 0; i < dm; i++)
+				ss2 += ht[i] * ht[i];
+			for (int i = 0; i < dm; i++)
+				u[i] = ht[i] / sqrt(ss2 / dm + c->eps) * L->norm[i];
+			for (int o = 0; o < 2 * di; o++) {
+				double a = 0;
+				for (int i = 0; i < dm; i++)
+					a += (double)inp[(size_t)o * dm + i] * u[i];
+				xz[o] = a; /* x | z */
+			}
+			for (int d = 0; d < di; d++) {
+				double a = L->conv_b[d];
+				for (int k = 0; k < K - 1; k++)
+					a += L->conv_w[(size_t)d * K + k] * cs[(size_t)d * (K - 1) + k];
+				a += L->conv_w[(size_t)d * K + K - 1] * xz[d];
+				for (int k = 0; k < K - 2; k++)
+					cs[(size_t)d * (K - 1) + k] = cs[(size_t)d * (K - 1) + k + 1];
+				cs[(size_t)d * (K - 1) + K - 2] = xz[d];
+				xc[d] = a / (1 + exp(-a));
+			}
+			for (int o = 0; o < xo; o++) {
+				double a = 0;
+				for (int d = 0; d < di; d++)
+					a += (double)L->x_proj[(size_t)o * di + d] * xc[d];
+				xd[o] = a; /* dt_low | B | C */
+			}
+			for (int d = 0; d < di; d++) {
+				double a = L->dt_bias[d];
+				for (int r = 0; r < R; r++)
+					a += (double)L->dt_proj[(size_t)d * R + r] * xd[r];
+				const double dt = log1p(exp(a));
+				double acc = 0;
+				for (int k = 0; k < N; k++) {
+					const double A = -exp((double)L->A_log[(size_t)d * N + k]);
+					double *e = &S[(size_t)d * N + k];
+					*e = exp(dt * A) * *e + dt * xd[R + k] * xc[d];
+					acc += *e * xd[R + N + k];
+					ld[(size_t)d * N + k] += A * dt;
+				}
+				const double z = xz[di + d];
+				y[d] = (acc + L->D[d] * xc[d]) * (z / (1 + exp(-z)));
+			}
+			for (int i = 0; i < dm; i++) {
+				double a = 0;
+				for (int d = 0; d < di; d++)
+					a += (double)outp[(size_t)i * di + d] * y[d];
+				ht[i] += a;
+			}
+		}
+	}
+	for (int t = 0; t < n; t++) {
+		const double *ht = h + (size_t)t * dm;
+		double ss2 = 0;
+		for (int i = 0; i < dm; i++)
+			ss2 += ht[i] * ht[i];
+		for (int i = 0; i < dm; i++)
+			hidden[(size_t)t * dm + i] = ht[i] / sqrt(ss2 / dm + c->eps) * m->norm_f[i];
+		for (int v = 0; v < V; v++) {
+			double a = 0;
+			for (int i = 0; i < dm; i++)
+				a += (double)head[(size_t)v * dm + i] * hidden[(size_t)t * dm + i];
+			logits[(size_t)t * V + v] = a;
+		}
+	}
+	free(emb), free(head), free(inp), free(outp), free(h), free(u), free(xz), free(xc), free(xd),
+		free(y);
+}
+
+/* |got - ref| <= tol·(1 + |ref|) over n values; returns the misses. */
+static size_t near_ref(const char *what, const float *got, const double *ref, size_t n, double tol)
+{
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!(fabs(got[i] - ref[i]) <= tol * (1 + fabs(ref[i])))) {
+			if (bad < 5)
+				printf("    %s[%zu]: got %.9g, reference %.9g\n", what, i, got[i], ref[i]);
+			bad++;
+		}
+	return bad;
+}
+
+/* A generated Mamba-1 model (random A_log and D per channel and state
+ * element, bf16 untied and f32 tied, vocab 300 padded to 304) against
+ * m1_reference: prefill in one pass and in passes of 7 tokens, then the
+ * same tokens one decode step at a time. Needs nothing of ../shared. */
+static void test_mamba1_reference(void **unused)
+{
+	const char *tmp = getenv("TMPDIR");
+	static const int32_t tok[] = { 5, 299, 0, 17, 17, 250, 3, 88, 303, 42, 1, 7, 160, 9, 64,
+				       120, 33, 2, 2, 201, 77, 11, 45, 290 };
+	const int n = (int)(sizeof tok / sizeof *tok);
+	(void)unused;
+	for (int variant = 0; variant < 2; variant++) {
+		char dir[4096], errmsg[SS_ERRMSG_MAX] = "";
+		ss_mkmodel_opts o;
+		ss_model *m = NULL;
+		snprintf(dir, sizeof dir, "%s/ss-test-m1-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+		assert_non_null(mkdtemp(dir));
+		ss_mkmodel_defaults(&o);
+		ss_mkmodel_preset(&o, "m1");
+		o.vocab_size = 300, o.pad_vocab_multiple = 8, o.seed = 99 + variant;
+		o.dtype = variant ? SS_DTYPE_BF16 : SS_DTYPE_F32;
+		o.tied = !variant;
+		assert_int_equal(ss_mkmodel_write(dir, &o, errmsg), 0);
+		if (ss_model_load(&m, dir, errmsg))
+			fail_msg("load: %s", errmsg);
+		const ss_model_config *c = &m->cfg;
+		const int V = c->vocab_padded, dm = c->d_model;
+		const size_t LS = (size_t)c->n_layer * c->d_inner * c->d_state;
+		const size_t LC = (size_t)c->n_layer * c->d_inner * (c->d_conv - 1);
+		double *rl = malloc((size_t)n * V * sizeof(double)), *rh = malloc((size_t)n * dm * sizeof(double));
+		double *rc = malloc(LC * sizeof(double)), *rs = malloc(LS * sizeof(double));
+		double *rd = malloc(LS * sizeof(double));
+		float *lg = malloc((size_t)n * V * sizeof(float)), *hd = malloc((size_t)n * dm * sizeof(float));
+		assert_int_equal(V, 304);
+		m1_reference(m, tok, n, rl, rh, rc, rs, rd);
+		size_t bad = 0;
+		for (int way = 0; way < 3; way++) {
+			ss_forward_ctx *ctx = NULL;
+			ss_state st, *sp = &st;
+			assert_int_equal(ss_forward_ctx_init(&ctx, m, 2, way == 1 ? 7 : 0, NULL), 0);
+			state_new(&st, m);
+			if (way < 2) {
+				ss_forward_seq q = { tok, n, &st, lg, hd };
+				assert_int_equal(ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, NULL), 0);
+				bad += near_ref("hidden", hd, rh, (size_t)n * dm, 1e-4);
+			} else {
+				for (int t = 0; t < n; t++)
+					assert_int_equal(ss_forward_decode(ctx, &sp, &tok[t], 1,
+									   lg + (size_t)t * V, NULL), 0);
+			}
+			printf("  mamba1 %s %s\n", variant ? "bf16 untied" : "f32 tied",
+			       way == 0 ? "prefill" : way == 1 ? "prefill, passes of 7" : "decode steps");
+			bad += near_ref("logits", lg, rl, (size_t)n * V, 1e-4);
+			bad += near_ref("conv", st.conv, rc, LC, 1e-4);
+			bad += near_ref("ssm", st.ssm, rs, LS, 1e-4);
+			bad += near_ref("logdecay", st.logdecay, rd, LS, 1e-5);
+			ss_state_free(&st);
+			ss_forward_ctx_free(ctx);
+		}
+		free(rl), free(rh), free(rc), free(rs), free(rd), free(lg), free(hd);
+		ss_model_free(m);
+		char p[4096 + 32];
+		snprintf(p, sizeof p, "%s/config.json", dir);
+		remove(p);
+		snprintf(p, sizeof p, "%s/model.safetensors", dir);
+		remove(p);
+		remove(dir);
+		assert_int_equal(bad, 0);
+	}
+}
+
 static int setup(void **unused)
 {
 	char errmsg[SS_ERRMSG_MAX] = "";
@@ -1050,6 +1238,7 @@ int main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_no_lm_head),
 		cmocka_unit_test(test_nll_weights_dtype),
+		cmocka_unit_test(test_mamba1_reference),
 	};
 	const struct CMUnitTest shared[] = {
 		cmocka_unit_test(test_golden_t2_hf),
@@ -1058,20 +1247,44 @@ int main(void)
 		cmocka_unit_test(test_nll_t2_weights_dtype),
 	};
 
+	const struct CMUnitTest mamba1[] = {
+		cmocka_unit_test(test_golden_t1_hf),
+		cmocka_unit_test(test_golden_t1_ss),
+		cmocka_unit_test(test_golden_t2_small_ubatch),
+		cmocka_unit_test(test_batch_equals_single),
+		cmocka_unit_test(test_pieces_equal_whole),
+		cmocka_unit_test(test_decode_batch),
+		cmocka_unit_test(test_decode_bound_equals_decode),
+		cmocka_unit_test(test_threads_agree),
+	};
+
 	if (!SS_TEST_SHARED && (!root || !*root))
 		root = "tests/fixtures";
-	snprintf(golden, sizeof(golden), "%s/golden", root ? root : "");
+	snprintf(golden, sizeof(golden), "%s/golden%s", root ? root : "",
+		 SS_TEST_SHARED == 2 ? "-mamba1" : "");
 	snprintf(probe, sizeof(probe), "%s/manifest.json", golden);
 	f = root && *root ? fopen(probe, "rb") : NULL;
 	if (!f) {
 		if (SS_TEST_SHARED) {
-			printf("skipped: needs SS_SHARED (golden t2-hf and t1-ss)\n");
+			printf("skipped: needs SS_SHARED (golden %s)\n",
+			       SS_TEST_SHARED == 2 ? "golden-mamba1" : "t2-hf and t1-ss");
 			return 77;
 		}
 		printf("no golden fixtures at %s\n", golden);
 		return 1;
 	}
 	fclose(f);
+	if (SS_TEST_SHARED == 2) {
+		/* m1 twice (HF): [0] and [1] are the cases' two roles above */
+		static const char *const dirs[3] = { "m1-hf", "m1-hf", "m1-ss" };
+		static const char *const names[3] = { "m1-hf", "m1-hf", "m1-ss" };
+		for (int i = 0; i < 3; i++) {
+			snprintf(models[i].dir, sizeof(models[i].dir), "%s/models/%s", golden, dirs[i]);
+			models[i].name = names[i];
+			models[i].key = "m1";
+		}
+		return cmocka_run_group_tests(mamba1, setup, teardown);
+	}
 	if (SS_TEST_SHARED) {
 		snprintf(models[1].dir, sizeof(models[1].dir), "%s/models/t2-hf", golden);
 		snprintf(models[2].dir, sizeof(models[2].dir), "%s/models/t1-ss", golden);

@@ -176,7 +176,12 @@ static const float *model_array(const ss_model *m, const char *name, size_t *n)
 	if (!strcmp(s, "mixer.conv1d.weight")) return *n = (size_t)c->conv_dim * (size_t)c->d_conv, L->conv_w;
 	if (!strcmp(s, "mixer.conv1d.bias")) return *n = (size_t)c->conv_dim, L->conv_b;
 	if (!strcmp(s, "mixer.dt_bias")) return *n = (size_t)c->nheads, L->dt_bias;
-	if (!strcmp(s, "mixer.A_log")) return *n = (size_t)c->nheads, L->A_log;
+	if (!strcmp(s, "mixer.A_log"))
+		return *n = (size_t)c->nheads * (ss_model_is_mamba1(c) ? (size_t)c->d_state : 1), L->A_log;
+	if (!strcmp(s, "mixer.x_proj.weight"))
+		return *n = (size_t)(c->dt_rank + 2 * c->d_state) * (size_t)c->d_inner, L->x_proj;
+	if (!strcmp(s, "mixer.dt_proj.weight")) return *n = (size_t)c->d_inner * (size_t)c->dt_rank, L->dt_proj;
+	if (!strcmp(s, "mixer.dt_proj.bias")) return *n = (size_t)c->d_inner, L->dt_bias;
 	if (!strcmp(s, "mixer.D")) return *n = (size_t)c->nheads, L->D;
 	if (!strcmp(s, "mixer.norm.weight")) return *n = (size_t)c->d_inner, L->gnorm;
 	return NULL;
@@ -491,6 +496,125 @@ static void test_round_trip(void **state)
 	assert_string_not_equal(sh3u, bf16);
 }
 
+/* Mamba-1, generated (d_model 32, d_state 8, dt_rank auto = 2, vocab 100
+ * padded to a multiple of 8 = 104): every tensor read back exactly in each
+ * dtype, tied and untied; the state-spaces config style on the same weights
+ * gives the same model and fingerprint. */
+static void m1_round_trip(const char *name, ss_dtype dt, int tied, char *fp_out)
+{
+	const char *dir = newdir(name);
+	ss_mkmodel_opts o;
+	ss_mkmodel_defaults(&o);
+	o.mamba1 = 1, o.d_model = 32, o.n_layer = 2, o.d_state = 8, o.vocab_size = 100;
+	o.pad_vocab_multiple = 8, o.tied = tied, o.dtype = dt, o.seed = 11;
+	char err[SS_ERRMSG_MAX];
+	if (ss_mkmodel_write(dir, &o, err))
+		fail_msg("mkmodel: %s", err);
+	ss_model *m = load_ok(dir, 0);
+	const ss_model_config *c = &m->cfg;
+	assert_true(ss_model_is_mamba1(c));
+	assert_string_equal(c->arch, "mamba1");
+	assert_int_equal(m->weight_dtype, dt);
+	assert_int_equal(c->vocab_size, 100);
+	assert_int_equal(c->vocab_padded, 104);
+	assert_int_equal(c->d_inner, 64);
+	assert_int_equal(c->nheads, 64);
+	assert_int_equal(c->headdim, 1);
+	assert_int_equal(c->conv_dim, 64);
+	assert_int_equal(c->d_in_proj, 128);
+	assert_int_equal(c->dt_rank, 2);
+	assert_int_equal(c->tied, tied);
+	assert_null(m->layers[0].gnorm);
+	rt_ctx r = {m, 0};
+	assert_int_equal(ss_mkmodel_generate(&o, rt_visit, &r), 0);
+	assert_int_equal(r.count, 2 + 10 * 2 + !tied);
+	strcpy(fp_out, m->fingerprint);
+	ss_state_dims d;
+	ss_model_state_dims(m, &d);
+	assert_string_equal(d.arch, "mamba1");
+	assert_int_equal(ss_state_logdecay_len(&d), 2 * 64 * 8);
+	ss_model_free(m);
+
+	char cfg[512];
+	snprintf(cfg, sizeof cfg,
+	         "{\"d_model\": 32, \"d_intermediate\": 0, \"n_layer\": 2, \"vocab_size\": 100, "
+	         "\"ssm_cfg\": {\"d_state\": 8}, \"rms_norm\": true, \"pad_vocab_size_multiple\": 8, "
+	         "\"tie_embeddings\": %s}", tied ? "true" : "false");
+	puts_file(path2(dir, "config.json"), cfg);
+	m = load_ok(dir, 0);
+	assert_string_equal(m->cfg.arch, "mamba1");
+	assert_int_equal(m->cfg.vocab_padded, 104);
+	assert_int_equal(m->cfg.dt_rank, 2);
+	assert_string_equal(m->fingerprint, fp_out);
+	ss_model_free(m);
+}
+
+static void test_mamba1_round_trip(void **state)
+{
+	(void)state;
+	char f32[32], f16[32], bf16[32], bf16u[32];
+	m1_round_trip("m1-f32", SS_DTYPE_F32, 1, f32);
+	m1_round_trip("m1-f16", SS_DTYPE_F16, 1, f16);
+	m1_round_trip("m1-bf16", SS_DTYPE_BF16, 1, bf16);
+	m1_round_trip("m1-bf16-untied", SS_DTYPE_BF16, 0, bf16u);
+	assert_string_not_equal(f32, f16);
+	assert_string_not_equal(f32, bf16);
+	assert_string_not_equal(bf16, bf16u);
+}
+
+/* golden-mamba1's m1 in the state-spaces layout (pytorch_model.bin, lm_head
+ * sharing the embedding's storage, pad 16) equals its HF layout bit for
+ * bit, tensor by tensor, with the same fingerprint. */
+static void test_golden_m1_ss(void **state)
+{
+	(void)state;
+	static const char *const suffix[] = {
+		"norm.weight", "mixer.in_proj.weight", "mixer.conv1d.weight", "mixer.conv1d.bias",
+		"mixer.x_proj.weight", "mixer.dt_proj.weight", "mixer.dt_proj.bias", "mixer.A_log",
+		"mixer.D", "mixer.out_proj.weight",
+	};
+	ss_model *ss = load_ok(path2(golden, "../golden-mamba1/models/m1-ss"), 0);
+	ss_model *hf = load_ok(path2(golden, "../golden-mamba1/models/m1-hf"), 0);
+	for (int k = 0; k < 2; k++) {
+		const ss_model_config *c = k ? &hf->cfg : &ss->cfg;
+		assert_string_equal(c->arch, "mamba1");
+		assert_int_equal(c->d_model, 64);
+		assert_int_equal(c->n_layer, 2);
+		assert_int_equal(c->d_state, 16);
+		assert_int_equal(c->d_inner, 128);
+		assert_int_equal(c->dt_rank, 4);
+		assert_int_equal(c->d_conv, 4);
+		assert_int_equal(c->vocab_padded, 50288);
+		assert_true(c->tied);
+	}
+	assert_int_equal(ss->cfg.vocab_size, 50277);
+	assert_ptr_equal(ss->lm_head, ss->embedding);
+	char name[128];
+	for (int i = -2; i < 2 * 10; i++) {
+		if (i < 0)
+			snprintf(name, sizeof name, "%s", i == -2 ? "backbone.embeddings.weight" : "backbone.norm_f.weight");
+		else
+			snprintf(name, sizeof name, "backbone.layers.%d.%s", i / 10, suffix[i % 10]);
+		size_t na = 0, nb = 0;
+		float *a = model_tensor(ss, name, &na);
+		float *b = model_tensor(hf, name, &nb);
+		assert_non_null(a);
+		assert_non_null(b);
+		assert_int_equal(na, nb);
+		if (memcmp(a, b, na * sizeof *a))
+			fail_msg("m1-ss %s differs from m1-hf", name);
+		free(a);
+		free(b);
+	}
+	assert_string_equal(ss->fingerprint, hf->fingerprint);
+	/* a Mamba-2 model's fingerprint differs */
+	ss_model *t1 = load_ok(path2(golden, "models/t1-hf"), 0);
+	assert_string_not_equal(t1->fingerprint, hf->fingerprint);
+	ss_model_free(t1);
+	ss_model_free(ss);
+	ss_model_free(hf);
+}
+
 /* Same shape, different seed → different fingerprint; same seed → same. */
 static void test_fingerprint_seed(void **state)
 {
@@ -697,15 +821,25 @@ static void test_bad_config(void **state)
 
 	with_config("cfg-json", "{\"model_type\": \"mamba2\", \"hidden_size\": 32,,}", SS_ERR_FORMAT,
 	            "malformed JSON");
-	with_config("cfg-mamba1-hf", "{\"model_type\": \"mamba\", \"hidden_size\": 768}",
+	with_config("cfg-falcon", "{\"model_type\": \"falcon_mamba\", \"hidden_size\": 768}",
 	            SS_ERR_UNSUPPORTED, "not supported");
+	with_config("cfg-mamba1-hf-nolayers", "{\"model_type\": \"mamba\", \"hidden_size\": 768}",
+	            SS_ERR_FORMAT, "num_hidden_layers");
 	with_config("cfg-jamba", "{\"model_type\": \"jamba\"}", SS_ERR_UNSUPPORTED, "not supported");
-	with_config("cfg-mamba1-ss",
+	with_config("cfg-mamba3-ss",
 	            "{\"d_model\": 32, \"n_layer\": 2, \"vocab_size\": 100, \"ssm_cfg\": {\"layer\": "
-	            "\"Mamba1\"}}",
-	            SS_ERR_UNSUPPORTED, "Mamba-1");
-	with_config("cfg-mamba1-noskm", "{\"d_model\": 32, \"n_layer\": 2, \"vocab_size\": 100}",
-	            SS_ERR_UNSUPPORTED, "not supported");
+	            "\"Mamba3\"}}",
+	            SS_ERR_UNSUPPORTED, "ssm_cfg.layer");
+	with_config("cfg-mamba1-ss-bias",
+	            "{\"d_model\": 32, \"n_layer\": 2, \"vocab_size\": 100, \"ssm_cfg\": {\"layer\": "
+	            "\"Mamba1\", \"bias\": true}}",
+	            SS_ERR_UNSUPPORTED, "bias");
+	/* A Mamba-1 config over Mamba-2 weights: the first tensor that differs */
+	with_config_file("cfg-mamba1-on-m2",
+	            "{\"d_model\": 32, \"n_layer\": 2, \"vocab_size\": 100, \"ssm_cfg\": {\"d_state\": 8},"
+	            " \"pad_vocab_size_multiple\": 16}",
+	                 SS_ERR_MISMATCH, "model.safetensors",
+	                 "backbone.layers.0.mixer.in_proj.weight: shape [168,32], expected [128,32]");
 	with_config("cfg-hybrid",
 	            "{\"d_model\": 32, \"n_layer\": 2, \"vocab_size\": 100, \"attn_layer_idx\": [1], "
 	            "\"ssm_cfg\": {\"layer\": \"Mamba2\"}}",
@@ -1136,10 +1270,12 @@ int main(void)
 		cmocka_unit_test(test_golden_t1_ss),
 		cmocka_unit_test(test_golden_t2_hf),
 		cmocka_unit_test(test_golden_t1_ss_truncated),
+		cmocka_unit_test(test_golden_m1_ss),
 	};
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_golden_t1_hf),
 		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_mamba1_round_trip),
 		cmocka_unit_test(test_fingerprint_seed),
 		cmocka_unit_test(test_bad_safetensors),
 		cmocka_unit_test(test_bad_shards),

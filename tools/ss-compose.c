@@ -41,6 +41,7 @@ static void help(void)
 	       "  --state-dtype T  storage of the output: f32, f16, bf16 or q8 (default: the inputs'\n"
 	       "                   dtype when they all share one, else f32)\n"
 	       "  --weights FILE   write the weights [n_layer][nheads][n] as JSON\n"
+	       "                   (Mamba-1: [n_layer][d_inner][d_state][n])\n"
 	       "  --id ID          id of the output record (default MODE(id0,id1,...), or\n"
 	       "                   MODE(N states: id0 ... idN-1) past 160 bytes)\n"
 	       "  -l, --level N    zstd level of the output, -7..19 (default %d: fast, the\n"
@@ -98,12 +99,19 @@ static void write_weights(const char *path, const ss_state *s, ss_compose_mode m
 {
 	cJSON *j = cJSON_CreateObject(), *src = cJSON_CreateArray();
 	size_t L = (size_t)s->dims.n_layer, H = (size_t)s->dims.nheads, n = (size_t)s->n_sources;
+	/* mamba1: a weight per state element, [n_layer][nheads][d_state][n] */
+	const int m1 = ss_state_is_mamba1(&s->dims);
+	size_t N = m1 ? (size_t)s->dims.d_state : 1;
 	cJSON_AddStringToObject(j, "id", s->id);
 	cJSON_AddStringToObject(j, "mode", ss_compose_mode_name(mode));
 	cJSON_AddStringToObject(j, "norm", ss_compose_norm_name(norm));
 	cJSON_AddStringToObject(j, "conv", ss_compose_conv_name(conv));
 	cJSON_AddNumberToObject(j, "n_layer", (double)L);
 	cJSON_AddNumberToObject(j, "nheads", (double)H);
+	if (m1) {
+		cJSON_AddStringToObject(j, "arch", "mamba1");
+		cJSON_AddNumberToObject(j, "d_state", (double)N);
+	}
 	cJSON_AddNumberToObject(j, "n_tokens", (double)s->n_tokens);
 	for (size_t k = 0; k < n; k++)
 		cJSON_AddItemToArray(src, cJSON_CreateString(s->sources[k]));
@@ -113,10 +121,16 @@ static void write_weights(const char *path, const ss_state *s, ss_compose_mode m
 		for (size_t l = 0; l < L; l++) {
 			cJSON *wh = cJSON_CreateArray();
 			for (size_t h = 0; h < H; h++) {
-				cJSON *wk = cJSON_CreateArray();
-				for (size_t k = 0; k < n; k++)
-					cJSON_AddItemToArray(wk, json_float(s->weights[(l * H + h) * n + k]));
-				cJSON_AddItemToArray(wh, wk);
+				cJSON *wn = m1 ? cJSON_CreateArray() : NULL;
+				for (size_t e = 0; e < N; e++) {
+					cJSON *wk = cJSON_CreateArray();
+					for (size_t k = 0; k < n; k++)
+						cJSON_AddItemToArray(
+							wk, json_float(s->weights[((l * H + h) * N + e) * n + k]));
+					cJSON_AddItemToArray(m1 ? wn : wh, wk);
+				}
+				if (m1)
+					cJSON_AddItemToArray(wh, wn);
 			}
 			cJSON_AddItemToArray(wl, wh);
 		}

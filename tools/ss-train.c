@@ -891,6 +891,8 @@ int main(int argc, char **argv)
 	openblas_set_num_threads(mo.threads);
 #endif
 	ss_model *m = mcli_load_model(model_dir, 0, "f32", usage);
+	if (ss_model_is_mamba1(&m->cfg))
+		cli_die("%s: a Mamba-1 model: ss-train fine-tunes Mamba-2 models only", model_dir);
 	ss_model_config cfg = m->cfg;
 	if (!resume) {
 		snprintf(r.base_fingerprint, sizeof r.base_fingerprint, "%s", m->fingerprint);

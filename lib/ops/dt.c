@@ -1,11 +1,13 @@
 /*
  * dt.c — dt = softplus(raw + dt_bias), clamped, on the CPU,
- * ss_dt_softplus_cpu (ss_ops.h), and its backward ss_dt_softplus_backward_cpu.
- * Twin: kernels/dt.cu (forward only).
+ * ss_dt_softplus_cpu (ss_ops.h), and its backward ss_dt_softplus_backward_cpu;
+ * Mamba-1's low-rank dt = softplus(dt_proj(dt_low) + dt_bias),
+ * ss_dt_proj_cpu. Twin: kernels/dt.cu (forward only).
  */
 #include <math.h>
 
 #include "ss.h"
+#include "vec.h"
 
 /* torch.nn.functional.softplus with its default threshold 20. */
 static inline float softplus(float x)
@@ -29,6 +31,19 @@ void ss_dt_softplus_cpu(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t l
 				v = dt_min;
 			dt[r * lddt + h] = v;
 		}
+}
+
+/* The low-rank product through the linear op (sgemm), then softplus(. +
+ * bias) row by row (vec.c). */
+void ss_dt_proj_cpu(float *dt, ptrdiff_t lddt, const float *low, ptrdiff_t ldl, const float *W,
+		    const float *dt_bias, int64_t n, int d_inner, int dt_rank)
+{
+	if (n <= 0 || d_inner <= 0)
+		return;
+	/* sizes are the caller's: cannot fail */
+	(void)ss_linear_cpu(dt, lddt, low, ldl, W, SS_DTYPE_F32, n, d_inner, dt_rank, 0.0f);
+	for (int64_t r = 0; r < n; r++)
+		ss_vec_softplus_bias(dt + r * lddt, dt_bias, d_inner);
 }
 
 /* softplus'(x) = σ(x), 1 above the threshold where softplus is the identity;

@@ -1,7 +1,8 @@
 /*
  * norm.c — RMSNorm (with the residual add) and the gated grouped RMSNorm on
  * the CPU, ss_rmsnorm_cpu and ss_gated_rmsnorm_cpu (ss_ops.h), each with its
- * backward below it. Twin: kernels/norm.cu (forwards only). The forwards'
+ * backward below it, and Mamba-1's plain gate ss_gate_silu_cpu.
+ * Twin: kernels/norm.cu (forwards only). The forwards'
  * elementwise loops go through vec.c; the backwards are plain loops with
  * the row sums in double.
  */
@@ -77,6 +78,12 @@ void ss_gated_rmsnorm_cpu(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz
 		for (g = 0; g < ngroups; g++)
 			rmsnorm_row(yr + g * gs, yr + g * gs, w + g * gs, gs, eps);
 	}
+}
+
+void ss_gate_silu_cpu(float *y, ptrdiff_t ldy, const float *z, ptrdiff_t ldz, int64_t n, int d)
+{
+	for (int64_t r = 0; r < n; r++)
+		ss_vec_mul_silu(y + r * ldy, z + r * ldz, d);
 }
 
 /* silu(z) = z·σ(z);  silu'(z) = σ(z)·(1 + z·(1 − σ(z))). */

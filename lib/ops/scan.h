@@ -59,4 +59,21 @@ typedef struct {
 size_t ss_scan_chunked_work(int nh, int P);
 void ss_scan_chunked(const ss_scan_chunked_args *a);
 
+/* The argument check of ss_ssm1_scan_cpu and its CUDA twin: 1 when the
+ * dims and strides are valid (d_state <= SS_SCAN1_MAX_STATE, strides at
+ * least the widths, the arrays present), else 0. */
+#define SS_SCAN1_MAX_STATE 256
+static inline int ss_scan1_args_ok(int d_inner, int d_state, int nseq, const float *x,
+				   ptrdiff_t ldx, const float *BC, ptrdiff_t ldbc, const float *dt,
+				   ptrdiff_t lddt, const float *A_log, const float *ssm,
+				   const float *y, ptrdiff_t ldy)
+{
+	if (nseq < 0 || d_inner < 0 || d_state <= 0 || d_state > SS_SCAN1_MAX_STATE)
+		return 0;
+	if (nseq == 0 || d_inner == 0)
+		return 1;
+	return x && BC && dt && A_log && ssm && ldx >= d_inner && lddt >= d_inner &&
+	       ldbc >= 2 * (ptrdiff_t)d_state && (!y || ldy >= d_inner);
+}
+
 #endif /* SS_SCAN_H */

@@ -140,3 +140,45 @@ void opref_scan(const ss_scan_dims *d, const int64_t *ss, int nseq, const float 
 			ld[s * H + h] += A * sum;
 		}
 }
+
+void opref_dt_proj(double *dt, const float *low, int64_t ldl, const float *W, const float *bias,
+		   int64_t n, int d_inner, int R)
+{
+	for (int64_t r = 0; r < n; r++)
+		for (int d = 0; d < d_inner; d++) {
+			double u = bias[d];
+			for (int k = 0; k < R; k++)
+				u += (double)W[(size_t)d * R + k] * low[r * ldl + k];
+			dt[r * d_inner + d] = u > 20 ? u : log1p(exp(u));
+		}
+}
+
+void opref_scan1(int d_inner, int N, const int64_t *ss, int nseq, const float *x, int64_t ldx,
+		 const float *BC, int64_t ldbc, const float *dt, int64_t lddt, const float *A_log,
+		 const float *D, double *ssm, double *y, double *ld)
+{
+	for (int s = 0; s < nseq; s++)
+		for (int64_t r = ss[s]; r < ss[s + 1]; r++)
+			for (int d = 0; d < d_inner; d++) {
+				const double dtv = dt[r * lddt + d], xv = x[r * ldx + d];
+				double acc = 0;
+				for (int n = 0; n < N; n++) {
+					const double A = -exp((double)A_log[(size_t)d * N + n]);
+					double *e = &ssm[((size_t)s * d_inner + d) * N + n];
+					*e = exp(dtv * A) * *e + dtv * xv * BC[r * ldbc + n];
+					acc += *e * BC[r * ldbc + N + n];
+					ld[((size_t)s * d_inner + d) * N + n] += A * dtv;
+				}
+				y[r * d_inner + d] = acc + (D ? D[d] : 0) * xv;
+			}
+}
+
+void opref_gate(double *out, const float *y, int64_t ldy, const float *z, int64_t ldz, int64_t n,
+		int d)
+{
+	for (int64_t r = 0; r < n; r++)
+		for (int i = 0; i < d; i++) {
+			const double zv = z[r * ldz + i];
+			out[r * d + i] = y[r * ldy + i] * (zv / (1 + exp(-zv)));
+		}
+}

@@ -37,6 +37,25 @@ void opref_dt(double *dt, const float *raw, int64_t ldr, const float *bias, int6
 void opref_gated_rmsnorm(double *out, const float *y, int64_t ldy, const float *z, int64_t ldz,
 			 const float *w, int64_t n, int d, int G, double eps);
 
+/* Mamba-1's low-rank dt (ss_dt_proj_cpu): dt: out [n][d_inner] contiguous;
+ * low: [n] rows at stride ldl (dt_low first); W: [d_inner][R]; bias:
+ * [d_inner]. dt = softplus(W·low + bias), in double. */
+void opref_dt_proj(double *dt, const float *low, int64_t ldl, const float *W, const float *bias,
+		   int64_t n, int d_inner, int R);
+
+/* Mamba-1's selective scan (ss_ssm1_scan_cpu), in double: ss[nseq+1] row
+ * starts; x, dt: rows of d_inner at strides ldx, lddt; BC: rows at stride
+ * ldbc, B then C (N each); A_log: [d_inner][N]; D: [d_inner]; ssm: in/out
+ * [nseq][d_inner][N]; y: out [T][d_inner] contiguous; ld: in/out
+ * [nseq][d_inner][N]. */
+void opref_scan1(int d_inner, int N, const int64_t *ss, int nseq, const float *x, int64_t ldx,
+		 const float *BC, int64_t ldbc, const float *dt, int64_t lddt, const float *A_log,
+		 const float *D, double *ssm, double *y, double *ld);
+
+/* Mamba-1's gate (ss_gate_silu_cpu): out [n][d] contiguous = y · silu(z). */
+void opref_gate(double *out, const float *y, int64_t ldy, const float *z, int64_t ldz, int64_t n,
+		int d);
+
 /* Row argmax (ss_argmax_rows_cpu): ids: out [nrows], the first index of the
  * largest non-NaN value of row r over columns [0, n), -1 for an all-NaN
  * row; logits: [nrows] rows at stride ld. */
