@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "ss.h"
+#include "train_internal.h"
 
 struct ss_train {
 	ss_model_config c;
@@ -439,4 +440,11 @@ int ss_adamw_update(float *p, const float *g, float *m, float *v, size_t n, cons
 		       (float)(h->lr * (m[i] / bc1) / (sqrt(v[i] / bc2) + h->eps));
 	}
 	return 0;
+}
+
+void ss_train_shape(const ss_train *t, ss_model_config *c, int64_t *max_tokens, int *max_seqs)
+{
+	*c = t->c;
+	*max_tokens = t->max_T;
+	*max_seqs = t->max_seqs;
 }
