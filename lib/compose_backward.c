@@ -9,6 +9,7 @@
  * ref: picaso.txt §5 (BPTC), Props. 1-3; DESIGN.md §3; compose.c.
  */
 #include "ss.h"
+#include "compose_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -89,20 +90,9 @@ int ss_compose_weights_backward(ss_compose_mode mode, size_t n, size_t n_head,
 				const float *logdecay, const double *dw, double *dlogdecay,
 				char *errmsg)
 {
-	if (n == 0) {
-		ss_errf(errmsg, 0, "no inputs to compose");
-		return SS_ERR_INVALID;
-	}
-	if (mode == SS_COMPOSE_MAX || !ss_compose_mode_name(mode)) {
-		ss_errf(errmsg, 0, "mode %s has no weights", mode == SS_COMPOSE_MAX ? "max" : "(unknown)");
-		return SS_ERR_INVALID;
-	}
-	for (size_t k = 0; k < n * n_head; k++)
-		if (!(logdecay[k] <= 0)) {
-			ss_errf(errmsg, 0, "input %zu, head %zu: logdecay %g is not <= 0", k / n_head,
-				k % n_head, (double)logdecay[k]);
-			return SS_ERR_INVALID;
-		}
+	int rc = ss_compose_weights_check(mode, n, n_head, logdecay, errmsg);
+	if (rc)
+		return rc;
 	/* One input: every mode's weight is the constant 1 (as the forward
 	 * says it exactly); soup and sum: constants whatever the decays. */
 	if (n == 1 || mode == SS_COMPOSE_SOUP || mode == SS_COMPOSE_SUM)

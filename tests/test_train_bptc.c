@@ -262,6 +262,13 @@ static double score_by_hand(ss_train *t, const float *conv, const float *ssm, fl
 	return loss;
 }
 
+/* The loss and the gradients t holds are lref and ref. */
+static void assert_same_step(ss_train *t, double loss, double lref, const float *ref)
+{
+	assert_true(fabs(loss - lref) <= 1e-6 * lref);
+	assert_grads_equal(ss_train_grads_of(t)->data, ref, ss_train_grads_of(t)->n);
+}
+
 static void test_one_chunk_by_hand(void **st)
 {
 	(void)st;
@@ -291,8 +298,7 @@ static void test_one_chunk_by_hand(void **st)
 		assert_int_equal(ss_train_bptc(t, &ex, &loss), 0);
 		printf("  %s: loss %.7f, by hand %.7f\n", ss_compose_mode_name((ss_compose_mode)mode),
 		       loss, lref);
-		assert_true(fabs(loss - lref) <= 1e-6 * lref);
-		assert_grads_equal(ss_train_grads_of(t)->data, ref, n);
+		assert_same_step(t, loss, lref, ref);
 	}
 	ss_train_free(t);
 	free(conv), free(ssm), free(dconv), free(dssm), free(ref);
@@ -317,8 +323,7 @@ static void test_bp2c(void **st)
 	memcpy(ref, ss_train_grads_of(t)->data, n * sizeof *ref);
 	ss_train_zero_grad(t);
 	assert_int_equal(ss_train_bp2c(t, conv, ssm, query, NQ, cont, NC, &loss), 0);
-	assert_true(fabs(loss - lref) <= 1e-6 * lref);
-	assert_grads_equal(ss_train_grads_of(t)->data, ref, n);
+	assert_same_step(t, loss, lref, ref);
 	assert_memory_equal(conv, c0, cl * sizeof *c0);
 	assert_memory_equal(ssm, s0, sl * sizeof *s0);
 
@@ -328,13 +333,11 @@ static void test_bp2c(void **st)
 	memcpy(ref, ss_train_grads_of(t)->data, n * sizeof *ref);
 	ss_train_zero_grad(t);
 	assert_int_equal(ss_train_bp2c(t, NULL, NULL, query, NQ, cont, NC, &loss), 0);
-	assert_true(fabs(loss - lref) <= 1e-6 * lref);
-	assert_grads_equal(ss_train_grads_of(t)->data, ref, n);
+	assert_same_step(t, loss, lref, ref);
 	ss_train_bptc_example ex = example(0, SS_COMPOSE_PICASO_R);
 	ss_train_zero_grad(t);
 	assert_int_equal(ss_train_bptc(t, &ex, &loss), 0);
-	assert_true(fabs(loss - lref) <= 1e-6 * lref);
-	assert_grads_equal(ss_train_grads_of(t)->data, ref, n);
+	assert_same_step(t, loss, lref, ref);
 	ss_train_free(t);
 	free(conv), free(ssm), free(c0), free(s0), free(ref);
 }
