@@ -83,7 +83,9 @@ size_t ss_train_ssm_len(const ss_train *t);
  *     in the initial states, out the final ones; NULL = zero initial states
  *     (the final ones are then not returned).
  *   logdecay: [nseq][n_layer][nheads] (+=), or NULL.
- *   loss: out, Σ nll / (number of targets) in nats (0 without targets).
+ *   loss: out, Σ nll / (number of targets) in nats (0 without targets:
+ *     then the head, norm_f·lm_head·cross-entropy, is not run, nor its
+ *     backward: encoding a chunk for its state costs no logits).
  * Returns 0 or SS_ERR_INVALID (sizes, a token or target out of range). */
 int ss_train_forward(ss_train *t, const int32_t *tokens, const int32_t *targets,
 		     const int64_t *seq_start, int nseq, float *conv, float *ssm, float *logdecay,
