@@ -3,12 +3,12 @@
  * ss_compose_weights_backward, ss_compose_backward) against double
  * precision central finite differences of the forward itself:
  *   - the weights W[h][k] of every mode (caso, picaso-s, picaso-r, soup,
- *     sum), n in {1, 2, 3, 5}: the gradient of Σ c·W w.r.t. every input's
+ *     sum), n in {1, 2, 3, 5, 10}: the gradient of Σ c·W w.r.t. every input's
  *     logdecay, at random decays and at decays near 0, of -1e4 and of the
  *     f64-underflow range (with -inf beside them: gradients finite);
  *   - the composed state (ss_compose, f32): the gradient of
  *     Σ G·ssm + Σ g·conv + Σ l·logdecay of the result w.r.t. every element
- *     of every input's ssm, conv and logdecay, each mode, n in {1,2,3,5},
+ *     of every input's ssm, conv and logdecay, each mode, n in {1,2,3,5,10},
  *     conv mean and last;
  *   - the errors (mode max, normalisation, no input).
  * ref: picaso.txt §5, Props. 1-3.
@@ -37,11 +37,11 @@ static double urand(void)
 static const ss_compose_mode modes[] = { SS_COMPOSE_CASO, SS_COMPOSE_PICASO_S,
 					 SS_COMPOSE_PICASO_R, SS_COMPOSE_SOUP, SS_COMPOSE_SUM };
 enum { NMODES = sizeof modes / sizeof modes[0] };
-static const size_t ns[] = { 1, 2, 3, 5 };
+static const size_t ns[] = { 1, 2, 3, 5, 10 };
 
 /* ------------------------------------------------------------- weights */
 
-enum { H = 3, NMAX = 5 };
+enum { H = 3, NMAX = 10 };
 
 /* Σ c·W of the forward, in f64. */
 static double weights_loss(ss_compose_mode mode, size_t n, const float *a, const double *c)
