@@ -59,17 +59,7 @@ int main(int argc, char **argv)
 			MAX_ROUNDS);
 		return 2;
 	}
-#ifndef SS_BLAS_BLIS
-	if (threads)
-		openblas_set_num_threads(threads);
-#else
-	if (threads)
-		bli_thread_set_num_threads(threads);
-#endif
-	if (threads)
-		printf("BLAS: %s (%s), %d threads\n", SS_BLAS_NAME, ss_blas_kernels(), threads);
-	else
-		printf("BLAS: %s (%s), its default threads\n", SS_BLAS_NAME, ss_blas_kernels());
+	bench_blas_threads(threads);
 	ss_mkmodel_defaults(&o);
 	ss_model *m = ss_mkmodel_load_temp(&o, NULL, "bench-bptc", dir, errmsg);
 	if (!m) {

@@ -126,17 +126,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "train: -n >= 2, 1 <= -r <= %d, -t >= 0\n", MAX_ROUNDS);
 		return 2;
 	}
-#ifndef SS_BLAS_BLIS
-	if (threads)
-		openblas_set_num_threads(threads);
-#else
-	if (threads)
-		bli_thread_set_num_threads(threads);
-#endif
-	if (threads)
-		printf("BLAS: %s (%s), %d threads\n", SS_BLAS_NAME, ss_blas_kernels(), threads);
-	else
-		printf("BLAS: %s (%s), its default threads\n", SS_BLAS_NAME, ss_blas_kernels());
+	bench_blas_threads(threads);
 	ss_mkmodel_defaults(&o);
 	rc |= run_shape("t1", &o, T, rounds);
 	o.d_model = 384;
