@@ -3,8 +3,11 @@
  *
  * Writes k = 10 random states of mamba2-130m shape (24 layers, 24 heads,
  * headdim 64, d_state 128, conv_dim 1792: 18.9 MB each in f32) to a
- * temporary stream, once stored as f32 and once as f16, then times, each in
- * a fresh child process (so its peak RSS is its own, from wait4):
+ * temporary stream, stored as f32, f16, bf16 and q8 in turn (--states FILE:
+ * the first k states of FILE instead, e.g. WikiText chunks encoded by a model
+ * of that shape, which compress as real states do and random ones do not),
+ * then times, each in a fresh child process (so its peak RSS is its own, from
+ * wait4):
  *   read      plain read(2) of the file (what `cat > /dev/null` does)
  *   decomp    ss_reader_next over every record: zstd decompression only
  *   meta      ss_reader_next_meta over every record (picaso's first pass)
@@ -21,7 +24,14 @@
  * -R rounds interleaved (default 5), as min and median of the per-round
  * ratios of wall time and of CPU time (user + system, the tool included).
  *
- * usage: compose [-k K] [-r REPS] [-R ROUNDS] [--shape 130m|t1|L,H,P,N,C,K] [--dir DIR]
+ * A last table gives, per storage dtype, the bytes per document (the
+ * record decompressed, and its zstd frame as stored: f16/bf16 byte-shuffled
+ * by default, formats/states.md), the frame of the same record written
+ * without the shuffle (ss_writer_set_shuffle 0), and compose k time vs
+ * decompress-only.
+ *
+ * usage: compose [-k K] [-r REPS] [-R ROUNDS] [--shape 130m|t1|L,H,P,N,C,K] [--states FILE]
+ *                [--dtypes LIST] [--dir DIR]
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -33,6 +43,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <zstd.h>
 
 #include "ss.h"
 #include "bench.h"
@@ -60,13 +72,51 @@ static double unif(void)
 	return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
 }
 
-static void make_stream(const char *path, const ss_state_dims *d, ss_dtype dt, int k)
+/* Writes the first k states of `src` (cycled when it has fewer) to path,
+ * stored as dt; shuffle: ss_writer_set_shuffle's. */
+static void copy_stream(const char *path, const char *src, ss_dtype dt, int k, int shuffle)
+{
+	char err[SS_ERRMSG_MAX];
+	ss_writer *w;
+	ss_reader *r = NULL;
+	const ss_record *rec;
+	if (ss_writer_open(&w, path, 0, err))
+		die(path, err);
+	ss_writer_set_shuffle(w, shuffle);
+	for (int i = 0; i < k; i++) {
+		int rc = r ? ss_reader_next(r, &rec) : 0;
+		if (rc == 0) {
+			ss_reader_close(r);
+			if (ss_reader_open(&r, src, 0, err))
+				die(src, err);
+			if ((rc = ss_reader_next(r, &rec)) != 1)
+				die(src, rc ? ss_reader_error(r) : "no states");
+		}
+		if (rc < 0)
+			die(src, ss_reader_error(r));
+		ss_state s;
+		if (ss_record_state(rec, &s, err))
+			die(src, err);
+		s.dtype = dt;
+		if (ss_writer_put_state(w, &s, NULL))
+			die(path, "write failed");
+		ss_state_free(&s);
+	}
+	ss_reader_close(r);
+	if (ss_writer_close(w, err))
+		die(path, err);
+}
+
+/* k random states (the same for every dt) stored as dt. */
+static void make_stream(const char *path, const ss_state_dims *d, ss_dtype dt, int k, int shuffle)
 {
 	char err[SS_ERRMSG_MAX], id[32];
 	ss_writer *w;
 	ss_state s;
+	rng = 42;
 	if (ss_writer_open(&w, path, 0, err))
 		die(path, err);
+	ss_writer_set_shuffle(w, shuffle);
 	if (ss_state_alloc(&s, d))
 		die(path, "out of memory");
 	strcpy(s.fingerprint, "bench");
@@ -150,8 +200,16 @@ static double job_kernel(job_t *j)
 		die(j->path, err);
 	while (n < 64 && (rc = ss_reader_next(r, &rec)) == 1) {
 		const void *sm, *cv;
-		if (ss_record_state_view(rec, &meta[n], &cv, &sm, err))
+		int rc2 = ss_record_state_view(rec, &meta[n], &cv, &sm, err);
+		if (rc2 == SS_ERR_UNSUPPORTED) { /* byte-shuffled: the kernel reads an f32 copy */
+			if (ss_record_state(rec, &meta[n], err))
+				die(j->path, err);
+			meta[n].dtype = SS_DTYPE_F32;
+			cv = meta[n].conv;
+			sm = meta[n].ssm;
+		} else if (rc2) {
 			die(j->path, err);
+		}
 		size_t es = ss_dtype_size(meta[n].dtype);
 		size_t ssm_bytes = ss_state_ssm_len(&meta[n].dims) * es, conv_bytes = ss_state_conv_len(&meta[n].dims) * es;
 		ssm[n] = malloc(ssm_bytes);
@@ -310,6 +368,7 @@ int main(int argc, char **argv)
 {
 	int k = 10, reps = 3, rounds = 5;
 	ss_state_dims d = {"mamba2", 24, 24, 64, 128, 1792, 4};
+	const char *states = NULL, *dtypes = "f32,f16,bf16,q8";
 	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-k") && i + 1 < argc)
@@ -320,6 +379,10 @@ int main(int argc, char **argv)
 			rounds = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
 			dir = argv[++i];
+		else if (!strcmp(argv[i], "--states") && i + 1 < argc)
+			states = argv[++i];
+		else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc)
+			dtypes = argv[++i];
 		else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
 			const char *v = argv[++i];
 			if (!strcmp(v, "t1"))
@@ -329,7 +392,8 @@ int main(int argc, char **argv)
 					&d.conv_dim, &d.d_conv) != 6)
 				die("--shape", v);
 		} else {
-			fprintf(stderr, "usage: compose [-k K] [-r REPS] [-R ROUNDS] [--shape 130m|t1|L,H,P,N,C,K] [--dir DIR]\n");
+			fprintf(stderr, "usage: compose [-k K] [-r REPS] [-R ROUNDS] [--shape 130m|t1|L,H,P,N,C,K] "
+				"[--states FILE] [--dtypes LIST] [--dir DIR]\n");
 			return 2;
 		}
 	}
@@ -337,6 +401,26 @@ int main(int argc, char **argv)
 		fprintf(stderr, "compose: -r and -R take 1..64\n");
 		return 2;
 	}
+	ss_dtype dts[8];
+	int n_dt = 0;
+	char dl[64];
+	snprintf(dl, sizeof dl, "%s", dtypes);
+	for (char *save = NULL, *t = strtok_r(dl, ",", &save); t; t = strtok_r(NULL, ",", &save))
+		if (n_dt == 8 || ss_dtype_parse(t, &dts[n_dt++]))
+			die("--dtypes", t);
+	if (states) { /* the dims are the file's */
+		ss_reader *r;
+		const ss_record *rec;
+		ss_state m;
+		char err[SS_ERRMSG_MAX];
+		if (ss_reader_open(&r, states, 0, err) || ss_reader_next_meta(r, &rec) != 1 ||
+		    ss_record_state_meta(rec, &m, err))
+			die(states, "not a state stream");
+		d = m.dims;
+		ss_state_free(&m);
+		ss_reader_close(r);
+	}
+	struct { double stored, zstd, plain, decomp, picaso, tool; } sum[8] = {{0}};
 	/* The tool sits next to this binary's directory: build/bench → build/bin. */
 	char tool[4096];
 	snprintf(tool, sizeof tool, "%s", argv[0]);
@@ -350,16 +434,18 @@ int main(int argc, char **argv)
 	if (!mkdtemp(tmpl))
 		die(tmpl, "mkdtemp failed");
 	size_t state_bytes = (ss_state_ssm_len(&d) + ss_state_conv_len(&d)) * 4;
-	printf("compose: k = %d states, dims %d,%d,%d,%d,%d,%d (%.1f MB each in f32), best of %d, %ld CPUs\n",
-	       k, d.n_layer, d.nheads, d.headdim, d.d_state, d.conv_dim, d.d_conv, state_bytes / 1e6, reps,
-	       sysconf(_SC_NPROCESSORS_ONLN));
-	static const ss_dtype dts[] = {SS_DTYPE_F32, SS_DTYPE_F16};
-	for (int t = 0; t < 2; t++) {
+	printf("compose: k = %d states, dims %d,%d,%d,%d,%d,%d (%.1f MB each in f32), %s, best of %d, %ld CPUs\n",
+	       k, d.n_layer, d.nheads, d.headdim, d.d_state, d.conv_dim, d.d_conv, state_bytes / 1e6,
+	       states ? states : "random values", reps, sysconf(_SC_NPROCESSORS_ONLN));
+	for (int t = 0; t < n_dt; t++) {
 		char path[4200], out[4200];
 		snprintf(path, sizeof path, "%s/in-%s.ss", tmpl, ss_dtype_name(dts[t]));
 		snprintf(out, sizeof out, "%s/out.ss", tmpl);
 		double t0 = now();
-		make_stream(path, &d, dts[t], k);
+		if (states)
+			copy_stream(path, states, dts[t], k, 1);
+		else
+			make_stream(path, &d, dts[t], k, 1);
 		long long fsize = 0;
 		FILE *f = fopen(path, "rb");
 		if (f) {
@@ -395,7 +481,11 @@ int main(int argc, char **argv)
 			job_t j = {rows[i].job, rows[i].mode, path, tool, out, 0, 0, 0, rows[i].level};
 			s = bench(&j, reps, &bytes, &rss);
 			if (rows[i].job == J_DECOMP)
-				base = s;
+				base = s, sum[t].decomp = s, sum[t].stored = (double)bytes / k;
+			if (rows[i].job == J_COMPOSE && rows[i].mode == SS_COMPOSE_PICASO_R)
+				sum[t].picaso = s;
+			if (rows[i].job == J_TOOL && !rows[i].level)
+				sum[t].tool = s;
 			if (rows[i].job == J_KERNEL)
 				printf("  %-16s %9.1f %9.2f %9s %8.2f  (arrays in memory: accumulation alone)\n",
 				       rows[i].name, s * 1e3, bytes / s / 1e9, "-", base > 0 ? s / base : 0);
@@ -411,9 +501,30 @@ int main(int argc, char **argv)
 		}
 		if (have_tool)
 			tool_vs_decomp(path, tool, out, rounds);
+		sum[t].zstd = (double)fsize / k;
+		if (states)
+			copy_stream(path, states, dts[t], k, 0);
+		else
+			make_stream(path, &d, dts[t], k, 0);
+		if ((f = fopen(path, "rb")) != NULL) {
+			fseek(f, 0, SEEK_END);
+			sum[t].plain = (double)ftell(f) / k;
+			fclose(f);
+		}
 		remove(path);
 		remove(out);
 	}
 	rmdir(tmpl);
+	printf("\nper document, k = %d (%s): MB stored = the record decompressed, zstd = its frame on\n"
+	       "disk as written (f16/bf16 byte-shuffled), unshuffled = its frame without the shuffle;\n"
+	       "ms to decompress all k, to compose them (picaso-r, library and tool)\n",
+	       k, states ? states : "random values");
+	printf("  %-6s %9s %9s %11s %8s %10s %10s %8s %10s\n", "dtype", "stored", "zstd", "unshuffled", "gain",
+	       "decomp ms", "picaso-r", "x decomp", "tool ms");
+	for (int t = 0; t < n_dt; t++)
+		printf("  %-6s %9.3f %9.3f %11.3f %7.1f%% %10.1f %10.1f %8.2f %10.1f\n", ss_dtype_name(dts[t]),
+		       sum[t].stored / 1e6, sum[t].zstd / 1e6, sum[t].plain / 1e6,
+		       sum[t].plain > 0 ? 100 * (1 - sum[t].zstd / sum[t].plain) : 0, sum[t].decomp * 1e3,
+		       sum[t].picaso * 1e3, sum[t].decomp > 0 ? sum[t].picaso / sum[t].decomp : 0, sum[t].tool * 1e3);
 	return 0;
 }

@@ -8,12 +8,16 @@
  * Prints, per shape: training tokens/s (one sequence of -n tokens per
  * step), min and median over -r rounds after one warm-up step, and the
  * median time of each phase (forward, backward, AdamW), the BLAS and its
- * threads, and peak RSS. The peer (PyTorch on the CPU doing the same step,
- * issue 15) is not run by this program: it prints that it was not measured.
- * Figures only, no pass/fail. The models are written with gen/model.h into
- * $TMPDIR and removed after the run.
+ * threads, and peak RSS. The peer, PyTorch on the CPU doing the same step on
+ * the same shape (bench/peers/train_torch.py, issue 15), runs interleaved
+ * with ours (ours, peer, ours, peer, ... one timed step each after its own
+ * warm-up) on as many threads, when a python3 that imports torch is found
+ * ($PYTHON, python3, /usr/bin/python3); then its median and ours/peer (min
+ * and median of the per-round ratio) are printed, else "peer: not measured"
+ * and why. Figures only, no pass/fail. The models are written with
+ * gen/model.h into $TMPDIR and removed after the run.
  *
- * usage: train [-n TOKENS] [-r ROUNDS] [-t BLAS_THREADS]
+ * usage: train [-n TOKENS] [-r ROUNDS] [-t THREADS] (default 2 threads)
  */
 #include "blas.h"
 #include <stdio.h>
@@ -27,10 +31,44 @@
 
 #define MAX_ROUNDS 64
 
+static int peer_threads;
+
+/* One round of the peer on o's shape: its tokens/s into *rate; returns 0, or
+ * -1 with why[] set. */
+static int peer_round(const ss_mkmodel_opts *o, int64_t T, double *rate, char *why, size_t nwhy)
+{
+	const char *top = getenv("SS_TOP");
+	char cmd[8192], line[512] = "";
+	snprintf(cmd, sizeof cmd,
+		 "sh -c 'for p in \"${PYTHON:-python3}\" python3 /usr/bin/python3; do "
+		 "\"$p\" -c \"import torch\" 2>/dev/null && exec \"$p\" \"$0\" \"$@\"; done; "
+		 "echo \"skipped: no python3 imports torch\"' '%s/bench/peers/train_torch.py' "
+		 "--d-model %d --n-layer %d --d-state %d --headdim %d --tokens %lld --threads %d 2>&1",
+		 top && *top ? top : ".", o->d_model, o->n_layer, o->d_state, o->headdim, (long long)T,
+		 peer_threads);
+	FILE *f = popen(cmd, "r");
+	if (!f) {
+		snprintf(why, nwhy, "cannot run the peer script");
+		return -1;
+	}
+	char buf[512];
+	while (fgets(buf, sizeof buf, f))
+		memcpy(line, buf, sizeof line);
+	int st = pclose(f);
+	line[strcspn(line, "\n")] = 0;
+	if (st == 0 && sscanf(line, "tokens/s %lf", rate) == 1)
+		return 0;
+	snprintf(why, nwhy, "not measured (%s)", line[0] ? line : "the peer script failed");
+	return -1;
+}
+
 static int run_shape(const char *label, const ss_mkmodel_opts *o, int64_t T, int rounds)
 {
 	char dir[4096], errmsg[SS_ERRMSG_MAX];
 	double tf[MAX_ROUNDS], tb[MAX_ROUNDS], ta[MAX_ROUNDS], rate[MAX_ROUNDS], loss;
+	double prate[MAX_ROUNDS], ratio[MAX_ROUNDS];
+	char why[600] = "";
+	int peer_ok = 1;
 	const int64_t seq_start[2] = { 0, T };
 	const ss_adamw h = { .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
 			     .weight_decay = 0.1f };
@@ -85,6 +123,10 @@ static int run_shape(const char *label, const ss_mkmodel_opts *o, int64_t T, int
 			continue; /* warm-up */
 		tf[r] = t1 - t0, tb[r] = t2 - t1, ta[r] = t3 - t2;
 		rate[r] = (double)T / (t3 - t0);
+		if (peer_ok && peer_round(o, T, &prate[r], why, sizeof why))
+			peer_ok = 0;
+		if (peer_ok)
+			ratio[r] = rate[r] / prate[r];
 	}
 	if (err) {
 		fprintf(stderr, "train: %s: %s\n", label, ss_strerror(err));
@@ -95,7 +137,15 @@ static int run_shape(const char *label, const ss_mkmodel_opts *o, int64_t T, int
 	printf("  median per step: forward %.1f ms, backward %.1f ms, AdamW %.1f ms\n",
 	       bench_median(tf, rounds) * 1e3, bench_median(tb, rounds) * 1e3,
 	       bench_median(ta, rounds) * 1e3);
-	printf("  peer (PyTorch, CPU): not measured (no bench/peers script for training yet)\n");
+	if (peer_ok) {
+		printf("  peer: PyTorch on the CPU (bench/peers/train_torch.py), %d threads, %d rounds "
+		       "interleaved: median %.0f tokens/s (best %.0f)\n",
+		       peer_threads, rounds, bench_median(prate, rounds), bench_max(prate, rounds));
+		printf("  ours/peer: min %.2f, median %.2f (goal >= 3)\n", bench_min(ratio, rounds),
+		       bench_median(ratio, rounds));
+	} else {
+		printf("  peer: %s\n", why);
+	}
 out:
 	ss_train_free(t);
 	ss_model_free(m);
@@ -106,7 +156,7 @@ out:
 int main(int argc, char **argv)
 {
 	int64_t T = 256;
-	int rounds = 3, threads = 0, rc = 0;
+	int rounds = 3, threads = 2, rc = 0;
 	struct rusage ru;
 	ss_mkmodel_opts o;
 
@@ -123,9 +173,11 @@ int main(int argc, char **argv)
 		}
 	}
 	if (T < 2 || rounds < 1 || rounds > MAX_ROUNDS || threads < 0) {
-		fprintf(stderr, "train: -n >= 2, 1 <= -r <= %d, -t >= 0\n", MAX_ROUNDS);
+		fprintf(stderr, "train: -n >= 2, 1 <= -r <= %d, -t >= 0 (0: the BLAS's default)\n",
+			MAX_ROUNDS);
 		return 2;
 	}
+	peer_threads = threads ? threads : 2;
 	bench_blas_threads(threads);
 	ss_mkmodel_defaults(&o);
 	rc |= run_shape("t1", &o, T, rounds);

@@ -2,7 +2,7 @@
  * mkstates — writes a state stream of N seeded random states: the inputs of
  * the ss-compose benchmark and CLI tests, no model needed.
  *
- * usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16]
+ * usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16|q8]
  *                 [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] N OUT
  * Shapes: 130m = mamba2-130m (24 layers, 24 heads, headdim 64, d_state 128,
  * conv_dim 1792, d_conv 4: 18.9 MB in f32); t1 = golden t1 (2, 8, 16, 16,
@@ -29,7 +29,7 @@ static double unif(void) /* [0, 1) */
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16]\n"
+	fprintf(stderr, "usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16|q8]\n"
 			"                [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] N OUT\n");
 	exit(2);
 }

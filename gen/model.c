@@ -249,11 +249,6 @@ static int errf(char *errmsg, int code, const char *fmt, ...)
 	return code;
 }
 
-static const char *st_dtype(ss_dtype d)
-{
-	return d == SS_DTYPE_F32 ? "F32" : d == SS_DTYPE_F16 ? "F16" : "BF16";
-}
-
 static int write_config(const char *dir, const ss_mkmodel_opts *o, char *errmsg)
 {
 	char path[4096];
@@ -284,26 +279,17 @@ static int write_config(const char *dir, const ss_mkmodel_opts *o, char *errmsg)
 /* Header JSON for tensors [a, b), padded with spaces to a multiple of 8. */
 static char *header(const tdesc *t, size_t a, size_t b, ss_dtype dt, size_t *len)
 {
-	size_t cap = 256 + (b - a) * 256, k = 0;
-	char *h = malloc(cap);
-	if (!h)
+	ss_tensor_f32 *v = calloc(b - a + 1, sizeof *v);
+	if (!v)
 		return NULL;
-	k += (size_t)snprintf(h + k, cap - k, "{\"__metadata__\":{\"format\":\"pt\"}");
-	uint64_t off = 0, esz = ss_dtype_size(dt);
 	for (size_t i = a; i < b; i++) {
-		k += (size_t)snprintf(h + k, cap - k, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t[i].name,
-		                      st_dtype(dt));
+		v[i - a].name = t[i].name;
+		v[i - a].ndim = t[i].ndim;
 		for (int d = 0; d < t[i].ndim; d++)
-			k += (size_t)snprintf(h + k, cap - k, d ? ",%lld" : "%lld", (long long)t[i].shape[d]);
-		uint64_t end = off + t[i].numel * esz;
-		k += (size_t)snprintf(h + k, cap - k, "],\"data_offsets\":[%llu,%llu]}",
-		                      (unsigned long long)off, (unsigned long long)end);
-		off = end;
+			v[i - a].shape[d] = t[i].shape[d];
 	}
-	k += (size_t)snprintf(h + k, cap - k, "}");
-	while (k % 8)
-		h[k++] = ' ';
-	*len = k;
+	char *h = ss_safetensors_header(v, b - a, dt, len);
+	free(v);
 	return h;
 }
 

@@ -359,18 +359,31 @@ static double k_sumsq(const float *x, size_t n)
 }
 
 /* An input array: bytes in a storage dtype; `direct` when it is f32 and
- * aligned, so the kernels read it in place. */
+ * aligned, so the kernels read it in place. A q8 array's codes are
+ * elements e0.. of the whole array, whose scales and blocks come along. */
 typedef struct {
 	const unsigned char *p;
 	ss_dtype t;
 	size_t es;
 	int direct;
+	const float *scale;
+	size_t e0, row, block;
 } src_arr;
 
 static src_arr src_of(const void *p, ss_dtype t)
 {
-	src_arr s = {p, t, ss_dtype_size(t), t == SS_DTYPE_F32 && (uintptr_t)p % _Alignof(float) == 0};
+	src_arr s = {p, t, ss_dtype_size(t), t == SS_DTYPE_F32 && (uintptr_t)p % _Alignof(float) == 0,
+		     NULL, 0, 0, 0};
 	return s;
+}
+
+/* dst[0..m) = x's elements [off, off+m) in f32. */
+static void widen(float *dst, src_arr x, size_t off, size_t m)
+{
+	if (x.t == SS_DTYPE_Q8)
+		ss_q8_to_f32(dst, (const int8_t *)(x.p + off), x.scale, x.e0 + off, m, x.row, x.block);
+	else
+		ss_to_f32(dst, x.p + off * x.es, x.t, m);
 }
 
 enum { OP_COPY, OP_SCALE, OP_AXPY, OP_AXPBY, OP_MAX };
@@ -385,7 +398,7 @@ static void apply(float *restrict y, src_arr x, size_t off, size_t n, int op, fl
 		if (x.direct) {
 			xs = (const float *)(const void *)x.p + off + i;
 		} else {
-			ss_to_f32(op == OP_COPY ? y + i : tmp, x.p + (off + i) * x.es, x.t, m);
+			widen(op == OP_COPY ? y + i : tmp, x, off + i, m);
 			xs = tmp;
 		}
 		switch (op) {
@@ -410,7 +423,7 @@ static double norm2(src_arr x, size_t off, size_t n)
 	double s = 0;
 	for (size_t i = 0; i < n; i += BLK) {
 		size_t m = n - i < BLK ? n - i : BLK;
-		ss_to_f32(tmp, x.p + (off + i) * x.es, x.t, m);
+		widen(tmp, x, off + i, m);
 		s += k_sumsq(tmp, m);
 	}
 	return sqrt(s);
@@ -436,6 +449,11 @@ struct ss_composer {
 	int open;
 	ss_dtype t;
 	uint64_t want[2], fed[2]; /* bytes of conv [0] and ssm [1]: expected, received */
+	float *scale[2];          /* a q8 input's conv [0] and ssm [1] scales (copies) */
+	size_t scale_cap[2];
+	size_t shuf;              /* the open input's shuffle block (elements), 0 = none */
+	unsigned char *blk, *unblk; /* a shuffled block as it arrives, then unshuffled */
+	size_t fill, blk_cap;     /* bytes of blk filled, allocated */
 };
 
 int ss_composer_new(ss_composer **out, const ss_compose_opts *o)
@@ -560,6 +578,42 @@ static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
 	return 0;
 }
 
+/* Copies a q8 input's scales (x->conv_scale, x->ssm_scale) into c. */
+static int take_scales(ss_composer *c, const ss_state *x, char *errmsg)
+{
+	const float *src[2] = {x->conv_scale, x->ssm_scale};
+	for (int a = 0; a < 2; a++) {
+		size_t n = ss_state_q8_n_scales(&c->acc.dims, a);
+		if (!src[a]) {
+			ss_errf(errmsg, 0, "input %zu: q8 state without its scales", c->n);
+			return SS_ERR_INVALID;
+		}
+		if (n > c->scale_cap[a]) {
+			float *p = realloc(c->scale[a], n * sizeof *p);
+			if (!p) {
+				ss_errf(errmsg, 0, "out of memory");
+				return SS_ERR_NOMEM;
+			}
+			c->scale[a] = p;
+			c->scale_cap[a] = n;
+		}
+		memcpy(c->scale[a], src[a], n * sizeof *src[a]);
+	}
+	return 0;
+}
+
+/* The open input's array `which` (0 conv, 1 ssm) at p, its element e0 first. */
+static src_arr input_arr(const ss_composer *c, int which, const void *p, size_t e0)
+{
+	src_arr s = src_of(p, c->t);
+	if (c->t == SS_DTYPE_Q8) {
+		s.scale = c->scale[which];
+		s.e0 = e0;
+		ss_state_q8_blocks(&c->acc.dims, which, &s.row, &s.block);
+	}
+	return s;
+}
+
 /* Starts input c->n: x supplies dims, fingerprint, id, logdecay and
  * n_tokens; its arrays follow in dtype t through add_range(). */
 static int add_begin(ss_composer *c, const ss_state *x, ss_dtype t, char *errmsg)
@@ -611,12 +665,16 @@ static int add_begin(ss_composer *c, const ss_state *x, ss_dtype t, char *errmsg
 		return fail(c, SS_ERR_NOMEM);
 	}
 	memcpy(c->decay + k * H, x->logdecay, H * sizeof(float));
+	if (t == SS_DTYPE_Q8 && (rc = take_scales(c, x, errmsg)))
+		return fail(c, rc);
 	c->n_tokens += x->n_tokens;
 	c->open = 1;
 	c->t = t;
 	c->want[0] = ss_state_conv_len(&c->acc.dims) * ss_dtype_size(t);
 	c->want[1] = ss_state_ssm_len(&c->acc.dims) * ss_dtype_size(t);
 	c->fed[0] = c->fed[1] = 0;
+	c->shuf = 0;
+	c->fill = 0;
 	return 0;
 }
 
@@ -678,7 +736,7 @@ static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const 
 		return rc;
 	const ss_state_dims *dm = &c->acc.dims;
 	size_t llen = (size_t)dm->nheads * (size_t)dm->headdim * (size_t)dm->d_state;
-	src_arr xs = src_of(ssm, t);
+	src_arr xs = input_arr(c, 1, ssm, 0);
 	double *lscale = NULL;
 	if (c->o.norm & SS_COMPOSE_NORM_BEFORE) {
 		if (!(lscale = malloc((size_t)dm->n_layer * sizeof *lscale))) {
@@ -691,7 +749,7 @@ static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const 
 		}
 	}
 	add_range(c, 1, xs, 0, c->want[1] / xs.es, lscale);
-	add_range(c, 0, src_of(conv, t), 0, c->want[0] / xs.es, NULL);
+	add_range(c, 0, input_arr(c, 0, conv, 0), 0, c->want[0] / xs.es, NULL);
 	free(lscale);
 	c->fed[0] = c->want[0];
 	c->fed[1] = c->want[1];
@@ -709,7 +767,43 @@ int ss_composer_add_begin(ss_composer *c, const ss_state *x, char *errmsg)
 		ss_errf(errmsg, 0, "composer: norm before needs whole arrays");
 		return fail(c, SS_ERR_INVALID);
 	}
-	return add_begin(c, x, x ? x->dtype : SS_DTYPE_F32, errmsg);
+	int rc = add_begin(c, x, x ? x->dtype : SS_DTYPE_F32, errmsg);
+	if (rc || x->shuffle <= 0 || ss_dtype_size(c->t) == 1)
+		return rc;
+	size_t bytes = (size_t)x->shuffle * ss_dtype_size(c->t); /* <= SS_SHUFFLE_MAX·4: the reader checks */
+	if (bytes > c->blk_cap) {
+		unsigned char *a = realloc(c->blk, bytes), *b = a ? realloc(c->unblk, bytes) : NULL;
+		if (a)
+			c->blk = a;
+		if (b)
+			c->unblk = b;
+		if (!a || !b) {
+			ss_errf(errmsg, 0, "out of memory");
+			return fail(c, SS_ERR_NOMEM);
+		}
+		c->blk_cap = bytes;
+	}
+	c->shuf = (size_t)x->shuffle;
+	return 0;
+}
+
+/* Bytes [fed, fed+len) of a shuffled array: gathered into whole shuffle
+ * blocks, each unshuffled and folded in once complete. */
+static void add_shuffled(ss_composer *c, int which, const unsigned char *p, size_t len)
+{
+	size_t es = ss_dtype_size(c->t), n = (size_t)(c->want[which] / es);
+	while (len) {
+		size_t start = (size_t)(c->fed[which] / es) - c->fill / es; /* the block's first element */
+		size_t m = n - start < c->shuf ? n - start : c->shuf;
+		size_t take = m * es - c->fill < len ? m * es - c->fill : len;
+		memcpy(c->blk + c->fill, p, take);
+		c->fill += take, c->fed[which] += take, p += take, len -= take;
+		if (c->fill == m * es) {
+			ss_unshuffle(c->unblk, c->blk, es, m, m);
+			add_range(c, which, input_arr(c, which, c->unblk, start), start, m, NULL);
+			c->fill = 0;
+		}
+	}
 }
 
 int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p, size_t len, char *errmsg)
@@ -725,7 +819,11 @@ int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p
 			(unsigned long long)c->want[which], ss_dtype_name(c->t));
 		return fail(c, SS_ERR_FORMAT);
 	}
-	add_range(c, which, src_of(p, c->t), (size_t)(off / es), len / es, NULL);
+	if (c->shuf) {
+		add_shuffled(c, which, p, len);
+		return 0;
+	}
+	add_range(c, which, input_arr(c, which, p, (size_t)(off / es)), (size_t)(off / es), len / es, NULL);
 	c->fed[which] += len;
 	return 0;
 }
@@ -759,6 +857,13 @@ int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg)
 	ss_state meta;
 	const void *conv, *ssm;
 	int rc = ss_record_state_view(rec, &meta, &conv, &ssm, errmsg);
+	if (rc == SS_ERR_UNSUPPORTED) { /* byte-shuffled: through an f32 copy */
+		if ((rc = ss_record_state(rec, &meta, errmsg)))
+			return fail(c, rc);
+		rc = add_arrays(c, &meta, meta.ssm, meta.conv, SS_DTYPE_F32, errmsg);
+		ss_state_free(&meta);
+		return rc;
+	}
 	if (rc)
 		return fail(c, rc);
 	rc = add_arrays(c, &meta, ssm, conv, meta.dtype, errmsg);
@@ -931,6 +1036,10 @@ void ss_composer_free(ss_composer *c)
 	free(c->decay);
 	free(c->w);
 	free(c->plan_decay);
+	free(c->scale[0]);
+	free(c->scale[1]);
+	free(c->blk);
+	free(c->unblk);
 	free(c);
 }
 

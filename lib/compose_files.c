@@ -11,9 +11,10 @@
  * the first pass and read back in the second. A record's arrays go into the
  * accumulator piece by piece as they are decompressed (add_next), so each
  * byte is read while still in cache and no record-sized buffer is touched.
- * Either way memory holds the accumulator, a 128 KiB piece (a whole record
- * with norm before), a record's metadata and the decays (n_layer·nheads
- * floats per input), whatever the number of inputs.
+ * Either way memory holds the accumulator, a 128 KiB piece and a shuffle
+ * block of f16/bf16 (a whole record with norm before), a record's metadata
+ * and the decays (n_layer·nheads floats per input), whatever the number of
+ * inputs.
  */
 #include "ss.h"
 #include "compose_internal.h"

@@ -9,7 +9,9 @@
  * Protocol, per input: ss_composer_add_begin(meta) once; then
  * ss_composer_add_piece() for the bytes of "conv" (which 0) and "ssm"
  * (which 1), each array's pieces in order and contiguous; then
- * ss_composer_add_end(). The result is bit-identical to
+ * ss_composer_add_end(). A byte-shuffled input (meta->shuffle > 0) has its
+ * pieces gathered into whole shuffle blocks (one block buffered, at most
+ * SS_SHUFFLE_MAX elements), each unshuffled and folded in when complete. The result is bit-identical to
  * ss_composer_add_record() of the same record: every mode's update is
  * elementwise. All return 0 or an SS_ERR_* with errmsg naming the input,
  * and leave the composer failed on error (as the other adds).

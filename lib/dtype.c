@@ -1,4 +1,6 @@
-/* dtype.c — error strings and element conversion between f32, f16 and bf16. */
+/* dtype.c — error strings and element conversion between f32, f16, bf16
+ * and q8 (int8 codes with a scale per block). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +45,7 @@ const char *ss_dtype_name(ss_dtype t)
 	case SS_DTYPE_F32: return "f32";
 	case SS_DTYPE_F16: return "f16";
 	case SS_DTYPE_BF16: return "bf16";
+	case SS_DTYPE_Q8: return "q8";
 	}
 	return NULL;
 }
@@ -57,6 +60,8 @@ int ss_dtype_parse(const char *s, ss_dtype *out)
 		*out = SS_DTYPE_F16;
 	else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16"))
 		*out = SS_DTYPE_BF16;
+	else if (!strcmp(s, "q8"))
+		*out = SS_DTYPE_Q8;
 	else
 		return SS_ERR_INVALID;
 	return 0;
@@ -64,7 +69,7 @@ int ss_dtype_parse(const char *s, ss_dtype *out)
 
 size_t ss_dtype_size(ss_dtype t)
 {
-	return t == SS_DTYPE_F32 ? 4 : 2;
+	return t == SS_DTYPE_F32 ? 4 : t == SS_DTYPE_Q8 ? 1 : 2;
 }
 
 static inline uint32_t f2u(float f)
@@ -199,6 +204,8 @@ void ss_to_f32(float *dst, const void *src, ss_dtype t, size_t n)
 			dst[i] = u2f((uint32_t)h << 16);
 		}
 		break;
+	case SS_DTYPE_Q8: /* needs scales: ss_q8_to_f32 */
+		break;
 	}
 }
 
@@ -227,5 +234,126 @@ void ss_from_f32(void *dst, ss_dtype t, const float *src, size_t n)
 			memcpy(p + 2 * i, &h, 2);
 		}
 		break;
+	case SS_DTYPE_Q8: /* needs scales: ss_q8_from_f32 */
+		break;
 	}
+}
+
+/* One block of m 2-byte elements split into its two planes, or (inverse)
+ * the planes interleaved back: loops the compiler vectorises. */
+static void planes2(unsigned char *restrict y, const unsigned char *restrict x, size_t m, int inverse)
+{
+	if (inverse)
+		for (size_t i = 0; i < m; i++) {
+			y[2 * i] = x[i];
+			y[2 * i + 1] = x[m + i];
+		}
+	else
+		for (size_t i = 0; i < m; i++) {
+			y[i] = x[2 * i];
+			y[m + i] = x[2 * i + 1];
+		}
+}
+
+/* ss_shuffle (inverse 0) and ss_unshuffle (inverse 1). */
+static void shuffle_blocks(unsigned char *y, const unsigned char *x, size_t es, size_t n, size_t block,
+			   int inverse)
+{
+	for (size_t b0 = 0; b0 < n; b0 += block) {
+		size_t m = n - b0 < block ? n - b0 : block;
+		if (es == 2) {
+			planes2(y + b0 * 2, x + b0 * 2, m, inverse);
+			continue;
+		}
+		for (size_t i = 0; i < m; i++)
+			for (size_t j = 0; j < es; j++) {
+				size_t elem = (b0 + i) * es + j, plane = b0 * es + j * m + i;
+				y[inverse ? elem : plane] = x[inverse ? plane : elem];
+			}
+	}
+}
+
+void ss_shuffle(void *dst, const void *src, size_t es, size_t n, size_t block)
+{
+	shuffle_blocks(dst, src, es, n, block, 0);
+}
+
+void ss_unshuffle(void *dst, const void *src, size_t es, size_t n, size_t block)
+{
+	shuffle_blocks(dst, src, es, n, block, 1);
+}
+
+size_t ss_q8_n_scales(size_t n, size_t row, size_t block)
+{
+	return n / row * ((row + block - 1) / block);
+}
+
+void ss_q8_scales(float *scale, const float *x, size_t n, size_t row, size_t block)
+{
+	size_t k = 0;
+	for (size_t r0 = 0; r0 < n; r0 += row)
+		for (size_t b0 = 0; b0 < row; b0 += block) {
+			size_t m = row - b0 < block ? row - b0 : block;
+			const float *v = x + r0 + b0;
+			float mx = 0;
+			for (size_t i = 0; i < m; i++) {
+				float a = fabsf(v[i]);
+				mx = a > mx || a != a ? a : mx; /* a NaN sticks */
+			}
+			scale[k++] = mx / 127.0f;
+		}
+}
+
+/* Runs of elements [e0, e0+n) that share one scale: calls body(i, m, s) for
+ * each, i counted from e0. */
+#define Q8_RUNS(e0, n, row, block, scale, body)                                        \
+	do {                                                                           \
+		size_t nb_ = ((row) + (block) - 1) / (block);                          \
+		for (size_t i = 0, e = (e0); i < (n);) {                               \
+			size_t w = e % (row), b = w / (block);                         \
+			size_t end = (b + 1) * (block) < (row) ? (b + 1) * (block) : (row); \
+			size_t m = end - w < (n) - i ? end - w : (n) - i;              \
+			float s = (scale)[e / (row) * nb_ + b];                        \
+			body;                                                          \
+			i += m, e += m;                                                \
+		}                                                                      \
+	} while (0)
+
+void ss_q8_from_f32(int8_t *q, const float *x, const float *scale, size_t e0, size_t n, size_t row,
+		    size_t block)
+{
+	Q8_RUNS(e0, n, row, block, scale, {
+		if (s > 0 && isfinite(s)) {
+			for (size_t j = i; j < i + m; j++) {
+				float v = nearbyintf(x[j] / s);
+				q[j] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+			}
+		} else {
+			memset(q + i, 0, m);
+		}
+	});
+}
+
+/* codes times one scale: 16 at a time, which vectorises (restrict: no
+ * aliasing check in the loop). */
+static void q8_run(float *restrict dst, const int8_t *restrict q, float s, size_t m)
+{
+	size_t j = 0;
+	for (; j + 16 <= m; j += 16)
+		for (size_t k = 0; k < 16; k++)
+			dst[j + k] = (float)q[j + k] * s;
+	for (; j < m; j++)
+		dst[j] = (float)q[j] * s;
+}
+
+void ss_q8_to_f32(float *dst, const int8_t *q, const float *scale, size_t e0, size_t n, size_t row,
+		  size_t block)
+{
+	Q8_RUNS(e0, n, row, block, scale, {
+		if (isfinite(s))
+			q8_run(dst + i, q + i, s, m);
+		else
+			for (size_t j = i; j < i + m; j++)
+				dst[j] = NAN;
+	});
 }

@@ -112,10 +112,10 @@ int ix_check_schema(ss_index *ix, int empty_ok, char *errmsg)
 	sqlite3_finalize(st);
 	if (rc != SQLITE_ROW)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "not an ss index (no schema_version)");
-	if (v != SS_INDEX_SCHEMA_VERSION)
+	if (v < SS_INDEX_SCHEMA_MIN || v > SS_INDEX_SCHEMA_VERSION)
 		return ss_errf(errmsg, SS_ERR_VERSION,
-			    "index schema version %ld, this build of ss reads version %d: rebuild the index",
-			    v, SS_INDEX_SCHEMA_VERSION);
+			    "index schema version %ld, this build of ss reads versions %d and %d: rebuild the index",
+			    v, SS_INDEX_SCHEMA_MIN, SS_INDEX_SCHEMA_VERSION);
 	return 0;
 }
 
@@ -148,17 +148,25 @@ int ix_open_common(ss_index **out, const char *path, int flags, char *errmsg)
 
 /* ------------------------------------------------------------------ query */
 
-/* Whether the index has the texts table (builds since texts were added). */
-static int has_texts(ss_index *ix)
+/* Whether the index has table `name` (texts, tokens, stateless: added to
+ * schema 3 after its release). */
+static int has_table(ss_index *ix, const char *name)
 {
 	sqlite3_stmt *st;
-	if (sqlite3_prepare_v2(ix->db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'texts'", -1,
+	if (sqlite3_prepare_v2(ix->db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", -1,
 			       &st, NULL) != SQLITE_OK)
 		return 0;
+	sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
 	int yes = sqlite3_step(st) == SQLITE_ROW;
 	sqlite3_finalize(st);
 	return yes;
 }
+
+/* A hit's row: score (%s), and the stateless dtype (%s) last; a
+ * stateless document has no file (LEFT JOIN). */
+#define HIT_SQL                                                                                    \
+	"SELECT d.id, %s, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens, d.file_id, %s" \
+	" FROM docs d LEFT JOIN files f ON f.file_id = d.file_id"
 
 int ss_index_open(ss_index **out, const char *path, char *errmsg)
 {
@@ -180,18 +188,26 @@ int ss_index_open(ss_index **out, const char *path, char *errmsg)
 	}
 	if (rc)
 		goto fail;
-	if ((rc = ss_bm25_open(&ix->bm25, ix->db, 0, errmsg)) ||
-	    (rc = ix_prep(ix, &ix->query,
-		       "SELECT d.id, ?2, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
-		       " d.file_id FROM docs d JOIN files f ON f.file_id = d.file_id WHERE d.rid = ?1", errmsg)) ||
+	/* An index without the stateless table has none (schema 3 forbids
+	 * them); the hit's last column is the dtype of a stateless one. */
+	int tier = has_table(ix, "stateless");
+	char q[512], l[512];
+	snprintf(q, sizeof q, HIT_SQL " WHERE d.rid = ?1", "?2",
+		 tier ? "(SELECT s.dtype FROM stateless s WHERE s.rid = d.rid)" : "NULL");
+	snprintf(l, sizeof l, HIT_SQL " WHERE d.id = ?1", "0.0",
+		 tier ? "(SELECT s.dtype FROM stateless s WHERE s.rid = d.rid)" : "NULL");
+	if ((rc = ss_bm25_open(&ix->bm25, ix->db, 0, errmsg)) || (rc = ix_prep(ix, &ix->query, q, errmsg)) ||
 	    (rc = ix_prep(ix, &ix->rid_of, "SELECT rid FROM docs WHERE id = ?1", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->lookup,
-		       "SELECT d.id, 0.0, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
-		       " d.file_id FROM docs d JOIN files f ON f.file_id = d.file_id WHERE d.id = ?1", errmsg)))
+	    (rc = ix_prep(ix, &ix->lookup, l, errmsg)))
+		goto fail;
+	if (has_table(ix, "tokens") &&
+	    (rc = ix_prep(ix, &ix->tokens_of,
+		       "SELECT (SELECT t.tokens FROM tokens t WHERE t.rid = d.rid AND length(t.tokens) = 4 * d.text_tokens)"
+		       " FROM docs d WHERE d.id = ?1", errmsg)))
 		goto fail;
 	/* A text whose length is not the indexed one is not this document's
 	 * (a row left by a build that did not know the texts table). */
-	if (has_texts(ix) &&
+	if (has_table(ix, "texts") &&
 	    (rc = ix_prep(ix, &ix->text_of,
 		       "SELECT (SELECT t.text FROM texts t WHERE t.rid = d.rid AND length(t.text) = d.text_len)"
 		       " FROM docs d WHERE d.id = ?1", errmsg)))
@@ -213,8 +229,7 @@ int64_t ss_index_count(ss_index *ix)
 	return n;
 }
 
-/* Absolute (or cwd-relative, as the index was named) path of a stored one. */
-static char *resolve_path(ss_index *ix, const char *stored)
+char *ix_resolve_path(ss_index *ix, const char *stored)
 {
 	if (stored[0] == '/')
 		return strdup(stored);
@@ -225,19 +240,28 @@ static char *resolve_path(ss_index *ix, const char *stored)
 	return p;
 }
 
-static int hit_from_row(ss_index *ix, sqlite3_stmt *st, ss_index_hit *h)
+static int hit_from_row(ss_index *ix, sqlite3_stmt *st, ss_index_hit *h, char *errmsg)
 {
 	memset(h, 0, sizeof *h);
 	h->id = strdup((const char *)sqlite3_column_text(st, 0));
 	h->score = sqlite3_column_double(st, 1);
-	h->path = resolve_path(ix, (const char *)sqlite3_column_text(st, 2));
+	const char *stored = (const char *)sqlite3_column_text(st, 2);
+	const char *dtype = (const char *)sqlite3_column_text(st, 8);
+	h->stateless = !stored;
+	h->path = stored ? ix_resolve_path(ix, stored) : NULL;
+	if (h->stateless && (!dtype || ss_dtype_parse(dtype, &h->dtype))) {
+		int rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document %s has neither a state file nor "
+				 "a known dtype to recompute it in (\"%s\")", h->id ? h->id : "", dtype ? dtype : "");
+		ss_index_hit_clear(h);
+		return rc;
+	}
 	h->offset = (uint64_t)sqlite3_column_int64(st, 3);
 	h->length = (uint64_t)sqlite3_column_int64(st, 4);
 	const char *fp = (const char *)sqlite3_column_text(st, 5);
 	snprintf(h->fingerprint, sizeof h->fingerprint, "%s", fp ? fp : "");
 	h->n_tokens = sqlite3_column_int64(st, 6);
 	h->file_id = sqlite3_column_int64(st, 7);
-	if (!h->id || !h->path) {
+	if (!h->id || (stored && !h->path)) {
 		ss_index_hit_clear(h);
 		return SS_ERR_NOMEM;
 	}
@@ -307,7 +331,7 @@ int ss_index_query(ss_index *ix, const char *query, int k, const char *const *ex
 		sqlite3_bind_double(ix->query, 2, top[i].score);
 		int s = sqlite3_step(ix->query);
 		if (s == SQLITE_ROW)
-			rc = hit_from_row(ix, ix->query, &h[n++]);
+			rc = hit_from_row(ix, ix->query, &h[n++], errmsg);
 		else
 			rc = s == SQLITE_DONE ? ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: postings name row %lld, "
 						     "which is not there", (long long)top[i].rid)
@@ -361,7 +385,7 @@ int ss_index_lookup(ss_index *ix, const char *id, ss_index_hit *hit, char *errms
 	sqlite3_bind_text(ix->lookup, 1, id, -1, SQLITE_STATIC);
 	int s = sqlite3_step(ix->lookup), rc;
 	if (s == SQLITE_ROW)
-		rc = hit_from_row(ix, ix->lookup, hit);
+		rc = hit_from_row(ix, ix->lookup, hit, errmsg);
 	else if (s == SQLITE_DONE)
 		rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
 	else
@@ -370,47 +394,85 @@ int ss_index_lookup(ss_index *ix, const char *id, ss_index_hit *hit, char *errms
 	return rc;
 }
 
-int ss_index_text(ss_index *ix, const char *id, char **text, size_t *len, char *errmsg)
+/* The blob statement st (text_of, tokens_of: NULL when the index lacks the
+ * table) gives for document `id`: *out malloc'ed with a NUL after its *len
+ * bytes, or NULL and 0 when there is none. Errors as ss_index_text. */
+static int doc_blob(ss_index *ix, sqlite3_stmt *st, const char *id, const char *what, char **out, size_t *len,
+		    char *errmsg)
 {
-	*text = NULL;
+	*out = NULL;
 	*len = 0;
 	if (!ix || !ix->lookup)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
-	if (!ix->text_of) /* built before texts were kept: is the document there? */
+	if (!st) /* built before the table was kept: is the document there? */
 		return ss_index_docs(ix, id, NULL, NULL, errmsg);
-	sqlite3_bind_text(ix->text_of, 1, id, -1, SQLITE_STATIC);
-	int s = sqlite3_step(ix->text_of), rc = 0;
-	if (s == SQLITE_ROW && sqlite3_column_type(ix->text_of, 0) != SQLITE_NULL) {
-		size_t n = (size_t)sqlite3_column_bytes(ix->text_of, 0);
-		const void *p = sqlite3_column_blob(ix->text_of, 0);
-		if (!(*text = malloc(n + 1))) {
+	sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+	int s = sqlite3_step(st), rc = 0;
+	if (s == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+		size_t n = (size_t)sqlite3_column_bytes(st, 0);
+		const void *p = sqlite3_column_blob(st, 0);
+		if (!(*out = malloc(n + 1))) {
 			rc = SS_ERR_NOMEM;
 		} else {
 			if (n)
-				memcpy(*text, p, n);
-			(*text)[n] = 0;
+				memcpy(*out, p, n);
+			(*out)[n] = 0;
 			*len = n;
 		}
 	} else if (s == SQLITE_DONE) {
 		rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
 	} else if (s != SQLITE_ROW) {
-		rc = ix_sqlerr(ix, errmsg, "reading the text");
+		rc = ix_sqlerr(ix, errmsg, what);
 	}
-	sqlite3_reset(ix->text_of);
+	sqlite3_reset(st);
 	return rc;
+}
+
+int ss_index_text(ss_index *ix, const char *id, char **text, size_t *len, char *errmsg)
+{
+	return doc_blob(ix, ix ? ix->text_of : NULL, id, "reading the text", text, len, errmsg);
+}
+
+int ss_index_tokens(ss_index *ix, const char *id, int32_t **tokens, int64_t *n_tokens, char *errmsg)
+{
+	char *blob;
+	size_t len;
+	*tokens = NULL;
+	*n_tokens = 0;
+	int rc = doc_blob(ix, ix ? ix->tokens_of : NULL, id, "reading the tokens", &blob, &len, errmsg);
+	if (rc || !blob)
+		return rc;
+	/* i32 little endian (formats/index.md); the blob has room for one
+	 * token at least (doc_blob's NUL). */
+	int32_t *t = malloc(len ? len : sizeof *t);
+	if (!t) {
+		free(blob);
+		return SS_ERR_NOMEM;
+	}
+	const unsigned char *b = (const unsigned char *)blob;
+	for (size_t i = 0; i < len / 4; i++)
+		t[i] = (int32_t)((uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 | (uint32_t)b[4 * i + 2] << 16 |
+				 (uint32_t)b[4 * i + 3] << 24);
+	free(blob);
+	*tokens = t;
+	*n_tokens = (int64_t)(len / 4);
+	return 0;
 }
 
 int ss_index_docs(ss_index *ix, const char *id, ss_index_doc_fn fn, void *ctx, char *errmsg)
 {
 	if (!ix || !ix->lookup)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
-	char sql[640];
+	char sql[1024];
 	snprintf(sql, sizeof sql,
 		 "SELECT d.id, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
-		 " coalesce(d.text_tokens, -1), d.text_len, d.n_terms, %s"
-		 " FROM docs d JOIN files f ON f.file_id = d.file_id %s ORDER BY d.id",
+		 " coalesce(d.text_tokens, -1), d.text_len, d.n_terms, %s, %s, %s"
+		 " FROM docs d LEFT JOIN files f ON f.file_id = d.file_id %s ORDER BY d.id",
 		 ix->text_of ? "EXISTS(SELECT 1 FROM texts t WHERE t.rid = d.rid AND length(t.text) = d.text_len)"
 			     : "0",
+		 ix->tokens_of ? "EXISTS(SELECT 1 FROM tokens t WHERE t.rid = d.rid AND length(t.tokens) = 4 * d.text_tokens)"
+			       : "0",
+		 ix->tokens_of ? "(SELECT s.dtype FROM stateless s WHERE s.rid = d.rid)" : "NULL",
 		 id ? "WHERE d.id = ?1" : "");
 	sqlite3_stmt *st;
 	if (sqlite3_prepare_v2(ix->db, sql, -1, &st, NULL) != SQLITE_OK)
@@ -424,8 +486,9 @@ int ss_index_docs(ss_index *ix, const char *id, ss_index_doc_fn fn, void *ctx, c
 			continue;
 		ss_index_doc d = {0};
 		d.id = (const char *)sqlite3_column_text(st, 0);
-		char *path = resolve_path(ix, (const char *)sqlite3_column_text(st, 1));
-		if (!d.id || !path) {
+		const char *stored = (const char *)sqlite3_column_text(st, 1);
+		char *path = stored ? ix_resolve_path(ix, stored) : NULL;
+		if (!d.id || (stored && !path)) {
 			free(path);
 			rc = SS_ERR_NOMEM;
 			break;
@@ -440,6 +503,9 @@ int ss_index_docs(ss_index *ix, const char *id, ss_index_doc_fn fn, void *ctx, c
 		d.text_len = sqlite3_column_int64(st, 7);
 		d.n_terms = sqlite3_column_int64(st, 8);
 		d.has_text = sqlite3_column_int(st, 9);
+		d.has_tokens = sqlite3_column_int(st, 10);
+		d.dtype = (const char *)sqlite3_column_text(st, 11);
+		d.stateless = !stored;
 		rc = fn(ctx, &d);
 		free(path);
 	}
@@ -478,7 +544,7 @@ int ss_index_info_get(ss_index *ix, ss_index_info *info, char *errmsg)
 	if (sqlite3_prepare_v2(ix->db,
 			       "SELECT count(*), coalesce(sum(n_terms), 0), coalesce(sum(n_tokens), 0),"
 			       " coalesce(sum(text_len), 0), coalesce(sum(frame_length), 0),"
-			       " (SELECT value FROM meta WHERE key = 'fingerprint') FROM docs",
+			       " (SELECT value FROM meta WHERE key = 'fingerprint'), count(*) - count(file_id) FROM docs",
 			       -1, &st, NULL) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
 		rc = ix_sqlerr(ix, errmsg, "index statistics");
 	} else {
@@ -487,6 +553,7 @@ int ss_index_info_get(ss_index *ix, ss_index_info *info, char *errmsg)
 		info->n_tokens = sqlite3_column_int64(st, 2);
 		info->text_bytes = sqlite3_column_int64(st, 3);
 		info->state_bytes = sqlite3_column_int64(st, 4);
+		info->n_stateless = sqlite3_column_int64(st, 6);
 		const char *fp = (const char *)sqlite3_column_text(st, 5);
 		snprintf(info->fingerprint, sizeof info->fingerprint, "%s", fp ? fp : "");
 	}
@@ -557,6 +624,8 @@ static int reader_for(ss_index *ix, const ss_index_hit *hit, reader_slot **out, 
 int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss_record **recp, char *errmsg)
 {
 	*recp = NULL;
+	if (hit && hit->stateless)
+		return ss_errf(errmsg, SS_ERR_NOTFOUND, "document %s has no stored state", hit->id);
 	if (!ix || !hit || !hit->path || !hit->id)
 		return ss_errf(errmsg, SS_ERR_INVALID, "no hit to read");
 	reader_slot *s = NULL;
@@ -658,7 +727,9 @@ void ss_index_close(ss_index *ix)
 		return;
 	sqlite3_stmt **stmts[] = { &ix->find, &ix->ins_doc, &ix->set_text, &ix->set_state, &ix->touch,
 				   &ix->file_find, &ix->file_ins, &ix->query, &ix->lookup, &ix->rid_of,
-				   &ix->put_text, &ix->del_doc, &ix->del_text, &ix->text_of };
+				   &ix->put_text, &ix->del_doc, &ix->del_text, &ix->text_of,
+				   &ix->put_tokens, &ix->del_tokens, &ix->del_stateless, &ix->add_hits,
+				   &ix->tokens_of };
 	for (size_t i = 0; i < sizeof stmts / sizeof *stmts; i++)
 		sqlite3_finalize(*stmts[i]);
 	ss_bm25_close(ix->bm25);

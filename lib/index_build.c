@@ -117,8 +117,13 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	/* texts came after schema 3 was released: an index built before has
 	 * none and gets it here, empty (its documents show no text until they
 	 * are added again); readers of schema 3 ignore the table. */
+	/* tokens and stateless (the recompute tier) came later still, the same
+	 * way; the schema becomes 4 only once a document is stateless. */
 	if ((rc = ix_exec(ix, "CREATE TABLE IF NOT EXISTS texts(rid INTEGER PRIMARY KEY, text BLOB NOT NULL);"
-			      "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY)", errmsg)) ||
+			      "CREATE TABLE IF NOT EXISTS tokens(rid INTEGER PRIMARY KEY, tokens BLOB NOT NULL);"
+			      "CREATE TABLE IF NOT EXISTS stateless(rid INTEGER PRIMARY KEY, dtype TEXT NOT NULL);"
+			      "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY);"
+			      "CREATE TEMP TABLE hits(id TEXT PRIMARY KEY, n INTEGER NOT NULL)", errmsg)) ||
 	    (rc = ss_bm25_open(&ix->bm25, ix->db, 1, errmsg)))
 		goto fail;
 	sqlite3_stmt *st;
@@ -127,6 +132,7 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	sqlite3_step(st);
 	ix->base_rid = sqlite3_column_int64(st, 0);
 	sqlite3_finalize(st);
+	ix->budget = -1;
 	if ((rc = ix_prep(ix, &ix->find, "SELECT rid, text_len IS NOT NULL FROM docs WHERE id = ?1", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->ins_doc,
 		       /* above every rid of the index before this build, even one
@@ -139,6 +145,12 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	    (rc = ix_prep(ix, &ix->put_text, "INSERT OR REPLACE INTO texts(rid, text) VALUES(?1, ?2)", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->del_doc, "DELETE FROM docs WHERE rid = ?1", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->del_text, "DELETE FROM texts WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->put_tokens, "INSERT OR REPLACE INTO tokens(rid, tokens) VALUES(?1, ?2)", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->del_tokens, "DELETE FROM tokens WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->del_stateless, "DELETE FROM stateless WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->add_hits,
+		       "INSERT INTO temp.hits(id, n) VALUES(?1, ?2) ON CONFLICT(id) DO UPDATE SET n = n + excluded.n",
+		       errmsg)) ||
 	    (rc = ix_prep(ix, &ix->touch, "INSERT OR IGNORE INTO temp.touched VALUES(?1)", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->file_find, "SELECT file_id FROM files WHERE path = ?1", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->file_ins, "INSERT INTO files(path) VALUES(?1)", errmsg)))
@@ -218,7 +230,61 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 		return rc;
 	sqlite3_bind_int64(ix->put_text, 1, rid);
 	sqlite3_bind_blob(ix->put_text, 2, text_len ? text : "", (int)text_len, SQLITE_STATIC);
-	return ix_step_done(ix, ix->put_text, errmsg);
+	if ((rc = ix_step_done(ix, ix->put_text, errmsg)))
+		return rc;
+	/* The tokens of the text replaced are not this text's. */
+	sqlite3_bind_int64(ix->del_tokens, 1, rid);
+	return ix_step_done(ix, ix->del_tokens, errmsg);
+}
+
+int ss_index_add_tokens(ss_index *ix, const char *id, const int32_t *tokens, int64_t n_tokens,
+			char *errmsg)
+{
+	if (n_tokens < 0 || (n_tokens > 0 && !tokens))
+		return ss_errf(errmsg, SS_ERR_INVALID, "document %s: %lld tokens", id ? id : "", (long long)n_tokens);
+	if (n_tokens > ((int64_t)1 << 29))
+		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "document %s: %lld tokens is too many to store", id ? id : "",
+			       (long long)n_tokens);
+	int64_t rid;
+	int had_text, rc;
+	if ((rc = doc_rid(ix, id, &rid, &had_text, errmsg)))
+		return rc;
+	/* i32 little endian whatever the host (formats/index.md). */
+	size_t len = (size_t)n_tokens * 4;
+	unsigned char *buf = malloc(len ? len : 1);
+	if (!buf)
+		return SS_ERR_NOMEM;
+	for (int64_t i = 0; i < n_tokens; i++) {
+		uint32_t v = (uint32_t)tokens[i];
+		for (int b = 0; b < 4; b++)
+			buf[4 * i + b] = (unsigned char)(v >> (8 * b));
+	}
+	sqlite3_bind_int64(ix->put_tokens, 1, rid);
+	sqlite3_bind_blob(ix->put_tokens, 2, buf, (int)len, SQLITE_STATIC);
+	rc = ix_step_done(ix, ix->put_tokens, errmsg);
+	free(buf);
+	return rc;
+}
+
+int ss_index_set_state_budget(ss_index *ix, int64_t bytes, char *errmsg)
+{
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	if (bytes < -1)
+		return ss_errf(errmsg, SS_ERR_INVALID, "state budget of %lld bytes", (long long)bytes);
+	ix->budget = bytes;
+	return 0;
+}
+
+int ss_index_add_hits(ss_index *ix, const char *id, int64_t n, char *errmsg)
+{
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	if (!id || !*id || n < 1)
+		return ss_errf(errmsg, SS_ERR_INVALID, "hits of document \"%s\": %lld", id ? id : "", (long long)n);
+	sqlite3_bind_text(ix->add_hits, 1, id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(ix->add_hits, 2, n);
+	return ix_step_done(ix, ix->add_hits, errmsg);
 }
 
 int ss_index_delete(ss_index *ix, const char *id, char *errmsg)
@@ -233,9 +299,12 @@ int ss_index_delete(ss_index *ix, const char *id, char *errmsg)
 	sqlite3_bind_int64(ix->del_doc, 1, rid);
 	if ((rc = ix_step_done(ix, ix->del_doc, errmsg)))
 		return rc;
-	sqlite3_bind_int64(ix->del_text, 1, rid);
-	if ((rc = ix_step_done(ix, ix->del_text, errmsg)))
-		return rc;
+	sqlite3_stmt *dels[] = { ix->del_text, ix->del_tokens, ix->del_stateless };
+	for (size_t i = 0; i < sizeof dels / sizeof *dels; i++) {
+		sqlite3_bind_int64(dels[i], 1, rid);
+		if ((rc = ix_step_done(ix, dels[i], errmsg)))
+			return rc;
+	}
 	ix->n_deleted++;
 	return 0;
 }
@@ -305,7 +374,10 @@ int ss_index_add_state(ss_index *ix, const char *id, const char *state_path, uin
 	sqlite3_bind_int64(ix->set_state, 4, (int64_t)length);
 	sqlite3_bind_text(ix->set_state, 5, fingerprint ? fingerprint : "", -1, SQLITE_STATIC);
 	sqlite3_bind_int64(ix->set_state, 6, n_tokens);
-	return ix_step_done(ix, ix->set_state, errmsg);
+	if ((rc = ix_step_done(ix, ix->set_state, errmsg)))
+		return rc;
+	sqlite3_bind_int64(ix->del_stateless, 1, rid); /* stored again */
+	return ix_step_done(ix, ix->del_stateless, errmsg);
 }
 
 int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
@@ -362,6 +434,8 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 				break;
 			}
 			rc = ss_index_add_text(ix, tok.id, tok.text, tok.text_len, tok.n_tokens, errmsg);
+			if (!rc)
+				rc = ss_index_add_tokens(ix, tok.id, tok.tokens, tok.n_tokens, errmsg);
 			ss_tokens_free(&tok);
 			if (rc)
 				break;
@@ -397,6 +471,98 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 	return rc < 0 ? rc : 0;
 }
 
+/* A document the commit leaves out (docs AS d): no text, or no state and
+ * not a stateless one with the tokens of its text. */
+#define INCOMPLETE                                                                                 \
+	"(d.text_len IS NULL OR (d.file_id IS NULL AND NOT (d.rid IN (SELECT rid FROM stateless)"   \
+	" AND " HAS_TOKENS ")))"
+/* docs AS d has the tokens of its text. */
+#define HAS_TOKENS "EXISTS(SELECT 1 FROM tokens t WHERE t.rid = d.rid AND length(t.tokens) = 4 * d.text_tokens)"
+#define SS_STR_(x) #x
+#define SS_STR(x) SS_STR_(x)
+
+/* The state budget (ss_index_set_state_budget), in the commit's
+ * transaction: ranks the documents with a stored state, keeps what fits and
+ * makes the rest stateless. */
+static int apply_budget(ss_index *ix, ss_index_build_stats *stats, char *errmsg)
+{
+	if (ix->budget < 0)
+		return 0;
+	int rc;
+	sqlite3_stmt *st = NULL, *ins = NULL;
+	if ((rc = ix_exec(ix, "CREATE TEMP TABLE IF NOT EXISTS dropped(rid INTEGER PRIMARY KEY, dtype TEXT NOT NULL);"
+			      "DELETE FROM temp.dropped", errmsg)) ||
+	    (rc = ix_prep(ix, &ins, "INSERT INTO temp.dropped VALUES(?1, ?2)", errmsg)) ||
+	    (rc = ix_prep(ix, &st,
+		       "SELECT d.rid, d.id, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.file_id,"
+		       " d.text_tokens IS d.n_tokens AND " HAS_TOKENS " AS recomputable"
+		       " FROM docs d JOIN files f ON f.file_id = d.file_id LEFT JOIN temp.hits h ON h.id = d.id"
+		       " ORDER BY recomputable, coalesce(h.n, 0) DESC, d.n_tokens DESC, d.id", errmsg)))
+		goto done;
+	int64_t used = 0, fixed_bytes = 0, n_fixed = 0;
+	int s;
+	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t len = sqlite3_column_int64(st, 4);
+		if (!sqlite3_column_int(st, 7)) {
+			used += len;
+			fixed_bytes += len;
+			n_fixed++;
+			continue;
+		}
+		if (used + len <= ix->budget) {
+			used += len;
+			continue;
+		}
+		/* Dropped: its record tells the dtype to recompute it in. */
+		ss_index_hit h = { 0 };
+		const char *fp = (const char *)sqlite3_column_text(st, 5);
+		h.id = (char *)sqlite3_column_text(st, 1);
+		h.path = ix_resolve_path(ix, (const char *)sqlite3_column_text(st, 2));
+		h.offset = (uint64_t)sqlite3_column_int64(st, 3);
+		h.length = (uint64_t)len;
+		snprintf(h.fingerprint, sizeof h.fingerprint, "%s", fp ? fp : "");
+		h.file_id = sqlite3_column_int64(st, 6);
+		if (!h.path) {
+			rc = SS_ERR_NOMEM;
+			goto done;
+		}
+		const ss_record *rec;
+		char em[SS_ERRMSG_MAX];
+		rc = ss_index_read(ix, &h, 1, &rec, em);
+		if (rc) {
+			ss_errf(errmsg, rc, "%s: %s", h.path, em);
+			free(h.path);
+			goto done;
+		}
+		free(h.path);
+		sqlite3_bind_int64(ins, 1, sqlite3_column_int64(st, 0));
+		sqlite3_bind_text(ins, 2, ss_dtype_name(ix->meta.dtype), -1, SQLITE_STATIC);
+		if ((rc = ix_step_done(ix, ins, errmsg)))
+			goto done;
+		stats->n_dropped_states++;
+	}
+	if (s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "state budget");
+		goto done;
+	}
+	if (fixed_bytes > ix->budget) {
+		rc = ss_errf(errmsg, SS_ERR_TOO_LARGE,
+			     "state budget of %lld bytes: %lld documents that cannot be recomputed keep their states, "
+			     "%lld bytes (their tokens are not stored, or are not those of their state: add "
+			     "their token streams again)",
+			     (long long)ix->budget, (long long)n_fixed, (long long)fixed_bytes);
+		goto done;
+	}
+	rc = ix_exec(ix,
+		     "INSERT OR REPLACE INTO stateless SELECT rid, dtype FROM temp.dropped;"
+		     "UPDATE docs SET file_id = NULL, byte_offset = NULL, frame_length = NULL"
+		     " WHERE rid IN (SELECT rid FROM temp.dropped)", errmsg);
+done:
+	sqlite3_finalize(st);
+	sqlite3_finalize(ins);
+	return rc;
+}
+
 int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_build_stats *stats,
 		    char *errmsg)
 {
@@ -410,27 +576,39 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 	int rc;
 	char why[SS_ERRMSG_MAX];
 
-	/* Incomplete documents can only come from this build. */
+	/* Incomplete documents can only come from this build: a stateless one
+	 * is complete while it has the tokens of its text. */
 	if ((rc = ix_prep(ix, &st,
-		       "SELECT id, file_id IS NULL, text_len IS NULL FROM docs"
-		       " WHERE file_id IS NULL OR text_len IS NULL ORDER BY id", errmsg)))
+		       "SELECT id, file_id IS NULL, text_len IS NULL, rid IN (SELECT rid FROM stateless) FROM docs d"
+		       " WHERE " INCOMPLETE " ORDER BY id", errmsg)))
 		goto fail;
 	while (sqlite3_step(st) == SQLITE_ROW) {
 		stats->n_dropped++;
 		if (note) {
 			const char *id = (const char *)sqlite3_column_text(st, 0);
 			snprintf(why, sizeof why, "%s",
-				 sqlite3_column_int(st, 1) ? "has text but no state record: left out"
-							   : "has a state but no token record (text): left out");
+				 sqlite3_column_int(st, 3) ? "has no stored state and no tokens of its text to "
+							     "recompute it from: left out"
+				 : sqlite3_column_int(st, 1) ? "has text but no state record: left out"
+							     : "has a state but no token record (text): left out");
 			note(ctx, id, 1, why);
 		}
 	}
 	sqlite3_finalize(st);
 	st = NULL;
 	if ((rc = ix_exec(ix,
-		       "DELETE FROM docs WHERE file_id IS NULL OR text_len IS NULL;"
+		       "DELETE FROM docs AS d WHERE " INCOMPLETE ";"
+		       /* a stateless document's state is its tokens' */
+		       "UPDATE docs SET n_tokens = text_tokens WHERE rid IN (SELECT rid FROM stateless);", errmsg)) ||
+	    (rc = apply_budget(ix, stats, errmsg)) ||
+	    (rc = ix_exec(ix,
 		       "DELETE FROM texts WHERE rid NOT IN (SELECT rid FROM docs);"
-		       "DELETE FROM files WHERE file_id NOT IN (SELECT file_id FROM docs);", errmsg)))
+		       "DELETE FROM tokens WHERE rid NOT IN (SELECT rid FROM docs);"
+		       "DELETE FROM stateless WHERE rid NOT IN (SELECT rid FROM docs);"
+		       "DELETE FROM files WHERE file_id NOT IN (SELECT file_id FROM docs WHERE file_id IS NOT NULL);"
+		       "UPDATE meta SET value = CASE WHEN EXISTS(SELECT 1 FROM stateless) THEN '"
+		       SS_STR(SS_INDEX_SCHEMA_VERSION) "' ELSE '" SS_STR(SS_INDEX_SCHEMA_MIN) "' END"
+		       " WHERE key = 'schema_version'", errmsg)))
 		goto fail;
 
 	/* Token counts that disagree, among the documents this build touched. */
@@ -475,13 +653,16 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 
 	if ((rc = ix_prep(ix, &st,
 		       "SELECT (SELECT count(*) FROM docs), (SELECT count(*) FROM docs WHERE rid > ?1),"
-		       " (SELECT count(*) FROM temp.touched JOIN docs USING (rid))", errmsg)))
+		       " (SELECT count(*) FROM temp.touched JOIN docs USING (rid)),"
+		       " (SELECT count(*) FROM stateless), (SELECT coalesce(sum(frame_length), 0) FROM docs)", errmsg)))
 		goto fail;
 	sqlite3_bind_int64(st, 1, ix->base_rid);
 	if (sqlite3_step(st) == SQLITE_ROW) {
 		stats->n_docs = sqlite3_column_int64(st, 0);
 		stats->n_added = sqlite3_column_int64(st, 1);
 		stats->n_replaced = sqlite3_column_int64(st, 2);
+		stats->n_stateless = sqlite3_column_int64(st, 3);
+		stats->state_bytes = sqlite3_column_int64(st, 4);
 	}
 	stats->n_deleted = ix->n_deleted;
 	sqlite3_finalize(st);

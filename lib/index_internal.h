@@ -35,12 +35,15 @@ struct ss_index {
 	/* build statements */
 	sqlite3_stmt *find, *ins_doc, *set_text, *set_state, *touch;
 	sqlite3_stmt *put_text, *del_doc, *del_text; /* texts table; deletes */
+	sqlite3_stmt *put_tokens, *del_tokens, *del_stateless, *add_hits; /* the recompute tier */
+	int64_t budget;   /* ss_index_set_state_budget's bytes; -1: none */
 	sqlite3_stmt *file_find, *file_ins;
 	char *last_path;  /* state path as given → file id, for runs of one shard */
 	int64_t last_file_id;
 	/* query statements */
 	sqlite3_stmt *query, *lookup, *rid_of;
 	sqlite3_stmt *text_of; /* NULL when the index has no texts table */
+	sqlite3_stmt *tokens_of; /* NULL when the index has no tokens table */
 	ss_bm25 *bm25;    /* tokenizer, postings */
 	reader_slot slots[READER_SLOTS];
 	int next_slot;
@@ -67,6 +70,9 @@ int ix_exec(ss_index *ix, const char *sql, char *errmsg);
  * SS_ERR_IO with errmsg; empty_ok: a database with no tables at all gives
  * 1 (to be created). */
 int ix_check_schema(ss_index *ix, int empty_ok, char *errmsg);
+/* Absolute (or cwd-relative, as the index was named) path of a state
+ * file's stored path. Returns malloc'd string or NULL. */
+char *ix_resolve_path(ss_index *ix, const char *stored);
 /* Opens the database at path with sqlite3_open_v2 flags into a new
  * handle (*out, freed by ss_index_close). 0 or SS_ERR_* with errmsg. */
 int ix_open_common(ss_index **out, const char *path, int flags, char *errmsg);

@@ -3,6 +3,7 @@
  * records (pack, unpack, validate). Their JSON rendering is record_json.c.
  * Schemas: formats/tokens.md, formats/states.md.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,21 +64,25 @@ static void pk_key(msgpack_packer *pk, const char *k) { pk_str(pk, k); }
 
 /* The arrays of a state record, kept out of the packed bytes: each goes
  * into the zstd stream straight from the state, at byte `at` of the packed
- * msgpack. */
+ * msgpack. A q8 array carries its scales and blocks. */
 typedef struct {
 	struct {
 		size_t at;
 		const float *v;
 		size_t n;
 		ss_dtype t;
-	} a[4];
+		const float *scale;
+		size_t row, block;
+		size_t shuffle; /* block of the byte shuffle, 0 = none */
+	} a[6];
 	int n;
 	uint64_t bytes;
 } arrays_t;
 
 /* Packs the header of a bin of n f32 values stored as dtype t and notes
- * where its body goes. */
-static void pk_array(msgpack_packer *pk, buf_t *b, arrays_t *arr, const float *v, size_t n, ss_dtype t)
+ * where its body goes. q8 (t) takes scale, row and block (else unused). */
+static void pk_array(msgpack_packer *pk, buf_t *b, arrays_t *arr, const float *v, size_t n, ss_dtype t,
+		     const float *scale, size_t row, size_t block)
 {
 	size_t bytes = n * ss_dtype_size(t);
 	msgpack_pack_bin(pk, bytes);
@@ -85,27 +90,40 @@ static void pk_array(msgpack_packer *pk, buf_t *b, arrays_t *arr, const float *v
 	arr->a[arr->n].v = v;
 	arr->a[arr->n].n = n;
 	arr->a[arr->n].t = t;
+	arr->a[arr->n].scale = scale;
+	arr->a[arr->n].row = row;
+	arr->a[arr->n].block = block;
+	arr->a[arr->n].shuffle = 0;
 	arr->n++;
 	arr->bytes += bytes;
 }
 
 /* Compresses one array's body: f32 as it lies in memory (little-endian
- * hosts only, as ss_from_f32), f16/bf16 converted a chunk at a time. */
-static int put_array(ss_writer *w, const float *v, size_t n, ss_dtype t)
+ * hosts only, as ss_from_f32), f16/bf16/q8 converted a chunk at a time
+ * (a shuffle block at a time when shuffled). */
+static int put_array(ss_writer *w, const arrays_t *arr, int k)
 {
+	const float *v = arr->a[k].v;
+	size_t n = arr->a[k].n, sh = arr->a[k].shuffle;
+	ss_dtype t = arr->a[k].t;
 	if (t == SS_DTYPE_F32)
 		return ss_writer_add(w, v, n * 4);
 	enum { CHUNK = 32768 };
-	uint16_t *tmp = malloc(CHUNK * sizeof *tmp);
-	if (!tmp)
-		return SS_ERR_NOMEM;
-	int rc = 0;
-	for (size_t i = 0; i < n && !rc; i += CHUNK) {
-		size_t m = n - i < CHUNK ? n - i : CHUNK;
-		ss_from_f32(tmp, t, v + i, m);
-		rc = ss_writer_add(w, tmp, m * 2);
+	size_t chunk = sh ? sh : CHUNK;
+	uint16_t *tmp = malloc(chunk * sizeof *tmp), *tsh = sh ? malloc(chunk * sizeof *tsh) : NULL;
+	int rc = !tmp || (sh && !tsh) ? SS_ERR_NOMEM : 0;
+	for (size_t i = 0; i < n && !rc; i += chunk) {
+		size_t m = n - i < chunk ? n - i : chunk;
+		if (t == SS_DTYPE_Q8)
+			ss_q8_from_f32((int8_t *)tmp, v + i, arr->a[k].scale, i, m, arr->a[k].row, arr->a[k].block);
+		else
+			ss_from_f32(tmp, t, v + i, m);
+		if (sh)
+			ss_shuffle(tsh, tmp, ss_dtype_size(t), m, m);
+		rc = ss_writer_add(w, sh ? tsh : tmp, m * ss_dtype_size(t));
 	}
 	free(tmp);
+	free(tsh);
 	return rc;
 }
 
@@ -162,6 +180,23 @@ size_t ss_state_logdecay_len(const ss_state_dims *d)
 	return (size_t)d->n_layer * d->nheads;
 }
 
+void ss_state_q8_blocks(const ss_state_dims *d, int which, size_t *row, size_t *block)
+{
+	if (which == 1) {
+		*row = *block = (size_t)d->d_state;
+	} else {
+		*row = (size_t)d->conv_dim * (size_t)(d->d_conv - 1);
+		*block = (size_t)d->headdim * (size_t)(d->d_conv - 1);
+	}
+}
+
+size_t ss_state_q8_n_scales(const ss_state_dims *d, int which)
+{
+	size_t row, block;
+	ss_state_q8_blocks(d, which, &row, &block);
+	return ss_q8_n_scales(which ? ss_state_ssm_len(d) : ss_state_conv_len(d), row, block);
+}
+
 int ss_state_alloc(ss_state *s, const ss_state_dims *d)
 {
 	memset(s, 0, sizeof *s);
@@ -198,6 +233,8 @@ void ss_state_free(ss_state *s)
 	free(s->ssm);
 	free(s->conv);
 	free(s->logdecay);
+	free(s->conv_scale);
+	free(s->ssm_scale);
 	free(s->mode);
 	if (s->sources)
 		for (int32_t i = 0; i < s->n_sources; i++)
@@ -230,7 +267,27 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 	msgpack_packer pk;
 	msgpack_packer_init(&pk, &b, buf_write);
 	buf_reserve(&b, 4096);
-	int n_keys = 16 + (s->mode != NULL) + 2 * (s->has_rank != 0);
+	int q8 = s->dtype == SS_DTYPE_Q8;
+	size_t nsc[2] = {0, 0}, qrow[2] = {0, 0}, qblk[2] = {0, 0};
+	float *sc[2] = {NULL, NULL};
+	for (int a = 0; q8 && a < 2; a++) {
+		ss_state_q8_blocks(d, a, &qrow[a], &qblk[a]);
+		nsc[a] = ss_state_q8_n_scales(d, a);
+		if (!(sc[a] = malloc(nsc[a] * sizeof(float) + 4))) {
+			free(sc[0]);
+			return SS_ERR_NOMEM;
+		}
+		ss_q8_scales(sc[a], a ? s->ssm : s->conv, a ? ss_state_ssm_len(d) : ss_state_conv_len(d), qrow[a],
+			     qblk[a]);
+		for (size_t i = 0; i < nsc[a]; i++)
+			if (!isfinite(sc[a][i])) {
+				free(sc[0]);
+				free(sc[1]);
+				return SS_ERR_INVALID;
+			}
+	}
+	int shuf = (s->dtype == SS_DTYPE_F16 || s->dtype == SS_DTYPE_BF16) && ss_writer_shuffles(w);
+	int n_keys = 16 + 2 * q8 + shuf + (s->mode != NULL) + 2 * (s->has_rank != 0);
 	pk_header(&pk, SS_FORMAT_STATES, n_keys, s->id);
 	pk_key(&pk, "fingerprint");
 	pk_str(&pk, s->fingerprint);
@@ -254,7 +311,8 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 			pk_str(&pk, s->sources[i] ? s->sources[i] : "");
 		if (s->weights) {
 			pk_key(&pk, "weights");
-			pk_array(&pk, &b, &arr, s->weights, ss_state_logdecay_len(d) * (size_t)s->n_sources, SS_DTYPE_F32);
+			pk_array(&pk, &b, &arr, s->weights, ss_state_logdecay_len(d) * (size_t)s->n_sources, SS_DTYPE_F32,
+				 NULL, 0, 0);
 		}
 	}
 	if (s->has_rank) {
@@ -263,13 +321,26 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 		pk_key(&pk, "score");
 		msgpack_pack_double(&pk, s->score);
 	}
-	/* Small arrays first, conv and ssm last: ss_reader_next_meta relies on it. */
+	/* Small arrays first, conv and ssm last: ss_reader_next_meta relies on
+	 * it, and reads q8 scales with the metadata. */
+	if (shuf) {
+		pk_key(&pk, "shuffle");
+		msgpack_pack_uint32(&pk, SS_SHUFFLE_BLOCK);
+	}
+	if (q8) {
+		pk_key(&pk, "conv_scale");
+		pk_array(&pk, &b, &arr, sc[0], nsc[0], SS_DTYPE_F32, NULL, 0, 0);
+		pk_key(&pk, "ssm_scale");
+		pk_array(&pk, &b, &arr, sc[1], nsc[1], SS_DTYPE_F32, NULL, 0, 0);
+	}
 	pk_key(&pk, "logdecay");
-	pk_array(&pk, &b, &arr, s->logdecay, ss_state_logdecay_len(d), SS_DTYPE_F32);
+	pk_array(&pk, &b, &arr, s->logdecay, ss_state_logdecay_len(d), SS_DTYPE_F32, NULL, 0, 0);
 	pk_key(&pk, "conv");
-	pk_array(&pk, &b, &arr, s->conv, ss_state_conv_len(d), s->dtype);
+	pk_array(&pk, &b, &arr, s->conv, ss_state_conv_len(d), s->dtype, sc[0], qrow[0], qblk[0]);
 	pk_key(&pk, "ssm");
-	pk_array(&pk, &b, &arr, s->ssm, ss_state_ssm_len(d), s->dtype);
+	pk_array(&pk, &b, &arr, s->ssm, ss_state_ssm_len(d), s->dtype, sc[1], qrow[1], qblk[1]);
+	if (shuf)
+		arr.a[arr.n - 1].shuffle = arr.a[arr.n - 2].shuffle = SS_SHUFFLE_BLOCK;
 	/* The packed bytes with the arrays' bodies spliced in, streamed into
 	 * one frame: a state is never copied whole (19 MB for 130m in f32). */
 	int rc = b.oom ? SS_ERR_NOMEM : ss_writer_begin(w, b.len + arr.bytes, offset);
@@ -277,7 +348,7 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 	for (int i = 0; i < arr.n && !rc; i++) {
 		rc = ss_writer_add(w, b.p + from, arr.a[i].at - from);
 		if (!rc)
-			rc = put_array(w, arr.a[i].v, arr.a[i].n, arr.a[i].t);
+			rc = put_array(w, &arr, i);
 		from = arr.a[i].at;
 	}
 	if (!rc)
@@ -285,6 +356,8 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 	if (!rc)
 		rc = ss_writer_end(w);
 	free(b.p);
+	free(sc[0]);
+	free(sc[1]);
 	return rc;
 }
 
@@ -389,6 +462,30 @@ int ss_record_tokens(const ss_record *rec, ss_tokens *out, char *errmsg)
 	return 0;
 }
 
+/* Reads a q8 record's "conv_scale" and "ssm_scale" into s (dims set):
+ * exactly the count of its dims' blocks, finite and >= 0. */
+static int q8_scales(const msgpack_object *m, ss_state *s, char *errmsg)
+{
+	static const char *const key[2] = {"conv_scale", "ssm_scale"};
+	for (int a = 0; a < 2; a++) {
+		size_t n = ss_state_q8_n_scales(&s->dims, a);
+		const msgpack_object *o;
+		int rc = get_bin(m, key[a], n * 4, &o, errmsg);
+		if (rc)
+			return rc;
+		float *v = malloc(n * 4 + 4);
+		if (!v)
+			return SS_ERR_NOMEM;
+		memcpy(v, o->via.bin.ptr, n * 4);
+		*(a ? &s->ssm_scale : &s->conv_scale) = v;
+		for (size_t i = 0; i < n; i++)
+			if (!(v[i] >= 0) || v[i] == INFINITY)
+				return ss_errf(errmsg, SS_ERR_FORMAT, "field \"%s\": scale %zu is %g, not finite and >= 0",
+					       key[a], i, (double)v[i]);
+	}
+	return 0;
+}
+
 /* Decodes all but the big arrays. */
 static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 {
@@ -433,9 +530,9 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "dims declare an absurd state size (n_layer %lld, nheads %lld, "
 			       "headdim %lld, d_state %lld, conv_dim %lld, d_conv %lld)", (long long)v[0],
 			       (long long)v[1], (long long)v[2], (long long)v[3], (long long)v[4], (long long)v[5]);
-	/* Stored arrays take at least 2 bytes an element (f16, bf16). */
+	/* Stored arrays take at least 1 byte an element (q8). */
 	uint64_t stored = (ss_map_get(m, "ssm") ? ssm_n : 0) + (ss_map_get(m, "conv") ? conv_n : 0);
-	if (stored && stored * 2 > rec->raw_len)
+	if (stored && stored > rec->raw_len)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "dims declare %llu state elements in a %zu-byte record",
 			       (unsigned long long)stored, rec->raw_len);
 	s->n_tokens = ntok;
@@ -473,6 +570,14 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 		goto fail;
 	}
 	memcpy(s->logdecay, ld->via.bin.ptr, nld * 4);
+	if (s->dtype == SS_DTYPE_Q8 && (rc = q8_scales(m, s, errmsg)))
+		goto fail;
+	if (ss_map_get(m, "shuffle")) {
+		int64_t sh;
+		if ((rc = get_int(m, "shuffle", 1, SS_SHUFFLE_MAX, &sh, errmsg)))
+			goto fail;
+		s->shuffle = (int32_t)sh;
+	}
 	prov = ss_map_get(m, "provenance");
 	if (prov) {
 		const msgpack_object *mode, *src, *wts;
@@ -526,27 +631,40 @@ int ss_record_state_meta(const ss_record *rec, ss_state *out, char *errmsg)
 	return state_meta(rec, out, errmsg);
 }
 
-int ss_record_state_view(const ss_record *rec, ss_state *s, const void **conv, const void **ssm, char *errmsg)
+/* The record's conv and ssm bins, checked against the dims (s decoded). */
+static int raw_arrays(const ss_record *rec, const ss_state *s, const void **conv, const void **ssm, char *errmsg)
 {
-	int rc = state_meta(rec, s, errmsg);
-	if (rc)
-		return rc;
 	size_t es = ss_dtype_size(s->dtype);
 	const msgpack_object *cv, *sm;
+	int rc;
 	if ((rc = get_bin(rec->root, "conv", ss_state_conv_len(&s->dims) * es, &cv, errmsg)) ||
-	    (rc = get_bin(rec->root, "ssm", ss_state_ssm_len(&s->dims) * es, &sm, errmsg))) {
-		ss_state_free(s);
+	    (rc = get_bin(rec->root, "ssm", ss_state_ssm_len(&s->dims) * es, &sm, errmsg)))
 		return rc;
-	}
 	*conv = cv->via.bin.ptr;
 	*ssm = sm->via.bin.ptr;
 	return 0;
 }
 
+int ss_record_state_view(const ss_record *rec, ss_state *s, const void **conv, const void **ssm, char *errmsg)
+{
+	int rc = state_meta(rec, s, errmsg);
+	if (rc)
+		return rc;
+	if (s->shuffle && ss_dtype_size(s->dtype) > 1) {
+		ss_state_free(s);
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "conv and ssm are byte-shuffled: no view in place");
+	}
+	if ((rc = raw_arrays(rec, s, conv, ssm, errmsg)))
+		ss_state_free(s);
+	return rc;
+}
+
 int ss_record_state(const ss_record *rec, ss_state *s, char *errmsg)
 {
 	const void *conv, *ssm;
-	int rc = ss_record_state_view(rec, s, &conv, &ssm, errmsg);
+	int rc = state_meta(rec, s, errmsg);
+	if (!rc && (rc = raw_arrays(rec, s, &conv, &ssm, errmsg)))
+		ss_state_free(s);
 	if (rc)
 		return rc;
 	size_t nc = ss_state_conv_len(&s->dims), ns = ss_state_ssm_len(&s->dims);
@@ -556,7 +674,29 @@ int ss_record_state(const ss_record *rec, ss_state *s, char *errmsg)
 		ss_state_free(s);
 		return SS_ERR_NOMEM;
 	}
-	ss_to_f32(s->conv, conv, s->dtype, nc);
-	ss_to_f32(s->ssm, ssm, s->dtype, ns);
+	if (s->shuffle && ss_dtype_size(s->dtype) > 1) { /* unshuffled into a scratch copy, then widened */
+		size_t es = ss_dtype_size(s->dtype);
+		unsigned char *tmp = malloc((nc > ns ? nc : ns) * es + 1);
+		if (!tmp) {
+			ss_state_free(s);
+			return SS_ERR_NOMEM;
+		}
+		ss_unshuffle(tmp, conv, es, nc, (size_t)s->shuffle);
+		ss_to_f32(s->conv, tmp, s->dtype, nc);
+		ss_unshuffle(tmp, ssm, es, ns, (size_t)s->shuffle);
+		ss_to_f32(s->ssm, tmp, s->dtype, ns);
+		free(tmp);
+		return 0;
+	}
+	if (s->dtype == SS_DTYPE_Q8) {
+		size_t row, block;
+		ss_state_q8_blocks(&s->dims, 0, &row, &block);
+		ss_q8_to_f32(s->conv, conv, s->conv_scale, 0, nc, row, block);
+		ss_state_q8_blocks(&s->dims, 1, &row, &block);
+		ss_q8_to_f32(s->ssm, ssm, s->ssm_scale, 0, ns, row, block);
+	} else {
+		ss_to_f32(s->conv, conv, s->dtype, nc);
+		ss_to_f32(s->ssm, ssm, s->dtype, ns);
+	}
 	return 0;
 }

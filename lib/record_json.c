@@ -8,6 +8,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ss.h"
@@ -79,6 +80,8 @@ static double val_at(const unsigned char *b, size_t i, int is_i32, ss_dtype t)
 		memcpy(&x, b + i * 4, 4);
 		return x;
 	}
+	if (t == SS_DTYPE_Q8) /* the int8 code; scales are rendered apart */
+		return (int8_t)b[i];
 	uint16_t h = (uint16_t)(b[i * 2] | b[i * 2 + 1] << 8);
 	return t == SS_DTYPE_F16 ? ss_f16_to_f32(h) : ss_bf16_to_f32(h);
 }
@@ -190,6 +193,8 @@ int ss_record_to_json(const ss_record *rec, FILE *f, int full)
 	int states = !strcmp(rec->format, SS_FORMAT_STATES);
 	int64_t L = int_of(m, "n_layer"), H = int_of(m, "nheads"), P = int_of(m, "headdim"),
 		N = int_of(m, "d_state"), C = int_of(m, "conv_dim"), K = int_of(m, "d_conv") - 1;
+	/* byte-shuffled conv/ssm are rendered unshuffled (a copy) */
+	int64_t shuffle = int_of(m, "shuffle");
 	const msgpack_object *dto = ss_map_get(m, "dtype");
 	char dtype[16] = "f32";
 	if (dto && dto->type == MSGPACK_OBJECT_STR && dto->via.str.size < sizeof dtype) {
@@ -218,12 +223,27 @@ int ss_record_to_json(const ss_record *rec, FILE *f, int full)
 		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "logdecay")) {
 			shape[0] = L, shape[1] = H;
 			json_array(f, v->via.bin.ptr, v->via.bin.size, "f32", shape, 2, full);
-		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "conv")) {
-			shape[0] = L, shape[1] = C, shape[2] = K;
-			json_array(f, v->via.bin.ptr, v->via.bin.size, dtype, shape, 3, full);
-		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "ssm")) {
-			shape[0] = L, shape[1] = H, shape[2] = P, shape[3] = N;
-			json_array(f, v->via.bin.ptr, v->via.bin.size, dtype, shape, 4, full);
+		} else if (v->type == MSGPACK_OBJECT_BIN && states && (!strcmp(key, "conv") || !strcmp(key, "ssm"))) {
+			int conv = !strcmp(key, "conv");
+			if (conv)
+				shape[0] = L, shape[1] = C, shape[2] = K;
+			else
+				shape[0] = L, shape[1] = H, shape[2] = P, shape[3] = N;
+			ss_dtype t = SS_DTYPE_F32;
+			size_t es = ss_dtype_parse(dtype, &t) ? 1 : ss_dtype_size(t), n = v->via.bin.size;
+			void *plain = shuffle > 0 && es > 1 ? malloc(n ? n : 1) : NULL;
+			if (plain)
+				ss_unshuffle(plain, v->via.bin.ptr, es, n / es, (size_t)shuffle);
+			if (shuffle > 0 && es > 1 && !plain)
+				return SS_ERR_NOMEM;
+			json_array(f, plain ? plain : v->via.bin.ptr, n, dtype, shape, conv ? 3 : 4, full);
+			free(plain);
+		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "conv_scale")) {
+			shape[0] = L, shape[1] = v->via.bin.size / 4 / (L ? L : 1);
+			json_array(f, v->via.bin.ptr, v->via.bin.size, "f32", shape, 2, full);
+		} else if (v->type == MSGPACK_OBJECT_BIN && states && !strcmp(key, "ssm_scale")) {
+			shape[0] = L, shape[1] = H, shape[2] = P;
+			json_array(f, v->via.bin.ptr, v->via.bin.size, "f32", shape, 3, full);
 		} else if (states && !strcmp(key, "provenance") && v->type == MSGPACK_OBJECT_MAP) {
 			fputc('{', f);
 			for (uint32_t j = 0; j < v->via.map.size; j++) {

@@ -19,6 +19,7 @@
  *   ss_index.h     BM25 index of documents → state offsets
  *   ss_eval.h      the PICASO paper's evaluation methods (contexts, NLL)
  *   ss_train.h     a training step: f32 parameters, forward + backward, AdamW
+ *   ss_train_ckpt.h checkpoints: safetensors writer, parameters as a model directory
  *
  * Public headers: this one and the module headers above, the interface the
  * tools, bench/ and tests/ build on. They are not installed: `make install`
@@ -72,14 +73,17 @@ typedef enum {
 	SS_DTYPE_F32 = 0,
 	SS_DTYPE_F16 = 1,
 	SS_DTYPE_BF16 = 2,
+	/* int8 codes with an f32 scale per block (states only, never weights):
+	 * x = q * scale; see ss_q8_* below and formats/states.md. */
+	SS_DTYPE_Q8 = 3,
 } ss_dtype;
 
-/* "f32" | "f16" | "bf16"; NULL for an unknown value. */
+/* "f32" | "f16" | "bf16" | "q8"; NULL for an unknown value. */
 const char *ss_dtype_name(ss_dtype t);
-/* Parses "f32" | "f16" | "bf16" (also "float32", "float16", "bfloat16").
- * Returns 0 and sets *out, or SS_ERR_INVALID. */
+/* Parses "f32" | "f16" | "bf16" | "q8" (also "float32", "float16",
+ * "bfloat16"). Returns 0 and sets *out, or SS_ERR_INVALID. */
 int ss_dtype_parse(const char *s, ss_dtype *out);
-/* Bytes per element: 4, 2, 2. */
+/* Bytes per element: 4, 2, 2, 1 (q8's scales not counted). */
 size_t ss_dtype_size(ss_dtype t);
 
 /* Element conversion. f16 is IEEE binary16; bf16 is the top 16 bits of a
@@ -90,10 +94,44 @@ uint16_t ss_f32_to_f16(float f);
 float ss_bf16_to_f32(uint16_t h);
 uint16_t ss_f32_to_bf16(float f);
 
-/* Converts n elements of dtype `src_t` at src to f32 at dst (no aliasing). */
+/* Converts n elements of dtype `src_t` at src to f32 at dst (no aliasing).
+ * f32, f16 and bf16 only: q8 needs its scales (ss_q8_to_f32). */
 void ss_to_f32(float *dst, const void *src, ss_dtype src_t, size_t n);
-/* Converts n f32 elements at src to dtype `dst_t` at dst (no aliasing). */
+/* Converts n f32 elements at src to dtype `dst_t` at dst (no aliasing).
+ * f32, f16 and bf16 only: q8 needs its scales (ss_q8_from_f32). */
 void ss_from_f32(void *dst, ss_dtype dst_t, const float *src, size_t n);
+
+/* Byte shuffle (blosc's filter): n elements of es bytes, cut into blocks of
+ * `block` elements (the last one shorter, m elements); within a block,
+ * byte j of element i goes to j·m + i. Bytes of like significance then lie
+ * together and zstd finds more to share. dst and src do not overlap. */
+void ss_shuffle(void *dst, const void *src, size_t es, size_t n, size_t block);
+/* The inverse of ss_shuffle() with the same es, n and block. */
+void ss_unshuffle(void *dst, const void *src, size_t es, size_t n, size_t block);
+
+/* q8: block quantization of an array of n elements seen as n/row rows of
+ * `row` elements, each row cut into ceil(row/block) blocks of `block`
+ * elements (the last one of a row shorter). Block b of row r has scale
+ * index r·ceil(row/block) + b; its scale is max|x|/127 over the block (0
+ * for an all-zero block), its codes q = round_to_nearest(x/scale) in
+ * [-127, 127], and x is read back as q·scale, so |x - q·scale| <= scale/2
+ * up to f32 rounding of x/scale (a few ulp of x). Non-finite x gives a
+ * non-finite scale, read back as NaN, never as a plausible number.
+ * ref: per-row absmax int8 as in LLM.int8() (Dettmers et al. 2022) and
+ * ggml's Q8_0 (which uses fixed 32-element blocks). */
+/* Scales of a whole array: n (a multiple of row) elements, row >= 1,
+ * 1 <= block. */
+size_t ss_q8_n_scales(size_t n, size_t row, size_t block);
+/* scale: [ss_q8_n_scales(n,row,block)] f32 out; x: [n] f32 in. */
+void ss_q8_scales(float *scale, const float *x, size_t n, size_t row, size_t block);
+/* Quantizes elements [e0, e0+n) of the array: x points at element e0,
+ * q gets n int8 codes, scale is the whole array's (ss_q8_scales). */
+void ss_q8_from_f32(int8_t *q, const float *x, const float *scale, size_t e0, size_t n, size_t row,
+		    size_t block);
+/* Dequantizes elements [e0, e0+n): q points at element e0's code, any
+ * alignment; dst gets n f32. */
+void ss_q8_to_f32(float *dst, const int8_t *q, const float *scale, size_t e0, size_t n, size_t row,
+		  size_t block);
 
 #ifdef __cplusplus
 }
@@ -111,5 +149,6 @@ void ss_from_f32(void *dst, ss_dtype dst_t, const float *src, size_t n);
 #include "ss_index.h"
 #include "ss_eval.h"
 #include "ss_train.h"
+#include "ss_train_ckpt.h"
 
 #endif /* SS_H */

@@ -143,14 +143,18 @@ int ss_composer_add(ss_composer *c, const ss_state *x, char *errmsg);
 /* Like ss_composer_add(), with the ssm and conv arrays given in storage
  * dtype `dtype` (little-endian, any alignment), e.g. straight from a
  * record's bytes; x supplies everything else (its ssm/conv are ignored).
- * f16/bf16 are widened exactly, BLK elements at a time, inside the
- * accumulation loop: no f32 copy of the input is made. */
+ * f16/bf16 are widened exactly, and q8 codes scaled by x->conv_scale /
+ * x->ssm_scale (required then, ss_state_q8_blocks), BLK elements at a time
+ * inside the accumulation loop: no f32 copy of the input is made. */
 int ss_composer_add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv,
 			   ss_dtype dtype, char *errmsg);
 
 /* Decodes a state record (ss_reader_next()) and accumulates it without
  * materialising its arrays in f32: memory stays one accumulator plus the
- * reader's record buffer. Errors as ss_composer_add(), plus those of
+ * reader's record buffer; except a byte-shuffled record (f16/bf16 as
+ * writers make them, formats/states.md "shuffle"), decoded to f32 first
+ * (ss_compose_files adds those in pieces instead, unshuffling a block at a
+ * time). Errors as ss_composer_add(), plus those of
  * ss_record_state_meta() and SS_ERR_FORMAT for missing or mis-sized
  * "conv"/"ssm" bins. */
 int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg);

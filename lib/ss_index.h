@@ -20,6 +20,15 @@
  *                      terms: its length in terms and its term vector.
  *   texts(rid, text)   each document's text as indexed (ss_index_text);
  *                      created by any build of schema 3 that lacks it.
+ *   tokens(rid, tokens) each document's token ids as indexed (i32 little
+ *                      endian; ss_index_tokens): what a state is recomputed
+ *                      from; created by any build that lacks it.
+ *   stateless(rid, dtype)
+ *                      the documents whose state a budget dropped
+ *                      (ss_index_set_state_budget): docs.file_id, offset and
+ *                      length are NULL, fingerprint and n_tokens stay; dtype
+ *                      is the dropped state's storage dtype, the one it is
+ *                      recomputed in. An index holding one is schema 4.
  *   terms(tid, term, df, maxw, postings)
  *                      per term, the documents that hold it (blocks of 128
  *                      with a skip table), rewritten at every commit.
@@ -52,7 +61,10 @@
 extern "C" {
 #endif
 
-#define SS_INDEX_SCHEMA_VERSION 3
+/* The schema a build writes when some document has no stored state; an
+ * index without one stays SS_INDEX_SCHEMA_MIN, which older readers read. */
+#define SS_INDEX_SCHEMA_VERSION 4
+#define SS_INDEX_SCHEMA_MIN 3
 
 typedef struct ss_index ss_index;
 
@@ -74,6 +86,16 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg);
 int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t text_len,
                       int64_t text_tokens, char *errmsg);
 
+/* Adds or replaces the token ids of document `id` (tokens: [n_tokens] i32,
+ * the ids its state was or is to be encoded from; n_tokens >= 0): what
+ * query-time recompute feeds the model when the document has no stored
+ * state. Call it after ss_index_add_text for the same id (which forgets the
+ * tokens of the text it replaces); tokens count only while n_tokens equals
+ * the text's token count. Returns 0, or SS_ERR_INVALID (empty id, n_tokens
+ * < 0), SS_ERR_TOO_LARGE (over 2^29 tokens), SS_ERR_IO (SQLite). */
+int ss_index_add_tokens(ss_index *ix, const char *id, const int32_t *tokens, int64_t n_tokens,
+			char *errmsg);
+
 /* Adds or replaces the location of document `id`'s state: the zstd frame at
  * byte `offset` (of `length` compressed bytes) in the state stream
  * `state_path` (a regular file that exists now; its path is stored as said
@@ -83,6 +105,29 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 int ss_index_add_state(ss_index *ix, const char *id, const char *state_path, uint64_t offset,
                        uint64_t length, const char *fingerprint, int64_t n_tokens,
                        char *errmsg);
+
+/* Keeps, at the commit of this build, at most `bytes` of stored state
+ * (the sum of the kept state records' compressed lengths): every document
+ * is ranked by its hits (ss_index_add_hits, most first), then by n_tokens
+ * (longest first: the costliest to recompute), then by id; in that order
+ * each keeps its state when the state fits in what is left of the budget,
+ * and the others become stateless (their state's location is forgotten,
+ * its dtype kept: the record stays in its file). A document already
+ * stateless stays so (adding its state again restores it). A document
+ * whose stored tokens are missing (indexed before the tokens table) or
+ * disagree with its state's n_tokens cannot be recomputed: it keeps its
+ * state whatever its rank, and when those states alone exceed the budget
+ * the commit fails (SS_ERR_TOO_LARGE, errmsg says how many and how much).
+ * Dropping a state reads its record's metadata (for its dtype), so its
+ * state file must be readable. bytes >= 0; -1 cancels.
+ * Returns 0 or SS_ERR_INVALID (no build open, bytes < -1). */
+int ss_index_set_state_budget(ss_index *ix, int64_t bytes, char *errmsg);
+
+/* Adds n (>= 1) retrievals of document `id` to the hit counts that rank the
+ * documents for ss_index_set_state_budget (a query log; counts of one id
+ * add up). An id not in the index is ignored. Returns 0, SS_ERR_INVALID
+ * (no build open, empty id, n < 1), SS_ERR_IO. */
+int ss_index_add_hits(ss_index *ix, const char *id, int64_t n, char *errmsg);
 
 /* Counts from ss_index_add_stream(). */
 typedef struct {
@@ -95,7 +140,7 @@ typedef struct {
 typedef void (*ss_index_progress_fn)(void *ctx, const char *path, const ss_index_add_stats *st);
 
 /* Reads the stream at `path` ("-" = stdin) and adds every record: token
- * records through ss_index_add_text, state records through
+ * records through ss_index_add_text and ss_index_add_tokens, state records through
  * ss_index_add_state (only their metadata prefix is decoded). A stream may
  * mix both formats. State records need a regular file (their offsets are
  * what is indexed): state records on a pipe give SS_ERR_INVALID. A token
@@ -122,6 +167,9 @@ typedef struct {
 	int64_t n_dropped;  /* incomplete documents left out (see ss_index_note_fn) */
 	int64_t n_warned;   /* token-count disagreements (kept) */
 	int64_t n_deleted;  /* documents removed by ss_index_delete */
+	int64_t n_stateless; /* documents without a stored state after the build */
+	int64_t n_dropped_states; /* states this build's budget dropped */
+	int64_t state_bytes; /* stored state bytes after the build */
 } ss_index_build_stats;
 
 /* Removes document `id` (its row, text and term vector) in the build open
@@ -134,7 +182,9 @@ typedef struct {
 int ss_index_delete(ss_index *ix, const char *id, char *errmsg);
 
 /* Ends a build: drops documents that still lack text or state (reporting
- * each to `note`, may be NULL), checks that every state in the index comes
+ * each to `note`, may be NULL; a stateless document whose new text came
+ * without tokens counts as lacking its state), applies the state budget
+ * (ss_index_set_state_budget), checks that every state in the index comes
  * from one model (else SS_ERR_MISMATCH naming two fingerprints; nothing is
  * committed), merges the FTS segments and commits. st may be NULL.
  * Rewrites the postings of every term from the documents' term vectors
@@ -148,7 +198,8 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 
 /* Opens the index at `path` read-only (SQLITE_OPEN_READONLY) for queries.
  * Errors: SS_ERR_IO (cannot open), SS_ERR_FORMAT (not an ss index),
- * SS_ERR_VERSION (built by another schema version: errmsg says which).
+ * SS_ERR_VERSION (a schema version outside SS_INDEX_SCHEMA_MIN ..
+ * SS_INDEX_SCHEMA_VERSION: errmsg says which).
  * Returns 0 and sets *out (free with ss_index_close). */
 int ss_index_open(ss_index **out, const char *path, char *errmsg);
 
@@ -160,12 +211,15 @@ typedef struct {
 	char *id;
 	int32_t rank;          /* 1 = most relevant */
 	double score;          /* BM25 score, > 0, higher = more relevant (as -fts5 bm25()) */
-	char *path;            /* state file: absolute, or as the index path was given */
+	char *path;            /* state file: absolute, or as the index path was given;
+				* NULL when stateless */
 	uint64_t offset;       /* byte offset of the state record's zstd frame */
 	uint64_t length;       /* its compressed bytes */
 	char fingerprint[SS_FINGERPRINT_MAX]; /* model fingerprint as indexed */
 	int64_t n_tokens;
 	int64_t file_id;       /* internal: which shard */
+	int stateless;         /* no stored state: recompute it from ss_index_tokens */
+	ss_dtype dtype;        /* stateless: the dtype to recompute it in */
 } ss_index_hit;
 
 /* Top-k documents for `query` by BM25, best first, leaving out the ids in
@@ -204,7 +258,8 @@ void ss_index_hit_clear(ss_index_hit *hit);
  * during the callback only. */
 typedef struct {
 	const char *id;
-	const char *path;        /* state file: absolute, or as the index path was given */
+	const char *path;        /* state file: absolute, or as the index path was given;
+				  * NULL when stateless (offset, length 0) */
 	uint64_t offset;         /* byte offset of the state record's zstd frame */
 	uint64_t length;         /* its compressed bytes */
 	const char *fingerprint; /* model fingerprint of the state */
@@ -213,6 +268,9 @@ typedef struct {
 	int64_t text_len;        /* bytes of its text (UTF-8) */
 	int64_t n_terms;         /* its length in terms (BM25's dl) */
 	int has_text;            /* its text is stored (ss_index_text) */
+	int has_tokens;          /* its tokens are stored (ss_index_tokens) */
+	int stateless;           /* no stored state (a budget dropped it) */
+	const char *dtype;       /* stateless: the dtype it is recomputed in; else NULL */
 } ss_index_doc;
 
 /* Called per document; a non-zero return stops ss_index_docs, which
@@ -235,6 +293,14 @@ int ss_index_docs(ss_index *ix, const char *id, ss_index_doc_fn fn, void *ctx, c
  * SS_ERR_IO, SS_ERR_INVALID (ix not open for queries). */
 int ss_index_text(ss_index *ix, const char *id, char **text, size_t *len, char *errmsg);
 
+/* The token ids of document `id` as indexed (ss_index_add_tokens): what
+ * its state is recomputed from. Returns 0 with *tokens ([*n_tokens] i32,
+ * malloc'ed, free() it; never NULL on success) set, or *tokens NULL and
+ * *n_tokens 0 when no tokens are stored for its current text (an index
+ * built before tokens were kept); SS_ERR_NOTFOUND (no such document),
+ * SS_ERR_NOMEM, SS_ERR_IO, SS_ERR_INVALID (ix not open for queries). */
+int ss_index_tokens(ss_index *ix, const char *id, int32_t **tokens, int64_t *n_tokens, char *errmsg);
+
 /* What an index holds (ss_index_info_get). */
 typedef struct {
 	int64_t n_docs;      /* documents */
@@ -243,7 +309,8 @@ typedef struct {
 	int64_t n_tokens;    /* sum of the states' token counts */
 	int64_t text_bytes;  /* sum of the texts' lengths, bytes */
 	int64_t n_texts;     /* documents whose text is stored */
-	int64_t state_bytes; /* sum of the state records' compressed lengths */
+	int64_t state_bytes; /* sum of the stored state records' compressed lengths */
+	int64_t n_stateless; /* documents without a stored state */
 	int64_t n_files;     /* state files (shards) */
 	int64_t index_bytes; /* the index file: page_count * page_size */
 	char fingerprint[SS_FINGERPRINT_MAX]; /* model of every state; "" when empty */
@@ -254,7 +321,8 @@ typedef struct {
 int ss_index_info_get(ss_index *ix, ss_index_info *info, char *errmsg);
 
 /* Reads the state record of `hit` from its state file and checks that it is
- * the indexed one: the file exists, a record decodes at the offset, its
+ * the indexed one (a stateless hit gives SS_ERR_NOTFOUND, "document ID has
+ * no stored state"): the file exists, a record decodes at the offset, its
  * compressed length, id and fingerprint equal the indexed ones, and the
  * frame lies within the file. meta_only != 0 decodes only the metadata
  * prefix (ss_reader_next_meta), enough to validate cheaply before emitting.

@@ -38,6 +38,15 @@ extern "C" {
  * {"rank", "score"} that applies to the record after it (formats/states.md).
  * Lets ss-retrieve annotate stored frames without recompressing them. */
 #define SS_ANNOT_MAGIC 0x184D2A53u
+/* Elements per block of the byte shuffle of a state's f16/bf16 arrays
+ * (ss_shuffle; formats/states.md "shuffle"): 512 KiB of f16, so that each
+ * byte plane (256 KiB) fills whole 128 KiB zstd blocks, whose entropy
+ * tables are where the gain comes from: with 32 or 128 KiB shuffle blocks
+ * f16 states gained nothing (bench/compose, random mamba2-130m on WikiText
+ * chunks). Readers take the block from the record. */
+#define SS_SHUFFLE_BLOCK 262144
+/* Readers refuse a larger block (a composer buffers one). */
+#define SS_SHUFFLE_MAX 1048576
 
 /* ---------------------------------------------------------------- reading */
 
@@ -91,6 +100,11 @@ const char *ss_record_format(const ss_record *rec);
 uint64_t ss_record_offset(const ss_record *rec);
 /* Bytes of the frame, compressed (what ss_index_copy copies). */
 uint64_t ss_record_length(const ss_record *rec);
+/* Bytes of the whole record decompressed (the frame's declared content
+ * size, checked against what it holds when the frame was decoded), also
+ * for a record read by ss_reader_next_meta (whose ss_record_size is its
+ * metadata's). */
+uint64_t ss_record_content_size(const ss_record *rec);
 /* 0-based number of the record since the reader's open or last seek. */
 uint64_t ss_record_index(const ss_record *rec);
 /* The record's decompressed msgpack map, ss_record_size() bytes, owned by
@@ -147,6 +161,12 @@ int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *o
  * Readers that do not know it skip it (a zstd skippable frame). */
 int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score);
 
+/* Whether ss_writer_put_state byte-shuffles f16/bf16 conv and ssm in blocks
+ * of SS_SHUFFLE_BLOCK elements before zstd (formats/states.md "shuffle"):
+ * on (1) by default, as it makes such records 7-11% smaller (bench/compose);
+ * 0 writes them as before. f32 and q8 are never shuffled. */
+void ss_writer_set_shuffle(ss_writer *w, int on);
+
 /* Flushes, fsyncs and renames into place. Returns 0, or SS_ERR_IO when any
  * write failed (the temporary file is then removed). Frees w either way. */
 int ss_writer_close(ss_writer *w, char *errmsg);
@@ -192,6 +212,15 @@ typedef struct {
 	float *logdecay;     /* [n_layer][nheads], a_h = A_h * Σ_t dt_t,h ≤ 0 */
 	float *conv;         /* [n_layer][conv_dim][d_conv-1], k=0 oldest */
 	float *ssm;          /* [n_layer][nheads][headdim][d_state] */
+	/* q8 scales as read from a q8 record by ss_record_state_meta/view
+	 * (ss_state_q8_blocks gives their layout); NULL otherwise. Writers
+	 * ignore them: ss_writer_put_state computes its own from conv/ssm. */
+	float *conv_scale;   /* [ss_state_q8_n_scales(d, 0)] */
+	float *ssm_scale;    /* [ss_state_q8_n_scales(d, 1)] */
+	/* Block (elements) of the byte shuffle of conv and ssm in the record
+	 * read (formats/states.md "shuffle"), 0 when not shuffled. Set by the
+	 * record decoders; writers ignore it (ss_writer_set_shuffle). */
+	int32_t shuffle;
 	/* Provenance of a composed state (mode == NULL for an encoded one). */
 	char *mode;          /* "caso" | "picaso-r" | ... */
 	char **sources;      /* [n_sources] source ids */
@@ -207,6 +236,14 @@ typedef struct {
 size_t ss_state_ssm_len(const ss_state_dims *d);
 size_t ss_state_conv_len(const ss_state_dims *d);
 size_t ss_state_logdecay_len(const ss_state_dims *d);
+/* The q8 blocks of a state's conv (which 0) or ssm (which 1) array, as
+ * ss_q8_* take them (formats/states.md "q8"): ssm one scale per (layer,
+ * head, headdim row), row = block = d_state; conv one scale per (layer,
+ * group of headdim channels), row = conv_dim·(d_conv-1), block =
+ * headdim·(d_conv-1), so x, B and C never share a scale when d_inner and
+ * d_state are multiples of headdim. */
+void ss_state_q8_blocks(const ss_state_dims *d, int which, size_t *row, size_t *block);
+size_t ss_state_q8_n_scales(const ss_state_dims *d, int which);
 /* Allocates zeroed arrays for dims `d` (id NULL, dtype f32). */
 int ss_state_alloc(ss_state *s, const ss_state_dims *d);
 /* Deep copy of src's dims, fingerprint, n_tokens, logdecay, conv and ssm
@@ -219,18 +256,25 @@ void ss_state_free(ss_state *s);
  * first difference ("nheads 8 vs 16"). */
 int ss_state_dims_check(const ss_state_dims *a, const ss_state_dims *b, char *errmsg);
 
-/* Decodes a state record (all fields). */
+/* Decodes a state record (all fields); conv and ssm in f32 whatever the
+ * storage dtype (q8 dequantized with its scales). */
 int ss_record_state(const ss_record *rec, ss_state *out, char *errmsg);
 /* Decodes everything but conv and ssm (left NULL). */
 int ss_record_state_meta(const ss_record *rec, ss_state *out, char *errmsg);
 /* Decodes the metadata into *out (conv and ssm left NULL) and points
- * *conv / *ssm at the record's raw arrays: s->dtype elements,
- * little-endian, possibly unaligned, [n_layer][conv_dim][d_conv-1] and
+ * *conv / *ssm at the record's raw arrays (SS_ERR_UNSUPPORTED for a record
+ * whose multi-byte arrays are byte-shuffled, out->shuffle > 0: use
+ * ss_record_state): s->dtype elements (for q8, int8
+ * codes to scale with s->conv_scale / s->ssm_scale), little-endian,
+ * possibly unaligned, [n_layer][conv_dim][d_conv-1] and
  * [n_layer][nheads][headdim][d_state]; borrowed from the record (valid until
  * the reader moves on). For consumers that read the arrays once in their
  * storage dtype (ss-compose) without an f32 copy. */
 int ss_record_state_view(const ss_record *rec, ss_state *out, const void **conv, const void **ssm, char *errmsg);
-/* Writes s with its arrays stored as s->dtype. */
+/* Writes s with its arrays stored as s->dtype (q8: scales computed here
+ * from s->conv and s->ssm, formats/states.md). Returns 0, SS_ERR_NOMEM,
+ * SS_ERR_IO, or SS_ERR_INVALID for a q8 state with a non-finite element
+ * (nothing written then). */
 int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset);
 
 /* --------------------------------------------------------- JSON rendering */

@@ -125,6 +125,7 @@ int ss_reader_seekable(const ss_reader *r) { return r->seekable; }
 const char *ss_record_format(const ss_record *rec) { return rec->format; }
 uint64_t ss_record_offset(const ss_record *rec) { return rec->offset; }
 uint64_t ss_record_length(const ss_record *rec) { return rec->length; }
+uint64_t ss_record_content_size(const ss_record *rec) { return rec->content; }
 uint64_t ss_record_index(const ss_record *rec) { return rec->index; }
 const void *ss_record_bytes(const ss_record *rec) { return rec->raw; }
 size_t ss_record_size(const ss_record *rec) { return rec->raw_len; }
@@ -597,6 +598,7 @@ int ss_reader_next(ss_reader *r, const ss_record **recp)
 		return rc;
 	take_annotation(r, rec);
 	rec->length = in_off - off;
+	rec->content = content;
 	r->pos = in_off;
 	r->index++;
 	*recp = rec;
@@ -795,6 +797,7 @@ int ss_reader_next_meta(ss_reader *r, const ss_record **recp)
 		return rc;
 	take_annotation(r, &r->rec);
 	r->rec.length = (uint64_t)flen;
+	r->rec.content = q.content;
 	r->pos += (uint64_t)flen;
 	r->index++;
 	*recp = &r->rec;
@@ -916,6 +919,7 @@ int ss_reader_next_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, 
 		return rerr(r, SS_ERR_FORMAT, q.off, "zstd frame content is %llu bytes, header says %llu",
 			    (unsigned long long)q.made, (unsigned long long)q.content);
 	rec->length = q.in_off - q.off;
+	rec->content = q.content;
 	r->pos = q.in_off;
 	r->index++;
 	*recp = rec;
@@ -933,7 +937,18 @@ struct ss_writer {
 	uint64_t off;
 	int failed;
 	int saved_errno;
+	int no_shuffle;
 };
+
+void ss_writer_set_shuffle(ss_writer *w, int on)
+{
+	w->no_shuffle = !on;
+}
+
+int ss_writer_shuffles(const ss_writer *w)
+{
+	return !w->no_shuffle;
+}
 
 int ss_writer_open(ss_writer **out, const char *path, int level, char *errmsg)
 {

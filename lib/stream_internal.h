@@ -21,6 +21,7 @@ struct ss_record {
 	const char *format;         /* value of "format" (NUL-terminated copy in the reader) */
 	uint64_t offset;            /* byte offset of the record's zstd frame */
 	uint64_t length;            /* compressed bytes of the frame */
+	uint64_t content;           /* decompressed bytes of the whole record (the frame's content size) */
 	uint64_t index;             /* 0-based record number since open/seek */
 	const void *raw;            /* decompressed msgpack bytes (a synthetic map for next_meta) */
 	size_t raw_len;
@@ -42,6 +43,8 @@ const msgpack_object *ss_map_get(const msgpack_object *map, const char *key);
  * SS_ERR_NOMEM (zstd failure) / SS_ERR_IO (write failure); after an error
  * the output is unusable and the writer must be aborted. */
 int ss_writer_begin(ss_writer *w, uint64_t len, uint64_t *offset);
+/* 0 after ss_writer_set_shuffle(w, 0), else 1. */
+int ss_writer_shuffles(const ss_writer *w);
 int ss_writer_add(ss_writer *w, const void *buf, size_t len);
 int ss_writer_end(ss_writer *w);
 

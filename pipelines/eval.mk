@@ -12,6 +12,7 @@
 #   make -f pipelines/eval.mk eval               # everything + plots
 #   make -f pipelines/eval.mk eval-wikitext PASSAGES=50   # + summary, PNGs
 #   make -f pipelines/eval.mk eval-k50 PASSAGES=20        # k = 0..50
+#   make -f pipelines/eval.mk eval-wikitext STATE_DTYPE=q8  # states stored as q8
 #   make -f pipelines/eval.mk eval-msmarco QUERIES=50
 #   make -f pipelines/eval.mk eval-attribution QUERIES=20
 #   make -f pipelines/eval.mk eval-retrieval K1S=0.6,1.2 BS=0.5,0.75
@@ -33,7 +34,12 @@ SS_SHARED ?= $(abspath $(EVAL_MK_DIR)/../../shared)
 MODEL     ?= $(abspath $(EVAL_MK_DIR)/../data/model)
 SS_BIN    ?= $(abspath $(EVAL_MK_DIR)/../build/bin)
 SS_BENCH  ?= $(abspath $(SS_BIN)/../bench)
-EVAL_DIR  ?= $(abspath $(EVAL_MK_DIR)/../build/eval/$(notdir $(MODEL)))
+# Storage dtype of the database's states (ss-encode --state-dtype): empty = f32. Every method
+# that starts from stored states (all but naive; concat from its first document's) then reads
+# them as stored, so the same run with STATE_DTYPE=q8 gives the NLL cost of q8 storage. A
+# dtype has its own EVAL_DIR (<model name>-<dtype>).
+STATE_DTYPE ?=
+EVAL_DIR  ?= $(abspath $(EVAL_MK_DIR)/../build/eval/$(notdir $(MODEL))$(if $(STATE_DTYPE),-$(STATE_DTYPE)))
 WIKITEXT  ?= $(abspath $(EVAL_MK_DIR)/../data/wikitext-2-raw.test.hf-crlf.raw)
 MSMARCO   ?= $(SS_SHARED)/data/qa/msmarco-v1.1-train-sample200.json
 OBQA      ?= $(SS_SHARED)/data/qa/openbookqa-main-test.tsv
@@ -91,7 +97,7 @@ $(EV_E)/halves.tok: $(EV_E)/passages.txt $(EV_B)/ss-tokenize
 	cd $(EV_E) && $(EV_B)/ss-tokenize -t $(TOKENIZER) --parts 2 -o halves.tok passages.txt
 
 $(EV_E)/halves.states: $(EV_E)/halves.tok $(EV_B)/ss-encode
-	$(EV_B)/ss-encode $(EVAL_FLAGS) -o $@ $<
+	$(EV_B)/ss-encode $(EVAL_FLAGS) $(if $(STATE_DTYPE),--state-dtype $(STATE_DTYPE)) -o $@ $<
 
 $(EV_E)/halves.db: $(EV_E)/halves.tok $(EV_E)/halves.states $(EV_B)/ss-retrieve
 	rm -f $@.tmp

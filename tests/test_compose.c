@@ -1045,7 +1045,8 @@ static void test_golden_t1(void **unused)
 /* ss_compose_files() adds a file's records in pieces as they are
  * decompressed (lib/compose_internal.h); the result must be the bits of
  * adding each record whole (ss_compose_records reading whole records), for
- * every mode, dtype and conv rule, with heads cut across pieces. */
+ * every mode, dtype and conv rule, with heads cut across pieces; f16 and
+ * bf16 byte-shuffled (the default: blocks gathered across pieces) and not. */
 typedef struct {
 	const char *path;
 	ss_reader *r;
@@ -1066,8 +1067,10 @@ static int read_whole(void *arg, size_t i, int meta_only, const ss_record **rec,
 static void test_files_pieces_equal_whole(void **unused)
 {
 	(void)unused;
-	const ss_state_dims d = {"mamba2", 2, 6, 64, 80, 99, 4}; /* ssm 240 KiB in f32 */
-	static const ss_dtype dts[3] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16};
+	/* ssm 1.3 MB in f32: f16/bf16 in 5 pieces, 2 shuffle blocks (the last short) gathered
+	 * across them */
+	const ss_state_dims d = {"mamba2", 2, 16, 64, 160, 99, 4};
+	static const ss_dtype dts[4] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16, SS_DTYPE_Q8};
 	char err[SS_ERRMSG_MAX];
 	ss_state in[3];
 	for (int k = 0; k < 3; k++)
@@ -1075,11 +1078,12 @@ static void test_files_pieces_equal_whole(void **unused)
 	char dir[4096], path[4200];
 	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "pieces"), 0);
 	snprintf(path, sizeof path, "%s/pieces.ss", dir);
-	for (int t = 0; t < 3; t++) {
+	for (int t = 0; t < 6; t++) {
 		ss_writer *w;
 		assert_int_equal(ss_writer_open(&w, path, 1, err), 0);
+		ss_writer_set_shuffle(w, t < 4);
 		for (int k = 0; k < 3; k++) {
-			in[k].dtype = dts[t];
+			in[k].dtype = dts[t < 4 ? t : t - 3];
 			assert_int_equal(ss_writer_put_state(w, &in[k], NULL), 0);
 		}
 		assert_int_equal(ss_writer_close(w, err), 0);
@@ -1104,6 +1108,80 @@ static void test_files_pieces_equal_whole(void **unused)
 	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
 }
 
+/* Composing q8 records (read in place, codes scaled block by block as they
+ * are decompressed) gives the bits of composing their dequantized f32
+ * (ss_record_state) with ss_compose, for every mode and conv rule, norm
+ * before included (whole records); and soup of q8 is within
+ * (1/n)·Σ_k scale_k/2 (+ f32 rounding) of soup of the original f32. */
+static void test_q8_compose(void **unused)
+{
+	(void)unused;
+	enum { K = 5 };
+	/* ssm 160 KiB of codes: pieces (128 KiB) cut a row; conv_dim not a multiple of headdim */
+	const ss_state_dims d = {"mamba2", 2, 16, 64, 80, 99, 4};
+	char err[SS_ERRMSG_MAX], dir[4096], path[4200];
+	ss_state in[K], deq[K];
+	const ss_state *pd[K], *pin[K];
+	for (int k = 0; k < K; k++) {
+		make_state(&in[k], &d, D_SMALL, "q");
+		for (size_t i = 0; i < ss_state_ssm_len(&d); i++) /* rows of very different magnitudes */
+			in[k].ssm[i] *= (float)pow(10, (double)((i / 80 + (size_t)k) % 7) - 4);
+		in[k].dtype = SS_DTYPE_Q8;
+		pin[k] = &in[k];
+	}
+	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "q8"), 0);
+	snprintf(path, sizeof path, "%s/q8.ss", dir);
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, path, 1, err), 0);
+	for (int k = 0; k < K; k++)
+		assert_int_equal(ss_writer_put_state(w, &in[k], NULL), 0);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	ss_reader *r;
+	const ss_record *rec;
+	assert_int_equal(ss_reader_open(&r, path, 0, err), 0);
+	for (int k = 0; k < K; k++) {
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		assert_int_equal(ss_record_state(rec, &deq[k], err), 0);
+		assert_int_equal(deq[k].dtype, SS_DTYPE_Q8);
+		assert_non_null(deq[k].ssm_scale);
+		pd[k] = &deq[k];
+	}
+	ss_reader_close(r);
+	const char *paths[1] = {path};
+	for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++)
+		for (int v = 0; v < 3; v++) {
+			ss_compose_opts o = {(ss_compose_mode)mode, v == 2 ? SS_COMPOSE_NORM_BEFORE : 0,
+					     (ss_compose_conv)(v == 1)};
+			ss_state a, b;
+			assert_int_equal(ss_compose_files(&o, paths, 1, 0, NULL, NULL, &a, NULL, err), 0);
+			assert_int_equal(ss_compose(&o, pd, K, &b, err), 0);
+			assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&d) * 4);
+			assert_memory_equal(a.conv, b.conv, ss_state_conv_len(&d) * 4);
+			assert_int_equal(a.dtype, SS_DTYPE_Q8);
+			ss_state_free(&a);
+			ss_state_free(&b);
+		}
+	ss_compose_opts o = {SS_COMPOSE_SOUP, 0, SS_COMPOSE_CONV_MEAN};
+	ss_state a, b;
+	assert_int_equal(ss_compose_files(&o, paths, 1, 0, NULL, NULL, &a, NULL, err), 0);
+	assert_int_equal(ss_compose(&o, pin, K, &b, err), 0);
+	size_t bad = 0;
+	for (size_t i = 0; i < ss_state_ssm_len(&d); i++) {
+		double bound = 0;
+		for (int k = 0; k < K; k++)
+			bound += deq[k].ssm_scale[i / (size_t)d.d_state] / 2 / K;
+		bound = bound * (1 + 1e-5) + 1e-6 * fabs((double)b.ssm[i]);
+		if (fabs((double)a.ssm[i] - b.ssm[i]) > bound && bad++ < 5)
+			print_error("ssm[%zu]: q8 %.9g, f32 %.9g, bound %.3g\n", i, a.ssm[i], b.ssm[i], bound);
+	}
+	assert_int_equal(bad, 0);
+	ss_state_free(&a);
+	ss_state_free(&b);
+	free_states(in, K);
+	free_states(deq, K);
+	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1122,6 +1200,7 @@ int main(void)
 		cmocka_unit_test(test_drivers),
 		cmocka_unit_test(test_golden_t1),
 		cmocka_unit_test(test_files_pieces_equal_whole),
+		cmocka_unit_test(test_q8_compose),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

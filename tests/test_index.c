@@ -1099,6 +1099,185 @@ static void test_delete(void **state)
 	assert_string_equal(top1(db, "moon", NULL, 0), "d5");
 }
 
+/* The length of document id's state record in db (0 when stateless). */
+static uint64_t state_len(const char *db, const char *id)
+{
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	ss_index_hit h;
+	assert_int_equal(ss_index_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_lookup(ix, id, &h, em), 0);
+	uint64_t len = h.stateless ? 0 : h.length;
+	ss_index_hit_clear(&h);
+	ss_index_close(ix);
+	return len;
+}
+
+/* The int64 sql gives on db (a test reaching past the API). */
+static int64_t sql_int(const char *db, const char *sql)
+{
+	sqlite3 *s;
+	sqlite3_stmt *st;
+	assert_int_equal(sqlite3_open(db, &s), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	int64_t v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(s);
+	return v;
+}
+
+static int find_stateless(void *ctx, const ss_index_doc *d)
+{
+	int *n = ctx;
+	assert_true(d->has_tokens);
+	if (d->stateless) {
+		assert_null(d->path);
+		assert_string_equal(d->dtype, "bf16");
+		assert_string_equal(d->fingerprint, "fpA");
+		(*n)++;
+	} else {
+		assert_null(d->dtype);
+	}
+	return 0;
+}
+
+/* The recompute tier: tokens kept per document, a state budget ranked by
+ * hits then length, stateless hits (and their dtype), deletes. */
+static void test_state_budget(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	/* Token ids that tell the documents apart; bf16 states. */
+	ss_writer *tw, *sw;
+	assert_int_equal(ss_writer_open(&tw, path_in("tier.tokens"), 0, em), 0);
+	assert_int_equal(ss_writer_open(&sw, path_in("tier.states"), 0, em), 0);
+	for (int i = 0; i < N_CORPUS; i++) {
+		int32_t tok[64];
+		int64_t nt = n_words(corpus[i].text);
+		for (int j = 0; j < nt; j++)
+			tok[j] = 1000 * (i + 1) + j;
+		ss_tokens t = { (char *)corpus[i].id, tok, nt, (char *)corpus[i].text, strlen(corpus[i].text), NULL };
+		assert_int_equal(ss_writer_put_tokens(tw, &t, NULL), 0);
+		ss_state st;
+		fill_state(&st, corpus[i].id, "fpA", nt);
+		st.dtype = SS_DTYPE_BF16;
+		assert_int_equal(ss_writer_put_state(sw, &st, NULL), 0);
+		ss_state_free(&st);
+	}
+	assert_int_equal(ss_writer_close(tw, em), 0);
+	assert_int_equal(ss_writer_close(sw, em), 0);
+	const char *db = path_in("tier.db");
+	const char *in[] = { path_in("tier.tokens"), path_in("tier.states") };
+	assert_int_equal(build(db, in, 2, NULL, NULL), 0);
+	assert_int_equal(sql_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+
+	/* The tokens as given. */
+	ss_index *ix;
+	int32_t *tok;
+	int64_t nt;
+	assert_int_equal(ss_index_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_tokens(ix, "d2", &tok, &nt, em), 0);
+	assert_int_equal(nt, n_words(corpus[2].text));
+	for (int j = 0; j < nt; j++)
+		assert_int_equal(tok[j], 3000 + j);
+	free(tok);
+	assert_int_equal(ss_index_tokens(ix, "nope", &tok, &nt, em), SS_ERR_NOTFOUND);
+	ss_index_close(ix);
+
+	/* Hits rank first (d5 3, d0 1; an unknown id is ignored), then length
+	 * (d3 and d4 have 8 words, d3 first by id): a budget of the states of
+	 * d5, d0 and d3 keeps those three. */
+	uint64_t budget = state_len(db, "d5") + state_len(db, "d0") + state_len(db, "d3");
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_set_state_budget(ix, -2, em), SS_ERR_INVALID);
+	assert_int_equal(ss_index_add_hits(ix, "d5", 0, em), SS_ERR_INVALID);
+	assert_int_equal(ss_index_set_state_budget(ix, (int64_t)budget, em), 0);
+	assert_int_equal(ss_index_add_hits(ix, "d5", 2, em), 0);
+	assert_int_equal(ss_index_add_hits(ix, "d0", 1, em), 0);
+	assert_int_equal(ss_index_add_hits(ix, "d5", 1, em), 0);
+	assert_int_equal(ss_index_add_hits(ix, "nope", 5, em), 0);
+	ss_index_build_stats bs;
+	assert_int_equal(ss_index_commit(ix, NULL, NULL, &bs, em), 0);
+	ss_index_close(ix);
+	assert_int_equal(bs.n_stateless, 3);
+	assert_int_equal(bs.n_dropped_states, 3);
+	assert_int_equal(bs.state_bytes, (int64_t)budget);
+	assert_int_equal(bs.n_docs, N_CORPUS);
+	assert_int_equal(sql_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 4);
+	const char *kept[] = { "d0", "d3", "d5" }, *dropped[] = { "d1", "d2", "d4" };
+	for (int i = 0; i < 3; i++) {
+		assert_true(state_len(db, kept[i]) > 0);
+		assert_int_equal(state_len(db, dropped[i]), 0);
+	}
+
+	/* A query hits stateless documents: no path, the dropped dtype; their
+	 * state cannot be read, their tokens can. */
+	assert_int_equal(ss_index_open(&ix, db, em), 0);
+	ss_index_hit *h;
+	int n = ss_index_query(ix, "ocean", 5, NULL, 0, &h, em);
+	assert_int_equal(n, 2); /* d1 (stateless), d5 (stored) */
+	for (int i = 0; i < n; i++) {
+		const ss_record *rec;
+		int d1 = !strcmp(h[i].id, "d1");
+		assert_int_equal(h[i].stateless, d1);
+		if (d1) {
+			assert_null(h[i].path);
+			assert_int_equal(h[i].dtype, SS_DTYPE_BF16);
+			assert_string_equal(h[i].fingerprint, "fpA");
+			assert_int_equal(ss_index_read(ix, &h[i], 1, &rec, em), SS_ERR_NOTFOUND);
+			assert_non_null(strstr(em, "no stored state"));
+		} else {
+			assert_int_equal(ss_index_read(ix, &h[i], 1, &rec, em), 0);
+		}
+	}
+	ss_index_hits_free(h, n);
+	assert_int_equal(ss_index_tokens(ix, "d1", &tok, &nt, em), 0);
+	assert_int_equal(nt, n_words(corpus[1].text));
+	assert_int_equal(tok[0], 2000);
+	free(tok);
+	int n_stateless = 0;
+	assert_int_equal(ss_index_docs(ix, NULL, find_stateless, &n_stateless, em), 0);
+	assert_int_equal(n_stateless, 3);
+	ss_index_info info;
+	assert_int_equal(ss_index_info_get(ix, &info, em), 0);
+	assert_int_equal(info.n_stateless, 3);
+	assert_int_equal(info.state_bytes, (int64_t)budget);
+	assert_int_equal(info.n_files, 1);
+	ss_index_close(ix);
+
+	/* Deleting a stateless document forgets its tokens and its row; adding
+	 * a state again stores it; with none stateless the schema is 3 again. */
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_delete(ix, "d1", em), 0);
+	assert_int_equal(ss_index_commit(ix, NULL, NULL, &bs, em), 0);
+	ss_index_close(ix);
+	assert_int_equal(bs.n_stateless, 2);
+	assert_int_equal(sql_int(db, "SELECT count(*) FROM tokens"), N_CORPUS - 1);
+	assert_int_equal(sql_int(db, "SELECT count(*) FROM stateless"), 2);
+	const char *again[] = { path_in("tier.states") };
+	notes nt2 = {0};
+	assert_int_equal(build(db, again, 1, &bs, &nt2), 0);
+	assert_int_equal(bs.n_stateless, 0);
+	assert_int_equal(nt2.n_dropped, 1); /* d1's state, without its text now */
+	assert_int_equal(sql_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+
+	/* Text without tokens for a stateless document leaves it out. */
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_set_state_budget(ix, 0, em), 0);
+	assert_int_equal(ss_index_commit(ix, NULL, NULL, &bs, em), 0);
+	ss_index_close(ix);
+	assert_int_equal(bs.n_stateless, N_CORPUS - 1);
+	assert_int_equal(bs.state_bytes, 0);
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_add_text(ix, "d4", "new text", 8, 2, em), 0);
+	notes nt3 = {0};
+	assert_int_equal(ss_index_commit(ix, note_cb, &nt3, &bs, em), 0);
+	ss_index_close(ix);
+	assert_int_equal(nt3.n_dropped, 1);
+	assert_non_null(strstr(nt3.last, "d4: has no stored state and no tokens"));
+	assert_int_equal(bs.n_docs, N_CORPUS - 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1123,6 +1302,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_texts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_docs_and_info, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_state_budget, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -178,6 +178,7 @@ static void test_next_pieces(void **ctx)
 	ss_writer *w;
 	ss_state s;
 	assert_int_equal(ss_writer_open(&w, p, 1, err), 0);
+	ss_writer_set_shuffle(w, 0); /* the pieces are compared with the view's bytes */
 	assert_int_equal(ss_state_alloc(&s, &d), 0);
 	strcpy(s.fingerprint, "fp");
 	s.id = "x";
@@ -695,13 +696,15 @@ static void test_corrupt_inputs(void **ctx)
 }
 
 /* Packs the head of a hand-made state record into pk: a map of n_keys
- * entries, the string fields and dims[7] (n_layer, nheads, headdim,
- * d_state, conv_dim, d_conv, n_tokens); the caller packs the arrays. */
+ * entries, the string fields (dtype f32, or `dtype_head` when set) and
+ * dims[7] (n_layer, nheads, headdim, d_state, conv_dim, d_conv, n_tokens);
+ * the caller packs the arrays. */
+static const char *dtype_head = "f32";
 static void pack_state_head(msgpack_packer *pk, int n_keys, const int64_t *dims)
 {
 	msgpack_pack_map(pk, (size_t)n_keys);
 	const char *ks[] = { "format", "version", "id", "fingerprint", "arch", "dtype" };
-	const char *vs[] = { "ss-states", NULL, "x", "ff", "mamba2", "f32" };
+	const char *vs[] = { "ss-states", NULL, "x", "ff", "mamba2", dtype_head };
 	for (int i = 0; i < 6; i++) {
 		msgpack_pack_str_with_body(pk, ks[i], strlen(ks[i]));
 		if (vs[i])
@@ -753,6 +756,238 @@ static void test_bad_state_fields(void **ctx)
 	assert_int_equal(ss_record_state(rec, &s, err), SS_ERR_FORMAT);
 	assert_non_null(strstr(err, "missing field \"conv\""));
 	ss_reader_close(r);
+}
+
+/* q8 round trip: every element within half its block's scale of the f32
+ * value, each scale max|x|/127 of its block (an independent loop over the
+ * layout of formats/states.md), an all-zero row read back as zeros; conv's last channel group is short (conv_dim
+ * 6, headdim 4). */
+static void test_q8_roundtrip(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	ss_state s, t;
+	fill_state(&s, "q", 0.5f, SS_DTYPE_Q8);
+	const ss_state_dims *d = &tiny;
+	size_t ns = ss_state_ssm_len(d), nc = ss_state_conv_len(d), K = (size_t)d->d_conv - 1;
+	for (size_t i = 0; i < ns; i++) /* rows of magnitudes 1e-6 .. 1e2, one row zero */
+		s.ssm[i] = i / 5 == 3 ? 0 : sinf(0.37f * (float)i + 1) * powf(10, (float)((i / 5) % 9) - 6);
+	for (size_t i = 0; i < nc; i++)
+		s.conv[i] = cosf(0.7f * (float)i) * (i % (6 * K) < 4 * K ? 3.0f : 0.01f);
+	const char *p = tpath("q8.states");
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+	assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	ss_reader *r;
+	const ss_record *rec;
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	assert_int_equal(ss_reader_next(r, &rec), 1);
+	const void *cv, *sm;
+	assert_int_equal(ss_record_state_view(rec, &t, &cv, &sm, err), 0);
+	ss_state_free(&t);
+	assert_int_equal(ss_record_state(rec, &t, err), 0);
+	assert_int_equal(t.dtype, SS_DTYPE_Q8);
+	assert_int_equal(ss_state_q8_n_scales(d, 1), (size_t)(d->n_layer * d->nheads * d->headdim));
+	assert_int_equal(ss_state_q8_n_scales(d, 0), (size_t)(d->n_layer * 2));
+	for (size_t row = 0; row < ns / (size_t)d->d_state; row++) {
+		float mx = 0;
+		for (int n = 0; n < d->d_state; n++)
+			mx = fmaxf(mx, fabsf(s.ssm[row * (size_t)d->d_state + (size_t)n]));
+		assert_true(t.ssm_scale[row] == mx / 127);
+		for (int n = 0; n < d->d_state; n++) {
+			size_t i = row * (size_t)d->d_state + (size_t)n;
+			double e = fabs((double)s.ssm[i] - t.ssm[i]);
+			if (e > t.ssm_scale[row] / 2 * (1 + 1e-6))
+				fail_msg("ssm[%zu]: %.9g read back as %.9g, scale %.9g", i, s.ssm[i], t.ssm[i],
+					 t.ssm_scale[row]);
+		}
+	}
+	for (int n = 0; n < d->d_state; n++)
+		assert_true(t.ssm[3 * (size_t)d->d_state + (size_t)n] == 0);
+	for (int l = 0; l < d->n_layer; l++)
+		for (int g = 0; g < 2; g++) {
+			size_t c0 = (size_t)g * 4, c1 = g ? 6 : 4;
+			float mx = 0, sc = t.conv_scale[l * 2 + g];
+			for (size_t c = c0; c < c1; c++)
+				for (size_t k = 0; k < K; k++)
+					mx = fmaxf(mx, fabsf(s.conv[((size_t)l * 6 + c) * K + k]));
+			assert_true(sc == mx / 127);
+			for (size_t c = c0; c < c1; c++)
+				for (size_t k = 0; k < K; k++) {
+					size_t i = ((size_t)l * 6 + c) * K + k;
+					if (fabs((double)s.conv[i] - t.conv[i]) > sc / 2 * (1 + 1e-6))
+						fail_msg("conv[%zu]: %.9g read back as %.9g, scale %.9g", i, s.conv[i],
+							 t.conv[i], sc);
+				}
+		}
+	ss_state_free(&t);
+	ss_reader_close(r);
+	/* A NaN is refused, never stored as a plausible number. */
+	s.ssm[7] = NAN;
+	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+	assert_int_equal(ss_writer_put_state(w, &s, NULL), SS_ERR_INVALID);
+	ss_writer_abort(w);
+	ss_state_free(&s);
+}
+
+/* Byte shuffle: the layout of formats/states.md written out by hand (es 2,
+ * 5 elements, blocks of 3: the last block short), and its inverse. */
+static void test_shuffle_layout(void **ctx)
+{
+	(void)ctx;
+	const unsigned char x[10] = { 0x10, 0x11, 0x20, 0x21, 0x30, 0x31, 0x40, 0x41, 0x50, 0x51 };
+	const unsigned char want[10] = { 0x10, 0x20, 0x30, 0x11, 0x21, 0x31, 0x40, 0x50, 0x41, 0x51 };
+	unsigned char y[10], back[10];
+	ss_shuffle(y, x, 2, 5, 3);
+	assert_memory_equal(y, want, 10);
+	ss_unshuffle(back, y, 2, 5, 3);
+	assert_memory_equal(back, x, 10);
+	/* es 4 (the general loop): 3 elements a, b, c in blocks of 2 */
+	const unsigned char x4[12] = { 0xa0, 0xa1, 0xa2, 0xa3, 0xb0, 0xb1, 0xb2, 0xb3, 0xc0, 0xc1, 0xc2, 0xc3 };
+	const unsigned char w4[12] = { 0xa0, 0xb0, 0xa1, 0xb1, 0xa2, 0xb2, 0xa3, 0xb3, 0xc0, 0xc1, 0xc2, 0xc3 };
+	unsigned char y4[12], b4[12];
+	ss_shuffle(y4, x4, 4, 3, 2);
+	assert_memory_equal(y4, w4, 12);
+	ss_unshuffle(b4, y4, 4, 3, 2);
+	assert_memory_equal(b4, x4, 12);
+}
+
+/* f16/bf16 records are byte-shuffled by default ("shuffle" recorded in the
+ * record), read back to the very values of the same state written
+ * unshuffled (old layout, still read), refuse a view in place, and a bad
+ * "shuffle" value is refused naming the field. */
+static void test_shuffle_records(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	const ss_state_dims d = { "mamba2", 2, 3, 64, 130, 70, 4 }; /* ssm 49920: one short block */
+	for (int dt = SS_DTYPE_F16; dt <= SS_DTYPE_BF16; dt++) {
+		ss_state s;
+		assert_int_equal(ss_state_alloc(&s, &d), 0);
+		s.id = strdup("sh");
+		strcpy(s.fingerprint, "ff");
+		s.dtype = (ss_dtype)dt;
+		for (size_t i = 0; i < ss_state_ssm_len(&d); i++)
+			s.ssm[i] = sinf(0.01f * (float)i) * (1 + (float)(i % 7));
+		for (size_t i = 0; i < ss_state_conv_len(&d); i++)
+			s.conv[i] = cosf(0.3f * (float)i);
+		const char *p = tpath("sh.states");
+		ss_writer *w;
+		assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+		assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+		ss_writer_set_shuffle(w, 0);
+		assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+		assert_int_equal(ss_writer_close(w, err), 0);
+		ss_reader *r;
+		const ss_record *rec;
+		ss_state a, b;
+		const void *cv, *sm;
+		assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		assert_int_equal(ss_record_state(rec, &a, err), 0);
+		assert_int_equal(a.shuffle, SS_SHUFFLE_BLOCK);
+		assert_int_equal(ss_record_state_view(rec, &b, &cv, &sm, err), SS_ERR_UNSUPPORTED);
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		assert_int_equal(ss_record_state(rec, &b, err), 0);
+		assert_int_equal(b.shuffle, 0);
+		assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&d) * 4);
+		assert_memory_equal(a.conv, b.conv, ss_state_conv_len(&d) * 4);
+		ss_state_free(&a);
+		assert_int_equal(ss_record_state_view(rec, &a, &cv, &sm, err), 0);
+		ss_state_free(&a);
+		ss_state_free(&b);
+		ss_reader_close(r);
+		ss_state_free(&s);
+	}
+	/* "shuffle" out of range */
+	static const int64_t bad[2] = { 0, SS_SHUFFLE_MAX + 1 };
+	for (int c = 0; c < 2; c++) {
+		msgpack_sbuffer sb;
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer pk;
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		const int64_t dims[7] = { 1, 1, 1, 2, 1, 4, 3 };
+		dtype_head = "f16";
+		pack_state_head(&pk, 17, dims);
+		dtype_head = "f32";
+		unsigned char zero[8] = { 0 };
+		msgpack_pack_str_with_body(&pk, "shuffle", 7);
+		msgpack_pack_int64(&pk, bad[c]);
+		msgpack_pack_str_with_body(&pk, "logdecay", 8);
+		msgpack_pack_bin_with_body(&pk, zero, 4);
+		msgpack_pack_str_with_body(&pk, "conv", 4);
+		msgpack_pack_bin_with_body(&pk, zero, 6);
+		msgpack_pack_str_with_body(&pk, "ssm", 3);
+		msgpack_pack_bin_with_body(&pk, zero, 4);
+		const ss_record *rec;
+		ss_reader *r = one_record("badsh.states", &sb, &rec);
+		msgpack_sbuffer_destroy(&sb);
+		ss_state s;
+		assert_int_equal(ss_record_state(rec, &s, err), SS_ERR_FORMAT);
+		assert_non_null(strstr(err, "field \"shuffle\""));
+		ss_reader_close(r);
+	}
+}
+
+/* A q8 record with a scale count that does not fit its dims, a bad scale
+ * or a short code payload is refused with the field named, by the record
+ * decoders and by composition (which reads codes in pieces). */
+static void test_q8_corrupt(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	const int64_t dims[7] = { 1, 1, 1, 2, 1, 4, 3 }; /* ssm 2 codes, conv 3, one scale each */
+	struct { int ssm_scales, ssm_codes; float scale; const char *want; } cases[] = {
+		{ 2, 2, 0.5f, "field \"ssm_scale\" has 8 bytes, expected 4" },
+		{ 0, 2, 0.5f, "field \"ssm_scale\" has 0 bytes, expected 4" },
+		{ 1, 1, 0.5f, "field \"ssm\" has 1 bytes, expected 2" },
+		{ 1, 2, -1.0f, "field \"ssm_scale\": scale 0 is -1" },
+		{ 1, 2, NAN, "field \"ssm_scale\": scale 0 is nan" },
+		{ 1, 2, 0.5f, NULL }, /* the good record */
+	};
+	dtype_head = "q8";
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		msgpack_sbuffer sb;
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer pk;
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		pack_state_head(&pk, 18, dims);
+		float sc[2] = { 0.25f, cases[c].scale }, ld = -1;
+		signed char codes[3] = { 1, -2, 3 };
+		msgpack_pack_str_with_body(&pk, "conv_scale", 10);
+		msgpack_pack_bin_with_body(&pk, sc, 4);
+		msgpack_pack_str_with_body(&pk, "ssm_scale", 9);
+		msgpack_pack_bin_with_body(&pk, sc + 1, 4 * (size_t)cases[c].ssm_scales);
+		msgpack_pack_str_with_body(&pk, "logdecay", 8);
+		msgpack_pack_bin_with_body(&pk, &ld, 4);
+		msgpack_pack_str_with_body(&pk, "conv", 4);
+		msgpack_pack_bin_with_body(&pk, codes, 3);
+		msgpack_pack_str_with_body(&pk, "ssm", 3);
+		msgpack_pack_bin_with_body(&pk, codes, (size_t)cases[c].ssm_codes);
+		const ss_record *rec;
+		ss_reader *r = one_record("badq8.states", &sb, &rec);
+		msgpack_sbuffer_destroy(&sb);
+		ss_state s;
+		if (!cases[c].want) { /* codes times scales: 1, -2, 3 by 0.25; 1, -2 by 0.5 */
+			assert_int_equal(ss_record_state(rec, &s, err), 0);
+			assert_true(s.conv[0] == 0.25f && s.conv[1] == -0.5f && s.conv[2] == 0.75f);
+			assert_true(s.ssm[0] == 0.5f && s.ssm[1] == -1.0f);
+			ss_state_free(&s);
+			ss_reader_close(r);
+			continue;
+		}
+		assert_int_equal(ss_record_state(rec, &s, err), SS_ERR_FORMAT);
+		if (!strstr(err, cases[c].want))
+			fail_msg("case %zu: \"%s\" lacks \"%s\"", c, err, cases[c].want);
+		ss_reader_close(r);
+		ss_compose_opts o = { SS_COMPOSE_SOUP, 0, SS_COMPOSE_CONV_MEAN };
+		const char *paths[1] = { tpath("badq8.states") };
+		assert_int_equal(ss_compose_files(&o, paths, 1, 0, NULL, NULL, &s, NULL, err), SS_ERR_FORMAT);
+		if (!strstr(err, "record 0") || !strstr(err, c == 2 ? "\"ssm\" has 1 bytes" : cases[c].want))
+			fail_msg("case %zu: compose: \"%s\"", c, err);
+	}
+	dtype_head = "f32";
 }
 
 /* Heap bytes in use now (glibc's counters, or ASan's allocator). */
@@ -1036,15 +1271,23 @@ static void write_golden(const char *top, int32_t *toks, float *conv, float *ssm
 	ss_tokens t = { "wikitext-2-raw.test:2[0:29]", toks, 7, text, strlen(text), NULL };
 	assert_int_equal(ss_writer_put_tokens(w, &t, NULL), 0);
 	assert_int_equal(ss_writer_close(w, err), 0);
+	/* t1-c2.states: the first layout (unshuffled), kept as the old-stream
+	 * guard; t1-c2-v2.states: q8, then f16 and bf16 byte-shuffled. */
 	snprintf(p, sizeof p, "%s/formats/golden/t1-c2.states", top);
 	assert_int_equal(ss_writer_open(&w, p, 19, err), 0);
-	for (int dt = 0; dt < 3; dt++) {
+	ss_writer_set_shuffle(w, 0);
+	for (int dt = 0; dt < 6; dt++) {
+		if (dt == 3) {
+			assert_int_equal(ss_writer_close(w, err), 0);
+			snprintf(p, sizeof p, "%s/formats/golden/t1-c2-v2.states", top);
+			assert_int_equal(ss_writer_open(&w, p, 19, err), 0);
+		}
 		ss_state s = { 0 };
 		s.id = "wikitext-2-raw.test:2[0:29]";
 		snprintf(s.fingerprint, sizeof s.fingerprint, "golden-t1");
 		s.dims = (ss_state_dims){ "mamba2", 2, 8, 16, 16, 160, 4 };
 		s.n_tokens = 7;
-		s.dtype = (ss_dtype)dt;
+		s.dtype = dt == 3 ? SS_DTYPE_Q8 : (ss_dtype)(dt % 3);
 		s.ssm = ssm;
 		s.conv = conv;
 		s.logdecay = ld;
@@ -1120,6 +1363,38 @@ static void test_golden_streams(void **ctx)
 	}
 	assert_int_equal(ss_reader_next(r, &rec), 0);
 	ss_reader_close(r);
+
+	/* The q8 and shuffled layouts: q8 within half a scale of the golden
+	 * state (and exactly its quantization now), f16/bf16 exact roundings. */
+	snprintf(p, sizeof p, "%s/formats/golden/t1-c2-v2.states", top);
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	static const ss_dtype v2[3] = { SS_DTYPE_Q8, SS_DTYPE_F16, SS_DTYPE_BF16 };
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		ss_state s;
+		assert_int_equal(ss_record_state(rec, &s, err), 0);
+		assert_int_equal(s.dtype, v2[k]);
+		assert_int_equal(s.shuffle, k ? SS_SHUFFLE_BLOCK : 0);
+		float sc[2 * 8 * 16], deq[4096];
+		int8_t q[4096];
+		if (k == 0) {
+			ss_q8_scales(sc, ssm, 4096, 16, 16);
+			assert_memory_equal(s.ssm_scale, sc, sizeof sc);
+			ss_q8_from_f32(q, ssm, sc, 0, 4096, 16, 16);
+			ss_q8_to_f32(deq, q, sc, 0, 4096, 16, 16);
+			assert_memory_equal(s.ssm, deq, sizeof deq);
+		}
+		for (int i = 0; i < 4096; i++) {
+			float want = k == 1 ? ss_f16_to_f32(ss_f32_to_f16(ssm[i])) : ss_bf16_to_f32(ss_f32_to_bf16(ssm[i]));
+			if (k == 0)
+				assert_true(fabsf(s.ssm[i] - ssm[i]) <= s.ssm_scale[i / 16] / 2 * (1 + 1e-6f));
+			else
+				assert_true(s.ssm[i] == want);
+		}
+		ss_state_free(&s);
+	}
+	assert_int_equal(ss_reader_next(r, &rec), 0);
+	ss_reader_close(r);
 }
 
 static int setup(void **ctx)
@@ -1150,6 +1425,10 @@ int main(void)
 		cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_corrupt_inputs),
 		cmocka_unit_test(test_bad_state_fields),
+		cmocka_unit_test(test_q8_roundtrip),
+		cmocka_unit_test(test_q8_corrupt),
+		cmocka_unit_test(test_shuffle_layout),
+		cmocka_unit_test(test_shuffle_records),
 		cmocka_unit_test(test_writer_abort_leaves_nothing),
 		cmocka_unit_test(test_skippable_frame_truncated),
 		cmocka_unit_test(test_declared_size_not_trusted),

@@ -18,7 +18,7 @@ ss_model *mcli_load_model(const char *dir, unsigned flags, const char *wtype, co
 	char err[SS_ERRMSG_MAX] = "";
 	ss_model_opts o = { .flags = flags };
 	if (wtype && strcmp(wtype, "auto")) {
-		if (ss_dtype_parse(wtype, &o.wtype))
+		if (ss_dtype_parse(wtype, &o.wtype) || o.wtype == SS_DTYPE_Q8)
 			cli_usage(usage, "--weights-dtype: '%s' is not f32, bf16, f16 or auto", wtype);
 		o.flags |= SS_MODEL_WTYPE;
 	}
@@ -308,4 +308,25 @@ void mcli_jsonl_close(mcli_jsonl *r)
 		fclose(r->f);
 	r->f = NULL;
 	r->line = NULL;
+}
+
+int32_t *mcli_json_token_ids(const cJSON *obj, const char *key_tokens, size_t *n, const char *where)
+{
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, key_tokens);
+	if (!t)
+		return NULL;
+	if (!cJSON_IsArray(t))
+		cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
+	size_t k = (size_t)cJSON_GetArraySize(t), i = 0;
+	int32_t *ids = malloc((k ? k : 1) * sizeof *ids);
+	if (!ids)
+		cli_die("out of memory");
+	const cJSON *e;
+	cJSON_ArrayForEach(e, t) {
+		if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble)
+			cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
+		ids[i++] = (int32_t)e->valuedouble;
+	}
+	*n = k;
+	return ids;
 }

@@ -91,6 +91,11 @@ struct cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected);
 /* The object's "id" as a malloc'd string: a string as is, a number in %.17g,
  * absent: "PATH:LINE". Dies on another type. */
 char *mcli_jsonl_id(const mcli_jsonl *r, const struct cJSON *obj);
+/* obj's `key_tokens` as a malloc'd array of *n token ids (*n may be 0), or
+ * NULL when obj has no such key. Dies "WHERE: \"KEY\" must be an array of
+ * token ids" on anything else (range checks are the caller's). */
+int32_t *mcli_json_token_ids(const struct cJSON *obj, const char *key_tokens, size_t *n,
+			     const char *where);
 void mcli_jsonl_close(mcli_jsonl *r);
 
 /* Writes s[0..len) as a JSON string (quoted, escaped; bytes that are not

@@ -36,9 +36,9 @@ static void help(void)
 	       "                       per state. Default: stdin when it is not a terminal\n"
 	       "                       (the zero state if it is empty), else the zero state\n"
 	       "  --no-state           start from the zero state\n"
-	       "  --prompt TEXT        the prompt (must not be empty: the first token is\n"
+	       "  -p, --prompt TEXT    the prompt (must not be empty: the first token is\n"
 	       "                       sampled from the logits of the prompt's last token)\n"
-	       "  --prompt-file FILE   the prompt, read from FILE\n"
+	       "  -f, --prompt-file FILE  the prompt, read from FILE\n"
 	       "  --prompt-tokens IDS  the prompt as token ids (\"1,2,3\")\n"
 	       "  --prompts FILE       JSON lines {\"id\", \"prompt\"[, \"max_tokens\", \"seed\",\n"
 	       "                       \"stop\"]} ('-' = stdin): every state continues\n"
@@ -55,7 +55,7 @@ static void help(void)
 	       "                       the last --repeat-last-n tokens by F (default 1: off)\n"
 	       "  --repeat-last-n N    tokens of prompt + output the penalty looks back on\n"
 	       "                       (default 64; -1 = all, 0 = off)\n"
-	       "  --seed S             seed of the sampler, the same for every output\n"
+	       "  -s, --seed S         seed of the sampler, the same for every output\n"
 	       "                       (default: from the clock; greedy uses none)\n"
 	       "  -n, --max-tokens N   generate at most N tokens (default 64; alias\n"
 	       "                       --n-predict)\n"
@@ -122,6 +122,7 @@ static int gen_opt(gen_opts *g, int c, const char *arg)
 	case O_REPLAST:
 		g->sp.repeat_last_n = (int32_t)cli_long("--repeat-last-n", arg, -1, 1L << 20, usage);
 		break;
+	case 's':
 	case O_SEED:
 		g->seed = (uint64_t)cli_long("--seed", arg, 0, INT64_MAX, usage);
 		g->have_seed = 1;
@@ -441,13 +442,15 @@ int main(int argc, char **argv)
 		GEN_LONG_OPTIONS,
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { "n:", opts, usage, help, &out_path, &mo };
+	const cli_options co = { "n:p:f:s:", opts, usage, help, &out_path, &mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
 		case O_STATE: state_path = optarg; break;
 		case O_NOSTATE: no_state = 1; break;
+		case 'p':
 		case O_PROMPT: prompt_text = optarg; break;
+		case 'f':
 		case O_PFILE: prompt_file = optarg; break;
 		case O_PTOK: prompt_ids = optarg; break;
 		case O_IGNEOS: ignore_eos = 1; break;
@@ -540,7 +543,8 @@ int main(int argc, char **argv)
 	cli_out_close(out);
 	if (cli_verbosity >= 2) {
 		double elapsed_s = cli_now() - t0;
-		fprintf(stderr, "ss-decode: %lld tokens in %.2f s (%.1f tokens/s)", total, elapsed_s,
+		fprintf(stderr, "ss-decode: %lld %s in %.2f s (%.1f tokens/s)", total,
+			cli_plural((uint64_t)total, "token", "tokens"), elapsed_s,
 			elapsed_s > 0 ? total / elapsed_s : 0.0);
 		if (g.sp.temperature > 0)
 			fprintf(stderr, ", seed %llu", (unsigned long long)g.seed);

@@ -16,7 +16,7 @@
 #include "ss.h"
 
 static const char *usage =
-	"ss-encode [--model DIR] [--device D] [--threads N] [--state-dtype f32|f16|bf16] [--batch N]\n"
+	"ss-encode [--model DIR] [--device D] [--threads N] [--state-dtype f32|f16|bf16|q8] [--batch N]\n"
 	"                 [--concat [--id ID]] [--from-state FILE]\n"
 	"                 [--text [--tokenizer FILE] [--max-doc SIZE]]\n"
 	"                 [--shard I/N] [--ids FILE] [--deterministic] [--weights-dtype T]\n"
@@ -31,7 +31,8 @@ static void help(void)
 	       "as one record of a state stream, in input order.\n\n",
 	       usage);
 	cli_model_help(23);
-	printf("  --state-dtype T      storage dtype of conv and ssm: f32 (default), f16, bf16\n"
+	printf("  --state-dtype T      storage dtype of conv and ssm: f32 (default), f16, bf16,\n"
+	       "                       q8 (int8 with an f32 scale per block, ss-states(5))\n"
 	       "  --batch N            documents per forward call (default 8); memory grows\n"
 	       "                       with N, not with the corpus\n"
 	       "  --deterministic      a document's state is the same bytes whatever --threads,\n"
@@ -461,7 +462,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case O_DTYPE:
 			if (ss_dtype_parse(optarg, &dtype))
-				cli_usage(usage, "--state-dtype: '%s' is not f32, f16 or bf16", optarg);
+				cli_usage(usage, "--state-dtype: '%s' is not f32, f16, bf16 or q8", optarg);
 			break;
 		case O_CONCAT: concat = 1; break;
 		case O_ID: concat_id = optarg; break;

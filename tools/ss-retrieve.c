@@ -1,7 +1,9 @@
 /*
  * ss-retrieve — the database of states: builds a BM25 index over document
  * text whose entries point at state records, and answers queries with the
- * states of the top-k documents (most relevant last). Needs no model.
+ * states of the top-k documents (most relevant last). Needs no model, but
+ * for the documents a --state-budget left without a stored state: query
+ * --model re-encodes those from their stored tokens.
  * See man/ss-retrieve.1; the index itself: lib/ss_index.h.
  */
 #include <cjson/cJSON.h>
@@ -13,13 +15,16 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "model_cli.h"
 #include "ss.h"
 
 static const char *usage_line =
-	"ss-retrieve add|build --index DB [-q|-v] STREAM...\n"
+	"ss-retrieve add|build --index DB [--state-budget BYTES [--hits FILE]] [-q|-v] [STREAM...]\n"
 	"       ss-retrieve query --index DB [-k K] [--exclude ID]... [--query TEXT]\n"
 	"                   [--ids [--text] [--json]] [--order best-last|best-first]\n"
 	"                   [-o FILE | --out-dir DIR] [--empty-ok] [--k1 K1] [--b B] [-q|-v]\n"
+	"                   [--model DIR [--device D] [--threads N] [--weights-dtype T]\n"
+	"                   [--deterministic]]\n"
 	"       ss-retrieve list|stats --index DB [--json]\n"
 	"       ss-retrieve show --index DB [--json] ID...\n"
 	"       ss-retrieve delete --index DB [-q|-v] ID...";
@@ -34,10 +39,13 @@ static void help(void)
 	      "  in one transaction (created when absent; documents with an id already\n"
 	      "  indexed are replaced; no rebuild). A document needs both a token record\n"
 	      "  and a state record; one with only one of them is left out with a warning.\n"
-	      "  State streams must be regular files.\n"
+	      "  State streams must be regular files. With --state-budget, only the states\n"
+	      "  the budget keeps stay stored; the other documents become stateless (their\n"
+	      "  tokens stay in DB; with no STREAM, only the budget is applied).\n"
 	      "query: writes the states of the top K documents as a state stream, most\n"
 	      "  relevant LAST (--order best-first: first), each annotated with its rank\n"
-	      "  (1 = best) and score (BM25); the stored records are copied as they are.\n"
+	      "  (1 = best) and score (BM25); the stored records are copied as they are,\n"
+	      "  stateless documents re-encoded from their tokens (--model DIR).\n"
 	      "  With --query TEXT: one query, to stdout or -o FILE. Without: one query per\n"
 	      "  line on stdin, plain text, or JSON {\"id\": ID, \"query\": TEXT, \"exclude\":\n"
 	      "  [ID...], \"k\": K} when the line starts with '{'; one output file per query\n"
@@ -62,9 +70,25 @@ static void help(void)
 	      "                   as grep; the output is written, empty, either way)\n"
 	      "  --k1 K1, --b B   BM25's term-frequency saturation k1 (>= 0, default 1.2)\n"
 	      "                   and length normalisation b (0..1, default 0.75)\n"
+	      "  --state-budget BYTES\n"
+	      "                   add/build: keep at most BYTES (k/M/G) of stored states:\n"
+	      "                   by --hits counts, then the longest documents (the\n"
+	      "                   costliest to recompute), then by id; each state kept\n"
+	      "                   while it fits, the rest dropped (0: none kept)\n"
+	      "  --hits FILE      a query log for --state-budget: one document id per\n"
+	      "                   line, once per retrieval (e.g. cut -f 3 of batch --ids)\n"
 	      "  -q, -v           quieter, more verbose (progress, summary)\n"
 	      "  -h, --help       this help\n"
-	      "  -V, --version    version\n",
+	      "  -V, --version    version\n"
+	      "query, to recompute the states of stateless documents (the model is loaded\n"
+	      "once, at the first such hit):\n",
+	      stdout);
+	cli_model_help(21);
+	fputs("  --deterministic    the same state bytes as ss-encode --deterministic (CPU)\n"
+	      "Here --model has no default: without it a stateless hit is an error; and\n"
+	      "--tokenizer is refused (the tokens are stored). A recomputed state is the\n"
+	      "record ss-encode --model DIR wrote for the document's tokens, in the dtype\n"
+	      "of the state the budget dropped.\n",
 	      stdout);
 	exit(0);
 }
@@ -115,7 +139,35 @@ static void build_note(void *ctx, const char *id, int dropped, const char *why)
 	cli_warn("document %s %s", id, why);
 }
 
-static int cmd_build(const char *db, char **inputs, int n_inputs)
+/* --hits FILE: one document id per line, each line one retrieval. */
+static void read_hits(ss_index *ix, const char *db, const char *path)
+{
+	char em[SS_ERRMSG_MAX], *line = NULL;
+	size_t cap = 0;
+	long n;
+	unsigned long long lineno = 0;
+	FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+	if (!f)
+		cli_die("%s: %s", path, strerror(errno));
+	while ((n = cli_getline(&line, &cap, f, 1 << 20)) >= 0 || n == -2) {
+		lineno++;
+		if (n == -2)
+			cli_die("%s: line %llu: longer than 1 MiB: not a document id", path, lineno);
+		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+			line[--n] = 0;
+		if (n > 0 && ss_index_add_hits(ix, line, 1, em)) {
+			ss_index_close(ix);
+			cli_die("%s: %s", db, em);
+		}
+	}
+	if (n == -3)
+		cli_die("%s: read error: %s", path, strerror(errno));
+	if (f != stdin)
+		fclose(f);
+	free(line);
+}
+
+static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget, const char *hits)
 {
 	char em[SS_ERRMSG_MAX];
 	double t0 = cli_now();
@@ -123,6 +175,10 @@ static int cmd_build(const char *db, char **inputs, int n_inputs)
 	int rc = ss_index_build_open(&ix, db, em);
 	if (rc)
 		cli_die("%s: %s", db, em);
+	if (budget >= 0 && ss_index_set_state_budget(ix, budget, em))
+		cli_die("%s: %s", db, em);
+	if (hits)
+		read_hits(ix, db, hits);
 	ss_index_add_stats total = {0};
 	uint64_t max_record = cli_max_record();
 	double pg[3] = { 0, cli_inputs_size(inputs, n_inputs), t0 };
@@ -147,12 +203,17 @@ static int cmd_build(const char *db, char **inputs, int n_inputs)
 		cli_die("%s: %s", db, em);
 	if (cli_verbosity >= 2)
 		fprintf(stderr,
-			"%s: %s: %lld %s (%lld added, %lld replaced, %lld left out) from %llu token and "
-			"%llu state records in %.2f s\n",
+			"%s: %s: %lld %s (%lld added, %lld replaced, %lld left out) in %.2f s; records "
+			"read: %llu token, %llu state\n",
 			cli_prog, db, (long long)bs.n_docs, cli_plural((uint64_t)bs.n_docs, "document", "documents"),
 			(long long)bs.n_added, (long long)bs.n_replaced,
-			(long long)bs.n_dropped, (unsigned long long)total.n_text,
-			(unsigned long long)total.n_states, cli_now() - t0);
+			(long long)bs.n_dropped, cli_now() - t0, (unsigned long long)total.n_text,
+			(unsigned long long)total.n_states);
+	if (cli_verbosity >= 2 && budget >= 0)
+		fprintf(stderr, "%s: %s: state budget %lld bytes: %lld bytes of states stored, %lld documents "
+			"stateless (%lld dropped by this build)\n",
+			cli_prog, db, (long long)budget, (long long)bs.state_bytes, (long long)bs.n_stateless,
+			(long long)bs.n_dropped_states);
 	return 0;
 }
 
@@ -206,9 +267,14 @@ static cJSON *doc_json(const ss_index_doc *d)
 	cJSON *j = cJSON_CreateObject();
 	cJSON_AddStringToObject(j, "id", d->id);
 	cJSON_AddNumberToObject(j, "n_tokens", (double)d->n_tokens);
-	cJSON_AddStringToObject(j, "file", d->path);
-	cJSON_AddNumberToObject(j, "offset", (double)d->offset);
-	cJSON_AddNumberToObject(j, "length", (double)d->length);
+	if (d->stateless) {
+		cJSON_AddNullToObject(j, "file");
+		cJSON_AddStringToObject(j, "recompute_dtype", d->dtype ? d->dtype : "");
+	} else {
+		cJSON_AddStringToObject(j, "file", d->path);
+		cJSON_AddNumberToObject(j, "offset", (double)d->offset);
+		cJSON_AddNumberToObject(j, "length", (double)d->length);
+	}
 	cJSON_AddStringToObject(j, "fingerprint", d->fingerprint);
 	if (d->text_tokens >= 0)
 		cJSON_AddNumberToObject(j, "text_tokens", (double)d->text_tokens);
@@ -216,6 +282,7 @@ static cJSON *doc_json(const ss_index_doc *d)
 		cJSON_AddNullToObject(j, "text_tokens");
 	cJSON_AddNumberToObject(j, "text_bytes", (double)d->text_len);
 	cJSON_AddNumberToObject(j, "n_terms", (double)d->n_terms);
+	cJSON_AddBoolToObject(j, "tokens_stored", d->has_tokens);
 	return j;
 }
 
@@ -228,7 +295,7 @@ static int list_one(void *ctx, const ss_index_doc *d)
 	}
 	tsv_field(stdout, d->id);
 	printf("\t%lld\t", (long long)d->n_tokens);
-	tsv_field(stdout, d->path);
+	tsv_field(stdout, d->stateless ? "-" : d->path); /* stateless: "-", offset and length 0 */
 	printf("\t%llu\t%llu\n", (unsigned long long)d->offset, (unsigned long long)d->length);
 	return 0;
 }
@@ -269,9 +336,13 @@ static int show_one(void *ctx, const ss_index_doc *d)
 		 * layout); a blank line between documents. */
 		if (c->n_shown)
 			putchar('\n');
-		printf("id: %s\nfile: %s\noffset: %llu\nlength: %llu\nfingerprint: %s\nn_tokens: %lld\n", d->id,
-		       d->path, (unsigned long long)d->offset, (unsigned long long)d->length, d->fingerprint,
-		       (long long)d->n_tokens);
+		printf("id: %s\n", d->id);
+		if (d->stateless)
+			printf("file: none (stateless: recomputed in %s by query --model)\n", d->dtype ? d->dtype : "?");
+		else
+			printf("file: %s\noffset: %llu\nlength: %llu\n", d->path, (unsigned long long)d->offset,
+			       (unsigned long long)d->length);
+		printf("fingerprint: %s\nn_tokens: %lld\n", d->fingerprint, (long long)d->n_tokens);
 		if (d->text_tokens >= 0)
 			printf("text_tokens: %lld\n", (long long)d->text_tokens);
 		printf("text_bytes: %lld\nn_terms: %lld\n", (long long)d->text_len, (long long)d->n_terms);
@@ -325,6 +396,7 @@ static int cmd_stats(const char *db, int json)
 		{ "text_bytes", in.text_bytes },
 		{ "state_files", in.n_files },
 		{ "state_bytes", in.state_bytes },
+		{ "stateless", in.n_stateless },
 		{ "index_bytes", in.index_bytes },
 	};
 	cJSON *j = json ? cJSON_CreateObject() : NULL;
@@ -357,7 +429,80 @@ typedef struct {
 	int empty_ok;
 	unsigned long long n_empty; /* queries that matched nothing */
 	double k1, b; /* BM25 parameters (ss_index_set_bm25) */
+	/* Recompute (--model): the model, loaded at the first stateless hit. */
+	cli_model_opts *mo; /* NULL: no --model */
+	int deterministic;
+	ss_model *m;
+	ss_device *dev;
+	ss_forward_ctx *fwd;
+	ss_state_dims dims;
+	double load_s, recompute_s;
+	long long n_recomputed, n_recomputed_tokens;
 } qopts;
+
+/* Stateless documents re-encoded per forward call (the memory of this many
+ * states). */
+#define RECOMPUTE_BATCH 8
+
+/* Loads the --model once (dying on failure, as ss-encode does). */
+static void recompute_load(qopts *o)
+{
+	if (o->fwd)
+		return;
+	double t0 = cli_now();
+	if (o->deterministic && !strcmp(o->mo->device, "auto"))
+		o->mo->device = "cpu"; /* only the CPU promises it */
+	o->dev = mcli_device(o->mo->device, usage_line);
+	/* State extraction never needs an untied lm_head. */
+	o->m = mcli_load_model(o->mo->model, SS_MODEL_SKIP_LM_HEAD, o->mo->wtype, usage_line);
+	ss_model_state_dims(o->m, &o->dims);
+	o->fwd = mcli_forward_ctx(o->m, o->mo->model, o->dev, o->mo->threads);
+	if (o->deterministic && ss_forward_ctx_set_deterministic(o->fwd, 1))
+		cli_die("--deterministic: only the CPU promises it, not --device %s", o->mo->device);
+	o->load_s += cli_now() - t0;
+}
+
+static void recompute_free(qopts *o)
+{
+	ss_forward_ctx_free(o->fwd);
+	ss_device_close(o->dev);
+	ss_model_free(o->m);
+}
+
+/* A stateless hit's tokens, fetched before anything is written. */
+typedef struct {
+	int32_t *tokens;
+	int64_t n_tokens;
+} hit_tokens;
+
+/* Encodes hits h[0..n) (stateless, tokens in t[0..n)) from the zero state
+ * in one forward call into st[0..n): the records ss-encode would write
+ * (id, the model's fingerprint, n_tokens, the hit's dtype). Returns 0, or
+ * 1 after reporting the error (st freed). */
+static int recompute(qopts *o, const char *label, const ss_index_hit *const *h, const hit_tokens *const *t, int n,
+		     ss_state *st)
+{
+	ss_forward_seq seqs[RECOMPUTE_BATCH];
+	char em[SS_ERRMSG_MAX];
+	double t0 = cli_now();
+	for (int i = 0; i < n; i++) {
+		if (ss_state_alloc(&st[i], &o->dims) || !(st[i].id = strdup(h[i]->id)))
+			cli_die("out of memory (%d states)", n);
+		memcpy(st[i].fingerprint, o->m->fingerprint, SS_FINGERPRINT_MAX);
+		st[i].dtype = h[i]->dtype;
+		seqs[i] = (ss_forward_seq){ .tokens = t[i]->tokens, .n_tokens = t[i]->n_tokens, .state = &st[i] };
+		o->n_recomputed_tokens += t[i]->n_tokens;
+	}
+	if (ss_forward_prefill(o->fwd, seqs, n, SS_LOGITS_NONE, em)) {
+		cli_warn("%s%s: document %s: %s", label, o->mo->model, h[0]->id, em);
+		for (int i = 0; i < n; i++)
+			ss_state_free(&st[i]);
+		return 1;
+	}
+	o->n_recomputed += n;
+	o->recompute_s += cli_now() - t0;
+	return 0;
+}
 
 /* Index in hits[] of the i-th document to write, in the order asked for. */
 static int out_index(const qopts *o, int i, int n)
@@ -411,38 +556,109 @@ static int safe_name(const char *s)
 	return n > 0 && n <= 200 && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
 }
 
+/* Checks hit h, stateless, before anything is written: --model given, its
+ * tokens stored (into *t), the model's fingerprint its state's. Returns 0,
+ * or 1 after reporting the error. */
+static int recompute_check(ss_index *ix, qopts *o, const char *label, const ss_index_hit *h, hit_tokens *t)
+{
+	char em[SS_ERRMSG_MAX];
+	if (!o->mo) {
+		cli_warn("%s%s: document %s has no stored state (a --state-budget dropped it): query with "
+			 "--model DIR to recompute it", label, o->db, h->id);
+		return 1;
+	}
+	if (ss_index_tokens(ix, h->id, &t->tokens, &t->n_tokens, em) || !t->tokens) {
+		cli_warn("%s%s: document %s has no stored state and %s", label, o->db, h->id,
+			 t->tokens || em[0] ? em : "no tokens stored to recompute it from");
+		return 1;
+	}
+	recompute_load(o);
+	if (strcmp(h->fingerprint, o->m->fingerprint)) {
+		cli_warn("%s%s: document %s: its state was of model %s, --model %s is %s", label, o->db, h->id,
+			 h->fingerprint, o->mo->model, o->m->fingerprint);
+		return 1;
+	}
+	return 0;
+}
+
 /* Writes the hits' states (most relevant last, or first with --order
- * best-first) to `path` ("-" = stdout),
- * each stored frame copied verbatim after its rank/score annotation frame.
- * Every record is first validated by its metadata so that a missing or
- * replaced shard fails the query before anything is written. Returns 0, or
- * 1 after reporting the error. */
-static int emit_states(ss_index *ix, const qopts *o, const char *label, const ss_index_hit *h, int n,
+ * best-first) to `path` ("-" = stdout), each after its rank/score
+ * annotation frame: a stored frame copied verbatim, a stateless document's
+ * state recomputed (--model; RECOMPUTE_BATCH per forward call, in output
+ * order). Every record is first validated (a stored one by its metadata, a
+ * stateless one by its tokens and the model) so that a missing or replaced
+ * shard fails the query before anything is written. Returns 0, or 1 after
+ * reporting the error. */
+static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index_hit *h, int n,
 		       const char *path)
 {
 	char em[SS_ERRMSG_MAX];
 	const ss_record *rec;
-	for (int i = 0; i < n; i++)
-		if (ss_index_read(ix, &h[i], 1, &rec, em)) {
+	hit_tokens *tok = calloc((size_t)n + 1, sizeof *tok);
+	ss_state st[RECOMPUTE_BATCH];
+	int bad = 0, n_st = 0, next_st = 0; /* st[next_st..n_st) computed, not yet written */
+	if (!tok)
+		cli_die("out of memory");
+	for (int i = 0; i < n && !bad; i++) {
+		if (h[i].stateless)
+			bad = recompute_check(ix, o, label, &h[i], &tok[i]);
+		else if (ss_index_read(ix, &h[i], 1, &rec, em)) {
 			cli_warn("%s%s: %s", label, h[i].path, em);
-			return 1;
+			bad = 1;
 		}
-	ss_writer *w;
-	if (ss_writer_open(&w, path, 0, em)) {
-		cli_warn("%s: %s", path, em);
-		return 1;
 	}
-	for (int i = 0; i < n; i++) {
+	ss_writer *w = NULL;
+	if (!bad && ss_writer_open(&w, path, 0, em)) {
+		cli_warn("%s: %s", path, em);
+		bad = 1;
+	}
+	for (int i = 0; i < n && !bad; i++) {
 		const ss_index_hit *hi = &h[out_index(o, i, n)];
+		if (hi->stateless) {
+			if (next_st == n_st) {
+				/* The next batch: this and the following stateless hits. */
+				const ss_index_hit *bh[RECOMPUTE_BATCH];
+				const hit_tokens *bt[RECOMPUTE_BATCH];
+				n_st = next_st = 0;
+				for (int j = i; j < n && n_st < RECOMPUTE_BATCH; j++) {
+					int x = out_index(o, j, n);
+					if (h[x].stateless) {
+						bh[n_st] = &h[x];
+						bt[n_st++] = &tok[x];
+					}
+				}
+				if ((bad = recompute(o, label, bh, bt, n_st, st))) {
+					n_st = 0;
+					break;
+				}
+			}
+			int rc = ss_writer_put_annotation(w, hi->rank, hi->score);
+			if (!rc)
+				rc = ss_writer_put_state(w, &st[next_st], NULL);
+			ss_state_free(&st[next_st++]);
+			if (rc) {
+				cli_warn("%s%s: %s", label, path, strerror(errno));
+				bad = 1;
+			}
+			continue;
+		}
 		if (ss_index_copy(ix, hi, w, em)) {
 			/* An empty message means the output failed (errno kept). */
 			if (em[0])
 				cli_warn("%s%s: %s", label, hi->path, em);
 			else
 				cli_warn("%s%s: %s", label, path, strerror(errno));
-			ss_writer_abort(w);
-			return 1;
+			bad = 1;
 		}
+	}
+	while (next_st < n_st)
+		ss_state_free(&st[next_st++]);
+	for (int i = 0; i < n; i++)
+		free(tok[i].tokens);
+	free(tok);
+	if (bad) {
+		ss_writer_abort(w);
+		return 1;
 	}
 	if (ss_writer_close(w, em)) {
 		cli_warn("%s: %s", path, em);
@@ -630,6 +846,10 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 	}
 	int bad = query ? run_query(ix, o, NULL, query, o->k, o->exclude, o->n_exclude) : run_batch(ix, o);
 	ss_index_close(ix);
+	if (o->mo && cli_verbosity >= 2)
+		fprintf(stderr, "%s: %s: %lld stateless documents recomputed (%lld tokens) in %.3f s; model loaded in "
+			"%.3f s\n", cli_prog, db, o->n_recomputed, o->n_recomputed_tokens, o->recompute_s, o->load_s);
+	recompute_free(o);
 	if (o->text_out != stdout && fclose(o->text_out) != 0)
 		cli_die("%s: %s", o->out, strerror(errno));
 	return bad || (o->n_empty && !o->empty_ok) ? CLI_EXIT_FAIL : 0;
@@ -638,7 +858,8 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 int main(int argc, char **argv)
 {
 	cli_init("ss-retrieve");
-	enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B, O_TEXT, O_ORDER };
+	enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B, O_TEXT, O_ORDER,
+	       O_BUDGET, O_HITS, O_DET };
 	static const struct option longs[] = {
 		{ "index", required_argument, 0, O_INDEX },
 		{ "query", required_argument, 0, O_QUERY },
@@ -651,6 +872,9 @@ int main(int argc, char **argv)
 		{ "b", required_argument, 0, O_B },
 		{ "text", no_argument, 0, O_TEXT },
 		{ "order", required_argument, 0, O_ORDER },
+		{ "state-budget", required_argument, 0, O_BUDGET },
+		{ "hits", required_argument, 0, O_HITS },
+		{ "deterministic", no_argument, 0, O_DET },
 		{ 0, 0, 0, 0 },
 	};
 	for (int i = 1; i < argc; i++) {
@@ -672,17 +896,22 @@ int main(int argc, char **argv)
 	if (!build && !query_cmd && !list && !show && !stats && !del)
 		cli_usage(usage_line, "unknown command '%s' (%s)", cmd, cmds);
 	qopts o = { .k = 10, .k1 = 1.2, .b = 0.75 };
-	const char *db = NULL, *query = NULL;
+	const char *db = NULL, *query = NULL, *hits = NULL;
+	int64_t budget = -1;
+	cli_model_opts mo = { 0 };
 	o.exclude = calloc((size_t)argc, sizeof *o.exclude);
 	if (!o.exclude)
 		cli_die("out of memory");
 	optind = 2;
-	const cli_options co = { "k:", longs, usage_line, help, &o.out, NULL };
+	/* The model options are query's (recompute); elsewhere they are
+	 * unknown options. */
+	const cli_options co = { "k:", longs, usage_line, help, &o.out, query_cmd ? &mo : NULL };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		/* Beside --index, the commands other than query take only --json
-		 * (list, show, stats). */
-		if (!query_cmd && c != O_INDEX && (c != O_JSON || build || del))
+		 * (list, show, stats), build its budget. */
+		int build_opt = c == O_BUDGET || c == O_HITS;
+		if (!(c == O_INDEX || (query_cmd && !build_opt) || (build && build_opt) || (c == O_JSON && !build && !del)))
 			cli_usage(usage_line, "option not valid for %s: %s", cmd, argv[optind - 1]);
 		switch (c) {
 		case O_INDEX: db = optarg; break;
@@ -701,8 +930,25 @@ int main(int argc, char **argv)
 		case O_K1: o.k1 = cli_double("--k1", optarg, 0, 1000, usage_line); break;
 		case O_B: o.b = cli_double("--b", optarg, 0, 1, usage_line); break;
 		case 'k': o.k = (int)cli_long("-k", optarg, 1, 1000000, usage_line); break;
+		case O_BUDGET:
+			/* 0 is a budget (no state stored), which cli_size refuses */
+			budget = strcmp(optarg, "0") ? (int64_t)cli_size(optarg) : 0;
+			if (budget == 0 && strcmp(optarg, "0"))
+				cli_usage(usage_line, "--state-budget: '%s' is not a size (bytes, with optional k/M/G)",
+					  optarg);
+			break;
+		case O_HITS: hits = optarg; break;
+		case O_DET: o.deterministic = 1; break;
 		}
 	}
+	if (hits && budget < 0)
+		cli_usage(usage_line, "--hits goes with --state-budget");
+	if (mo.model)
+		o.mo = &mo;
+	else if (query_cmd && (mo.tokenizer || mo.wtype || strcmp(mo.device, "auto") || o.deterministic))
+		cli_usage(usage_line, "--device, --threads, --weights-dtype and --deterministic go with --model");
+	if (mo.tokenizer)
+		cli_usage(usage_line, "--tokenizer: query recomputes from the stored tokens, it needs no tokenizer");
 	if (!query_cmd && o.out)
 		cli_usage(usage_line, "option not valid for %s: -o", cmd);
 	if (!db)
@@ -715,7 +961,7 @@ int main(int argc, char **argv)
 			return cmd_delete(db, argv + optind, argc - optind);
 		if (show)
 			return cmd_show(db, argv + optind, argc - optind, o.json);
-		return cmd_build(db, argv + optind, argc - optind);
+		return cmd_build(db, argv + optind, argc - optind, budget, hits);
 	}
 	if (optind < argc)
 		cli_usage(usage_line, "unexpected argument '%s'", argv[optind]);

@@ -185,23 +185,9 @@ static void pair_free(pair *p)
 static int32_t *json_ids(scorer *sc, const cJSON *obj, const char *key, const char *key_tokens,
 			 size_t *n, const char *where)
 {
-	const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, key_tokens);
-	if (t) {
-		if (!cJSON_IsArray(t))
-			cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
-		size_t k = (size_t)cJSON_GetArraySize(t), i = 0;
-		int32_t *ids = malloc((k ? k : 1) * sizeof *ids);
-		if (!ids)
-			cli_die("out of memory");
-		const cJSON *e;
-		cJSON_ArrayForEach(e, t) {
-			if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble)
-				cli_die("%s: \"%s\" must be an array of token ids", where, key_tokens);
-			ids[i++] = (int32_t)e->valuedouble;
-		}
-		*n = k;
+	int32_t *ids = mcli_json_token_ids(obj, key_tokens, n, where);
+	if (ids)
 		return ids;
-	}
 	const cJSON *s = cJSON_GetObjectItemCaseSensitive(obj, key);
 	if (!cJSON_IsString(s))
 		cli_die("%s: missing \"%s\" (a string) or \"%s\"", where, key, key_tokens);

@@ -85,6 +85,13 @@ tail -n 1 q3 | grep -q "	wiki.txt:[0-9]*#[0-9]*	" || fail "index: wiki query: $(
 ss-retrieve query -q --index db/index.db -k 1 --query "quokka" | ss-cat --meta | grep -q '"id":"j2#0"' ||
 	fail "index: no state for j2"
 
+# STATE_DTYPE=q8: the shards hold q8 states, which the index serves and ss-compose reads.
+$MK DB=db8 DOCS="$DOCS" MODEL="$T1" SHARDS=1 CHUNK=64 THREADS=1 STATE_DTYPE=q8
+ss-cat --stats db8/shard-0.states | grep -q '"dtype":"q8"' || fail "STATE_DTYPE=q8: shard not q8"
+grep -q 'state_dtype=q8' db8/build.conf || fail "STATE_DTYPE not in build.conf"
+ss-retrieve query -q --index db8/index.db -k 3 --query "quokka marsupial" | ss-compose --mode picaso-r |
+	ss-cat --meta | grep -q '"dtype":"q8"' || fail "q8 index: query | compose"
+
 # Up to date: nothing is redone.
 m0=$(mtime db/shard-0.states) m1=$(mtime db/shard-1.states) m2=$(mtime db/shard-2.states)
 mi=$(mtime db/index.db) mt=$(mtime db/corpus.tokens)

@@ -22,6 +22,12 @@ expect 2 "excludes" dec --prompt-tokens $P --greedy --temperature 0.5
 # -n and --n-predict are --max-tokens.
 [ "$(dec --prompt-tokens $P --ids --n-predict 7 | wc -w)" -eq 7 ] || fail "--n-predict"
 [ "$(dec --prompt-tokens $P --ids -n 5 | wc -w)" -eq 5 ] || fail "-n"
+# llama.cpp's short names: -p, -f, -s.
+[ "$(dec -p "The cat" --ids -n 6)" = "$(dec --prompt "The cat" --ids -n 6)" ] || fail "-p"
+printf 'The cat' >"$d/prompt.txt"
+[ "$(dec -f "$d/prompt.txt" --ids -n 6)" = "$(dec --prompt "The cat" --ids -n 6)" ] || fail "-f"
+[ "$(dec --prompt-tokens $P --ids -n 12 --top-k 50 -s 3)" = "$(dec --prompt-tokens $P --ids -n 12 --top-k 50 --seed 3)" ] ||
+	fail "-s"
 
 # A filter without --temperature samples at T = 1 (as HF generate()).
 k=$(dec --prompt-tokens $P --ids -n 12 --top-k 50 --seed 3)

@@ -71,8 +71,17 @@ ss-decode --help | grep -q "^usage: ss-decode" || fail "--help"
 # --weights-dtype: a bad dtype is a usage error; states made with bf16
 # matrices carry the checkpoint's fingerprint, so an f32 run takes them.
 expect 2 "weights-dtype" ss-decode --model "$T1" --no-state --prompt-tokens 1 --weights-dtype f8
+expect 2 "weights-dtype" ss-decode --model "$T1" --no-state --prompt-tokens 1 --weights-dtype q8 # a state dtype
 head -c 29 "$G/t1/c3/text.txt" | ss-tokenize -q --whole - |
 	ss-encode --model "$T1" --weights-dtype bf16 >"$d/a16.st"
 ss-decode --model "$T1" --state "$d/a16.st" --weights-dtype f32 --ids --max-tokens 2 \
 	--prompt-tokens 5 >/dev/null || fail "a bf16-made state refused by an f32 run"
+# A state stored as q8 decodes (dequantized on read): on t1 the same greedy tokens as from f32.
+head -c 29 "$G/t1/c3/text.txt" | ss-tokenize -q --whole - >"$d/a.tok"
+ss-encode --model "$T1" "$d/a.tok" >"$d/a32.st"
+ss-encode --model "$T1" --state-dtype q8 "$d/a.tok" >"$d/a8.st"
+ss-decode --model "$T1" --state "$d/a32.st" --ids --max-tokens 8 --prompt-tokens 5 >"$d/g32" &&
+ss-decode --model "$T1" --state "$d/a8.st" --ids --max-tokens 8 --prompt-tokens 5 >"$d/g8" ||
+	fail "a q8 state refused by ss-decode"
+cmp -s "$d/g32" "$d/g8" || fail "q8 state: greedy tokens differ from f32's"
 echo ok

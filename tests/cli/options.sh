@@ -7,7 +7,7 @@ trap 'rm -rf "$t"' EXIT
 bad=0
 fail() { echo "FAIL: $*" >&2; bad=1; }
 
-for tool in tokenize encode retrieve compose decode score cat eval; do
+for tool in tokenize encode retrieve compose decode score cat eval train; do
 	case $tool in
 	retrieve) cmd=query ;;
 	eval) cmd=wikitext ;;

@@ -181,7 +181,7 @@ if command -v sqlite3 >/dev/null; then
 	expect 1 ss-retrieve build --index v1.db db/part1.tokens; has err "schema version 1"
 	# Schema 2 had no compound terms: its queries would rank differently.
 	sqlite3 v1.db "UPDATE meta SET value = '2' WHERE key = 'schema_version'"
-	expect 1 ss-retrieve query --index v1.db --query fox --ids; has err "schema version 2, this build of ss reads version 3: rebuild"
+	expect 1 ss-retrieve query --index v1.db --query fox --ids; has err "schema version 2, this build of ss reads versions 3 and 4: rebuild"
 	lines err 1
 fi
 echo "not a database at all, just some text......................................" >text.db

@@ -36,6 +36,14 @@ ss-score --model "$T1" --no-state --query-tokens "$(ids t1 7 50)" \
 	--continuation-tokens "$(ids t1 50 297)" >"$d/z.json"
 python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); sys.exit(a["nll"] == b["nll"])' \
 	"$d/s.json" "$d/z.json" || fail "the state made no difference"
+# The same state stored as q8: read (dequantized) by ss-score, the mean NLL
+# within 0.5% of the f32 state's (issue 16's goal for q8).
+ss-encode --model "$T1" --state-dtype q8 "$d/a.tok" >"$d/a8.st"
+ss-cat --meta "$d/a8.st" | grep -q '"dtype":"q8"' || fail "q8 state not q8"
+ss-score --model "$T1" --state "$d/a8.st" --query-tokens "$(ids t1 7 50)" \
+	--continuation-tokens "$(ids t1 50 297)" >"$d/s8.json"
+python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); sys.exit(abs(a["nll"] / b["nll"] - 1) > 0.005)' \
+	"$d/s8.json" "$d/s.json" || fail "q8 state: NLL off by more than 0.5%"
 
 # JSONL pairs, every state × every pair, -o.
 printf '%s\n' "{\"id\":\"p1\",\"query_tokens\":[$(ids t1 7 50)],\"continuation_tokens\":[$(ids t1 50 297)]}" \

@@ -1,0 +1,112 @@
+#!/bin/sh
+# ss-retrieve's recompute tier: build --state-budget keeps the states that fit (by --hits, then
+# the longest documents), the others become stateless; query --model re-encodes those from
+# their stored tokens, and every query's output is then the bytes of the same query on the
+# index that stores every state (ss-encode --deterministic on the CPU: bit for bit, annotations
+# included; f32 and f16 states). Without --model a stateless hit is a one-line error; a budget
+# that cannot be met, or a state it cannot read, leaves the index as it was.
+# Self-contained: a random t1 model and a byte-level tokenizer (tests/util/tiny.sh).
+set -u
+. "${SS_TOP:-.}/tests/util/retrieve.sh"
+. "$SS_TOP/tests/util/tiny.sh"
+
+cat >docs.jsonl <<'EOF'
+{"id": "a1", "text": "the quick brown fox jumps over the lazy dog"}
+{"id": "a2", "text": "sailing ships cross the stormy ocean at night while the crew sleeps below deck"}
+{"id": "a3", "text": "quantum physics"}
+{"id": "b1", "text": "the fox hunts at night in the dark forest"}
+{"id": "b2", "text": "bread flour water salt and yeast make a loaf of bread in the oven"}
+{"id": "b3", "text": "ocean tides follow the moon and the fox"}
+EOF
+grep '"a' docs.jsonl >a.jsonl
+grep '"b' docs.jsonl >b.jsonl
+ss-tokenize -q -o a.tok a.jsonl && ss-tokenize -q -o b.tok b.jsonl || exit 1
+# two shards, two dtypes: a recomputed state keeps its dropped state's dtype
+ss-encode -q --deterministic --model model -o s32.states a.tok || exit 1
+ss-encode -q --deterministic --model model --state-dtype f16 -o s16.states b.tok || exit 1
+expect 0 ss-retrieve build --index full.db a.tok b.tok s32.states s16.states
+# the compressed length of document $2's state in index $1
+len() { ss-retrieve list --index "$1" | awk -F '\t' -v id="$2" '$1 == id { print $5 }'; }
+stored() { ss-retrieve list --index "$1" | awk -F '\t' '$3 != "-" { printf "%s ", $1 }'; }
+stat_of() { ss-retrieve stats --index "$1" | awk -v k="$2" '$1 == k { print $2 }'; }
+
+# --- usage
+expect 2 ss-retrieve query --index full.db --query fox --state-budget 1k; has err "not valid for query"
+expect 2 ss-retrieve build --index full.db --model model; has err "unknown option"
+expect 2 ss-retrieve build --index full.db --state-budget lots; has err "state-budget: 'lots' is not a size"
+expect 2 ss-retrieve build --index full.db --hits h.txt; has err "hits goes with --state-budget"
+expect 2 ss-retrieve query --index full.db --query fox --deterministic; has err "go with --model"
+
+# --- a budget of the two longest documents' states (a2: 78 tokens, b2: 65) keeps just those
+cp full.db b.db
+budget=$(( $(len full.db a2) + $(len full.db b2) ))
+expect 0 ss-retrieve build -v --index b.db --state-budget "$budget"
+has err "$budget bytes of states stored, 4 documents stateless (4 dropped by this build)"
+[ "$(stored b.db)" = "a2 b2 " ] || fail "kept $(stored b.db), wanted a2 b2"
+[ "$(stat_of b.db state_bytes)" -le "$budget" ] || fail "state_bytes $(stat_of b.db state_bytes) over $budget"
+[ "$(stat_of b.db stateless)" = 4 ] || fail "stateless: $(stat_of b.db stateless)"
+expect 0 ss-retrieve show --index b.db --json a1; has out '"file":null,"recompute_dtype":"f32"'
+expect 0 ss-retrieve show --index b.db --json b3; has out '"recompute_dtype":"f16"'
+
+# --- a query log ranks first: a3 (2 hits), then b1 (1); nothing else fits
+cp full.db h.db
+printf 'a3\nb1\na3\nnosuch\n' >hits.txt
+expect 0 ss-retrieve add --index h.db --state-budget $(( $(len full.db a3) + $(len full.db b1) )) --hits hits.txt
+[ "$(stored h.db)" = "a3 b1 " ] || fail "with --hits kept $(stored h.db), wanted a3 b1"
+
+# --- every query, stored or recomputed, gives the bytes of the full index's answer
+printf 'fox ocean bread night\nquantum\nthe\nsailing ships\nloaf of bread\n' >queries.txt
+mkdir want got got-h got-bf want-bf
+expect 0 ss-retrieve query --index full.db -k 6 --out-dir want <queries.txt
+expect 0 ss-retrieve query --index b.db -k 6 --out-dir got --model model --deterministic -v <queries.txt
+has err "stateless documents recomputed"
+expect 0 ss-retrieve query --index h.db -k 6 --out-dir got-h --model model --deterministic <queries.txt
+expect 0 ss-retrieve query --index full.db -k 4 --order best-first --out-dir want-bf <queries.txt
+expect 0 ss-retrieve query --index b.db -k 4 --order best-first --out-dir got-bf --model model --deterministic <queries.txt
+for q in 1 2 3 4 5; do
+	for d in got got-h; do
+		cmp -s want/$q.states $d/$q.states || fail "query $q: $d/$q.states differs from the full index's"
+	done
+	cmp -s want-bf/$q.states got-bf/$q.states || fail "query $q, best-first: differs from the full index's"
+done
+# query 1 matches every document but a3: stored and recomputed states interleave
+[ "$(ss-cat --meta want/1.states | wc -l)" -eq 5 ] || fail "query 1 matched $(ss-cat --meta want/1.states | wc -l)"
+
+# --- a stateless hit without --model: one line naming the document and the fix, nothing written
+expect 1 ss-retrieve query --index b.db --query quantum -o none.states
+has err "^ss-retrieve: b.db: document a3 has no stored state .*--model DIR"
+[ "$(wc -l <err)" -eq 1 ] || fail "$(wc -l <err) lines of error"
+[ -e none.states ] && fail "output written for a stateless hit without --model"
+# --ids needs no state
+expect 0 ss-retrieve query --index b.db --query quantum --ids; has out "a3"
+# another model's fingerprint
+"$mkmodel" other --preset t1 --seed 99 >/dev/null 2>&1 || "$mkmodel" other --preset t1 --n-layer 3 >/dev/null
+expect 1 ss-retrieve query --index b.db --query quantum -o none.states --model other
+has err "document a3: its state was of model"
+
+# --- transactional: a state the budget cannot read, or a budget that cannot be met, changes nothing
+cp b.db before.db
+cp full.db gone.db
+mv s16.states s16.away
+expect 1 ss-retrieve add --index gone.db --state-budget 0; has err "s16.states"
+mv s16.away s16.states
+[ "$(stored gone.db)" = "a1 a2 a3 b1 b2 b3 " ] || fail "a failed budget changed the index: $(stored gone.db)"
+cp full.db old.db
+sqlite3 old.db "DELETE FROM tokens WHERE rowid IN (SELECT rid FROM docs WHERE id IN ('a1', 'a2'))" 2>/dev/null ||
+	fail "sqlite3 is needed to make an index without tokens"
+expect 1 ss-retrieve add --index old.db --state-budget $(( $(len full.db a1) + $(len full.db a2) - 1 ))
+has err "2 documents that cannot be recomputed keep their states"
+[ "$(stat_of old.db stateless)" = 0 ] || fail "a budget that cannot be met changed the index"
+expect 0 ss-retrieve add --index old.db --state-budget $(( $(len full.db a1) + $(len full.db a2) ))
+[ "$(stored old.db)" = "a1 a2 " ] || fail "documents without tokens dropped their states: $(stored old.db)"
+
+# --- adding a state again stores it; deleting a stateless document forgets it
+expect 0 ss-retrieve add --index b.db s32.states
+[ "$(stored b.db)" = "a1 a2 a3 b2 " ] || fail "after adding s32.states again: $(stored b.db)"
+expect 0 ss-retrieve delete --index b.db b3
+[ "$(stat_of b.db stateless)" = 1 ] || fail "after deleting b3: $(stat_of b.db stateless) stateless"
+# once no document is stateless, the index is schema 3 again (older readers read it)
+expect 0 ss-retrieve add --index b.db s16.states
+[ "$(sqlite3 b.db "SELECT value FROM meta WHERE key = 'schema_version'")" = 3 ] || fail "schema not back to 3"
+[ "$(sqlite3 before.db "SELECT value FROM meta WHERE key = 'schema_version'")" = 4 ] || fail "stateless but not schema 4"
+done_checks

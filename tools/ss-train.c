@@ -1,0 +1,1029 @@
+/*
+ * ss-train — fine-tunes a Mamba-2 model on the CPU (lib/ss_train.h: f32
+ * master weights, forward with saved activations, backward, AdamW) and
+ * writes checkpoints that every ss tool loads.
+ *
+ * Objectives (picaso.txt §5, §6):
+ *   lm    next-token loss on the documents of a token stream, each window of
+ *         a document from the zero state;
+ *   bp2c  loss on an example's continuation given its query, starting from
+ *         the composition of its chunks' stored states (a constant).
+ * bp2c shares its example reader (ex_source), its choice of k (ex_take_k)
+ * and its index of the chunks by id (chunk_db) with BPTC, which takes the
+ * same examples but reads the chunks' token records (a chunk_db over a
+ * token stream, SS_FORMAT_TOKENS) instead of their states and re-encodes
+ * them inside the step (lib/train_bptc.c).
+ *
+ * The run's state (step, data position, RNG, hyperparameters) goes to
+ * DIR/trainer_state.json, Adam's moments to DIR/optimizer.safetensors: a
+ * run resumed from DIR continues bit for bit as if never stopped (same
+ * --threads).
+ */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blas.h"
+#include "cli.h"
+#include "defaults.h"
+#include "model_cli.h"
+#include "ss.h"
+
+static const char *usage =
+	"ss-train --objective lm|bp2c -o DIR [--model DIR | --resume DIR] --data FILE\n"
+	"                [--states FILE] [--mode MODE] [--steps N] [--until S] [--lr X]\n"
+	"                [--min-lr X] [--warmup N] [--weight-decay X] [--clip X]\n"
+	"                [--seq-len N] [--batch-tokens N] [--batch-seqs N] [--seed N]\n"
+	"                [--max-k N] [--save-every N] [--save-dtype T] [--tokenizer FILE] [--threads N] [-q|-v]";
+
+static void help(void) __attribute__((noreturn));
+static void help(void)
+{
+	printf("usage: %s\n\n"
+	       "Fine-tune a Mamba-2 model on the CPU and write it as a model directory\n"
+	       "(config.json + model.safetensors) that every ss tool loads, plus the\n"
+	       "optimiser state (trainer_state.json, optimizer.safetensors) --resume reads.\n"
+	       "One JSON line per step on stdout: {\"step\", \"loss\", \"lr\", \"grad_norm\",\n"
+	       "\"tokens\", \"seqs\"} (the loss of the weights before the step's update;\n"
+	       "bp2c adds \"k\": each sequence's number of composed chunks).\n\n"
+	       "  --objective OBJ        lm: next-token loss on the documents of the token\n"
+	       "                         stream --data, windows of --seq-len tokens, each\n"
+	       "                         from the zero state; bp2c: continuation loss from\n"
+	       "                         the composed stored states of an example's chunks\n"
+	       "  --data FILE            lm: a token stream (ss-tokens(5)); bp2c: JSON lines\n"
+	       "                         {\"query\", \"continuation\", \"chunks\": [ids]} (or\n"
+	       "                         \"query_tokens\"/\"continuation_tokens\" arrays),\n"
+	       "                         chunks most relevant first; read again from the\n"
+	       "                         start at its end\n"
+	       "  --states FILE          bp2c: state stream holding every chunk id (ss-encode)\n"
+	       "  --mode MODE            bp2c composition: picaso-r (default), picaso-s,\n"
+	       "                         caso, soup\n"
+	       "  --max-k N              bp2c: k drawn uniformly from 0..min(N, chunks) per\n"
+	       "                         example (default 10); the first k chunks, the most\n"
+	       "                         relevant composed last (nearest the query)\n"
+	       "  -o, --output DIR       checkpoint directory (replaced whole at the end)\n"
+	       "  --resume DIR           continue the run saved in DIR (its weights, optimiser,\n"
+	       "                         data position, RNG and options; --steps and --until\n"
+	       "                         may be given again)\n"
+	       "  --steps N              length of the schedule in steps (default 100)\n"
+	       "  --until S              stop after step S (default: --steps)\n"
+	       "  --save-every N         also write the checkpoint every N steps\n"
+	       "  --lr X                 peak learning rate (default 3e-4)\n"
+	       "  --min-lr X             learning rate at the end of the cosine (default 0)\n"
+	       "  --warmup N             linear warmup steps (default 0)\n"
+	       "  --weight-decay X       AdamW decoupled weight decay (default 0.1)\n"
+	       "  --clip X               clip the gradient's global L2 norm to X; 0 = none\n"
+	       "                         (default 1)\n"
+	       "  --seq-len N            lm: tokens per window (default 256)\n"
+	       "  --batch-tokens N       tokens per step at most (default 1024; >= --seq-len)\n"
+	       "  --batch-seqs N         sequences (windows, examples) per step at most\n"
+	       "                         (default 16; each holds its states in memory)\n"
+	       "  --seed N               seed of the RNG that draws k (default 1)\n"
+	       "  --save-dtype T         dtype of the saved weights: f32, bf16, f16 (default:\n"
+	       "                         the input model's)\n",
+	       usage);
+	cli_model_help(25);
+	printf("  -q, -v                 quieter; more verbose\n"
+	       "  -h, --help             this help;  -V, --version  the version\n\n"
+	       "AdamW (beta1 0.9, beta2 0.95, eps 1e-8); learning rate: linear warmup to\n"
+	       "--lr, then a cosine to --min-lr at --steps. Same --threads for bit-identical\n"
+	       "resumption. Training runs on the CPU (--device cpu or auto); the master\n"
+	       "weights are f32 (--weights-dtype is refused; see --save-dtype).\n\n");
+	cli_defaults_help();
+	exit(0);
+}
+
+/* ------------------------------------------------------------ the run */
+
+enum { OBJ_LM, OBJ_BP2C };
+static const char *obj_names[] = { "lm", "bp2c" };
+
+/* Everything trainer_state.json records. */
+typedef struct {
+	int objective;
+	int64_t step, steps;
+	double lr, min_lr, weight_decay, clip;
+	int64_t warmup, seq_len, batch_tokens, batch_seqs, max_k;
+	uint64_t seed, rng;
+	ss_compose_mode mode;
+	ss_dtype save_dtype;
+	char *data, *states;
+	char base_fingerprint[SS_FINGERPRINT_MAX];
+	/* data position: the next item to read */
+	int64_t epoch;
+	int64_t offset; /* byte offset of the record (lm) or line (bp2c); -1: the start */
+	int64_t pos;    /* lm: token position in that record */
+} run_state;
+
+/* splitmix64: a seeded generator whose whole state is one integer. */
+static uint64_t rng_next(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n). */
+static uint64_t rng_below(uint64_t *x, uint64_t n)
+{
+	return (uint64_t)(((unsigned __int128)rng_next(x) * n) >> 64);
+}
+
+/* Learning rate of step s (1-based): linear warmup, then cosine. */
+static double lr_at(const run_state *r, int64_t s)
+{
+	if (s <= r->warmup)
+		return r->lr * (double)s / (double)r->warmup;
+	double span = (double)(r->steps - r->warmup);
+	double p = span > 0 ? (double)(s - r->warmup) / span : 1;
+	if (p > 1)
+		p = 1;
+	return r->min_lr + 0.5 * (r->lr - r->min_lr) * (1 + cos(M_PI * p));
+}
+
+/* A batch: packed sequences for ss_train_forward. */
+typedef struct {
+	int32_t *tokens, *targets; /* [batch_tokens] */
+	int64_t *seq_start;        /* [max_seqs+1] */
+	int nseq;
+	int64_t T, ntargets;
+	float *conv, *ssm;         /* [max_seqs][..] initial states (bp2c) */
+} batch;
+
+/* ------------------------------------------------- lm: token documents */
+
+typedef struct {
+	const char *path;
+	ss_reader *r;
+	ss_tokens doc;       /* current document (n_tokens 0: none) */
+	int64_t doc_offset;  /* its record's byte offset */
+	int64_t pos;
+	int64_t epoch;
+	int32_t vocab;
+	int any;             /* a usable document was seen this epoch */
+} lm_source;
+
+static void lm_read_doc(lm_source *s)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	for (;;) {
+		const ss_record *rec;
+		int rc = ss_reader_next(s->r, &rec);
+		if (rc < 0)
+			cli_die("%s: %s", s->path, ss_reader_error(s->r));
+		if (rc == 0) {
+			if (!s->any)
+				cli_die("%s: no document of 2 tokens or more", s->path);
+			if ((rc = ss_reader_seek(s->r, 0)))
+				cli_die("%s: cannot read it again from the start (%s): give a "
+					"regular file", s->path, ss_strerror(rc));
+			s->epoch++;
+			s->any = 0;
+			continue;
+		}
+		ss_tokens_free(&s->doc);
+		if (strcmp(ss_record_format(rec), SS_FORMAT_TOKENS))
+			cli_die("%s: record %llu: a %s record, expected tokens (ss-tokens(5))",
+				s->path, (unsigned long long)ss_record_index(rec),
+				ss_record_format(rec));
+		if ((rc = ss_record_tokens(rec, &s->doc, err)))
+			cli_die("%s: record %llu: %s", s->path,
+				(unsigned long long)ss_record_index(rec), err);
+		for (int64_t i = 0; i < s->doc.n_tokens; i++)
+			if (s->doc.tokens[i] < 0 || s->doc.tokens[i] >= s->vocab)
+				cli_die("%s: record %llu: token %lld is %d, outside the model's "
+					"vocabulary [0, %d)", s->path,
+					(unsigned long long)ss_record_index(rec), (long long)i,
+					(int)s->doc.tokens[i], (int)s->vocab);
+		s->doc_offset = (int64_t)ss_record_offset(rec);
+		s->pos = 0;
+		if (s->doc.n_tokens >= 2) {
+			s->any = 1;
+			return;
+		}
+	}
+}
+
+static void lm_open(lm_source *s, const run_state *r, int32_t vocab)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	memset(s, 0, sizeof *s);
+	s->path = r->data;
+	s->vocab = vocab;
+	s->epoch = r->epoch;
+	if (ss_reader_open(&s->r, r->data, cli_max_record(), err))
+		cli_die("%s", err);
+	if (r->offset >= 0) {
+		if (ss_reader_seek(s->r, (uint64_t)r->offset))
+			cli_die("%s: cannot seek to byte %lld to resume", s->path,
+				(long long)r->offset);
+		s->any = 1;
+		lm_read_doc(s);
+		if (s->doc_offset != r->offset || r->pos >= s->doc.n_tokens - 1)
+			cli_die("%s: not the stream the run was saved with (byte %lld)", s->path,
+				(long long)r->offset);
+		s->pos = r->pos;
+	} else {
+		lm_read_doc(s);
+	}
+}
+
+/* Adds the next window of at most seq_len inputs to b when it fits in
+ * `room` tokens; returns 0 (and consumes nothing) when it does not. The next
+ * window starts at this one's last token, so every token after a
+ * document's first is a target once. */
+static int lm_take(lm_source *s, batch *b, int64_t seq_len, int64_t room)
+{
+	if (s->pos + 1 >= s->doc.n_tokens)
+		lm_read_doc(s);
+	int64_t n = s->doc.n_tokens - 1 - s->pos;
+	if (n > seq_len)
+		n = seq_len;
+	if (n > room)
+		return 0;
+	const int32_t *x = s->doc.tokens + s->pos;
+	memcpy(b->tokens + b->T, x, (size_t)n * sizeof *x);
+	memcpy(b->targets + b->T, x + 1, (size_t)n * sizeof *x);
+	b->T += n;
+	b->ntargets += n;
+	b->seq_start[++b->nseq] = b->T;
+	s->pos += n;
+	return 1;
+}
+
+/* The position run_state records: the next window's start. */
+static void lm_tell(lm_source *s, run_state *r)
+{
+	if (s->pos + 1 >= s->doc.n_tokens)
+		lm_read_doc(s);
+	r->offset = s->doc_offset;
+	r->pos = s->pos;
+	r->epoch = s->epoch;
+}
+
+static void lm_close(lm_source *s)
+{
+	ss_tokens_free(&s->doc);
+	ss_reader_close(s->r);
+}
+
+/* ------------------------------------ bp2c / bptc: retrieval examples */
+
+/* One example: query and continuation tokens and its chunks' ids (most
+ * relevant first). What bp2c and BPTC read alike. */
+typedef struct {
+	int32_t *q, *c;
+	size_t nq, nc;
+	char **chunks;
+	size_t n_chunks;
+	char where[600];
+} example;
+
+static void example_free(example *e)
+{
+	free(e->q);
+	free(e->c);
+	for (size_t i = 0; i < e->n_chunks; i++)
+		free(e->chunks[i]);
+	free(e->chunks);
+	memset(e, 0, sizeof *e);
+}
+
+typedef struct {
+	mcli_jsonl j;
+	ss_tokenizer *tok;
+	const char *tok_path, *model_dir;
+	int32_t vocab;
+	example next;       /* read ahead, not yet in a batch */
+	int have_next;
+	int64_t next_offset; /* byte offset of its line */
+	int64_t epoch;
+	int any;
+} ex_source;
+
+static int32_t *ex_ids(ex_source *s, const cJSON *o, const char *key, const char *key_tokens,
+		       size_t *n, const char *where)
+{
+	int32_t *ids = mcli_json_token_ids(o, key_tokens, n, where);
+	if (!ids) {
+		const cJSON *str = cJSON_GetObjectItemCaseSensitive(o, key);
+		char err[SS_ERRMSG_MAX] = "";
+		if (!cJSON_IsString(str))
+			cli_die("%s: missing \"%s\" (a string) or \"%s\"", where, key, key_tokens);
+		if (!s->tok)
+			s->tok = cli_tokenizer(s->tok_path, s->model_dir);
+		int rc = ss_tokenizer_encode(s->tok, str->valuestring, strlen(str->valuestring),
+					     &ids, n, err);
+		if (rc)
+			cli_die("%s: %s", where, err[0] ? err : ss_strerror(rc));
+	}
+	for (size_t i = 0; i < *n; i++)
+		if (ids[i] < 0 || ids[i] >= s->vocab)
+			cli_die("%s: %s token %zu is %d, outside the model's vocabulary [0, %d)",
+				where, key, i, (int)ids[i], (int)s->vocab);
+	return ids;
+}
+
+/* Reads the next example into s->next, from the start again at the end. */
+static void ex_read(ex_source *s)
+{
+	for (;;) {
+		long off = ftell(s->j.f);
+		cJSON *o = mcli_jsonl_next(&s->j, "{\"query\": \"text\", \"continuation\": \"text\", "
+						  "\"chunks\": [\"id\"]}");
+		if (!o) {
+			if (!s->any)
+				cli_die("%s: no example", s->j.path);
+			if (fseek(s->j.f, 0, SEEK_SET))
+				cli_die("%s: cannot read it again from the start: give a regular "
+					"file", s->j.path);
+			s->j.lineno = 0;
+			s->epoch++;
+			s->any = 0;
+			continue;
+		}
+		example *e = &s->next;
+		const char *where = s->j.where;
+		snprintf(e->where, sizeof e->where, "%s", where);
+		e->q = ex_ids(s, o, "query", "query_tokens", &e->nq, where);
+		e->c = ex_ids(s, o, "continuation", "continuation_tokens", &e->nc, where);
+		if (!e->nq || !e->nc)
+			cli_die("%s: empty %s", where, !e->nq ? "query" : "continuation");
+		const cJSON *ch = cJSON_GetObjectItemCaseSensitive(o, "chunks"), *x;
+		if (!cJSON_IsArray(ch))
+			cli_die("%s: missing \"chunks\" (an array of chunk ids)", where);
+		size_t n = (size_t)cJSON_GetArraySize(ch);
+		if (!(e->chunks = calloc(n ? n : 1, sizeof *e->chunks)))
+			cli_die("out of memory");
+		cJSON_ArrayForEach(x, ch) {
+			char buf[32];
+			if (cJSON_IsString(x))
+				e->chunks[e->n_chunks] = strdup(x->valuestring);
+			else if (cJSON_IsNumber(x))
+				snprintf(buf, sizeof buf, "%.17g", x->valuedouble),
+					e->chunks[e->n_chunks] = strdup(buf);
+			else
+				cli_die("%s: \"chunks\" entry %zu is not an id", where, e->n_chunks);
+			if (!e->chunks[e->n_chunks++])
+				cli_die("out of memory");
+		}
+		cJSON_Delete(o);
+		s->next_offset = off;
+		s->have_next = 1;
+		s->any = 1;
+		return;
+	}
+}
+
+static void ex_open(ex_source *s, const run_state *r, const char *tok_path, const char *model_dir,
+		    int32_t vocab)
+{
+	memset(s, 0, sizeof *s);
+	s->tok_path = tok_path;
+	s->model_dir = model_dir;
+	s->vocab = vocab;
+	s->epoch = r->epoch;
+	mcli_jsonl_open(&s->j, r->data);
+	if (r->offset > 0) {
+		if (fseek(s->j.f, (long)r->offset, SEEK_SET))
+			cli_die("%s: cannot seek to byte %lld to resume", r->data,
+				(long long)r->offset);
+		s->any = 1;
+	}
+	ex_read(s);
+}
+
+/* Takes the read-ahead example out (the caller frees it) and reads on. */
+static void ex_take(ex_source *s, example *out)
+{
+	*out = s->next;
+	memset(&s->next, 0, sizeof s->next);
+	ex_read(s);
+}
+
+/* k for one example: uniform in {0, ..., min(max_k, available)}
+ * (picaso.txt §6.2), from the run's RNG. */
+static size_t ex_take_k(uint64_t *rng, size_t available, int64_t max_k)
+{
+	size_t hi = available < (size_t)max_k ? available : (size_t)max_k;
+	return (size_t)rng_below(rng, hi + 1);
+}
+
+static void ex_tell(const ex_source *s, run_state *r)
+{
+	r->offset = s->next_offset;
+	r->pos = 0;
+	r->epoch = s->epoch;
+}
+
+static void ex_close(ex_source *s)
+{
+	example_free(&s->next);
+	mcli_jsonl_close(&s->j);
+	ss_tokenizer_free(s->tok);
+}
+
+/* The chunks' records by id: id → byte offset of its record in a stream
+ * (bp2c: the states of --states; BPTC: the chunks' token records). */
+typedef struct {
+	char *id;
+	uint64_t offset;
+} chunk_ref;
+
+typedef struct {
+	const char *path;
+	ss_reader *r;
+	chunk_ref *ref;
+	size_t n;
+} chunk_db;
+
+static int ref_cmp(const void *a, const void *b)
+{
+	return strcmp(((const chunk_ref *)a)->id, ((const chunk_ref *)b)->id);
+}
+
+/* Indexes every record of `path`, each of format `format` (SS_FORMAT_STATES:
+ * made by the model of `fingerprint` with the dims of cfg; SS_FORMAT_TOKENS:
+ * fingerprint and cfg unused). Memory: the ids and offsets. */
+static void db_open(chunk_db *db, const char *path, const char *format, const char *fingerprint,
+		    const ss_model_config *cfg)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	size_t cap = 0;
+	ss_state_dims want;
+	ss_model dims_of = { .cfg = *cfg };
+	memset(db, 0, sizeof *db);
+	db->path = path;
+	ss_model_state_dims(&dims_of, &want);
+	if (ss_reader_open(&db->r, path, cli_max_record(), err))
+		cli_die("%s", err);
+	if (!ss_reader_seekable(db->r))
+		cli_die("%s: not a regular file (its records are read by id)", path);
+	const ss_record *rec;
+	int rc;
+	while ((rc = ss_reader_next_meta(db->r, &rec)) > 0) {
+		uint64_t i = ss_record_index(rec);
+		char *id = NULL;
+		if (strcmp(ss_record_format(rec), format))
+			cli_die("%s: record %llu: a %s record, expected %s", path,
+				(unsigned long long)i, ss_record_format(rec), format);
+		if (!strcmp(format, SS_FORMAT_STATES)) {
+			ss_state s;
+			if ((rc = ss_record_state_meta(rec, &s, err)))
+				cli_die("%s: record %llu: %s", path, (unsigned long long)i, err);
+			if (strcmp(s.fingerprint, fingerprint) ||
+			    ss_state_dims_check(&s.dims, &want, err))
+				cli_die("%s: record %llu: made by model %s, not by the model trained "
+					"(%s)", path, (unsigned long long)i, s.fingerprint, fingerprint);
+			id = strdup(s.id ? s.id : "");
+			ss_state_free(&s);
+		} else {
+			ss_tokens t;
+			if ((rc = ss_record_tokens(rec, &t, err)))
+				cli_die("%s: record %llu: %s", path, (unsigned long long)i, err);
+			id = strdup(t.id ? t.id : "");
+			ss_tokens_free(&t);
+		}
+		if (!id)
+			cli_die("out of memory");
+		db->ref = mcli_grow(db->ref, db->n, &cap, sizeof *db->ref);
+		db->ref[db->n].id = id;
+		db->ref[db->n++].offset = ss_record_offset(rec);
+	}
+	if (rc < 0)
+		cli_die("%s: %s", path, ss_reader_error(db->r));
+	qsort(db->ref, db->n, sizeof *db->ref, ref_cmp);
+}
+
+/* The record of chunk `id` (valid until the next read of db); dies naming
+ * the example. */
+static const ss_record *db_get(chunk_db *db, const char *id, const char *where)
+{
+	chunk_ref key = { (char *)id, 0 };
+	const chunk_ref *f = bsearch(&key, db->ref, db->n, sizeof *db->ref, ref_cmp);
+	const ss_record *rec;
+	if (!f)
+		cli_die("%s: chunk \"%s\" is not in %s", where, id, db->path);
+	if (ss_reader_seek(db->r, f->offset) || ss_reader_next(db->r, &rec) != 1)
+		cli_die("%s: %s", db->path, ss_reader_error(db->r));
+	return rec;
+}
+
+/* Reads the state of chunk `id` into *s; dies naming the example. */
+static void db_get_state(chunk_db *db, const char *id, ss_state *s, const char *where)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	if (ss_record_state(db_get(db, id, where), s, err))
+		cli_die("%s: %s", db->path, err);
+}
+
+static void db_close(chunk_db *db)
+{
+	for (size_t i = 0; i < db->n; i++)
+		free(db->ref[i].id);
+	free(db->ref);
+	ss_reader_close(db->r);
+}
+
+/* Appends example e to b as one sequence from the composition of its first
+ * k chunks (the most relevant last, nearest the query; k = 0: the zero
+ * state): inputs q ++ c without c's last token, targets c. */
+static void bp2c_add(batch *b, const example *e, size_t k, chunk_db *db, ss_compose_mode mode,
+		     size_t conv_len, size_t ssm_len)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	float *conv = b->conv + (size_t)b->nseq * conv_len, *ssm = b->ssm + (size_t)b->nseq * ssm_len;
+	if (k == 0) {
+		memset(conv, 0, conv_len * sizeof *conv);
+		memset(ssm, 0, ssm_len * sizeof *ssm);
+	} else {
+		ss_state *in = calloc(k, sizeof *in), out;
+		const ss_state **pin = calloc(k, sizeof *pin);
+		if (!in || !pin)
+			cli_die("out of memory");
+		for (size_t i = 0; i < k; i++) {
+			db_get_state(db, e->chunks[k - 1 - i], &in[i], e->where);
+			pin[i] = &in[i];
+		}
+		ss_compose_opts o = { .mode = mode };
+		if (ss_compose(&o, pin, k, &out, err))
+			cli_die("%s: %s", e->where, err);
+		memcpy(conv, out.conv, conv_len * sizeof *conv);
+		memcpy(ssm, out.ssm, ssm_len * sizeof *ssm);
+		ss_state_free(&out);
+		for (size_t i = 0; i < k; i++)
+			ss_state_free(&in[i]);
+		free(in);
+		free(pin);
+	}
+	int64_t T = b->T;
+	for (size_t i = 0; i < e->nq; i++) {
+		b->tokens[T + (int64_t)i] = e->q[i];
+		b->targets[T + (int64_t)i] = -1;
+	}
+	for (size_t i = 0; i + 1 < e->nc; i++)
+		b->tokens[T + (int64_t)(e->nq + i)] = e->c[i];
+	for (size_t i = 0; i < e->nc; i++)
+		b->targets[T + (int64_t)(e->nq - 1 + i)] = e->c[i];
+	b->T += (int64_t)(e->nq + e->nc - 1);
+	b->ntargets += (int64_t)e->nc;
+	b->seq_start[++b->nseq] = b->T;
+}
+
+/* ------------------------------------------------------ checkpoints */
+
+static cJSON *state_json(const run_state *r)
+{
+	char u[32];
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "objective", obj_names[r->objective]);
+	cJSON_AddNumberToObject(o, "step", (double)r->step);
+	cJSON_AddNumberToObject(o, "steps", (double)r->steps);
+	cJSON_AddNumberToObject(o, "lr", r->lr);
+	cJSON_AddNumberToObject(o, "min_lr", r->min_lr);
+	cJSON_AddNumberToObject(o, "warmup", (double)r->warmup);
+	cJSON_AddNumberToObject(o, "weight_decay", r->weight_decay);
+	cJSON_AddNumberToObject(o, "clip", r->clip);
+	cJSON_AddNumberToObject(o, "seq_len", (double)r->seq_len);
+	cJSON_AddNumberToObject(o, "batch_tokens", (double)r->batch_tokens);
+	cJSON_AddNumberToObject(o, "batch_seqs", (double)r->batch_seqs);
+	cJSON_AddNumberToObject(o, "max_k", (double)r->max_k);
+	snprintf(u, sizeof u, "%llu", (unsigned long long)r->seed);
+	cJSON_AddStringToObject(o, "seed", u);
+	snprintf(u, sizeof u, "%llu", (unsigned long long)r->rng);
+	cJSON_AddStringToObject(o, "rng", u);
+	cJSON_AddStringToObject(o, "mode", ss_compose_mode_name(r->mode));
+	cJSON_AddStringToObject(o, "save_dtype", ss_dtype_name(r->save_dtype));
+	cJSON_AddStringToObject(o, "data", r->data);
+	if (r->states)
+		cJSON_AddStringToObject(o, "states", r->states);
+	cJSON_AddStringToObject(o, "base_fingerprint", r->base_fingerprint);
+	cJSON_AddNumberToObject(o, "epoch", (double)r->epoch);
+	cJSON_AddNumberToObject(o, "offset", (double)r->offset);
+	cJSON_AddNumberToObject(o, "pos", (double)r->pos);
+	return o;
+}
+
+static void rm_tree(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char p[4200];
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+			snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+			unlink(p);
+		}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	size_t len;
+	FILE *in = fopen(from, "rb");
+	if (!in)
+		return; /* no tokenizer beside the model: the defaults find one */
+	fclose(in);
+	char *buf = mcli_read_file(from, &len);
+	FILE *f = cli_out_open(to);
+	if (fwrite(buf, 1, len, f) != len)
+		cli_die("%s: write error", to);
+	cli_out_close(f);
+	free(buf);
+}
+
+/* The checkpoint directory being written, removed if the program exits
+ * before it is renamed into place. */
+static char save_tmp[4096];
+
+static void save_cleanup(void)
+{
+	if (save_tmp[0])
+		rm_tree(save_tmp);
+}
+
+/* Writes the checkpoint into a fresh directory beside `dir`, then puts it in
+ * dir's place: dir holds a whole checkpoint, the old or the new one. */
+static void save(const char *dir, const run_state *r, ss_train *t, const ss_model_config *cfg,
+		 const float *am, const float *av, const char *model_dir)
+{
+	char err[SS_ERRMSG_MAX] = "", tmp[4096], old[4096], p[4200], q[4200];
+	ss_train_params *P = ss_train_params_of(t);
+	snprintf(tmp, sizeof tmp, "%s.tmp-%ld", dir, (long)getpid());
+	snprintf(old, sizeof old, "%s.old-%ld", dir, (long)getpid());
+	rm_tree(tmp);
+	snprintf(save_tmp, sizeof save_tmp, "%s", tmp);
+	if (mkdir(tmp, 0777))
+		cli_die("%s: %s", tmp, strerror(errno));
+	if (ss_train_save_model(tmp, cfg, P, r->save_dtype, err))
+		goto fail;
+	ss_tensor_f32 opt[3] = {
+		{ "m", 1, { (int64_t)P->n }, am },
+		{ "v", 1, { (int64_t)P->n }, av },
+		{ "master", 1, { (int64_t)P->n }, P->data },
+	};
+	snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
+	/* the f32 master weights too when the model is saved rounded */
+	if (ss_safetensors_save(p, opt, r->save_dtype == SS_DTYPE_F32 ? 2 : 3, SS_DTYPE_F32, err))
+		goto fail;
+	cJSON *js = state_json(r);
+	char *text = cJSON_Print(js);
+	cJSON_Delete(js);
+	if (!text)
+		cli_die("out of memory");
+	snprintf(p, sizeof p, "%s/trainer_state.json", tmp);
+	FILE *f = cli_out_open(p);
+	fprintf(f, "%s\n", text);
+	cli_out_close(f);
+	free(text);
+	snprintf(p, sizeof p, "%s/tokenizer.json", model_dir);
+	snprintf(q, sizeof q, "%s/tokenizer.json", tmp);
+	copy_file(p, q);
+	struct stat st;
+	int had = stat(dir, &st) == 0;
+	if (had && rename(dir, old))
+		cli_die("%s: %s", dir, strerror(errno));
+	if (rename(tmp, dir))
+		cli_die("%s: %s", dir, strerror(errno));
+	save_tmp[0] = 0;
+	if (had)
+		rm_tree(old);
+	return;
+fail:
+	cli_die("%s", err);
+}
+
+static double json_num(const cJSON *o, const char *key, const char *path)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+	if (!cJSON_IsNumber(x))
+		cli_die("%s: missing \"%s\" (a number)", path, key);
+	return x->valuedouble;
+}
+
+static const char *json_str(const cJSON *o, const char *key, const char *path)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+	if (!cJSON_IsString(x))
+		cli_die("%s: missing \"%s\" (a string)", path, key);
+	return x->valuestring;
+}
+
+/* Reads DIR/trainer_state.json into r. */
+static void load_state(const char *dir, run_state *r)
+{
+	char p[4200];
+	size_t len;
+	snprintf(p, sizeof p, "%s/trainer_state.json", dir);
+	char *text = mcli_read_file(p, &len);
+	cJSON *o = cJSON_Parse(text);
+	free(text);
+	if (!cJSON_IsObject(o))
+		cli_die("%s: not a JSON object", p);
+#define NUM(key) json_num(o, key, p)
+#define STR(key) json_str(o, key, p)
+	const char *obj = STR("objective");
+	r->objective = !strcmp(obj, "lm") ? OBJ_LM : !strcmp(obj, "bp2c") ? OBJ_BP2C : -1;
+	if (r->objective < 0)
+		cli_die("%s: unknown objective \"%s\"", p, obj);
+	r->step = (int64_t)NUM("step");
+	r->steps = (int64_t)NUM("steps");
+	r->lr = NUM("lr");
+	r->min_lr = NUM("min_lr");
+	r->warmup = (int64_t)NUM("warmup");
+	r->weight_decay = NUM("weight_decay");
+	r->clip = NUM("clip");
+	r->seq_len = (int64_t)NUM("seq_len");
+	r->batch_tokens = (int64_t)NUM("batch_tokens");
+	r->batch_seqs = (int64_t)NUM("batch_seqs");
+	r->max_k = (int64_t)NUM("max_k");
+	r->seed = strtoull(STR("seed"), NULL, 10);
+	r->rng = strtoull(STR("rng"), NULL, 10);
+	if (ss_compose_mode_parse(STR("mode"), &r->mode) ||
+	    ss_dtype_parse(STR("save_dtype"), &r->save_dtype))
+		cli_die("%s: bad \"mode\" or \"save_dtype\"", p);
+	if (!r->data)
+		r->data = strdup(STR("data"));
+	const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "states");
+	if (!r->states && cJSON_IsString(s))
+		r->states = strdup(s->valuestring);
+	snprintf(r->base_fingerprint, sizeof r->base_fingerprint, "%s", STR("base_fingerprint"));
+	r->epoch = (int64_t)NUM("epoch");
+	r->offset = (int64_t)NUM("offset");
+	r->pos = (int64_t)NUM("pos");
+#undef NUM
+#undef STR
+	cJSON_Delete(o);
+}
+
+/* ------------------------------------------------------------- main */
+
+int main(int argc, char **argv)
+{
+	cli_init("ss-train");
+	atexit(save_cleanup);
+	const char *out_dir = NULL, *resume = NULL, *objective = NULL, *mode = NULL, *sdtype = NULL;
+	run_state r = { .steps = 100, .lr = 3e-4, .weight_decay = 0.1, .clip = 1, .seq_len = 256,
+			.batch_tokens = 1024, .batch_seqs = 16, .max_k = 10, .seed = 1, .mode = SS_COMPOSE_PICASO_R,
+			.offset = -1 };
+	int64_t until = -1, save_every = 0;
+	int given_steps = 0, given_hyper = 0;
+	cli_model_opts mo = { 0 };
+	enum { O_OBJ = 256, O_DATA, O_STATES, O_MODE, O_MAXK, O_RESUME, O_STEPS, O_UNTIL, O_LR,
+	       O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEQ, O_BATCH, O_BSEQS, O_SEED, O_SDTYPE, O_SAVE_EVERY };
+	static const struct option opts[] = {
+		{ "objective", required_argument, 0, O_OBJ },
+		{ "data", required_argument, 0, O_DATA },
+		{ "states", required_argument, 0, O_STATES },
+		{ "mode", required_argument, 0, O_MODE },
+		{ "max-k", required_argument, 0, O_MAXK },
+		{ "resume", required_argument, 0, O_RESUME },
+		{ "steps", required_argument, 0, O_STEPS },
+		{ "until", required_argument, 0, O_UNTIL },
+		{ "lr", required_argument, 0, O_LR },
+		{ "min-lr", required_argument, 0, O_MINLR },
+		{ "warmup", required_argument, 0, O_WARMUP },
+		{ "weight-decay", required_argument, 0, O_WD },
+		{ "clip", required_argument, 0, O_CLIP },
+		{ "seq-len", required_argument, 0, O_SEQ },
+		{ "batch-tokens", required_argument, 0, O_BATCH },
+		{ "batch-seqs", required_argument, 0, O_BSEQS },
+		{ "seed", required_argument, 0, O_SEED },
+		{ "save-dtype", required_argument, 0, O_SDTYPE },
+		{ "save-every", required_argument, 0, O_SAVE_EVERY },
+		{ 0, 0, 0, 0 },
+	};
+	const cli_options co = { NULL, opts, usage, help, &out_dir, &mo };
+	int c;
+	while ((c = cli_getopt(argc, argv, &co)) != -1) {
+		given_hyper += c != O_DATA && c != O_STATES && c != O_RESUME && c != O_STEPS &&
+			       c != O_UNTIL && c != O_SAVE_EVERY;
+		switch (c) {
+		case O_OBJ: objective = optarg; break;
+		case O_DATA: r.data = strdup(optarg); break;
+		case O_STATES: r.states = strdup(optarg); break;
+		case O_MODE: mode = optarg; break;
+		case O_MAXK: r.max_k = cli_long("--max-k", optarg, 0, 1 << 20, usage); break;
+		case O_RESUME: resume = optarg; break;
+		case O_STEPS:
+			r.steps = cli_long("--steps", optarg, 1, 1L << 40, usage);
+			given_steps = 1;
+			break;
+		case O_UNTIL: until = cli_long("--until", optarg, 1, 1L << 40, usage); break;
+		case O_LR: r.lr = cli_double("--lr", optarg, 0, 10, usage); break;
+		case O_MINLR: r.min_lr = cli_double("--min-lr", optarg, 0, 10, usage); break;
+		case O_WARMUP: r.warmup = cli_long("--warmup", optarg, 0, 1L << 40, usage); break;
+		case O_WD: r.weight_decay = cli_double("--weight-decay", optarg, 0, 10, usage); break;
+		case O_CLIP: r.clip = cli_double("--clip", optarg, 0, 1e30, usage); break;
+		case O_SEQ: r.seq_len = cli_long("--seq-len", optarg, 1, 1L << 24, usage); break;
+		case O_BATCH:
+			r.batch_tokens = cli_long("--batch-tokens", optarg, 1, 1L << 24, usage);
+			break;
+		case O_BSEQS:
+			r.batch_seqs = cli_long("--batch-seqs", optarg, 1, 1 << 16, usage);
+			break;
+		case O_SEED: r.seed = (uint64_t)cli_long("--seed", optarg, 0, LONG_MAX, usage); break;
+		case O_SDTYPE: sdtype = optarg; break;
+		case O_SAVE_EVERY:
+			save_every = cli_long("--save-every", optarg, 1, 1L << 40, usage);
+			break;
+		}
+	}
+	if (optind < argc)
+		cli_usage(usage, "unexpected argument '%s'", argv[optind]);
+	if (!out_dir)
+		cli_usage(usage, "-o DIR is required (the checkpoint directory)");
+	if (resume && mo.model)
+		cli_usage(usage, "--resume DIR is the model: no --model");
+	if (mo.wtype)
+		cli_usage(usage, "--weights-dtype: ss-train keeps f32 master weights (the saved "
+				 "dtype is --save-dtype)");
+	if (strcmp(mo.device, "cpu") && strcmp(mo.device, "auto"))
+		cli_usage(usage, "--device %s: ss-train runs on the CPU", mo.device);
+	if (resume && given_hyper > 0)
+		cli_usage(usage, "with --resume the run's options come from %s/trainer_state.json "
+				 "(only --steps, --until, --save-every, --data and --states may be given)", resume);
+	int64_t steps_given = r.steps;
+	if (resume) {
+		load_state(resume, &r);
+		if (given_steps)
+			r.steps = steps_given;
+	} else {
+		if (!objective)
+			cli_usage(usage, "--objective lm|bp2c is required");
+		if (!strcmp(objective, "lm"))
+			r.objective = OBJ_LM;
+		else if (!strcmp(objective, "bp2c"))
+			r.objective = OBJ_BP2C;
+		else
+			cli_usage(usage, "--objective: '%s': lm or bp2c", objective);
+		if (mode && (ss_compose_mode_parse(mode, &r.mode) || r.mode == SS_COMPOSE_SUM ||
+			     r.mode == SS_COMPOSE_MAX))
+			cli_usage(usage, "--mode: '%s': picaso-r, picaso-s, caso or soup", mode);
+		if (!r.data)
+			cli_usage(usage, "--data FILE is required");
+		if (r.objective == OBJ_BP2C && !r.states)
+			cli_usage(usage, "--objective bp2c needs --states FILE");
+		if (r.objective == OBJ_LM && r.batch_tokens < r.seq_len)
+			cli_usage(usage, "--batch-tokens %lld is less than --seq-len %lld",
+				  (long long)r.batch_tokens, (long long)r.seq_len);
+		r.rng = r.seed;
+	}
+	if (until < 0)
+		until = r.steps;
+	if (until > r.steps)
+		cli_usage(usage, "--until %lld is past --steps %lld", (long long)until,
+			  (long long)r.steps);
+
+	const char *model_dir = resume ? resume : cli_model_dir(mo.model, usage);
+#ifdef SS_BLAS_BLIS
+	bli_thread_set_num_threads(mo.threads);
+#else
+	openblas_set_num_threads(mo.threads);
+#endif
+	ss_model *m = mcli_load_model(model_dir, 0, "f32", usage);
+	ss_model_config cfg = m->cfg;
+	if (!resume) {
+		snprintf(r.base_fingerprint, sizeof r.base_fingerprint, "%s", m->fingerprint);
+		r.save_dtype = m->weight_dtype;
+		if (sdtype && ss_dtype_parse(sdtype, &r.save_dtype))
+			cli_usage(usage, "--save-dtype: '%s': f32, bf16 or f16", sdtype);
+	}
+	const int max_seqs = (int)(r.batch_seqs < r.batch_tokens ? r.batch_seqs : r.batch_tokens);
+	ss_train *t = NULL;
+	int rc = ss_train_init(&t, m, r.batch_tokens, max_seqs);
+	if (rc)
+		cli_die("%s: %s", model_dir, ss_strerror(rc));
+	const size_t conv_len = ss_train_conv_len(t), ssm_len = ss_train_ssm_len(t);
+	ss_train_params *P = ss_train_params_of(t), *G = ss_train_grads_of(t);
+	float *am = calloc(P->n, sizeof *am), *av = calloc(P->n, sizeof *av);
+	batch b = { 0 };
+	b.tokens = malloc((size_t)r.batch_tokens * sizeof *b.tokens);
+	b.targets = malloc((size_t)r.batch_tokens * sizeof *b.targets);
+	b.seq_start = malloc(((size_t)max_seqs + 1) * sizeof *b.seq_start);
+	int *ks = malloc((size_t)max_seqs * sizeof *ks);
+	if (!ks || !am || !av || !b.tokens || !b.targets || !b.seq_start)
+		cli_die("out of memory");
+	if (resume) {
+		char err[SS_ERRMSG_MAX] = "", p[4200];
+		snprintf(p, sizeof p, "%s/optimizer.safetensors", resume);
+		if (ss_safetensors_load_f32(p, "m", am, P->n, err) ||
+		    ss_safetensors_load_f32(p, "v", av, P->n, err) ||
+		    (r.save_dtype != SS_DTYPE_F32 &&
+		     ss_safetensors_load_f32(p, "master", P->data, P->n, err)))
+			cli_die("%s", err);
+	}
+	const int32_t vocab = mcli_vocab(m);
+	ss_model_free(m);
+
+	lm_source lm = { 0 };
+	ex_source ex = { 0 };
+	chunk_db db = { 0 };
+	if (r.objective == OBJ_LM) {
+		lm_open(&lm, &r, vocab);
+	} else {
+		b.conv = malloc((size_t)max_seqs * conv_len * sizeof *b.conv);
+		b.ssm = malloc((size_t)max_seqs * ssm_len * sizeof *b.ssm);
+		if (!b.conv || !b.ssm)
+			cli_die("out of memory");
+		db_open(&db, r.states, SS_FORMAT_STATES, r.base_fingerprint, &cfg);
+		ex_open(&ex, &r, mo.tokenizer, model_dir, vocab);
+	}
+
+	double t0 = cli_now();
+	while (r.step < until) {
+		b.T = b.ntargets = 0;
+		b.nseq = 0;
+		b.seq_start[0] = 0;
+		if (r.objective == OBJ_LM) {
+			while (b.nseq < max_seqs && lm_take(&lm, &b, r.seq_len, r.batch_tokens - b.T))
+				;
+		} else {
+			while (b.nseq < max_seqs) {
+				const example *e = &ex.next;
+				int64_t len = (int64_t)(e->nq + e->nc - 1);
+				if (len > r.batch_tokens)
+					cli_die("%s: %lld tokens, more than --batch-tokens %lld",
+						e->where, (long long)len, (long long)r.batch_tokens);
+				if (b.T + len > r.batch_tokens)
+					break;
+				example cur;
+				ex_take(&ex, &cur);
+				size_t k = ex_take_k(&r.rng, cur.n_chunks, r.max_k);
+				ks[b.nseq] = (int)k;
+				bp2c_add(&b, &cur, k, &db, r.mode, conv_len, ssm_len);
+				example_free(&cur);
+			}
+		}
+		double loss;
+		if ((rc = ss_train_forward(t, b.tokens, b.targets, b.seq_start, b.nseq, b.conv, b.ssm,
+					   NULL, &loss)))
+			cli_die("step %lld: forward: %s", (long long)r.step + 1, ss_strerror(rc));
+		ss_train_zero_grad(t);
+		if ((rc = ss_train_backward(t, NULL, NULL, NULL)))
+			cli_die("step %lld: backward: %s", (long long)r.step + 1, ss_strerror(rc));
+		double norm2 = 0;
+		for (size_t i = 0; i < G->n; i++)
+			norm2 += (double)G->data[i] * G->data[i];
+		double norm = sqrt(norm2);
+		if (!isfinite(norm))
+			cli_die("step %lld: the gradient is not finite (loss %g)",
+				(long long)r.step + 1, loss);
+		if (r.clip > 0 && norm > r.clip) {
+			float s = (float)(r.clip / norm);
+			for (size_t i = 0; i < G->n; i++)
+				G->data[i] *= s;
+		}
+		r.step++;
+		double lr = lr_at(&r, r.step);
+		ss_adamw h = { .lr = (float)lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+			       .weight_decay = (float)r.weight_decay };
+		if ((rc = ss_adamw_update(P->data, G->data, am, av, P->n, &h, r.step)))
+			cli_die("step %lld: AdamW: %s", (long long)r.step, ss_strerror(rc));
+		printf("{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
+		       "\"seqs\":%d",
+		       (long long)r.step, loss, lr, norm, (long long)b.ntargets, b.nseq);
+		if (r.objective == OBJ_BP2C)
+			for (int i = 0; i < b.nseq; i++)
+				printf(i ? ",%d" : ",\"k\":[%d", ks[i]);
+		printf(r.objective == OBJ_BP2C ? "]}\n" : "}\n");
+		if (ferror(stdout))
+			cli_die("write error: %s", strerror(errno));
+		double dt = cli_now() - t0;
+		cli_progress_of((double)r.step, (double)until, "step %lld, loss %.4f, %.0f tokens/s",
+				(long long)r.step, loss, dt > 0 ? (double)b.ntargets / dt : 0);
+		if (save_every && r.step % save_every == 0 && r.step < until) {
+			if (r.objective == OBJ_LM)
+				lm_tell(&lm, &r);
+			else
+				ex_tell(&ex, &r);
+			save(out_dir, &r, t, &cfg, am, av, model_dir);
+		}
+		t0 = cli_now();
+	}
+	cli_progress_end();
+	if (r.objective == OBJ_LM)
+		lm_tell(&lm, &r);
+	else
+		ex_tell(&ex, &r);
+	save(out_dir, &r, t, &cfg, am, av, model_dir);
+
+	if (r.objective == OBJ_LM)
+		lm_close(&lm);
+	else
+		ex_close(&ex), db_close(&db);
+	ss_train_free(t);
+	free(am), free(av), free(ks);
+	free(b.tokens), free(b.targets), free(b.seq_start), free(b.conv), free(b.ssm);
+	free(r.data), free(r.states);
+	return 0;
+}
