@@ -177,18 +177,8 @@ int main(int argc, char **argv)
 			MAX_ROUNDS);
 		return 2;
 	}
-#ifndef SS_BLAS_BLIS
-	if (threads)
-		openblas_set_num_threads(threads);
-#else
-	if (threads)
-		bli_thread_set_num_threads(threads);
-#endif
 	peer_threads = threads ? threads : 2;
-	if (threads)
-		printf("BLAS: %s (%s), %d threads\n", SS_BLAS_NAME, ss_blas_kernels(), threads);
-	else
-		printf("BLAS: %s (%s), its default threads\n", SS_BLAS_NAME, ss_blas_kernels());
+	bench_blas_threads(threads);
 	ss_mkmodel_defaults(&o);
 	rc |= run_shape("t1", &o, T, rounds);
 	o.d_model = 384;

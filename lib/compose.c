@@ -200,8 +200,8 @@ static void weights_picaso_s(size_t n, size_t n_head, const float *a, size_t h, 
 	}
 }
 
-int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
-		       double *w, char *errmsg)
+int ss_compose_weights_check(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
+			     char *errmsg)
 {
 	if (n == 0) {
 		ss_errf(errmsg, 0, "no inputs to compose");
@@ -211,7 +211,13 @@ int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const floa
 		ss_errf(errmsg, 0, "mode %s has no weights", mode == SS_COMPOSE_MAX ? "max" : "(unknown)");
 		return SS_ERR_INVALID;
 	}
-	int rc = check_decays(n, n_head, logdecay, errmsg);
+	return check_decays(n, n_head, logdecay, errmsg);
+}
+
+int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
+		       double *w, char *errmsg)
+{
+	int rc = ss_compose_weights_check(mode, n, n_head, logdecay, errmsg);
 	if (rc)
 		return rc;
 	if (n == 1) {

@@ -1,5 +1,6 @@
 /*
- * compose_internal.h — INTERNAL to libss (lib/compose.c, lib/compose_files.c):
+ * compose_internal.h — INTERNAL to libss (lib/compose.c, lib/compose_files.c,
+ * lib/compose_backward.c):
  * adding one input to a composer in pieces, as ss_reader_next_pieces()
  * (stream_internal.h) decompresses them, so a state's arrays are folded
  * into the accumulator while they are still in cache and never gathered
@@ -39,5 +40,11 @@ int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p
 
 /* Ends the input: SS_ERR_FORMAT unless both arrays were given whole. */
 int ss_composer_add_end(ss_composer *c, char *errmsg);
+
+/* The argument checks of ss_compose_weights() and its backward: n ≥ 1, a
+ * mode with weights, every logdecay ≤ 0 or -inf. Returns 0 or
+ * SS_ERR_INVALID with errmsg naming the input and head. */
+int ss_compose_weights_check(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
+			     char *errmsg);
 
 #endif /* SS_COMPOSE_INTERNAL_H */

@@ -178,6 +178,56 @@ void ss_composer_free(ss_composer *c);
 int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss_state *out,
 	       char *errmsg);
 
+/* ---------------------------------------------------------- backward */
+
+/* Backward of ss_compose_weights(): the gradient of a scalar loss through
+ * the weights into the decays,
+ *   dlogdecay[k][h] += Σ_j dw[h][j] · ∂W[h][j]/∂a[k][h],
+ * the derivative of the function the forward computes (caso: exp of suffix
+ * sums; picaso-r: the mean over the n cyclic orders; picaso-s: the same
+ * ⌈n/2⌉-node Gauss–Legendre rule, exact for the integral), every product of
+ * decays formed without dividing by a decay, so decays of -inf or that
+ * underflow give finite gradients. soup, sum and n = 1 have constant weights
+ * (nothing is added).
+ * logdecay: [n][n_head] f32, each ≤ 0 or -inf (as ss_compose_weights).
+ * dw:       [n_head][n] f64, the loss's gradient w.r.t. W.
+ * dlogdecay:[n][n_head] f64, += (the caller zeroes it).
+ * Cost per head: caso O(n), picaso-r O(n²), picaso-s O(n³/2).
+ * Returns 0; SS_ERR_INVALID (n == 0, mode max or unknown, a logdecay NaN or
+ * > 0; errmsg, SS_ERRMSG_MAX bytes or NULL); SS_ERR_NOMEM.
+ * ref: picaso.txt §5 (BPTC), Props. 1-3. */
+int ss_compose_weights_backward(ss_compose_mode mode, size_t n, size_t n_head,
+				const float *logdecay, const double *dw, double *dlogdecay,
+				char *errmsg);
+
+/* Backward of ss_compose() without normalisation (o->norm == 0), modes
+ * caso, picaso-s, picaso-r, soup and sum, either conv option: given the
+ * gradient of a loss w.r.t. the composed state's ssm, conv and logdecay,
+ * adds its gradient w.r.t. each input's ssm, conv and logdecay:
+ *   dssm[k][h]  += (f32)W[h][k] · dssm_out[h]        (per layer·head block h)
+ *   dconv[k]    += dconv_out / n  (mean), or dconv_out for k = n-1 (last)
+ *   dlogdecay[k]+= Σ_j <dssm_out[h], ssm[j][h]> · ∂W[h][j]/∂a[k][h]
+ *                  (ss_compose_weights_backward) + the composed logdecay's
+ *                  term (caso/picaso: dlogdecay_out; soup/sum: softmax of
+ *                  the a_k times dlogdecay_out).
+ * dims: the inputs' dims (all equal); n ≥ 1 inputs in concatenation order.
+ * ssm:  [n] pointers to [n_layer][nheads][headdim][d_state] f32 (read only
+ *       for dlogdecay of caso/picaso; may then hold NULLs otherwise).
+ * logdecay: [n][n_layer·nheads] f32, the inputs' decays.
+ * dssm_out [ssm_len], dconv_out [conv_len], dlogdecay_out [n_layer·nheads]:
+ *       the gradient of the composed state's fields, each NULL = zeros.
+ * dssm, dconv: [n] pointers (+=), each array or pointer NULL = not wanted;
+ * dlogdecay: [n][n_layer·nheads] f32 (+=), NULL = not wanted.
+ * Gradients are formed in f64 and added in f32.
+ * Returns 0; SS_ERR_INVALID (bad options; errors of ss_compose_weights);
+ * SS_ERR_UNSUPPORTED (mode max, normalisation); SS_ERR_NOMEM. errmsg as
+ * ss_compose_weights.
+ * ref: picaso.txt §5 (Backpropagation Through Composition). */
+int ss_compose_backward(const ss_compose_opts *o, const ss_state_dims *dims, size_t n,
+			const float *const *ssm, const float *logdecay, const float *dssm_out,
+			const float *dconv_out, const float *dlogdecay_out, float *const *dssm,
+			float *const *dconv, float *dlogdecay, char *errmsg);
+
 /* ---------------------------------------------------------- drivers */
 
 /* Progress of ss_compose_files(): pass 0 = the one streaming pass, 1 = the

@@ -84,7 +84,9 @@ size_t ss_train_ssm_len(const ss_train *t);
  *     in the initial states, out the final ones; NULL = zero initial states
  *     (the final ones are then not returned).
  *   logdecay: [nseq][n_layer][nheads] (+=), or NULL.
- *   loss: out, Σ nll / (number of targets) in nats (0 without targets).
+ *   loss: out, Σ nll / (number of targets) in nats (0 without targets:
+ *     then the head, norm_f·lm_head·cross-entropy, is not run, nor its
+ *     backward: encoding a chunk for its state costs no logits).
  * Returns 0 or SS_ERR_INVALID (sizes, a token or target out of range). */
 int ss_train_forward(ss_train *t, const int32_t *tokens, const int32_t *targets,
 		     const int64_t *seq_start, int nseq, float *conv, float *ssm, float *logdecay,
@@ -120,6 +122,48 @@ typedef struct {
  * ref: Loshchilov & Hutter 2019 (decoupled weight decay); torch.optim.AdamW. */
 int ss_adamw_update(float *p, const float *g, float *m, float *v, size_t n, const ss_adamw *h,
 		    int64_t step);
+
+/* ------------------------------------------------- composition objectives */
+
+/* One BPTC example (picaso.txt §5): the k retrieved chunks are encoded from
+ * the zero state with gradients, their final states composed by `mode`
+ * (ss_compose_mode; k = 0: the zero state), then query·continuation is run
+ * from the composed state; the loss is the mean NLL of the continuation
+ * tokens (each predicted from the tokens before it; the first from the
+ * query's last token). */
+typedef struct {
+	const int32_t *const *chunks; const int64_t *chunk_len; int k; /* composition order */
+	const int32_t *query; int64_t n_query;   /* n_query >= 1 */
+	const int32_t *cont; int64_t n_cont;     /* n_cont >= 1 */
+	int mode;                                /* ss_compose_mode */
+} ss_train_bptc_example;
+
+/* Adds (+=) the gradient of the example's loss w.r.t. every parameter of t
+ * to t's gradients (through the composition into the chunks' encodings;
+ * the composition weights' dependence on logdecay included), and sets *loss
+ * (nats/token). The chunks are re-encoded for the backward (recomputation:
+ * t keeps one forward's activations).
+ * Composition: ss_compose() with {mode, norm none, conv mean} (what
+ * ss-compose does by default), differentiated by ss_compose_backward();
+ * modes caso, picaso-s, picaso-r, soup, sum (max has no gradient).
+ * Batches: the chunks are encoded in packed batches of consecutive chunks
+ * (each within max_tokens tokens and max_seqs sequences), the example as
+ * one sequence of n_query + n_cont - 1 tokens. Every chunk_len[i] ≥ 1.
+ * Memory: 2·k·(conv_len + ssm_len + n_layer·nheads) floats besides t.
+ * Leaves t's activations those of the last chunk batch.
+ * Returns 0, SS_ERR_INVALID (sizes, tokens out of range, a chunk or
+ * query·continuation over t's max_tokens, mode max or unknown: checked
+ * before anything runs, t's gradients untouched), SS_ERR_NOMEM (t's
+ * gradients may then hold part of the example's).
+ * ref: picaso.txt §5 eq. L_BPTC. */
+int ss_train_bptc(ss_train *t, const ss_train_bptc_example *ex, double *loss);
+
+/* As ss_train_bptc with the composed state given (conv, ssm as
+ * ss_train_forward's initial states, one sequence: [conv_len], [ssm_len];
+ * read only; both NULL = the zero state), no gradient into it.
+ * ref: picaso.txt §5 eq. L_BP2C (sg[x^PICASO]). */
+int ss_train_bp2c(ss_train *t, const float *conv, const float *ssm, const int32_t *query,
+		  int64_t n_query, const int32_t *cont, int64_t n_cont, double *loss);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "ss.h"
+#include "train_internal.h"
 
 struct ss_train {
 	ss_model_config c;
@@ -325,16 +326,21 @@ int ss_train_forward(ss_train *t, const int32_t *tokens, const int32_t *targets,
 					 c->d_inner, 1.0f)))
 			return err;
 	}
-	ss_rmsnorm_cpu(t->UF, ACT(t->H, d, c->n_layer), NULL, t->p.norm_f, T, (int)d, c->eps);
-	if ((err = ss_linear_cpu(t->LOGITS, V, t->UF, d, t->p.lm_head, SS_DTYPE_F32, T, V, d, 0.0f)) ||
-	    (err = ss_cross_entropy_cpu(t->NLL, t->LOGITS, V, targets, T, V)))
-		return err;
 	t->ntargets = 0;
 	for (r = 0; r < T; r++)
-		if (targets[r] >= 0) {
+		t->ntargets += targets[r] >= 0;
+	/* Without targets (encoding a chunk for its state) the head has no
+	 * use: its logits are the step's largest GEMM at a 50k vocabulary. */
+	if (t->ntargets) {
+		ss_rmsnorm_cpu(t->UF, ACT(t->H, d, c->n_layer), NULL, t->p.norm_f, T, (int)d, c->eps);
+		if ((err = ss_linear_cpu(t->LOGITS, V, t->UF, d, t->p.lm_head, SS_DTYPE_F32, T, V, d,
+					 0.0f)) ||
+		    (err = ss_cross_entropy_cpu(t->NLL, t->LOGITS, V, targets, T, V)))
+			return err;
+	}
+	for (r = 0; r < T; r++)
+		if (targets[r] >= 0)
 			sum += t->NLL[r];
-			t->ntargets++;
-		}
 	*loss = t->ntargets ? sum / (double)t->ntargets : 0.0;
 	if (conv)
 		memcpy(conv, t->conv, (size_t)nseq * cl * sizeof(float));
@@ -357,19 +363,21 @@ int ss_train_backward(ss_train *t, float *dconv, float *dssm, const float *dlogd
 
 	if (!t->have_forward)
 		return SS_ERR_INVALID;
-	/* the loss's gradient: 1/ntargets on each counted row */
-	for (r = 0; r < T; r++)
-		t->dNLL[r] = t->targets[r] >= 0 ? 1.0f / (float)t->ntargets : 0.0f;
-	memset(t->dLOGITS, 0, (size_t)T * V * sizeof(float));
-	memset(t->dU, 0, (size_t)T * d * sizeof(float));
 	memset(t->dH, 0, (size_t)T * d * sizeof(float));
-	if ((err = ss_cross_entropy_backward_cpu(t->dNLL, t->LOGITS, t->dLOGITS, V, t->targets, T,
-						 V)) ||
-	    (err = ss_linear_backward_cpu(t->dLOGITS, V, t->UF, t->dU, d, t->p.lm_head, t->g.lm_head,
-					  T, V, d)))
-		return err;
-	ss_rmsnorm_backward_cpu(t->dU, ACT(t->H, d, c->n_layer), t->dH, t->p.norm_f, t->g.norm_f, T,
-				(int)d, c->eps);
+	if (t->ntargets) { /* else the forward ran no head: nothing flows back from it */
+		/* the loss's gradient: 1/ntargets on each counted row */
+		for (r = 0; r < T; r++)
+			t->dNLL[r] = t->targets[r] >= 0 ? 1.0f / (float)t->ntargets : 0.0f;
+		memset(t->dLOGITS, 0, (size_t)T * V * sizeof(float));
+		memset(t->dU, 0, (size_t)T * d * sizeof(float));
+		if ((err = ss_cross_entropy_backward_cpu(t->dNLL, t->LOGITS, t->dLOGITS, V, t->targets,
+							 T, V)) ||
+		    (err = ss_linear_backward_cpu(t->dLOGITS, V, t->UF, t->dU, d, t->p.lm_head,
+						  t->g.lm_head, T, V, d)))
+			return err;
+		ss_rmsnorm_backward_cpu(t->dU, ACT(t->H, d, c->n_layer), t->dH, t->p.norm_f,
+					t->g.norm_f, T, (int)d, c->eps);
+	}
 	/* the states' gradients, per sequence and layer as the forward's states */
 	copy_or_zero(t->dconv, dconv, (size_t)nseq * cl);
 	copy_or_zero(t->dssm, dssm, (size_t)nseq * sl);
@@ -440,4 +448,11 @@ int ss_adamw_update(float *p, const float *g, float *m, float *v, size_t n, cons
 		       (float)(h->lr * (m[i] / bc1) / (sqrt(v[i] / bc2) + h->eps));
 	}
 	return 0;
+}
+
+void ss_train_shape(const ss_train *t, ss_model_config *c, int64_t *max_tokens, int *max_seqs)
+{
+	*c = t->c;
+	*max_tokens = t->max_T;
+	*max_seqs = t->max_seqs;
 }

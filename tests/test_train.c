@@ -28,6 +28,7 @@
 
 #include "ss.h"
 #include "gen/model.h"
+#include "util/fdcheck.h"
 #include "util/rng.h"
 #include "util/tmpdir.h"
 
@@ -218,52 +219,16 @@ static double total_loss(const problem *p)
 	return L;
 }
 
-/* Checks grad against central differences of L in v, at the element of
- * largest |grad| and two random ones among those of at least a tenth of it
- * (below that the differences of the f32 forward are mostly its rounding:
- * the loss is about 11 nats, stored per row in f32). Returns the number of
- * mismatches: |grad − fd| > 2%·|fd| + 1%·max|grad|. */
+/* total_loss for test_fd_check. */
+static double loss_of(void *p)
+{
+	return total_loss(p);
+}
+
+/* Checks one tensor (util/fdcheck.h). */
 static int check_tensor(const char *what, problem *p, float *v, const float *grad, size_t n)
 {
-	size_t at[3] = { 0 }, ncand = 0, pick[2];
-	float gmax;
-	int bad = 0;
-
-	for (size_t i = 1; i < n; i++)
-		if (fabsf(grad[i]) > fabsf(grad[at[0]]))
-			at[0] = i;
-	gmax = fabsf(grad[at[0]]);
-	for (size_t i = 0; i < n; i++)
-		ncand += fabsf(grad[i]) >= 0.1f * gmax;
-	pick[0] = (size_t)(urand() * ncand);
-	pick[1] = (size_t)(urand() * ncand);
-	for (size_t i = 0, k = 0; i < n; i++)
-		if (fabsf(grad[i]) >= 0.1f * gmax) {
-			if (k == pick[0])
-				at[1] = i;
-			if (k == pick[1])
-				at[2] = i;
-			k++;
-		}
-	for (int k = 0; k < 3; k++) {
-		const size_t i = at[k];
-		const float v0 = v[i], h = 3e-3f * (fabsf(v0) > 1.0f ? fabsf(v0) : 1.0f);
-		double lp, lm, hp, hm, fd;
-		v[i] = v0 + h;
-		hp = (double)v[i] - v0;
-		lp = total_loss(p);
-		v[i] = v0 - h;
-		hm = v0 - (double)v[i];
-		lm = total_loss(p);
-		v[i] = v0;
-		fd = (lp - lm) / (hp + hm);
-		if (!(fabs(grad[i] - fd) <= 2e-2 * fabs(fd) + 1e-2 * gmax)) {
-			printf("  d%s[%zu]: backward %.7g, finite difference %.7g (max |grad| %.3g)\n",
-			       what, i, grad[i], fd, gmax);
-			bad++;
-		}
-	}
-	return bad;
+	return test_fd_check(what, loss_of, p, v, grad, n, 3e-3f, &rng_state);
 }
 
 /* The gradient check of one batch; with_states: random weights on the
