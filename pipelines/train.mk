@@ -10,7 +10,8 @@
 #        [PARTS="wikipedia2015-part-00.txt.zst"] [TRAIN=../shared/train] [MIN_BYTES=400]
 #        [MAX_BYTES=3000]
 #        [THREADS=N]
-#   make -f pipelines/train.mk bp2c STEPS=100 [TRAIN_OPTS="--lr 1e-4 ..."]
+#   make -f pipelines/train.mk bp2c STEPS=100 [TRAIN_OPTS="--lr 1e-4 ..."]  (also: bptc, lm-ft)
+#   make -f pipelines/train.mk fig4 STEPS=200 [FIG4_PASSAGES=300]
 #
 # OUT/passages.txt    the first PASSAGES lines of MIN_BYTES..MAX_BYTES bytes of PARTS (zstd;
 #                     the bound keeps an example within ss-train's --batch-tokens)
@@ -23,7 +24,14 @@
 #                     (and BPTC, which reads the chunks' tokens from halves.tokens)
 # OUT/lm.tokens       the passages whole: ss-train --objective lm --data
 # OUT/bp2c/           target bp2c: ss-train --objective bp2c for STEPS steps from MODEL
-# Targets: all (default: examples and lm.tokens), examples, lm, bp2c, clean.
+# OUT/bptc/           target bptc: ss-train --objective bptc (chunks: halves.tokens), the same
+# OUT/lm-ft/          target lm-ft: ss-train --objective lm on lm.tokens, the same steps
+# OUT/fig4.tsv        target fig4 (picaso.txt Fig. 4 at small scale): model (base, lm-ft,
+#                     bp2c, bptc), improvement_pct and concat_fraction of picaso-r and of
+#                     concat from each model's WikiText-2 summary (eval.mk eval-wikitext,
+#                     METHODS=naive,concat,picaso-r): how much of Concat's gain over Naive
+#                     PICASO-R reaches, before and after each fine-tuning
+# Targets: all (default: examples and lm.tokens), examples, lm, bp2c, bptc, lm-ft, fig4, clean.
 # Every file is written under a temporary name and renamed; the halves' states depend on
 # MODEL: a run with another MODEL needs another OUT.
 
@@ -38,6 +46,7 @@ MAX_BYTES ?= 3000
 K        ?= 10
 THREADS  ?=
 STEPS    ?= 100
+FIG4_PASSAGES ?= 300
 TRAIN_OPTS ?=
 PY       ?= python3
 
@@ -45,7 +54,7 @@ export PATH := $(PATH):$(abspath $(TRAIN_MK_DIR)/../build/bin)
 export K
 threads := $(if $(THREADS),--threads $(THREADS))
 
-.PHONY: all examples lm bp2c clean
+.PHONY: all examples lm bp2c bptc lm-ft fig4 clean
 .PRECIOUS: $(OUT)/%
 all: examples lm
 examples: $(OUT)/examples.jsonl
@@ -84,6 +93,27 @@ bp2c: $(OUT)/examples.jsonl $(OUT)/halves.states
 	ss-train --objective bp2c --model $(MODEL) $(threads) --data $(OUT)/examples.jsonl \
 		--states $(OUT)/halves.states --max-k $(K) --steps $(STEPS) $(TRAIN_OPTS) \
 		-o $(OUT)/bp2c >$(OUT)/bp2c.log
+
+bptc: $(OUT)/examples.jsonl $(OUT)/halves.tokens
+	ss-train --objective bptc --model $(MODEL) $(threads) --data $(OUT)/examples.jsonl \
+		--chunk-tokens $(OUT)/halves.tokens --max-k $(K) --steps $(STEPS) $(TRAIN_OPTS) \
+		-o $(OUT)/bptc >$(OUT)/bptc.log
+
+lm-ft: $(OUT)/lm.tokens
+	ss-train --objective lm --model $(MODEL) $(threads) --data $(OUT)/lm.tokens \
+		--steps $(STEPS) $(TRAIN_OPTS) -o $(OUT)/lm-ft >$(OUT)/lm-ft.log
+
+# Each model's WikiText-2 summary, then one table: the PICASO-R and Concat rows of each.
+FIG4_EVAL = $(MAKE) -f $(TRAIN_MK_DIR)/eval.mk eval-wikitext METHODS=naive,concat,picaso-r \
+	PASSAGES=$(FIG4_PASSAGES)
+fig4: lm-ft bp2c bptc
+	$(FIG4_EVAL) MODEL=$(MODEL) EVAL_DIR=$(OUT)/eval/base
+	for m in lm-ft bp2c bptc; do $(FIG4_EVAL) MODEL=$(OUT)/$$m EVAL_DIR=$(OUT)/eval/$$m || exit 1; done
+	{ printf 'model\tmethod\timprovement_pct\tconcat_fraction\n'; \
+	  for m in base lm-ft bp2c bptc; do \
+		awk -v m=$$m 'NR > 1 && ($$1 == "picaso-r" || $$1 == "concat") { print m "\t" $$0 }' \
+			$(OUT)/eval/$$m/wikitext-summary.tsv || exit 1; \
+	  done; } >$(OUT)/fig4.tsv.tmp && mv -f $(OUT)/fig4.tsv.tmp $(OUT)/fig4.tsv
 
 clean:
 	rm -rf $(OUT)

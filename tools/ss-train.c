@@ -7,12 +7,13 @@
  *   lm    next-token loss on the documents of a token stream, each window of
  *         a document from the zero state;
  *   bp2c  loss on an example's continuation given its query, starting from
- *         the composition of its chunks' stored states (a constant).
- * bp2c shares its example reader (ex_source), its choice of k (ex_take_k)
- * and its index of the chunks by id (chunk_db) with BPTC, which takes the
- * same examples but reads the chunks' token records (a chunk_db over a
- * token stream, SS_FORMAT_TOKENS) instead of their states and re-encodes
- * them inside the step (lib/train_bptc.c).
+ *         the composition of its chunks' stored states (a constant);
+ *   bptc  the same loss, the chunks re-encoded in the step and the gradient
+ *         taken through the composition into their encodings
+ *         (lib/train_bptc.c).
+ * bp2c and bptc share the example reader (ex_source), the choice of k
+ * (ex_take_k) and the index of the chunks by id (chunk_db: bp2c over a
+ * state stream, bptc over the chunks' token stream).
  *
  * The run's state (step, data position, RNG, hyperparameters) goes to
  * DIR/trainer_state.json, Adam's moments to DIR/optimizer.safetensors: a
@@ -36,8 +37,8 @@
 #include "ss.h"
 
 static const char *usage =
-	"ss-train --objective lm|bp2c -o DIR [--model DIR | --resume DIR] --data FILE\n"
-	"                [--states FILE] [--mode MODE] [--steps N] [--until S] [--lr X]\n"
+	"ss-train --objective lm|bp2c|bptc -o DIR [--model DIR | --resume DIR] --data FILE\n"
+	"                [--states FILE | --chunk-tokens FILE] [--mode MODE] [--steps N] [--until S] [--lr X]\n"
 	"                [--min-lr X] [--warmup N] [--weight-decay X] [--clip X]\n"
 	"                [--seq-len N] [--batch-tokens N] [--batch-seqs N] [--seed N]\n"
 	"                [--max-k N] [--save-every N] [--save-dtype T] [--tokenizer FILE] [--threads N] [-q|-v]";
@@ -51,20 +52,25 @@ static void help(void)
 	       "optimiser state (trainer_state.json, optimizer.safetensors) --resume reads.\n"
 	       "One JSON line per step on stdout: {\"step\", \"loss\", \"lr\", \"grad_norm\",\n"
 	       "\"tokens\", \"seqs\"} (the loss of the weights before the step's update;\n"
-	       "bp2c adds \"k\": each sequence's number of composed chunks).\n\n"
+	       "bp2c and bptc add \"k\": each example's number of composed chunks).\n\n"
 	       "  --objective OBJ        lm: next-token loss on the documents of the token\n"
 	       "                         stream --data, windows of --seq-len tokens, each\n"
 	       "                         from the zero state; bp2c: continuation loss from\n"
-	       "                         the composed stored states of an example's chunks\n"
-	       "  --data FILE            lm: a token stream (ss-tokens(5)); bp2c: JSON lines\n"
+	       "                         the composed stored states of an example's chunks;\n"
+	       "                         bptc: the same loss, the chunks re-encoded in the\n"
+	       "                         step and differentiated through the composition\n"
+	       "  --data FILE            lm: a token stream (ss-tokens(5)); bp2c, bptc: JSON lines\n"
 	       "                         {\"query\", \"continuation\", \"chunks\": [ids]} (or\n"
 	       "                         \"query_tokens\"/\"continuation_tokens\" arrays),\n"
 	       "                         chunks most relevant first; read again from the\n"
 	       "                         start at its end\n"
 	       "  --states FILE          bp2c: state stream holding every chunk id (ss-encode)\n"
-	       "  --mode MODE            bp2c composition: picaso-r (default), picaso-s,\n"
+	       "  --chunk-tokens FILE    bptc: token stream holding every chunk id (each chunk\n"
+	       "                         is encoded whole: the step holds activations for\n"
+	       "                         the longest chunk or --batch-tokens, the larger)\n"
+	       "  --mode MODE            bp2c, bptc composition: picaso-r (default), picaso-s,\n"
 	       "                         caso, soup\n"
-	       "  --max-k N              bp2c: k drawn uniformly from 0..min(N, chunks) per\n"
+	       "  --max-k N              bp2c, bptc: k drawn uniformly from 0..min(N, chunks) per\n"
 	       "                         example (default 10); the first k chunks, the most\n"
 	       "                         relevant composed last (nearest the query)\n"
 	       "  -o, --output DIR       checkpoint directory (replaced whole at the end)\n"
@@ -101,8 +107,8 @@ static void help(void)
 
 /* ------------------------------------------------------------ the run */
 
-enum { OBJ_LM, OBJ_BP2C };
-static const char *obj_names[] = { "lm", "bp2c" };
+enum { OBJ_LM, OBJ_BP2C, OBJ_BPTC };
+static const char *obj_names[] = { "lm", "bp2c", "bptc" };
 
 /* Everything trainer_state.json records. */
 typedef struct {
@@ -113,7 +119,7 @@ typedef struct {
 	uint64_t seed, rng;
 	ss_compose_mode mode;
 	ss_dtype save_dtype;
-	char *data, *states;
+	char *data, *states, *chunk_tokens;
 	char base_fingerprint[SS_FINGERPRINT_MAX];
 	/* data position: the next item to read */
 	int64_t epoch;
@@ -442,6 +448,7 @@ typedef struct {
 	ss_reader *r;
 	chunk_ref *ref;
 	size_t n;
+	int64_t max_tokens; /* token records: the longest one's n_tokens */
 } chunk_db;
 
 static int ref_cmp(const void *a, const void *b)
@@ -489,6 +496,8 @@ static void db_open(chunk_db *db, const char *path, const char *format, const ch
 			if ((rc = ss_record_tokens(rec, &t, err)))
 				cli_die("%s: record %llu: %s", path, (unsigned long long)i, err);
 			id = strdup(t.id ? t.id : "");
+			if (t.n_tokens > db->max_tokens)
+				db->max_tokens = t.n_tokens;
 			ss_tokens_free(&t);
 		}
 		if (!id)
@@ -577,6 +586,65 @@ static void bp2c_add(batch *b, const example *e, size_t k, chunk_db *db, ss_comp
 	b->seq_start[++b->nseq] = b->T;
 }
 
+/* Multiplies every gradient by f. */
+static void grads_scale(ss_train_params *G, double f)
+{
+	const float s = (float)f;
+	for (size_t i = 0; i < G->n; i++)
+		G->data[i] *= s;
+}
+
+/* One BPTC step over the examples es[0..n), es[i] composing its first
+ * ks[i] chunks (token records in db, the most relevant composed last):
+ * leaves in G the gradient of the mean NLL over all n examples'
+ * continuation tokens (ntargets of them, as bp2c's batch loss) and returns
+ * that loss. ss_train_bptc adds the gradient of one example's own mean
+ * NLL, g_i; the step wants Σ w_i·g_i with w_i = n_cont_i / ntargets, so
+ * before example i the sum so far is rescaled by w_(i-1) / w_i (G then
+ * holds Σ_(j<=i) (w_j / w_i)·g_j) and by w_(n-1) after the last. */
+static double bptc_step(ss_train *t, ss_train_params *G, const example *es, const int *ks, int n,
+			int64_t ntargets, chunk_db *db, ss_compose_mode mode, int64_t step)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	double sum = 0, w_prev = 1;
+	ss_train_zero_grad(t);
+	for (int i = 0; i < n; i++) {
+		const example *e = &es[i];
+		const size_t k = (size_t)ks[i];
+		ss_tokens *tk = calloc(k + 1, sizeof *tk);
+		const int32_t **chunks = calloc(k + 1, sizeof *chunks);
+		int64_t *len = calloc(k + 1, sizeof *len);
+		if (!tk || !chunks || !len)
+			cli_die("out of memory");
+		for (size_t j = 0; j < k; j++) {
+			const char *id = e->chunks[k - 1 - j];
+			if (ss_record_tokens(db_get(db, id, e->where), &tk[j], err))
+				cli_die("%s: %s", db->path, err);
+			if (tk[j].n_tokens < 1)
+				cli_die("%s: chunk \"%s\" has no tokens", e->where, id);
+			chunks[j] = tk[j].tokens;
+			len[j] = tk[j].n_tokens;
+		}
+		const double w = (double)e->nc / (double)ntargets;
+		if (i > 0)
+			grads_scale(G, w_prev / w);
+		ss_train_bptc_example x = { .chunks = chunks, .chunk_len = len, .k = (int)k,
+					    .query = e->q, .n_query = (int64_t)e->nq,
+					    .cont = e->c, .n_cont = (int64_t)e->nc, .mode = (int)mode };
+		double loss;
+		int rc = ss_train_bptc(t, &x, &loss);
+		if (rc)
+			cli_die("step %lld: %s: BPTC: %s", (long long)step, e->where, ss_strerror(rc));
+		sum += loss * (double)e->nc;
+		w_prev = w;
+		for (size_t j = 0; j < k; j++)
+			ss_tokens_free(&tk[j]);
+		free(tk), free(chunks), free(len);
+	}
+	grads_scale(G, w_prev);
+	return sum / (double)ntargets;
+}
+
 /* ------------------------------------------------------ checkpoints */
 
 static cJSON *state_json(const run_state *r)
@@ -604,6 +672,8 @@ static cJSON *state_json(const run_state *r)
 	cJSON_AddStringToObject(o, "data", r->data);
 	if (r->states)
 		cJSON_AddStringToObject(o, "states", r->states);
+	if (r->chunk_tokens)
+		cJSON_AddStringToObject(o, "chunk_tokens", r->chunk_tokens);
 	cJSON_AddStringToObject(o, "base_fingerprint", r->base_fingerprint);
 	cJSON_AddNumberToObject(o, "epoch", (double)r->epoch);
 	cJSON_AddNumberToObject(o, "offset", (double)r->offset);
@@ -732,7 +802,10 @@ static void load_state(const char *dir, run_state *r)
 #define NUM(key) json_num(o, key, p)
 #define STR(key) json_str(o, key, p)
 	const char *obj = STR("objective");
-	r->objective = !strcmp(obj, "lm") ? OBJ_LM : !strcmp(obj, "bp2c") ? OBJ_BP2C : -1;
+	r->objective = -1;
+	for (int i = 0; i < (int)(sizeof obj_names / sizeof *obj_names); i++)
+		if (!strcmp(obj, obj_names[i]))
+			r->objective = i;
 	if (r->objective < 0)
 		cli_die("%s: unknown objective \"%s\"", p, obj);
 	r->step = (int64_t)NUM("step");
@@ -756,6 +829,9 @@ static void load_state(const char *dir, run_state *r)
 	const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "states");
 	if (!r->states && cJSON_IsString(s))
 		r->states = strdup(s->valuestring);
+	s = cJSON_GetObjectItemCaseSensitive(o, "chunk_tokens");
+	if (!r->chunk_tokens && cJSON_IsString(s))
+		r->chunk_tokens = strdup(s->valuestring);
 	snprintf(r->base_fingerprint, sizeof r->base_fingerprint, "%s", STR("base_fingerprint"));
 	r->epoch = (int64_t)NUM("epoch");
 	r->offset = (int64_t)NUM("offset");
@@ -778,12 +854,13 @@ int main(int argc, char **argv)
 	int64_t until = -1, save_every = 0;
 	int given_steps = 0, given_hyper = 0;
 	cli_model_opts mo = { 0 };
-	enum { O_OBJ = 256, O_DATA, O_STATES, O_MODE, O_MAXK, O_RESUME, O_STEPS, O_UNTIL, O_LR,
+	enum { O_OBJ = 256, O_DATA, O_STATES, O_CHUNK_TOKENS, O_MODE, O_MAXK, O_RESUME, O_STEPS, O_UNTIL, O_LR,
 	       O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEQ, O_BATCH, O_BSEQS, O_SEED, O_SDTYPE, O_SAVE_EVERY };
 	static const struct option opts[] = {
 		{ "objective", required_argument, 0, O_OBJ },
 		{ "data", required_argument, 0, O_DATA },
 		{ "states", required_argument, 0, O_STATES },
+		{ "chunk-tokens", required_argument, 0, O_CHUNK_TOKENS },
 		{ "mode", required_argument, 0, O_MODE },
 		{ "max-k", required_argument, 0, O_MAXK },
 		{ "resume", required_argument, 0, O_RESUME },
@@ -805,12 +882,13 @@ int main(int argc, char **argv)
 	const cli_options co = { NULL, opts, usage, help, &out_dir, &mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
-		given_hyper += c != O_DATA && c != O_STATES && c != O_RESUME && c != O_STEPS &&
+		given_hyper += c != O_DATA && c != O_STATES && c != O_CHUNK_TOKENS && c != O_RESUME && c != O_STEPS &&
 			       c != O_UNTIL && c != O_SAVE_EVERY;
 		switch (c) {
 		case O_OBJ: objective = optarg; break;
 		case O_DATA: r.data = strdup(optarg); break;
 		case O_STATES: r.states = strdup(optarg); break;
+		case O_CHUNK_TOKENS: r.chunk_tokens = strdup(optarg); break;
 		case O_MODE: mode = optarg; break;
 		case O_MAXK: r.max_k = cli_long("--max-k", optarg, 0, 1 << 20, usage); break;
 		case O_RESUME: resume = optarg; break;
@@ -851,7 +929,8 @@ int main(int argc, char **argv)
 		cli_usage(usage, "--device %s: ss-train runs on the CPU", mo.device);
 	if (resume && given_hyper > 0)
 		cli_usage(usage, "with --resume the run's options come from %s/trainer_state.json "
-				 "(only --steps, --until, --save-every, --data and --states may be given)", resume);
+				 "(only --steps, --until, --save-every, --data, --states and --chunk-tokens "
+				 "may be given)", resume);
 	int64_t steps_given = r.steps;
 	if (resume) {
 		load_state(resume, &r);
@@ -859,13 +938,13 @@ int main(int argc, char **argv)
 			r.steps = steps_given;
 	} else {
 		if (!objective)
-			cli_usage(usage, "--objective lm|bp2c is required");
-		if (!strcmp(objective, "lm"))
-			r.objective = OBJ_LM;
-		else if (!strcmp(objective, "bp2c"))
-			r.objective = OBJ_BP2C;
-		else
-			cli_usage(usage, "--objective: '%s': lm or bp2c", objective);
+			cli_usage(usage, "--objective lm|bp2c|bptc is required");
+		r.objective = -1;
+		for (int i = 0; i < (int)(sizeof obj_names / sizeof *obj_names); i++)
+			if (!strcmp(objective, obj_names[i]))
+				r.objective = i;
+		if (r.objective < 0)
+			cli_usage(usage, "--objective: '%s': lm, bp2c or bptc", objective);
 		if (mode && (ss_compose_mode_parse(mode, &r.mode) || r.mode == SS_COMPOSE_SUM ||
 			     r.mode == SS_COMPOSE_MAX))
 			cli_usage(usage, "--mode: '%s': picaso-r, picaso-s, caso or soup", mode);
@@ -873,6 +952,11 @@ int main(int argc, char **argv)
 			cli_usage(usage, "--data FILE is required");
 		if (r.objective == OBJ_BP2C && !r.states)
 			cli_usage(usage, "--objective bp2c needs --states FILE");
+		if (r.objective == OBJ_BPTC && !r.chunk_tokens)
+			cli_usage(usage, "--objective bptc needs --chunk-tokens FILE");
+		if ((r.states && r.objective != OBJ_BP2C) ||
+		    (r.chunk_tokens && r.objective != OBJ_BPTC))
+			cli_usage(usage, "--states belongs to bp2c, --chunk-tokens to bptc");
 		if (r.objective == OBJ_LM && r.batch_tokens < r.seq_len)
 			cli_usage(usage, "--batch-tokens %lld is less than --seq-len %lld",
 				  (long long)r.batch_tokens, (long long)r.seq_len);
@@ -901,8 +985,16 @@ int main(int argc, char **argv)
 			cli_usage(usage, "--save-dtype: '%s': f32, bf16 or f16", sdtype);
 	}
 	const int max_seqs = (int)(r.batch_seqs < r.batch_tokens ? r.batch_seqs : r.batch_tokens);
+	/* bptc encodes each chunk whole: room for the longest one too. */
+	chunk_db db = { 0 };
+	int64_t max_tokens = r.batch_tokens;
+	if (r.objective == OBJ_BPTC) {
+		db_open(&db, r.chunk_tokens, SS_FORMAT_TOKENS, NULL, &cfg);
+		if (db.max_tokens > max_tokens)
+			max_tokens = db.max_tokens;
+	}
 	ss_train *t = NULL;
-	int rc = ss_train_init(&t, m, r.batch_tokens, max_seqs);
+	int rc = ss_train_init(&t, m, max_tokens, max_seqs);
 	if (rc)
 		cli_die("%s: %s", model_dir, ss_strerror(rc));
 	const size_t conv_len = ss_train_conv_len(t), ssm_len = ss_train_ssm_len(t);
@@ -929,17 +1021,21 @@ int main(int argc, char **argv)
 
 	lm_source lm = { 0 };
 	ex_source ex = { 0 };
-	chunk_db db = { 0 };
 	if (r.objective == OBJ_LM) {
 		lm_open(&lm, &r, vocab);
-	} else {
+	} else if (r.objective == OBJ_BP2C) {
 		b.conv = malloc((size_t)max_seqs * conv_len * sizeof *b.conv);
 		b.ssm = malloc((size_t)max_seqs * ssm_len * sizeof *b.ssm);
 		if (!b.conv || !b.ssm)
 			cli_die("out of memory");
 		db_open(&db, r.states, SS_FORMAT_STATES, r.base_fingerprint, &cfg);
 		ex_open(&ex, &r, mo.tokenizer, model_dir, vocab);
+	} else {
+		ex_open(&ex, &r, mo.tokenizer, model_dir, vocab);
 	}
+	example *exs = calloc((size_t)max_seqs, sizeof *exs); /* bptc: the step's examples */
+	if (!exs)
+		cli_die("out of memory");
 
 	double t0 = cli_now();
 	while (r.step < until) {
@@ -962,17 +1058,29 @@ int main(int argc, char **argv)
 				ex_take(&ex, &cur);
 				size_t k = ex_take_k(&r.rng, cur.n_chunks, r.max_k);
 				ks[b.nseq] = (int)k;
+				if (r.objective == OBJ_BPTC) {
+					exs[b.nseq++] = cur;
+					b.T += len;
+					b.ntargets += (int64_t)cur.nc;
+					continue;
+				}
 				bp2c_add(&b, &cur, k, &db, r.mode, conv_len, ssm_len);
 				example_free(&cur);
 			}
 		}
 		double loss;
-		if ((rc = ss_train_forward(t, b.tokens, b.targets, b.seq_start, b.nseq, b.conv, b.ssm,
-					   NULL, &loss)))
-			cli_die("step %lld: forward: %s", (long long)r.step + 1, ss_strerror(rc));
-		ss_train_zero_grad(t);
-		if ((rc = ss_train_backward(t, NULL, NULL, NULL)))
-			cli_die("step %lld: backward: %s", (long long)r.step + 1, ss_strerror(rc));
+		if (r.objective == OBJ_BPTC) {
+			loss = bptc_step(t, G, exs, ks, b.nseq, b.ntargets, &db, r.mode, r.step + 1);
+			for (int i = 0; i < b.nseq; i++)
+				example_free(&exs[i]);
+		} else {
+			if ((rc = ss_train_forward(t, b.tokens, b.targets, b.seq_start, b.nseq, b.conv,
+						   b.ssm, NULL, &loss)))
+				cli_die("step %lld: forward: %s", (long long)r.step + 1, ss_strerror(rc));
+			ss_train_zero_grad(t);
+			if ((rc = ss_train_backward(t, NULL, NULL, NULL)))
+				cli_die("step %lld: backward: %s", (long long)r.step + 1, ss_strerror(rc));
+		}
 		double norm2 = 0;
 		for (size_t i = 0; i < G->n; i++)
 			norm2 += (double)G->data[i] * G->data[i];
@@ -994,10 +1102,10 @@ int main(int argc, char **argv)
 		printf("{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
 		       "\"seqs\":%d",
 		       (long long)r.step, loss, lr, norm, (long long)b.ntargets, b.nseq);
-		if (r.objective == OBJ_BP2C)
+		if (r.objective != OBJ_LM)
 			for (int i = 0; i < b.nseq; i++)
 				printf(i ? ",%d" : ",\"k\":[%d", ks[i]);
-		printf(r.objective == OBJ_BP2C ? "]}\n" : "}\n");
+		printf(r.objective != OBJ_LM ? "]}\n" : "}\n");
 		if (ferror(stdout))
 			cli_die("write error: %s", strerror(errno));
 		double dt = cli_now() - t0;
@@ -1024,8 +1132,8 @@ int main(int argc, char **argv)
 	else
 		ex_close(&ex), db_close(&db);
 	ss_train_free(t);
-	free(am), free(av), free(ks);
+	free(am), free(av), free(ks), free(exs);
 	free(b.tokens), free(b.targets), free(b.seq_start), free(b.conv), free(b.ssm);
-	free(r.data), free(r.states);
+	free(r.data), free(r.states), free(r.chunk_tokens);
 	return 0;
 }

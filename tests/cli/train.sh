@@ -1,6 +1,7 @@
-# ss-train: lm and bp2c steps on the t1 model; checkpoints that ss-score
-# loads (its NLL is the trainer's loss), bit-identical resumption, the
-# composed starting state of bp2c, and bad input. Run by tests/run.
+# ss-train: lm, bp2c and bptc steps on the t1 model; checkpoints that
+# ss-score loads (its NLL is the trainer's loss), bit-identical resumption,
+# the composed starting state of bp2c (and bptc's loss equal to it), and bad
+# input. Run by tests/run.
 set -eu
 . "$SS_TOP/tests/util/golden.sh"
 num() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[int(sys.argv[3])-1])[sys.argv[2]])' "$@"; }
@@ -87,6 +88,38 @@ ss-train --objective bp2c --model "$T1" $B --steps 5 --until 2 -o "$d/BH" >"$d/b
 ss-train --resume "$d/BH" --threads 1 -o "$d/BH" >>"$d/bh.log"
 cmp "$d/bs.log" "$d/bh.log" || fail "bp2c: the resumed run logged other steps"
 cmp "$d/BS/model.safetensors" "$d/BH/model.safetensors" || fail "bp2c: resumed weights differ"
+
+# bptc: the same examples, each chunk's tokens re-encoded in the step. At --lr 0 its loss is
+# bp2c's step for step (the same seed draws the same k); its gradient is not (it also flows
+# through the composition into the chunks' encodings) unless no chunk is composed (--max-k 0).
+T="--threads 1 --batch-tokens 16 --chunk-tokens $d/docs.tok --data $d/ex.jsonl"
+ss-train --objective bptc --model "$T1" $T --lr 0 --steps 8 -o "$d/T0" >"$d/t0.log"
+differ=0
+for step in 1 2 3 4 5 6 7 8; do
+	[ "$(num "$d/t0.log" k $step)" = "$(num "$d/b0.log" k $step)" ] || fail "bptc step $step: another k"
+	close "$(num "$d/t0.log" loss $step)" "$(num "$d/b0.log" loss $step)" "bptc vs bp2c loss, step $step"
+	[ "$(num "$d/t0.log" k $step)" = "[0]" ] ||
+		python3 -c 'import sys; sys.exit(abs(float(sys.argv[1]) - float(sys.argv[2])) < 1e-4 * float(sys.argv[2]))' \
+			"$(num "$d/t0.log" grad_norm $step)" "$(num "$d/b0.log" grad_norm $step)" && differ=$((differ + 1))
+done
+[ "$differ" -gt 0 ] || fail "bptc's gradient is bp2c's in every step with chunks"
+ss-train --objective bptc --model "$T1" $T --lr 0 --steps 4 --max-k 0 -o "$d/T1" >"$d/t1.log"
+for step in 1 2 3 4; do
+	close "$(num "$d/t1.log" grad_norm $step)" "$(num "$d/b1.log" grad_norm $step)" "bptc --max-k 0 gradient, step $step"
+done
+# bptc resumes bit for bit.
+ss-train --objective bptc --model "$T1" $T --steps 5 -o "$d/TS" >"$d/ts.log"
+ss-train --objective bptc --model "$T1" $T --steps 5 --until 2 -o "$d/TH" >"$d/th.log"
+ss-train --resume "$d/TH" --threads 1 -o "$d/TH" >>"$d/th.log"
+cmp "$d/ts.log" "$d/th.log" || fail "bptc: the resumed run logged other steps"
+cmp "$d/TS/model.safetensors" "$d/TH/model.safetensors" || fail "bptc: resumed weights differ"
+cmp -s "$d/TS/model.safetensors" "$d/BS/model.safetensors" && fail "bptc trained as bp2c"
+expect 2 'needs --chunk-tokens' ss-train --objective bptc --model "$T1" --data "$d/ex.jsonl" -o "$d/X"
+expect 2 'belongs to bp2c' ss-train --objective bptc --model "$T1" $T --states "$d/docs.st" -o "$d/X"
+printf '{"query": "a b", "continuation": "c d", "chunks": ["nope"]}\n' >"$d/bad.jsonl"
+expect 1 'bad.jsonl: line 1: chunk "nope" is not in' ss-train --objective bptc --model "$T1" \
+	--threads 1 --max-k 1 --seed 3 --chunk-tokens "$d/docs.tok" --data "$d/bad.jsonl" --steps 9 -o "$d/X"
+[ ! -e "$d/X" ] || fail "a failed bptc run wrote a checkpoint"
 
 # --save-every: a run that fails at step 4 (its 5th example is bad; examples are read one
 # ahead) leaves the checkpoint of step 3, whole, and resuming from it (with the data fixed)
