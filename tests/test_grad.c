@@ -466,8 +466,10 @@ static void test_scan_backward(void **st)
 	const int64_t ss[] = { 0, 0, 1, 71, 76 };
 	rng_state = 17;
 	assert_int_equal(scan_case(4, 3, 5, 2, ss, 4, 1), 0);
-	/* nheads = ngroups, N a multiple of 8 */
+	/* nheads = ngroups, N a multiple of 8 (not of 16) */
 	assert_int_equal(scan_case(3, 2, 8, 3, ss, 4, 1), 0);
+	/* N a multiple of 16 (the widest kernel), one group for all heads */
+	assert_int_equal(scan_case(2, 3, 16, 1, ss, 4, 1), 0);
 	/* the final states only (the last layer of an encoding) */
 	assert_int_equal(scan_case(4, 3, 5, 2, ss, 4, 0), 0);
 }
