@@ -570,8 +570,8 @@ static double ce_loss(const void *p)
 static void test_cross_entropy(void **st)
 {
 	(void)st;
-	const int n = 5, V = 9, ld = V + 3;
-	const int32_t tgt[] = { 8, -1, 0, 4, 4 };
+	const int n = 5, V = 37, ld = V + 3; /* V: vectors of 8 and a tail */
+	const int32_t tgt[] = { 36, -1, 0, 4, 4 };
 	rng_state = 19;
 	ce_op o = { .g = drnd(n, 0.2, 1), .logits = drnd((size_t)n * ld, -4, 4), .tgt = tgt,
 		    .n = n, .V = V, .ld = ld };
