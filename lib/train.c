@@ -422,21 +422,56 @@ int ss_train_backward(ss_train *t, float *dconv, float *dssm, const float *dlogd
 	return 0;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* 8 parameters at a time in f32: the update's terms as the scalar loop's,
+ * divided by the bias corrections' reciprocals precomputed. */
+__attribute__((target("avx2,fma")))
+static size_t adamw_avx2(float *p, const float *g, float *m, float *v, size_t n, const ss_adamw *h,
+			 float rbc1, float rbc2, float decay)
+{
+	const __m256 b1 = _mm256_set1_ps(h->beta1), c1 = _mm256_set1_ps(1.0f - h->beta1);
+	const __m256 b2 = _mm256_set1_ps(h->beta2), c2 = _mm256_set1_ps(1.0f - h->beta2);
+	const __m256 r1 = _mm256_set1_ps(rbc1), r2 = _mm256_set1_ps(rbc2);
+	const __m256 lr = _mm256_set1_ps(h->lr), eps = _mm256_set1_ps(h->eps);
+	const __m256 dc = _mm256_set1_ps(decay);
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		const __m256 gi = _mm256_loadu_ps(g + i);
+		const __m256 mi = _mm256_fmadd_ps(c1, gi, _mm256_mul_ps(b1, _mm256_loadu_ps(m + i)));
+		const __m256 vi = _mm256_fmadd_ps(_mm256_mul_ps(c2, gi), gi,
+						  _mm256_mul_ps(b2, _mm256_loadu_ps(v + i)));
+		const __m256 den = _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, r2)), eps);
+		const __m256 upd = _mm256_div_ps(_mm256_mul_ps(lr, _mm256_mul_ps(mi, r1)), den);
+		_mm256_storeu_ps(m + i, mi);
+		_mm256_storeu_ps(v + i, vi);
+		_mm256_storeu_ps(p + i, _mm256_fmsub_ps(_mm256_loadu_ps(p + i), dc, upd));
+	}
+	return i;
+}
+#endif
+
 int ss_adamw_update(float *p, const float *g, float *m, float *v, size_t n, const ss_adamw *h,
 		    int64_t step)
 {
 	const double bc1 = 1.0 - pow(h->beta1, (double)step);
 	const double bc2 = 1.0 - pow(h->beta2, (double)step);
 	const float decay = 1.0f - h->lr * h->weight_decay;
-	size_t i;
+	const float rbc1 = (float)(1.0 / bc1), rbc2 = (float)(1.0 / bc2);
+	size_t i = 0;
 
 	if (step < 1)
 		return SS_ERR_INVALID;
-	for (i = 0; i < n; i++) {
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		i = adamw_avx2(p, g, m, v, n, h, rbc1, rbc2, decay);
+#endif
+	for (; i < n; i++) {
 		m[i] = h->beta1 * m[i] + (1.0f - h->beta1) * g[i];
 		v[i] = h->beta2 * v[i] + (1.0f - h->beta2) * g[i] * g[i];
-		p[i] = p[i] * decay -
-		       (float)(h->lr * (m[i] / bc1) / (sqrt(v[i] / bc2) + h->eps));
+		p[i] = p[i] * decay - h->lr * (m[i] * rbc1) / (sqrtf(v[i] * rbc2) + h->eps);
 	}
 	return 0;
 }

@@ -346,7 +346,7 @@ static void test_model_gradient(void **st)
 static void test_adamw(void **st)
 {
 	(void)st;
-	enum { N = 7, STEPS = 4 };
+	enum { N = 19, STEPS = 4 }; /* N: vectors of 8 and a tail */
 	const ss_adamw h = { .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
 			     .weight_decay = 0.1f };
 	float p[N], m[N] = { 0 }, v[N] = { 0 }, g[N];
