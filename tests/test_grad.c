@@ -276,7 +276,8 @@ static void test_conv1d_backward(void **st)
 	(void)st;
 	/* sequences of 2 (shorter than the window), 0, 7 and 3 (= K1) rows */
 	const int64_t ss[] = { 0, 2, 2, 9, 12 };
-	const int nseq = 4, nch = 5, K = 4, K1 = K - 1, ldx = nch + 3, ldy = nch + 1, ldw = nch + 2;
+	/* nch: more than one block of channels (ops/conv.c) */
+	const int nseq = 4, nch = 67, K = 4, K1 = K - 1, ldx = nch + 3, ldy = nch + 1, ldw = nch + 2;
 	const int64_t T = ss[nseq];
 	const size_t nst = (size_t)nseq * nch * K1;
 	rng_state = 14;
