@@ -369,13 +369,15 @@ static void part_run(void *arg, int64_t k, int thread)
 	case PART_CE:
 	case PART_CE_BWD:
 		part_range(T, (int)k, j->n_parts, &lo, &hi);
-		if (j->op == PART_CE)
+		if (j->op == PART_CE) {
 			err = ss_cross_entropy_cpu(t->NLL + lo, t->LOGITS + lo * V, V, t->targets + lo,
 						   hi - lo, V);
-		else
-			err = ss_cross_entropy_backward_cpu(t->dNLL + lo, t->LOGITS + lo * V,
-							    t->dLOGITS + lo * V, V, t->targets + lo,
-							    hi - lo, V);
+			break;
+		}
+		/* the part's rows of dLOGITS zeroed where they are about to be read */
+		memset(t->dLOGITS + lo * V, 0, (size_t)(hi - lo) * V * sizeof(float));
+		err = ss_cross_entropy_backward_cpu(t->dNLL + lo, t->LOGITS + lo * V, t->dLOGITS + lo * V,
+						    V, t->targets + lo, hi - lo, V);
 		break;
 	case PART_CONV:
 		part_range(c->conv_dim, (int)k, j->n_parts, &lo, &hi);
@@ -551,7 +553,6 @@ int ss_train_backward(ss_train *t, float *dconv, float *dssm, const float *dlogd
 	/* the loss's gradient: 1/ntargets on each counted row */
 	for (r = 0; r < T; r++)
 		t->dNLL[r] = t->targets[r] >= 0 ? 1.0f / (float)t->ntargets : 0.0f;
-	memset(t->dLOGITS, 0, (size_t)T * V * sizeof(float));
 	memset(t->dU, 0, (size_t)T * d * sizeof(float));
 	memset(t->dH, 0, (size_t)T * d * sizeof(float));
 	if ((err = parts(t, PART_CE_BWD, 0, NULL, NULL)) ||
