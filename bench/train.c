@@ -17,6 +17,9 @@
  * and why. Figures only, no pass/fail. The models are written with
  * gen/model.h into $TMPDIR and removed after the run.
  *
+ * The step's own ops run on as many threads as the BLAS (ss_train_set_threads;
+ * 2 with -t 0).
+ *
  * usage: train [-n TOKENS] [-r ROUNDS] [-t THREADS] (default 2 threads)
  */
 #include "blas.h"
@@ -85,7 +88,8 @@ static int run_shape(const char *label, const ss_mkmodel_opts *o, int64_t T, int
 		return 1;
 	}
 	ss_mkmodel_remove(dir);
-	if (!tok || !tgt || (err = ss_train_init(&t, m, T, 1))) {
+	if (!tok || !tgt || (err = ss_train_init(&t, m, T, 1)) ||
+	    (err = ss_train_set_threads(t, peer_threads))) {
 		fprintf(stderr, "train: %s: %s\n", label, err ? ss_strerror(err) : "out of memory");
 		goto out;
 	}

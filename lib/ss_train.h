@@ -9,9 +9,10 @@
  * The step is llm.c's (train_gpt2.c): ss_train_forward, ss_train_zero_grad,
  * ss_train_backward, then ss_adamw_update over ss_train_params /
  * ss_train_grads. Parameters, gradients and activations each live in one
- * allocation carved by shape. A reference: the ops run on the calling
- * thread, the GEMMs on as many threads as the BLAS is set to (one after
- * ss_forward_ctx_init; OpenBLAS's default otherwise); no activation
+ * allocation carved by shape. The ops run on the calling thread unless
+ * ss_train_set_threads says otherwise, the GEMMs on as many threads as the
+ * BLAS is set to (one after ss_forward_ctx_init; OpenBLAS's default
+ * otherwise); no activation
  * recomputation yet: the activations of every layer are kept
  * (about (3·d_model + 2·d_in_proj + conv_dim + 2·d_inner + nheads) floats
  * per token and layer, plus 2·vocab_padded per token for the logits and
@@ -63,6 +64,19 @@ typedef struct ss_train ss_train;
 int ss_train_init(ss_train **out, const ss_model *m, int64_t max_tokens, int max_seqs);
 
 void ss_train_free(ss_train *t);
+
+/* Most threads ss_train_set_threads takes. */
+#define SS_TRAIN_MAX_THREADS 64
+
+/* Runs the non-GEMM ops of the step (the scan, conv1d and cross-entropy,
+ * forward and backward) on n_threads threads (1 after ss_train_init): rows,
+ * channels or heads split into n_threads parts (the scan's heads in whole
+ * groups when ngroups divides evenly, else, with one group, each part
+ * summing its own dB, dC, added in part order). The GEMMs use the BLAS's
+ * own threads. The gradients depend on n_threads only through that order.
+ * Returns 0, SS_ERR_INVALID (n_threads < 1 or > SS_TRAIN_MAX_THREADS) or
+ * SS_ERR_NOMEM (t unchanged). */
+int ss_train_set_threads(ss_train *t, int n_threads);
 
 /* The parameters and their gradients (owned by t; edit params in place). */
 ss_train_params *ss_train_params_of(ss_train *t);

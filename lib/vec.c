@@ -183,6 +183,54 @@ AVX2 static void axpby_avx2(float *y, float a, const float *x, float b, int64_t 
 	for (; i < n; i++)
 		y[i] = fmaf(x[i], b, y[i] * a);
 }
+AVX2 static float max_avx2(const float *x, int64_t n)
+{
+	__m256 m = _mm256_set1_ps(-INFINITY);
+	float r;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+	__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_max_ss(h, _mm_movehdup_ps(h));
+	r = _mm_cvtss_f32(h);
+	for (; i < n; i++)
+		if (x[i] > r)
+			r = x[i];
+	return r;
+}
+
+/* The f32 exps summed in double, four lanes at a time. */
+AVX2 static double sumexp_avx2(const float *x, float m, int64_t n)
+{
+	const __m256 mv = _mm256_set1_ps(m);
+	__m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+	__m128d h;
+	double s;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+		a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+		a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+	}
+	a0 = _mm256_add_pd(a0, a1);
+	h = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
+	s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+	for (; i < n; i++)
+		s += exp((double)x[i] - m);
+	return s;
+}
+
+AVX2 static void add_exp_avx2(float *y, const float *x, float m, float a, int64_t n)
+{
+	const __m256 mv = _mm256_set1_ps(m), av = _mm256_set1_ps(a);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)),
+							_mm256_loadu_ps(y + i)));
+	for (; i < n; i++)
+		y[i] += (float)(a * exp((double)x[i] - m));
+}
 #endif
 
 void ss_vec_silu(float *x, int64_t n)
@@ -314,4 +362,44 @@ void ss_vec_softplus_bias(float *y, const float *b, int64_t n)
 		const float u = y[i] + b[i];
 		y[i] = u > 20.0f ? u : log1pf(expf(u));
 	}
+}
+
+float ss_vec_max(const float *x, int64_t n)
+{
+	float m = x[0];
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2())
+		return max_avx2(x, n);
+#endif
+	for (i = 1; i < n; i++)
+		if (x[i] > m)
+			m = x[i];
+	return m;
+}
+
+double ss_vec_sumexp(const float *x, float m, int64_t n)
+{
+	double s = 0.0;
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2())
+		return sumexp_avx2(x, m, n);
+#endif
+	for (i = 0; i < n; i++)
+		s += exp((double)x[i] - m);
+	return s;
+}
+
+void ss_vec_add_exp(float *y, const float *x, float m, float a, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		add_exp_avx2(y, x, m, a, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] += (float)(a * exp((double)x[i] - m));
 }

@@ -23,6 +23,12 @@ void ss_vec_scale_mul(float *y, const float *x, float s, const float *w, int64_t
 void ss_vec_scale(float *y, const float *x, float s, int64_t n);
 /* y[i] = a * y[i] + b * x[i]  (one rounding for the sum: fmaf) */
 void ss_vec_axpby(float *y, float a, const float *x, float b, int64_t n);
+/* max x[i] (n >= 1) */
+float ss_vec_max(const float *x, int64_t n);
+/* Σ exp(x[i] - m) in double (a softmax's denominator, m >= every x[i]) */
+double ss_vec_sumexp(const float *x, float m, int64_t n);
+/* y[i] += a * exp(x[i] - m) */
+void ss_vec_add_exp(float *y, const float *x, float m, float a, int64_t n);
 
 /* y[i] = softplus(y[i] + b[i]) = log(1 + exp(y[i] + b[i])) (torch's, to
  * f32 precision: the AVX2 body as max(u,0) + log1p(exp(-|u|)) by a series,

@@ -276,7 +276,8 @@ static void test_conv1d_backward(void **st)
 	(void)st;
 	/* sequences of 2 (shorter than the window), 0, 7 and 3 (= K1) rows */
 	const int64_t ss[] = { 0, 2, 2, 9, 12 };
-	const int nseq = 4, nch = 5, K = 4, K1 = K - 1, ldx = nch + 3, ldy = nch + 1, ldw = nch + 2;
+	/* nch: more than one block of channels (ops/conv.c) */
+	const int nseq = 4, nch = 67, K = 4, K1 = K - 1, ldx = nch + 3, ldy = nch + 1, ldw = nch + 2;
 	const int64_t T = ss[nseq];
 	const size_t nst = (size_t)nseq * nch * K1;
 	rng_state = 14;
@@ -466,8 +467,10 @@ static void test_scan_backward(void **st)
 	const int64_t ss[] = { 0, 0, 1, 71, 76 };
 	rng_state = 17;
 	assert_int_equal(scan_case(4, 3, 5, 2, ss, 4, 1), 0);
-	/* nheads = ngroups, N a multiple of 8 */
+	/* nheads = ngroups, N a multiple of 8 (not of 16) */
 	assert_int_equal(scan_case(3, 2, 8, 3, ss, 4, 1), 0);
+	/* N a multiple of 16 (the widest kernel), one group for all heads */
+	assert_int_equal(scan_case(2, 3, 16, 1, ss, 4, 1), 0);
 	/* the final states only (the last layer of an encoding) */
 	assert_int_equal(scan_case(4, 3, 5, 2, ss, 4, 0), 0);
 }
@@ -568,8 +571,8 @@ static double ce_loss(const void *p)
 static void test_cross_entropy(void **st)
 {
 	(void)st;
-	const int n = 5, V = 9, ld = V + 3;
-	const int32_t tgt[] = { 8, -1, 0, 4, 4 };
+	const int n = 5, V = 37, ld = V + 3; /* V: vectors of 8 and a tail */
+	const int32_t tgt[] = { 36, -1, 0, 4, 4 };
 	rng_state = 19;
 	ce_op o = { .g = drnd(n, 0.2, 1), .logits = drnd((size_t)n * ld, -4, 4), .tgt = tgt,
 		    .n = n, .V = V, .ld = ld };

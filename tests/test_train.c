@@ -12,6 +12,8 @@
  *     gradients flowing in through them are checked too), on a packed batch
  *     of two sequences from random initial states with a row without a
  *     target;
+ *   - split over 2 and 3 threads (ss_train_set_threads) it is the one-thread
+ *     step: the same loss and gradients to f32 rounding;
  *   - AdamW against its definition in double, its bias correction and its
  *     decoupled weight decay.
  */
@@ -306,12 +308,79 @@ static void test_model_gradient(void **st)
 	assert_int_equal(gradient_case(1), 0);
 }
 
+/* One forward and backward of a fixed batch on n_threads threads (with
+ * states in and weights on the final states and logdecay): the loss, the
+ * parameters' gradients and the initial states' gradients, into out
+ * ([1 + P->n + NSEQ·(cl + sl)], malloc'd). */
+static float *step_on_threads(int n_threads, size_t *n_out)
+{
+	const ss_model_config *c = &model->cfg;
+	ss_train *t;
+	int32_t tok[T], tgt[T];
+	double loss;
+
+	rng_state = 31;
+	make_batch(tok, tgt);
+	assert_int_equal(ss_train_init(&t, model, T, NSEQ), 0);
+	assert_int_equal(ss_train_set_threads(t, n_threads), 0);
+	const size_t cl = ss_train_conv_len(t), sl = ss_train_ssm_len(t);
+	const size_t ll = (size_t)c->n_layer * c->nheads, np = ss_train_grads_of(t)->n;
+	float *conv = frnd(NSEQ * cl, -1, 1), *ssm = frnd(NSEQ * sl, -1, 1);
+	float *dconv = frnd(NSEQ * cl, -0.05, 0.05), *dssm = frnd(NSEQ * sl, -0.05, 0.05);
+	float *glog = frnd(NSEQ * ll, -0.5, 0.5), *ld = frnd(NSEQ * ll, -1, 0);
+	float *out = malloc((1 + np + NSEQ * (cl + sl)) * sizeof(float));
+
+	assert_non_null(out);
+	ss_train_zero_grad(t);
+	assert_int_equal(ss_train_forward(t, tok, tgt, seq_start, NSEQ, conv, ssm, ld, &loss), 0);
+	assert_int_equal(ss_train_backward(t, dconv, dssm, glog), 0);
+	out[0] = (float)loss;
+	memcpy(out + 1, ss_train_grads_of(t)->data, np * sizeof(float));
+	memcpy(out + 1 + np, dconv, NSEQ * cl * sizeof(float));
+	memcpy(out + 1 + np + NSEQ * cl, dssm, NSEQ * sl * sizeof(float));
+	*n_out = 1 + np + NSEQ * (cl + sl);
+	ss_train_free(t);
+	free(conv), free(ssm), free(dconv), free(dssm), free(glog), free(ld);
+	return out;
+}
+
+/* The step split over 2 and 3 threads (the scan by groups, by heads with
+ * each thread's own dB, dC, or on one thread) is the one-thread step: the
+ * loss and every gradient to f32 rounding (the dB, dC partial sums
+ * are added in another order). */
+static void test_threads(void **st)
+{
+	(void)st;
+	size_t n1, n;
+	float *one = step_on_threads(1, &n1);
+	ss_train *t;
+
+	for (int k = 2; k <= 3; k++) {
+		float *got = step_on_threads(k, &n);
+		double mx = 0.0, err = 0.0;
+		assert_int_equal(n, n1);
+		assert_true(fabs(got[0] - one[0]) <= 1e-6 * fabs(one[0]));
+		for (size_t i = 1; i < n; i++) {
+			mx = fmax(mx, fabs(one[i]));
+			err = fmax(err, fabs((double)got[i] - one[i]));
+		}
+		printf("  %d threads: largest difference %.3g (largest gradient %.3g)\n", k, err, mx);
+		assert_true(err <= 1e-5 * mx);
+		free(got);
+	}
+	free(one);
+	assert_int_equal(ss_train_init(&t, model, T, NSEQ), 0);
+	assert_int_equal(ss_train_set_threads(t, 0), SS_ERR_INVALID);
+	assert_int_equal(ss_train_set_threads(t, SS_TRAIN_MAX_THREADS + 1), SS_ERR_INVALID);
+	ss_train_free(t);
+}
+
 /* ---------------------------------------------------------------- AdamW */
 
 static void test_adamw(void **st)
 {
 	(void)st;
-	enum { N = 7, STEPS = 4 };
+	enum { N = 19, STEPS = 4 }; /* N: vectors of 8 and a tail */
 	const ss_adamw h = { .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
 			     .weight_decay = 0.1f };
 	float p[N], m[N] = { 0 }, v[N] = { 0 }, g[N];
@@ -364,6 +433,8 @@ int main(void)
 		cmocka_unit_test_prestate_setup_teardown(test_forward_is_the_model, use_model, NULL,
 							 &gen2),
 		cmocka_unit_test_prestate_setup_teardown(test_model_gradient, use_model, NULL, &gen2),
+		cmocka_unit_test_prestate_setup_teardown(test_threads, use_model, NULL, &t1),
+		cmocka_unit_test_prestate_setup_teardown(test_threads, use_model, NULL, &gen2),
 		cmocka_unit_test(test_adamw),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -995,6 +995,9 @@ int main(int argc, char **argv)
 	}
 	ss_train *t = NULL;
 	int rc = ss_train_init(&t, m, max_tokens, max_seqs);
+	if (!rc)
+		rc = ss_train_set_threads(t, mo.threads < SS_TRAIN_MAX_THREADS ? mo.threads
+									: SS_TRAIN_MAX_THREADS);
 	if (rc)
 		cli_die("%s: %s", model_dir, ss_strerror(rc));
 	const size_t conv_len = ss_train_conv_len(t), ssm_len = ss_train_ssm_len(t);

@@ -74,53 +74,67 @@ void ss_conv1d_silu_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
 	}
 }
 
+/* Channels per block of conv_seq_backward: a block's slice of a row is
+ * contiguous, so the rows stream through the cache once per block. */
+#define CONV_BWD_BLOCK 64
+
 /* One sequence of rows [0, n) backwards. Its inputs, old state then rows,
  * are ext[j] (j < K1: st column j; else row j - K1); output t reads
  * ext[t .. t+K1] and the new state is ext[n .. n+K1). g0 collects the
  * gradient of the old state's columns, dst holds that of the new state on
- * entry and that of the old on return. */
+ * entry and that of the old on return. Rows outer and channels inner, in
+ * blocks of channels; each sum sees its terms in the order of a
+ * channel-by-channel loop (t ascending). */
 static void conv_seq_backward(const float *dy, ptrdiff_t ldy, const float *x, float *dx,
 			      ptrdiff_t ldx, int64_t n, const float *st, float *dst,
 			      const float *wt, float *dwt, ptrdiff_t ldw, const float *b, float *db,
 			      int nch, int K)
 {
 	const int K1 = K - 1;
-	float g0[SS_CONV_BACKWARD_MAX];
+	float g0[CONV_BWD_BLOCK][SS_CONV_BACKWARD_MAX];
 	int64_t t, j;
-	int k, c;
+	int k, c, c0, nb;
 
-	for (c = 0; c < nch; c++) {
-		const float *sc = st + (size_t)c * K1;
-		float *dsc = dst + (size_t)c * K1;
-		for (k = 0; k < K1; k++)
-			g0[k] = 0.0f;
-		for (k = 0; k < K1; k++) {
-			j = n + k;
-			if (j >= K1)
-				dx[(j - K1) * ldx + c] += dsc[k];
-			else
-				g0[j] += dsc[k];
+	for (c0 = 0; c0 < nch; c0 += CONV_BWD_BLOCK) {
+		nb = nch - c0 < CONV_BWD_BLOCK ? nch - c0 : CONV_BWD_BLOCK;
+		for (c = 0; c < nb; c++) {
+			const float *dsc = dst + (size_t)(c0 + c) * K1;
+			for (k = 0; k < K1; k++)
+				g0[c][k] = 0.0f;
+			for (k = 0; k < K1; k++) {
+				j = n + k;
+				if (j >= K1)
+					dx[(j - K1) * ldx + c0 + c] += dsc[k];
+				else
+					g0[c][j] += dsc[k];
+			}
 		}
 		for (t = 0; t < n; t++) {
-			float pre = b[c], sg, g;
-			for (k = 0; k < K; k++) {
-				j = t + k;
-				pre += wt[k * ldw + c] * (j < K1 ? sc[j] : x[(j - K1) * ldx + c]);
-			}
-			sg = 1.0f / (1.0f + expf(-pre));
-			g = dy[t * ldy + c] * sg * (1.0f + pre * (1.0f - sg));
-			db[c] += g;
-			for (k = 0; k < K; k++) {
-				j = t + k;
-				dwt[k * ldw + c] += g * (j < K1 ? sc[j] : x[(j - K1) * ldx + c]);
-				if (j < K1)
-					g0[j] += g * wt[k * ldw + c];
-				else
-					dx[(j - K1) * ldx + c] += g * wt[k * ldw + c];
+			const float *dyt = dy + t * ldy + c0;
+			for (c = 0; c < nb; c++) {
+				const int ch = c0 + c;
+				const float *sc = st + (size_t)ch * K1;
+				float pre = b[ch], sg, g;
+				for (k = 0; k < K; k++) {
+					j = t + k;
+					pre += wt[k * ldw + ch] * (j < K1 ? sc[j] : x[(j - K1) * ldx + ch]);
+				}
+				sg = 1.0f / (1.0f + expf(-pre));
+				g = dyt[c] * sg * (1.0f + pre * (1.0f - sg));
+				db[ch] += g;
+				for (k = 0; k < K; k++) {
+					j = t + k;
+					dwt[k * ldw + ch] += g * (j < K1 ? sc[j] : x[(j - K1) * ldx + ch]);
+					if (j < K1)
+						g0[c][j] += g * wt[k * ldw + ch];
+					else
+						dx[(j - K1) * ldx + ch] += g * wt[k * ldw + ch];
+				}
 			}
 		}
-		for (k = 0; k < K1; k++)
-			dsc[k] = g0[k];
+		for (c = 0; c < nb; c++)
+			for (k = 0; k < K1; k++)
+				dst[(size_t)(c0 + c) * K1 + k] = g0[c][k];
 	}
 }
 

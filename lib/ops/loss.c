@@ -6,21 +6,14 @@
 #include <math.h>
 
 #include "ss.h"
+#include "vec.h"
 
-/* max and Σ exp(l - max) of a row, the sum in double */
+/* max and Σ exp(l - max) of a row, the sum in double (vec.h: f32 exps
+ * under AVX2) */
 static void row_lse(const float *l, int64_t V, float *mx, double *sum)
 {
-	float m = l[0];
-	double s = 0.0;
-	int64_t i;
-
-	for (i = 1; i < V; i++)
-		if (l[i] > m)
-			m = l[i];
-	for (i = 0; i < V; i++)
-		s += exp((double)l[i] - m);
-	*mx = m;
-	*sum = s;
+	*mx = ss_vec_max(l, V);
+	*sum = ss_vec_sumexp(l, *mx, V);
 }
 
 /* The arguments both ops check: V >= 1, ld >= V, n >= 0, targets < V. */
@@ -60,7 +53,7 @@ int ss_cross_entropy_cpu(float *nll, const float *logits, ptrdiff_t ld, const in
 int ss_cross_entropy_backward_cpu(const float *dnll, const float *logits, float *dlogits,
 				  ptrdiff_t ld, const int32_t *targets, int64_t n, int64_t V)
 {
-	int64_t r, i;
+	int64_t r;
 
 	if (!ce_args_ok(ld, targets, n, V))
 		return SS_ERR_INVALID;
@@ -72,8 +65,7 @@ int ss_cross_entropy_backward_cpu(const float *dnll, const float *logits, float 
 		if (targets[r] < 0 || dnll[r] == 0.0f)
 			continue;
 		row_lse(l, V, &mx, &sum);
-		for (i = 0; i < V; i++)
-			dl[i] += (float)(dnll[r] * (exp((double)l[i] - mx) / sum));
+		ss_vec_add_exp(dl, l, mx, (float)(dnll[r] / sum), V);
 		dl[targets[r]] -= dnll[r];
 	}
 	return 0;

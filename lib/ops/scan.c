@@ -290,6 +290,148 @@ typedef struct {
 	float *buf;      /* [Q][P][N] the states after each token of one chunk */
 } scan_head_grad;
 
+/* One token of the scan's backward (scan_head_backward): with ds the
+ * gradient of s_t on entry, adds dy⊗C to it, accumulates dC, dx, dB, and
+ * returns Σ ds⊙s_{t-1} (dda), xᵀ·ds·B (ddt) and dyᵀx (dD) of this token;
+ * leaves a_t·ds (the gradient of s_{t-1}). dy, C, dC are NULL when the
+ * output was not used. One pass over each row of the state. */
+typedef struct {
+	int P, N;
+	float *ds;                     /* [P][N] in/out */
+	const float *st, *sp;          /* [P][N] s_t and s_{t-1} */
+	const float *x, *B, *C, *dy;   /* [P], [N], [N], [P] */
+	float *dx, *dB, *dC;           /* [P], [N], [N] += */
+	float D, dt, dA;
+	double dda, ddt, dD;           /* out */
+} scan_token_grad;
+
+static void token_backward_generic(scan_token_grad *k)
+{
+	const int P = k->P, N = k->N;
+	double dda = 0.0, ddt = 0.0, dD = 0.0;
+	int p, n;
+
+	for (p = 0; p < P; p++) {
+		float *ds = k->ds + (size_t)p * N;
+		const float *sr = k->st + (size_t)p * N, *spr = k->sp + (size_t)p * N;
+		double dsB = 0.0;
+		if (k->dy) {
+			const float dy = k->dy[p];
+			dD += (double)dy * k->x[p];
+			k->dx[p] += k->D * dy;
+			for (n = 0; n < N; n++) {
+				ds[n] += dy * k->C[n];
+				k->dC[n] += dy * sr[n];
+			}
+		}
+		for (n = 0; n < N; n++) {
+			dsB += (double)ds[n] * k->B[n];
+			k->dB[n] += k->dt * ds[n] * k->x[p];
+			dda += (double)ds[n] * spr[n];
+			ds[n] *= k->dA;
+		}
+		k->dx[p] += (float)(k->dt * dsB);
+		ddt += dsB * k->x[p];
+	}
+	k->dda = dda, k->ddt = ddt, k->dD = dD;
+}
+
+#ifdef HAVE_X86_KERNEL
+/* N % 8 == 0: token_backward_generic, 8 lanes, the sums in f32 per row. */
+__attribute__((target("avx2,fma")))
+static void token_backward_avx2(scan_token_grad *k)
+{
+	const int P = k->P, N = k->N;
+	const __m256 dA = _mm256_set1_ps(k->dA);
+	__m256 dda = _mm256_setzero_ps();
+	double ddt = 0.0, dD = 0.0;
+	int p, n;
+
+	for (p = 0; p < P; p++) {
+		float *ds = k->ds + (size_t)p * N;
+		const float *sr = k->st + (size_t)p * N, *spr = k->sp + (size_t)p * N;
+		const __m256 xdt = _mm256_set1_ps(k->dt * k->x[p]);
+		const __m256 dy = _mm256_set1_ps(k->dy ? k->dy[p] : 0.0f);
+		__m256 acc = _mm256_setzero_ps();
+		for (n = 0; n < N; n += 8) {
+			__m256 v = _mm256_loadu_ps(ds + n);
+			if (k->dy) {
+				v = _mm256_fmadd_ps(dy, _mm256_loadu_ps(k->C + n), v);
+				_mm256_storeu_ps(k->dC + n, _mm256_fmadd_ps(dy, _mm256_loadu_ps(sr + n),
+									   _mm256_loadu_ps(k->dC + n)));
+			}
+			acc = _mm256_fmadd_ps(v, _mm256_loadu_ps(k->B + n), acc);
+			_mm256_storeu_ps(k->dB + n, _mm256_fmadd_ps(xdt, v, _mm256_loadu_ps(k->dB + n)));
+			dda = _mm256_fmadd_ps(v, _mm256_loadu_ps(spr + n), dda);
+			_mm256_storeu_ps(ds + n, _mm256_mul_ps(v, dA));
+		}
+		const double dsB = hsum256(acc);
+		if (k->dy) {
+			dD += (double)k->dy[p] * k->x[p];
+			k->dx[p] += k->D * k->dy[p];
+		}
+		k->dx[p] += (float)(k->dt * dsB);
+		ddt += dsB * k->x[p];
+	}
+	k->dda = hsum256(dda), k->ddt = ddt, k->dD = dD;
+}
+
+/* N % 16 == 0: the same, 16 lanes. */
+__attribute__((target("avx512f")))
+static void token_backward_avx512(scan_token_grad *k)
+{
+	const int P = k->P, N = k->N;
+	const __m512 dA = _mm512_set1_ps(k->dA);
+	__m512 dda = _mm512_setzero_ps();
+	double ddt = 0.0, dD = 0.0;
+	int p, n;
+
+	for (p = 0; p < P; p++) {
+		float *ds = k->ds + (size_t)p * N;
+		const float *sr = k->st + (size_t)p * N, *spr = k->sp + (size_t)p * N;
+		const __m512 xdt = _mm512_set1_ps(k->dt * k->x[p]);
+		const __m512 dy = _mm512_set1_ps(k->dy ? k->dy[p] : 0.0f);
+		__m512 acc = _mm512_setzero_ps();
+		for (n = 0; n < N; n += 16) {
+			__m512 v = _mm512_loadu_ps(ds + n);
+			if (k->dy) {
+				v = _mm512_fmadd_ps(dy, _mm512_loadu_ps(k->C + n), v);
+				_mm512_storeu_ps(k->dC + n, _mm512_fmadd_ps(dy, _mm512_loadu_ps(sr + n),
+									   _mm512_loadu_ps(k->dC + n)));
+			}
+			acc = _mm512_fmadd_ps(v, _mm512_loadu_ps(k->B + n), acc);
+			_mm512_storeu_ps(k->dB + n, _mm512_fmadd_ps(xdt, v, _mm512_loadu_ps(k->dB + n)));
+			dda = _mm512_fmadd_ps(v, _mm512_loadu_ps(spr + n), dda);
+			_mm512_storeu_ps(ds + n, _mm512_mul_ps(v, dA));
+		}
+		const double dsB = _mm512_reduce_add_ps(acc);
+		if (k->dy) {
+			dD += (double)k->dy[p] * k->x[p];
+			k->dx[p] += k->D * k->dy[p];
+		}
+		k->dx[p] += (float)(k->dt * dsB);
+		ddt += dsB * k->x[p];
+	}
+	k->dda = _mm512_reduce_add_ps(dda), k->ddt = ddt, k->dD = dD;
+}
+#endif
+
+/* The widest kernel the CPU and N allow, as ss_scan_head chooses. */
+static void token_backward(scan_token_grad *k)
+{
+#ifdef HAVE_X86_KERNEL
+	if (k->N % 16 == 0 && __builtin_cpu_supports("avx512f")) {
+		token_backward_avx512(k);
+		return;
+	}
+	if (k->N % 8 == 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+		token_backward_avx2(k);
+		return;
+	}
+#endif
+	token_backward_generic(k);
+}
+
 /* s_t = a_t·s_{t-1} + dt_t·x_t⊗B_t, a_t = exp(dt_t·A);  y_t = s_t·C_t + D·x_t.
  * Backwards from the last token, with ds the gradient of s_t:
  *   ds += dy_t⊗C_t;  dC_t += dy_tᵀ·s_t;  dx_t += D·dy_t + dt_t·ds·B_t;
@@ -305,7 +447,7 @@ static void scan_head_backward(const ss_scan_head_args *a, const float *s0, scan
 	const int64_t nck = (a->n + Q - 1) / Q;
 	double dtsum = 0.0;
 	int64_t c, t;
-	int i, p, n;
+	int i;
 
 	g->dA = g->dD = 0.0;
 	if (a->n == 0)
@@ -320,7 +462,7 @@ static void scan_head_backward(const ss_scan_head_args *a, const float *s0, scan
 		f.y = NULL;
 		f.s = g->ck + c * PN;
 		memcpy(f.s, g->ck + (c - 1) * PN, PN * sizeof(float));
-		scan_head_generic(&f);
+		ss_scan_head(&f);
 	}
 	for (c = nck - 1; c >= 0; c--) {
 		const int64_t t0 = c * Q;
@@ -334,44 +476,27 @@ static void scan_head_backward(const ss_scan_head_args *a, const float *s0, scan
 			f.y = NULL;
 			f.s = g->buf + i * PN;
 			memcpy(f.s, i ? g->buf + (i - 1) * PN : g->ck + c * PN, PN * sizeof(float));
-			scan_head_generic(&f);
+			ss_scan_head(&f);
 		}
 		for (i = q - 1; i >= 0; i--) {
 			const float *st = g->buf + i * PN, *sp = i ? g->buf + (i - 1) * PN : g->ck + c * PN;
 			const float dt = a->dt[(t0 + i) * a->lddt], dA = expf(dt * a->A);
-			const float *x = a->x + (t0 + i) * a->ldx, *B = a->B + (t0 + i) * a->ldb;
-			float *dx = g->dx + (t0 + i) * a->ldx, *dB = g->dB + (t0 + i) * a->ldb;
-			double dda = 0.0, ddt = 0.0;
+			scan_token_grad k = {
+				.P = P, .N = N, .ds = g->ds, .st = st, .sp = sp,
+				.x = a->x + (t0 + i) * a->ldx, .B = a->B + (t0 + i) * a->ldb,
+				.dx = g->dx + (t0 + i) * a->ldx, .dB = g->dB + (t0 + i) * a->ldb,
+				.D = a->D, .dt = dt, .dA = dA,
+			};
 			t = t0 + i;
 			if (g->dy) {
-				const float *dy = g->dy + t * a->ldy, *C = a->C + t * a->ldc;
-				float *dC = g->dC + t * a->ldc;
-				for (p = 0; p < P; p++) {
-					float *ds = g->ds + (size_t)p * N;
-					const float *sr = st + (size_t)p * N;
-					g->dD += (double)dy[p] * x[p];
-					dx[p] += a->D * dy[p];
-					for (n = 0; n < N; n++) {
-						ds[n] += dy[p] * C[n];
-						dC[n] += dy[p] * sr[n];
-					}
-				}
+				k.dy = g->dy + t * a->ldy;
+				k.C = a->C + t * a->ldc;
+				k.dC = g->dC + t * a->ldc;
 			}
-			for (p = 0; p < P; p++) {
-				float *ds = g->ds + (size_t)p * N;
-				const float *spr = sp + (size_t)p * N;
-				double dsB = 0.0;
-				for (n = 0; n < N; n++) {
-					dsB += (double)ds[n] * B[n];
-					dB[n] += dt * ds[n] * x[p];
-					dda += (double)ds[n] * spr[n];
-					ds[n] *= dA;
-				}
-				dx[p] += (float)(dt * dsB);
-				ddt += dsB * x[p];
-			}
-			g->ddt[t * a->lddt] += (float)(ddt + dda * a->A * dA + (double)g->dlogdecay * a->A);
-			g->dA += dda * dt * dA;
+			token_backward(&k);
+			g->dD += k.dD;
+			g->ddt[t * a->lddt] += (float)(k.ddt + k.dda * a->A * dA + (double)g->dlogdecay * a->A);
+			g->dA += k.dda * dt * dA;
 			dtsum += dt;
 		}
 	}
