@@ -360,12 +360,12 @@ static void scan_task(void *arg, int64_t i, int thread)
 	if (s->n >= SCAN_CHUNKED_MIN) {
 		double *dtsum = ctx->scan_dtsum + (size_t)thread * c->nheads;
 		const ss_scan_chunked_args a = {
-			.n = s->n, .nh = ctx->scan_hb, .P = c->headdim, .N = c->d_state,
+			.n = s->n, .nheads = ctx->scan_hb, .headdim = c->headdim, .d_state = c->d_state,
 			.x = xbc + (size_t)h0 * c->headdim, .ldx = c->conv_dim,
 			.B = B, .ldb = c->conv_dim, .C = C, .ldc = c->conv_dim,
 			.dt = ctx->DT + s->row0 * c->nheads + h0, .lddt = c->nheads,
 			.A = ctx->A + (size_t)l * c->nheads + h0, .D = layer->D + h0,
-			.s = s->st->ssm + ((size_t)l * c->nheads + h0) * hs,
+			.ssm = s->st->ssm + ((size_t)l * c->nheads + h0) * hs,
 			.y = y, .ldy = c->d_inner, .dtsum = dtsum,
 			.work = ctx->scan_work + (size_t)thread * ctx->scan_work_len,
 		};

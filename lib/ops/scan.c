@@ -32,7 +32,7 @@
 
 static double scan_head_generic(const ss_scan_head_args *a)
 {
-	const int P = a->P, N = a->N;
+	const int P = a->headdim, N = a->d_state;
 	double dtsum = 0.0;
 	int64_t t;
 	int p, n;
@@ -47,7 +47,7 @@ static double scan_head_generic(const ss_scan_head_args *a)
 			const float *C = a->C + t * a->ldc;
 			float *y = a->y + t * a->ldy;
 			for (p = 0; p < P; p++) {
-				float *s = a->s + (size_t)p * N;
+				float *s = a->ssm + (size_t)p * N;
 				const float xdt = x[p] * dt;
 				float acc = 0.0f;
 				for (n = 0; n < N; n++) {
@@ -58,7 +58,7 @@ static double scan_head_generic(const ss_scan_head_args *a)
 			}
 		} else {
 			for (p = 0; p < P; p++) {
-				float *s = a->s + (size_t)p * N;
+				float *s = a->ssm + (size_t)p * N;
 				const float xdt = x[p] * dt;
 				for (n = 0; n < N; n++)
 					s[n] = s[n] * dA + xdt * B[n];
@@ -84,7 +84,7 @@ static inline float hsum256(__m256 v)
 __attribute__((target("avx2,fma")))
 static double scan_head_avx2(const ss_scan_head_args *a)
 {
-	const int P = a->P, N = a->N;
+	const int P = a->headdim, N = a->d_state;
 	double dtsum = 0.0;
 	int64_t t;
 	int p, n;
@@ -99,7 +99,7 @@ static double scan_head_avx2(const ss_scan_head_args *a)
 			const float *C = a->C + t * a->ldc;
 			float *y = a->y + t * a->ldy;
 			for (p = 0; p < P; p++) {
-				float *s = a->s + (size_t)p * N;
+				float *s = a->ssm + (size_t)p * N;
 				const __m256 xdt = _mm256_set1_ps(x[p] * dt);
 				__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
 				for (n = 0; n + 16 <= N; n += 16) {
@@ -121,7 +121,7 @@ static double scan_head_avx2(const ss_scan_head_args *a)
 			}
 		} else {
 			for (p = 0; p < P; p++) {
-				float *s = a->s + (size_t)p * N;
+				float *s = a->ssm + (size_t)p * N;
 				const __m256 xdt = _mm256_set1_ps(x[p] * dt);
 				for (n = 0; n < N; n += 8) {
 					__m256 s0 = _mm256_loadu_ps(s + n);
@@ -138,7 +138,7 @@ static double scan_head_avx2(const ss_scan_head_args *a)
 __attribute__((target("avx512f")))
 static double scan_head_avx512(const ss_scan_head_args *a)
 {
-	const int P = a->P, N = a->N;
+	const int P = a->headdim, N = a->d_state;
 	double dtsum = 0.0;
 	int64_t t;
 	int p, n;
@@ -153,7 +153,7 @@ static double scan_head_avx512(const ss_scan_head_args *a)
 			const float *C = a->C + t * a->ldc;
 			float *y = a->y + t * a->ldy;
 			for (p = 0; p < P; p++) {
-				float *s = a->s + (size_t)p * N;
+				float *s = a->ssm + (size_t)p * N;
 				const __m512 xdt = _mm512_set1_ps(x[p] * dt);
 				__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
 				for (n = 0; n + 32 <= N; n += 32) {
@@ -175,7 +175,7 @@ static double scan_head_avx512(const ss_scan_head_args *a)
 			}
 		} else {
 			for (p = 0; p < P; p++) {
-				float *s = a->s + (size_t)p * N;
+				float *s = a->ssm + (size_t)p * N;
 				const __m512 xdt = _mm512_set1_ps(x[p] * dt);
 				for (n = 0; n < N; n += 16) {
 					__m512 s0 = _mm512_loadu_ps(s + n);
@@ -192,9 +192,9 @@ static double scan_head_avx512(const ss_scan_head_args *a)
 double ss_scan_head(const ss_scan_head_args *a)
 {
 #ifdef HAVE_X86_KERNEL
-	if (a->N % 16 == 0 && __builtin_cpu_supports("avx512f"))
+	if (a->d_state % 16 == 0 && __builtin_cpu_supports("avx512f"))
 		return scan_head_avx512(a);
-	if (a->N % 8 == 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+	if (a->d_state % 8 == 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
 		return scan_head_avx2(a);
 #endif
 	return scan_head_generic(a);
@@ -239,13 +239,13 @@ static int scan_batch(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
 		for (h = 0; h < d->nheads; h++) {
 			const int g = h / hpg;
 			ss_scan_head_args a = {
-				.n = n, .P = d->headdim, .N = d->d_state,
+				.n = n, .headdim = d->headdim, .d_state = d->d_state,
 				.x = x + r0 * ldx + (ptrdiff_t)h * d->headdim, .ldx = ldx,
 				.B = B + r0 * ldb + (ptrdiff_t)g * d->d_state, .ldb = ldb,
 				.C = y ? C + r0 * ldc + (ptrdiff_t)g * d->d_state : NULL, .ldc = ldc,
 				.dt = dt + r0 * lddt + h, .lddt = lddt,
 				.A = -expf(A_log[h]), .D = D ? D[h] : 0.0f,
-				.s = ssm + s * ld_ssm + (size_t)h * hs,
+				.ssm = ssm + s * ld_ssm + (size_t)h * hs,
 				.y = y ? y + r0 * ldy + (ptrdiff_t)h * d->headdim : NULL, .ldy = ldy,
 			};
 			const double dtsum = ss_scan_head(&a);
@@ -442,7 +442,7 @@ static void token_backward(scan_token_grad *k)
  * A·Σdt, so each ddt_t gets dlogdecay·A and dA gets dlogdecay·Σdt. */
 static void scan_head_backward(const ss_scan_head_args *a, const float *s0, scan_head_grad *g)
 {
-	const int P = a->P, N = a->N, Q = SS_SCAN_CHUNK;
+	const int P = a->headdim, N = a->d_state, Q = SS_SCAN_CHUNK;
 	const size_t PN = (size_t)P * N;
 	const int64_t nck = (a->n + Q - 1) / Q;
 	double dtsum = 0.0;
@@ -460,8 +460,8 @@ static void scan_head_backward(const ss_scan_head_args *a, const float *s0, scan
 		f.B += (c - 1) * Q * a->ldb;
 		f.dt += (c - 1) * Q * a->lddt;
 		f.y = NULL;
-		f.s = g->ck + c * PN;
-		memcpy(f.s, g->ck + (c - 1) * PN, PN * sizeof(float));
+		f.ssm = g->ck + c * PN;
+		memcpy(f.ssm, g->ck + (c - 1) * PN, PN * sizeof(float));
 		ss_scan_head(&f);
 	}
 	for (c = nck - 1; c >= 0; c--) {
@@ -474,8 +474,8 @@ static void scan_head_backward(const ss_scan_head_args *a, const float *s0, scan
 			f.B += (t0 + i) * a->ldb;
 			f.dt += (t0 + i) * a->lddt;
 			f.y = NULL;
-			f.s = g->buf + i * PN;
-			memcpy(f.s, i ? g->buf + (i - 1) * PN : g->ck + c * PN, PN * sizeof(float));
+			f.ssm = g->buf + i * PN;
+			memcpy(f.ssm, i ? g->buf + (i - 1) * PN : g->ck + c * PN, PN * sizeof(float));
 			ss_scan_head(&f);
 		}
 		for (i = q - 1; i >= 0; i--) {
@@ -537,7 +537,7 @@ int ss_ssm_scan_backward_cpu(const ss_scan_dims *d, const int64_t *seq_start, in
 			const ptrdiff_t bo = r0 * ldb + (ptrdiff_t)g * d->d_state;
 			const ptrdiff_t co = r0 * ldc + (ptrdiff_t)g * d->d_state;
 			const ss_scan_head_args a = {
-				.n = n, .P = d->headdim, .N = d->d_state,
+				.n = n, .headdim = d->headdim, .d_state = d->d_state,
 				.x = x + xo, .ldx = ldx, .B = B + bo, .ldb = ldb,
 				.C = dy ? C + co : NULL, .ldc = ldc,
 				.dt = dt + r0 * lddt + h, .lddt = lddt,

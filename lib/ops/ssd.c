@@ -11,10 +11,10 @@
 #include "ops/scan.h"
 #include "vec.h"
 
-size_t ss_scan_chunked_work(int nh, int P)
+size_t ss_scan_chunked_work(int nheads, int headdim)
 {
 	const size_t Q = SS_SCAN_CHUNK;
-	return 2 * Q * Q + Q * (size_t)nh * (size_t)P + 4 * Q;
+	return 2 * Q * Q + Q * (size_t)nheads * (size_t)headdim + 4 * Q;
 }
 
 /* Per chunk of q rows, with dA_i = exp(dt_i·A) and L_ij = dA_{j+1}···dA_i
@@ -26,7 +26,7 @@ size_t ss_scan_chunked_work(int nh, int P)
  * is the state update (the weighted x of all heads side by side). */
 void ss_scan_chunked(const ss_scan_chunked_args *a)
 {
-	const int Q = SS_SCAN_CHUNK, P = a->P, N = a->N, nh = a->nh, HP = nh * P;
+	const int Q = SS_SCAN_CHUNK, P = a->headdim, N = a->d_state, nh = a->nheads, HP = nh * P;
 	float *G = a->work, *M = G + Q * Q, *Xw = M + Q * Q, *Ld = Xw + (size_t)Q * HP;
 	float *e = Ld + Q, *dA = e + Q, *dt = dA + Q;
 	int64_t t0;
@@ -44,7 +44,7 @@ void ss_scan_chunked(const ss_scan_chunked_args *a)
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q, q, N, 1.0f, C,
 				    (blasint)a->ldc, B, (blasint)a->ldb, 0.0f, G, Q);
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q, HP, N, 1.0f, C,
-				    (blasint)a->ldc, a->s, N, 0.0f, y, (blasint)a->ldy);
+				    (blasint)a->ldc, a->ssm, N, 0.0f, y, (blasint)a->ldy);
 		}
 		for (k = 0; k < nh; k++) {
 			const float *xk = x + k * P;
@@ -76,10 +76,10 @@ void ss_scan_chunked(const ss_scan_chunked_args *a)
 			/* Ld is now row q-1: the weights to the chunk's end */
 			for (j = 0; j < q; j++)
 				ss_vec_scale(Xw + (size_t)j * HP + k * P, xk + j * a->ldx, Ld[j], P);
-			ss_vec_scale(a->s + (size_t)k * P * N, a->s + (size_t)k * P * N, e[q - 1],
+			ss_vec_scale(a->ssm + (size_t)k * P * N, a->ssm + (size_t)k * P * N, e[q - 1],
 				     (int64_t)P * N);
 		}
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, HP, N, q, 1.0f, Xw, HP, B,
-			    (blasint)a->ldb, 1.0f, a->s, N);
+			    (blasint)a->ldb, 1.0f, a->ssm, N);
 	}
 }
