@@ -9,19 +9,8 @@ LC_ALL=C; export LC_ALL
 B="$SS_TOP/$SS_BUILD"
 for p in gen/mkdb gen/mkmodel; do [ -x "$B/$p" ] || { echo "no $B/$p (run make)"; exit 77; }; done
 TOK="$SS_TOP/tests/fuzz/tiny-tokenizer.json"
-t=$(mktemp -d) || exit 1
-trap 'rm -rf "$t"' EXIT
-cd "$t" || exit 1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-# expect CODE CMD...: runs CMD (stdout out, stderr err), checks the exit code.
-expect() {
-	want=$1; shift
-	"$@" >out 2>err
-	got=$?
-	[ "$got" -eq "$want" ] || { fail "'$*' exited $got, want $want"; sed 's/^/    /' err | head -5; }
-}
-has() { grep -q -- "$2" "$1" || { fail "$1 lacks '$2'"; sed 's/^/    /' "$1" | head -5; }; }
+# The scratch directory ($T, the current one), fail, expect CODE CMD..., has FILE REGEX.
+. "$SS_TOP/tests/util/retrieve.sh"
 
 # --- 1. a skippable frame running past the end is an error, not a clean end
 printf 'a\tthe quick brown fox\nb\tlazy dog\nc\tocean\n' | "$B/gen/mkdb" d.tokens d.states
@@ -116,4 +105,4 @@ ss-retrieve query --index old.db --out-dir qd <batch.jsonl >out 2>err
 has err "query miss: no document matched"
 [ "$(ls qd | tr '\n' ' ')" = "hit.states miss.states " ] || fail "batch outputs: $(ls qd)"
 
-[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+done_checks

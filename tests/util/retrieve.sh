@@ -1,4 +1,4 @@
-# tests/util/retrieve.sh — sourced by the ss-retrieve CLI tests (tests/cli/retrieve*.sh, set -u):
+# tests/util/retrieve.sh — sourced by the ss-retrieve CLI tests (tests/cli/retrieve*.sh) and cli/hardening.sh (set -u):
 # checks build/gen/mkdb ("ID<TAB>TEXT" lines -> token + state streams with small random states;
 # $mkdb, absolute) and ss-retrieve on PATH (else exit 77), moves to a scratch directory ($T,
 # removed at exit) and defines the checks: fail MSG; expect CODE CMD... (stdout to out, stderr
