@@ -271,7 +271,6 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 	arrays_t arr = {0};
 	msgpack_packer pk;
 	msgpack_packer_init(&pk, &b, buf_write);
-	buf_reserve(&b, 4096);
 	int q8 = s->dtype == SS_DTYPE_Q8;
 	size_t nsc[2] = {0, 0}, qrow[2] = {0, 0}, qblk[2] = {0, 0};
 	float *sc[2] = {NULL, NULL};
@@ -291,6 +290,7 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 				return SS_ERR_INVALID;
 			}
 	}
+	buf_reserve(&b, 4096); /* after the checks above: they return without freeing b */
 	int shuf = (s->dtype == SS_DTYPE_F16 || s->dtype == SS_DTYPE_BF16) && ss_writer_shuffles(w);
 	int n_keys = 16 + 2 * q8 + shuf + (s->mode != NULL) + 2 * (s->has_rank != 0);
 	pk_header(&pk, SS_FORMAT_STATES, n_keys, s->id);

@@ -953,7 +953,8 @@ static void test_q8_corrupt(void **ctx)
 		msgpack_packer pk;
 		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
 		pack_state_head(&pk, 18, dims);
-		float sc[2] = { 0.25f, cases[c].scale }, ld = -1;
+		/* conv's scale, then room for up to two ssm scales */
+		float sc[3] = { 0.25f, cases[c].scale, cases[c].scale }, ld = -1;
 		signed char codes[3] = { 1, -2, 3 };
 		msgpack_pack_str_with_body(&pk, "conv_scale", 10);
 		msgpack_pack_bin_with_body(&pk, sc, 4);
