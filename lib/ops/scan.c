@@ -68,6 +68,21 @@ static double scan_head_generic(const ss_scan_head_args *a)
 	return dtsum;
 }
 
+/* One token of the scan's backward (scan_head_backward): with ds the
+ * gradient of s_t on entry, adds dy⊗C to it, accumulates dC, dx, dB, and
+ * returns Σ ds⊙s_{t-1} (dda), xᵀ·ds·B (ddt) and dyᵀx (dD) of this token;
+ * leaves a_t·ds (the gradient of s_{t-1}). dy, C, dC are NULL when the
+ * output was not used. One pass over each row of the state. */
+typedef struct {
+	int P, N;
+	float *ds;                     /* [P][N] in/out */
+	const float *st, *sp;          /* [P][N] s_t and s_{t-1} */
+	const float *x, *B, *C, *dy;   /* [P], [N], [N], [P] */
+	float *dx, *dB, *dC;           /* [P], [N], [N] += */
+	float D, dt, dA;
+	double dda, ddt, dD;           /* out */
+} scan_token_grad;
+
 #ifdef HAVE_X86_KERNEL
 __attribute__((target("avx2,fma")))
 static inline float hsum256(__m256 v)
@@ -79,114 +94,35 @@ static inline float hsum256(__m256 v)
 	return _mm_cvtss_f32(lo);
 }
 
-/* N % 8 == 0. Two accumulators for the read-out break the FMA dependency
- * chain when N >= 16. */
-__attribute__((target("avx2,fma")))
-static double scan_head_avx2(const ss_scan_head_args *a)
-{
-	const int P = a->headdim, N = a->d_state;
-	double dtsum = 0.0;
-	int64_t t;
-	int p, n;
+/* The AVX2 and AVX-512 kernels (scan_head_*, token_backward_*): one text,
+ * ops/scan_simd.h, over each width's names. */
+#define SIMD_NAME(f) f##_avx2
+#define SIMD_TARGET __attribute__((target("avx2,fma")))
+#define SIMD_W 8
+#define vf __m256
+#define VSET1 _mm256_set1_ps
+#define VZERO _mm256_setzero_ps
+#define VLOAD _mm256_loadu_ps
+#define VSTORE _mm256_storeu_ps
+#define VFMA _mm256_fmadd_ps
+#define VMUL _mm256_mul_ps
+#define VADD _mm256_add_ps
+#define VHSUM hsum256
+#include "ops/scan_simd.h"
 
-	for (t = 0; t < a->n; t++) {
-		const float dt = a->dt[t * a->lddt];
-		const __m256 dA = _mm256_set1_ps(expf(dt * a->A));
-		const float *x = a->x + t * a->ldx;
-		const float *B = a->B + t * a->ldb;
-		dtsum += dt;
-		if (a->y) {
-			const float *C = a->C + t * a->ldc;
-			float *y = a->y + t * a->ldy;
-			for (p = 0; p < P; p++) {
-				float *s = a->ssm + (size_t)p * N;
-				const __m256 xdt = _mm256_set1_ps(x[p] * dt);
-				__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-				for (n = 0; n + 16 <= N; n += 16) {
-					__m256 s0 = _mm256_loadu_ps(s + n), s1 = _mm256_loadu_ps(s + n + 8);
-					s0 = _mm256_fmadd_ps(xdt, _mm256_loadu_ps(B + n), _mm256_mul_ps(s0, dA));
-					s1 = _mm256_fmadd_ps(xdt, _mm256_loadu_ps(B + n + 8), _mm256_mul_ps(s1, dA));
-					_mm256_storeu_ps(s + n, s0);
-					_mm256_storeu_ps(s + n + 8, s1);
-					acc0 = _mm256_fmadd_ps(s0, _mm256_loadu_ps(C + n), acc0);
-					acc1 = _mm256_fmadd_ps(s1, _mm256_loadu_ps(C + n + 8), acc1);
-				}
-				for (; n < N; n += 8) {
-					__m256 s0 = _mm256_loadu_ps(s + n);
-					s0 = _mm256_fmadd_ps(xdt, _mm256_loadu_ps(B + n), _mm256_mul_ps(s0, dA));
-					_mm256_storeu_ps(s + n, s0);
-					acc0 = _mm256_fmadd_ps(s0, _mm256_loadu_ps(C + n), acc0);
-				}
-				y[p] = hsum256(_mm256_add_ps(acc0, acc1)) + a->D * x[p];
-			}
-		} else {
-			for (p = 0; p < P; p++) {
-				float *s = a->ssm + (size_t)p * N;
-				const __m256 xdt = _mm256_set1_ps(x[p] * dt);
-				for (n = 0; n < N; n += 8) {
-					__m256 s0 = _mm256_loadu_ps(s + n);
-					s0 = _mm256_fmadd_ps(xdt, _mm256_loadu_ps(B + n), _mm256_mul_ps(s0, dA));
-					_mm256_storeu_ps(s + n, s0);
-				}
-			}
-		}
-	}
-	return dtsum;
-}
-
-/* N % 16 == 0. Same as the AVX2 kernel, one 512-bit vector per step. */
-__attribute__((target("avx512f")))
-static double scan_head_avx512(const ss_scan_head_args *a)
-{
-	const int P = a->headdim, N = a->d_state;
-	double dtsum = 0.0;
-	int64_t t;
-	int p, n;
-
-	for (t = 0; t < a->n; t++) {
-		const float dt = a->dt[t * a->lddt];
-		const __m512 dA = _mm512_set1_ps(expf(dt * a->A));
-		const float *x = a->x + t * a->ldx;
-		const float *B = a->B + t * a->ldb;
-		dtsum += dt;
-		if (a->y) {
-			const float *C = a->C + t * a->ldc;
-			float *y = a->y + t * a->ldy;
-			for (p = 0; p < P; p++) {
-				float *s = a->ssm + (size_t)p * N;
-				const __m512 xdt = _mm512_set1_ps(x[p] * dt);
-				__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-				for (n = 0; n + 32 <= N; n += 32) {
-					__m512 s0 = _mm512_loadu_ps(s + n), s1 = _mm512_loadu_ps(s + n + 16);
-					s0 = _mm512_fmadd_ps(xdt, _mm512_loadu_ps(B + n), _mm512_mul_ps(s0, dA));
-					s1 = _mm512_fmadd_ps(xdt, _mm512_loadu_ps(B + n + 16), _mm512_mul_ps(s1, dA));
-					_mm512_storeu_ps(s + n, s0);
-					_mm512_storeu_ps(s + n + 16, s1);
-					acc0 = _mm512_fmadd_ps(s0, _mm512_loadu_ps(C + n), acc0);
-					acc1 = _mm512_fmadd_ps(s1, _mm512_loadu_ps(C + n + 16), acc1);
-				}
-				for (; n < N; n += 16) {
-					__m512 s0 = _mm512_loadu_ps(s + n);
-					s0 = _mm512_fmadd_ps(xdt, _mm512_loadu_ps(B + n), _mm512_mul_ps(s0, dA));
-					_mm512_storeu_ps(s + n, s0);
-					acc0 = _mm512_fmadd_ps(s0, _mm512_loadu_ps(C + n), acc0);
-				}
-				y[p] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + a->D * x[p];
-			}
-		} else {
-			for (p = 0; p < P; p++) {
-				float *s = a->ssm + (size_t)p * N;
-				const __m512 xdt = _mm512_set1_ps(x[p] * dt);
-				for (n = 0; n < N; n += 16) {
-					__m512 s0 = _mm512_loadu_ps(s + n);
-					s0 = _mm512_fmadd_ps(xdt, _mm512_loadu_ps(B + n), _mm512_mul_ps(s0, dA));
-					_mm512_storeu_ps(s + n, s0);
-				}
-			}
-		}
-	}
-	return dtsum;
-}
+#define SIMD_NAME(f) f##_avx512
+#define SIMD_TARGET __attribute__((target("avx512f")))
+#define SIMD_W 16
+#define vf __m512
+#define VSET1 _mm512_set1_ps
+#define VZERO _mm512_setzero_ps
+#define VLOAD _mm512_loadu_ps
+#define VSTORE _mm512_storeu_ps
+#define VFMA _mm512_fmadd_ps
+#define VMUL _mm512_mul_ps
+#define VADD _mm512_add_ps
+#define VHSUM _mm512_reduce_add_ps
+#include "ops/scan_simd.h"
 #endif
 
 double ss_scan_head(const ss_scan_head_args *a)
@@ -290,20 +226,6 @@ typedef struct {
 	float *buf;      /* [Q][P][N] the states after each token of one chunk */
 } scan_head_grad;
 
-/* One token of the scan's backward (scan_head_backward): with ds the
- * gradient of s_t on entry, adds dy⊗C to it, accumulates dC, dx, dB, and
- * returns Σ ds⊙s_{t-1} (dda), xᵀ·ds·B (ddt) and dyᵀx (dD) of this token;
- * leaves a_t·ds (the gradient of s_{t-1}). dy, C, dC are NULL when the
- * output was not used. One pass over each row of the state. */
-typedef struct {
-	int P, N;
-	float *ds;                     /* [P][N] in/out */
-	const float *st, *sp;          /* [P][N] s_t and s_{t-1} */
-	const float *x, *B, *C, *dy;   /* [P], [N], [N], [P] */
-	float *dx, *dB, *dC;           /* [P], [N], [N] += */
-	float D, dt, dA;
-	double dda, ddt, dD;           /* out */
-} scan_token_grad;
 
 static void token_backward_generic(scan_token_grad *k)
 {
@@ -336,85 +258,6 @@ static void token_backward_generic(scan_token_grad *k)
 	k->dda = dda, k->ddt = ddt, k->dD = dD;
 }
 
-#ifdef HAVE_X86_KERNEL
-/* N % 8 == 0: token_backward_generic, 8 lanes, the sums in f32 per row. */
-__attribute__((target("avx2,fma")))
-static void token_backward_avx2(scan_token_grad *k)
-{
-	const int P = k->P, N = k->N;
-	const __m256 dA = _mm256_set1_ps(k->dA);
-	__m256 dda = _mm256_setzero_ps();
-	double ddt = 0.0, dD = 0.0;
-	int p, n;
-
-	for (p = 0; p < P; p++) {
-		float *ds = k->ds + (size_t)p * N;
-		const float *sr = k->st + (size_t)p * N, *spr = k->sp + (size_t)p * N;
-		const __m256 xdt = _mm256_set1_ps(k->dt * k->x[p]);
-		const __m256 dy = _mm256_set1_ps(k->dy ? k->dy[p] : 0.0f);
-		__m256 acc = _mm256_setzero_ps();
-		for (n = 0; n < N; n += 8) {
-			__m256 v = _mm256_loadu_ps(ds + n);
-			if (k->dy) {
-				v = _mm256_fmadd_ps(dy, _mm256_loadu_ps(k->C + n), v);
-				_mm256_storeu_ps(k->dC + n, _mm256_fmadd_ps(dy, _mm256_loadu_ps(sr + n),
-									   _mm256_loadu_ps(k->dC + n)));
-			}
-			acc = _mm256_fmadd_ps(v, _mm256_loadu_ps(k->B + n), acc);
-			_mm256_storeu_ps(k->dB + n, _mm256_fmadd_ps(xdt, v, _mm256_loadu_ps(k->dB + n)));
-			dda = _mm256_fmadd_ps(v, _mm256_loadu_ps(spr + n), dda);
-			_mm256_storeu_ps(ds + n, _mm256_mul_ps(v, dA));
-		}
-		const double dsB = hsum256(acc);
-		if (k->dy) {
-			dD += (double)k->dy[p] * k->x[p];
-			k->dx[p] += k->D * k->dy[p];
-		}
-		k->dx[p] += (float)(k->dt * dsB);
-		ddt += dsB * k->x[p];
-	}
-	k->dda = hsum256(dda), k->ddt = ddt, k->dD = dD;
-}
-
-/* N % 16 == 0: the same, 16 lanes. */
-__attribute__((target("avx512f")))
-static void token_backward_avx512(scan_token_grad *k)
-{
-	const int P = k->P, N = k->N;
-	const __m512 dA = _mm512_set1_ps(k->dA);
-	__m512 dda = _mm512_setzero_ps();
-	double ddt = 0.0, dD = 0.0;
-	int p, n;
-
-	for (p = 0; p < P; p++) {
-		float *ds = k->ds + (size_t)p * N;
-		const float *sr = k->st + (size_t)p * N, *spr = k->sp + (size_t)p * N;
-		const __m512 xdt = _mm512_set1_ps(k->dt * k->x[p]);
-		const __m512 dy = _mm512_set1_ps(k->dy ? k->dy[p] : 0.0f);
-		__m512 acc = _mm512_setzero_ps();
-		for (n = 0; n < N; n += 16) {
-			__m512 v = _mm512_loadu_ps(ds + n);
-			if (k->dy) {
-				v = _mm512_fmadd_ps(dy, _mm512_loadu_ps(k->C + n), v);
-				_mm512_storeu_ps(k->dC + n, _mm512_fmadd_ps(dy, _mm512_loadu_ps(sr + n),
-									   _mm512_loadu_ps(k->dC + n)));
-			}
-			acc = _mm512_fmadd_ps(v, _mm512_loadu_ps(k->B + n), acc);
-			_mm512_storeu_ps(k->dB + n, _mm512_fmadd_ps(xdt, v, _mm512_loadu_ps(k->dB + n)));
-			dda = _mm512_fmadd_ps(v, _mm512_loadu_ps(spr + n), dda);
-			_mm512_storeu_ps(ds + n, _mm512_mul_ps(v, dA));
-		}
-		const double dsB = _mm512_reduce_add_ps(acc);
-		if (k->dy) {
-			dD += (double)k->dy[p] * k->x[p];
-			k->dx[p] += k->D * k->dy[p];
-		}
-		k->dx[p] += (float)(k->dt * dsB);
-		ddt += dsB * k->x[p];
-	}
-	k->dda = _mm512_reduce_add_ps(dda), k->ddt = ddt, k->dD = dD;
-}
-#endif
 
 /* The widest kernel the CPU and N allow, as ss_scan_head chooses. */
 static void token_backward(scan_token_grad *k)
