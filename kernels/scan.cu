@@ -211,11 +211,12 @@ __global__ void scan_backward_kernel(ss_scan_dims d, const int64_t *seq_start, i
 	}
 	for (int64_t t = 0; t < (nck - 1) * Q; t++) {
 		const int64_t r = r0 + t;
-		if (t % Q == 0)
+		if (t % Q == 0) {
 #pragma unroll
 			for (int j = 0; j < NJ; j++)
 				if (lane + 32 * j < N)
 					ck[(t / Q) * N + lane + 32 * j] = st[j];
+		}
 		const float dtv = dt[r * lddt + h];
 		scan_row_step<NJ>(st, expf(dtv * A), x[r * ldx + xo] * dtv, B + r * ldb + go, lane, N);
 	}
