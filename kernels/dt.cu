@@ -6,6 +6,19 @@
 
 #include "dt.cuh"
 
+/* softplus with torch's threshold 20 (the identity above it) */
+__device__ __forceinline__ float softplus20(float u)
+{
+	return u > 20.0f ? u : log1pf(expf(u));
+}
+
+/* whether the clamp to [dt_min, dt_max] (each when set) holds v: no
+ * gradient passes there */
+__device__ __forceinline__ bool dt_clamped(float v, float dt_min, float dt_max)
+{
+	return (isfinite(dt_max) && v > dt_max) || (dt_min > 0.0f && v < dt_min);
+}
+
 __global__ void dt_kernel(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t ldr,
 			  const float *dt_bias, int64_t n, int nheads, float dt_min, float dt_max)
 {
@@ -14,8 +27,7 @@ __global__ void dt_kernel(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t
 		return;
 	const int64_t r = i / nheads;
 	const int h = (int)(i % nheads);
-	const float u = raw[r * ldr + h] + dt_bias[h];
-	float v = u > 20.0f ? u : log1pf(expf(u));
+	float v = softplus20(raw[r * ldr + h] + dt_bias[h]);
 	if (isfinite(dt_max) && v > dt_max)
 		v = dt_max;
 	if (dt_min > 0.0f && v < dt_min)
@@ -49,8 +61,7 @@ __global__ void dt_proj_kernel(float *dt, ptrdiff_t lddt, const float *low, ptrd
 	float acc = 0.0f;
 	for (int k = 0; k < dt_rank; k++)
 		acc += w[k] * l[k];
-	const float u = acc + dt_bias[d];
-	dt[r * lddt + d] = u > 20.0f ? u : log1pf(expf(u));
+	dt[r * lddt + d] = softplus20(acc + dt_bias[d]);
 }
 
 extern "C" void ss_dt_proj_cuda(float *dt, ptrdiff_t lddt, const float *low, ptrdiff_t ldl,
@@ -77,8 +88,7 @@ __global__ void dt_backward_kernel(const float *ddt, ptrdiff_t lddt, const float
 	const int64_t r = i / nheads;
 	const int h = (int)(i % nheads);
 	const float u = raw[r * ldr + h] + dt_bias[h];
-	const float v = u > 20.0f ? u : log1pf(expf(u));
-	if ((isfinite(dt_max) && v > dt_max) || (dt_min > 0.0f && v < dt_min))
+	if (dt_clamped(softplus20(u), dt_min, dt_max))
 		return;
 	const float g = ddt[r * lddt + h] * (u > 20.0f ? 1.0f : ss_sigmoid(u));
 	if (draw)
