@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "device_plugin.h"
@@ -59,6 +60,28 @@ __device__ __forceinline__ float ss_block_sum(float v, float *sh)
 	__syncthreads();
 	v = lane < nw ? sh[lane] : 0.0f;
 	return ss_warp_sum(v);
+}
+
+/* Max over the block, as ss_block_sum. */
+__device__ __forceinline__ float ss_block_max(float v, float *sh)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int nw = (blockDim.x + 31) >> 5;
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	__syncthreads();
+	if (lane == 0)
+		sh[warp] = v;
+	__syncthreads();
+	v = lane < nw ? sh[lane] : -INFINITY;
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+__device__ __forceinline__ float ss_sigmoid(float x)
+{
+	return 1.0f / (1.0f + expf(-x));
 }
 
 __device__ __forceinline__ float ss_silu(float x)

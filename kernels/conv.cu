@@ -92,3 +92,93 @@ extern "C" void ss_conv1d_step_cuda(float *y, ptrdiff_t ldy, const float *x, ptr
 	ss_conv1d_silu_cuda(y, ldy, x, ldx, NULL, nseq, conv_state, ld_state, wt, ldw, b, nch,
 			    d_conv, st);
 }
+
+/* Backward of conv_kernel: one thread per (sequence, channel), the rows in
+ * order as on the CPU. The thread owns its channel's dx and dconv_state in
+ * its sequence (plain +=); dwt and db gather the sequences by atomicAdd
+ * once per thread. ext(j) is the sequence's input j: the old state's
+ * column j for j < K1, row j - K1 after. */
+__global__ void conv_backward_kernel(const float *dy, ptrdiff_t ldy, const float *x, float *dx,
+				     ptrdiff_t ldx, const int64_t *seq_start,
+				     const float *conv_state, float *dconv_state,
+				     ptrdiff_t ld_state, const float *wt, float *dwt,
+				     ptrdiff_t ldw, const float *b, float *db, int nch, int K)
+{
+	const int c = blockIdx.x * blockDim.x + threadIdx.x;
+	const int s = blockIdx.y;
+	const int K1 = K - 1;
+	float win[SS_CONV_BACKWARD_MAX], w[SS_CONV_BACKWARD_MAX], dw[SS_CONV_BACKWARD_MAX];
+	float g0[SS_CONV_BACKWARD_MAX];
+	float dbias = 0.0f;
+
+	if (c >= nch)
+		return;
+	const int64_t r0 = seq_start ? seq_start[s] : s;
+	const int64_t n = seq_start ? seq_start[s + 1] - r0 : 1;
+	if (n <= 0)
+		return;
+	const float *stc = conv_state + s * ld_state + (int64_t)c * K1;
+	float *dstc = dconv_state + s * ld_state + (int64_t)c * K1;
+	const float *xc = x + r0 * ldx + c;
+	float *dxc = dx + r0 * ldx + c;
+	for (int k = 0; k < K; k++) {
+		w[k] = wt[(int64_t)k * ldw + c];
+		dw[k] = 0.0f;
+		g0[k] = 0.0f;
+	}
+	/* the final state is ext(n .. n+K1) */
+	for (int k = 0; k < K1; k++) {
+		const int64_t j = n + k;
+		if (j >= K1)
+			dxc[(j - K1) * ldx] += dstc[k];
+		else
+			g0[j] += dstc[k];
+	}
+	for (int k = 0; k < K1; k++)
+		win[k] = stc[k];
+	const float bias = b[c];
+	for (int64_t t = 0; t < n; t++) {
+		win[K1] = xc[t * ldx];
+		float pre = bias;
+		for (int k = 0; k < K; k++)
+			pre += w[k] * win[k];
+		const float sg = ss_sigmoid(pre);
+		const float g = dy[(r0 + t) * ldy + c] * sg * (1.0f + pre * (1.0f - sg));
+		dbias += g;
+		for (int k = 0; k < K; k++) {
+			const int64_t j = t + k;
+			dw[k] += g * win[k];
+			if (j < K1)
+				g0[j] += g * w[k];
+			else
+				dxc[(j - K1) * ldx] += g * w[k];
+		}
+		for (int k = 0; k < K1; k++)
+			win[k] = win[k + 1];
+	}
+	for (int k = 0; k < K1; k++)
+		dstc[k] = g0[k];
+	for (int k = 0; k < K; k++)
+		atomicAdd(dwt + (int64_t)k * ldw + c, dw[k]);
+	atomicAdd(db + c, dbias);
+}
+
+extern "C" int ss_conv1d_silu_backward_cuda(const float *dy, ptrdiff_t ldy, const float *x,
+					    float *dx, ptrdiff_t ldx, const int64_t *seq_start,
+					    int nseq, const float *conv_state, float *dconv_state,
+					    ptrdiff_t ld_state, const float *wt, float *dwt,
+					    ptrdiff_t ldw, const float *b, float *db, int nch,
+					    int d_conv, cudaStream_t st)
+{
+	if (d_conv < 1 || d_conv > SS_CONV_BACKWARD_MAX || nch < 0 || nseq < 0) {
+		ss_cuda_note_msg("conv1d_backward", "d_conv outside [1, 16] or a negative count");
+		return SS_ERR_INVALID;
+	}
+	if (nseq == 0 || nch == 0)
+		return 0;
+	const dim3 grid(ss_cdiv(nch, CONV_THREADS), (unsigned)nseq);
+	conv_backward_kernel<<<grid, CONV_THREADS, 0, st>>>(dy, ldy, x, dx, ldx, seq_start,
+							    conv_state, dconv_state, ld_state, wt,
+							    dwt, ldw, b, db, nch, d_conv);
+	return SS_CUDA_LAUNCHED("conv1d_backward");
+}

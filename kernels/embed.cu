@@ -19,3 +19,23 @@ extern "C" void ss_embed_cuda(float *h, const void *emb, ss_dtype et, const int3
 	embed_kernel<<<(unsigned)n, 256, 0, st>>>(h, emb, et, tokens, d_model);
 	SS_CUDA_LAUNCHED("embed");
 }
+
+/* grid.x = rows; a token may repeat, hence atomicAdd (the order of the adds
+ * into a repeated row is not fixed) */
+__global__ void embed_backward_kernel(const float *dh, float *demb, const int32_t *tokens,
+				      int d_model)
+{
+	const int64_t r = blockIdx.x;
+	float *row = demb + (int64_t)tokens[r] * d_model;
+	for (int i = threadIdx.x; i < d_model; i += blockDim.x)
+		atomicAdd(row + i, dh[r * d_model + i]);
+}
+
+extern "C" void ss_embed_backward_cuda(const float *dh, float *demb, const int32_t *tokens,
+				       int64_t n, int d_model, cudaStream_t st)
+{
+	if (n <= 0 || d_model <= 0)
+		return;
+	embed_backward_kernel<<<(unsigned)n, 256, 0, st>>>(dh, demb, tokens, d_model);
+	SS_CUDA_LAUNCHED("embed_backward");
+}

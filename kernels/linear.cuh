@@ -28,3 +28,10 @@ extern "C" void ss_cuda_convert(void *dst, ss_dtype t, const float *src, int64_t
 /* Best seconds of `reps` linears of shape (M, N, K) with W in wt (random
  * data), after warm-up; < 0 on error. */
 extern "C" double ss_cuda_bench_linear(int64_t M, int64_t N, int64_t K, ss_dtype wt, int reps);
+
+/* Twin of ss_linear_backward_cpu (f32 W), on b's stream: dx[M][K] += dy·W and
+ * dW[N][K] += dyᵀ·x, two cublasSgemm with beta 1 (dx or dW NULL: skipped).
+ * Returns 0, SS_ERR_INVALID (sizes, strides) or SS_ERR_DEVICE. */
+extern "C" int ss_linear_backward_cuda(ss_cuda_blas *b, const float *dy, ptrdiff_t ldy,
+				       const float *x, float *dx, ptrdiff_t ldx, const float *W,
+				       float *dW, int64_t M, int64_t N, int64_t K);

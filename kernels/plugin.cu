@@ -17,6 +17,7 @@
 #include "embed.cuh"
 #include "forward.cuh"
 #include "linear.cuh"
+#include "loss.cuh"
 #include "norm.cuh"
 #include "scan1.cuh"
 #include "scan.cuh"
@@ -144,6 +145,14 @@ static const ss_cuda_api api = {
 	ss_gate_silu_cuda,
 	ss_cuda_backend_init,
 	ss_cuda_bench_linear,
+	ss_embed_backward_cuda,
+	ss_rmsnorm_backward_cuda,
+	ss_gated_rmsnorm_backward_cuda,
+	ss_linear_backward_cuda,
+	ss_conv1d_silu_backward_cuda,
+	ss_dt_softplus_backward_cuda,
+	ss_ssm_scan_backward_cuda,
+	ss_cross_entropy_backward_cuda,
 };
 
 extern "C" __attribute__((visibility("default"))) const ss_cuda_api *ss_cuda_plugin(uint32_t abi)

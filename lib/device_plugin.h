@@ -30,8 +30,9 @@ extern "C" {
 /* Bump when a function's signature or the meaning of an entry changes: the
  * layout check below sees where fields are, not what they mean. 2: the
  * table carries its layout list. 3: the forward pass is a backend
- * (backend.h) run by lib/forward.c, not fwd_* entries. */
-#define SS_CUDA_ABI 4
+ * (backend.h) run by lib/forward.c, not fwd_* entries. 5: the backward
+ * twins (embed_backward .. cross_entropy_backward). */
+#define SS_CUDA_ABI 5
 #define SS_CUDA_PLUGIN_SYMBOL "ss_cuda_plugin"
 
 /* One sizeof or offsetof of a type the plugin shares with libss, as the
@@ -140,7 +141,59 @@ typedef struct ss_cuda_api {
 	 * y[M][N] = x[M][K]·W[N][K]ᵀ with W in dtype wt (random data), after a
 	 * warm-up; < 0 on error. For the GEMM floor of bench/gpu.sh. */
 	double (*bench_linear)(int64_t M, int64_t N, int64_t K, ss_dtype wt, int reps);
+
+	/* Backward (training): ss_<op>_backward_cuda, the twins of the
+	 * ss_<op>_backward_cpu of ss_ops.h, same arguments and accumulation
+	 * (+=), then a stream (the linear: a handle). Sums over rows or
+	 * sequences into one gradient (dw, dB, ...) are atomicAdds: their
+	 * order, hence their last bits, vary from run to run. */
+	void (*embed_backward)(const float *dh, float *demb, const int32_t *tokens, int64_t n,
+			       int d_model, ss_cuda_stream st);
+	void (*rmsnorm_backward)(const float *dy, const float *h, float *dh, const float *w,
+				 float *dw, int64_t n, int d, float eps, ss_cuda_stream st);
+	void (*gated_rmsnorm_backward)(const float *y, float *dy, ptrdiff_t ldy, const float *z,
+				       float *dz, ptrdiff_t ldz, const float *w, float *dw,
+				       int64_t n, int d, int ngroups, float eps, ss_cuda_stream st);
+	int (*linear_backward)(ss_cuda_blas *b, const float *dy, ptrdiff_t ldy, const float *x,
+			       float *dx, ptrdiff_t ldx, const float *W, float *dW, int64_t M,
+			       int64_t N, int64_t K);
+	int (*conv1d_silu_backward)(const float *dy, ptrdiff_t ldy, const float *x, float *dx,
+				    ptrdiff_t ldx, const int64_t *seq_start, int nseq,
+				    const float *conv_state, float *dconv_state, ptrdiff_t ld_state,
+				    const float *wt, float *dwt, ptrdiff_t ldw, const float *b,
+				    float *db, int nch, int d_conv, ss_cuda_stream st);
+	void (*dt_softplus_backward)(const float *ddt, ptrdiff_t lddt, const float *raw,
+				     float *draw, ptrdiff_t ldr, const float *dt_bias,
+				     float *ddt_bias, int64_t n, int nheads, float dt_min,
+				     float dt_max, ss_cuda_stream st);
+	/* max_len and work: ss_cuda_scan_backward_work below */
+	int (*ssm_scan_backward)(const ss_scan_dims *d, const int64_t *seq_start, int nseq,
+				 int64_t max_len, const float *x, float *dx, ptrdiff_t ldx,
+				 const float *B, float *dB, ptrdiff_t ldb, const float *C, float *dC,
+				 ptrdiff_t ldc, const float *dt, float *ddt, ptrdiff_t lddt,
+				 const float *A_log, float *dA_log, const float *D, float *dD,
+				 const float *ssm, float *dssm, ptrdiff_t ld_ssm, const float *dy,
+				 ptrdiff_t ldy, const float *dlogdecay, ptrdiff_t ld_logdecay,
+				 float *work, ss_cuda_stream st);
+	int (*cross_entropy_backward)(const float *dnll, const float *logits, float *dlogits,
+				      ptrdiff_t ld, const int32_t *targets, int64_t n, int64_t V,
+				      ss_cuda_stream st);
 } ss_cuda_api;
+
+/* Tokens per chunk of ssm_scan_backward: the states at each chunk's start
+ * are kept in its work, those inside a chunk recomputed (as the CPU's
+ * SS_SCAN_CHUNK). */
+#define SS_CUDA_SCAN_CHUNK 64
+
+/* Floats of device work ssm_scan_backward needs for nseq sequences of at
+ * most max_len tokens: one checkpoint of every head's [headdim][d_state]
+ * state per chunk, nseq·nheads·ceil(max_len/64)·headdim·d_state. */
+static inline size_t ss_cuda_scan_backward_work(const ss_scan_dims *d, int nseq, int64_t max_len)
+{
+	const int64_t nck = max_len > 0 ? (max_len + SS_CUDA_SCAN_CHUNK - 1) / SS_CUDA_SCAN_CHUNK : 0;
+	return (size_t)(nseq > 0 ? nseq : 0) * (size_t)d->nheads * (size_t)nck *
+	       (size_t)d->headdim * (size_t)d->d_state;
+}
 
 /* The plugin's one entry point: returns its table when abi == SS_CUDA_ABI,
  * else NULL. */
@@ -191,6 +244,10 @@ const ss_cuda_api *ss_device_cuda(const ss_device *d);
 	F(ss_cuda_api, dt_softplus) F(ss_cuda_api, ssm_scan) F(ss_cuda_api, ssd_scan) \
 	F(ss_cuda_api, ssm_step) F(ss_cuda_api, gated_rmsnorm) F(ss_cuda_api, argmax_rows) \
 	F(ss_cuda_api, backend_init) F(ss_cuda_api, bench_linear) \
+	F(ss_cuda_api, embed_backward) F(ss_cuda_api, rmsnorm_backward) \
+	F(ss_cuda_api, gated_rmsnorm_backward) F(ss_cuda_api, linear_backward) \
+	F(ss_cuda_api, conv1d_silu_backward) F(ss_cuda_api, dt_softplus_backward) \
+	F(ss_cuda_api, ssm_scan_backward) F(ss_cuda_api, cross_entropy_backward) \
 	S(ss_linear_which) S(ss_segment) F(ss_segment, seq) F(ss_segment, start) \
 	F(ss_segment, n) F(ss_segment, row0) \
 	S(ss_pass) F(ss_pass, seqs) F(ss_pass, segs) F(ss_pass, nseg) F(ss_pass, T) \

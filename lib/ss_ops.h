@@ -28,6 +28,15 @@
  *   scan step    ss_ssm_step_cpu         ss_ssm_step_cuda         scan.c    | scan.cu
  *   argmax       ss_argmax_rows_cpu      ss_argmax_rows_cuda      argmax.c  | argmax.cu
  *   loss         ss_cross_entropy_cpu    —                        loss.c    |
+ *   Backward (training; ss_<op>_backward_cpu | ss_<op>_backward_cuda):
+ *   embed bwd    ss_embed_backward_cpu   ss_embed_backward_cuda   embed.c   | embed.cu
+ *   rmsnorm bwd  ss_rmsnorm_backward_cpu ss_rmsnorm_backward_cuda norm.c    | norm.cu
+ *   gated bwd    ss_gated_rmsnorm_backward_cpu / _cuda            norm.c    | norm.cu
+ *   linear bwd   ss_linear_backward_cpu  ss_linear_backward_cuda  linear.c  | linear.cu
+ *   conv1d bwd   ss_conv1d_silu_backward_cpu / _cuda              conv.c    | conv.cu
+ *   dt bwd       ss_dt_softplus_backward_cpu / _cuda              dt.c      | dt.cu
+ *   scan bwd     ss_ssm_scan_backward_cpu / _cuda (+ max_len)     scan.c    | scan.cu
+ *   loss bwd     ss_cross_entropy_backward_cpu / _cuda            loss.c    | loss.cu
  *   Mamba-1:
  *   dt low-rank  ss_dt_proj_cpu          ss_dt_proj_cuda          dt.c      | dt.cu
  *   scan (M1)    ss_ssm1_scan_cpu        ss_ssm1_scan_cuda        scan1.c   | scan1.cu
@@ -39,7 +48,8 @@
  *     thread; ss_ssd_scan_cuda is checked against ss_ssm_scan_cpu.
  * Shared inner loops: lib/vec.c (AVX2 elementwise) and kernels/common.cuh.
  *
- * Backward (training; CPU reference only, no CUDA twins yet): each op that
+ * Backward (training; the CUDA twins above are checked against these but
+ * not yet driven by the trainer, lib/train*.c): each op that
  * training differentiates has `ss_<op>_backward_cpu` declared under its
  * forward and defined under it in the same file, in the style of llm.c's
  * train_gpt2.c: the forward's arguments in the forward's order, each input
@@ -53,7 +63,10 @@
  * initial state. Forward inputs a backward needs are the forward's inputs
  * as they were (a caller saves what the forward overwrites: the initial
  * states, the gated norm's input). tests/test_grad.c checks each against
- * double-precision central finite differences.
+ * double-precision central finite differences. The CUDA twins take the
+ * same arguments (the scan's also max_len and device work:
+ * ss_cuda_scan_backward_work, device_plugin.h) and sum over rows into one
+ * gradient (dw, dB, ...) by atomicAdd, in no fixed order.
  *
  * Conventions, for every op:
  *   - Rows are tokens. A matrix "[n][d], row stride ld" has element (r, i) at

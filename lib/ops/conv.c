@@ -1,7 +1,7 @@
 /*
  * conv.c — the causal depthwise conv1d + SiLU on the CPU, ss_conv1d_silu_cpu
  * and its decode step ss_conv1d_step_cpu (ss_ops.h), and the backward of the
- * first, ss_conv1d_silu_backward_cpu. Twin: kernels/conv.cu (forwards only).
+ * first, ss_conv1d_silu_backward_cpu. Twin: kernels/conv.cu (backward too).
  */
 #include <math.h>
 #include <string.h>

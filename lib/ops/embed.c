@@ -1,6 +1,6 @@
 /*
  * embed.c — the embedding gather on the CPU, ss_embed_cpu (ss_ops.h), and
- * its backward, ss_embed_backward_cpu. Twin: kernels/embed.cu (forward only).
+ * its backward, ss_embed_backward_cpu. Twin: kernels/embed.cu (backward too).
  */
 #include <string.h>
 
