@@ -123,13 +123,13 @@ static void test_rmsnorm(void **st)
 static void test_linear(void **st)
 {
 	(void)st;
-	const int Ms[] = { 1, 2, 5, 70 }, Ns[] = { 1, 3, 33 }, Ks[] = { 1, 7, 65 };
+	const int Ms[] = { 1, 2, 5, 70 }, Ns[] = { 1, 3, 33 }, Ks[] = { 1, 7, 65, 100 };
 	const ss_dtype dts[] = { SS_DTYPE_F32, SS_DTYPE_BF16, SS_DTYPE_F16 };
 	rng_state = 3;
 	for (size_t d = 0; d < 3; d++)
 	for (size_t a = 0; a < 4; a++)
 		for (size_t b = 0; b < 3; b++)
-			for (size_t k = 0; k < 3; k++)
+			for (size_t k = 0; k < 4; k++)
 				for (int beta = 0; beta < 2; beta++) {
 					const int M = Ms[a], N = Ns[b], K = Ks[k];
 					const int ldx = K + 3, ldy = N + 2;

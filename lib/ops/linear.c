@@ -7,7 +7,9 @@
  * ss_matvec_w16: one row of W against one row of x at a time: 8 f32 lanes (widened from 8
  * weights: bf16 by a 16-bit shift, f16 by F16C), four independent FMA
  * chains, one fixed horizontal sum and the K % 8 tail in order, so every
- * y[m][n] has one summation order for a given K.
+ * y[m][n] has one summation order for a given K and CPU. bf16 on an AVX-512
+ * CPU: the same with 16 lanes (half the instructions per weight; decode with
+ * bf16 weights was held below f32's bandwidth by the widening, bench/forward).
  */
 #include "blas.h"
 
@@ -94,6 +96,44 @@ AVX2 static void matvec_bf16_avx2(float *y, ptrdiff_t ldy, const float *x, ptrdi
 	matvec_avx2(y, ldy, x, ldx, W, M, N, K, beta, 1);
 }
 
+/* bf16 with AVX-512: dot1's order with 16 lanes (four chains over blocks of
+ * 64, blocks of 16 into the first, one fixed horizontal sum, the tail in
+ * order). */
+__attribute__((target("avx512f"))) static inline float dot1_bf16_512(const uint16_t *w,
+								     const float *x, int64_t K)
+{
+#define LOAD16(p) _mm512_castsi512_ps(_mm512_slli_epi32( \
+		_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	int64_t k = 0;
+	for (; k + 64 <= K; k += 64) {
+		a0 = _mm512_fmadd_ps(LOAD16(w + k), _mm512_loadu_ps(x + k), a0);
+		a1 = _mm512_fmadd_ps(LOAD16(w + k + 16), _mm512_loadu_ps(x + k + 16), a1);
+		a2 = _mm512_fmadd_ps(LOAD16(w + k + 32), _mm512_loadu_ps(x + k + 32), a2);
+		a3 = _mm512_fmadd_ps(LOAD16(w + k + 48), _mm512_loadu_ps(x + k + 48), a3);
+	}
+	for (; k + 16 <= K; k += 16)
+		a0 = _mm512_fmadd_ps(LOAD16(w + k), _mm512_loadu_ps(x + k), a0);
+#undef LOAD16
+	float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+	for (; k < K; k++)
+		s += ss_bf16_to_f32(w[k]) * x[k];
+	return s;
+}
+
+__attribute__((target("avx512f"))) static void matvec_bf16_avx512(float *y, ptrdiff_t ldy,
+								  const float *x, ptrdiff_t ldx,
+								  const uint16_t *W, int64_t M,
+								  int64_t N, int64_t K, float beta)
+{
+	for (int64_t n = 0; n < N; n++)
+		for (int64_t m = 0; m < M; m++) {
+			const float d = dot1_bf16_512(W + n * K, x + m * ldx, K);
+			float *ym = y + m * ldy + n;
+			*ym = beta != 0.0f ? d + beta * *ym : d;
+		}
+}
+
 AVX2 static void matvec_f16_avx2(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
 				 const uint16_t *W, int64_t M, int64_t N, int64_t K, float beta)
 {
@@ -107,6 +147,10 @@ void ss_matvec_w16(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const
 	const uint16_t *w = W;
 	const int bf16 = wt == SS_DTYPE_BF16;
 #ifdef HAVE_AVX2_KERNELS
+	if (bf16 && __builtin_cpu_supports("avx512f")) {
+		matvec_bf16_avx512(y, ldy, x, ldx, w, M, N, K, beta);
+		return;
+	}
 	if (use_avx2()) {
 		(bf16 ? matvec_bf16_avx2 : matvec_f16_avx2)(y, ldy, x, ldx, w, M, N, K, beta);
 		return;
