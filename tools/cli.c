@@ -17,11 +17,13 @@ static int progress_open;
 static double progress_last;
 static double progress_t0; /* when the progress began (0: not yet) */
 
+static int dying; /* cli_die has said why: the exit says no more */
+
 static void check_stdout(void)
 {
 	/* A failed write (disk full, closed pipe) must not look like success. */
 	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0) {
-		if (errno == EPIPE)
+		if (errno == EPIPE || dying)
 			_exit(CLI_EXIT_FAIL);
 		fprintf(stderr, "%s: write error on standard output: %s\n", cli_prog, strerror(errno));
 		_exit(CLI_EXIT_FAIL);
@@ -118,6 +120,7 @@ void cli_die(const char *fmt, ...)
 	va_start(ap, fmt);
 	vmsg(fmt, ap);
 	va_end(ap);
+	dying = 1;
 	exit(CLI_EXIT_FAIL);
 }
 

@@ -102,7 +102,7 @@ static void open_output(void)
 	int text = opt.ids || opt.decode;
 	if (!text) {
 		if (ss_writer_open(&out_stream, out_path, opt.level, err))
-			cli_die("%s: %s", strcmp(out_path, "-") ? out_path : "stdout", err);
+			cli_die("%s: %s", strcmp(out_path, "-") ? out_path : "standard output", err);
 		return;
 	}
 	out_text = cli_out_open(out_path);
@@ -115,7 +115,7 @@ static void close_output(void)
 		ss_writer *w = out_stream;
 		out_stream = NULL;
 		if (ss_writer_close(w, err))
-			cli_die("%s: %s", strcmp(out_path, "-") ? out_path : "stdout", err);
+			cli_die("%s: %s", strcmp(out_path, "-") ? out_path : "standard output", err);
 		return;
 	}
 	if (out_text) {
@@ -128,7 +128,7 @@ static void close_output(void)
 static void text_write(const void *p, size_t n)
 {
 	if (n && fwrite(p, 1, n, out_text) != n)
-		cli_die("%s: write error: %s", strcmp(out_path, "-") ? out_path : "stdout", strerror(errno));
+		cli_die("%s: write error: %s", strcmp(out_path, "-") ? out_path : "standard output", strerror(errno));
 }
 
 /* One output record: a stream record or, with --ids, a line of ids. */
