@@ -969,11 +969,7 @@ int main(int argc, char **argv)
 			  (long long)r.steps);
 
 	const char *model_dir = resume ? resume : cli_model_dir(mo.model, usage);
-#ifdef SS_BLAS_BLIS
-	bli_thread_set_num_threads(mo.threads);
-#else
-	openblas_set_num_threads(mo.threads);
-#endif
+	ss_blas_set_threads(mo.threads);
 	ss_model *m = mcli_load_model(model_dir, 0, "f32", usage);
 	if (ss_model_is_mamba1(&m->cfg))
 		cli_die("%s: a Mamba-1 model: ss-train fine-tunes Mamba-2 models only", model_dir);
