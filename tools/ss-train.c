@@ -1105,7 +1105,9 @@ int main(int argc, char **argv)
 			for (int i = 0; i < b.nseq; i++)
 				printf(i ? ",%d" : ",\"k\":[%d", ks[i]);
 		printf(r.objective != OBJ_LM ? "]}\n" : "}\n");
-		if (ferror(stdout))
+		/* each step's line as it ends: a log file or `tail -f` sees every
+		 * finished step, and a killed run's log ends at its last one */
+		if (fflush(stdout) != 0 || ferror(stdout))
 			cli_die("write error: %s", strerror(errno));
 		double dt = cli_now() - t0;
 		cli_progress_of((double)r.step, (double)until, "step %lld, loss %.4f, %.0f tokens/s",

@@ -34,6 +34,17 @@ ss-train --resume "$d/H16" --threads 1 -o "$d/H16" >/dev/null
 cmp "$d/S16/model.safetensors" "$d/H16/model.safetensors" || fail "bf16: resumed weights differ"
 grep -q '"torch_dtype": "bfloat16"' "$d/S16/config.json" || fail "bf16 config: $(cat "$d/S16/config.json")"
 
+# The log is written a line a step: while the run goes on, the file ends
+# with a whole line (stdio's 4 KiB blocks would cut one).
+ss-train --objective lm --model "$T1" --data "$d/docs.tok" $O --steps 100000 -o "$d/L" >"$d/l.log" &
+pid=$!
+for _ in $(seq 600); do [ -s "$d/l.log" ] && break; sleep 0.1; done
+size=$(wc -c <"$d/l.log")
+kill $pid; wait $pid 2>/dev/null || true
+[ "$size" -gt 0 ] || fail "no step logged in 60 s"
+[ "$(head -c "$size" "$d/l.log" | tail -c 1 | od -An -c | tr -d ' ')" = '\n' ] ||
+	fail "the log's first $size bytes end inside a line"
+
 # --batch-seqs bounds the sequences of a step (the docs' windows would fill 64 tokens with more).
 ss-train --objective lm --model "$T1" --data "$d/docs.tok" $O --steps 3 --batch-seqs 1 -o "$d/Q" >"$d/q.log"
 grep -v '"seqs":1}' "$d/q.log" && fail "--batch-seqs 1: $(cat "$d/q.log")"
