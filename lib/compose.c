@@ -360,7 +360,10 @@ static double k_sumsq(const float *x, size_t n)
 
 /* An input array: bytes in a storage dtype; `direct` when it is f32 and
  * aligned, so the kernels read it in place. A q8 array's codes are
- * elements e0.. of the whole array, whose scales and blocks come along. */
+ * elements e0.. of the whole array, whose scales and blocks come along.
+ * planes: a byte-shuffled block of that many 2-byte elements (f16, bf16),
+ * low bytes at p, high bytes at p + planes, read without unshuffling it
+ * first (formats/states.md "shuffle"). */
 typedef struct {
 	const unsigned char *p;
 	ss_dtype t;
@@ -368,22 +371,32 @@ typedef struct {
 	int direct;
 	const float *scale;
 	size_t e0, row, block;
+	size_t planes;
 } src_arr;
 
 static src_arr src_of(const void *p, ss_dtype t)
 {
 	src_arr s = {p, t, ss_dtype_size(t), t == SS_DTYPE_F32 && (uintptr_t)p % _Alignof(float) == 0,
-		     NULL, 0, 0, 0};
+		     NULL, 0, 0, 0, 0};
 	return s;
 }
 
-/* dst[0..m) = x's elements [off, off+m) in f32. */
+/* dst[0..m) = x's elements [off, off+m) in f32 (m <= BLK). */
 static void widen(float *dst, src_arr x, size_t off, size_t m)
 {
-	if (x.t == SS_DTYPE_Q8)
+	if (x.planes) { /* interleave the two planes in L1, then widen */
+		unsigned char tmp[2 * BLK];
+		const unsigned char *lo = x.p + off, *hi = x.p + x.planes + off;
+		for (size_t i = 0; i < m; i++) {
+			tmp[2 * i] = lo[i];
+			tmp[2 * i + 1] = hi[i];
+		}
+		ss_to_f32(dst, tmp, x.t, m);
+	} else if (x.t == SS_DTYPE_Q8) {
 		ss_q8_to_f32(dst, (const int8_t *)(x.p + off), x.scale, x.e0 + off, m, x.row, x.block);
-	else
+	} else {
 		ss_to_f32(dst, x.p + off * x.es, x.t, m);
+	}
 }
 
 enum { OP_COPY, OP_SCALE, OP_AXPY, OP_AXPBY, OP_MAX };
@@ -790,20 +803,41 @@ int ss_composer_add_begin(ss_composer *c, const ss_state *x, char *errmsg)
 	return 0;
 }
 
-/* Bytes [fed, fed+len) of a shuffled array: gathered into whole shuffle
- * blocks, each unshuffled and folded in once complete. */
+/* Folds in the shuffle block of m elements at p, elements [start,
+ * start+m) of array `which`: 2-byte elements straight from their planes
+ * (one pass, the block's bytes read once), others unshuffled first. */
+static void add_block(ss_composer *c, int which, const unsigned char *p, size_t start, size_t m)
+{
+	size_t es = ss_dtype_size(c->t);
+	src_arr xs;
+	if (es == 2) {
+		xs = input_arr(c, which, p, start);
+		xs.planes = m;
+	} else {
+		ss_unshuffle(c->unblk, p, es, m, m);
+		xs = input_arr(c, which, c->unblk, start);
+	}
+	add_range(c, which, xs, start, m, NULL);
+}
+
+/* Bytes [fed, fed+len) of a shuffled array: folded block by block, a
+ * block the piece holds whole in place, else gathered in c->blk first. */
 static void add_shuffled(ss_composer *c, int which, const unsigned char *p, size_t len)
 {
 	size_t es = ss_dtype_size(c->t), n = (size_t)(c->want[which] / es);
 	while (len) {
 		size_t start = (size_t)(c->fed[which] / es) - c->fill / es; /* the block's first element */
 		size_t m = n - start < c->shuf ? n - start : c->shuf;
+		if (c->fill == 0 && len >= m * es) {
+			add_block(c, which, p, start, m);
+			c->fed[which] += m * es, p += m * es, len -= m * es;
+			continue;
+		}
 		size_t take = m * es - c->fill < len ? m * es - c->fill : len;
 		memcpy(c->blk + c->fill, p, take);
 		c->fill += take, c->fed[which] += take, p += take, len -= take;
 		if (c->fill == m * es) {
-			ss_unshuffle(c->unblk, c->blk, es, m, m);
-			add_range(c, which, input_arr(c, which, c->unblk, start), start, m, NULL);
+			add_block(c, which, c->blk, start, m);
 			c->fill = 0;
 		}
 	}
