@@ -6,6 +6,7 @@
  */
 #include "ss.h"
 #include "compose_internal.h"
+#include "stream_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -545,27 +546,6 @@ static int grow(ss_composer *c)
 	return 0;
 }
 
-/* The accumulator's ssm array, n floats, for free(). Its first input
- * touches every page: with 4 KiB pages that cost 75 ms of CPU for the 19 MB
- * of a mamba2-130m state in this project's VMs (a page fault each), with
- * transparent huge pages 23 ms, so on Linux ask for them (issue 12). */
-static float *acc_alloc(size_t n)
-{
-	size_t bytes = n * sizeof(float);
-#ifdef MADV_HUGEPAGE
-	const size_t huge = (size_t)2 << 20;
-	if (bytes >= huge) {
-		size_t cap = (bytes + huge - 1) / huge * huge;
-		float *p = aligned_alloc(huge, cap);
-		if (p) {
-			madvise(p, cap, MADV_HUGEPAGE); /* advice: ignored where unsupported */
-			return p;
-		}
-	}
-#endif
-	return malloc(bytes ? bytes : 1);
-}
-
 /* The first input: fixes dims and fingerprint, allocates the accumulator. */
 static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
 {
@@ -582,7 +562,8 @@ static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
 	}
 	c->have_acc = 1;
 	free(c->acc.ssm);
-	if (!(c->acc.ssm = acc_alloc(ss_state_ssm_len(&x->dims)))) {
+	/* its first input touches every page: huge ones fault 512 times less */
+	if (!(c->acc.ssm = ss_big_alloc(ss_state_ssm_len(&x->dims) * sizeof(float)))) {
 		ss_errf(errmsg, 0, "out of memory");
 		return SS_ERR_NOMEM;
 	}
