@@ -103,11 +103,11 @@ typedef struct {
 	size_t n, cap, H;
 	float *decay; /* [n][H] */
 	meta_t *m;    /* [n] */
-	struct rec_at { size_t file; uint64_t recno, offset; } *at; /* [n]: where each record is */
+	struct rec_at { size_t file; uint64_t recno, offset, content; } *at; /* [n]: where each record is, its size */
 } plan_t;
 
-/* Appends state s, record recno of paths[file] at byte offset `offset`. */
-static int plan_push(plan_t *p, const ss_state *s, size_t file, uint64_t recno, uint64_t offset, char *errmsg)
+/* Appends state s, record recno of paths[file] (rec, from its first pass). */
+static int plan_push(plan_t *p, const ss_state *s, size_t file, uint64_t recno, const ss_record *rec, char *errmsg)
 {
 	if (!p->H)
 		p->H = ss_state_logdecay_len(&s->dims);
@@ -126,7 +126,7 @@ static int plan_push(plan_t *p, const ss_state *s, size_t file, uint64_t recno, 
 		p->cap = cap;
 	}
 	memcpy(p->decay + p->n * p->H, s->logdecay, p->H * sizeof *p->decay);
-	p->at[p->n] = (struct rec_at){file, recno, offset};
+	p->at[p->n] = (struct rec_at){file, recno, ss_record_offset(rec), ss_record_content_size(rec)};
 	p->m[p->n].n_tokens = s->n_tokens;
 	if (!(p->m[p->n].id = strdup(s->id ? s->id : "")))
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
@@ -333,11 +333,18 @@ static void *par_worker(void *arg)
 	while (!P->go)
 		pthread_cond_wait(&P->cv, &P->mu);
 	pthread_mutex_unlock(&P->mu);
+	uint64_t biggest = 0; /* its records' declared sizes: bounded by max_record */
+	for (size_t g = (size_t)w->t; g < pl->n; g += (size_t)P->T)
+		if (pl->at[g].content > biggest)
+			biggest = pl->at[g].content;
 	for (size_t g = (size_t)w->t; g < pl->n; g += (size_t)P->T) {
 		const struct rec_at *at = &pl->at[g];
 		const char *path = u->paths[at->file];
 		const ss_record *rec = NULL;
-		int rc = r ? 0 : ss_reader_open(&r, path, u->max_record, err);
+		int rc = 0;
+		if (!r && (rc = ss_reader_open(&r, path, u->max_record, err)) == 0 &&
+		    (rc = ss_reader_reserve(r, biggest)) != 0)
+			ss_errf(err, 0, "out of memory");
 		if (!rc)
 			rc = ss_reader_goto(r, path, at->offset, at->recno, err);
 		if (rc)
@@ -457,7 +464,7 @@ static int compose_planned(run_t *u)
 					rc = ss_errf(errmsg, SS_ERR_IO, "spool file: write error: %s", strerror(errno));
 			}
 			if (!rc)
-				rc = plan_push(&plan, &m, i, recno, ss_record_offset(rec), errmsg);
+				rc = plan_push(&plan, &m, i, recno, rec, errmsg);
 			ss_state_free(&m);
 			if (rc)
 				goto out;

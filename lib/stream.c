@@ -54,6 +54,7 @@ struct ss_reader {
 };
 
 static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int grow(unsigned char **p, size_t *cap, size_t need);
 static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...)
 {
 	char what[SS_ERRMSG_MAX - 64];
@@ -227,6 +228,13 @@ int ss_reader_seek(ss_reader *r, uint64_t offset)
 	r->index = 0;
 	r->annot = 0;
 	return 0;
+}
+
+int ss_reader_reserve(ss_reader *r, uint64_t bytes)
+{
+	if (bytes > r->max_record || bytes > SIZE_MAX / 2)
+		return SS_ERR_TOO_LARGE;
+	return grow(&r->out, &r->out_cap, (size_t)bytes);
 }
 
 int ss_reader_goto(ss_reader *r, const char *path, uint64_t offset, uint64_t index, char *errmsg)

@@ -79,6 +79,13 @@ int ss_reader_next_pieces(ss_reader *r, const ss_record **rec, ss_piece_fn fn, v
  * with errmsg set. */
 int ss_reader_goto(ss_reader *r, const char *path, uint64_t offset, uint64_t index, char *errmsg);
 
+/* Grows r's record buffer to `bytes` now, so that records up to that size
+ * (their frames declare it) are decompressed straight into it, never
+ * through zstd's window and a growing buffer: for a caller that knows the
+ * sizes of the records to come from a first pass. Returns 0, SS_ERR_NOMEM,
+ * or SS_ERR_TOO_LARGE above the reader's max_record. */
+int ss_reader_reserve(ss_reader *r, uint64_t bytes);
+
 /* malloc() for a buffer of a record's size, freed with free(): from 2 MiB
  * on, aligned and advised to the kernel as transparent huge pages (Linux
  * MADV_HUGEPAGE), as its first writer touches every page: with 4 KiB pages
