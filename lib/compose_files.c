@@ -15,6 +15,13 @@
  * block of f16/bf16 (a whole record with norm before), a record's metadata
  * and the decays (n_layer·nheads floats per input), whatever the number of
  * inputs.
+ *
+ * Threads (ss_compose_files_threads, regular files only): every mode takes
+ * the first pass, to locate the records; then each thread decompresses
+ * whole records into its own buffer and folds them when their turn comes
+ * (compose_parallel): decompression, most of the work, runs on all
+ * threads, the folds one at a time in input order, so the bits are one
+ * thread's. Memory: a record per thread.
  */
 #include "ss.h"
 #include "compose_internal.h"
