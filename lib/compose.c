@@ -758,6 +758,26 @@ static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const 
 	return add_end(c, errmsg);
 }
 
+int ss_composer_prepare(ss_composer *c, const ss_state *x, char *errmsg)
+{
+	if (c->failed || c->finished || c->open || c->n > 0) {
+		ss_errf(errmsg, 0, "composer: prepare after the first input");
+		return SS_ERR_INVALID;
+	}
+	int rc = c->have_acc ? 0 : first_input(c, x, errmsg);
+	return rc ? fail(c, rc) : 0;
+}
+
+void ss_composer_touch(ss_composer *c, size_t part, size_t parts)
+{
+	if (!c->have_acc || c->n > 0 || part >= parts)
+		return;
+	const size_t page = 4096 / sizeof(float); /* a store per page faults it in */
+	size_t n = ss_state_ssm_len(&c->acc.dims), pages = (n + page - 1) / page;
+	for (size_t q = pages * part / parts; q < pages * (part + 1) / parts; q++)
+		c->acc.ssm[q * page] = 0;
+}
+
 int ss_composer_streams(const ss_composer *c)
 {
 	return !(c->o.norm & SS_COMPOSE_NORM_BEFORE);

@@ -296,6 +296,7 @@ typedef struct {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int T, go;
+	int touched; /* threads done with their part of ss_composer_touch */
 	size_t turn; /* the record to fold next */
 	int rc;      /* the first error, in record order; u->errmsg says why */
 } par_t;
@@ -305,11 +306,12 @@ typedef struct {
 	int t;
 } worker_t;
 
-/* Waits for record g's turn: 1 when it came, 0 when an earlier record failed. */
+/* Waits for record g's turn (and for the accumulator's pages): 1 when it
+ * came, 0 when an earlier record failed. */
 static int par_wait(par_t *P, size_t g)
 {
 	pthread_mutex_lock(&P->mu);
-	while (P->turn != g && !P->rc)
+	while ((P->turn != g || P->touched < P->T) && !P->rc)
 		pthread_cond_wait(&P->cv, &P->mu);
 	int mine = !P->rc;
 	pthread_mutex_unlock(&P->mu);
@@ -339,6 +341,13 @@ static void *par_worker(void *arg)
 	pthread_mutex_lock(&P->mu);
 	while (!P->go)
 		pthread_cond_wait(&P->cv, &P->mu);
+	pthread_mutex_unlock(&P->mu);
+	/* the accumulator's page faults (tens of ms for a 130m state) shared
+	 * by all threads, not left to the first fold, which all others wait for */
+	ss_composer_touch(u->c, (size_t)w->t, (size_t)P->T);
+	pthread_mutex_lock(&P->mu);
+	P->touched++;
+	pthread_cond_broadcast(&P->cv);
 	pthread_mutex_unlock(&P->mu);
 	uint64_t biggest = 0; /* its records' declared sizes: bounded by max_record */
 	for (size_t g = (size_t)w->t; g < pl->n; g += (size_t)P->T)
@@ -377,7 +386,13 @@ static void *par_worker(void *arg)
 
 static int compose_parallel(run_t *u, const plan_t *plan)
 {
-	par_t P = {u, plan, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, 0, 0};
+	par_t P = {u, plan, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, 0};
+	ss_state first = {0}; /* the accumulator now, so that the threads fault it in together */
+	first.dims = u->f.dims;
+	memcpy(first.fingerprint, u->f.fingerprint, sizeof first.fingerprint);
+	int rc = ss_composer_prepare(u->c, &first, u->errmsg);
+	if (rc)
+		return rc;
 	enum { MAX_THREADS = 64 };
 	pthread_t tid[MAX_THREADS];
 	worker_t w[MAX_THREADS];
