@@ -612,12 +612,13 @@ int ss_compose_files_threads(const ss_compose_opts *o, int threads, const char *
 		n_stdin += !strcmp(paths[i], "-");
 	if (n_stdin > 1)
 		return ss_errf(errmsg, SS_ERR_INVALID, "standard input ('-') given more than once");
-	run_t u = {NULL, {0}, o->mode, paths, n_paths, max_record, fn, arg, 0, errmsg, 1};
-	if (threads > 1 && all_regular(paths, n_paths))
-		u.threads = threads;
+	run_t u = {NULL, {0}, 0, paths, n_paths, max_record, fn, arg, 0, errmsg, 1};
 	int rc = ss_composer_new(&u.c, o);
 	if (rc)
 		return ss_errf(errmsg, rc, "invalid composition options");
+	u.mode = o->mode;
+	if (threads > 1 && all_regular(paths, n_paths))
+		u.threads = threads;
 	rc = ss_compose_needs_plan(o->mode) || u.threads > 1 ? compose_planned(&u) : compose_stream(&u);
 	if (!rc && ss_composer_count(u.c) == 0)
 		rc = ss_errf(errmsg, SS_ERR_INVALID, "no input states");
