@@ -12,17 +12,20 @@
  *   decomp    ss_reader_next over every record: zstd decompression only
  *   meta      ss_reader_next_meta over every record (picaso's first pass)
  *   kernel    the accumulation alone, from arrays already in memory
- *   <mode>    composing all k with ss_compose_files(), as ss-compose does:
+ *   <mode>    composing all k with ss_compose_files() in one thread:
  *             caso and soup in one streaming pass, picaso-r/-s reading the
- *             decays first (ss_reader_next_meta) and then the states
- *   tool      the ss-compose binary end to end (incl. writing its output)
+ *             decays first (ss_reader_next_meta) and then the states;
+ *             "2 thr": ss_compose_files_threads(2), as ss-compose does
+ *   tool      the ss-compose binary end to end (incl. writing its output),
+ *             with its defaults (2 threads where 2 CPUs), -j1, -l 3
  * Prints best-of-3 wall time, GB/s of state data (decompressed record
  * bytes), peak RSS, and the ratio to decomp. Figures only, no pass/fail.
  *
- * The last lines of each storage compare the tool (picaso-r, at levels -1
- * and 3, and soup) with decompression alone,
- * -R rounds interleaved (default 5), as min and median of the per-round
- * ratios of wall time and of CPU time (user + system, the tool included).
+ * The last lines of each storage compare the tool (picaso-r with its
+ * defaults, with -j1 and at -l 3, and soup) with decompression alone (one
+ * thread), -R rounds interleaved (default 5), as min and median of the
+ * per-round ratios of wall time and of CPU time (user + system, the tool
+ * included).
  *
  * A last table gives, per storage dtype, the bytes per document (the
  * record decompressed, and its zstd frame as stored: f16/bf16 byte-shuffled
@@ -153,6 +156,7 @@ typedef struct {
 	uint64_t bytes;
 	double rss_mb;    /* J_TOOL: the tool's own peak RSS */
 	const char *level; /* J_TOOL: its -l, or NULL for its default */
+	int threads;       /* J_COMPOSE: ss_compose_files_threads'; J_TOOL: its -j (0: its default) */
 } job_t;
 
 static void job_read(job_t *j)
@@ -252,21 +256,25 @@ static void job_compose(job_t *j)
 	const char *paths[1] = {j->path};
 	char err[SS_ERRMSG_MAX];
 	ss_state out;
-	if (ss_compose_files(&o, paths, 1, 0, NULL, NULL, &out, &j->bytes, err))
+	if (ss_compose_files_threads(&o, j->threads, paths, 1, 0, NULL, NULL, &out, &j->bytes, err))
 		die(j->path, err);
 	ss_state_free(&out);
 }
 
 static void job_tool(job_t *j)
 {
+	char jobs[16];
+	snprintf(jobs, sizeof jobs, "-j%d", j->threads);
+	const char *argv[12] = {j->tool, "--mode", ss_compose_mode_name(j->mode), "-o", j->out};
+	int n = 5;
+	if (j->level)
+		argv[n++] = "-l", argv[n++] = j->level;
+	if (j->threads)
+		argv[n++] = jobs;
+	argv[n++] = j->path;
 	pid_t p = fork();
 	if (p == 0) {
-		if (j->level)
-			execl(j->tool, j->tool, "--mode", ss_compose_mode_name(j->mode), "-l", j->level, "-o",
-			      j->out, j->path, (char *)NULL);
-		else
-			execl(j->tool, j->tool, "--mode", ss_compose_mode_name(j->mode), "-o", j->out, j->path,
-			      (char *)NULL);
+		execv(j->tool, (char *const *)argv);
 		_exit(127);
 	}
 	int st;
@@ -319,36 +327,38 @@ static void run_child(job_t *j, double *secs, uint64_t *bytes, double *rss_mb)
 }
 
 /* The goal's figure: ss-compose (picaso-r, file to file) over decompression
- * alone, interleaved round by round (D T T3 D T T3 ...; T at its default
- * output level, T3 at -l 3, the level it had before), as min and median of
- * the per-round ratios of wall and of CPU time. */
+ * alone, interleaved round by round (D T T1 T3 S D T ...; T with its
+ * defaults, T1 with -j1 (one thread), T3 at -l 3, S soup), as min and median
+ * of the per-round ratios of wall and of CPU time. */
 static void tool_vs_decomp(const char *path, const char *tool, const char *out, int rounds)
 {
-	static const struct { ss_compose_mode mode; const char *level; } v_of[3] = {
-		{ SS_COMPOSE_PICASO_R, NULL }, { SS_COMPOSE_PICASO_R, "3" }, { SS_COMPOSE_SOUP, NULL } };
-	double rw[3][64], rc[3][64];
+	enum { NV = 4 };
+	static const struct { ss_compose_mode mode; const char *level; int threads; const char *name; } v_of[NV] = {
+		{ SS_COMPOSE_PICASO_R, NULL, 0, "picaso-r" }, { SS_COMPOSE_PICASO_R, NULL, 1, "picaso-r -j1" },
+		{ SS_COMPOSE_PICASO_R, "3", 0, "picaso-r -l 3" }, { SS_COMPOSE_SOUP, NULL, 0, "soup" } };
+	double rw[NV][64], rc[NV][64];
 	uint64_t bytes;
 	double rss;
 
 	for (int r = 0; r < rounds; r++) {
-		job_t d = {J_DECOMP, 0, path, tool, out, 0, 0, 0, NULL};
+		job_t d = {J_DECOMP, 0, path, tool, out, 0, 0, 0, NULL, 0};
 		double dwall, dcpu;
 		run_child(&d, &dwall, &bytes, &rss);
 		dcpu = last_cpu;
-		for (int v = 0; v < 3; v++) {
-			job_t t = {J_TOOL, v_of[v].mode, path, tool, out, 0, 0, 0, v_of[v].level};
+		for (int v = 0; v < NV; v++) {
+			job_t t = {J_TOOL, v_of[v].mode, path, tool, out, 0, 0, 0, v_of[v].level, v_of[v].threads};
 			double twall;
 			run_child(&t, &twall, &bytes, &rss);
 			rw[v][r] = twall / dwall;
 			rc[v][r] = last_cpu / dcpu;
 		}
 	}
-	for (int v = 0; v < 3; v++)
-		printf("  tool %-8s%-5s / decompress only, %d rounds interleaved: wall min %.2f median %.2f, "
+	for (int v = 0; v < NV; v++)
+		printf("  tool %-14s / decompress only, %d rounds interleaved: wall min %.2f median %.2f, "
 		       "CPU min %.2f median %.2f%s\n",
-		       ss_compose_mode_name(v_of[v].mode), v_of[v].level ? " -l 3" : "", rounds,
-		       bench_min(rw[v], rounds), bench_median(rw[v], rounds), bench_min(rc[v], rounds),
-		       bench_median(rc[v], rounds), v_of[v].level ? "" : " (goal <= 1.2)");
+		       v_of[v].name, rounds, bench_min(rw[v], rounds), bench_median(rw[v], rounds),
+		       bench_min(rc[v], rounds), bench_median(rc[v], rounds),
+		       v_of[v].level || v_of[v].threads ? "" : " (goal <= 1.2)");
 }
 
 static double bench(job_t *j, int reps, uint64_t *bytes, double *rss)
@@ -456,35 +466,37 @@ int main(int argc, char **argv)
 		printf("\nstorage %s: stream %.1f MB on disk (written in %.2f s)\n", ss_dtype_name(dts[t]),
 		       fsize / 1e6, now() - t0);
 		printf("  %-16s %9s %9s %9s %8s\n", "what", "ms", "GB/s", "RSS MB", "x decomp");
-		job_t warm = {J_READ, 0, path, tool, out, 0, 0, 0, NULL};
+		job_t warm = {J_READ, 0, path, tool, out, 0, 0, 0, NULL, 0};
 		double s, rss;
 		uint64_t bytes;
 		bench(&warm, 1, &bytes, &rss); /* page cache */
 		double base = 0;
-		struct { int job; ss_compose_mode mode; const char *name; const char *level; } rows[] = {
-			{J_READ, 0, "read file (cat)", NULL},
-			{J_DECOMP, 0, "decompress only", NULL},
-			{J_META, 0, "meta pass only", NULL},
-			{J_KERNEL, SS_COMPOSE_SOUP, "kernel soup", NULL},
-			{J_KERNEL, SS_COMPOSE_CASO, "kernel caso", NULL},
-			{J_KERNEL, SS_COMPOSE_PICASO_R, "kernel picaso-r", NULL},
-			{J_COMPOSE, SS_COMPOSE_SOUP, "soup", NULL},
-			{J_COMPOSE, SS_COMPOSE_CASO, "caso", NULL},
-			{J_COMPOSE, SS_COMPOSE_PICASO_R, "picaso-r", NULL},
-			{J_COMPOSE, SS_COMPOSE_PICASO_S, "picaso-s", NULL},
-			{J_TOOL, SS_COMPOSE_PICASO_R, "tool picaso-r", NULL},
-			{J_TOOL, SS_COMPOSE_PICASO_R, "tool ... -l 3", "3"},
+		struct { int job; ss_compose_mode mode; const char *name; const char *level; int threads; } rows[] = {
+			{J_READ, 0, "read file (cat)", NULL, 0},
+			{J_DECOMP, 0, "decompress only", NULL, 0},
+			{J_META, 0, "meta pass only", NULL, 0},
+			{J_KERNEL, SS_COMPOSE_SOUP, "kernel soup", NULL, 0},
+			{J_KERNEL, SS_COMPOSE_CASO, "kernel caso", NULL, 0},
+			{J_KERNEL, SS_COMPOSE_PICASO_R, "kernel picaso-r", NULL, 0},
+			{J_COMPOSE, SS_COMPOSE_SOUP, "soup", NULL, 1},
+			{J_COMPOSE, SS_COMPOSE_CASO, "caso", NULL, 1},
+			{J_COMPOSE, SS_COMPOSE_PICASO_R, "picaso-r", NULL, 1},
+			{J_COMPOSE, SS_COMPOSE_PICASO_S, "picaso-s", NULL, 1},
+			{J_COMPOSE, SS_COMPOSE_PICASO_R, "picaso-r 2 thr", NULL, 2},
+			{J_TOOL, SS_COMPOSE_PICASO_R, "tool picaso-r", NULL, 0},
+			{J_TOOL, SS_COMPOSE_PICASO_R, "tool ... -j1", NULL, 1},
+			{J_TOOL, SS_COMPOSE_PICASO_R, "tool ... -l 3", "3", 0},
 		};
 		for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
 			if (rows[i].job == J_TOOL && !have_tool)
 				continue;
-			job_t j = {rows[i].job, rows[i].mode, path, tool, out, 0, 0, 0, rows[i].level};
+			job_t j = {rows[i].job, rows[i].mode, path, tool, out, 0, 0, 0, rows[i].level, rows[i].threads};
 			s = bench(&j, reps, &bytes, &rss);
 			if (rows[i].job == J_DECOMP)
 				base = s, sum[t].decomp = s, sum[t].stored = (double)bytes / k;
-			if (rows[i].job == J_COMPOSE && rows[i].mode == SS_COMPOSE_PICASO_R)
+			if (rows[i].job == J_COMPOSE && rows[i].mode == SS_COMPOSE_PICASO_R && rows[i].threads == 1)
 				sum[t].picaso = s;
-			if (rows[i].job == J_TOOL && !rows[i].level)
+			if (rows[i].job == J_TOOL && !rows[i].level && !rows[i].threads)
 				sum[t].tool = s;
 			if (rows[i].job == J_KERNEL)
 				printf("  %-16s %9.1f %9.2f %9s %8.2f  (arrays in memory: accumulation alone)\n",

@@ -6,6 +6,7 @@
  */
 #include "ss.h"
 #include "compose_internal.h"
+#include "stream_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -360,7 +361,10 @@ static double k_sumsq(const float *x, size_t n)
 
 /* An input array: bytes in a storage dtype; `direct` when it is f32 and
  * aligned, so the kernels read it in place. A q8 array's codes are
- * elements e0.. of the whole array, whose scales and blocks come along. */
+ * elements e0.. of the whole array, whose scales and blocks come along.
+ * planes: a byte-shuffled block of that many 2-byte elements (f16, bf16),
+ * low bytes at p, high bytes at p + planes, read without unshuffling it
+ * first (formats/states.md "shuffle"). */
 typedef struct {
 	const unsigned char *p;
 	ss_dtype t;
@@ -368,22 +372,37 @@ typedef struct {
 	int direct;
 	const float *scale;
 	size_t e0, row, block;
+	size_t planes;
 } src_arr;
 
 static src_arr src_of(const void *p, ss_dtype t)
 {
 	src_arr s = {p, t, ss_dtype_size(t), t == SS_DTYPE_F32 && (uintptr_t)p % _Alignof(float) == 0,
-		     NULL, 0, 0, 0};
+		     NULL, 0, 0, 0, 0};
 	return s;
 }
 
-/* dst[0..m) = x's elements [off, off+m) in f32. */
+/* dst[0..m) = x's elements [off, off+m) in f32 (m <= BLK). */
 static void widen(float *dst, src_arr x, size_t off, size_t m)
 {
-	if (x.t == SS_DTYPE_Q8)
+	if (x.planes) {
+		/* the two planes joined in L1 (as 16-bit words, which vectorises
+		 * where byte stores to alternate addresses do not: f16 folds 2x
+		 * faster; little-endian, as the stored bytes), then widened */
+		uint16_t h[BLK];
+		const unsigned char *lo = x.p + off, *hi = x.p + x.planes + off;
+		size_t i = 0;
+		for (; i + VW <= m; i += VW)
+			for (size_t j = 0; j < VW; j++)
+				h[i + j] = (uint16_t)(lo[i + j] | (unsigned)hi[i + j] << 8);
+		for (; i < m; i++)
+			h[i] = (uint16_t)(lo[i] | (unsigned)hi[i] << 8);
+		ss_to_f32(dst, h, x.t, m);
+	} else if (x.t == SS_DTYPE_Q8) {
 		ss_q8_to_f32(dst, (const int8_t *)(x.p + off), x.scale, x.e0 + off, m, x.row, x.block);
-	else
+	} else {
 		ss_to_f32(dst, x.p + off * x.es, x.t, m);
+	}
 }
 
 enum { OP_COPY, OP_SCALE, OP_AXPY, OP_AXPBY, OP_MAX };
@@ -532,27 +551,6 @@ static int grow(ss_composer *c)
 	return 0;
 }
 
-/* The accumulator's ssm array, n floats, for free(). Its first input
- * touches every page: with 4 KiB pages that cost 75 ms of CPU for the 19 MB
- * of a mamba2-130m state in this project's VMs (a page fault each), with
- * transparent huge pages 23 ms, so on Linux ask for them (issue 12). */
-static float *acc_alloc(size_t n)
-{
-	size_t bytes = n * sizeof(float);
-#ifdef MADV_HUGEPAGE
-	const size_t huge = (size_t)2 << 20;
-	if (bytes >= huge) {
-		size_t cap = (bytes + huge - 1) / huge * huge;
-		float *p = aligned_alloc(huge, cap);
-		if (p) {
-			madvise(p, cap, MADV_HUGEPAGE); /* advice: ignored where unsupported */
-			return p;
-		}
-	}
-#endif
-	return malloc(bytes ? bytes : 1);
-}
-
 /* The first input: fixes dims and fingerprint, allocates the accumulator. */
 static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
 {
@@ -569,7 +567,8 @@ static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
 	}
 	c->have_acc = 1;
 	free(c->acc.ssm);
-	if (!(c->acc.ssm = acc_alloc(ss_state_ssm_len(&x->dims)))) {
+	/* its first input touches every page: huge ones fault 512 times less */
+	if (!(c->acc.ssm = ss_big_alloc(ss_state_ssm_len(&x->dims) * sizeof(float)))) {
 		ss_errf(errmsg, 0, "out of memory");
 		return SS_ERR_NOMEM;
 	}
@@ -759,6 +758,26 @@ static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const 
 	return add_end(c, errmsg);
 }
 
+int ss_composer_prepare(ss_composer *c, const ss_state *x, char *errmsg)
+{
+	if (c->failed || c->finished || c->open || c->n > 0) {
+		ss_errf(errmsg, 0, "composer: prepare after the first input");
+		return SS_ERR_INVALID;
+	}
+	int rc = c->have_acc ? 0 : first_input(c, x, errmsg);
+	return rc ? fail(c, rc) : 0;
+}
+
+void ss_composer_touch(ss_composer *c, size_t part, size_t parts)
+{
+	if (!c->have_acc || c->n > 0 || part >= parts)
+		return;
+	const size_t page = 4096 / sizeof(float); /* a store per page faults it in */
+	size_t n = ss_state_ssm_len(&c->acc.dims), pages = (n + page - 1) / page;
+	for (size_t q = pages * part / parts; q < pages * (part + 1) / parts; q++)
+		c->acc.ssm[q * page] = 0;
+}
+
 int ss_composer_streams(const ss_composer *c)
 {
 	return !(c->o.norm & SS_COMPOSE_NORM_BEFORE);
@@ -790,20 +809,41 @@ int ss_composer_add_begin(ss_composer *c, const ss_state *x, char *errmsg)
 	return 0;
 }
 
-/* Bytes [fed, fed+len) of a shuffled array: gathered into whole shuffle
- * blocks, each unshuffled and folded in once complete. */
+/* Folds in the shuffle block of m elements at p, elements [start,
+ * start+m) of array `which`: 2-byte elements straight from their planes
+ * (one pass, the block's bytes read once), others unshuffled first. */
+static void add_block(ss_composer *c, int which, const unsigned char *p, size_t start, size_t m)
+{
+	size_t es = ss_dtype_size(c->t);
+	src_arr xs;
+	if (es == 2) {
+		xs = input_arr(c, which, p, start);
+		xs.planes = m;
+	} else {
+		ss_unshuffle(c->unblk, p, es, m, m);
+		xs = input_arr(c, which, c->unblk, start);
+	}
+	add_range(c, which, xs, start, m, NULL);
+}
+
+/* Bytes [fed, fed+len) of a shuffled array: folded block by block, a
+ * block the piece holds whole in place, else gathered in c->blk first. */
 static void add_shuffled(ss_composer *c, int which, const unsigned char *p, size_t len)
 {
 	size_t es = ss_dtype_size(c->t), n = (size_t)(c->want[which] / es);
 	while (len) {
 		size_t start = (size_t)(c->fed[which] / es) - c->fill / es; /* the block's first element */
 		size_t m = n - start < c->shuf ? n - start : c->shuf;
+		if (c->fill == 0 && len >= m * es) {
+			add_block(c, which, p, start, m);
+			c->fed[which] += m * es, p += m * es, len -= m * es;
+			continue;
+		}
 		size_t take = m * es - c->fill < len ? m * es - c->fill : len;
 		memcpy(c->blk + c->fill, p, take);
 		c->fill += take, c->fed[which] += take, p += take, len -= take;
 		if (c->fill == m * es) {
-			ss_unshuffle(c->unblk, c->blk, es, m, m);
-			add_range(c, which, input_arr(c, which, c->unblk, start), start, m, NULL);
+			add_block(c, which, c->blk, start, m);
 			c->fill = 0;
 		}
 	}

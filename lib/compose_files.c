@@ -15,15 +15,24 @@
  * block of f16/bf16 (a whole record with norm before), a record's metadata
  * and the decays (n_layer·nheads floats per input), whatever the number of
  * inputs.
+ *
+ * Threads (ss_compose_files_threads, regular files only): every mode takes
+ * the first pass, to locate the records; then each thread decompresses
+ * whole records into its own buffer and folds them when their turn comes
+ * (compose_parallel): decompression, most of the work, runs on all
+ * threads, the folds one at a time in input order, so the bits are one
+ * thread's. Memory: a record per thread.
  */
 #include "ss.h"
 #include "compose_internal.h"
 #include "stream_internal.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* The first state seen: every other one must match it. */
 typedef struct {
@@ -101,9 +110,11 @@ typedef struct {
 	size_t n, cap, H;
 	float *decay; /* [n][H] */
 	meta_t *m;    /* [n] */
+	struct rec_at { size_t file; uint64_t recno, offset, content; } *at; /* [n]: where each record is, its size */
 } plan_t;
 
-static int plan_push(plan_t *p, const ss_state *s, char *errmsg)
+/* Appends state s, record recno of paths[file] (rec, from its first pass). */
+static int plan_push(plan_t *p, const ss_state *s, size_t file, uint64_t recno, const ss_record *rec, char *errmsg)
 {
 	if (!p->H)
 		p->H = ss_state_logdecay_len(&s->dims);
@@ -113,12 +124,16 @@ static int plan_push(plan_t *p, const ss_state *s, char *errmsg)
 		if (d)
 			p->decay = d;
 		meta_t *m = d ? realloc(p->m, cap * sizeof *m) : NULL;
-		if (!m)
+		if (m)
+			p->m = m;
+		struct rec_at *at = m ? realloc(p->at, cap * sizeof *at) : NULL;
+		if (!at)
 			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
-		p->m = m;
+		p->at = at;
 		p->cap = cap;
 	}
 	memcpy(p->decay + p->n * p->H, s->logdecay, p->H * sizeof *p->decay);
+	p->at[p->n] = (struct rec_at){file, recno, ss_record_offset(rec), ss_record_content_size(rec)};
 	p->m[p->n].n_tokens = s->n_tokens;
 	if (!(p->m[p->n].id = strdup(s->id ? s->id : "")))
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
@@ -132,12 +147,14 @@ static void plan_free(plan_t *p)
 		free(p->m[j].id);
 	free(p->m);
 	free(p->decay);
+	free(p->at);
 }
 
 /* One ss_compose_files() call: its arguments and what the passes share. */
 typedef struct {
 	ss_composer *c;
 	first_t f;
+	ss_compose_mode mode;
 	const char *const *paths;
 	size_t n_paths;
 	uint64_t max_record;
@@ -145,6 +162,7 @@ typedef struct {
 	void *arg;
 	uint64_t bytes;
 	char *errmsg;
+	int threads; /* > 1: pass 2 in parallel (compose_parallel) */
 } run_t;
 
 static void progress(const run_t *u, int pass, size_t done, size_t total)
@@ -191,6 +209,37 @@ static int on_piece(void *arg, const ss_record *meta, int which, uint64_t off, c
 	return rc;
 }
 
+/* Ends the input whose pieces x added. Returns 1 (added) or an SS_ERR_*
+ * with u->errmsg set. */
+static int add_pieces_end(run_t *u, piece_t *x, const ss_record *meta)
+{
+	char err[SS_ERRMSG_MAX];
+	int rc = ss_composer_add_end(u->c, err);
+	if (rc)
+		return ss_errf(u->errmsg, rc, "%s: record %llu (id \"%s\"): %s", x->path,
+			       (unsigned long long)x->recno, x->id, err);
+	u->bytes += ss_record_size(meta) + x->bytes;
+	return 1;
+}
+
+/* Adds the whole record rec (record recno of path). Returns 1 or an
+ * SS_ERR_* with u->errmsg set. */
+static int add_whole(run_t *u, const ss_record *rec, const char *path, uint64_t recno, int checked)
+{
+	ss_state m;
+	int rc = record_meta(rec, &m, path, recno, u->errmsg);
+	if (rc == 0) {
+		if (!checked)
+			rc = check_compat(&u->f, &m, path, recno, u->errmsg);
+		if (!rc)
+			rc = add_record(u->c, rec, path, recno, m.id, u->errmsg);
+		ss_state_free(&m);
+	}
+	if (!rc)
+		u->bytes += ss_record_size(rec), rc = 1;
+	return rc;
+}
+
 /* Reads record `recno` of r (at `path`) and adds it: in pieces as it is
  * decompressed where the composer allows, else whole. checked: its
  * compatibility was checked by a first pass. Returns 1 (added), 0 (end of
@@ -199,30 +248,171 @@ static int add_next(run_t *u, ss_reader *r, const char *path, uint64_t recno, in
 {
 	const ss_record *rec;
 	piece_t x = {u, path, recno, checked, 0, NULL, 0};
-	char err[SS_ERRMSG_MAX];
 	int rc = ss_composer_streams(u->c) ? ss_reader_next_pieces(r, &rec, on_piece, &x) : ss_reader_next(r, &rec);
-	if (rc == 1 && ss_composer_streams(u->c)) {
-		if ((rc = ss_composer_add_end(u->c, err)) != 0)
-			ss_errf(u->errmsg, 0, "%s: record %llu (id \"%s\"): %s", path, (unsigned long long)recno, x.id,
-				err);
-		else
-			u->bytes += ss_record_size(rec) + x.bytes, rc = 1;
-	} else if (rc == 1 || rc == 2) {
-		ss_state m;
-		if ((rc = record_meta(rec, &m, path, recno, u->errmsg)) == 0) {
-			if (!checked)
-				rc = check_compat(&u->f, &m, path, recno, u->errmsg);
-			if (!rc)
-				rc = add_record(u->c, rec, path, recno, m.id, u->errmsg);
-			ss_state_free(&m);
-		}
-		if (!rc)
-			u->bytes += ss_record_size(rec), rc = 1;
-	} else if (rc < 0 && !x.failed) {
+	if (rc == 1 && ss_composer_streams(u->c))
+		rc = add_pieces_end(u, &x, rec);
+	else if (rc == 1 || rc == 2)
+		rc = add_whole(u, rec, path, recno, checked);
+	else if (rc < 0 && !x.failed)
 		ss_errf(u->errmsg, 0, "%s: %s", path, ss_reader_error(r));
+	free(x.id);
+	return rc;
+}
+
+/* Adds rec, read whole (record recno of path, checked by a first pass):
+ * its "conv" and "ssm" as one piece each where the composer takes pieces
+ * (a byte-shuffled record folded from its planes, no f32 copy), else
+ * whole. Returns 1 or an SS_ERR_* with u->errmsg set. */
+static int add_read(run_t *u, const ss_record *rec, const char *path, uint64_t recno)
+{
+	const msgpack_object *cv = ss_map_get(rec->root, "conv"), *sm = ss_map_get(rec->root, "ssm");
+	if (!ss_composer_streams(u->c) || !cv || !sm || cv->type != MSGPACK_OBJECT_BIN ||
+	    sm->type != MSGPACK_OBJECT_BIN)
+		return add_whole(u, rec, path, recno, 1);
+	piece_t x = {u, path, recno, 1, 0, NULL, 0};
+	int rc = on_piece(&x, rec, -1, 0, NULL, 0);
+	if (!rc)
+		rc = on_piece(&x, rec, 0, 0, cv->via.bin.ptr, cv->via.bin.size);
+	if (!rc)
+		rc = on_piece(&x, rec, 1, 0, sm->via.bin.ptr, sm->via.bin.size);
+	if (!rc) {
+		x.bytes = 0; /* ss_record_size counts them */
+		rc = add_pieces_end(u, &x, rec);
 	}
 	free(x.id);
 	return rc;
+}
+
+/* Pass 2 of compose_planned in u->threads threads: thread t reads (whole,
+ * each with its own reader) the records t, t+T, t+2T... of the plan, so
+ * that T records are decompressed at once, and folds each when its turn
+ * comes: records are folded one at a time and in order, so the result has
+ * the bits of one thread's. Memory: a record per thread. An error is
+ * reported at its record's turn, so it is the one one thread would meet
+ * first. */
+typedef struct {
+	run_t *u;
+	const plan_t *plan;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int T, go;
+	int touched; /* threads done with their part of ss_composer_touch */
+	size_t turn; /* the record to fold next */
+	int rc;      /* the first error, in record order; u->errmsg says why */
+} par_t;
+
+typedef struct {
+	par_t *P;
+	int t;
+} worker_t;
+
+/* Waits for record g's turn (and for the accumulator's pages): 1 when it
+ * came, 0 when an earlier record failed. */
+static int par_wait(par_t *P, size_t g)
+{
+	pthread_mutex_lock(&P->mu);
+	while ((P->turn != g || P->touched < P->T) && !P->rc)
+		pthread_cond_wait(&P->cv, &P->mu);
+	int mine = !P->rc;
+	pthread_mutex_unlock(&P->mu);
+	return mine;
+}
+
+/* Ends record g's turn: the next record's, or everyone's on error. */
+static void par_done(par_t *P, int rc)
+{
+	pthread_mutex_lock(&P->mu);
+	if (rc < 0)
+		P->rc = rc;
+	else
+		P->turn++;
+	pthread_cond_broadcast(&P->cv);
+	pthread_mutex_unlock(&P->mu);
+}
+
+static void *par_worker(void *arg)
+{
+	worker_t *w = arg;
+	par_t *P = w->P;
+	run_t *u = P->u;
+	const plan_t *pl = P->plan;
+	char err[SS_ERRMSG_MAX], why[SS_ERRMSG_MAX];
+	ss_reader *r = NULL;
+	pthread_mutex_lock(&P->mu);
+	while (!P->go)
+		pthread_cond_wait(&P->cv, &P->mu);
+	pthread_mutex_unlock(&P->mu);
+	/* the accumulator's page faults (tens of ms for a 130m state) shared
+	 * by all threads, not left to the first fold, which all others wait for */
+	ss_composer_touch(u->c, (size_t)w->t, (size_t)P->T);
+	pthread_mutex_lock(&P->mu);
+	P->touched++;
+	pthread_cond_broadcast(&P->cv);
+	pthread_mutex_unlock(&P->mu);
+	uint64_t biggest = 0; /* its records' declared sizes: bounded by max_record */
+	for (size_t g = (size_t)w->t; g < pl->n; g += (size_t)P->T)
+		if (pl->at[g].content > biggest)
+			biggest = pl->at[g].content;
+	for (size_t g = (size_t)w->t; g < pl->n; g += (size_t)P->T) {
+		const struct rec_at *at = &pl->at[g];
+		const char *path = u->paths[at->file];
+		const ss_record *rec = NULL;
+		int rc = 0;
+		if (!r && (rc = ss_reader_open(&r, path, u->max_record, err)) == 0 &&
+		    (rc = ss_reader_reserve(r, biggest)) != 0)
+			ss_errf(err, 0, "out of memory");
+		if (!rc)
+			rc = ss_reader_goto(r, path, at->offset, at->recno, err);
+		if (rc)
+			ss_errf(why, 0, "%s: %s", path, err);
+		else if ((rc = ss_reader_next(r, &rec)) < 0)
+			ss_errf(why, 0, "%s: %s", path, ss_reader_error(r));
+		else if (rc == 0)
+			rc = ss_errf(why, SS_ERR_MISMATCH, "%s: record %llu is gone since the first pass (file changed?)",
+				     path, (unsigned long long)at->recno);
+		if (!par_wait(P, g))
+			break;
+		if (rc < 0)
+			snprintf(u->errmsg, SS_ERRMSG_MAX, "%s", why);
+		else if ((rc = add_read(u, rec, path, at->recno)) == 1)
+			progress(u, 2, g + 1, pl->n);
+		par_done(P, rc);
+		if (rc < 0)
+			break;
+	}
+	ss_reader_close(r);
+	return NULL;
+}
+
+static int compose_parallel(run_t *u, const plan_t *plan)
+{
+	par_t P = {u, plan, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, 0};
+	ss_state first = {0}; /* the accumulator now, so that the threads fault it in together */
+	first.dims = u->f.dims;
+	memcpy(first.fingerprint, u->f.fingerprint, sizeof first.fingerprint);
+	int rc = ss_composer_prepare(u->c, &first, u->errmsg);
+	if (rc)
+		return rc;
+	enum { MAX_THREADS = 64 };
+	pthread_t tid[MAX_THREADS];
+	worker_t w[MAX_THREADS];
+	int want = u->threads < MAX_THREADS ? u->threads : MAX_THREADS;
+	if ((size_t)want > plan->n)
+		want = (int)plan->n;
+	for (int t = 0; t < want; t++)
+		w[t] = (worker_t){&P, t};
+	while (P.T < want && pthread_create(&tid[P.T], NULL, par_worker, &w[P.T]) == 0)
+		P.T++; /* as many as start: the records are dealt among those */
+	pthread_mutex_lock(&P.mu);
+	P.go = 1;
+	pthread_cond_broadcast(&P.cv);
+	pthread_mutex_unlock(&P.mu);
+	par_worker(&w[0]);
+	for (int t = 1; t < P.T; t++)
+		pthread_join(tid[t], NULL);
+	pthread_mutex_destroy(&P.mu);
+	pthread_cond_destroy(&P.cv);
+	return P.rc;
 }
 
 /* One streaming pass over every file (modes without a plan). */
@@ -296,7 +486,7 @@ static int compose_planned(run_t *u)
 					rc = ss_errf(errmsg, SS_ERR_IO, "spool file: write error: %s", strerror(errno));
 			}
 			if (!rc)
-				rc = plan_push(&plan, &m, errmsg);
+				rc = plan_push(&plan, &m, i, recno, rec, errmsg);
 			ss_state_free(&m);
 			if (rc)
 				goto out;
@@ -318,8 +508,12 @@ static int compose_planned(run_t *u)
 		rc = ss_errf(errmsg, SS_ERR_INVALID, "no input states");
 		goto out;
 	}
-	if ((rc = ss_composer_plan(c, plan.n, plan.H, plan.decay, errmsg)) != 0)
+	if (ss_compose_needs_plan(u->mode) && (rc = ss_composer_plan(c, plan.n, plan.H, plan.decay, errmsg)) != 0)
 		goto out;
+	if (u->threads > 1) {
+		rc = compose_parallel(u, &plan);
+		goto out;
+	}
 	if (spool && (fflush(spool) != 0 || fseek(spool, 0, SEEK_SET) != 0)) {
 		rc = ss_errf(errmsg, SS_ERR_IO, "spool file: %s", strerror(errno));
 		goto out;
@@ -398,9 +592,19 @@ out:
 	return rc;
 }
 
-int ss_compose_files(const ss_compose_opts *o, const char *const *paths, size_t n_paths,
-		     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
-		     uint64_t *bytes_in, char *errmsg)
+/* 1 when every path is a regular file (not "-"): each thread can open it. */
+static int all_regular(const char *const *paths, size_t n_paths)
+{
+	struct stat st;
+	for (size_t i = 0; i < n_paths; i++)
+		if (!strcmp(paths[i], "-") || stat(paths[i], &st) != 0 || !S_ISREG(st.st_mode))
+			return 0;
+	return 1;
+}
+
+int ss_compose_files_threads(const ss_compose_opts *o, int threads, const char *const *paths, size_t n_paths,
+			     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
+			     uint64_t *bytes_in, char *errmsg)
 {
 	memset(out, 0, sizeof *out);
 	size_t n_stdin = 0;
@@ -408,11 +612,14 @@ int ss_compose_files(const ss_compose_opts *o, const char *const *paths, size_t 
 		n_stdin += !strcmp(paths[i], "-");
 	if (n_stdin > 1)
 		return ss_errf(errmsg, SS_ERR_INVALID, "standard input ('-') given more than once");
-	run_t u = {NULL, {0}, paths, n_paths, max_record, fn, arg, 0, errmsg};
+	run_t u = {NULL, {0}, 0, paths, n_paths, max_record, fn, arg, 0, errmsg, 1};
 	int rc = ss_composer_new(&u.c, o);
 	if (rc)
 		return ss_errf(errmsg, rc, "invalid composition options");
-	rc = ss_compose_needs_plan(o->mode) ? compose_planned(&u) : compose_stream(&u);
+	u.mode = o->mode;
+	if (threads > 1 && all_regular(paths, n_paths))
+		u.threads = threads;
+	rc = ss_compose_needs_plan(o->mode) || u.threads > 1 ? compose_planned(&u) : compose_stream(&u);
 	if (!rc && ss_composer_count(u.c) == 0)
 		rc = ss_errf(errmsg, SS_ERR_INVALID, "no input states");
 	if (!rc)
@@ -425,6 +632,13 @@ int ss_compose_files(const ss_compose_opts *o, const char *const *paths, size_t 
 	if (bytes_in)
 		*bytes_in = u.bytes;
 	return rc;
+}
+
+int ss_compose_files(const ss_compose_opts *o, const char *const *paths, size_t n_paths,
+		     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
+		     uint64_t *bytes_in, char *errmsg)
+{
+	return ss_compose_files_threads(o, 1, paths, n_paths, max_record, fn, arg, out, bytes_in, errmsg);
 }
 
 int ss_compose_records(const ss_compose_opts *o, size_t n, ss_compose_read_fn read, void *arg,

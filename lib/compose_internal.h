@@ -26,6 +26,20 @@
  * element (callers then add whole records). */
 int ss_composer_streams(const ss_composer *c);
 
+/* Allocates the accumulator for inputs like x (dims and fingerprint; its
+ * arrays are not read) before the first input, as that input would: then
+ * ss_composer_touch() can fault its pages in from several threads at once
+ * (ss_compose_files_threads) instead of the first input's fold alone.
+ * Returns 0, SS_ERR_NOMEM, or SS_ERR_INVALID after the first input. */
+int ss_composer_prepare(ss_composer *c, const ss_state *x, char *errmsg);
+
+/* Writes a zero to every page of part `part` of `parts` of the prepared
+ * accumulator's ssm (which the first input overwrites), so that the pages
+ * are faulted in now; parts may run concurrently, in any thread, but not
+ * with any other call on c. A no-op without a prepared accumulator or
+ * after the first input. */
+void ss_composer_touch(ss_composer *c, size_t part, size_t parts);
+
 /* Starts an input: meta carries dims, fingerprint, id, n_tokens, dtype
  * (the storage dtype of the pieces) and logdecay; its ssm/conv are not
  * read. The same checks as ss_composer_add(). */

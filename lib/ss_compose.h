@@ -265,6 +265,18 @@ int ss_compose_files(const ss_compose_opts *o, const char *const *paths, size_t 
 		     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
 		     uint64_t *bytes_in, char *errmsg);
 
+/* ss_compose_files() with up to `threads` threads (<= 1: as it). Where
+ * every path is a regular file, the records are located in a first pass
+ * (ss_reader_next_meta, as picaso's decays pass) and then up to `threads`
+ * of them are decompressed at once, each whole into its thread's buffer,
+ * and folded in one at a time, in order: the result has the bits of the
+ * one-thread call, errors are those it reports, but memory holds a record
+ * per thread instead of 128 KiB pieces. Otherwise (stdin, a pipe) one
+ * thread, as ss_compose_files(). */
+int ss_compose_files_threads(const ss_compose_opts *o, int threads, const char *const *paths, size_t n_paths,
+			     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
+			     uint64_t *bytes_in, char *errmsg);
+
 /* Source of ss_compose_records(): sets *rec to input i's state record
  * (borrowed, valid until the next call), only its metadata prefix when
  * meta_only (ss_reader_next_meta). Returns 0 or a negative SS_ERR_* with

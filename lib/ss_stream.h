@@ -167,6 +167,14 @@ int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score);
  * 0 writes them as before. f32 and q8 are never shuffled. */
 void ss_writer_set_shuffle(ss_writer *w, int on);
 
+/* Compresses the records that follow with n threads (zstd's
+ * ZSTD_c_nbWorkers: the frame is cut into jobs compressed in parallel
+ * while the caller writes what is done); n <= 1: in the caller's thread,
+ * the default. The records read back to the same bytes either way; the
+ * frames' compressed bytes differ. Returns 0, or SS_ERR_UNSUPPORTED when
+ * this libzstd has no threads or fewer than n (the writer is unchanged). */
+int ss_writer_set_threads(ss_writer *w, int n);
+
 /* Flushes, fsyncs and renames into place. Returns 0, or SS_ERR_IO when any
  * write failed (the temporary file is then removed). Frees w either way. */
 int ss_writer_close(ss_writer *w, char *errmsg);

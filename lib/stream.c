@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: stable since 1.4, exported by libzstd.so */
@@ -53,6 +54,7 @@ struct ss_reader {
 };
 
 static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int grow(unsigned char **p, size_t *cap, size_t need);
 static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...)
 {
 	char what[SS_ERRMSG_MAX - 64];
@@ -225,6 +227,47 @@ int ss_reader_seek(ss_reader *r, uint64_t offset)
 	r->pos = offset;
 	r->index = 0;
 	r->annot = 0;
+	return 0;
+}
+
+int ss_reader_reserve(ss_reader *r, uint64_t bytes)
+{
+	if (bytes > r->max_record || bytes > SIZE_MAX / 2)
+		return SS_ERR_TOO_LARGE;
+	return grow(&r->out, &r->out_cap, (size_t)bytes);
+}
+
+int ss_reader_goto(ss_reader *r, const char *path, uint64_t offset, uint64_t index, char *errmsg)
+{
+	if (strcmp(path, r->path) != 0) {
+		if (!strcmp(path, "-") || !strcmp(r->path, "-"))
+			return ss_errf(errmsg, SS_ERR_INVALID, "cannot reopen standard input");
+		FILE *f = fopen(path, "rb");
+		if (!f) {
+			int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
+			return ss_errf(errmsg, code, "%s", strerror(errno));
+		}
+		char *p = strdup(path);
+		if (!p) {
+			fclose(f);
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		}
+		if (r->own_file && r->f)
+			fclose(r->f);
+		free(r->path);
+		r->f = f;
+		r->path = p;
+		r->own_file = 1;
+		r->eof = 0;
+		r->len = 0;
+		r->base = 0;
+		struct stat st;
+		r->seekable = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+	}
+	int rc = ss_reader_seek(r, offset);
+	if (rc)
+		return ss_errf(errmsg, rc, "%s", r->err);
+	r->index = index;
 	return 0;
 }
 
@@ -508,13 +551,36 @@ static int unpack_record(ss_reader *r, uint64_t off, const void *buf, size_t len
 	return 1;
 }
 
+void *ss_big_alloc(size_t bytes)
+{
+#ifdef MADV_HUGEPAGE
+	const size_t huge = (size_t)2 << 20;
+	if (bytes >= huge) {
+		size_t cap = (bytes + huge - 1) / huge * huge;
+		void *p = aligned_alloc(huge, cap);
+		if (p) {
+			madvise(p, cap, MADV_HUGEPAGE); /* advice: ignored where unsupported */
+			return p;
+		}
+	}
+#endif
+	return malloc(bytes ? bytes : 1);
+}
+
+/* Grows *p (contents kept) to at least need bytes: a record's buffer,
+ * which from 2 MiB on gets huge pages (ss_big_alloc). */
 static int grow(unsigned char **p, size_t *cap, size_t need)
 {
 	if (need <= *cap)
 		return 0;
-	unsigned char *n = realloc(*p, need);
+	unsigned char *n = need < ((size_t)2 << 20) ? realloc(*p, need) : ss_big_alloc(need);
 	if (!n)
 		return SS_ERR_NOMEM;
+	if (need >= ((size_t)2 << 20)) {
+		if (*cap)
+			memcpy(n, *p, *cap);
+		free(*p);
+	}
 	*p = n;
 	*cap = need;
 	return 0;
@@ -948,6 +1014,15 @@ void ss_writer_set_shuffle(ss_writer *w, int on)
 int ss_writer_shuffles(const ss_writer *w)
 {
 	return !w->no_shuffle;
+}
+
+int ss_writer_set_threads(ss_writer *w, int n)
+{
+	ZSTD_bounds b = ZSTD_cParam_getBounds(ZSTD_c_nbWorkers);
+	int workers = n > 1 ? n : 0;
+	if (ZSTD_isError(b.error) || workers > b.upperBound)
+		return SS_ERR_UNSUPPORTED;
+	return ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_nbWorkers, workers)) ? SS_ERR_UNSUPPORTED : 0;
 }
 
 int ss_writer_open(ss_writer **out, const char *path, int level, char *errmsg)

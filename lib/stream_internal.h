@@ -70,4 +70,28 @@ typedef int (*ss_piece_fn)(void *arg, const ss_record *meta, int which, uint64_t
  * on error (ss_reader_error says why, unless fn stopped it). */
 int ss_reader_next_pieces(ss_reader *r, const ss_record **rec, ss_piece_fn fn, void *arg);
 
+/* Moves r to the frame at byte `offset` of the regular file `path`, to be
+ * numbered record `index` in errors (ss_reader_error): a reader that
+ * visits records of several files in turn (ss_compose_files' threads)
+ * keeps its buffers, grown to one record, instead of growing new ones.
+ * path may be r's own. Returns 0, or SS_ERR_NOTFOUND / SS_ERR_IO /
+ * SS_ERR_NOMEM (r unchanged) / SS_ERR_INVALID (standard input, a pipe)
+ * with errmsg set. */
+int ss_reader_goto(ss_reader *r, const char *path, uint64_t offset, uint64_t index, char *errmsg);
+
+/* Grows r's record buffer to `bytes` now, so that records up to that size
+ * (their frames declare it) are decompressed straight into it, never
+ * through zstd's window and a growing buffer: for a caller that knows the
+ * sizes of the records to come from a first pass. Returns 0, SS_ERR_NOMEM,
+ * or SS_ERR_TOO_LARGE above the reader's max_record. */
+int ss_reader_reserve(ss_reader *r, uint64_t bytes);
+
+/* malloc() for a buffer of a record's size, freed with free(): from 2 MiB
+ * on, aligned and advised to the kernel as transparent huge pages (Linux
+ * MADV_HUGEPAGE), as its first writer touches every page: with 4 KiB pages
+ * that cost 75 ms of CPU for the 19 MB of a mamba2-130m state in this
+ * project's VMs (a page fault each), with huge pages 23 ms (issue 12).
+ * NULL when out of memory. */
+void *ss_big_alloc(size_t bytes);
+
 #endif /* SS_STREAM_INTERNAL_H */

@@ -1145,6 +1145,104 @@ static void test_files_pieces_equal_whole(void **unused)
 	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
 }
 
+/* ss_compose_files_threads() decompresses several records at once and
+ * folds them in order: the result must be the bits of the one-thread call
+ * for every mode, dtype (f16/bf16 shuffled, folded from their planes in
+ * place, and not), conv rule and norm (before: whole records), with the
+ * records dealt to threads across three files; and a corrupt record in the
+ * middle must fail with the one-thread call's error. */
+static void test_files_threads_equal_one(void **unused)
+{
+	(void)unused;
+	const ss_state_dims d = {"mamba2", 2, 16, 64, 160, 99, 4}; /* ssm: 2 shuffle blocks */
+	static const ss_dtype dts[4] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16, SS_DTYPE_Q8};
+	enum { K = 7 };
+	static const int file_of[K] = {0, 0, 0, 1, 2, 2, 2};
+	char err[SS_ERRMSG_MAX], err1[SS_ERRMSG_MAX], dir[4096], path[3][4200];
+	ss_state in[K];
+	uint64_t off[K];
+	for (int k = 0; k < K; k++) {
+		char id[8];
+		snprintf(id, sizeof id, "s%d", k);
+		make_state(&in[k], &d, D_RANDOM, id);
+	}
+	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "threads"), 0);
+	for (int f = 0; f < 3; f++)
+		snprintf(path[f], sizeof path[f], "%s/%c.ss", dir, 'a' + f);
+	const char *paths[3] = {path[0], path[1], path[2]};
+	for (int t = 0; t < 6; t++) {
+		ss_writer *w[3];
+		for (int f = 0; f < 3; f++) {
+			assert_int_equal(ss_writer_open(&w[f], path[f], 1, err), 0);
+			ss_writer_set_shuffle(w[f], t < 4);
+		}
+		for (int k = 0; k < K; k++) {
+			in[k].dtype = dts[t < 4 ? t : t - 3];
+			assert_int_equal(ss_writer_put_state(w[file_of[k]], &in[k], &off[k]), 0);
+		}
+		for (int f = 0; f < 3; f++)
+			assert_int_equal(ss_writer_close(w[f], err), 0);
+		for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++)
+			for (int v = 0; v < 3; v++) {
+				ss_compose_opts o = {(ss_compose_mode)mode,
+						     v == 2 ? SS_COMPOSE_NORM_BEFORE : v == 1 ? SS_COMPOSE_NORM_AFTER : 0,
+						     (ss_compose_conv)(v == 1)};
+				ss_state a, b;
+				uint64_t ba = 0, bb = 0;
+				assert_int_equal(ss_compose_files(&o, paths, 3, 0, NULL, NULL, &a, &ba, err), 0);
+				for (int T = 2; T <= 3; T++) {
+					if (ss_compose_files_threads(&o, T, paths, 3, 0, NULL, NULL, &b, &bb, err))
+						fail_msg("%s, %d threads: %s", ss_compose_mode_name((ss_compose_mode)mode), T,
+							 err);
+					assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&d) * 4);
+					assert_memory_equal(a.conv, b.conv, ss_state_conv_len(&d) * 4);
+					assert_memory_equal(a.logdecay, b.logdecay, ss_state_logdecay_len(&d) * 4);
+					assert_string_equal(a.id, b.id);
+					assert_int_equal(a.n_tokens, b.n_tokens);
+					assert_int_equal(a.dtype, b.dtype);
+					assert_int_equal(a.n_sources, K);
+					assert_int_equal(b.n_sources, K);
+					assert_true(bb >= ba);
+					ss_state_free(&b);
+				}
+				ss_state_free(&a);
+			}
+	}
+	/* f16 shuffled, record 1 of c.ss (the 6th) corrupt in its middle: the
+	 * frame's checksum fails; every mode reports that record, as one
+	 * thread does */
+	for (int k = 0; k < K; k++)
+		in[k].dtype = SS_DTYPE_F16;
+	ss_writer *w[3];
+	for (int f = 0; f < 3; f++)
+		assert_int_equal(ss_writer_open(&w[f], path[f], 1, err), 0);
+	for (int k = 0; k < K; k++)
+		assert_int_equal(ss_writer_put_state(w[file_of[k]], &in[k], &off[k]), 0);
+	for (int f = 0; f < 3; f++)
+		assert_int_equal(ss_writer_close(w[f], err), 0);
+	FILE *fp = fopen(path[2], "r+b");
+	assert_non_null(fp);
+	uint64_t at = (off[5] + off[6]) / 2;
+	assert_int_equal(fseek(fp, (long)at, SEEK_SET), 0);
+	int byte = fgetc(fp);
+	assert_int_equal(fseek(fp, (long)at, SEEK_SET), 0);
+	fputc(byte ^ 0x10, fp);
+	assert_int_equal(fclose(fp), 0);
+	for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++) {
+		ss_compose_opts o = {(ss_compose_mode)mode, 0, SS_COMPOSE_CONV_MEAN};
+		ss_state a;
+		int rc1 = ss_compose_files(&o, paths, 3, 0, NULL, NULL, &a, NULL, err1);
+		assert_true(rc1 < 0);
+		assert_non_null(strstr(err1, "c.ss: record 1 "));
+		for (int T = 2; T <= 4; T++) {
+			assert_int_equal(ss_compose_files_threads(&o, T, paths, 3, 0, NULL, NULL, &a, NULL, err), rc1);
+			assert_string_equal(err, err1);
+		}
+	}
+	free_states(in, K);
+	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
 /* Composing q8 records (read in place, codes scaled block by block as they
  * are decompressed) gives the bits of composing their dequantized f32
  * (ss_record_state) with ss_compose, for every mode and conv rule, norm
@@ -1238,6 +1336,7 @@ int main(void)
 		cmocka_unit_test(test_drivers),
 		cmocka_unit_test(test_golden_t1),
 		cmocka_unit_test(test_files_pieces_equal_whole),
+		cmocka_unit_test(test_files_threads_equal_one),
 		cmocka_unit_test(test_q8_compose),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

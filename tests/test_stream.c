@@ -1082,17 +1082,23 @@ static void test_declared_size_not_trusted(void **ctx)
 }
 
 /* Records far above the 1 MiB trusted size round-trip through the growing
- * buffer, from a file and from a pipe, and the next record follows. */
-static const ss_state_dims big = { "mamba2", 3, 16, 64, 160, 8, 4 }; /* 2.0 MB f32 ssm */
+ * buffer (huge pages from 2 MiB on), from a file and from a pipe, and the
+ * next record follows; written by one thread and by three
+ * (ss_writer_set_threads: frames cut into zstd jobs, which must read back
+ * as the same records). */
+static const ss_state_dims big = { "mamba2", 4, 16, 64, 160, 8, 4 }; /* 2.6 MB f32 ssm */
 
 /* Writes states "a" and "b" of dims `big`, ssm filled with an LCG (hardly
  * compressible: each frame is ~15 zstd blocks, beyond a reader's 1 MiB
- * window); offs (may be NULL) gets their byte offsets. */
-static void write_big(const char *p, uint64_t *offs)
+ * window), compressed by `threads`; offs (may be NULL) gets their byte
+ * offsets. */
+static void write_big_threads(const char *p, uint64_t *offs, int threads)
 {
 	char err[SS_ERRMSG_MAX];
 	ss_writer *w;
 	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+	if (threads > 1)
+		assert_int_equal(ss_writer_set_threads(w, threads), 0); /* Debian's libzstd has threads */
 	for (int k = 0; k < 2; k++) {
 		ss_state s;
 		assert_int_equal(ss_state_alloc(&s, &big), 0);
@@ -1108,13 +1114,20 @@ static void write_big(const char *p, uint64_t *offs)
 	assert_int_equal(ss_writer_close(w, err), 0);
 }
 
+static void write_big(const char *p, uint64_t *offs)
+{
+	write_big_threads(p, offs, 1);
+}
+
 static void test_large_records(void **ctx)
 {
 	(void)ctx;
 	char err[SS_ERRMSG_MAX];
 	const char *p = tpath("big.states");
-	write_big(p, NULL);
-	for (int pipe_in = 0; pipe_in < 2; pipe_in++) {
+	for (int run = 0; run < 4; run++) {
+		int pipe_in = run % 2;
+		if (!pipe_in)
+			write_big_threads(p, NULL, run < 2 ? 1 : 3);
 		ss_reader *r;
 		const ss_record *rec;
 		FILE *saved = stdin;

@@ -73,6 +73,26 @@ expect 0 ss-compose -l 19 -o "$t/l19.ss" "$t/a.ss" "$t/b.ss"
 [ "$(wc -c <"$t/l19.ss")" -lt "$(wc -c <"$t/def.ss")" ] || fail "-l 19 output not smaller than the default's"
 expect 2 ss-compose -l 20 -o "$t/l20.ss" "$t/a.ss"
 has "$t/err" "level"
+# -j N decompresses N inputs at once: the same bytes as one thread, every
+# mode, inputs of four dtypes over four files (at -l 3 the output is also
+# compressed by N threads: the same record); 0 and 65 are usage errors; a
+# write error (/dev/full) is exit 1 with its message, whatever N
+for m in caso picaso-s picaso-r soup sum max; do
+	expect 0 ss-compose --mode "$m" -j 1 -o "$t/j1.ss" "$t/a.ss" "$t/h.ss" "$t/g.ss" "$t/q.ss"
+	for j in 2 3 8; do
+		expect 0 ss-compose --mode "$m" -j "$j" -o "$t/jn.ss" "$t/a.ss" "$t/h.ss" "$t/g.ss" "$t/q.ss"
+		cmp -s "$t/j1.ss" "$t/jn.ss" || fail "$m: -j $j differs from -j 1"
+	done
+done
+expect 0 ss-compose -j 2 -l 3 -o "$t/j2l3.ss" "$t/a.ss" "$t/b.ss"
+[ "$(ss-cat --full "$t/j2l3.ss")" = "$(ss-cat --full "$t/def.ss")" ] || fail "-j 2 -l 3 changed the record"
+expect 2 ss-compose -j 0 "$t/a.ss"
+has "$t/err" "threads"
+expect 2 ss-compose --threads 65 "$t/a.ss"
+for j in 1 2; do
+	expect 1 ss-compose -j "$j" -l 3 -o /dev/full "$t/a.ss" "$t/b.ss"
+	has "$t/err" "ss-compose: /dev/full: .*No space left on device"
+done
 
 # pipe = seekable stdin = files, every mode (picaso spools the pipe)
 cat "$t/a.ss" "$t/b.ss" >"$t/ab.ss"
