@@ -4,6 +4,7 @@
 #include "ss.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,8 +26,6 @@
  * (measured on 3.65 M chunks: 64 MiB gives what 1 GiB does). It is set at
  * a process's second search. */
 #define QUERY_CACHE_KIB 65536
-#define SS_XSTR(x) #x
-#define SS_STR(x) SS_XSTR(x)
 
 /* Vocabulary of a build: term → tid, open addressing. */
 typedef struct {
@@ -993,8 +992,11 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 		return rc;
 	/* The cache grows from the second search on: a process that makes one
 	 * would only pay for the memory (a query reads each page once). */
-	if (b->n_searches++ == 1)
-		sqlite3_exec(b->db, "PRAGMA cache_size = -" SS_STR(QUERY_CACHE_KIB), NULL, NULL, NULL);
+	if (b->n_searches++ == 1) {
+		char sql[64];
+		snprintf(sql, sizeof sql, "PRAGMA cache_size = -%d", QUERY_CACHE_KIB);
+		sqlite3_exec(b->db, sql, NULL, NULL, NULL);
+	}
 	cursor *c = calloc(b->n_q, sizeof *c), *pc = NULL;
 	int64_t *primed = NULL;
 	size_t n_primed = 0;
