@@ -720,6 +720,28 @@ static void test_copy_bad_state_file(void **state)
 	ss_index_close(ix);
 }
 
+/* A random text of min_words + [0, more_words) words "t<r>", word r drawn
+ * with probability about 1/r from 1..vocab (Zipf-like); with compounds,
+ * one word in 8 a compound of two ("t3-t17"). x: the generator's state.
+ * Returns a malloc'd string. */
+static char *zipf_text(uint32_t *x, int min_words, int more_words, double vocab, int compounds)
+{
+	char buf[1024];
+	size_t n = 0;
+	*x = *x * 1664525u + 1013904223u;
+	int words = min_words + (int)(*x >> 8) % more_words;
+	for (int w = 0; w < words; w++) {
+		*x = *x * 1664525u + 1013904223u;
+		int r = (int)pow(vocab, (double)(*x >> 8) / (double)(1u << 24));
+		n += (size_t)snprintf(buf + n, sizeof buf - n, "%st%d", w ? " " : "", r);
+		if (compounds && (*x >> 29) == 0)
+			n += (size_t)snprintf(buf + n, sizeof buf - n, "-t%d", 1 + (int)(*x >> 20) % 30);
+	}
+	char *t = strdup(buf);
+	assert_non_null(t);
+	return t;
+}
+
 /* The top k is BM25's, exactly: against FTS5's bm25() over the same text
  * (the same tokenizer, compounds included; the query's distinct words
  * OR-ed) on a corpus whose common words match nearly every document, so
@@ -731,21 +753,8 @@ static void test_top_k_is_exhaustive_bm25(void **state)
 	static char ids[N_DOCS][16], *texts[N_DOCS];
 	uint32_t x = 12345;
 	for (int i = 0; i < N_DOCS; i++) {
-		char buf[1024];
-		size_t n = 0;
-		x = x * 1664525u + 1013904223u;
-		int words = 20 + (int)(x >> 8) % 40;
-		for (int w = 0; w < words; w++) {
-			x = x * 1664525u + 1013904223u;
-			/* Zipf-like: word r with probability about 1/r. */
-			int r = (int)pow(2000.0, (double)(x >> 8) / (double)(1u << 24));
-			n += (size_t)snprintf(buf + n, sizeof buf - n, "%st%d", w ? " " : "", r);
-			/* One word in 8 a compound of two ("t3-t17"). */
-			if ((x >> 29) == 0)
-				n += (size_t)snprintf(buf + n, sizeof buf - n, "-t%d", 1 + (int)(x >> 20) % 30);
-		}
 		snprintf(ids[i], sizeof ids[i], "g%d", i);
-		texts[i] = strdup(buf);
+		texts[i] = zipf_text(&x, 20, 40, 2000, 1);
 		docs[i] = (doc){ ids[i], texts[i] };
 	}
 	write_docs(path_in("g.tokens"), path_in("g.states"), docs, N_DOCS, "fpA");
@@ -853,18 +862,8 @@ static void test_top_k_exact_other_params_and_copies(void **state)
 	static doc docs[N_DOCS];
 	static char ids[N_DOCS][16], *texts[N_TEXTS];
 	uint32_t x = 777;
-	for (int i = 0; i < N_TEXTS; i++) {
-		char buf[1024];
-		size_t n = 0;
-		x = x * 1664525u + 1013904223u;
-		int words = 10 + (int)(x >> 8) % 60;
-		for (int w = 0; w < words; w++) {
-			x = x * 1664525u + 1013904223u;
-			int r = (int)pow(1500.0, (double)(x >> 8) / (double)(1u << 24));
-			n += (size_t)snprintf(buf + n, sizeof buf - n, "%sw%d", w ? " " : "", r);
-		}
-		texts[i] = strdup(buf);
-	}
+	for (int i = 0; i < N_TEXTS; i++)
+		texts[i] = zipf_text(&x, 10, 60, 1500, 0);
 	/* Copies far apart in rid order: text i is documents i, i + N_TEXTS... */
 	for (int c = 0; c < COPIES; c++)
 		for (int i = 0; i < N_TEXTS; i++) {
@@ -891,7 +890,7 @@ static void test_top_k_exact_other_params_and_copies(void **state)
 				size_t qn = 0;
 				for (int w = 0; w < 2 + q % 12; w++) {
 					x = x * 1664525u + 1013904223u;
-					qn += (size_t)snprintf(query + qn, sizeof query - qn, "%sw%d", w ? " " : "",
+					qn += (size_t)snprintf(query + qn, sizeof query - qn, "%st%d", w ? " " : "",
 							       1 + (int)(x >> 8) % 60);
 				}
 			}
