@@ -17,6 +17,8 @@ static inline void ss_blas_serial(void) { bli_thread_set_num_threads(1); }
 static inline void ss_blas_set_threads(int n) { bli_thread_set_num_threads(n); }
 /* The kernel family the library picked for this CPU ("skx", "haswell"...). */
 static inline const char *ss_blas_kernels(void) { return bli_arch_string(bli_arch_query_id()); }
+/* BLIS starts no thread before a call: nothing to stop. */
+static inline void ss_blas_idle(void) {}
 #else
 #include <cblas.h>
 #define SS_BLAS_NAME "OpenBLAS"
@@ -24,6 +26,19 @@ static inline void ss_blas_serial(void) { openblas_set_num_threads(1); }
 static inline void ss_blas_set_threads(int n) { openblas_set_num_threads(n); }
 /* As set by $OPENBLAS_CORETYPE or detected ("Haswell", "SkylakeX"...). */
 static inline const char *ss_blas_kernels(void) { return openblas_get_corename(); }
+/* OpenBLAS (its pthread build) starts its thread pool when it is loaded,
+ * and each thread spins on sched_yield for about 2^28 cycles (0.1 s)
+ * waiting for work: a short process that makes no threaded BLAS call
+ * gives them a core for nothing. This stops them (OpenBLAS starts them
+ * again at its next threaded call; ss_blas_serial's forward makes none).
+ * Weak: the serial build of OpenBLAS has no pool and no such function.
+ * ref: OpenBLAS driver/others/blas_server.c blas_thread_shutdown_. */
+int blas_thread_shutdown_(void) __attribute__((weak));
+static inline void ss_blas_idle(void)
+{
+	if (blas_thread_shutdown_)
+		blas_thread_shutdown_();
+}
 #endif
 
 #endif /* SS_BLAS_H */

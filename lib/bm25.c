@@ -4,6 +4,7 @@
 #include "ss.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,18 @@
  * a k-th score near its final value. */
 #define PRIME 256
 #define DL_CHUNK 1024
+/* SQLite maps at most the first 2 GB of the file (its SQLITE_MAX_MMAP_SIZE
+ * in Debian's build) and reads the rest page by page into its cache; the
+ * postings of a large index lie past that, and a term's blob is read by
+ * walking its chain of overflow pages. Measured on 3.65 M chunks (64 KB
+ * pages): with SQLite's default 2 MB cache one 30-word query read 926
+ * distinct pages 3084 times, with 8 MiB 1066 times; across queries, a
+ * cache of 64 MiB keeps the common terms' postings (1 GiB did no better).
+ * A cache is memory that a process pays for in page faults as it fills,
+ * so the first search gets the small one, the following ones the large
+ * one (KiB). */
+#define QUERY_CACHE_KIB_FIRST 8192
+#define QUERY_CACHE_KIB 65536
 
 /* Vocabulary of a build: term → tid, open addressing. */
 typedef struct {
@@ -42,6 +55,7 @@ struct ss_bm25 {
 	char **qterms;   /* the query's distinct terms */
 	size_t n_q, cap_q;
 	int oom;
+	int64_t n_searches;
 	/* query-side corpus statistics (loaded lazily, reloaded when the file changes) */
 	int64_t stats_version;
 	double n_docs, avgdl;
@@ -521,9 +535,17 @@ static int plist_add(plist *l, uint32_t rid, uint64_t tf, double w)
 	return 0;
 }
 
+/* The denominator's length part of w, k1 (1 - b + b dl / avgdl): one per
+ * document; w = tf (k1 + 1) / (tf + norm), in tf_weight's order of
+ * operations, so that both give the same bits. */
+static double len_norm(double dl, double avgdl, double k1, double b)
+{
+	return k1 * (1 - b + b * dl / avgdl);
+}
+
 static double tf_weight(double tf, double dl, double avgdl, double k1, double b)
 {
-	return tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl));
+	return tf * (k1 + 1) / (tf + len_norm(dl, avgdl, k1, b));
 }
 
 void ss_bm25_set_params(ss_bm25 *b, double k1, double bb)
@@ -728,7 +750,7 @@ static int load_stats(ss_bm25 *b, char *errmsg)
  * bm25.doclen (through b->dl_blob, opened here, closed by the search) the
  * first time one of its documents is scored. Returns 0 or SS_ERR_NOMEM,
  * SS_ERR_IO. */
-static int dl_of(ss_bm25 *b, uint32_t rid, double *dl)
+static int dl_load(ss_bm25 *b, uint32_t rid, double *dl)
 {
 	if ((int64_t)rid > b->max_rid) {
 		*dl = 0;
@@ -755,6 +777,17 @@ static int dl_of(ss_bm25 *b, uint32_t rid, double *dl)
 	return 0;
 }
 
+/* dl_load, its chunk already read: the common case, inline. */
+static inline int dl_of(ss_bm25 *b, uint32_t rid, double *dl)
+{
+	const uint32_t *v;
+	if ((int64_t)rid <= b->max_rid && (v = b->dlc[rid / DL_CHUNK])) {
+		*dl = v[rid % DL_CHUNK];
+		return 0;
+	}
+	return dl_load(b, rid, dl);
+}
+
 /* A term's postings being read: the skip table in memory, one block
  * decoded at a time from the blob. */
 typedef struct {
@@ -764,6 +797,8 @@ typedef struct {
 	uint32_t n_blocks, size;
 	unsigned char *skip;
 	int64_t blk;    /* decoded block, -1 = none */
+	int64_t sblk;   /* shallow position: a block at or before the one that holds the next rid looked up */
+	double bscale;  /* a block's bound is bscale times its stored max of w */
 	int pos, n;
 	uint32_t rid[BLOCK], tf[BLOCK];
 	uint32_t cur;   /* current rid; END past the last */
@@ -784,7 +819,15 @@ static int load_block(cursor *c, int64_t blk, unsigned char *buf)
 	size_t i = 0, n = end - start;
 	int k = 0;
 	while (i < n && k < BLOCK) {
-		if (get_varint(buf, n, &i, &d) || get_varint(buf, n, &i, &tf) || (rid += d) >= END)
+		/* One byte each, the common case, without the general loop. */
+		if (i + 1 < n && buf[i] < 0x80 && buf[i + 1] < 0x80) {
+			d = buf[i];
+			tf = buf[i + 1];
+			i += 2;
+		} else if (get_varint(buf, n, &i, &d) || get_varint(buf, n, &i, &tf)) {
+			return SS_ERR_FORMAT;
+		}
+		if ((rid += d) >= END)
 			return SS_ERR_FORMAT;
 		c->rid[k] = (uint32_t)rid;
 		c->tf[k++] = tf > UINT32_MAX ? UINT32_MAX : (uint32_t)tf;
@@ -810,19 +853,50 @@ static int cur_next(cursor *c, unsigned char *buf)
 	return 0;
 }
 
+/* The first block of c whose last rid is >= d (n_blocks when none), found
+ * from the shallow position on by galloping, without decoding a block:
+ * the block that holds d if any posting does. d never decreases between
+ * calls on one cursor. */
+static int64_t cur_shallow(cursor *c, uint32_t d)
+{
+	int64_t lo = c->sblk > c->blk ? c->sblk : c->blk, hi, step = 1;
+	if (lo < 0)
+		lo = 0;
+	if (lo >= c->n_blocks || rd32(c->skip + lo * SKIP_BYTES) >= d)
+		return c->sblk = lo;
+	/* last(lo) < d: gallop to a block whose last rid >= d, then bisect. */
+	for (hi = lo + 1; hi < c->n_blocks && rd32(c->skip + hi * SKIP_BYTES) < d; hi = lo + step) {
+		lo = hi;
+		step *= 2;
+	}
+	if (hi > c->n_blocks)
+		hi = c->n_blocks;
+	while (lo + 1 < hi) { /* last(lo) < d, last(hi) >= d or hi = n_blocks */
+		int64_t mid = lo + (hi - lo) / 2;
+		if (rd32(c->skip + mid * SKIP_BYTES) < d)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return c->sblk = hi;
+}
+
+/* Upper bound of the term's score in block blk of c (blk < n_blocks): idf
+ * times the block's largest w, rounded up when stored; or the term's
+ * bound when the search's k1, b are not the ones the maxima hold for. */
+static double block_ub(const cursor *c, int64_t blk)
+{
+	float w;
+	memcpy(&w, c->skip + blk * SKIP_BYTES + 8, 4);
+	return c->bscale ? c->bscale * w : c->ub;
+}
+
 /* Moves c to its first posting with rid >= d. */
 static int cur_seek(cursor *c, uint32_t d, unsigned char *buf)
 {
 	if (c->cur >= d)
 		return 0;
-	int64_t lo = c->blk, hi = c->n_blocks; /* first block whose last rid >= d */
-	while (lo < hi) {
-		int64_t mid = (lo + hi) / 2;
-		if (rd32(c->skip + mid * SKIP_BYTES) < d)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	int64_t lo = cur_shallow(c, d);
 	if (lo == c->n_blocks) {
 		c->cur = END;
 		return 0;
@@ -920,6 +994,14 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 		return ss_errf(errmsg, SS_ERR_INVALID, "empty query (no word to search for)");
 	if ((rc = load_stats(b, errmsg)))
 		return rc;
+	/* The page cache: small for a process's first search, large from the
+	 * second on (QUERY_CACHE_KIB). */
+	if (b->n_searches < 2) {
+		char sql[64];
+		snprintf(sql, sizeof sql, "PRAGMA cache_size = -%d", b->n_searches ? QUERY_CACHE_KIB : QUERY_CACHE_KIB_FIRST);
+		sqlite3_exec(b->db, sql, NULL, NULL, NULL);
+	}
+	b->n_searches++;
 	cursor *c = calloc(b->n_q, sizeof *c), *pc = NULL;
 	int64_t *primed = NULL;
 	size_t n_primed = 0;
@@ -944,6 +1026,7 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 			/* maxw holds for the default k1, b; for others w < k1 + 1 (tf/(tf + k1 L) < 1). */
 			int dflt = b->k1 == SS_BM25_K1 && b->b == SS_BM25_B;
 			t->ub = t->idf * (dflt ? sqlite3_column_double(b->find_term, 2) : b->k1 + 1);
+			t->bscale = dflt ? t->idf : 0;
 			t->blk = -1;
 			unsigned char hdr[4];
 			if (sqlite3_blob_open(b->db, "main", "terms", "postings", tid, 0, &t->blob) != SQLITE_OK)
@@ -1015,6 +1098,7 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 	}
 	int ess = 0;
 	double theta = 0;
+	size_t next_primed = 0; /* primed[next_primed] is the first primed rid >= d */
 	if (n_hits == k) {
 		theta = hits[0].score;
 		while (ess < m && cum[ess] * SLACK < theta)
@@ -1030,21 +1114,39 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 		double dl, s = 0;
 		if ((rc = dl_of(b, d, &dl)))
 			goto damaged;
+		double norm = len_norm(dl, avgdl, b->k1, b->b), k1p1 = b->k1 + 1;
 		for (int i = ess; i < m; i++)
 			if (c[i].cur == d) {
-				s += c[i].idf * tf_weight(c[i].tf[c[i].pos], dl, avgdl, b->k1, b->b);
+				double tf = c[i].tf[c[i].pos];
+				s += c[i].idf * (tf * k1p1 / (tf + norm));
 				if ((rc = cur_next(&c[i], buf)))
 					goto damaged;
 			}
-		if ((n_exclude && excluded(d, exclude, n_exclude)) || excluded(d, primed, n_primed))
+		while (next_primed < n_primed && primed[next_primed] < d)
+			next_primed++;
+		if ((next_primed < n_primed && primed[next_primed] == d) || (n_exclude && excluded(d, exclude, n_exclude)))
 			continue;
+		/* The non-essential terms, most weighty first, while the score
+		 * could still reach the k-th: a term's block that would hold d
+		 * (found in the skip table alone) bounds it more tightly than its
+		 * maximum, so that a block is decoded only when it could matter. */
 		for (int i = ess - 1; i >= 0; i--) {
-			if ((s + cum[i]) * SLACK < theta)
+			double rest = i ? cum[i - 1] : 0;
+			if ((s + c[i].ub + rest) * SLACK < theta)
 				break;
-			if ((rc = cur_seek(&c[i], d, buf)))
-				goto damaged;
-			if (c[i].cur == d)
-				s += c[i].idf * tf_weight(c[i].tf[c[i].pos], dl, avgdl, b->k1, b->b);
+			if (c[i].cur < d) {
+				int64_t sb = cur_shallow(&c[i], d);
+				if (sb == c[i].n_blocks)
+					continue;
+				if ((s + block_ub(&c[i], sb) + rest) * SLACK < theta)
+					break;
+				if ((rc = cur_seek(&c[i], d, buf)))
+					goto damaged;
+			}
+			if (c[i].cur == d) {
+				double tf = c[i].tf[c[i].pos];
+				s += c[i].idf * (tf * k1p1 / (tf + norm));
+			}
 		}
 		ss_bm25_hit x = { d, s };
 		if (n_hits < k) {

@@ -33,7 +33,9 @@
  * bm25() with these terms as single-token phrases. maxw is a term's largest
  * w. The postings are rewritten from the term vectors at every commit.
  * ref: Turtle & Flood, "Query evaluation: strategies and optimizations"
- * (1995), MaxScore; SQLite ext/fts5/fts5_aux.c fts5Bm25Function.
+ * (1995), MaxScore; Ding & Suel, "Faster top-k document retrieval using
+ * block-max indexes" (SIGIR 2011), the block maxima; SQLite
+ * ext/fts5/fts5_aux.c fts5Bm25Function.
  */
 #ifndef SS_BM25_H
 #define SS_BM25_H

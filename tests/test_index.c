@@ -720,6 +720,28 @@ static void test_copy_bad_state_file(void **state)
 	ss_index_close(ix);
 }
 
+/* A random text of min_words + [0, more_words) words "t<r>", word r drawn
+ * with probability about 1/r from 1..vocab (Zipf-like); with compounds,
+ * one word in 8 a compound of two ("t3-t17"). x: the generator's state.
+ * Returns a malloc'd string. */
+static char *zipf_text(uint32_t *x, int min_words, int more_words, double vocab, int compounds)
+{
+	char buf[1024];
+	size_t n = 0;
+	*x = *x * 1664525u + 1013904223u;
+	int words = min_words + (int)(*x >> 8) % more_words;
+	for (int w = 0; w < words; w++) {
+		*x = *x * 1664525u + 1013904223u;
+		int r = (int)pow(vocab, (double)(*x >> 8) / (double)(1u << 24));
+		n += (size_t)snprintf(buf + n, sizeof buf - n, "%st%d", w ? " " : "", r);
+		if (compounds && (*x >> 29) == 0)
+			n += (size_t)snprintf(buf + n, sizeof buf - n, "-t%d", 1 + (int)(*x >> 20) % 30);
+	}
+	char *t = strdup(buf);
+	assert_non_null(t);
+	return t;
+}
+
 /* The top k is BM25's, exactly: against FTS5's bm25() over the same text
  * (the same tokenizer, compounds included; the query's distinct words
  * OR-ed) on a corpus whose common words match nearly every document, so
@@ -731,21 +753,8 @@ static void test_top_k_is_exhaustive_bm25(void **state)
 	static char ids[N_DOCS][16], *texts[N_DOCS];
 	uint32_t x = 12345;
 	for (int i = 0; i < N_DOCS; i++) {
-		char buf[1024];
-		size_t n = 0;
-		x = x * 1664525u + 1013904223u;
-		int words = 20 + (int)(x >> 8) % 40;
-		for (int w = 0; w < words; w++) {
-			x = x * 1664525u + 1013904223u;
-			/* Zipf-like: word r with probability about 1/r. */
-			int r = (int)pow(2000.0, (double)(x >> 8) / (double)(1u << 24));
-			n += (size_t)snprintf(buf + n, sizeof buf - n, "%st%d", w ? " " : "", r);
-			/* One word in 8 a compound of two ("t3-t17"). */
-			if ((x >> 29) == 0)
-				n += (size_t)snprintf(buf + n, sizeof buf - n, "-t%d", 1 + (int)(x >> 20) % 30);
-		}
 		snprintf(ids[i], sizeof ids[i], "g%d", i);
-		texts[i] = strdup(buf);
+		texts[i] = zipf_text(&x, 20, 40, 2000, 1);
 		docs[i] = (doc){ ids[i], texts[i] };
 	}
 	write_docs(path_in("g.tokens"), path_in("g.states"), docs, N_DOCS, "fpA");
@@ -830,6 +839,81 @@ static void test_top_k_is_exhaustive_bm25(void **state)
 	sqlite3_finalize(one);
 	sqlite3_close(ref);
 	for (int i = 0; i < N_DOCS; i++)
+		free(texts[i]);
+}
+
+/* Score of document `id` in hits[0..n), or -1 when it is not there. */
+static double score_of(const ss_index_hit *h, int n, const char *id)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(h[i].id, id))
+			return h[i].score;
+	return -1;
+}
+
+/* The pruned top k (MaxScore, block maxima) is the exhaustive one for BM25
+ * parameters other than those the block maxima were stored for, and with
+ * exact copies of documents (ties at the k-th score, as in the scale
+ * bench's copies): a search with k = every document keeps no k-th score,
+ * so it prunes nothing and is the reference. */
+static void test_top_k_exact_other_params_and_copies(void **state)
+{
+	enum { N_TEXTS = 900, COPIES = 3, N_DOCS = N_TEXTS * COPIES, N_Q = 40 };
+	static doc docs[N_DOCS];
+	static char ids[N_DOCS][16], *texts[N_TEXTS];
+	uint32_t x = 777;
+	for (int i = 0; i < N_TEXTS; i++)
+		texts[i] = zipf_text(&x, 10, 60, 1500, 0);
+	/* Copies far apart in rid order: text i is documents i, i + N_TEXTS... */
+	for (int c = 0; c < COPIES; c++)
+		for (int i = 0; i < N_TEXTS; i++) {
+			int d = c * N_TEXTS + i;
+			snprintf(ids[d], sizeof ids[d], "c%d-%d", c, i);
+			docs[d] = (doc){ ids[d], texts[i] };
+		}
+	write_docs(path_in("c.tokens"), path_in("c.states"), docs, N_DOCS, "fpA");
+	const char *in[] = { path_in("c.tokens"), path_in("c.states") };
+	notes nt = {0};
+	assert_int_equal(build(path_in("c.db"), in, 2, NULL, &nt), 0);
+	static const double params[][2] = { { 1.2, 0.75 }, { 3, 0 }, { 0.5, 1 }, { 20, 0.3 } };
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("c.db"), em), 0);
+	for (int p = 0; p < 4; p++) {
+		assert_int_equal(ss_index_set_bm25(ix, params[p][0], params[p][1], em), 0);
+		for (int q = 0; q < N_Q; q++) {
+			x = x * 1664525u + 1013904223u;
+			char query[1200];
+			if (q % 2) {
+				snprintf(query, sizeof query, "%s", texts[(x >> 8) % N_TEXTS]);
+			} else {
+				size_t qn = 0;
+				for (int w = 0; w < 2 + q % 12; w++) {
+					x = x * 1664525u + 1013904223u;
+					qn += (size_t)snprintf(query + qn, sizeof query - qn, "%st%d", w ? " " : "",
+							       1 + (int)(x >> 8) % 60);
+				}
+			}
+			ss_index_hit *all, *h;
+			int n_all = ss_index_query(ix, query, N_DOCS, NULL, 0, &all, em);
+			assert_true(n_all >= 1);
+			int k = q % 4 == 0 ? 1 : q % 4 == 1 ? 10 : q % 4 == 2 ? 2 * COPIES + 1 : 30;
+			int n = ss_index_query(ix, query, k, NULL, 0, &h, em);
+			assert_int_equal(n, n_all < k ? n_all : k);
+			for (int r = 0; r < n; r++) {
+				/* The k best scores rank by rank, each held by the
+				 * document named. */
+				if (fabs(h[r].score - all[r].score) > 1e-12 * all[r].score)
+					fail_msg("k1 %g b %g query %d rank %d: score %.15g, exhaustive %.15g", params[p][0],
+						 params[p][1], q, r + 1, h[r].score, all[r].score);
+				assert_true(fabs(score_of(all, n_all, h[r].id) - h[r].score) <= 1e-12 * h[r].score);
+			}
+			ss_index_hits_free(h, n);
+			ss_index_hits_free(all, n_all);
+		}
+	}
+	ss_index_close(ix);
+	for (int i = 0; i < N_TEXTS; i++)
 		free(texts[i]);
 }
 
@@ -1296,6 +1380,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_copy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copy_bad_state_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_top_k_is_exhaustive_bm25, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_top_k_exact_other_params_and_copies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compound_words, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_postings, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reader_sees_later_build, setup, teardown),
