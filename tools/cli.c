@@ -1,4 +1,5 @@
 /* cli.c — shared helpers of the ss-* tools; see cli.h. */
+#include "blas.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -57,6 +58,11 @@ void cli_init(const char *prog)
 	 * of killing the tool: the write error is reported, naming the file,
 	 * and the temporary output removed, as for a full disk. */
 	signal(SIGXFSZ, SIG_IGN);
+	/* OpenBLAS's pool, started when the library loads, would spin on the
+	 * cores for 0.1 s whether or not a tool multiplies a matrix (ss-cat,
+	 * ss-compose, ss-retrieve never do): stopped here, started again by
+	 * the first threaded BLAS call of a tool that runs the model. */
+	ss_blas_idle();
 }
 
 /* The one text output of a tool (cli_out_open/close). */

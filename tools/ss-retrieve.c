@@ -14,7 +14,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "blas.h"
 #include "cli.h"
 #include "model_cli.h"
 #include "ss.h"
@@ -859,9 +858,6 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 int main(int argc, char **argv)
 {
 	cli_init("ss-retrieve");
-	/* A query takes milliseconds: OpenBLAS's idle threads would spin on a
-	 * core all that time (its forward, for --model, runs serial). */
-	ss_blas_idle();
 	enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B, O_TEXT, O_ORDER,
 	       O_BUDGET, O_HITS, O_DET };
 	static const struct option longs[] = {
