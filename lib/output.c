@@ -6,6 +6,7 @@
  * it would replace the device. See ss_stream.h.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -19,8 +20,13 @@ struct ss_output {
 	FILE *f;
 	char *path;   /* final name; NULL for stdout */
 	char *tmp;    /* temporary name, or NULL when written in place */
+	uint64_t wb;  /* bytes whose writeback ss_output_written has started */
 	ss_output *next;
 };
+
+/* Bytes between two writeback starts: large enough that the calls cost
+ * nothing, small enough that the device is busy while the rest is made. */
+#define WRITEBACK_BYTES (1u << 20)
 
 /* Outputs with a temporary file, for ss_output_abort_all(). */
 static ss_output *live;
@@ -105,6 +111,22 @@ int ss_output_open(ss_output **out, const char *path, char *errmsg)
 }
 
 FILE *ss_output_file(const ss_output *o) { return o->f; }
+
+void ss_output_written(ss_output *o, uint64_t off)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+	if (!o->tmp || off < o->wb + WRITEBACK_BYTES || fflush(o->f) != 0)
+		return; /* a flush error stays in ferror(): commit reports it */
+	/* Only starts the writeback of what is written (no wait): the commit's
+	 * fsync then waits for the last piece, not for the whole file. An
+	 * error here is the fsync's to report. */
+	(void)sync_file_range(fileno(o->f), (off_t)o->wb, (off_t)(off - o->wb), SYNC_FILE_RANGE_WRITE);
+	o->wb = off;
+#else
+	(void)o;
+	(void)off;
+#endif
+}
 
 int ss_output_commit(ss_output *o, char *errmsg)
 {

@@ -1064,6 +1064,7 @@ static int w_write(ss_writer *w, const void *p, size_t n)
 		return SS_ERR_IO;
 	}
 	w->off += n;
+	ss_output_written(w->out, w->off);
 	return 0;
 }
 
