@@ -50,8 +50,6 @@ qa:
 # PART:N, then chunks of 256 tokens (ids PART:N#0, #1, ...).
 $(SCALE_DIR)/%.tokens: $(SS_SHARED)/train/%.txt.zst
 	@mkdir -p $(@D)
-	zstd -dc $< | python3 -c 'import sys, json; \
-		[print(json.dumps({"id": "$*:%d" % i, "text": a.strip("\n")})) \
-		 for i, a in enumerate(sys.stdin.read().split("\n\n")) if a.strip()]' > $@.jsonl
+	zstd -dc $< | python3 $(SCALE_MK_DIR)/train_examples.py articles $* > $@.jsonl
 	$(SS_BUILD)/bin/ss-tokenize --jsonl --chunk 256 -o $@ $@.jsonl
 	rm -f $@.jsonl
