@@ -664,8 +664,11 @@ static int add_begin(ss_composer *c, const ss_state *x, ss_dtype t, char *errmsg
 		return fail(c, SS_ERR_NOMEM);
 	}
 	memcpy(c->decay + k * H, x->logdecay, H * sizeof(float));
-	if (t == SS_DTYPE_Q8 && (rc = take_scales(c, x, errmsg)))
+	if (t == SS_DTYPE_Q8 && (rc = take_scales(c, x, errmsg))) {
+		free(c->ids[k]);
+		c->ids[k] = NULL;
 		return fail(c, rc);
+	}
 	c->n_tokens += x->n_tokens;
 	c->open = 1;
 	c->t = t;
@@ -1072,8 +1075,8 @@ void ss_composer_free(ss_composer *c)
 		return;
 	if (c->have_acc)
 		ss_state_free(&c->acc);
-	if (c->ids)
-		for (size_t k = 0; k < c->n; k++)
+	if (c->ids) /* and the input begun but not ended (an error in its pieces) */
+		for (size_t k = 0; k < c->n + (c->open ? 1 : 0); k++)
 			free(c->ids[k]);
 	free(c->ids);
 	free(c->decay);
