@@ -88,7 +88,8 @@ static void write_docs(const char *tokens_path, const char *states_path, const d
 	for (int i = 0; i < n; i++) {
 		int64_t nt = n_words(docs[i].text);
 		if (tw) {
-			int32_t tok[64] = {0};
+			int32_t tok[256] = {0};
+			assert_true(nt <= (int64_t)(sizeof tok / sizeof *tok));
 			ss_tokens t = { (char *)docs[i].id, tok, nt, (char *)docs[i].text, strlen(docs[i].text), NULL };
 			assert_int_equal(ss_writer_put_tokens(tw, &t, NULL), 0);
 		}
