@@ -67,6 +67,22 @@ static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...)
 	return code;
 }
 
+/* Opens the named file `path` into r (r->f, own_file, seekable). Returns 0,
+ * or SS_ERR_NOTFOUND / SS_ERR_IO with errmsg set (r unchanged). */
+static int open_file(ss_reader *r, const char *path, char *errmsg)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
+		return ss_errf(errmsg, code, "%s", strerror(errno));
+	}
+	struct stat st;
+	r->f = f;
+	r->own_file = 1;
+	r->seekable = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+	return 0;
+}
+
 int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char *errmsg)
 {
 	*out = NULL;
@@ -85,18 +101,15 @@ int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char 
 	}
 	if (is_stdin) {
 		r->f = stdin;
+		struct stat st;
+		r->seekable = fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode);
 	} else {
-		r->f = fopen(path, "rb");
-		if (!r->f) {
-			ss_errf(errmsg, 0, "%s", strerror(errno));
-			int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
+		int code = open_file(r, path, errmsg);
+		if (code) {
 			ss_reader_close(r);
 			return code;
 		}
-		r->own_file = 1;
 	}
-	struct stat st;
-	r->seekable = fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode);
 	if (r->seekable)
 		r->base = r->pos = (uint64_t)ftello(r->f);
 	msgpack_unpacked_init(&r->unp);
@@ -242,27 +255,22 @@ int ss_reader_goto(ss_reader *r, const char *path, uint64_t offset, uint64_t ind
 	if (strcmp(path, r->path) != 0) {
 		if (!strcmp(path, "-") || !strcmp(r->path, "-"))
 			return ss_errf(errmsg, SS_ERR_INVALID, "cannot reopen standard input");
-		FILE *f = fopen(path, "rb");
-		if (!f) {
-			int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
-			return ss_errf(errmsg, code, "%s", strerror(errno));
-		}
 		char *p = strdup(path);
-		if (!p) {
-			fclose(f);
+		if (!p)
 			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		FILE *old = r->own_file ? r->f : NULL;
+		int rc = open_file(r, path, errmsg);
+		if (rc) {
+			free(p);
+			return rc;
 		}
-		if (r->own_file && r->f)
-			fclose(r->f);
+		if (old)
+			fclose(old);
 		free(r->path);
-		r->f = f;
 		r->path = p;
-		r->own_file = 1;
 		r->eof = 0;
 		r->len = 0;
 		r->base = 0;
-		struct stat st;
-		r->seekable = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
 	}
 	int rc = ss_reader_seek(r, offset);
 	if (rc)
