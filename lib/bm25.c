@@ -536,16 +536,22 @@ static int plist_add(plist *l, uint32_t rid, uint64_t tf, double w)
 }
 
 /* The denominator's length part of w, k1 (1 - b + b dl / avgdl): one per
- * document; w = tf (k1 + 1) / (tf + norm), in tf_weight's order of
- * operations, so that both give the same bits. */
+ * document, computed once for all its terms (w_of). */
 static double len_norm(double dl, double avgdl, double k1, double b)
 {
 	return k1 * (1 - b + b * dl / avgdl);
 }
 
+/* w = tf (k1 + 1) / (tf + norm), norm = len_norm(): the one expression
+ * the index's maxima and every search use, so that they agree to the bit. */
+static inline double w_of(double tf, double norm, double k1)
+{
+	return tf * (k1 + 1) / (tf + norm);
+}
+
 static double tf_weight(double tf, double dl, double avgdl, double k1, double b)
 {
-	return tf * (k1 + 1) / (tf + len_norm(dl, avgdl, k1, b));
+	return w_of(tf, len_norm(dl, avgdl, k1, b), k1);
 }
 
 void ss_bm25_set_params(ss_bm25 *b, double k1, double bb)
@@ -1114,11 +1120,10 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 		double dl, s = 0;
 		if ((rc = dl_of(b, d, &dl)))
 			goto damaged;
-		double norm = len_norm(dl, avgdl, b->k1, b->b), k1p1 = b->k1 + 1;
+		double norm = len_norm(dl, avgdl, b->k1, b->b);
 		for (int i = ess; i < m; i++)
 			if (c[i].cur == d) {
-				double tf = c[i].tf[c[i].pos];
-				s += c[i].idf * (tf * k1p1 / (tf + norm));
+				s += c[i].idf * w_of(c[i].tf[c[i].pos], norm, b->k1);
 				if ((rc = cur_next(&c[i], buf)))
 					goto damaged;
 			}
@@ -1143,10 +1148,8 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 				if ((rc = cur_seek(&c[i], d, buf)))
 					goto damaged;
 			}
-			if (c[i].cur == d) {
-				double tf = c[i].tf[c[i].pos];
-				s += c[i].idf * (tf * k1p1 / (tf + norm));
-			}
+			if (c[i].cur == d)
+				s += c[i].idf * w_of(c[i].tf[c[i].pos], norm, b->k1);
 		}
 		ss_bm25_hit x = { d, s };
 		if (n_hits < k) {
