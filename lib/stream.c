@@ -20,6 +20,10 @@
 #include "stream_internal.h"
 
 #define IN_CHUNK (1u << 20)
+/* Input a step of a frame decoded in pieces asks for: zstd's largest block,
+ * so that the window (IN_CHUNK) is compacted once per ~7 steps, not at
+ * every step (which moved up to 1 MiB per 128 KiB decoded). */
+#define IN_STEP (128u << 10)
 /* Declared record sizes up to this are allocated at once (ss_reader_next). */
 #define TRUST_DECLARED (1u << 20)
 #define ZSTD_MAGIC 0xFD2FB528u
@@ -160,8 +164,8 @@ int ss_record_rank(const ss_record *rec, int32_t *rank, double *score)
  * how many of them are (fewer at end of input), or a negative SS_ERR_*.
  * Bytes from keep_from (<= off) on are retained; a pipe cannot go back, so
  * callers that will revisit a frame pass its start. Files seek freely. The
- * window is compacted only when more must be read, so walking forward
- * through a buffered frame costs no copies. */
+ * window is compacted only when what is asked for does not fit it, so
+ * walking forward through a buffered frame costs no copies. */
 static long long in_fill(ss_reader *r, uint64_t off, size_t need, uint64_t keep_from)
 {
 	if (r->seekable && (off < r->base || off > r->base + r->len)) {
@@ -195,7 +199,7 @@ static long long in_fill(ss_reader *r, uint64_t off, size_t need, uint64_t keep_
 		if (r->base < keep)
 			return 0;
 	}
-	if (keep > r->base) {
+	if (keep > r->base && (size_t)(off - r->base) + need > r->cap) {
 		size_t skip = (size_t)(keep - r->base);
 		memmove(r->buf, r->buf + skip, r->len - skip);
 		r->len -= skip;
@@ -788,7 +792,7 @@ typedef struct {
 static int decode_step(ss_reader *r, prefix_t *q, uint64_t keep_from)
 {
 	uint64_t left = q->bound > q->in_off - q->off ? q->bound - (q->in_off - q->off) : 1;
-	long long got = in_fill(r, q->in_off, left < IN_CHUNK ? (size_t)left : IN_CHUNK, keep_from);
+	long long got = in_fill(r, q->in_off, left < IN_STEP ? (size_t)left : IN_STEP, keep_from);
 	if (got < 0)
 		return rerr(r, (int)got, q->off, "read error: %s", strerror(errno));
 	ZSTD_inBuffer ib = { r->buf + (q->in_off - r->base), (size_t)got, 0 };
