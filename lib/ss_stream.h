@@ -128,11 +128,11 @@ typedef struct ss_output ss_output;
 int ss_output_open(ss_output **out, const char *path, char *errmsg);
 /* The stream to write to; owned by the output. */
 FILE *ss_output_file(const ss_output *o);
-/* Tells o that `off` bytes are written to its stream: every 1 MiB, the
- * writeback of a named file's new bytes is started (Linux
- * sync_file_range, no wait), so that the commit's fsync waits for the
- * last piece only, not for the whole file. Optional; never fails (an
- * error is ss_output_commit's). */
+/* Tells o that `off` bytes are written to its stream: every 1 MiB, a named
+ * file's new bytes are flushed and a thread of o's (started at the first
+ * MiB) fdatasyncs them while the caller writes on, so that the commit's
+ * fsync waits for the last piece only, not for the whole file. Optional;
+ * never fails (an error is ss_output_commit's). */
 void ss_output_written(ss_output *o, uint64_t off);
 /* Flushes, fsyncs, closes and renames into place; frees o. Returns 0 or
  * SS_ERR_IO (then the temporary file is removed). */
