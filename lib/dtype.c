@@ -7,6 +7,10 @@
 
 #include "ss.h"
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 const char *ss_strerror(int err)
 {
 	switch (err) {
@@ -240,16 +244,40 @@ void ss_from_f32(void *dst, ss_dtype t, const float *src, size_t n)
 }
 
 /* One block of m 2-byte elements split into its two planes, or (inverse)
- * the planes interleaved back: loops the compiler vectorises. */
+ * the planes interleaved back. GCC does not vectorise the strided byte
+ * loops (~1 GB/s: 8-16 ms of the ~20 it took to write a composed 130m f16
+ * state), so SSE2, part of x86-64, moves 16 elements a step (2.5 ms); the
+ * scalar loops finish the tail and serve other targets. ref: Intel SDM
+ * (PACKUSWB, PUNPCKLBW). */
 static void planes2(unsigned char *restrict y, const unsigned char *restrict x, size_t m, int inverse)
 {
+	size_t i = 0;
+#ifdef __SSE2__
+	const __m128i lo8 = _mm_set1_epi16(0xff);
 	if (inverse)
-		for (size_t i = 0; i < m; i++) {
+		for (; i + 16 <= m; i += 16) {
+			__m128i l = _mm_loadu_si128((const __m128i *)(const void *)(x + i));
+			__m128i h = _mm_loadu_si128((const __m128i *)(const void *)(x + m + i));
+			_mm_storeu_si128((__m128i *)(void *)(y + 2 * i), _mm_unpacklo_epi8(l, h));
+			_mm_storeu_si128((__m128i *)(void *)(y + 2 * i + 16), _mm_unpackhi_epi8(l, h));
+		}
+	else
+		for (; i + 16 <= m; i += 16) {
+			__m128i a = _mm_loadu_si128((const __m128i *)(const void *)(x + 2 * i));
+			__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(x + 2 * i + 16));
+			_mm_storeu_si128((__m128i *)(void *)(y + i),
+					 _mm_packus_epi16(_mm_and_si128(a, lo8), _mm_and_si128(b, lo8)));
+			_mm_storeu_si128((__m128i *)(void *)(y + m + i),
+					 _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8)));
+		}
+#endif
+	if (inverse)
+		for (; i < m; i++) {
 			y[2 * i] = x[i];
 			y[2 * i + 1] = x[m + i];
 		}
 	else
-		for (size_t i = 0; i < m; i++) {
+		for (; i < m; i++) {
 			y[i] = x[2 * i];
 			y[m + i] = x[2 * i + 1];
 		}
