@@ -1101,6 +1101,25 @@ static int read_whole(void *arg, size_t i, int meta_only, const ss_record **rec,
 	return ss_reader_next(w->r, rec) == 1 ? 0 : ss_errf(errmsg, SS_ERR_FORMAT, "read");
 }
 
+/* Composing the n records of path with ss_compose_files (in pieces as
+ * decompressed) and with ss_compose_records (whole records) gives the same
+ * bits. */
+static void assert_pieces_equal_whole(const ss_compose_opts *o, const char *path, size_t n, const ss_state_dims *d)
+{
+	char err[SS_ERRMSG_MAX];
+	ss_state a, b;
+	const char *paths[1] = {path};
+	whole_src ws = {path, NULL};
+	assert_int_equal(ss_compose_files(o, paths, 1, 0, NULL, NULL, &a, NULL, err), 0);
+	assert_int_equal(ss_compose_records(o, n, read_whole, &ws, &b, err), 0);
+	ss_reader_close(ws.r);
+	assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(d) * 4);
+	assert_memory_equal(a.conv, b.conv, ss_state_conv_len(d) * 4);
+	assert_int_equal(a.n_tokens, b.n_tokens);
+	ss_state_free(&a);
+	ss_state_free(&b);
+}
+
 static void test_files_pieces_equal_whole(void **unused)
 {
 	(void)unused;
@@ -1128,18 +1147,44 @@ static void test_files_pieces_equal_whole(void **unused)
 			for (int conv = 0; conv < 2; conv++) {
 				ss_compose_opts o = {(ss_compose_mode)mode, SS_COMPOSE_NORM_AFTER * (mode == SS_COMPOSE_SOUP),
 						     (ss_compose_conv)conv};
-				ss_state a, b;
-				const char *paths[1] = {path};
-				whole_src ws = {path, NULL};
-				assert_int_equal(ss_compose_files(&o, paths, 1, 0, NULL, NULL, &a, NULL, err), 0);
-				assert_int_equal(ss_compose_records(&o, 3, read_whole, &ws, &b, err), 0);
-				ss_reader_close(ws.r);
-				assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&d) * 4);
-				assert_memory_equal(a.conv, b.conv, ss_state_conv_len(&d) * 4);
-				assert_int_equal(a.n_tokens, b.n_tokens);
-				ss_state_free(&a);
-				ss_state_free(&b);
+				assert_pieces_equal_whole(&o, path, 3, &d);
 			}
+	}
+	free_states(in, 3);
+	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
+/* Byte-shuffled f16/bf16 records are folded from their planes by a SIMD
+ * kernel where the CPU has one (lib/compose.c apply_planes_avx): its bits
+ * must be the reference loops' (ss_compose_records: whole records through
+ * an f32 copy) also for NaN, infinities and signed zeros, where max's
+ * operand order decides which one survives. */
+static void test_files_pieces_special_values(void **unused)
+{
+	(void)unused;
+	const ss_state_dims d = {"mamba2", 1, 4, 64, 64, 40, 4}; /* 16384 ssm elements: one block */
+	static const float special[4] = {NAN, -0.0f, 0.0f, INFINITY};
+	char err[SS_ERRMSG_MAX], dir[4096], path[4200];
+	ss_state in[3];
+	for (int k = 0; k < 3; k++) {
+		make_state(&in[k], &d, D_SMALL, k == 0 ? "a" : k == 1 ? "b" : "c");
+		for (size_t i = (size_t)k; i < ss_state_ssm_len(&d); i += 7) /* each input its own positions */
+			in[k].ssm[i] = special[(i / 7 + (size_t)k) % 4] * (i % 2 ? -1.0f : 1.0f);
+	}
+	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "special"), 0);
+	snprintf(path, sizeof path, "%s/special.ss", dir);
+	for (int t = 0; t < 2; t++) {
+		ss_writer *w;
+		assert_int_equal(ss_writer_open(&w, path, 1, err), 0);
+		for (int k = 0; k < 3; k++) {
+			in[k].dtype = t ? SS_DTYPE_BF16 : SS_DTYPE_F16;
+			assert_int_equal(ss_writer_put_state(w, &in[k], NULL), 0);
+		}
+		assert_int_equal(ss_writer_close(w, err), 0);
+		for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++) {
+			ss_compose_opts o = {(ss_compose_mode)mode, 0, SS_COMPOSE_CONV_MEAN};
+			assert_pieces_equal_whole(&o, path, 3, &d);
+		}
 	}
 	free_states(in, 3);
 	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
@@ -1336,6 +1381,7 @@ int main(void)
 		cmocka_unit_test(test_drivers),
 		cmocka_unit_test(test_golden_t1),
 		cmocka_unit_test(test_files_pieces_equal_whole),
+		cmocka_unit_test(test_files_pieces_special_values),
 		cmocka_unit_test(test_files_threads_equal_one),
 		cmocka_unit_test(test_q8_compose),
 	};
