@@ -445,13 +445,6 @@ __attribute__((target("avx,f16c"))) static size_t apply_planes_avx(float *y, con
 	return i;
 }
 
-static int have_avx_f16c(void)
-{
-	static int v = -1;
-	if (v < 0)
-		v = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-	return v;
-}
 #endif
 
 /* y[0..n) op= c·x[off..off+n): the one loop every mode goes through. */
@@ -459,7 +452,7 @@ static void apply(float *restrict y, src_arr x, size_t off, size_t n, int op, fl
 {
 	float tmp[BLK];
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (x.planes && have_avx_f16c()) {
+	if (x.planes && __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c")) {
 		size_t done = apply_planes_avx(y, x.p + off, x.p + x.planes + off, n, x.t == SS_DTYPE_F16, op, c, d);
 		y += done, off += done, n -= done;
 	}
