@@ -268,6 +268,22 @@ static void job_compose(job_t *j)
 	ss_state_free(&out);
 }
 
+/* Runs argv (argv[0] a path, NULL-terminated) and waits for it; dies
+ * unless it exits 0. Returns its peak RSS in MB. */
+static double spawn(const char *const *argv)
+{
+	pid_t p = fork();
+	if (p == 0) {
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	int st;
+	struct rusage ru;
+	if (p < 0 || wait4(p, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		die(argv[0], "failed");
+	return ru.ru_maxrss / 1024.0;
+}
+
 static void job_tool(job_t *j)
 {
 	char jobs[16];
@@ -279,16 +295,7 @@ static void job_tool(job_t *j)
 	if (j->threads)
 		argv[n++] = jobs;
 	argv[n++] = j->path;
-	pid_t p = fork();
-	if (p == 0) {
-		execv(j->tool, (char *const *)argv);
-		_exit(127);
-	}
-	int st;
-	struct rusage ru;
-	if (p < 0 || wait4(p, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		die(j->tool, "failed");
-	j->rss_mb = ru.ru_maxrss / 1024.0;
+	j->rss_mb = spawn(argv);
 }
 
 /* Decompression only, as a process of its own (this program, exec'd with
@@ -297,14 +304,7 @@ static void job_tool(job_t *j)
 static void job_decomp_exec(job_t *j)
 {
 	const char *argv[4] = {self, "--decompress-only", j->path, NULL};
-	pid_t p = fork();
-	if (p == 0) {
-		execv(self, (char *const *)argv);
-		_exit(127);
-	}
-	int st;
-	if (p < 0 || waitpid(p, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		die(self, "--decompress-only failed");
+	spawn(argv);
 }
 
 /* Runs j in a child; returns its wall seconds, bytes and peak RSS (MB), and
