@@ -496,29 +496,41 @@ static double norm2(src_arr x, size_t off, size_t n)
 
 /* --------------------------------------------------------------- composer */
 
+/* An input between its begin and its end (compose_internal.h): what
+ * folding its pieces needs, so that several can be open at once. */
+struct ss_compose_input {
+	int open;
+	size_t k;                 /* its place in concatenation order */
+	ss_dtype t;               /* storage dtype of its pieces */
+	uint64_t want[2], fed[2]; /* bytes of conv [0] and ssm [1]: expected, received */
+	float *scale[2];          /* a q8 input's conv [0] and ssm [1] scales (copies) */
+	size_t scale_cap[2];
+	float *decay;             /* its logdecay [n_head] (caso's factor, a copy) */
+	size_t decay_cap;
+	size_t shuf;              /* its shuffle block (elements), 0 = none */
+	unsigned char *blk, *unblk; /* a shuffled block as it arrives, then unshuffled */
+	size_t fill, blk_cap;     /* bytes of blk filled, allocated */
+};
+
 struct ss_composer {
 	ss_compose_opts o;
 	int failed, finished;
-	size_t n;          /* inputs added */
+	size_t n;          /* inputs ended */
+	size_t begun;      /* inputs begun: the next one's place */
+	size_t n_open;     /* begun, not ended */
 	size_t n_plan;     /* 0 = no plan */
 	size_t n_head;     /* n_layer * nheads, once known */
 	double *w;         /* [n_head][n_plan] planned weights */
 	float *plan_decay; /* [n_plan][n_head] */
 	ss_state acc;      /* the accumulator, then the result */
 	int have_acc;
+	int meta_done;     /* the result's metadata is in acc (finish_meta) */
+	size_t final[2];   /* elements of conv [0], ssm [1] finished (finish_range) */
 	size_t cap;        /* capacity of decay/ids in inputs */
 	float *decay;      /* [cap][n_head] the inputs' logdecays */
 	char **ids;        /* [cap] */
 	int64_t n_tokens;
-	/* the input being added (between add_begin and add_end) */
-	int open;
-	ss_dtype t;
-	uint64_t want[2], fed[2]; /* bytes of conv [0] and ssm [1]: expected, received */
-	float *scale[2];          /* a q8 input's conv [0] and ssm [1] scales (copies) */
-	size_t scale_cap[2];
-	size_t shuf;              /* the open input's shuffle block (elements), 0 = none */
-	unsigned char *blk, *unblk; /* a shuffled block as it arrives, then unshuffled */
-	size_t fill, blk_cap;     /* bytes of blk filled, allocated */
+	ss_compose_input in; /* the input of ss_composer_add_begin/piece/end */
 };
 
 int ss_composer_new(ss_composer **out, const ss_compose_opts *o)
@@ -582,7 +594,7 @@ static int fail(ss_composer *c, int rc)
 
 static int grow(ss_composer *c)
 {
-	if (c->n < c->cap)
+	if (c->begun < c->cap)
 		return 0;
 	size_t cap = c->cap ? 2 * c->cap : 16;
 	float *d = realloc(c->decay, cap * c->n_head * sizeof *d);
@@ -623,52 +635,58 @@ static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
 	return 0;
 }
 
-/* Copies a q8 input's scales (x->conv_scale, x->ssm_scale) into c. */
-static int take_scales(ss_composer *c, const ss_state *x, char *errmsg)
+/* Copies x's logdecay and, for q8 (t), its scales (x->conv_scale,
+ * x->ssm_scale) into in. */
+static int take_input(ss_composer *c, ss_compose_input *in, const ss_state *x, ss_dtype t, char *errmsg)
 {
+	if (c->n_head > in->decay_cap) {
+		float *p = realloc(in->decay, c->n_head * sizeof *p);
+		if (!p)
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		in->decay = p;
+		in->decay_cap = c->n_head;
+	}
+	memcpy(in->decay, x->logdecay, c->n_head * sizeof *in->decay);
 	const float *src[2] = {x->conv_scale, x->ssm_scale};
-	for (int a = 0; a < 2; a++) {
+	for (int a = 0; t == SS_DTYPE_Q8 && a < 2; a++) {
 		size_t n = ss_state_q8_n_scales(&c->acc.dims, a);
-		if (!src[a]) {
-			ss_errf(errmsg, 0, "input %zu: q8 state without its scales", c->n);
-			return SS_ERR_INVALID;
+		if (!src[a])
+			return ss_errf(errmsg, SS_ERR_INVALID, "input %zu: q8 state without its scales", c->begun);
+		if (n > in->scale_cap[a]) {
+			float *p = realloc(in->scale[a], n * sizeof *p);
+			if (!p)
+				return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+			in->scale[a] = p;
+			in->scale_cap[a] = n;
 		}
-		if (n > c->scale_cap[a]) {
-			float *p = realloc(c->scale[a], n * sizeof *p);
-			if (!p) {
-				ss_errf(errmsg, 0, "out of memory");
-				return SS_ERR_NOMEM;
-			}
-			c->scale[a] = p;
-			c->scale_cap[a] = n;
-		}
-		memcpy(c->scale[a], src[a], n * sizeof *src[a]);
+		memcpy(in->scale[a], src[a], n * sizeof *src[a]);
 	}
 	return 0;
 }
 
-/* The open input's array `which` (0 conv, 1 ssm) at p, its element e0 first. */
-static src_arr input_arr(const ss_composer *c, int which, const void *p, size_t e0)
+/* in's array `which` (0 conv, 1 ssm) at p, its element e0 first. */
+static src_arr input_arr(const ss_composer *c, const ss_compose_input *in, int which, const void *p, size_t e0)
 {
-	src_arr s = src_of(p, c->t);
-	if (c->t == SS_DTYPE_Q8) {
-		s.scale = c->scale[which];
+	src_arr s = src_of(p, in->t);
+	if (in->t == SS_DTYPE_Q8) {
+		s.scale = in->scale[which];
 		s.e0 = e0;
 		ss_state_q8_blocks(&c->acc.dims, which, &s.row, &s.block);
 	}
 	return s;
 }
 
-/* Starts input c->n: x supplies dims, fingerprint, id, logdecay and
- * n_tokens; its arrays follow in dtype t through add_range(). */
-static int add_begin(ss_composer *c, const ss_state *x, ss_dtype t, char *errmsg)
+/* Starts input c->begun on in: x supplies dims, fingerprint, id, logdecay
+ * and n_tokens; its arrays follow in dtype t through add_range(). */
+static int add_begin(ss_composer *c, ss_compose_input *in, const ss_state *x, ss_dtype t, char *errmsg)
 {
-	if (c->failed || c->finished || c->open) {
+	if (c->failed || c->finished || in->open) {
 		ss_errf(errmsg, 0, "composer: add after an error or finish");
 		return SS_ERR_INVALID;
 	}
+	size_t k = c->begun;
 	if (!x || !x->logdecay || !ss_dtype_name(t)) {
-		ss_errf(errmsg, 0, "input %zu: state without ssm, conv or logdecay", c->n);
+		ss_errf(errmsg, 0, "input %zu: state without ssm, conv or logdecay", k);
 		return fail(c, SS_ERR_INVALID);
 	}
 	if (ss_compose_needs_plan(c->o.mode) && !c->n_plan) {
@@ -676,8 +694,8 @@ static int add_begin(ss_composer *c, const ss_state *x, ss_dtype t, char *errmsg
 			ss_compose_mode_name(c->o.mode));
 		return fail(c, SS_ERR_INVALID);
 	}
-	if (c->n_plan && c->n >= c->n_plan) {
-		ss_errf(errmsg, 0, "input %zu: more inputs than the %zu planned", c->n, c->n_plan);
+	if (c->n_plan && k >= c->n_plan) {
+		ss_errf(errmsg, 0, "input %zu: more inputs than the %zu planned", k, c->n_plan);
 		return fail(c, SS_ERR_INVALID);
 	}
 	int rc;
@@ -687,16 +705,16 @@ static int add_begin(ss_composer *c, const ss_state *x, ss_dtype t, char *errmsg
 	} else {
 		char why[SS_ERRMSG_MAX];
 		if (ss_state_dims_check(&c->acc.dims, &x->dims, why)) {
-			ss_errf(errmsg, 0, "input %zu: dims differ from input 0: %s", c->n, why);
+			ss_errf(errmsg, 0, "input %zu: dims differ from input 0: %s", k, why);
 			return fail(c, SS_ERR_MISMATCH);
 		}
 		if (strncmp(c->acc.fingerprint, x->fingerprint, SS_FINGERPRINT_MAX) != 0) {
 			ss_errf(errmsg, 0, "input %zu: model fingerprint %.*s differs from input 0's %s",
-				c->n, SS_FINGERPRINT_MAX, x->fingerprint, c->acc.fingerprint);
+				k, SS_FINGERPRINT_MAX, x->fingerprint, c->acc.fingerprint);
 			return fail(c, SS_ERR_MISMATCH);
 		}
 	}
-	size_t H = c->n_head, k = c->n;
+	size_t H = c->n_head;
 	if (c->n_plan && memcmp(c->plan_decay + k * H, x->logdecay, H * sizeof(float)) != 0) {
 		ss_errf(errmsg, 0, "input %zu: logdecay differs from the planned one (input changed?)", k);
 		return fail(c, SS_ERR_MISMATCH);
@@ -705,34 +723,36 @@ static int add_begin(ss_composer *c, const ss_state *x, ss_dtype t, char *errmsg
 		ss_errf(errmsg, 0, "input %zu: a logdecay is NaN or > 0", k);
 		return fail(c, rc);
 	}
+	if ((rc = take_input(c, in, x, t, errmsg)))
+		return fail(c, rc);
 	if (grow(c) || !(c->ids[k] = strdup(x->id ? x->id : ""))) {
 		ss_errf(errmsg, 0, "out of memory");
 		return fail(c, SS_ERR_NOMEM);
 	}
 	memcpy(c->decay + k * H, x->logdecay, H * sizeof(float));
-	if (t == SS_DTYPE_Q8 && (rc = take_scales(c, x, errmsg))) {
-		free(c->ids[k]);
-		c->ids[k] = NULL;
-		return fail(c, rc);
-	}
 	c->n_tokens += x->n_tokens;
-	c->open = 1;
-	c->t = t;
-	c->want[0] = ss_state_conv_len(&c->acc.dims) * ss_dtype_size(t);
-	c->want[1] = ss_state_ssm_len(&c->acc.dims) * ss_dtype_size(t);
-	c->fed[0] = c->fed[1] = 0;
-	c->shuf = 0;
-	c->fill = 0;
+	c->begun++;
+	c->n_open++;
+	in->open = 1;
+	in->k = k;
+	in->t = t;
+	in->want[0] = ss_state_conv_len(&c->acc.dims) * ss_dtype_size(t);
+	in->want[1] = ss_state_ssm_len(&c->acc.dims) * ss_dtype_size(t);
+	in->fed[0] = in->fed[1] = 0;
+	in->shuf = 0;
+	in->fill = 0;
 	return 0;
 }
 
-/* Folds elements [e0, e0+n) of the open input's conv (which 0) or ssm
- * (which 1) array, given at xs, into the accumulator. lscale: per layer
- * factor of the ssm (norm before), or NULL. Elementwise: any cut of an
- * array into ranges gives the same bits. */
-static void add_range(ss_composer *c, int which, src_arr xs, size_t e0, size_t n, const double *lscale)
+/* Folds elements [e0, e0+n) of in's conv (which 0) or ssm (which 1)
+ * array, given at xs, into the accumulator. lscale: per layer factor of
+ * the ssm (norm before), or NULL. Elementwise: any cut of an array into
+ * ranges gives the same bits, and inputs may fold different ranges at once
+ * (each range in input order). */
+static void add_range(const ss_composer *c, const ss_compose_input *in, int which, src_arr xs, size_t e0,
+		      size_t n, const double *lscale)
 {
-	int first = c->n == 0;
+	int first = in->k == 0;
 	if (which == 0) {
 		int copy = first || c->o.conv == SS_COMPOSE_CONV_LAST;
 		apply(c->acc.conv + e0, xs, 0, n, copy ? OP_COPY : OP_AXPY, 1, 0);
@@ -741,7 +761,7 @@ static void add_range(ss_composer *c, int which, src_arr xs, size_t e0, size_t n
 	const ss_state_dims *dm = &c->acc.dims;
 	/* ssm elements per decay: a Mamba-2 head's headdim·d_state, a
 	 * Mamba-1 state element's 1; decays per layer */
-	size_t hlen = ss_state_ssm_len(dm) / c->n_head, k = c->n;
+	size_t hlen = ss_state_ssm_len(dm) / c->n_head, k = in->k;
 	size_t hpl = c->n_head / (size_t)dm->n_layer;
 	for (size_t e = e0, end = e0 + n; e < end;) {
 		size_t gh = e / hlen, seg = (gh + 1) * hlen < end ? (gh + 1) * hlen - e : end - e;
@@ -751,7 +771,7 @@ static void add_range(ss_composer *c, int which, src_arr xs, size_t e0, size_t n
 		if (first)
 			apply(y, xs, e - e0, seg, OP_SCALE, cf, 0);
 		else if (c->o.mode == SS_COMPOSE_CASO)
-			apply(y, xs, e - e0, seg, OP_AXPBY, cf, (float)exp((double)c->decay[k * c->n_head + gh]));
+			apply(y, xs, e - e0, seg, OP_AXPBY, cf, (float)exp((double)in->decay[gh]));
 		else if (c->o.mode == SS_COMPOSE_MAX)
 			apply(y, xs, e - e0, seg, OP_MAX, cf, 0);
 		else /* picaso (weighted), soup and sum (divided at the end) */
@@ -760,16 +780,21 @@ static void add_range(ss_composer *c, int which, src_arr xs, size_t e0, size_t n
 	}
 }
 
-static int add_end(ss_composer *c, char *errmsg)
+static int add_end(ss_composer *c, ss_compose_input *in, char *errmsg)
 {
 	static const char *const name[2] = {"conv", "ssm"};
+	if (!in->open || c->failed) {
+		ss_errf(errmsg, 0, "composer: add_end outside an input");
+		return fail(c, SS_ERR_INVALID);
+	}
 	for (int a = 0; a < 2; a++)
-		if (c->fed[a] != c->want[a]) {
-			ss_errf(errmsg, 0, "input %zu: field \"%s\" has %llu bytes, expected %llu", c->n, name[a],
-				(unsigned long long)c->fed[a], (unsigned long long)c->want[a]);
+		if (in->fed[a] != in->want[a]) {
+			ss_errf(errmsg, 0, "input %zu: field \"%s\" has %llu bytes, expected %llu", in->k, name[a],
+				(unsigned long long)in->fed[a], (unsigned long long)in->want[a]);
 			return fail(c, SS_ERR_FORMAT);
 		}
-	c->open = 0;
+	in->open = 0;
+	c->n_open--;
 	c->n++;
 	return 0;
 }
@@ -779,15 +804,16 @@ static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const 
 		      char *errmsg)
 {
 	if (!ssm || !conv) {
-		ss_errf(errmsg, 0, "input %zu: state without ssm, conv or logdecay", c->n);
+		ss_errf(errmsg, 0, "input %zu: state without ssm, conv or logdecay", c->begun);
 		return fail(c, SS_ERR_INVALID);
 	}
-	int rc = add_begin(c, x, t, errmsg);
+	ss_compose_input *in = &c->in;
+	int rc = add_begin(c, in, x, t, errmsg);
 	if (rc)
 		return rc;
 	const ss_state_dims *dm = &c->acc.dims;
 	size_t llen = (size_t)dm->nheads * (size_t)dm->headdim * (size_t)dm->d_state;
-	src_arr xs = input_arr(c, 1, ssm, 0);
+	src_arr xs = input_arr(c, in, 1, ssm, 0);
 	double *lscale = NULL;
 	if (c->o.norm & SS_COMPOSE_NORM_BEFORE) {
 		if (!(lscale = malloc((size_t)dm->n_layer * sizeof *lscale))) {
@@ -799,17 +825,17 @@ static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const 
 			lscale[l] = nrm > 0 ? 1 / nrm : 1;
 		}
 	}
-	add_range(c, 1, xs, 0, c->want[1] / xs.es, lscale);
-	add_range(c, 0, input_arr(c, 0, conv, 0), 0, c->want[0] / xs.es, NULL);
+	add_range(c, in, 1, xs, 0, in->want[1] / xs.es, lscale);
+	add_range(c, in, 0, input_arr(c, in, 0, conv, 0), 0, in->want[0] / xs.es, NULL);
 	free(lscale);
-	c->fed[0] = c->want[0];
-	c->fed[1] = c->want[1];
-	return add_end(c, errmsg);
+	in->fed[0] = in->want[0];
+	in->fed[1] = in->want[1];
+	return add_end(c, in, errmsg);
 }
 
 int ss_composer_prepare(ss_composer *c, const ss_state *x, char *errmsg)
 {
-	if (c->failed || c->finished || c->open || c->n > 0) {
+	if (c->failed || c->finished || c->begun > 0) {
 		ss_errf(errmsg, 0, "composer: prepare after the first input");
 		return SS_ERR_INVALID;
 	}
@@ -819,7 +845,7 @@ int ss_composer_prepare(ss_composer *c, const ss_state *x, char *errmsg)
 
 void ss_composer_touch(ss_composer *c, size_t part, size_t parts)
 {
-	if (!c->have_acc || c->n > 0 || part >= parts)
+	if (!c->have_acc || c->begun > 0 || part >= parts)
 		return;
 	const size_t page = 4096 / sizeof(float); /* a store per page faults it in */
 	size_t n = ss_state_ssm_len(&c->acc.dims), pages = (n + page - 1) / page;
@@ -832,101 +858,134 @@ int ss_composer_streams(const ss_composer *c)
 	return !(c->o.norm & SS_COMPOSE_NORM_BEFORE);
 }
 
-int ss_composer_add_begin(ss_composer *c, const ss_state *x, char *errmsg)
+ss_compose_input *ss_compose_input_new(void)
+{
+	return calloc(1, sizeof(ss_compose_input));
+}
+
+/* Frees in's buffers, not in. */
+static void input_clear(ss_compose_input *in)
+{
+	free(in->scale[0]);
+	free(in->scale[1]);
+	free(in->decay);
+	free(in->blk);
+	free(in->unblk);
+}
+
+void ss_compose_input_free(ss_compose_input *in)
+{
+	if (in)
+		input_clear(in);
+	free(in);
+}
+
+int ss_composer_begin(ss_composer *c, ss_compose_input *in, const ss_state *x, char *errmsg)
 {
 	if (!ss_composer_streams(c)) {
 		ss_errf(errmsg, 0, "composer: norm before needs whole arrays");
 		return fail(c, SS_ERR_INVALID);
 	}
-	int rc = add_begin(c, x, x ? x->dtype : SS_DTYPE_F32, errmsg);
-	if (rc || x->shuffle <= 0 || ss_dtype_size(c->t) == 1)
+	int rc = add_begin(c, in, x, x ? x->dtype : SS_DTYPE_F32, errmsg);
+	if (rc || x->shuffle <= 0 || ss_dtype_size(in->t) == 1)
 		return rc;
-	size_t bytes = (size_t)x->shuffle * ss_dtype_size(c->t); /* <= SS_SHUFFLE_MAX·4: the reader checks */
-	if (bytes > c->blk_cap) {
-		unsigned char *a = realloc(c->blk, bytes), *b = a ? realloc(c->unblk, bytes) : NULL;
+	size_t bytes = (size_t)x->shuffle * ss_dtype_size(in->t); /* <= SS_SHUFFLE_MAX·4: the reader checks */
+	if (bytes > in->blk_cap) {
+		unsigned char *a = realloc(in->blk, bytes), *b = a ? realloc(in->unblk, bytes) : NULL;
 		if (a)
-			c->blk = a;
+			in->blk = a;
 		if (b)
-			c->unblk = b;
+			in->unblk = b;
 		if (!a || !b) {
 			ss_errf(errmsg, 0, "out of memory");
 			return fail(c, SS_ERR_NOMEM);
 		}
-		c->blk_cap = bytes;
+		in->blk_cap = bytes;
 	}
-	c->shuf = (size_t)x->shuffle;
+	in->shuf = (size_t)x->shuffle;
 	return 0;
 }
 
 /* Folds in the shuffle block of m elements at p, elements [start,
  * start+m) of array `which`: 2-byte elements straight from their planes
  * (one pass, the block's bytes read once), others unshuffled first. */
-static void add_block(ss_composer *c, int which, const unsigned char *p, size_t start, size_t m)
+static void add_block(const ss_composer *c, ss_compose_input *in, int which, const unsigned char *p, size_t start,
+		      size_t m)
 {
-	size_t es = ss_dtype_size(c->t);
+	size_t es = ss_dtype_size(in->t);
 	src_arr xs;
 	if (es == 2) {
-		xs = input_arr(c, which, p, start);
+		xs = input_arr(c, in, which, p, start);
 		xs.planes = m;
 	} else {
-		ss_unshuffle(c->unblk, p, es, m, m);
-		xs = input_arr(c, which, c->unblk, start);
+		ss_unshuffle(in->unblk, p, es, m, m);
+		xs = input_arr(c, in, which, in->unblk, start);
 	}
-	add_range(c, which, xs, start, m, NULL);
+	add_range(c, in, which, xs, start, m, NULL);
 }
 
 /* Bytes [fed, fed+len) of a shuffled array: folded block by block, a
- * block the piece holds whole in place, else gathered in c->blk first. */
-static void add_shuffled(ss_composer *c, int which, const unsigned char *p, size_t len)
+ * block the piece holds whole in place, else gathered in in->blk first. */
+static void add_shuffled(const ss_composer *c, ss_compose_input *in, int which, const unsigned char *p, size_t len)
 {
-	size_t es = ss_dtype_size(c->t), n = (size_t)(c->want[which] / es);
+	size_t es = ss_dtype_size(in->t), n = (size_t)(in->want[which] / es);
 	while (len) {
-		size_t start = (size_t)(c->fed[which] / es) - c->fill / es; /* the block's first element */
-		size_t m = n - start < c->shuf ? n - start : c->shuf;
-		if (c->fill == 0 && len >= m * es) {
-			add_block(c, which, p, start, m);
-			c->fed[which] += m * es, p += m * es, len -= m * es;
+		size_t start = (size_t)(in->fed[which] / es) - in->fill / es; /* the block's first element */
+		size_t m = n - start < in->shuf ? n - start : in->shuf;
+		if (in->fill == 0 && len >= m * es) {
+			add_block(c, in, which, p, start, m);
+			in->fed[which] += m * es, p += m * es, len -= m * es;
 			continue;
 		}
-		size_t take = m * es - c->fill < len ? m * es - c->fill : len;
-		memcpy(c->blk + c->fill, p, take);
-		c->fill += take, c->fed[which] += take, p += take, len -= take;
-		if (c->fill == m * es) {
-			add_block(c, which, c->blk, start, m);
-			c->fill = 0;
+		size_t take = m * es - in->fill < len ? m * es - in->fill : len;
+		memcpy(in->blk + in->fill, p, take);
+		in->fill += take, in->fed[which] += take, p += take, len -= take;
+		if (in->fill == m * es) {
+			add_block(c, in, which, in->blk, start, m);
+			in->fill = 0;
 		}
 	}
+}
+
+int ss_composer_fold(const ss_composer *c, ss_compose_input *in, int which, uint64_t off, const void *p, size_t len,
+		     char *errmsg)
+{
+	static const char *const name[2] = {"conv", "ssm"};
+	if (!in->open || (which != 0 && which != 1))
+		return ss_errf(errmsg, SS_ERR_INVALID, "composer: a piece outside an input");
+	size_t es = ss_dtype_size(in->t);
+	if (off != in->fed[which] || len % es || len > in->want[which] - off)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "input %zu: field \"%s\" is not %llu bytes of %s", in->k,
+			       name[which], (unsigned long long)in->want[which], ss_dtype_name(in->t));
+	if (in->shuf) {
+		add_shuffled(c, in, which, p, len);
+		return 0;
+	}
+	add_range(c, in, which, input_arr(c, in, which, p, (size_t)(off / es)), (size_t)(off / es), len / es, NULL);
+	in->fed[which] += len;
+	return 0;
+}
+
+int ss_composer_end(ss_composer *c, ss_compose_input *in, char *errmsg)
+{
+	return add_end(c, in, errmsg);
+}
+
+int ss_composer_add_begin(ss_composer *c, const ss_state *x, char *errmsg)
+{
+	return ss_composer_begin(c, &c->in, x, errmsg);
 }
 
 int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p, size_t len, char *errmsg)
 {
-	static const char *const name[2] = {"conv", "ssm"};
-	if (!c->open || c->failed || (which != 0 && which != 1)) {
-		ss_errf(errmsg, 0, "composer: a piece outside an input");
-		return fail(c, SS_ERR_INVALID);
-	}
-	size_t es = ss_dtype_size(c->t);
-	if (off != c->fed[which] || len % es || len > c->want[which] - off) {
-		ss_errf(errmsg, 0, "input %zu: field \"%s\" is not %llu bytes of %s", c->n, name[which],
-			(unsigned long long)c->want[which], ss_dtype_name(c->t));
-		return fail(c, SS_ERR_FORMAT);
-	}
-	if (c->shuf) {
-		add_shuffled(c, which, p, len);
-		return 0;
-	}
-	add_range(c, which, input_arr(c, which, p, (size_t)(off / es)), (size_t)(off / es), len / es, NULL);
-	c->fed[which] += len;
-	return 0;
+	int rc = c->failed ? ss_errf(errmsg, SS_ERR_INVALID, "composer: a piece after an error")
+			   : ss_composer_fold(c, &c->in, which, off, p, len, errmsg);
+	return rc ? fail(c, rc) : 0;
 }
 
 int ss_composer_add_end(ss_composer *c, char *errmsg)
 {
-	if (!c->open || c->failed) {
-		ss_errf(errmsg, 0, "composer: add_end outside an input");
-		return fail(c, SS_ERR_INVALID);
-	}
-	return add_end(c, errmsg);
+	return add_end(c, &c->in, errmsg);
 }
 
 int ss_composer_add(ss_composer *c, const ss_state *x, char *errmsg)
@@ -1011,42 +1070,12 @@ static char *make_id(const char *mode, char *const *ids, size_t n)
 	return s;
 }
 
-int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg)
+/* The result's metadata into c->acc: logdecay, weights, mode, id (once
+ * every input has begun; their arrays need not be folded yet). */
+static int finish_meta(ss_composer *c, char *errmsg)
 {
-	memset(out, 0, sizeof *out);
-	if (c->failed || c->finished) {
-		ss_errf(errmsg, 0, "composer: finish after an error or finish");
-		return SS_ERR_INVALID;
-	}
-	if (c->open) {
-		ss_errf(errmsg, 0, "input %zu: its arrays were not all added", c->n);
-		return fail(c, SS_ERR_INVALID);
-	}
-	if (c->n == 0) {
-		ss_errf(errmsg, 0, "no input states");
-		return fail(c, SS_ERR_INVALID);
-	}
-	if (c->n_plan && c->n != c->n_plan) {
-		ss_errf(errmsg, 0, "%zu inputs, %zu planned", c->n, c->n_plan);
-		return fail(c, SS_ERR_INVALID);
-	}
-	size_t n = c->n, H = c->n_head;
+	size_t n = c->begun, H = c->n_head;
 	ss_state *r = &c->acc;
-	const ss_state_dims *dm = &r->dims;
-	size_t llen = (size_t)dm->nheads * dm->headdim * dm->d_state;
-
-	if (n > 1 && c->o.mode == SS_COMPOSE_SOUP)
-		k_div(r->ssm, (float)n, ss_state_ssm_len(dm));
-	if (n > 1 && c->o.conv == SS_COMPOSE_CONV_MEAN)
-		k_div(r->conv, (float)n, ss_state_conv_len(dm));
-	if (c->o.norm & SS_COMPOSE_NORM_AFTER)
-		for (size_t l = 0; l < (size_t)dm->n_layer; l++) {
-			float *yl = r->ssm + l * llen;
-			double nrm = sqrt(k_sumsq(yl, llen));
-			if (nrm > 0)
-				k_mul(yl, (float)(1 / nrm), llen);
-		}
-
 	/* logdecay: see ss_compose.h for why each. */
 	for (size_t h = 0; h < H; h++) {
 		double v;
@@ -1101,8 +1130,84 @@ int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg)
 		ss_errf(errmsg, 0, "out of memory");
 		return fail(c, SS_ERR_NOMEM);
 	}
+	c->meta_done = 1;
+	return 0;
+}
+
+/* Elements [c->final[which], end) of conv (which 0) or ssm (1) as the
+ * result has them: soup's mean, conv's mean. Elementwise. */
+static void finish_range(ss_composer *c, int which, size_t end)
+{
+	size_t f = c->final[which], n = c->begun;
+	if (end <= f)
+		return;
+	if (n > 1 && which == 1 && c->o.mode == SS_COMPOSE_SOUP)
+		k_div(c->acc.ssm + f, (float)n, end - f);
+	if (n > 1 && which == 0 && c->o.conv == SS_COMPOSE_CONV_MEAN)
+		k_div(c->acc.conv + f, (float)n, end - f);
+	c->final[which] = end;
+}
+
+int ss_composer_result(ss_composer *c, ss_state *view, char *errmsg)
+{
+	memset(view, 0, sizeof *view);
+	if (c->failed || c->finished || !c->have_acc || (c->n_plan && c->begun != c->n_plan) ||
+	    (c->o.norm & SS_COMPOSE_NORM_AFTER) || !ss_composer_streams(c))
+		return ss_errf(errmsg, SS_ERR_INVALID, "composer: no result before every input has begun, "
+						       "nor with a norm");
+	int rc = c->meta_done ? 0 : finish_meta(c, errmsg);
+	if (rc)
+		return rc;
+	*view = c->acc;
+	view->sources = c->ids;
+	view->n_sources = (int32_t)c->begun;
+	view->n_tokens = c->n_tokens;
+	view->dtype = SS_DTYPE_F32;
+	view->has_rank = 0;
+	return 0;
+}
+
+void ss_composer_finish_range(ss_composer *c, int which, size_t end)
+{
+	finish_range(c, which, end);
+}
+
+int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg)
+{
+	memset(out, 0, sizeof *out);
+	if (c->failed || c->finished) {
+		ss_errf(errmsg, 0, "composer: finish after an error or finish");
+		return SS_ERR_INVALID;
+	}
+	if (c->n_open) {
+		ss_errf(errmsg, 0, "input %zu: its arrays were not all added", c->n);
+		return fail(c, SS_ERR_INVALID);
+	}
+	if (c->n == 0) {
+		ss_errf(errmsg, 0, "no input states");
+		return fail(c, SS_ERR_INVALID);
+	}
+	if (c->n_plan && c->n != c->n_plan) {
+		ss_errf(errmsg, 0, "%zu inputs, %zu planned", c->n, c->n_plan);
+		return fail(c, SS_ERR_INVALID);
+	}
+	ss_state *r = &c->acc;
+	const ss_state_dims *dm = &r->dims;
+	size_t llen = (size_t)dm->nheads * dm->headdim * dm->d_state;
+	finish_range(c, 1, ss_state_ssm_len(dm));
+	finish_range(c, 0, ss_state_conv_len(dm));
+	if (c->o.norm & SS_COMPOSE_NORM_AFTER)
+		for (size_t l = 0; l < (size_t)dm->n_layer; l++) {
+			float *yl = r->ssm + l * llen;
+			double nrm = sqrt(k_sumsq(yl, llen));
+			if (nrm > 0)
+				k_mul(yl, (float)(1 / nrm), llen);
+		}
+	int rc = c->meta_done ? 0 : finish_meta(c, errmsg);
+	if (rc)
+		return rc;
 	r->sources = c->ids;
-	r->n_sources = (int32_t)n;
+	r->n_sources = (int32_t)c->n;
 	c->ids = NULL;
 	c->cap = 0;
 	r->n_tokens = c->n_tokens;
@@ -1121,17 +1226,14 @@ void ss_composer_free(ss_composer *c)
 		return;
 	if (c->have_acc)
 		ss_state_free(&c->acc);
-	if (c->ids) /* and the input begun but not ended (an error in its pieces) */
-		for (size_t k = 0; k < c->n + (c->open ? 1 : 0); k++)
+	if (c->ids) /* and the inputs begun but not ended (an error in their pieces) */
+		for (size_t k = 0; k < c->begun; k++)
 			free(c->ids[k]);
 	free(c->ids);
 	free(c->decay);
 	free(c->w);
 	free(c->plan_decay);
-	free(c->scale[0]);
-	free(c->scale[1]);
-	free(c->blk);
-	free(c->unblk);
+	input_clear(&c->in);
 	free(c);
 }
 

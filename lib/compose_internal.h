@@ -55,6 +55,43 @@ int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p
 /* Ends the input: SS_ERR_FORMAT unless both arrays were given whole. */
 int ss_composer_add_end(ss_composer *c, char *errmsg);
 
+/* Several inputs at once (ss_compose_files_threads): an input object
+ * carries what folding one input's pieces needs, so that the next input
+ * can begin before this one ends. Inputs begin and end one at a time, in
+ * concatenation order (the caller serialises ss_composer_begin/end); their
+ * pieces, ss_composer_fold, may run in several threads at once as long as
+ * each range of an array is folded by input k-1 before input k (every
+ * mode's update is elementwise, so the bits are those of one input after
+ * the other). ss_composer_add_begin/piece/end are these on the
+ * composer's own input. Free an input with ss_compose_input_free (NULL is
+ * a no-op); ss_compose_input_new returns NULL when out of memory. */
+typedef struct ss_compose_input ss_compose_input;
+ss_compose_input *ss_compose_input_new(void);
+void ss_compose_input_free(ss_compose_input *in);
+/* ss_composer_add_begin on in: in becomes input number
+ * (inputs begun so far). Errors leave the composer failed. */
+int ss_composer_begin(ss_composer *c, ss_compose_input *in, const ss_state *meta, char *errmsg);
+/* ss_composer_add_piece on in, without marking the composer failed (the
+ * caller stops); touches only in and the accumulator's elements the
+ * piece covers. */
+int ss_composer_fold(const ss_composer *c, ss_compose_input *in, int which, uint64_t off, const void *p, size_t len,
+		     char *errmsg);
+/* ss_composer_add_end on in. */
+int ss_composer_end(ss_composer *c, ss_compose_input *in, char *errmsg);
+
+/* The result before its arrays are folded, for writing it while they are
+ * (ss_compose_files_to): once every input has begun (every planned one),
+ * fills *view with the metadata ss_composer_finish will give and with the
+ * accumulator's arrays, borrowed (the caller frees nothing; the view is
+ * void after ss_composer_finish or _free). The arrays become the result
+ * range by range: after every input has folded elements [0, end) of
+ * conv (which 0) or ssm (1), ss_composer_finish_range(c, which, end)
+ * applies what finish would to them (soup's and conv's mean), each range
+ * once, ends growing. SS_ERR_INVALID before every input has begun, with a
+ * norm (before: no pieces; after: a layer's norm needs all its elements),
+ * after an error or finish. */
+int ss_composer_result(ss_composer *c, ss_state *view, char *errmsg);
+void ss_composer_finish_range(ss_composer *c, int which, size_t end);
 /* The argument checks of ss_compose_weights() and its backward: n ≥ 1, a
  * mode with weights, every logdecay ≤ 0 or -inf. Returns 0 or
  * SS_ERR_INVALID with errmsg naming the input and head. */
