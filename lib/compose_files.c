@@ -18,18 +18,21 @@
  *
  * Threads (ss_compose_files_threads, regular files only): every mode takes
  * the first pass, to locate the records; then each thread decompresses
- * whole records into its own buffer and folds them when their turn comes
- * (compose_parallel): decompression, most of the work, runs on all
- * threads, the folds one at a time in input order, so the bits are one
- * thread's. Memory: a record per thread.
+ * records into its own record-sized buffer (in place: no zstd window) and
+ * folds their pieces as soon as the record before has folded the same
+ * elements (compose_parallel): T records are read and folded at once, each
+ * element still gets the records in input order, so the bits are one
+ * thread's. With an output (ss_compose_files_to) a writer thread writes
+ * the result a shuffle block at a time as the last record's folds finish
+ * it, so the output is compressed, written and synced while the last
+ * records are read. Memory: a record per thread.
  *
- * Not region by region (tried in issue 12, measured, dropped): reading all
- * k inputs side by side and making the result a shuffle block at a time
- * lets the output be written, and the device flush it, while the inputs
- * are read (the commit's fsync then waits ~4 ms instead of ~15), but costs
- * k zstd windows (2.3 MB each, fresh pages), zstd's copy out of them and
- * k readers' buffers: 2.0-2.3x the CPU of decompressing, against 1.6-1.7x
- * here, so on 2 cores (10 130m f16 states) it was no faster end to end.
+ * Not all k inputs side by side (tried in issue 12, measured, dropped):
+ * making the whole result a shuffle block at a time from k readers lets
+ * all of the output overlap the reading, but costs k zstd windows (2.3 MB
+ * each, fresh pages), zstd's copy out of them and k readers' buffers:
+ * 2.0-2.3x the CPU of decompressing, against 1.6-1.7x for T readers, so
+ * on 2 cores (10 130m f16 states) it was no faster end to end.
  */
 #include "ss.h"
 #include "compose_internal.h"
@@ -171,7 +174,29 @@ typedef struct {
 	uint64_t bytes;
 	char *errmsg;
 	int threads; /* > 1: pass 2 in parallel (compose_parallel) */
+	int norm;
+	/* ss_compose_files_to: the output, and what it changes of the result */
+	ss_writer *w;
+	int set_dtype;      /* an ss_dtype, or -1: the inputs' */
+	const char *out_id; /* NULL: the composed id */
+	int wrote;          /* compose_parallel wrote the result to w */
+	int write_failed;   /* ... and failed there (rc is w's) */
 } run_t;
+
+/* The result's dtype: as asked, else the inputs' when they share one,
+ * else f32 (after the first state). */
+static ss_dtype out_dtype(const run_t *u)
+{
+	return u->set_dtype >= 0 ? (ss_dtype)u->set_dtype : u->f.mixed_dtype ? SS_DTYPE_F32 : u->f.dtype;
+}
+
+/* 1 when the result can be written while it is made: range by range, so
+ * no norm (after needs a layer's every element, before whole records) and
+ * no q8 (its scales precede the arrays). */
+static int streams_out(const run_t *u)
+{
+	return !u->norm && out_dtype(u) != SS_DTYPE_Q8;
+}
 
 static void progress(const run_t *u, int pass, size_t done, size_t total)
 {
@@ -267,46 +292,34 @@ static int add_next(run_t *u, ss_reader *r, const char *path, uint64_t recno, in
 	return rc;
 }
 
-/* Adds rec, read whole (record recno of path, checked by a first pass):
- * its "conv" and "ssm" as one piece each where the composer takes pieces
- * (a byte-shuffled record folded from its planes, no f32 copy), else
- * whole. Returns 1 or an SS_ERR_* with u->errmsg set. */
-static int add_read(run_t *u, const ss_record *rec, const char *path, uint64_t recno)
-{
-	const msgpack_object *cv = ss_map_get(rec->root, "conv"), *sm = ss_map_get(rec->root, "ssm");
-	if (!ss_composer_streams(u->c) || !cv || !sm || cv->type != MSGPACK_OBJECT_BIN ||
-	    sm->type != MSGPACK_OBJECT_BIN)
-		return add_whole(u, rec, path, recno, 1);
-	piece_t x = {u, path, recno, 1, 0, NULL, 0};
-	int rc = on_piece(&x, rec, -1, 0, NULL, 0);
-	if (!rc)
-		rc = on_piece(&x, rec, 0, 0, cv->via.bin.ptr, cv->via.bin.size);
-	if (!rc)
-		rc = on_piece(&x, rec, 1, 0, sm->via.bin.ptr, sm->via.bin.size);
-	if (!rc) {
-		x.bytes = 0; /* ss_record_size counts them */
-		rc = add_pieces_end(u, &x, rec);
-	}
-	free(x.id);
-	return rc;
-}
-
-/* Pass 2 of compose_planned in u->threads threads: thread t reads (whole,
- * each with its own reader) the records t, t+T, t+2T... of the plan, so
- * that T records are decompressed at once, and folds each when its turn
- * comes: records are folded one at a time and in order, so the result has
- * the bits of one thread's. Memory: a record per thread. An error is
- * reported at its record's turn, so it is the one one thread would meet
- * first. */
+/* Pass 2 of compose_planned in u->threads threads: thread t reads the
+ * records t, t+T, t+2T... of the plan (each whole into its reader's
+ * buffer, ss_reader_reserve, a piece at a time as it is decompressed) and
+ * folds each piece as soon as the record before has folded the same
+ * elements: records are folded in order range by range (a wavefront), so
+ * the result has the bits of one thread's, while T records are read and
+ * folded at once. Records begin and end one at a time, in order, under
+ * the lock. With a writer (ss_compose_files_to), one more thread writes
+ * the result a shuffle block at a time as the last record's folds make it
+ * final, so the output is compressed, written and synced while the last
+ * records are still read. Memory: a record per thread. An error is the
+ * first record's that fails, as one thread would meet it: records before
+ * it go on to their end, those after it stop. */
 typedef struct {
 	run_t *u;
 	const plan_t *plan;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int T, go;
-	int touched; /* threads done with their part of ss_composer_touch */
-	size_t turn; /* the record to fold next */
-	int rc;      /* the first error, in record order; u->errmsg says why */
+	int touched;        /* threads done with their part of ss_composer_touch */
+	size_t begun;       /* records begun, in order */
+	size_t (*done)[2];  /* [n]: elements of conv, ssm each record has folded; SIZE_MAX when ended */
+	size_t n_done;      /* records ended */
+	size_t bad;         /* the first record that failed (n: none); u->errmsg says why, rc what */
+	int rc;
+	int stop;           /* the writer failed: everyone stops (rc, u->errmsg) */
+	int write_failed;   /* ... in the output itself (the writer's error) */
+	int ready_stopped;  /* the writer gave up because a record failed */
 } par_t;
 
 typedef struct {
@@ -314,28 +327,229 @@ typedef struct {
 	int t;
 } worker_t;
 
-/* Waits for record g's turn (and for the accumulator's pages): 1 when it
- * came, 0 when an earlier record failed. */
-static int par_wait(par_t *P, size_t g)
+/* 1 when record g must stop: an earlier record (or the writer) failed. */
+static int par_stopped(const par_t *P, size_t g)
 {
-	pthread_mutex_lock(&P->mu);
-	while ((P->turn != g || P->touched < P->T) && !P->rc)
-		pthread_cond_wait(&P->cv, &P->mu);
-	int mine = !P->rc;
-	pthread_mutex_unlock(&P->mu);
-	return mine;
+	return P->bad < g || P->stop;
 }
 
-/* Ends record g's turn: the next record's, or everyone's on error. */
-static void par_done(par_t *P, int rc)
+/* Records that record g failed (rc, the message why) unless an earlier
+ * one did. Returns rc. */
+static int par_fail(par_t *P, size_t g, int rc, const char *why)
 {
 	pthread_mutex_lock(&P->mu);
-	if (rc < 0)
+	if (g < P->bad && !P->stop) {
+		P->bad = g;
 		P->rc = rc;
-	else
-		P->turn++;
+		snprintf(P->u->errmsg, SS_ERRMSG_MAX, "%s", why);
+	}
 	pthread_cond_broadcast(&P->cv);
 	pthread_mutex_unlock(&P->mu);
+	return rc;
+}
+
+/* Waits until every thread has touched its part of the accumulator and
+ * record g-1 has folded elements [0, e) of array which: 1, or 0 when g
+ * must stop. */
+static int par_wait_prev(par_t *P, size_t g, int which, size_t e)
+{
+	pthread_mutex_lock(&P->mu);
+	while (!par_stopped(P, g) && (P->touched < P->T || (g > 0 && P->done[g - 1][which] < e)))
+		pthread_cond_wait(&P->cv, &P->mu);
+	int go = !par_stopped(P, g);
+	pthread_mutex_unlock(&P->mu);
+	return go;
+}
+
+/* Record g has folded elements [0, e) of array which. */
+static void par_folded(par_t *P, size_t g, int which, size_t e)
+{
+	pthread_mutex_lock(&P->mu);
+	P->done[g][which] = e;
+	pthread_cond_broadcast(&P->cv);
+	pthread_mutex_unlock(&P->mu);
+}
+
+/* Record g of the plan as its thread reads it. */
+typedef struct {
+	par_t *P;
+	size_t g;
+	const char *path;
+	uint64_t recno;
+	ss_compose_input *in;
+	char *id;
+	size_t es, shuf;              /* its dtype's size; its shuffle block (elements), 0 = none */
+	uint64_t len[2];              /* bytes of conv, ssm */
+	int in_place;                 /* pieces stay valid: folded a unit at a time */
+	const unsigned char *pend[2]; /* bytes received, not yet folded */
+	uint64_t pend_off[2];
+	size_t pend_len[2];
+	uint64_t bytes;
+	int failed; /* its error is recorded (or it stopped for an earlier one's) */
+} job_t;
+
+static int job_fail(job_t *x, int rc, const char *err)
+{
+	char why[SS_ERRMSG_MAX];
+	ss_errf(why, 0, "%s: record %llu (id \"%s\"): %s", x->path, (unsigned long long)x->recno,
+		x->id ? x->id : "", err);
+	x->failed = 1;
+	return par_fail(x->P, x->g, rc, why);
+}
+
+/* Stops x because an earlier record failed: no error of its own. */
+static int job_stop(job_t *x)
+{
+	x->failed = 1;
+	return SS_ERR_INVALID;
+}
+
+/* Begins record x->g from its metadata, when its turn comes. */
+static int job_begin(job_t *x, const ss_record *meta)
+{
+	par_t *P = x->P;
+	ss_composer *c = P->u->c;
+	char err[SS_ERRMSG_MAX];
+	ss_state m;
+	int rc = record_meta(meta, &m, x->path, x->recno, err);
+	if (rc) {
+		x->failed = 1;
+		return par_fail(P, x->g, rc, err);
+	}
+	if (!(x->id = strdup(m.id ? m.id : ""))) {
+		ss_state_free(&m);
+		return job_fail(x, SS_ERR_NOMEM, "out of memory");
+	}
+	x->es = ss_dtype_size(m.dtype);
+	x->shuf = m.shuffle > 0 && x->es > 1 ? (size_t)m.shuffle : 0;
+	x->len[0] = ss_state_conv_len(&m.dims) * x->es;
+	x->len[1] = ss_state_ssm_len(&m.dims) * x->es;
+	x->in_place = meta->in_place;
+	pthread_mutex_lock(&P->mu); /* its turn, after ss_composer_touch (which reads the count) */
+	while ((P->begun != x->g || P->touched < P->T) && !par_stopped(P, x->g))
+		pthread_cond_wait(&P->cv, &P->mu);
+	int go = !par_stopped(P, x->g);
+	if (go && (rc = ss_composer_begin(c, x->in, &m, err)) == 0)
+		P->begun++;
+	pthread_cond_broadcast(&P->cv);
+	pthread_mutex_unlock(&P->mu);
+	ss_state_free(&m);
+	if (!go)
+		return job_stop(x);
+	return rc ? job_fail(x, rc, err) : 0;
+}
+
+/* Folds bytes [off, off+len) of x's array which, at p, once the record
+ * before has folded them. */
+static int job_fold(job_t *x, int which, uint64_t off, const void *p, size_t len)
+{
+	par_t *P = x->P;
+	uint64_t end = off + len;
+	size_t e = (size_t)(end / x->es);
+	if (!par_wait_prev(P, x->g, which, e))
+		return job_stop(x);
+	char err[SS_ERRMSG_MAX];
+	int rc = ss_composer_fold(P->u->c, x->in, which, off, p, len, err);
+	if (rc)
+		return job_fail(x, rc, err);
+	/* a shuffled array's last block, when cut, waits in the input */
+	if (x->shuf && end < x->len[which])
+		e = e / x->shuf * x->shuf;
+	par_folded(P, x->g, which, e);
+	return 0;
+}
+
+/* ss_piece_fn of compose_parallel: pieces decompressed in place are
+ * gathered (they stay where they are) and folded a shuffle block, or
+ * 64 Ki elements, at a time; others folded at once. */
+static int on_par_piece(void *arg, const ss_record *meta, int which, uint64_t off, const void *p, size_t len)
+{
+	job_t *x = arg;
+	if (which < 0)
+		return job_begin(x, meta);
+	x->bytes += len;
+	if (!x->in_place)
+		return job_fold(x, which, off, p, len);
+	int rc;
+	if (x->pend_len[which] && (const unsigned char *)p != x->pend[which] + x->pend_len[which]) {
+		if ((rc = job_fold(x, which, x->pend_off[which], x->pend[which], x->pend_len[which])) != 0)
+			return rc;
+		x->pend_len[which] = 0;
+	}
+	if (!x->pend_len[which]) {
+		x->pend[which] = p;
+		x->pend_off[which] = off;
+	}
+	x->pend_len[which] += len;
+	size_t unit = x->shuf ? x->shuf * x->es : ((size_t)1 << 16) * x->es;
+	size_t take = off + len >= x->len[which] ? x->pend_len[which] : x->pend_len[which] / unit * unit;
+	if (!take)
+		return 0;
+	if ((rc = job_fold(x, which, x->pend_off[which], x->pend[which], take)) != 0)
+		return rc;
+	x->pend[which] += take;
+	x->pend_off[which] += take;
+	x->pend_len[which] -= take;
+	return 0;
+}
+
+/* Ends record x->g (rec: its metadata from ss_reader_next_pieces). */
+static int job_end(job_t *x, const ss_record *rec)
+{
+	par_t *P = x->P;
+	run_t *u = P->u;
+	char err[SS_ERRMSG_MAX];
+	pthread_mutex_lock(&P->mu);
+	int rc = ss_composer_end(u->c, x->in, err);
+	if (!rc) {
+		P->done[x->g][0] = P->done[x->g][1] = SIZE_MAX;
+		u->bytes += ss_record_size(rec) + x->bytes;
+		progress(u, 2, ++P->n_done, P->plan->n);
+	}
+	pthread_cond_broadcast(&P->cv);
+	pthread_mutex_unlock(&P->mu);
+	return rc ? job_fail(x, rc, err) : 1;
+}
+
+/* Adds record x->g whole (rec, from ss_reader_next: a norm before, or a
+ * record not laid out as writers lay out states) when the record before
+ * has ended, under the lock (the composer's own input). */
+static int job_whole(job_t *x, const ss_record *rec)
+{
+	par_t *P = x->P;
+	run_t *u = P->u;
+	char err[SS_ERRMSG_MAX], why[SS_ERRMSG_MAX];
+	ss_state m;
+	pthread_mutex_lock(&P->mu);
+	while (!par_stopped(P, x->g) &&
+	       (P->touched < P->T || P->begun != x->g || (x->g > 0 && P->done[x->g - 1][1] != SIZE_MAX)))
+		pthread_cond_wait(&P->cv, &P->mu);
+	if (par_stopped(P, x->g)) {
+		pthread_mutex_unlock(&P->mu);
+		return job_stop(x);
+	}
+	int rc = record_meta(rec, &m, x->path, x->recno, why);
+	if (!rc) {
+		if (!(x->id = strdup(m.id ? m.id : "")))
+			rc = ss_errf(why, SS_ERR_NOMEM, "out of memory");
+		else if ((rc = ss_composer_add_record(u->c, rec, err)) != 0)
+			ss_errf(why, 0, "%s: record %llu (id \"%s\"): %s", x->path, (unsigned long long)x->recno, x->id,
+				err);
+		ss_state_free(&m);
+	}
+	if (!rc) {
+		P->begun++;
+		P->done[x->g][0] = P->done[x->g][1] = SIZE_MAX;
+		u->bytes += ss_record_size(rec);
+		progress(u, 2, ++P->n_done, P->plan->n);
+	}
+	pthread_cond_broadcast(&P->cv);
+	pthread_mutex_unlock(&P->mu);
+	if (rc) {
+		x->failed = 1;
+		return par_fail(P, x->g, rc, why);
+	}
+	return 1;
 }
 
 static void *par_worker(void *arg)
@@ -346,6 +560,7 @@ static void *par_worker(void *arg)
 	const plan_t *pl = P->plan;
 	char err[SS_ERRMSG_MAX], why[SS_ERRMSG_MAX];
 	ss_reader *r = NULL;
+	ss_compose_input *in = ss_compose_input_new();
 	pthread_mutex_lock(&P->mu);
 	while (!P->go)
 		pthread_cond_wait(&P->cv, &P->mu);
@@ -365,44 +580,123 @@ static void *par_worker(void *arg)
 		const struct rec_at *at = &pl->at[g];
 		const char *path = u->paths[at->file];
 		const ss_record *rec = NULL;
+		job_t x = {P, g, path, at->recno, in, NULL, 0, 0, {0, 0}, 0, {NULL, NULL}, {0, 0}, {0, 0}, 0, 0};
 		int rc = 0;
-		if (!r && (rc = ss_reader_open(&r, path, u->max_record, err)) == 0 &&
-		    (rc = ss_reader_reserve(r, biggest)) != 0)
+		pthread_mutex_lock(&P->mu);
+		int stop = par_stopped(P, g);
+		pthread_mutex_unlock(&P->mu);
+		if (stop)
+			break;
+		if (!in)
+			rc = ss_errf(err, SS_ERR_NOMEM, "out of memory");
+		else if (!r && (rc = ss_reader_open(&r, path, u->max_record, err)) == 0 &&
+			 (rc = ss_reader_reserve(r, biggest)) != 0)
 			ss_errf(err, 0, "out of memory");
 		if (!rc)
 			rc = ss_reader_goto(r, path, at->offset, at->recno, err);
-		if (rc)
+		if (rc) {
 			ss_errf(why, 0, "%s: %s", path, err);
-		else if ((rc = ss_reader_next(r, &rec)) < 0)
-			ss_errf(why, 0, "%s: %s", path, ss_reader_error(r));
-		else if (rc == 0)
-			rc = ss_errf(why, SS_ERR_MISMATCH, "%s: record %llu is gone since the first pass (file changed?)",
-				     path, (unsigned long long)at->recno);
-		if (!par_wait(P, g))
+			par_fail(P, g, rc, why);
 			break;
-		if (rc < 0)
-			snprintf(u->errmsg, SS_ERRMSG_MAX, "%s", why);
-		else if ((rc = add_read(u, rec, path, at->recno)) == 1)
-			progress(u, 2, g + 1, pl->n);
-		par_done(P, rc);
+		}
+		if (ss_composer_streams(u->c))
+			rc = ss_reader_next_pieces(r, &rec, on_par_piece, &x);
+		else if ((rc = ss_reader_next(r, &rec)) == 1)
+			rc = 2;
+		if (rc == 1)
+			rc = job_end(&x, rec);
+		else if (rc == 2)
+			rc = job_whole(&x, rec);
+		else if (rc == 0) {
+			ss_errf(why, 0, "%s: record %llu is gone since the first pass (file changed?)", path,
+				(unsigned long long)at->recno);
+			rc = par_fail(P, g, SS_ERR_MISMATCH, why);
+		} else if (!x.failed) {
+			ss_errf(why, 0, "%s: %s", path, ss_reader_error(r));
+			par_fail(P, g, rc, why);
+		}
+		free(x.id);
 		if (rc < 0)
 			break;
 	}
 	ss_reader_close(r);
+	ss_compose_input_free(in);
+	return NULL;
+}
+
+/* ss_ready_fn of the writer: waits until the last record has folded
+ * elements [0, end) of array which, then finishes them. */
+static int par_ready(void *arg, int which, size_t end)
+{
+	par_t *P = arg;
+	size_t n = P->plan->n;
+	pthread_mutex_lock(&P->mu);
+	while (!par_stopped(P, n) && P->done[n - 1][which] < end)
+		pthread_cond_wait(&P->cv, &P->mu);
+	int go = !par_stopped(P, n);
+	pthread_mutex_unlock(&P->mu);
+	if (!go) {
+		P->ready_stopped = 1;
+		return SS_ERR_INVALID;
+	}
+	ss_composer_finish_range(P->u->c, which, end);
+	return 0;
+}
+
+/* The writer: once every record has begun, the result's metadata, then
+ * the record, its arrays as they become final (par_ready). */
+static void *par_writer(void *arg)
+{
+	par_t *P = arg;
+	run_t *u = P->u;
+	size_t n = P->plan->n;
+	char err[SS_ERRMSG_MAX];
+	ss_state v;
+	pthread_mutex_lock(&P->mu);
+	while (!par_stopped(P, n) && P->begun < n)
+		pthread_cond_wait(&P->cv, &P->mu);
+	int stopped = par_stopped(P, n), rc = 0;
+	if (!stopped && (rc = ss_composer_result(u->c, &v, err)) != 0) {
+		P->stop = 1;
+		P->rc = rc;
+		snprintf(u->errmsg, SS_ERRMSG_MAX, "%s", err);
+		pthread_cond_broadcast(&P->cv);
+	}
+	pthread_mutex_unlock(&P->mu);
+	if (stopped || rc)
+		return NULL;
+	v.dtype = out_dtype(u);
+	if (u->out_id)
+		v.id = (char *)u->out_id;
+	rc = ss_writer_put_state_when(u->w, &v, NULL, par_ready, P);
+	if (rc && !P->ready_stopped) {
+		pthread_mutex_lock(&P->mu);
+		if (!P->stop && P->bad == n) {
+			P->stop = 1;
+			P->rc = rc;
+			P->write_failed = 1;
+			snprintf(u->errmsg, SS_ERRMSG_MAX, "%s", ss_strerror(rc));
+		}
+		pthread_cond_broadcast(&P->cv);
+		pthread_mutex_unlock(&P->mu);
+	}
 	return NULL;
 }
 
 static int compose_parallel(run_t *u, const plan_t *plan)
 {
-	par_t P = {u, plan, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, 0};
+	par_t P = {u, plan, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, NULL, 0, plan->n, 0,
+		   0, 0, 0};
 	ss_state first = {0}; /* the accumulator now, so that the threads fault it in together */
 	first.dims = u->f.dims;
 	memcpy(first.fingerprint, u->f.fingerprint, sizeof first.fingerprint);
 	int rc = ss_composer_prepare(u->c, &first, u->errmsg);
 	if (rc)
 		return rc;
+	if (!(P.done = calloc(plan->n, sizeof *P.done)))
+		return ss_errf(u->errmsg, SS_ERR_NOMEM, "out of memory");
 	enum { MAX_THREADS = 64 };
-	pthread_t tid[MAX_THREADS];
+	pthread_t tid[MAX_THREADS], wtid;
 	worker_t w[MAX_THREADS];
 	int want = u->threads < MAX_THREADS ? u->threads : MAX_THREADS;
 	if ((size_t)want > plan->n)
@@ -411,6 +705,8 @@ static int compose_parallel(run_t *u, const plan_t *plan)
 		w[t] = (worker_t){&P, t};
 	while (P.T < want && pthread_create(&tid[P.T], NULL, par_worker, &w[P.T]) == 0)
 		P.T++; /* as many as start: the records are dealt among those */
+	/* the writer, where the result can be written as it is made */
+	int writer = u->w && streams_out(u) && pthread_create(&wtid, NULL, par_writer, &P) == 0;
 	pthread_mutex_lock(&P.mu);
 	P.go = 1;
 	pthread_cond_broadcast(&P.cv);
@@ -418,8 +714,13 @@ static int compose_parallel(run_t *u, const plan_t *plan)
 	par_worker(&w[0]);
 	for (int t = 1; t < P.T; t++)
 		pthread_join(tid[t], NULL);
+	if (writer)
+		pthread_join(wtid, NULL);
 	pthread_mutex_destroy(&P.mu);
 	pthread_cond_destroy(&P.cv);
+	free(P.done);
+	u->wrote = writer && !P.rc;
+	u->write_failed = P.write_failed;
 	return P.rc;
 }
 
@@ -610,9 +911,10 @@ static int all_regular(const char *const *paths, size_t n_paths)
 	return 1;
 }
 
-int ss_compose_files_threads(const ss_compose_opts *o, int threads, const char *const *paths, size_t n_paths,
-			     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
-			     uint64_t *bytes_in, char *errmsg)
+/* ss_compose_files_to with w NULL: the result in *out only. */
+static int compose_files(const ss_compose_opts *o, int threads, const char *const *paths, size_t n_paths,
+			 uint64_t max_record, ss_compose_progress_fn fn, void *arg, run_t *u, ss_state *out,
+			 uint64_t *bytes_in, char *errmsg)
 {
 	memset(out, 0, sizeof *out);
 	size_t n_stdin = 0;
@@ -620,26 +922,76 @@ int ss_compose_files_threads(const ss_compose_opts *o, int threads, const char *
 		n_stdin += !strcmp(paths[i], "-");
 	if (n_stdin > 1)
 		return ss_errf(errmsg, SS_ERR_INVALID, "standard input ('-') given more than once");
-	run_t u = {NULL, {0}, 0, paths, n_paths, max_record, fn, arg, 0, errmsg, 1};
-	int rc = ss_composer_new(&u.c, o);
+	u->paths = paths;
+	u->n_paths = n_paths;
+	u->max_record = max_record;
+	u->fn = fn;
+	u->arg = arg;
+	u->errmsg = errmsg;
+	u->threads = 1;
+	u->norm = o->norm;
+	int rc = ss_composer_new(&u->c, o);
 	if (rc)
 		return ss_errf(errmsg, rc, "invalid composition options");
-	u.mode = o->mode;
+	u->mode = o->mode;
 	if (threads > 1 && all_regular(paths, n_paths))
-		u.threads = threads;
-	rc = ss_compose_needs_plan(o->mode) || u.threads > 1 ? compose_planned(&u) : compose_stream(&u);
-	if (!rc && ss_composer_count(u.c) == 0)
+		u->threads = threads;
+	rc = ss_compose_needs_plan(o->mode) || u->threads > 1 ? compose_planned(u) : compose_stream(u);
+	if (!rc && ss_composer_count(u->c) == 0)
 		rc = ss_errf(errmsg, SS_ERR_INVALID, "no input states");
 	if (!rc)
-		rc = ss_composer_finish(u.c, out, errmsg);
+		rc = ss_composer_finish(u->c, out, errmsg);
 	if (!rc)
-		out->dtype = u.f.mixed_dtype ? SS_DTYPE_F32 : u.f.dtype;
-	ss_composer_free(u.c);
-	free(u.f.path);
-	free(u.f.id);
+		out->dtype = out_dtype(u);
+	ss_composer_free(u->c);
+	free(u->f.path);
+	free(u->f.id);
 	if (bytes_in)
-		*bytes_in = u.bytes;
+		*bytes_in = u->bytes;
 	return rc;
+}
+
+int ss_compose_files_threads(const ss_compose_opts *o, int threads, const char *const *paths, size_t n_paths,
+			     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
+			     uint64_t *bytes_in, char *errmsg)
+{
+	run_t u = {0};
+	u.set_dtype = -1;
+	return compose_files(o, threads, paths, n_paths, max_record, fn, arg, &u, out, bytes_in, errmsg);
+}
+
+int ss_compose_files_to(const ss_compose_opts *o, int threads, const char *const *paths, size_t n_paths,
+			uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_writer *w,
+			const ss_compose_output *how, ss_state *out, uint64_t *bytes_in, int *write_failed,
+			char *errmsg)
+{
+	run_t u = {0};
+	u.w = w;
+	u.set_dtype = how && how->set_dtype ? (int)how->dtype : -1;
+	u.out_id = how ? how->id : NULL;
+	*write_failed = 0;
+	int rc = compose_files(o, threads, paths, n_paths, max_record, fn, arg, &u, out, bytes_in, errmsg);
+	if (u.write_failed) {
+		*write_failed = 1;
+		return rc;
+	}
+	if (rc)
+		return rc;
+	if (u.out_id) {
+		char *id = strdup(u.out_id);
+		if (!id) {
+			ss_state_free(out);
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		}
+		free(out->id);
+		out->id = id;
+	}
+	if (!u.wrote && (rc = ss_writer_put_state(w, out, NULL)) != 0) {
+		*write_failed = 1;
+		ss_state_free(out);
+		return ss_errf(errmsg, rc, "%s", ss_strerror(rc));
+	}
+	return 0;
 }
 
 int ss_compose_files(const ss_compose_opts *o, const char *const *paths, size_t n_paths,

@@ -74,6 +74,7 @@ typedef struct {
 		const float *scale;
 		size_t row, block;
 		size_t shuffle; /* block of the byte shuffle, 0 = none */
+		int which;      /* conv 0, ssm 1, else -1 (for ready) */
 	} a[6];
 	int n;
 	uint64_t bytes;
@@ -94,26 +95,42 @@ static void pk_array(msgpack_packer *pk, buf_t *b, arrays_t *arr, const float *v
 	arr->a[arr->n].row = row;
 	arr->a[arr->n].block = block;
 	arr->a[arr->n].shuffle = 0;
+	arr->a[arr->n].which = -1;
 	arr->n++;
 	arr->bytes += bytes;
 }
 
 /* Compresses one array's body: f32 as it lies in memory (little-endian
  * hosts only, as ss_from_f32), f16/bf16/q8 converted a chunk at a time
- * (a shuffle block at a time when shuffled). */
-static int put_array(ss_writer *w, const arrays_t *arr, int k)
+ * (a shuffle block at a time when shuffled). ready (may be NULL): asked
+ * before each chunk of conv or ssm (ss_writer_put_state_when). */
+static int put_array(ss_writer *w, const arrays_t *arr, int k, ss_ready_fn ready, void *arg)
 {
 	const float *v = arr->a[k].v;
 	size_t n = arr->a[k].n, sh = arr->a[k].shuffle;
 	ss_dtype t = arr->a[k].t;
-	if (t == SS_DTYPE_F32)
+	int which = arr->a[k].which;
+	if (!ready || which < 0)
+		ready = NULL;
+	enum { CHUNK = 32768, CHUNK_F32 = 262144 };
+	if (t == SS_DTYPE_F32 && !ready)
 		return ss_writer_add(w, v, n * 4);
-	enum { CHUNK = 32768 };
-	size_t chunk = sh ? sh : CHUNK;
+	size_t chunk = t == SS_DTYPE_F32 ? CHUNK_F32 : sh ? sh : CHUNK;
+	int rc = 0;
+	if (t == SS_DTYPE_F32) {
+		for (size_t i = 0; i < n && !rc; i += chunk) {
+			size_t m = n - i < chunk ? n - i : chunk;
+			if (!(rc = ready(arg, which, i + m)))
+				rc = ss_writer_add(w, v + i, m * 4);
+		}
+		return rc;
+	}
 	uint16_t *tmp = malloc(chunk * sizeof *tmp), *tsh = sh ? malloc(chunk * sizeof *tsh) : NULL;
-	int rc = !tmp || (sh && !tsh) ? SS_ERR_NOMEM : 0;
+	rc = !tmp || (sh && !tsh) ? SS_ERR_NOMEM : 0;
 	for (size_t i = 0; i < n && !rc; i += chunk) {
 		size_t m = n - i < chunk ? n - i : chunk;
+		if (ready && (rc = ready(arg, which, i + m)) != 0)
+			break;
 		if (t == SS_DTYPE_Q8)
 			ss_q8_from_f32((int8_t *)tmp, v + i, arr->a[k].scale, i, m, arr->a[k].row, arr->a[k].block);
 		else
@@ -266,12 +283,19 @@ int ss_state_dims_check(const ss_state_dims *a, const ss_state_dims *b, char *er
 
 int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 {
+	return ss_writer_put_state_when(w, s, offset, NULL, NULL);
+}
+
+int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, ss_ready_fn ready, void *arg)
+{
 	const ss_state_dims *d = &s->dims;
 	buf_t b = {0};
 	arrays_t arr = {0};
 	msgpack_packer pk;
 	msgpack_packer_init(&pk, &b, buf_write);
 	int q8 = s->dtype == SS_DTYPE_Q8;
+	if (q8 && ready)
+		return SS_ERR_INVALID; /* the scales come first, from whole arrays */
 	size_t nsc[2] = {0, 0}, qrow[2] = {0, 0}, qblk[2] = {0, 0};
 	float *sc[2] = {NULL, NULL};
 	for (int a = 0; q8 && a < 2; a++) {
@@ -342,8 +366,10 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 	pk_array(&pk, &b, &arr, s->logdecay, ss_state_logdecay_len(d), SS_DTYPE_F32, NULL, 0, 0);
 	pk_key(&pk, "conv");
 	pk_array(&pk, &b, &arr, s->conv, ss_state_conv_len(d), s->dtype, sc[0], qrow[0], qblk[0]);
+	arr.a[arr.n - 1].which = 0;
 	pk_key(&pk, "ssm");
 	pk_array(&pk, &b, &arr, s->ssm, ss_state_ssm_len(d), s->dtype, sc[1], qrow[1], qblk[1]);
+	arr.a[arr.n - 1].which = 1;
 	if (shuf)
 		arr.a[arr.n - 1].shuffle = arr.a[arr.n - 2].shuffle = SS_SHUFFLE_BLOCK;
 	/* The packed bytes with the arrays' bodies spliced in, streamed into
@@ -353,7 +379,7 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 	for (int i = 0; i < arr.n && !rc; i++) {
 		rc = ss_writer_add(w, b.p + from, arr.a[i].at - from);
 		if (!rc)
-			rc = put_array(w, &arr, i);
+			rc = put_array(w, &arr, i, ready, arg);
 		from = arr.a[i].at;
 	}
 	if (!rc)

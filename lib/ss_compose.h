@@ -268,14 +268,43 @@ int ss_compose_files(const ss_compose_opts *o, const char *const *paths, size_t 
 /* ss_compose_files() with up to `threads` threads (<= 1: as it). Where
  * every path is a regular file, the records are located in a first pass
  * (ss_reader_next_meta, as picaso's decays pass) and then up to `threads`
- * of them are decompressed at once, each whole into its thread's buffer,
- * and folded in one at a time, in order: the result has the bits of the
- * one-thread call, errors are those it reports, but memory holds a record
- * per thread instead of 128 KiB pieces. Otherwise (stdin, a pipe) one
- * thread, as ss_compose_files(). */
+ * of them are decompressed at once, each into its thread's record buffer,
+ * and folded piece by piece as the record before has folded the same
+ * elements (records in order over every element): the result has the
+ * bits of the one-thread call, errors are those it reports (the first
+ * failing record's), but memory holds a record per thread instead of
+ * 128 KiB pieces. Otherwise (stdin, a pipe) one thread, as
+ * ss_compose_files(). */
 int ss_compose_files_threads(const ss_compose_opts *o, int threads, const char *const *paths, size_t n_paths,
 			     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
 			     uint64_t *bytes_in, char *errmsg);
+
+/* What ss_compose_files_to() changes of the result it writes. */
+typedef struct {
+	int set_dtype;   /* 1: store the arrays in dtype, 0: in the inputs' (f32 when they differ) */
+	ss_dtype dtype;
+	const char *id;  /* NULL: the composed id ("mode(id0,id1,...)") */
+} ss_compose_output;
+
+/* ss_compose_files_threads() that also writes the result to w as one
+ * state record (the bytes ss_writer_put_state makes of *out, which it
+ * returns as well: how's dtype and id in it). With threads > 1, regular
+ * files, no norm and an output dtype other than q8, the record is written
+ * by one more thread while the inputs are still read: the metadata once
+ * every input has begun, the arrays a shuffle block at a time as the last
+ * input's folds make them final, so compressing, writing and syncing the
+ * output overlap the reading (issue 12: ss-compose's output used to add
+ * ~25 ms after the last input on a 130m state); the composer folds the
+ * records range by range, in order, so the bits are still one thread's.
+ * Otherwise the result is composed first and then written. w is not
+ * committed: the caller closes it (whole or not at all). Returns 0, or
+ * the errors of ss_compose_files_threads with errmsg; *write_failed = 1
+ * when the error is w's (then w is unusable and its close says why: a
+ * write error, SS_ERR_NOMEM), else 0. *out is empty on error. */
+int ss_compose_files_to(const ss_compose_opts *o, int threads, const char *const *paths, size_t n_paths,
+			uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_writer *w,
+			const ss_compose_output *how, ss_state *out, uint64_t *bytes_in, int *write_failed,
+			char *errmsg);
 
 /* Source of ss_compose_records(): sets *rec to input i's state record
  * (borrowed, valid until the next call), only its metadata prefix when

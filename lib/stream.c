@@ -560,6 +560,7 @@ static int unpack_record(ss_reader *r, uint64_t off, const void *buf, size_t len
 	rec->index = r->index;
 	rec->raw = buf;
 	rec->raw_len = len;
+	rec->in_place = 0;
 	return 1;
 }
 
@@ -785,6 +786,7 @@ typedef struct {
 	uint32_t n_before;
 	size_t hdr;
 	int whole, done; /* done: the frame is decoded to its end */
+	int stable;      /* r->out holds the whole record: decoded in place, never moved */
 } prefix_t;
 
 /* Decompresses q's frame on into q->ob (dst and size set by the caller),
@@ -812,8 +814,9 @@ static int decode_step(ss_reader *r, prefix_t *q, uint64_t keep_from)
 	return 0;
 }
 
-/* 1 with q filled, 0 at clean end of input, negative on error. */
-static int read_prefix(ss_reader *r, prefix_t *q)
+/* 1 with q filled, 0 at clean end of input, negative on error. stable:
+ * decode in place where the record fits r->out (next_pieces). */
+static int read_prefix(ss_reader *r, prefix_t *q, int stable)
 {
 	int rc;
 	memset(q, 0, sizeof *q);
@@ -824,16 +827,25 @@ static int read_prefix(ss_reader *r, prefix_t *q)
 	q->off = q->in_off = r->pos;
 	q->bound = frame_bound(q->content);
 	q->cut = -1;
+	/* a buffer reserved for the record (ss_reader_reserve): zstd writes
+	 * into it in place, no window of its own, nothing moved */
+	q->stable = stable && q->content <= r->out_cap;
 	ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
-	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, 0);
+	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, q->stable);
+	if (q->stable) {
+		q->ob.dst = r->out;
+		q->ob.size = (size_t)q->content;
+	}
 	for (;;) {
 		size_t want = q->ob.pos + (64u << 10);
 		if (want > q->content)
 			want = (size_t)q->content;
-		if (grow(&r->out, &r->out_cap, want) != 0)
+		if (!q->stable && grow(&r->out, &r->out_cap, want) != 0)
 			return rerr(r, SS_ERR_NOMEM, q->off, "out of memory");
-		q->ob.dst = r->out;
-		q->ob.size = want;
+		if (!q->stable) {
+			q->ob.dst = r->out;
+			q->ob.size = want;
+		}
 		if ((rc = decode_step(r, q, q->off)) < 0)
 			return rc;
 		q->cut = meta_prefix(r->out, q->ob.pos, &q->n_before, &q->hdr, &q->whole, &q->n_entries);
@@ -865,7 +877,7 @@ int ss_reader_next_meta(ss_reader *r, const ss_record **recp)
 {
 	*recp = NULL;
 	prefix_t q;
-	int rc = read_prefix(r, &q);
+	int rc = read_prefix(r, &q, 0);
 	if (rc <= 0)
 		return rc;
 	long long flen = frame_length(r, q.hsz, q.checksum, q.content);
@@ -886,10 +898,11 @@ int ss_reader_next_meta(ss_reader *r, const ss_record **recp)
  * so they are still in cache when the caller reads them. */
 #define PIECE (128u << 10)
 
-/* Moves q's unread bytes r->out[p..ob.pos) to the buffer's start. */
+/* Moves q's unread bytes r->out[p..ob.pos) to the buffer's start (not
+ * when decoding in place). */
 static void compact(ss_reader *r, prefix_t *q, size_t *p)
 {
-	if (*p) {
+	if (*p && !q->stable) {
 		memmove(r->out, r->out + *p, q->ob.pos - *p);
 		q->ob.pos -= *p;
 		*p = 0;
@@ -904,8 +917,10 @@ static int pump(ss_reader *r, prefix_t *q, size_t *p, int keep)
 	compact(r, q, p);
 	if (q->done)
 		return rerr(r, SS_ERR_FORMAT, q->off, "record ends inside its \"conv\"/\"ssm\" arrays");
-	q->ob.dst = r->out;
-	q->ob.size = PIECE;
+	if (!q->stable) {
+		q->ob.dst = r->out;
+		q->ob.size = PIECE;
+	}
 	return decode_step(r, q, keep ? q->off : q->in_off);
 }
 
@@ -939,7 +954,7 @@ int ss_reader_next_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, 
 	static const size_t key_len[2] = {5, 4};
 	*recp = NULL;
 	prefix_t q;
-	int rc = read_prefix(r, &q);
+	int rc = read_prefix(r, &q, 1);
 	if (rc <= 0)
 		return rc;
 	/* Pieces only for what writers make (formats/states.md): "conv" then
@@ -948,7 +963,7 @@ int ss_reader_next_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, 
 	size_t p = (size_t)q.cut, hl = 0;
 	uint64_t at = (uint64_t)q.cut, len = 0; /* at: r->out[p]'s offset in the record */
 	int pieces = !q.whole && q.n_entries - q.n_before == 2 && q.content - at >= 2 * 5 + 4 + 2 * 2;
-	if (pieces && grow(&r->out, &r->out_cap, PIECE) != 0)
+	if (pieces && !q.stable && grow(&r->out, &r->out_cap, PIECE) != 0)
 		return rerr(r, SS_ERR_NOMEM, q.off, "out of memory");
 	if (pieces && (rc = unpack_prefix(r, &q)) < 0)
 		return rc;
@@ -961,6 +976,7 @@ int ss_reader_next_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, 
 	}
 	ss_record *rec = &r->rec;
 	take_annotation(r, rec);
+	rec->in_place = q.stable;
 	if ((rc = fn(arg, rec, -1, 0, NULL, 0)) != 0)
 		return rerr(r, rc, q.off, "stopped by the caller");
 	for (int which = 0; which < 2; which++) {

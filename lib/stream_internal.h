@@ -28,6 +28,7 @@ struct ss_record {
 	int has_rank;               /* an annotation frame preceded the record */
 	int32_t rank;               /* its rank (1 = most relevant) ... */
 	double score;               /* ... and score (BM25, higher = better) */
+	int in_place;               /* next_pieces: pieces stay in the record buffer (see ss_piece_fn) */
 };
 
 /* Looks up key `key` in a msgpack map; NULL when absent or not a map. The
@@ -48,18 +49,35 @@ int ss_writer_shuffles(const ss_writer *w);
 int ss_writer_add(ss_writer *w, const void *buf, size_t len);
 int ss_writer_end(ss_writer *w);
 
+/* ss_writer_put_state() of a state whose arrays are still being made:
+ * before each chunk of conv (which 0) or ssm (which 1) is converted and
+ * compressed, ready(arg, which, end) returns once elements [0, end) are
+ * final (0), or stops the record with its nonzero SS_ERR_* (the output is
+ * then unusable: abort it). The bytes are ss_writer_put_state's. s's
+ * metadata must be final at the call; SS_ERR_INVALID for q8 (its scales
+ * precede the arrays and need them whole). ss_compose_files_to() writes
+ * the composed state this way while its inputs are still read. */
+typedef int (*ss_ready_fn)(void *arg, int which, size_t end);
+int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, ss_ready_fn ready, void *arg);
+
 /* Called by ss_reader_next_pieces(): once with which -1 (meta: the
  * record's entries before "conv", p NULL), then with the bytes
  * [off, off+len) of "conv" (which 0) and of "ssm" (which 1), each array in
- * order. p is valid only during the call; every piece but an array's last
- * is a multiple of 16 bytes and 16-byte aligned. Nonzero (an SS_ERR_*)
- * stops the read, which returns it. */
+ * order. Every piece but an array's last is a multiple of 16 bytes. p is
+ * valid only during the call and 16-byte aligned; except where the reader
+ * holds a buffer for the whole record (ss_reader_reserve): then the record
+ * is decompressed in place, each piece lies in that buffer right after the
+ * one before, at any alignment, and stays valid until the reader's next
+ * read, seek or close. Nonzero (an SS_ERR_*) stops the read, which returns
+ * it. */
 typedef int (*ss_piece_fn)(void *arg, const ss_record *meta, int which, uint64_t off, const void *p,
 			   size_t len);
 
 /* Reads the next record as ss_reader_next() does, but hands a state
  * record's "conv" and "ssm" to fn while they are decompressed, at most
- * 128 KiB at a time, instead of gathering the record in one buffer (the
+ * 128 KiB at a time, instead of gathering the record in one buffer
+ * (unless one is reserved: then in place, as much as 128 KiB of input
+ * gives at a time) (the
  * record's bytes are checked as ss_reader_next checks them, the frame's
  * checksum included, but only after fn has seen the pieces: callers treat
  * what they got as void when this fails). Returns 1 after the pieces (*rec

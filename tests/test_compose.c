@@ -1190,6 +1190,54 @@ static void test_files_pieces_special_values(void **unused)
 	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
 }
 
+/* K random states of dims d with ids s0, s1, ... and a temporary
+ * directory dir (`name`) with the names of nf files a.ss, b.ss, ... */
+static void make_dealt(ss_state *in, int K, const ss_state_dims *d, char *dir, const char *name,
+		       char (*path)[4200], int nf)
+{
+	for (int k = 0; k < K; k++) {
+		char id[8];
+		snprintf(id, sizeof id, "s%d", k);
+		make_state(&in[k], d, D_RANDOM, id);
+	}
+	assert_int_equal(ss_test_tmpdir_make(dir, 4096, name), 0);
+	for (int f = 0; f < nf; f++)
+		snprintf(path[f], 4200, "%s/%c.ss", dir, 'a' + f);
+}
+
+/* Writes in[0..K) as dtype (byte-shuffled or not) into the files
+ * path[file_of[k]] (nf of them, in order within each), each record's
+ * frame offset into off[k]. */
+static void write_dealt(char (*path)[4200], int nf, ss_state *in, int K, const int *file_of, ss_dtype dtype,
+			int shuffle, uint64_t *off)
+{
+	char err[SS_ERRMSG_MAX];
+	ss_writer *w[4];
+	for (int f = 0; f < nf; f++) {
+		assert_int_equal(ss_writer_open(&w[f], path[f], 1, err), 0);
+		ss_writer_set_shuffle(w[f], shuffle);
+	}
+	for (int k = 0; k < K; k++) {
+		in[k].dtype = dtype;
+		assert_int_equal(ss_writer_put_state(w[file_of[k]], &in[k], &off[k]), 0);
+	}
+	for (int f = 0; f < nf; f++)
+		assert_int_equal(ss_writer_close(w[f], err), 0);
+}
+
+/* Flips a bit of the byte halfway between offsets a and b of path. */
+static void corrupt_middle(const char *path, uint64_t a, uint64_t b)
+{
+	FILE *fp = fopen(path, "r+b");
+	assert_non_null(fp);
+	uint64_t at = (a + b) / 2;
+	assert_int_equal(fseek(fp, (long)at, SEEK_SET), 0);
+	int byte = fgetc(fp);
+	assert_int_equal(fseek(fp, (long)at, SEEK_SET), 0);
+	fputc(byte ^ 0x10, fp);
+	assert_int_equal(fclose(fp), 0);
+}
+
 /* ss_compose_files_threads() decompresses several records at once and
  * folds them in order: the result must be the bits of the one-thread call
  * for every mode, dtype (f16/bf16 shuffled, folded from their planes in
@@ -1206,27 +1254,10 @@ static void test_files_threads_equal_one(void **unused)
 	char err[SS_ERRMSG_MAX], err1[SS_ERRMSG_MAX], dir[4096], path[3][4200];
 	ss_state in[K];
 	uint64_t off[K];
-	for (int k = 0; k < K; k++) {
-		char id[8];
-		snprintf(id, sizeof id, "s%d", k);
-		make_state(&in[k], &d, D_RANDOM, id);
-	}
-	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "threads"), 0);
-	for (int f = 0; f < 3; f++)
-		snprintf(path[f], sizeof path[f], "%s/%c.ss", dir, 'a' + f);
+	make_dealt(in, K, &d, dir, "threads", path, 3);
 	const char *paths[3] = {path[0], path[1], path[2]};
 	for (int t = 0; t < 6; t++) {
-		ss_writer *w[3];
-		for (int f = 0; f < 3; f++) {
-			assert_int_equal(ss_writer_open(&w[f], path[f], 1, err), 0);
-			ss_writer_set_shuffle(w[f], t < 4);
-		}
-		for (int k = 0; k < K; k++) {
-			in[k].dtype = dts[t < 4 ? t : t - 3];
-			assert_int_equal(ss_writer_put_state(w[file_of[k]], &in[k], &off[k]), 0);
-		}
-		for (int f = 0; f < 3; f++)
-			assert_int_equal(ss_writer_close(w[f], err), 0);
+		write_dealt(path, 3, in, K, file_of, dts[t < 4 ? t : t - 3], t < 4, off);
 		for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++)
 			for (int v = 0; v < 3; v++) {
 				ss_compose_opts o = {(ss_compose_mode)mode,
@@ -1256,23 +1287,8 @@ static void test_files_threads_equal_one(void **unused)
 	/* f16 shuffled, record 1 of c.ss (the 6th) corrupt in its middle: the
 	 * frame's checksum fails; every mode reports that record, as one
 	 * thread does */
-	for (int k = 0; k < K; k++)
-		in[k].dtype = SS_DTYPE_F16;
-	ss_writer *w[3];
-	for (int f = 0; f < 3; f++)
-		assert_int_equal(ss_writer_open(&w[f], path[f], 1, err), 0);
-	for (int k = 0; k < K; k++)
-		assert_int_equal(ss_writer_put_state(w[file_of[k]], &in[k], &off[k]), 0);
-	for (int f = 0; f < 3; f++)
-		assert_int_equal(ss_writer_close(w[f], err), 0);
-	FILE *fp = fopen(path[2], "r+b");
-	assert_non_null(fp);
-	uint64_t at = (off[5] + off[6]) / 2;
-	assert_int_equal(fseek(fp, (long)at, SEEK_SET), 0);
-	int byte = fgetc(fp);
-	assert_int_equal(fseek(fp, (long)at, SEEK_SET), 0);
-	fputc(byte ^ 0x10, fp);
-	assert_int_equal(fclose(fp), 0);
+	write_dealt(path, 3, in, K, file_of, SS_DTYPE_F16, 1, off);
+	corrupt_middle(path[2], off[5], off[6]);
 	for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++) {
 		ss_compose_opts o = {(ss_compose_mode)mode, 0, SS_COMPOSE_CONV_MEAN};
 		ss_state a;
@@ -1282,6 +1298,137 @@ static void test_files_threads_equal_one(void **unused)
 		for (int T = 2; T <= 4; T++) {
 			assert_int_equal(ss_compose_files_threads(&o, T, paths, 3, 0, NULL, NULL, &a, NULL, err), rc1);
 			assert_string_equal(err, err1);
+		}
+	}
+	free_states(in, K);
+	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
+/* Reads path whole into a malloc'd buffer (*n bytes); NULL when absent. */
+static unsigned char *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	unsigned char *b = NULL;
+	size_t cap = 0;
+	*n = 0;
+	for (;;) {
+		if (*n == cap && !(b = realloc(b, cap = cap ? 2 * cap : 1 << 16)))
+			break;
+		size_t got = fread(b + *n, 1, cap - *n, f);
+		*n += got;
+		if (got == 0)
+			break;
+	}
+	fclose(f);
+	return b;
+}
+
+/* ss_compose_files_to() writes the result while the inputs are read (its
+ * own thread, a block at a time as the last input's folds finish it): the
+ * file must hold the bytes ss_writer_put_state makes of the one-thread
+ * result with the same dtype and id, for every mode, dtype (q8 output:
+ * written after), conv rule and norm (after: written after), 1 to 3
+ * threads; a corrupt record must fail with the one-thread error and leave
+ * no output; a failing output must say so (write_failed) and stop. */
+static void test_files_to_equal_put_state(void **unused)
+{
+	(void)unused;
+	const ss_state_dims d = {"mamba2", 2, 16, 64, 160, 99, 4}; /* ssm: 2 shuffle blocks */
+	static const ss_dtype dts[4] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16, SS_DTYPE_Q8};
+	enum { K = 5 };
+	static const int file_of[K] = {0, 0, 1, 1, 1};
+	char err[SS_ERRMSG_MAX], err1[SS_ERRMSG_MAX], dir[4096], path[2][4200], out_a[4200], out_b[4200];
+	ss_state in[K];
+	uint64_t off[K];
+	make_dealt(in, K, &d, dir, "files-to", path, 2);
+	snprintf(out_a, sizeof out_a, "%s/a-out.ss", dir);
+	snprintf(out_b, sizeof out_b, "%s/b-out.ss", dir);
+	const char *paths[2] = {path[0], path[1]};
+	for (int t = 0; t < 5; t++) {
+		write_dealt(path, 2, in, K, file_of, dts[t < 4 ? t : 1], t < 4, off); /* t 4: f16 not shuffled */
+		for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++)
+			for (int v = 0; v < 2; v++)
+				for (int T = 1; T <= 3; T++) {
+					ss_compose_opts o = {(ss_compose_mode)mode, v ? SS_COMPOSE_NORM_AFTER : 0,
+							     (ss_compose_conv)v};
+					/* how: as the inputs, or another dtype and id (q8 out once) */
+					ss_compose_output how = {(T + mode) % 2, T == 3 ? SS_DTYPE_Q8 : SS_DTYPE_BF16,
+								 T == 2 ? "the-id" : NULL};
+					ss_state a, b;
+					ss_writer *wa, *wb;
+					int wf = -1;
+					assert_int_equal(ss_compose_files_threads(&o, 1, paths, 2, 0, NULL, NULL, &a, NULL, err), 0);
+					if (how.set_dtype)
+						a.dtype = how.dtype;
+					if (how.id) {
+						free(a.id);
+						a.id = strdup(how.id);
+					}
+					assert_int_equal(ss_writer_open(&wa, out_a, 1, err), 0);
+					assert_int_equal(ss_writer_put_state(wa, &a, NULL), 0);
+					assert_int_equal(ss_writer_close(wa, err), 0);
+					assert_int_equal(ss_writer_open(&wb, out_b, 1, err), 0);
+					if (ss_compose_files_to(&o, T, paths, 2, 0, NULL, NULL, wb, &how, &b, NULL, &wf, err))
+						fail_msg("%s, dtype %d, %d threads: %s", ss_compose_mode_name((ss_compose_mode)mode),
+							 t, T, err);
+					assert_int_equal(wf, 0);
+					assert_int_equal(ss_writer_close(wb, err), 0);
+					size_t na, nb;
+					unsigned char *fa = slurp(out_a, &na), *fb = slurp(out_b, &nb);
+					assert_non_null(fa);
+					assert_non_null(fb);
+					assert_int_equal(na, nb);
+					if (memcmp(fa, fb, na))
+						fail_msg("%s, dtype %d, norm %d, %d threads: the files differ",
+							 ss_compose_mode_name((ss_compose_mode)mode), t, v, T);
+					assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&d) * 4);
+					assert_string_equal(a.id, b.id);
+					assert_int_equal(a.dtype, b.dtype);
+					free(fa);
+					free(fb);
+					ss_state_free(&a);
+					ss_state_free(&b);
+				}
+	}
+	/* f16, record 1 of b.ss (the 4th) corrupt in its middle: the one-thread
+	 * error, and the output aborted leaves nothing */
+	write_dealt(path, 2, in, K, file_of, SS_DTYPE_F16, 1, off);
+	corrupt_middle(path[1], off[3], off[4]);
+	remove(out_b);
+	for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++) {
+		ss_compose_opts o = {(ss_compose_mode)mode, 0, SS_COMPOSE_CONV_MEAN};
+		ss_state a;
+		int rc1 = ss_compose_files(&o, paths, 2, 0, NULL, NULL, &a, NULL, err1);
+		assert_true(rc1 < 0);
+		assert_non_null(strstr(err1, "b.ss: record 1 "));
+		for (int T = 2; T <= 3; T++) {
+			ss_writer *wb;
+			int wf = -1;
+			assert_int_equal(ss_writer_open(&wb, out_b, 1, err), 0);
+			assert_int_equal(ss_compose_files_to(&o, T, paths, 2, 0, NULL, NULL, wb, NULL, &a, NULL, &wf, err),
+					 rc1);
+			assert_string_equal(err, err1);
+			assert_int_equal(wf, 0);
+			ss_writer_abort(wb);
+			assert_null(fopen(out_b, "rb"));
+		}
+	}
+	/* an output that fails (a full device): write_failed, the close says why */
+	ss_writer *wf_w;
+	if (ss_writer_open(&wf_w, "/dev/full", 1, err) == 0) {
+		write_dealt(path, 2, in, K, file_of, SS_DTYPE_F32, 1, off);
+		for (int T = 1; T <= 2; T++) {
+			ss_compose_opts o = {SS_COMPOSE_SOUP, 0, SS_COMPOSE_CONV_MEAN};
+			ss_state a;
+			int wf = -1;
+			if (T == 2)
+				assert_int_equal(ss_writer_open(&wf_w, "/dev/full", 1, err), 0);
+			assert_true(ss_compose_files_to(&o, T, paths, 2, 0, NULL, NULL, wf_w, NULL, &a, NULL, &wf, err) < 0);
+			assert_int_equal(wf, 1);
+			assert_int_not_equal(ss_writer_close(wf_w, err), 0);
+			assert_non_null(strstr(err, "write error"));
 		}
 	}
 	free_states(in, K);
@@ -1383,6 +1530,7 @@ int main(void)
 		cmocka_unit_test(test_files_pieces_equal_whole),
 		cmocka_unit_test(test_files_pieces_special_values),
 		cmocka_unit_test(test_files_threads_equal_one),
+		cmocka_unit_test(test_files_to_equal_put_state),
 		cmocka_unit_test(test_q8_compose),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

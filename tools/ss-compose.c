@@ -237,26 +237,20 @@ int main(int argc, char **argv)
 	double t0 = cli_now();
 	uint64_t bytes_in = 0;
 	ss_state out;
-	int rc = ss_compose_files_threads(&o, threads, (const char *const *)files, (size_t)nfiles,
-					  cli_max_record(), show_progress, NULL, &out, &bytes_in, err);
+	ss_compose_output how = {have_dtype, out_dtype, id};
+	int write_failed;
+	int rc = ss_compose_files_to(&o, threads, (const char *const *)files, (size_t)nfiles, cli_max_record(),
+				     show_progress, NULL, out_w, &how, &out, &bytes_in, &write_failed, err);
 	cli_progress_end();
-	if (rc != 0)
-		cli_die("%s", err);
-	if (have_dtype)
-		out.dtype = out_dtype;
-	if (id) {
-		free(out.id);
-		if (!(out.id = strdup(id)))
-			cli_die("out of memory");
-	}
-	if (weights_path)
-		write_weights(weights_path, &out, o.mode, o.norm, o.conv);
-	if ((rc = ss_writer_put_state(out_w, &out, NULL)) != 0) {
-		ss_writer *w = out_w;
+	ss_writer *w = out_w;
+	if (rc != 0 && write_failed) {
 		out_w = NULL;
 		cli_writer_die(w, out_path, rc);
 	}
-	ss_writer *w = out_w;
+	if (rc != 0)
+		cli_die("%s", err);
+	if (weights_path)
+		write_weights(weights_path, &out, o.mode, o.norm, o.conv);
 	out_w = NULL;
 	if (ss_writer_close(w, err) != 0)
 		cli_die("%s: %s", out_path, err);
