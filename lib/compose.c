@@ -783,7 +783,7 @@ static void add_range(const ss_composer *c, const ss_compose_input *in, int whic
 static int add_end(ss_composer *c, ss_compose_input *in, char *errmsg)
 {
 	static const char *const name[2] = {"conv", "ssm"};
-	if (!in->open || c->failed) {
+	if (!in->open) {
 		ss_errf(errmsg, 0, "composer: add_end outside an input");
 		return fail(c, SS_ERR_INVALID);
 	}
@@ -985,6 +985,10 @@ int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p
 
 int ss_composer_add_end(ss_composer *c, char *errmsg)
 {
+	if (c->failed) {
+		ss_errf(errmsg, 0, "composer: add_end outside an input");
+		return SS_ERR_INVALID;
+	}
 	return add_end(c, &c->in, errmsg);
 }
 

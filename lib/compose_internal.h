@@ -76,7 +76,9 @@ int ss_composer_begin(ss_composer *c, ss_compose_input *in, const ss_state *meta
  * piece covers. */
 int ss_composer_fold(const ss_composer *c, ss_compose_input *in, int which, uint64_t off, const void *p, size_t len,
 		     char *errmsg);
-/* ss_composer_add_end on in. */
+/* ss_composer_add_end on in, also after another input failed the
+ * composer (an earlier input still ends, and its own error, if any, is
+ * the one to report). */
 int ss_composer_end(ss_composer *c, ss_compose_input *in, char *errmsg);
 
 /* The result before its arrays are folded, for writing it while they are

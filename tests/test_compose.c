@@ -1304,6 +1304,37 @@ static void test_files_threads_equal_one(void **unused)
 	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
 }
 
+/* A record that fails when it begins (a NaN logdecay: soup has no plan
+ * to catch it in the first pass) while the record before is still being
+ * folded: threads must report the one-thread error, not one of the
+ * record before (whose end comes after the composer has failed). */
+static void test_files_threads_begin_error(void **unused)
+{
+	(void)unused;
+	const ss_state_dims d = {"mamba2", 4, 16, 64, 160, 99, 4}; /* ssm 2.6 MB in f32 */
+	enum { K = 6 };
+	static const int file_of[K] = {0, 0, 0, 0, 0, 0};
+	char err[SS_ERRMSG_MAX], err1[SS_ERRMSG_MAX], dir[4096], path[1][4200];
+	ss_state in[K];
+	uint64_t off[K];
+	make_dealt(in, K, &d, dir, "begin-error", path, 1);
+	in[3].logdecay[5] = NAN;
+	write_dealt(path, 1, in, K, file_of, SS_DTYPE_F32, 1, off);
+	const char *paths[1] = {path[0]};
+	ss_compose_opts o = {SS_COMPOSE_SOUP, 0, SS_COMPOSE_CONV_MEAN};
+	ss_state a;
+	int rc1 = ss_compose_files(&o, paths, 1, 0, NULL, NULL, &a, NULL, err1);
+	assert_true(rc1 < 0);
+	assert_non_null(strstr(err1, "a.ss: record 3 "));
+	for (int rep = 0; rep < 20; rep++)
+		for (int T = 2; T <= 3; T++) {
+			assert_int_equal(ss_compose_files_threads(&o, T, paths, 1, 0, NULL, NULL, &a, NULL, err), rc1);
+			assert_string_equal(err, err1);
+		}
+	free_states(in, K);
+	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
 /* Reads path whole into a malloc'd buffer (*n bytes); NULL when absent. */
 static unsigned char *slurp(const char *path, size_t *n)
 {
@@ -1531,6 +1562,7 @@ int main(void)
 		cmocka_unit_test(test_files_pieces_special_values),
 		cmocka_unit_test(test_files_threads_equal_one),
 		cmocka_unit_test(test_files_to_equal_put_state),
+		cmocka_unit_test(test_files_threads_begin_error),
 		cmocka_unit_test(test_q8_compose),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
