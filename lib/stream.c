@@ -840,9 +840,9 @@ static int read_prefix(ss_reader *r, prefix_t *q, int stable)
 		size_t want = q->ob.pos + (64u << 10);
 		if (want > q->content)
 			want = (size_t)q->content;
-		if (!q->stable && grow(&r->out, &r->out_cap, want) != 0)
-			return rerr(r, SS_ERR_NOMEM, q->off, "out of memory");
 		if (!q->stable) {
+			if (grow(&r->out, &r->out_cap, want) != 0)
+				return rerr(r, SS_ERR_NOMEM, q->off, "out of memory");
 			q->ob.dst = r->out;
 			q->ob.size = want;
 		}
