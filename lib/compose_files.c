@@ -580,7 +580,7 @@ static void *par_worker(void *arg)
 		const struct rec_at *at = &pl->at[g];
 		const char *path = u->paths[at->file];
 		const ss_record *rec = NULL;
-		job_t x = {P, g, path, at->recno, in, NULL, 0, 0, {0, 0}, 0, {NULL, NULL}, {0, 0}, {0, 0}, 0, 0};
+		job_t x = {.P = P, .g = g, .path = path, .recno = at->recno, .in = in};
 		int rc = 0;
 		pthread_mutex_lock(&P->mu);
 		int stop = par_stopped(P, g);
@@ -685,8 +685,8 @@ static void *par_writer(void *arg)
 
 static int compose_parallel(run_t *u, const plan_t *plan)
 {
-	par_t P = {u, plan, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, NULL, 0, plan->n, 0,
-		   0, 0, 0};
+	par_t P = {.u = u, .plan = plan, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .T = 1,
+		   .bad = plan->n};
 	ss_state first = {0}; /* the accumulator now, so that the threads fault it in together */
 	first.dims = u->f.dims;
 	memcpy(first.fingerprint, u->f.fingerprint, sizeof first.fingerprint);
