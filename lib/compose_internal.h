@@ -68,8 +68,8 @@ int ss_composer_add_end(ss_composer *c, char *errmsg);
 typedef struct ss_compose_input ss_compose_input;
 ss_compose_input *ss_compose_input_new(void);
 void ss_compose_input_free(ss_compose_input *in);
-/* ss_composer_add_begin on in: in becomes input number
- * (inputs begun so far). Errors leave the composer failed. */
+/* ss_composer_add_begin on in: in becomes the next input (its place:
+ * the number begun so far). Errors leave the composer failed. */
 int ss_composer_begin(ss_composer *c, ss_compose_input *in, const ss_state *meta, char *errmsg);
 /* ss_composer_add_piece on in, without marking the composer failed (the
  * caller stops); touches only in and the accumulator's elements the

@@ -296,8 +296,9 @@ typedef struct {
  * output overlap the reading (issue 12: ss-compose's output used to add
  * ~25 ms after the last input on a 130m state); the composer folds the
  * records range by range, in order, so the bits are still one thread's.
- * Otherwise the result is composed first and then written. w is not
- * committed: the caller closes it (whole or not at all). Returns 0, or
+ * Otherwise the result is composed first and then written. w (an open
+ * writer, not NULL) is not committed: the caller closes it (whole or not
+ * at all) or aborts it. Returns 0, or
  * the errors of ss_compose_files_threads with errmsg; *write_failed = 1
  * when the error is w's (then w is unusable and its close says why: a
  * write error, SS_ERR_NOMEM), else 0. *out is empty on error. */

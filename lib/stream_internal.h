@@ -74,10 +74,9 @@ typedef int (*ss_piece_fn)(void *arg, const ss_record *meta, int which, uint64_t
 			   size_t len);
 
 /* Reads the next record as ss_reader_next() does, but hands a state
- * record's "conv" and "ssm" to fn while they are decompressed, at most
- * 128 KiB at a time, instead of gathering the record in one buffer
- * (unless one is reserved: then in place, as much as 128 KiB of input
- * gives at a time) (the
+ * record's "conv" and "ssm" to fn while they are decompressed (at most
+ * 128 KiB at a time; with a reserved record buffer, in place, what a
+ * 128 KiB step of input gives), instead of gathering the record first (the
  * record's bytes are checked as ss_reader_next checks them, the frame's
  * checksum included, but only after fn has seen the pieces: callers treat
  * what they got as void when this fails). Returns 1 after the pieces (*rec
