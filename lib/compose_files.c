@@ -493,6 +493,13 @@ static int on_par_piece(void *arg, const ss_record *meta, int which, uint64_t of
 	return 0;
 }
 
+/* Record g has ended (under the lock): every element folded. */
+static void par_ended(par_t *P, size_t g)
+{
+	P->done[g][0] = P->done[g][1] = SIZE_MAX;
+	progress(P->u, 2, ++P->n_done, P->plan->n);
+}
+
 /* Ends record x->g (rec: its metadata from ss_reader_next_pieces). */
 static int job_end(job_t *x, const ss_record *rec)
 {
@@ -502,9 +509,8 @@ static int job_end(job_t *x, const ss_record *rec)
 	pthread_mutex_lock(&P->mu);
 	int rc = ss_composer_end(u->c, x->in, err);
 	if (!rc) {
-		P->done[x->g][0] = P->done[x->g][1] = SIZE_MAX;
 		u->bytes += ss_record_size(rec) + x->bytes;
-		progress(u, 2, ++P->n_done, P->plan->n);
+		par_ended(P, x->g);
 	}
 	pthread_cond_broadcast(&P->cv);
 	pthread_mutex_unlock(&P->mu);
@@ -512,44 +518,28 @@ static int job_end(job_t *x, const ss_record *rec)
 }
 
 /* Adds record x->g whole (rec, from ss_reader_next: a norm before, or a
- * record not laid out as writers lay out states) when the record before
- * has ended, under the lock (the composer's own input). */
+ * record not laid out as writers lay out states) with add_whole, when the
+ * record before has ended, under the lock (the composer's own input; no
+ * record before has failed, so its error is the one to report). */
 static int job_whole(job_t *x, const ss_record *rec)
 {
 	par_t *P = x->P;
-	run_t *u = P->u;
-	char err[SS_ERRMSG_MAX], why[SS_ERRMSG_MAX];
-	ss_state m;
 	pthread_mutex_lock(&P->mu);
 	while (!par_stopped(P, x->g) &&
 	       (P->touched < P->T || P->begun != x->g || (x->g > 0 && P->done[x->g - 1][1] != SIZE_MAX)))
 		pthread_cond_wait(&P->cv, &P->mu);
-	if (par_stopped(P, x->g)) {
-		pthread_mutex_unlock(&P->mu);
-		return job_stop(x);
-	}
-	int rc = record_meta(rec, &m, x->path, x->recno, why);
-	if (!rc) {
-		if (!(x->id = strdup(m.id ? m.id : "")))
-			rc = ss_errf(why, SS_ERR_NOMEM, "out of memory");
-		else if ((rc = ss_composer_add_record(u->c, rec, err)) != 0)
-			ss_errf(why, 0, "%s: record %llu (id \"%s\"): %s", x->path, (unsigned long long)x->recno, x->id,
-				err);
-		ss_state_free(&m);
-	}
-	if (!rc) {
+	int rc = par_stopped(P, x->g) ? job_stop(x) : add_whole(P->u, rec, x->path, x->recno, 1);
+	if (rc == 1) {
 		P->begun++;
-		P->done[x->g][0] = P->done[x->g][1] = SIZE_MAX;
-		u->bytes += ss_record_size(rec);
-		progress(u, 2, ++P->n_done, P->plan->n);
+		par_ended(P, x->g);
+	} else if (!x->failed) {
+		x->failed = 1;
+		P->bad = x->g;
+		P->rc = rc;
 	}
 	pthread_cond_broadcast(&P->cv);
 	pthread_mutex_unlock(&P->mu);
-	if (rc) {
-		x->failed = 1;
-		return par_fail(P, x->g, rc, why);
-	}
-	return 1;
+	return rc;
 }
 
 static void *par_worker(void *arg)
