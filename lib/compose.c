@@ -525,7 +525,7 @@ struct ss_composer {
 	ss_state acc;      /* the accumulator, then the result */
 	int have_acc;
 	int meta_done;     /* the result's metadata is in acc (finish_meta) */
-	size_t final[2];   /* elements of conv [0], ssm [1] finished (finish_range) */
+	size_t final[2];   /* elements of conv [0], ssm [1] finished (ss_composer_finish_range) */
 	size_t cap;        /* capacity of decay/ids in inputs */
 	float *decay;      /* [cap][n_head] the inputs' logdecays */
 	char **ids;        /* [cap] */
@@ -780,7 +780,7 @@ static void add_range(const ss_composer *c, const ss_compose_input *in, int whic
 	}
 }
 
-static int add_end(ss_composer *c, ss_compose_input *in, char *errmsg)
+int ss_composer_end(ss_composer *c, ss_compose_input *in, char *errmsg)
 {
 	static const char *const name[2] = {"conv", "ssm"};
 	if (!in->open) {
@@ -830,7 +830,7 @@ static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const 
 	free(lscale);
 	in->fed[0] = in->want[0];
 	in->fed[1] = in->want[1];
-	return add_end(c, in, errmsg);
+	return ss_composer_end(c, in, errmsg);
 }
 
 int ss_composer_prepare(ss_composer *c, const ss_state *x, char *errmsg)
@@ -966,11 +966,6 @@ int ss_composer_fold(const ss_composer *c, ss_compose_input *in, int which, uint
 	return 0;
 }
 
-int ss_composer_end(ss_composer *c, ss_compose_input *in, char *errmsg)
-{
-	return add_end(c, in, errmsg);
-}
-
 int ss_composer_add_begin(ss_composer *c, const ss_state *x, char *errmsg)
 {
 	return ss_composer_begin(c, &c->in, x, errmsg);
@@ -989,7 +984,7 @@ int ss_composer_add_end(ss_composer *c, char *errmsg)
 		ss_errf(errmsg, 0, "composer: add_end outside an input");
 		return SS_ERR_INVALID;
 	}
-	return add_end(c, &c->in, errmsg);
+	return ss_composer_end(c, &c->in, errmsg);
 }
 
 int ss_composer_add(ss_composer *c, const ss_state *x, char *errmsg)
@@ -1140,7 +1135,7 @@ static int finish_meta(ss_composer *c, char *errmsg)
 
 /* Elements [c->final[which], end) of conv (which 0) or ssm (1) as the
  * result has them: soup's mean, conv's mean. Elementwise. */
-static void finish_range(ss_composer *c, int which, size_t end)
+void ss_composer_finish_range(ss_composer *c, int which, size_t end)
 {
 	size_t f = c->final[which], n = c->begun;
 	if (end <= f)
@@ -1171,11 +1166,6 @@ int ss_composer_result(ss_composer *c, ss_state *view, char *errmsg)
 	return 0;
 }
 
-void ss_composer_finish_range(ss_composer *c, int which, size_t end)
-{
-	finish_range(c, which, end);
-}
-
 int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg)
 {
 	memset(out, 0, sizeof *out);
@@ -1198,8 +1188,8 @@ int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg)
 	ss_state *r = &c->acc;
 	const ss_state_dims *dm = &r->dims;
 	size_t llen = (size_t)dm->nheads * dm->headdim * dm->d_state;
-	finish_range(c, 1, ss_state_ssm_len(dm));
-	finish_range(c, 0, ss_state_conv_len(dm));
+	ss_composer_finish_range(c, 1, ss_state_ssm_len(dm));
+	ss_composer_finish_range(c, 0, ss_state_conv_len(dm));
 	if (c->o.norm & SS_COMPOSE_NORM_AFTER)
 		for (size_t l = 0; l < (size_t)dm->n_layer; l++) {
 			float *yl = r->ssm + l * llen;

@@ -113,18 +113,17 @@ static int put_array(ss_writer *w, const arrays_t *arr, int k, ss_ready_fn ready
 	if (!ready || which < 0)
 		ready = NULL;
 	enum { CHUNK = 32768, CHUNK_F32 = 262144 };
-	if (t == SS_DTYPE_F32 && !ready)
-		return ss_writer_add(w, v, n * 4);
-	size_t chunk = t == SS_DTYPE_F32 ? CHUNK_F32 : sh ? sh : CHUNK;
 	int rc = 0;
-	if (t == SS_DTYPE_F32) {
+	if (t == SS_DTYPE_F32) { /* as it lies, in one piece unless asked chunk by chunk */
+		size_t chunk = ready ? CHUNK_F32 : n;
 		for (size_t i = 0; i < n && !rc; i += chunk) {
 			size_t m = n - i < chunk ? n - i : chunk;
-			if (!(rc = ready(arg, which, i + m)))
+			if (!ready || !(rc = ready(arg, which, i + m)))
 				rc = ss_writer_add(w, v + i, m * 4);
 		}
 		return rc;
 	}
+	size_t chunk = sh ? sh : CHUNK;
 	uint16_t *tmp = malloc(chunk * sizeof *tmp), *tsh = sh ? malloc(chunk * sizeof *tsh) : NULL;
 	rc = !tmp || (sh && !tsh) ? SS_ERR_NOMEM : 0;
 	for (size_t i = 0; i < n && !rc; i += chunk) {
