@@ -41,7 +41,8 @@ static const char *usage =
 	"                [--states FILE | --chunk-tokens FILE] [--mode MODE] [--steps N] [--until S] [--lr X]\n"
 	"                [--min-lr X] [--warmup N] [--weight-decay X] [--clip X]\n"
 	"                [--seq-len N] [--batch-tokens N] [--batch-seqs N] [--seed N]\n"
-	"                [--max-k N] [--save-every N] [--save-dtype T] [--tokenizer FILE] [--threads N] [-q|-v]";
+	"                [--max-k N] [--loss-after TEXT] [--save-every N] [--save-dtype T]\n"
+	"                [--tokenizer FILE] [--threads N] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -87,6 +88,9 @@ static void help(void)
 	       "  --clip X               clip the gradient's global L2 norm to X; 0 = none\n"
 	       "                         (default 1)\n"
 	       "  --seq-len N            lm: tokens per window (default 256)\n"
+	       "  --loss-after TEXT      lm: count the loss only on the tokens after the first\n"
+	       "                         occurrence of TEXT's tokens in each document (none\n"
+	       "                         in a document without it): a context, then questions\n"
 	       "  --batch-tokens N       tokens per step at most (default 1024; >= --seq-len)\n"
 	       "  --batch-seqs N         sequences (windows, examples) per step at most\n"
 	       "                         (default 16; each holds its states in memory)\n"
@@ -120,6 +124,7 @@ typedef struct {
 	ss_compose_mode mode;
 	ss_dtype save_dtype;
 	char *data, *states, *chunk_tokens;
+	char *loss_after; /* lm: --loss-after's text, or NULL */
 	char base_fingerprint[SS_FINGERPRINT_MAX];
 	/* data position: the next item to read */
 	int64_t epoch;
@@ -174,7 +179,24 @@ typedef struct {
 	int64_t epoch;
 	int32_t vocab;
 	int any;             /* a usable document was seen this epoch */
+	int32_t *sep;        /* --loss-after's tokens [nsep], or NULL */
+	size_t nsep;
+	int64_t loss_from;   /* the first token of doc that is a counted target */
 } lm_source;
+
+/* The index of the first token after the first occurrence of s->sep in the
+ * current document (0 without --loss-after; n_tokens when it does not
+ * occur: the document then counts no target). */
+static int64_t lm_loss_from(const lm_source *s)
+{
+	if (!s->sep)
+		return 0;
+	const int32_t *x = s->doc.tokens;
+	for (int64_t i = 0; i + (int64_t)s->nsep <= s->doc.n_tokens; i++)
+		if (!memcmp(x + i, s->sep, s->nsep * sizeof *x))
+			return i + (int64_t)s->nsep;
+	return s->doc.n_tokens;
+}
 
 static void lm_read_doc(lm_source *s)
 {
@@ -210,6 +232,7 @@ static void lm_read_doc(lm_source *s)
 					(int)s->doc.tokens[i], (int)s->vocab);
 		s->doc_offset = (int64_t)ss_record_offset(rec);
 		s->pos = 0;
+		s->loss_from = lm_loss_from(s);
 		if (s->doc.n_tokens >= 2) {
 			s->any = 1;
 			return;
@@ -217,12 +240,23 @@ static void lm_read_doc(lm_source *s)
 	}
 }
 
-static void lm_open(lm_source *s, const run_state *r, int32_t vocab)
+static void lm_open(lm_source *s, const run_state *r, int32_t vocab, const char *tok_path,
+		    const char *model_dir)
 {
 	char err[SS_ERRMSG_MAX] = "";
 	memset(s, 0, sizeof *s);
 	s->path = r->data;
 	s->vocab = vocab;
+	if (r->loss_after) {
+		ss_tokenizer *tok = cli_tokenizer(tok_path, model_dir);
+		int rc = ss_tokenizer_encode(tok, r->loss_after, strlen(r->loss_after), &s->sep,
+					     &s->nsep, err);
+		ss_tokenizer_free(tok);
+		if (rc)
+			cli_die("--loss-after: %s", err[0] ? err : ss_strerror(rc));
+		if (!s->nsep)
+			cli_die("--loss-after: the text is no token");
+	}
 	s->epoch = r->epoch;
 	if (ss_reader_open(&s->r, r->data, cli_max_record(), err))
 		cli_die("%s", err);
@@ -256,9 +290,13 @@ static int lm_take(lm_source *s, batch *b, int64_t seq_len, int64_t room)
 		return 0;
 	const int32_t *x = s->doc.tokens + s->pos;
 	memcpy(b->tokens + b->T, x, (size_t)n * sizeof *x);
-	memcpy(b->targets + b->T, x + 1, (size_t)n * sizeof *x);
+	/* Target i is token pos + 1 + i of the document. */
+	for (int64_t i = 0; i < n; i++) {
+		int counted = s->pos + 1 + i >= s->loss_from;
+		b->targets[b->T + i] = counted ? x[i + 1] : -1;
+		b->ntargets += counted;
+	}
 	b->T += n;
-	b->ntargets += n;
 	b->seq_start[++b->nseq] = b->T;
 	s->pos += n;
 	return 1;
@@ -278,6 +316,7 @@ static void lm_close(lm_source *s)
 {
 	ss_tokens_free(&s->doc);
 	ss_reader_close(s->r);
+	free(s->sep);
 }
 
 /* ------------------------------------ bp2c / bptc: retrieval examples */
@@ -674,6 +713,8 @@ static cJSON *state_json(const run_state *r)
 		cJSON_AddStringToObject(o, "states", r->states);
 	if (r->chunk_tokens)
 		cJSON_AddStringToObject(o, "chunk_tokens", r->chunk_tokens);
+	if (r->loss_after)
+		cJSON_AddStringToObject(o, "loss_after", r->loss_after);
 	cJSON_AddStringToObject(o, "base_fingerprint", r->base_fingerprint);
 	cJSON_AddNumberToObject(o, "epoch", (double)r->epoch);
 	cJSON_AddNumberToObject(o, "offset", (double)r->offset);
@@ -832,6 +873,9 @@ static void load_state(const char *dir, run_state *r)
 	s = cJSON_GetObjectItemCaseSensitive(o, "chunk_tokens");
 	if (!r->chunk_tokens && cJSON_IsString(s))
 		r->chunk_tokens = strdup(s->valuestring);
+	s = cJSON_GetObjectItemCaseSensitive(o, "loss_after");
+	if (cJSON_IsString(s))
+		r->loss_after = strdup(s->valuestring);
 	snprintf(r->base_fingerprint, sizeof r->base_fingerprint, "%s", STR("base_fingerprint"));
 	r->epoch = (int64_t)NUM("epoch");
 	r->offset = (int64_t)NUM("offset");
@@ -855,7 +899,8 @@ int main(int argc, char **argv)
 	int given_steps = 0, given_hyper = 0;
 	cli_model_opts mo = { 0 };
 	enum { O_OBJ = 256, O_DATA, O_STATES, O_CHUNK_TOKENS, O_MODE, O_MAXK, O_RESUME, O_STEPS, O_UNTIL, O_LR,
-	       O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEQ, O_BATCH, O_BSEQS, O_SEED, O_SDTYPE, O_SAVE_EVERY };
+	       O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEQ, O_BATCH, O_BSEQS, O_SEED, O_SDTYPE, O_SAVE_EVERY,
+	       O_LOSS_AFTER };
 	static const struct option opts[] = {
 		{ "objective", required_argument, 0, O_OBJ },
 		{ "data", required_argument, 0, O_DATA },
@@ -877,6 +922,7 @@ int main(int argc, char **argv)
 		{ "seed", required_argument, 0, O_SEED },
 		{ "save-dtype", required_argument, 0, O_SDTYPE },
 		{ "save-every", required_argument, 0, O_SAVE_EVERY },
+		{ "loss-after", required_argument, 0, O_LOSS_AFTER },
 		{ 0, 0, 0, 0 },
 	};
 	const cli_options co = { NULL, opts, usage, help, &out_dir, &mo };
@@ -911,6 +957,7 @@ int main(int argc, char **argv)
 			break;
 		case O_SEED: r.seed = (uint64_t)cli_long("--seed", optarg, 0, LONG_MAX, usage); break;
 		case O_SDTYPE: sdtype = optarg; break;
+		case O_LOSS_AFTER: r.loss_after = strdup(optarg); break;
 		case O_SAVE_EVERY:
 			save_every = cli_long("--save-every", optarg, 1, 1L << 40, usage);
 			break;
@@ -954,6 +1001,9 @@ int main(int argc, char **argv)
 			cli_usage(usage, "--objective bp2c needs --states FILE");
 		if (r.objective == OBJ_BPTC && !r.chunk_tokens)
 			cli_usage(usage, "--objective bptc needs --chunk-tokens FILE");
+		if (r.loss_after && r.objective != OBJ_LM)
+			cli_usage(usage, "--loss-after belongs to lm (bp2c and bptc count the "
+					 "continuation only)");
 		if ((r.states && r.objective != OBJ_BP2C) ||
 		    (r.chunk_tokens && r.objective != OBJ_BPTC))
 			cli_usage(usage, "--states belongs to bp2c, --chunk-tokens to bptc");
@@ -1021,7 +1071,7 @@ int main(int argc, char **argv)
 	lm_source lm = { 0 };
 	ex_source ex = { 0 };
 	if (r.objective == OBJ_LM) {
-		lm_open(&lm, &r, vocab);
+		lm_open(&lm, &r, vocab, mo.tokenizer, model_dir);
 	} else if (r.objective == OBJ_BP2C) {
 		b.conv = malloc((size_t)max_seqs * conv_len * sizeof *b.conv);
 		b.ssm = malloc((size_t)max_seqs * ssm_len * sizeof *b.ssm);
@@ -1135,6 +1185,6 @@ int main(int argc, char **argv)
 	ss_train_free(t);
 	free(am), free(av), free(ks), free(exs);
 	free(b.tokens), free(b.targets), free(b.seq_start), free(b.conv), free(b.ssm);
-	free(r.data), free(r.states), free(r.chunk_tokens);
+	free(r.data), free(r.states), free(r.chunk_tokens), free(r.loss_after);
 	return 0;
 }

@@ -63,6 +63,23 @@ ss-score --model "$T1" --no-state --query-tokens "${ids%%,*}" --continuation-tok
 [ "$(num "$d/sc.json" nll 1)" != "$(num "$d/sc0.json" nll 1)" ] || fail "training changed nothing"
 cmp "$d/S/model.safetensors" "$d/Z/model.safetensors" || fail "--lr 0 changed the weights"
 
+# --loss-after TEXT counts only the targets after TEXT's first occurrence: at learning rate 0
+# the loss is ss-score's NLL of the rest given the document up to TEXT as the query. A
+# document without TEXT counts no target.
+sep=$(printf ' an English' | ss-tokenize -q --whole - | ss-cat --full - | python3 -c 'import json,sys; print(",".join(map(str,json.load(sys.stdin)["tokens"])))')
+cut=$(python3 -c 'import sys; t=sys.argv[1].split(","); s=sys.argv[2].split(","); print(next(i+len(s) for i in range(len(t)) if t[i:i+len(s)]==s))' "$ids" "$sep")
+qa=$(echo "$ids" | cut -d, -f1-"$cut"); ca=$(echo "$ids" | cut -d, -f$((cut + 1))-)
+ss-train --objective lm --model "$d/S" --data "$d/one.tok" --threads 1 --seq-len 32 --batch-tokens 32 \
+	--lr 0 --steps 1 --loss-after ' an English' -o "$d/LA" >"$d/la.log"
+ss-score --model "$d/S" --no-state --query-tokens "$qa" --continuation-tokens "$ca" >"$d/sa.json"
+close "$(num "$d/la.log" loss 1)" "$(num "$d/sa.json" nll 1)" "--loss-after: ss-score of the rest vs the trainer's loss"
+[ "$(num "$d/la.log" tokens 1)" -eq $(( $(echo "$ca" | tr , '\n' | wc -l) )) ] || fail "--loss-after: $(cat "$d/la.log")"
+ss-train --objective lm --model "$d/S" --data "$d/one.tok" --threads 1 --seq-len 32 --batch-tokens 32 \
+	--lr 0 --steps 1 --loss-after 'not in the text' -o "$d/LB" >"$d/lb.log"
+[ "$(num "$d/lb.log" tokens 1)" = 0 ] || fail "--loss-after, absent text: $(cat "$d/lb.log")"
+expect 2 'belongs to lm' ss-train --objective bp2c --model "$T1" --data "$d/docs.tok" --states "$d/docs.tok" \
+	--loss-after x -o "$d/X"
+
 # bp2c: the step's loss is ss-score's from the composed state of the first
 # k chunks (the most relevant last), k drawn per example and logged.
 ss-encode -q --model "$T1" --threads 1 "$d/docs.tok" >"$d/docs.st"
