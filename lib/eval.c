@@ -229,6 +229,7 @@ struct ss_eval_scorer {
 	ss_forward_ctx *ctx;
 	const ss_model *m;
 	int max_seqs;
+	int32_t n_vocab;    /* exact: greedy's ids are [0, n_vocab) */
 	float *logits;      /* [max_seqs][SS_EVAL_ROWS][vocab_padded] */
 	ss_state *st;       /* [max_seqs] working copies */
 	ss_forward_seq *seqs;
@@ -246,6 +247,9 @@ int ss_eval_scorer_init(ss_eval_scorer **out, ss_forward_ctx *ctx, const ss_mode
 	sc->ctx = ctx;
 	sc->m = m;
 	sc->max_seqs = max_seqs;
+	sc->n_vocab = m->cfg.vocab_size;
+	if (sc->n_vocab <= 0 || sc->n_vocab > m->cfg.vocab_padded)
+		sc->n_vocab = (int32_t)m->cfg.vocab_padded;
 	sc->logits = malloc((size_t)max_seqs * SS_EVAL_ROWS * (size_t)m->cfg.vocab_padded *
 			    sizeof(float));
 	sc->st = calloc((size_t)max_seqs, sizeof *sc->st);
@@ -256,6 +260,14 @@ int ss_eval_scorer_init(ss_eval_scorer **out, ss_forward_ctx *ctx, const ss_mode
 		return SS_ERR_NOMEM;
 	}
 	*out = sc;
+	return 0;
+}
+
+int ss_eval_scorer_set_vocab(ss_eval_scorer *sc, int32_t n_vocab)
+{
+	if (!sc || n_vocab < 1 || n_vocab > sc->m->cfg.vocab_padded)
+		return SS_ERR_INVALID;
+	sc->n_vocab = n_vocab;
 	return 0;
 }
 
@@ -271,7 +283,7 @@ void ss_eval_scorer_free(ss_eval_scorer *sc)
 }
 
 int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
-		int64_t nq, const int32_t *c, int64_t nc, double *nll, char *errmsg)
+		int64_t nq, const int32_t *c, int64_t nc, double *nll, int *exact, char *errmsg)
 {
 	if (!sc || !starts || !nll || n == 0 || n > (size_t)sc->max_seqs || nq < 1 || nc < 1 ||
 	    !q || !c) {
@@ -292,6 +304,8 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 		if ((rc = ss_state_copy(&sc->st[made], starts[made])))
 			goto done;
 		sc->sum[made] = 0;
+		if (exact)
+			exact[made] = 1;
 	}
 	/* The query but its last token: state only. */
 	for (size_t i = 0; i < n; i++)
@@ -312,9 +326,12 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 		if ((rc = ss_forward_prefill(sc->ctx, sc->seqs, (int)n, SS_LOGITS_ALL, errmsg)))
 			goto done;
 		for (size_t i = 0; i < n; i++)
-			for (int64_t j = 0; j < rows; j++)
-				sc->sum[i] += ss_nll(sc->seqs[i].logits + (size_t)j * (size_t)V, V,
-						     c[j0 + j]);
+			for (int64_t j = 0; j < rows; j++) {
+				const float *row = sc->seqs[i].logits + (size_t)j * (size_t)V;
+				sc->sum[i] += ss_nll(row, V, c[j0 + j]);
+				if (exact && exact[i] && ss_argmax(row, sc->n_vocab) != c[j0 + j])
+					exact[i] = 0;
+			}
 	}
 	for (size_t i = 0; i < n; i++)
 		nll[i] = sc->sum[i] / (double)nc;

@@ -1,9 +1,10 @@
 /*
  * ss_eval.h — the paper's evaluation methods as library calls (part of
  * libss; include "ss.h", not this file): the context state each method
- * builds from retrieved documents, and the mean NLL of a continuation given
- * a state and a query. ss-eval(1) runs them over WikiText (PICASO §6.1,
- * Fig. 3) and MS MARCO attribution (Appendix C, Table 4).
+ * builds from retrieved documents, and the mean NLL (and exact match under
+ * greedy decoding) of a continuation given a state and a query. ss-eval(1)
+ * runs them over WikiText (PICASO §6.1, Fig. 3), MS MARCO attribution
+ * (Appendix C, Table 4) and key-value recall.
  * Public: part of libss's interface (ss.h says what that means).
  *
  * Methods (documents in concatenation order 0..n-1, n-1 nearest the query;
@@ -99,6 +100,9 @@ typedef struct ss_eval_scorer ss_eval_scorer;
 /* Creates a scorer on forward context ctx of model m (both borrowed: they
  * must outlive it). max_seqs >= 1: the most start states per
  * ss_eval_nll call. Memory: max_seqs · SS_EVAL_ROWS · vocab_padded floats.
+ * The ids greedy decoding picks among (ss_eval_nll's exact) are [0,
+ * vocab_size) (vocab_padded when vocab_size is not in 1..vocab_padded)
+ * until ss_eval_scorer_set_vocab says otherwise.
  * Returns 0 and sets *out (free with ss_eval_scorer_free), SS_ERR_INVALID,
  * SS_ERR_NOMEM. */
 #define SS_EVAL_ROWS 32
@@ -106,20 +110,32 @@ int ss_eval_scorer_init(ss_eval_scorer **out, ss_forward_ctx *ctx, const ss_mode
 			int max_seqs);
 void ss_eval_scorer_free(ss_eval_scorer *sc);
 
+/* Limits the ids greedy decoding picks among to [0, n_vocab), 1 <= n_vocab
+ * <= vocab_padded: ss-decode(1) generates only ids its tokenizer can print,
+ * min(vocab_size, the tokenizer's vocabulary). The NLL still normalises over
+ * all vocab_padded logits. Returns 0 or SS_ERR_INVALID. */
+int ss_eval_scorer_set_vocab(ss_eval_scorer *sc, int32_t n_vocab);
+
 /* Mean negative log-likelihood (nats per token) of the continuation
  * c[0..nc) after the query q[0..nq), starting from each of starts[0..n)
  * (only read): nll[i] = (1/nc) Σ_j -log softmax(logits_j)[c_j], where
  * logits_j is the output at q's last token (j = 0) or at c_{j-1}, over all
  * vocab_padded logits — the definition ss-score(1) prints. The n states run
  * as one batch (one prefill call per SS_EVAL_ROWS continuation tokens).
+ * exact (NULL: not computed): exact[i] = 1 when for every j the argmax of
+ * logits_j over the scorer's vocabulary (ss_eval_scorer_set_vocab; ties to
+ * the lowest id, NaN never wins: ss_argmax) is c_j, else 0. Teacher forcing
+ * that is exactly greedy decoding: greedy decoding of nc tokens after q
+ * (ss-decode --greedy --ignore-eos) gives c exactly when exact[i] = 1.
  *   n <= max_seqs; nq >= 1 (a stored state carries no logits), nc >= 1;
  *   ids in [0, vocab_padded).
  * Returns 0; SS_ERR_INVALID (sizes, ids), the errors of ss_forward_prefill,
  * SS_ERR_NOMEM; errmsg says which.
  * ref: picaso.txt §6.2 (log-perplexity of the continuation);
- *      golden/README.md §4 nll.f32. */
+ *      golden/README.md §4 nll.f32; exact match as in key-value recall
+ *      (issue 30). */
 int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
-		int64_t nq, const int32_t *c, int64_t nc, double *nll, char *errmsg);
+		int64_t nq, const int32_t *c, int64_t nc, double *nll, int *exact, char *errmsg);
 
 /* Retrieval quality of one ranked list (picaso.txt §B.5: the retriever
  * decides what gets composed), binary relevance. */

@@ -6,7 +6,8 @@
  * equals PICASO-R for k <= 2; Concat from the first document's stored state
  * equals encoding the concatenation from scratch (state and NLL); PIConcat-R
  * is the mean of the cyclic concatenations and does not depend on the
- * rotation it is given. Documents are seeded random token sequences.
+ * rotation it is given; the exact match is greedy decoding step by step.
+ * Documents are seeded random token sequences.
  * Reads $SS_FIXTURES (tests/fixtures, golden layout).
  * ref: picaso.txt §6.1-6.2, Props. 2-3, Appendix B.1; golden/README.md §4.
  */
@@ -97,7 +98,7 @@ static double nll1(const ss_state *s)
 {
 	char err[SS_ERRMSG_MAX] = "";
 	double v;
-	int rc = ss_eval_nll(scorer, &s, 1, q, NQ, c, NC, &v, err);
+	int rc = ss_eval_nll(scorer, &s, 1, q, NQ, c, NC, &v, NULL, err);
 	if (rc)
 		fail_msg("ss_eval_nll: %s", err);
 	return v;
@@ -171,7 +172,8 @@ static void test_nll_golden(void **st)
 		assert_int_equal(ss_eval_zero_state(model, &z), 0);
 		const ss_state *zp = &z;
 		double got;
-		if (ss_eval_nll(scorer, &zp, 1, tok, (int64_t)j, tok + j, (int64_t)(n - j), &got, err))
+		if (ss_eval_nll(scorer, &zp, 1, tok, (int64_t)j, tok + j, (int64_t)(n - j), &got, NULL,
+				err))
 			fail_msg("%s", err);
 		if (fabs(got - want) > 1e-5)
 			fail_msg("split %zu: nll %.9f, golden %.9f", j, got, want);
@@ -326,13 +328,83 @@ static void test_batch_nll(void **st)
 	double got[NDOC];
 	for (int i = 0; i < NDOC; i++)
 		s[i] = &doc_st[i];
-	if (ss_eval_nll(scorer, s, NDOC, q, NQ, c, NC, got, err))
+	if (ss_eval_nll(scorer, s, NDOC, q, NQ, c, NC, got, NULL, err))
 		fail_msg("%s", err);
 	for (int i = 0; i < NDOC; i++) {
 		double want = nll1(&doc_st[i]);
 		if (fabs(got[i] - want) > 1e-6)
 			fail_msg("state %d: batched nll %.9f, alone %.9f", i, got[i], want);
 	}
+}
+
+/* Greedy decoding of NC tokens after the query from state s0, step by step
+ * (ss_forward_decode, argmax over [0, vocab_size)), into g. */
+static void greedy(const ss_state *s0, int32_t *g)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	float *logits = malloc((size_t)model->cfg.vocab_padded * sizeof *logits);
+	assert_non_null(logits);
+	ss_state s;
+	assert_int_equal(ss_state_copy(&s, s0), 0);
+	ss_forward_seq seq = { .tokens = q, .n_tokens = NQ - 1, .state = &s };
+	assert_int_equal(ss_forward_prefill(fctx, &seq, 1, SS_LOGITS_NONE, err), 0);
+	ss_state *sp = &s;
+	int32_t next = q[NQ - 1];
+	for (int j = 0; j < NC; j++) {
+		assert_int_equal(ss_forward_decode(fctx, &sp, &next, 1, logits, err), 0);
+		next = g[j] = ss_argmax(logits, model->cfg.vocab_size);
+	}
+	ss_state_free(&s);
+	free(logits);
+}
+
+/* exact = 1 exactly when greedy decoding from the state after the query
+ * gives the continuation: doc 0's greedy continuation matches from doc 0's
+ * state (and from another state exactly when that state's greedy path is
+ * the same); with one token changed (first, past the SS_EVAL_ROWS chunk,
+ * last) it does not, nor once set_vocab leaves its first token out; asking
+ * for exact leaves the NLL as it was. */
+static void test_exact_greedy(void **st)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	const int32_t V = model->cfg.vocab_size;
+	int32_t g[NC], g1[NC];
+	greedy(&doc_st[0], g);
+	greedy(&doc_st[1], g1);
+	const ss_state *two[2] = { &doc_st[0], &doc_st[1] };
+	double nll[2], plain[2];
+	int exact[2] = { -1, -1 };
+	assert_int_equal(ss_eval_nll(scorer, two, 2, q, NQ, g, NC, nll, exact, err), 0);
+	assert_int_equal(exact[0], 1);
+	assert_int_equal(exact[1], !memcmp(g, g1, sizeof g));
+	exact[0] = exact[1] = -1;
+	assert_int_equal(ss_eval_nll(scorer, two, 2, q, NQ, g1, NC, nll, exact, err), 0);
+	assert_int_equal(exact[0], !memcmp(g, g1, sizeof g));
+	assert_int_equal(exact[1], 1);
+	assert_int_equal(ss_eval_nll(scorer, two, 2, q, NQ, g, NC, nll, exact, err), 0);
+	assert_int_equal(ss_eval_nll(scorer, two, 2, q, NQ, g, NC, plain, NULL, err), 0);
+	assert_true(nll[0] == plain[0] && nll[1] == plain[1]);
+	const int at[3] = { 0, SS_EVAL_ROWS, NC - 1 };
+	for (int i = 0; i < 3; i++) {
+		int32_t h[NC];
+		memcpy(h, g, sizeof h);
+		h[at[i]] = (g[at[i]] + 1) % V;
+		exact[0] = -1;
+		assert_int_equal(ss_eval_nll(scorer, two, 1, q, NQ, h, NC, nll, exact, err), 0);
+		if (exact[0] != 0)
+			fail_msg("token %d changed: exact %d", at[i], exact[0]);
+	}
+	/* greedy among [0, g[0]) cannot pick g[0] */
+	assert_true(g[0] > 0);
+	assert_int_equal(ss_eval_scorer_set_vocab(scorer, g[0]), 0);
+	assert_int_equal(ss_eval_nll(scorer, two, 1, q, NQ, g, NC, nll, exact, err), 0);
+	assert_int_equal(exact[0], 0);
+	assert_int_equal(ss_eval_scorer_set_vocab(scorer, 0), SS_ERR_INVALID);
+	assert_int_equal(ss_eval_scorer_set_vocab(scorer, (int32_t)model->cfg.vocab_padded + 1),
+			 SS_ERR_INVALID);
+	assert_int_equal(ss_eval_scorer_set_vocab(scorer, V), 0);
+	assert_int_equal(ss_eval_nll(scorer, two, 1, q, NQ, g, NC, nll, exact, err), 0);
+	assert_int_equal(exact[0], 1);
 }
 
 static void test_errors(void **st)
@@ -361,11 +433,11 @@ static void test_errors(void **st)
 	/* the scorer: empty query, empty continuation, too many states, bad id */
 	const ss_state *s = &doc_st[0];
 	double v;
-	assert_int_equal(ss_eval_nll(scorer, &s, 1, q, 0, c, NC, &v, err), SS_ERR_INVALID);
-	assert_int_equal(ss_eval_nll(scorer, &s, 1, q, NQ, c, 0, &v, err), SS_ERR_INVALID);
-	assert_int_equal(ss_eval_nll(scorer, &s, NDOC + 1, q, NQ, c, NC, &v, err), SS_ERR_INVALID);
+	assert_int_equal(ss_eval_nll(scorer, &s, 1, q, 0, c, NC, &v, NULL, err), SS_ERR_INVALID);
+	assert_int_equal(ss_eval_nll(scorer, &s, 1, q, NQ, c, 0, &v, NULL, err), SS_ERR_INVALID);
+	assert_int_equal(ss_eval_nll(scorer, &s, NDOC + 1, q, NQ, c, NC, &v, NULL, err), SS_ERR_INVALID);
 	int32_t badc[2] = { 1, 1 << 20 };
-	assert_int_equal(ss_eval_nll(scorer, &s, 1, q, NQ, badc, 2, &v, err), SS_ERR_INVALID);
+	assert_int_equal(ss_eval_nll(scorer, &s, 1, q, NQ, badc, 2, &v, NULL, err), SS_ERR_INVALID);
 }
 
 /* Method names: every base method and soup variant parses back to itself;
@@ -432,6 +504,7 @@ int main(void)
 		cmocka_unit_test(test_concat_from_stored_state),
 		cmocka_unit_test(test_piconcat),
 		cmocka_unit_test(test_batch_nll),
+		cmocka_unit_test(test_exact_greedy),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_method_names),
 		cmocka_unit_test(test_ranking),

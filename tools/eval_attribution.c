@@ -213,7 +213,8 @@ static int attr_pick(const eval_run *run, ss_eval_scorer *sc, const qa_item *it,
 		     attr_work *w)
 {
 	char err[SS_ERRMSG_MAX] = "";
-	if (ss_eval_nll(sc, w->starts, (size_t)it->n, it->q, it->nq, it->a, it->na, w->nll, err))
+	if (ss_eval_nll(sc, w->starts, (size_t)it->n, it->q, it->nq, it->a, it->na, w->nll, NULL,
+			err))
 		cli_die("%s: query %s: %s", run->qa, it->id, err);
 	int pick = 0;
 	for (int i = 1; i < it->n; i++)
@@ -354,7 +355,8 @@ static void msm_query(const eval_run *run, ss_eval_scorer *sc, const qa_item *it
 		w->starts[j] = &w->ctxs[j];
 	}
 	double t0 = cli_now();
-	if (ss_eval_nll(sc, w->starts, (size_t)M, it->q, it->nq, it->a, it->na, w->nll, err))
+	if (ss_eval_nll(sc, w->starts, (size_t)M, it->q, it->nq, it->a, it->na, w->nll, NULL,
+			err))
 		cli_die("%s: query %s: %s", run->qa, it->id, err);
 	double infer = (cli_now() - t0) / M;
 	for (int j = 0; j < M; j++) {

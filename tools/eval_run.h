@@ -1,14 +1,15 @@
 /*
  * eval_run.h — what ss-eval's parts share (tools/ss-eval.c: options and
- * main; eval_wikitext.c, eval_attribution.c, eval_timing.c: the protocols): one run's
- * options, model and per-row output. Every function reports through cli.h
- * and exits on failure.
+ * main; eval_wikitext.c, eval_attribution.c, eval_timing.c, eval_recall.c:
+ * the protocols): one run's options, model and per-row output. Every
+ * function reports through cli.h and exits on failure.
  */
 #ifndef SS_EVAL_RUN_H
 #define SS_EVAL_RUN_H
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "ss.h"
@@ -24,6 +25,9 @@ typedef struct {
 	long passages, min_tokens, kmax, queries, gen, repeat;
 	long *lengths; /* timing: --lengths, [n_lengths] */
 	int n_lengths;
+	long *ks;      /* recall: --ks, [n_ks], ascending */
+	int n_ks;
+	int retrieve;  /* recall: --retrieve */
 	uint64_t seed;
 	int exactly_one;
 	int methods[EVAL_MAX_METHODS], n_methods; /* ss_eval_method values */
@@ -59,6 +63,19 @@ static inline const char *method_name(const eval_run *run, int j)
 	return ss_eval_method_name((ss_eval_method)run->methods[j]);
 }
 
+/* Bitwise equality of two states' arrays: equal states give equal NLLs, so
+ * the protocols score each distinct state of a query once (k = 0 gives the
+ * zero state for every method, k = 1 the single document's state for every
+ * composition). Nothing is shared between states that merely agree to
+ * rounding: those are scored, which is what the invariant tests look at. */
+static inline int eval_same_state(const ss_state *a, const ss_state *b)
+{
+	return a->n_tokens == b->n_tokens &&
+	       !memcmp(a->logdecay, b->logdecay, ss_state_logdecay_len(&a->dims) * sizeof(float)) &&
+	       !memcmp(a->conv, b->conv, ss_state_conv_len(&a->dims) * sizeof(float)) &&
+	       !memcmp(a->ssm, b->ssm, ss_state_ssm_len(&a->dims) * sizeof(float));
+}
+
 /* The token ids of text s (malloc'd, *n of them); dies naming run->qa and
  * `where` on a tokenizer error or an id outside the model's vocabulary
  * (eval_attribution.c). */
@@ -88,5 +105,13 @@ void eval_timing(eval_run *run);
  * Leave-One-Out per method; writes the TSV method, n, correct, precision,
  * mean_time_ms (eval_attribution.c). */
 void eval_attribution(eval_run *run);
+
+/* Key-value recall (issue 30): for each query of the recall JSONL and each
+ * k of --ks, each method's context from the query's first k chunks with the
+ * gold at its position (and, with --retrieve, from the BM25 top k of the
+ * key); the continuation's exact match under greedy decoding and its NLL.
+ * Writes the TSV context, method, k, pos, n, em, mean_nll, em_share,
+ * nll_share, recall, mean_time_ms (eval_recall.c). */
+void eval_recall(eval_run *run);
 
 #endif /* SS_EVAL_RUN_H */

@@ -145,19 +145,6 @@ static char *query_text(const ss_tokens *t, const char *path)
 	return s;
 }
 
-/* Bitwise equality of two states' arrays: equal states give equal NLLs, so
- * each distinct state of a passage is scored once (k = 0 gives the zero
- * state for every method, k = 1 the single document's state for every
- * composition). Nothing is shared between states that merely agree to
- * rounding: those are scored, which is what the invariant tests look at. */
-static int same_state(const ss_state *a, const ss_state *b)
-{
-	return a->n_tokens == b->n_tokens &&
-	       !memcmp(a->logdecay, b->logdecay, ss_state_logdecay_len(&a->dims) * sizeof(float)) &&
-	       !memcmp(a->conv, b->conv, ss_state_conv_len(&a->dims) * sizeof(float)) &&
-	       !memcmp(a->ssm, b->ssm, ss_state_ssm_len(&a->dims) * sizeof(float));
-}
-
 /* What the WikiText loop keeps: the sums per (method, k), and the scratch
  * of one passage (K = --kmax, M methods). */
 typedef struct {
@@ -292,16 +279,16 @@ static void wiki_score(const eval_run *run, ss_eval_scorer *sc, const ss_tokens 
 	for (int j = 0; j < M; j++) {
 		w->src[j] = -1;
 		for (size_t e = 0; e < w->n_cache && w->src[j] == -1; e++)
-			if (same_state(&w->ctxs[j], &w->cache[e]))
+			if (eval_same_state(&w->ctxs[j], &w->cache[e]))
 				w->src[j] = -2 - (int)e;
 		for (int i = 0; i < j && w->src[j] == -1; i++)
-			if (w->src[i] == -1 && same_state(&w->ctxs[j], &w->ctxs[i]))
+			if (w->src[i] == -1 && eval_same_state(&w->ctxs[j], &w->ctxs[i]))
 				w->src[j] = i;
 		if (w->src[j] == -1)
 			w->starts[nu++] = &w->ctxs[j];
 	}
 	if (nu && ss_eval_nll(sc, w->starts, (size_t)nu, tq->tokens, tq->n_tokens, tc->tokens,
-			      tc->n_tokens, w->unll, err))
+			      tc->n_tokens, w->unll, NULL, err))
 		cli_die("passage %s, k %d: %s", tq->id, k, err);
 	w->n_scored += (uint64_t)nu;
 	w->n_shared += (uint64_t)(M - nu);
@@ -589,7 +576,8 @@ static void obqa_score(const eval_run *run, ss_eval_scorer *sc, const obqa_item 
 	for (int j = 0; j < M; j++)
 		w->starts[j] = &w->ctxs[j];
 	for (int c = 0; c < 4; c++) {
-		if (ss_eval_nll(sc, w->starts, (size_t)M, t->q, t->nq, t->c[c], t->nc[c], w->nll, err))
+		if (ss_eval_nll(sc, w->starts, (size_t)M, t->q, t->nq, t->c[c], t->nc[c], w->nll,
+				NULL, err))
 			cli_die("%s: question %s, k %d: %s", run->qa, it->id, k, err);
 		for (int j = 0; j < M; j++) {
 			double sum = w->nll[j] * (double)t->nc[c];

@@ -3,10 +3,12 @@
  * continuation NLL vs k retrieved chunks per method with composition vs
  * concatenation timings (§6.1, Fig. 3), and MS MARCO data attribution by
  * Leave-One-In / Leave-One-Out (Appendix C, Table 4), the MS MARCO answer
- * NLL (Table 1 row 1) and processing vs inference time (Appendix B.3,
- * Fig. 7). The methods and the metric are libss calls (ss_eval.h); this
- * file reads the options and runs one protocol (eval_wikitext.c,
- * eval_attribution.c, eval_timing.c). Manual: man/ss-eval.1.
+ * NLL (Table 1 row 1), processing vs inference time (Appendix B.3,
+ * Fig. 7) and key-value recall through composition (exact match and NLL of
+ * a key's value vs k, per position of the document that holds it). The
+ * methods and the metrics are libss calls (ss_eval.h); this file reads the
+ * options and runs one protocol (eval_wikitext.c, eval_attribution.c,
+ * eval_timing.c, eval_recall.c). Manual: man/ss-eval.1.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -31,6 +33,9 @@ static const char *usage =
 	"               [--seed S] [COMMON]\n"
 	"       ss-eval openbookqa [--model DIR] --qa FILE.tsv --index DB --tokens FILE\n"
 	"               [--kmax K] [--queries N] [--methods LIST] [--tokenizer FILE] [COMMON]\n"
+	"       ss-eval recall [--model DIR] --index DB --qa FILE [--queries N] [--ks K,...]\n"
+	"               [--methods LIST] [--retrieve] [--per-query FILE] [--tokenizer FILE]\n"
+	"               [COMMON]\n"
 	"  COMMON: [--device D] [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
 
 /* Keeps the default WikiText run (database included) within 20 minutes on 2
@@ -39,6 +44,8 @@ static const char *usage =
 #define MIN_TOKENS_DEFAULT 64
 #define KMAX_DEFAULT 10
 #define KMAX_MAX 64
+/* recall: the largest k of --ks. */
+#define KS_MAX 1024
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -68,8 +75,17 @@ static void help(void)
 	       "  of the index by BM25 with the question stem; for k = 0..K build each\n"
 	       "  method's context and pick the choice of lowest answer NLL (summed:\n"
 	       "  accuracy; per byte: accuracy_norm). Writes the TSV method, k, n,\n"
-	       "  accuracy, accuracy_norm, mean_time_ms.\n\n"
-	       "  --index DB          wikitext, openbookqa: the index (ss-retrieve build)\n"
+	       "  accuracy, accuracy_norm, mean_time_ms.\n"
+	       "recall: for each query of the recall JSONL (--qa: id, key, query,\n"
+	       "  continuation, chunks with the gold first, gold_pos) and each k of --ks,\n"
+	       "  build each method's context from the first k chunks of the index DB in\n"
+	       "  concatenation order (the gold at gold_pos mod k) and score the\n"
+	       "  continuation after the query: exact match (greedy decoding gives it) and\n"
+	       "  mean NLL. Writes the TSV context, method, k, pos, n, em, mean_nll,\n"
+	       "  em_share, nll_share, recall, mean_time_ms (context oracle; pos all and\n"
+	       "  each gold position 0..k-1).\n\n"
+	       "  --index DB          wikitext, openbookqa, recall: the index (ss-retrieve\n"
+	       "                      build; recall: with the documents' tokens)\n"
 	       "  --tokens FILE       wikitext, openbookqa: the index's token stream\n"
 	       "  --passages N        wikitext: passages sampled (default %d; 0 = all)\n"
 	       "  --min-tokens N      wikitext: only passages of at least N tokens (default %d)\n"
@@ -81,19 +97,26 @@ static void help(void)
 	       "                      improvement_pct (mean over k >= 1 of the NLL gain\n"
 	       "                      over naive, %%), concat_fraction (of concat's gain)\n"
 	       "  --qa FILE           attribution, msmarco: MS MARCO v1.1 JSON (array);\n"
-	       "                      openbookqa: OpenBookQA TSV\n"
-	       "  --queries N         attribution, msmarco: at most N queries (0 = all)\n"
+	       "                      openbookqa: OpenBookQA TSV; recall: the queries JSONL\n"
+	       "  --queries N         attribution, msmarco, openbookqa, recall: at most N\n"
+	       "                      queries (0 = all)\n"
+	       "  --ks K,...          recall: the numbers of documents composed (default\n"
+	       "                      1,2,4,8,16; each at most the chunks of every query)\n"
+	       "  --retrieve          recall: also the context bm25: the BM25 top k of the\n"
+	       "                      index for the query's key, most relevant last\n"
 	       "  --exactly-one       attribution: only queries with one selected passage\n"
 	       "  --per-query FILE    attribution: also write query_id, method, pick,\n"
 	       "                      correct, n_passages; msmarco: query_id, method,\n"
-	       "                      nll, time_ms, n_passages\n"
+	       "                      nll, time_ms, n_passages; recall: id, context, k,\n"
+	       "                      gold_pos, method, em, nll, time_ms\n"
 	       "  --methods LIST      comma-separated methods; 'paper' = naive,concat,soup,\n"
 	       "                      caso,picaso-s,picaso-r,piconcat-r (wikitext and\n"
 	       "                      msmarco default); 'souping' = soup, soup-sum,\n"
 	       "                      soup-max, each also with :before, :after, :both\n"
 	       "                      (L2 norm of each layer's ssm before/after pooling);\n"
 	       "                      attribution Leave-One-Out default: concat,soup,caso,\n"
-	       "                      picaso-r,picaso-s\n"
+	       "                      picaso-r,picaso-s; recall default: naive,concat,\n"
+	       "                      caso,picaso-s,picaso-r,soup,piconcat-r\n"
 	       "  --lengths L,...     timing: input lengths in tokens (default\n"
 	       "                      256,512,1024,2048,4096,8192)\n"
 	       "  --gen N             timing: tokens decoded (default 32)\n"
@@ -152,28 +175,41 @@ static void parse_methods(eval_run *run, const char *s)
 }
 
 enum { O_INDEX = 256, O_TOKENS, O_PASSAGES, O_MINTOK, O_KMAX, O_SEED, O_PERP, O_QA, O_QUERIES,
-       O_ONE, O_PERQ, O_METHODS, O_SUMMARY, O_LENGTHS, O_GEN, O_REPEAT };
+       O_ONE, O_PERQ, O_METHODS, O_SUMMARY, O_LENGTHS, O_GEN, O_REPEAT, O_KS, O_RETRIEVE };
 
 static const char *const commands[] = { "wikitext", "attribution", "msmarco", "timing",
-					"openbookqa" };
-enum { CMD_WIKITEXT, CMD_ATTRIBUTION, CMD_MSMARCO, CMD_TIMING, CMD_OPENBOOKQA, N_CMD };
+					"openbookqa", "recall" };
+enum { CMD_WIKITEXT, CMD_ATTRIBUTION, CMD_MSMARCO, CMD_TIMING, CMD_OPENBOOKQA, CMD_RECALL, N_CMD };
 
-/* --lengths "L,L,...": positive token counts. */
-static void parse_lengths(eval_run *run, const char *s)
+static int cmp_long(const void *a, const void *b)
 {
-	size_t n;
-	int32_t *ids = mcli_parse_ids("--lengths", s, &n, usage);
-	if (!n)
-		cli_usage(usage, "--lengths: no length");
-	free(run->lengths);
-	run->lengths = xcalloc(n, sizeof *run->lengths);
-	for (size_t i = 0; i < n; i++) {
-		if (ids[i] < 1)
-			cli_usage(usage, "--lengths: %d is not a positive length", ids[i]);
-		run->lengths[i] = ids[i];
+	long x = *(const long *)a, y = *(const long *)b;
+	return (x > y) - (x < y);
+}
+
+/* A list "N,N,..." of option opt into a new array *out of *n values, each in
+ * 1..max; ordered and distinct when `sorted` (a repeat is a usage error). */
+static void parse_counts(const char *opt, const char *s, long max, int sorted, long **out, int *n)
+{
+	size_t len;
+	int32_t *ids = mcli_parse_ids(opt, s, &len, usage);
+	if (!len)
+		cli_usage(usage, "%s: no value", opt);
+	free(*out);
+	*out = xcalloc(len, sizeof **out);
+	for (size_t i = 0; i < len; i++) {
+		if (ids[i] < 1 || ids[i] > max)
+			cli_usage(usage, "%s: %d is not in 1..%ld", opt, ids[i], max);
+		(*out)[i] = ids[i];
 	}
-	run->n_lengths = (int)n;
 	free(ids);
+	if (sorted) {
+		qsort(*out, len, sizeof **out, cmp_long);
+		for (size_t i = 1; i < len; i++)
+			if ((*out)[i] == (*out)[i - 1])
+				cli_usage(usage, "%s: %ld given twice", opt, (*out)[i]);
+	}
+	*n = (int)len;
 }
 
 /* Reads the options into *run; *methods as given (NULL when not). Options may come before or after the command. Returns the command
@@ -197,6 +233,8 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **meth
 		{ "lengths", required_argument, 0, O_LENGTHS },
 		{ "gen", required_argument, 0, O_GEN },
 		{ "repeat", required_argument, 0, O_REPEAT },
+		{ "ks", required_argument, 0, O_KS },
+		{ "retrieve", no_argument, 0, O_RETRIEVE },
 		{ 0, 0, 0, 0 },
 	};
 	const cli_options co = { NULL, opts, usage, help, &run->out, &run->mo };
@@ -216,20 +254,25 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **meth
 		case O_PERQ: run->per = optarg; break;
 		case O_METHODS: *methods = optarg; break;
 		case O_SUMMARY: run->summary = optarg; break;
-		case O_LENGTHS: parse_lengths(run, optarg); break;
+		case O_LENGTHS:
+			parse_counts("--lengths", optarg, INT32_MAX, 0, &run->lengths, &run->n_lengths);
+			break;
 		case O_GEN: run->gen = cli_long("--gen", optarg, 1, 1L << 20, usage); break;
 		case O_REPEAT: run->repeat = cli_long("--repeat", optarg, 1, 1000, usage); break;
+		case O_KS: parse_counts("--ks", optarg, KS_MAX, 1, &run->ks, &run->n_ks); break;
+		case O_RETRIEVE: run->retrieve = 1; break;
 		}
 	}
 	if (optind >= argc)
-		cli_usage(usage, "missing command: wikitext, attribution, msmarco, timing or openbookqa");
+		cli_usage(usage, "missing command: wikitext, attribution, msmarco, timing, openbookqa or "
+			  "recall");
 	const char *cmd = argv[optind];
 	int k = 0;
 	while (k < N_CMD && strcmp(cmd, commands[k]))
 		k++;
 	if (k == N_CMD)
-		cli_usage(usage, "unknown command '%s' (wikitext, attribution, msmarco, timing or "
-			  "openbookqa)", cmd);
+		cli_usage(usage, "unknown command '%s' (wikitext, attribution, msmarco, timing, "
+			  "openbookqa or recall)", cmd);
 	if (optind + 1 < argc)
 		cli_usage(usage, "unexpected argument '%s'", argv[optind + 1]);
 	return k;
@@ -241,15 +284,23 @@ static int parse_args(int argc, char **argv, eval_run *run)
 	const char *methods = NULL;
 	int cmd = parse_options(argc, argv, run, &methods);
 	int obqa = cmd == CMD_OPENBOOKQA, wiki = cmd == CMD_WIKITEXT || obqa;
-	int qa = cmd == CMD_ATTRIBUTION || cmd == CMD_MSMARCO || obqa;
+	int recall = cmd == CMD_RECALL;
+	int qa = cmd == CMD_ATTRIBUTION || cmd == CMD_MSMARCO || obqa || recall;
 	if (wiki && (!run->index || !run->tokens))
 		cli_usage(usage, "%s needs --index and --tokens", commands[cmd]);
+	if (recall && !run->index)
+		cli_usage(usage, "recall needs --index");
 	if (!qa && run->qa)
-		cli_usage(usage, "--qa belongs to attribution, msmarco and openbookqa");
+		cli_usage(usage, "--qa belongs to attribution, msmarco, openbookqa and recall");
 	if (qa && !run->qa)
 		cli_usage(usage, "%s needs --qa", commands[cmd]);
-	if (!wiki && (run->index || run->tokens))
-		cli_usage(usage, "--index and --tokens belong to wikitext and openbookqa");
+	if (!wiki && run->tokens)
+		cli_usage(usage, "--tokens belongs to wikitext and openbookqa%s",
+			  recall ? " (recall reads the tokens from the index)" : "");
+	if (!wiki && !recall && run->index)
+		cli_usage(usage, "--index belongs to wikitext, openbookqa and recall");
+	if (!recall && (run->ks || run->retrieve))
+		cli_usage(usage, "--ks and --retrieve belong to recall");
 	if (cmd != CMD_WIKITEXT && run->summary)
 		cli_usage(usage, "--summary belongs to wikitext");
 	if (cmd != CMD_TIMING && (run->lengths || run->gen || run->repeat))
@@ -258,8 +309,12 @@ static int parse_args(int argc, char **argv, eval_run *run)
 		parse_methods(run, methods);
 	else if (cmd == CMD_ATTRIBUTION)
 		parse_methods(run, "concat,soup,caso,picaso-r,picaso-s");
+	else if (recall)
+		parse_methods(run, "naive,concat,caso,picaso-s,picaso-r,soup,piconcat-r");
 	else
 		parse_methods(run, "paper");
+	if (recall && !run->ks)
+		parse_counts("--ks", "1,2,4,8,16", KS_MAX, 1, &run->ks, &run->n_ks);
 	run->model_dir = cli_model_dir(run->mo.model, usage);
 	run->dev = mcli_device(run->mo.device, usage);
 	return cmd;
@@ -269,10 +324,11 @@ static int parse_args(int argc, char **argv, eval_run *run)
  * its header when asked for. */
 static void run_open(eval_run *run, int cmd)
 {
-	static const char *const per_header[] = {
-		"passage\tk\tmethod\tnll\ttime_ms\tdocs\n",
-		"query_id\tmethod\tpick\tcorrect\tn_passages\n",
-		"query_id\tmethod\tnll\ttime_ms\tn_passages\n",
+	static const char *const per_header[N_CMD] = {
+		[CMD_WIKITEXT] = "passage\tk\tmethod\tnll\ttime_ms\tdocs\n",
+		[CMD_ATTRIBUTION] = "query_id\tmethod\tpick\tcorrect\tn_passages\n",
+		[CMD_MSMARCO] = "query_id\tmethod\tnll\ttime_ms\tn_passages\n",
+		[CMD_RECALL] = "id\tcontext\tk\tgold_pos\tmethod\tem\tnll\ttime_ms\n",
 	};
 	run->model = mcli_load_model(run->model_dir, 0, run->mo.wtype, usage);
 	run->fctx = mcli_forward_ctx(run->model, run->model_dir, run->dev, run->mo.threads);
@@ -301,6 +357,7 @@ static void run_close(eval_run *run)
 	ss_model_free(run->model);
 	ss_device_close(run->dev);
 	free(run->lengths);
+	free(run->ks);
 }
 
 int main(int argc, char **argv)
@@ -315,6 +372,7 @@ int main(int argc, char **argv)
 	case CMD_ATTRIBUTION: eval_attribution(&run); break;
 	case CMD_MSMARCO: eval_msmarco(&run); break;
 	case CMD_OPENBOOKQA: eval_openbookqa(&run); break;
+	case CMD_RECALL: eval_recall(&run); break;
 	default: eval_timing(&run); break;
 	}
 	run_close(&run);
