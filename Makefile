@@ -218,25 +218,28 @@ eval: all
 
 # install: the tools, the CUDA plugin (when built), the man pages and data/ (tokenizer, demo
 # corpus, default model) in DATADIR. uninstall removes exactly these files (and DATADIR).
-DATA       := $(filter-out data/model,$(wildcard data/*))
+DATA       := $(filter-out data/model data/recall-model,$(wildcard data/*))
 DATA_MODEL := $(wildcard data/model/*)
+DATA_RECALL := $(wildcard data/recall-model/*)
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
-		$(DESTDIR)$(DATADIR)/model
+		$(DESTDIR)$(DATADIR)/model $(DESTDIR)$(DATADIR)/recall-model
 	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)
 	$(if $(CUDA_PLUGIN),install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(LIBDIR))
 	install -m 644 $(wildcard man/*.1) $(DESTDIR)$(MANDIR)/man1
 	install -m 644 $(wildcard man/*.5) $(DESTDIR)$(MANDIR)/man5
 	install -m 644 $(DATA) $(DESTDIR)$(DATADIR)
 	install -m 644 $(DATA_MODEL) $(DESTDIR)$(DATADIR)/model
+	install -m 644 $(DATA_RECALL) $(DESTDIR)$(DATADIR)/recall-model
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS))) $(DESTDIR)$(LIBDIR)/libss_cuda.so \
 		$(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(wildcard man/*.1))) \
 		$(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(wildcard man/*.5))) \
 		$(addprefix $(DESTDIR)$(DATADIR)/,$(notdir $(DATA))) \
-		$(addprefix $(DESTDIR)$(DATADIR)/model/,$(notdir $(DATA_MODEL)))
-	rmdir $(DESTDIR)$(DATADIR)/model $(DESTDIR)$(DATADIR)
+		$(addprefix $(DESTDIR)$(DATADIR)/model/,$(notdir $(DATA_MODEL))) \
+		$(addprefix $(DESTDIR)$(DATADIR)/recall-model/,$(notdir $(DATA_RECALL)))
+	rmdir $(DESTDIR)$(DATADIR)/model $(DESTDIR)$(DATADIR)/recall-model $(DESTDIR)$(DATADIR)
 
 clean:
 	rm -rf build

@@ -14,7 +14,8 @@
 # Environment: MODEL (default the bundled data/model), DOCS (corpus files, space-separated;
 # default the bundled WikiText-2 raw test split, data/), QUERIES (a file, one query per line;
 # default three about the WikiText articles), K (5), MAX_TOKENS (32), REPEAT (3), OUT (default
-# $SS_BUILD/demo).
+# $SS_BUILD/demo), RECALL (1: then run the recall part, demo-recall.sh, with its own variables;
+# 0: not).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 : "${SS_BUILD:=build}"
@@ -28,15 +29,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 now() { date +%s.%N; }
-# offsets STREAM: "ID<TAB>START<TAB>END" per record (byte range in STREAM).
-offsets() {
-	ss-cat --meta "$1" | sed -n 's/^{"offset":\([0-9]*\),.*"id":"\([^"]*\)".*/\2\t\1/p' |
-		awk -F '\t' -v size="$(wc -c <"$1")" '
-			NR > 1 { print id "\t" start "\t" $2 } { id = $1; start = $2 }
-			END { if (NR) print id "\t" start "\t" size }'
-}
-# copy STREAM START END: the bytes [START, END) of STREAM (whole records) to stdout.
-copy() { tail -c +"$(($2 + 1))" "$1" | head -c "$(($3 - $2))"; }
+. "$top/pipelines/records.sh"
 # secs START END: the difference, 3 significant figures.
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%#.3g", b - a }'; }
 # took LOG: the seconds of a tool's -v summary line "... in X s ...".
@@ -113,10 +106,7 @@ while IFS= read -r q <&3; do
 	cut -f 2 "$d/retrieved.tsv" >"$d/ids"
 	offsets "$d/retrieved.states" | head -n 1 | { IFS=$(printf '\t') read -r _ a b &&
 		copy "$d/retrieved.states" "$a" "$b"; } >"$d/first.state"
-	tail -n +2 "$d/ids" | while IFS= read -r id; do
-		awk -F '\t' -v id="$id" '$1 == id { print $2, $3; exit }' "$out/corpus.offsets" | {
-			read -r a b && copy "$out/corpus.tokens" "$a" "$b"; }
-	done >"$d/rest.tokens"
+	tail -n +2 "$d/ids" | copy_ids "$out/corpus.tokens" "$out/corpus.offsets" >"$d/rest.tokens"
 	all="concat($(paste -sd, "$d/ids"))"
 	best_c= best_e=
 	i=0
@@ -147,4 +137,9 @@ if [ "$m" -gt 0 ]; then
 	awk -v c="$sum_c" -v e="$sum_e" -v n="$m" -v r="$REPEAT" 'BEGIN {
 		printf "mean over %d queries (best of %d runs each): compose %#.3g s, concat %#.3g s\n", n, r, c / n, e / n
 		printf "PICASO-R composition is %#.3g x faster than re-encoding the concatenation\n", e / c }'
+fi
+
+# 3. Composition that answers: the recall model on a generated phonebook (demo-recall.sh).
+if [ "${RECALL:-1}" != 0 ]; then
+	OUT=$out "$top/pipelines/demo-recall.sh"
 fi
