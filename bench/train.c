@@ -1,9 +1,11 @@
 /*
  * bench/train.c — speed of one training step on the CPU (ss_train.h: the
  * reference forward with saved activations, backward, AdamW) on random
- * models of two shapes: t1 (d_model 64, 2 layers, d_state 16, headdim 16)
+ * models of three shapes: t1 (d_model 64, 2 layers, d_state 16, headdim 16)
  * and the issue-15 "27M" shape (d_model 384, 8 layers, d_state 64,
- * headdim 64), both with the GPT-NeoX vocabulary padded to 50288, tied.
+ * headdim 64), both with the GPT-NeoX vocabulary padded to 50288, and the
+ * recall model's (pipelines/recall.mk: d_model 128, 4 layers, d_state 64,
+ * headdim 32, vocabulary 556 padded to 560), all tied.
  *
  * Prints, per shape: training tokens/s (one sequence of -n tokens per
  * step), min and median over -r rounds after one warm-up step, and the
@@ -46,9 +48,10 @@ static int peer_round(const ss_mkmodel_opts *o, int64_t T, double *rate, char *w
 		 "sh -c 'for p in \"${PYTHON:-python3}\" python3 /usr/bin/python3; do "
 		 "\"$p\" -c \"import torch\" 2>/dev/null && exec \"$p\" \"$0\" \"$@\"; done; "
 		 "echo \"skipped: no python3 imports torch\"' '%s/bench/peers/train_torch.py' "
-		 "--d-model %d --n-layer %d --d-state %d --headdim %d --tokens %lld --threads %d 2>&1",
-		 top && *top ? top : ".", o->d_model, o->n_layer, o->d_state, o->headdim, (long long)T,
-		 peer_threads);
+		 "--d-model %d --n-layer %d --d-state %d --headdim %d --vocab %d --pad-multiple %d "
+		 "--tokens %lld --threads %d 2>&1",
+		 top && *top ? top : ".", o->d_model, o->n_layer, o->d_state, o->headdim, o->vocab_size,
+		 o->pad_vocab_multiple, (long long)T, peer_threads);
 	FILE *f = popen(cmd, "r");
 	if (!f) {
 		snprintf(why, nwhy, "cannot run the peer script");
@@ -190,6 +193,14 @@ int main(int argc, char **argv)
 	o.d_state = 64;
 	o.headdim = 64;
 	rc |= run_shape("27M", &o, T, rounds);
+	/* The recall model (pipelines/recall.mk): a small vocabulary, so the
+	 * mixer, not the LM head, is most of a step. */
+	o.d_model = 128;
+	o.n_layer = 4;
+	o.headdim = 32;
+	o.vocab_size = 556;
+	o.pad_vocab_multiple = 8;
+	rc |= run_shape("recall", &o, T, rounds);
 	getrusage(RUSAGE_SELF, &ru);
 	printf("peak RSS %.1f MB\n", ru.ru_maxrss / 1e3);
 	return rc;

@@ -3,8 +3,9 @@
 the CPU, the step bench/train times (forward over one sequence of T tokens,
 next-token cross-entropy over the padded vocabulary, backward, AdamW with
 beta (0.9, 0.95), eps 1e-8, weight decay 0.1), on a random model of the same
-shape (tied embedding, ngroups 1, d_conv 4, expand 2, vocab 50277 padded to
-50288), f32, torch.set_num_threads(THREADS).
+shape (tied embedding, ngroups 1, d_conv 4, expand 2, vocab --vocab, default
+50277, padded to a multiple of --pad-multiple, default 16: 50288), f32,
+torch.set_num_threads(THREADS).
 
 The mixer is written out in plain torch: the scan is the SSD quadratic form
 of the whole sequence (one chunk of T, what transformers' torch path does per
@@ -32,6 +33,8 @@ def main():
     ap.add_argument("--n-layer", type=int, required=True)
     ap.add_argument("--d-state", type=int, required=True)
     ap.add_argument("--headdim", type=int, required=True)
+    ap.add_argument("--vocab", type=int, default=50277)
+    ap.add_argument("--pad-multiple", type=int, default=16)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
@@ -45,7 +48,8 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     d, L, N, P, T = a.d_model, a.n_layer, a.d_state, a.headdim, a.tokens
-    vocab, Vp, K, G = 50277, 50288, 4, 1
+    vocab, K, G = a.vocab, 4, 1
+    Vp = -(-vocab // a.pad_multiple) * a.pad_multiple
     di = 2 * d
     H = di // P
     conv_dim = di + 2 * G * N
