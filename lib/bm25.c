@@ -80,6 +80,17 @@ static int sqlfail(ss_bm25 *b, char *errmsg, const char *what)
 	return ss_errf(errmsg, SS_ERR_IO, "%s: %s", what, sqlite3_errmsg(b->db));
 }
 
+/* 0 when a sqlite3_bind_* call returned `code` SQLITE_OK, else its failure:
+ * SS_ERR_TOO_LARGE for a value past SQLite's length limit (the statement
+ * would otherwise run with NULL there), SS_ERR_IO. */
+static int bound(int code, char *errmsg, const char *what)
+{
+	if (code == SQLITE_OK)
+		return 0;
+	return ss_errf(errmsg, code == SQLITE_TOOBIG ? SS_ERR_TOO_LARGE : SS_ERR_IO, "%s: %s", what,
+		       sqlite3_errstr(code));
+}
+
 static uint64_t hash_str(const char *s, size_t n)
 {
 	uint64_t h = 1469598103934665603ull;
@@ -298,9 +309,21 @@ int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg)
 		if ((rc = vocab_grow(&b->v)))
 			goto fail;
 		b->v.next_tid = 1;
-		while (sqlite3_step(st) == SQLITE_ROW) {
+		int s;
+		while ((s = sqlite3_step(st)) == SQLITE_ROW) {
 			const char *t = (const char *)sqlite3_column_text(st, 1);
 			int64_t tid = sqlite3_column_int64(st, 0);
+			if (!t) {
+				rc = sqlite3_column_type(st, 1) == SQLITE_NULL
+					     ? ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: term %lld has no text", (long long)tid)
+					     : SS_ERR_NOMEM;
+				break;
+			}
+			/* tids are u32 in the term vectors, 0 an empty slot here */
+			if (tid < 1 || tid >= UINT32_MAX) {
+				rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: term \"%s\" has id %lld", t, (long long)tid);
+				break;
+			}
 			size_t n = strlen(t);
 			if (2 * (b->v.n + 1) > b->v.cap && (rc = vocab_grow(&b->v)))
 				break;
@@ -314,6 +337,8 @@ int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg)
 			if (tid >= b->v.next_tid)
 				b->v.next_tid = tid + 1;
 		}
+		if (!rc && s != SQLITE_DONE)
+			rc = sqlfail(b, errmsg, "reading the vocabulary");
 		sqlite3_finalize(st);
 		if (rc)
 			goto fail;
@@ -408,11 +433,15 @@ static int on_doc_token(void *ctx, int flags, const char *tok, int n, int start,
 			return SQLITE_NOMEM;
 		v->tid[j] = (uint32_t)v->next_tid++;
 		v->n++;
-		sqlite3_bind_int64(b->ins_term, 1, v->tid[j]);
-		sqlite3_bind_text(b->ins_term, 2, v->term[j], n, SQLITE_STATIC);
-		int rc = sqlite3_step(b->ins_term);
+		/* A failed bind leaves its message on the connection, as a
+		 * failed step does (ss_bm25_terms reports it). */
+		int rc = sqlite3_bind_int64(b->ins_term, 1, v->tid[j]);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_bind_text(b->ins_term, 2, v->term[j], n, SQLITE_STATIC);
+		if (rc == SQLITE_OK && (rc = sqlite3_step(b->ins_term)) == SQLITE_DONE)
+			rc = SQLITE_OK;
 		sqlite3_reset(b->ins_term);
-		if (rc != SQLITE_DONE)
+		if (rc != SQLITE_OK)
 			return rc;
 	}
 	if (b->n_tids == b->cap_tids) {
@@ -560,6 +589,14 @@ void ss_bm25_set_params(ss_bm25 *b, double k1, double bb)
 	b->b = bb;
 }
 
+/* The error for document row `rid` (docs.id `id`, NULL when it has none)
+ * outside 1..SS_BM25_MAX_RID. */
+static int bad_rid(int64_t rid, const char *id, char *errmsg)
+{
+	return ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document %s has row id %lld, outside 1..%d",
+		       id ? id : "(no id)", (long long)rid, SS_BM25_MAX_RID);
+}
+
 int ss_bm25_commit(ss_bm25 *b, char *errmsg)
 {
 	sqlite3 *db = b->db;
@@ -567,7 +604,26 @@ int ss_bm25_commit(ss_bm25 *b, char *errmsg)
 	plist *pl = NULL;
 	uint32_t *doclen = NULL;
 	int64_t n_docs = 0, n_terms = 0, max_rid = 0, max_tid = b->v.next_tid - 1;
-	int rc = 0;
+	int rc = 0, s;
+	/* The rids index doclen: one outside its range (an edited file) is
+	 * refused before anything is sized by it (two searches of the rowid,
+	 * no scan: no ORDER BY). */
+	if (sqlite3_prepare_v2(db, "SELECT rid, id FROM docs WHERE rid < 1 OR rid > ?1 LIMIT 1", -1, &st,
+			       NULL) != SQLITE_OK) {
+		rc = sqlfail(b, errmsg, "sqlite");
+		goto done;
+	}
+	if ((rc = bound(sqlite3_bind_int64(st, 1, SS_BM25_MAX_RID), errmsg, "checking row ids")))
+		goto done;
+	if ((s = sqlite3_step(st)) == SQLITE_ROW) {
+		rc = bad_rid(sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1), errmsg);
+		goto done;
+	} else if (s != SQLITE_DONE) {
+		rc = sqlfail(b, errmsg, "checking row ids");
+		goto done;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
 	if (sqlite3_prepare_v2(db, "SELECT count(*), coalesce(sum(n_terms), 0), coalesce(max(rid), 0) FROM docs",
 			       -1, &st, NULL) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
 		rc = sqlfail(b, errmsg, "sqlite");
@@ -578,8 +634,8 @@ int ss_bm25_commit(ss_bm25 *b, char *errmsg)
 	max_rid = sqlite3_column_int64(st, 2);
 	sqlite3_finalize(st);
 	st = NULL;
-	if (max_rid >= UINT32_MAX) {
-		rc = ss_errf(errmsg, SS_ERR_TOO_LARGE, "more than 2^32 document rows");
+	if (max_rid < 0 || max_rid > SS_BM25_MAX_RID) { /* checked above; kept by the allocation it sizes */
+		rc = bad_rid(max_rid, NULL, errmsg);
 		goto done;
 	}
 	double avgdl = n_docs && n_terms ? (double)n_terms / (double)n_docs : 1;
@@ -593,9 +649,13 @@ int ss_bm25_commit(ss_bm25 *b, char *errmsg)
 		rc = sqlfail(b, errmsg, "sqlite");
 		goto done;
 	}
-	int s;
 	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-		uint32_t rid = (uint32_t)sqlite3_column_int64(st, 0);
+		int64_t rid64 = sqlite3_column_int64(st, 0);
+		if (rid64 < 1 || rid64 > max_rid) {
+			rc = bad_rid(rid64, NULL, errmsg);
+			goto done;
+		}
+		uint32_t rid = (uint32_t)rid64;
 		int64_t dl = sqlite3_column_int64(st, 1);
 		const unsigned char *v = sqlite3_column_blob(st, 2);
 		size_t vn = (size_t)sqlite3_column_bytes(st, 2), i = 0;
@@ -643,11 +703,13 @@ int ss_bm25_commit(ss_bm25 *b, char *errmsg)
 			memcpy(blob + 4, l->skip, l->skip_len);
 			memcpy(blob + 4 + l->skip_len, l->data, l->len);
 			q = upd;
-			sqlite3_bind_int64(q, 2, l->n);
-			sqlite3_bind_double(q, 3, l->maxw);
-			sqlite3_bind_blob(q, 4, blob, (int)size, SQLITE_STATIC);
+			if ((rc = bound(sqlite3_bind_int64(q, 2, l->n), errmsg, "writing postings")) ||
+			    (rc = bound(sqlite3_bind_double(q, 3, l->maxw), errmsg, "writing postings")) ||
+			    (rc = bound(sqlite3_bind_blob64(q, 4, blob, size, SQLITE_STATIC), errmsg, "writing postings")))
+				break;
 		}
-		sqlite3_bind_int64(q, 1, t);
+		if ((rc = bound(sqlite3_bind_int64(q, 1, t), errmsg, "writing postings")))
+			break;
 		if (sqlite3_step(q) != SQLITE_DONE)
 			rc = sqlfail(b, errmsg, "writing postings");
 		sqlite3_reset(q);
@@ -667,10 +729,13 @@ int ss_bm25_commit(ss_bm25 *b, char *errmsg)
 	}
 	for (int64_t r = 0; r <= max_rid; r++)
 		wr32((unsigned char *)&doclen[r], doclen[r]);
-	sqlite3_bind_int64(st, 1, n_docs);
-	sqlite3_bind_int64(st, 2, n_terms);
-	sqlite3_bind_int64(st, 3, max_rid);
-	sqlite3_bind_blob64(st, 4, doclen, (sqlite3_uint64)(max_rid + 1) * 4, SQLITE_STATIC);
+	const char *what = "writing corpus statistics";
+	if ((rc = bound(sqlite3_bind_int64(st, 1, n_docs), errmsg, what)) ||
+	    (rc = bound(sqlite3_bind_int64(st, 2, n_terms), errmsg, what)) ||
+	    (rc = bound(sqlite3_bind_int64(st, 3, max_rid), errmsg, what)) ||
+	    (rc = bound(sqlite3_bind_blob64(st, 4, doclen, (sqlite3_uint64)(max_rid + 1) * 4, SQLITE_STATIC), errmsg,
+			what)))
+		goto done;
 	if (sqlite3_step(st) != SQLITE_DONE)
 		rc = sqlfail(b, errmsg, "writing corpus statistics");
 done:
@@ -734,7 +799,7 @@ static int load_stats(ss_bm25 *b, char *errmsg)
 		int64_t n = sqlite3_column_int64(st, 0), t = sqlite3_column_int64(st, 1);
 		b->max_rid = sqlite3_column_int64(st, 2);
 		int64_t bytes = sqlite3_column_int64(st, 3);
-		if (b->max_rid < 0 || b->max_rid >= UINT32_MAX || bytes != (b->max_rid + 1) * 4) {
+		if (b->max_rid < 0 || b->max_rid > SS_BM25_MAX_RID || bytes != (b->max_rid + 1) * 4) {
 			rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document lengths of %lld bytes", (long long)bytes);
 		} else if (!(b->dlc = calloc((size_t)b->max_rid / DL_CHUNK + 1, sizeof *b->dlc))) {
 			rc = SS_ERR_NOMEM;

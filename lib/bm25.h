@@ -46,6 +46,10 @@
 
 #define SS_BM25_K1 1.2
 #define SS_BM25_B 0.75
+/* The largest docs.rid (rids run from 1): bm25.doclen, 4 bytes a rid from
+ * 0, stays within SQLite's default limit on a blob (SQLITE_MAX_LENGTH,
+ * 10^9 bytes). A row outside 1..SS_BM25_MAX_RID is a damaged index. */
+#define SS_BM25_MAX_RID 249999999
 
 typedef struct ss_bm25 ss_bm25;
 
@@ -59,7 +63,8 @@ int ss_bm25_tokenizer_register(sqlite3 *db);
 
 /* Binds the tokenizer to connection `db` (which must outlive it). build != 0
  * loads the vocabulary for ss_bm25_add/ss_bm25_commit. Returns 0 or a
- * negative SS_ERR_* with errmsg filled. */
+ * negative SS_ERR_* with errmsg filled (SS_ERR_FORMAT: a term row without
+ * its term). */
 int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg);
 void ss_bm25_close(ss_bm25 *b);
 
@@ -73,7 +78,10 @@ int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec, si
 /* Rewrites terms.df/maxw/postings and the bm25 row from every document's
  * term vector (inside the caller's write transaction); drops terms no
  * document holds. Memory: about the size of the postings. Returns 0 or a
- * negative SS_ERR_*. */
+ * negative SS_ERR_*: SS_ERR_FORMAT for a damaged index (a docs.rid outside
+ * 1..SS_BM25_MAX_RID, naming the document; a damaged term vector),
+ * SS_ERR_TOO_LARGE for a blob past SQLite's length limit, SS_ERR_IO; the
+ * caller then rolls the transaction back. */
 int ss_bm25_commit(ss_bm25 *b, char *errmsg);
 
 /* Sets k1 (>= 0) and b (in [0, 1]) of the following searches (default

@@ -50,6 +50,22 @@ int ix_exec(ss_index *ix, const char *sql, char *errmsg)
 	return 0;
 }
 
+int ix_bound(int code, char *errmsg, const char *what)
+{
+	if (code == SQLITE_OK)
+		return 0;
+	return ss_errf(errmsg, code == SQLITE_TOOBIG ? SS_ERR_TOO_LARGE : SS_ERR_IO, "%s: %s", what, sqlite3_errstr(code));
+}
+
+int ix_doc_id(sqlite3_stmt *st, int col, int64_t rid, const char **id, char *errmsg)
+{
+	if ((*id = (const char *)sqlite3_column_text(st, col)))
+		return 0;
+	if (sqlite3_column_type(st, col) == SQLITE_NULL)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document row %lld has no id", (long long)rid);
+	return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+}
+
 /* Directory of `path` made absolute and canonical (the file itself may not
  * exist yet). Returns malloc'd string or NULL (errno set). */
 static char *dir_of(const char *path)
@@ -162,11 +178,11 @@ static int has_table(ss_index *ix, const char *name)
 	return yes;
 }
 
-/* A hit's row: score (%s), and the stateless dtype (%s) last; a
+/* A hit's row: score (%s), the stateless dtype (%s), the rid; a
  * stateless document has no file (LEFT JOIN). */
 #define HIT_SQL                                                                                    \
-	"SELECT d.id, %s, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens, d.file_id, %s" \
-	" FROM docs d LEFT JOIN files f ON f.file_id = d.file_id"
+	"SELECT d.id, %s, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens, d.file_id, %s," \
+	" d.rid FROM docs d LEFT JOIN files f ON f.file_id = d.file_id"
 
 int ss_index_open(ss_index **out, const char *path, char *errmsg)
 {
@@ -243,15 +259,19 @@ char *ix_resolve_path(ss_index *ix, const char *stored)
 static int hit_from_row(ss_index *ix, sqlite3_stmt *st, ss_index_hit *h, char *errmsg)
 {
 	memset(h, 0, sizeof *h);
-	h->id = strdup((const char *)sqlite3_column_text(st, 0));
+	const char *id;
+	int rc = ix_doc_id(st, 0, sqlite3_column_int64(st, 9), &id, errmsg);
+	if (rc)
+		return rc;
+	h->id = strdup(id);
 	h->score = sqlite3_column_double(st, 1);
 	const char *stored = (const char *)sqlite3_column_text(st, 2);
 	const char *dtype = (const char *)sqlite3_column_text(st, 8);
 	h->stateless = !stored;
 	h->path = stored ? ix_resolve_path(ix, stored) : NULL;
 	if (h->stateless && (!dtype || ss_dtype_parse(dtype, &h->dtype))) {
-		int rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document %s has neither a state file nor "
-				 "a known dtype to recompute it in (\"%s\")", h->id ? h->id : "", dtype ? dtype : "");
+		rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document %s has neither a state file nor "
+			     "a known dtype to recompute it in (\"%s\")", id, dtype ? dtype : "");
 		ss_index_hit_clear(h);
 		return rc;
 	}
@@ -466,7 +486,7 @@ int ss_index_docs(ss_index *ix, const char *id, ss_index_doc_fn fn, void *ctx, c
 	char sql[1024];
 	snprintf(sql, sizeof sql,
 		 "SELECT d.id, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
-		 " coalesce(d.text_tokens, -1), d.text_len, d.n_terms, %s, %s, %s"
+		 " coalesce(d.text_tokens, -1), d.text_len, d.n_terms, %s, %s, %s, d.rid"
 		 " FROM docs d LEFT JOIN files f ON f.file_id = d.file_id %s ORDER BY d.id",
 		 ix->text_of ? "EXISTS(SELECT 1 FROM texts t WHERE t.rid = d.rid AND length(t.text) = d.text_len)"
 			     : "0",
@@ -485,10 +505,11 @@ int ss_index_docs(ss_index *ix, const char *id, ss_index_doc_fn fn, void *ctx, c
 		if (!fn)
 			continue;
 		ss_index_doc d = {0};
-		d.id = (const char *)sqlite3_column_text(st, 0);
+		if ((rc = ix_doc_id(st, 0, sqlite3_column_int64(st, 12), &d.id, errmsg)))
+			break;
 		const char *stored = (const char *)sqlite3_column_text(st, 1);
 		char *path = stored ? ix_resolve_path(ix, stored) : NULL;
-		if (!d.id || (stored && !path)) {
+		if (stored && !path) {
 			free(path);
 			rc = SS_ERR_NOMEM;
 			break;

@@ -129,9 +129,13 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	sqlite3_stmt *st;
 	if ((rc = ix_prep(ix, &st, "SELECT coalesce(max(rid), 0) FROM docs", errmsg)))
 		goto fail;
-	sqlite3_step(st);
-	ix->base_rid = sqlite3_column_int64(st, 0);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		ix->base_rid = sqlite3_column_int64(st, 0);
+	else
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
 	sqlite3_finalize(st);
+	if (rc)
+		goto fail;
 	ix->budget = -1;
 	if ((rc = ix_prep(ix, &ix->find, "SELECT rid, text_len IS NOT NULL FROM docs WHERE id = ?1", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->ins_doc,
@@ -171,8 +175,10 @@ static int find_doc(ss_index *ix, const char *id, int64_t *rid, int *had_text, c
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
 	if (!id || !*id)
 		return ss_errf(errmsg, SS_ERR_INVALID, "empty document id");
-	sqlite3_bind_text(ix->find, 1, id, -1, SQLITE_STATIC);
-	int rc = sqlite3_step(ix->find);
+	int rc = ix_bound(sqlite3_bind_text(ix->find, 1, id, -1, SQLITE_STATIC), errmsg, "document id");
+	if (rc)
+		return rc;
+	rc = sqlite3_step(ix->find);
 	if (rc == SQLITE_ROW) {
 		*rid = sqlite3_column_int64(ix->find, 0);
 		*had_text = sqlite3_column_int(ix->find, 1);
@@ -190,14 +196,15 @@ static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, ch
 		return rc;
 	if (rc == 1) {
 		if (*rid <= ix->base_rid) {
-			sqlite3_bind_int64(ix->touch, 1, *rid);
+			if ((rc = ix_bound(sqlite3_bind_int64(ix->touch, 1, *rid), errmsg, "sqlite")))
+				return rc;
 			return ix_step_done(ix, ix->touch, errmsg);
 		}
 		return 0;
 	}
-	sqlite3_bind_text(ix->ins_doc, 1, id, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(ix->ins_doc, 2, ix->base_rid);
-	if ((rc = ix_step_done(ix, ix->ins_doc, errmsg)))
+	if ((rc = ix_bound(sqlite3_bind_text(ix->ins_doc, 1, id, -1, SQLITE_STATIC), errmsg, "document id")) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->ins_doc, 2, ix->base_rid), errmsg, "sqlite")) ||
+	    (rc = ix_step_done(ix, ix->ins_doc, errmsg)))
 		return rc;
 	*rid = sqlite3_last_insert_rowid(ix->db);
 	*had_text = 0;
@@ -218,22 +225,23 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 	int64_t n_terms;
 	if ((rc = ss_bm25_terms(ix->bm25, text, text_len, &vec, &vec_len, &n_terms, errmsg)))
 		return rc;
-	sqlite3_bind_int64(ix->set_text, 1, rid);
-	if (text_tokens >= 0)
-		sqlite3_bind_int64(ix->set_text, 2, text_tokens);
-	else
-		sqlite3_bind_null(ix->set_text, 2);
-	sqlite3_bind_int64(ix->set_text, 3, (int64_t)text_len);
-	sqlite3_bind_int64(ix->set_text, 4, n_terms);
-	sqlite3_bind_blob(ix->set_text, 5, vec, (int)vec_len, SQLITE_STATIC);
-	if ((rc = ix_step_done(ix, ix->set_text, errmsg)))
+	const char *what = "storing the text";
+	if ((rc = ix_bound(sqlite3_bind_int64(ix->set_text, 1, rid), errmsg, what)) ||
+	    (rc = ix_bound(text_tokens >= 0 ? sqlite3_bind_int64(ix->set_text, 2, text_tokens)
+					    : sqlite3_bind_null(ix->set_text, 2), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_text, 3, (int64_t)text_len), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_text, 4, n_terms), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_blob64(ix->set_text, 5, vec, vec_len, SQLITE_STATIC), errmsg, what)) ||
+	    (rc = ix_step_done(ix, ix->set_text, errmsg)))
 		return rc;
-	sqlite3_bind_int64(ix->put_text, 1, rid);
-	sqlite3_bind_blob(ix->put_text, 2, text_len ? text : "", (int)text_len, SQLITE_STATIC);
-	if ((rc = ix_step_done(ix, ix->put_text, errmsg)))
+	if ((rc = ix_bound(sqlite3_bind_int64(ix->put_text, 1, rid), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_blob64(ix->put_text, 2, text_len ? text : "", text_len, SQLITE_STATIC), errmsg,
+			   what)) ||
+	    (rc = ix_step_done(ix, ix->put_text, errmsg)))
 		return rc;
 	/* The tokens of the text replaced are not this text's. */
-	sqlite3_bind_int64(ix->del_tokens, 1, rid);
+	if ((rc = ix_bound(sqlite3_bind_int64(ix->del_tokens, 1, rid), errmsg, what)))
+		return rc;
 	return ix_step_done(ix, ix->del_tokens, errmsg);
 }
 
@@ -259,9 +267,9 @@ int ss_index_add_tokens(ss_index *ix, const char *id, const int32_t *tokens, int
 		for (int b = 0; b < 4; b++)
 			buf[4 * i + b] = (unsigned char)(v >> (8 * b));
 	}
-	sqlite3_bind_int64(ix->put_tokens, 1, rid);
-	sqlite3_bind_blob(ix->put_tokens, 2, buf, (int)len, SQLITE_STATIC);
-	rc = ix_step_done(ix, ix->put_tokens, errmsg);
+	if (!(rc = ix_bound(sqlite3_bind_int64(ix->put_tokens, 1, rid), errmsg, "storing the tokens")) &&
+	    !(rc = ix_bound(sqlite3_bind_blob64(ix->put_tokens, 2, buf, len, SQLITE_STATIC), errmsg, "storing the tokens")))
+		rc = ix_step_done(ix, ix->put_tokens, errmsg);
 	free(buf);
 	return rc;
 }
@@ -282,8 +290,10 @@ int ss_index_add_hits(ss_index *ix, const char *id, int64_t n, char *errmsg)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
 	if (!id || !*id || n < 1)
 		return ss_errf(errmsg, SS_ERR_INVALID, "hits of document \"%s\": %lld", id ? id : "", (long long)n);
-	sqlite3_bind_text(ix->add_hits, 1, id, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(ix->add_hits, 2, n);
+	int rc;
+	if ((rc = ix_bound(sqlite3_bind_text(ix->add_hits, 1, id, -1, SQLITE_STATIC), errmsg, "document id")) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->add_hits, 2, n), errmsg, "sqlite")))
+		return rc;
 	return ix_step_done(ix, ix->add_hits, errmsg);
 }
 
@@ -296,15 +306,11 @@ int ss_index_delete(ss_index *ix, const char *id, char *errmsg)
 		return ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
 	if (rc < 0)
 		return rc;
-	sqlite3_bind_int64(ix->del_doc, 1, rid);
-	if ((rc = ix_step_done(ix, ix->del_doc, errmsg)))
-		return rc;
-	sqlite3_stmt *dels[] = { ix->del_text, ix->del_tokens, ix->del_stateless };
-	for (size_t i = 0; i < sizeof dels / sizeof *dels; i++) {
-		sqlite3_bind_int64(dels[i], 1, rid);
-		if ((rc = ix_step_done(ix, dels[i], errmsg)))
+	sqlite3_stmt *dels[] = { ix->del_doc, ix->del_text, ix->del_tokens, ix->del_stateless };
+	for (size_t i = 0; i < sizeof dels / sizeof *dels; i++)
+		if ((rc = ix_bound(sqlite3_bind_int64(dels[i], 1, rid), errmsg, "sqlite")) ||
+		    (rc = ix_step_done(ix, dels[i], errmsg)))
 			return rc;
-	}
 	ix->n_deleted++;
 	return 0;
 }
@@ -338,21 +344,20 @@ static int file_id_of(ss_index *ix, const char *path, int64_t *file_id, char *er
 	char *sp = stored_path(ix, path, errmsg);
 	if (!sp)
 		return SS_ERR_IO;
-	int rc;
-	sqlite3_bind_text(ix->file_find, 1, sp, -1, SQLITE_STATIC);
-	if (sqlite3_step(ix->file_find) == SQLITE_ROW) {
+	int s = SQLITE_DONE;
+	int rc = ix_bound(sqlite3_bind_text(ix->file_find, 1, sp, -1, SQLITE_STATIC), errmsg, "state file path");
+	if (!rc && (s = sqlite3_step(ix->file_find)) == SQLITE_ROW)
 		*file_id = sqlite3_column_int64(ix->file_find, 0);
-		sqlite3_reset(ix->file_find);
-	} else {
-		sqlite3_reset(ix->file_find);
-		sqlite3_bind_text(ix->file_ins, 1, sp, -1, SQLITE_STATIC);
-		if ((rc = ix_step_done(ix, ix->file_ins, errmsg))) {
-			free(sp);
-			return rc;
-		}
+	else if (!rc && s != SQLITE_DONE)
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+	sqlite3_reset(ix->file_find);
+	if (!rc && s == SQLITE_DONE &&
+	    !(rc = ix_bound(sqlite3_bind_text(ix->file_ins, 1, sp, -1, SQLITE_STATIC), errmsg, "state file path")) &&
+	    !(rc = ix_step_done(ix, ix->file_ins, errmsg)))
 		*file_id = sqlite3_last_insert_rowid(ix->db);
-	}
 	free(sp);
+	if (rc)
+		return rc;
 	free(ix->last_path);
 	ix->last_path = strdup(path);
 	ix->last_file_id = *file_id;
@@ -368,15 +373,19 @@ int ss_index_add_state(ss_index *ix, const char *id, const char *state_path, uin
 		return ss_errf(errmsg, SS_ERR_INVALID, "document %s: state records need a named regular file", id ? id : "");
 	if ((rc = doc_rid(ix, id, &rid, &had_text, errmsg)) || (rc = file_id_of(ix, state_path, &file_id, errmsg)))
 		return rc;
-	sqlite3_bind_int64(ix->set_state, 1, rid);
-	sqlite3_bind_int64(ix->set_state, 2, file_id);
-	sqlite3_bind_int64(ix->set_state, 3, (int64_t)offset);
-	sqlite3_bind_int64(ix->set_state, 4, (int64_t)length);
-	sqlite3_bind_text(ix->set_state, 5, fingerprint ? fingerprint : "", -1, SQLITE_STATIC);
-	sqlite3_bind_int64(ix->set_state, 6, n_tokens);
-	if ((rc = ix_step_done(ix, ix->set_state, errmsg)))
+	const char *what = "storing the state's location";
+	if ((rc = ix_bound(sqlite3_bind_int64(ix->set_state, 1, rid), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_state, 2, file_id), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_state, 3, (int64_t)offset), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_state, 4, (int64_t)length), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_text(ix->set_state, 5, fingerprint ? fingerprint : "", -1, SQLITE_STATIC), errmsg,
+			   what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_state, 6, n_tokens), errmsg, what)) ||
+	    (rc = ix_step_done(ix, ix->set_state, errmsg)))
 		return rc;
-	sqlite3_bind_int64(ix->del_stateless, 1, rid); /* stored again */
+	/* stored again */
+	if ((rc = ix_bound(sqlite3_bind_int64(ix->del_stateless, 1, rid), errmsg, what)))
+		return rc;
 	return ix_step_done(ix, ix->del_stateless, errmsg);
 }
 
@@ -515,8 +524,11 @@ static int apply_budget(ss_index *ix, ss_index_build_stats *stats, char *errmsg)
 		}
 		/* Dropped: its record tells the dtype to recompute it in. */
 		ss_index_hit h = { 0 };
+		const char *id;
+		if ((rc = ix_doc_id(st, 1, sqlite3_column_int64(st, 0), &id, errmsg)))
+			goto done;
 		const char *fp = (const char *)sqlite3_column_text(st, 5);
-		h.id = (char *)sqlite3_column_text(st, 1);
+		h.id = (char *)id;
 		h.path = ix_resolve_path(ix, (const char *)sqlite3_column_text(st, 2));
 		h.offset = (uint64_t)sqlite3_column_int64(st, 3);
 		h.length = (uint64_t)len;
@@ -535,9 +547,10 @@ static int apply_budget(ss_index *ix, ss_index_build_stats *stats, char *errmsg)
 			goto done;
 		}
 		free(h.path);
-		sqlite3_bind_int64(ins, 1, sqlite3_column_int64(st, 0));
-		sqlite3_bind_text(ins, 2, ss_dtype_name(ix->meta.dtype), -1, SQLITE_STATIC);
-		if ((rc = ix_step_done(ix, ins, errmsg)))
+		if ((rc = ix_bound(sqlite3_bind_int64(ins, 1, sqlite3_column_int64(st, 0)), errmsg, "state budget")) ||
+		    (rc = ix_bound(sqlite3_bind_text(ins, 2, ss_dtype_name(ix->meta.dtype), -1, SQLITE_STATIC), errmsg,
+				   "state budget")) ||
+		    (rc = ix_step_done(ix, ins, errmsg)))
 			goto done;
 		stats->n_dropped_states++;
 	}
@@ -573,19 +586,38 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 	if (!ix || !ix->building || ix->committed)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
 	sqlite3_stmt *st = NULL;
-	int rc;
+	int rc, s;
 	char why[SS_ERRMSG_MAX];
+	const char *id;
+
+	/* A row without an id (an edited file; the schema forbids it) is not
+	 * carried into another commit. NULL sorts first: the first row in id
+	 * order, read from the id's index (IS NULL on a NOT NULL column would
+	 * scan it all). */
+	if ((rc = ix_prep(ix, &st, "SELECT rid, id IS NULL FROM docs ORDER BY id LIMIT 1", errmsg)))
+		goto fail;
+	if ((s = sqlite3_step(st)) == SQLITE_ROW && sqlite3_column_int(st, 1)) {
+		rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document row %lld has no id",
+			     (long long)sqlite3_column_int64(st, 0));
+		goto fail;
+	} else if (s != SQLITE_ROW && s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+		goto fail;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
 
 	/* Incomplete documents can only come from this build: a stateless one
 	 * is complete while it has the tokens of its text. */
 	if ((rc = ix_prep(ix, &st,
-		       "SELECT id, file_id IS NULL, text_len IS NULL, rid IN (SELECT rid FROM stateless) FROM docs d"
+		       "SELECT id, file_id IS NULL, text_len IS NULL, rid IN (SELECT rid FROM stateless), rid FROM docs d"
 		       " WHERE " INCOMPLETE " ORDER BY id", errmsg)))
 		goto fail;
-	while (sqlite3_step(st) == SQLITE_ROW) {
+	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
 		stats->n_dropped++;
 		if (note) {
-			const char *id = (const char *)sqlite3_column_text(st, 0);
+			if ((rc = ix_doc_id(st, 0, sqlite3_column_int64(st, 4), &id, errmsg)))
+				goto fail;
 			snprintf(why, sizeof why, "%s",
 				 sqlite3_column_int(st, 3) ? "has no stored state and no tokens of its text to "
 							     "recompute it from: left out"
@@ -593,6 +625,10 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 							     : "has a state but no token record (text): left out");
 			note(ctx, id, 1, why);
 		}
+	}
+	if (s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+		goto fail;
 	}
 	sqlite3_finalize(st);
 	st = NULL;
@@ -613,19 +649,25 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 
 	/* Token counts that disagree, among the documents this build touched. */
 	if ((rc = ix_prep(ix, &st,
-		       "SELECT id, text_tokens, n_tokens FROM docs"
+		       "SELECT id, text_tokens, n_tokens, rid FROM docs"
 		       " WHERE (rid > ?1 OR rid IN (SELECT rid FROM temp.touched))"
-		       " AND text_tokens IS NOT NULL AND text_tokens != n_tokens ORDER BY id", errmsg)))
+		       " AND text_tokens IS NOT NULL AND text_tokens != n_tokens ORDER BY id", errmsg)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(st, 1, ix->base_rid), errmsg, "sqlite")))
 		goto fail;
-	sqlite3_bind_int64(st, 1, ix->base_rid);
-	while (sqlite3_step(st) == SQLITE_ROW) {
+	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
 		stats->n_warned++;
 		if (note) {
+			if ((rc = ix_doc_id(st, 0, sqlite3_column_int64(st, 3), &id, errmsg)))
+				goto fail;
 			snprintf(why, sizeof why,
 				 "text has %lld tokens but the state has seen %lld: encoded from other text?",
 				 (long long)sqlite3_column_int64(st, 1), (long long)sqlite3_column_int64(st, 2));
-			note(ctx, (const char *)sqlite3_column_text(st, 0), 0, why);
+			note(ctx, id, 0, why);
 		}
+	}
+	if (s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+		goto fail;
 	}
 	sqlite3_finalize(st);
 	st = NULL;
@@ -635,9 +677,9 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 		goto fail;
 	char fp0[SS_ERRMSG_MAX / 4] = "", id0[SS_ERRMSG_MAX / 4] = "";
 	int n_fp = 0;
-	while (sqlite3_step(st) == SQLITE_ROW) {
+	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *fp = (const char *)sqlite3_column_text(st, 0);
-		const char *id = (const char *)sqlite3_column_text(st, 1);
+		id = (const char *)sqlite3_column_text(st, 1);
 		if (n_fp++ == 0) {
 			snprintf(fp0, sizeof fp0, "%s", fp ? fp : "");
 			snprintf(id0, sizeof id0, "%s", id ? id : "");
@@ -648,22 +690,28 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 			goto fail;
 		}
 	}
+	if (s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+		goto fail;
+	}
 	sqlite3_finalize(st);
 	st = NULL;
 
 	if ((rc = ix_prep(ix, &st,
 		       "SELECT (SELECT count(*) FROM docs), (SELECT count(*) FROM docs WHERE rid > ?1),"
 		       " (SELECT count(*) FROM temp.touched JOIN docs USING (rid)),"
-		       " (SELECT count(*) FROM stateless), (SELECT coalesce(sum(frame_length), 0) FROM docs)", errmsg)))
+		       " (SELECT count(*) FROM stateless), (SELECT coalesce(sum(frame_length), 0) FROM docs)", errmsg)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(st, 1, ix->base_rid), errmsg, "sqlite")))
 		goto fail;
-	sqlite3_bind_int64(st, 1, ix->base_rid);
-	if (sqlite3_step(st) == SQLITE_ROW) {
-		stats->n_docs = sqlite3_column_int64(st, 0);
-		stats->n_added = sqlite3_column_int64(st, 1);
-		stats->n_replaced = sqlite3_column_int64(st, 2);
-		stats->n_stateless = sqlite3_column_int64(st, 3);
-		stats->state_bytes = sqlite3_column_int64(st, 4);
+	if (sqlite3_step(st) != SQLITE_ROW) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+		goto fail;
 	}
+	stats->n_docs = sqlite3_column_int64(st, 0);
+	stats->n_added = sqlite3_column_int64(st, 1);
+	stats->n_replaced = sqlite3_column_int64(st, 2);
+	stats->n_stateless = sqlite3_column_int64(st, 3);
+	stats->state_bytes = sqlite3_column_int64(st, 4);
 	stats->n_deleted = ix->n_deleted;
 	sqlite3_finalize(st);
 	st = NULL;
@@ -672,8 +720,8 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 		       "INSERT INTO meta VALUES('fingerprint', ?1), ('updated_by', 'ss " SS_VERSION "')"
 		       " ON CONFLICT(key) DO UPDATE SET value = excluded.value", errmsg)))
 		goto fail;
-	sqlite3_bind_text(st, 1, fp0, -1, SQLITE_STATIC);
-	if ((rc = ix_step_done(ix, st, errmsg)))
+	if ((rc = ix_bound(sqlite3_bind_text(st, 1, fp0, -1, SQLITE_STATIC), errmsg, "sqlite")) ||
+	    (rc = ix_step_done(ix, st, errmsg)))
 		goto fail;
 	sqlite3_finalize(st);
 	st = NULL;

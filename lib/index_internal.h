@@ -66,6 +66,15 @@ int ix_prep(ss_index *ix, sqlite3_stmt **st, const char *sql, char *errmsg);
 int ix_step_done(ss_index *ix, sqlite3_stmt *st, char *errmsg);
 /* Runs sql (one or more statements); 0 or ix_sqlerr's code. */
 int ix_exec(ss_index *ix, const char *sql, char *errmsg);
+/* 0 when a sqlite3_bind_* call returned `code` SQLITE_OK, else errmsg
+ * "what: <sqlite's message>" and SS_ERR_TOO_LARGE (a value past SQLite's
+ * length limit: unchecked, the statement would store NULL there) or
+ * SS_ERR_IO. */
+int ix_bound(int code, char *errmsg, const char *what);
+/* docs.id from column col of st's current row into *id (SQLite's, valid
+ * until st moves): 0, SS_ERR_FORMAT for a row without one (a damaged index;
+ * errmsg names row `rid`), SS_ERR_NOMEM. */
+int ix_doc_id(sqlite3_stmt *st, int col, int64_t rid, const char **id, char *errmsg);
 /* Checks meta.schema_version: 0, or SS_ERR_VERSION / SS_ERR_FORMAT /
  * SS_ERR_IO with errmsg; empty_ok: a database with no tables at all gives
  * 1 (to be created). */

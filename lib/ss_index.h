@@ -189,7 +189,10 @@ int ss_index_delete(ss_index *ix, const char *id, char *errmsg);
  * committed), merges the FTS segments and commits. st may be NULL.
  * Rewrites the postings of every term from the documents' term vectors
  * (time and memory about those of the postings, whatever the build added).
- * Returns 0, or a negative SS_ERR_* (the build is then rolled back).
+ * Returns 0, or a negative SS_ERR_* (the build is then rolled back, the
+ * file left as it was): SS_ERR_FORMAT for a damaged index (a document row
+ * without an id, or with a row id outside 1..249999999: errmsg names it),
+ * SS_ERR_TOO_LARGE for a value past SQLite's length limit, SS_ERR_IO.
  * ix stays open (for ss_index_close) either way; no more adds after it. */
 int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_build_stats *st,
                     char *errmsg);
@@ -233,7 +236,9 @@ typedef struct {
  * (MaxScore). Hits of equal score are ordered by id. k >= 1.
  * Returns the number of hits n (0 <= n <= k) with *hits set (free with
  * ss_index_hits_free; NULL when n == 0), or SS_ERR_INVALID for an empty
- * query (no term with a letter or digit) or k < 1, SS_ERR_IO (SQLite). */
+ * query (no term with a letter or digit) or k < 1, SS_ERR_IO (SQLite),
+ * SS_ERR_FORMAT (a damaged index: postings, lengths, a hit's row without
+ * an id). */
 int ss_index_query(ss_index *ix, const char *query, int k, const char *const *exclude,
                    size_t n_exclude, ss_index_hit **hits, char *errmsg);
 
@@ -280,8 +285,9 @@ typedef int (*ss_index_doc_fn)(void *ctx, const ss_index_doc *doc);
 /* Calls fn for document `id`, or for every document in id order (byte
  * order) when id is NULL, from one read snapshot (memory: one row at a
  * time). fn may be NULL (checks that id exists). Returns 0, fn's non-zero
- * return, SS_ERR_NOTFOUND (id given and absent), SS_ERR_NOMEM, SS_ERR_IO;
- * SS_ERR_INVALID when ix is not open for queries (ss_index_open). */
+ * return, SS_ERR_NOTFOUND (id given and absent), SS_ERR_NOMEM, SS_ERR_IO,
+ * SS_ERR_FORMAT (a damaged index: a row without an id); SS_ERR_INVALID
+ * when ix is not open for queries (ss_index_open). */
 int ss_index_docs(ss_index *ix, const char *id, ss_index_doc_fn fn, void *ctx, char *errmsg);
 
 /* The text document `id` was indexed from (the "text" of its token record,

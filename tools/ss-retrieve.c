@@ -677,7 +677,12 @@ static int run_query(ss_index *ix, qopts *o, const char *qid, const char *text, 
 	ss_index_hit *h;
 	int n = ss_index_query(ix, text, k, exclude, n_exclude, &h, em);
 	if (n < 0) {
-		cli_warn("%s%s", label, em);
+		/* A bad query is the query's; anything else is the index's (a
+		 * damaged file: name it). */
+		if (n == SS_ERR_INVALID)
+			cli_warn("%s%s", label, em);
+		else
+			cli_warn("%s: %s%s", o->db, label, em);
 		return 1;
 	}
 	int bad = 0;
