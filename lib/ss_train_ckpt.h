@@ -61,6 +61,17 @@ int ss_safetensors_load_f32(const char *path, const char *name, float *dst, size
 int ss_train_save_model(const char *dir, const ss_model_config *c, const ss_train_params *P,
 			ss_dtype dtype, char *errmsg);
 
+/* Checks x[P->n], an array laid out as P->data (the parameters of a trainer
+ * of a model with config c, or Adam's moments of them): every element
+ * finite and, with nonneg, >= 0. Returns 0, or SS_ERR_INVALID with errmsg
+ * naming the tensor of the first element that is not by the name
+ * ss_train_save_model writes it under, and its value
+ * ("backbone.layers.0.mixer.A_log holds nan"; "a parameter holds nan" when
+ * out of memory to find the name). ss-train writes no checkpoint that fails
+ * it. */
+int ss_train_params_check(const ss_model_config *c, const ss_train_params *P, const float *x,
+			  int nonneg, char *errmsg);
+
 #ifdef __cplusplus
 }
 #endif

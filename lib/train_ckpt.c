@@ -169,32 +169,24 @@ static int write_config(const char *dir, const ss_model_config *c, ss_dtype dtyp
 	return ss_output_commit(o, errmsg);
 }
 
-int ss_train_save_model(const char *dir, const ss_model_config *c, const ss_train_params *P,
-			ss_dtype dtype, char *errmsg)
+/* The tensors ss_train_save_model writes, in its order, as views of P: names
+ * (transformers', into names[k]), shapes and data; conv1d.weight from convw
+ * ([n_layer][conv_dim][d_conv], P's conv_wt transposed) or, with convw
+ * NULL, from P's conv_wt itself (same numel, tap-major). t and names hold
+ * 3 + 9·n_layer entries. Returns the number of tensors. */
+static size_t param_views(const ss_model_config *c, const ss_train_params *P, const float *convw,
+			  ss_tensor_f32 *t, char (*names)[96])
 {
 	const int64_t dm = c->d_model, K = c->d_conv, cd = c->conv_dim;
-	size_t nt = 3 + 9 * (size_t)c->n_layer, k = 0;
-	ss_tensor_f32 *t = calloc(nt, sizeof *t);
-	char (*names)[96] = calloc(nt, sizeof *names);
-	float *convw = malloc((size_t)c->n_layer * (size_t)(cd * K) * sizeof(float));
-	char path[4096];
-	int rc;
-	if (!t || !names || !convw) {
-		rc = ss_errf(errmsg, SS_ERR_NOMEM, "%s: out of memory", dir);
-		goto out;
-	}
+	size_t k = 0;
 #define ADD(nm, d, nd, s0, s1, s2) do { \
 		snprintf(names[k], sizeof names[k], "%s", nm); \
 		t[k] = (ss_tensor_f32){ names[k], nd, { s0, s1, s2, 0 }, d }; k++; } while (0)
 	ADD("backbone.embeddings.weight", P->embedding, 2, c->vocab_padded, dm, 0);
 	for (int l = 0; l < c->n_layer; l++) {
 		const ss_train_layer *L = &P->layers[l];
-		float *cw = convw + (size_t)l * (size_t)(cd * K);
+		const float *cw = convw ? convw + (size_t)l * (size_t)(cd * K) : L->conv_wt;
 		char nm[96];
-		/* conv_wt[k][c] = conv1d.weight[c][0][k] */
-		for (int64_t ch = 0; ch < cd; ch++)
-			for (int64_t j = 0; j < K; j++)
-				cw[ch * K + j] = L->conv_wt[j * cd + ch];
 #define N(suffix) (snprintf(nm, sizeof nm, "backbone.layers.%d.%s", l, suffix), nm)
 		ADD(N("norm.weight"), L->norm, 1, dm, 0, 0);
 		ADD(N("mixer.in_proj.weight"), L->in_proj, 2, c->d_in_proj, dm, 0);
@@ -211,6 +203,32 @@ int ss_train_save_model(const char *dir, const ss_model_config *c, const ss_trai
 	if (!c->tied)
 		ADD("lm_head.weight", P->lm_head, 2, c->vocab_padded, dm, 0);
 #undef ADD
+	return k;
+}
+
+int ss_train_save_model(const char *dir, const ss_model_config *c, const ss_train_params *P,
+			ss_dtype dtype, char *errmsg)
+{
+	const int64_t K = c->d_conv, cd = c->conv_dim;
+	size_t nt = 3 + 9 * (size_t)c->n_layer, k;
+	ss_tensor_f32 *t = calloc(nt, sizeof *t);
+	char (*names)[96] = calloc(nt, sizeof *names);
+	float *convw = malloc((size_t)c->n_layer * (size_t)(cd * K) * sizeof(float));
+	char path[4096];
+	int rc;
+	if (!t || !names || !convw) {
+		rc = ss_errf(errmsg, SS_ERR_NOMEM, "%s: out of memory", dir);
+		goto out;
+	}
+	for (int l = 0; l < c->n_layer; l++) {
+		const float *wt = P->layers[l].conv_wt;
+		float *cw = convw + (size_t)l * (size_t)(cd * K);
+		/* conv_wt[k][c] = conv1d.weight[c][0][k] */
+		for (int64_t ch = 0; ch < cd; ch++)
+			for (int64_t j = 0; j < K; j++)
+				cw[ch * K + j] = wt[j * cd + ch];
+	}
+	k = param_views(c, P, convw, t, names);
 	snprintf(path, sizeof path, "%s/model.safetensors", dir);
 	if ((rc = ss_safetensors_save(path, t, k, dtype, errmsg)) == 0)
 		rc = write_config(dir, c, dtype, errmsg);
@@ -218,5 +236,30 @@ out:
 	free(t);
 	free(names);
 	free(convw);
+	return rc;
+}
+
+int ss_train_params_check(const ss_model_config *c, const ss_train_params *P, const float *x,
+			  int nonneg, char *errmsg)
+{
+	size_t i = 0;
+	while (i < P->n && isfinite(x[i]) && (!nonneg || x[i] >= 0))
+		i++;
+	if (i == P->n)
+		return 0;
+	size_t nt = 3 + 9 * (size_t)c->n_layer, k;
+	ss_tensor_f32 *t = calloc(nt, sizeof *t);
+	char (*names)[96] = calloc(nt, sizeof *names);
+	const char *name = "a parameter";
+	if (t && names) {
+		k = param_views(c, P, NULL, t, names);
+		for (size_t j = 0; j < k; j++)
+			if ((size_t)(t[j].data - P->data) <= i &&
+			    i - (size_t)(t[j].data - P->data) < numel(&t[j]))
+				name = t[j].name;
+	}
+	int rc = ss_errf(errmsg, SS_ERR_INVALID, "%s holds %g", name, (double)x[i]);
+	free(t);
+	free(names);
 	return rc;
 }

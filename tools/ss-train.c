@@ -769,6 +769,13 @@ static void save(const char *dir, const run_state *r, ss_train *t, const ss_mode
 {
 	char err[SS_ERRMSG_MAX] = "", tmp[4096], old[4096], p[4200], q[4200];
 	ss_train_params *P = ss_train_params_of(t);
+	/* a non-finite checkpoint would replace the last good one in dir */
+	const struct { const char *what; const float *x; int nonneg; } chk[] = {
+		{ "", P->data, 0 }, { "Adam's m: ", am, 0 }, { "Adam's v: ", av, 1 } };
+	for (int i = 0; i < 3; i++)
+		if (ss_train_params_check(cfg, P, chk[i].x, chk[i].nonneg, err))
+			cli_die("%s: step %lld: %s%s; the checkpoint is not written", dir,
+				(long long)r->step, chk[i].what, err);
 	snprintf(tmp, sizeof tmp, "%s.tmp-%ld", dir, (long)getpid());
 	snprintf(old, sizeof old, "%s.old-%ld", dir, (long)getpid());
 	rm_tree(tmp);
@@ -813,25 +820,75 @@ fail:
 	cli_die("%s", err);
 }
 
-static double json_num(const cJSON *o, const char *key, const char *path)
+/* The number at `key` of o, a double in [lo, hi]; dies naming the file
+ * and the key otherwise. */
+static double json_real(const cJSON *o, const char *key, const char *path, double lo, double hi)
 {
 	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
 	if (!cJSON_IsNumber(x))
-		cli_die("%s: missing \"%s\" (a number)", path, key);
+		cli_die(x ? "%s: \"%s\" is not a number" : "%s: missing \"%s\" (a number)", path, key);
+	if (!(x->valuedouble >= lo && x->valuedouble <= hi))
+		cli_die("%s: \"%s\" is %.17g, not a number in [%g, %g]", path, key, x->valuedouble,
+			lo, hi);
 	return x->valuedouble;
+}
+
+/* The number at `key` of o, a whole number in [lo, hi] (|lo|, |hi| <=
+ * 2^53: doubles hold them exactly); dies naming the file and the key
+ * otherwise. */
+static int64_t json_int(const cJSON *o, const char *key, const char *path, int64_t lo, int64_t hi)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+	if (!cJSON_IsNumber(x))
+		cli_die(x ? "%s: \"%s\" is not a number" : "%s: missing \"%s\" (a number)", path, key);
+	double v = x->valuedouble;
+	if (!(v >= (double)lo && v <= (double)hi) || v != floor(v))
+		cli_die("%s: \"%s\" is %.17g, not an integer in [%lld, %lld]", path, key, v,
+			(long long)lo, (long long)hi);
+	return (int64_t)v;
 }
 
 static const char *json_str(const cJSON *o, const char *key, const char *path)
 {
 	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
 	if (!cJSON_IsString(x))
-		cli_die("%s: missing \"%s\" (a string)", path, key);
+		cli_die(x ? "%s: \"%s\" is not a string" : "%s: missing \"%s\" (a string)", path, key);
 	return x->valuestring;
 }
 
-/* Reads DIR/trainer_state.json into r. */
+/* The optional string at `key` of o: NULL when absent; dies when it is
+ * there but not a string, or empty. */
+static const char *json_opt_str(const cJSON *o, const char *key, const char *path)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+	if (!x)
+		return NULL;
+	if (!cJSON_IsString(x) || !x->valuestring[0])
+		cli_die("%s: \"%s\" is not a non-empty string", path, key);
+	return x->valuestring;
+}
+
+/* The string at `key` of o as a whole decimal integer in [0, hi]. */
+static uint64_t json_u64(const cJSON *o, const char *key, const char *path, uint64_t hi)
+{
+	const char *s = json_str(o, key, path);
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s < '0' || *s > '9' || v > hi)
+		cli_die("%s: \"%s\" is \"%s\", not an integer in [0, %llu]", path, key, s,
+			(unsigned long long)hi);
+	return (uint64_t)v;
+}
+
+/* Reads DIR/trainer_state.json into r, every field checked against the
+ * bounds of its command-line option (a hand-edited or damaged file would
+ * otherwise index out of the data or train with nonsense): dies naming the
+ * file and the field. Fields given on the command line (r->data,
+ * r->states, r->chunk_tokens already set) are kept. */
 static void load_state(const char *dir, run_state *r)
 {
+	const int64_t exact = INT64_C(1) << 53; /* the largest integer a JSON number holds */
 	char p[4200];
 	size_t len;
 	snprintf(p, sizeof p, "%s/trainer_state.json", dir);
@@ -840,7 +897,8 @@ static void load_state(const char *dir, run_state *r)
 	free(text);
 	if (!cJSON_IsObject(o))
 		cli_die("%s: not a JSON object", p);
-#define NUM(key) json_num(o, key, p)
+#define INT(key, lo, hi) json_int(o, key, p, lo, hi)
+#define REAL(key, lo, hi) json_real(o, key, p, lo, hi)
 #define STR(key) json_str(o, key, p)
 	const char *obj = STR("objective");
 	r->objective = -1;
@@ -849,38 +907,62 @@ static void load_state(const char *dir, run_state *r)
 			r->objective = i;
 	if (r->objective < 0)
 		cli_die("%s: unknown objective \"%s\"", p, obj);
-	r->step = (int64_t)NUM("step");
-	r->steps = (int64_t)NUM("steps");
-	r->lr = NUM("lr");
-	r->min_lr = NUM("min_lr");
-	r->warmup = (int64_t)NUM("warmup");
-	r->weight_decay = NUM("weight_decay");
-	r->clip = NUM("clip");
-	r->seq_len = (int64_t)NUM("seq_len");
-	r->batch_tokens = (int64_t)NUM("batch_tokens");
-	r->batch_seqs = (int64_t)NUM("batch_seqs");
-	r->max_k = (int64_t)NUM("max_k");
-	r->seed = strtoull(STR("seed"), NULL, 10);
-	r->rng = strtoull(STR("rng"), NULL, 10);
-	if (ss_compose_mode_parse(STR("mode"), &r->mode) ||
-	    ss_dtype_parse(STR("save_dtype"), &r->save_dtype))
-		cli_die("%s: bad \"mode\" or \"save_dtype\"", p);
-	if (!r->data)
-		r->data = strdup(STR("data"));
-	const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "states");
-	if (!r->states && cJSON_IsString(s))
-		r->states = strdup(s->valuestring);
-	s = cJSON_GetObjectItemCaseSensitive(o, "chunk_tokens");
-	if (!r->chunk_tokens && cJSON_IsString(s))
-		r->chunk_tokens = strdup(s->valuestring);
-	s = cJSON_GetObjectItemCaseSensitive(o, "loss_after");
-	if (cJSON_IsString(s))
-		r->loss_after = strdup(s->valuestring);
-	snprintf(r->base_fingerprint, sizeof r->base_fingerprint, "%s", STR("base_fingerprint"));
-	r->epoch = (int64_t)NUM("epoch");
-	r->offset = (int64_t)NUM("offset");
-	r->pos = (int64_t)NUM("pos");
-#undef NUM
+	/* the bounds of main's cli_long / cli_double */
+	r->steps = INT("steps", 1, INT64_C(1) << 40);
+	r->step = INT("step", 0, r->steps);
+	r->lr = REAL("lr", 0, 10);
+	r->min_lr = REAL("min_lr", 0, 10);
+	r->warmup = INT("warmup", 0, INT64_C(1) << 40);
+	r->weight_decay = REAL("weight_decay", 0, 10);
+	r->clip = REAL("clip", 0, 1e30);
+	r->seq_len = INT("seq_len", 1, INT64_C(1) << 24);
+	r->batch_tokens = INT("batch_tokens", 1, INT64_C(1) << 24);
+	r->batch_seqs = INT("batch_seqs", 1, INT64_C(1) << 16);
+	r->max_k = INT("max_k", 0, INT64_C(1) << 20);
+	if (r->objective == OBJ_LM && r->batch_tokens < r->seq_len)
+		cli_die("%s: \"batch_tokens\" %lld is less than \"seq_len\" %lld", p,
+			(long long)r->batch_tokens, (long long)r->seq_len);
+	r->seed = json_u64(o, "seed", p, LONG_MAX);
+	r->rng = json_u64(o, "rng", p, UINT64_MAX);
+	const char *mode = STR("mode"), *sdtype = STR("save_dtype");
+	if (ss_compose_mode_parse(mode, &r->mode) || r->mode == SS_COMPOSE_SUM ||
+	    r->mode == SS_COMPOSE_MAX)
+		cli_die("%s: \"mode\" is \"%s\", not picaso-r, picaso-s, caso or soup", p, mode);
+	if (ss_dtype_parse(sdtype, &r->save_dtype) || r->save_dtype == SS_DTYPE_Q8)
+		cli_die("%s: \"save_dtype\" is \"%s\", not f32, bf16 or f16", p, sdtype);
+	const char *s = STR("data");
+	if (!s[0])
+		cli_die("%s: \"data\" is empty", p);
+	if (!r->data && !(r->data = strdup(s)))
+		cli_die("out of memory");
+	if ((s = json_opt_str(o, "states", p)) && !r->states && !(r->states = strdup(s)))
+		cli_die("out of memory");
+	if ((s = json_opt_str(o, "chunk_tokens", p)) && !r->chunk_tokens &&
+	    !(r->chunk_tokens = strdup(s)))
+		cli_die("out of memory");
+	if ((cJSON_HasObjectItem(o, "states") && r->objective != OBJ_BP2C) ||
+	    (cJSON_HasObjectItem(o, "chunk_tokens") && r->objective != OBJ_BPTC))
+		cli_die("%s: \"states\" belongs to objective bp2c, \"chunk_tokens\" to bptc", p);
+	if (r->objective == OBJ_BP2C && !r->states)
+		cli_die("%s: objective bp2c without \"states\"", p);
+	if (r->objective == OBJ_BPTC && !r->chunk_tokens)
+		cli_die("%s: objective bptc without \"chunk_tokens\"", p);
+	if ((s = json_opt_str(o, "loss_after", p))) {
+		if (r->objective != OBJ_LM)
+			cli_die("%s: \"loss_after\" belongs to objective lm", p);
+		if (!(r->loss_after = strdup(s)))
+			cli_die("out of memory");
+	}
+	s = STR("base_fingerprint");
+	if (!s[0] || strlen(s) >= sizeof r->base_fingerprint)
+		cli_die("%s: \"base_fingerprint\" is not a model fingerprint", p);
+	snprintf(r->base_fingerprint, sizeof r->base_fingerprint, "%s", s);
+	r->epoch = INT("epoch", 0, exact);
+	/* -1: the start of the data; lm_open checks pos against the document */
+	r->offset = INT("offset", -1, exact);
+	r->pos = INT("pos", 0, exact);
+#undef INT
+#undef REAL
 #undef STR
 	cJSON_Delete(o);
 }
@@ -983,6 +1065,16 @@ int main(int argc, char **argv)
 		load_state(resume, &r);
 		if (given_steps)
 			r.steps = steps_given;
+		if (r.step > r.steps)
+			cli_usage(usage, "--steps %lld: the run in %s is at step %lld", (long long)r.steps,
+				  resume, (long long)r.step);
+		if (until >= 0 && until < r.step)
+			cli_usage(usage, "--until %lld: the run in %s is at step %lld", (long long)until,
+				  resume, (long long)r.step);
+		if ((r.states && r.objective != OBJ_BP2C) ||
+		    (r.chunk_tokens && r.objective != OBJ_BPTC))
+			cli_usage(usage, "--states belongs to bp2c, --chunk-tokens to bptc (the run in %s "
+					 "is %s)", resume, obj_names[r.objective]);
 	} else {
 		if (!objective)
 			cli_usage(usage, "--objective lm|bp2c|bptc is required");
@@ -1064,6 +1156,16 @@ int main(int argc, char **argv)
 		    (r.save_dtype != SS_DTYPE_F32 &&
 		     ss_safetensors_load_f32(p, "master", P->data, P->n, err)))
 			cli_die("%s", err);
+		/* a negative v makes every weight NaN in the first update */
+		if (ss_train_params_check(&cfg, P, am, 0, err))
+			cli_die("%s: \"m\": %s", p, err);
+		if (ss_train_params_check(&cfg, P, av, 1, err))
+			cli_die("%s: \"v\": %s", p, err);
+		if (ss_train_params_check(&cfg, P, P->data, 0, err)) {
+			if (r.save_dtype == SS_DTYPE_F32)
+				snprintf(p, sizeof p, "%s/model.safetensors", resume);
+			cli_die("%s: %s%s", p, r.save_dtype == SS_DTYPE_F32 ? "" : "\"master\": ", err);
+		}
 	}
 	const int32_t vocab = mcli_vocab(m);
 	ss_model_free(m);
