@@ -2,6 +2,7 @@
  * queries, reading the states of hits; building is lib/index_build.c. See
  * ss_index.h. */
 #include "index_internal.h"
+#include "safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -618,15 +619,19 @@ static int reader_for(ss_index *ix, const ss_index_hit *hit, reader_slot **out, 
 	ix->next_slot = (ix->next_slot + 1) % READER_SLOTS;
 	slot_clear(s);
 	/* The size comes from the descriptor that ss_index_copy reads, so
-	 * both see the same file even if the path is replaced later. */
-	int fd = open(hit->path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return ss_errf(errmsg, errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO,
-			    "document %s: state file: %s", hit->id, strerror(errno));
+	 * both see the same file even if the path is replaced later. A FIFO
+	 * put in the file's place must not block the query: opened without
+	 * blocking, refused unless regular. */
+	int fd = ss_open_regular(hit->path);
+	if (fd == -2)
+		return ss_errf(errmsg, SS_ERR_IO, "document %s: state file is not a regular file "
+			    "(replaced since the index was built?)", hit->id);
 	struct stat sb;
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		int rc = ss_errf(errmsg, SS_ERR_IO, "document %s: state file is not a regular file", hit->id);
-		close(fd);
+	if (fd < 0 || fstat(fd, &sb) != 0) {
+		int e = errno, rc = ss_errf(errmsg, e == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO,
+					   "document %s: state file: %s", hit->id, strerror(e));
+		if (fd >= 0)
+			close(fd);
 		return rc;
 	}
 	char em[SS_ERRMSG_MAX];

@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -79,20 +81,51 @@ int32_t *mcli_parse_ids(const char *opt, const char *s, size_t *n, const char *u
 	return ids;
 }
 
-char *mcli_read_file(const char *path, size_t *len)
+/* "64 MiB" for whole MiB, else "N bytes". */
+static const char *size_str(uint64_t n, char buf[32])
+{
+	if (n && n % (UINT64_C(1) << 20) == 0)
+		snprintf(buf, 32, "%llu MiB", (unsigned long long)(n >> 20));
+	else
+		snprintf(buf, 32, "%llu bytes", (unsigned long long)n);
+	return buf;
+}
+
+/* Dies "PATH: larger than MAX, the limit for WHAT". */
+static void __attribute__((noreturn)) too_large(const char *path, uint64_t max, const char *what)
+{
+	char b[32];
+	cli_die("%s: larger than %s, the limit for %s", path, size_str(max, b), what);
+}
+
+/* Dies when f is a regular file of more than max bytes: the bound is
+ * reported before anything is read (a pipe is counted as it is read). */
+static void check_size(FILE *f, const char *path, uint64_t max, const char *what)
+{
+	struct stat sb;
+	if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > max)
+		too_large(path, max, what);
+}
+
+char *mcli_read_file_max(const char *path, uint64_t max, const char *what, size_t *len)
 {
 	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
 	if (!f)
 		cli_die("%s: %s", path, strerror(errno));
-	size_t cap = 4096, n = 0;
+	check_size(f, path, max, what);
+	/* At most max + 1 bytes are read: one past the bound shows it passed. */
+	uint64_t cap_max = max < SIZE_MAX - 2 ? max + 2 : SIZE_MAX;
+	size_t cap = cap_max < 4096 ? (size_t)cap_max : 4096, n = 0;
 	char *buf = malloc(cap);
 	for (;;) {
 		if (!buf)
 			cli_die("%s: out of memory", path);
 		n += fread(buf + n, 1, cap - n - 1, f);
+		if (n > max)
+			too_large(path, max, what);
 		if (n < cap - 1)
 			break;
-		cap *= 2;
+		cap = (uint64_t)cap * 2 < cap_max ? cap * 2 : (size_t)cap_max;
 		char *t = realloc(buf, cap);
 		if (!t)
 			free(buf);
@@ -105,6 +138,11 @@ char *mcli_read_file(const char *path, size_t *len)
 	buf[n] = 0;
 	*len = n;
 	return buf;
+}
+
+char *mcli_read_file(const char *path, size_t *len)
+{
+	return mcli_read_file_max(path, SIZE_MAX, NULL, len);
 }
 
 int32_t mcli_vocab(const ss_model *m)
@@ -251,6 +289,13 @@ void mcli_jsonl_open(mcli_jsonl *r, const char *path)
 		cli_die("%s: %s", path, strerror(errno));
 }
 
+void mcli_jsonl_limit(mcli_jsonl *r, uint64_t max, const char *what)
+{
+	r->max_bytes = max;
+	r->what = what;
+	check_size(r->f, r->path, max, what);
+}
+
 void *mcli_grow(void *p, size_t n, size_t *cap, size_t elem)
 {
 	if (n < *cap)
@@ -273,6 +318,9 @@ cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected)
 			cli_die("%s: longer than 16 MiB", r->where);
 		if (len == -3)
 			cli_die("%s: read error: %s", r->path, strerror(errno));
+		r->n_bytes += (uint64_t)len;
+		if (r->max_bytes && r->n_bytes > r->max_bytes)
+			too_large(r->path, r->max_bytes, r->what);
 		if (strspn(r->line, " \t\r\n") == (size_t)len)
 			continue;
 		cJSON *o = cJSON_ParseWithLength(r->line, (size_t)len);

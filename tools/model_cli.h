@@ -8,6 +8,7 @@
 #ifndef SS_MODEL_CLI_H
 #define SS_MODEL_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "ss.h"
@@ -40,6 +41,15 @@ int32_t *mcli_parse_ids(const char *opt, const char *s, size_t *n, const char *u
 /* Reads a whole file ("-" = stdin) into a malloc'd NUL-terminated buffer;
  * dies naming the file on failure. */
 char *mcli_read_file(const char *path, size_t *len);
+/* The same, of at most max bytes: past them it dies "PATH: larger than
+ * 64 MiB, the limit for WHAT" (a regular file before it is read, a pipe
+ * after max + 1 bytes: memory stays within about max). */
+char *mcli_read_file_max(const char *path, uint64_t max, const char *what, size_t *len);
+
+/* The bound on a text input held in memory whole: a --prompt-file (one
+ * prompt is one document: ss-tokenize's --max-doc default), and all of a
+ * --prompts or --pairs file (every prompt or pair is kept, for every state). */
+#define MCLI_MAX_TEXT (UINT64_C(64) << 20)
 
 /* Ids in [0, n) that generation and NLL may use: the model's vocab_size
  * capped at vocab_padded. */
@@ -75,10 +85,16 @@ typedef struct {
 	size_t cap;
 	long lineno;
 	char where[600]; /* "PATH: line N" of the last object read */
+	uint64_t n_bytes, max_bytes; /* read so far; mcli_jsonl_limit's bound (0: none) */
+	const char *what;
 } mcli_jsonl;
 
 /* Opens path ("-" = stdin); dies naming it when it cannot. */
 void mcli_jsonl_open(mcli_jsonl *r, const char *path);
+/* Bounds the whole input to max bytes: past them mcli_jsonl_next (or this
+ * call, for a regular file) dies "PATH: larger than 64 MiB, the limit for
+ * WHAT". */
+void mcli_jsonl_limit(mcli_jsonl *r, uint64_t max, const char *what);
 /* Room for element n of array p (elem bytes each, *cap of them allocated):
  * returns p, or p reallocated to twice *cap (16 at first) when n == *cap;
  * dies when out of memory. */

@@ -236,6 +236,7 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 {
 	mcli_jsonl r;
 	mcli_jsonl_open(&r, path);
+	mcli_jsonl_limit(&r, MCLI_MAX_TEXT, "a --prompts file");
 	prompt *ps = NULL;
 	size_t n = 0, cap = 0;
 	cJSON *o;
@@ -496,7 +497,8 @@ int main(int argc, char **argv)
 		ps = read_prompts(g.prompts_path, tok, &g, &n_prompts);
 	} else if (!prompt_ids) {
 		size_t len;
-		char *text = prompt_text ? strdup(prompt_text) : mcli_read_file(prompt_file, &len);
+		char *text = prompt_text ? strdup(prompt_text)
+					 : mcli_read_file_max(prompt_file, MCLI_MAX_TEXT, "a prompt file", &len);
 		if (!text)
 			cli_die("out of memory");
 		one.ids = prompt_tokens(tok, text, strlen(text), &one.n,

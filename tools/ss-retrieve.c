@@ -603,7 +603,7 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 		if (h[i].stateless)
 			bad = recompute_check(ix, o, label, &h[i], &tok[i]);
 		else if (ss_index_read(ix, &h[i], 1, &rec, em)) {
-			cli_warn("%s%s: %s", label, h[i].path, em);
+			cli_warn("%s%s: %s: %s", label, o->db, h[i].path, em);
 			bad = 1;
 		}
 	}
@@ -645,7 +645,7 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 		if (ss_index_copy(ix, hi, w, em)) {
 			/* An empty message means the output failed (errno kept). */
 			if (em[0])
-				cli_warn("%s%s: %s", label, hi->path, em);
+				cli_warn("%s%s: %s: %s", label, o->db, hi->path, em);
 			else
 				cli_warn("%s%s: %s", label, path, strerror(errno));
 			bad = 1;
@@ -783,53 +783,154 @@ static const char *batch_parse(const char *line, size_t len, unsigned long long 
 	return NULL;
 }
 
-/* Batch mode: one query per line on stdin, a JSON object when its first
- * non-blank byte is '{', else the query's text. */
+/* The first non-blank byte of a batch line, or NULL for a blank line. */
+static const char *batch_start(const char *line)
+{
+	while (*line == ' ' || *line == '\t' || *line == '\r' || *line == '\n')
+		line++;
+	return *line ? line : NULL;
+}
+
+/* Runs non-blank batch line `lineno` (len bytes, NUL-terminated; a plain
+ * line is trimmed in place): a JSON object when its first non-blank byte
+ * is '{', else the query's text. Returns 0, or 1 after reporting. */
+static int batch_line(ss_index *ix, qopts *o, char *line, size_t len, unsigned long long lineno)
+{
+	const char *p = batch_start(line);
+	if (*p != '{') {
+		/* A plain line is the query's text; its id, the line number. */
+		char qid[32];
+		char *end = line + strlen(line);
+		while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+			*--end = 0;
+		snprintf(qid, sizeof qid, "%llu", lineno);
+		return run_query(ix, o, qid, p, o->k, o->exclude, o->n_exclude);
+	}
+	batch_query b;
+	const char *why = batch_parse(line, len, lineno, o, &b);
+	if (why) {
+		cli_warn("-: line %llu: %s (a query line is plain text, or a JSON object such as "
+			 "{\"id\": \"q1\", \"query\": \"text to search\", \"exclude\": [\"doc#3\"], \"k\": 5})",
+			 lineno, why);
+		return 1;
+	}
+	int bad = run_query(ix, o, b.qid, b.text, b.k, b.exclude, b.n_exclude);
+	batch_query_free(&b);
+	return bad;
+}
+
+/* A batch line kept whole until every id of the batch is known (--out-dir). */
+typedef struct {
+	char *line;
+	size_t len;
+	unsigned long long lineno;
+	char *qid; /* the query's id; NULL for a line that is not a query (reported when run) */
+} batch_held;
+
+static int held_cmp(const void *a, const void *b)
+{
+	const batch_held *x = *(const batch_held *const *)a, *y = *(const batch_held *const *)b;
+	int c = strcmp(x->qid, y->qid);
+	return c ? c : (x->lineno > y->lineno) - (x->lineno < y->lineno);
+}
+
+/* Checks that no two queries of the batch share an id: in --out-dir each
+ * writes ID.states, and the later would replace the earlier's output. A
+ * plain line's id is its line number, which a JSON line's "id" may repeat.
+ * Returns 0, or 1 after naming the first line (in input order) whose id an
+ * earlier line has. */
+static int batch_ids_unique(batch_held *h, size_t n)
+{
+	batch_held **by_id = malloc((n ? n : 1) * sizeof *by_id);
+	if (!by_id)
+		cli_die("out of memory");
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++)
+		if (h[i].qid)
+			by_id[m++] = &h[i];
+	qsort(by_id, m, sizeof *by_id, held_cmp);
+	const batch_held *first = NULL, *again = NULL;
+	for (size_t i = 1, g = 0; i < m; i++) { /* g: the first of by_id[i]'s run of one id */
+		if (strcmp(by_id[g]->qid, by_id[i]->qid))
+			g = i;
+		else if (i == g + 1 && (!again || by_id[i]->lineno < again->lineno)) {
+			first = by_id[g];
+			again = by_id[i];
+		}
+	}
+	free(by_id);
+	if (!again)
+		return 0;
+	/* As a JSON string: one line whatever the id holds. */
+	cJSON *js = cJSON_CreateString(again->qid);
+	char *q = js ? cJSON_PrintUnformatted(js) : NULL;
+	if (!q)
+		cli_die("out of memory");
+	cli_warn("-: line %llu: query id %s is line %llu's too: with --out-dir each query writes ID.states, "
+		 "so ids must not repeat; no query was run", again->lineno, q, first->lineno);
+	cJSON_free(q);
+	cJSON_Delete(js);
+	return 1;
+}
+
+/* Batch mode: one query per line on stdin (batch_line). With --ids the
+ * queries run as their lines arrive; with --out-dir the whole batch is read
+ * first and refused, before any output is written, when two queries share
+ * an id (batch_ids_unique). */
 static int run_batch(ss_index *ix, qopts *o)
 {
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t len;
 	unsigned long long lineno = 0, n_done = 0;
+	batch_held *held = NULL;
+	size_t n_held = 0, held_cap = 0;
 	int bad = 0;
 	while ((len = getline(&line, &cap, stdin)) >= 0) {
 		lineno++;
-		const char *p = line;
-		while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-			p++;
-		if (!*p)
+		if (!batch_start(line))
 			continue;
-		if (*p != '{') {
-			/* A plain line is the query's text; its id, the line number. */
-			char qid[32];
-			char *end = line + strlen(line);
-			while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
-				*--end = 0;
-			snprintf(qid, sizeof qid, "%llu", lineno);
-			bad |= run_query(ix, o, qid, p, o->k, o->exclude, o->n_exclude);
+		if (!o->out_dir) {
+			bad |= batch_line(ix, o, line, (size_t)len, lineno);
 			n_done++;
 			cli_progress("%llu queries", n_done);
 			continue;
 		}
-		batch_query b;
-		const char *why = batch_parse(line, (size_t)len, lineno, o, &b);
-		if (why) {
-			cli_warn("-: line %llu: %s (a query line is plain text, or a JSON object such as "
-				 "{\"id\": \"q1\", \"query\": \"text to search\", \"exclude\": [\"doc#3\"], \"k\": 5})",
-				 lineno, why);
-			bad = 1;
+		held = mcli_grow(held, n_held, &held_cap, sizeof *held);
+		batch_held *h = &held[n_held++];
+		*h = (batch_held){ .line = malloc((size_t)len + 1), .len = (size_t)len, .lineno = lineno };
+		if (!h->line)
+			cli_die("out of memory");
+		memcpy(h->line, line, (size_t)len + 1);
+		if (*batch_start(line) != '{') {
+			if (asprintf(&h->qid, "%llu", lineno) < 0)
+				cli_die("out of memory");
 		} else {
-			bad |= run_query(ix, o, b.qid, b.text, b.k, b.exclude, b.n_exclude);
-			batch_query_free(&b);
+			batch_query b;
+			if (!batch_parse(line, (size_t)len, lineno, o, &b)) {
+				h->qid = strdup(b.qid);
+				batch_query_free(&b);
+				if (!h->qid)
+					cli_die("out of memory");
+			}
 		}
-		n_done++;
-		cli_progress("%llu queries", n_done);
 	}
-	cli_progress_end();
 	if (ferror(stdin))
 		cli_die("-: read error: %s", strerror(errno));
 	free(line);
-	return bad;
+	int refused = n_held && batch_ids_unique(held, n_held);
+	for (size_t i = 0; i < n_held; i++) {
+		if (!refused) {
+			bad |= batch_line(ix, o, held[i].line, held[i].len, held[i].lineno);
+			n_done++;
+			cli_progress("%llu queries", n_done);
+		}
+		free(held[i].line);
+		free(held[i].qid);
+	}
+	free(held);
+	cli_progress_end();
+	return bad || refused;
 }
 
 static int cmd_query(const char *db, qopts *o, const char *query)

@@ -200,6 +200,7 @@ static pair *read_pairs(scorer *sc, const char *path, size_t *np)
 {
 	mcli_jsonl r;
 	mcli_jsonl_open(&r, path);
+	mcli_jsonl_limit(&r, MCLI_MAX_TEXT, "a pairs file");
 	pair *ps = NULL;
 	size_t n = 0, cap = 0;
 	cJSON *o;

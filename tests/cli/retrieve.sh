@@ -92,6 +92,22 @@ has err "evil: query id is not usable as a file name"
 [ "$(ids qout/q2.states)" = "b3 " ] || [ "$(ids qout/q2.states)" = "a2 " ] || fail "q2: $(ids qout/q2.states)"
 [ "$(ids qout/70.states)" = "b2 " ] || fail "70: $(ids qout/70.states)"
 [ "$(ids qout/7.states)" = "a3 " ] || fail "7 (line number as id): $(ids qout/7.states)"
+# Ids that repeat (issue 32 item 10): a plain line's id is its line number, which a JSON
+# line's "id" may be too. Each would write the same DIR/ID.states, so --out-dir refuses the
+# batch before any query runs (naming the first repeat in input order); --ids, which
+# streams, prints them as they come.
+printf 'fox\n{"id": 1, "query": "ocean"}\n{"id": "q", "query": "bread"}\n{"id": "q", "query": "fox"}\n' >dup.txt
+rm -rf dupout; mkdir dupout
+expect 1 ss-retrieve query --index db/idx.db -k 1 --out-dir dupout <dup.txt
+has err '^ss-retrieve: -: line 2: query id "1" is line 1.s too: .*no query was run$'
+lines err 1
+[ -z "$(ls dupout)" ] || fail "a batch with repeated ids wrote: $(ls dupout | tr '\n' ' ')"
+sed 1d dup.txt >dup2.txt
+expect 1 ss-retrieve query --index db/idx.db -k 1 --out-dir dupout <dup2.txt
+has err '^ss-retrieve: -: line 3: query id "q" is line 2.s too'
+[ -z "$(ls dupout)" ] || fail "a batch with repeated ids wrote: $(ls dupout | tr '\n' ' ')"
+expect 0 ss-retrieve query --index db/idx.db -k 1 --ids <dup.txt
+lines out 4
 expect 1 ss-retrieve query --index db/idx.db -k 2 --ids <queries.jsonl
 has out "$(printf 'q1\t1\tb3\t')"
 has out "$(printf '70\t1\tb2\t')"
@@ -169,6 +185,15 @@ has err "document a3 at byte offset"
 expect 1 ss-retrieve query --index db/idx.db -k 1 --query sailing -o t.states
 has err "fingerprint"
 lines err 1
+# a FIFO in its place (issue 32 item 8): refused at once, not waited on for a writer
+# forever (timeout: a hang fails the check instead of the whole run)
+rm db/shards/s1.states
+mkfifo db/shards/s1.states || fail "mkfifo"
+expect 1 timeout 10 ss-retrieve query --index db/idx.db -k 1 --query quantum -o fifo.states
+has err "^ss-retrieve: db/idx\.db: .*/db/shards/s1\.states: document a3: state file is not a regular file"
+lines err 1
+[ -e fifo.states ] && fail "output written despite a FIFO state file"
+rm -f db/shards/s1.states
 mv s1.saved db/shards/s1.states
 expect 0 ss-retrieve query --index db/idx.db -k 1 --query quantum -o t.states
 
