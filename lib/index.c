@@ -596,6 +596,32 @@ int ss_index_info_get(ss_index *ix, ss_index_info *info, char *errmsg)
 	return rc;
 }
 
+int ss_index_files(ss_index *ix, ss_index_file_fn fn, void *ctx, char *errmsg)
+{
+	if (!ix || !ix->lookup)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	sqlite3_stmt *st;
+	if (sqlite3_prepare_v2(ix->db, "SELECT path FROM files ORDER BY file_id", -1, &st, NULL) != SQLITE_OK)
+		return ix_sqlerr(ix, errmsg, "listing state files");
+	int s = SQLITE_DONE, rc = 0;
+	while (!rc && (s = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *stored = (const char *)sqlite3_column_text(st, 0);
+		if (!stored)
+			continue;
+		char *path = ix_resolve_path(ix, stored);
+		if (!path) {
+			rc = ss_errf(errmsg, SS_ERR_NOMEM, "listing state files: out of memory");
+			break;
+		}
+		rc = fn(ctx, path);
+		free(path);
+	}
+	if (!rc && s != SQLITE_ROW && s != SQLITE_DONE)
+		rc = ix_sqlerr(ix, errmsg, "listing state files");
+	sqlite3_finalize(st);
+	return rc;
+}
+
 /* Empties a reader slot (closing its files). */
 static void slot_clear(reader_slot *s)
 {

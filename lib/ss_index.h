@@ -326,6 +326,16 @@ typedef struct {
  * Returns 0, SS_ERR_IO, SS_ERR_INVALID. */
 int ss_index_info_get(ss_index *ix, ss_index_info *info, char *errmsg);
 
+/* Called per state file; path is borrowed, valid during the call only. A
+ * non-zero return stops ss_index_files, which returns it. */
+typedef int (*ss_index_file_fn)(void *ctx, const char *path);
+
+/* Calls fn for every state file (shard) the index refers to, in the order
+ * they were added, path absolute or as the index path was given (as
+ * ss_index_hit.path). Returns 0, fn's non-zero return, SS_ERR_NOMEM,
+ * SS_ERR_IO, SS_ERR_INVALID (ix not open for queries). */
+int ss_index_files(ss_index *ix, ss_index_file_fn fn, void *ctx, char *errmsg);
+
 /* Reads the state record of `hit` from its state file and checks that it is
  * the indexed one (a stateless hit gives SS_ERR_NOTFOUND, "document ID has
  * no stored state"): the file exists, a record decodes at the offset, its

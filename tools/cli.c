@@ -93,6 +93,18 @@ void cli_out_close(FILE *f)
 	text_out_path = NULL;
 }
 
+void cli_out_not_input(const char *out, const char *in)
+{
+	struct stat so, si;
+	if (!out || !in || !strcmp(out, "-") || !strcmp(in, "-"))
+		return;
+	/* Not there yet, or not a regular file (/dev/null): nothing to lose. */
+	if (stat(out, &so) != 0 || !S_ISREG(so.st_mode) || stat(in, &si) != 0)
+		return;
+	if (so.st_dev == si.st_dev && so.st_ino == si.st_ino)
+		cli_die("%s: the output is the input %s (the same file): write it elsewhere; nothing written", out, in);
+}
+
 /* What to do when a text file was given where a stream is read: libss
  * ends its message "not an ss stream (...; it looks like text)". */
 static const char *text_hint(void)

@@ -114,6 +114,13 @@ double cli_now(void);
 FILE *cli_out_open(const char *path);
 /* Commits the output opened by cli_out_open(); dies on a write error. */
 void cli_out_close(FILE *f);
+/* Dies, before anything is written, when the output `out` is the same file
+ * (st_dev, st_ino: a hard link too) as the input `in`, which replacing it
+ * would destroy: "prog: OUT: the output is the input IN ...", exit 1. Called
+ * by a tool for each file it reads, before it opens its output. Stdin or
+ * stdout ("-", NULL), an output that does not exist yet or is not a regular
+ * file (/dev/null), and an input that does not exist pass. */
+void cli_out_not_input(const char *out, const char *in);
 /* Dies after a failed ss_writer_put* (rc): "prog: path: write error: <the
  * reason>" for a failed write, the stream discarded (no partial output). */
 struct ss_writer;

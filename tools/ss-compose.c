@@ -223,6 +223,9 @@ int main(int argc, char **argv)
 		n_stdin += !strcmp(files[i], "-");
 	if (n_stdin > 1)
 		cli_usage(usage, "standard input ('-') given more than once");
+	for (int i = 0; i < nfiles; i++)
+		cli_out_not_input(out_path, files[i]);
+	cli_out_not_input(out_path, weights_path);
 
 	char err[SS_ERRMSG_MAX];
 	/* Open the output first: a terminal or an unwritable path fails before

@@ -477,6 +477,9 @@ int main(int argc, char **argv)
 	}
 	if (state_path && !strcmp(state_path, "-") && prompt_stdin)
 		cli_usage(usage, "the states and the prompt cannot both come from stdin");
+	const char *inputs[] = { state_path, prompt_file, g.prompts_path, mo.tokenizer };
+	for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
+		cli_out_not_input(out_path, inputs[i]);
 	const char *model_dir = cli_model_dir(mo.model, usage);
 	ss_device *dev = mcli_device(mo.device, usage);
 

@@ -498,6 +498,11 @@ int main(int argc, char **argv)
 		for (int i = 0; i < in.nfiles; i++)
 			if (!strcmp(in.files[i], "-"))
 				cli_usage(usage, "--ids - and an input both read standard input");
+	for (int i = 0; i < in.nfiles; i++)
+		cli_out_not_input(out_path, in.files[i]);
+	cli_out_not_input(out_path, from_path);
+	cli_out_not_input(out_path, sel.ids_path);
+	cli_out_not_input(out_path, mo.tokenizer);
 
 	/* State extraction never needs an untied lm_head: do not keep it. */
 	ss_model *m = mcli_load_model(model_dir, SS_MODEL_SKIP_LM_HEAD, mo.wtype, usage);

@@ -933,12 +933,24 @@ static int run_batch(ss_index *ix, qopts *o)
 	return bad || refused;
 }
 
+/* ss_index_files: -o must not replace a state file the index reads. */
+static int out_not_state(void *ctx, const char *path)
+{
+	cli_out_not_input(ctx, path);
+	return 0;
+}
+
 static int cmd_query(const char *db, qopts *o, const char *query)
 {
 	char em[SS_ERRMSG_MAX];
 	ss_index *ix;
 	if (ss_index_open(&ix, db, em) || ss_index_set_bm25(ix, o->k1, o->b, em))
 		cli_die("%s: %s", db, em);
+	if (o->out && strcmp(o->out, "-")) {
+		cli_out_not_input(o->out, db);
+		if (ss_index_files(ix, out_not_state, (void *)o->out, em))
+			cli_die("%s: %s", db, em);
+	}
 	o->text_out = stdout;
 	if (o->ids && o->out && strcmp(o->out, "-")) {
 		o->text_out = fopen(o->out, "w");

@@ -276,6 +276,9 @@ int main(int argc, char **argv)
 	}
 	if (state_path && pairs_path && !strcmp(state_path, "-") && !strcmp(pairs_path, "-"))
 		cli_usage(usage, "the states and the pairs cannot both come from stdin");
+	const char *inputs[] = { state_path, pairs_path, mo.tokenizer };
+	for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
+		cli_out_not_input(out_path, inputs[i]);
 	sc.tok_path = mo.tokenizer;
 	sc.model_dir = cli_model_dir(mo.model, usage);
 	ss_device *dev = mcli_device(mo.device, usage);

@@ -881,13 +881,17 @@ int main(int argc, char **argv)
 	if (opt.whole && opt.format == IN_JSONL)
 		cli_usage(usage, "--whole and --jsonl exclude each other");
 
+	char *stdin_only[] = { "-" };
+	char **files = optind < argc ? argv + optind : stdin_only;
+	int nfiles = optind < argc ? argc - optind : 1;
+	for (int i = 0; i < nfiles; i++)
+		cli_out_not_input(out_path, files[i]);
+	cli_out_not_input(out_path, tpath);
+
 	tok = cli_tokenizer(tpath, cli_model_dir(NULL, NULL));
 
 	open_output();
 	double t0 = cli_now();
-	char *stdin_only[] = { "-" };
-	char **files = optind < argc ? argv + optind : stdin_only;
-	int nfiles = optind < argc ? argc - optind : 1;
 	n_named = optind < argc ? argc - optind : 0;
 	in_total = cli_inputs_size(files, nfiles);
 	t_begin = t0;
