@@ -261,20 +261,7 @@ static void rc_score(const eval_run *run, ss_eval_scorer *sc, const rc_query *it
 {
 	char err[SS_ERRMSG_MAX] = "";
 	const int M = w->M;
-	/* src[j] >= 0: an identical earlier method of this context; -2 - e:
-	 * cache entry e; -1: scored now. */
-	int nu = 0;
-	for (int j = 0; j < M; j++) {
-		w->src[j] = -1;
-		for (int e = 0; e < w->n_cache && w->src[j] == -1; e++)
-			if (eval_same_state(&w->ctxs[j], &w->cache[e]))
-				w->src[j] = -2 - e;
-		for (int i = 0; i < j && w->src[j] == -1; i++)
-			if (w->src[i] == -1 && eval_same_state(&w->ctxs[j], &w->ctxs[i]))
-				w->src[j] = i;
-		if (w->src[j] == -1)
-			w->starts[nu++] = &w->ctxs[j];
-	}
+	int nu = eval_distinct_states(w->ctxs, M, w->cache, (size_t)w->n_cache, w->src, w->starts);
 	if (nu && ss_eval_nll(sc, w->starts, (size_t)nu, it->q, it->nq, it->c, it->nc, w->unll,
 			      w->uem, err))
 		cli_die("%s: %s (%s), %s: %s", run->qa, it->where, it->id, what, err);
@@ -468,9 +455,7 @@ void eval_recall(eval_run *run)
 		cli_die("out of memory");
 	/* EM is greedy decoding as ss-decode(1) does it: among the ids the
 	 * tokenizer can print. */
-	int32_t n_gen = mcli_vocab(run->model);
-	if (ss_tokenizer_n_vocab(tok) < n_gen)
-		n_gen = ss_tokenizer_n_vocab(tok);
+	int32_t n_gen = mcli_gen_vocab(run->model, tok);
 	if (ss_eval_scorer_set_vocab(sc, n_gen))
 		cli_die("the tokenizer's vocabulary (%d ids) is not the model's", (int)n_gen);
 	rc_work w;

@@ -76,6 +76,28 @@ static inline int eval_same_state(const ss_state *a, const ss_state *b)
 	       !memcmp(a->ssm, b->ssm, ss_state_ssm_len(&a->dims) * sizeof(float));
 }
 
+/* Which of the context states ctxs[0..M) must be scored: src[j] = i >= 0
+ * when ctxs[j] equals an earlier ctxs[i] that is scored, -2 - e when it
+ * equals cache[e] (already scored), else -1, and then ctxs[j] is appended
+ * to starts. Returns the number appended. */
+static inline int eval_distinct_states(const ss_state *ctxs, int M, const ss_state *cache,
+				       size_t n_cache, int *src, const ss_state **starts)
+{
+	int nu = 0;
+	for (int j = 0; j < M; j++) {
+		src[j] = -1;
+		for (size_t e = 0; e < n_cache && src[j] == -1; e++)
+			if (eval_same_state(&ctxs[j], &cache[e]))
+				src[j] = -2 - (int)e;
+		for (int i = 0; i < j && src[j] == -1; i++)
+			if (src[i] == -1 && eval_same_state(&ctxs[j], &ctxs[i]))
+				src[j] = i;
+		if (src[j] == -1)
+			starts[nu++] = &ctxs[j];
+	}
+	return nu;
+}
+
 /* The token ids of text s (malloc'd, *n of them); dies naming run->qa and
  * `where` on a tokenizer error or an id outside the model's vocabulary
  * (eval_attribution.c). */

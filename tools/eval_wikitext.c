@@ -273,20 +273,7 @@ static void wiki_score(const eval_run *run, ss_eval_scorer *sc, const ss_tokens 
 {
 	char err[SS_ERRMSG_MAX] = "";
 	const int M = w->M;
-	/* src[j] >= 0: the index of an identical earlier state of this k;
-	 * -2 - c: cache entry c; -1: to be scored. */
-	int nu = 0;
-	for (int j = 0; j < M; j++) {
-		w->src[j] = -1;
-		for (size_t e = 0; e < w->n_cache && w->src[j] == -1; e++)
-			if (eval_same_state(&w->ctxs[j], &w->cache[e]))
-				w->src[j] = -2 - (int)e;
-		for (int i = 0; i < j && w->src[j] == -1; i++)
-			if (w->src[i] == -1 && eval_same_state(&w->ctxs[j], &w->ctxs[i]))
-				w->src[j] = i;
-		if (w->src[j] == -1)
-			w->starts[nu++] = &w->ctxs[j];
-	}
+	int nu = eval_distinct_states(w->ctxs, M, w->cache, w->n_cache, w->src, w->starts);
 	if (nu && ss_eval_nll(sc, w->starts, (size_t)nu, tq->tokens, tq->n_tokens, tc->tokens,
 			      tc->n_tokens, w->unll, NULL, err))
 		cli_die("passage %s, k %d: %s", tq->id, k, err);

@@ -153,6 +153,12 @@ int32_t mcli_vocab(const ss_model *m)
 	return v;
 }
 
+int32_t mcli_gen_vocab(const ss_model *m, const ss_tokenizer *tok)
+{
+	int32_t v = mcli_vocab(m);
+	return tok && ss_tokenizer_n_vocab(tok) < v ? ss_tokenizer_n_vocab(tok) : v;
+}
+
 void mcli_states_open(mcli_states *src, const char *path, int implicit)
 {
 	memset(src, 0, sizeof *src);

@@ -54,6 +54,10 @@ char *mcli_read_file_max(const char *path, uint64_t max, const char *what, size_
 /* Ids in [0, n) that generation and NLL may use: the model's vocab_size
  * capped at vocab_padded. */
 int32_t mcli_vocab(const ss_model *m);
+/* Ids in [0, n) that decoding may produce (ss-decode's sampler, the greedy
+ * answers ss-eval recall compares): mcli_vocab capped at the tokenizer's
+ * vocabulary, so that every id can be printed (tok NULL: no cap). */
+int32_t mcli_gen_vocab(const ss_model *m, const ss_tokenizer *tok);
 
 /* A source of starting states for ss-decode / ss-score: a state stream
  * (`path`, "-" = stdin), or none (path NULL: one zero state). */

@@ -515,10 +515,7 @@ int main(int argc, char **argv)
 				cli_die("%s%sprompt token %zu is %d, outside the model's vocabulary [0, %d)",
 					ps[j].id ? ps[j].id : "", ps[j].id ? ": " : "", i,
 					(int)ps[j].ids[i], (int)vocab);
-	/* Generate only ids the tokenizer can print. */
-	int32_t n_gen = vocab;
-	if (tok && ss_tokenizer_n_vocab(tok) < n_gen)
-		n_gen = ss_tokenizer_n_vocab(tok);
+	int32_t n_gen = mcli_gen_vocab(m, tok);
 
 	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, mo.threads);
 	ss_sampler *smp;

@@ -1071,10 +1071,6 @@ int main(int argc, char **argv)
 		if (until >= 0 && until < r.step)
 			cli_usage(usage, "--until %lld: the run in %s is at step %lld", (long long)until,
 				  resume, (long long)r.step);
-		if ((r.states && r.objective != OBJ_BP2C) ||
-		    (r.chunk_tokens && r.objective != OBJ_BPTC))
-			cli_usage(usage, "--states belongs to bp2c, --chunk-tokens to bptc (the run in %s "
-					 "is %s)", resume, obj_names[r.objective]);
 	} else {
 		if (!objective)
 			cli_usage(usage, "--objective lm|bp2c|bptc is required");
@@ -1096,14 +1092,14 @@ int main(int argc, char **argv)
 		if (r.loss_after && r.objective != OBJ_LM)
 			cli_usage(usage, "--loss-after belongs to lm (bp2c and bptc count the "
 					 "continuation only)");
-		if ((r.states && r.objective != OBJ_BP2C) ||
-		    (r.chunk_tokens && r.objective != OBJ_BPTC))
-			cli_usage(usage, "--states belongs to bp2c, --chunk-tokens to bptc");
 		if (r.objective == OBJ_LM && r.batch_tokens < r.seq_len)
 			cli_usage(usage, "--batch-tokens %lld is less than --seq-len %lld",
 				  (long long)r.batch_tokens, (long long)r.seq_len);
 		r.rng = r.seed;
 	}
+	if ((r.states && r.objective != OBJ_BP2C) || (r.chunk_tokens && r.objective != OBJ_BPTC))
+		cli_usage(usage, "--states belongs to bp2c, --chunk-tokens to bptc (the objective is %s)",
+			  obj_names[r.objective]);
 	if (until < 0)
 		until = r.steps;
 	if (until > r.steps)
