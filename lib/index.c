@@ -314,6 +314,37 @@ int ss_index_set_bm25(ss_index *ix, double k1, double b, char *errmsg)
 	return 0;
 }
 
+int ss_index_set_fetch(ss_index *ix, unsigned what, char *errmsg)
+{
+	if (!ix || !ix->query)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	if (what & ~(SS_INDEX_FETCH_TEXT | SS_INDEX_FETCH_TOKENS))
+		return ss_errf(errmsg, SS_ERR_INVALID, "fetch flags %#x: unknown", what);
+	ix->fetch = what;
+	return 0;
+}
+
+static int doc_blob(ss_index *ix, sqlite3_stmt *st, const char *id, const char *what, char **out, size_t *len,
+		    char *errmsg);
+static int tokens_of_blob(char *blob, size_t len, int32_t **tokens, int64_t *n_tokens);
+
+/* Reads what ss_index_set_fetch asks into hit h, in the caller's read
+ * transaction. */
+static int hit_fetch(ss_index *ix, ss_index_hit *h, char *errmsg)
+{
+	int rc = 0;
+	if (ix->fetch & SS_INDEX_FETCH_TEXT)
+		rc = doc_blob(ix, ix->text_of, h->id, "reading the text", &h->text, &h->text_len, errmsg);
+	if (!rc && (ix->fetch & SS_INDEX_FETCH_TOKENS) && h->stateless) {
+		char *blob;
+		size_t len;
+		rc = doc_blob(ix, ix->tokens_of, h->id, "reading the tokens", &blob, &len, errmsg);
+		if (!rc && blob)
+			rc = tokens_of_blob(blob, len, &h->tokens, &h->n_stored_tokens);
+	}
+	return rc;
+}
+
 int ss_index_query(ss_index *ix, const char *query, int k, const char *const *exclude,
 		   size_t n_exclude, ss_index_hit **hits, char *errmsg)
 {
@@ -358,6 +389,8 @@ int ss_index_query(ss_index *ix, const char *query, int k, const char *const *ex
 						     "which is not there", (long long)top[i].rid)
 					      : ix_sqlerr(ix, errmsg, "query");
 		sqlite3_reset(ix->query);
+		if (!rc)
+			rc = hit_fetch(ix, &h[n - 1], errmsg);
 	}
 	sqlite3_exec(ix->db, "COMMIT", NULL, NULL, NULL);
 	if (!rc) {
@@ -386,7 +419,10 @@ void ss_index_hit_clear(ss_index_hit *hit)
 		return;
 	free(hit->id);
 	free(hit->path);
-	hit->id = hit->path = NULL;
+	free(hit->text);
+	free(hit->tokens);
+	hit->id = hit->path = hit->text = NULL;
+	hit->tokens = NULL;
 }
 
 void ss_index_hits_free(ss_index_hit *hits, int n)
@@ -463,8 +499,14 @@ int ss_index_tokens(ss_index *ix, const char *id, int32_t **tokens, int64_t *n_t
 	int rc = doc_blob(ix, ix ? ix->tokens_of : NULL, id, "reading the tokens", &blob, &len, errmsg);
 	if (rc || !blob)
 		return rc;
-	/* i32 little endian (formats/index.md); the blob has room for one
-	 * token at least (doc_blob's NUL). */
+	return tokens_of_blob(blob, len, tokens, n_tokens);
+}
+
+/* The token ids of a tokens blob (len bytes, from doc_blob; freed here):
+ * i32 little endian (formats/index.md). 0 or SS_ERR_NOMEM. */
+static int tokens_of_blob(char *blob, size_t len, int32_t **tokens, int64_t *n_tokens)
+{
+	/* room for one token at least: never NULL on success */
 	int32_t *t = malloc(len ? len : sizeof *t);
 	if (!t) {
 		free(blob);
@@ -802,6 +844,7 @@ void ss_index_close(ss_index *ix)
 	for (int i = 0; i < READER_SLOTS; i++)
 		slot_clear(&ix->slots[i]);
 	ss_state_free(&ix->meta);
+	ss_index_hit_clear(&ix->dims_ref);
 	free(ix->frame);
 	free(ix->last_path);
 	free(ix->dir);

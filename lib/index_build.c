@@ -67,6 +67,64 @@ static int build_lock(const char *path, int *fd, char **lock_path, char *errmsg)
 	}
 }
 
+/* Where one state stored before this build lies (ix->dims_ref; none when
+ * the index has no stored state): what dims_check reads the index's dims
+ * from. The record stays in its file whatever the build does. */
+static int dims_ref_find(ss_index *ix, char *errmsg)
+{
+	sqlite3_stmt *st;
+	int rc = ix_prep(ix, &st,
+			 "SELECT d.id, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.file_id FROM docs d"
+			 " JOIN files f ON f.file_id = d.file_id WHERE d.id IS NOT NULL ORDER BY d.rid LIMIT 1", errmsg);
+	if (rc)
+		return rc;
+	int s = sqlite3_step(st);
+	if (s == SQLITE_ROW) {
+		ss_index_hit *h = &ix->dims_ref;
+		const char *path = (const char *)sqlite3_column_text(st, 1);
+		const char *fp = (const char *)sqlite3_column_text(st, 4);
+		h->id = strdup((const char *)sqlite3_column_text(st, 0));
+		h->path = path ? ix_resolve_path(ix, path) : NULL;
+		h->offset = (uint64_t)sqlite3_column_int64(st, 2);
+		h->length = (uint64_t)sqlite3_column_int64(st, 3);
+		snprintf(h->fingerprint, sizeof h->fingerprint, "%s", fp ? fp : "");
+		h->file_id = sqlite3_column_int64(st, 5);
+		if (!h->id || !h->path)
+			rc = SS_ERR_NOMEM;
+	} else if (s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/* Checks that state `meta` (the record at byte offset `off` of the stream
+ * being added) has the dims of the index's states: the index's model
+ * fingerprint alone would let a record of other dims (a damaged or edited
+ * stream) in, and a query would then emit states no composer can join.
+ * The first state fixes them when the index has none (or its reference
+ * record cannot be read). Returns 0 or SS_ERR_MISMATCH. */
+static int dims_check(ss_index *ix, const ss_state *meta, uint64_t off, char *errmsg)
+{
+	if (!ix->dims_set) {
+		const ss_record *rec;
+		char em[SS_ERRMSG_MAX];
+		ix->dims = ix->dims_ref.id && ss_index_read(ix, &ix->dims_ref, 1, &rec, em) == 0 ? ix->meta.dims : meta->dims;
+		ix->dims_set = 1;
+	}
+	const ss_state_dims *a = &meta->dims, *b = &ix->dims;
+	if (!strncmp(a->arch, b->arch, sizeof a->arch) && a->n_layer == b->n_layer && a->nheads == b->nheads &&
+	    a->headdim == b->headdim && a->d_state == b->d_state && a->conv_dim == b->conv_dim && a->d_conv == b->d_conv)
+		return 0;
+	return ss_errf(errmsg, SS_ERR_MISMATCH,
+		       "state record at byte offset %llu (document %s): state dims %.16s n_layer %d nheads %d headdim %d "
+		       "d_state %d conv_dim %d d_conv %d, the index's are %.16s n_layer %d nheads %d headdim %d d_state %d "
+		       "conv_dim %d d_conv %d: not states of one model",
+		       (unsigned long long)off, meta->id, a->arch, a->n_layer, a->nheads, a->headdim, a->d_state,
+		       a->conv_dim, a->d_conv, b->arch, b->n_layer, b->nheads, b->headdim, b->d_state, b->conv_dim,
+		       b->d_conv);
+}
+
 int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 {
 	/* Builds of one index run one at a time (SQLite alone would make a
@@ -134,7 +192,7 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	else
 		rc = ix_sqlerr(ix, errmsg, "sqlite");
 	sqlite3_finalize(st);
-	if (rc)
+	if (rc || (rc = dims_ref_find(ix, errmsg)))
 		goto fail;
 	ix->budget = -1;
 	if ((rc = ix_prep(ix, &ix->find, "SELECT rid, text_len IS NOT NULL FROM docs WHERE id = ?1", errmsg)) ||
@@ -367,7 +425,7 @@ static int file_id_of(ss_index *ix, const char *path, int64_t *file_id, char *er
 int ss_index_add_state(ss_index *ix, const char *id, const char *state_path, uint64_t offset,
 		       uint64_t length, const char *fingerprint, int64_t n_tokens, char *errmsg)
 {
-	int64_t rid, file_id;
+	int64_t rid, file_id = 0;
 	int had_text, rc;
 	if (!state_path || !*state_path || !strcmp(state_path, "-"))
 		return ss_errf(errmsg, SS_ERR_INVALID, "document %s: state records need a named regular file", id ? id : "");
@@ -462,8 +520,10 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 				ss_errf(errmsg, rc, "state record at byte offset %llu: %s", (unsigned long long)off, em);
 				break;
 			}
-			rc = ss_index_add_state(ix, meta.id, path, off, ss_record_length(rec), meta.fingerprint,
-						meta.n_tokens, errmsg);
+			rc = dims_check(ix, &meta, off, errmsg);
+			if (!rc)
+				rc = ss_index_add_state(ix, meta.id, path, off, ss_record_length(rec), meta.fingerprint,
+							meta.n_tokens, errmsg);
 			ss_state_free(&meta);
 			if (rc)
 				break;

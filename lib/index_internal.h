@@ -37,6 +37,12 @@ struct ss_index {
 	sqlite3_stmt *put_text, *del_doc, *del_text; /* texts table; deletes */
 	sqlite3_stmt *put_tokens, *del_tokens, *del_stateless, *add_hits; /* the recompute tier */
 	int64_t budget;   /* ss_index_set_state_budget's bytes; -1: none */
+	/* The dims every state of the index has: those of dims_ref (a state
+	 * stored before this build, read at the first state record added), or
+	 * of the first state added when the index had none. */
+	ss_index_hit dims_ref;
+	ss_state_dims dims;
+	int dims_set;
 	sqlite3_stmt *file_find, *file_ins;
 	char *last_path;  /* state path as given → file id, for runs of one shard */
 	int64_t last_file_id;
@@ -44,6 +50,7 @@ struct ss_index {
 	sqlite3_stmt *query, *lookup, *rid_of;
 	sqlite3_stmt *text_of; /* NULL when the index has no texts table */
 	sqlite3_stmt *tokens_of; /* NULL when the index has no tokens table */
+	unsigned fetch;   /* ss_index_set_fetch's SS_INDEX_FETCH_* */
 	ss_bm25 *bm25;    /* tokenizer, postings */
 	reader_slot slots[READER_SLOTS];
 	int next_slot;

@@ -221,8 +221,16 @@ typedef struct {
 	char fingerprint[SS_FINGERPRINT_MAX]; /* model fingerprint as indexed */
 	int64_t n_tokens;
 	int64_t file_id;       /* internal: which shard */
-	int stateless;         /* no stored state: recompute it from ss_index_tokens */
+	int stateless;         /* no stored state: recompute it from its tokens */
 	ss_dtype dtype;        /* stateless: the dtype to recompute it in */
+	/* What ss_index_set_fetch asked for, read in the query's snapshot: */
+	char *text;            /* SS_INDEX_FETCH_TEXT: its text (NUL after text_len
+				* bytes), NULL when not stored (as ss_index_text) */
+	size_t text_len;
+	int32_t *tokens;       /* SS_INDEX_FETCH_TOKENS, a stateless hit: its token
+				* ids ([n_stored_tokens] i32, as ss_index_tokens),
+				* NULL when none are stored; NULL for the others */
+	int64_t n_stored_tokens;
 } ss_index_hit;
 
 /* Top-k documents for `query` by BM25, best first, leaving out the ids in
@@ -234,11 +242,15 @@ typedef struct {
  * 0.5) / (df + 0.5)) or 1e-6 when that is <= 0: FTS5's bm25() of the OR of
  * the terms. The top k is exact, found without scoring every candidate
  * (MaxScore). Hits of equal score are ordered by id. k >= 1.
+ * Everything a query returns (scores, ids, locations, and the texts and
+ * tokens of ss_index_set_fetch) comes from one read transaction: one
+ * snapshot of the index even while a build commits.
  * Returns the number of hits n (0 <= n <= k) with *hits set (free with
  * ss_index_hits_free; NULL when n == 0), or SS_ERR_INVALID for an empty
  * query (no term with a letter or digit) or k < 1, SS_ERR_IO (SQLite),
  * SS_ERR_FORMAT (a damaged index: postings, lengths, a hit's row without
- * an id). */
+ * an id), and the errors of ss_index_text / ss_index_tokens for what
+ * ss_index_set_fetch asks. */
 int ss_index_query(ss_index *ix, const char *query, int k, const char *const *exclude,
                    size_t n_exclude, ss_index_hit **hits, char *errmsg);
 
@@ -249,6 +261,19 @@ int ss_index_query(ss_index *ix, const char *query, int k, const char *const *ex
  * Probabilistic Relevance Framework: BM25 and Beyond" (2009) §3.4. */
 int ss_index_set_bm25(ss_index *ix, double k1, double b, char *errmsg);
 
+/* What ss_index_query reads with each hit beside its location (flags). */
+#define SS_INDEX_FETCH_TEXT 1u   /* hit.text: the document's text */
+#define SS_INDEX_FETCH_TOKENS 2u /* hit.tokens: a stateless document's tokens */
+
+/* Sets what the following ss_index_query calls on ix read with each hit
+ * (SS_INDEX_FETCH_* or-ed; 0, the default: the location only). They are
+ * read in the query's one read transaction, with the scores and the
+ * locations: a build that commits meanwhile changes none of them, where
+ * ss_index_text / ss_index_tokens called after the query would read the
+ * later snapshot (another text, or "no document"). Returns 0, or
+ * SS_ERR_INVALID (unknown flags, ix not open for queries). */
+int ss_index_set_fetch(ss_index *ix, unsigned what, char *errmsg);
+
 /* Frees hits[0..n) and the array. NULL is fine. */
 void ss_index_hits_free(ss_index_hit *hits, int n);
 
@@ -256,7 +281,7 @@ void ss_index_hits_free(ss_index_hit *hits, int n);
  * filled (free its strings with ss_index_hit_clear), SS_ERR_NOTFOUND, or
  * SS_ERR_IO. */
 int ss_index_lookup(ss_index *ix, const char *id, ss_index_hit *hit, char *errmsg);
-/* Frees the strings of one hit (not the hit itself). */
+/* Frees the strings and arrays of one hit (not the hit itself). */
 void ss_index_hit_clear(ss_index_hit *hit);
 
 /* One indexed document, as ss_index_docs gives it: strings borrowed, valid

@@ -1484,6 +1484,101 @@ static void test_commit_write_refused(void **state)
 	assert_string_equal(top1(db, "lazy dog", NULL, 0), "d0");
 }
 
+/* A writer that, whenever the reader starts a statement reading texts or
+ * tokens, tries at once (no busy wait) to delete every text and every
+ * token: what a build committing between a query and its fetches does. */
+typedef struct {
+	sqlite3 *w;
+	int tried, done;
+} snapshot_writer;
+
+static int snapshot_write(unsigned type, void *ctx, void *p, void *x)
+{
+	(void)type;
+	(void)x;
+	snapshot_writer *sw = ctx;
+	const char *sql = sqlite3_sql(p);
+	if (sql && (strstr(sql, "FROM texts") || strstr(sql, "FROM tokens"))) {
+		sw->tried++;
+		if (sqlite3_exec(sw->w, "BEGIN IMMEDIATE; DELETE FROM texts; DELETE FROM tokens; COMMIT", NULL, NULL,
+				 NULL) == SQLITE_OK)
+			sw->done++;
+		else
+			sqlite3_exec(sw->w, "ROLLBACK", NULL, NULL, NULL);
+	}
+	return 0;
+}
+
+/* Issue 32 item 7: a query's texts and a stateless hit's tokens are read in
+ * the query's one read transaction, with its scores and locations: a build
+ * that commits while the query fetches them changes nothing it returns
+ * (read after the query, the texts were another snapshot's: another text,
+ * or none). */
+static void test_query_one_snapshot(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	const char *db = path_in("idx.db");
+	/* d1 stateless (a budget of every other state), with its tokens */
+	ss_index *ix;
+	int64_t budget = 0;
+	for (int i = 0; i < N_CORPUS; i++)
+		if (i != 1)
+			budget += state_len(db, corpus[i].id);
+	assert_int_equal(ss_index_build_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_set_state_budget(ix, budget, em), 0);
+	for (int i = 0; i < N_CORPUS; i++) /* d1 ranks last */
+		if (i != 1)
+			assert_int_equal(ss_index_add_hits(ix, corpus[i].id, 1, em), 0);
+	assert_int_equal(ss_index_commit(ix, NULL, NULL, NULL, em), 0);
+	ss_index_close(ix);
+	assert_int_equal(state_len(db, "d1"), 0);
+
+	assert_int_equal(ss_index_open(&ix, db, em), 0);
+	assert_int_equal(ss_index_set_fetch(ix, 4, em), SS_ERR_INVALID);
+	assert_int_equal(ss_index_set_fetch(ix, SS_INDEX_FETCH_TEXT | SS_INDEX_FETCH_TOKENS, em), 0);
+	snapshot_writer sw = {0};
+	assert_int_equal(sqlite3_open(db, &sw.w), SQLITE_OK);
+	sqlite3_trace_v2(ix->db, SQLITE_TRACE_STMT, snapshot_write, &sw);
+	ss_index_hit *h;
+	int n = ss_index_query(ix, "the ocean fox", 4, NULL, 0, &h, em);
+	sqlite3_trace_v2(ix->db, 0, NULL, NULL);
+	assert_int_equal(n, 4);
+	assert_true(sw.tried > 0);
+	assert_int_equal(sw.done, 0);
+	int n_stateless = 0;
+	for (int i = 0; i < n; i++) {
+		const char *want = corpus[h[i].id[1] - '0'].text;
+		assert_non_null(h[i].text);
+		assert_string_equal(h[i].text, want);
+		assert_int_equal(h[i].text_len, strlen(want));
+		if (h[i].stateless) {
+			n_stateless++;
+			assert_non_null(h[i].tokens);
+			assert_int_equal(h[i].n_stored_tokens, n_words(want));
+		} else {
+			assert_null(h[i].tokens);
+		}
+	}
+	assert_int_equal(n_stateless, 1);
+	ss_index_hits_free(h, n);
+	/* The query over, the write goes through; the next query sees it. */
+	assert_int_equal(sqlite3_exec(sw.w, "DELETE FROM texts; DELETE FROM tokens", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(sw.w);
+	n = ss_index_query(ix, "the ocean fox", 4, NULL, 0, &h, em);
+	assert_int_equal(n, 4);
+	for (int i = 0; i < n; i++) {
+		assert_null(h[i].text);
+		assert_null(h[i].tokens);
+	}
+	ss_index_hits_free(h, n);
+	/* Without fetch flags, neither is read. */
+	assert_int_equal(ss_index_set_fetch(ix, 0, em), 0);
+	assert_int_equal(ss_index_query(ix, "ocean", 4, NULL, 0, &h, em), 2);
+	assert_null(h[0].text);
+	ss_index_hits_free(h, 2);
+	ss_index_close(ix);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1513,6 +1608,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hostile_rids, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_null_id, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_commit_write_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_query_one_snapshot, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -104,18 +104,79 @@ static void json_line(FILE *f, cJSON *j)
 	cJSON_Delete(j);
 }
 
-/* Writes s to f as a TSV field: backslash, tab, newline and CR escaped. */
+/* How put_escaped writes a value. */
+enum { ESC_PLAIN, ESC_LAYOUT, ESC_JSON };
+
+/* Writes s[0..len) to f (len (size_t)-1: strlen(s)) so that no value can
+ * forge a line or reach a terminal as a control.
+ * ESC_PLAIN (a field of plain output): backslash as \\, tab, newline and
+ * CR as \t \n \r, and each byte of any other control character (C0, DEL,
+ * C1) or of a sequence that is not UTF-8 as \xHH (ESC: \x1b).
+ * ESC_LAYOUT (show's text body): the same, but tab, newline and backslash
+ * as they are.
+ * ESC_JSON (the inside of a JSON string): valid UTF-8 whatever s holds, a
+ * byte that is not UTF-8 replaced by U+FFFD (as ss-cat does), '"' and
+ * backslash escaped, tab, newline and CR as \t \n \r, other control
+ * characters (C0, DEL, C1) as \u00XX. */
+static void put_escaped(FILE *f, const char *s, size_t len, int mode)
+{
+	if (len == (size_t)-1)
+		len = strlen(s);
+	for (size_t i = 0; i < len;) {
+		unsigned char c = (unsigned char)s[i];
+		size_t k = 0; /* bytes of a valid UTF-8 sequence at i, 0 for a bad byte */
+		if (c < 0x80) {
+			k = 1;
+		} else {
+			for (size_t m = 2; m <= 4 && m <= len - i && !k; m++)
+				if (ss_utf8_validate(s + i, m, NULL) == 0)
+					k = m;
+		}
+		/* the code point of a control character (C0, DEL, C1), else -1 */
+		int ctl = c < 0x20 || c == 0x7f ? c : c == 0xc2 && k == 2 && (unsigned char)s[i + 1] < 0xa0
+			? (unsigned char)s[i + 1] : -1;
+		if ((c == '\\' && mode != ESC_LAYOUT) || (c == '"' && mode == ESC_JSON)) {
+			fputc('\\', f);
+			fputc(c, f);
+		} else if ((c == '\t' || c == '\n') && mode == ESC_LAYOUT) {
+			fputc(c, f);
+		} else if (c == '\t' || c == '\n' || c == '\r') {
+			fputs(c == '\t' ? "\\t" : c == '\n' ? "\\n" : "\\r", f);
+		} else if (ctl >= 0 && mode == ESC_JSON) {
+			fprintf(f, "\\u%04x", (unsigned)ctl);
+		} else if (!k && mode == ESC_JSON) {
+			fputs("\xef\xbf\xbd", f);
+		} else if (ctl >= 0 || !k) {
+			for (size_t j = 0; j < (k ? k : 1); j++)
+				fprintf(f, "\\x%02x", (unsigned char)s[i + j]);
+		} else {
+			fwrite(s + i, 1, k, f);
+		}
+		i += k ? k : 1;
+	}
+}
+
+/* Adds s[0..len) to j as the string `key` (len (size_t)-1: strlen(s)),
+ * valid UTF-8 whatever s holds (put_escaped's ESC_JSON). */
+static void json_add_str(cJSON *j, const char *key, const char *s, size_t len)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *m = open_memstream(&buf, &n);
+	if (!m)
+		cli_die("out of memory");
+	fputc('"', m);
+	put_escaped(m, s, len, ESC_JSON);
+	fputc('"', m);
+	if (fclose(m) != 0 || !cJSON_AddRawToObject(j, key, buf))
+		cli_die("out of memory");
+	free(buf);
+}
+
+/* Writes s to f as a TSV field (put_escaped's ESC_PLAIN). */
 static void tsv_field(FILE *f, const char *s)
 {
-	for (; *s; s++) {
-		switch (*s) {
-		case '\\': fputs("\\\\", f); break;
-		case '\t': fputs("\\t", f); break;
-		case '\n': fputs("\\n", f); break;
-		case '\r': fputs("\\r", f); break;
-		default: fputc(*s, f);
-		}
-	}
+	put_escaped(f, s, (size_t)-1, ESC_PLAIN);
 }
 
 /* ------------------------------------------------------------------ build */
@@ -139,7 +200,8 @@ static void build_note(void *ctx, const char *id, int dropped, const char *why)
 	cli_warn("document %s %s", id, why);
 }
 
-/* --hits FILE: one document id per line, each line one retrieval. */
+/* --hits FILE: one document id per line, each line one retrieval. An
+ * error closes ix (rolling the build back) and exits. */
 static void read_hits(ss_index *ix, const char *db, const char *path)
 {
 	char em[SS_ERRMSG_MAX], *line = NULL;
@@ -147,12 +209,19 @@ static void read_hits(ss_index *ix, const char *db, const char *path)
 	long n;
 	unsigned long long lineno = 0;
 	FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
-	if (!f)
-		cli_die("%s: %s", path, strerror(errno));
+	if (!f) {
+		int e = errno;
+		ss_index_close(ix);
+		cli_die("%s: %s", path, strerror(e));
+	}
 	while ((n = cli_getline(&line, &cap, f, 1 << 20)) >= 0 || n == -2) {
 		lineno++;
-		if (n == -2)
-			cli_die("%s: line %llu: longer than 1 MiB: not a document id", path, lineno);
+		const char *why = n == -2 ? "longer than 1 MiB: not a document id"
+			: memchr(line, 0, (size_t)n) ? "a NUL byte: not a document id" : NULL;
+		if (why) {
+			ss_index_close(ix);
+			cli_die("%s: line %llu: %s", path, lineno, why);
+		}
 		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
 			line[--n] = 0;
 		if (n > 0 && ss_index_add_hits(ix, line, 1, em)) {
@@ -160,8 +229,11 @@ static void read_hits(ss_index *ix, const char *db, const char *path)
 			cli_die("%s: %s", db, em);
 		}
 	}
-	if (n == -3)
-		cli_die("%s: read error: %s", path, strerror(errno));
+	if (n == -3) {
+		int e = errno;
+		ss_index_close(ix);
+		cli_die("%s: read error: %s", path, strerror(e));
+	}
 	if (f != stdin)
 		fclose(f);
 	free(line);
@@ -265,17 +337,19 @@ static ss_index *open_or_die(const char *db)
 static cJSON *doc_json(const ss_index_doc *d)
 {
 	cJSON *j = cJSON_CreateObject();
-	cJSON_AddStringToObject(j, "id", d->id);
+	if (!j)
+		cli_die("out of memory");
+	json_add_str(j, "id", d->id, (size_t)-1);
 	cJSON_AddNumberToObject(j, "n_tokens", (double)d->n_tokens);
 	if (d->stateless) {
 		cJSON_AddNullToObject(j, "file");
-		cJSON_AddStringToObject(j, "recompute_dtype", d->dtype ? d->dtype : "");
+		json_add_str(j, "recompute_dtype", d->dtype ? d->dtype : "", (size_t)-1);
 	} else {
-		cJSON_AddStringToObject(j, "file", d->path);
+		json_add_str(j, "file", d->path, (size_t)-1);
 		cJSON_AddNumberToObject(j, "offset", (double)d->offset);
 		cJSON_AddNumberToObject(j, "length", (double)d->length);
 	}
-	cJSON_AddStringToObject(j, "fingerprint", d->fingerprint);
+	json_add_str(j, "fingerprint", d->fingerprint, (size_t)-1);
 	if (d->text_tokens >= 0)
 		cJSON_AddNumberToObject(j, "text_tokens", (double)d->text_tokens);
 	else
@@ -327,28 +401,37 @@ static int show_one(void *ctx, const ss_index_doc *d)
 	if (c->json) {
 		cJSON *j = doc_json(d);
 		if (text)
-			cJSON_AddStringToObject(j, "text", text);
+			json_add_str(j, "text", text, len);
 		else
 			cJSON_AddNullToObject(j, "text");
 		json_line(stdout, j);
 	} else {
 		/* "key: value" lines, a blank line, the text as it is (an e-mail's
-		 * layout); a blank line between documents. */
+		 * layout); a blank line between documents. Values and text
+		 * escaped (put_escaped): none forges a line or a control. */
 		if (c->n_shown)
 			putchar('\n');
-		printf("id: %s\n", d->id);
-		if (d->stateless)
-			printf("file: none (stateless: recomputed in %s by query --model)\n", d->dtype ? d->dtype : "?");
-		else
-			printf("file: %s\noffset: %llu\nlength: %llu\n", d->path, (unsigned long long)d->offset,
+		fputs("id: ", stdout);
+		put_escaped(stdout, d->id, (size_t)-1, ESC_PLAIN);
+		if (d->stateless) {
+			fputs("\nfile: none (stateless: recomputed in ", stdout);
+			put_escaped(stdout, d->dtype ? d->dtype : "?", (size_t)-1, ESC_PLAIN);
+			fputs(" by query --model)\n", stdout);
+		} else {
+			fputs("\nfile: ", stdout);
+			put_escaped(stdout, d->path, (size_t)-1, ESC_PLAIN);
+			printf("\noffset: %llu\nlength: %llu\n", (unsigned long long)d->offset,
 			       (unsigned long long)d->length);
-		printf("fingerprint: %s\nn_tokens: %lld\n", d->fingerprint, (long long)d->n_tokens);
+		}
+		fputs("fingerprint: ", stdout);
+		put_escaped(stdout, d->fingerprint, (size_t)-1, ESC_PLAIN);
+		printf("\nn_tokens: %lld\n", (long long)d->n_tokens);
 		if (d->text_tokens >= 0)
 			printf("text_tokens: %lld\n", (long long)d->text_tokens);
 		printf("text_bytes: %lld\nn_terms: %lld\n", (long long)d->text_len, (long long)d->n_terms);
 		if (text) {
 			putchar('\n');
-			fwrite(text, 1, len, stdout);
+			put_escaped(stdout, text, len, ESC_LAYOUT);
 			if (!len || text[len - 1] != '\n')
 				putchar('\n');
 		} else {
@@ -407,10 +490,12 @@ static int cmd_stats(const char *db, int json)
 			printf("%-17s %lld\n", rows[i].key, (long long)rows[i].v);
 	}
 	if (j) {
-		cJSON_AddStringToObject(j, "fingerprint", in.fingerprint);
+		json_add_str(j, "fingerprint", in.fingerprint, (size_t)-1);
 		json_line(stdout, j);
 	} else {
-		printf("%-17s %s\n", "fingerprint", in.fingerprint);
+		printf("%-17s ", "fingerprint");
+		put_escaped(stdout, in.fingerprint, (size_t)-1, ESC_PLAIN);
+		putchar('\n');
 	}
 	return 0;
 }
@@ -469,18 +554,12 @@ static void recompute_free(qopts *o)
 	ss_model_free(o->m);
 }
 
-/* A stateless hit's tokens, fetched before anything is written. */
-typedef struct {
-	int32_t *tokens;
-	int64_t n_tokens;
-} hit_tokens;
-
-/* Encodes hits h[0..n) (stateless, tokens in t[0..n)) from the zero state
- * in one forward call into st[0..n): the records ss-encode would write
- * (id, the model's fingerprint, n_tokens, the hit's dtype). Returns 0, or
- * 1 after reporting the error (st freed). */
-static int recompute(qopts *o, const char *label, const ss_index_hit *const *h, const hit_tokens *const *t, int n,
-		     ss_state *st)
+/* Encodes hits h[0..n) (stateless, their tokens fetched with the query)
+ * from the zero state in one forward call into st[0..n): the records
+ * ss-encode would write (id, the model's fingerprint, n_tokens, the hit's
+ * dtype). Returns 0, or 1 after reporting the error, naming the document
+ * that failed (st freed). */
+static int recompute(qopts *o, const char *label, const ss_index_hit *const *h, int n, ss_state *st)
 {
 	ss_forward_seq seqs[RECOMPUTE_BATCH];
 	char em[SS_ERRMSG_MAX];
@@ -490,11 +569,19 @@ static int recompute(qopts *o, const char *label, const ss_index_hit *const *h, 
 			cli_die("out of memory (%d states)", n);
 		memcpy(st[i].fingerprint, o->m->fingerprint, SS_FINGERPRINT_MAX);
 		st[i].dtype = h[i]->dtype;
-		seqs[i] = (ss_forward_seq){ .tokens = t[i]->tokens, .n_tokens = t[i]->n_tokens, .state = &st[i] };
-		o->n_recomputed_tokens += t[i]->n_tokens;
+		seqs[i] = (ss_forward_seq){ .tokens = h[i]->tokens, .n_tokens = h[i]->n_stored_tokens, .state = &st[i] };
+		o->n_recomputed_tokens += h[i]->n_stored_tokens;
 	}
 	if (ss_forward_prefill(o->fwd, seqs, n, SS_LOGITS_NONE, em)) {
-		cli_warn("%s%s: document %s: %s", label, o->mo->model, h[0]->id, em);
+		/* errmsg names the sequence ("sequence I: what"): name its
+		 * document instead. */
+		int seq = -1, at = 0;
+		if (sscanf(em, "sequence %d: %n", &seq, &at) != 1 || at == 0 || seq < 0 || seq >= n)
+			seq = -1;
+		if (seq >= 0)
+			cli_warn("%s%s: document %s: %s", label, o->mo->model, h[seq]->id, em + at);
+		else
+			cli_warn("%s%s: %s", label, o->mo->model, em);
 		for (int i = 0; i < n; i++)
 			ss_state_free(&st[i]);
 		return 1;
@@ -510,24 +597,24 @@ static int out_index(const qopts *o, int i, int n)
 	return o->best_first ? i : n - 1 - i;
 }
 
-static void print_ids(qopts *o, ss_index *ix, const char *qid, const ss_index_hit *hits, int n)
+static void print_ids(qopts *o, const char *qid, const ss_index_hit *hits, int n)
 {
 	/* Same order as the state stream. */
 	for (int i = 0; i < n; i++) {
+		/* The text was read with the hits (ss_index_set_fetch): of
+		 * their snapshot, whatever a build committed since. */
 		const ss_index_hit *h = &hits[out_index(o, i, n)];
-		char em[SS_ERRMSG_MAX], *text = NULL;
-		size_t len = 0;
-		if (o->text && ss_index_text(ix, h->id, &text, &len, em))
-			cli_die("%s: %s", o->db, em);
 		if (o->json) {
 			cJSON *j = cJSON_CreateObject();
+			if (!j)
+				cli_die("out of memory");
 			if (qid)
-				cJSON_AddStringToObject(j, "query", qid);
+				json_add_str(j, "query", qid, (size_t)-1);
 			cJSON_AddNumberToObject(j, "rank", h->rank);
-			cJSON_AddStringToObject(j, "id", h->id);
+			json_add_str(j, "id", h->id, (size_t)-1);
 			cJSON_AddNumberToObject(j, "score", h->score);
-			if (text)
-				cJSON_AddStringToObject(j, "text", text);
+			if (h->text)
+				json_add_str(j, "text", h->text, h->text_len);
 			else if (o->text)
 				cJSON_AddNullToObject(j, "text");
 			json_line(o->text_out, j);
@@ -541,11 +628,10 @@ static void print_ids(qopts *o, ss_index *ix, const char *qid, const ss_index_hi
 			fprintf(o->text_out, "\t%.9g", h->score);
 			if (o->text) {
 				fputc('\t', o->text_out);
-				tsv_field(o->text_out, text ? text : "");
+				put_escaped(o->text_out, h->text ? h->text : "", h->text_len, ESC_PLAIN);
 			}
 			fputc('\n', o->text_out);
 		}
-		free(text);
 	}
 }
 
@@ -557,19 +643,18 @@ static int safe_name(const char *s)
 }
 
 /* Checks hit h, stateless, before anything is written: --model given, its
- * tokens stored (into *t), the model's fingerprint its state's. Returns 0,
- * or 1 after reporting the error. */
-static int recompute_check(ss_index *ix, qopts *o, const char *label, const ss_index_hit *h, hit_tokens *t)
+ * tokens stored (read with the hits), the model's fingerprint its
+ * state's. Returns 0, or 1 after reporting the error. */
+static int recompute_check(qopts *o, const char *label, const ss_index_hit *h)
 {
-	char em[SS_ERRMSG_MAX];
 	if (!o->mo) {
 		cli_warn("%s%s: document %s has no stored state (a --state-budget dropped it): query with "
 			 "--model DIR to recompute it", label, o->db, h->id);
 		return 1;
 	}
-	if (ss_index_tokens(ix, h->id, &t->tokens, &t->n_tokens, em) || !t->tokens) {
-		cli_warn("%s%s: document %s has no stored state and %s", label, o->db, h->id,
-			 t->tokens || em[0] ? em : "no tokens stored to recompute it from");
+	if (!h->tokens) {
+		cli_warn("%s%s: document %s has no stored state and no tokens stored to recompute it from", label,
+			 o->db, h->id);
 		return 1;
 	}
 	recompute_load(o);
@@ -594,14 +679,11 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 {
 	char em[SS_ERRMSG_MAX];
 	const ss_record *rec;
-	hit_tokens *tok = calloc((size_t)n + 1, sizeof *tok);
 	ss_state st[RECOMPUTE_BATCH];
 	int bad = 0, n_st = 0, next_st = 0; /* st[next_st..n_st) computed, not yet written */
-	if (!tok)
-		cli_die("out of memory");
 	for (int i = 0; i < n && !bad; i++) {
 		if (h[i].stateless)
-			bad = recompute_check(ix, o, label, &h[i], &tok[i]);
+			bad = recompute_check(o, label, &h[i]);
 		else if (ss_index_read(ix, &h[i], 1, &rec, em)) {
 			cli_warn("%s%s: %s: %s", label, o->db, h[i].path, em);
 			bad = 1;
@@ -618,16 +700,13 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 			if (next_st == n_st) {
 				/* The next batch: this and the following stateless hits. */
 				const ss_index_hit *bh[RECOMPUTE_BATCH];
-				const hit_tokens *bt[RECOMPUTE_BATCH];
 				n_st = next_st = 0;
 				for (int j = i; j < n && n_st < RECOMPUTE_BATCH; j++) {
 					int x = out_index(o, j, n);
-					if (h[x].stateless) {
-						bh[n_st] = &h[x];
-						bt[n_st++] = &tok[x];
-					}
+					if (h[x].stateless)
+						bh[n_st++] = &h[x];
 				}
-				if ((bad = recompute(o, label, bh, bt, n_st, st))) {
+				if ((bad = recompute(o, label, bh, n_st, st))) {
 					n_st = 0;
 					break;
 				}
@@ -653,9 +732,6 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 	}
 	while (next_st < n_st)
 		ss_state_free(&st[next_st++]);
-	for (int i = 0; i < n; i++)
-		free(tok[i].tokens);
-	free(tok);
 	if (bad) {
 		ss_writer_abort(w);
 		return 1;
@@ -692,7 +768,7 @@ static int run_query(ss_index *ix, qopts *o, const char *qid, const char *text, 
 			cli_warn("%sno document matched", label);
 	}
 	if (o->ids) {
-		print_ids(o, ix, qid, h, n);
+		print_ids(o, qid, h, n);
 	} else if (qid) {
 		char *path = NULL;
 		if (!safe_name(qid)) {
@@ -944,7 +1020,10 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 {
 	char em[SS_ERRMSG_MAX];
 	ss_index *ix;
-	if (ss_index_open(&ix, db, em) || ss_index_set_bm25(ix, o->k1, o->b, em))
+	/* The texts (--text) and a stateless hit's tokens (--model) are read
+	 * with the hits, in the query's one snapshot. */
+	if (ss_index_open(&ix, db, em) || ss_index_set_bm25(ix, o->k1, o->b, em) ||
+	    ss_index_set_fetch(ix, (o->text ? SS_INDEX_FETCH_TEXT : 0) | (o->mo && !o->ids ? SS_INDEX_FETCH_TOKENS : 0), em))
 		cli_die("%s: %s", db, em);
 	if (o->out && strcmp(o->out, "-")) {
 		cli_out_not_input(o->out, db);

@@ -23,8 +23,13 @@ printf '\x50\x2a\x4d\x18\x02\x00\x00\x00hi' | cat - "$T/d.tokens" >"$S/stream/sk
 
 # index: the small index built above, with 512-byte pages (7.5 KB, not 48)
 cp "$T/i.db" "$S/index/small.db"
-python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("PRAGMA page_size=512"); c.execute("VACUUM")' \
-	"$S/index/small.db"
+# and the same with every state dropped by a budget (schema 4: stateless documents, their tokens)
+"$B/bin/ss-retrieve" build -q --index "$T/s.db" --state-budget 0 "$T/d.tokens" "$T/d.states"
+cp "$T/s.db" "$S/index/stateless.db"
+for db in small stateless; do
+	python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("PRAGMA page_size=512"); c.execute("VACUUM")' \
+		"$S/index/$db.db"
+done
 
 python3 - "$S" <<'PY'
 import json, struct, sys, os
