@@ -18,6 +18,7 @@
 
 /* ------------------------------------------------------------------ names */
 
+static const char *const array_name[2] = {"conv", "ssm"};
 static const char *const mode_names[] = {"caso", "picaso-s", "picaso-r", "soup", "sum", "max"};
 static const char *const norm_names[] = {"none", "before", "after", "both"};
 static const char *const conv_names[] = {"mean", "last"};
@@ -452,7 +453,7 @@ static void apply(float *restrict y, src_arr x, size_t off, size_t n, int op, fl
 {
 	float tmp[BLK];
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (x.planes && __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c")) {
+	if (x.planes && ss_cpu_f16c()) {
 		size_t done = apply_planes_avx(y, x.p + off, x.p + x.planes + off, n, x.t == SS_DTYPE_F16, op, c, d);
 		y += done, off += done, n -= done;
 	}
@@ -782,14 +783,13 @@ static void add_range(const ss_composer *c, const ss_compose_input *in, int whic
 
 int ss_composer_end(ss_composer *c, ss_compose_input *in, char *errmsg)
 {
-	static const char *const name[2] = {"conv", "ssm"};
 	if (!in->open) {
 		ss_errf(errmsg, 0, "composer: add_end outside an input");
 		return fail(c, SS_ERR_INVALID);
 	}
 	for (int a = 0; a < 2; a++)
 		if (in->fed[a] != in->want[a]) {
-			ss_errf(errmsg, 0, "input %zu: field \"%s\" has %llu bytes, expected %llu", in->k, name[a],
+			ss_errf(errmsg, 0, "input %zu: field \"%s\" has %llu bytes, expected %llu", in->k, array_name[a],
 				(unsigned long long)in->fed[a], (unsigned long long)in->want[a]);
 			return fail(c, SS_ERR_FORMAT);
 		}
@@ -906,34 +906,55 @@ int ss_composer_begin(ss_composer *c, ss_compose_input *in, const ss_state *x, c
 	return 0;
 }
 
+/* SS_ERR_FORMAT naming element e of in's array which, the value at x (one
+ * element of in->t), as the record decoders name one that is not finite. */
+static int nonfinite(const ss_compose_input *in, int which, size_t e, const void *x, char *errmsg)
+{
+	float v;
+	ss_to_f32(&v, x, in->t, 1);
+	return ss_errf(errmsg, SS_ERR_FORMAT, "input %zu: field \"%s\": element %zu is %g, not finite", in->k,
+		       array_name[which], e, (double)v);
+}
+
 /* Folds in the shuffle block of m elements at p, elements [start,
  * start+m) of array `which`: 2-byte elements straight from their planes
- * (one pass, the block's bytes read once), others unshuffled first. */
-static void add_block(const ss_composer *c, ss_compose_input *in, int which, const unsigned char *p, size_t start,
-		      size_t m)
+ * (one pass, the block's bytes read once), others unshuffled first. Its
+ * elements are checked finite first: 0 or SS_ERR_FORMAT (nothing folded). */
+static int add_block(const ss_composer *c, ss_compose_input *in, int which, const unsigned char *p, size_t start,
+		     size_t m, char *errmsg)
 {
-	size_t es = ss_dtype_size(in->t);
+	size_t es = ss_dtype_size(in->t), bad;
 	src_arr xs;
 	if (es == 2) {
+		if ((bad = ss_nonfinite_planes(p, p + m, in->t, m)) < m) {
+			uint16_t h = (uint16_t)(p[bad] | (unsigned)p[m + bad] << 8);
+			return nonfinite(in, which, start + bad, &h, errmsg);
+		}
 		xs = input_arr(c, in, which, p, start);
 		xs.planes = m;
 	} else {
 		ss_unshuffle(in->unblk, p, es, m, m);
+		if ((bad = ss_nonfinite_find(in->unblk, in->t, m)) < m)
+			return nonfinite(in, which, start + bad, in->unblk + bad * es, errmsg);
 		xs = input_arr(c, in, which, in->unblk, start);
 	}
 	add_range(c, in, which, xs, start, m, NULL);
+	return 0;
 }
 
 /* Bytes [fed, fed+len) of a shuffled array: folded block by block, a
  * block the piece holds whole in place, else gathered in in->blk first. */
-static void add_shuffled(const ss_composer *c, ss_compose_input *in, int which, const unsigned char *p, size_t len)
+static int add_shuffled(const ss_composer *c, ss_compose_input *in, int which, const unsigned char *p, size_t len,
+			char *errmsg)
 {
 	size_t es = ss_dtype_size(in->t), n = (size_t)(in->want[which] / es);
+	int rc;
 	while (len) {
 		size_t start = (size_t)(in->fed[which] / es) - in->fill / es; /* the block's first element */
 		size_t m = n - start < in->shuf ? n - start : in->shuf;
 		if (in->fill == 0 && len >= m * es) {
-			add_block(c, in, which, p, start, m);
+			if ((rc = add_block(c, in, which, p, start, m, errmsg)))
+				return rc;
 			in->fed[which] += m * es, p += m * es, len -= m * es;
 			continue;
 		}
@@ -941,26 +962,29 @@ static void add_shuffled(const ss_composer *c, ss_compose_input *in, int which, 
 		memcpy(in->blk + in->fill, p, take);
 		in->fill += take, in->fed[which] += take, p += take, len -= take;
 		if (in->fill == m * es) {
-			add_block(c, in, which, in->blk, start, m);
 			in->fill = 0;
+			if ((rc = add_block(c, in, which, in->blk, start, m, errmsg)))
+				return rc;
 		}
 	}
+	return 0;
 }
 
 int ss_composer_fold(const ss_composer *c, ss_compose_input *in, int which, uint64_t off, const void *p, size_t len,
 		     char *errmsg)
 {
-	static const char *const name[2] = {"conv", "ssm"};
 	if (!in->open || (which != 0 && which != 1))
 		return ss_errf(errmsg, SS_ERR_INVALID, "composer: a piece outside an input");
 	size_t es = ss_dtype_size(in->t);
 	if (off != in->fed[which] || len % es || len > in->want[which] - off)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "input %zu: field \"%s\" is not %llu bytes of %s", in->k,
-			       name[which], (unsigned long long)in->want[which], ss_dtype_name(in->t));
-	if (in->shuf) {
-		add_shuffled(c, in, which, p, len);
-		return 0;
-	}
+			       array_name[which], (unsigned long long)in->want[which], ss_dtype_name(in->t));
+	if (in->shuf)
+		return add_shuffled(c, in, which, p, len, errmsg);
+	/* checked while the piece is in cache, before any of it is folded */
+	size_t bad = ss_nonfinite_find(p, in->t, len / es);
+	if (bad < len / es)
+		return nonfinite(in, which, (size_t)(off / es) + bad, (const unsigned char *)p + bad * es, errmsg);
 	add_range(c, in, which, input_arr(c, in, which, p, (size_t)(off / es)), (size_t)(off / es), len / es, NULL);
 	in->fed[which] += len;
 	return 0;

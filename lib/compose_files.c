@@ -39,6 +39,7 @@
 #include "stream_internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,6 +199,28 @@ static int streams_out(const run_t *u)
 	return !u->norm && out_dtype(u) != SS_DTYPE_Q8;
 }
 
+/* 0 when elements [e0, e1) of the result's array which (f32 at x) are
+ * what its output dtype stores (ss_unstorable_find), else SS_ERR_INVALID
+ * with errmsg naming the inputs, the element and why: a composition of
+ * finite inputs can still overflow (sum, soup's sum before its division,
+ * caso), or leave f16's range. */
+static int check_storable(const run_t *u, int which, const float *x, size_t e0, size_t e1, char *errmsg)
+{
+	ss_dtype t = out_dtype(u);
+	size_t bad = e0 + ss_unstorable_find(x + e0, t, e1 - e0);
+	if (bad == e1)
+		return 0;
+	char in[160];
+	int len = snprintf(in, sizeof in, "%s", u->paths[0]);
+	for (size_t i = 1; i < u->n_paths && len < (int)sizeof in; i++)
+		len += snprintf(in + len, sizeof in - (size_t)len, ", %s", u->paths[i]);
+	return ss_errf(errmsg, SS_ERR_INVALID, "%s: their %s composition's %s element %zu is %g: %s",
+		       in, ss_compose_mode_name(u->mode), which ? "ssm" : "conv", bad, (double)x[bad],
+		       isfinite(x[bad]) ? (t == SS_DTYPE_F16 ? "beyond f16's range (--state-dtype f32 holds it)"
+							     : "beyond bf16's range (--state-dtype f32 holds it)")
+					: "it overflows f32, and state records hold finite values only");
+}
+
 static void progress(const run_t *u, int pass, size_t done, size_t total)
 {
 	if (u->fn)
@@ -318,6 +341,8 @@ typedef struct {
 	size_t bad;         /* the first record that failed (n: none); u->errmsg says why, rc what */
 	int rc;
 	int stop;           /* the writer failed: everyone stops (rc, u->errmsg) */
+	const ss_state *view; /* the writer's: the result, its arrays as they become final */
+	size_t checked[2];  /* elements of conv, ssm the writer checked storable */
 	int write_failed;   /* ... in the output itself (the writer's error) */
 	int ready_stopped;  /* the writer gave up because a record failed */
 } par_t;
@@ -630,6 +655,22 @@ static int par_ready(void *arg, int which, size_t end)
 		return SS_ERR_INVALID;
 	}
 	ss_composer_finish_range(P->u->c, which, end);
+	const float *x = which ? P->view->ssm : P->view->conv;
+	char why[SS_ERRMSG_MAX];
+	int rc = end > P->checked[which] ? check_storable(P->u, which, x, P->checked[which], end, why) : 0;
+	if (rc) { /* said here, as no record failed: the result itself */
+		pthread_mutex_lock(&P->mu);
+		if (!P->stop && P->bad == n) {
+			P->stop = 1;
+			P->rc = rc;
+			snprintf(P->u->errmsg, SS_ERRMSG_MAX, "%s", why);
+		}
+		pthread_cond_broadcast(&P->cv);
+		pthread_mutex_unlock(&P->mu);
+		P->ready_stopped = 1;
+		return rc;
+	}
+	P->checked[which] = end;
 	return 0;
 }
 
@@ -658,6 +699,7 @@ static void *par_writer(void *arg)
 	v.dtype = out_dtype(u);
 	if (u->out_id)
 		v.id = (char *)u->out_id;
+	P->view = &v;
 	rc = ss_writer_put_state_when(u->w, &v, NULL, par_ready, P);
 	if (rc && !P->ready_stopped) {
 		pthread_mutex_lock(&P->mu);
@@ -975,6 +1017,11 @@ int ss_compose_files_to(const ss_compose_opts *o, int threads, const char *const
 		}
 		free(out->id);
 		out->id = id;
+	}
+	if (!u.wrote && ((rc = check_storable(&u, 0, out->conv, 0, ss_state_conv_len(&out->dims), errmsg)) ||
+			 (rc = check_storable(&u, 1, out->ssm, 0, ss_state_ssm_len(&out->dims), errmsg)))) {
+		ss_state_free(out);
+		return rc;
 	}
 	if (!u.wrote && (rc = ss_writer_put_state(w, out, NULL)) != 0) {
 		*write_failed = 1;

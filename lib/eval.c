@@ -333,8 +333,15 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 					exact[i] = 0;
 			}
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(sc->sum[i])) { /* no score: a state or model whose values overflow */
+			ERR("start state %zu (id \"%.200s\"): the NLL is %g, not finite (the state's or the model's "
+			    "values overflow)", i, starts[i]->id ? starts[i]->id : "", isnan(sc->sum[i]) ? NAN : sc->sum[i]);
+			rc = SS_ERR_INVALID;
+			goto done;
+		}
 		nll[i] = sc->sum[i] / (double)nc;
+	}
 done:
 	for (size_t i = 0; i < made; i++)
 		ss_state_free(&sc->st[i]);

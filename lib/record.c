@@ -3,6 +3,7 @@
  * records (pack, unpack, validate). Their JSON rendering is record_json.c.
  * Schemas: formats/tokens.md, formats/states.md.
  */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -118,7 +119,9 @@ static int put_array(ss_writer *w, const arrays_t *arr, int k, ss_ready_fn ready
 		size_t chunk = ready ? CHUNK_F32 : n;
 		for (size_t i = 0; i < n && !rc; i += chunk) {
 			size_t m = n - i < chunk ? n - i : chunk;
-			if (!ready || !(rc = ready(arg, which, i + m)))
+			if (ready && !(rc = ready(arg, which, i + m)) && ss_nonfinite_find(v + i, t, m) < m)
+				rc = SS_ERR_INVALID;
+			if (!rc)
 				rc = ss_writer_add(w, v + i, m * 4);
 		}
 		return rc;
@@ -130,10 +133,15 @@ static int put_array(ss_writer *w, const arrays_t *arr, int k, ss_ready_fn ready
 		size_t m = n - i < chunk ? n - i : chunk;
 		if (ready && (rc = ready(arg, which, i + m)) != 0)
 			break;
-		if (t == SS_DTYPE_Q8)
+		if (t == SS_DTYPE_Q8) {
 			ss_q8_from_f32((int8_t *)tmp, v + i, arr->a[k].scale, i, m, arr->a[k].row, arr->a[k].block);
-		else
+		} else {
 			ss_from_f32(tmp, t, v + i, m);
+			if (ready && ss_nonfinite_find(tmp, t, m) < m) {
+				rc = SS_ERR_INVALID;
+				break;
+			}
+		}
 		if (sh)
 			ss_shuffle(tsh, tmp, ss_dtype_size(t), m, m);
 		rc = ss_writer_add(w, sh ? tsh : tmp, m * ss_dtype_size(t));
@@ -295,6 +303,12 @@ int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, 
 	int q8 = s->dtype == SS_DTYPE_Q8;
 	if (q8 && ready)
 		return SS_ERR_INVALID; /* the scales come first, from whole arrays */
+	/* Records hold finite conv and ssm only (readers refuse others): the
+	 * whole arrays now, before a byte is written; with ready, a chunk at
+	 * a time as they become final (put_array). */
+	if (!ready && (ss_unstorable_find(s->conv, s->dtype, ss_state_conv_len(d)) < ss_state_conv_len(d) ||
+		       ss_unstorable_find(s->ssm, s->dtype, ss_state_ssm_len(d)) < ss_state_ssm_len(d)))
+		return SS_ERR_INVALID;
 	size_t nsc[2] = {0, 0}, qrow[2] = {0, 0}, qblk[2] = {0, 0};
 	float *sc[2] = {NULL, NULL};
 	for (int a = 0; q8 && a < 2; a++) {
@@ -306,12 +320,6 @@ int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, 
 		}
 		ss_q8_scales(sc[a], a ? s->ssm : s->conv, a ? ss_state_ssm_len(d) : ss_state_conv_len(d), qrow[a],
 			     qblk[a]);
-		for (size_t i = 0; i < nsc[a]; i++)
-			if (!isfinite(sc[a][i])) {
-				free(sc[0]);
-				free(sc[1]);
-				return SS_ERR_INVALID;
-			}
 	}
 	buf_reserve(&b, 4096); /* after the checks above: they return without freeing b */
 	int shuf = (s->dtype == SS_DTYPE_F16 || s->dtype == SS_DTYPE_BF16) && ss_writer_shuffles(w);
@@ -444,11 +452,43 @@ static int get_bin(const msgpack_object *m, const char *k, size_t bytes, const m
 	return 0;
 }
 
+/* The first key of map m that an earlier key repeats, or NULL: a map
+ * with one key twice says two things, and readers that look keys up
+ * (ss_map_get: the first) and readers that walk the map in order would
+ * each believe another. */
+static const msgpack_object *dup_key(const msgpack_object *m)
+{
+	for (uint32_t i = 1; i < m->via.map.size; i++)
+		for (uint32_t j = 0; j < i; j++) {
+			const msgpack_object *a = &m->via.map.ptr[i].key, *b = &m->via.map.ptr[j].key;
+			if (a->type == MSGPACK_OBJECT_STR && b->type == MSGPACK_OBJECT_STR &&
+			    a->via.str.size == b->via.str.size && !memcmp(a->via.str.ptr, b->via.str.ptr, a->via.str.size))
+				return a;
+		}
+	return NULL;
+}
+
 static int check_format(const ss_record *rec, const char *want, char *errmsg)
 {
 	if (strcmp(rec->format, want))
 		return ss_errf(errmsg, SS_ERR_FORMAT, "expected a %s record, found %s", want, rec->format);
+	const msgpack_object *d = dup_key(rec->root);
+	if (d)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "key \"%.*s\" appears twice", (int)(d->via.str.size > 64 ? 64 : d->via.str.size),
+			       d->via.str.ptr);
 	return 0;
+}
+
+/* 0 when the n elements of dtype t (f32, f16, bf16) at p are finite, else
+ * SS_ERR_FORMAT naming field and the first element that is not. */
+static int check_finite(const void *p, ss_dtype t, size_t n, const char *field, char *errmsg)
+{
+	size_t i = ss_nonfinite_find(p, t, n);
+	if (i == n)
+		return 0;
+	float v;
+	ss_to_f32(&v, (const unsigned char *)p + i * ss_dtype_size(t), t, 1);
+	return ss_errf(errmsg, SS_ERR_FORMAT, "field \"%s\": element %zu is %g, not finite", field, i, (double)v);
 }
 
 void ss_tokens_free(ss_tokens *t)
@@ -493,7 +533,8 @@ int ss_record_tokens(const ss_record *rec, ss_tokens *out, char *errmsg)
 }
 
 /* Reads a q8 record's "conv_scale" and "ssm_scale" into s (dims set):
- * exactly the count of its dims' blocks, finite and >= 0. */
+ * exactly the count of its dims' blocks, each in [0, FLT_MAX/127], so that
+ * a code times its scale (|code| <= 127) is finite. */
 static int q8_scales(const msgpack_object *m, ss_state *s, char *errmsg)
 {
 	static const char *const key[2] = {"conv_scale", "ssm_scale"};
@@ -509,9 +550,10 @@ static int q8_scales(const msgpack_object *m, ss_state *s, char *errmsg)
 		memcpy(v, o->via.bin.ptr, n * 4);
 		*(a ? &s->ssm_scale : &s->conv_scale) = v;
 		for (size_t i = 0; i < n; i++)
-			if (!(v[i] >= 0) || v[i] == INFINITY)
-				return ss_errf(errmsg, SS_ERR_FORMAT, "field \"%s\": scale %zu is %g, not finite and >= 0",
-					       key[a], i, (double)v[i]);
+			if (!(v[i] >= 0 && v[i] <= FLT_MAX / 127))
+				return ss_errf(errmsg, SS_ERR_FORMAT, "field \"%s\": scale %zu is %g, not in [0, %g] "
+					       "(FLT_MAX/127: code x scale must be finite)", key[a], i, (double)v[i],
+					       (double)(FLT_MAX / 127));
 	}
 	return 0;
 }
@@ -565,11 +607,6 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "dims declare an absurd state size (n_layer %lld, nheads %lld, "
 			       "headdim %lld, d_state %lld, conv_dim %lld, d_conv %lld)", (long long)v[0],
 			       (long long)v[1], (long long)v[2], (long long)v[3], (long long)v[4], (long long)v[5]);
-	/* Stored arrays take at least 1 byte an element (q8). */
-	uint64_t stored = (ss_map_get(m, "ssm") ? ssm_n : 0) + (ss_map_get(m, "conv") ? conv_n : 0);
-	if (stored && stored > rec->raw_len)
-		return ss_errf(errmsg, SS_ERR_FORMAT, "dims declare %llu state elements in a %zu-byte record",
-			       (unsigned long long)stored, rec->raw_len);
 	s->n_tokens = ntok;
 	char dts[16] = {0};
 	memcpy(dts, dt->via.str.ptr, dt->via.str.size < 15 ? dt->via.str.size : 15);
@@ -605,8 +642,23 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 		goto fail;
 	}
 	memcpy(s->logdecay, ld->via.bin.ptr, nld * 4);
+	for (size_t i = 0; i < nld; i++)
+		if (!(s->logdecay[i] <= 0)) { /* -inf is a decay to 0: a long document */
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "field \"logdecay\": element %zu is %g, not <= 0", i,
+				     (double)s->logdecay[i]);
+			goto fail;
+		}
 	if (s->dtype == SS_DTYPE_Q8 && (rc = q8_scales(m, s, errmsg)))
 		goto fail;
+	/* conv and ssm: their sizes whenever present (required by the
+	 * decoders that read them; ss_reader_next_meta cuts them off) */
+	static const char *const arr[2] = {"conv", "ssm"};
+	for (int a = 0; a < 2; a++) {
+		const msgpack_object *o;
+		size_t n = a ? ss_state_ssm_len(&s->dims) : ss_state_conv_len(&s->dims);
+		if (ss_map_get(m, arr[a]) && (rc = get_bin(m, arr[a], n * ss_dtype_size(s->dtype), &o, errmsg)))
+			goto fail;
+	}
 	if (ss_map_get(m, "shuffle")) {
 		int64_t sh;
 		if ((rc = get_int(m, "shuffle", 1, SS_SHUFFLE_MAX, &sh, errmsg)))
@@ -618,6 +670,12 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 		const msgpack_object *mode, *src, *wts;
 		if (prov->type != MSGPACK_OBJECT_MAP) {
 			rc = ss_errf(errmsg, SS_ERR_FORMAT, "field \"provenance\" is not a map");
+			goto fail;
+		}
+		const msgpack_object *d = dup_key(prov);
+		if (d) {
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "key \"provenance.%.*s\" appears twice",
+				     (int)(d->via.str.size > 64 ? 64 : d->via.str.size), d->via.str.ptr);
 			goto fail;
 		}
 		if ((rc = get_str(prov, "mode", 1, &mode, errmsg)))
@@ -653,6 +711,8 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 				goto fail;
 			}
 			memcpy(s->weights, wts->via.bin.ptr, nw * 4);
+			if ((rc = check_finite(s->weights, SS_DTYPE_F32, nw, "provenance.weights", errmsg)))
+				goto fail;
 		}
 	}
 	return 0;
@@ -689,7 +749,10 @@ int ss_record_state_view(const ss_record *rec, ss_state *s, const void **conv, c
 		ss_state_free(s);
 		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "conv and ssm are byte-shuffled: no view in place");
 	}
-	if ((rc = raw_arrays(rec, s, conv, ssm, errmsg)))
+	if ((rc = raw_arrays(rec, s, conv, ssm, errmsg)) ||
+	    (s->dtype != SS_DTYPE_Q8 &&
+	     ((rc = check_finite(*conv, s->dtype, ss_state_conv_len(&s->dims), "conv", errmsg)) ||
+	      (rc = check_finite(*ssm, s->dtype, ss_state_ssm_len(&s->dims), "ssm", errmsg)))))
 		ss_state_free(s);
 	return rc;
 }
@@ -721,17 +784,35 @@ int ss_record_state(const ss_record *rec, ss_state *s, char *errmsg)
 		ss_unshuffle(tmp, ssm, es, ns, (size_t)s->shuffle);
 		ss_to_f32(s->ssm, tmp, s->dtype, ns);
 		free(tmp);
-		return 0;
-	}
-	if (s->dtype == SS_DTYPE_Q8) {
+	} else if (s->dtype == SS_DTYPE_Q8) { /* finite: codes times scales the decoder bounded */
 		size_t row, block;
 		ss_state_q8_blocks(&s->dims, 0, &row, &block);
 		ss_q8_to_f32(s->conv, conv, s->conv_scale, 0, nc, row, block);
 		ss_state_q8_blocks(&s->dims, 1, &row, &block);
 		ss_q8_to_f32(s->ssm, ssm, s->ssm_scale, 0, ns, row, block);
+		return 0;
 	} else {
 		ss_to_f32(s->conv, conv, s->dtype, nc);
 		ss_to_f32(s->ssm, ssm, s->dtype, ns);
 	}
-	return 0;
+	/* in f32: f16 and bf16 widen non-finite to non-finite, nothing else */
+	if ((rc = check_finite(s->conv, SS_DTYPE_F32, nc, "conv", errmsg)) ||
+	    (rc = check_finite(s->ssm, SS_DTYPE_F32, ns, "ssm", errmsg)))
+		ss_state_free(s);
+	return rc;
+}
+
+int ss_record_check(const ss_record *rec, char *errmsg)
+{
+	int rc;
+	if (!strcmp(rec->format, SS_FORMAT_TOKENS)) {
+		ss_tokens t;
+		if ((rc = ss_record_tokens(rec, &t, errmsg)) == 0)
+			ss_tokens_free(&t);
+		return rc;
+	}
+	ss_state s;
+	if ((rc = rec->meta ? state_meta(rec, &s, errmsg) : ss_record_state(rec, &s, errmsg)) == 0)
+		ss_state_free(&s);
+	return rc;
 }

@@ -129,8 +129,9 @@ int ss_eval_scorer_set_vocab(ss_eval_scorer *sc, int32_t n_vocab);
  * (ss-decode --greedy --ignore-eos) gives c exactly when exact[i] = 1.
  *   n <= max_seqs; nq >= 1 (a stored state carries no logits), nc >= 1;
  *   ids in [0, vocab_padded).
- * Returns 0; SS_ERR_INVALID (sizes, ids), the errors of ss_forward_prefill,
- * SS_ERR_NOMEM; errmsg says which.
+ * Returns 0; SS_ERR_INVALID (sizes, ids, or an NLL that is NaN or
+ * infinite: errmsg names the start state), the errors of
+ * ss_forward_prefill, SS_ERR_NOMEM; errmsg says which.
  * ref: picaso.txt §6.2 (log-perplexity of the continuation);
  *      golden/README.md §4 nll.f32; exact match as in key-value recall
  *      (issue 30). */

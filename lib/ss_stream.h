@@ -79,8 +79,11 @@ int ss_reader_seek(ss_reader *r, uint64_t offset);
 /* Like ss_reader_next(), but decompresses only the start of the record,
  * enough for every field except "conv" and "ssm" (which writers put last),
  * and skips the rest of the frame. For two-pass tools that first read
- * decays and ids. The returned record has no "conv"/"ssm" keys (or
- * truncated ones) — use ss_record_state_meta() on it. */
+ * decays and ids. The returned record has no "conv"/"ssm" keys — use
+ * ss_record_state_meta() on it. A record whose map has other entries
+ * after its first "conv"/"ssm" key (another key order than writers make)
+ * is read whole, as ss_reader_next() reads it, so that every field is
+ * read the same either way. */
 int ss_reader_next_meta(ss_reader *r, const ss_record **rec);
 
 /* Last error, e.g. "record 3 (byte offset 8812): zstd frame truncated".
@@ -280,10 +283,26 @@ void ss_state_free(ss_state *s);
 int ss_state_dims_check(const ss_state_dims *a, const ss_state_dims *b, char *errmsg);
 
 /* Decodes a state record (all fields); conv and ssm in f32 whatever the
- * storage dtype (q8 dequantized with its scales). */
+ * storage dtype (q8 dequantized with its scales).
+ * Every decoder below checks a state record by the same rules
+ * (formats/states.md), whatever the order of its map's keys: no key twice;
+ * the required fields with their types; dims in range and of a sane size;
+ * every array (logdecay, q8 scales, provenance weights, conv, ssm) exactly
+ * as many bytes as the dims make; logdecay NaN-free and <= 0; q8 scales in
+ * [0, FLT_MAX/127]; provenance weights finite. The decoders that read conv
+ * and ssm (this one and ss_record_state_view) also refuse a NaN or
+ * infinite element there. A refusal is SS_ERR_FORMAT with errmsg naming
+ * the field (and element). */
 int ss_record_state(const ss_record *rec, ss_state *out, char *errmsg);
-/* Decodes everything but conv and ssm (left NULL). */
+/* Decodes everything but conv and ssm (left NULL); their sizes are checked
+ * when the record holds them (one read by ss_reader_next_meta does not). */
 int ss_record_state_meta(const ss_record *rec, ss_state *out, char *errmsg);
+/* Checks a record of either format as its decoder does, keeping nothing:
+ * ss_record_tokens, ss_record_state, or for a state record read by
+ * ss_reader_next_meta ss_record_state_meta. Returns 0 or what the decoder
+ * returns, errmsg naming the field. For readers that show records rather
+ * than decode them (ss-cat): a record they show is one the tools read. */
+int ss_record_check(const ss_record *rec, char *errmsg);
 /* Decodes the metadata into *out (conv and ssm left NULL) and points
  * *conv / *ssm at the record's raw arrays (SS_ERR_UNSUPPORTED for a record
  * whose multi-byte arrays are byte-shuffled, out->shuffle > 0: use
@@ -296,8 +315,9 @@ int ss_record_state_meta(const ss_record *rec, ss_state *out, char *errmsg);
 int ss_record_state_view(const ss_record *rec, ss_state *out, const void **conv, const void **ssm, char *errmsg);
 /* Writes s with its arrays stored as s->dtype (q8: scales computed here
  * from s->conv and s->ssm, formats/states.md). Returns 0, SS_ERR_NOMEM,
- * SS_ERR_IO, or SS_ERR_INVALID for a q8 state with a non-finite element
- * (nothing written then). */
+ * SS_ERR_IO, or SS_ERR_INVALID for a state with an element of conv or ssm
+ * that s->dtype does not hold finite (NaN, infinite, beyond f16's or
+ * bf16's range): nothing written then, as readers refuse such records. */
 int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset);
 
 /* --------------------------------------------------------- JSON rendering */

@@ -29,11 +29,32 @@ struct ss_record {
 	int32_t rank;               /* its rank (1 = most relevant) ... */
 	double score;               /* ... and score (BM25, higher = better) */
 	int in_place;               /* next_pieces: pieces stay in the record buffer (see ss_piece_fn) */
+	int meta;                   /* the map is the record's entries before "conv"/"ssm" only
+				       (next_meta, next_pieces): its arrays are not in it */
 };
 
 /* Looks up key `key` in a msgpack map; NULL when absent or not a map. The
  * result points into `map` (same lifetime). */
 const msgpack_object *ss_map_get(const msgpack_object *map, const char *key);
+
+/* The index of the first element of the n elements of dtype t (f32, f16,
+ * bf16: little-endian, any alignment) at p that is NaN or infinite; n when
+ * all are finite. ss_nonfinite_planes: the same of the m 2-byte elements
+ * of a byte-shuffled block (ss_shuffle), low bytes at lo, high bytes at
+ * hi. A state record's conv and ssm hold finite values only
+ * (formats/states.md): the decoders and the composer's folds refuse
+ * others with these. */
+size_t ss_nonfinite_find(const void *p, ss_dtype t, size_t n);
+size_t ss_nonfinite_planes(const unsigned char *lo, const unsigned char *hi, ss_dtype t, size_t m);
+/* The index of the first of the n f32 elements at x that dtype t does not
+ * hold as a finite value (NaN, infinite, or beyond the range of f16 or
+ * bf16, where it would become infinite); n when none. Writers refuse such
+ * a state (ss_writer_put_state). */
+size_t ss_unstorable_find(const float *x, ss_dtype t, size_t n);
+
+/* 1 when the CPU has AVX and F16C and the OS saves their registers (x86-64
+ * at run time), else 0: the f16 kernels of dtype.c and compose.c. */
+int ss_cpu_f16c(void);
 
 /* A record written in pieces, so that its bytes need not be gathered into
  * one buffer first: ss_writer_begin opens a zstd frame for len bytes of
@@ -55,7 +76,9 @@ int ss_writer_end(ss_writer *w);
  * final (0), or stops the record with its nonzero SS_ERR_* (the output is
  * then unusable: abort it). The bytes are ss_writer_put_state's. s's
  * metadata must be final at the call; SS_ERR_INVALID for q8 (its scales
- * precede the arrays and need them whole). ss_compose_files_to() writes
+ * precede the arrays and need them whole), and for a chunk with an element
+ * s->dtype does not hold finite (ss_unstorable_find; the record is then cut
+ * off: abort the output). ss_compose_files_to() writes
  * the composed state this way while its inputs are still read. */
 typedef int (*ss_ready_fn)(void *arg, int which, size_t end);
 int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, ss_ready_fn ready, void *arg);

@@ -1157,13 +1157,15 @@ static void test_files_pieces_equal_whole(void **unused)
 /* Byte-shuffled f16/bf16 records are folded from their planes by a SIMD
  * kernel where the CPU has one (lib/compose.c apply_planes_avx): its bits
  * must be the reference loops' (ss_compose_records: whole records through
- * an f32 copy) also for NaN, infinities and signed zeros, where max's
- * operand order decides which one survives. */
+ * an f32 copy) also for signed zeros, where max's operand order decides
+ * which one survives, subnormals and f16's largest value. (NaN and
+ * infinities never reach a fold: records holding them are refused,
+ * test_files_refuse_nonfinite.) */
 static void test_files_pieces_special_values(void **unused)
 {
 	(void)unused;
 	const ss_state_dims d = {"mamba2", 1, 4, 64, 64, 40, 4}; /* 16384 ssm elements: one block */
-	static const float special[4] = {NAN, -0.0f, 0.0f, INFINITY};
+	static const float special[4] = {6.0e-8f, -0.0f, 0.0f, 65504.0f};
 	char err[SS_ERRMSG_MAX], dir[4096], path[4200];
 	ss_state in[3];
 	for (int k = 0; k < 3; k++) {
@@ -1187,6 +1189,137 @@ static void test_files_pieces_special_values(void **unused)
 		}
 	}
 	free_states(in, 3);
+	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
+/* Rewrites record k of the stream at path (its ssm the map's last entry,
+ * as writers put it) with ssm element e's bytes replaced by es bytes at v
+ * (a shuffled record's by its two planes, one block): a record that
+ * ss_writer_put_state would refuse to write. */
+static void patch_ssm(const char *path, size_t k, size_t n_ssm, size_t es, int shuffled, size_t e, const void *v)
+{
+	char err[SS_ERRMSG_MAX], tmp[4300];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	ss_reader *r;
+	ss_writer *w;
+	const ss_record *rec;
+	assert_int_equal(ss_reader_open(&r, path, 0, err), 0);
+	assert_int_equal(ss_writer_open(&w, tmp, 1, err), 0);
+	for (size_t i = 0; ss_reader_next(r, &rec) == 1; i++) {
+		size_t n = ss_record_size(rec);
+		unsigned char *b = malloc(n);
+		assert_non_null(b);
+		memcpy(b, ss_record_bytes(rec), n);
+		unsigned char *ssm = b + n - n_ssm * es;
+		for (size_t j = 0; i == k && j < es; j++)
+			ssm[shuffled ? j * n_ssm + e : e * es + j] = ((const unsigned char *)v)[j];
+		assert_int_equal(ss_writer_put(w, b, n, NULL), 0);
+		free(b);
+	}
+	ss_reader_close(r);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	assert_int_equal(rename(tmp, path), 0);
+}
+
+/* A record with a NaN or an infinity in ssm (f32, f16, bf16; shuffled or
+ * not) is refused as corrupt by every path a composition reads it by:
+ * pieces (one thread, two), whole records (norm before), the composer's
+ * record API; the error names its file, record and element (issue 32
+ * item 9). Writers refuse such states. */
+static void test_files_refuse_nonfinite(void **unused)
+{
+	(void)unused;
+	const ss_state_dims d = {"mamba2", 2, 3, 4, 5, 6, 4};
+	char err[SS_ERRMSG_MAX], dir[4096], path[4200];
+	ss_state in[3];
+	for (int k = 0; k < 3; k++)
+		make_state(&in[k], &d, D_SMALL, k == 0 ? "a" : k == 1 ? "b" : "c");
+	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "nonfinite"), 0);
+	snprintf(path, sizeof path, "%s/nf.ss", dir);
+	static const ss_dtype dts[4] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16, SS_DTYPE_F16};
+	const uint32_t nan32 = 0x7fc00000u, inf32 = 0xff800000u;
+	const uint16_t nan16[2] = {0x7e00, 0x7fc0}, inf16[2] = {0xfc00, 0x7f80};
+	size_t ns = ss_state_ssm_len(&d);
+	for (int t = 0; t < 4; t++)
+		for (int inf = 0; inf < 2; inf++) {
+			ss_writer *w;
+			assert_int_equal(ss_writer_open(&w, path, 1, err), 0);
+			ss_writer_set_shuffle(w, t < 3);
+			for (int k = 0; k < 3; k++) {
+				in[k].dtype = dts[t];
+				assert_int_equal(ss_writer_put_state(w, &in[k], NULL), 0);
+			}
+			assert_int_equal(ss_writer_close(w, err), 0);
+			const void *v = t == 0 ? (const void *)(inf ? &inf32 : &nan32)
+					       : (const void *)(inf ? &inf16[t == 2] : &nan16[t == 2]);
+			patch_ssm(path, 1, ns, ss_dtype_size(dts[t]), t == 1 || t == 2, 17, v);
+			const char *paths[1] = {path};
+			for (int how = 0; how < 4; how++) {
+				ss_compose_opts o = {how == 3 ? SS_COMPOSE_SOUP : SS_COMPOSE_PICASO_R,
+						     how == 2 ? SS_COMPOSE_NORM_BEFORE : 0, SS_COMPOSE_CONV_MEAN};
+				ss_state out;
+				int rc = ss_compose_files_threads(&o, how == 1 ? 2 : 1, paths, 1, 0, NULL, NULL, &out, NULL,
+								  err);
+				assert_int_equal(rc, SS_ERR_FORMAT);
+				if (!strstr(err, "record 1") || !strstr(err, "\"ssm\": element 17 is") ||
+				    !strstr(err, "not finite"))
+					fail_msg("dtype %d, how %d: %s", t, how, err);
+			}
+		}
+	/* and the writer never makes such a record: f16 beyond its range, NaN in f32 */
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, path, 1, err), 0);
+	in[0].dtype = SS_DTYPE_F16;
+	in[0].ssm[3] = 65520.0f; /* rounds to f16 inf */
+	assert_int_equal(ss_writer_put_state(w, &in[0], NULL), SS_ERR_INVALID);
+	in[0].dtype = SS_DTYPE_F32;
+	in[0].conv[1] = NAN;
+	assert_int_equal(ss_writer_put_state(w, &in[0], NULL), SS_ERR_INVALID);
+	assert_int_equal(ss_writer_tell(w), 0);
+	ss_writer_abort(w);
+	free_states(in, 3);
+	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
+/* A composition that overflows f32 (sum of two states near FLT_MAX) is
+ * refused before anything is written, naming the inputs and the element,
+ * whether the output is written whole (q8) or as it is made (f32, two
+ * threads): state records hold finite values only (issue 32 item 9: q8
+ * output failed with "invalid argument"). */
+static void test_files_to_overflow(void **unused)
+{
+	(void)unused;
+	const ss_state_dims d = {"mamba2", 2, 3, 4, 5, 6, 4};
+	char err[SS_ERRMSG_MAX], dir[4096], path[4200], out_path[4200];
+	ss_state in[2];
+	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "overflow"), 0);
+	snprintf(path, sizeof path, "%s/big.ss", dir);
+	snprintf(out_path, sizeof out_path, "%s/out.ss", dir);
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, path, 1, err), 0);
+	for (int k = 0; k < 2; k++) {
+		make_state(&in[k], &d, D_SMALL, k ? "b" : "a");
+		in[k].ssm[7] = 3e38f;
+		assert_int_equal(ss_writer_put_state(w, &in[k], NULL), 0);
+	}
+	assert_int_equal(ss_writer_close(w, err), 0);
+	const char *paths[1] = {path};
+	for (int q8 = 0; q8 < 2; q8++)
+		for (int threads = 1; threads <= 2; threads++) {
+			ss_compose_opts o = {SS_COMPOSE_SUM, 0, SS_COMPOSE_CONV_MEAN};
+			ss_compose_output how = {q8, SS_DTYPE_Q8, NULL};
+			ss_state out;
+			int write_failed;
+			assert_int_equal(ss_writer_open(&w, out_path, 1, err), 0);
+			int rc = ss_compose_files_to(&o, threads, paths, 1, 0, NULL, NULL, w, &how, &out, NULL,
+						     &write_failed, err);
+			assert_int_equal(rc, SS_ERR_INVALID);
+			assert_int_equal(write_failed, 0);
+			if (!strstr(err, path) || !strstr(err, "ssm element 7 is inf") || !strstr(err, "overflows f32"))
+				fail_msg("q8 %d, threads %d: %s", q8, threads, err);
+			ss_writer_abort(w);
+		}
+	free_states(in, 2);
 	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
 }
 
@@ -1560,6 +1693,8 @@ int main(void)
 		cmocka_unit_test(test_golden_t1),
 		cmocka_unit_test(test_files_pieces_equal_whole),
 		cmocka_unit_test(test_files_pieces_special_values),
+		cmocka_unit_test(test_files_refuse_nonfinite),
+		cmocka_unit_test(test_files_to_overflow),
 		cmocka_unit_test(test_files_threads_equal_one),
 		cmocka_unit_test(test_files_to_equal_put_state),
 		cmocka_unit_test(test_files_threads_begin_error),

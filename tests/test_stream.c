@@ -2,6 +2,7 @@
  * records, cat concatenates, pipes work, and every kind of bad input is
  * refused with the record number and byte offset. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <malloc.h>
 #include <fcntl.h>
@@ -944,6 +945,8 @@ static void test_q8_corrupt(void **ctx)
 		{ 1, 1, 0.5f, "field \"ssm\" has 1 bytes, expected 2" },
 		{ 1, 2, -1.0f, "field \"ssm_scale\": scale 0 is -1" },
 		{ 1, 2, NAN, "field \"ssm_scale\": scale 0 is nan" },
+		/* finite, but 127 times it is not (issue 32 item 9) */
+		{ 1, 2, 3e38f, "field \"ssm_scale\": scale 0 is 3e+38, not in [0, 2.67939e+36]" },
 		{ 1, 2, 0.5f, NULL }, /* the good record */
 	};
 	dtype_head = "q8";
@@ -989,6 +992,172 @@ static void test_q8_corrupt(void **ctx)
 			fail_msg("case %zu: compose: \"%s\"", c, err);
 	}
 	dtype_head = "f32";
+}
+
+/* The kinds of hostile or odd record test_one_validator makes of a good one. */
+enum { H_REVERSED, H_LOGDECAY_LAST, H_DUP_KEY, H_CONV_EMPTY, H_NAN, H_INF16, H_BIG_SCALE, H_NEG_SCALE,
+       H_LOGDECAY_POS, H_KINDS };
+
+/* Writes record `name`: the map of the one record of stream src re-packed
+ * as kind says (keys reordered, a key twice, an array emptied, a value
+ * made NaN, a scale made huge...). */
+static void write_hostile(const char *src, const char *name, int kind)
+{
+	char err[SS_ERRMSG_MAX];
+	ss_reader *r;
+	const ss_record *rec;
+	assert_int_equal(ss_reader_open(&r, tpath(src), 0, err), 0);
+	assert_int_equal(ss_reader_next(r, &rec), 1);
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	size_t used = 0;
+	assert_int_equal(msgpack_unpack_next(&u, ss_record_bytes(rec), ss_record_size(rec), &used),
+			 MSGPACK_UNPACK_SUCCESS);
+	msgpack_object_map *m = &u.data.via.map;
+	uint32_t n = m->size, order[32];
+	assert_true(n <= 30);
+	for (uint32_t i = 0; i < n; i++)
+		order[i] = kind == H_REVERSED ? n - 1 - i : i;
+	if (kind == H_LOGDECAY_LAST) { /* logdecay after conv and ssm */
+		uint32_t k = 0;
+		for (uint32_t i = 0; i < n; i++)
+			if (m->ptr[i].key.via.str.size != 8 || memcmp(m->ptr[i].key.via.str.ptr, "logdecay", 8))
+				order[k++] = i;
+			else
+				order[n - 1] = i;
+	}
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, n + (kind == H_DUP_KEY));
+	for (uint32_t j = 0; j < n; j++) {
+		const msgpack_object *k = &m->ptr[order[j]].key, *v = &m->ptr[order[j]].val;
+		char key[32] = "";
+		memcpy(key, k->via.str.ptr, k->via.str.size < 31 ? k->via.str.size : 31);
+		msgpack_pack_object(&pk, *k);
+		unsigned char buf[4096];
+		if (v->type == MSGPACK_OBJECT_BIN && v->via.bin.size <= sizeof buf) {
+			size_t len = v->via.bin.size;
+			memcpy(buf, v->via.bin.ptr, len);
+			const float nan = NAN, big = 3e38f, neg = -1, pos = 0.5f;
+			const uint16_t inf16 = 0x7c00;
+			if (kind == H_CONV_EMPTY && !strcmp(key, "conv"))
+				len = 0;
+			if (kind == H_NAN && !strcmp(key, "ssm"))
+				memcpy(buf + 4 * 3, &nan, 4);
+			if (kind == H_INF16 && !strcmp(key, "ssm"))
+				memcpy(buf + 2 * 3, &inf16, 2);
+			if ((kind == H_BIG_SCALE || kind == H_NEG_SCALE) && !strcmp(key, "ssm_scale"))
+				memcpy(buf + 4, kind == H_BIG_SCALE ? &big : &neg, 4);
+			if (kind == H_LOGDECAY_POS && !strcmp(key, "logdecay"))
+				memcpy(buf + 4, &pos, 4);
+			msgpack_pack_bin_with_body(&pk, buf, len);
+		} else {
+			msgpack_pack_object(&pk, *v);
+		}
+		if (kind == H_DUP_KEY && !strcmp(key, "n_layer")) {
+			msgpack_pack_object(&pk, *k);
+			msgpack_pack_object(&pk, *v);
+		}
+	}
+	msgpack_unpacked_destroy(&u);
+	ss_reader_close(r);
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, tpath(name), 0, err), 0);
+	assert_int_equal(ss_writer_put(w, sb.data, sb.size, NULL), 0);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* Piece collector of test_one_validator: counts the bytes of conv and ssm. */
+static int count_pieces(void *arg, const ss_record *meta, int which, uint64_t off, const void *p, size_t len)
+{
+	(void)meta, (void)off, (void)p;
+	if (which >= 0)
+		((size_t *)arg)[which] += len;
+	return 0;
+}
+
+/* One validator (issue 32 item 13): the same hostile or odd record is
+ * accepted or refused alike by every way of reading it: ss_reader_next
+ * with ss_record_state, ss_record_state_view, ss_record_check;
+ * ss_reader_next_meta with ss_record_state_meta (what it can see: a NaN in
+ * ssm it does not read) and ss_reader_next_pieces. Records in another key
+ * order read as the original, through the metadata path too. */
+static void test_one_validator(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	static const struct {
+		ss_dtype dt;
+		const char *want;  /* NULL: accepted */
+		int meta_sees;     /* the metadata path refuses it too */
+	} cases[H_KINDS] = {
+		[H_REVERSED] = {SS_DTYPE_F32, NULL, 0},
+		[H_LOGDECAY_LAST] = {SS_DTYPE_F32, NULL, 0},
+		[H_DUP_KEY] = {SS_DTYPE_F32, "key \"n_layer\" appears twice", 1},
+		[H_CONV_EMPTY] = {SS_DTYPE_F32, "field \"conv\" has 0 bytes, expected 144", 0},
+		[H_NAN] = {SS_DTYPE_F32, "field \"ssm\": element 3 is nan, not finite", 0},
+		[H_INF16] = {SS_DTYPE_F16, "field \"ssm\": element 3 is inf, not finite", 0},
+		[H_BIG_SCALE] = {SS_DTYPE_Q8, "field \"ssm_scale\": scale 1 is 3e+38", 1},
+		[H_NEG_SCALE] = {SS_DTYPE_Q8, "field \"ssm_scale\": scale 1 is -1", 1},
+		[H_LOGDECAY_POS] = {SS_DTYPE_F32, "field \"logdecay\": element 1 is 0.5, not <= 0", 1},
+	};
+	for (int kind = 0; kind < H_KINDS; kind++) {
+		ss_state good, s;
+		fill_state(&good, "x", 0.5f, cases[kind].dt);
+		ss_writer *w;
+		assert_int_equal(ss_writer_open(&w, tpath("good.states"), 0, err), 0);
+		ss_writer_set_shuffle(w, 0);
+		assert_int_equal(ss_writer_put_state(w, &good, NULL), 0);
+		assert_int_equal(ss_writer_close(w, err), 0);
+		write_hostile("good.states", "odd.states", kind);
+		ss_reader *r;
+		const ss_record *rec;
+		const void *cv, *sm;
+		const char *want = cases[kind].want;
+		/* whole: decode, view, check */
+		assert_int_equal(ss_reader_open(&r, tpath("odd.states"), 0, err), 0);
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		int rc = ss_record_state(rec, &s, err);
+		if (want ? rc != SS_ERR_FORMAT || !strstr(err, want) : rc != 0)
+			fail_msg("kind %d: state: %d \"%s\"", kind, rc, rc ? err : "");
+		if (!rc) {
+			assert_memory_equal(s.ssm, good.ssm, ss_state_ssm_len(&tiny) * 4);
+			assert_memory_equal(s.logdecay, good.logdecay, ss_state_logdecay_len(&tiny) * 4);
+			ss_state_free(&s);
+		}
+		rc = ss_record_state_view(rec, &s, &cv, &sm, err);
+		if (want ? rc != SS_ERR_FORMAT || !strstr(err, want) : rc != 0)
+			fail_msg("kind %d: view: %d \"%s\"", kind, rc, rc ? err : "");
+		if (!rc)
+			ss_state_free(&s);
+		rc = ss_record_check(rec, err);
+		if (want ? rc != SS_ERR_FORMAT || !strstr(err, want) : rc != 0)
+			fail_msg("kind %d: check: %d \"%s\"", kind, rc, rc ? err : "");
+		ss_reader_close(r);
+		/* metadata only */
+		assert_int_equal(ss_reader_open(&r, tpath("odd.states"), 0, err), 0);
+		assert_int_equal(ss_reader_next_meta(r, &rec), 1);
+		rc = ss_record_state_meta(rec, &s, err);
+		if (want && cases[kind].meta_sees ? rc != SS_ERR_FORMAT || !strstr(err, want) : rc != 0)
+			fail_msg("kind %d: meta: %d \"%s\"", kind, rc, rc ? err : "");
+		if (!rc) {
+			assert_string_equal(s.id, "x");
+			assert_memory_equal(s.logdecay, good.logdecay, ss_state_logdecay_len(&tiny) * 4);
+			ss_state_free(&s);
+		}
+		assert_int_equal(ss_reader_next_meta(r, &rec), 0);
+		ss_reader_close(r);
+		/* in pieces: another key order is read whole (2), sizes as declared */
+		size_t got[2] = {0, 0};
+		assert_int_equal(ss_reader_open(&r, tpath("odd.states"), 0, err), 0);
+		rc = ss_reader_next_pieces(r, &rec, count_pieces, got);
+		assert_int_equal(rc, kind == H_REVERSED || kind == H_LOGDECAY_LAST ? 2 : 1);
+		ss_reader_close(r);
+		ss_state_free(&good);
+	}
 }
 
 /* Heap bytes in use now (glibc's counters, or ASan's allocator). */
@@ -1423,6 +1592,44 @@ static int teardown(void **ctx)
 	return ss_test_tmpdir_remove(tmpdir);
 }
 
+/* ss_nonfinite_find and ss_nonfinite_planes: a NaN, +inf or -inf at the
+ * start, middle or end of runs shorter than, equal to and longer than the
+ * scan's run of 1024 (and the tail) is found at its index; the largest
+ * finite values, subnormals and -0 are not. */
+static void test_nonfinite_scan(void **state)
+{
+	(void)state;
+	static const ss_dtype ts[] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16};
+	static const size_t ns[] = {1, 7, 1023, 1024, 1025, 3000};
+	const float bad[] = {NAN, INFINITY, -INFINITY};
+	for (size_t a = 0; a < 3; a++)
+		for (size_t b = 0; b < sizeof ns / sizeof *ns; b++) {
+			const ss_dtype t = ts[a];
+			const size_t n = ns[b], es = ss_dtype_size(t);
+			const float top = t == SS_DTYPE_F32 ? FLT_MAX : t == SS_DTYPE_F16 ? 65504.0f : 3.3895e38f;
+			float *x = malloc(n * sizeof *x);
+			unsigned char *p = malloc(n * es), *lo = malloc(n), *hi = malloc(n);
+			assert_non_null(x), assert_non_null(p), assert_non_null(lo), assert_non_null(hi);
+			for (size_t i = 0; i < n; i++)
+				x[i] = i % 4 == 0 ? top : i % 4 == 1 ? -top : i % 4 == 2 ? -0.0f : 1e-40f;
+			ss_from_f32(p, t, x, n);
+			assert_int_equal(ss_nonfinite_find(p, t, n), n);
+			const size_t at[] = {0, n / 2, n - 1};
+			for (size_t k = 0; k < 3; k++)
+				for (size_t j = 0; j < 3; j++) {
+					ss_from_f32(p, t, x, n);
+					ss_from_f32(p + at[j] * es, t, &bad[k], 1);
+					assert_int_equal(ss_nonfinite_find(p, t, n), at[j]);
+					if (es == 2) {
+						for (size_t i = 0; i < n; i++)
+							lo[i] = p[2 * i], hi[i] = p[2 * i + 1];
+						assert_int_equal(ss_nonfinite_planes(lo, hi, t, n), at[j]);
+					}
+				}
+			free(x), free(p), free(lo), free(hi);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1441,6 +1648,8 @@ int main(void)
 		cmocka_unit_test(test_bad_state_fields),
 		cmocka_unit_test(test_q8_roundtrip),
 		cmocka_unit_test(test_q8_corrupt),
+		cmocka_unit_test(test_one_validator),
+		cmocka_unit_test(test_nonfinite_scan),
 		cmocka_unit_test(test_shuffle_layout),
 		cmocka_unit_test(test_shuffle_records),
 		cmocka_unit_test(test_writer_abort_leaves_nothing),

@@ -121,6 +121,10 @@ int main(int argc, char **argv)
 		long long n = 0;
 		while ((limit < 0 || n < limit) && (at < 0 || n < 1) &&
 		       (rc = meta || stats ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec)) == 1) {
+			/* shown only as the tools would read it: one validator */
+			if (ss_record_check(rec, err))
+				cli_die("%s: record %lld (byte offset %llu): %s", files[i], n,
+					(unsigned long long)ss_record_offset(rec), err);
 			if (stats) {
 				add_stats(g, &n_g, MAX_GROUPS, rec, files[i], n);
 			} else {

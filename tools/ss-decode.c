@@ -320,9 +320,22 @@ typedef struct {
 	size_t n_stops;
 	int jsonl, ids_out;
 	const char *state_path, *out_path; /* for messages */
+	char where[600];          /* the state record being continued, for messages */
+	size_t n_vocab;           /* logits [0, n_vocab) are checked finite */
 	FILE *out;
 	gen_buf gb;
 } decoder;
+
+/* Dies naming the state record when the logits hold a NaN or +inf: what
+ * a state or model whose values overflow gives, and no distribution to
+ * sample (greedy would pick among the rest as if nothing were wrong). */
+static void check_logits(const decoder *d, size_t n_done)
+{
+	for (size_t i = 0; i < d->n_vocab; i++)
+		if (isnan(d->logits[i]) || d->logits[i] == INFINITY)
+			cli_die("%s: logit %zu is %g after %zu generated tokens, not finite (the state's or the "
+				"model's values overflow)", d->where, i, isnan(d->logits[i]) ? NAN : (double)d->logits[i], n_done);
+}
 
 /* Continues state `from` (left as it is when `keep`, else advanced) with
  * prompt pr, writing one output. Returns the number of tokens generated. */
@@ -346,6 +359,7 @@ static long generate(decoder *d, ss_state *from, const prompt *pr, int keep)
 			       .logits = d->logits };
 	if (ss_forward_prefill(d->ctx, &seq, 1, SS_LOGITS_LAST, err))
 		cli_die("%s: %s", d->state_path, err);
+	check_logits(d, 0);
 	if (d->jsonl) {
 		fputs("{\"id\":", out);
 		mcli_json_str(out, pr->id ? pr->id : from->id, (size_t)-1);
@@ -363,7 +377,7 @@ static long generate(decoder *d, ss_state *from, const prompt *pr, int keep)
 	while ((long)gb->n < pr->max_tokens) {
 		int32_t t = ss_sampler_sample(d->smp, d->logits);
 		if (t < 0)
-			cli_die("%s: the logits are all NaN or -inf", from->id);
+			cli_die("%s: the logits are all -inf", d->where);
 		if (t == d->eos) {
 			finish = "eos";
 			break;
@@ -394,6 +408,8 @@ static long generate(decoder *d, ss_state *from, const prompt *pr, int keep)
 		if ((long)gb->n < pr->max_tokens &&
 		    ss_forward_decode_next(d->ctx, &t, d->logits, NULL, 0, err))
 			cli_die("%s: %s", from->id, err);
+		if ((long)gb->n < pr->max_tokens)
+			check_logits(d, gb->n);
 	}
 	if (ss_forward_decode_end(d->ctx, err))
 		cli_die("%s: %s", from->id, err);
@@ -536,7 +552,13 @@ int main(int argc, char **argv)
 	ss_state st;
 	double t0 = cli_now();
 	long long total = 0;
+	d.n_vocab = V;
 	while (mcli_states_next(&src, m, model_dir, &st)) {
+		if (state_path)
+			snprintf(d.where, sizeof d.where, "%s: record %llu (id \"%.400s\")", state_path,
+				 (unsigned long long)src.count - 1, st.id);
+		else
+			snprintf(d.where, sizeof d.where, "%s: the zero state", model_dir);
 		for (size_t j = 0; j < n_prompts; j++)
 			total += generate(&d, &st, &ps[j], n_prompts > 1);
 		ss_state_free(&st);

@@ -407,6 +407,10 @@ static void start_state(ss_state *s, const ss_state *base, const ss_model *m, ss
 static void put_state(const char *out_path, ss_state *s)
 {
 	int rc = ss_writer_put_state(out_w, s, NULL);
+	if (rc == SS_ERR_INVALID) /* a value the records cannot hold (ss_writer_put_state) */
+		cli_die("%s: document %s: its state holds a NaN, an infinity or a value beyond %s's "
+			"range: not written", out_path ? out_path : "-", s->id ? s->id : "?",
+			ss_dtype_name(s->dtype));
 	if (rc) {
 		ss_writer *w = out_w;
 		out_w = NULL;

@@ -141,6 +141,11 @@ static void score_pair(scorer *sc, const ss_state *start, const char *id, const 
 		}
 	}
 	ss_state_free(&s);
+	/* NaN or inf is no score (and no JSON): a state or model whose values
+	 * overflow, said as an error, not printed */
+	if (!isfinite(sum))
+		cli_die("%s: the NLL is %g, not finite (the state's or the model's values overflow)", where,
+			isnan(sum) ? NAN : sum);
 
 	double mean = sum / (double)nc;
 	FILE *f = sc->out;
@@ -311,13 +316,16 @@ int main(int argc, char **argv)
 	mcli_states_open(&src, state_path, implicit);
 	ss_state st;
 	while (mcli_states_next(&src, m, sc.model_dir, &st)) {
-		char where[600];
-		if (single) {
-			snprintf(where, sizeof where, "%s", state_path ? state_path : "(zero state)");
-			score_pair(&sc, &st, NULL, q, nq, cc, nc, where);
-		}
+		char where[1200], state[600];
+		if (state_path)
+			snprintf(state, sizeof state, "%s: record %llu (id \"%.400s\")", state_path,
+				 (unsigned long long)src.count - 1, st.id);
+		else
+			snprintf(state, sizeof state, "(zero state)");
+		if (single)
+			score_pair(&sc, &st, NULL, q, nq, cc, nc, state);
 		for (size_t i = 0; i < np; i++) {
-			snprintf(where, sizeof where, "%s: pair \"%s\"", pairs_path, ps[i].id);
+			snprintf(where, sizeof where, "%s: pair \"%.400s\" from %s", pairs_path, ps[i].id, state);
 			score_pair(&sc, &st, ps[i].id, ps[i].q, ps[i].nq, ps[i].c, ps[i].nc, where);
 		}
 		ss_state_free(&st);

@@ -12,6 +12,7 @@
  * bf16 weights was held below f32's bandwidth by the widening, bench/forward).
  */
 #include "blas.h"
+#include "stream_internal.h" /* ss_cpu_f16c */
 
 #include "ops/linear.h"
 
@@ -22,8 +23,7 @@
 
 static int use_avx2(void)
 {
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __builtin_cpu_supports("f16c");
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ss_cpu_f16c();
 }
 
 AVX2 static inline __m256 load8(const uint16_t *p, int bf16)

@@ -104,4 +104,38 @@ w('query', 'batch.jsonl', '{"id":"q1","query":"the fox","k":3}\n{"query":"ocean"
 w('ids', 'list.txt', 'a1\na2\r\n\na1\nb7\n')
 w('ids', 'one.txt', 'only')
 PY
+# q8: q8 streams (plain, composed with provenance), a byte-shuffled f16 one, one of each in a
+# stream, and a q8 record in another key order (tiny dims: a few hundred bytes each)
+rm -rf "${S:?}/q8"
+mkdir -p "$S/q8"
+"$B/gen/mkstates" --shape 2,2,2,3,4,3 --dtype q8 --seed 1 3 "$S/q8/q8.states"
+"$B/gen/mkstates" --shape 2,2,2,3,4,3 --dtype f16 --seed 2 2 "$S/q8/f16-shuffled.states"
+"$B/bin/ss-compose" --mode picaso-r --state-dtype q8 -o "$S/q8/composed.states" "$S/q8/q8.states"
+cat "$S/q8/q8.states" "$S/q8/f16-shuffled.states" >"$S/q8/mixed.states"
+python3 - "$S/q8/q8.states" "$S/q8/reversed.states" <<'PY'
+import subprocess, sys
+# the first record's map with its entries reversed (the writer's key and value bytes kept)
+raw = subprocess.run(['zstd', '-dqc', sys.argv[1]], check=True, capture_output=True).stdout
+def skip(b, i):
+    t = b[i]; i += 1
+    if t <= 0x7f or t >= 0xe0 or t in (0xc0, 0xc2, 0xc3): return i
+    if 0x80 <= t <= 0x8f:
+        for _ in range(2 * (t & 15)): i = skip(b, i)
+        return i
+    if 0x90 <= t <= 0x9f:
+        for _ in range(t & 15): i = skip(b, i)
+        return i
+    if 0xa0 <= t <= 0xbf: return i + (t & 31)
+    w = {0xc4: 1, 0xc5: 2, 0xc6: 4, 0xd9: 1, 0xda: 2, 0xdb: 4}.get(t)
+    if w: return i + w + int.from_bytes(b[i:i + w], 'big')
+    return i + {0xca: 4, 0xcb: 8, 0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8, 0xd0: 1, 0xd1: 2, 0xd2: 4, 0xd3: 8}[t]
+hdr = 3 if raw[0] == 0xde else 1
+n = int.from_bytes(raw[1:3], 'big') if hdr == 3 else raw[0] & 15
+i, entries = hdr, []
+for _ in range(n):
+    j = skip(raw, skip(raw, i)); entries.append(raw[i:j]); i = j
+body = raw[:hdr] + b''.join(reversed(entries))
+open(sys.argv[2], 'wb').write(subprocess.run(['zstd', '-qc', '--stream-size=%d' % len(body)], input=body,
+                                              check=True, capture_output=True).stdout)
+PY
 du -sh "$S"; du -s "$S"/* | sort -n | tail -3
