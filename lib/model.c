@@ -449,8 +449,11 @@ static int config_mamba1_dims(ss_model_config *c, const char *path, char *errmsg
 	c->ngroups = 1;
 	c->dt_min = 0.0f;
 	c->dt_max = INFINITY;
-	if ((int64_t)c->d_inner * 2 > MAX_DIM || c->dt_rank + 2LL * c->d_state > MAX_DIM)
+	if ((int64_t)c->d_inner * 2 > MAX_DIM)
 		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: d_inner %d is too large", path, c->d_inner);
+	if (c->dt_rank + 2LL * c->d_state > MAX_DIM) /* x_proj's width: dt_rank + 2 d_state */
+		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: x_proj width %lld (dt_rank %d + 2 x d_state %d) "
+			       "is too large", path, c->dt_rank + 2LL * c->d_state, c->dt_rank, c->d_state);
 	c->conv_dim = c->d_inner;
 	c->d_in_proj = 2 * c->d_inner;
 	if (!(c->eps > 0 && c->eps < 1))

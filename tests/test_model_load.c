@@ -840,6 +840,11 @@ static void test_bad_config(void **state)
 	            " \"pad_vocab_size_multiple\": 16}",
 	                 SS_ERR_MISMATCH, "model.safetensors",
 	                 "backbone.layers.0.mixer.in_proj.weight: shape [168,32], expected [128,32]");
+	/* A huge d_state (issue 32 item 12): named, not blamed on d_inner */
+	with_config("cfg-mamba1-huge-state",
+	            "{\"model_type\": \"mamba\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+	            "\"vocab_size\": 100, \"state_size\": 9000000}",
+	            SS_ERR_TOO_LARGE, "x_proj width 18000004 (dt_rank 4 + 2 x d_state 9000000) is too large");
 	with_config("cfg-hybrid",
 	            "{\"d_model\": 32, \"n_layer\": 2, \"vocab_size\": 100, \"attn_layer_idx\": [1], "
 	            "\"ssm_cfg\": {\"layer\": \"Mamba2\"}}",

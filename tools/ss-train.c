@@ -33,6 +33,7 @@
 #include "blas.h"
 #include "cli.h"
 #include "defaults.h"
+#include "train_state.h"
 #include "model_cli.h"
 #include "ss.h"
 
@@ -111,26 +112,6 @@ static void help(void)
 
 /* ------------------------------------------------------------ the run */
 
-enum { OBJ_LM, OBJ_BP2C, OBJ_BPTC };
-static const char *obj_names[] = { "lm", "bp2c", "bptc" };
-
-/* Everything trainer_state.json records. */
-typedef struct {
-	int objective;
-	int64_t step, steps;
-	double lr, min_lr, weight_decay, clip;
-	int64_t warmup, seq_len, batch_tokens, batch_seqs, max_k;
-	uint64_t seed, rng;
-	ss_compose_mode mode;
-	ss_dtype save_dtype;
-	char *data, *states, *chunk_tokens;
-	char *loss_after; /* lm: --loss-after's text, or NULL */
-	char base_fingerprint[SS_FINGERPRINT_MAX];
-	/* data position: the next item to read */
-	int64_t epoch;
-	int64_t offset; /* byte offset of the record (lm) or line (bp2c); -1: the start */
-	int64_t pos;    /* lm: token position in that record */
-} run_state;
 
 /* splitmix64: a seeded generator whose whole state is one integer. */
 static uint64_t rng_next(uint64_t *x)
@@ -259,7 +240,7 @@ static void lm_open(lm_source *s, const run_state *r, int32_t vocab, const char 
 	}
 	s->epoch = r->epoch;
 	if (ss_reader_open(&s->r, r->data, cli_max_record(), err))
-		cli_die("%s", err);
+		cli_die("%s: %s", r->data, err);
 	if (r->offset >= 0) {
 		if (ss_reader_seek(s->r, (uint64_t)r->offset))
 			cli_die("%s: cannot seek to byte %lld to resume", s->path,
@@ -509,7 +490,7 @@ static void db_open(chunk_db *db, const char *path, const char *format, const ch
 	db->path = path;
 	ss_model_state_dims(&dims_of, &want);
 	if (ss_reader_open(&db->r, path, cli_max_record(), err))
-		cli_die("%s", err);
+		cli_die("%s: %s", path, err);
 	if (!ss_reader_seekable(db->r))
 		cli_die("%s: not a regular file (its records are read by id)", path);
 	const ss_record *rec;
@@ -524,10 +505,12 @@ static void db_open(chunk_db *db, const char *path, const char *format, const ch
 			ss_state s;
 			if ((rc = ss_record_state_meta(rec, &s, err)))
 				cli_die("%s: record %llu: %s", path, (unsigned long long)i, err);
-			if (strcmp(s.fingerprint, fingerprint) ||
-			    ss_state_dims_check(&s.dims, &want, err))
+			if (strcmp(s.fingerprint, fingerprint))
 				cli_die("%s: record %llu: made by model %s, not by the model trained "
 					"(%s)", path, (unsigned long long)i, s.fingerprint, fingerprint);
+			if (ss_state_dims_check(&s.dims, &want, err))
+				cli_die("%s: record %llu: not the dims of the model trained (%s)", path,
+					(unsigned long long)i, err);
 			id = strdup(s.id ? s.id : "");
 			ss_state_free(&s);
 		} else {
@@ -686,42 +669,6 @@ static double bptc_step(ss_train *t, ss_train_params *G, const example *es, cons
 
 /* ------------------------------------------------------ checkpoints */
 
-static cJSON *state_json(const run_state *r)
-{
-	char u[32];
-	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "objective", obj_names[r->objective]);
-	cJSON_AddNumberToObject(o, "step", (double)r->step);
-	cJSON_AddNumberToObject(o, "steps", (double)r->steps);
-	cJSON_AddNumberToObject(o, "lr", r->lr);
-	cJSON_AddNumberToObject(o, "min_lr", r->min_lr);
-	cJSON_AddNumberToObject(o, "warmup", (double)r->warmup);
-	cJSON_AddNumberToObject(o, "weight_decay", r->weight_decay);
-	cJSON_AddNumberToObject(o, "clip", r->clip);
-	cJSON_AddNumberToObject(o, "seq_len", (double)r->seq_len);
-	cJSON_AddNumberToObject(o, "batch_tokens", (double)r->batch_tokens);
-	cJSON_AddNumberToObject(o, "batch_seqs", (double)r->batch_seqs);
-	cJSON_AddNumberToObject(o, "max_k", (double)r->max_k);
-	snprintf(u, sizeof u, "%llu", (unsigned long long)r->seed);
-	cJSON_AddStringToObject(o, "seed", u);
-	snprintf(u, sizeof u, "%llu", (unsigned long long)r->rng);
-	cJSON_AddStringToObject(o, "rng", u);
-	cJSON_AddStringToObject(o, "mode", ss_compose_mode_name(r->mode));
-	cJSON_AddStringToObject(o, "save_dtype", ss_dtype_name(r->save_dtype));
-	cJSON_AddStringToObject(o, "data", r->data);
-	if (r->states)
-		cJSON_AddStringToObject(o, "states", r->states);
-	if (r->chunk_tokens)
-		cJSON_AddStringToObject(o, "chunk_tokens", r->chunk_tokens);
-	if (r->loss_after)
-		cJSON_AddStringToObject(o, "loss_after", r->loss_after);
-	cJSON_AddStringToObject(o, "base_fingerprint", r->base_fingerprint);
-	cJSON_AddNumberToObject(o, "epoch", (double)r->epoch);
-	cJSON_AddNumberToObject(o, "offset", (double)r->offset);
-	cJSON_AddNumberToObject(o, "pos", (double)r->pos);
-	return o;
-}
-
 static void rm_tree(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -793,7 +740,7 @@ static void save(const char *dir, const run_state *r, ss_train *t, const ss_mode
 	/* the f32 master weights too when the model is saved rounded */
 	if (ss_safetensors_save(p, opt, r->save_dtype == SS_DTYPE_F32 ? 2 : 3, SS_DTYPE_F32, err))
 		goto fail;
-	cJSON *js = state_json(r);
+	cJSON *js = train_state_json(r);
 	char *text = cJSON_Print(js);
 	cJSON_Delete(js);
 	if (!text)
@@ -820,151 +767,19 @@ fail:
 	cli_die("%s", err);
 }
 
-/* The number at `key` of o, a double in [lo, hi]; dies naming the file
- * and the key otherwise. */
-static double json_real(const cJSON *o, const char *key, const char *path, double lo, double hi)
-{
-	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-	if (!cJSON_IsNumber(x))
-		cli_die(x ? "%s: \"%s\" is not a number" : "%s: missing \"%s\" (a number)", path, key);
-	if (!(x->valuedouble >= lo && x->valuedouble <= hi))
-		cli_die("%s: \"%s\" is %.17g, not a number in [%g, %g]", path, key, x->valuedouble,
-			lo, hi);
-	return x->valuedouble;
-}
-
-/* The number at `key` of o, a whole number in [lo, hi] (|lo|, |hi| <=
- * 2^53: doubles hold them exactly); dies naming the file and the key
- * otherwise. */
-static int64_t json_int(const cJSON *o, const char *key, const char *path, int64_t lo, int64_t hi)
-{
-	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-	if (!cJSON_IsNumber(x))
-		cli_die(x ? "%s: \"%s\" is not a number" : "%s: missing \"%s\" (a number)", path, key);
-	double v = x->valuedouble;
-	if (!(v >= (double)lo && v <= (double)hi) || v != floor(v))
-		cli_die("%s: \"%s\" is %.17g, not an integer in [%lld, %lld]", path, key, v,
-			(long long)lo, (long long)hi);
-	return (int64_t)v;
-}
-
-static const char *json_str(const cJSON *o, const char *key, const char *path)
-{
-	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-	if (!cJSON_IsString(x))
-		cli_die(x ? "%s: \"%s\" is not a string" : "%s: missing \"%s\" (a string)", path, key);
-	return x->valuestring;
-}
-
-/* The optional string at `key` of o: NULL when absent; dies when it is
- * there but not a string, or empty. */
-static const char *json_opt_str(const cJSON *o, const char *key, const char *path)
-{
-	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-	if (!x)
-		return NULL;
-	if (!cJSON_IsString(x) || !x->valuestring[0])
-		cli_die("%s: \"%s\" is not a non-empty string", path, key);
-	return x->valuestring;
-}
-
-/* The string at `key` of o as a whole decimal integer in [0, hi]. */
-static uint64_t json_u64(const cJSON *o, const char *key, const char *path, uint64_t hi)
-{
-	const char *s = json_str(o, key, path);
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || *s < '0' || *s > '9' || v > hi)
-		cli_die("%s: \"%s\" is \"%s\", not an integer in [0, %llu]", path, key, s,
-			(unsigned long long)hi);
-	return (uint64_t)v;
-}
-
-/* Reads DIR/trainer_state.json into r, every field checked against the
- * bounds of its command-line option (a hand-edited or damaged file would
- * otherwise index out of the data or train with nonsense): dies naming the
- * file and the field. Fields given on the command line (r->data,
- * r->states, r->chunk_tokens already set) are kept. */
+/* Reads DIR/trainer_state.json into r (train_state_parse: every field
+ * checked against the bounds of its option); dies naming the file and the
+ * field. */
 static void load_state(const char *dir, run_state *r)
 {
-	const int64_t exact = INT64_C(1) << 53; /* the largest integer a JSON number holds */
-	char p[4200];
+	char p[4200], err[SS_ERRMSG_MAX] = "";
 	size_t len;
 	snprintf(p, sizeof p, "%s/trainer_state.json", dir);
 	char *text = mcli_read_file(p, &len);
-	cJSON *o = cJSON_Parse(text);
+	int rc = train_state_parse(text, len, p, r, err);
 	free(text);
-	if (!cJSON_IsObject(o))
-		cli_die("%s: not a JSON object", p);
-#define INT(key, lo, hi) json_int(o, key, p, lo, hi)
-#define REAL(key, lo, hi) json_real(o, key, p, lo, hi)
-#define STR(key) json_str(o, key, p)
-	const char *obj = STR("objective");
-	r->objective = -1;
-	for (int i = 0; i < (int)(sizeof obj_names / sizeof *obj_names); i++)
-		if (!strcmp(obj, obj_names[i]))
-			r->objective = i;
-	if (r->objective < 0)
-		cli_die("%s: unknown objective \"%s\"", p, obj);
-	/* the bounds of main's cli_long / cli_double */
-	r->steps = INT("steps", 1, INT64_C(1) << 40);
-	r->step = INT("step", 0, r->steps);
-	r->lr = REAL("lr", 0, 10);
-	r->min_lr = REAL("min_lr", 0, 10);
-	r->warmup = INT("warmup", 0, INT64_C(1) << 40);
-	r->weight_decay = REAL("weight_decay", 0, 10);
-	r->clip = REAL("clip", 0, 1e30);
-	r->seq_len = INT("seq_len", 1, INT64_C(1) << 24);
-	r->batch_tokens = INT("batch_tokens", 1, INT64_C(1) << 24);
-	r->batch_seqs = INT("batch_seqs", 1, INT64_C(1) << 16);
-	r->max_k = INT("max_k", 0, INT64_C(1) << 20);
-	if (r->objective == OBJ_LM && r->batch_tokens < r->seq_len)
-		cli_die("%s: \"batch_tokens\" %lld is less than \"seq_len\" %lld", p,
-			(long long)r->batch_tokens, (long long)r->seq_len);
-	r->seed = json_u64(o, "seed", p, LONG_MAX);
-	r->rng = json_u64(o, "rng", p, UINT64_MAX);
-	const char *mode = STR("mode"), *sdtype = STR("save_dtype");
-	if (ss_compose_mode_parse(mode, &r->mode) || r->mode == SS_COMPOSE_SUM ||
-	    r->mode == SS_COMPOSE_MAX)
-		cli_die("%s: \"mode\" is \"%s\", not picaso-r, picaso-s, caso or soup", p, mode);
-	if (ss_dtype_parse(sdtype, &r->save_dtype) || r->save_dtype == SS_DTYPE_Q8)
-		cli_die("%s: \"save_dtype\" is \"%s\", not f32, bf16 or f16", p, sdtype);
-	const char *s = STR("data");
-	if (!s[0])
-		cli_die("%s: \"data\" is empty", p);
-	if (!r->data && !(r->data = strdup(s)))
-		cli_die("out of memory");
-	if ((s = json_opt_str(o, "states", p)) && !r->states && !(r->states = strdup(s)))
-		cli_die("out of memory");
-	if ((s = json_opt_str(o, "chunk_tokens", p)) && !r->chunk_tokens &&
-	    !(r->chunk_tokens = strdup(s)))
-		cli_die("out of memory");
-	if ((cJSON_HasObjectItem(o, "states") && r->objective != OBJ_BP2C) ||
-	    (cJSON_HasObjectItem(o, "chunk_tokens") && r->objective != OBJ_BPTC))
-		cli_die("%s: \"states\" belongs to objective bp2c, \"chunk_tokens\" to bptc", p);
-	if (r->objective == OBJ_BP2C && !r->states)
-		cli_die("%s: objective bp2c without \"states\"", p);
-	if (r->objective == OBJ_BPTC && !r->chunk_tokens)
-		cli_die("%s: objective bptc without \"chunk_tokens\"", p);
-	if ((s = json_opt_str(o, "loss_after", p))) {
-		if (r->objective != OBJ_LM)
-			cli_die("%s: \"loss_after\" belongs to objective lm", p);
-		if (!(r->loss_after = strdup(s)))
-			cli_die("out of memory");
-	}
-	s = STR("base_fingerprint");
-	if (!s[0] || strlen(s) >= sizeof r->base_fingerprint)
-		cli_die("%s: \"base_fingerprint\" is not a model fingerprint", p);
-	snprintf(r->base_fingerprint, sizeof r->base_fingerprint, "%s", s);
-	r->epoch = INT("epoch", 0, exact);
-	/* -1: the start of the data; lm_open checks pos against the document */
-	r->offset = INT("offset", -1, exact);
-	r->pos = INT("pos", 0, exact);
-#undef INT
-#undef REAL
-#undef STR
-	cJSON_Delete(o);
+	if (rc)
+		cli_die("%s", err);
 }
 
 /* ------------------------------------------------------------- main */
@@ -1075,8 +890,8 @@ int main(int argc, char **argv)
 		if (!objective)
 			cli_usage(usage, "--objective lm|bp2c|bptc is required");
 		r.objective = -1;
-		for (int i = 0; i < (int)(sizeof obj_names / sizeof *obj_names); i++)
-			if (!strcmp(objective, obj_names[i]))
+		for (int i = 0; i < OBJ_COUNT; i++)
+			if (!strcmp(objective, train_objective_names[i]))
 				r.objective = i;
 		if (r.objective < 0)
 			cli_usage(usage, "--objective: '%s': lm, bp2c or bptc", objective);
@@ -1099,7 +914,7 @@ int main(int argc, char **argv)
 	}
 	if ((r.states && r.objective != OBJ_BP2C) || (r.chunk_tokens && r.objective != OBJ_BPTC))
 		cli_usage(usage, "--states belongs to bp2c, --chunk-tokens to bptc (the objective is %s)",
-			  obj_names[r.objective]);
+			  train_objective_names[r.objective]);
 	if (until < 0)
 		until = r.steps;
 	if (until > r.steps)

@@ -86,6 +86,10 @@ edit base_fingerprint '""'
 resume_fails "$S"'base_fingerprint" is not'
 edit states '"x.st"'
 resume_fails "$S"'states" belongs to objective bp2c'
+edit objective '"bp2c"' # a bp2c checkpoint without its states file
+resume_fails 'X/trainer_state.json: objective bp2c without "states"'
+edit objective '"bptc"'
+resume_fails 'X/trainer_state.json: objective bptc without "chunk_tokens"'
 edit step 2
 expect 2 'the run in .* is at step 2' ss-train --resume "$d/X" --threads 1 --until 1 -o "$d/Y"
 expect 2 'the run in .* is at step 2' ss-train --resume "$d/X" --threads 1 --steps 1 -o "$d/Y"
@@ -99,6 +103,17 @@ grep -q '"loss_after":	"the"' "$d/LH/trainer_state.json" || fail "$(cat "$d/LH/t
 ss-train --resume "$d/LH" --threads 1 -o "$d/LH" >>"$d/lh.log"
 cmp "$d/ls.log" "$d/lh.log" || fail "--loss-after: the resumed run logged other steps"
 cmp "$d/LS/model.safetensors" "$d/LH/model.safetensors" || fail "--loss-after: resumed weights differ"
+
+# trainer_state.json keeps every bit of the lr (cJSON's printing alone stops at 15 digits when
+# they read back within a relative epsilon; found by tests/fuzz/trainstate.c), and the run resumes
+# bit for bit.
+L="--objective lm --model $T1 --data $d/docs.tok $O --steps 4 --lr 0.00088888888888888888"
+ss-train $L -o "$d/RS" >"$d/rs.log"
+ss-train $L --until 2 -o "$d/RH" >"$d/rh.log"
+python3 -c 'import json, sys; v = json.load(open(sys.argv[1]))["lr"]; sys.exit(v != 0.00088888888888888888)' \
+	"$d/RH/trainer_state.json" || fail "lr saved as $(grep '"lr"' "$d/RH/trainer_state.json")"
+ss-train --resume "$d/RH" --threads 1 -o "$d/RH" >>"$d/rh.log"
+cmp "$d/RS/model.safetensors" "$d/RH/model.safetensors" || fail "lr of 17 digits: resumed weights differ"
 
 # Adam's moments: m finite, v finite and >= 0, named by the tensor they belong to.
 edit step 2
@@ -129,4 +144,27 @@ for f in model.safetensors optimizer.safetensors trainer_state.json config.json;
 	cmp "$d/X0/$f" "$d/X/$f" || fail "--save-every: $f changed"
 done
 ls "$d" | grep -q 'tmp-\|old-' && fail "temporary directories left: $(ls "$d")"
+
+# Messages name what is wrong (issue 32 item 12): a missing --data or --states by its path, and
+# states whose dims differ from the model's under the model's own fingerprint by the dims (here
+# headdim 16 -> 8 and d_state 16 -> 32, the arrays' sizes unchanged), not by the fingerprint.
+printf '{"chunks": ["a.txt:1"], "query": "the", "continuation": " fox"}\n' >"$d/ex.jsonl"
+expect 1 "^ss-train: $d/nope.tok: No such file" \
+	ss-train --objective lm --model "$T1" --data "$d/nope.tok" $O --steps 1 -o "$d/M1"
+expect 1 "^ss-train: $d/nope.states: No such file" \
+	ss-train --objective bp2c --model "$T1" --data "$d/ex.jsonl" --states "$d/nope.states" $O --steps 1 -o "$d/M2"
+printf 'the fox\n' >"$d/a.txt"
+ss-tokenize -q "$d/a.txt" | ss-encode -q --model "$T1" -o "$d/a.states"
+zstd -qdc "$d/a.states" | python3 -c '
+import sys
+b = sys.stdin.buffer.read()
+for k, v in ((b"headdim", 8), (b"d_state", 32)):
+    old = bytes([0xa0 | len(k)]) + k + bytes([16])
+    assert b.count(old) == 1, k
+    b = b.replace(old, old[:-1] + bytes([v]))
+sys.stdout.buffer.write(b)' >"$d/dims.mp"
+zstd -q "$d/dims.mp" -o "$d/dims.states" # from a file: the frame declares its size
+expect 1 "dims.states: record 0: not the dims of the model trained (headdim 8 vs 16)" \
+	ss-train --objective bp2c --model "$T1" --data "$d/ex.jsonl" --states "$d/dims.states" $O --steps 1 -o "$d/M3"
+for x in M1 M2 M3; do [ ! -e "$d/$x" ] || fail "a refused run wrote $x"; done
 exit 0

@@ -138,4 +138,24 @@ body = raw[:hdr] + b''.join(reversed(entries))
 open(sys.argv[2], 'wb').write(subprocess.run(['zstd', '-qc', '--stream-size=%d' % len(body)], input=body,
                                               check=True, capture_output=True).stdout)
 PY
+
+
+# trainstate: trainer_state.json of a two-step lm run (with --loss-after), a bp2c run (soup) and a
+# bptc run (bf16 saves), on the t1 model and one document
+rm -rf "${S:?}/trainstate"
+mkdir -p "$S/trainstate"
+(
+	top=$(pwd)
+	cd "$T"
+	printf 'the quick brown fox\n' >t.txt
+	printf '{"chunks": ["t.txt:1"], "query": "the", "continuation": " fox"}\n' >t.jsonl
+	"$top/$B/bin/ss-tokenize" -q t.txt >t.tok
+	T1=$top/tests/fixtures/golden/models/t1-hf
+	"$top/$B/bin/ss-encode" -q --model "$T1" -o t.states t.tok
+	TR="$top/$B/bin/ss-train --model $T1 --threads 1 --seq-len 8 --batch-tokens 16 --steps 2"
+	$TR --objective lm --data t.tok --loss-after fox -o lm >/dev/null
+	$TR --objective bp2c --data t.jsonl --states t.states --mode soup -o bp2c >/dev/null
+	$TR --objective bptc --data t.jsonl --chunk-tokens t.tok --save-dtype bf16 -o bptc >/dev/null
+	for o in lm bp2c bptc; do cp "$o/trainer_state.json" "$top/$S/trainstate/$o.json"; done
+)
 du -sh "$S"; du -s "$S"/* | sort -n | tail -3
