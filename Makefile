@@ -1,5 +1,6 @@
 # ss — one non-recursive Makefile. Targets: all test check bench man install uninstall clean demo deps.
-# Quiet unless V=1. SANITIZE=1 builds with ASan+UBSan into build/san/. make fuzz: tests/fuzz/.
+# Quiet unless V=1. SANITIZE=1 builds with ASan+UBSan into build/san/, SANITIZE=thread with TSan
+# into build/tsan/. make fuzz: tests/fuzz/.
 include config.mk
 
 # The BLAS (config.mk): OpenBLAS through pkg-config, or BLIS (Debian's libblis-dev has no .pc
@@ -19,6 +20,9 @@ ifeq ($(SANITIZE),1)
 B := build$(BLAS_DIR)/san
 # float-cast-overflow: gcc's "undefined" leaves it out (clang's has it).
 SANFLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=all
+else ifeq ($(SANITIZE),thread)
+B := build$(BLAS_DIR)/tsan
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
 else
 B := build$(BLAS_DIR)
 SANFLAGS :=
@@ -84,7 +88,7 @@ NVCCFLAGS := -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-W
 	-Werror=all-warnings -Ilib -Ikernels $(PKG_CFLAGS)
 CUDA_PLUGIN := $(if $(and $(HAVE_NVCC),$(CU_SRC)),$(B)/lib/libss_cuda.so)
 
-.PHONY: all test check bench man install uninstall clean demo eval deps cuda-note fuzz
+.PHONY: all test check tsan bench man install uninstall clean demo eval deps cuda-note fuzz
 all: $(LIB) $(TOOLS) $(GENS) $(TESTS) $(BENCHES) $(CUDA_PLUGIN) cuda-note
 
 cuda-note:
@@ -161,10 +165,22 @@ $(B)/lib/device.o $(B)/tools/defaults.o: $(PATHS_STAMP)
 test: all
 	$(Q)SS_SHARED=$(SS_SHARED) SS_BUILD=$(B) tests/run
 
-# The README's test command: the suite, then again under ASan+UBSan.
+# The README's test command: the suite, then again under ASan+UBSan, then the tests of
+# what runs threads under ThreadSanitizer (make tsan).
 check:
 	$(Q)$(MAKE) --no-print-directory test
 	$(Q)$(MAKE) --no-print-directory test SANITIZE=1
+	$(Q)$(MAKE) --no-print-directory tsan
+
+# ThreadSanitizer over the threaded code: compose's worker and writer threads, the stream
+# writer, the index under concurrent readers and writers, the trainer's threads, the tools at
+# -j/--threads > 1. A report fails the test (TSan exits 66). test_forward's threads are the
+# trainer's pool (test_train); it alone would take minutes under TSan.
+TSAN_TESTS := test_compose test_stream test_index test_train cli/compose cli/deterministic cli/retrieve
+tsan:
+	$(Q)$(MAKE) --no-print-directory all SANITIZE=thread CUDA=off
+	$(Q)SS_SHARED=$(SS_SHARED) SS_BUILD=build$(BLAS_DIR)/tsan TSAN_OPTIONS="halt_on_error=1 $(TSAN_OPTIONS)" \
+		tests/run $(TSAN_TESTS)
 
 # libFuzzer over every harness for FUZZ_SECONDS each (clang required), one
 # after the other. New inputs go to build/fuzz/corpus/NAME, crashes to
