@@ -371,7 +371,7 @@ static int config_ss(ss_model_config *c, const cfgctx *x)
 	if (layer ? !strcmp(layer->valuestring, "Mamba1")
 	          : !cJSON_GetObjectItemCaseSensitive(s, "headdim"))
 		return config_ss1(c, x, s);
-	if (strcmp(layer->valuestring, "Mamba2"))
+	if (layer && strcmp(layer->valuestring, "Mamba2")) /* no layer, a headdim: Mamba-2 */
 		return unsupported(x, "this ssm_cfg.layer");
 	if ((rc = config_ss_top(c, x)) ||
 	    (rc = cfg_int(x, s, "d_state", 128, 1, MAX_DIM, &c->d_state)) ||

@@ -1,6 +1,7 @@
 /* Fuzz target: the tokenizer (lib/tokenizer/) with the tiny byte-level
  * BPE tests/fuzz/tiny-tokenizer.json. On valid UTF-8, decoding the
- * encoding gives back the NFC-normalized text; invalid UTF-8 is refused
+ * encoding gives back the NFC-normalized text (its canonical equivalent
+ * beside the added token); invalid UTF-8 is refused
  * with the offset of the first bad byte. */
 #include "fuzz.h"
 #include "ss.h"
@@ -33,8 +34,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (ss_tokenizer_normalize(tok, text, size, &norm, &nlen, err) ||
 	    ss_tokenizer_decode(tok, ids, n, &dec, &dlen, err))
 		abort();
-	if (dlen != nlen || memcmp(dec, norm, nlen))
-		abort(); /* decode(encode(x)) != NFC(x) */
+	if (dlen != nlen || memcmp(dec, norm, nlen)) {
+		/* The added token is cut out before the text around it is
+		 * normalized (as HF tokenizers' AddedVocabulary does), so NFC
+		 * may compose across its edge in NFC(x) ("<|endoftext|>" then
+		 * U+0338: '>' + U+0338 is U+226F) and not in the decoding. Then
+		 * the two must still be canonically equivalent. */
+		char *again;
+		size_t alen;
+		if (!memmem(text, size, "<|endoftext|>", 13) ||
+		    ss_tokenizer_normalize(tok, dec, dlen, &again, &alen, err))
+			abort(); /* decode(encode(x)) != NFC(x) */
+		if (alen != nlen || memcmp(again, norm, nlen))
+			abort(); /* not even canonically equivalent */
+		free(again);
+	}
 	free(norm);
 	free(dec);
 	free(ids);
