@@ -5,7 +5,7 @@
  * splitmix64 from seed and the tensor's index), so a tensor's values do not
  * depend on the sizes of the tensors before it. Normals come from Box–Muller
  * in double, cast to f32, then rounded to the storage dtype.
- * ref: golden/README.md §2.4 (distributions); safetensors "Format" (file
+ * ref: tests/fixtures/golden/README.md §2.4 (distributions); safetensors "Format" (file
  * layout); transformers modeling_utils.py (index json).
  */
 #include "gen/model.h"

@@ -5,12 +5,12 @@
  * Output: DIR/config.json (model_type "mamba2", vocab_size = padded rows,
  * like golden t1-hf) and DIR/model.safetensors, or with n_shards > 1
  * DIR/model-0000K-of-0000N.safetensors + DIR/model.safetensors.index.json.
- * Initialisation follows golden/README.md §2.4 in distribution (not bit for
+ * Initialisation follows tests/fixtures/golden/README.md §2.4 in distribution (not bit for
  * bit: own generator): embeddings and lm_head N(0, 0.02), norms 1+0.1·N(0,1),
  * in_proj N(0, 1/sqrt(d_model)), conv1d.weight U(-0.5,0.5), conv1d.bias
  * U(-0.1,0.1), dt_bias = softplus⁻¹(exp(U(log 1e-3, log 0.1))),
  * A_log = log U(1,16), D 1+0.1·N(0,1), out_proj N(0, 1/sqrt(d_inner)).
- * Mamba-1 (mamba1 = 1; golden-mamba1/README.md §2.4, m2's per-element
+ * Mamba-1 (mamba1 = 1; ../shared/golden-mamba1/README.md §2.4, m2's per-element
  * jitter): in_proj [2·d_inner][d_model], conv over d_inner, x_proj
  * N(0, 1/sqrt(d_inner)), dt_proj.weight U(±dt_rank^-0.5), dt_proj.bias as
  * dt_bias, A_log[d][n] = log((n+1)·exp(U(-0.2,0.2))), D 1+0.1·N(0,1).

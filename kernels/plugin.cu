@@ -6,7 +6,7 @@
  * device_count() must never fail: on a machine with the plugin but no
  * driver or no GPU, cudaGetDeviceCount returns an error, which means 0
  * devices (and "auto" falls back to the CPU).
- * ref: lib/device.c (the loader); DESIGN.md §5.
+ * ref: lib/device.c (the loader); docs/DESIGN.md §5.
  */
 #include <stdio.h>
 #include <string.h>

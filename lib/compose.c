@@ -1,7 +1,7 @@
 /*
  * compose.c — composition weights (CASO, PICASO-S, PICASO-R, soup) and the
  * streaming accumulation of states. See ss_compose.h for the contract.
- * ref: picaso.txt §3.3, Props. 1-3, Appendix A; DESIGN.md §3;
+ * ref: picaso.txt §3.3, Props. 1-3, Appendix A; docs/DESIGN.md §3;
  *      document-souping.txt §2.2.
  */
 #include "ss.h"

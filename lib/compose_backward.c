@@ -6,7 +6,7 @@
  * quadrature rule for picaso-s, the same cyclic series for picaso-r), with
  * products of decays formed as in the forward: no division by a decay, so
  * decays that underflow (or are -inf) give finite gradients.
- * ref: picaso.txt §5 (BPTC), Props. 1-3; DESIGN.md §3; compose.c.
+ * ref: picaso.txt §5 (BPTC), Props. 1-3; docs/DESIGN.md §3; compose.c.
  */
 #include "ss.h"
 #include "compose_internal.h"

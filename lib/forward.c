@@ -24,7 +24,7 @@
  * token per sequence; a backend may record a step and replay it (CUDA
  * graphs, backend.h graph_begin).
  *
- * ref: golden/README.md §2; mamba_ssm modules/mamba2.py; DESIGN.md §2.
+ * ref: tests/fixtures/golden/README.md §2; mamba_ssm modules/mamba2.py; docs/DESIGN.md §2.
  */
 #include <stdarg.h>
 #include <stdio.h>

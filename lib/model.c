@@ -10,7 +10,7 @@
  * widened to f32; the model fingerprint combines the per-tensor digests in a
  * fixed order, so it does not depend on file layout, storage dtype (after
  * widening), wtype or read order.
- * ref: DESIGN.md §2; transformers models/mamba2/configuration_mamba2.py;
+ * ref: docs/DESIGN.md §2; transformers models/mamba2/configuration_mamba2.py;
  *      mamba_ssm models/config_mamba.py, models/mixer_seq_simple.py,
  *      modules/mamba2.py (parameter names and shapes).
  */

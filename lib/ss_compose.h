@@ -9,9 +9,9 @@
  *     out.ssm[l][h] = Σ_k W[l][h][k] · x_k.ssm[l][h]
  *   caso      W_k = Π_{j>k} d_j                        (picaso.txt Prop. 1)
  *   picaso-s  W_k = mean over all n! orders of the CASO weight
- *             = ∫_0^1 Π_{j≠k} (t + (1-t) d_j) dt       (Prop. 2; DESIGN.md §3)
+ *             = ∫_0^1 Π_{j≠k} (t + (1-t) d_j) dt       (Prop. 2; docs/DESIGN.md §3)
  *   picaso-r  W_k = mean over the n cyclic orders = T_k / n,
- *             T_k = 1 - P + d_{k+1} T_{k+1}, P = Π d_i  (Prop. 3; DESIGN.md §3)
+ *             T_k = 1 - P + d_{k+1} T_{k+1}, P = Π d_i  (Prop. 3; docs/DESIGN.md §3)
  *   soup      W_k = 1/n; sum W_k = 1; max: elementwise maximum (no weights)
  *                                                (document-souping.txt §2.2)
  * Optional L2 normalisation of each layer's ssm block (all heads of the
@@ -106,7 +106,7 @@ int ss_compose_needs_plan(ss_compose_mode m);
  * Returns 0; SS_ERR_INVALID for n == 0, mode max, or a logdecay that is NaN
  * or > 0 (errmsg, SS_ERRMSG_MAX bytes or NULL, names input and head);
  * SS_ERR_NOMEM.
- * ref: picaso.txt Props. 1-3, Appendix A; DESIGN.md §3. */
+ * ref: picaso.txt Props. 1-3, Appendix A; docs/DESIGN.md §3. */
 int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
 		       double *w, char *errmsg);
 

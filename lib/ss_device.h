@@ -21,7 +21,7 @@
  * another ABI, or compiled with other layouts of the structs it reads
  * (ss_model, ss_state, ss_forward_seq...: a stale plugin), is refused
  * (SS_ERR_VERSION, errmsg names the first difference).
- * ref: DESIGN.md §5; STYLE.md (kernels/ built into a plugin loaded at run time).
+ * ref: docs/DESIGN.md §5; docs/STYLE.md (kernels/ built into a plugin loaded at run time).
  */
 #ifndef SS_DEVICE_H
 #define SS_DEVICE_H

@@ -14,7 +14,7 @@
  *               first document's stored state (picaso.txt §6.2 "Concatenation")
  *   soup, caso, picaso-s, picaso-r
  *               compose the stored states (ss_compose, conv averaged, no
- *               normalisation; picaso.txt §3-4, DESIGN.md §3)
+ *               normalisation; picaso.txt §3-4, docs/DESIGN.md §3)
  *   piconcat-r  mean of the states of the n cyclic concatenations: rotation r
  *               starts from document r's stored state and re-encodes the
  *               others in cyclic order; the n re-encodings run as one batched
@@ -90,7 +90,7 @@ int ss_eval_zero_state(const ss_model *m, ss_state *out);
  * (SS_ERRMSG_MAX bytes or NULL) says which document.
  * Cost: compositions read the n states once; concat prefills
  * Σ_{i≥1} n_tokens_i tokens; piconcat-r (n-1)·Σ_i n_tokens_i tokens.
- * ref: picaso.txt §6.1-6.2, Props. 1-3, Appendix B.1; DESIGN.md §3. */
+ * ref: picaso.txt §6.1-6.2, Props. 1-3, Appendix B.1; docs/DESIGN.md §3. */
 int ss_eval_context(ss_forward_ctx *ctx, const ss_model *m, ss_eval_method meth,
 		    const ss_eval_doc *docs, size_t n, ss_state *out, char *errmsg);
 
@@ -133,7 +133,7 @@ int ss_eval_scorer_set_vocab(ss_eval_scorer *sc, int32_t n_vocab);
  * infinite: errmsg names the start state), the errors of
  * ss_forward_prefill, SS_ERR_NOMEM; errmsg says which.
  * ref: picaso.txt §6.2 (log-perplexity of the continuation);
- *      golden/README.md §4 nll.f32; exact match as in key-value recall
+ *      tests/fixtures/golden/README.md §4 nll.f32; exact match as in key-value recall
  *      (issue 30). */
 int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
 		int64_t nq, const int32_t *c, int64_t nc, double *nll, int *exact, char *errmsg);

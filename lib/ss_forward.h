@@ -21,9 +21,9 @@
  * table with their own ops (ss_ops.h: low-rank dt, per-element scan, plain
  * gate); their states have one decay per channel and state element.
  *
- * ref: DESIGN.md §2; golden/README.md §2 (the exact per-token math);
+ * ref: docs/DESIGN.md §2; tests/fixtures/golden/README.md §2 (the exact per-token math);
  *      state-spaces/mamba mamba_ssm/modules/mamba2.py forward() and step();
- *      golden-mamba1/README.md §2 (Mamba-1's).
+ *      ../shared/golden-mamba1/README.md §2 (Mamba-1's).
  */
 #ifndef SS_FORWARD_H
 #define SS_FORWARD_H
@@ -121,7 +121,7 @@ size_t ss_forward_ctx_bytes(const ss_forward_ctx *ctx);
  * SS_MODEL_SKIP_LM_HEAD), SS_ERR_MISMATCH (state dims or
  * fingerprint differ from the model's), with errmsg naming the sequence.
  * On error no state has been modified.
- * ref: golden/README.md §2; mamba_ssm modules/mamba2.py forward(). */
+ * ref: tests/fixtures/golden/README.md §2; mamba_ssm modules/mamba2.py forward(). */
 int ss_forward_prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs,
 		       ss_logits_mode mode, char *errmsg);
 

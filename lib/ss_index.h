@@ -13,9 +13,9 @@
  *                      the index's directory when the file lies under that
  *                      directory, absolute otherwise: an index moved together
  *                      with the shards below it keeps working.
- *   docs(rid, id, file_id, offset, length, fingerprint, n_tokens,
- *        text_tokens, text_len, n_terms, terms)
- *                      one row per document; offset/length address the zstd
+ *   docs(rid, id, file_id, byte_offset, frame_length, fingerprint,
+ *        n_tokens, text_tokens, text_len, n_terms, terms)
+ *                      one row per document; byte_offset/frame_length address the zstd
  *                      frame of its state record (ss_stream.h); n_terms and
  *                      terms: its length in terms and its term vector.
  *   texts(rid, text)   each document's text as indexed (ss_index_text);
@@ -25,14 +25,14 @@
  *                      from; created by any build that lacks it.
  *   stateless(rid, dtype)
  *                      the documents whose state a budget dropped
- *                      (ss_index_set_state_budget): docs.file_id, offset and
- *                      length are NULL, fingerprint and n_tokens stay; dtype
+ *                      (ss_index_set_state_budget): docs.file_id,
+ *                      byte_offset and frame_length are NULL, fingerprint and n_tokens stay; dtype
  *                      is the dropped state's storage dtype, the one it is
  *                      recomputed in. An index holding one is schema 4.
  *   terms(tid, term, df, maxw, postings)
  *                      per term, the documents that hold it (blocks of 128
  *                      with a skip table), rewritten at every commit.
- *   bm25(n_docs, n_terms, max_rid, doclen)
+ *   bm25(one, n_docs, n_terms, max_rid, doclen)
  *                      corpus statistics and every document's length.
  * Terms are what SQLite FTS5's tokenizer "porter unicode61
  * remove_diacritics 2" makes of the text (case and diacritics folded,

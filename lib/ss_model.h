@@ -1,8 +1,8 @@
 /*
  * ss_model.h — Mamba-2 checkpoints and the CPU forward pass (part of libss;
  * include "ss.h").
- * ref: DESIGN.md §2; state-spaces/mamba mamba_ssm/modules/mamba2.py;
- *      golden/README.md §2 (the exact math the fixtures follow).
+ * ref: docs/DESIGN.md §2; state-spaces/mamba mamba_ssm/modules/mamba2.py;
+ *      tests/fixtures/golden/README.md §2 (the exact math the fixtures follow).
  * Public: part of libss's interface (ss.h says what that means).
  */
 #ifndef SS_MODEL_H

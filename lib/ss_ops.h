@@ -11,9 +11,9 @@
  * tests/test_ops.c checks each CPU op against a naive reference and
  * tests/test_cuda_parity.c each CUDA twin against its CPU op.
  *
- * The twins, one file pair per op. A new op adds a row here, lib/ops/<op>.c,
- * kernels/<op>.cu + .cuh, its slot in ss_cuda_api (device_plugin.h) and its
- * row of twins[] in tests/test_cuda_parity.c, the loop that runs every row:
+ * The twins, one file pair per op. A new op touches 13 files besides its
+ * reference in tests/util/opref.c: the whole list, in order, is the op
+ * recipe of docs/DESIGN.md §9.
  *
  *   op           CPU (lib/ops/<op>.c)    CUDA (kernels/<op>.cu)   file pair
  *   embed        ss_embed_cpu            ss_embed_cuda            embed.c   | embed.cu
@@ -84,8 +84,8 @@
  *     channel ranges (conv1d) and runs them on its own threads.
  *   - Arrays never alias unless an op says so (in place is stated).
  *
- * ref: DESIGN.md §2; state-spaces/mamba mamba_ssm/modules/mamba2.py
- *      forward() and step(); golden/README.md §2 (the exact per-token math).
+ * ref: docs/DESIGN.md §2; state-spaces/mamba mamba_ssm/modules/mamba2.py
+ *      forward() and step(); tests/fixtures/golden/README.md §2 (the exact per-token math).
  */
 #ifndef SS_OPS_H
 #define SS_OPS_H
@@ -143,9 +143,10 @@ void ss_rmsnorm_backward_cpu(const float *dy, const float *h, float *dh, const f
  * beta = 1: the residual add), lm_head (N = vocab_padded, K = d_model).
  * CPU: f32 W: the BLAS's sgemm (sgemv when M == 1), one BLAS thread: split
  * M or N over threads by calling it on slices. bf16/f16 W: f32 products
- * of the widened weights, f32 accumulation, W streamed once (lib/matvec.h:
- * a decode kernel, best for small M; for large M the forward pass widens
- * panels of W and calls this with f32).
+ * of the widened weights, f32 accumulation, W streamed once
+ * (ss_matvec_w16 in lib/ops/linear.c: a decode kernel, best for small M;
+ * for large M the forward pass widens panels of W and calls this with
+ * f32).
  * CUDA: cublasSgemm (f32) or cublasGemmEx with bf16/f16 W, x rounded to
  * W's dtype, f32 accumulation and output.
  * Returns 0; SS_ERR_UNSUPPORTED (wt not handled on this device),
@@ -351,7 +352,7 @@ void ss_dt_proj_cpu(float *dt, ptrdiff_t lddt, const float *low, ptrdiff_t ldl, 
  * it over threads). d_state <= 256.
  * Returns 0 or SS_ERR_INVALID (bad dims or strides).
  * ref: mamba_ssm ops/selective_scan_interface.py selective_scan_ref;
- *      modules/mamba_simple.py step(); golden-mamba1/README.md §2. */
+ *      modules/mamba_simple.py step(); ../shared/golden-mamba1/README.md §2. */
 int ss_ssm1_scan_cpu(int d_inner, int d_state, const int64_t *seq_start, int nseq,
 		     const float *x, ptrdiff_t ldx, const float *BC, ptrdiff_t ldbc,
 		     const float *dt, ptrdiff_t lddt, const float *A_log, const float *D,

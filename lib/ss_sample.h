@@ -53,7 +53,7 @@ double ss_logsumexp(const float *x, int64_t n);
 
 /* Negative log-likelihood of `target` under softmax(logits[0..n)), in nats:
  * logsumexp(logits) - logits[target] (≥ 0). NAN when target is outside
- * [0, n). ref: golden/README.md §4 nll.f32 (the same definition). */
+ * [0, n). ref: tests/fixtures/golden/README.md §4 nll.f32 (the same definition). */
 double ss_nll(const float *logits, int64_t n, int32_t target);
 
 /* --------------------------------------------------------------- sampling */

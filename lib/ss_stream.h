@@ -221,7 +221,7 @@ typedef struct {
 
 /* The state of one document (or a composition), all layers. Arrays are f32
  * in memory whatever the storage dtype; all pointers owned by the struct.
- * ref: DESIGN.md §2 "State of a document". */
+ * ref: docs/DESIGN.md §2 "State of a document". */
 typedef struct {
 	char *id;
 	char fingerprint[SS_FINGERPRINT_MAX]; /* model fingerprint (hex) */

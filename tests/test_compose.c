@@ -9,7 +9,7 @@
  * identity for one input, the options, the errors, and the same checks on
  * the real t1 states of golden/ (soup of c3 + docB must equal the golden
  * composed state S bit for bit).
- * ref: picaso.txt Props. 1-3; DESIGN.md §3; golden/README.md §4.1.
+ * ref: picaso.txt Props. 1-3; docs/DESIGN.md §3; tests/fixtures/golden/README.md §4.1.
  */
 #include <math.h>
 #include <setjmp.h>

@@ -9,7 +9,7 @@
  * rotation it is given; the exact match is greedy decoding step by step.
  * Documents are seeded random token sequences.
  * Reads $SS_FIXTURES (tests/fixtures, golden layout).
- * ref: picaso.txt §6.1-6.2, Props. 2-3, Appendix B.1; golden/README.md §4.
+ * ref: picaso.txt §6.1-6.2, Props. 2-3, Appendix B.1; tests/fixtures/golden/README.md §4.
  */
 #include <math.h>
 #include <setjmp.h>

@@ -5,7 +5,7 @@
  * and one layer's scan obeys Prop. 1 (state(u1·u2) = exp(a(u2))·state(u1) +
  * state(u2)).
  *
- * Tolerance (golden/README.md §8): |x - gold| <= 1e-5 + 1e-5·|gold| for
+ * Tolerance (tests/fixtures/golden/README.md §8): |x - gold| <= 1e-5 + 1e-5·|gold| for
  * logits, hidden, conv and ssm; relative 1e-5 for logdecay.
  * Two programs from this file: test_forward (t1-hf golden cases from
  * $SS_FIXTURES, tests/fixtures; the properties on t1 and on a generated
@@ -973,7 +973,7 @@ static void test_nll_t2_weights_dtype(void **unused)
 
 /* ------------------------------------------------- Mamba-1, self-contained */
 
-/* A whole Mamba-1 model in double (golden-mamba1/README.md §2, written from
+/* A whole Mamba-1 model in double (../shared/golden-mamba1/README.md §2, written from
  * the equations, not from the ops): tokens [n] from the zero state; fills
  * logits [n][V], hidden [n][d_model], and the final state (conv, ssm,
  * logdecay as ss_state lays them out). Weights widened from m. */

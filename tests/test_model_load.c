@@ -9,7 +9,7 @@
  * (golden t1-hf from $SS_FIXTURES, tests/fixtures; everything else) and
  * test_shared_model_load (SS_TEST_SHARED: golden t1-ss and t2-hf, which only
  * $SS_SHARED has; exits 77 without it).
- * ref: golden/README.md §2; safetensors "Format"; torch/serialization.py.
+ * ref: tests/fixtures/golden/README.md §2; safetensors "Format"; torch/serialization.py.
  */
 #include <stdarg.h>
 #include <stddef.h>

@@ -268,7 +268,7 @@ static void test_nfc(void **state)
 }
 
 /* The whole WikiText-2 raw test file as one document: the token count that
- * data/SOURCES.md reports (an independent re-implementation). */
+ * ../shared/data/SOURCES.md reports (an independent re-implementation). */
 static void test_wikitext_count(void **state)
 {
 	size_t len, n;

@@ -1,7 +1,7 @@
 /*
  * cli.h — what every ss-* tool shares: error and usage reporting, verbosity,
  * progress lines, number parsing. Tools print; libss never does.
- * Conventions (STYLE.md): help to stdout exit 0; usage error one line + short
+ * Conventions (docs/STYLE.md): help to stdout exit 0; usage error one line + short
  * usage on stderr, exit 2; runtime failure "ss-<tool>: <file>: <what>", exit 1.
  */
 #ifndef SS_CLI_H

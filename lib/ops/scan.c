@@ -6,7 +6,7 @@
  * Twin: kernels/scan.cu (and kernels/ssd.cu, the chunked form; on the CPU
  * that is ops/ssd.c); the backward's twin is in kernels/scan.cu too.
  *
- * Per token t (golden/README.md §2; mamba_ssm modules/mamba2.py step()):
+ * Per token t (tests/fixtures/golden/README.md §2; mamba_ssm modules/mamba2.py step()):
  *   s = exp(dt*A) * s + dt * outer(x, B);   y = s @ C + D * x
  * The head's state ([P][N], 32 KB for mamba2-130m) stays in L1 while the
  * loop runs over the tokens, so the scan is bound by arithmetic, not memory;

@@ -5,7 +5,7 @@
  * the AVX2 lanes, the [d_state][8] states in cache over the tokens), the
  * remainder one by one; B and C rows are shared by every channel of a token.
  * ref: mamba_ssm ops/selective_scan_interface.py selective_scan_ref;
- *      golden-mamba1/README.md §2.
+ *      ../shared/golden-mamba1/README.md §2.
  */
 #include <math.h>
 

@@ -1,4 +1,4 @@
-# ss-encode against the independent golden states (golden/README.md: llama.cpp
+# ss-encode against the independent golden states (tests/fixtures/golden/README.md: llama.cpp
 # final conv/ssm, numpy logdecay), batching, --concat, --from-state,
 # --state-dtype, --text, the default model, and bad input. Run by tests/run
 # from the repo root. The t1-ss and t2 cases are in cli/shared.sh.

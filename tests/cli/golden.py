@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Helpers of the model tools' CLI tests (encode.sh, decode.sh, score.sh):
-read golden raw arrays (golden/README.md §1: little-endian, C order) and
+read golden raw arrays (tests/fixtures/golden/README.md §1: little-endian, C order) and
 compare them with what the tools print. Exit 0 when a check holds, 1 with the
 first mismatches on stderr otherwise.
 

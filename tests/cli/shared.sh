@@ -1,6 +1,6 @@
 # The CLI cases that need ../shared: the t1 weights in the state-spaces
 # (pickle) layout, t1-ss, and the t2 model (bf16, ngroups 2, untied lm_head)
-# against their golden states, NLLs and greedy tokens (golden/README.md).
+# against their golden states, NLLs and greedy tokens (tests/fixtures/golden/README.md).
 # The core cases, on tests/fixtures, are cli/encode.sh, decode.sh, score.sh.
 # Exits 77 "skipped: needs SS_SHARED" without $SS_SHARED/golden.
 # Run by tests/run from the repo root.
