@@ -261,5 +261,8 @@ clean:
 	rm -rf build
 
 -include $(wildcard $(FZ)/*/*.d $(FZ)/*/*/*.d)
+# The .d files come from the compiler (-MMD), never from a rule: without this, make would try to
+# remake an included replay-NAME.d through the replay-%.o pattern and the built-in link rule.
+%.d: ;
 -include $(LIB_OBJ:.o=.d) $(TOOLS:$(B)/bin/%=$(B)/tools/%.d) $(TESTS:=.d) $(BENCHES:=.d) $(GENS:=.d) $(GEN_LIB_OBJ:.o=.d) $(TESTUTIL_OBJ:.o=.d) $(TOOLCOMMON_OBJ:.o=.d) $(wildcard $(B)/tests/fuzz/*.d)
 -include $(wildcard $(CU_OBJ:.o=.d))
