@@ -21,10 +21,7 @@ static uint64_t rng;
 
 static double unif(void) /* [0, 1) */
 {
-	uint64_t z = (rng += 0x9e3779b97f4a7c15u);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-	return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+	return (double)(ss_splitmix64(&rng) >> 11) * 0x1.0p-53;
 }
 
 static void usage(void)

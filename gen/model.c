@@ -93,40 +93,18 @@ int ss_mkmodel_preset(ss_mkmodel_opts *o, const char *name)
 
 /* ------------------------------------------------------------------ rng */
 
-typedef struct { uint64_t s[4]; int has; double spare; } rng;
-
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-	return z ^ (z >> 31);
-}
+/* libss's xoshiro256** (ss_rng), one stream per (seed, tensor), and a
+ * spare normal deviate. */
+typedef struct { ss_rng x; int has; double spare; } rng;
 
 static void rng_seed(rng *r, uint64_t seed, uint64_t stream)
 {
-	uint64_t x = seed * 0x9E3779B97F4A7C15ULL ^ (stream + 1) * 0xD1B54A32D192ED03ULL;
-	for (int i = 0; i < 4; i++)
-		r->s[i] = splitmix(&x);
+	ss_rng_seed(&r->x, seed * 0x9E3779B97F4A7C15ULL ^ (stream + 1) * 0xD1B54A32D192ED03ULL);
 	r->has = 0;
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return x << k | x >> (64 - k); }
-
-static uint64_t rng_next(rng *r)
-{
-	uint64_t *s = r->s, res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = rotl(s[3], 45);
-	return res;
-}
-
 /* Uniform in (0, 1). */
-static double rng_unif(rng *r) { return ((double)(rng_next(r) >> 11) + 0.5) * 0x1p-53; }
+static double rng_unif(rng *r) { return ((double)(ss_rng_next(&r->x) >> 11) + 0.5) * 0x1p-53; }
 
 static double rng_normal(rng *r)
 {

@@ -9,7 +9,7 @@
 
 /* ------------------------------------------------------------------ PRNG */
 
-static uint64_t splitmix64(uint64_t *x)
+uint64_t ss_splitmix64(uint64_t *x)
 {
 	uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
 	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
@@ -21,7 +21,7 @@ void ss_rng_seed(ss_rng *r, uint64_t seed)
 {
 	uint64_t x = seed;
 	for (int i = 0; i < 4; i++)
-		r->s[i] = splitmix64(&x);
+		r->s[i] = ss_splitmix64(&x);
 	/* splitmix64 is a bijection of a counter: four outputs are never all 0. */
 }
 

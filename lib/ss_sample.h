@@ -33,6 +33,13 @@ typedef struct {
 	uint64_t s[4];
 } ss_rng;
 
+/* splitmix64: the next 64 bits of the generator whose whole state is *x,
+ * advancing it (a counter stepped by the golden ratio, then a mixer). The
+ * one small generator of the tree: ss_rng_seed, ss-train's data order and
+ * k, gen/ (random models, states), bench/ and the compose tests.
+ * ref: Steele, Lea, Flood 2014; Vigna's splitmix64.c. */
+uint64_t ss_splitmix64(uint64_t *x);
+
 /* Seeds r from a 64-bit seed through splitmix64 (any seed, 0 included, gives
  * a valid non-zero state). */
 void ss_rng_seed(ss_rng *r, uint64_t seed);

@@ -112,20 +112,11 @@ static void help(void)
 
 /* ------------------------------------------------------------ the run */
 
-
-/* splitmix64: a seeded generator whose whole state is one integer. */
-static uint64_t rng_next(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n). */
+/* Uniform in [0, n), from splitmix64 (a seeded generator whose whole state
+ * is one integer: trainer_state.json's "rng"). */
 static uint64_t rng_below(uint64_t *x, uint64_t n)
 {
-	return (uint64_t)(((unsigned __int128)rng_next(x) * n) >> 64);
+	return (uint64_t)(((unsigned __int128)ss_splitmix64(x) * n) >> 64);
 }
 
 /* Learning rate of step s (1-based): linear warmup, then cosine. */
