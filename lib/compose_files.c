@@ -1018,12 +1018,17 @@ int ss_compose_files_to(const ss_compose_opts *o, int threads, const char *const
 		free(out->id);
 		out->id = id;
 	}
-	if (!u.wrote && ((rc = check_storable(&u, 0, out->conv, 0, ss_state_conv_len(&out->dims), errmsg)) ||
-			 (rc = check_storable(&u, 1, out->ssm, 0, ss_state_ssm_len(&out->dims), errmsg)))) {
-		ss_state_free(out);
-		return rc;
-	}
 	if (!u.wrote && (rc = ss_writer_put_state(w, out, NULL)) != 0) {
+		/* The writer refuses, before a byte, a state a record cannot
+		 * hold (SS_ERR_INVALID): then find the element, naming the
+		 * inputs (not a failure of the output). */
+		int bad;
+		if (rc == SS_ERR_INVALID &&
+		    ((bad = check_storable(&u, 0, out->conv, 0, ss_state_conv_len(&out->dims), errmsg)) ||
+		     (bad = check_storable(&u, 1, out->ssm, 0, ss_state_ssm_len(&out->dims), errmsg)))) {
+			ss_state_free(out);
+			return bad;
+		}
 		*write_failed = 1;
 		ss_state_free(out);
 		return ss_errf(errmsg, rc, "%s", ss_strerror(rc));

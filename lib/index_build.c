@@ -113,8 +113,7 @@ static int dims_check(ss_index *ix, const ss_state *meta, uint64_t off, char *er
 		ix->dims_set = 1;
 	}
 	const ss_state_dims *a = &meta->dims, *b = &ix->dims;
-	if (!strncmp(a->arch, b->arch, sizeof a->arch) && a->n_layer == b->n_layer && a->nheads == b->nheads &&
-	    a->headdim == b->headdim && a->d_state == b->d_state && a->conv_dim == b->conv_dim && a->d_conv == b->d_conv)
+	if (!ss_state_dims_check(a, b, NULL))
 		return 0;
 	return ss_errf(errmsg, SS_ERR_MISMATCH,
 		       "state record at byte offset %llu (document %s): state dims %.16s n_layer %d nheads %d headdim %d "
