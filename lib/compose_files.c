@@ -344,6 +344,8 @@ typedef struct {
 	const ss_state *view; /* the writer's: the result, its arrays as they become final */
 	size_t checked[2];  /* elements of conv, ssm the writer checked storable */
 	int write_failed;   /* ... in the output itself (the writer's error) */
+	int no_result;      /* the writer stopped for want of a result: a record that failed
+			     * meanwhile (its worker's par_fail) is the error to report */
 	int ready_stopped;  /* the writer gave up because a record failed */
 } par_t;
 
@@ -363,7 +365,8 @@ static int par_stopped(const par_t *P, size_t g)
 static int par_fail(par_t *P, size_t g, int rc, const char *why)
 {
 	pthread_mutex_lock(&P->mu);
-	if (g < P->bad && !P->stop) {
+	if (g < P->bad && (!P->stop || P->no_result)) {
+		P->no_result = 0;
 		P->bad = g;
 		P->rc = rc;
 		snprintf(P->u->errmsg, SS_ERRMSG_MAX, "%s", why);
@@ -689,6 +692,7 @@ static void *par_writer(void *arg)
 	int stopped = par_stopped(P, n), rc = 0;
 	if (!stopped && (rc = ss_composer_result(u->c, &v, err)) != 0) {
 		P->stop = 1;
+		P->no_result = 1;
 		P->rc = rc;
 		snprintf(u->errmsg, SS_ERRMSG_MAX, "%s", err);
 		pthread_cond_broadcast(&P->cv);
