@@ -44,7 +44,7 @@ Q := @
 endif
 say = $(if $(Q),@printf '  %-7s %s\n' $(1) $(2))
 
-LIB_SRC   := $(wildcard lib/*.c lib/*/*.c)
+LIB_SRC   := $(wildcard lib/*/*.c lib/*/*/*.c)
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
 LIB       := $(B)/libss.a
 TOOLS     := $(patsubst tools/%.c,$(B)/bin/%,$(wildcard tools/ss-*.c))
@@ -69,7 +69,7 @@ GENS      := $(patsubst gen/%.c,$(B)/gen/%,$(wildcard gen/mk*.c))
 MANS      := $(wildcard man/*.1 man/*.5)
 
 # CUDA plugin: kernels/*.cu → libss_cuda.so, dlopen()ed by the tools only when a GPU is present
-# (lib/device.c). Each .cu compiles on its own (parallel, incremental); the plugin links cuBLAS
+# (lib/forward/device.c). Each .cu compiles on its own (parallel, incremental); the plugin links cuBLAS
 # and the CUDA runtime, with an rpath to the toolkit's libraries. libss and the tools never link CUDA.
 CU_SRC := $(wildcard kernels/*.cu)
 CU_OBJ := $(CU_SRC:%.cu=$(B)/%.o)
@@ -140,7 +140,7 @@ $(BENCHES) $(GENS): $(B)/%: $(B)/%.o $(GEN_LIB_OBJ) $(LIB)
 # Header dependencies come from nvcc itself (-MMD -MP, included at the end), as for the C
 # objects: a change to any header a .cu reads (the structs kernels/forward.cu reads field by
 # field) rebuilds it. An object without its .d (built before this rule) is rebuilt once.
-# lib/device.c also checks the layouts at load (lib/device_plugin.h).
+# lib/forward/device.c also checks the layouts at load (lib/forward/device_plugin.h).
 $(B)/kernels/%.o: kernels/%.cu $(B)/kernels/%.d
 	$(call say,NVCC,$<)
 	@mkdir -p $(@D)
@@ -152,14 +152,14 @@ $(B)/lib/libss_cuda.so: $(CU_OBJ)
 	@mkdir -p $(@D)
 	$(Q)$(HAVE_NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublas -Xlinker -rpath,$(CUDA_LIBDIR)
 
-# lib/device.c searches the install LIBDIR for the plugin; tools/defaults.c the DATADIR for the
+# lib/forward/device.c searches the install LIBDIR for the plugin; tools/defaults.c the DATADIR for the
 # tokenizer and the default model. Both objects are rebuilt when these paths change (make install
 # PREFIX=...), through a stamp file that holds them.
 PATHS_STAMP := $(B)/install-paths
 $(shell mkdir -p $(B) && { echo '$(LIBDIR) $(DATADIR)' | cmp -s - $(PATHS_STAMP) || echo '$(LIBDIR) $(DATADIR)' >$(PATHS_STAMP); })
-$(B)/lib/device.o: ALL_CFLAGS += -DSS_LIBDIR='"$(LIBDIR)"'
+$(B)/lib/forward/device.o: ALL_CFLAGS += -DSS_LIBDIR='"$(LIBDIR)"'
 $(B)/tools/defaults.o: ALL_CFLAGS += -DSS_DATADIR='"$(DATADIR)"'
-$(B)/lib/device.o $(B)/tools/defaults.o: $(PATHS_STAMP)
+$(B)/lib/forward/device.o $(B)/tools/defaults.o: $(PATHS_STAMP)
 
 # The test runner: unit tests (cmocka), CLI cases, man-page examples. Prints "N passed, M failed".
 test: all

@@ -8,6 +8,9 @@
 
 #include <stdlib.h>
 #include <time.h>
+#include <stdio.h>
+
+#include "ss.h"
 
 /* Seconds on CLOCK_MONOTONIC. */
 static inline double bench_now(void)
@@ -50,19 +53,16 @@ static inline double bench_max(const double *v, int n)
 	return m;
 }
 
-#ifdef SS_BLAS_H
-#include <stdio.h>
 /* Sets the BLAS's threads (0: its default) and prints which BLAS runs,
- * with which kernels and threads (benchmarks that include blas.h first). */
+ * with which kernels and threads. */
 static inline void bench_blas_threads(int threads)
 {
 	if (threads) {
-		ss_blas_set_threads(threads);
-		printf("BLAS: %s (%s), %d threads\n", SS_BLAS_NAME, ss_blas_kernels(), threads);
+		ss_blas_threads(threads);
+		printf("BLAS: %s (%s), %d threads\n", ss_blas_name(), ss_blas_kernels(), threads);
 	} else {
-		printf("BLAS: %s (%s), its default threads\n", SS_BLAS_NAME, ss_blas_kernels());
+		printf("BLAS: %s (%s), its default threads\n", ss_blas_name(), ss_blas_kernels());
 	}
 }
-#endif
 
 #endif /* SS_BENCH_H */

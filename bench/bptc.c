@@ -17,7 +17,6 @@
  *
  * usage: bptc [-k CHUNKS] [-L TOKENS] [-r ROUNDS] [-t BLAS_THREADS]
  */
-#include "blas.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

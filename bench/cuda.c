@@ -28,7 +28,7 @@
 #include <time.h>
 
 #include "ss.h"
-#include "device_plugin.h"
+#include "forward/device_plugin.h"
 
 static double now(void)
 {

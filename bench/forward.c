@@ -44,7 +44,11 @@
  * --weights-dtype: the dtype of the main run's matrices (default: the
  * checkpoint's).
  */
-#include "blas.h"
+#ifdef SS_BLAS_BLIS
+#include <blis.h> /* the sgemm floor calls the BLAS itself */
+#else
+#include <cblas.h>
+#endif
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <pthread.h>
@@ -235,7 +239,7 @@ static double sgemm_gflops(int threads, int M, int N, int K)
 		A[i] = (float)(i % 7) * 0.1f;
 	for (i = 0; i < N * K; i++)
 		W[i] = (float)(i % 5) * 0.1f;
-	ss_blas_serial();
+	ss_blas_threads(1);
 	for (round = 0; round < 2; round++) {
 		t = bench_now();
 		for (i = 0; i < threads; i++) {
@@ -554,7 +558,7 @@ int main(int argc, char **argv)
 	check(ss_forward_ctx_set_deterministic(ctx, det), "deterministic", "");
 	printf("threads %d, ubatch %d,%s context scratch %.1f MB, %s kernels %s (OPENBLAS_CORETYPE %s)\n",
 	       threads, ubatch, det ? " deterministic," : "", ss_forward_ctx_bytes(ctx) / 1e6,
-	       SS_BLAS_NAME, ss_blas_kernels(),
+	       ss_blas_name(), ss_blas_kernels(),
 	       getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
 
 	st = calloc((size_t)docs, sizeof(*st));
@@ -635,7 +639,7 @@ int main(int argc, char **argv)
 			gf[r] = sgemm_gflops(threads, ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model);
 		printf("  floor: %s sgemm %dx%dx%d on %d threads: %.1f GFLOP/s best (median %.1f); state extraction's "
 		       "projections run at %.1f GFLOP/s = %.0f%% of it (goal >= 70%%)\n",
-		       SS_BLAS_NAME, ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model, threads, bench_max(gf, reps),
+		       ss_blas_name(), ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model, threads, bench_max(gf, reps),
 		       bench_median(gf, reps), (double)docs * len / best * flop / 1e9,
 		       100.0 * (double)docs * len / best * flop / 1e9 / bench_max(gf, reps));
 	}

@@ -29,7 +29,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bm25.h"
 #include "ss.h"
 
 static double now(void)
@@ -267,7 +266,7 @@ static void big_states(const char *dir)
 /* The peer: SQLite FTS5 with bm25() ORDER BY rank, in a database of its
  * own. tokenize: FTS5's "porter unicode61 remove_diacritics 2", as the
  * index answered queries before schema 2, or "ss", the index's own terms
- * (compounds included; bm25.h). */
+ * (compounds included; lib/index/bm25.h). */
 typedef struct {
 	sqlite3 *db;
 	sqlite3_stmt *ins, *query;

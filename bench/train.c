@@ -24,7 +24,6 @@
  *
  * usage: train [-n TOKENS] [-r ROUNDS] [-t THREADS] (default 2 threads)
  */
-#include "blas.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

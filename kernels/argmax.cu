@@ -1,5 +1,5 @@
 /* argmax.cu — greedy sampling as a block reduction per row.
- * ref: ss_argmax (lib/sample.c). */
+ * ref: ss_argmax (lib/forward/sample.c). */
 #include <math.h>
 
 #include "argmax.cuh"

@@ -12,7 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "device_plugin.h"
+#include "forward/device_plugin.h"
 
 /* Records a CUDA error for last_error() (plugin.cu); returns SS_ERR_DEVICE,
  * or 0 for cudaSuccess. `what` names the call. */

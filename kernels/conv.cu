@@ -7,7 +7,7 @@
  * writes the final state once (in place is then safe), and a warp's loads of
  * x rows are coalesced (channels are contiguous). The row count is not
  * needed on the host: each thread reads its sequence's bounds.
- * ref: ss_conv1d_silu_cpu (lib/ops/conv.c); causal-conv1d causal_conv1d_fwd
+ * ref: ss_conv1d_silu_cpu (lib/forward/ops/conv.c); causal-conv1d causal_conv1d_fwd
  *      (varlen, initial_states) and causal_conv1d_update.
  */
 #include <math.h>

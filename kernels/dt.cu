@@ -1,6 +1,6 @@
 /*
  * dt.cu — dt = softplus(raw + dt_bias), clamped: one thread per (row, head).
- * ref: ss_dt_softplus_cpu (lib/ops/dt.c).
+ * ref: ss_dt_softplus_cpu (lib/forward/ops/dt.c).
  */
 #include <math.h>
 

@@ -1,4 +1,4 @@
-/* embed.cu — embedding gather. ref: ss_embed_cpu (lib/ops/embed.c). */
+/* embed.cu — embedding gather. ref: ss_embed_cpu (lib/forward/ops/embed.c). */
 #include "embed.cuh"
 
 /* grid.x = rows (blockIdx.x, up to 2^31-1), block-stride over d_model */

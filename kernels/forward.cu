@@ -1,6 +1,6 @@
 /*
- * forward.cu — the GPU backend of the forward driver (lib/backend.h; the
- * driver is lib/forward.c): the ops of kernels/ on one stream, with the
+ * forward.cu — the GPU backend of the forward driver (lib/forward/backend.h; the
+ * driver is lib/forward/forward.c): the ops of kernels/ on one stream, with the
  * model's weights, the state slots and the decode-step graph.
  *
  * Weights are uploaded once at init: the projections, embedding and lm_head
@@ -28,7 +28,7 @@
  * is x_proj (f32 GEMM into XDBC [T][dt_rank | B | C]) then dt_proj
  * (dt.cu), the scan is scan1.cu's (per-element decays), the gate y·silu(z)
  * (norm.cu) replaces the gated norm.
- * ref: lib/forward.c; mamba_ssm modules/mamba2.py forward() and step();
+ * ref: lib/forward/forward.c; mamba_ssm modules/mamba2.py forward() and step();
  *      mamba_ssm utils/generation.py (CUDA-graph decoding).
  */
 #include <math.h>

@@ -1,4 +1,4 @@
-/* forward.cuh — the GPU backend of the forward driver (lib/forward.c runs it
+/* forward.cuh — the GPU backend of the forward driver (lib/forward/forward.c runs it
  * through the plugin table's backend_init for a context made on a CUDA
  * device; the contracts are those of backend.h and of backend_init in
  * device_plugin.h). */

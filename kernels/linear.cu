@@ -4,7 +4,7 @@
  * Row-major y[M][N] = x[M][K]·W[N][K]ᵀ is, in cuBLAS's column-major terms,
  * yᵀ (N×M, ld ldy) = Wᵀ-as-stored (op T on the K×N matrix W, ld K) · xᵀ
  * (K×M, ld ldx): one GEMM with no copies.
- * ref: ss_linear_cpu (lib/ops/linear.c); cuBLAS cublasGemmEx (CUDA_R_16BF inputs,
+ * ref: ss_linear_cpu (lib/forward/ops/linear.c); cuBLAS cublasGemmEx (CUDA_R_16BF inputs,
  *      CUBLAS_COMPUTE_32F).
  */
 #include <stdio.h>

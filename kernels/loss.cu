@@ -2,7 +2,7 @@
  * loss.cu — the backward of the next-token cross-entropy: dlogits[r] +=
  * dnll[r]·(softmax(logits[r]) − onehot(targets[r])). One block per row
  * over the (padded) vocabulary: a max, then Σ exp(l − max), then the add.
- * ref: ss_cross_entropy_backward_cpu (lib/ops/loss.c); llm.c
+ * ref: ss_cross_entropy_backward_cpu (lib/forward/ops/loss.c); llm.c
  *      crossentropy_softmax_backward.
  */
 #include "loss.cuh"

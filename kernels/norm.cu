@@ -2,7 +2,7 @@
  * norm.cu — RMSNorm with residual add, and the gated grouped RMSNorm of the
  * mixer's output. One block per row (per row and group for the gated one);
  * each thread keeps to its own elements, so y may be h.
- * ref: ss_rmsnorm_cpu, ss_gated_rmsnorm_cpu (lib/ops/norm.c);
+ * ref: ss_rmsnorm_cpu, ss_gated_rmsnorm_cpu (lib/forward/ops/norm.c);
  *      mamba_ssm ops/triton/layer_norm.py, layernorm_gated.py.
  */
 #include "norm.cuh"

@@ -1,12 +1,12 @@
 /*
  * plugin.cu — the entry point of libss_cuda.so: the ss_cuda_api table
- * (lib/device_plugin.h) with the layouts nvcc compiled, the device query,
+ * (lib/forward/device_plugin.h) with the layouts nvcc compiled, the device query,
  * memory helpers, and the error record behind last_error().
  *
  * device_count() must never fail: on a machine with the plugin but no
  * driver or no GPU, cudaGetDeviceCount returns an error, which means 0
  * devices (and "auto" falls back to the CPU).
- * ref: lib/device.c (the loader); docs/DESIGN.md §5.
+ * ref: lib/forward/device.c (the loader); docs/DESIGN.md §5.
  */
 #include <stdio.h>
 #include <string.h>
@@ -110,7 +110,7 @@ static ss_cuda_blas *blas_create(ss_cuda_stream st)
 #define STR2(x) #x
 #define STR(x) STR2(x)
 
-/* The types shared with libss as nvcc lays them out: lib/device.c compares
+/* The types shared with libss as nvcc lays them out: lib/forward/device.c compares
  * them with its own at load (ss_cuda_api_check). */
 static const ss_cuda_layout layout[] = SS_CUDA_LAYOUT_INIT;
 

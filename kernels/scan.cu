@@ -8,7 +8,7 @@
  * are warp-uniform, the state update is elementwise, y[p] = Σ_n s[n]·C[n]
  * is a warp shuffle reduction. The state is read once and written once.
  * Σ dt for logdecay is accumulated in double by the block of slice 0.
- * ref: ss_ssm_scan_cpu (lib/ops/scan.c);
+ * ref: ss_ssm_scan_cpu (lib/forward/ops/scan.c);
  *      mamba_ssm ops/triton/selective_state_update.py.
  */
 #include <math.h>

@@ -3,12 +3,11 @@
  * lane k holding state elements k, k+32, ... (d_state <= 256), sequential in
  * t; y's sum over the state is a warp reduction. logdecay as on the CPU
  * (A and Σ dt in double).
- * ref: ss_ssm1_scan_cpu (lib/ops/scan1.c).
+ * ref: ss_ssm1_scan_cpu (lib/forward/ops/scan1.c).
  */
 #include <math.h>
 
 #include "scan1.cuh"
-#include "ops/scan.h"
 
 #define SCAN1_MAX_STATE SS_SCAN1_MAX_STATE
 #define SCAN1_PER_LANE (SCAN1_MAX_STATE / 32)

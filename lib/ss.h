@@ -26,7 +26,7 @@
  * installs the tools, the CUDA plugin, the man pages and data/, but neither
  * libss.a nor headers, so the streams and the command lines are the stable
  * interface and these headers change with the tree. Every other header in
- * lib/ is internal to libss (stream_internal.h: the decoded record and
+ * lib/ is internal to libss (lib/stream/internal.h: the decoded record and
  * msgpack; device_plugin.h: the CUDA plugin's table; the rest: helpers of
  * one module or two) and says so at its top.
  */

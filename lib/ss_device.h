@@ -17,7 +17,7 @@
  *   4. libss_cuda.so through the dynamic loader's own path (LD_LIBRARY_PATH).
  *
  * The plugin exports one C symbol returning a table of function pointers
- * (its contract is internal: lib/device_plugin.h). A plugin built against
+ * (its contract is internal: lib/forward/device_plugin.h). A plugin built against
  * another ABI, or compiled with other layouts of the structs it reads
  * (ss_model, ss_state, ss_forward_seq...: a stale plugin), is refused
  * (SS_ERR_VERSION, errmsg names the first difference).

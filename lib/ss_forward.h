@@ -35,6 +35,23 @@
 extern "C" {
 #endif
 
+/* The BLAS library chosen at build time (OpenBLAS or BLIS, config.mk), as
+ * tools and benchmarks see it; the library itself is internal to libss
+ * (lib/forward/blas.h).
+ *   ss_blas_threads: the threads the BLAS uses for the calls libss makes
+ *     outside a forward context's pool (training's GEMMs); n >= 1, smaller
+ *     is taken as 1. Process-wide; ss_forward_ctx_init sets 1 again.
+ *   ss_blas_release: stops the BLAS's idle thread pool (OpenBLAS's pthread
+ *     build starts it at load and spins it about 0.1 s), for a short process
+ *     that makes no threaded BLAS call; the next threaded call starts it again.
+ *   ss_blas_name: "OpenBLAS" or "BLIS"; ss_blas_kernels: the kernel family the
+ *     library picked for this CPU ("SkylakeX", "haswell"...). Static strings.
+ * No errors. ref: OpenBLAS's driver/others/blas_server.c; BLIS's docs/Multithreading.md. */
+void ss_blas_threads(int n);
+void ss_blas_release(void);
+const char *ss_blas_name(void);
+const char *ss_blas_kernels(void);
+
 /* Which positions of a sequence get an output row (hidden and/or logits). */
 typedef enum {
 	SS_LOGITS_NONE = 0, /* no rows: state extraction; norm_f and lm_head never run */
@@ -160,7 +177,7 @@ typedef struct ss_device ss_device; /* ss_device.h */
  * golden-mamba1 where a GPU exists.
  * Errors: as ss_forward_ctx_init, and SS_ERR_DEVICE (out
  * of GPU memory, a CUDA failure; errmsg names it).
- * ref: lib/forward.c (the one driver of both devices), kernels/forward.cu
+ * ref: lib/forward/forward.c (the one driver of both devices), kernels/forward.cu
  *      (the GPU backend it runs). */
 #define SS_FORWARD_UBATCH_GPU 8192
 int ss_forward_ctx_init_dev(ss_forward_ctx **out, const ss_model *m, ss_device *dev,

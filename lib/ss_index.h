@@ -37,7 +37,7 @@
  * Terms are what SQLite FTS5's tokenizer "porter unicode61
  * remove_diacritics 2" makes of the text (case and diacritics folded,
  * Porter stems), plus a compound term for each word that is cut into
- * several ("U.S." -> "u s"); lib/bm25.h has the layout, formats/index.md
+ * several ("U.S." -> "u s"); lib/index/bm25.h has the layout, formats/index.md
  * the design.
  *
  * A document is the pair (text from a token record, state from a state
@@ -403,6 +403,17 @@ int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *err
 /* Closes the index (rolling back an uncommitted build) and every cached
  * state file reader. NULL is fine. */
 void ss_index_close(ss_index *ix);
+
+/* Registers the index's tokenizer as FTS5 tokenizer "ss" on SQLite
+ * connection db, so that an FTS5 table with tokenize = 'ss' and its bm25()
+ * score the index's terms exhaustively (the tests' and bench/retrieve's
+ * reference; the terms are those of lib/index/bm25.h): compounds are
+ * FTS5_TOKEN_COLOCATED tokens there, which FTS5 leaves out of a row's
+ * length. It takes no arguments. db stays the caller's.
+ * Returns 0 or SS_ERR_UNSUPPORTED (no FTS5). ref: SQLite fts5.html §7. */
+struct sqlite3;
+int ss_bm25_tokenizer_register(struct sqlite3 *db);
+
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,7 @@
  * reference in tests/util/opref.c: the whole list, in order, is the op
  * recipe of docs/DESIGN.md §9.
  *
- *   op           CPU (lib/ops/<op>.c)    CUDA (kernels/<op>.cu)   file pair
+ *   op           CPU (lib/forward/ops/<op>.c)    CUDA (kernels/<op>.cu)   file pair
  *   embed        ss_embed_cpu            ss_embed_cuda            embed.c   | embed.cu
  *   rmsnorm      ss_rmsnorm_cpu          ss_rmsnorm_cuda          norm.c    | norm.cu
  *   gated norm   ss_gated_rmsnorm_cpu    ss_gated_rmsnorm_cuda    norm.c    | norm.cu
@@ -44,12 +44,12 @@
  *   (Mamba-1's conv is conv1d above over the d_inner x columns, x_proj the
  *   linear with f32 W.)
  *
- *   * internal (lib/ops/scan.h): one group's heads, called by forward.c per
+ *   * internal (lib/forward/ops/scan.h): one group's heads, called by forward.c per
  *     thread; ss_ssd_scan_cuda is checked against ss_ssm_scan_cpu.
- * Shared inner loops: lib/vec.c (AVX2 elementwise) and kernels/common.cuh.
+ * Shared inner loops: lib/forward/vec.c (AVX2 elementwise) and kernels/common.cuh.
  *
  * Backward (training; the CUDA twins above are checked against these but
- * not yet driven by the trainer, lib/train*.c): each op that
+ * not yet driven by the trainer, lib/train/): each op that
  * training differentiates has `ss_<op>_backward_cpu` declared under its
  * forward and defined under it in the same file, in the style of llm.c's
  * train_gpt2.c: the forward's arguments in the forward's order, each input
@@ -144,7 +144,7 @@ void ss_rmsnorm_backward_cpu(const float *dy, const float *h, float *dh, const f
  * CPU: f32 W: the BLAS's sgemm (sgemv when M == 1), one BLAS thread: split
  * M or N over threads by calling it on slices. bf16/f16 W: f32 products
  * of the widened weights, f32 accumulation, W streamed once
- * (ss_matvec_w16 in lib/ops/linear.c: a decode kernel, best for small M;
+ * (ss_matvec_w16 in lib/forward/ops/linear.c: a decode kernel, best for small M;
  * for large M the forward pass widens panels of W and calls this with
  * f32).
  * CUDA: cublasSgemm (f32) or cublasGemmEx with bf16/f16 W, x rounded to

@@ -1077,7 +1077,7 @@ static void test_golden_t1(void **unused)
 }
 
 /* ss_compose_files() adds a file's records in pieces as they are
- * decompressed (lib/compose_internal.h); the result must be the bits of
+ * decompressed (lib/compose/internal.h); the result must be the bits of
  * adding each record whole (ss_compose_records reading whole records), for
  * every mode, dtype and conv rule, with heads cut across pieces; f16 and
  * bf16 byte-shuffled (the default: blocks gathered across pieces) and not. */
@@ -1152,7 +1152,7 @@ static void test_files_pieces_equal_whole(void **unused)
 }
 
 /* Byte-shuffled f16/bf16 records are folded from their planes by a SIMD
- * kernel where the CPU has one (lib/compose.c apply_planes_avx): its bits
+ * kernel where the CPU has one (lib/compose/compose.c apply_planes_avx): its bits
  * must be the reference loops' (ss_compose_records: whole records through
  * an f32 copy) also for signed zeros, where max's operand order decides
  * which one survives, subnormals and f16's largest value. (NaN and

@@ -29,7 +29,7 @@
 #include <cmocka.h>
 
 #include "ss.h"
-#include "device_plugin.h"
+#include "forward/device_plugin.h"
 #include "gen/model.h"
 #include "util/opref.h"
 
@@ -1504,7 +1504,7 @@ int main(void)
 		return 77;
 	}
 	cu = ss_device_cuda(dev);
-	/* Mamba-1 contexts on the GPU backend (lib/forward.c keeps them on the
+	/* Mamba-1 contexts on the GPU backend (lib/forward/forward.c keeps them on the
 	 * CPU otherwise) */
 	setenv("SS_CUDA_MAMBA1", "1", 1);
 	printf("device %s, plugin %s (%s)\n", ss_device_name(dev), ss_device_plugin_path(dev), cu->build);

@@ -1,5 +1,5 @@
 /*
- * test_device.c — lib/device.c's acceptance of a CUDA plugin's table
+ * test_device.c — lib/forward/device.c's acceptance of a CUDA plugin's table
  * (ss_cuda_api_check), with fake tables: no plugin, no GPU needed. A
  * plugin compiled from other headers than libss (a stale build, an old
  * install) must be refused with SS_ERR_VERSION and a message naming the
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "device_plugin.h"
+#include "forward/device_plugin.h"
 
 /* This build's layout list, as the real plugin carries nvcc's. */
 static const ss_cuda_layout ours[] = SS_CUDA_LAYOUT_INIT;

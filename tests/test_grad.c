@@ -28,7 +28,7 @@
 
 #include "ss.h"
 #include "util/rng.h"
-#include "ops/scan.h"
+#include "forward/ops/scan.h"
 
 static uint64_t rng_state;
 

@@ -23,8 +23,8 @@ size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 #include "ss.h"
-#include "pickle.h"
-#include "safetensors.h"
+#include "model/pickle.h"
+#include "model/safetensors.h"
 #include "gen/model.h"
 #include "util/tmpdir.h"
 

@@ -1,4 +1,4 @@
-/* test_index.c — the BM25 index of states (lib/index.c): build, rebuild,
+/* test_index.c — the BM25 index of states (lib/index/index.c): build, rebuild,
  * exclusion, validation of state records at their offsets, versions,
  * concurrent readers, emitting stored records with their rank and score. */
 #include <setjmp.h>
@@ -16,8 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bm25.h"
-#include "index_internal.h" /* the build's connection, to lower SQLite's length limit */
+#include "index/bm25.h"
+#include "index/internal.h" /* the build's connection, to lower SQLite's length limit */
 #include "ss.h"
 #include "util/tmpdir.h"
 

@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "ss.h"
-#include "pickle.h"
+#include "model/pickle.h"
 #include "gen/model.h"
 
 #ifndef SS_TEST_SHARED

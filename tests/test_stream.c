@@ -24,7 +24,7 @@ size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 #include "ss.h"
-#include "stream_internal.h"
+#include "stream/internal.h"
 #include "util/tmpdir.h"
 
 static char tmpdir[256];

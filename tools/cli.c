@@ -1,5 +1,4 @@
 /* cli.c — shared helpers of the ss-* tools; see cli.h. */
-#include "blas.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -62,7 +61,7 @@ void cli_init(const char *prog)
 	 * cores for 0.1 s whether or not a tool multiplies a matrix (ss-cat,
 	 * ss-compose, ss-retrieve never do): stopped here, started again by
 	 * the first threaded BLAS call of a tool that runs the model. */
-	ss_blas_idle();
+	ss_blas_release();
 }
 
 /* The one text output of a tool (cli_out_open/close). */

@@ -13,7 +13,6 @@
 
 #include "cli.h"
 #include "ss.h"
-#include "ss_eval.h"
 
 /* One run: the options, the model and its forward context, and the
  * per-row output (--per-passage / --per-query), kept in memory and written

@@ -4,7 +4,7 @@
  *
  * Inputs are state records in concatenation order (files in order, records
  * in order; the last one is nearest the query). Reading and composing is
- * ss_compose_files() (lib/compose_files.c, the math lib/compose.c); this file
+ * ss_compose_files() (lib/compose/compose_files.c, the math lib/compose/compose.c); this file
  * parses options and writes the result.
  */
 #include <cjson/cJSON.h>

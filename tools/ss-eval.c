@@ -18,7 +18,6 @@
 #include "defaults.h"
 #include "model_cli.h"
 #include "ss.h"
-#include "ss_eval.h"
 #include "eval_run.h"
 
 static const char *usage =

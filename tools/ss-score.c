@@ -13,7 +13,6 @@
 #include "defaults.h"
 #include "model_cli.h"
 #include "ss.h"
-#include "ss_sample.h"
 
 static const char *usage =
 	"ss-score [--model DIR] [--state FILE | --no-state]\n"

@@ -10,7 +10,7 @@
  *         the composition of its chunks' stored states (a constant);
  *   bptc  the same loss, the chunks re-encoded in the step and the gradient
  *         taken through the composition into their encodings
- *         (lib/train_bptc.c).
+ *         (lib/train/train_bptc.c).
  * bp2c and bptc share the example reader (ex_source), the choice of k
  * (ex_take_k) and the index of the chunks by id (chunk_db: bp2c over a
  * state stream, bptc over the chunks' token stream).
@@ -30,7 +30,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "blas.h"
 #include "cli.h"
 #include "defaults.h"
 #include "train_state.h"
@@ -913,7 +912,7 @@ int main(int argc, char **argv)
 			  (long long)r.steps);
 
 	const char *model_dir = resume ? resume : cli_model_dir(mo.model, usage);
-	ss_blas_set_threads(mo.threads);
+	ss_blas_threads(mo.threads);
 	ss_model *m = mcli_load_model(model_dir, 0, "f32", usage);
 	if (ss_model_is_mamba1(&m->cfg))
 		cli_die("%s: a Mamba-1 model: ss-train fine-tunes Mamba-2 models only", model_dir);

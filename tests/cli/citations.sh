@@ -5,7 +5,7 @@
 # or ends in .md) must resolve from the repository root or from the citing
 # file's folder; a citation of ../shared/PATH must exist in $SS_SHARED
 # (checked when it is set). A program is cited by its source's name less
-# .c (gen/mkrecall), files by a glob (lib/train*.c). Upstream files
+# .c (gen/mkrecall), files by a glob (lib/train/*.c). Upstream files
 # (mamba_ssm modules/mamba2.py, zstd's tests/cli-tests) and placeholders
 # (tests/cli/TOOL/CASE.sh) are not checked.
 # Prints each dangling citation as FILE:LINE: PATH.
@@ -61,7 +61,7 @@ for f in files:
             ours = ("/" in p and first in tops) or (p.endswith(".md") and len(p) > 3)
             if not ours:
                 continue
-            # a file or folder, a program built from p.c (gen/mkrecall), a glob (lib/train*.c)
+            # a file or folder, a program built from p.c (gen/mkrecall), a glob (lib/train/*.c)
             if any(glob.glob(q) or os.path.exists(q + ".c") for q in (p, os.path.join(os.path.dirname(f), p))):
                 continue
             print("%s:%d: %s" % (f, line, p)); bad += 1

@@ -49,10 +49,10 @@ SS_CUDA_PLUGIN=$d/none.so ss-encode --model "$T1" --device auto "$d/c3.tok" >"$d
 cmp -s "$d/cpu.st" "$d/fb.st" || fail "auto with a missing plugin differs from cpu"
 # A plugin compiled from other headers than this libss (a stale build) is refused at load,
 # naming the type whose layout differs; one from these headers gets as far as the GPU
-# count. Both are fakes built here with the C compiler from lib/device_plugin.h.
+# count. Both are fakes built here with the C compiler from lib/forward/device_plugin.h.
 cat >"$d/fake.c" <<'EOF'
 #include <string.h>
-#include "device_plugin.h"
+#include "forward/device_plugin.h"
 static ss_cuda_layout layout[] = SS_CUDA_LAYOUT_INIT;
 static ss_cuda_api api;
 static int no_gpu(void) { return 0; }

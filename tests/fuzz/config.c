@@ -1,4 +1,4 @@
-/* Fuzz target: a model's config.json (lib/model.c ss_model_config_load). */
+/* Fuzz target: a model's config.json (lib/model/model.c ss_model_config_load). */
 #include <sys/stat.h>
 
 #include "fuzz.h"

@@ -1,7 +1,7 @@
-/* Fuzz target: the torch pickle reader (lib/pickle.c) on a data.pkl. */
+/* Fuzz target: the torch pickle reader (lib/model/pickle.c) on a data.pkl. */
 #include "fuzz.h"
 #include "ss.h"
-#include "pickle.h"
+#include "model/pickle.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

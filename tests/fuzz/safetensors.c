@@ -1,9 +1,9 @@
-/* Fuzz target: the safetensors reader (lib/safetensors.c): header JSON,
+/* Fuzz target: the safetensors reader (lib/model/safetensors.c): header JSON,
  * entry validation, reading every supported tensor, and reading one by
  * name as ss-train reads its optimiser state. */
 #include "fuzz.h"
 #include "ss.h"
-#include "safetensors.h"
+#include "model/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		ss_safetensors_close(&st);
 	}
-	/* ss-train --resume's reads of optimizer.safetensors (lib/train_ckpt.c):
+	/* ss-train --resume's reads of optimizer.safetensors (lib/train/train_ckpt.c):
 	 * one tensor by name and element count */
 	float a[4];
 	ss_safetensors_load_f32(p, "a", a, 4, err);

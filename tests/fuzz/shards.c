@@ -1,11 +1,11 @@
 /* Fuzz target: a sharded checkpoint's model.safetensors.index.json
- * (lib/checkpoint.c), next to two small valid shards a.safetensors and
+ * (lib/model/checkpoint.c), next to two small valid shards a.safetensors and
  * b.safetensors that the index may name. */
 #include <sys/stat.h>
 
 #include "fuzz.h"
 #include "ss.h"
-#include "checkpoint.h"
+#include "model/checkpoint.h"
 
 /* A safetensors file with one F32 tensor `name` of 2 values. */
 static void shard(const char *dir, const char *file, const char *name)

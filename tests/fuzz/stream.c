@@ -1,5 +1,5 @@
-/* Fuzz target: the record stream reader (lib/stream.c) and the typed
- * record decoders and JSON rendering (lib/record.c), full and meta-only. */
+/* Fuzz target: the record stream reader (lib/stream/stream.c) and the typed
+ * record decoders and JSON rendering (lib/stream/record.c), full and meta-only. */
 #include "fuzz.h"
 #include "ss.h"
 

@@ -1,0 +1,1300 @@
+/*
+ * compose.c — composition weights (CASO, PICASO-S, PICASO-R, soup) and the
+ * streaming accumulation of states. See ss_compose.h for the contract.
+ * ref: picaso.txt §3.3, Props. 1-3, Appendix A; docs/DESIGN.md §3;
+ *      document-souping.txt §2.2.
+ */
+#include "ss.h"
+#include "compose/internal.h"
+#include "stream/internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* ------------------------------------------------------------------ names */
+
+static const char *const array_name[2] = {"conv", "ssm"};
+static const char *const mode_names[] = {"caso", "picaso-s", "picaso-r", "soup", "sum", "max"};
+static const char *const norm_names[] = {"none", "before", "after", "both"};
+static const char *const conv_names[] = {"mean", "last"};
+
+/* Index of s in names[0..n), or -1. */
+static int name_index(const char *const *names, int n, const char *s)
+{
+	for (int i = 0; s && i < n; i++)
+		if (strcmp(s, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+const char *ss_compose_mode_name(ss_compose_mode m)
+{
+	return (unsigned)m < 6 ? mode_names[m] : NULL;
+}
+
+int ss_compose_mode_parse(const char *s, ss_compose_mode *out)
+{
+	int i = name_index(mode_names, 6, s);
+	if (i < 0)
+		return SS_ERR_INVALID;
+	*out = (ss_compose_mode)i;
+	return 0;
+}
+
+const char *ss_compose_norm_name(int norm)
+{
+	return (unsigned)norm < 4 ? norm_names[norm] : NULL;
+}
+
+int ss_compose_norm_parse(const char *s, int *out)
+{
+	int i = name_index(norm_names, 4, s);
+	if (i < 0)
+		return SS_ERR_INVALID;
+	*out = i;
+	return 0;
+}
+
+const char *ss_compose_conv_name(ss_compose_conv c)
+{
+	return (unsigned)c < 2 ? conv_names[c] : NULL;
+}
+
+int ss_compose_conv_parse(const char *s, ss_compose_conv *out)
+{
+	int i = name_index(conv_names, 2, s);
+	if (i < 0)
+		return SS_ERR_INVALID;
+	*out = (ss_compose_conv)i;
+	return 0;
+}
+
+int ss_compose_needs_plan(ss_compose_mode m)
+{
+	return m == SS_COMPOSE_PICASO_S || m == SS_COMPOSE_PICASO_R;
+}
+
+/* ---------------------------------------------------------------- weights */
+
+void ss_gauss_legendre01(size_t m, double *t, double *wt)
+{
+	/* Roots of P_m on [-1, 1] by Newton from Tricomi's estimate; the rule is
+	 * symmetric, so only the upper half is solved and mirrored, which keeps
+	 * t[i] + t[m-1-i] = 1 and wt symmetric exactly. */
+	const double pi = 3.14159265358979323846;
+	for (size_t i = 0; i < (m + 1) / 2; i++) {
+		double x = cos(pi * ((double)i + 0.75) / ((double)m + 0.5));
+		double dp = 1;
+		for (int it = 0; it < 100; it++) {
+			double p0 = 1, p1 = x;
+			for (size_t k = 1; k < m; k++) {
+				double p2 = ((2.0 * k + 1) * x * p1 - (double)k * p0) / (double)(k + 1);
+				p0 = p1;
+				p1 = p2;
+			}
+			/* P_m = p1, P_{m-1} = p0 (for m = 1, p0 = P_0 = 1). */
+			dp = (double)m * (x * p1 - p0) / (x * x - 1);
+			double dx = p1 / dp;
+			x -= dx;
+			if (fabs(dx) <= 1e-16 * (1 + fabs(x)))
+				break;
+		}
+		if (m % 2 == 1 && i == m / 2)
+			x = 0; /* the middle root of an odd rule is exactly 0 */
+		/* Recompute P'_m at the final x for the weight. */
+		double p0 = 1, p1 = x;
+		for (size_t k = 1; k < m; k++) {
+			double p2 = ((2.0 * k + 1) * x * p1 - (double)k * p0) / (double)(k + 1);
+			p0 = p1;
+			p1 = p2;
+		}
+		dp = (double)m * (x * p1 - p0) / (x * x - 1);
+		double w = 1.0 / ((1 - x * x) * dp * dp); /* 2/(...) on [-1,1], halved */
+		/* x descends with i: t = (1 - x)/2 ascends. */
+		t[i] = 0.5 * (1 - x);
+		t[m - 1 - i] = 0.5 * (1 + x);
+		wt[i] = wt[m - 1 - i] = w;
+	}
+	if (m == 1)
+		t[0] = 0.5, wt[0] = 1;
+}
+
+static int check_decays(size_t n, size_t n_head, const float *a, char *errmsg)
+{
+	for (size_t k = 0; k < n; k++)
+		for (size_t h = 0; h < n_head; h++) {
+			float v = a[k * n_head + h];
+			if (!(v <= 0)) {
+				ss_errf(errmsg, 0, "input %zu, head %zu: logdecay %g is not <= 0", k, h,
+					(double)v);
+				return SS_ERR_INVALID;
+			}
+		}
+	return 0;
+}
+
+/* caso: W_k = exp(Σ_{j>k} a_j); the suffix sum stays finite or -inf, never
+ * a product that underflows before the end. */
+static void weights_caso(size_t n, size_t n_head, const float *a, size_t h, double *w)
+{
+	double s = 0;
+	for (size_t k = n; k-- > 0;) {
+		w[k] = exp(s);
+		s += a[k * n_head + h];
+	}
+}
+
+/* picaso-r: T_k = Σ_{m<n} Π_{j=1..m} d_{(k+j) mod n}, W_k = T_k/n.
+ * T_{n-1} = 1 + d_0(1 + d_1(… (1 + d_{n-2}))) by Horner, then
+ * T_k = (1 - P) + d_{k+1} T_{k+1}: d_{k+1} T_{k+1} is T_k's series shifted
+ * by one, with the full cycle P added and the 1 missing. Every term is ≥ 0,
+ * so there is no cancellation and no division by a product (Algorithm 3's
+ * Â_Π[i]^{-1} fails once the cumulative product underflows). */
+static void weights_picaso_r(size_t n, size_t n_head, const float *a, size_t h, double *w)
+{
+	double sum = 0;
+	for (size_t k = 0; k < n; k++)
+		sum += a[k * n_head + h];
+	double one_minus_p = -expm1(sum);
+	double t = 1;
+	for (size_t j = n - 1; j-- > 0;)
+		t = 1 + exp((double)a[j * n_head + h]) * t;
+	w[n - 1] = t;
+	for (size_t k = n - 1; k-- > 0;) {
+		t = one_minus_p + exp((double)a[(k + 1) * n_head + h]) * t;
+		w[k] = t;
+	}
+	for (size_t k = 0; k < n; k++)
+		w[k] /= (double)n;
+}
+
+/* picaso-s: in a uniformly random order (iid uniform arrival times, input k
+ * at time t), input j comes after k with probability 1 - t, and k's CASO
+ * weight is the product of the decays of those after it, so
+ *   W_k = ∫_0^1 Π_{j≠k} (t + (1-t) d_j) dt,
+ * a polynomial of degree n-1, integrated exactly by the m-node rule
+ * (2m-1 ≥ n-1). Each factor lies in [t, 1], so the products are accurate to
+ * a few ulps; a node's product that underflows is below 1e-308 while
+ * W_k ≥ ∫ t^{n-1} = 1/n: plain products suffice, no logs needed. The
+ * prefix/suffix split gives Π_{j≠k} without dividing by the own factor. */
+static void weights_picaso_s(size_t n, size_t n_head, const float *a, size_t h, double *w,
+			     size_t m, const double *t, const double *wt, double *d, double *pre)
+{
+	for (size_t k = 0; k < n; k++) {
+		d[k] = exp((double)a[k * n_head + h]);
+		w[k] = 0;
+	}
+	for (size_t i = 0; i < m; i++) {
+		double ti = t[i], ui = 1 - ti;
+		pre[0] = 1;
+		for (size_t j = 0; j < n; j++)
+			pre[j + 1] = pre[j] * (ti + ui * d[j]);
+		double suf = 1;
+		for (size_t k = n; k-- > 0;) {
+			w[k] += wt[i] * (pre[k] * suf);
+			suf *= ti + ui * d[k];
+		}
+	}
+}
+
+int ss_compose_weights_check(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
+			     char *errmsg)
+{
+	if (n == 0) {
+		ss_errf(errmsg, 0, "no inputs to compose");
+		return SS_ERR_INVALID;
+	}
+	if (mode == SS_COMPOSE_MAX || !ss_compose_mode_name(mode)) {
+		ss_errf(errmsg, 0, "mode %s has no weights", mode == SS_COMPOSE_MAX ? "max" : "(unknown)");
+		return SS_ERR_INVALID;
+	}
+	return check_decays(n, n_head, logdecay, errmsg);
+}
+
+int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
+		       double *w, char *errmsg)
+{
+	int rc = ss_compose_weights_check(mode, n, n_head, logdecay, errmsg);
+	if (rc)
+		return rc;
+	if (n == 1) {
+		/* Every mode's single weight is exactly 1; say so without rounding. */
+		for (size_t h = 0; h < n_head; h++)
+			w[h] = 1;
+		return 0;
+	}
+	double *scratch = NULL, *t = NULL, *wt = NULL, *d = NULL, *pre = NULL;
+	size_t m = (n + 1) / 2;
+	if (mode == SS_COMPOSE_PICASO_S) {
+		scratch = malloc((2 * m + 2 * n + 1) * sizeof *scratch);
+		if (!scratch) {
+			ss_errf(errmsg, 0, "out of memory");
+			return SS_ERR_NOMEM;
+		}
+		t = scratch;
+		wt = t + m;
+		d = wt + m;
+		pre = d + n;
+		ss_gauss_legendre01(m, t, wt);
+	}
+	for (size_t h = 0; h < n_head; h++) {
+		double *wh = w + h * n;
+		switch (mode) {
+		case SS_COMPOSE_CASO:
+			weights_caso(n, n_head, logdecay, h, wh);
+			break;
+		case SS_COMPOSE_PICASO_R:
+			weights_picaso_r(n, n_head, logdecay, h, wh);
+			break;
+		case SS_COMPOSE_PICASO_S:
+			weights_picaso_s(n, n_head, logdecay, h, wh, m, t, wt, d, pre);
+			break;
+		case SS_COMPOSE_SOUP:
+			for (size_t k = 0; k < n; k++)
+				wh[k] = 1.0 / (double)n;
+			break;
+		default: /* sum */
+			for (size_t k = 0; k < n; k++)
+				wh[k] = 1;
+			break;
+		}
+	}
+	free(scratch);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+/* The accumulation loops: memory-bound, f32. Written as fixed 16-wide inner
+ * loops, which the compiler vectorises at -O2, plus a scalar tail. ISO C
+ * mode keeps a*b+c unfused, so every build rounds alike. */
+#define VW 16
+/* Inputs in a storage dtype (or unaligned) are converted BLK elements at a
+ * time into an L1-resident buffer, so each input byte crosses memory once. */
+#define BLK 256
+
+static void k_scale(float *restrict y, float c, const float *restrict x, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			y[i + j] = c * x[i + j];
+	for (; i < n; i++)
+		y[i] = c * x[i];
+}
+
+static void k_axpy(float *restrict y, float c, const float *restrict x, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			y[i + j] += c * x[i + j];
+	for (; i < n; i++)
+		y[i] += c * x[i];
+}
+
+/* y = d·y + c·x: one Horner step of CASO. */
+static void k_axpby(float *restrict y, float d, float c, const float *restrict x, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			y[i + j] = d * y[i + j] + c * x[i + j];
+	for (; i < n; i++)
+		y[i] = d * y[i] + c * x[i];
+}
+
+static void k_max(float *restrict y, float c, const float *restrict x, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++) {
+			float v = c * x[i + j];
+			y[i + j] = v > y[i + j] ? v : y[i + j];
+		}
+	for (; i < n; i++) {
+		float v = c * x[i];
+		y[i] = v > y[i] ? v : y[i];
+	}
+}
+
+static void k_mul(float *y, float c, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			y[i + j] *= c;
+	for (; i < n; i++)
+		y[i] *= c;
+}
+
+static void k_div(float *y, float c, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			y[i + j] /= c;
+	for (; i < n; i++)
+		y[i] /= c;
+}
+
+/* Σ x² of n floats in f64 (16 partial sums: vectorises, stays accurate for
+ * millions of elements). */
+static double k_sumsq(const float *x, size_t n)
+{
+	double part[VW] = {0};
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		for (size_t j = 0; j < VW; j++)
+			part[j] += (double)x[i + j] * x[i + j];
+	double s = 0;
+	for (; i < n; i++)
+		s += (double)x[i] * x[i];
+	for (size_t j = 0; j < VW; j++)
+		s += part[j];
+	return s;
+}
+
+/* An input array: bytes in a storage dtype; `direct` when it is f32 and
+ * aligned, so the kernels read it in place. A q8 array's codes are
+ * elements e0.. of the whole array, whose scales and blocks come along.
+ * planes: a byte-shuffled block of that many 2-byte elements (f16, bf16),
+ * low bytes at p, high bytes at p + planes, read without unshuffling it
+ * first (formats/states.md "shuffle"). */
+typedef struct {
+	const unsigned char *p;
+	ss_dtype t;
+	size_t es;
+	int direct;
+	const float *scale;
+	size_t e0, row, block;
+	size_t planes;
+} src_arr;
+
+static src_arr src_of(const void *p, ss_dtype t)
+{
+	src_arr s = {p, t, ss_dtype_size(t), t == SS_DTYPE_F32 && (uintptr_t)p % _Alignof(float) == 0,
+		     NULL, 0, 0, 0, 0};
+	return s;
+}
+
+/* dst[0..m) = x's elements [off, off+m) in f32 (m <= BLK). */
+static void widen(float *dst, src_arr x, size_t off, size_t m)
+{
+	if (x.planes) {
+		/* the two planes joined in L1 (as 16-bit words, which vectorises
+		 * where byte stores to alternate addresses do not: f16 folds 2x
+		 * faster; little-endian, as the stored bytes), then widened */
+		uint16_t h[BLK];
+		const unsigned char *lo = x.p + off, *hi = x.p + x.planes + off;
+		size_t i = 0;
+		for (; i + VW <= m; i += VW)
+			for (size_t j = 0; j < VW; j++)
+				h[i + j] = (uint16_t)(lo[i + j] | (unsigned)hi[i + j] << 8);
+		for (; i < m; i++)
+			h[i] = (uint16_t)(lo[i] | (unsigned)hi[i] << 8);
+		ss_to_f32(dst, h, x.t, m);
+	} else if (x.t == SS_DTYPE_Q8) {
+		ss_q8_to_f32(dst, (const int8_t *)(x.p + off), x.scale, x.e0 + off, m, x.row, x.block);
+	} else {
+		ss_to_f32(dst, x.p + off * x.es, x.t, m);
+	}
+}
+
+enum { OP_COPY, OP_SCALE, OP_AXPY, OP_AXPBY, OP_MAX };
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* apply() of a byte-shuffled block's 2-byte elements (f16, bf16) in one
+ * pass, 8 at a time: the planes joined, widened and folded in registers,
+ * where widen() and the kernels above pass through an L1 buffer three
+ * times (ss-compose's ten folds of 130m f16 states: 35 -> 31 ms, bound by
+ * the accumulator's memory traffic; half the time where it is in cache).
+ * The kernels' f32 operations in their order, unfused (mul then add; max
+ * as v > y ? v : y, which is MAXPS(v, y)), so the bits are theirs
+ * (test_compose: test_files_pieces_special_values). Returns the elements
+ * done, a multiple of 8. ref: Intel SDM (VCVTPH2PS, MAXPS). */
+__attribute__((target("avx,f16c"))) static size_t apply_planes_avx(float *y, const unsigned char *lo,
+								   const unsigned char *hi, size_t n, int f16,
+								   int op, float c, float d)
+{
+	const __m256 vc = _mm256_set1_ps(c), vd = _mm256_set1_ps(d);
+	const __m128i z = _mm_setzero_si128();
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m128i h = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(const void *)(lo + i)),
+					      _mm_loadl_epi64((const __m128i *)(const void *)(hi + i)));
+		__m256 x = f16 ? _mm256_cvtph_ps(h)
+			       : _mm256_castsi256_ps(_mm256_set_m128i(_mm_unpackhi_epi16(z, h), _mm_unpacklo_epi16(z, h)));
+		__m256 v;
+		switch (op) {
+		case OP_COPY: v = x; break;
+		case OP_SCALE: v = _mm256_mul_ps(vc, x); break;
+		case OP_AXPY: v = _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(vc, x)); break;
+		case OP_AXPBY:
+			v = _mm256_add_ps(_mm256_mul_ps(vd, _mm256_loadu_ps(y + i)), _mm256_mul_ps(vc, x));
+			break;
+		default: v = _mm256_max_ps(_mm256_mul_ps(vc, x), _mm256_loadu_ps(y + i)); break;
+		}
+		_mm256_storeu_ps(y + i, v);
+	}
+	return i;
+}
+
+#endif
+
+/* y[0..n) op= c·x[off..off+n): the one loop every mode goes through. */
+static void apply(float *restrict y, src_arr x, size_t off, size_t n, int op, float c, float d)
+{
+	float tmp[BLK];
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (x.planes && ss_cpu_f16c()) {
+		size_t done = apply_planes_avx(y, x.p + off, x.p + x.planes + off, n, x.t == SS_DTYPE_F16, op, c, d);
+		y += done, off += done, n -= done;
+	}
+#endif
+	for (size_t i = 0; i < n; i += BLK) {
+		size_t m = n - i < BLK ? n - i : BLK;
+		const float *xs;
+		if (x.direct) {
+			xs = (const float *)(const void *)x.p + off + i;
+		} else {
+			widen(op == OP_COPY ? y + i : tmp, x, off + i, m);
+			xs = tmp;
+		}
+		switch (op) {
+		case OP_COPY:
+			if (x.direct)
+				memcpy(y + i, xs, m * sizeof *xs);
+			break;
+		case OP_SCALE: k_scale(y + i, c, xs, m); break;
+		case OP_AXPY: k_axpy(y + i, c, xs, m); break;
+		case OP_AXPBY: k_axpby(y + i, d, c, xs, m); break;
+		default: k_max(y + i, c, xs, m); break;
+		}
+	}
+}
+
+/* L2 norm of x[off..off+n). */
+static double norm2(src_arr x, size_t off, size_t n)
+{
+	if (x.direct)
+		return sqrt(k_sumsq((const float *)(const void *)x.p + off, n));
+	float tmp[BLK];
+	double s = 0;
+	for (size_t i = 0; i < n; i += BLK) {
+		size_t m = n - i < BLK ? n - i : BLK;
+		widen(tmp, x, off + i, m);
+		s += k_sumsq(tmp, m);
+	}
+	return sqrt(s);
+}
+
+/* --------------------------------------------------------------- composer */
+
+/* An input between its begin and its end (lib/compose/internal.h): what
+ * folding its pieces needs, so that several can be open at once. */
+struct ss_compose_input {
+	int open;
+	size_t k;                 /* its place in concatenation order */
+	ss_dtype t;               /* storage dtype of its pieces */
+	uint64_t want[2], fed[2]; /* bytes of conv [0] and ssm [1]: expected, received */
+	float *scale[2];          /* a q8 input's conv [0] and ssm [1] scales (copies) */
+	size_t scale_cap[2];
+	float *decay;             /* its logdecay [n_head] (caso's factor, a copy) */
+	size_t decay_cap;
+	size_t shuf;              /* its shuffle block (elements), 0 = none */
+	unsigned char *blk, *unblk; /* a shuffled block as it arrives, then unshuffled */
+	size_t fill, blk_cap;     /* bytes of blk filled, allocated */
+};
+
+struct ss_composer {
+	ss_compose_opts o;
+	int failed, finished;
+	size_t n;          /* inputs ended */
+	size_t begun;      /* inputs begun: the next one's place */
+	size_t n_open;     /* begun, not ended */
+	size_t n_plan;     /* 0 = no plan */
+	size_t n_head;     /* n_layer * nheads, once known */
+	double *w;         /* [n_head][n_plan] planned weights */
+	float *plan_decay; /* [n_plan][n_head] */
+	ss_state acc;      /* the accumulator, then the result */
+	int have_acc;
+	int meta_done;     /* the result's metadata is in acc (finish_meta) */
+	size_t final[2];   /* elements of conv [0], ssm [1] finished (ss_composer_finish_range) */
+	size_t cap;        /* capacity of decay/ids in inputs */
+	float *decay;      /* [cap][n_head] the inputs' logdecays */
+	char **ids;        /* [cap] */
+	int64_t n_tokens;
+	ss_compose_input in; /* the input of ss_composer_add_begin/piece/end */
+};
+
+int ss_composer_new(ss_composer **out, const ss_compose_opts *o)
+{
+	*out = NULL;
+	if (!o || !ss_compose_mode_name(o->mode) || (unsigned)o->norm > 3 ||
+	    !ss_compose_conv_name(o->conv))
+		return SS_ERR_INVALID;
+	ss_composer *c = calloc(1, sizeof *c);
+	if (!c)
+		return SS_ERR_NOMEM;
+	c->o = *o;
+	*out = c;
+	return 0;
+}
+
+int ss_composer_plan(ss_composer *c, size_t n, size_t n_head, const float *logdecay, char *errmsg)
+{
+	if (c->failed || c->finished || c->n > 0 || c->n_plan > 0) {
+		ss_errf(errmsg, 0, "composer: plan after the first input");
+		return SS_ERR_INVALID;
+	}
+	if (n == 0) {
+		ss_errf(errmsg, 0, "no input states");
+		return SS_ERR_INVALID;
+	}
+	int rc = check_decays(n, n_head, logdecay, errmsg);
+	if (rc)
+		return rc;
+	c->plan_decay = malloc(n * n_head * sizeof *c->plan_decay);
+	if (!c->plan_decay) {
+		ss_errf(errmsg, 0, "out of memory");
+		return SS_ERR_NOMEM;
+	}
+	memcpy(c->plan_decay, logdecay, n * n_head * sizeof *c->plan_decay);
+	if (ss_compose_needs_plan(c->o.mode)) {
+		c->w = malloc(n * n_head * sizeof *c->w);
+		if (!c->w) {
+			ss_errf(errmsg, 0, "out of memory");
+			return SS_ERR_NOMEM;
+		}
+		rc = ss_compose_weights(c->o.mode, n, n_head, logdecay, c->w, errmsg);
+		if (rc)
+			return rc;
+	}
+	c->n_plan = n;
+	c->n_head = n_head;
+	return 0;
+}
+
+size_t ss_composer_count(const ss_composer *c)
+{
+	return c->n;
+}
+
+static int fail(ss_composer *c, int rc)
+{
+	c->failed = 1;
+	return rc;
+}
+
+static int grow(ss_composer *c)
+{
+	if (c->begun < c->cap)
+		return 0;
+	size_t cap = c->cap ? 2 * c->cap : 16;
+	float *d = realloc(c->decay, cap * c->n_head * sizeof *d);
+	if (!d)
+		return SS_ERR_NOMEM;
+	c->decay = d;
+	char **ids = realloc(c->ids, cap * sizeof *ids);
+	if (!ids)
+		return SS_ERR_NOMEM;
+	c->ids = ids;
+	c->cap = cap;
+	return 0;
+}
+
+/* The first input: fixes dims and fingerprint, allocates the accumulator. */
+static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
+{
+	size_t n_head = ss_state_logdecay_len(&x->dims);
+	if (c->n_plan && n_head != c->n_head) {
+		ss_errf(errmsg, 0, "input 0 has %zu heads, the plan %zu", n_head, c->n_head);
+		return SS_ERR_MISMATCH;
+	}
+	c->n_head = n_head;
+	int rc = ss_state_alloc(&c->acc, &x->dims);
+	if (rc) {
+		ss_errf(errmsg, 0, "out of memory");
+		return rc;
+	}
+	c->have_acc = 1;
+	free(c->acc.ssm);
+	/* its first input touches every page: huge ones fault 512 times less */
+	if (!(c->acc.ssm = ss_big_alloc(ss_state_ssm_len(&x->dims) * sizeof(float)))) {
+		ss_errf(errmsg, 0, "out of memory");
+		return SS_ERR_NOMEM;
+	}
+	memcpy(c->acc.fingerprint, x->fingerprint, sizeof c->acc.fingerprint);
+	c->acc.fingerprint[SS_FINGERPRINT_MAX - 1] = 0;
+	return 0;
+}
+
+/* Copies x's logdecay and, for q8 (t), its scales (x->conv_scale,
+ * x->ssm_scale) into in. */
+static int take_input(ss_composer *c, ss_compose_input *in, const ss_state *x, ss_dtype t, char *errmsg)
+{
+	if (c->n_head > in->decay_cap) {
+		float *p = realloc(in->decay, c->n_head * sizeof *p);
+		if (!p)
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		in->decay = p;
+		in->decay_cap = c->n_head;
+	}
+	memcpy(in->decay, x->logdecay, c->n_head * sizeof *in->decay);
+	const float *src[2] = {x->conv_scale, x->ssm_scale};
+	for (int a = 0; t == SS_DTYPE_Q8 && a < 2; a++) {
+		size_t n = ss_state_q8_n_scales(&c->acc.dims, a);
+		if (!src[a])
+			return ss_errf(errmsg, SS_ERR_INVALID, "input %zu: q8 state without its scales", c->begun);
+		if (n > in->scale_cap[a]) {
+			float *p = realloc(in->scale[a], n * sizeof *p);
+			if (!p)
+				return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+			in->scale[a] = p;
+			in->scale_cap[a] = n;
+		}
+		memcpy(in->scale[a], src[a], n * sizeof *src[a]);
+	}
+	return 0;
+}
+
+/* in's array `which` (0 conv, 1 ssm) at p, its element e0 first. */
+static src_arr input_arr(const ss_composer *c, const ss_compose_input *in, int which, const void *p, size_t e0)
+{
+	src_arr s = src_of(p, in->t);
+	if (in->t == SS_DTYPE_Q8) {
+		s.scale = in->scale[which];
+		s.e0 = e0;
+		ss_state_q8_blocks(&c->acc.dims, which, &s.row, &s.block);
+	}
+	return s;
+}
+
+/* Starts input c->begun on in: x supplies dims, fingerprint, id, logdecay
+ * and n_tokens; its arrays follow in dtype t through add_range(). */
+static int add_begin(ss_composer *c, ss_compose_input *in, const ss_state *x, ss_dtype t, char *errmsg)
+{
+	if (c->failed || c->finished || in->open) {
+		ss_errf(errmsg, 0, "composer: add after an error or finish");
+		return SS_ERR_INVALID;
+	}
+	size_t k = c->begun;
+	if (!x || !x->logdecay || !ss_dtype_name(t)) {
+		ss_errf(errmsg, 0, "input %zu: state without ssm, conv or logdecay", k);
+		return fail(c, SS_ERR_INVALID);
+	}
+	if (ss_compose_needs_plan(c->o.mode) && !c->n_plan) {
+		ss_errf(errmsg, 0, "mode %s needs every input's decays first (ss_composer_plan)",
+			ss_compose_mode_name(c->o.mode));
+		return fail(c, SS_ERR_INVALID);
+	}
+	if (c->n_plan && k >= c->n_plan) {
+		ss_errf(errmsg, 0, "input %zu: more inputs than the %zu planned", k, c->n_plan);
+		return fail(c, SS_ERR_INVALID);
+	}
+	int rc;
+	if (!c->have_acc) {
+		if ((rc = first_input(c, x, errmsg)))
+			return fail(c, rc);
+	} else {
+		char why[SS_ERRMSG_MAX];
+		if (ss_state_dims_check(&c->acc.dims, &x->dims, why)) {
+			ss_errf(errmsg, 0, "input %zu: dims differ from input 0: %s", k, why);
+			return fail(c, SS_ERR_MISMATCH);
+		}
+		if (strncmp(c->acc.fingerprint, x->fingerprint, SS_FINGERPRINT_MAX) != 0) {
+			ss_errf(errmsg, 0, "input %zu: model fingerprint %.*s differs from input 0's %s",
+				k, SS_FINGERPRINT_MAX, x->fingerprint, c->acc.fingerprint);
+			return fail(c, SS_ERR_MISMATCH);
+		}
+	}
+	size_t H = c->n_head;
+	if (c->n_plan && memcmp(c->plan_decay + k * H, x->logdecay, H * sizeof(float)) != 0) {
+		ss_errf(errmsg, 0, "input %zu: logdecay differs from the planned one (input changed?)", k);
+		return fail(c, SS_ERR_MISMATCH);
+	}
+	if ((rc = check_decays(1, H, x->logdecay, errmsg))) {
+		ss_errf(errmsg, 0, "input %zu: a logdecay is NaN or > 0", k);
+		return fail(c, rc);
+	}
+	if ((rc = take_input(c, in, x, t, errmsg)))
+		return fail(c, rc);
+	if (grow(c) || !(c->ids[k] = strdup(x->id ? x->id : ""))) {
+		ss_errf(errmsg, 0, "out of memory");
+		return fail(c, SS_ERR_NOMEM);
+	}
+	memcpy(c->decay + k * H, x->logdecay, H * sizeof(float));
+	c->n_tokens += x->n_tokens;
+	c->begun++;
+	c->n_open++;
+	in->open = 1;
+	in->k = k;
+	in->t = t;
+	in->want[0] = ss_state_conv_len(&c->acc.dims) * ss_dtype_size(t);
+	in->want[1] = ss_state_ssm_len(&c->acc.dims) * ss_dtype_size(t);
+	in->fed[0] = in->fed[1] = 0;
+	in->shuf = 0;
+	in->fill = 0;
+	return 0;
+}
+
+/* Folds elements [e0, e0+n) of in's conv (which 0) or ssm (which 1)
+ * array, given at xs, into the accumulator. lscale: per layer factor of
+ * the ssm (norm before), or NULL. Elementwise: any cut of an array into
+ * ranges gives the same bits, and inputs may fold different ranges at once
+ * (each range in input order). */
+static void add_range(const ss_composer *c, const ss_compose_input *in, int which, src_arr xs, size_t e0,
+		      size_t n, const double *lscale)
+{
+	int first = in->k == 0;
+	if (which == 0) {
+		int copy = first || c->o.conv == SS_COMPOSE_CONV_LAST;
+		apply(c->acc.conv + e0, xs, 0, n, copy ? OP_COPY : OP_AXPY, 1, 0);
+		return;
+	}
+	const ss_state_dims *dm = &c->acc.dims;
+	/* ssm elements per decay: a Mamba-2 head's headdim·d_state, a
+	 * Mamba-1 state element's 1; decays per layer */
+	size_t hlen = ss_state_ssm_len(dm) / c->n_head, k = in->k;
+	size_t hpl = c->n_head / (size_t)dm->n_layer;
+	for (size_t e = e0, end = e0 + n; e < end;) {
+		size_t gh = e / hlen, seg = (gh + 1) * hlen < end ? (gh + 1) * hlen - e : end - e;
+		double s = lscale ? lscale[gh / hpl] : 1;
+		float cf = (float)(c->w ? c->w[gh * c->n_plan + k] * s : s);
+		float *y = c->acc.ssm + e;
+		if (first)
+			apply(y, xs, e - e0, seg, OP_SCALE, cf, 0);
+		else if (c->o.mode == SS_COMPOSE_CASO)
+			apply(y, xs, e - e0, seg, OP_AXPBY, cf, (float)exp((double)in->decay[gh]));
+		else if (c->o.mode == SS_COMPOSE_MAX)
+			apply(y, xs, e - e0, seg, OP_MAX, cf, 0);
+		else /* picaso (weighted), soup and sum (divided at the end) */
+			apply(y, xs, e - e0, seg, OP_AXPY, cf, 0);
+		e += seg;
+	}
+}
+
+int ss_composer_end(ss_composer *c, ss_compose_input *in, char *errmsg)
+{
+	if (!in->open) {
+		ss_errf(errmsg, 0, "composer: add_end outside an input");
+		return fail(c, SS_ERR_INVALID);
+	}
+	for (int a = 0; a < 2; a++)
+		if (in->fed[a] != in->want[a]) {
+			ss_errf(errmsg, 0, "input %zu: field \"%s\" has %llu bytes, expected %llu", in->k, array_name[a],
+				(unsigned long long)in->fed[a], (unsigned long long)in->want[a]);
+			return fail(c, SS_ERR_FORMAT);
+		}
+	in->open = 0;
+	c->n_open--;
+	c->n++;
+	return 0;
+}
+
+/* The whole-array add: ssm and conv in dtype t (any alignment). */
+static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv, ss_dtype t,
+		      char *errmsg)
+{
+	if (!ssm || !conv) {
+		ss_errf(errmsg, 0, "input %zu: state without ssm, conv or logdecay", c->begun);
+		return fail(c, SS_ERR_INVALID);
+	}
+	ss_compose_input *in = &c->in;
+	int rc = add_begin(c, in, x, t, errmsg);
+	if (rc)
+		return rc;
+	const ss_state_dims *dm = &c->acc.dims;
+	size_t llen = (size_t)dm->nheads * (size_t)dm->headdim * (size_t)dm->d_state;
+	src_arr xs = input_arr(c, in, 1, ssm, 0);
+	double *lscale = NULL;
+	if (c->o.norm & SS_COMPOSE_NORM_BEFORE) {
+		if (!(lscale = malloc((size_t)dm->n_layer * sizeof *lscale))) {
+			ss_errf(errmsg, 0, "out of memory");
+			return fail(c, SS_ERR_NOMEM);
+		}
+		for (size_t l = 0; l < (size_t)dm->n_layer; l++) {
+			double nrm = norm2(xs, l * llen, llen);
+			lscale[l] = nrm > 0 ? 1 / nrm : 1;
+		}
+	}
+	add_range(c, in, 1, xs, 0, in->want[1] / xs.es, lscale);
+	add_range(c, in, 0, input_arr(c, in, 0, conv, 0), 0, in->want[0] / xs.es, NULL);
+	free(lscale);
+	in->fed[0] = in->want[0];
+	in->fed[1] = in->want[1];
+	return ss_composer_end(c, in, errmsg);
+}
+
+int ss_composer_prepare(ss_composer *c, const ss_state *x, char *errmsg)
+{
+	if (c->failed || c->finished || c->begun > 0) {
+		ss_errf(errmsg, 0, "composer: prepare after the first input");
+		return SS_ERR_INVALID;
+	}
+	int rc = c->have_acc ? 0 : first_input(c, x, errmsg);
+	return rc ? fail(c, rc) : 0;
+}
+
+void ss_composer_touch(ss_composer *c, size_t part, size_t parts)
+{
+	if (!c->have_acc || c->begun > 0 || part >= parts)
+		return;
+	const size_t page = 4096 / sizeof(float); /* a store per page faults it in */
+	size_t n = ss_state_ssm_len(&c->acc.dims), pages = (n + page - 1) / page;
+	for (size_t q = pages * part / parts; q < pages * (part + 1) / parts; q++)
+		c->acc.ssm[q * page] = 0;
+}
+
+int ss_composer_streams(const ss_composer *c)
+{
+	return !(c->o.norm & SS_COMPOSE_NORM_BEFORE);
+}
+
+ss_compose_input *ss_compose_input_new(void)
+{
+	return calloc(1, sizeof(ss_compose_input));
+}
+
+/* Frees in's buffers, not in. */
+static void input_clear(ss_compose_input *in)
+{
+	free(in->scale[0]);
+	free(in->scale[1]);
+	free(in->decay);
+	free(in->blk);
+	free(in->unblk);
+}
+
+void ss_compose_input_free(ss_compose_input *in)
+{
+	if (in)
+		input_clear(in);
+	free(in);
+}
+
+int ss_composer_begin(ss_composer *c, ss_compose_input *in, const ss_state *x, char *errmsg)
+{
+	if (!ss_composer_streams(c)) {
+		ss_errf(errmsg, 0, "composer: norm before needs whole arrays");
+		return fail(c, SS_ERR_INVALID);
+	}
+	int rc = add_begin(c, in, x, x ? x->dtype : SS_DTYPE_F32, errmsg);
+	if (rc || x->shuffle <= 0 || ss_dtype_size(in->t) == 1)
+		return rc;
+	size_t bytes = (size_t)x->shuffle * ss_dtype_size(in->t); /* <= SS_SHUFFLE_MAX·4: the reader checks */
+	if (bytes > in->blk_cap) {
+		unsigned char *a = realloc(in->blk, bytes), *b = a ? realloc(in->unblk, bytes) : NULL;
+		if (a)
+			in->blk = a;
+		if (b)
+			in->unblk = b;
+		if (!a || !b) {
+			ss_errf(errmsg, 0, "out of memory");
+			return fail(c, SS_ERR_NOMEM);
+		}
+		in->blk_cap = bytes;
+	}
+	in->shuf = (size_t)x->shuffle;
+	return 0;
+}
+
+/* SS_ERR_FORMAT naming element e of in's array which, the value at x (one
+ * element of in->t), as the record decoders name one that is not finite. */
+static int nonfinite(const ss_compose_input *in, int which, size_t e, const void *x, char *errmsg)
+{
+	float v;
+	ss_to_f32(&v, x, in->t, 1);
+	return ss_errf(errmsg, SS_ERR_FORMAT, "input %zu: field \"%s\": element %zu is %g, not finite", in->k,
+		       array_name[which], e, (double)v);
+}
+
+/* Folds in the shuffle block of m elements at p, elements [start,
+ * start+m) of array `which`: 2-byte elements straight from their planes
+ * (one pass, the block's bytes read once), others unshuffled first. Its
+ * elements are checked finite first: 0 or SS_ERR_FORMAT (nothing folded). */
+static int add_block(const ss_composer *c, ss_compose_input *in, int which, const unsigned char *p, size_t start,
+		     size_t m, char *errmsg)
+{
+	size_t es = ss_dtype_size(in->t), bad;
+	src_arr xs;
+	if (es == 2) {
+		if ((bad = ss_nonfinite_planes(p, p + m, in->t, m)) < m) {
+			uint16_t h = (uint16_t)(p[bad] | (unsigned)p[m + bad] << 8);
+			return nonfinite(in, which, start + bad, &h, errmsg);
+		}
+		xs = input_arr(c, in, which, p, start);
+		xs.planes = m;
+	} else {
+		ss_unshuffle(in->unblk, p, es, m, m);
+		if ((bad = ss_nonfinite_find(in->unblk, in->t, m)) < m)
+			return nonfinite(in, which, start + bad, in->unblk + bad * es, errmsg);
+		xs = input_arr(c, in, which, in->unblk, start);
+	}
+	add_range(c, in, which, xs, start, m, NULL);
+	return 0;
+}
+
+/* Bytes [fed, fed+len) of a shuffled array: folded block by block, a
+ * block the piece holds whole in place, else gathered in in->blk first. */
+static int add_shuffled(const ss_composer *c, ss_compose_input *in, int which, const unsigned char *p, size_t len,
+			char *errmsg)
+{
+	size_t es = ss_dtype_size(in->t), n = (size_t)(in->want[which] / es);
+	int rc;
+	while (len) {
+		size_t start = (size_t)(in->fed[which] / es) - in->fill / es; /* the block's first element */
+		size_t m = n - start < in->shuf ? n - start : in->shuf;
+		if (in->fill == 0 && len >= m * es) {
+			if ((rc = add_block(c, in, which, p, start, m, errmsg)))
+				return rc;
+			in->fed[which] += m * es, p += m * es, len -= m * es;
+			continue;
+		}
+		size_t take = m * es - in->fill < len ? m * es - in->fill : len;
+		memcpy(in->blk + in->fill, p, take);
+		in->fill += take, in->fed[which] += take, p += take, len -= take;
+		if (in->fill == m * es) {
+			in->fill = 0;
+			if ((rc = add_block(c, in, which, in->blk, start, m, errmsg)))
+				return rc;
+		}
+	}
+	return 0;
+}
+
+int ss_composer_fold(const ss_composer *c, ss_compose_input *in, int which, uint64_t off, const void *p, size_t len,
+		     char *errmsg)
+{
+	if (!in->open || (which != 0 && which != 1))
+		return ss_errf(errmsg, SS_ERR_INVALID, "composer: a piece outside an input");
+	size_t es = ss_dtype_size(in->t);
+	if (off != in->fed[which] || len % es || len > in->want[which] - off)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "input %zu: field \"%s\" is not %llu bytes of %s", in->k,
+			       array_name[which], (unsigned long long)in->want[which], ss_dtype_name(in->t));
+	if (in->shuf)
+		return add_shuffled(c, in, which, p, len, errmsg);
+	/* checked while the piece is in cache, before any of it is folded */
+	size_t bad = ss_nonfinite_find(p, in->t, len / es);
+	if (bad < len / es)
+		return nonfinite(in, which, (size_t)(off / es) + bad, (const unsigned char *)p + bad * es, errmsg);
+	add_range(c, in, which, input_arr(c, in, which, p, (size_t)(off / es)), (size_t)(off / es), len / es, NULL);
+	in->fed[which] += len;
+	return 0;
+}
+
+int ss_composer_add_begin(ss_composer *c, const ss_state *x, char *errmsg)
+{
+	return ss_composer_begin(c, &c->in, x, errmsg);
+}
+
+int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p, size_t len, char *errmsg)
+{
+	int rc = c->failed ? ss_errf(errmsg, SS_ERR_INVALID, "composer: a piece after an error")
+			   : ss_composer_fold(c, &c->in, which, off, p, len, errmsg);
+	return rc ? fail(c, rc) : 0;
+}
+
+int ss_composer_add_end(ss_composer *c, char *errmsg)
+{
+	if (c->failed) {
+		ss_errf(errmsg, 0, "composer: add_end outside an input");
+		return SS_ERR_INVALID;
+	}
+	return ss_composer_end(c, &c->in, errmsg);
+}
+
+int ss_composer_add(ss_composer *c, const ss_state *x, char *errmsg)
+{
+	return add_arrays(c, x, x ? x->ssm : NULL, x ? x->conv : NULL, SS_DTYPE_F32, errmsg);
+}
+
+int ss_composer_add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv,
+			   ss_dtype dtype, char *errmsg)
+{
+	return add_arrays(c, x, ssm, conv, dtype, errmsg);
+}
+
+int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg)
+{
+	if (c->failed || c->finished) {
+		ss_errf(errmsg, 0, "composer: add after an error or finish");
+		return SS_ERR_INVALID;
+	}
+	ss_state meta;
+	const void *conv, *ssm;
+	int rc = ss_record_state_view(rec, &meta, &conv, &ssm, errmsg);
+	if (rc == SS_ERR_UNSUPPORTED) { /* byte-shuffled: through an f32 copy */
+		if ((rc = ss_record_state(rec, &meta, errmsg)))
+			return fail(c, rc);
+		rc = add_arrays(c, &meta, meta.ssm, meta.conv, SS_DTYPE_F32, errmsg);
+		ss_state_free(&meta);
+		return rc;
+	}
+	if (rc)
+		return fail(c, rc);
+	rc = add_arrays(c, &meta, ssm, conv, meta.dtype, errmsg);
+	ss_state_free(&meta);
+	return rc;
+}
+
+/* The longest composed id written whole, and the longest piece of a first or
+ * last source id in a bounded one (bytes). */
+#define ID_WHOLE_MAX 160
+#define ID_PIECE_MAX 48
+
+/* Appends id to p, cut to at most ID_PIECE_MAX bytes at a UTF-8 character
+ * boundary, with "…" when cut. Returns the end. */
+static char *put_piece(char *p, const char *id)
+{
+	size_t n = strlen(id);
+	if (n <= ID_PIECE_MAX)
+		return p + sprintf(p, "%s", id);
+	n = ID_PIECE_MAX;
+	while (n > 0 && ((unsigned char)id[n] & 0xC0) == 0x80)
+		n--;
+	memcpy(p, id, n);
+	return p + n + sprintf(p + n, "\u2026");
+}
+
+/* "mode(id0,id1,...)" while that is at most ID_WHOLE_MAX bytes, else
+ * "mode(N states: FIRST … LAST)" with FIRST and LAST cut to ID_PIECE_MAX
+ * bytes: an id a line can show; the full list is the provenance's sources. */
+static char *make_id(const char *mode, char *const *ids, size_t n)
+{
+	size_t len = strlen(mode) + 3;
+	for (size_t k = 0; k < n; k++)
+		len += strlen(ids[k]) + 1;
+	if (len - 1 > ID_WHOLE_MAX && n >= 2) {
+		char *s = malloc(strlen(mode) + 2 * ID_PIECE_MAX + 64), *p = s;
+		if (!s)
+			return NULL;
+		p += sprintf(p, "%s(%zu states: ", mode, n);
+		p = put_piece(p, ids[0]);
+		p += sprintf(p, " \u2026 ");
+		p = put_piece(p, ids[n - 1]);
+		strcpy(p, ")");
+		return s;
+	}
+	char *s = malloc(len), *p = s;
+	if (!s)
+		return NULL;
+	p += sprintf(p, "%s(", mode);
+	for (size_t k = 0; k < n; k++)
+		p += sprintf(p, "%s%s", k ? "," : "", ids[k]);
+	strcpy(p, ")");
+	return s;
+}
+
+/* The result's metadata into c->acc: logdecay, weights, mode, id (once
+ * every input has begun; their arrays need not be folded yet). */
+static int finish_meta(ss_composer *c, char *errmsg)
+{
+	size_t n = c->begun, H = c->n_head;
+	ss_state *r = &c->acc;
+	/* logdecay: see ss_compose.h for why each. */
+	for (size_t h = 0; h < H; h++) {
+		double v;
+		if (c->o.mode <= SS_COMPOSE_PICASO_R) {
+			v = 0;
+			for (size_t k = 0; k < n; k++)
+				v += c->decay[k * H + h];
+		} else {
+			double mx = -INFINITY;
+			for (size_t k = 0; k < n; k++)
+				if (c->decay[k * H + h] > mx)
+					mx = c->decay[k * H + h];
+			if (mx == -INFINITY) {
+				v = mx;
+			} else {
+				double s = 0;
+				for (size_t k = 0; k < n; k++)
+					s += exp(c->decay[k * H + h] - mx);
+				v = mx + log(s / (double)n);
+				if (v > 0)
+					v = 0;
+			}
+		}
+		r->logdecay[h] = (float)v;
+	}
+
+	if (c->o.mode != SS_COMPOSE_MAX) {
+		r->weights = malloc(H * n * sizeof *r->weights);
+		double *w = c->w;
+		if (r->weights && !w) {
+			w = malloc(H * n * sizeof *w);
+			if (w && ss_compose_weights(c->o.mode, n, H, c->decay, w, errmsg) != 0) {
+				free(w);
+				return fail(c, SS_ERR_INVALID);
+			}
+		}
+		if (!r->weights || !w) {
+			if (w != c->w)
+				free(w);
+			ss_errf(errmsg, 0, "out of memory");
+			return fail(c, SS_ERR_NOMEM);
+		}
+		for (size_t i = 0; i < H * n; i++)
+			r->weights[i] = (float)w[i];
+		if (w != c->w)
+			free(w);
+	}
+	const char *mname = ss_compose_mode_name(c->o.mode);
+	r->mode = strdup(mname);
+	r->id = make_id(mname, c->ids, n);
+	if (!r->mode || !r->id) {
+		ss_errf(errmsg, 0, "out of memory");
+		return fail(c, SS_ERR_NOMEM);
+	}
+	c->meta_done = 1;
+	return 0;
+}
+
+/* Elements [c->final[which], end) of conv (which 0) or ssm (1) as the
+ * result has them: soup's mean, conv's mean. Elementwise. */
+void ss_composer_finish_range(ss_composer *c, int which, size_t end)
+{
+	size_t f = c->final[which], n = c->begun;
+	if (end <= f)
+		return;
+	if (n > 1 && which == 1 && c->o.mode == SS_COMPOSE_SOUP)
+		k_div(c->acc.ssm + f, (float)n, end - f);
+	if (n > 1 && which == 0 && c->o.conv == SS_COMPOSE_CONV_MEAN)
+		k_div(c->acc.conv + f, (float)n, end - f);
+	c->final[which] = end;
+}
+
+int ss_composer_result(ss_composer *c, ss_state *view, char *errmsg)
+{
+	memset(view, 0, sizeof *view);
+	if (c->failed || c->finished || !c->have_acc || (c->n_plan && c->begun != c->n_plan) ||
+	    (c->o.norm & SS_COMPOSE_NORM_AFTER) || !ss_composer_streams(c))
+		return ss_errf(errmsg, SS_ERR_INVALID, "composer: no result before every input has begun, "
+						       "nor with a norm");
+	int rc = c->meta_done ? 0 : finish_meta(c, errmsg);
+	if (rc)
+		return rc;
+	*view = c->acc;
+	view->sources = c->ids;
+	view->n_sources = (int32_t)c->begun;
+	view->n_tokens = c->n_tokens;
+	view->dtype = SS_DTYPE_F32;
+	view->has_rank = 0;
+	return 0;
+}
+
+int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg)
+{
+	memset(out, 0, sizeof *out);
+	if (c->failed || c->finished) {
+		ss_errf(errmsg, 0, "composer: finish after an error or finish");
+		return SS_ERR_INVALID;
+	}
+	if (c->n_open) {
+		ss_errf(errmsg, 0, "input %zu: its arrays were not all added", c->n);
+		return fail(c, SS_ERR_INVALID);
+	}
+	if (c->n == 0) {
+		ss_errf(errmsg, 0, "no input states");
+		return fail(c, SS_ERR_INVALID);
+	}
+	if (c->n_plan && c->n != c->n_plan) {
+		ss_errf(errmsg, 0, "%zu inputs, %zu planned", c->n, c->n_plan);
+		return fail(c, SS_ERR_INVALID);
+	}
+	ss_state *r = &c->acc;
+	const ss_state_dims *dm = &r->dims;
+	size_t llen = (size_t)dm->nheads * dm->headdim * dm->d_state;
+	ss_composer_finish_range(c, 1, ss_state_ssm_len(dm));
+	ss_composer_finish_range(c, 0, ss_state_conv_len(dm));
+	if (c->o.norm & SS_COMPOSE_NORM_AFTER)
+		for (size_t l = 0; l < (size_t)dm->n_layer; l++) {
+			float *yl = r->ssm + l * llen;
+			double nrm = sqrt(k_sumsq(yl, llen));
+			if (nrm > 0)
+				k_mul(yl, (float)(1 / nrm), llen);
+		}
+	int rc = c->meta_done ? 0 : finish_meta(c, errmsg);
+	if (rc)
+		return rc;
+	r->sources = c->ids;
+	r->n_sources = (int32_t)c->n;
+	c->ids = NULL;
+	c->cap = 0;
+	r->n_tokens = c->n_tokens;
+	r->dtype = SS_DTYPE_F32;
+	r->has_rank = 0;
+	*out = *r;
+	memset(r, 0, sizeof *r);
+	c->have_acc = 0;
+	c->finished = 1;
+	return 0;
+}
+
+void ss_composer_free(ss_composer *c)
+{
+	if (!c)
+		return;
+	if (c->have_acc)
+		ss_state_free(&c->acc);
+	if (c->ids) /* and the inputs begun but not ended (an error in their pieces) */
+		for (size_t k = 0; k < c->begun; k++)
+			free(c->ids[k]);
+	free(c->ids);
+	free(c->decay);
+	free(c->w);
+	free(c->plan_decay);
+	input_clear(&c->in);
+	free(c);
+}
+
+int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss_state *out,
+	       char *errmsg)
+{
+	memset(out, 0, sizeof *out);
+	ss_composer *c;
+	int rc = ss_composer_new(&c, o);
+	if (rc) {
+		ss_errf(errmsg, 0, "invalid composition options");
+		return rc;
+	}
+	if (n == 0) {
+		ss_errf(errmsg, 0, "no input states");
+		ss_composer_free(c);
+		return SS_ERR_INVALID;
+	}
+	if (ss_compose_needs_plan(o->mode)) {
+		size_t H = ss_state_logdecay_len(&in[0]->dims);
+		float *a = malloc(n * H * sizeof *a);
+		if (!a) {
+			ss_composer_free(c);
+			ss_errf(errmsg, 0, "out of memory");
+			return SS_ERR_NOMEM;
+		}
+		for (size_t k = 0; k < n; k++) {
+			size_t Hk = ss_state_logdecay_len(&in[k]->dims);
+			if (Hk != H || !in[k]->logdecay) {
+				free(a);
+				ss_composer_free(c);
+				ss_errf(errmsg, 0, "input %zu: dims differ from input 0", k);
+				return SS_ERR_MISMATCH;
+			}
+			memcpy(a + k * H, in[k]->logdecay, H * sizeof *a);
+		}
+		rc = ss_composer_plan(c, n, H, a, errmsg);
+		free(a);
+	}
+	for (size_t k = 0; !rc && k < n; k++)
+		rc = ss_composer_add(c, in[k], errmsg);
+	if (!rc)
+		rc = ss_composer_finish(c, out, errmsg);
+	ss_composer_free(c);
+	return rc;
+}

@@ -1,0 +1,405 @@
+/*
+ * vec.c — elementwise kernels of the forward pass. See vec.h.
+ *
+ * The AVX2 exp: exp(x) = 2^k · exp(r), k = round(x·log2 e), r = x - k·ln 2
+ * (Cody–Waite split of ln 2, so r is exact to a few ulp), exp(r) by its
+ * degree-7 Taylor polynomial on |r| <= ln2/2 (truncation < 1e-8 relative),
+ * 2^k built in the exponent bits. Inputs are clamped to [-87.3, 88.3] so k
+ * stays a normal exponent; silu needs nothing beyond that range (x/(1+e^88)
+ * is 0 to f32 precision).
+ */
+#include <math.h>
+#include <stddef.h>
+
+#include "forward/vec.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_KERNELS 1
+#define AVX2 __attribute__((target("avx2,fma")))
+
+static inline int use_avx2(void)
+{
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+AVX2 static inline __m256 exp256(__m256 x)
+{
+	const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+	const __m256 ln2_hi = _mm256_set1_ps(0.693359375f);
+	const __m256 ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+	__m256 k, r, p;
+	__m256i e;
+
+	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+	k = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm256_fnmadd_ps(k, ln2_hi, x);
+	r = _mm256_fnmadd_ps(k, ln2_lo, r);
+	p = _mm256_set1_ps(1.0f / 5040.0f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+AVX2 static inline __m256 silu256(__m256 x)
+{
+	const __m256 one = _mm256_set1_ps(1.0f);
+	return _mm256_div_ps(x, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+AVX2 static void silu_avx2(float *x, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(x + i, silu256(_mm256_loadu_ps(x + i)));
+	for (; i < n; i++)
+		x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+AVX2 static void mul_silu_avx2(float *y, const float *z, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), silu256(_mm256_loadu_ps(z + i))));
+	for (; i < n; i++)
+		y[i] *= z[i] / (1.0f + expf(-z[i]));
+}
+
+AVX2 static void fma_avx2(float *y, const float *w, const float *x, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i),
+							_mm256_loadu_ps(y + i)));
+	for (; i < n; i++)
+		y[i] += w[i] * x[i];
+}
+
+AVX2 static double sumsq_avx2(const float *x, int64_t n)
+{
+	__m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+	__m128d h;
+	double s;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+		__m256d hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+		a0 = _mm256_fmadd_pd(lo, lo, a0);
+		a1 = _mm256_fmadd_pd(hi, hi, a1);
+	}
+	a0 = _mm256_add_pd(a0, a1);
+	h = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
+	s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+	for (; i < n; i++)
+		s += (double)x[i] * x[i];
+	return s;
+}
+
+AVX2 static void scale_mul_avx2(float *y, const float *x, float s, const float *w, int64_t n)
+{
+	const __m256 sv = _mm256_set1_ps(s);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv),
+						      _mm256_loadu_ps(w + i)));
+	for (; i < n; i++)
+		y[i] = x[i] * s * w[i];
+}
+
+AVX2 static void scale_avx2(float *y, const float *x, float s, int64_t n)
+{
+	const __m256 sv = _mm256_set1_ps(s);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), sv));
+	for (; i < n; i++)
+		y[i] = x[i] * s;
+}
+
+/* softplus(u) = max(u, 0) + log1p(e), e = exp(-|u|) <= 1, with
+ * log1p(e) = 2·atanh(t) = 2t·(1 + t²/3 + t⁴/5 + ...), t = e/(2+e) <= 1/3:
+ * eight terms leave < 2e-9 relative. */
+AVX2 static void softplus_bias_avx2(float *y, const float *b, int64_t n)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f), two = _mm256_set1_ps(2.0f);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const __m256 u = _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(b + i));
+		const __m256 e = exp256(_mm256_or_ps(u, sign)); /* exp(-|u|) */
+		const __m256 t = _mm256_div_ps(e, _mm256_add_ps(two, e)), t2 = _mm256_mul_ps(t, t);
+		__m256 p = _mm256_set1_ps(1.0f / 15);
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 13));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 11));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 9));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 7));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 5));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f / 3));
+		p = _mm256_fmadd_ps(p, t2, _mm256_set1_ps(1.0f));
+		const __m256 l = _mm256_mul_ps(_mm256_add_ps(t, t), p);
+		_mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_max_ps(u, _mm256_setzero_ps()), l));
+	}
+	for (; i < n; i++) {
+		const float u = y[i] + b[i];
+		y[i] = u > 20.0f ? u : log1pf(expf(u));
+	}
+}
+
+/* ss_vec_scan1_x8 with the 8 channels in one vector. */
+AVX2 static void scan1_x8_avx2(float *s, const float *A, int N, int64_t n, const float *x,
+			       ptrdiff_t ldx, const float *dt, ptrdiff_t lddt, const float *BC,
+			       ptrdiff_t ldbc, const float *D, float *y, ptrdiff_t ldy)
+{
+	const __m256 Dv = D ? _mm256_loadu_ps(D) : _mm256_setzero_ps();
+	for (int64_t t = 0; t < n; t++) {
+		const __m256 dv = _mm256_loadu_ps(dt + t * lddt), xv = _mm256_loadu_ps(x + t * ldx);
+		const __m256 dx = _mm256_mul_ps(dv, xv);
+		const float *B = BC + t * ldbc, *C = B + N;
+		__m256 acc = _mm256_setzero_ps();
+		for (int k = 0; k < N; k++) {
+			const __m256 dA = exp256(_mm256_mul_ps(dv, _mm256_loadu_ps(A + 8 * k)));
+			__m256 sk = _mm256_mul_ps(dA, _mm256_loadu_ps(s + 8 * k));
+			sk = _mm256_fmadd_ps(_mm256_set1_ps(B[k]), dx, sk);
+			_mm256_storeu_ps(s + 8 * k, sk);
+			acc = _mm256_fmadd_ps(sk, _mm256_set1_ps(C[k]), acc);
+		}
+		if (y)
+			_mm256_storeu_ps(y + t * ldy, _mm256_fmadd_ps(Dv, xv, acc));
+	}
+}
+
+AVX2 static void axpby_avx2(float *y, float a, const float *x, float b, int64_t n)
+{
+	const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), bv,
+							_mm256_mul_ps(_mm256_loadu_ps(y + i), av)));
+	for (; i < n; i++)
+		y[i] = fmaf(x[i], b, y[i] * a);
+}
+AVX2 static float max_avx2(const float *x, int64_t n)
+{
+	__m256 m = _mm256_set1_ps(-INFINITY);
+	float r;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+	__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_max_ss(h, _mm_movehdup_ps(h));
+	r = _mm_cvtss_f32(h);
+	for (; i < n; i++)
+		if (x[i] > r)
+			r = x[i];
+	return r;
+}
+
+/* The f32 exps summed in double, four lanes at a time. */
+AVX2 static double sumexp_avx2(const float *x, float m, int64_t n)
+{
+	const __m256 mv = _mm256_set1_ps(m);
+	__m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+	__m128d h;
+	double s;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+		a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+		a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+	}
+	a0 = _mm256_add_pd(a0, a1);
+	h = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
+	s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+	for (; i < n; i++)
+		s += exp((double)x[i] - m);
+	return s;
+}
+
+AVX2 static void add_exp_avx2(float *y, const float *x, float m, float a, int64_t n)
+{
+	const __m256 mv = _mm256_set1_ps(m), av = _mm256_set1_ps(a);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)),
+							_mm256_loadu_ps(y + i)));
+	for (; i < n; i++)
+		y[i] += (float)(a * exp((double)x[i] - m));
+}
+#endif
+
+void ss_vec_silu(float *x, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		silu_avx2(x, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+void ss_vec_mul_silu(float *y, const float *z, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		mul_silu_avx2(y, z, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] *= z[i] / (1.0f + expf(-z[i]));
+}
+
+void ss_vec_fma(float *y, const float *w, const float *x, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		fma_avx2(y, w, x, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] += w[i] * x[i];
+}
+
+double ss_vec_sumsq(const float *x, int64_t n)
+{
+	double s = 0.0;
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2())
+		return sumsq_avx2(x, n);
+#endif
+	for (i = 0; i < n; i++)
+		s += (double)x[i] * x[i];
+	return s;
+}
+
+void ss_vec_scale_mul(float *y, const float *x, float s, const float *w, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		scale_mul_avx2(y, x, s, w, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] = x[i] * s * w[i];
+}
+
+void ss_vec_scale(float *y, const float *x, float s, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		scale_avx2(y, x, s, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] = x[i] * s;
+}
+
+void ss_vec_axpby(float *y, float a, const float *x, float b, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		axpby_avx2(y, a, x, b, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] = fmaf(x[i], b, y[i] * a);
+}
+
+void ss_vec_scan1_x8(float *s, const float *A, int N, int64_t n, const float *x, ptrdiff_t ldx,
+		     const float *dt, ptrdiff_t lddt, const float *BC, ptrdiff_t ldbc, const float *D,
+		     float *y, ptrdiff_t ldy)
+{
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		scan1_x8_avx2(s, A, N, n, x, ldx, dt, lddt, BC, ldbc, D, y, ldy);
+		return;
+	}
+#endif
+	for (int64_t t = 0; t < n; t++) {
+		const float *B = BC + t * ldbc, *C = B + N;
+		for (int c = 0; c < 8; c++) {
+			const float dv = dt[t * lddt + c], xv = x[t * ldx + c], dx = dv * xv;
+			float acc = 0.0f;
+			for (int k = 0; k < N; k++) {
+				float *e = &s[8 * k + c];
+				*e = expf(dv * A[8 * k + c]) * *e + B[k] * dx;
+				acc += *e * C[k];
+			}
+			if (y)
+				y[t * ldy + c] = acc + (D ? D[c] : 0.0f) * xv;
+		}
+	}
+}
+
+void ss_vec_softplus_bias(float *y, const float *b, int64_t n)
+{
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		softplus_bias_avx2(y, b, n);
+		return;
+	}
+#endif
+	for (int64_t i = 0; i < n; i++) {
+		const float u = y[i] + b[i];
+		y[i] = u > 20.0f ? u : log1pf(expf(u));
+	}
+}
+
+float ss_vec_max(const float *x, int64_t n)
+{
+	float m = x[0];
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2())
+		return max_avx2(x, n);
+#endif
+	for (i = 1; i < n; i++)
+		if (x[i] > m)
+			m = x[i];
+	return m;
+}
+
+double ss_vec_sumexp(const float *x, float m, int64_t n)
+{
+	double s = 0.0;
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2())
+		return sumexp_avx2(x, m, n);
+#endif
+	for (i = 0; i < n; i++)
+		s += exp((double)x[i] - m);
+	return s;
+}
+
+void ss_vec_add_exp(float *y, const float *x, float m, float a, int64_t n)
+{
+	int64_t i;
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2()) {
+		add_exp_avx2(y, x, m, a, n);
+		return;
+	}
+#endif
+	for (i = 0; i < n; i++)
+		y[i] += (float)(a * exp((double)x[i] - m));
+}

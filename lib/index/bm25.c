@@ -1,0 +1,1252 @@
+/* bm25.c — term postings in the index file and exact top-k BM25 by
+ * MaxScore; see bm25.h. */
+#include "index/bm25.h"
+#include "ss.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCK 128
+#define SKIP_BYTES 12
+/* A relative margin on every pruning test, so that rounding in the bounds
+ * (float block maxima, sums in another order) never drops a document
+ * that belongs in the top k. */
+#define SLACK (1 + 1e-6)
+/* Documents scored first, from the rarest terms, to start the search with
+ * a k-th score near its final value. */
+#define PRIME 256
+#define DL_CHUNK 1024
+/* SQLite maps at most the first 2 GB of the file (its SQLITE_MAX_MMAP_SIZE
+ * in Debian's build) and reads the rest page by page into its cache; the
+ * postings of a large index lie past that, and a term's blob is read by
+ * walking its chain of overflow pages. Measured on 3.65 M chunks (64 KB
+ * pages): with SQLite's default 2 MB cache one 30-word query read 926
+ * distinct pages 3084 times, with 8 MiB 1066 times; across queries, a
+ * cache of 64 MiB keeps the common terms' postings (1 GiB did no better).
+ * A cache is memory that a process pays for in page faults as it fills,
+ * so the first search gets the small one, the following ones the large
+ * one (KiB). */
+#define QUERY_CACHE_KIB_FIRST 8192
+#define QUERY_CACHE_KIB 65536
+
+/* Vocabulary of a build: term → tid, open addressing. */
+typedef struct {
+	char **term;  /* by slot */
+	uint32_t *tid; /* by slot, 0 = empty */
+	size_t cap, n;
+	int64_t next_tid;
+} vocab;
+
+struct ss_bm25 {
+	sqlite3 *db;
+	fts5_tokenizer tk;
+	Fts5Tokenizer *tok;
+	int build;
+	vocab v;
+	sqlite3_stmt *ins_term, *find_term, *data_version;
+	/* per call scratch */
+	uint32_t *tids;
+	size_t n_tids, cap_tids;
+	int64_t n_words; /* tokens of the document (its length: compounds left out) */
+	unsigned char *vec; /* ss_bm25_terms' result */
+	size_t vec_cap;
+	char **qterms;   /* the query's distinct terms */
+	size_t n_q, cap_q;
+	int oom;
+	int64_t n_searches;
+	/* query-side corpus statistics (loaded lazily, reloaded when the file changes) */
+	int64_t stats_version;
+	double n_docs, avgdl;
+	uint32_t **dlc;   /* document lengths by rid, in chunks of DL_CHUNK read when first needed */
+	size_t n_dlc;
+	sqlite3_blob *dl_blob; /* bm25.doclen, open during a search */
+	int64_t max_rid;
+	double k1, b; /* the search's parameters (ss_bm25_set_params) */
+};
+
+static void free_doclen(ss_bm25 *b)
+{
+	for (size_t i = 0; i < b->n_dlc; i++)
+		free(b->dlc[i]);
+	free(b->dlc);
+	b->dlc = NULL;
+	b->n_dlc = 0;
+}
+
+static int sqlfail(ss_bm25 *b, char *errmsg, const char *what)
+{
+	return ss_errf(errmsg, SS_ERR_IO, "%s: %s", what, sqlite3_errmsg(b->db));
+}
+
+/* 0 when a sqlite3_bind_* call returned `code` SQLITE_OK, else its failure:
+ * SS_ERR_TOO_LARGE for a value past SQLite's length limit (the statement
+ * would otherwise run with NULL there), SS_ERR_IO. */
+static int bound(int code, char *errmsg, const char *what)
+{
+	if (code == SQLITE_OK)
+		return 0;
+	return ss_errf(errmsg, code == SQLITE_TOOBIG ? SS_ERR_TOO_LARGE : SS_ERR_IO, "%s: %s", what,
+		       sqlite3_errstr(code));
+}
+
+static uint64_t hash_str(const char *s, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+	/* FNV's low bits cluster; the table indexes by them. */
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	return h ^ (h >> 33);
+}
+
+static int vocab_grow(vocab *v)
+{
+	size_t cap = v->cap ? v->cap * 2 : 1 << 16;
+	char **term = calloc(cap, sizeof *term);
+	uint32_t *tid = calloc(cap, sizeof *tid);
+	if (!term || !tid) {
+		free(term);
+		free(tid);
+		return SS_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < v->cap; i++) {
+		if (!v->tid[i])
+			continue;
+		size_t j = hash_str(v->term[i], strlen(v->term[i])) & (cap - 1);
+		while (tid[j])
+			j = (j + 1) & (cap - 1);
+		term[j] = v->term[i];
+		tid[j] = v->tid[i];
+	}
+	free(v->term);
+	free(v->tid);
+	v->term = term;
+	v->tid = tid;
+	v->cap = cap;
+	return 0;
+}
+
+/* Slot of term s[0..n) (empty slot when absent). */
+static size_t vocab_slot(const vocab *v, const char *s, size_t n)
+{
+	size_t j = hash_str(s, n) & (v->cap - 1);
+	while (v->tid[j] && (strncmp(v->term[j], s, n) || v->term[j][n]))
+		j = (j + 1) & (v->cap - 1);
+	return j;
+}
+
+static void vocab_free(vocab *v)
+{
+	for (size_t i = 0; i < v->cap; i++)
+		free(v->term[i]);
+	free(v->term);
+	free(v->tid);
+	memset(v, 0, sizeof *v);
+}
+
+static fts5_api *fts5_api_of(sqlite3 *db)
+{
+	fts5_api *api = NULL;
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "SELECT fts5(?1)", -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_pointer(st, 1, (void *)&api, "fts5_api_ptr", NULL);
+		sqlite3_step(st);
+	}
+	sqlite3_finalize(st);
+	return api;
+}
+
+/* ------------------------------------------------------------------ tokenizer */
+
+/* The index's tokenizer wraps FTS5's "porter unicode61 remove_diacritics 2"
+ * and adds compound terms; see bm25.h. */
+typedef struct {
+	fts5_tokenizer inner;
+	Fts5Tokenizer *tok;
+} compound_tok;
+
+/* One xTokenize call: the word being read (its tokens joined by spaces). */
+typedef struct {
+	void *ctx;
+	int (*xToken)(void *, int, const char *, int, int, int);
+	const char *text;
+	int query;
+	char *buf;
+	size_t len, cap;
+	int parts, start, end;
+} word_state;
+
+static int has_space(const char *s, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == '\v' || s[i] == '\f')
+			return 1;
+	return 0;
+}
+
+/* The word ends: a document gets its compound term (if it has several
+ * tokens) at the position of its last token; a query gets the word's one
+ * term, its token or its compound. */
+static int word_end(word_state *w)
+{
+	int rc = SQLITE_OK;
+	if (w->parts > 1 || (w->query && w->parts))
+		rc = w->xToken(w->ctx, w->query ? 0 : FTS5_TOKEN_COLOCATED, w->buf, (int)w->len, w->start, w->end);
+	w->parts = 0;
+	w->len = 0;
+	return rc;
+}
+
+static int word_token(void *ctx, int flags, const char *tok, int n, int start, int end)
+{
+	word_state *w = ctx;
+	int rc;
+	if (w->parts && has_space(w->text + w->end, start - w->end) && (rc = word_end(w)) != SQLITE_OK)
+		return rc;
+	if (w->len + (size_t)n + 2 > w->cap) {
+		size_t cap = 2 * (w->len + (size_t)n + 2);
+		char *p = realloc(w->buf, cap);
+		if (!p)
+			return SQLITE_NOMEM;
+		w->buf = p;
+		w->cap = cap;
+	}
+	if (w->parts++)
+		w->buf[w->len++] = ' ';
+	else
+		w->start = start;
+	memcpy(w->buf + w->len, tok, (size_t)n);
+	w->len += (size_t)n;
+	w->end = end;
+	return w->query ? SQLITE_OK : w->xToken(w->ctx, flags, tok, n, start, end);
+}
+
+static int compound_tokenize(Fts5Tokenizer *t, void *ctx, int flags, const char *text, int n,
+			     int (*xToken)(void *, int, const char *, int, int, int))
+{
+	compound_tok *c = (compound_tok *)t;
+	word_state w = { ctx, xToken, text, (flags & FTS5_TOKENIZE_QUERY) != 0, NULL, 0, 0, 0, 0, 0 };
+	int rc = c->inner.xTokenize(c->tok, &w, flags, text, n, word_token);
+	if (rc == SQLITE_OK)
+		rc = word_end(&w);
+	free(w.buf);
+	return rc;
+}
+
+static void compound_delete(Fts5Tokenizer *t)
+{
+	compound_tok *c = (compound_tok *)t;
+	if (c && c->tok)
+		c->inner.xDelete(c->tok);
+	free(c);
+}
+
+/* api: the connection's fts5_api; arguments are not taken. */
+static int compound_create(void *api_, const char **args, int n_args, Fts5Tokenizer **out)
+{
+	(void)args;
+	fts5_api *api = api_;
+	const char *porter[] = { "unicode61", "remove_diacritics", "2" };
+	void *ud = NULL;
+	compound_tok *c = calloc(1, sizeof *c);
+	*out = NULL;
+	if (!c)
+		return SQLITE_NOMEM;
+	if (n_args || api->xFindTokenizer(api, "porter", &ud, &c->inner) != SQLITE_OK ||
+	    c->inner.xCreate(ud, porter, 3, &c->tok) != SQLITE_OK) {
+		compound_delete((Fts5Tokenizer *)c);
+		return SQLITE_ERROR;
+	}
+	*out = (Fts5Tokenizer *)c;
+	return SQLITE_OK;
+}
+
+static const fts5_tokenizer compound_tokenizer = { compound_create, compound_delete, compound_tokenize };
+
+int ss_bm25_tokenizer_register(sqlite3 *db)
+{
+	fts5_api *api = fts5_api_of(db);
+	if (!api)
+		return SS_ERR_UNSUPPORTED;
+	fts5_tokenizer t = compound_tokenizer;
+	return api->xCreateTokenizer(api, "ss", api, &t, NULL) == SQLITE_OK ? 0 : SS_ERR_UNSUPPORTED;
+}
+
+int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg)
+{
+	*out = NULL;
+	ss_bm25 *b = calloc(1, sizeof *b);
+	if (!b)
+		return SS_ERR_NOMEM;
+	b->db = db;
+	b->build = build;
+	b->stats_version = -1;
+	b->k1 = SS_BM25_K1;
+	b->b = SS_BM25_B;
+	int rc = 0;
+	fts5_api *api = fts5_api_of(db);
+	b->tk = compound_tokenizer;
+	if (!api || b->tk.xCreate(api, NULL, 0, &b->tok) != SQLITE_OK) {
+		rc = ss_errf(errmsg, SS_ERR_UNSUPPORTED, "this SQLite has no FTS5 porter tokenizer");
+		goto fail;
+	}
+	if (sqlite3_prepare_v2(db, "PRAGMA data_version", -1, &b->data_version, NULL) != SQLITE_OK) {
+		rc = sqlfail(b, errmsg, "sqlite");
+		goto fail;
+	}
+	if (build) {
+		sqlite3_stmt *st = NULL;
+		if (sqlite3_prepare_v2(db, "INSERT INTO terms(tid, term) VALUES(?1, ?2)", -1, &b->ins_term, NULL) !=
+			    SQLITE_OK ||
+		    sqlite3_prepare_v2(db, "SELECT tid, term FROM terms", -1, &st, NULL) != SQLITE_OK) {
+			sqlite3_finalize(st);
+			rc = sqlfail(b, errmsg, "sqlite");
+			goto fail;
+		}
+		if ((rc = vocab_grow(&b->v)))
+			goto fail;
+		b->v.next_tid = 1;
+		int s;
+		while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+			const char *t = (const char *)sqlite3_column_text(st, 1);
+			int64_t tid = sqlite3_column_int64(st, 0);
+			if (!t) {
+				rc = sqlite3_column_type(st, 1) == SQLITE_NULL
+					     ? ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: term %lld has no text", (long long)tid)
+					     : SS_ERR_NOMEM;
+				break;
+			}
+			/* tids are u32 in the term vectors, 0 an empty slot here */
+			if (tid < 1 || tid >= UINT32_MAX) {
+				rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: term \"%s\" has id %lld", t, (long long)tid);
+				break;
+			}
+			size_t n = strlen(t);
+			if (2 * (b->v.n + 1) > b->v.cap && (rc = vocab_grow(&b->v)))
+				break;
+			size_t j = vocab_slot(&b->v, t, n);
+			if (!(b->v.term[j] = strdup(t))) {
+				rc = SS_ERR_NOMEM;
+				break;
+			}
+			b->v.tid[j] = (uint32_t)tid;
+			b->v.n++;
+			if (tid >= b->v.next_tid)
+				b->v.next_tid = tid + 1;
+		}
+		if (!rc && s != SQLITE_DONE)
+			rc = sqlfail(b, errmsg, "reading the vocabulary");
+		sqlite3_finalize(st);
+		if (rc)
+			goto fail;
+	} else if (sqlite3_exec(db, "PRAGMA mmap_size = 1099511627776", NULL, NULL, NULL) != SQLITE_OK ||
+		   sqlite3_prepare_v2(db, "SELECT tid, df, maxw FROM terms WHERE term = ?1 AND df > 0", -1,
+				      &b->find_term, NULL) != SQLITE_OK) {
+		rc = sqlfail(b, errmsg, "sqlite");
+		goto fail;
+	}
+	*out = b;
+	return 0;
+fail:
+	ss_bm25_close(b);
+	return rc;
+}
+
+void ss_bm25_close(ss_bm25 *b)
+{
+	if (!b)
+		return;
+	if (b->tok)
+		b->tk.xDelete(b->tok);
+	sqlite3_finalize(b->ins_term);
+	sqlite3_finalize(b->find_term);
+	sqlite3_finalize(b->data_version);
+	vocab_free(&b->v);
+	free(b->tids);
+	free(b->vec);
+	for (size_t i = 0; i < b->n_q; i++)
+		free(b->qterms[i]);
+	free(b->qterms);
+	free_doclen(b);
+	free(b);
+}
+
+/* ------------------------------------------------------------------ varints */
+
+static size_t put_varint(unsigned char *p, uint64_t v)
+{
+	size_t n = 0;
+	while (v >= 0x80) {
+		p[n++] = (unsigned char)(v | 0x80);
+		v >>= 7;
+	}
+	p[n++] = (unsigned char)v;
+	return n;
+}
+
+/* Reads a varint from p[*i..n); 0 on success, -1 past the end or too long. */
+static int get_varint(const unsigned char *p, size_t n, size_t *i, uint64_t *v)
+{
+	uint64_t x = 0;
+	for (int shift = 0; shift < 64 && *i < n; shift += 7) {
+		unsigned char c = p[(*i)++];
+		x |= (uint64_t)(c & 0x7f) << shift;
+		if (!(c & 0x80)) {
+			*v = x;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static uint32_t rd32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void wr32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+	p[2] = (unsigned char)(v >> 16);
+	p[3] = (unsigned char)(v >> 24);
+}
+
+/* ------------------------------------------------------------------ build */
+
+static int on_doc_token(void *ctx, int flags, const char *tok, int n, int start, int end)
+{
+	(void)start;
+	(void)end;
+	ss_bm25 *b = ctx;
+	if (!(flags & FTS5_TOKEN_COLOCATED))
+		b->n_words++;
+	vocab *v = &b->v;
+	if (2 * (v->n + 1) > v->cap && vocab_grow(v))
+		return SQLITE_NOMEM;
+	size_t j = vocab_slot(v, tok, (size_t)n);
+	if (!v->tid[j]) {
+		if (v->next_tid > UINT32_MAX || !(v->term[j] = strndup(tok, (size_t)n)))
+			return SQLITE_NOMEM;
+		v->tid[j] = (uint32_t)v->next_tid++;
+		v->n++;
+		/* A failed bind leaves its message on the connection, as a
+		 * failed step does (ss_bm25_terms reports it). */
+		int rc = sqlite3_bind_int64(b->ins_term, 1, v->tid[j]);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_bind_text(b->ins_term, 2, v->term[j], n, SQLITE_STATIC);
+		if (rc == SQLITE_OK && (rc = sqlite3_step(b->ins_term)) == SQLITE_DONE)
+			rc = SQLITE_OK;
+		sqlite3_reset(b->ins_term);
+		if (rc != SQLITE_OK)
+			return rc;
+	}
+	if (b->n_tids == b->cap_tids) {
+		size_t cap = b->cap_tids ? 2 * b->cap_tids : 1024;
+		uint32_t *t = realloc(b->tids, cap * sizeof *t);
+		if (!t)
+			return SQLITE_NOMEM;
+		b->tids = t;
+		b->cap_tids = cap;
+	}
+	b->tids[b->n_tids++] = v->tid[j];
+	return SQLITE_OK;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec_out, size_t *vec_len,
+		  int64_t *n_terms, char *errmsg)
+{
+	b->n_tids = 0;
+	b->n_words = 0;
+	int rc = b->tk.xTokenize(b->tok, b, FTS5_TOKENIZE_DOCUMENT, text ? text : "", (int)len, on_doc_token);
+	if (rc == SQLITE_NOMEM)
+		return SS_ERR_NOMEM;
+	if (rc != SQLITE_OK)
+		return sqlfail(b, errmsg, "storing a term");
+	qsort(b->tids, b->n_tids, sizeof *b->tids, cmp_u32);
+	/* Each (tid, tf) pair takes at most 10 bytes. */
+	if (b->n_tids * 10 + 1 > b->vec_cap) {
+		free(b->vec);
+		b->vec_cap = b->n_tids * 10 + 1;
+		if (!(b->vec = malloc(b->vec_cap))) {
+			b->vec_cap = 0;
+			return SS_ERR_NOMEM;
+		}
+	}
+	unsigned char *vec = b->vec;
+	size_t vn = 0;
+	uint32_t prev = 0;
+	for (size_t i = 0; i < b->n_tids;) {
+		size_t j = i;
+		while (j < b->n_tids && b->tids[j] == b->tids[i])
+			j++;
+		vn += put_varint(vec + vn, b->tids[i] - prev);
+		vn += put_varint(vec + vn, j - i);
+		prev = b->tids[i];
+		i = j;
+	}
+	*vec_out = vec;
+	*vec_len = vn;
+	*n_terms = b->n_words;
+	return 0;
+}
+
+/* One term's postings being written: data and skip entries grow as
+ * documents arrive in rid order. */
+typedef struct {
+	unsigned char *data, *skip;
+	uint32_t len, cap, skip_len, skip_cap;
+	uint32_t n, last_rid, in_block;
+	float block_max;
+	double maxw;
+} plist;
+
+static int grow(unsigned char **p, uint32_t *cap, uint64_t need)
+{
+	if (need <= *cap)
+		return 0;
+	uint64_t c = *cap ? *cap : 16;
+	while (c < need)
+		c *= 2;
+	if (c > UINT32_MAX)
+		return SS_ERR_TOO_LARGE;
+	unsigned char *q = realloc(*p, c);
+	if (!q)
+		return SS_ERR_NOMEM;
+	*p = q;
+	*cap = (uint32_t)c;
+	return 0;
+}
+
+static int plist_end_block(plist *l)
+{
+	int rc = grow(&l->skip, &l->skip_cap, (uint64_t)l->skip_len + SKIP_BYTES);
+	if (rc)
+		return rc;
+	unsigned char *e = l->skip + l->skip_len;
+	wr32(e, l->last_rid);
+	wr32(e + 4, l->len);
+	memcpy(e + 8, &l->block_max, 4);
+	l->skip_len += SKIP_BYTES;
+	l->in_block = 0;
+	l->block_max = 0;
+	return 0;
+}
+
+static int plist_add(plist *l, uint32_t rid, uint64_t tf, double w)
+{
+	int rc = grow(&l->data, &l->cap, (uint64_t)l->len + 20);
+	if (rc)
+		return rc;
+	l->len += (uint32_t)put_varint(l->data + l->len, rid - l->last_rid);
+	l->len += (uint32_t)put_varint(l->data + l->len, tf);
+	l->last_rid = rid;
+	l->n++;
+	/* Rounded up so that the float stays an upper bound. */
+	float wf = (float)w;
+	if ((double)wf < w)
+		wf = nextafterf(wf, INFINITY);
+	if (wf > l->block_max)
+		l->block_max = wf;
+	if (w > l->maxw)
+		l->maxw = w;
+	if (++l->in_block == BLOCK)
+		return plist_end_block(l);
+	return 0;
+}
+
+/* The denominator's length part of w, k1 (1 - b + b dl / avgdl): one per
+ * document, computed once for all its terms (w_of). */
+static double len_norm(double dl, double avgdl, double k1, double b)
+{
+	return k1 * (1 - b + b * dl / avgdl);
+}
+
+/* w = tf (k1 + 1) / (tf + norm), norm = len_norm(): the one expression
+ * the index's maxima and every search use, so that they agree to the bit. */
+static inline double w_of(double tf, double norm, double k1)
+{
+	return tf * (k1 + 1) / (tf + norm);
+}
+
+static double tf_weight(double tf, double dl, double avgdl, double k1, double b)
+{
+	return w_of(tf, len_norm(dl, avgdl, k1, b), k1);
+}
+
+void ss_bm25_set_params(ss_bm25 *b, double k1, double bb)
+{
+	b->k1 = k1;
+	b->b = bb;
+}
+
+/* The error for document row `rid` (docs.id `id`, NULL when it has none)
+ * outside 1..SS_BM25_MAX_RID. */
+static int bad_rid(int64_t rid, const char *id, char *errmsg)
+{
+	return ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document %s has row id %lld, outside 1..%d",
+		       id ? id : "(no id)", (long long)rid, SS_BM25_MAX_RID);
+}
+
+int ss_bm25_commit(ss_bm25 *b, char *errmsg)
+{
+	sqlite3 *db = b->db;
+	sqlite3_stmt *st = NULL;
+	plist *pl = NULL;
+	uint32_t *doclen = NULL;
+	int64_t n_docs = 0, n_terms = 0, max_rid = 0, max_tid = b->v.next_tid - 1;
+	int rc = 0, s;
+	/* The rids index doclen: one outside its range (an edited file) is
+	 * refused before anything is sized by it (two searches of the rowid,
+	 * no scan: no ORDER BY). */
+	if (sqlite3_prepare_v2(db, "SELECT rid, id FROM docs WHERE rid < 1 OR rid > ?1 LIMIT 1", -1, &st,
+			       NULL) != SQLITE_OK) {
+		rc = sqlfail(b, errmsg, "sqlite");
+		goto done;
+	}
+	if ((rc = bound(sqlite3_bind_int64(st, 1, SS_BM25_MAX_RID), errmsg, "checking row ids")))
+		goto done;
+	if ((s = sqlite3_step(st)) == SQLITE_ROW) {
+		rc = bad_rid(sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1), errmsg);
+		goto done;
+	} else if (s != SQLITE_DONE) {
+		rc = sqlfail(b, errmsg, "checking row ids");
+		goto done;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	if (sqlite3_prepare_v2(db, "SELECT count(*), coalesce(sum(n_terms), 0), coalesce(max(rid), 0) FROM docs",
+			       -1, &st, NULL) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
+		rc = sqlfail(b, errmsg, "sqlite");
+		goto done;
+	}
+	n_docs = sqlite3_column_int64(st, 0);
+	n_terms = sqlite3_column_int64(st, 1);
+	max_rid = sqlite3_column_int64(st, 2);
+	sqlite3_finalize(st);
+	st = NULL;
+	if (max_rid < 0 || max_rid > SS_BM25_MAX_RID) { /* checked above; kept by the allocation it sizes */
+		rc = bad_rid(max_rid, NULL, errmsg);
+		goto done;
+	}
+	double avgdl = n_docs && n_terms ? (double)n_terms / (double)n_docs : 1;
+	pl = calloc((size_t)max_tid + 1, sizeof *pl);
+	doclen = calloc((size_t)max_rid + 1, sizeof *doclen);
+	if (!pl || !doclen) {
+		rc = SS_ERR_NOMEM;
+		goto done;
+	}
+	if (sqlite3_prepare_v2(db, "SELECT rid, n_terms, terms FROM docs ORDER BY rid", -1, &st, NULL) != SQLITE_OK) {
+		rc = sqlfail(b, errmsg, "sqlite");
+		goto done;
+	}
+	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t rid64 = sqlite3_column_int64(st, 0);
+		if (rid64 < 1 || rid64 > max_rid) {
+			rc = bad_rid(rid64, NULL, errmsg);
+			goto done;
+		}
+		uint32_t rid = (uint32_t)rid64;
+		int64_t dl = sqlite3_column_int64(st, 1);
+		const unsigned char *v = sqlite3_column_blob(st, 2);
+		size_t vn = (size_t)sqlite3_column_bytes(st, 2), i = 0;
+		doclen[rid] = dl > UINT32_MAX ? UINT32_MAX : (uint32_t)dl;
+		uint64_t tid = 0, d, tf;
+		while (i < vn) {
+			if (get_varint(v, vn, &i, &d) || get_varint(v, vn, &i, &tf) || (tid += d) > (uint64_t)max_tid) {
+				rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged term vector in document row %u", rid);
+				goto done;
+			}
+			double w = tf_weight((double)tf, (double)doclen[rid], avgdl, SS_BM25_K1, SS_BM25_B);
+			if ((rc = plist_add(&pl[tid], rid, tf, w))) {
+				ss_errf(errmsg, rc, "postings of term %llu", (unsigned long long)tid);
+				goto done;
+			}
+		}
+	}
+	if (s != SQLITE_DONE) {
+		rc = sqlfail(b, errmsg, "reading term vectors");
+		goto done;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+
+	sqlite3_stmt *upd = NULL, *del = NULL;
+	if (sqlite3_prepare_v2(db, "UPDATE terms SET df = ?2, maxw = ?3, postings = ?4 WHERE tid = ?1", -1, &upd,
+			       NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(db, "DELETE FROM terms WHERE tid = ?1", -1, &del, NULL) != SQLITE_OK) {
+		sqlite3_finalize(upd);
+		rc = sqlfail(b, errmsg, "sqlite");
+		goto done;
+	}
+	unsigned char *blob = NULL;
+	uint32_t blob_cap = 0;
+	for (int64_t t = 1; t <= max_tid && !rc; t++) {
+		plist *l = &pl[t];
+		sqlite3_stmt *q = del;
+		if (l->n) {
+			if (l->in_block && (rc = plist_end_block(l)))
+				break;
+			uint64_t size = 4 + (uint64_t)l->skip_len + l->len;
+			if ((rc = grow(&blob, &blob_cap, size)))
+				break;
+			wr32(blob, l->skip_len / SKIP_BYTES);
+			memcpy(blob + 4, l->skip, l->skip_len);
+			memcpy(blob + 4 + l->skip_len, l->data, l->len);
+			q = upd;
+			if ((rc = bound(sqlite3_bind_int64(q, 2, l->n), errmsg, "writing postings")) ||
+			    (rc = bound(sqlite3_bind_double(q, 3, l->maxw), errmsg, "writing postings")) ||
+			    (rc = bound(sqlite3_bind_blob64(q, 4, blob, size, SQLITE_STATIC), errmsg, "writing postings")))
+				break;
+		}
+		if ((rc = bound(sqlite3_bind_int64(q, 1, t), errmsg, "writing postings")))
+			break;
+		if (sqlite3_step(q) != SQLITE_DONE)
+			rc = sqlfail(b, errmsg, "writing postings");
+		sqlite3_reset(q);
+		free(l->data);
+		free(l->skip);
+		l->data = l->skip = NULL;
+	}
+	free(blob);
+	sqlite3_finalize(upd);
+	sqlite3_finalize(del);
+	if (rc)
+		goto done;
+	if (sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO bm25 VALUES(1, ?1, ?2, ?3, ?4)", -1, &st, NULL) !=
+	    SQLITE_OK) {
+		rc = sqlfail(b, errmsg, "sqlite");
+		goto done;
+	}
+	for (int64_t r = 0; r <= max_rid; r++)
+		wr32((unsigned char *)&doclen[r], doclen[r]);
+	const char *what = "writing corpus statistics";
+	if ((rc = bound(sqlite3_bind_int64(st, 1, n_docs), errmsg, what)) ||
+	    (rc = bound(sqlite3_bind_int64(st, 2, n_terms), errmsg, what)) ||
+	    (rc = bound(sqlite3_bind_int64(st, 3, max_rid), errmsg, what)) ||
+	    (rc = bound(sqlite3_bind_blob64(st, 4, doclen, (sqlite3_uint64)(max_rid + 1) * 4, SQLITE_STATIC), errmsg,
+			what)))
+		goto done;
+	if (sqlite3_step(st) != SQLITE_DONE)
+		rc = sqlfail(b, errmsg, "writing corpus statistics");
+done:
+	sqlite3_finalize(st);
+	if (pl)
+		for (int64_t t = 0; t <= max_tid; t++) {
+			free(pl[t].data);
+			free(pl[t].skip);
+		}
+	free(pl);
+	free(doclen);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ query */
+
+static int on_query_token(void *ctx, int flags, const char *tok, int n, int start, int end)
+{
+	(void)flags;
+	(void)start;
+	(void)end;
+	ss_bm25 *b = ctx;
+	for (size_t i = 0; i < b->n_q; i++)
+		if (!strncmp(b->qterms[i], tok, (size_t)n) && !b->qterms[i][n])
+			return SQLITE_OK;
+	if (b->n_q == b->cap_q) {
+		size_t cap = b->cap_q ? 2 * b->cap_q : 32;
+		char **q = realloc(b->qterms, cap * sizeof *q);
+		if (!q)
+			return SQLITE_NOMEM;
+		b->qterms = q;
+		b->cap_q = cap;
+	}
+	if (!(b->qterms[b->n_q] = strndup(tok, (size_t)n)))
+		return SQLITE_NOMEM;
+	b->n_q++;
+	return SQLITE_OK;
+}
+
+/* Loads N and avgdl when the file changed since they were loaded (or never
+ * were), forgetting the document lengths read so far. */
+static int load_stats(ss_bm25 *b, char *errmsg)
+{
+	int64_t ver = -2;
+	if (sqlite3_step(b->data_version) == SQLITE_ROW)
+		ver = sqlite3_column_int64(b->data_version, 0);
+	sqlite3_reset(b->data_version);
+	if (ver == b->stats_version)
+		return 0;
+	sqlite3_stmt *st = NULL;
+	int rc = 0;
+	if (sqlite3_prepare_v2(b->db, "SELECT n_docs, n_terms, max_rid, length(doclen) FROM bm25 WHERE one = 1", -1,
+			       &st, NULL) != SQLITE_OK)
+		return sqlfail(b, errmsg, "sqlite");
+	free_doclen(b);
+	b->n_docs = 0;
+	b->avgdl = 1;
+	b->max_rid = -1;
+	int s = sqlite3_step(st);
+	if (s == SQLITE_ROW) {
+		int64_t n = sqlite3_column_int64(st, 0), t = sqlite3_column_int64(st, 1);
+		b->max_rid = sqlite3_column_int64(st, 2);
+		int64_t bytes = sqlite3_column_int64(st, 3);
+		if (b->max_rid < 0 || b->max_rid > SS_BM25_MAX_RID || bytes != (b->max_rid + 1) * 4) {
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document lengths of %lld bytes", (long long)bytes);
+		} else if (!(b->dlc = calloc((size_t)b->max_rid / DL_CHUNK + 1, sizeof *b->dlc))) {
+			rc = SS_ERR_NOMEM;
+		} else {
+			b->n_dlc = (size_t)b->max_rid / DL_CHUNK + 1;
+			b->n_docs = (double)n;
+			b->avgdl = n && t ? (double)t / (double)n : 1;
+		}
+	} else if (s != SQLITE_DONE) {
+		rc = sqlfail(b, errmsg, "reading corpus statistics");
+	}
+	sqlite3_finalize(st);
+	if (!rc)
+		b->stats_version = ver;
+	return rc;
+}
+
+/* Length in terms of document `rid`: a chunk of the lengths is read from
+ * bm25.doclen (through b->dl_blob, opened here, closed by the search) the
+ * first time one of its documents is scored. Returns 0 or SS_ERR_NOMEM,
+ * SS_ERR_IO. */
+static int dl_load(ss_bm25 *b, uint32_t rid, double *dl)
+{
+	if ((int64_t)rid > b->max_rid) {
+		*dl = 0;
+		return 0;
+	}
+	size_t c = rid / DL_CHUNK;
+	if (!b->dlc[c]) {
+		size_t first = c * DL_CHUNK, n = (size_t)b->max_rid + 1 - first;
+		if (n > DL_CHUNK)
+			n = DL_CHUNK;
+		uint32_t *v = malloc(n * 4);
+		if (!v)
+			return SS_ERR_NOMEM;
+		if ((!b->dl_blob && sqlite3_blob_open(b->db, "main", "bm25", "doclen", 1, 0, &b->dl_blob) != SQLITE_OK) ||
+		    sqlite3_blob_read(b->dl_blob, v, (int)(n * 4), (int)(first * 4)) != SQLITE_OK) {
+			free(v);
+			return SS_ERR_IO;
+		}
+		for (size_t i = 0; i < n; i++)
+			v[i] = rd32((const unsigned char *)&v[i]);
+		b->dlc[c] = v;
+	}
+	*dl = b->dlc[c][rid % DL_CHUNK];
+	return 0;
+}
+
+/* dl_load, its chunk already read: the common case, inline. */
+static inline int dl_of(ss_bm25 *b, uint32_t rid, double *dl)
+{
+	const uint32_t *v;
+	if ((int64_t)rid <= b->max_rid && (v = b->dlc[rid / DL_CHUNK])) {
+		*dl = v[rid % DL_CHUNK];
+		return 0;
+	}
+	return dl_load(b, rid, dl);
+}
+
+/* A term's postings being read: the skip table in memory, one block
+ * decoded at a time from the blob. */
+typedef struct {
+	sqlite3_blob *blob;
+	double idf, ub;
+	int64_t df;
+	uint32_t n_blocks, size;
+	unsigned char *skip;
+	int64_t blk;    /* decoded block, -1 = none */
+	int64_t sblk;   /* shallow position: a block at or before the one that holds the next rid looked up */
+	double bscale;  /* a block's bound is bscale times its stored max of w */
+	int pos, n;
+	uint32_t rid[BLOCK], tf[BLOCK];
+	uint32_t cur;   /* current rid; END past the last */
+} cursor;
+
+#define END UINT32_MAX
+
+static int load_block(cursor *c, int64_t blk, unsigned char *buf)
+{
+	uint32_t start = blk ? rd32(c->skip + (blk - 1) * SKIP_BYTES + 4) : 0;
+	uint32_t end = rd32(c->skip + blk * SKIP_BYTES + 4);
+	uint32_t base = 4 + c->n_blocks * SKIP_BYTES;
+	if (end < start || end - start > BLOCK * 20 || (uint64_t)base + end > c->size)
+		return SS_ERR_FORMAT;
+	if (sqlite3_blob_read(c->blob, buf, (int)(end - start), (int)(base + start)) != SQLITE_OK)
+		return SS_ERR_IO;
+	uint64_t rid = blk ? rd32(c->skip + (blk - 1) * SKIP_BYTES) : 0, d, tf;
+	size_t i = 0, n = end - start;
+	int k = 0;
+	while (i < n && k < BLOCK) {
+		/* One byte each, the common case, without the general loop. */
+		if (i + 1 < n && buf[i] < 0x80 && buf[i + 1] < 0x80) {
+			d = buf[i];
+			tf = buf[i + 1];
+			i += 2;
+		} else if (get_varint(buf, n, &i, &d) || get_varint(buf, n, &i, &tf)) {
+			return SS_ERR_FORMAT;
+		}
+		if ((rid += d) >= END)
+			return SS_ERR_FORMAT;
+		c->rid[k] = (uint32_t)rid;
+		c->tf[k++] = tf > UINT32_MAX ? UINT32_MAX : (uint32_t)tf;
+	}
+	if (!k || i != n)
+		return SS_ERR_FORMAT;
+	c->blk = blk;
+	c->n = k;
+	c->pos = 0;
+	c->cur = c->rid[0];
+	return 0;
+}
+
+static int cur_next(cursor *c, unsigned char *buf)
+{
+	if (++c->pos < c->n) {
+		c->cur = c->rid[c->pos];
+		return 0;
+	}
+	if (c->blk + 1 < c->n_blocks)
+		return load_block(c, c->blk + 1, buf);
+	c->cur = END;
+	return 0;
+}
+
+/* The first block of c whose last rid is >= d (n_blocks when none), found
+ * from the shallow position on by galloping, without decoding a block:
+ * the block that holds d if any posting does. d never decreases between
+ * calls on one cursor. */
+static int64_t cur_shallow(cursor *c, uint32_t d)
+{
+	int64_t lo = c->sblk > c->blk ? c->sblk : c->blk, hi, step = 1;
+	if (lo < 0)
+		lo = 0;
+	if (lo >= c->n_blocks || rd32(c->skip + lo * SKIP_BYTES) >= d)
+		return c->sblk = lo;
+	/* last(lo) < d: gallop to a block whose last rid >= d, then bisect. */
+	for (hi = lo + 1; hi < c->n_blocks && rd32(c->skip + hi * SKIP_BYTES) < d; hi = lo + step) {
+		lo = hi;
+		step *= 2;
+	}
+	if (hi > c->n_blocks)
+		hi = c->n_blocks;
+	while (lo + 1 < hi) { /* last(lo) < d, last(hi) >= d or hi = n_blocks */
+		int64_t mid = lo + (hi - lo) / 2;
+		if (rd32(c->skip + mid * SKIP_BYTES) < d)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return c->sblk = hi;
+}
+
+/* Upper bound of the term's score in block blk of c (blk < n_blocks): idf
+ * times the block's largest w, rounded up when stored; or the term's
+ * bound when the search's k1, b are not the ones the maxima hold for. */
+static double block_ub(const cursor *c, int64_t blk)
+{
+	float w;
+	memcpy(&w, c->skip + blk * SKIP_BYTES + 8, 4);
+	return c->bscale ? c->bscale * w : c->ub;
+}
+
+/* Moves c to its first posting with rid >= d. */
+static int cur_seek(cursor *c, uint32_t d, unsigned char *buf)
+{
+	if (c->cur >= d)
+		return 0;
+	int64_t lo = cur_shallow(c, d);
+	if (lo == c->n_blocks) {
+		c->cur = END;
+		return 0;
+	}
+	int rc;
+	if (lo != c->blk && (rc = load_block(c, lo, buf)))
+		return rc;
+	while (c->rid[c->pos] < d)
+		c->pos++;
+	c->cur = c->rid[c->pos];
+	return 0;
+}
+
+static int cmp_ub(const void *a, const void *b)
+{
+	double x = ((const cursor *)a)->ub, y = ((const cursor *)b)->ub;
+	return x < y ? -1 : x > y;
+}
+
+/* hits[0..n) as a min-heap on (score, -rid): hits[0] is the worst. */
+static int worse(const ss_bm25_hit *a, const ss_bm25_hit *b)
+{
+	return a->score < b->score || (a->score == b->score && a->rid > b->rid);
+}
+
+static void sift_down(ss_bm25_hit *h, int n, int i)
+{
+	for (;;) {
+		int l = 2 * i + 1, r = l + 1, m = i;
+		if (l < n && worse(&h[l], &h[m]))
+			m = l;
+		if (r < n && worse(&h[r], &h[m]))
+			m = r;
+		if (m == i)
+			return;
+		ss_bm25_hit t = h[i];
+		h[i] = h[m];
+		h[m] = t;
+		i = m;
+	}
+}
+
+static void heap_push(ss_bm25_hit *h, int *n, ss_bm25_hit x)
+{
+	int i = (*n)++;
+	h[i] = x;
+	while (i && worse(&h[i], &h[(i - 1) / 2])) {
+		ss_bm25_hit t = h[i];
+		h[i] = h[(i - 1) / 2];
+		h[(i - 1) / 2] = t;
+		i = (i - 1) / 2;
+	}
+}
+
+/* Adds x to the top-k heap hits[0..*n) unless it is worse than all of k. */
+static void heap_offer(ss_bm25_hit *h, int *n, int k, ss_bm25_hit x)
+{
+	if (*n < k) {
+		heap_push(h, n, x);
+	} else if (worse(&h[0], &x)) {
+		h[0] = x;
+		sift_down(h, *n, 0);
+	}
+}
+
+static int cmp_hit(const void *a, const void *b)
+{
+	const ss_bm25_hit *x = a, *y = b;
+	return worse(y, x) ? -1 : worse(x, y);
+}
+
+static int excluded(uint32_t rid, const int64_t *ex, size_t n)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (ex[mid] < rid)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && ex[lo] == rid;
+}
+
+int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude, size_t n_exclude,
+		   ss_bm25_hit *hits, char *errmsg)
+{
+	for (size_t i = 0; i < b->n_q; i++)
+		free(b->qterms[i]);
+	b->n_q = 0;
+	int rc = b->tk.xTokenize(b->tok, b, FTS5_TOKENIZE_QUERY, query, (int)strlen(query), on_query_token);
+	if (rc != SQLITE_OK)
+		return SS_ERR_NOMEM;
+	if (!b->n_q)
+		return ss_errf(errmsg, SS_ERR_INVALID, "empty query (no word to search for)");
+	if ((rc = load_stats(b, errmsg)))
+		return rc;
+	/* The page cache: small for a process's first search, large from the
+	 * second on (QUERY_CACHE_KIB). */
+	if (b->n_searches < 2) {
+		char sql[64];
+		snprintf(sql, sizeof sql, "PRAGMA cache_size = -%d", b->n_searches ? QUERY_CACHE_KIB : QUERY_CACHE_KIB_FIRST);
+		sqlite3_exec(b->db, sql, NULL, NULL, NULL);
+	}
+	b->n_searches++;
+	cursor *c = calloc(b->n_q, sizeof *c), *pc = NULL;
+	int64_t *primed = NULL;
+	size_t n_primed = 0;
+	unsigned char *buf = malloc(BLOCK * 20);
+	double *cum = malloc(b->n_q * sizeof *cum);
+	int m = 0, n_hits = 0;
+	if (!c || !buf || !cum) {
+		rc = SS_ERR_NOMEM;
+		goto done;
+	}
+	double avgdl = b->avgdl;
+	for (size_t i = 0; i < b->n_q; i++) {
+		sqlite3_bind_text(b->find_term, 1, b->qterms[i], -1, SQLITE_STATIC);
+		int s = sqlite3_step(b->find_term);
+		if (s == SQLITE_ROW) {
+			cursor *t = &c[m];
+			int64_t tid = sqlite3_column_int64(b->find_term, 0);
+			t->df = sqlite3_column_int64(b->find_term, 1);
+			double df = (double)t->df;
+			double idf = log((b->n_docs - df + 0.5) / (df + 0.5));
+			t->idf = idf <= 0 ? 1e-6 : idf;
+			/* maxw holds for the default k1, b; for others w < k1 + 1 (tf/(tf + k1 L) < 1). */
+			int dflt = b->k1 == SS_BM25_K1 && b->b == SS_BM25_B;
+			t->ub = t->idf * (dflt ? sqlite3_column_double(b->find_term, 2) : b->k1 + 1);
+			t->bscale = dflt ? t->idf : 0;
+			t->blk = -1;
+			unsigned char hdr[4];
+			if (sqlite3_blob_open(b->db, "main", "terms", "postings", tid, 0, &t->blob) != SQLITE_OK)
+				rc = sqlfail(b, errmsg, "reading postings");
+			else if ((t->size = (uint32_t)sqlite3_blob_bytes(t->blob)) < 4 ||
+				 sqlite3_blob_read(t->blob, hdr, 4, 0) != SQLITE_OK ||
+				 (t->n_blocks = rd32(hdr)) == 0 ||
+				 (uint64_t)t->n_blocks * SKIP_BYTES + 4 > t->size)
+				rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged postings of term \"%s\"", b->qterms[i]);
+			else if (!(t->skip = malloc((size_t)t->n_blocks * SKIP_BYTES)))
+				rc = SS_ERR_NOMEM;
+			else if (sqlite3_blob_read(t->blob, t->skip, (int)(t->n_blocks * SKIP_BYTES), 4) != SQLITE_OK)
+				rc = sqlfail(b, errmsg, "reading postings");
+			else if ((rc = load_block(t, 0, buf)))
+				rc = ss_errf(errmsg, rc, "damaged postings of term \"%s\"", b->qterms[i]);
+			m++;
+		} else if (s != SQLITE_DONE) {
+			rc = sqlfail(b, errmsg, "looking up a term");
+		}
+		sqlite3_reset(b->find_term);
+		if (rc)
+			goto done;
+	}
+	/* MaxScore: terms by ascending bound; the first `ess` of them are
+	 * non-essential (their bounds together cannot lift a document that has
+	 * none of the others above the k-th score), so only documents of the
+	 * essential terms are candidates, and the others are looked up for a
+	 * candidate only while its score could still reach the top k. */
+	qsort(c, (size_t)m, sizeof *c, cmp_ub);
+	for (int i = 0; i < m; i++)
+		cum[i] = c[i].ub + (i ? cum[i - 1] : 0);
+	/* Priming: up to PRIME documents of the rarest terms, in rid order,
+	 * scored in full through copies of the cursors (sharing blob and skip
+	 * table) so that the search proper starts at block 0 with a useful
+	 * k-th score; it then skips these documents. */
+	int p0 = m - 1;
+	for (int64_t sum = m ? c[m - 1].df : 0; p0 > 0 && sum + c[p0 - 1].df <= PRIME; p0--)
+		sum += c[p0 - 1].df;
+	pc = m ? malloc((size_t)m * sizeof *pc) : NULL;
+	primed = malloc(PRIME * sizeof *primed);
+	if (m && (!pc || !primed)) {
+		rc = SS_ERR_NOMEM;
+		goto done;
+	}
+	if (m)
+		memcpy(pc, c, (size_t)m * sizeof *pc);
+	while (m && n_primed < PRIME) {
+		uint32_t d = END;
+		for (int i = p0; i < m; i++)
+			if (pc[i].cur < d)
+				d = pc[i].cur;
+		if (d == END)
+			break;
+		double dl, s = 0;
+		if ((rc = dl_of(b, d, &dl)))
+			goto damaged;
+		for (int i = 0; i < m; i++) {
+			if (i < p0 && (rc = cur_seek(&pc[i], d, buf)))
+				goto damaged;
+			if (pc[i].cur == d) {
+				s += pc[i].idf * tf_weight(pc[i].tf[pc[i].pos], dl, avgdl, b->k1, b->b);
+				if (i >= p0 && (rc = cur_next(&pc[i], buf)))
+					goto damaged;
+			}
+		}
+		primed[n_primed++] = d;
+		if (!(n_exclude && excluded(d, exclude, n_exclude)))
+			heap_offer(hits, &n_hits, k, (ss_bm25_hit){ d, s });
+	}
+	int ess = 0;
+	double theta = 0;
+	size_t next_primed = 0; /* primed[next_primed] is the first primed rid >= d */
+	if (n_hits == k) {
+		theta = hits[0].score;
+		while (ess < m && cum[ess] * SLACK < theta)
+			ess++;
+	}
+	for (;;) {
+		uint32_t d = END;
+		for (int i = ess; i < m; i++)
+			if (c[i].cur < d)
+				d = c[i].cur;
+		if (d == END)
+			break;
+		double dl, s = 0;
+		if ((rc = dl_of(b, d, &dl)))
+			goto damaged;
+		double norm = len_norm(dl, avgdl, b->k1, b->b);
+		for (int i = ess; i < m; i++)
+			if (c[i].cur == d) {
+				s += c[i].idf * w_of(c[i].tf[c[i].pos], norm, b->k1);
+				if ((rc = cur_next(&c[i], buf)))
+					goto damaged;
+			}
+		while (next_primed < n_primed && primed[next_primed] < d)
+			next_primed++;
+		if ((next_primed < n_primed && primed[next_primed] == d) || (n_exclude && excluded(d, exclude, n_exclude)))
+			continue;
+		/* The non-essential terms, most weighty first, while the score
+		 * could still reach the k-th: a term's block that would hold d
+		 * (found in the skip table alone) bounds it more tightly than its
+		 * maximum, so that a block is decoded only when it could matter. */
+		for (int i = ess - 1; i >= 0; i--) {
+			double rest = i ? cum[i - 1] : 0;
+			if ((s + c[i].ub + rest) * SLACK < theta)
+				break;
+			if (c[i].cur < d) {
+				int64_t sb = cur_shallow(&c[i], d);
+				if (sb == c[i].n_blocks)
+					continue;
+				if ((s + block_ub(&c[i], sb) + rest) * SLACK < theta)
+					break;
+				if ((rc = cur_seek(&c[i], d, buf)))
+					goto damaged;
+			}
+			if (c[i].cur == d)
+				s += c[i].idf * w_of(c[i].tf[c[i].pos], norm, b->k1);
+		}
+		ss_bm25_hit x = { d, s };
+		if (n_hits < k) {
+			heap_push(hits, &n_hits, x);
+		} else if (worse(&hits[0], &x)) {
+			hits[0] = x;
+			sift_down(hits, n_hits, 0);
+		} else {
+			continue;
+		}
+		if (n_hits == k) {
+			theta = hits[0].score;
+			while (ess < m && cum[ess] * SLACK < theta)
+				ess++;
+		}
+	}
+	qsort(hits, (size_t)n_hits, sizeof *hits, cmp_hit);
+	rc = n_hits;
+	goto done;
+damaged:
+	rc = rc == SS_ERR_IO ? sqlfail(b, errmsg, "reading postings") : ss_errf(errmsg, rc, "damaged postings");
+done:
+	sqlite3_blob_close(b->dl_blob);
+	b->dl_blob = NULL;
+	for (int i = 0; c && i < m; i++) {
+		sqlite3_blob_close(c[i].blob);
+		free(c[i].skip);
+	}
+	free(c);
+	free(pc);
+	free(primed);
+	free(buf);
+	free(cum);
+	return rc;
+}

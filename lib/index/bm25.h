@@ -1,0 +1,101 @@
+/*
+ * bm25.h — the index's term postings and its top-k BM25 search (internal
+ * to lib/index/index.c; not part of the public header).
+ *
+ * Text is cut into terms by SQLite FTS5's "porter unicode61
+ * remove_diacritics 2" tokenizer (case and diacritics folded, Porter stems),
+ * wrapped: a word (a run of text without ASCII white space) that it cuts
+ * into several tokens ("U.S.", "e.g.", "a-z", "1,000", "don't") also gives
+ * a compound term, its tokens joined by single spaces ("u s"), which
+ * no token holds. A document holds its tokens and its compounds (its
+ * length counts the tokens only); a query's word is its token or, when it
+ * has several, its compound alone: the phrase of adjacent tokens the index
+ * matched before schema 2 (FTS5 '"U.S."'), without positions, so that it
+ * ranks as that index did (formats/index.md has the figures). It finds a
+ * word written "U.S." or "u.s", no longer "U. S." (two words).
+ * Tables, in the index's SQLite file (created by lib/index/index.c, schema 3):
+ *   docs.n_terms, docs.terms   a document's length in tokens and its term
+ *                              vector: (varint tid delta, varint tf) pairs,
+ *                              tid ascending.
+ *   terms(tid, term, df, maxw, postings)
+ *                              one row per term; postings (blob, little
+ *                              endian): u32 n_blocks; n_blocks skip entries
+ *                              {u32 last rid, u32 end byte offset in the
+ *                              data, f32 block max of w}; data: blocks of
+ *                              128 (varint rid delta, varint tf) pairs, rid
+ *                              ascending, the first delta of a block taken
+ *                              from the previous block's last rid.
+ *   bm25(one = 1, n_docs, n_terms, max_rid, doclen)
+ *                              corpus statistics; doclen: u32 n_terms per
+ *                              rid, 0..max_rid.
+ * w = tf (k1 + 1) / (tf + k1 (1 - b + b dl / avgdl)), k1 = 1.2, b = 0.75,
+ * idf = ln((N - df + 0.5) / (df + 0.5)), 1e-6 when that is <= 0: FTS5's
+ * bm25() with these terms as single-token phrases. maxw is a term's largest
+ * w. The postings are rewritten from the term vectors at every commit.
+ * ref: Turtle & Flood, "Query evaluation: strategies and optimizations"
+ * (1995), MaxScore; Ding & Suel, "Faster top-k document retrieval using
+ * block-max indexes" (SIGIR 2011), the block maxima; SQLite
+ * ext/fts5/fts5_aux.c fts5Bm25Function.
+ */
+#ifndef SS_BM25_H
+#define SS_BM25_H
+
+#include <sqlite3.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SS_BM25_K1 1.2
+#define SS_BM25_B 0.75
+/* The largest docs.rid (rids run from 1): bm25.doclen, 4 bytes a rid from
+ * 0, stays within SQLite's default limit on a blob (SQLITE_MAX_LENGTH,
+ * 10^9 bytes). A row outside 1..SS_BM25_MAX_RID is a damaged index. */
+#define SS_BM25_MAX_RID 249999999
+
+typedef struct ss_bm25 ss_bm25;
+
+/* ss_bm25_tokenizer_register (ss_index.h) registers the tokenizer above as FTS5's "ss". */
+
+/* Binds the tokenizer to connection `db` (which must outlive it). build != 0
+ * loads the vocabulary for ss_bm25_add/ss_bm25_commit. Returns 0 or a
+ * negative SS_ERR_* with errmsg filled (SS_ERR_FORMAT: a term row without
+ * its term). */
+int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg);
+void ss_bm25_close(ss_bm25 *b);
+
+/* Tokenizes text[0..len) into its term vector (the docs.terms blob),
+ * adding new terms to the vocabulary and the terms table. *vec (*vec_len
+ * bytes) is owned by b, valid until the next call; *n_terms: the number of
+ * terms (docs.n_terms). Returns 0, SS_ERR_NOMEM, SS_ERR_IO. */
+int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec, size_t *vec_len,
+		  int64_t *n_terms, char *errmsg);
+
+/* Rewrites terms.df/maxw/postings and the bm25 row from every document's
+ * term vector (inside the caller's write transaction); drops terms no
+ * document holds. Memory: about the size of the postings. Returns 0 or a
+ * negative SS_ERR_*: SS_ERR_FORMAT for a damaged index (a docs.rid outside
+ * 1..SS_BM25_MAX_RID, naming the document; a damaged term vector),
+ * SS_ERR_TOO_LARGE for a blob past SQLite's length limit, SS_ERR_IO; the
+ * caller then rolls the transaction back. */
+int ss_bm25_commit(ss_bm25 *b, char *errmsg);
+
+/* Sets k1 (>= 0) and b (in [0, 1]) of the following searches (default
+ * SS_BM25_K1, SS_BM25_B; the caller checks the ranges). Postings keep the
+ * default's maxw: with other values a term's bound is idf (k1 + 1), still
+ * exact, with less pruning. */
+void ss_bm25_set_params(ss_bm25 *b, double k1, double bb);
+
+typedef struct {
+	int64_t rid;
+	double score;
+} ss_bm25_hit;
+
+/* Top-k rows for `query` (its distinct terms OR-ed, each counted once) by BM25,
+ * best first, equal scores by rid, leaving out the rids in
+ * exclude[0..n_exclude) (sorted ascending). Runs in the caller's read
+ * transaction. hits: room for k. Returns the number of hits (0 when no
+ * term is in the index), SS_ERR_INVALID when the query has no term,
+ * SS_ERR_NOMEM, SS_ERR_IO, SS_ERR_FORMAT (a damaged postings blob). */
+int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude, size_t n_exclude,
+		   ss_bm25_hit *hits, char *errmsg);
+
+#endif /* SS_BM25_H */

@@ -1,0 +1,800 @@
+/* index_build.c — building a BM25 index of documents → state records
+ * (SQLite): the build lock, adding texts and states, the commit that writes
+ * the postings. See ss_index.h; queries are lib/index/index.c. */
+#include "index/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *schema_sql =
+	"PRAGMA application_id = 1936937545;" /* 0x73735249, 'ssRI': file(1) can tell */
+	"CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+	"CREATE TABLE files(file_id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE);"
+	"CREATE TABLE docs(rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,"
+	" file_id INTEGER REFERENCES files(file_id), byte_offset INTEGER, frame_length INTEGER,"
+	" fingerprint TEXT, n_tokens INTEGER, text_tokens INTEGER, text_len INTEGER,"
+	" n_terms INTEGER, terms BLOB);"
+	"CREATE TABLE terms(tid INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE, df INTEGER NOT NULL DEFAULT 0,"
+	" maxw REAL NOT NULL DEFAULT 0, postings BLOB);"
+	"CREATE TABLE bm25(one INTEGER PRIMARY KEY CHECK (one = 1), n_docs INTEGER, n_terms INTEGER,"
+	" max_rid INTEGER, doclen BLOB);"
+	"INSERT INTO meta VALUES('schema_version', '3'), ('created_by', 'ss " SS_VERSION "');";
+
+/* Takes the build lock of the index at `path`: an exclusive flock on
+ * path.lock, waited for as long as another build holds it. A build that
+ * ends removes the lock file while holding it, so a waiter that then gets
+ * the lock of a removed file opens the new one. Returns 0 with *fd and
+ * *lock_path (malloc'ed) set, or SS_ERR_IO/SS_ERR_NOMEM. */
+static int build_lock(const char *path, int *fd, char **lock_path, char *errmsg)
+{
+	size_t n = strlen(path) + sizeof ".lock";
+	char *lp = malloc(n);
+	if (!lp)
+		return SS_ERR_NOMEM;
+	snprintf(lp, n, "%s.lock", path);
+	for (;;) {
+		int f = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+		if (f < 0) {
+			int e = errno;
+			free(lp);
+			return ss_errf(errmsg, e == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, "cannot create the build lock: %s",
+				       strerror(e));
+		}
+		int r;
+		while ((r = flock(f, LOCK_EX)) != 0 && errno == EINTR)
+			;
+		struct stat a, b;
+		if (r != 0) {
+			int e = errno;
+			close(f);
+			free(lp);
+			return ss_errf(errmsg, SS_ERR_IO, "cannot lock %s.lock: %s", path, strerror(e));
+		}
+		if (fstat(f, &a) == 0 && stat(lp, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+			*fd = f;
+			*lock_path = lp;
+			return 0;
+		}
+		close(f);
+	}
+}
+
+/* Where one state stored before this build lies (ix->dims_ref; none when
+ * the index has no stored state): what dims_check reads the index's dims
+ * from. The record stays in its file whatever the build does. */
+static int dims_ref_find(ss_index *ix, char *errmsg)
+{
+	sqlite3_stmt *st;
+	int rc = ix_prep(ix, &st,
+			 "SELECT d.id, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.file_id FROM docs d"
+			 " JOIN files f ON f.file_id = d.file_id WHERE d.id IS NOT NULL ORDER BY d.rid LIMIT 1", errmsg);
+	if (rc)
+		return rc;
+	int s = sqlite3_step(st);
+	if (s == SQLITE_ROW) {
+		ss_index_hit *h = &ix->dims_ref;
+		const char *path = (const char *)sqlite3_column_text(st, 1);
+		const char *fp = (const char *)sqlite3_column_text(st, 4);
+		h->id = strdup((const char *)sqlite3_column_text(st, 0));
+		h->path = path ? ix_resolve_path(ix, path) : NULL;
+		h->offset = (uint64_t)sqlite3_column_int64(st, 2);
+		h->length = (uint64_t)sqlite3_column_int64(st, 3);
+		snprintf(h->fingerprint, sizeof h->fingerprint, "%s", fp ? fp : "");
+		h->file_id = sqlite3_column_int64(st, 5);
+		if (!h->id || !h->path)
+			rc = SS_ERR_NOMEM;
+	} else if (s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/* Checks that state `meta` (the record at byte offset `off` of the stream
+ * being added) has the dims of the index's states: the index's model
+ * fingerprint alone would let a record of other dims (a damaged or edited
+ * stream) in, and a query would then emit states no composer can join.
+ * The first state fixes them when the index has none (or its reference
+ * record cannot be read). Returns 0 or SS_ERR_MISMATCH. */
+static int dims_check(ss_index *ix, const ss_state *meta, uint64_t off, char *errmsg)
+{
+	if (!ix->dims_set) {
+		const ss_record *rec;
+		char em[SS_ERRMSG_MAX];
+		ix->dims = ix->dims_ref.id && ss_index_read(ix, &ix->dims_ref, 1, &rec, em) == 0 ? ix->meta.dims : meta->dims;
+		ix->dims_set = 1;
+	}
+	const ss_state_dims *a = &meta->dims, *b = &ix->dims;
+	if (!ss_state_dims_check(a, b, NULL))
+		return 0;
+	return ss_errf(errmsg, SS_ERR_MISMATCH,
+		       "state record at byte offset %llu (document %s): state dims %.16s n_layer %d nheads %d headdim %d "
+		       "d_state %d conv_dim %d d_conv %d, the index's are %.16s n_layer %d nheads %d headdim %d d_state %d "
+		       "conv_dim %d d_conv %d: not states of one model",
+		       (unsigned long long)off, meta->id, a->arch, a->n_layer, a->nheads, a->headdim, a->d_state,
+		       a->conv_dim, a->d_conv, b->arch, b->n_layer, b->nheads, b->headdim, b->d_state, b->conv_dim,
+		       b->d_conv);
+}
+
+int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
+{
+	/* Builds of one index run one at a time (SQLite alone would make a
+	 * build that waits more than BUSY_TIMEOUT_MS fail). */
+	if (!path || !*path)
+		return ss_errf(errmsg, SS_ERR_INVALID, "no index path");
+	int lock_fd = -1;
+	char *lock_path = NULL;
+	int rc = build_lock(path, &lock_fd, &lock_path, errmsg);
+	if (rc)
+		return rc;
+	struct stat sb;
+	int created = stat(path, &sb) != 0 || sb.st_size == 0;
+	ss_index *ix;
+	rc = ix_open_common(&ix, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, errmsg);
+	if (rc) {
+		if (created)
+			unlink(path);
+		unlink(lock_path);
+		close(lock_fd);
+		free(lock_path);
+		return rc;
+	}
+	ix->lock_fd = lock_fd;
+	ix->lock_path = lock_path;
+	if (created && !(ix->created_path = strdup(path))) {
+		ss_index_close(ix);
+		return SS_ERR_NOMEM;
+	}
+	/* A big page cache keeps a large build from spilling into the file
+	 * before commit; the temp tables live in memory. Pages of 64 KiB (for
+	 * a new file) make the long postings blobs short chains of overflow
+	 * pages, which a query walks to reach a block. */
+	if ((rc = ix_exec(ix, "PRAGMA page_size = 65536; PRAGMA cache_size = -262144; PRAGMA temp_store = MEMORY;",
+		       errmsg)))
+		goto fail;
+	if (sqlite3_exec(ix->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+		rc = ix_sqlerr(ix, errmsg, sqlite3_extended_errcode(ix->db) == SQLITE_BUSY
+					       ? "locked by another build" : "cannot start the build");
+		goto fail;
+	}
+	ix->building = 1;
+	rc = ix_check_schema(ix, 1, errmsg);
+	if (rc == 1)
+		rc = ix_exec(ix, schema_sql, errmsg);
+	if (rc)
+		goto fail;
+	/* texts came after schema 3 was released: an index built before has
+	 * none and gets it here, empty (its documents show no text until they
+	 * are added again); readers of schema 3 ignore the table. */
+	/* tokens and stateless (the recompute tier) came later still, the same
+	 * way; the schema becomes 4 only once a document is stateless. */
+	if ((rc = ix_exec(ix, "CREATE TABLE IF NOT EXISTS texts(rid INTEGER PRIMARY KEY, text BLOB NOT NULL);"
+			      "CREATE TABLE IF NOT EXISTS tokens(rid INTEGER PRIMARY KEY, tokens BLOB NOT NULL);"
+			      "CREATE TABLE IF NOT EXISTS stateless(rid INTEGER PRIMARY KEY, dtype TEXT NOT NULL);"
+			      "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY);"
+			      "CREATE TEMP TABLE hits(id TEXT PRIMARY KEY, n INTEGER NOT NULL)", errmsg)) ||
+	    (rc = ss_bm25_open(&ix->bm25, ix->db, 1, errmsg)))
+		goto fail;
+	sqlite3_stmt *st;
+	if ((rc = ix_prep(ix, &st, "SELECT coalesce(max(rid), 0) FROM docs", errmsg)))
+		goto fail;
+	if (sqlite3_step(st) == SQLITE_ROW)
+		ix->base_rid = sqlite3_column_int64(st, 0);
+	else
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+	sqlite3_finalize(st);
+	if (rc || (rc = dims_ref_find(ix, errmsg)))
+		goto fail;
+	ix->budget = -1;
+	if ((rc = ix_prep(ix, &ix->find, "SELECT rid, text_len IS NOT NULL FROM docs WHERE id = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->ins_doc,
+		       /* above every rid of the index before this build, even one
+			* deleted in it: rid > base_rid says "added by this build" */
+		       "INSERT INTO docs(rid, id) SELECT max(coalesce(max(rid), 0), ?2) + 1, ?1 FROM docs", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->set_text, "UPDATE docs SET text_tokens = ?2, text_len = ?3, n_terms = ?4, terms = ?5 WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->set_state,
+		       "UPDATE docs SET file_id = ?2, byte_offset = ?3, frame_length = ?4, fingerprint = ?5,"
+		       " n_tokens = ?6 WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->put_text, "INSERT OR REPLACE INTO texts(rid, text) VALUES(?1, ?2)", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->del_doc, "DELETE FROM docs WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->del_text, "DELETE FROM texts WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->put_tokens, "INSERT OR REPLACE INTO tokens(rid, tokens) VALUES(?1, ?2)", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->del_tokens, "DELETE FROM tokens WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->del_stateless, "DELETE FROM stateless WHERE rid = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->add_hits,
+		       "INSERT INTO temp.hits(id, n) VALUES(?1, ?2) ON CONFLICT(id) DO UPDATE SET n = n + excluded.n",
+		       errmsg)) ||
+	    (rc = ix_prep(ix, &ix->touch, "INSERT OR IGNORE INTO temp.touched VALUES(?1)", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->file_find, "SELECT file_id FROM files WHERE path = ?1", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->file_ins, "INSERT INTO files(path) VALUES(?1)", errmsg)))
+		goto fail;
+	*out = ix;
+	return 0;
+fail:
+	ss_index_close(ix);
+	return rc;
+}
+
+/* Looks document `id` up in the build open on ix: returns 1 with *rid and
+ * *had_text (whether it has text already) set, 0 when it is not indexed,
+ * or SS_ERR_INVALID (no build, empty id), SS_ERR_IO. */
+static int find_doc(ss_index *ix, const char *id, int64_t *rid, int *had_text, char *errmsg)
+{
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	if (!id || !*id)
+		return ss_errf(errmsg, SS_ERR_INVALID, "empty document id");
+	int rc = ix_bound(sqlite3_bind_text(ix->find, 1, id, -1, SQLITE_STATIC), errmsg, "document id");
+	if (rc)
+		return rc;
+	rc = sqlite3_step(ix->find);
+	if (rc == SQLITE_ROW) {
+		*rid = sqlite3_column_int64(ix->find, 0);
+		*had_text = sqlite3_column_int(ix->find, 1);
+	}
+	sqlite3_reset(ix->find);
+	return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : ix_sqlerr(ix, errmsg, "sqlite");
+}
+
+/* Row id of document `id`, creating the row when absent. *had_text says
+ * whether it has text already. */
+static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, char *errmsg)
+{
+	int rc = find_doc(ix, id, rid, had_text, errmsg);
+	if (rc < 0)
+		return rc;
+	if (rc == 1) {
+		if (*rid <= ix->base_rid) {
+			if ((rc = ix_bound(sqlite3_bind_int64(ix->touch, 1, *rid), errmsg, "sqlite")))
+				return rc;
+			return ix_step_done(ix, ix->touch, errmsg);
+		}
+		return 0;
+	}
+	if ((rc = ix_bound(sqlite3_bind_text(ix->ins_doc, 1, id, -1, SQLITE_STATIC), errmsg, "document id")) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->ins_doc, 2, ix->base_rid), errmsg, "sqlite")) ||
+	    (rc = ix_step_done(ix, ix->ins_doc, errmsg)))
+		return rc;
+	*rid = sqlite3_last_insert_rowid(ix->db);
+	*had_text = 0;
+	return 0;
+}
+
+int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t text_len,
+		      int64_t text_tokens, char *errmsg)
+{
+	int64_t rid;
+	int had_text, rc;
+	if ((rc = doc_rid(ix, id, &rid, &had_text, errmsg)))
+		return rc;
+	if (text_len > INT_MAX)
+		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "document %s: text of %zu bytes is too long", id, text_len);
+	const void *vec;
+	size_t vec_len;
+	int64_t n_terms;
+	if ((rc = ss_bm25_terms(ix->bm25, text, text_len, &vec, &vec_len, &n_terms, errmsg)))
+		return rc;
+	const char *what = "storing the text";
+	if ((rc = ix_bound(sqlite3_bind_int64(ix->set_text, 1, rid), errmsg, what)) ||
+	    (rc = ix_bound(text_tokens >= 0 ? sqlite3_bind_int64(ix->set_text, 2, text_tokens)
+					    : sqlite3_bind_null(ix->set_text, 2), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_text, 3, (int64_t)text_len), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_text, 4, n_terms), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_blob64(ix->set_text, 5, vec, vec_len, SQLITE_STATIC), errmsg, what)) ||
+	    (rc = ix_step_done(ix, ix->set_text, errmsg)))
+		return rc;
+	if ((rc = ix_bound(sqlite3_bind_int64(ix->put_text, 1, rid), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_blob64(ix->put_text, 2, text_len ? text : "", text_len, SQLITE_STATIC), errmsg,
+			   what)) ||
+	    (rc = ix_step_done(ix, ix->put_text, errmsg)))
+		return rc;
+	/* The tokens of the text replaced are not this text's. */
+	if ((rc = ix_bound(sqlite3_bind_int64(ix->del_tokens, 1, rid), errmsg, what)))
+		return rc;
+	return ix_step_done(ix, ix->del_tokens, errmsg);
+}
+
+int ss_index_add_tokens(ss_index *ix, const char *id, const int32_t *tokens, int64_t n_tokens,
+			char *errmsg)
+{
+	if (n_tokens < 0 || (n_tokens > 0 && !tokens))
+		return ss_errf(errmsg, SS_ERR_INVALID, "document %s: %lld tokens", id ? id : "", (long long)n_tokens);
+	if (n_tokens > ((int64_t)1 << 29))
+		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "document %s: %lld tokens is too many to store", id ? id : "",
+			       (long long)n_tokens);
+	int64_t rid;
+	int had_text, rc;
+	if ((rc = doc_rid(ix, id, &rid, &had_text, errmsg)))
+		return rc;
+	/* i32 little endian whatever the host (formats/index.md). */
+	size_t len = (size_t)n_tokens * 4;
+	unsigned char *buf = malloc(len ? len : 1);
+	if (!buf)
+		return SS_ERR_NOMEM;
+	for (int64_t i = 0; i < n_tokens; i++) {
+		uint32_t v = (uint32_t)tokens[i];
+		for (int b = 0; b < 4; b++)
+			buf[4 * i + b] = (unsigned char)(v >> (8 * b));
+	}
+	if (!(rc = ix_bound(sqlite3_bind_int64(ix->put_tokens, 1, rid), errmsg, "storing the tokens")) &&
+	    !(rc = ix_bound(sqlite3_bind_blob64(ix->put_tokens, 2, buf, len, SQLITE_STATIC), errmsg, "storing the tokens")))
+		rc = ix_step_done(ix, ix->put_tokens, errmsg);
+	free(buf);
+	return rc;
+}
+
+int ss_index_set_state_budget(ss_index *ix, int64_t bytes, char *errmsg)
+{
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	if (bytes < -1)
+		return ss_errf(errmsg, SS_ERR_INVALID, "state budget of %lld bytes", (long long)bytes);
+	ix->budget = bytes;
+	return 0;
+}
+
+int ss_index_add_hits(ss_index *ix, const char *id, int64_t n, char *errmsg)
+{
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	if (!id || !*id || n < 1)
+		return ss_errf(errmsg, SS_ERR_INVALID, "hits of document \"%s\": %lld", id ? id : "", (long long)n);
+	int rc;
+	if ((rc = ix_bound(sqlite3_bind_text(ix->add_hits, 1, id, -1, SQLITE_STATIC), errmsg, "document id")) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->add_hits, 2, n), errmsg, "sqlite")))
+		return rc;
+	return ix_step_done(ix, ix->add_hits, errmsg);
+}
+
+int ss_index_delete(ss_index *ix, const char *id, char *errmsg)
+{
+	int64_t rid;
+	int had_text;
+	int rc = find_doc(ix, id, &rid, &had_text, errmsg);
+	if (rc == 0)
+		return ss_errf(errmsg, SS_ERR_NOTFOUND, "no document %s in the index", id);
+	if (rc < 0)
+		return rc;
+	sqlite3_stmt *dels[] = { ix->del_doc, ix->del_text, ix->del_tokens, ix->del_stateless };
+	for (size_t i = 0; i < sizeof dels / sizeof *dels; i++)
+		if ((rc = ix_bound(sqlite3_bind_int64(dels[i], 1, rid), errmsg, "sqlite")) ||
+		    (rc = ix_step_done(ix, dels[i], errmsg)))
+			return rc;
+	ix->n_deleted++;
+	return 0;
+}
+
+/* The path to store for a state file: relative to the index's directory
+ * when under it, else absolute. Returns malloc'd string or NULL. */
+static char *stored_path(ss_index *ix, const char *path, char *errmsg)
+{
+	char *real = realpath(path, NULL);
+	if (!real) {
+		ss_errf(errmsg, SS_ERR_IO, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	size_t dl = strlen(ix->dir);
+	if (!strcmp(ix->dir, "/"))
+		dl = 0;
+	if (strncmp(real, ix->dir, dl) == 0 && real[dl] == '/') {
+		char *rel = strdup(real + dl + 1);
+		free(real);
+		return rel;
+	}
+	return real;
+}
+
+static int file_id_of(ss_index *ix, const char *path, int64_t *file_id, char *errmsg)
+{
+	if (ix->last_path && !strcmp(ix->last_path, path)) {
+		*file_id = ix->last_file_id;
+		return 0;
+	}
+	char *sp = stored_path(ix, path, errmsg);
+	if (!sp)
+		return SS_ERR_IO;
+	int s = SQLITE_DONE;
+	int rc = ix_bound(sqlite3_bind_text(ix->file_find, 1, sp, -1, SQLITE_STATIC), errmsg, "state file path");
+	if (!rc && (s = sqlite3_step(ix->file_find)) == SQLITE_ROW)
+		*file_id = sqlite3_column_int64(ix->file_find, 0);
+	else if (!rc && s != SQLITE_DONE)
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+	sqlite3_reset(ix->file_find);
+	if (!rc && s == SQLITE_DONE &&
+	    !(rc = ix_bound(sqlite3_bind_text(ix->file_ins, 1, sp, -1, SQLITE_STATIC), errmsg, "state file path")) &&
+	    !(rc = ix_step_done(ix, ix->file_ins, errmsg)))
+		*file_id = sqlite3_last_insert_rowid(ix->db);
+	free(sp);
+	if (rc)
+		return rc;
+	free(ix->last_path);
+	ix->last_path = strdup(path);
+	ix->last_file_id = *file_id;
+	return 0;
+}
+
+int ss_index_add_state(ss_index *ix, const char *id, const char *state_path, uint64_t offset,
+		       uint64_t length, const char *fingerprint, int64_t n_tokens, char *errmsg)
+{
+	int64_t rid, file_id = 0;
+	int had_text, rc;
+	if (!state_path || !*state_path || !strcmp(state_path, "-"))
+		return ss_errf(errmsg, SS_ERR_INVALID, "document %s: state records need a named regular file", id ? id : "");
+	if ((rc = doc_rid(ix, id, &rid, &had_text, errmsg)) || (rc = file_id_of(ix, state_path, &file_id, errmsg)))
+		return rc;
+	const char *what = "storing the state's location";
+	if ((rc = ix_bound(sqlite3_bind_int64(ix->set_state, 1, rid), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_state, 2, file_id), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_state, 3, (int64_t)offset), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_state, 4, (int64_t)length), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_text(ix->set_state, 5, fingerprint ? fingerprint : "", -1, SQLITE_STATIC), errmsg,
+			   what)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(ix->set_state, 6, n_tokens), errmsg, what)) ||
+	    (rc = ix_step_done(ix, ix->set_state, errmsg)))
+		return rc;
+	/* stored again */
+	if ((rc = ix_bound(sqlite3_bind_int64(ix->del_stateless, 1, rid), errmsg, what)))
+		return rc;
+	return ix_step_done(ix, ix->del_stateless, errmsg);
+}
+
+int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
+			ss_index_add_stats *st, ss_index_progress_fn progress, void *ctx, char *errmsg)
+{
+	ss_index_add_stats local = {0};
+	if (!st)
+		st = &local;
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	ss_reader *r;
+	int rc = ss_reader_open(&r, path, max_record, errmsg);
+	if (rc)
+		return rc;
+	int seekable = ss_reader_seekable(r);
+	/* State records are read by their metadata prefix only; once a token
+	 * record shows up the stream is probably all tokens, so read whole
+	 * records from then on (a state record is still handled). */
+	int whole = !seekable;
+	const ss_record *rec;
+	ss_tokens tok;
+	ss_state meta;
+	for (;;) {
+		rc = whole ? ss_reader_next(r, &rec) : ss_reader_next_meta(r, &rec);
+		if (rc == 0)
+			break;
+		if (rc < 0) {
+			ss_errf(errmsg, rc, "%s", ss_reader_error(r));
+			break;
+		}
+		uint64_t off = ss_record_offset(rec);
+		st->bytes += ss_record_length(rec);
+		if (!strcmp(ss_record_format(rec), SS_FORMAT_TOKENS)) {
+			if (!whole) {
+				whole = 1;
+				if ((rc = ss_reader_seek(r, off)) || (rc = ss_reader_next(r, &rec)) != 1) {
+					ss_errf(errmsg, rc ? rc : SS_ERR_TRUNCATED, "byte offset %llu: %s",
+					     (unsigned long long)off, ss_reader_error(r));
+					rc = rc ? rc : SS_ERR_TRUNCATED;
+					break;
+				}
+			}
+			char em[SS_ERRMSG_MAX];
+			if ((rc = ss_record_tokens(rec, &tok, em))) {
+				ss_errf(errmsg, rc, "token record at byte offset %llu: %s", (unsigned long long)off, em);
+				break;
+			}
+			if (!tok.text) {
+				ss_errf(errmsg, SS_ERR_FORMAT,
+				     "token record at byte offset %llu (document %s) has no text to index",
+				     (unsigned long long)off, tok.id);
+				ss_tokens_free(&tok);
+				rc = SS_ERR_FORMAT;
+				break;
+			}
+			rc = ss_index_add_text(ix, tok.id, tok.text, tok.text_len, tok.n_tokens, errmsg);
+			if (!rc)
+				rc = ss_index_add_tokens(ix, tok.id, tok.tokens, tok.n_tokens, errmsg);
+			ss_tokens_free(&tok);
+			if (rc)
+				break;
+			st->n_text++;
+		} else if (!strcmp(ss_record_format(rec), SS_FORMAT_STATES)) {
+			if (!seekable) {
+				rc = ss_errf(errmsg, SS_ERR_INVALID,
+					  "state record at byte offset %llu: state streams must be regular files "
+					  "(the index stores their byte offsets), not a pipe",
+					  (unsigned long long)off);
+				break;
+			}
+			char em[SS_ERRMSG_MAX];
+			if ((rc = ss_record_state_meta(rec, &meta, em))) {
+				ss_errf(errmsg, rc, "state record at byte offset %llu: %s", (unsigned long long)off, em);
+				break;
+			}
+			rc = dims_check(ix, &meta, off, errmsg);
+			if (!rc)
+				rc = ss_index_add_state(ix, meta.id, path, off, ss_record_length(rec), meta.fingerprint,
+							meta.n_tokens, errmsg);
+			ss_state_free(&meta);
+			if (rc)
+				break;
+			st->n_states++;
+		} else {
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "record at byte offset %llu: unknown format \"%s\"",
+				  (unsigned long long)off, ss_record_format(rec));
+			break;
+		}
+		if (progress)
+			progress(ctx, path, st);
+	}
+	ss_reader_close(r);
+	return rc < 0 ? rc : 0;
+}
+
+/* A document the commit leaves out (docs AS d): no text, or no state and
+ * not a stateless one with the tokens of its text. */
+#define INCOMPLETE                                                                                 \
+	"(d.text_len IS NULL OR (d.file_id IS NULL AND NOT (d.rid IN (SELECT rid FROM stateless)"   \
+	" AND " HAS_TOKENS ")))"
+/* docs AS d has the tokens of its text. */
+#define HAS_TOKENS "EXISTS(SELECT 1 FROM tokens t WHERE t.rid = d.rid AND length(t.tokens) = 4 * d.text_tokens)"
+#define SS_STR_(x) #x
+#define SS_STR(x) SS_STR_(x)
+
+/* The state budget (ss_index_set_state_budget), in the commit's
+ * transaction: ranks the documents with a stored state, keeps what fits and
+ * makes the rest stateless. */
+static int apply_budget(ss_index *ix, ss_index_build_stats *stats, char *errmsg)
+{
+	if (ix->budget < 0)
+		return 0;
+	int rc;
+	sqlite3_stmt *st = NULL, *ins = NULL;
+	if ((rc = ix_exec(ix, "CREATE TEMP TABLE IF NOT EXISTS dropped(rid INTEGER PRIMARY KEY, dtype TEXT NOT NULL);"
+			      "DELETE FROM temp.dropped", errmsg)) ||
+	    (rc = ix_prep(ix, &ins, "INSERT INTO temp.dropped VALUES(?1, ?2)", errmsg)) ||
+	    (rc = ix_prep(ix, &st,
+		       "SELECT d.rid, d.id, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.file_id,"
+		       " d.text_tokens IS d.n_tokens AND " HAS_TOKENS " AS recomputable"
+		       " FROM docs d JOIN files f ON f.file_id = d.file_id LEFT JOIN temp.hits h ON h.id = d.id"
+		       " ORDER BY recomputable, coalesce(h.n, 0) DESC, d.n_tokens DESC, d.id", errmsg)))
+		goto done;
+	int64_t used = 0, fixed_bytes = 0, n_fixed = 0;
+	int s;
+	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t len = sqlite3_column_int64(st, 4);
+		if (!sqlite3_column_int(st, 7)) {
+			used += len;
+			fixed_bytes += len;
+			n_fixed++;
+			continue;
+		}
+		if (used + len <= ix->budget) {
+			used += len;
+			continue;
+		}
+		/* Dropped: its record tells the dtype to recompute it in. */
+		ss_index_hit h = { 0 };
+		const char *id;
+		if ((rc = ix_doc_id(st, 1, sqlite3_column_int64(st, 0), &id, errmsg)))
+			goto done;
+		const char *fp = (const char *)sqlite3_column_text(st, 5);
+		h.id = (char *)id;
+		h.path = ix_resolve_path(ix, (const char *)sqlite3_column_text(st, 2));
+		h.offset = (uint64_t)sqlite3_column_int64(st, 3);
+		h.length = (uint64_t)len;
+		snprintf(h.fingerprint, sizeof h.fingerprint, "%s", fp ? fp : "");
+		h.file_id = sqlite3_column_int64(st, 6);
+		if (!h.path) {
+			rc = SS_ERR_NOMEM;
+			goto done;
+		}
+		const ss_record *rec;
+		char em[SS_ERRMSG_MAX];
+		rc = ss_index_read(ix, &h, 1, &rec, em);
+		if (rc) {
+			ss_errf(errmsg, rc, "%s: %s", h.path, em);
+			free(h.path);
+			goto done;
+		}
+		free(h.path);
+		if ((rc = ix_bound(sqlite3_bind_int64(ins, 1, sqlite3_column_int64(st, 0)), errmsg, "state budget")) ||
+		    (rc = ix_bound(sqlite3_bind_text(ins, 2, ss_dtype_name(ix->meta.dtype), -1, SQLITE_STATIC), errmsg,
+				   "state budget")) ||
+		    (rc = ix_step_done(ix, ins, errmsg)))
+			goto done;
+		stats->n_dropped_states++;
+	}
+	if (s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "state budget");
+		goto done;
+	}
+	if (fixed_bytes > ix->budget) {
+		rc = ss_errf(errmsg, SS_ERR_TOO_LARGE,
+			     "state budget of %lld bytes: %lld documents that cannot be recomputed keep their states, "
+			     "%lld bytes (their tokens are not stored, or are not those of their state: add "
+			     "their token streams again)",
+			     (long long)ix->budget, (long long)n_fixed, (long long)fixed_bytes);
+		goto done;
+	}
+	rc = ix_exec(ix,
+		     "INSERT OR REPLACE INTO stateless SELECT rid, dtype FROM temp.dropped;"
+		     "UPDATE docs SET file_id = NULL, byte_offset = NULL, frame_length = NULL"
+		     " WHERE rid IN (SELECT rid FROM temp.dropped)", errmsg);
+done:
+	sqlite3_finalize(st);
+	sqlite3_finalize(ins);
+	return rc;
+}
+
+int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_build_stats *stats,
+		    char *errmsg)
+{
+	ss_index_build_stats local = {0};
+	if (!stats)
+		stats = &local;
+	memset(stats, 0, sizeof *stats);
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	sqlite3_stmt *st = NULL;
+	int rc, s;
+	char why[SS_ERRMSG_MAX];
+	const char *id;
+
+	/* A row without an id (an edited file; the schema forbids it) is not
+	 * carried into another commit. NULL sorts first: the first row in id
+	 * order, read from the id's index (IS NULL on a NOT NULL column would
+	 * scan it all). */
+	if ((rc = ix_prep(ix, &st, "SELECT rid, id IS NULL FROM docs ORDER BY id LIMIT 1", errmsg)))
+		goto fail;
+	if ((s = sqlite3_step(st)) == SQLITE_ROW && sqlite3_column_int(st, 1)) {
+		rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document row %lld has no id",
+			     (long long)sqlite3_column_int64(st, 0));
+		goto fail;
+	} else if (s != SQLITE_ROW && s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+		goto fail;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+
+	/* Incomplete documents can only come from this build: a stateless one
+	 * is complete while it has the tokens of its text. */
+	if ((rc = ix_prep(ix, &st,
+		       "SELECT id, file_id IS NULL, text_len IS NULL, rid IN (SELECT rid FROM stateless), rid FROM docs d"
+		       " WHERE " INCOMPLETE " ORDER BY id", errmsg)))
+		goto fail;
+	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+		stats->n_dropped++;
+		if (note) {
+			if ((rc = ix_doc_id(st, 0, sqlite3_column_int64(st, 4), &id, errmsg)))
+				goto fail;
+			snprintf(why, sizeof why, "%s",
+				 sqlite3_column_int(st, 3) ? "has no stored state and no tokens of its text to "
+							     "recompute it from: left out"
+				 : sqlite3_column_int(st, 1) ? "has text but no state record: left out"
+							     : "has a state but no token record (text): left out");
+			note(ctx, id, 1, why);
+		}
+	}
+	if (s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+		goto fail;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	if ((rc = ix_exec(ix,
+		       "DELETE FROM docs AS d WHERE " INCOMPLETE ";"
+		       /* a stateless document's state is its tokens' */
+		       "UPDATE docs SET n_tokens = text_tokens WHERE rid IN (SELECT rid FROM stateless);", errmsg)) ||
+	    (rc = apply_budget(ix, stats, errmsg)) ||
+	    (rc = ix_exec(ix,
+		       "DELETE FROM texts WHERE rid NOT IN (SELECT rid FROM docs);"
+		       "DELETE FROM tokens WHERE rid NOT IN (SELECT rid FROM docs);"
+		       "DELETE FROM stateless WHERE rid NOT IN (SELECT rid FROM docs);"
+		       "DELETE FROM files WHERE file_id NOT IN (SELECT file_id FROM docs WHERE file_id IS NOT NULL);"
+		       "UPDATE meta SET value = CASE WHEN EXISTS(SELECT 1 FROM stateless) THEN '"
+		       SS_STR(SS_INDEX_SCHEMA_VERSION) "' ELSE '" SS_STR(SS_INDEX_SCHEMA_MIN) "' END"
+		       " WHERE key = 'schema_version'", errmsg)))
+		goto fail;
+
+	/* Token counts that disagree, among the documents this build touched. */
+	if ((rc = ix_prep(ix, &st,
+		       "SELECT id, text_tokens, n_tokens, rid FROM docs"
+		       " WHERE (rid > ?1 OR rid IN (SELECT rid FROM temp.touched))"
+		       " AND text_tokens IS NOT NULL AND text_tokens != n_tokens ORDER BY id", errmsg)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(st, 1, ix->base_rid), errmsg, "sqlite")))
+		goto fail;
+	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+		stats->n_warned++;
+		if (note) {
+			if ((rc = ix_doc_id(st, 0, sqlite3_column_int64(st, 3), &id, errmsg)))
+				goto fail;
+			snprintf(why, sizeof why,
+				 "text has %lld tokens but the state has seen %lld: encoded from other text?",
+				 (long long)sqlite3_column_int64(st, 1), (long long)sqlite3_column_int64(st, 2));
+			note(ctx, id, 0, why);
+		}
+	}
+	if (s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+		goto fail;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+
+	/* One model per index: composing states of two models is meaningless. */
+	if ((rc = ix_prep(ix, &st, "SELECT fingerprint, min(id) FROM docs GROUP BY fingerprint LIMIT 2", errmsg)))
+		goto fail;
+	char fp0[SS_ERRMSG_MAX / 4] = "", id0[SS_ERRMSG_MAX / 4] = "";
+	int n_fp = 0;
+	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *fp = (const char *)sqlite3_column_text(st, 0);
+		id = (const char *)sqlite3_column_text(st, 1);
+		if (n_fp++ == 0) {
+			snprintf(fp0, sizeof fp0, "%s", fp ? fp : "");
+			snprintf(id0, sizeof id0, "%s", id ? id : "");
+		} else {
+			rc = ss_errf(errmsg, SS_ERR_MISMATCH,
+				  "states of two models: document %s has fingerprint %s, document %s has %s",
+				  id0, fp0, id ? id : "", fp ? fp : "");
+			goto fail;
+		}
+	}
+	if (s != SQLITE_DONE) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+		goto fail;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+
+	if ((rc = ix_prep(ix, &st,
+		       "SELECT (SELECT count(*) FROM docs), (SELECT count(*) FROM docs WHERE rid > ?1),"
+		       " (SELECT count(*) FROM temp.touched JOIN docs USING (rid)),"
+		       " (SELECT count(*) FROM stateless), (SELECT coalesce(sum(frame_length), 0) FROM docs)", errmsg)) ||
+	    (rc = ix_bound(sqlite3_bind_int64(st, 1, ix->base_rid), errmsg, "sqlite")))
+		goto fail;
+	if (sqlite3_step(st) != SQLITE_ROW) {
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+		goto fail;
+	}
+	stats->n_docs = sqlite3_column_int64(st, 0);
+	stats->n_added = sqlite3_column_int64(st, 1);
+	stats->n_replaced = sqlite3_column_int64(st, 2);
+	stats->n_stateless = sqlite3_column_int64(st, 3);
+	stats->state_bytes = sqlite3_column_int64(st, 4);
+	stats->n_deleted = ix->n_deleted;
+	sqlite3_finalize(st);
+	st = NULL;
+
+	if ((rc = ix_prep(ix, &st,
+		       "INSERT INTO meta VALUES('fingerprint', ?1), ('updated_by', 'ss " SS_VERSION "')"
+		       " ON CONFLICT(key) DO UPDATE SET value = excluded.value", errmsg)))
+		goto fail;
+	if ((rc = ix_bound(sqlite3_bind_text(st, 1, fp0, -1, SQLITE_STATIC), errmsg, "sqlite")) ||
+	    (rc = ix_step_done(ix, st, errmsg)))
+		goto fail;
+	sqlite3_finalize(st);
+	st = NULL;
+	if ((rc = ss_bm25_commit(ix->bm25, errmsg)) || (rc = ix_exec(ix, "COMMIT", errmsg)))
+		goto fail;
+	ix->committed = 1;
+	ix->building = 0;
+	free(ix->created_path); /* committed: the index stays */
+	ix->created_path = NULL;
+	return 0;
+fail:
+	sqlite3_finalize(st);
+	sqlite3_exec(ix->db, "ROLLBACK", NULL, NULL, NULL);
+	ix->building = 0;
+	ix->committed = 1; /* no more adds */
+	return rc;
+}

@@ -1,0 +1,650 @@
+/*
+ * checkpoint.c — model weight files: safetensors (single or sharded) and
+ * torch.save zips, listed and read through one request interface.
+ *
+ * A torch zip is read with libarchive in two passes: the first reads only
+ * <prefix>/data.pkl (parsed by the restricted unpickler in pickle.c), the
+ * second streams <prefix>/data/<key> entries in archive order and serves every
+ * request that views that storage (two state_dict keys may share one storage,
+ * e.g. a tied lm_head).
+ * ref: torch/serialization.py _save/_load (zip layout, persistent ids);
+ *      transformers modeling_utils.py (safetensors index format).
+ */
+#include "model/checkpoint.h"
+
+#include "model/pickle.h"
+#include "model/safetensors.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_INDEX_JSON (64u << 20)
+#define MAX_PICKLE (256u << 20)
+#define CHUNK ((size_t)1 << 16)
+
+struct ss_checkpoint {
+	char *dir;
+	char *main_path;              /* the file that names the weights */
+	ss_safetensors *shards;
+	size_t nshards;
+	/* torch zip */
+	char *bin_path;
+	char *prefix;                 /* entry-name prefix before "data.pkl" */
+	ss_pickle_tensor *pt;
+	size_t npt;
+	/* unified list */
+	ss_checkpoint_tensor *t;
+	size_t n;
+};
+
+static char *join(const char *dir, const char *name)
+{
+	size_t a = strlen(dir), b = strlen(name);
+	char *p = malloc(a + b + 2);
+	if (p) {
+		memcpy(p, dir, a);
+		p[a] = '/';
+		memcpy(p + a + 1, name, b + 1);
+	}
+	return p;
+}
+
+static int exists(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) == 0;
+}
+
+/* Opens path for reading if it is a regular file (a FIFO would block
+ * forever): NULL with errmsg filled and *code set otherwise. */
+static FILE *open_regular(const char *path, char *errmsg, int *code)
+{
+	int fd = ss_open_regular(path);
+	FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+	if (f)
+		return f;
+	if (fd >= 0)
+		close(fd);
+	*code = fd == -2 ? SS_ERR_IO : errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
+	ss_errf(errmsg, *code, "%s: %s", path, fd == -2 ? "not a regular file" : strerror(errno));
+	return NULL;
+}
+
+/* Reads a whole small file (≤ max bytes) into a NUL-terminated buffer. */
+static int slurp(const char *path, size_t max, char **out, size_t *len, char *errmsg)
+{
+	int code;
+	FILE *f = open_regular(path, errmsg, &code);
+	if (!f)
+		return code;
+	struct stat sb;
+	if (fstat(fileno(f), &sb) || (uint64_t)sb.st_size > max) {
+		fclose(f);
+		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: larger than %zu bytes", path, max);
+	}
+	char *buf = malloc((size_t)sb.st_size + 1);
+	if (!buf) {
+		fclose(f);
+		return ss_errf(errmsg, SS_ERR_NOMEM, "%s: out of memory", path);
+	}
+	size_t got = fread(buf, 1, (size_t)sb.st_size, f);
+	int bad = ferror(f);
+	fclose(f);
+	if (bad || got != (size_t)sb.st_size) {
+		free(buf);
+		return ss_errf(errmsg, SS_ERR_IO, "%s: read failed", path);
+	}
+	buf[got] = 0;
+	*out = buf;
+	*len = got;
+	return 0;
+}
+
+static int add_tensor(ss_checkpoint *c, const char *name, const char *file, ss_dtype dt,
+                      int ndim, const int64_t *shape, int src, size_t idx, char *errmsg)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (!strcmp(c->t[i].name, name))
+			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: tensor %s appears twice", file, name);
+	ss_checkpoint_tensor *t = &c->t[c->n++];
+	t->name = name;
+	t->file = file;
+	t->dtype = dt;
+	t->ndim = ndim;
+	t->numel = 1;
+	for (int d = 0; d < ndim; d++) {
+		t->shape[d] = shape[d];
+		t->numel *= (uint64_t)shape[d];
+	}
+	t->src = src;
+	t->idx = idx;
+	return 0;
+}
+
+/* Lists the shards' tensors; unsupported dtypes are left out here and
+ * reported by name if the model asks for them. */
+static int list_shards(ss_checkpoint *c, char *errmsg)
+{
+	size_t total = 0;
+	for (size_t s = 0; s < c->nshards; s++)
+		total += c->shards[s].n;
+	c->t = calloc(total + 1, sizeof *c->t);
+	if (!c->t)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	for (size_t s = 0; s < c->nshards; s++)
+		for (size_t i = 0; i < c->shards[s].n; i++) {
+			const ss_safetensors_tensor *e = &c->shards[s].t[i];
+			int rc = add_tensor(c, e->name, c->shards[s].path,
+			                    e->supported ? e->dtype : SS_DTYPE_F32, e->ndim, e->shape,
+			                    (int)s, i, errmsg);
+			if (rc)
+				return rc;
+		}
+	return 0;
+}
+
+static int open_single(ss_checkpoint *c, const char *path, char *errmsg)
+{
+	c->shards = calloc(1, sizeof *c->shards);
+	if (!c->shards)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	int rc = ss_safetensors_open(&c->shards[0], path, errmsg);
+	if (rc)
+		return rc;
+	c->nshards = 1;
+	return list_shards(c, errmsg);
+}
+
+static int open_sharded(ss_checkpoint *c, const char *ipath, char *errmsg)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int rc = slurp(ipath, MAX_INDEX_JSON, &text, &len, errmsg);
+	if (rc)
+		return rc;
+	cJSON *root = cJSON_ParseWithLength(text, len);
+	free(text);
+	const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+	if (!cJSON_IsObject(wm)) {
+		cJSON_Delete(root);
+		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: not JSON with a \"weight_map\" object", ipath);
+	}
+	/* Distinct shard names, in first-seen order. */
+	size_t cap = (size_t)cJSON_GetArraySize(wm) + 1;
+	const char **names = calloc(cap, sizeof *names);
+	c->shards = calloc(cap, sizeof *c->shards);
+	if (!names || !c->shards) {
+		free(names);
+		cJSON_Delete(root);
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	}
+	size_t nn = 0;
+	for (const cJSON *e = wm->child; e && !rc; e = e->next) {
+		if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, '/') ||
+		    !strcmp(e->valuestring, "..")) {
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: %s: bad shard file name", ipath,
+			          e->string ? e->string : "?");
+			break;
+		}
+		size_t k = 0;
+		while (k < nn && strcmp(names[k], e->valuestring))
+			k++;
+		if (k == nn)
+			names[nn++] = e->valuestring;
+	}
+	for (size_t k = 0; k < nn && !rc; k++) {
+		char *path = join(c->dir, names[k]);
+		if (!path) {
+			rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+			break;
+		}
+		rc = ss_safetensors_open(&c->shards[k], path, errmsg);
+		free(path);
+		if (!rc)
+			c->nshards++;
+	}
+	/* Every name in the index must be in the shard it names. */
+	for (const cJSON *e = wm->child; e && !rc; e = e->next) {
+		size_t k = 0;
+		while (k < nn && strcmp(names[k], e->valuestring))
+			k++;
+		if (!ss_safetensors_find(&c->shards[k], e->string))
+			rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "%s: %s: missing (the index names this shard)",
+			          c->shards[k].path, e->string);
+	}
+	free(names);
+	cJSON_Delete(root);
+	if (rc)
+		return rc;
+	return list_shards(c, errmsg);
+}
+
+static int archive_fail(struct archive *a, const char *path, char *errmsg)
+{
+	const char *s = archive_error_string(a);
+	int e = archive_errno(a);
+	/* Only files starting with a zip local header get here, so an
+	 * unrecognised archive is one whose central directory is missing. */
+	if (s && strstr(s, "Unrecognized archive format"))
+		return ss_errf(errmsg, SS_ERR_TRUNCATED,
+		            "%s: zip archive truncated or damaged (no central directory)", path);
+	int code = (s && (strstr(s, "runcated") || strstr(s, "premature"))) ? SS_ERR_TRUNCATED
+	           : e == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_FORMAT;
+	return ss_errf(errmsg, code, "%s: %s", path, s ? s : "cannot read zip archive");
+}
+
+static struct archive *zip_open(const char *path, char *errmsg, int *rc)
+{
+	struct archive *a = archive_read_new();
+	if (!a) {
+		*rc = ss_errf(errmsg, SS_ERR_NOMEM, "%s: out of memory", path);
+		return NULL;
+	}
+	archive_read_support_format_zip_seekable(a);
+	if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
+		*rc = archive_fail(a, path, errmsg);
+		archive_read_free(a);
+		return NULL;
+	}
+	*rc = 0;
+	return a;
+}
+
+/* Reads exactly n bytes of the current entry. */
+static int entry_read(struct archive *a, void *buf, size_t n, const char *path,
+                      const char *entry, char *errmsg)
+{
+	uint8_t *p = buf;
+	while (n) {
+		la_ssize_t r = archive_read_data(a, p, n);
+		if (r < 0) {
+			archive_fail(a, path, errmsg);
+			size_t k = strlen(errmsg);
+			snprintf(errmsg + k, SS_ERRMSG_MAX - k, " (entry %s)", entry);
+			return SS_ERR_TRUNCATED;
+		}
+		if (r == 0)
+			return ss_errf(errmsg, SS_ERR_TRUNCATED, "%s: entry %s ends early", path, entry);
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int open_torch(ss_checkpoint *c, const char *path, char *errmsg)
+{
+	int code;
+	FILE *f = open_regular(path, errmsg, &code);
+	if (!f)
+		return code;
+	unsigned char magic[4] = {0};
+	size_t got = fread(magic, 1, 4, f);
+	fclose(f);
+	if (got == 4 && magic[0] == 0x80 && magic[1] <= 5)
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED,
+		            "%s: legacy (pre-zip) torch format is not supported; re-save with torch >= 1.6",
+		            path);
+	if (got < 4 || memcmp(magic, "PK\003\004", 4))
+		return ss_errf(errmsg, got < 4 ? SS_ERR_TRUNCATED : SS_ERR_FORMAT,
+		            "%s: not a zip archive", path);
+	if (!(c->bin_path = strdup(path)))
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+
+	int rc;
+	struct archive *a = zip_open(path, errmsg, &rc);
+	if (!a)
+		return rc;
+	struct archive_entry *e;
+	uint8_t *pkl = NULL;
+	size_t pkl_len = 0;
+	int big_endian = 0;
+	for (;;) {
+		int ar = archive_read_next_header(a, &e);
+		if (ar == ARCHIVE_EOF)
+			break;
+		if (ar < ARCHIVE_WARN) {
+			rc = archive_fail(a, path, errmsg);
+			break;
+		}
+		const char *name = archive_entry_pathname(e);
+		size_t ln = name ? strlen(name) : 0;
+		int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
+		if (ln >= 8 && !strcmp(name + ln - 8, "data.pkl") && (ln == 8 || name[ln - 9] == '/') &&
+		    !pkl) {
+			if (size < 0 || (uint64_t)size > MAX_PICKLE) {
+				rc = ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: %s: size %lld not allowed", path,
+				          name, (long long)size);
+				break;
+			}
+			if (!(c->prefix = strndup(name, ln - 8)) || !(pkl = malloc((size_t)size + 1))) {
+				rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+				break;
+			}
+			pkl_len = (size_t)size;
+			if ((rc = entry_read(a, pkl, pkl_len, path, name, errmsg)))
+				break;
+		} else if (ln >= 9 && !strcmp(name + ln - 9, "byteorder") && size > 0 && size < 16) {
+			char bo[16] = {0};
+			if ((rc = entry_read(a, bo, (size_t)size, path, name, errmsg)))
+				break;
+			big_endian = !strncmp(bo, "big", 3);
+		}
+	}
+	archive_read_free(a);
+	if (!rc && !pkl)
+		rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: no data.pkl entry (not a torch.save file)", path);
+	if (!rc && big_endian)
+		rc = ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: big-endian tensor data is not supported", path);
+	if (rc) {
+		free(pkl);
+		return rc;
+	}
+	rc = ss_pickle_load_state_dict(pkl, pkl_len, &c->pt, &c->npt, errmsg);
+	free(pkl);
+	if (rc) {
+		char inner[SS_ERRMSG_MAX];
+		memcpy(inner, errmsg, SS_ERRMSG_MAX);
+		inner[SS_ERRMSG_MAX - 1] = 0;
+		return ss_errf(errmsg, rc, "%s: %sdata.pkl: %s", path, c->prefix, inner);
+	}
+	c->t = calloc(c->npt + 1, sizeof *c->t);
+	if (!c->t)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < c->npt; i++)
+		if ((rc = add_tensor(c, c->pt[i].name, c->bin_path, c->pt[i].dtype, c->pt[i].ndim,
+		                     c->pt[i].shape, -1, i, errmsg)))
+			return rc;
+	return 0;
+}
+
+int ss_checkpoint_open(ss_checkpoint **out, const char *dir, char *errmsg)
+{
+	*out = NULL;
+	ss_checkpoint *c = calloc(1, sizeof *c);
+	if (!c || !(c->dir = strdup(dir))) {
+		free(c);
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	}
+	static const char *const cand[] = {
+		"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+		"pytorch_model.bin.index.json",
+	};
+	char *path = NULL;
+	int which = -1, rc;
+	for (int i = 0; i < 4 && which < 0; i++) {
+		free(path);
+		if (!(path = join(dir, cand[i]))) {
+			ss_checkpoint_close(c);
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		}
+		if (exists(path))
+			which = i;
+	}
+	switch (which) {
+	case 0: rc = open_single(c, path, errmsg); break;
+	case 1: rc = open_sharded(c, path, errmsg); break;
+	case 2: rc = open_torch(c, path, errmsg); break;
+	case 3:
+		rc = ss_errf(errmsg, SS_ERR_UNSUPPORTED,
+		          "%s: sharded pytorch_model.bin is not supported; convert to safetensors", path);
+		break;
+	default:
+		rc = ss_errf(errmsg, SS_ERR_NOTFOUND,
+		          "%s: no model.safetensors, model.safetensors.index.json or pytorch_model.bin",
+		          dir);
+	}
+	c->main_path = path;
+	if (rc) {
+		ss_checkpoint_close(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+const ss_checkpoint_tensor *ss_checkpoint_find(const ss_checkpoint *c, const char *name)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (!strcmp(c->t[i].name, name))
+			return &c->t[i];
+	return NULL;
+}
+
+const char *ss_checkpoint_path(const ss_checkpoint *c)
+{
+	return c->main_path;
+}
+
+const float *ss_checkpoint_map_f32(ss_checkpoint *c, const ss_checkpoint_tensor *t)
+{
+	if (t->src < 0)
+		return NULL;
+	ss_safetensors *st = &c->shards[t->src];
+	return ss_safetensors_map_f32(st, &st->t[t->idx]);
+}
+
+static int read_safetensors(ss_checkpoint *c, const ss_checkpoint_req *r, char *errmsg)
+{
+	ss_safetensors *st = &c->shards[r->t->src];
+	const ss_safetensors_tensor *e = &st->t[r->t->idx];
+	if (!e->supported)
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: %s: dtype %s is not supported (F32, F16, BF16)",
+		            st->path, e->name, e->dtype_name);
+	size_t n = (size_t)r->t->numel;
+	int rc;
+	if (r->dst) {
+		if ((rc = ss_safetensors_read_f32(st, e, 0, n, r->dst, errmsg)))
+			return rc;
+		if (r->visit)
+			r->visit(r->ctx, r->dst, n);
+		return 0;
+	}
+	float *buf = malloc(CHUNK * sizeof *buf);
+	if (!buf)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < n; i += CHUNK) {
+		size_t k = n - i < CHUNK ? n - i : CHUNK;
+		if ((rc = ss_safetensors_read_f32(st, e, i, k, buf, errmsg))) {
+			free(buf);
+			return rc;
+		}
+		if (r->visit)
+			r->visit(r->ctx, buf, k);
+	}
+	free(buf);
+	return 0;
+}
+
+/* Copies tensor view p out of raw storage bytes into dst (f32), following
+ * strides. Contiguous views are one conversion. */
+static void gather(const ss_pickle_tensor *p, const uint8_t *raw, float *dst, size_t first,
+                   size_t n)
+{
+	size_t esz = ss_dtype_size(p->dtype);
+	int contiguous = 1;
+	int64_t expect = 1;
+	for (int d = p->ndim - 1; d >= 0; d--) {
+		if (p->shape[d] != 1 && p->stride[d] != expect)
+			contiguous = 0;
+		expect *= p->shape[d];
+	}
+	if (contiguous) {
+		ss_to_f32(dst, raw + (size_t)(p->offset + (int64_t)first) * esz, p->dtype, n);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		/* Flat index first+i → storage index through the strides. */
+		uint64_t flat = first + i;
+		int64_t off = p->offset;
+		for (int d = p->ndim - 1; d >= 0; d--) {
+			uint64_t k = flat % (uint64_t)p->shape[d];
+			flat /= (uint64_t)p->shape[d];
+			off += (int64_t)k * p->stride[d];
+		}
+		ss_to_f32(dst + i, raw + (size_t)off * esz, p->dtype, 1);
+	}
+}
+
+static int serve_from_raw(const ss_checkpoint_req *r, const ss_pickle_tensor *p,
+                          const uint8_t *raw, char *errmsg)
+{
+	size_t n = (size_t)r->t->numel;
+	if (r->dst) {
+		gather(p, raw, r->dst, 0, n);
+		if (r->visit)
+			r->visit(r->ctx, r->dst, n);
+		return 0;
+	}
+	float *buf = malloc(CHUNK * sizeof *buf);
+	if (!buf)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < n; i += CHUNK) {
+		size_t k = n - i < CHUNK ? n - i : CHUNK;
+		gather(p, raw, buf, i, k);
+		if (r->visit)
+			r->visit(r->ctx, buf, k);
+	}
+	free(buf);
+	return 0;
+}
+
+static int read_torch(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, char *errmsg)
+{
+	const char *path = c->bin_path;
+	char *done = calloc(n + 1, 1);
+	if (!done)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	int rc;
+	struct archive *a = zip_open(path, errmsg, &rc);
+	if (!a) {
+		free(done);
+		return rc;
+	}
+	size_t lp = strlen(c->prefix);
+	struct archive_entry *e;
+	for (;;) {
+		int ar = archive_read_next_header(a, &e);
+		if (ar == ARCHIVE_EOF)
+			break;
+		if (ar < ARCHIVE_WARN) {
+			rc = archive_fail(a, path, errmsg);
+			break;
+		}
+		const char *name = archive_entry_pathname(e);
+		if (!name || strncmp(name, c->prefix, lp) || strncmp(name + lp, "data/", 5))
+			continue;
+		const char *key = name + lp + 5;
+		size_t users = 0, first = 0;
+		for (size_t i = 0; i < n; i++)
+			if (!strcmp(c->pt[req[i].t->idx].storage_key, key)) {
+				if (!users++)
+					first = i;
+			}
+		if (!users)
+			continue;
+		const ss_pickle_tensor *p0 = &c->pt[req[first].t->idx];
+		size_t esz = ss_dtype_size(p0->dtype);
+		uint64_t want = (uint64_t)p0->storage_numel * esz;
+		int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
+		if (size >= 0 && (uint64_t)size != want) {
+			rc = ss_errf(errmsg, (uint64_t)size < want ? SS_ERR_TRUNCATED : SS_ERR_FORMAT,
+			          "%s: %s: %lld bytes, storage of %s needs %llu", path, name,
+			          (long long)size, p0->name, (unsigned long long)want);
+			break;
+		}
+		for (size_t i = 0; i < n; i++) {
+			const ss_pickle_tensor *p = &c->pt[req[i].t->idx];
+			if (!strcmp(p->storage_key, key) &&
+			    (p->dtype != p0->dtype || p->storage_numel != p0->storage_numel)) {
+				rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: %s and %s view storage %s differently",
+				          path, p0->name, p->name, key);
+				break;
+			}
+		}
+		if (rc)
+			break;
+		/* The common case reads straight into the destination. */
+		const ss_checkpoint_req *r0 = &req[first];
+		int direct = users == 1 && r0->dst && p0->dtype == SS_DTYPE_F32 && p0->offset == 0 &&
+		             (uint64_t)p0->storage_numel == r0->t->numel;
+		if (direct) {
+			int64_t expect = 1;
+			for (int d = p0->ndim - 1; d >= 0; d--) {
+				if (p0->shape[d] != 1 && p0->stride[d] != expect)
+					direct = 0;
+				expect *= p0->shape[d];
+			}
+		}
+		if (direct) {
+			if ((rc = entry_read(a, r0->dst, (size_t)want, path, name, errmsg)))
+				break;
+			if (r0->visit)
+				r0->visit(r0->ctx, r0->dst, (size_t)r0->t->numel);
+			done[first] = 1;
+			continue;
+		}
+		uint8_t *raw = malloc(want ? (size_t)want : 1);
+		if (!raw) {
+			rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+			break;
+		}
+		if ((rc = entry_read(a, raw, (size_t)want, path, name, errmsg))) {
+			free(raw);
+			break;
+		}
+		for (size_t i = 0; i < n && !rc; i++)
+			if (!strcmp(c->pt[req[i].t->idx].storage_key, key)) {
+				rc = serve_from_raw(&req[i], &c->pt[req[i].t->idx], raw, errmsg);
+				done[i] = 1;
+			}
+		free(raw);
+		if (rc)
+			break;
+	}
+	archive_read_free(a);
+	for (size_t i = 0; i < n && !rc; i++)
+		if (!done[i])
+			rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "%s: %s: storage entry %sdata/%s is missing",
+			          path, req[i].t->name, c->prefix, c->pt[req[i].t->idx].storage_key);
+	free(done);
+	return rc;
+}
+
+int ss_checkpoint_read(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, char *errmsg)
+{
+	if (c->bin_path) {
+		for (size_t i = 0; i < n; i++)
+			if (req[i].t->src >= 0)
+				return ss_errf(errmsg, SS_ERR_INVALID, "bad request");
+		return read_torch(c, req, n, errmsg);
+	}
+	for (size_t i = 0; i < n; i++) {
+		int rc = read_safetensors(c, &req[i], errmsg);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+void ss_checkpoint_close(ss_checkpoint *c)
+{
+	if (!c)
+		return;
+	for (size_t s = 0; s < c->nshards; s++)
+		ss_safetensors_close(&c->shards[s]);
+	free(c->shards);
+	ss_pickle_tensors_free(c->pt, c->npt);
+	free(c->t);
+	free(c->bin_path);
+	free(c->prefix);
+	free(c->dir);
+	free(c->main_path);
+	free(c);
+}

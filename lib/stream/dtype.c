@@ -1,0 +1,533 @@
+/* dtype.c — error strings and element conversion between f32, f16, bf16
+ * and q8 (int8 codes with a scale per block). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ss.h"
+#include "stream/internal.h"
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+const char *ss_strerror(int err)
+{
+	switch (err) {
+	case SS_OK: return "success";
+	case SS_ERR_NOMEM: return "out of memory";
+	case SS_ERR_IO: return "input/output error";
+	case SS_ERR_FORMAT: return "malformed input";
+	case SS_ERR_TRUNCATED: return "truncated input";
+	case SS_ERR_TOO_LARGE: return "declared size exceeds the limit";
+	case SS_ERR_VERSION: return "unsupported format version";
+	case SS_ERR_MISMATCH: return "model or dimension mismatch";
+	case SS_ERR_UNSUPPORTED: return "not supported";
+	case SS_ERR_INVALID: return "invalid argument";
+	case SS_ERR_UTF8: return "invalid UTF-8";
+	case SS_ERR_CHECKSUM: return "checksum mismatch (corrupt data)";
+	case SS_ERR_NOTFOUND: return "not found";
+	case SS_ERR_DEVICE: return "device unavailable";
+	}
+	return "unknown error";
+}
+
+int ss_errf(char *errmsg, int code, const char *fmt, ...)
+{
+	if (errmsg) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+const char *ss_dtype_name(ss_dtype t)
+{
+	switch (t) {
+	case SS_DTYPE_F32: return "f32";
+	case SS_DTYPE_F16: return "f16";
+	case SS_DTYPE_BF16: return "bf16";
+	case SS_DTYPE_Q8: return "q8";
+	}
+	return NULL;
+}
+
+int ss_dtype_parse(const char *s, ss_dtype *out)
+{
+	if (!s)
+		return SS_ERR_INVALID;
+	if (!strcmp(s, "f32") || !strcmp(s, "float32"))
+		*out = SS_DTYPE_F32;
+	else if (!strcmp(s, "f16") || !strcmp(s, "float16"))
+		*out = SS_DTYPE_F16;
+	else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16"))
+		*out = SS_DTYPE_BF16;
+	else if (!strcmp(s, "q8"))
+		*out = SS_DTYPE_Q8;
+	else
+		return SS_ERR_INVALID;
+	return 0;
+}
+
+size_t ss_dtype_size(ss_dtype t)
+{
+	return t == SS_DTYPE_F32 ? 4 : t == SS_DTYPE_Q8 ? 1 : 2;
+}
+
+static inline uint32_t f2u(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float u2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+float ss_bf16_to_f32(uint16_t h)
+{
+	return u2f((uint32_t)h << 16);
+}
+
+uint16_t ss_f32_to_bf16(float f)
+{
+	uint32_t u = f2u(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and NaN */
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even */
+	return (uint16_t)(u >> 16);
+}
+
+/* IEEE binary16 via the F16C instructions when the compiler targets them,
+ * else bit manipulation. Both round to nearest even. */
+#if defined(__F16C__)
+#include <immintrin.h>
+float ss_f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+uint16_t ss_f32_to_f16(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+#else
+/* Exact and branch-free, so bulk loops vectorise: the 15 bits below the
+ * sign, shifted into a binary32's exponent/mantissa, read as a float and
+ * scaled by 2^(127-15), give every finite value (subnormals included, the
+ * product being exact); the all-ones exponent becomes inf/NaN. */
+float ss_f16_to_f32(uint16_t h)
+{
+	uint32_t em = h & 0x7fffu, sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t u = f2u(u2f(em << 13) * 0x1p112f);
+	uint32_t special = 0u - (uint32_t)(em >= 0x7c00u);
+	u = (u & ~special) | ((0x7f800000u | (em << 13)) & special);
+	return u2f(u | sign);
+}
+
+uint16_t ss_f32_to_f16(float f)
+{
+	uint32_t u = f2u(f);
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+	uint32_t a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return sign | 0x7e00; /* NaN */
+	if (a >= 0x477ff000u) /* rounds to >= 65520: overflow */
+		return sign | 0x7c00;
+	if (a < 0x38800000u) { /* below the smallest normal half: subnormal or 0 */
+		/* a * 2^24 rounded to nearest even, done in float arithmetic (exact
+		 * because the product's spacing is coarser than the rounding). */
+		float v = u2f(a) * 0x1p24f;
+		uint32_t m = (uint32_t)v;
+		float rem = v - (float)m;
+		if (rem > 0.5f || (rem == 0.5f && (m & 1)))
+			m++;
+		return sign | (uint16_t)m;
+	}
+	uint32_t r = a + 0xfffu + ((a >> 13) & 1) - (112u << 23);
+	return sign | (uint16_t)(r >> 13);
+}
+#endif
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+int ss_cpu_f16c(void)
+{
+	/* cpuid and xgetbv rather than __builtin_cpu_supports("f16c"), which
+	 * clang (14) does not know: make fuzz builds lib/ with clang */
+	static int cached = -1; /* threads may race to fill it: atomic, same value */
+	int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+	if (v < 0) {
+		unsigned a, b, c, d, lo = 0, hi = 0;
+		int avx = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE) && (c & bit_AVX) && (c & bit_F16C);
+		if (avx)
+			__asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+		v = avx && (lo & 6) == 6; /* the OS saves the xmm and ymm registers */
+		(void)hi;
+		__atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+#else
+int ss_cpu_f16c(void)
+{
+	return 0;
+}
+#endif
+
+/* Bulk f16 with the F16C instructions where the CPU has them, chosen at
+ * run time (the build targets x86-64-v2, which lacks them): 8 at a time,
+ * round to nearest even like the scalar code; a NaN keeps its payload's
+ * top bits where the scalar code writes the canonical 0x7e00. */
+#if defined(__x86_64__) && !defined(__F16C__)
+#include <immintrin.h>
+#define F16C_BULK 1
+static int have_f16c(void)
+{
+	return ss_cpu_f16c();
+}
+
+__attribute__((target("avx,f16c"))) static size_t f16_to_f32_8(float *dst, const unsigned char *p, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p + 2 * i))));
+	return i;
+}
+
+__attribute__((target("avx,f16c"))) static size_t f32_to_f16_8(unsigned char *p, const float *src, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *)(void *)(p + 2 * i),
+				 _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+	return i;
+}
+#endif
+
+/* src/dst may be unaligned (msgpack bin payloads are): access 16-bit
+ * elements through memcpy, which compiles to plain loads and stores. */
+void ss_to_f32(float *dst, const void *src, ss_dtype t, size_t n)
+{
+	const unsigned char *p = src;
+	uint16_t h;
+	size_t i0 = 0;
+	switch (t) {
+	case SS_DTYPE_F32:
+		memcpy(dst, src, n * 4);
+		break;
+	case SS_DTYPE_F16:
+#ifdef F16C_BULK
+		if (have_f16c())
+			i0 = f16_to_f32_8(dst, p, n);
+#endif
+		for (size_t i = i0; i < n; i++) {
+			memcpy(&h, p + 2 * i, 2);
+			dst[i] = ss_f16_to_f32(h);
+		}
+		break;
+	case SS_DTYPE_BF16:
+		for (size_t i = 0; i < n; i++) {
+			memcpy(&h, p + 2 * i, 2);
+			dst[i] = u2f((uint32_t)h << 16);
+		}
+		break;
+	case SS_DTYPE_Q8: /* needs scales: ss_q8_to_f32 */
+		break;
+	}
+}
+
+void ss_from_f32(void *dst, ss_dtype t, const float *src, size_t n)
+{
+	unsigned char *p = dst;
+	uint16_t h;
+	size_t i0 = 0;
+	switch (t) {
+	case SS_DTYPE_F32:
+		memcpy(dst, src, n * 4);
+		break;
+	case SS_DTYPE_F16:
+#ifdef F16C_BULK
+		if (have_f16c())
+			i0 = f32_to_f16_8(p, src, n);
+#endif
+		for (size_t i = i0; i < n; i++) {
+			h = ss_f32_to_f16(src[i]);
+			memcpy(p + 2 * i, &h, 2);
+		}
+		break;
+	case SS_DTYPE_BF16:
+		for (size_t i = 0; i < n; i++) {
+			h = ss_f32_to_bf16(src[i]);
+			memcpy(p + 2 * i, &h, 2);
+		}
+		break;
+	case SS_DTYPE_Q8: /* needs scales: ss_q8_from_f32 */
+		break;
+	}
+}
+
+/* Magnitude bits at or above which an element is NaN or infinite (its
+ * exponent all ones), with the sign bit cleared. */
+#define NONFINITE_F32 0x7f800000u
+#define NONFINITE_F16 0x7c00u
+#define NONFINITE_BF16 0x7f80u
+
+/* A run of elements is scanned as the OR of (exponent bits + the lowest
+ * exponent bit): the sign bit of the sum is set exactly when the exponent
+ * is all ones. Only where a run's OR has it is the run searched element by
+ * element. A run of exactly SCAN_RUN elements has a fixed trip count,
+ * which GCC's -O2 cost model vectorises (SSE2: ~33 GB/s in cache, against
+ * ~7 GB/s for a maximum of the magnitudes, which it leaves scalar, and the
+ * 1-2 GB/s zstd decompresses at). */
+enum { SCAN_RUN = 1024 };
+
+/* 1 when one of the m (<= SCAN_RUN) elements at b is not finite. */
+static int run_nonfinite32(const unsigned char *b, size_t m)
+{
+	uint32_t acc = 0;
+	if (m == SCAN_RUN) {
+		for (size_t i = 0; i < SCAN_RUN; i++) {
+			uint32_t x;
+			memcpy(&x, b + 4 * i, 4);
+			acc |= (x & NONFINITE_F32) + 0x00800000u;
+		}
+	} else {
+		for (size_t i = 0; i < m; i++) {
+			uint32_t x;
+			memcpy(&x, b + 4 * i, 4);
+			acc |= (x & NONFINITE_F32) + 0x00800000u;
+		}
+	}
+	return acc >> 31;
+}
+
+/* The same for 2-byte elements whose exponent mask is `mask` (f16 0x7c00,
+ * bf16 0x7f80; low: its lowest bit). */
+static int run_nonfinite16(const unsigned char *b, size_t m, uint16_t mask, uint16_t low)
+{
+	uint16_t acc = 0;
+	if (m == SCAN_RUN) {
+		for (size_t i = 0; i < SCAN_RUN; i++) {
+			uint16_t x;
+			memcpy(&x, b + 2 * i, 2);
+			acc |= (uint16_t)((x & mask) + low);
+		}
+	} else {
+		for (size_t i = 0; i < m; i++) {
+			uint16_t x;
+			memcpy(&x, b + 2 * i, 2);
+			acc |= (uint16_t)((x & mask) + low);
+		}
+	}
+	return acc >> 15;
+}
+
+size_t ss_nonfinite_find(const void *p, ss_dtype t, size_t n)
+{
+	const unsigned char *b = p;
+	if (t != SS_DTYPE_F32 && t != SS_DTYPE_F16 && t != SS_DTYPE_BF16)
+		return n; /* q8: codes, finite by construction */
+	const uint32_t lim = t == SS_DTYPE_F32 ? NONFINITE_F32 : t == SS_DTYPE_F16 ? NONFINITE_F16 : NONFINITE_BF16;
+	const size_t es = ss_dtype_size(t);
+	for (size_t i0 = 0; i0 < n; i0 += SCAN_RUN) {
+		size_t m = n - i0 < SCAN_RUN ? n - i0 : SCAN_RUN;
+		if (!(t == SS_DTYPE_F32 ? run_nonfinite32(b + 4 * i0, m)
+					: run_nonfinite16(b + 2 * i0, m, (uint16_t)lim, (uint16_t)(lim & -lim))))
+			continue;
+		for (size_t i = i0;; i++) {
+			uint32_t x = 0;
+			memcpy(&x, b + es * i, es); /* little-endian */
+			if ((x & (t == SS_DTYPE_F32 ? 0x7fffffffu : 0x7fffu)) >= lim)
+				return i;
+		}
+	}
+	return n;
+}
+
+size_t ss_unstorable_find(const float *x, ss_dtype t, size_t n)
+{
+	if (t != SS_DTYPE_F16 && t != SS_DTYPE_BF16)
+		return ss_nonfinite_find(x, SS_DTYPE_F32, n);
+	uint16_t h[SCAN_RUN];
+	for (size_t i0 = 0; i0 < n; i0 += SCAN_RUN) {
+		size_t m = n - i0 < SCAN_RUN ? n - i0 : SCAN_RUN;
+		ss_from_f32(h, t, x + i0, m);
+		size_t bad = ss_nonfinite_find(h, t, m);
+		if (bad < m)
+			return i0 + bad;
+	}
+	return n;
+}
+
+/* run_nonfinite16 of m (<= SCAN_RUN) elements split into byte planes. */
+static int run_nonfinite_planes(const unsigned char *lo, const unsigned char *hi, size_t m, uint16_t mask,
+				uint16_t low)
+{
+	uint16_t acc = 0;
+	if (m == SCAN_RUN) {
+		for (size_t i = 0; i < SCAN_RUN; i++)
+			acc |= (uint16_t)((((uint16_t)hi[i] << 8 | lo[i]) & mask) + low);
+	} else {
+		for (size_t i = 0; i < m; i++)
+			acc |= (uint16_t)((((uint16_t)hi[i] << 8 | lo[i]) & mask) + low);
+	}
+	return acc >> 15;
+}
+
+size_t ss_nonfinite_planes(const unsigned char *lo, const unsigned char *hi, ss_dtype t, size_t m)
+{
+	const uint16_t lim = t == SS_DTYPE_F16 ? NONFINITE_F16 : NONFINITE_BF16;
+	for (size_t i0 = 0; i0 < m; i0 += SCAN_RUN) {
+		size_t k = m - i0 < SCAN_RUN ? m - i0 : SCAN_RUN;
+		if (!run_nonfinite_planes(lo + i0, hi + i0, k, lim, (uint16_t)(lim & -lim)))
+			continue;
+		for (size_t i = i0;; i++)
+			if ((((unsigned)hi[i] & 0x7f) << 8 | lo[i]) >= lim)
+				return i;
+	}
+	return m;
+}
+
+/* One block of m 2-byte elements split into its two planes, or (inverse)
+ * the planes interleaved back. GCC does not vectorise the strided byte
+ * loops (~1 GB/s: 8-16 ms of the ~20 it took to write a composed 130m f16
+ * state), so SSE2, part of x86-64, moves 16 elements a step (2.5 ms); the
+ * scalar loops finish the tail and serve other targets. ref: Intel SDM
+ * (PACKUSWB, PUNPCKLBW). */
+static void planes2(unsigned char *restrict y, const unsigned char *restrict x, size_t m, int inverse)
+{
+	size_t i = 0;
+#ifdef __SSE2__
+	const __m128i lo8 = _mm_set1_epi16(0xff);
+	if (inverse)
+		for (; i + 16 <= m; i += 16) {
+			__m128i l = _mm_loadu_si128((const __m128i *)(const void *)(x + i));
+			__m128i h = _mm_loadu_si128((const __m128i *)(const void *)(x + m + i));
+			_mm_storeu_si128((__m128i *)(void *)(y + 2 * i), _mm_unpacklo_epi8(l, h));
+			_mm_storeu_si128((__m128i *)(void *)(y + 2 * i + 16), _mm_unpackhi_epi8(l, h));
+		}
+	else
+		for (; i + 16 <= m; i += 16) {
+			__m128i a = _mm_loadu_si128((const __m128i *)(const void *)(x + 2 * i));
+			__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(x + 2 * i + 16));
+			_mm_storeu_si128((__m128i *)(void *)(y + i),
+					 _mm_packus_epi16(_mm_and_si128(a, lo8), _mm_and_si128(b, lo8)));
+			_mm_storeu_si128((__m128i *)(void *)(y + m + i),
+					 _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8)));
+		}
+#endif
+	if (inverse)
+		for (; i < m; i++) {
+			y[2 * i] = x[i];
+			y[2 * i + 1] = x[m + i];
+		}
+	else
+		for (; i < m; i++) {
+			y[i] = x[2 * i];
+			y[m + i] = x[2 * i + 1];
+		}
+}
+
+/* ss_shuffle (inverse 0) and ss_unshuffle (inverse 1). */
+static void shuffle_blocks(unsigned char *y, const unsigned char *x, size_t es, size_t n, size_t block,
+			   int inverse)
+{
+	for (size_t b0 = 0; b0 < n; b0 += block) {
+		size_t m = n - b0 < block ? n - b0 : block;
+		if (es == 2) {
+			planes2(y + b0 * 2, x + b0 * 2, m, inverse);
+			continue;
+		}
+		for (size_t i = 0; i < m; i++)
+			for (size_t j = 0; j < es; j++) {
+				size_t elem = (b0 + i) * es + j, plane = b0 * es + j * m + i;
+				y[inverse ? elem : plane] = x[inverse ? plane : elem];
+			}
+	}
+}
+
+void ss_shuffle(void *dst, const void *src, size_t es, size_t n, size_t block)
+{
+	shuffle_blocks(dst, src, es, n, block, 0);
+}
+
+void ss_unshuffle(void *dst, const void *src, size_t es, size_t n, size_t block)
+{
+	shuffle_blocks(dst, src, es, n, block, 1);
+}
+
+size_t ss_q8_n_scales(size_t n, size_t row, size_t block)
+{
+	return n / row * ((row + block - 1) / block);
+}
+
+void ss_q8_scales(float *scale, const float *x, size_t n, size_t row, size_t block)
+{
+	size_t k = 0;
+	for (size_t r0 = 0; r0 < n; r0 += row)
+		for (size_t b0 = 0; b0 < row; b0 += block) {
+			size_t m = row - b0 < block ? row - b0 : block;
+			const float *v = x + r0 + b0;
+			float mx = 0;
+			for (size_t i = 0; i < m; i++) {
+				float a = fabsf(v[i]);
+				mx = a > mx || a != a ? a : mx; /* a NaN sticks */
+			}
+			scale[k++] = mx / 127.0f;
+		}
+}
+
+/* Runs of elements [e0, e0+n) that share one scale: calls body(i, m, s) for
+ * each, i counted from e0. */
+#define Q8_RUNS(e0, n, row, block, scale, body)                                        \
+	do {                                                                           \
+		size_t nb_ = ((row) + (block) - 1) / (block);                          \
+		for (size_t i = 0, e = (e0); i < (n);) {                               \
+			size_t w = e % (row), b = w / (block);                         \
+			size_t end = (b + 1) * (block) < (row) ? (b + 1) * (block) : (row); \
+			size_t m = end - w < (n) - i ? end - w : (n) - i;              \
+			float s = (scale)[e / (row) * nb_ + b];                        \
+			body;                                                          \
+			i += m, e += m;                                                \
+		}                                                                      \
+	} while (0)
+
+void ss_q8_from_f32(int8_t *q, const float *x, const float *scale, size_t e0, size_t n, size_t row,
+		    size_t block)
+{
+	Q8_RUNS(e0, n, row, block, scale, {
+		if (s > 0 && isfinite(s)) {
+			for (size_t j = i; j < i + m; j++) {
+				float v = nearbyintf(x[j] / s);
+				q[j] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+			}
+		} else {
+			memset(q + i, 0, m);
+		}
+	});
+}
+
+/* codes times one scale: 16 at a time, which vectorises (restrict: no
+ * aliasing check in the loop). */
+static void q8_run(float *restrict dst, const int8_t *restrict q, float s, size_t m)
+{
+	size_t j = 0;
+	for (; j + 16 <= m; j += 16)
+		for (size_t k = 0; k < 16; k++)
+			dst[j + k] = (float)q[j + k] * s;
+	for (; j < m; j++)
+		dst[j] = (float)q[j] * s;
+}
+
+void ss_q8_to_f32(float *dst, const int8_t *q, const float *scale, size_t e0, size_t n, size_t row,
+		  size_t block)
+{
+	Q8_RUNS(e0, n, row, block, scale, {
+		if (isfinite(s))
+			q8_run(dst + i, q + i, s, m);
+		else
+			for (size_t j = i; j < i + m; j++)
+				dst[j] = NAN;
+	});
+}

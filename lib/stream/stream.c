@@ -1,0 +1,1212 @@
+/*
+ * stream.c — record streams: one msgpack map per zstd frame.
+ * See ss_stream.h for the contract and formats/{tokens,states}.md for the
+ * schemas. ref: RFC 8878 (zstd frame and block headers), msgpack spec.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: stable since 1.4, exported by libzstd.so */
+#include <zstd.h>
+#include <zstd_errors.h>
+
+#include "ss.h"
+#include "stream/internal.h"
+
+#define IN_CHUNK (1u << 20)
+/* Input a step of a frame decoded in pieces asks for: zstd's largest block,
+ * so that the window (IN_CHUNK) is compacted once per ~7 steps, not at
+ * every step (which moved up to 1 MiB per 128 KiB decoded). */
+#define IN_STEP (128u << 10)
+/* Declared record sizes up to this are allocated at once (ss_reader_next). */
+#define TRUST_DECLARED (1u << 20)
+#define ZSTD_MAGIC 0xFD2FB528u
+#define SKIP_MAGIC_MASK 0xFFFFFFF0u
+#define SKIP_MAGIC 0x184D2A50u
+
+/* ================================================================ reader */
+
+struct ss_reader {
+	FILE *f;
+	char *path;
+	int own_file, seekable, eof;
+	uint64_t max_record;
+	ZSTD_DCtx *dctx;
+	/* Input window: buf[0..len) holds file bytes [base, base+len). */
+	unsigned char *buf;
+	size_t len, cap;
+	uint64_t base;
+	uint64_t pos;        /* absolute offset of the next frame */
+	uint64_t index;
+	unsigned char *out;  /* decompressed record */
+	size_t out_cap;
+	unsigned char *meta; /* synthetic map for next_meta */
+	size_t meta_cap;
+	msgpack_unpacked unp;
+	ss_record rec;       /* the record last read, handed out by pointer */
+	int annot;           /* an annotation frame precedes the next record */
+	int32_t annot_rank;
+	double annot_score;
+	char format[32];
+	char err[SS_ERRMSG_MAX];
+};
+
+static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int grow(unsigned char **p, size_t *cap, size_t need);
+static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...)
+{
+	char what[SS_ERRMSG_MAX - 64];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
+	snprintf(r->err, sizeof r->err, "record %llu (byte offset %llu): %s",
+		 (unsigned long long)r->index, (unsigned long long)off, what);
+	return code;
+}
+
+/* Opens the named file `path` into r (r->f, own_file, seekable). Returns 0,
+ * or SS_ERR_NOTFOUND / SS_ERR_IO with errmsg set (r unchanged). */
+static int open_file(ss_reader *r, const char *path, char *errmsg)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
+		return ss_errf(errmsg, code, "%s", strerror(errno));
+	}
+	struct stat st;
+	r->f = f;
+	r->own_file = 1;
+	r->seekable = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+	return 0;
+}
+
+int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char *errmsg)
+{
+	*out = NULL;
+	ss_reader *r = calloc(1, sizeof *r);
+	if (!r)
+		return SS_ERR_NOMEM;
+	int is_stdin = !path || !strcmp(path, "-");
+	r->path = strdup(is_stdin ? "-" : path);
+	r->max_record = max_record ? max_record : SS_MAX_RECORD_DEFAULT;
+	r->dctx = ZSTD_createDCtx();
+	r->cap = IN_CHUNK;
+	r->buf = malloc(r->cap);
+	if (!r->path || !r->dctx || !r->buf) {
+		ss_reader_close(r);
+		return SS_ERR_NOMEM;
+	}
+	if (is_stdin) {
+		r->f = stdin;
+		struct stat st;
+		r->seekable = fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode);
+	} else {
+		int code = open_file(r, path, errmsg);
+		if (code) {
+			ss_reader_close(r);
+			return code;
+		}
+	}
+	if (r->seekable)
+		r->base = r->pos = (uint64_t)ftello(r->f);
+	msgpack_unpacked_init(&r->unp);
+	snprintf(r->err, sizeof r->err, "no error");
+	*out = r;
+	return 0;
+}
+
+void ss_reader_close(ss_reader *r)
+{
+	if (!r)
+		return;
+	if (r->own_file && r->f)
+		fclose(r->f);
+	msgpack_unpacked_destroy(&r->unp);
+	ZSTD_freeDCtx(r->dctx);
+	free(r->buf);
+	free(r->out);
+	free(r->meta);
+	free(r->path);
+	free(r);
+}
+
+const char *ss_reader_error(const ss_reader *r) { return r->err; }
+const char *ss_reader_path(const ss_reader *r) { return r->path; }
+int ss_reader_seekable(const ss_reader *r) { return r->seekable; }
+
+const char *ss_record_format(const ss_record *rec) { return rec->format; }
+uint64_t ss_record_offset(const ss_record *rec) { return rec->offset; }
+uint64_t ss_record_length(const ss_record *rec) { return rec->length; }
+uint64_t ss_record_content_size(const ss_record *rec) { return rec->content; }
+uint64_t ss_record_index(const ss_record *rec) { return rec->index; }
+const void *ss_record_bytes(const ss_record *rec) { return rec->raw; }
+size_t ss_record_size(const ss_record *rec) { return rec->raw_len; }
+
+int ss_record_rank(const ss_record *rec, int32_t *rank, double *score)
+{
+	if (!rec->has_rank)
+		return 0;
+	if (rank)
+		*rank = rec->rank;
+	if (score)
+		*score = rec->score;
+	return 1;
+}
+
+/* Makes file bytes [off, off+need) available in the window and returns
+ * how many of them are (fewer at end of input), or a negative SS_ERR_*.
+ * Bytes from keep_from (<= off) on are retained; a pipe cannot go back, so
+ * callers that will revisit a frame pass its start. Files seek freely. The
+ * window is compacted only when what is asked for does not fit it, so
+ * walking forward through a buffered frame costs no copies. */
+static long long in_fill(ss_reader *r, uint64_t off, size_t need, uint64_t keep_from)
+{
+	if (r->seekable && (off < r->base || off > r->base + r->len)) {
+		if (fseeko(r->f, (off_t)off, SEEK_SET) != 0)
+			return SS_ERR_IO;
+		r->base = off;
+		r->len = 0;
+		r->eof = 0;
+	} else if (off < r->base) {
+		return SS_ERR_INVALID;
+	}
+	if (off + need <= r->base + r->len)
+		return (long long)need;
+	uint64_t keep = keep_from < off ? keep_from : off;
+	if (keep < r->base)
+		keep = r->base;
+	if (keep > r->base + r->len) {
+		/* A pipe skipping forward: drop the window, read and discard. */
+		r->base += r->len;
+		r->len = 0;
+		while (r->base < keep && !r->eof) {
+			size_t want = keep - r->base < r->cap ? (size_t)(keep - r->base) : r->cap;
+			size_t got = fread(r->buf, 1, want, r->f);
+			if (got < want) {
+				if (ferror(r->f))
+					return SS_ERR_IO;
+				r->eof = 1;
+			}
+			r->base += got;
+		}
+		if (r->base < keep)
+			return 0;
+	}
+	if (keep > r->base && (size_t)(off - r->base) + need > r->cap) {
+		size_t skip = (size_t)(keep - r->base);
+		memmove(r->buf, r->buf + skip, r->len - skip);
+		r->len -= skip;
+		r->base = keep;
+	}
+	size_t want = (size_t)(off - r->base) + need;
+	if (want > r->cap) {
+		size_t ncap = r->cap;
+		while (ncap < want)
+			ncap *= 2;
+		unsigned char *nb = realloc(r->buf, ncap);
+		if (!nb)
+			return SS_ERR_NOMEM;
+		r->buf = nb;
+		r->cap = ncap;
+	}
+	while (r->len < want && !r->eof) {
+		/* Read what is asked for (at least 64 KiB), not the whole window:
+		 * a seek to a small record must not cost a 1 MiB read. */
+		size_t chunk = want - r->len < (64u << 10) ? (64u << 10) : want - r->len;
+		if (chunk > r->cap - r->len)
+			chunk = r->cap - r->len;
+		size_t got = fread(r->buf + r->len, 1, chunk, r->f);
+		if (got == 0) {
+			if (ferror(r->f))
+				return SS_ERR_IO;
+			r->eof = 1;
+		}
+		r->len += got;
+	}
+	size_t at = (size_t)(off - r->base);
+	size_t avail = r->len > at ? r->len - at : 0;
+	return (long long)(avail < need ? avail : need);
+}
+
+int ss_reader_seek(ss_reader *r, uint64_t offset)
+{
+	if (!r->seekable) {
+		snprintf(r->err, sizeof r->err, "cannot seek: input is not a regular file");
+		return SS_ERR_INVALID;
+	}
+	r->pos = offset;
+	r->index = 0;
+	r->annot = 0;
+	return 0;
+}
+
+int ss_reader_reserve(ss_reader *r, uint64_t bytes)
+{
+	if (bytes > r->max_record || bytes > SIZE_MAX / 2)
+		return SS_ERR_TOO_LARGE;
+	return grow(&r->out, &r->out_cap, (size_t)bytes);
+}
+
+int ss_reader_goto(ss_reader *r, const char *path, uint64_t offset, uint64_t index, char *errmsg)
+{
+	if (strcmp(path, r->path) != 0) {
+		if (!strcmp(path, "-") || !strcmp(r->path, "-"))
+			return ss_errf(errmsg, SS_ERR_INVALID, "cannot reopen standard input");
+		char *p = strdup(path);
+		if (!p)
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		FILE *old = r->own_file ? r->f : NULL;
+		int rc = open_file(r, path, errmsg);
+		if (rc) {
+			free(p);
+			return rc;
+		}
+		if (old)
+			fclose(old);
+		free(r->path);
+		r->path = p;
+		r->eof = 0;
+		r->len = 0;
+		r->base = 0;
+	}
+	int rc = ss_reader_seek(r, offset);
+	if (rc)
+		return ss_errf(errmsg, rc, "%s", r->err);
+	r->index = index;
+	return 0;
+}
+
+/* Walks the block headers of the zstd frame at r->pos (header already
+ * parsed: hsz bytes, checksum flag) and returns its total compressed size,
+ * or a negative error with r->err set. ref: RFC 8878 §3.1.1.2. */
+static long long frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64_t content)
+{
+	uint64_t off = r->pos + hsz;
+	/* A valid frame is at most the compress bound of its content plus
+	 * per-block headers; anything longer is corrupt. */
+	uint64_t limit = ZSTD_compressBound((size_t)content) + hsz + 3 * (content / 1024 + 2) + 8;
+	for (;;) {
+		/* Past the window of a file, only the 3 header bytes are read
+		 * (pread: the window and the stream position stay as they are);
+		 * filling the window would read 64 KiB of each 128 KiB block. */
+		unsigned char hb[3];
+		const unsigned char *p = hb;
+		long long got;
+		if (r->seekable && (off < r->base || off + 3 > r->base + r->len)) {
+			got = 0;
+			while (got < 3) {
+				ssize_t n = pread(fileno(r->f), hb + got, 3 - (size_t)got, (off_t)(off + (uint64_t)got));
+				if (n < 0 && errno == EINTR)
+					continue;
+				if (n < 0)
+					got = SS_ERR_IO;
+				if (n <= 0)
+					break;
+				got += n;
+			}
+		} else {
+			got = in_fill(r, off, 3, r->pos);
+			p = r->buf + (off - r->base);
+		}
+		if (got < 0)
+			return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
+		if (got < 3)
+			return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (block header at byte %llu)",
+				    (unsigned long long)off);
+		uint32_t bh = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
+		int last = bh & 1, type = (bh >> 1) & 3;
+		uint32_t bsize = bh >> 3;
+		if (type == 3)
+			return rerr(r, SS_ERR_FORMAT, r->pos, "corrupt zstd frame (reserved block type)");
+		off += 3 + (type == 1 ? 1 : bsize);
+		if (off - r->pos > limit)
+			return rerr(r, SS_ERR_FORMAT, r->pos, "corrupt zstd frame (blocks exceed declared size)");
+		if (last)
+			break;
+	}
+	if (has_checksum)
+		off += 4;
+	return (long long)(off - r->pos);
+}
+
+static int msgpack_check(const unsigned char *p, size_t len, const char **why);
+
+/* Reads the annotation frame at r->pos (payload of n bytes: a msgpack map
+ * {"rank": int, "score": float}); it applies to the next record. */
+static int read_annotation(ss_reader *r, uint32_t n)
+{
+	long long got = in_fill(r, r->pos, 8 + (size_t)n, r->pos);
+	if (got < 0)
+		return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
+	if (got < 8 + (long long)n)
+		return rerr(r, SS_ERR_TRUNCATED, r->pos, "annotation frame truncated");
+	/* Checked first, as a record is: the unpacker allocates for the
+	 * counts it reads (a 22-byte frame asked for 128 GiB). */
+	const unsigned char *pay = r->buf + (r->pos - r->base) + 8;
+	const char *why;
+	if (msgpack_check(pay, n, &why) != 0)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "malformed annotation frame: %s", why);
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	size_t used = 0;
+	int ok = msgpack_unpack_next(&u, (const char *)pay, n, &used) == MSGPACK_UNPACK_SUCCESS && used == n;
+	const msgpack_object *rk = ok ? ss_map_get(&u.data, "rank") : NULL;
+	const msgpack_object *sc = ok ? ss_map_get(&u.data, "score") : NULL;
+	ok = rk && sc && rk->type == MSGPACK_OBJECT_POSITIVE_INTEGER && rk->via.u64 <= INT32_MAX &&
+	     (sc->type == MSGPACK_OBJECT_FLOAT64 || sc->type == MSGPACK_OBJECT_FLOAT32);
+	if (ok) {
+		r->annot = 1;
+		r->annot_rank = (int32_t)rk->via.u64;
+		r->annot_score = sc->via.f64;
+	}
+	msgpack_unpacked_destroy(&u);
+	return ok ? 0 : rerr(r, SS_ERR_FORMAT, r->pos, "malformed annotation frame");
+}
+
+/* Moves a pending annotation onto the record being returned. */
+static void take_annotation(ss_reader *r, ss_record *rec)
+{
+	rec->has_rank = r->annot;
+	rec->rank = r->annot_rank;
+	rec->score = r->annot_score;
+	r->annot = 0;
+}
+
+/* Whether the n bytes at p could begin a text file (UTF-8 or ASCII: no
+ * control bytes but tab, line ends and form feed): what a user gives a tool
+ * in place of a stream most often. */
+static int looks_text(const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((p[i] < 0x20 && !strchr("\t\n\r\f", p[i])) || p[i] == 0x7f)
+			return 0;
+	return n > 0;
+}
+
+/* Parses the frame header at r->pos. Returns 1 with *hsz, *content,
+ * *checksum set; 0 at clean end of input; 2 for a skippable frame (r->pos
+ * advanced past it); negative on error. */
+static int frame_header(ss_reader *r, size_t *hsz, uint64_t *content, int *checksum)
+{
+	long long got = in_fill(r, r->pos, ZSTD_FRAMEHEADERSIZE_MAX, r->pos);
+	if (got < 0)
+		return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
+	if (got == 0)
+		return 0;
+	const unsigned char *p = r->buf + (r->pos - r->base);
+	if (got < 4)
+		return rerr(r, SS_ERR_TRUNCATED, r->pos, "stream truncated (%lld stray bytes)", got);
+	uint32_t magic = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	if ((magic & SKIP_MAGIC_MASK) == SKIP_MAGIC) {
+		if (got < 8)
+			return rerr(r, SS_ERR_TRUNCATED, r->pos, "skippable frame truncated");
+		uint32_t n = p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+		if (magic == SS_ANNOT_MAGIC && n <= 256) {
+			int rc = read_annotation(r, n);
+			if (rc < 0)
+				return rc;
+		}
+		/* The frame's last byte must exist: a size running past the end
+		 * is damage, not a clean end of stream. */
+		uint64_t end = r->pos + 8 + (uint64_t)n;
+		got = in_fill(r, end - 1, 1, end - 1);
+		if (got < 0)
+			return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
+		if (got < 1)
+			return rerr(r, SS_ERR_TRUNCATED, r->pos, "skippable frame truncated (declares %lu bytes)",
+				    (unsigned long)n);
+		r->pos = end;
+		return 2;
+	}
+	if (magic != ZSTD_MAGIC)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "not an ss stream (no zstd frame here%s)",
+			    r->pos == 0 && looks_text(p, (size_t)got) ? "; it looks like text" : "");
+	ZSTD_frameHeader zfh;
+	size_t rc = ZSTD_getFrameHeader(&zfh, p, (size_t)got);
+	if (ZSTD_isError(rc))
+		return rerr(r, SS_ERR_FORMAT, r->pos, "corrupt zstd frame header: %s", ZSTD_getErrorName(rc));
+	if (rc > 0)
+		return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame header truncated");
+	if (zfh.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "zstd frame without a declared content size "
+			    "(not written by an ss tool)");
+	if (zfh.frameContentSize > r->max_record || zfh.frameContentSize > SIZE_MAX / 2)
+		return rerr(r, SS_ERR_TOO_LARGE, r->pos, "declared record size %llu bytes exceeds the limit of %llu (SS_MAX_RECORD)",
+			    (unsigned long long)zfh.frameContentSize, (unsigned long long)r->max_record);
+	if (zfh.frameContentSize == 0)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "empty record");
+	*hsz = zfh.headerSize;
+	*content = zfh.frameContentSize;
+	*checksum = zfh.checksumFlag;
+	return 1;
+}
+
+/* Checks that buf[0..len) is exactly one msgpack object whose every
+ * declared length and count fits in the bytes that remain, so that the
+ * unpacker never allocates for sizes the data cannot back. Returns 0 or -1
+ * with *why set. ref: msgpack spec, formats section. */
+static int msgpack_check(const unsigned char *p, size_t len, const char **why)
+{
+	size_t i = 0;
+	uint64_t pending = 1;
+#define NEED(n) do { if ((n) > len - i) { *why = "truncated msgpack data"; return -1; } } while (0)
+	while (pending) {
+		NEED(1);
+		unsigned char t = p[i++];
+		pending--;
+		uint64_t skip = 0, items = 0;
+		if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
+			continue;
+		} else if (t >= 0x80 && t <= 0x8f) {
+			items = 2u * (t & 0x0f);
+		} else if (t >= 0x90 && t <= 0x9f) {
+			items = t & 0x0f;
+		} else if (t >= 0xa0 && t <= 0xbf) {
+			skip = t & 0x1f;
+		} else {
+			switch (t) {
+			case 0xc4: case 0xd9: NEED(1); skip = p[i]; i += 1; break;
+			case 0xc5: case 0xda: NEED(2); skip = (uint64_t)p[i] << 8 | p[i + 1]; i += 2; break;
+			case 0xc6: case 0xdb: NEED(4); skip = (uint64_t)p[i] << 24 | (uint64_t)p[i + 1] << 16 | (uint64_t)p[i + 2] << 8 | p[i + 3]; i += 4; break;
+			case 0xc7: NEED(1); skip = 1 + (uint64_t)p[i]; i += 1; break;
+			case 0xc8: NEED(2); skip = 1 + ((uint64_t)p[i] << 8 | p[i + 1]); i += 2; break;
+			case 0xc9: NEED(4); skip = 1 + ((uint64_t)p[i] << 24 | (uint64_t)p[i + 1] << 16 | (uint64_t)p[i + 2] << 8 | p[i + 3]); i += 4; break;
+			case 0xca: skip = 4; break;
+			case 0xcb: skip = 8; break;
+			case 0xcc: case 0xd0: skip = 1; break;
+			case 0xcd: case 0xd1: skip = 2; break;
+			case 0xce: case 0xd2: skip = 4; break;
+			case 0xcf: case 0xd3: skip = 8; break;
+			case 0xd4: skip = 2; break;
+			case 0xd5: skip = 3; break;
+			case 0xd6: skip = 5; break;
+			case 0xd7: skip = 9; break;
+			case 0xd8: skip = 17; break;
+			case 0xdc: NEED(2); items = (uint64_t)p[i] << 8 | p[i + 1]; i += 2; break;
+			case 0xdd: NEED(4); items = (uint64_t)p[i] << 24 | (uint64_t)p[i + 1] << 16 | (uint64_t)p[i + 2] << 8 | p[i + 3]; i += 4; break;
+			case 0xde: NEED(2); items = 2 * ((uint64_t)p[i] << 8 | p[i + 1]); i += 2; break;
+			case 0xdf: NEED(4); items = 2 * ((uint64_t)p[i] << 24 | (uint64_t)p[i + 1] << 16 | (uint64_t)p[i + 2] << 8 | p[i + 3]); i += 4; break;
+			default: *why = "invalid msgpack type byte"; return -1;
+			}
+		}
+		NEED(skip);
+		i += (size_t)skip;
+		/* Every item takes at least one byte. */
+		if (items > len - i || pending + items > len - i + 1) {
+			*why = "msgpack count exceeds the record size";
+			return -1;
+		}
+		pending += items;
+	}
+	if (i != len) {
+		*why = "trailing bytes after the record's map";
+		return -1;
+	}
+	return 0;
+#undef NEED
+}
+
+const msgpack_object *ss_map_get(const msgpack_object *map, const char *key)
+{
+	if (!map || map->type != MSGPACK_OBJECT_MAP)
+		return NULL;
+	size_t kl = strlen(key);
+	for (uint32_t i = 0; i < map->via.map.size; i++) {
+		const msgpack_object *k = &map->via.map.ptr[i].key;
+		if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl && !memcmp(k->via.str.ptr, key, kl))
+			return &map->via.map.ptr[i].val;
+	}
+	return NULL;
+}
+
+/* Unpacks buf as the record map and checks format/version. */
+static int unpack_record(ss_reader *r, uint64_t off, const void *buf, size_t len, ss_record *rec)
+{
+	const char *why = NULL;
+	if (msgpack_check(buf, len, &why) != 0)
+		return rerr(r, SS_ERR_FORMAT, off, "%s", why);
+	size_t used = 0;
+	msgpack_unpack_return ur = msgpack_unpack_next(&r->unp, buf, len, &used);
+	if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
+		return rerr(r, SS_ERR_NOMEM, off, "out of memory decoding msgpack");
+	if (ur != MSGPACK_UNPACK_SUCCESS || used != len)
+		return rerr(r, SS_ERR_FORMAT, off, "malformed msgpack record");
+	const msgpack_object *root = &r->unp.data;
+	if (root->type != MSGPACK_OBJECT_MAP)
+		return rerr(r, SS_ERR_FORMAT, off, "record is not a msgpack map");
+	const msgpack_object *fmt = ss_map_get(root, "format");
+	const msgpack_object *ver = ss_map_get(root, "version");
+	if (!fmt || fmt->type != MSGPACK_OBJECT_STR || fmt->via.str.size >= sizeof r->format)
+		return rerr(r, SS_ERR_FORMAT, off, "record has no \"format\" string");
+	if (!ver || ver->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+		return rerr(r, SS_ERR_FORMAT, off, "record has no \"version\" integer");
+	memcpy(r->format, fmt->via.str.ptr, fmt->via.str.size);
+	r->format[fmt->via.str.size] = 0;
+	if (strcmp(r->format, SS_FORMAT_TOKENS) && strcmp(r->format, SS_FORMAT_STATES))
+		return rerr(r, SS_ERR_FORMAT, off, "unknown record format \"%s\"", r->format);
+	if (ver->via.u64 > SS_STREAM_VERSION)
+		return rerr(r, SS_ERR_VERSION, off, "%s version %llu is newer than this build reads (%d)",
+			    r->format, (unsigned long long)ver->via.u64, SS_STREAM_VERSION);
+	rec->root = root;
+	rec->format = r->format;
+	rec->offset = off;
+	rec->index = r->index;
+	rec->raw = buf;
+	rec->raw_len = len;
+	rec->in_place = 0;
+	rec->meta = 0;
+	return 1;
+}
+
+void *ss_big_alloc(size_t bytes)
+{
+#ifdef MADV_HUGEPAGE
+	const size_t huge = (size_t)2 << 20;
+	if (bytes >= huge) {
+		size_t cap = (bytes + huge - 1) / huge * huge;
+		void *p = aligned_alloc(huge, cap);
+		if (p) {
+			madvise(p, cap, MADV_HUGEPAGE); /* advice: ignored where unsupported */
+			return p;
+		}
+	}
+#endif
+	return malloc(bytes ? bytes : 1);
+}
+
+/* Grows *p (contents kept) to at least need bytes: a record's buffer,
+ * which from 2 MiB on gets huge pages (ss_big_alloc). */
+static int grow(unsigned char **p, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	unsigned char *n = need < ((size_t)2 << 20) ? realloc(*p, need) : ss_big_alloc(need);
+	if (!n)
+		return SS_ERR_NOMEM;
+	if (need >= ((size_t)2 << 20)) {
+		if (*cap)
+			memcpy(n, *p, *cap);
+		free(*p);
+	}
+	*p = n;
+	*cap = need;
+	return 0;
+}
+
+static int zstd_code(size_t rc)
+{
+	return ZSTD_getErrorCode(rc) == ZSTD_error_checksum_wrong ? SS_ERR_CHECKSUM : SS_ERR_FORMAT;
+}
+
+/* No valid frame of `content` bytes is longer than this: readers ask for no
+ * more input than that (a seek to a small record must not read IN_CHUNK). */
+static uint64_t frame_bound(uint64_t content)
+{
+	return ZSTD_compressBound((size_t)content) + ZSTD_FRAMEHEADERSIZE_MAX + 3 * (content / 1024 + 2) + 4;
+}
+
+int ss_reader_next(ss_reader *r, const ss_record **recp)
+{
+	ss_record *rec = &r->rec;
+	*recp = NULL;
+	size_t hsz;
+	uint64_t content;
+	int checksum, rc;
+	while ((rc = frame_header(r, &hsz, &content, &checksum)) == 2)
+		;
+	if (rc <= 0)
+		return rc;
+	/* A declared size up to TRUST_DECLARED, or one that fits the buffer
+	 * an earlier record grew, gets its buffer at once and zstd writes
+	 * straight into it (stable output). A larger declared size is only a
+	 * claim: the buffer starts at TRUST_DECLARED and doubles as bytes
+	 * actually come out, so memory follows the data, not the header (zstd
+	 * then keeps its own window, at most 2^ZSTD_WINDOWLOG_LIMIT_DEFAULT
+	 * bytes, and output is copied once more). Input memory stays one chunk
+	 * either way. */
+	int stable = content <= TRUST_DECLARED || content <= r->out_cap;
+	size_t cap = stable ? (size_t)content : TRUST_DECLARED;
+	if (grow(&r->out, &r->out_cap, cap) != 0)
+		return rerr(r, SS_ERR_NOMEM, r->pos, "out of memory for a %zu-byte buffer", cap);
+	ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
+	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, stable);
+	ZSTD_outBuffer ob = { r->out, cap, 0 };
+	uint64_t in_off = r->pos;
+	uint64_t bound = frame_bound(content);
+	for (;;) {
+		if (ob.pos == ob.size && ob.size < content) {
+			cap = ob.size < content / 2 ? 2 * ob.size : (size_t)content;
+			if (grow(&r->out, &r->out_cap, cap) != 0)
+				return rerr(r, SS_ERR_NOMEM, r->pos, "out of memory after %zu of the declared %llu bytes",
+					    ob.pos, (unsigned long long)content);
+			ob.dst = r->out;
+			ob.size = cap;
+		}
+		uint64_t left = bound > in_off - r->pos ? bound - (in_off - r->pos) : 1;
+		long long got = in_fill(r, in_off, left < IN_CHUNK ? (size_t)left : IN_CHUNK, in_off);
+		if (got < 0)
+			return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
+		ZSTD_inBuffer ib = { r->buf + (in_off - r->base), (size_t)got, 0 };
+		size_t before = ob.pos;
+		size_t zr = ZSTD_decompressStream(r->dctx, &ob, &ib);
+		if (ZSTD_isError(zr))
+			return rerr(r, zstd_code(zr), r->pos, "corrupt zstd frame: %s", ZSTD_getErrorName(zr));
+		in_off += ib.pos;
+		if (zr == 0)
+			break;
+		/* At the end of input zstd may still flush what it holds. */
+		if (got == 0 && ob.pos == before)
+			return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (input ends %llu bytes into it)",
+				    (unsigned long long)(in_off - r->pos));
+		if (ib.pos == 0 && ob.pos == ob.size && ob.size == content)
+			return rerr(r, SS_ERR_FORMAT, r->pos, "zstd frame holds more than its declared %llu bytes",
+				    (unsigned long long)content);
+	}
+	if (ob.pos != content)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "zstd frame content is %zu bytes, header says %llu",
+			    ob.pos, (unsigned long long)content);
+	uint64_t off = r->pos;
+	rc = unpack_record(r, off, r->out, (size_t)content, rec);
+	if (rc < 0)
+		return rc;
+	take_annotation(r, rec);
+	rec->length = in_off - off;
+	rec->content = content;
+	r->pos = in_off;
+	r->index++;
+	*recp = rec;
+	return 1;
+}
+
+/* Scans the top-level map in buf[0..len) (possibly a prefix of the record)
+ * for entries before the first "conv" or "ssm" key. Returns the byte offset
+ * where that key starts and the number of entries before it, or -1 when the
+ * prefix does not reach it yet (or the map has neither key: *whole = 1). */
+static long long meta_prefix(const unsigned char *p, size_t len, uint32_t *n_before, size_t *hdr, int *whole,
+			     uint64_t *n_entries)
+{
+	*whole = 0;
+	if (len < 1)
+		return -1;
+	uint64_t count;
+	size_t i;
+	if (p[0] >= 0x80 && p[0] <= 0x8f) { count = p[0] & 0xf; i = 1; }
+	else if (p[0] == 0xde && len >= 3) { count = (uint64_t)p[1] << 8 | p[2]; i = 3; }
+	else if (p[0] == 0xdf && len >= 5) { count = (uint64_t)p[1] << 24 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 8 | p[4]; i = 5; }
+	else return -1;
+	*hdr = i;
+	*n_entries = count;
+	for (uint64_t e = 0; e < count; e++) {
+		/* key */
+		size_t kstart = i;
+		if (i >= len)
+			return -1;
+		unsigned char t = p[i];
+		const unsigned char *ks = NULL;
+		size_t kl = 0;
+		if (t >= 0xa0 && t <= 0xbf) { kl = t & 0x1f; ks = p + i + 1; }
+		else if (t == 0xd9 && i + 1 < len) { kl = p[i + 1]; ks = p + i + 2; }
+		if (ks && (size_t)(ks - p) + kl <= len &&
+		    ((kl == 4 && !memcmp(ks, "conv", 4)) || (kl == 3 && !memcmp(ks, "ssm", 3)))) {
+			*n_before = (uint32_t)e;
+			return (long long)kstart;
+		}
+		/* skip key and value */
+		for (int part = 0; part < 2; part++) {
+			size_t j = i;
+			uint64_t pending = 1;
+			while (pending) {
+				if (j >= len)
+					return -1;
+				size_t k = j;
+				unsigned char tt = p[k++];
+				uint64_t skip = 0, items = 0;
+				if (tt <= 0x7f || tt >= 0xe0 || tt == 0xc0 || tt == 0xc2 || tt == 0xc3) {
+				} else if (tt >= 0x80 && tt <= 0x8f) items = 2u * (tt & 0xf);
+				else if (tt >= 0x90 && tt <= 0x9f) items = tt & 0xf;
+				else if (tt >= 0xa0 && tt <= 0xbf) skip = tt & 0x1f;
+				else {
+					size_t need = 0;
+					switch (tt) {
+					case 0xc4: case 0xd9: case 0xc7: need = 1; break;
+					case 0xc5: case 0xda: case 0xc8: case 0xdc: case 0xde: need = 2; break;
+					case 0xc6: case 0xdb: case 0xc9: case 0xdd: case 0xdf: need = 4; break;
+					}
+					if (k + need > len)
+						return -1;
+					uint64_t v = 0;
+					for (size_t b = 0; b < need; b++)
+						v = v << 8 | p[k + b];
+					k += need;
+					switch (tt) {
+					case 0xc4: case 0xc5: case 0xc6: case 0xd9: case 0xda: case 0xdb: skip = v; break;
+					case 0xc7: case 0xc8: case 0xc9: skip = v + 1; break;
+					case 0xdc: case 0xdd: items = v; break;
+					case 0xde: case 0xdf: items = 2 * v; break;
+					case 0xca: case 0xce: case 0xd2: skip = 4; break;
+					case 0xcb: case 0xcf: case 0xd3: skip = 8; break;
+					case 0xcc: case 0xd0: skip = 1; break;
+					case 0xcd: case 0xd1: skip = 2; break;
+					case 0xd4: skip = 2; break;
+					case 0xd5: skip = 3; break;
+					case 0xd6: skip = 5; break;
+					case 0xd7: skip = 9; break;
+					case 0xd8: skip = 17; break;
+					default: return -1;
+					}
+				}
+				if (skip > len - k)
+					return -1;
+				j = k + (size_t)skip;
+				pending = pending - 1 + items;
+			}
+			i = j;
+		}
+	}
+	*whole = 1;
+	*n_before = (uint32_t)count;
+	return (long long)i;
+}
+
+/* The start of the record at r->pos, decompressed until the entries before
+ * "conv"/"ssm" are in r->out (the rest of the frame not yet read, its
+ * start kept in the input window): what next_meta and next_pieces share. */
+typedef struct {
+	size_t hsz;
+	int checksum;
+	uint64_t content, off, in_off, bound, n_entries, made;
+	ZSTD_outBuffer ob;
+	long long cut; /* where "conv"/"ssm" starts in r->out */
+	uint32_t n_before;
+	size_t hdr;
+	int whole, done; /* done: the frame is decoded to its end */
+	int stable;      /* r->out holds the whole record: decoded in place, never moved */
+} prefix_t;
+
+/* Decompresses q's frame on into q->ob (dst and size set by the caller),
+ * keeping input from keep_from on in the window. 0 or a negative error. */
+static int decode_step(ss_reader *r, prefix_t *q, uint64_t keep_from)
+{
+	uint64_t left = q->bound > q->in_off - q->off ? q->bound - (q->in_off - q->off) : 1;
+	long long got = in_fill(r, q->in_off, left < IN_STEP ? (size_t)left : IN_STEP, keep_from);
+	if (got < 0)
+		return rerr(r, (int)got, q->off, "read error: %s", strerror(errno));
+	ZSTD_inBuffer ib = { r->buf + (q->in_off - r->base), (size_t)got, 0 };
+	size_t before = q->ob.pos;
+	size_t zr = ZSTD_decompressStream(r->dctx, &q->ob, &ib);
+	if (ZSTD_isError(zr))
+		return rerr(r, zstd_code(zr), q->off, "corrupt zstd frame: %s", ZSTD_getErrorName(zr));
+	q->in_off += ib.pos;
+	q->made += q->ob.pos - before;
+	q->done = zr == 0;
+	if (q->made > q->content)
+		return rerr(r, SS_ERR_FORMAT, q->off, "zstd frame holds more than its declared %llu bytes",
+			    (unsigned long long)q->content);
+	if (!q->done && got == 0 && q->ob.pos == before)
+		return rerr(r, SS_ERR_TRUNCATED, q->off, "zstd frame truncated (input ends %llu bytes into it)",
+			    (unsigned long long)(q->in_off - q->off));
+	return 0;
+}
+
+/* 1 with q filled, 0 at clean end of input, negative on error. stable:
+ * decode in place where the record fits r->out (next_pieces). */
+static int read_prefix(ss_reader *r, prefix_t *q, int stable)
+{
+	int rc;
+	memset(q, 0, sizeof *q);
+	while ((rc = frame_header(r, &q->hsz, &q->content, &q->checksum)) == 2)
+		;
+	if (rc <= 0)
+		return rc;
+	q->off = q->in_off = r->pos;
+	q->bound = frame_bound(q->content);
+	q->cut = -1;
+	/* a buffer reserved for the record (ss_reader_reserve): zstd writes
+	 * into it in place, no window of its own, nothing moved */
+	q->stable = stable && q->content <= r->out_cap;
+	ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
+	ZSTD_DCtx_setParameter(r->dctx, ZSTD_d_stableOutBuffer, q->stable);
+	if (q->stable) {
+		q->ob.dst = r->out;
+		q->ob.size = (size_t)q->content;
+	}
+	for (;;) {
+		size_t want = q->ob.pos + (64u << 10);
+		if (want > q->content)
+			want = (size_t)q->content;
+		if (!q->stable) {
+			if (grow(&r->out, &r->out_cap, want) != 0)
+				return rerr(r, SS_ERR_NOMEM, q->off, "out of memory");
+			q->ob.dst = r->out;
+			q->ob.size = want;
+		}
+		if ((rc = decode_step(r, q, q->off)) < 0)
+			return rc;
+		q->cut = meta_prefix(r->out, q->ob.pos, &q->n_before, &q->hdr, &q->whole, &q->n_entries);
+		if (q->cut >= 0 || q->done)
+			break;
+	}
+	if (q->cut < 0)
+		return rerr(r, SS_ERR_FORMAT, q->off, "malformed msgpack record");
+	return 1;
+}
+
+/* Unpacks the entries before "conv"/"ssm" as a map of their own (in
+ * r->meta) into r->rec. */
+static int unpack_prefix(ss_reader *r, const prefix_t *q)
+{
+	size_t body = (size_t)q->cut - q->hdr;
+	if (grow(&r->meta, &r->meta_cap, body + 5) != 0)
+		return rerr(r, SS_ERR_NOMEM, q->off, "out of memory");
+	r->meta[0] = 0xdf;
+	r->meta[1] = (unsigned char)(q->n_before >> 24);
+	r->meta[2] = (unsigned char)(q->n_before >> 16);
+	r->meta[3] = (unsigned char)(q->n_before >> 8);
+	r->meta[4] = (unsigned char)q->n_before;
+	memcpy(r->meta + 5, r->out + q->hdr, body);
+	int rc = unpack_record(r, q->off, r->meta, body + 5, &r->rec);
+	r->rec.meta = !q->whole;
+	return rc;
+}
+
+int ss_reader_next_meta(ss_reader *r, const ss_record **recp)
+{
+	*recp = NULL;
+	prefix_t q;
+	int rc = read_prefix(r, &q, 0);
+	if (rc <= 0)
+		return rc;
+	/* Entries after "conv"/"ssm" other than the other array (a map in
+	 * another key order than writers make): the prefix would miss them
+	 * and the record would read otherwise than whole. Whole, then. */
+	if (!q.whole && q.n_entries - q.n_before != 2)
+		return ss_reader_next(r, recp);
+	long long flen = frame_length(r, q.hsz, q.checksum, q.content);
+	if (flen < 0)
+		return (int)flen;
+	if ((rc = unpack_prefix(r, &q)) < 0)
+		return rc;
+	take_annotation(r, &r->rec);
+	r->rec.length = (uint64_t)flen;
+	r->rec.content = q.content;
+	r->pos += (uint64_t)flen;
+	r->index++;
+	*recp = &r->rec;
+	return 1;
+}
+
+/* Pieces of next_pieces: at most this many decompressed bytes at a time,
+ * so they are still in cache when the caller reads them. */
+#define PIECE (128u << 10)
+
+/* Moves q's unread bytes r->out[p..ob.pos) to the buffer's start (not
+ * when decoding in place). */
+static void compact(ss_reader *r, prefix_t *q, size_t *p)
+{
+	if (*p && !q->stable) {
+		memmove(r->out, r->out + *p, q->ob.pos - *p);
+		q->ob.pos -= *p;
+		*p = 0;
+	}
+}
+
+/* Compacts, then decompresses at most PIECE bytes more into r->out (whose
+ * unread bytes are then fewer than 16). keep: keep the frame's start in
+ * the input window (a pipe can then still decode the record whole). */
+static int pump(ss_reader *r, prefix_t *q, size_t *p, int keep)
+{
+	compact(r, q, p);
+	if (q->done)
+		return rerr(r, SS_ERR_FORMAT, q->off, "record ends inside its \"conv\"/\"ssm\" arrays");
+	if (!q->stable) {
+		q->ob.dst = r->out;
+		q->ob.size = PIECE;
+	}
+	return decode_step(r, q, keep ? q->off : q->in_off);
+}
+
+/* Makes n (< 16) unread bytes available at r->out + *p. */
+static int need(ss_reader *r, prefix_t *q, size_t *p, size_t n, int keep)
+{
+	int rc;
+	while (q->ob.pos - *p < n)
+		if ((rc = pump(r, q, p, keep)) < 0)
+			return rc;
+	return 0;
+}
+
+/* A msgpack bin header at b (n bytes there): its size in *hl and the
+ * payload length in *len; -1 when b is not one. */
+static int bin_header(const unsigned char *b, size_t n, size_t *hl, uint64_t *len)
+{
+	if (n >= 2 && b[0] == 0xc4) { *hl = 2; *len = b[1]; return 0; }
+	if (n >= 3 && b[0] == 0xc5) { *hl = 3; *len = (uint64_t)b[1] << 8 | b[2]; return 0; }
+	if (n >= 5 && b[0] == 0xc6) {
+		*hl = 5;
+		*len = (uint64_t)b[1] << 24 | (uint64_t)b[2] << 16 | (uint64_t)b[3] << 8 | b[4];
+		return 0;
+	}
+	return -1;
+}
+
+int ss_reader_next_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, void *arg)
+{
+	static const unsigned char key[2][5] = {{0xa4, 'c', 'o', 'n', 'v'}, {0xa3, 's', 's', 'm'}};
+	static const size_t key_len[2] = {5, 4};
+	*recp = NULL;
+	prefix_t q;
+	int rc = read_prefix(r, &q, 1);
+	if (rc <= 0)
+		return rc;
+	/* Pieces only for what writers make (formats/states.md): "conv" then
+	 * "ssm", bins, the map's last two entries. Anything else is decoded
+	 * whole from the frame's start, still in the input window. */
+	size_t p = (size_t)q.cut, hl = 0;
+	uint64_t at = (uint64_t)q.cut, len = 0; /* at: r->out[p]'s offset in the record */
+	int pieces = !q.whole && q.n_entries - q.n_before == 2 && q.content - at >= 2 * 5 + 4 + 2 * 2;
+	if (pieces && !q.stable && grow(&r->out, &r->out_cap, PIECE) != 0)
+		return rerr(r, SS_ERR_NOMEM, q.off, "out of memory");
+	if (pieces && (rc = unpack_prefix(r, &q)) < 0)
+		return rc;
+	if (pieces && (rc = need(r, &q, &p, 10, 1)) < 0)
+		return rc;
+	if (!pieces || memcmp(r->out + p, key[0], 5) || bin_header(r->out + p + 5, 5, &hl, &len) ||
+	    len > q.content - at - 5 - hl) {
+		rc = ss_reader_next(r, recp);
+		return rc == 1 ? 2 : rc;
+	}
+	ss_record *rec = &r->rec;
+	take_annotation(r, rec);
+	rec->in_place = q.stable;
+	if ((rc = fn(arg, rec, -1, 0, NULL, 0)) != 0)
+		return rerr(r, rc, q.off, "stopped by the caller");
+	for (int which = 0; which < 2; which++) {
+		if (which == 1) {
+			uint64_t rest = q.content - at;
+			if (rest < 6 || (rc = need(r, &q, &p, rest < 9 ? (size_t)rest : 9, 0)) < 0 ||
+			    memcmp(r->out + p, key[1], 4) || bin_header(r->out + p + 4, q.ob.pos - p - 4, &hl, &len) ||
+			    len != rest - 4 - hl)
+				return rc < 0 ? rc : rerr(r, SS_ERR_FORMAT, q.off,
+							  "\"conv\" and \"ssm\" are not the record's last entries");
+		}
+		p += key_len[which] + hl;
+		at += key_len[which] + hl + len;
+		compact(r, &q, &p); /* each array starts at the buffer's start: aligned pieces */
+		for (uint64_t done = 0; done < len;) {
+			size_t avail = q.ob.pos - p;
+			uint64_t left = len - done;
+			size_t take = avail < left ? avail & ~(size_t)15 : (size_t)left;
+			if (take == 0) {
+				if ((rc = pump(r, &q, &p, 0)) < 0)
+					return rc;
+				continue;
+			}
+			if ((rc = fn(arg, rec, which, done, r->out + p, take)) != 0)
+				return rerr(r, rc, q.off, "stopped by the caller");
+			p += take;
+			done += take;
+		}
+	}
+	while (!q.done) /* the checksum, and nothing more */
+		if ((rc = pump(r, &q, &p, 0)) < 0)
+			return rc;
+	if (q.ob.pos != p || q.made != q.content)
+		return rerr(r, SS_ERR_FORMAT, q.off, "zstd frame content is %llu bytes, header says %llu",
+			    (unsigned long long)q.made, (unsigned long long)q.content);
+	rec->length = q.in_off - q.off;
+	rec->content = q.content;
+	r->pos = q.in_off;
+	r->index++;
+	*recp = rec;
+	return 1;
+}
+
+/* ================================================================ writer */
+
+struct ss_writer {
+	ss_output *out;
+	FILE *f;
+	ZSTD_CCtx *cctx;
+	unsigned char *cbuf;
+	size_t ccap;
+	uint64_t off;
+	int failed;
+	int saved_errno;
+	int no_shuffle;
+};
+
+void ss_writer_set_shuffle(ss_writer *w, int on)
+{
+	w->no_shuffle = !on;
+}
+
+int ss_writer_shuffles(const ss_writer *w)
+{
+	return !w->no_shuffle;
+}
+
+int ss_writer_set_threads(ss_writer *w, int n)
+{
+	ZSTD_bounds b = ZSTD_cParam_getBounds(ZSTD_c_nbWorkers);
+	int workers = n > 1 ? n : 0;
+	if (ZSTD_isError(b.error) || workers > b.upperBound)
+		return SS_ERR_UNSUPPORTED;
+	return ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_nbWorkers, workers)) ? SS_ERR_UNSUPPORTED : 0;
+}
+
+int ss_writer_open(ss_writer **out, const char *path, int level, char *errmsg)
+{
+	*out = NULL;
+	if ((!path || !strcmp(path, "-")) && isatty(STDOUT_FILENO)) {
+		ss_errf(errmsg, 0, "refusing to write a binary stream to a terminal (use -o FILE or a pipe)");
+		return SS_ERR_INVALID;
+	}
+	ss_writer *w = calloc(1, sizeof *w);
+	if (!w)
+		return SS_ERR_NOMEM;
+	w->cctx = ZSTD_createCCtx();
+	if (!w->cctx) {
+		free(w);
+		return SS_ERR_NOMEM;
+	}
+	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, level ? level : SS_ZSTD_LEVEL_DEFAULT);
+	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_checksumFlag, 1);
+	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1);
+	int rc = ss_output_open(&w->out, path, errmsg);
+	if (rc) {
+		ZSTD_freeCCtx(w->cctx);
+		free(w);
+		return rc;
+	}
+	w->f = ss_output_file(w->out);
+	*out = w;
+	return 0;
+}
+
+static int w_write(ss_writer *w, const void *p, size_t n)
+{
+	if (w->failed)
+		return SS_ERR_IO;
+	if (n && fwrite(p, 1, n, w->f) != n) {
+		w->failed = 1;
+		w->saved_errno = errno;
+		return SS_ERR_IO;
+	}
+	w->off += n;
+	ss_output_written(w->out, w->off);
+	return 0;
+}
+
+int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *offset)
+{
+	if (offset)
+		*offset = w->off;
+	return w_write(w, frame, len);
+}
+
+/* Feeds ib to the open frame: ZSTD_e_continue until all of it is taken,
+ * ZSTD_e_end until the frame is complete. Output goes out through a fixed
+ * chunk, so a record costs one chunk of memory beyond its input. */
+static int w_compress(ss_writer *w, ZSTD_inBuffer *ib, ZSTD_EndDirective op)
+{
+	for (;;) {
+		ZSTD_outBuffer ob = { w->cbuf, w->ccap, 0 };
+		size_t left = ZSTD_compressStream2(w->cctx, &ob, ib, op);
+		if (ZSTD_isError(left))
+			return SS_ERR_NOMEM;
+		int rc = w_write(w, w->cbuf, ob.pos);
+		if (rc)
+			return rc;
+		if (op == ZSTD_e_end ? left == 0 : ib->pos == ib->size)
+			return 0;
+	}
+}
+
+int ss_writer_begin(ss_writer *w, uint64_t len, uint64_t *offset)
+{
+	/* The pledged size puts the content size in the frame header, as
+	 * readers require. */
+	if (offset)
+		*offset = w->off;
+	if (grow(&w->cbuf, &w->ccap, ZSTD_CStreamOutSize()) != 0)
+		return SS_ERR_NOMEM;
+	ZSTD_CCtx_reset(w->cctx, ZSTD_reset_session_only);
+	ZSTD_CCtx_setPledgedSrcSize(w->cctx, len);
+	return 0;
+}
+
+int ss_writer_add(ss_writer *w, const void *buf, size_t len)
+{
+	ZSTD_inBuffer ib = { buf, len, 0 };
+	return len ? w_compress(w, &ib, ZSTD_e_continue) : 0;
+}
+
+int ss_writer_end(ss_writer *w)
+{
+	ZSTD_inBuffer ib = { NULL, 0, 0 };
+	return w_compress(w, &ib, ZSTD_e_end);
+}
+
+int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset)
+{
+	int rc = ss_writer_begin(w, len, offset);
+	ZSTD_inBuffer ib = { buf, len, 0 };
+	return rc ? rc : w_compress(w, &ib, ZSTD_e_end);
+}
+
+int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score)
+{
+	unsigned char f[8 + 32];
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	msgpack_pack_str_with_body(&pk, "rank", 4);
+	msgpack_pack_int32(&pk, rank);
+	msgpack_pack_str_with_body(&pk, "score", 5);
+	msgpack_pack_double(&pk, score);
+	size_t n = sb.size;
+	uint32_t m = SS_ANNOT_MAGIC;
+	for (int i = 0; i < 4; i++) {
+		f[i] = (unsigned char)(m >> (8 * i));
+		f[4 + i] = (unsigned char)(n >> (8 * i));
+	}
+	memcpy(f + 8, sb.data, n);
+	msgpack_sbuffer_destroy(&sb);
+	return w_write(w, f, 8 + n);
+}
+
+uint64_t ss_writer_tell(const ss_writer *w) { return w->off; }
+
+int ss_writer_close(ss_writer *w, char *errmsg)
+{
+	int rc;
+	if (w->failed) {
+		ss_errf(errmsg, 0, "write error: %s", strerror(w->saved_errno));
+		ss_output_abort(w->out);
+		rc = SS_ERR_IO;
+	} else {
+		rc = ss_output_commit(w->out, errmsg);
+	}
+	w->out = NULL;
+	ss_writer_abort(w);
+	return rc;
+}
+
+void ss_writer_abort(ss_writer *w)
+{
+	if (!w)
+		return;
+	ss_output_abort(w->out);
+	ZSTD_freeCCtx(w->cctx);
+	free(w->cbuf);
+	free(w);
+}
