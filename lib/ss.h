@@ -78,12 +78,42 @@ typedef enum {
 	SS_DTYPE_Q8 = 3,
 } ss_dtype;
 
+/* What a storage dtype is and where it may be used: one row per ss_dtype
+ * (lib/stream/dtype.c), the single source of its name, element size,
+ * conversions, byte shuffle and scales, read by the records, composition,
+ * the JSON output and the tools' option parsing. Weights are f32, f16 or
+ * bf16; states any of the four (formats/states.md). */
+enum {
+	SS_DTYPE_STATES = 1u,  /* conv and ssm of a state record */
+	SS_DTYPE_WEIGHTS = 2u, /* a model's matrices, in a checkpoint or in memory */
+};
+typedef struct {
+	ss_dtype dtype;
+	const char *name;  /* "f32" "f16" "bf16" "q8" */
+	const char *alias; /* "float32" "float16" "bfloat16" (HF configs' torch_dtype); NULL */
+	size_t size;       /* bytes per element; q8: per code, its scales apart */
+	unsigned uses;     /* SS_DTYPE_STATES | SS_DTYPE_WEIGHTS */
+	int shuffled;      /* 1: a shuffling writer byte-shuffles arrays of it (ss_shuffle) */
+	int scaled;        /* 1: int8 codes with an f32 scale per block (ss_q8_*) */
+	/* n elements to and from f32, no aliasing, any alignment; NULL when
+	 * scaled (the conversion needs the scales: ss_q8_to_f32, ss_q8_from_f32) */
+	void (*to_f32)(float *dst, const void *src, size_t n);
+	void (*from_f32)(void *dst, const float *src, size_t n);
+} ss_dtype_info;
+
+/* The row of t; NULL for a value that is not an ss_dtype. Static. */
+const ss_dtype_info *ss_dtype_info_of(ss_dtype t);
 /* "f32" | "f16" | "bf16" | "q8"; NULL for an unknown value. */
 const char *ss_dtype_name(ss_dtype t);
-/* Parses "f32" | "f16" | "bf16" | "q8" (also "float32", "float16",
- * "bfloat16"). Returns 0 and sets *out, or SS_ERR_INVALID. */
+/* Parses a row's name or alias ("f32" | "float32", "f16" | "float16",
+ * "bf16" | "bfloat16", "q8"). Returns 0 and sets *out, or SS_ERR_INVALID. */
 int ss_dtype_parse(const char *s, ss_dtype *out);
-/* Bytes per element: 4, 2, 2, 1 (q8's scales not counted). */
+/* ss_dtype_parse() limited to the rows with one of `uses` (SS_DTYPE_*).
+ * Returns 0 and sets *out, or SS_ERR_INVALID with errmsg (SS_ERRMSG_MAX
+ * bytes, may be NULL) "'S' is not f32, f16, bf16 or q8", naming the rows
+ * of that use: the one message of every dtype option. */
+int ss_dtype_parse_for(const char *s, unsigned uses, ss_dtype *out, char *errmsg);
+/* Bytes per element: 4, 2, 2, 1 (q8's scales not counted); 0 when unknown. */
 size_t ss_dtype_size(ss_dtype t);
 
 /* Element conversion. f16 is IEEE binary16; bf16 is the top 16 bits of a
@@ -94,11 +124,13 @@ uint16_t ss_f32_to_f16(float f);
 float ss_bf16_to_f32(uint16_t h);
 uint16_t ss_f32_to_bf16(float f);
 
-/* Converts n elements of dtype `src_t` at src to f32 at dst (no aliasing).
- * f32, f16 and bf16 only: q8 needs its scales (ss_q8_to_f32). */
+/* Converts n elements of dtype `src_t` at src to f32 at dst (no aliasing):
+ * the row's to_f32. f32, f16 and bf16 only: q8 needs its scales
+ * (ss_q8_to_f32), and nothing is written for it. */
 void ss_to_f32(float *dst, const void *src, ss_dtype src_t, size_t n);
-/* Converts n f32 elements at src to dtype `dst_t` at dst (no aliasing).
- * f32, f16 and bf16 only: q8 needs its scales (ss_q8_from_f32). */
+/* Converts n f32 elements at src to dtype `dst_t` at dst (no aliasing):
+ * the row's from_f32. f32, f16 and bf16 only: q8 needs its scales
+ * (ss_q8_from_f32), and nothing is written for it. */
 void ss_from_f32(void *dst, ss_dtype dst_t, const float *src, size_t n);
 
 /* Byte shuffle (blosc's filter): n elements of es bytes, cut into blocks of

@@ -461,3 +461,27 @@ void cli_version(void)
 	printf("%s %s\n", cli_prog, SS_VERSION);
 	exit(0);
 }
+
+int cli_choice(const char *opt, const char *arg, const char *choices, const char *usage)
+{
+	char list[256] = "";
+	size_t n = 0;
+	int i = 0;
+	for (const char *c = choices; *c; c += strlen(c) + 1, i++) {
+		if (!strcmp(arg, c))
+			return i;
+		int last = !c[strlen(c) + 1];
+		if (n < sizeof list)
+			n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i == 0 ? "" : last ? " or " : ", ", c);
+	}
+	cli_usage(usage, "%s: '%s' is not %s", opt, arg, list);
+}
+
+int cli_dtype(const char *opt, const char *arg, unsigned uses, const char *usage)
+{
+	char err[SS_ERRMSG_MAX];
+	ss_dtype t;
+	if (ss_dtype_parse_for(arg, uses, &t, err))
+		cli_usage(usage, "%s: %s", opt, err);
+	return t;
+}

@@ -20,8 +20,7 @@ ss_model *mcli_load_model(const char *dir, unsigned flags, const char *wtype, co
 	char err[SS_ERRMSG_MAX] = "";
 	ss_model_opts o = { .flags = flags };
 	if (wtype && strcmp(wtype, "auto")) {
-		if (ss_dtype_parse(wtype, &o.wtype) || o.wtype == SS_DTYPE_Q8)
-			cli_usage(usage, "--weights-dtype: '%s' is not f32, bf16, f16 or auto", wtype);
+		o.wtype = (ss_dtype)cli_dtype("--weights-dtype", wtype, SS_DTYPE_WEIGHTS, usage); /* or auto */
 		o.flags |= SS_MODEL_WTYPE;
 	}
 	int rc = ss_model_load_opts(&m, dir, &o, err);

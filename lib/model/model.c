@@ -778,7 +778,8 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 	m->weight_dtype = s[0].t->dtype;
 	m->wtype = m->weight_dtype;
 	if (flags & SS_MODEL_WTYPE) {
-		if (!ss_dtype_name(opts->wtype) || opts->wtype == SS_DTYPE_Q8) { /* q8 is a state dtype */
+		const ss_dtype_info *d = ss_dtype_info_of(opts->wtype);
+		if (!d || !(d->uses & SS_DTYPE_WEIGHTS)) {
 			rc = ss_errf(errmsg, SS_ERR_INVALID, "unknown weights dtype %d", (int)opts->wtype);
 			goto fail;
 		}

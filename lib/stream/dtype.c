@@ -1,5 +1,6 @@
-/* dtype.c — error strings and element conversion between f32, f16, bf16
- * and q8 (int8 codes with a scale per block). */
+/* dtype.c — error strings, the table of storage dtypes (ss_dtype_info in
+ * ss.h) and element conversion between f32, f16, bf16 and q8 (int8 codes
+ * with a scale per block). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,39 +43,6 @@ int ss_errf(char *errmsg, int code, const char *fmt, ...)
 		va_end(ap);
 	}
 	return code;
-}
-
-const char *ss_dtype_name(ss_dtype t)
-{
-	switch (t) {
-	case SS_DTYPE_F32: return "f32";
-	case SS_DTYPE_F16: return "f16";
-	case SS_DTYPE_BF16: return "bf16";
-	case SS_DTYPE_Q8: return "q8";
-	}
-	return NULL;
-}
-
-int ss_dtype_parse(const char *s, ss_dtype *out)
-{
-	if (!s)
-		return SS_ERR_INVALID;
-	if (!strcmp(s, "f32") || !strcmp(s, "float32"))
-		*out = SS_DTYPE_F32;
-	else if (!strcmp(s, "f16") || !strcmp(s, "float16"))
-		*out = SS_DTYPE_F16;
-	else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16"))
-		*out = SS_DTYPE_BF16;
-	else if (!strcmp(s, "q8"))
-		*out = SS_DTYPE_Q8;
-	else
-		return SS_ERR_INVALID;
-	return 0;
-}
-
-size_t ss_dtype_size(ss_dtype t)
-{
-	return t == SS_DTYPE_F32 ? 4 : t == SS_DTYPE_Q8 ? 1 : 2;
 }
 
 static inline uint32_t f2u(float f)
@@ -207,64 +175,128 @@ __attribute__((target("avx,f16c"))) static size_t f32_to_f16_8(unsigned char *p,
 
 /* src/dst may be unaligned (msgpack bin payloads are): access 16-bit
  * elements through memcpy, which compiles to plain loads and stores. */
-void ss_to_f32(float *dst, const void *src, ss_dtype t, size_t n)
+static void f32_to_f32(float *dst, const void *src, size_t n) { memcpy(dst, src, n * 4); }
+static void f32_from_f32(void *dst, const float *src, size_t n) { memcpy(dst, src, n * 4); }
+
+static void f16_to_f32(float *dst, const void *src, size_t n)
 {
 	const unsigned char *p = src;
 	uint16_t h;
 	size_t i0 = 0;
-	switch (t) {
-	case SS_DTYPE_F32:
-		memcpy(dst, src, n * 4);
-		break;
-	case SS_DTYPE_F16:
 #ifdef F16C_BULK
-		if (have_f16c())
-			i0 = f16_to_f32_8(dst, p, n);
+	if (have_f16c())
+		i0 = f16_to_f32_8(dst, p, n);
 #endif
-		for (size_t i = i0; i < n; i++) {
-			memcpy(&h, p + 2 * i, 2);
-			dst[i] = ss_f16_to_f32(h);
-		}
-		break;
-	case SS_DTYPE_BF16:
-		for (size_t i = 0; i < n; i++) {
-			memcpy(&h, p + 2 * i, 2);
-			dst[i] = u2f((uint32_t)h << 16);
-		}
-		break;
-	case SS_DTYPE_Q8: /* needs scales: ss_q8_to_f32 */
-		break;
+	for (size_t i = i0; i < n; i++) {
+		memcpy(&h, p + 2 * i, 2);
+		dst[i] = ss_f16_to_f32(h);
 	}
 }
 
-void ss_from_f32(void *dst, ss_dtype t, const float *src, size_t n)
+static void f16_from_f32(void *dst, const float *src, size_t n)
 {
 	unsigned char *p = dst;
 	uint16_t h;
 	size_t i0 = 0;
-	switch (t) {
-	case SS_DTYPE_F32:
-		memcpy(dst, src, n * 4);
-		break;
-	case SS_DTYPE_F16:
 #ifdef F16C_BULK
-		if (have_f16c())
-			i0 = f32_to_f16_8(p, src, n);
+	if (have_f16c())
+		i0 = f32_to_f16_8(p, src, n);
 #endif
-		for (size_t i = i0; i < n; i++) {
-			h = ss_f32_to_f16(src[i]);
-			memcpy(p + 2 * i, &h, 2);
-		}
-		break;
-	case SS_DTYPE_BF16:
-		for (size_t i = 0; i < n; i++) {
-			h = ss_f32_to_bf16(src[i]);
-			memcpy(p + 2 * i, &h, 2);
-		}
-		break;
-	case SS_DTYPE_Q8: /* needs scales: ss_q8_from_f32 */
-		break;
+	for (size_t i = i0; i < n; i++) {
+		h = ss_f32_to_f16(src[i]);
+		memcpy(p + 2 * i, &h, 2);
 	}
+}
+
+static void bf16_to_f32(float *dst, const void *src, size_t n)
+{
+	const unsigned char *p = src;
+	uint16_t h;
+	for (size_t i = 0; i < n; i++) {
+		memcpy(&h, p + 2 * i, 2);
+		dst[i] = u2f((uint32_t)h << 16);
+	}
+}
+
+static void bf16_from_f32(void *dst, const float *src, size_t n)
+{
+	unsigned char *p = dst;
+	uint16_t h;
+	for (size_t i = 0; i < n; i++) {
+		h = ss_f32_to_bf16(src[i]);
+		memcpy(p + 2 * i, &h, 2);
+	}
+}
+
+/* The dtypes, indexed by ss_dtype (ss.h says what each field means). */
+static const ss_dtype_info dtypes[] = {
+	[SS_DTYPE_F32] = { SS_DTYPE_F32, "f32", "float32", 4, SS_DTYPE_STATES | SS_DTYPE_WEIGHTS, 0, 0,
+			   f32_to_f32, f32_from_f32 },
+	[SS_DTYPE_F16] = { SS_DTYPE_F16, "f16", "float16", 2, SS_DTYPE_STATES | SS_DTYPE_WEIGHTS, 1, 0,
+			   f16_to_f32, f16_from_f32 },
+	[SS_DTYPE_BF16] = { SS_DTYPE_BF16, "bf16", "bfloat16", 2, SS_DTYPE_STATES | SS_DTYPE_WEIGHTS, 1, 0,
+			    bf16_to_f32, bf16_from_f32 },
+	[SS_DTYPE_Q8] = { SS_DTYPE_Q8, "q8", NULL, 1, SS_DTYPE_STATES, 0, 1, NULL, NULL },
+};
+#define N_DTYPES (sizeof dtypes / sizeof dtypes[0])
+
+const ss_dtype_info *ss_dtype_info_of(ss_dtype t)
+{
+	return (unsigned)t < N_DTYPES ? &dtypes[t] : NULL;
+}
+
+const char *ss_dtype_name(ss_dtype t)
+{
+	const ss_dtype_info *d = ss_dtype_info_of(t);
+	return d ? d->name : NULL;
+}
+
+size_t ss_dtype_size(ss_dtype t)
+{
+	const ss_dtype_info *d = ss_dtype_info_of(t);
+	return d ? d->size : 0;
+}
+
+int ss_dtype_parse_for(const char *s, unsigned uses, ss_dtype *out, char *errmsg)
+{
+	for (size_t i = 0; s && i < N_DTYPES; i++)
+		if ((dtypes[i].uses & uses) &&
+		    (!strcmp(s, dtypes[i].name) || (dtypes[i].alias && !strcmp(s, dtypes[i].alias)))) {
+			*out = dtypes[i].dtype;
+			return 0;
+		}
+	if (errmsg) { /* "'x' is not f32, f16, bf16 or q8" */
+		size_t n = 0, k = 0, left = 0;
+		for (size_t i = 0; i < N_DTYPES; i++)
+			left += (dtypes[i].uses & uses) != 0;
+		n += (size_t)snprintf(errmsg, SS_ERRMSG_MAX, "'%.64s' is not", s ? s : "");
+		for (size_t i = 0; i < N_DTYPES && n < SS_ERRMSG_MAX; i++)
+			if (dtypes[i].uses & uses) {
+				k++;
+				n += (size_t)snprintf(errmsg + n, SS_ERRMSG_MAX - n, "%s %s",
+						      k == 1 ? "" : k == left ? " or" : ",", dtypes[i].name);
+			}
+	}
+	return SS_ERR_INVALID;
+}
+
+int ss_dtype_parse(const char *s, ss_dtype *out)
+{
+	return ss_dtype_parse_for(s, SS_DTYPE_STATES | SS_DTYPE_WEIGHTS, out, NULL);
+}
+
+void ss_to_f32(float *dst, const void *src, ss_dtype t, size_t n)
+{
+	const ss_dtype_info *d = ss_dtype_info_of(t);
+	if (d && d->to_f32)
+		d->to_f32(dst, src, n);
+}
+
+void ss_from_f32(void *dst, ss_dtype t, const float *src, size_t n)
+{
+	const ss_dtype_info *d = ss_dtype_info_of(t);
+	if (d && d->from_f32)
+		d->from_f32(dst, src, n);
 }
 
 /* Magnitude bits at or above which an element is NaN or infinite (its

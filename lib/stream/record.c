@@ -133,7 +133,7 @@ static int put_array(ss_writer *w, const arrays_t *arr, int k, ss_ready_fn ready
 		size_t m = n - i < chunk ? n - i : chunk;
 		if (ready && (rc = ready(arg, which, i + m)) != 0)
 			break;
-		if (t == SS_DTYPE_Q8) {
+		if (ss_dtype_info_of(t)->scaled) {
 			ss_q8_from_f32((int8_t *)tmp, v + i, arr->a[k].scale, i, m, arr->a[k].row, arr->a[k].block);
 		} else {
 			ss_from_f32(tmp, t, v + i, m);
@@ -300,7 +300,10 @@ int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, 
 	arrays_t arr = {0};
 	msgpack_packer pk;
 	msgpack_packer_init(&pk, &b, buf_write);
-	int q8 = s->dtype == SS_DTYPE_Q8;
+	const ss_dtype_info *dt = ss_dtype_info_of(s->dtype);
+	if (!dt)
+		return SS_ERR_INVALID;
+	int q8 = dt->scaled;
 	if (q8 && ready)
 		return SS_ERR_INVALID; /* the scales come first, from whole arrays */
 	/* Records hold finite conv and ssm only (readers refuse others): the
@@ -322,7 +325,7 @@ int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, 
 			     qblk[a]);
 	}
 	buf_reserve(&b, 4096); /* after the checks above: they return without freeing b */
-	int shuf = (s->dtype == SS_DTYPE_F16 || s->dtype == SS_DTYPE_BF16) && ss_writer_shuffles(w);
+	int shuf = dt->shuffled && ss_writer_shuffles(w);
 	int n_keys = 16 + 2 * q8 + shuf + (s->mode != NULL) + 2 * (s->has_rank != 0);
 	pk_header(&pk, SS_FORMAT_STATES, n_keys, s->id);
 	pk_key(&pk, "fingerprint");
@@ -610,7 +613,7 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 	s->n_tokens = ntok;
 	char dts[16] = {0};
 	memcpy(dts, dt->via.str.ptr, dt->via.str.size < 15 ? dt->via.str.size : 15);
-	if (ss_dtype_parse(dts, &s->dtype) != 0)
+	if (ss_dtype_parse_for(dts, SS_DTYPE_STATES, &s->dtype, NULL) != 0)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "unknown dtype \"%s\"", dts);
 	s->id = dup_str(id);
 	if (!s->id)
@@ -648,7 +651,7 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 				     (double)s->logdecay[i]);
 			goto fail;
 		}
-	if (s->dtype == SS_DTYPE_Q8 && (rc = q8_scales(m, s, errmsg)))
+	if (ss_dtype_info_of(s->dtype)->scaled && (rc = q8_scales(m, s, errmsg)))
 		goto fail;
 	/* conv and ssm: their sizes whenever present (required by the
 	 * decoders that read them; ss_reader_next_meta cuts them off) */
@@ -750,7 +753,7 @@ int ss_record_state_view(const ss_record *rec, ss_state *s, const void **conv, c
 		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "conv and ssm are byte-shuffled: no view in place");
 	}
 	if ((rc = raw_arrays(rec, s, conv, ssm, errmsg)) ||
-	    (s->dtype != SS_DTYPE_Q8 &&
+	    (!ss_dtype_info_of(s->dtype)->scaled &&
 	     ((rc = check_finite(*conv, s->dtype, ss_state_conv_len(&s->dims), "conv", errmsg)) ||
 	      (rc = check_finite(*ssm, s->dtype, ss_state_ssm_len(&s->dims), "ssm", errmsg)))))
 		ss_state_free(s);
@@ -784,7 +787,7 @@ int ss_record_state(const ss_record *rec, ss_state *s, char *errmsg)
 		ss_unshuffle(tmp, ssm, es, ns, (size_t)s->shuffle);
 		ss_to_f32(s->ssm, tmp, s->dtype, ns);
 		free(tmp);
-	} else if (s->dtype == SS_DTYPE_Q8) { /* finite: codes times scales the decoder bounded */
+	} else if (ss_dtype_info_of(s->dtype)->scaled) { /* finite: codes times scales the decoder bounded */
 		size_t row, block;
 		ss_state_q8_blocks(&s->dims, 0, &row, &block);
 		ss_q8_to_f32(s->conv, conv, s->conv_scale, 0, nc, row, block);

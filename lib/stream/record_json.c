@@ -75,15 +75,12 @@ static double val_at(const unsigned char *b, size_t i, int is_i32, ss_dtype t)
 		memcpy(&x, b + i * 4, 4);
 		return x;
 	}
-	if (t == SS_DTYPE_F32) {
-		float x;
-		memcpy(&x, b + i * 4, 4);
-		return x;
-	}
-	if (t == SS_DTYPE_Q8) /* the int8 code; scales are rendered apart */
+	const ss_dtype_info *d = ss_dtype_info_of(t);
+	if (d->scaled) /* the int8 code; scales are rendered apart */
 		return (int8_t)b[i];
-	uint16_t h = (uint16_t)(b[i * 2] | b[i * 2 + 1] << 8);
-	return t == SS_DTYPE_F16 ? ss_f16_to_f32(h) : ss_bf16_to_f32(h);
+	float x;
+	d->to_f32(&x, b + i * d->size, 1);
+	return x;
 }
 
 /* Renders a typed numeric bin: summary or in full. */
