@@ -282,6 +282,41 @@ void ss_state_free(ss_state *s);
  * first difference ("nheads 8 vs 16"). */
 int ss_state_dims_check(const ss_state_dims *a, const ss_state_dims *b, char *errmsg);
 
+/* ---------------------------------------------------------- llama.cpp's sequence state */
+
+/* A state as llama.cpp's per-sequence state of a recurrent model (Mamba-2
+ * and Mamba-1 alike: the same conv and ssm arrays in the same C order,
+ * always F32), the blob llama_state_seq_get_data writes and
+ * llama_state_seq_set_data reads, or (file != 0) the file of
+ * llama_state_seq_save_file / llama_state_seq_load_file (magic 'ggsq',
+ * version 2, the prompt's n_tokens token ids, then the blob less its magic
+ * and seq_id). Layout: lib/stream/llama_seq.c; ref: llama.cpp's
+ * src/llama-memory-recurrent.cpp state_write_data (commit d32676d).
+ * llama.cpp checks n_layer, the type and the row sizes only: a blob of
+ * another model of the same shape loads there, as it does here.
+ *   ss_llama_seq_size: bytes of the blob (file: with n_tokens token ids).
+ *   ss_llama_seq_write: s (f32 arrays, as every decoded state holds them)
+ *     into buf[size >= ss_llama_seq_size], its one cell at pos =
+ *     s->n_tokens - 1 under seq_id (the blob variant; the file's has none).
+ *     tokens may be NULL when n_tokens is 0. SS_ERR_INVALID when buf is
+ *     short or s->n_tokens is not in 1..2^31-1. No allocation.
+ *   ss_llama_seq_read: the blob or file buf[size] (told apart by its magic)
+ *     into s->conv and s->ssm, allocated by the caller for dims d
+ *     (ss_state_alloc); *pos = the cell's position (n_tokens - 1 when it
+ *     was written from a state of n_tokens tokens). Checks every field
+ *     against d before reading a row; errors: SS_ERR_TRUNCATED,
+ *     SS_ERR_FORMAT (magic, a cell with ids, a non-finite element),
+ *     SS_ERR_VERSION (file version), SS_ERR_UNSUPPORTED (several cells,
+ *     transposed rows), SS_ERR_MISMATCH (n_layer, type, row size or total
+ *     size other than d's), with errmsg naming the field and byte offset;
+ *     s's arrays are then unspecified. The blob has no decays: s->logdecay
+ *     is left as it is. */
+size_t ss_llama_seq_size(const ss_state_dims *d, int file, size_t n_tokens);
+int ss_llama_seq_write(const ss_state *s, int32_t seq_id, int file, const int32_t *tokens, size_t n_tokens,
+		       void *buf, size_t size, char *errmsg);
+int ss_llama_seq_read(const void *buf, size_t size, const ss_state_dims *d, ss_state *s, int32_t *pos,
+		      char *errmsg);
+
 /* Decodes a state record (all fields); conv and ssm in f32 whatever the
  * storage dtype (q8 dequantized with its scales).
  * Every decoder below checks a state record by the same rules

@@ -1,15 +1,23 @@
 /*
  * ss-cat — print the records of ss streams (tokens or states) as JSON lines,
- * for people and scripts. Large arrays are summarised unless --full.
+ * for people and scripts. Large arrays are summarised unless --full. Also
+ * the exchange with llama.cpp: a state record exported as llama.cpp's
+ * sequence state (--export) and such a blob imported as a record (--import),
+ * ss_llama_seq_* in ss_stream.h.
  */
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "ss.h"
 
-static const char *usage = "ss-cat [--full] [--meta] [--stats] [--at OFFSET] [-n N] [FILE...]";
+static const char *usage =
+	"ss-cat [--full] [--meta] [--stats] [--at OFFSET] [-n N] [FILE...]\n"
+	"       ss-cat --export llama-seq|llama-seq-file [--seq-id N] [--at OFFSET] [-o OUT] [FILE]\n"
+	"       ss-cat --import llama-seq --like STATES [--at OFFSET] [--id ID] [--state-dtype T] [-o OUT] BLOB";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -26,6 +34,23 @@ static void help(void)
 	       "                 all and per record; then a line of totals\n"
 	       "  --at OFFSET    print only the record at byte OFFSET (regular files)\n"
 	       "  -n N           stop after N records per file\n"
+	       "  --export F     write the one state record read (pick it with --at) as\n"
+	       "                 llama.cpp's sequence state: llama-seq is the blob of\n"
+	       "                 llama_state_seq_get_data/set_data, llama-seq-file the file\n"
+	       "                 of llama_state_seq_save_file/load_file (no prompt tokens);\n"
+	       "                 f32 rows whatever the record's dtype, pos = n_tokens - 1\n"
+	       "  --seq-id N     the blob's sequence id (default 0)\n"
+	       "  --import F     read BLOB (llama-seq: either variant) as a state record of\n"
+	       "                 the model of --like's record (at --at, else its first):\n"
+	       "                 its fingerprint, dims, id and logdecay, which llama.cpp's\n"
+	       "                 blob lacks; n_tokens = pos + 1. Decays belong to the\n"
+	       "                 document: import what llama.cpp computed from --like's\n"
+	       "                 document, or encode the document here\n"
+	       "  --like STATES  the template record of --import\n"
+	       "  --id ID        the imported record's id (default: --like's)\n"
+	       "  --state-dtype T  its storage dtype: f32 (default), f16, bf16, q8\n"
+	       "  -o OUT         where --export and --import write (default stdout),\n"
+	       "                 whole or not at all\n"
 	       "  -q, -v         quieter, more verbose\n"
 	       "  -h, --help     this help;  -V, --version  the version\n\n"
 	       "Environment: SS_MAX_RECORD limits one record's decompressed size.\n",
@@ -81,16 +106,127 @@ static void add_stats(group_t *g, int *n_g, int max, const ss_record *rec, const
 	g[i].compressed += ss_record_length(rec);
 }
 
+/* Opens file and reads its record at `at` (its first when at < 0) whole. */
+static const ss_record *read_one(ss_reader **r, const char *file, long long at)
+{
+	char err[SS_ERRMSG_MAX];
+	const ss_record *rec;
+	int rc;
+	if (ss_reader_open(r, file, cli_max_record(), err))
+		cli_die("%s: %s", file, err);
+	if (at >= 0 && ss_reader_seek(*r, (uint64_t)at) != 0)
+		cli_die("%s: %s", file, ss_reader_error(*r));
+	if ((rc = ss_reader_next(*r, &rec)) < 0)
+		cli_die("%s: %s", file, ss_reader_error(*r));
+	if (rc == 0)
+		cli_die(at >= 0 ? "%s: no record at byte offset %lld" : "%s: no record", file, at);
+	return rec;
+}
+
+/* Decodes rec of file as a state, or dies naming the record. */
+static void state_of(const ss_record *rec, const char *file, ss_state *s)
+{
+	char err[SS_ERRMSG_MAX];
+	if (strcmp(ss_record_format(rec), SS_FORMAT_STATES))
+		cli_die("%s: record at byte offset %llu is a %s record, not a state", file,
+			(unsigned long long)ss_record_offset(rec), ss_record_format(rec));
+	if (ss_record_state(rec, s, err))
+		cli_die("%s: record at byte offset %llu: %s", file, (unsigned long long)ss_record_offset(rec), err);
+}
+
+/* --export: the one state record of file (at `at`) as llama.cpp's blob. */
+static void export_seq(const char *file, long long at, int as_file, long seq_id, const char *out_path)
+{
+	ss_reader *r;
+	ss_state s;
+	char err[SS_ERRMSG_MAX];
+	const ss_record *rec = read_one(&r, file, at);
+	state_of(rec, file, &s);
+	if (at < 0) { /* one record, or say how to pick one */
+		const ss_record *next;
+		int rc = ss_reader_next_meta(r, &next);
+		if (rc != 0)
+			cli_die(rc < 0 ? "%s: %s" : "%s: several records; --export writes one: pick it with --at OFFSET",
+				file, rc < 0 ? ss_reader_error(r) : "");
+	}
+	size_t n = ss_llama_seq_size(&s.dims, as_file, 0);
+	void *buf = malloc(n);
+	if (!buf)
+		cli_die("out of memory");
+	if (ss_llama_seq_write(&s, (int32_t)seq_id, as_file, NULL, 0, buf, n, err))
+		cli_die("%s: record \"%s\": %s", file, s.id, err);
+	FILE *f = cli_out_open(out_path);
+	fwrite(buf, 1, n, f);
+	cli_out_close(f);
+	free(buf);
+	ss_state_free(&s);
+	ss_reader_close(r);
+}
+
+/* --import: BLOB as a state record of --like's model. */
+static void import_seq(const char *blob, const char *like, long long at, const char *id, ss_dtype dtype,
+		       const char *out_path)
+{
+	ss_reader *r;
+	ss_state s;
+	char err[SS_ERRMSG_MAX];
+	state_of(read_one(&r, like, at), like, &s);
+	ss_reader_close(r);
+	/* bounded before reading: the rows the dims make, plus a file's tokens */
+	struct stat st;
+	FILE *in = fopen(blob, "rb");
+	if (!in || fstat(fileno(in), &st) != 0)
+		cli_die("%s: %s", blob, strerror(errno));
+	size_t n = (size_t)st.st_size;
+	if (!S_ISREG(st.st_mode) || n > ss_llama_seq_size(&s.dims, 1, 0) + cli_max_record())
+		cli_die("%s: not a regular file of at most %llu bytes", blob,
+			(unsigned long long)(ss_llama_seq_size(&s.dims, 1, 0) + cli_max_record()));
+	unsigned char *buf = malloc(n ? n : 1);
+	if (!buf)
+		cli_die("out of memory");
+	if (fread(buf, 1, n, in) != n)
+		cli_die("%s: read error", blob);
+	fclose(in);
+	int32_t pos;
+	if (ss_llama_seq_read(buf, n, &s.dims, &s, &pos, err))
+		cli_die("%s: %s", blob, err);
+	free(buf);
+	s.n_tokens = (int64_t)pos + 1;
+	s.dtype = dtype;
+	if (id) {
+		free(s.id);
+		if (!(s.id = strdup(id)))
+			cli_die("out of memory");
+	}
+	cli_out_not_input(out_path, like);
+	cli_out_not_input(out_path, blob);
+	ss_writer *w;
+	if (ss_writer_open(&w, out_path, SS_ZSTD_LEVEL_DEFAULT, err))
+		cli_die("%s: %s", out_path ? out_path : "-", err);
+	int rc = ss_writer_put_state(w, &s, NULL);
+	if (rc)
+		cli_writer_die(w, out_path ? out_path : "-", rc);
+	if (ss_writer_close(w, err))
+		cli_die("%s: %s", out_path ? out_path : "-", err);
+	ss_state_free(&s);
+}
+
 int main(int argc, char **argv)
 {
 	cli_init("ss-cat");
-	int full = 0, meta = 0, stats = 0;
+	int full = 0, meta = 0, stats = 0, xport = -1, import = 0;
 	long long at = -1, limit = -1;
+	long seq_id = 0;
+	const char *out_path = NULL, *like = NULL, *id = NULL;
+	ss_dtype dtype = SS_DTYPE_F32;
 	static const struct option opts[] = {
 		{ "full", no_argument, 0, 'F' }, { "meta", no_argument, 0, 'M' }, { "stats", no_argument, 0, 'S' },
-		{ "at", required_argument, 0, 'a' }, { 0, 0, 0, 0 },
+		{ "at", required_argument, 0, 'a' }, { "export", required_argument, 0, 'E' },
+		{ "import", required_argument, 0, 'I' }, { "seq-id", required_argument, 0, 'i' },
+		{ "like", required_argument, 0, 'L' }, { "id", required_argument, 0, 'd' },
+		{ "state-dtype", required_argument, 0, 'D' }, { 0, 0, 0, 0 },
 	};
-	const cli_options co = { "n:", opts, usage, help, NULL, NULL };
+	const cli_options co = { "n:", opts, usage, help, &out_path, NULL };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
@@ -99,7 +235,28 @@ int main(int argc, char **argv)
 		case 'S': stats = 1; break;
 		case 'a': at = cli_long("--at", optarg, 0, LONG_MAX, usage); break;
 		case 'n': limit = cli_long("-n", optarg, 0, LONG_MAX, usage); break;
+		case 'E': xport = cli_choice("--export", optarg, "llama-seq\0llama-seq-file\0", usage); break;
+		case 'I': import = cli_choice("--import", optarg, "llama-seq\0", usage) + 1; break;
+		case 'i': seq_id = cli_long("--seq-id", optarg, 0, INT32_MAX, usage); break;
+		case 'L': like = optarg; break;
+		case 'd': id = optarg; break;
+		case 'D': dtype = (ss_dtype)cli_dtype("--state-dtype", optarg, SS_DTYPE_STATES, usage); break;
 		}
+	}
+	if ((xport >= 0) + import > 1 || ((xport >= 0 || import) && (full || meta || stats || limit >= 0)))
+		cli_usage(usage, "--export, --import and the printing options go alone");
+	if (import && (!like || optind != argc - 1))
+		cli_usage(usage, "--import needs --like STATES and one BLOB");
+	if (xport >= 0 && optind < argc - 1)
+		cli_usage(usage, "--export reads one FILE");
+	if (!import && xport < 0 && (out_path || like || id))
+		cli_usage(usage, "-o, --like and --id go with --export or --import");
+	if (xport >= 0 || import) {
+		if (import)
+			import_seq(argv[optind], like, at, id, dtype, out_path);
+		else
+			export_seq(optind < argc ? argv[optind] : "-", at, xport, seq_id, out_path);
+		return 0;
 	}
 	char *stdin_only[] = { "-" };
 	char **files = optind < argc ? argv + optind : stdin_only;

@@ -1,0 +1,102 @@
+# ss-cat --export / --import: states as llama.cpp's per-sequence state (ss_stream.h, "llama.cpp's
+# sequence state"). The export of c1 and c3 has llama.cpp's header and, as rows, the golden
+# conv/ssm that llama.cpp's llama_state_seq_get_data gave (tests/fixtures/golden/README.md §4);
+# f16/bf16/q8 records export widened to f32; export then import gives the record back; the file
+# variant reads back; bad blobs are refused in one line naming the file, nothing written.
+set -eu
+. "$SS_TOP/tests/util/golden.sh"
+
+ss-tokenize -q --whole "$G/t1/c1/text.txt" "$G/t1/c3/text.txt" >"$d/c.tok"
+ss-encode -q --model "$T1" -o "$d/c.st" "$d/c.tok"
+off3=$(ss-cat --meta "$d/c.st" | sed -n '2s/.*"offset":\([0-9]*\).*/\1/p')
+ss-cat --export llama-seq --at 0 "$d/c.st" >"$d/c1.seq"
+ss-cat --at 0 "$d/c.st" >"$d/c1.json"
+ss-cat --export llama-seq --seq-id 3 --at "$off3" -o "$d/c3.seq" "$d/c.st"
+ss-cat --export llama-seq-file --at "$off3" -o "$d/c3.ggsq" "$d/c.st"
+
+python3 - "$d" "$G/t1" <<'PY' || fail "export layout"
+import struct, sys
+d, G = sys.argv[1], sys.argv[2]
+def arr(p):
+    b = open(p, "rb").read()
+    return struct.unpack("<%df" % (len(b) // 4), b)
+def rows(blob, skip):
+    """(header fields, conv rows, ssm rows) of a blob, as llama-memory-recurrent.cpp writes them"""
+    h = struct.unpack_from("<IiIiIII" if not skip else "<IiIII", blob, skip)
+    at = skip + 4 * len(h)
+    out = []
+    for part in range(2):
+        vals = []
+        for l in range(h[-1]):
+            t, nb = struct.unpack_from("<iQ", blob, at)
+            assert t == 0, "type %d" % t
+            vals += struct.unpack_from("<%df" % (nb // 4), blob, at + 12)
+            at += 12 + nb
+        out.append(vals)
+    assert at == len(blob), "%d bytes, %d read" % (len(blob), at)
+    return h, out[0], out[1]
+for case, seq, n in (("c1", 0, None), ("c3", 3, 297)):
+    blob = open("%s/%s.seq" % (d, case), "rb").read()
+    h, conv, ssm = rows(blob, 0)
+    ntok = len(arr("%s/%s/logdecay.f32" % (G, case)))  # not the tokens: pos checked below
+    assert h[0] == 0xaf143cd8 and h[1] == seq and h[2] == 1 and h[4] == 0 and h[5] == 0 and h[6] == 2, h
+    if n: assert h[3] == n - 1, "pos %d" % h[3]
+    for name, got in (("conv", conv), ("ssm", ssm)):
+        g = arr("%s/%s/%s.f32" % (G, case, name))
+        assert len(g) == len(got), "%s %s: %d vs %d" % (case, name, len(got), len(g))
+        bad = [i for i in range(len(g)) if abs(got[i] - g[i]) > 1e-5 * (1 + abs(g[i]))]
+        assert not bad, "%s %s: element %d: %g vs %g" % (case, name, bad[0], got[bad[0]], g[bad[0]])
+f = open(d + "/c3.ggsq", "rb").read()
+assert struct.unpack_from("<III", f) == (0x67677371, 2, 0), "file header"
+assert f[12:] == open(d + "/c3.seq", "rb").read()[8:], "the file variant is the blob less magic and seq_id"
+PY
+
+# the round trip, and the file variant read back
+for v in seq ggsq; do
+	ss-cat --import llama-seq --like "$d/c.st" --at "$off3" -o "$d/back.st" "$d/c3.$v"
+	ss-cat --full --at "$off3" "$d/c.st" | sed 's/"offset":[0-9]*,//' >"$d/want.json"
+	ss-cat --full "$d/back.st" | sed 's/"offset":[0-9]*,//' >"$d/got.json"
+	cmp -s "$d/want.json" "$d/got.json" || fail "import of the $v export is not the record"
+done
+ss-cat --import llama-seq --like "$d/c.st" --id other --state-dtype bf16 "$d/c1.seq" | ss-cat >"$d/b.json"
+grep -q '"id":"other".*"n_tokens":'"$($PY json-get "$d/c1.json" n_tokens)"',"dtype":"bf16"' "$d/b.json" ||
+	fail "--id, --state-dtype, n_tokens from pos: $(cat "$d/b.json")"
+
+# other dtypes export widened, as libss widens them (a one-input soup into f32)
+ss-tokenize -q --whole "$G/t1/c1/text.txt" >"$d/c1.tok"
+for t in f16 bf16 q8; do
+	ss-encode -q --model "$T1" --state-dtype $t -o "$d/c1.$t" "$d/c1.tok"
+	ss-compose -q --mode soup --state-dtype f32 -o "$d/w.$t" "$d/c1.$t"
+	ss-cat --export llama-seq "$d/c1.$t" >"$d/x.$t.seq"
+	ss-cat --export llama-seq "$d/w.$t" >"$d/w.$t.seq"
+	cmp -s "$d/x.$t.seq" "$d/w.$t.seq" || fail "$t: not widened as libss widens"
+	cmp -s "$d/x.$t.seq" "$d/c1.seq" && fail "$t: equal to the f32 export (no $t rounding?)"
+done
+
+# bad input: one line naming the file, exit 1, nothing written
+expect 1 "several records; --export writes one" ss-cat --export llama-seq "$d/c.st"
+expect 1 "c.tok: record at byte offset 0 is a ss-tokens record" ss-cat --export llama-seq "$d/c.tok"
+head -c 100 "$d/c3.seq" >"$d/short.seq"
+expect 1 "short.seq: .*truncated" ss-cat --import llama-seq --like "$d/c.st" -o "$d/no.st" "$d/short.seq"
+[ ! -e "$d/no.st" ] || fail "a refused import wrote its output"
+python3 -c "
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+struct.pack_into('<I', b, 24, 3); open(sys.argv[2], 'wb').write(b)           # n_layer 3
+b = bytearray(open(sys.argv[1], 'rb').read())
+struct.pack_into('<Q', b, 32, 4 * 479); open(sys.argv[3], 'wb').write(b)     # a row 1 float short
+b = bytearray(open(sys.argv[1], 'rb').read())
+struct.pack_into('<I', b, 8, 2); open(sys.argv[4], 'wb').write(b)            # 2 cells
+b = bytearray(open(sys.argv[1], 'rb').read())
+struct.pack_into('<f', b, 40, float('nan')); open(sys.argv[5], 'wb').write(b)
+b = bytearray(open(sys.argv[1], 'rb').read())
+b[0:4] = b'XXXX'; open(sys.argv[6], 'wb').write(b)
+" "$d/c3.seq" "$d/layers.seq" "$d/row.seq" "$d/cells.seq" "$d/nan.seq" "$d/magic.seq"
+expect 1 "magic.seq: magic" ss-cat --import llama-seq --like "$d/c.st" "$d/magic.seq"
+expect 1 "layers.seq: n_layer 3, the model's is 2" ss-cat --import llama-seq --like "$d/c.st" "$d/layers.seq"
+expect 1 "row.seq: layer 0 conv: type 0, 1916 bytes a row" ss-cat --import llama-seq --like "$d/c.st" "$d/row.seq"
+expect 1 "cells.seq: 2 cells" ss-cat --import llama-seq --like "$d/c.st" "$d/cells.seq"
+expect 1 "nan.seq: conv element 0 is not finite" ss-cat --import llama-seq --like "$d/c.st" "$d/nan.seq"
+expect 2 "--import needs --like" ss-cat --import llama-seq "$d/c3.seq"
+expect 2 "--export: 'gguf' is not llama-seq or llama-seq-file" ss-cat --export gguf "$d/c.st"
+expect 2 "--state-dtype: 'f8' is not f32, f16, bf16 or q8" ss-cat --import llama-seq --like "$d/c.st" --state-dtype f8 "$d/c3.seq"
