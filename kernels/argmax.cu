@@ -1,8 +1,11 @@
-/* argmax.cu — greedy sampling as a block reduction per row.
+/* argmax.cu — the twin (SS_CUDA_OPS) of ss_argmax_rows_cpu, greedy
+ * sampling as a block reduction per row: ids[r] = the first index of the
+ * largest logit of row r over [0, n), NaN never wins, -1 for an all-NaN
+ * row. logits: [nrows][n], row stride ld; device pointers.
  * ref: ss_argmax (lib/forward/sample.c). */
 #include <math.h>
 
-#include "argmax.cuh"
+#include "common.cuh"
 
 #define ARGMAX_THREADS 512
 

@@ -1,7 +1,8 @@
 /*
- * common.cuh — what every kernel file of the CUDA plugin shares: the error
- * record behind ss_cuda_api.last_error, launch checks, dtype loads, warp and
- * block reductions. Internal to the plugin (kernels/), never installed.
+ * common.cuh — what every kernel file of the CUDA plugin shares: the
+ * declarations of the op twins, the error record behind
+ * ss_cuda_api.last_error, launch checks, dtype loads, warp and block
+ * reductions. Internal to the plugin (kernels/), never installed.
  */
 #ifndef SS_KERNELS_COMMON_CUH
 #define SS_KERNELS_COMMON_CUH
@@ -13,6 +14,14 @@
 #include <stdint.h>
 
 #include "forward/device_plugin.h"
+
+/* The op twins ss_<op>_cuda, one declaration per entry of SS_CUDA_OPS
+ * (device_plugin.h gives the arguments; ss_ops.h the contract of each CPU
+ * twin, kernels/<file>.cu what differs on the GPU). ss_cuda_stream is
+ * cudaStream_t. */
+#define SS_CUDA_DECLARE_(op, ret, params) extern "C" ret ss_##op##_cuda params;
+SS_CUDA_OPS(SS_CUDA_DECLARE_)
+#undef SS_CUDA_DECLARE_
 
 /* Records a CUDA error for last_error() (plugin.cu); returns SS_ERR_DEVICE,
  * or 0 for cudaSuccess. `what` names the call. */
@@ -60,28 +69,6 @@ __device__ __forceinline__ float ss_block_sum(float v, float *sh)
 	__syncthreads();
 	v = lane < nw ? sh[lane] : 0.0f;
 	return ss_warp_sum(v);
-}
-
-/* Max over the block, as ss_block_sum. */
-__device__ __forceinline__ float ss_block_max(float v, float *sh)
-{
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int nw = (blockDim.x + 31) >> 5;
-	for (int o = 16; o > 0; o >>= 1)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-	__syncthreads();
-	if (lane == 0)
-		sh[warp] = v;
-	__syncthreads();
-	v = lane < nw ? sh[lane] : -INFINITY;
-	for (int o = 16; o > 0; o >>= 1)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-	return v;
-}
-
-__device__ __forceinline__ float ss_sigmoid(float x)
-{
-	return 1.0f / (1.0f + expf(-x));
 }
 
 __device__ __forceinline__ float ss_silu(float x)

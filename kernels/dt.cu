@@ -1,22 +1,17 @@
 /*
- * dt.cu — dt = softplus(raw + dt_bias), clamped: one thread per (row, head).
- * ref: ss_dt_softplus_cpu (lib/forward/ops/dt.c).
+ * dt.cu — the twins (SS_CUDA_OPS) of ss_dt_softplus_cpu, dt =
+ * softplus(raw + dt_bias) clamped, one thread per (row, head), and of
+ * ss_dt_proj_cpu (Mamba-1's low-rank dt).
+ * ref: ss_dt_softplus_cpu, ss_dt_proj_cpu (lib/forward/ops/dt.c).
  */
 #include <math.h>
 
-#include "dt.cuh"
+#include "common.cuh"
 
 /* softplus with torch's threshold 20 (the identity above it) */
 __device__ __forceinline__ float softplus20(float u)
 {
 	return u > 20.0f ? u : log1pf(expf(u));
-}
-
-/* whether the clamp to [dt_min, dt_max] (each when set) holds v: no
- * gradient passes there */
-__device__ __forceinline__ bool dt_clamped(float v, float dt_min, float dt_max)
-{
-	return (isfinite(dt_max) && v > dt_max) || (dt_min > 0.0f && v < dt_min);
 }
 
 __global__ void dt_kernel(float *dt, ptrdiff_t lddt, const float *raw, ptrdiff_t ldr,
@@ -73,38 +68,4 @@ extern "C" void ss_dt_proj_cuda(float *dt, ptrdiff_t lddt, const float *low, ptr
 	dt_proj_kernel<<<ss_cdiv(n * d_inner, 256), 256, 0, st>>>(dt, lddt, low, ldl, W, dt_bias, n,
 								  d_inner, dt_rank);
 	SS_CUDA_LAUNCHED("dt_proj");
-}
-
-/* Backward of dt_kernel: one thread per (row, head); ddt_bias gathers the
- * rows by atomicAdd. */
-__global__ void dt_backward_kernel(const float *ddt, ptrdiff_t lddt, const float *raw,
-				   float *draw, ptrdiff_t ldr, const float *dt_bias,
-				   float *ddt_bias, int64_t n, int nheads, float dt_min,
-				   float dt_max)
-{
-	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i >= n * nheads)
-		return;
-	const int64_t r = i / nheads;
-	const int h = (int)(i % nheads);
-	const float u = raw[r * ldr + h] + dt_bias[h];
-	if (dt_clamped(softplus20(u), dt_min, dt_max))
-		return;
-	const float g = ddt[r * lddt + h] * (u > 20.0f ? 1.0f : ss_sigmoid(u));
-	if (draw)
-		draw[r * ldr + h] += g;
-	if (ddt_bias)
-		atomicAdd(ddt_bias + h, g);
-}
-
-extern "C" void ss_dt_softplus_backward_cuda(const float *ddt, ptrdiff_t lddt, const float *raw,
-					     float *draw, ptrdiff_t ldr, const float *dt_bias,
-					     float *ddt_bias, int64_t n, int nheads, float dt_min,
-					     float dt_max, cudaStream_t st)
-{
-	if (n <= 0 || nheads <= 0)
-		return;
-	dt_backward_kernel<<<ss_cdiv(n * nheads, 256), 256, 0, st>>>(
-		ddt, lddt, raw, draw, ldr, dt_bias, ddt_bias, n, nheads, dt_min, dt_max);
-	SS_CUDA_LAUNCHED("dt_softplus_backward");
 }

@@ -37,15 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "argmax.cuh"
 #include "conv.cuh"
-#include "dt.cuh"
-#include "embed.cuh"
 #include "forward.cuh"
 #include "linear.cuh"
-#include "norm.cuh"
-#include "scan.cuh"
-#include "scan1.cuh"
 #include "ssd.cuh"
 
 /* Rows of logits computed per lm_head GEMM (the [LG][vocab] f32 buffer),

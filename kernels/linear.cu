@@ -126,33 +126,6 @@ extern "C" int ss_linear_cuda(ss_cuda_blas *b, float *y, ptrdiff_t ldy, const fl
 			 "cublasGemmEx");
 }
 
-/* Row-major dx[M][K] += dy[M][N]·W[N][K] is, column-major, dxᵀ (K×M) +=
- * W-as-stored (K×N, ld K) · dyᵀ (N×M, ld ldy); dW[N][K] += dyᵀ·x is dWᵀ
- * (K×N, ld K) += xᵀ (K×M, ld ldx) · (dyᵀ)ᵀ (op T on the N×M dyᵀ). */
-extern "C" int ss_linear_backward_cuda(ss_cuda_blas *b, const float *dy, ptrdiff_t ldy,
-				       const float *x, float *dx, ptrdiff_t ldx, const float *W,
-				       float *dW, int64_t M, int64_t N, int64_t K)
-{
-	const float one = 1.0f;
-
-	if (!b || M < 0 || N < 0 || K < 0 || ldy < N || ldx < K || M > INT32_MAX ||
-	    N > INT32_MAX || K > INT32_MAX) {
-		ss_cuda_note_msg("linear_backward", "bad arguments");
-		return SS_ERR_INVALID;
-	}
-	if (M == 0 || N == 0 || K == 0)
-		return 0;
-	if (dx && blas_note(cublasSgemm(b->h, CUBLAS_OP_N, CUBLAS_OP_N, (int)K, (int)M, (int)N,
-					&one, W, (int)K, dy, (int)ldy, &one, dx, (int)ldx),
-			    "cublasSgemm dx"))
-		return SS_ERR_DEVICE;
-	if (dW && blas_note(cublasSgemm(b->h, CUBLAS_OP_N, CUBLAS_OP_T, (int)K, (int)N, (int)M,
-					&one, x, (int)ldx, dy, (int)ldy, &one, dW, (int)K),
-			    "cublasSgemm dW"))
-		return SS_ERR_DEVICE;
-	return 0;
-}
-
 /* deterministic pseudo-random fill in [-1, 1) */
 __global__ void fill_kernel(float *p, int64_t n, uint32_t seed)
 {

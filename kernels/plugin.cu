@@ -1,7 +1,8 @@
 /*
  * plugin.cu — the entry point of libss_cuda.so: the ss_cuda_api table
- * (lib/forward/device_plugin.h) with the layouts nvcc compiled, the device query,
- * memory helpers, and the error record behind last_error().
+ * (lib/forward/device_plugin.h; its op slots from SS_CUDA_OPS) with the
+ * layouts nvcc compiled, the device query, memory helpers, and the error
+ * record behind last_error().
  *
  * device_count() must never fail: on a machine with the plugin but no
  * driver or no GPU, cudaGetDeviceCount returns an error, which means 0
@@ -11,17 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "argmax.cuh"
-#include "conv.cuh"
-#include "dt.cuh"
-#include "embed.cuh"
 #include "forward.cuh"
 #include "linear.cuh"
-#include "loss.cuh"
-#include "norm.cuh"
-#include "scan1.cuh"
-#include "scan.cuh"
-#include "ssd.cuh"
 
 static thread_local char last_err[256] = "no error";
 
@@ -114,6 +106,9 @@ static ss_cuda_blas *blas_create(ss_cuda_stream st)
  * them with its own at load (ss_cuda_api_check). */
 static const ss_cuda_layout layout[] = SS_CUDA_LAYOUT_INIT;
 
+/* Positional, in the order of ss_cuda_api's fields; the op slots from
+ * SS_CUDA_OPS. */
+#define SS_CUDA_FILL_(op, ret, params) ss_##op##_cuda,
 static const ss_cuda_api api = {
 	SS_CUDA_ABI,
 	sizeof(ss_cuda_api),
@@ -122,37 +117,16 @@ static const ss_cuda_api api = {
 	device_count,
 	device_select,
 	ss_cuda_last_error,
+	ss_cuda_backend_init,
+	ss_cuda_bench_linear,
 	dmalloc,
 	dfree,
 	h2d,
 	d2h,
 	sync_all,
-	ss_embed_cuda,
-	ss_rmsnorm_cuda,
 	blas_create,
 	ss_cuda_blas_free,
-	ss_linear_cuda,
-	ss_conv1d_silu_cuda,
-	ss_conv1d_step_cuda,
-	ss_dt_softplus_cuda,
-	ss_ssm_scan_cuda,
-	ss_ssd_scan_cuda,
-	ss_ssm_step_cuda,
-	ss_gated_rmsnorm_cuda,
-	ss_argmax_rows_cuda,
-	ss_dt_proj_cuda,
-	ss_ssm1_scan_cuda,
-	ss_gate_silu_cuda,
-	ss_cuda_backend_init,
-	ss_cuda_bench_linear,
-	ss_embed_backward_cuda,
-	ss_rmsnorm_backward_cuda,
-	ss_gated_rmsnorm_backward_cuda,
-	ss_linear_backward_cuda,
-	ss_conv1d_silu_backward_cuda,
-	ss_dt_softplus_backward_cuda,
-	ss_ssm_scan_backward_cuda,
-	ss_cross_entropy_backward_cuda,
+	SS_CUDA_OPS(SS_CUDA_FILL_)
 };
 
 extern "C" __attribute__((visibility("default"))) const ss_cuda_api *ss_cuda_plugin(uint32_t abi)

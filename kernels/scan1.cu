@@ -1,13 +1,14 @@
 /*
- * scan1.cu — Mamba-1's selective scan: one warp per (sequence, channel),
- * lane k holding state elements k, k+32, ... (d_state <= 256), sequential in
- * t; y's sum over the state is a warp reduction. logdecay as on the CPU
- * (A and Σ dt in double).
+ * scan1.cu — the twin (SS_CUDA_OPS) of ss_ssm1_scan_cpu, Mamba-1's
+ * selective scan: one warp per (sequence, channel), lane k holding state
+ * elements k, k+32, ... (d_state <= 256), sequential in t; y's sum over the
+ * state is a warp reduction. logdecay as on the CPU (A and Σ dt in
+ * double).
  * ref: ss_ssm1_scan_cpu (lib/forward/ops/scan1.c).
  */
 #include <math.h>
 
-#include "scan1.cuh"
+#include "common.cuh"
 
 #define SCAN1_MAX_STATE SS_SCAN1_MAX_STATE
 #define SCAN1_PER_LANE (SCAN1_MAX_STATE / 32)

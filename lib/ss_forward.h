@@ -7,15 +7,17 @@
  *
  * Prefill of token sequences from any state (zero, stored, composed), single
  * token decode steps, and the layer-level selective scan. f32 throughout;
- * the projections (in_proj, out_proj, lm_head) go through OpenBLAS
+ * the projections (in_proj, out_proj, lm_head) go through the BLAS chosen
+ * at build time (OpenBLAS or BLIS, config.mk; ss_blas_name) as
  * sgemm/sgemv, the rest (norms, conv, scan, gating) through the context's
  * own threads.
  *
  * Threads: a context with n_threads runs n_threads-1 worker threads plus the
  * calling thread. Every BLAS call is made from those threads on a slice of
- * the work, so ss_forward_ctx_init() sets OpenBLAS to one thread per call
- * (openblas_set_num_threads(1), process-wide): OpenBLAS's own threads would
- * otherwise spin-wait beside ours and oversubscribe the cores.
+ * the work, so ss_forward_ctx_init() sets the BLAS to one thread per call
+ * (process-wide: openblas_set_num_threads(1) or
+ * bli_thread_set_num_threads(1)): the BLAS's own threads would otherwise
+ * spin-wait beside ours and oversubscribe the cores.
  *
  * Mamba-1 models (cfg arch "mamba1") run through the same driver and ops
  * table with their own ops (ss_ops.h: low-rank dt, per-element scan, plain

@@ -3,17 +3,22 @@
  * (part of libss; include "ss.h").
  * Public: part of libss's interface (ss.h says what that means).
  *
- * Each op here is the CPU reference `ss_<op>_cpu`; kernels/<op>.cuh declares
- * its CUDA twin `ss_<op>_cuda` with the same parameters (device pointers,
- * plus a trailing stream, and a cuBLAS handle for the linear). The forward
- * pass (the driver forward.c, through backend_cpu.c or, on a GPU,
- * kernels/forward.cu: backend.h) is these ops in order;
+ * Each op here is the CPU reference `ss_<op>_cpu`; most have a CUDA twin
+ * `ss_<op>_cuda` with the same parameters (device pointers, plus a trailing
+ * stream, and a cuBLAS handle for the linear). A twin is registered once, in
+ * SS_CUDA_OPS (lib/forward/device_plugin.h): its signature there gives its
+ * slot in the plugin's table, its layout entry, its declaration in the
+ * kernels (kernels/common.cuh) and the table's fill (kernels/plugin.cu).
+ * The forward pass (the driver forward.c, through backend_cpu.c or, on a
+ * GPU, kernels/forward.cu: backend.h) is these ops in order;
  * tests/test_ops.c checks each CPU op against a naive reference and
- * tests/test_cuda_parity.c each CUDA twin against its CPU op.
+ * tests/test_cuda_parity.c each CUDA twin against its CPU op (and fails
+ * when a registered op has no adapter there).
  *
- * The twins, one file pair per op. A new op touches 13 files besides its
- * reference in tests/util/opref.c: the whole list, in order, is the op
- * recipe of docs/DESIGN.md §9.
+ * The twins, one file pair per op. A new op touches 11 files besides its
+ * reference in tests/util/opref.c (fewer if the forward pass or training
+ * does not use it): the whole list, in order, is the op recipe of
+ * docs/DESIGN.md §9.
  *
  *   op           CPU (lib/forward/ops/<op>.c)    CUDA (kernels/<op>.cu)   file pair
  *   embed        ss_embed_cpu            ss_embed_cuda            embed.c   | embed.cu
@@ -28,15 +33,6 @@
  *   scan step    ss_ssm_step_cpu         ss_ssm_step_cuda         scan.c    | scan.cu
  *   argmax       ss_argmax_rows_cpu      ss_argmax_rows_cuda      argmax.c  | argmax.cu
  *   loss         ss_cross_entropy_cpu    —                        loss.c    |
- *   Backward (training; ss_<op>_backward_cpu | ss_<op>_backward_cuda):
- *   embed bwd    ss_embed_backward_cpu   ss_embed_backward_cuda   embed.c   | embed.cu
- *   rmsnorm bwd  ss_rmsnorm_backward_cpu ss_rmsnorm_backward_cuda norm.c    | norm.cu
- *   gated bwd    ss_gated_rmsnorm_backward_cpu / _cuda            norm.c    | norm.cu
- *   linear bwd   ss_linear_backward_cpu  ss_linear_backward_cuda  linear.c  | linear.cu
- *   conv1d bwd   ss_conv1d_silu_backward_cpu / _cuda              conv.c    | conv.cu
- *   dt bwd       ss_dt_softplus_backward_cpu / _cuda              dt.c      | dt.cu
- *   scan bwd     ss_ssm_scan_backward_cpu / _cuda (+ max_len)     scan.c    | scan.cu
- *   loss bwd     ss_cross_entropy_backward_cpu / _cuda            loss.c    | loss.cu
  *   Mamba-1:
  *   dt low-rank  ss_dt_proj_cpu          ss_dt_proj_cuda          dt.c      | dt.cu
  *   scan (M1)    ss_ssm1_scan_cpu        ss_ssm1_scan_cuda        scan1.c   | scan1.cu
@@ -48,11 +44,11 @@
  *     thread; ss_ssd_scan_cuda is checked against ss_ssm_scan_cpu.
  * Shared inner loops: lib/forward/vec.c (AVX2 elementwise) and kernels/common.cuh.
  *
- * Backward (training; the CUDA twins above are checked against these but
- * not yet driven by the trainer, lib/train/): each op that
- * training differentiates has `ss_<op>_backward_cpu` declared under its
- * forward and defined under it in the same file, in the style of llm.c's
- * train_gpt2.c: the forward's arguments in the forward's order, each input
+ * Backward (training, on the CPU only: lib/train/): the ops that training
+ * differentiates (embed, rmsnorm, gated norm, linear, conv1d, dt, scan,
+ * loss) have `ss_<op>_backward_cpu` declared under their forward and
+ * defined under it in the same file, with no CUDA twin, in the style of
+ * llm.c's train_gpt2.c: the forward's arguments in the forward's order, each input
  * followed by its d-prefixed gradient (same shape and row stride as the
  * array it is the gradient of), the output's gradient in the output's
  * place. Gradients of inputs and parameters ACCUMULATE (+=) into buffers the
@@ -63,10 +59,7 @@
  * initial state. Forward inputs a backward needs are the forward's inputs
  * as they were (a caller saves what the forward overwrites: the initial
  * states, the gated norm's input). tests/test_grad.c checks each against
- * double-precision central finite differences. The CUDA twins take the
- * same arguments (the scan's also max_len and device work:
- * ss_cuda_scan_backward_work, device_plugin.h) and sum over rows into one
- * gradient (dw, dB, ...) by atomicAdd, in no fixed order.
+ * double-precision central finite differences.
  *
  * Conventions, for every op:
  *   - Rows are tokens. A matrix "[n][d], row stride ld" has element (r, i) at

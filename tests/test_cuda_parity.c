@@ -9,9 +9,7 @@
  * states and hidden rows within 1e-4 + 1e-4·|x| of golden (the CPU meets
  * 1e-5), argmax equal wherever golden's top-2 margin exceeds 1e-3; GPU vs
  * CPU on a random mamba2-130m shape within 2e-4 (f32) or a relative L2 error
- * of 2% (bf16 weights). Backward twins: gradients summed over rows by
- * atomicAdd on the GPU within an atol that grows with the number of terms,
- * rtol 1e-4 (the scan's, over hundreds of tokens, 1e-3).
+ * of 2% (bf16 weights).
  *
  * Needs the CUDA plugin and a GPU: without either it prints why and exits 77
  * (skipped). $SS_SHARED (golden/) is needed for the golden case only.
@@ -103,11 +101,12 @@ static int cmp(const char *what, const float *got, size_t sg, const float *want,
  * Without a GPU the loop still runs every case on the CPU, against ref(), a
  * naive double-precision reference (tests/util/opref.h) that every row has;
  * it also checks that the op writes only its outputs and leaves them finite.
- * A row without ref() (the backward twins) runs its CPU op twice there: a
- * check of its buffers and arguments (sizes, strides, under ASan), not of
- * its numbers. */
+ * The ops are those of SS_CUDA_OPS (device_plugin.h): each row names the
+ * slot it checks, and test_registered fails when an op has no row. These
+ * per-op checks are kept beside the whole-model ones below so that a GPU
+ * run that disagrees with the CPU names the op at fault. */
 
-enum { MAXBUF = 13 };
+enum { MAXBUF = 9 };
 
 typedef struct {
 	const char *name;
@@ -131,15 +130,16 @@ typedef struct {
 
 typedef struct {
 	const char *op; /* as in ss_ops.h's table */
+	size_t slot;    /* the op's slot: OP(name of its SS_CUDA_OPS entry) */
 	/* fills c for case k; 0 when k is past the last case */
 	int (*make)(tcase *c, int k);
 	/* p[i]: buffer i (host or device copy) */
 	void (*cpu)(const tcase *c, void **p);
 	void (*cuda)(const tcase *c, void **p, ss_cuda_blas *b);
-	/* the reference on host buffers p (outputs written as f32); NULL for a
-	 * row compared only on a GPU (the backward rows) */
+	/* the reference on host buffers p (outputs written as f32) */
 	void (*ref)(const tcase *c, void **p);
 } twin;
+#define OP(name) offsetof(ss_cuda_api, name)
 
 /* Adds buffer i: n floats drawn from [lo, hi] (lo == hi: left to the caller
  * to fill, h zeroed), compared (out) as rows × w at stride ld when tol >= 0. */
@@ -787,333 +787,65 @@ static void ref_gate(const tcase *c, void **p)
 	put(p[1], c->n[2], y, c->n[0], c->n[1]);
 }
 
-/* ------------------------------------------------------------- backward */
-
-/* The backward twins: the same buffers on both sides, every gradient
- * buffer starting from random values (they accumulate, +=), compared after.
- * Sums over rows into one gradient are atomicAdds on the GPU (another
- * order): their tolerances scale with the number of terms. These rows have
- * no naive reference (tests/test_grad.c checks the CPU backward against
- * finite differences): without a GPU they are skipped. */
-
-/* embed: repeated tokens (EMB_TOK; k = 1: 513 rows over 5 tokens). */
-static int make_embed_bwd(tcase *c, int k)
-{
-	const int V = k ? 5 : 61, d = k ? 1000 : 130, n = k ? 513 : 7;
-	if (k >= 2)
-		return 0;
-	int32_t *tok = malloc((size_t)n * sizeof(int32_t));
-	assert_non_null(tok);
-	for (int r = 0; r < n; r++)
-		tok[r] = k ? (int32_t)(urand() * V) : EMB_TOK[r];
-	c->n[0] = n, c->n[1] = d;
-	addin(c, "dh", (size_t)n * d, -1, 1);
-	addraw(c, "tokens", tok, (size_t)n * sizeof(int32_t), 0);
-	addout(c, "demb", V, d, d, -1, 1, 1e-6 * n, 1e-5);
-	free(tok);
-	snprintf(c->what, sizeof(c->what), "V %d d %d rows %d", V, d, n);
-	return 1;
-}
-static void cpu_embed_bwd(const tcase *c, void **p)
-{
-	ss_embed_backward_cpu(p[0], p[2], p[1], c->n[0], c->n[1]);
-}
-static void cuda_embed_bwd(const tcase *c, void **p, ss_cuda_blas *b)
-{
-	(void)b;
-	cu->embed_backward(p[0], p[2], p[1], c->n[0], c->n[1], NULL);
-}
-
-/* rmsnorm: shapes (n, d); the last without dw (frozen). */
-static int make_rmsnorm_bwd(tcase *c, int k)
-{
-	static const int shapes[][2] = { { 1, 1 }, { 7, 130 }, { 65, 768 }, { 3, 33 } };
-	if (k >= 4)
-		return 0;
-	const int n = shapes[k][0], d = shapes[k][1];
-	c->n[0] = n, c->n[1] = d, c->n[2] = k < 3;
-	addin(c, "dy", (size_t)n * d, -1, 1);
-	addin(c, "h", (size_t)n * d, -2, 2);
-	addout(c, "dh", n, d, d, -1, 1, 1e-5, 1e-4);
-	addin(c, "w", d, 0.5, 1.5);
-	addout(c, "dw", 1, d, d, -1, 1, 1e-5 * n, 1e-4);
-	snprintf(c->what, sizeof(c->what), "n %d d %d%s", n, d, k < 3 ? "" : " no dw");
-	return 1;
-}
-static void cpu_rmsnorm_bwd(const tcase *c, void **p)
-{
-	ss_rmsnorm_backward_cpu(p[0], p[1], p[2], p[3], c->n[2] ? p[4] : NULL, c->n[0], c->n[1],
-				1e-5f);
-}
-static void cuda_rmsnorm_bwd(const tcase *c, void **p, ss_cuda_blas *b)
-{
-	(void)b;
-	cu->rmsnorm_backward(p[0], p[1], p[2], p[3], c->n[2] ? p[4] : NULL, c->n[0], c->n[1],
-			     1e-5f, NULL);
-}
-
-/* gated norm, strided rows: shapes (n, d, groups); the last without dz, dw. */
-static int make_gated_bwd(tcase *c, int k)
-{
-	static const int shapes[][3] = { { 7, 130, 2 }, { 40, 1536, 1 }, { 3, 64, 4 } };
-	if (k >= 3)
-		return 0;
-	const int n = shapes[k][0], d = shapes[k][1], G = shapes[k][2], ld = d + 3;
-	c->n[0] = n, c->n[1] = d, c->n[2] = G, c->n[3] = ld, c->n[4] = k < 2;
-	addin(c, "y", (size_t)n * ld, -2, 2);
-	addout(c, "dy", n, d, ld, -1, 1, 1e-5, 1e-4);
-	addin(c, "z", (size_t)n * ld, -3, 3);
-	addout(c, "dz", n, d, ld, -1, 1, 1e-5, 1e-4);
-	addin(c, "w", d, 0.5, 1.5);
-	addout(c, "dw", 1, d, d, -1, 1, 1e-5 * n, 1e-4);
-	snprintf(c->what, sizeof(c->what), "n %d d %d G %d%s", n, d, G, k < 2 ? "" : " no dz dw");
-	return 1;
-}
-static void cpu_gated_bwd(const tcase *c, void **p)
-{
-	ss_gated_rmsnorm_backward_cpu(p[0], p[1], c->n[3], p[2], c->n[4] ? p[3] : NULL, c->n[3],
-				      p[4], c->n[4] ? p[5] : NULL, c->n[0], c->n[1], c->n[2],
-				      1e-5f);
-}
-static void cuda_gated_bwd(const tcase *c, void **p, ss_cuda_blas *b)
-{
-	(void)b;
-	cu->gated_rmsnorm_backward(p[0], p[1], c->n[3], p[2], c->n[4] ? p[3] : NULL, c->n[3],
-				   p[4], c->n[4] ? p[5] : NULL, c->n[0], c->n[1], c->n[2], 1e-5f,
-				   NULL);
-}
-
-/* linear: shapes (M, N, K) at strides wider than the rows; the last without
- * dx (an input without a gradient). */
-static int make_linear_bwd(tcase *c, int k)
-{
-	static const int shapes[][3] = { { 1, 1, 1 }, { 7, 33, 65 }, { 300, 768, 1536 },
-					 { 513, 1000, 129 }, { 5, 17, 9 } };
-	if (k >= 5)
-		return 0;
-	const int M = shapes[k][0], N = shapes[k][1], K = shapes[k][2];
-	const int ldy = N + 3, ldx = K + 1;
-	c->n[0] = M, c->n[1] = N, c->n[2] = K, c->n[3] = ldy, c->n[4] = ldx, c->n[5] = k < 4;
-	addin(c, "dy", (size_t)M * ldy, -1, 1);
-	addin(c, "x", (size_t)M * ldx, -1, 1);
-	/* |dx| ~ sqrt(N), |dW| ~ sqrt(M) */
-	addout(c, "dx", M, K, ldx, -1, 1, 1e-5 * sqrt((double)N), 1e-4);
-	addin(c, "W", (size_t)N * K, -1, 1);
-	addout(c, "dW", N, K, K, -1, 1, 1e-5 * sqrt((double)M), 1e-4);
-	snprintf(c->what, sizeof(c->what), "%dx%dx%d%s", M, N, K, k < 4 ? "" : " no dx");
-	return 1;
-}
-static void cpu_linear_bwd(const tcase *c, void **p)
-{
-	assert_int_equal(ss_linear_backward_cpu(p[0], c->n[3], p[1], c->n[5] ? p[2] : NULL,
-						c->n[4], p[3], p[4], c->n[0], c->n[1], c->n[2]),
-			 0);
-}
-static void cuda_linear_bwd(const tcase *c, void **p, ss_cuda_blas *b)
-{
-	assert_int_equal(cu->linear_backward(b, p[0], c->n[3], p[1], c->n[5] ? p[2] : NULL,
-					     c->n[4], p[3], p[4], c->n[0], c->n[1], c->n[2]),
-			 0);
-}
-
-/* conv1d over CONV_SS's sequences (empty, 1 and 2 rows: shorter than the
- * state), d_conv 4 and 7, channels off the block size, strided x and wt. */
-static int make_conv_bwd(tcase *c, int k)
-{
-	const int nch = 300, K = k ? 7 : 4, K1 = K - 1, ldx = 311, ldw = nch + 5, nseq = 6;
-	const int64_t T = CONV_SS[nseq];
-	const size_t SL = (size_t)nseq * nch * K1;
-	if (k >= 2)
-		return 0;
-	c->n[0] = nch, c->n[1] = K, c->n[2] = ldx, c->n[3] = nseq, c->n[4] = ldw;
-	addin(c, "dy", (size_t)T * nch, -1, 1);
-	addin(c, "x", (size_t)T * ldx, -2, 2);
-	addout(c, "dx", T, nch, ldx, -1, 1, 1e-5, 1e-4);
-	addraw(c, "seq_start", CONV_SS, sizeof(CONV_SS), 0);
-	addin(c, "conv_state", SL, -1, 1);
-	addout(c, "dconv_state", 1, SL, SL, -1, 1, 1e-5, 1e-4);
-	addin(c, "wt", (size_t)K * ldw, -0.5, 0.5);
-	addout(c, "dwt", K, nch, ldw, -1, 1, 1e-4, 1e-4);
-	addin(c, "b", nch, -0.1, 0.1);
-	addout(c, "db", 1, nch, nch, -1, 1, 1e-4, 1e-4);
-	snprintf(c->what, sizeof(c->what), "nch %d d_conv %d nseq %d", nch, K, nseq);
-	return 1;
-}
-#define CONV_BWD_ARGS(p)                                                                       \
-	p[0], c->n[0], p[1], p[2], c->n[2], p[3], c->n[3], p[4], p[5],                           \
-		(ptrdiff_t)c->n[0] * (c->n[1] - 1), p[6], p[7], c->n[4], p[8], p[9], c->n[0], c->n[1]
-static void cpu_conv_bwd(const tcase *c, void **p)
-{
-	assert_int_equal(ss_conv1d_silu_backward_cpu(CONV_BWD_ARGS(p)), 0);
-}
-static void cuda_conv_bwd(const tcase *c, void **p, ss_cuda_blas *b)
-{
-	(void)b;
-	assert_int_equal(cu->conv1d_silu_backward(CONV_BWD_ARGS(p), NULL), 0);
-}
-
-/* dt: softplus's threshold crossed (raw + bias up to 25), with the clamp
- * (k = 0) and without (k = 1: draw and ddt_bias both; k = 2: no ddt_bias). */
-static int make_dt_bwd(tcase *c, int k)
-{
-	const int T = 1003, H = 24, ldr = 311, lddt = H + 2;
-	if (k >= 3)
-		return 0;
-	c->n[0] = T, c->n[1] = H, c->n[2] = ldr, c->n[3] = lddt, c->n[4] = k;
-	addin(c, "ddt", (size_t)T * lddt, -1, 1);
-	addin(c, "raw", (size_t)T * ldr, -5, 22);
-	addout(c, "draw", T, H, ldr, -1, 1, 1e-6, 1e-5);
-	addin(c, "dt_bias", H, -3, 3);
-	addout(c, "ddt_bias", 1, H, H, -1, 1, 1e-5 * T, 1e-4);
-	snprintf(c->what, sizeof(c->what), "T %d H %d%s", T, H,
-		 k == 0 ? " clamp" : k == 1 ? "" : " no ddt_bias");
-	return 1;
-}
-static void cpu_dt_bwd(const tcase *c, void **p)
-{
-	const float lo = c->n[4] ? 0.0f : 1e-3f, hi = c->n[4] ? INFINITY : 0.1f;
-	ss_dt_softplus_backward_cpu(p[0], c->n[3], p[1], p[2], c->n[2], p[3],
-				    c->n[4] == 2 ? NULL : p[4], c->n[0], c->n[1], lo, hi);
-}
-static void cuda_dt_bwd(const tcase *c, void **p, ss_cuda_blas *b)
-{
-	const float lo = c->n[4] ? 0.0f : 1e-3f, hi = c->n[4] ? INFINITY : 0.1f;
-	(void)b;
-	cu->dt_softplus_backward(p[0], c->n[3], p[1], p[2], c->n[2], p[3],
-				 c->n[4] == 2 ? NULL : p[4], c->n[0], c->n[1], lo, hi, NULL);
-}
-
-/* The scan over SCAN_SS's sequences (empty, 1, 63, 63 and 300 tokens: five
- * chunks with a tail): shapes (H, P, N, G) with headdim off the block's
- * warps and d_state off 32; the last without dy, D, dD and dlogdecay (only
- * the final state used). x, B, C at strides wider than their rows. */
-static int make_scan_bwd(tcase *c, int k)
-{
-	static const int shapes[][4] = { { 1, 1, 1, 1 }, { 4, 5, 16, 2 },
-					 { 4, 64, 128, 1 } /* mamba2-130m heads */,
-					 { 6, 3, 200, 3 }, { 3, 3, 40, 3 } };
-	if (k >= 5)
-		return 0;
-	const int H = shapes[k][0], P = shapes[k][1], N = shapes[k][2], G = shapes[k][3];
-	const int nseq = 5, HP = H * P, GN = G * N;
-	const int64_t T = SCAN_SS[nseq];
-	const int ldx = HP + 3, ldb = GN + 2, lddt = H + 1, ldy = HP + 1;
-	const size_t SL = (size_t)HP * N;
-	c->d = (ss_scan_dims){ H, P, N, G };
-	c->n[0] = nseq, c->n[1] = 300 /* the longest */, c->n[2] = k < 4;
-	c->n[3] = ldx, c->n[4] = ldb, c->n[5] = lddt, c->n[6] = ldy;
-	addin(c, "x", (size_t)T * ldx, -1, 1);
-	addout(c, "dx", T, HP, ldx, -1, 1, 1e-4, 1e-3);
-	addin(c, "BC", (size_t)T * ldb * 2, -1, 1);
-	addout(c, "dBC", 1, (size_t)T * ldb * 2, (size_t)T * ldb * 2, -1, 1, 1e-4 * H, 1e-3);
-	addin(c, "dt", (size_t)T * lddt, 0.001, 0.2);
-	addout(c, "ddt", T, H, lddt, -1, 1, 1e-4 * P, 1e-3);
-	addin(c, "A_log", H, 0, 2.7);
-	addout(c, "dA_log|dD", 1, 2 * H, 2 * H, -1, 1, 1e-3, 1e-3);
-	addin(c, "D", H, 0.5, 1.5);
-	addin(c, "ssm", (size_t)nseq * SL, -1, 1);
-	addout(c, "dssm", 1, nseq * SL, nseq * SL, -1, 1, 1e-4, 1e-3);
-	addin(c, "dy|dlogdecay", (size_t)T * ldy + (size_t)nseq * H, -1, 1);
-	addraw(c, "seq_start", SCAN_SS, sizeof(SCAN_SS), 0);
-	snprintf(c->what, sizeof(c->what), "H %d P %d N %d G %d nseq %d%s", H, P, N, G, nseq,
-		 k < 4 ? "" : " state only");
-	return 1;
-}
-/* The scan's backward arguments from buffers p: B and C are the two halves
- * of BC (and dBC), dD follows dA_log, dlogdecay follows dy. */
-#define SCAN_BWD_ARGS(p)                                                                       \
-	p[0], p[1], c->n[3], p[2], p[3], c->n[4], full ? (float *)p[2] + BCo : NULL,               \
-		full ? (float *)p[3] + BCo : NULL, c->n[4], p[4], p[5], c->n[5], p[6], p[7],       \
-		full ? p[8] : NULL, full ? (float *)p[7] + c->d.nheads : NULL, p[9], p[10],       \
-		(ptrdiff_t)SL, full ? p[11] : NULL, c->n[6],                                       \
-		full ? (float *)p[11] + (size_t)T * c->n[6] : NULL, c->d.nheads
-#define SCAN_BWD_DIMS                                                                          \
-	const int full = c->n[2];                                                              \
-	const int64_t T = SCAN_SS[c->n[0]];                                                    \
-	const size_t BCo = (size_t)T * c->n[4];                                                \
-	const size_t SL = (size_t)c->d.nheads * c->d.headdim * c->d.d_state
-static void cpu_scan_bwd(const tcase *c, void **p)
-{
-	SCAN_BWD_DIMS;
-	float *work = malloc(ss_ssm_scan_backward_work(&c->d, c->n[1]) * sizeof(float));
-	assert_non_null(work);
-	assert_int_equal(ss_ssm_scan_backward_cpu(&c->d, p[12], c->n[0], SCAN_BWD_ARGS(p), work), 0);
-	free(work);
-}
-static void cuda_scan_bwd(const tcase *c, void **p, ss_cuda_blas *b)
-{
-	SCAN_BWD_DIMS;
-	(void)b;
-	float *work = cu->dmalloc(ss_cuda_scan_backward_work(&c->d, c->n[0], c->n[1]) * sizeof(float));
-	assert_non_null(work);
-	assert_int_equal(cu->ssm_scan_backward(&c->d, p[12], c->n[0], c->n[1], SCAN_BWD_ARGS(p),
-					       work, NULL),
-			 0);
-	assert_int_equal(cu->sync(), 0);
-	cu->dfree(work);
-}
-
-/* cross-entropy over the padded vocabulary at a wider stride: rows without
- * a target (-1), with dnll 0, a target at either end, a dominant logit; and
- * V = 1. */
-static int make_ce_bwd(tcase *c, int k)
-{
-	const int n = k ? 3 : 6, V = k ? 1 : 50288, ld = V + 7;
-	static const int32_t tg0[6] = { 0, -1, 50287, 17, 4, 9 }, tg1[3] = { 0, -1, 0 };
-	if (k >= 2)
-		return 0;
-	c->n[0] = n, c->n[1] = V, c->n[2] = ld;
-	float *dnll = addin(c, "dnll", n, 0.1, 1);
-	dnll[k ? 2 : 4] = 0.0f;
-	float *lg = addin(c, "logits", (size_t)n * ld, -5, 5);
-	if (!k)
-		lg[3 * ld + 17] = 30.0f;
-	addout(c, "dlogits", n, V, ld, -1, 1, 1e-6, 1e-4);
-	addraw(c, "targets", k ? tg1 : tg0, (size_t)n * sizeof(int32_t), 0);
-	snprintf(c->what, sizeof(c->what), "n %d V %d", n, V);
-	return 1;
-}
-static void cpu_ce_bwd(const tcase *c, void **p)
-{
-	assert_int_equal(ss_cross_entropy_backward_cpu(p[0], p[1], p[2], c->n[2], p[3], c->n[0],
-						       c->n[1]),
-			 0);
-}
-static void cuda_ce_bwd(const tcase *c, void **p, ss_cuda_blas *b)
-{
-	(void)b;
-	assert_int_equal(cu->cross_entropy_backward(p[0], p[1], p[2], c->n[2], p[3], c->n[0],
-						    c->n[1], NULL),
-			 0);
-}
-
-/* The rows of ss_ops.h's table of twins. */
+/* The rows: one or more per op of SS_CUDA_OPS (test_registered checks),
+ * in the order of ss_ops.h's table of twins. */
 static const twin twins[] = {
-	{ "embed", make_embed, cpu_embed, cuda_embed, ref_embed },
-	{ "rmsnorm", make_rmsnorm, cpu_rmsnorm, cuda_rmsnorm, ref_rmsnorm },
-	{ "gated norm", make_gated, cpu_gated, cuda_gated, ref_gated },
-	{ "linear", make_linear, cpu_linear, cuda_linear, ref_linear },
-	{ "conv1d", make_conv, cpu_conv, cuda_conv, ref_conv },
-	{ "conv1d step", make_conv_step, cpu_conv_step, cuda_conv_step, ref_conv_step },
-	{ "dt", make_dt, cpu_dt, cuda_dt, ref_dt },
-	{ "scan", make_scan, cpu_scan, cuda_scan, ref_scan },
-	{ "scan (SSD)", make_scan, cpu_scan, cuda_ssd, ref_scan },
-	{ "scan step", make_step, cpu_step, cuda_step, ref_step },
-	{ "argmax", make_argmax, cpu_argmax, cuda_argmax, ref_argmax },
-	{ "dt low-rank", make_dt_proj, cpu_dt_proj, cuda_dt_proj, ref_dt_proj },
-	{ "scan (M1)", make_scan1, cpu_scan1, cuda_scan1, ref_scan1 },
-	{ "scan (M1) step", make_scan1_step, cpu_scan1_step, cuda_scan1_step, ref_scan1_step },
-	{ "gate", make_gate, cpu_gate, cuda_gate, ref_gate },
-	/* backward (GPU only: no reference) */
-	{ "embed bwd", make_embed_bwd, cpu_embed_bwd, cuda_embed_bwd, NULL },
-	{ "rmsnorm bwd", make_rmsnorm_bwd, cpu_rmsnorm_bwd, cuda_rmsnorm_bwd, NULL },
-	{ "gated bwd", make_gated_bwd, cpu_gated_bwd, cuda_gated_bwd, NULL },
-	{ "linear bwd", make_linear_bwd, cpu_linear_bwd, cuda_linear_bwd, NULL },
-	{ "conv1d bwd", make_conv_bwd, cpu_conv_bwd, cuda_conv_bwd, NULL },
-	{ "dt bwd", make_dt_bwd, cpu_dt_bwd, cuda_dt_bwd, NULL },
-	{ "scan bwd", make_scan_bwd, cpu_scan_bwd, cuda_scan_bwd, NULL },
-	{ "loss bwd", make_ce_bwd, cpu_ce_bwd, cuda_ce_bwd, NULL },
+	{ "embed", OP(embed), make_embed, cpu_embed, cuda_embed, ref_embed },
+	{ "rmsnorm", OP(rmsnorm), make_rmsnorm, cpu_rmsnorm, cuda_rmsnorm, ref_rmsnorm },
+	{ "gated norm", OP(gated_rmsnorm), make_gated, cpu_gated, cuda_gated, ref_gated },
+	{ "linear", OP(linear), make_linear, cpu_linear, cuda_linear, ref_linear },
+	{ "conv1d", OP(conv1d_silu), make_conv, cpu_conv, cuda_conv, ref_conv },
+	{ "conv1d step", OP(conv1d_step), make_conv_step, cpu_conv_step, cuda_conv_step,
+	  ref_conv_step },
+	{ "dt", OP(dt_softplus), make_dt, cpu_dt, cuda_dt, ref_dt },
+	{ "scan", OP(ssm_scan), make_scan, cpu_scan, cuda_scan, ref_scan },
+	{ "scan (SSD)", OP(ssd_scan), make_scan, cpu_scan, cuda_ssd, ref_scan },
+	{ "scan step", OP(ssm_step), make_step, cpu_step, cuda_step, ref_step },
+	{ "argmax", OP(argmax_rows), make_argmax, cpu_argmax, cuda_argmax, ref_argmax },
+	{ "dt low-rank", OP(dt_proj), make_dt_proj, cpu_dt_proj, cuda_dt_proj, ref_dt_proj },
+	{ "scan (M1)", OP(ssm1_scan), make_scan1, cpu_scan1, cuda_scan1, ref_scan1 },
+	{ "scan (M1) step", OP(ssm1_scan), make_scan1_step, cpu_scan1_step, cuda_scan1_step,
+	  ref_scan1_step },
+	{ "gate", OP(gate_silu), make_gate, cpu_gate, cuda_gate, ref_gate },
 };
+#define NTWINS (sizeof(twins) / sizeof(twins[0]))
+
+/* Every op of SS_CUDA_OPS has a row above, and every row checks one of
+ * them: an op registered in device_plugin.h without a parity adapter here
+ * fails this, with or without a GPU. */
+static void test_registered(void **st)
+{
+	(void)st;
+#define SS_OP_ENTRY_(op, ret, params) { #op, offsetof(ss_cuda_api, op) },
+	static const struct {
+		const char *name;
+		size_t slot;
+	} ops[] = { SS_CUDA_OPS(SS_OP_ENTRY_) };
+#undef SS_OP_ENTRY_
+	const size_t nops = sizeof(ops) / sizeof(ops[0]);
+	int bad = 0;
+
+	for (size_t i = 0; i < nops; i++) {
+		size_t rows = 0;
+		for (size_t t = 0; t < NTWINS; t++)
+			rows += twins[t].slot == ops[i].slot;
+		if (!rows) {
+			printf("  op %s (SS_CUDA_OPS) has no row in twins[]\n", ops[i].name);
+			bad++;
+		}
+	}
+	for (size_t t = 0; t < NTWINS; t++) {
+		size_t i = 0;
+		while (i < nops && ops[i].slot != twins[t].slot)
+			i++;
+		if (i == nops) {
+			printf("  row %s checks no op of SS_CUDA_OPS\n", twins[t].op);
+			bad++;
+		}
+	}
+	printf("  %zu ops registered, %zu rows\n", nops, NTWINS);
+	assert_int_equal(bad, 0);
+}
 
 /* Mismatches of buffer b, got vs want ("gpu"/"cpu" in the printout). */
 static int cmp_buf(const tbuf *b, const void *got, const void *want, double atol, double rtol)
@@ -1132,13 +864,11 @@ static int cmp_buf(const tbuf *b, const void *got, const void *want, double atol
 }
 
 /* One case of one twin: the CPU op, then the CUDA op when there is a GPU
- * (else the reference, or the CPU op again), and every output compared.
- * Returns mismatches. */
+ * (else the reference), and every output compared. Returns mismatches. */
 static int run_case(const twin *tw, tcase *c, ss_cuda_blas *blas)
 {
 	void *hp[MAXBUF], *gp[MAXBUF], *back[MAXBUF];
 	int bad = 0;
-
 
 	for (int i = 0; i < c->nb; i++) {
 		hp[i] = malloc(c->b[i].bytes ? c->b[i].bytes : 1);
@@ -1156,12 +886,9 @@ static int run_case(const twin *tw, tcase *c, ss_cuda_blas *blas)
 	tw->cpu(c, hp);
 	if (cu)
 		tw->cuda(c, gp, blas);
-	else if (tw->ref)
-		tw->ref(c, gp);
 	else
-		tw->cpu(c, gp);
-	printf("  %-12s %s%s\n", tw->op, c->what,
-	       cu ? "" : tw->ref ? " (CPU vs reference)" : " (no GPU: the CPU op's buffers only)");
+		tw->ref(c, gp);
+	printf("  %-12s %s%s\n", tw->op, c->what, cu ? "" : " (CPU vs reference)");
 	for (int i = 0; i < c->nb; i++) {
 		const tbuf *b = &c->b[i];
 		if (cu)
@@ -1198,7 +925,7 @@ static void test_ops(void **st)
 	int bad = 0, ncase = 0;
 
 	assert_true(!cu || blas);
-	for (size_t t = 0; t < sizeof(twins) / sizeof(twins[0]); t++) {
+	for (size_t t = 0; t < NTWINS; t++) {
 		rng_state = 11 + t;
 		for (int k = 0;; k++) {
 			tcase c = { .nb = 0 };
@@ -1210,7 +937,7 @@ static void test_ops(void **st)
 				free(c.b[i].h);
 		}
 	}
-	printf("  %d cases of %zu twins\n", ncase, sizeof(twins) / sizeof(twins[0]));
+	printf("  %d cases of %zu twins\n", ncase, NTWINS);
 	if (blas)
 		cu->blas_free(blas);
 	assert_int_equal(bad, 0);
@@ -1497,7 +1224,8 @@ int main(void)
 
 	if (ss_device_open(&dev, "cuda", errmsg)) {
 		/* the table's CPU side still runs: each op on its own */
-		const struct CMUnitTest cpu_only[] = { cmocka_unit_test(test_ops) };
+		const struct CMUnitTest cpu_only[] = { cmocka_unit_test(test_registered),
+							cmocka_unit_test(test_ops) };
 		if (cmocka_run_group_tests(cpu_only, NULL, NULL))
 			return 1;
 		printf("test_cuda_parity: skipped, no GPU to run on: %s\n", errmsg);
@@ -1511,6 +1239,7 @@ int main(void)
 	if (sh && *sh)
 		snprintf(shared_dir, sizeof(shared_dir), "%s", sh);
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_registered),
 		cmocka_unit_test(test_ops),
 		cmocka_unit_test(test_golden),
 		cmocka_unit_test(test_model_f32),

@@ -77,8 +77,11 @@ static void test_stale_layout_refused(void **st)
 	(void)st;
 	char em[SS_ERRMSG_MAX] = "";
 	const char *const changed[] = { "sizeof(ss_state)", "offsetof(ss_state, ssm)",
-					"offsetof(ss_model, layers)", "offsetof(ss_forward_seq, state)",
-					"offsetof(ss_layer, A_log)", "offsetof(ss_cuda_api, backend_init)" };
+					"offsetof(ss_state, conv_scale)", "offsetof(ss_model, layers)",
+					"offsetof(ss_model, wtype)", "offsetof(ss_forward_seq, state)",
+					"offsetof(ss_layer, A_log)", "offsetof(ss_cuda_api, backend_init)",
+					/* an op slot: its entry comes from SS_CUDA_OPS */
+					"offsetof(ss_cuda_api, dt_softplus)" };
 	for (size_t k = 0; k < sizeof changed / sizeof *changed; k++) {
 		ss_cuda_layout stale[N_LAYOUT];
 		memcpy(stale, ours, sizeof stale);

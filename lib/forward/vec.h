@@ -1,7 +1,8 @@
 /*
  * vec.h — elementwise kernels of the forward pass (internal to libss).
  * Each has a portable C body and an AVX2+FMA body chosen at run time (the
- * build targets baseline x86-64). Arrays are f32, any alignment; n >= 0.
+ * build targets x86-64-v2, config.mk's CFLAGS, which has no AVX2). Arrays
+ * are f32, any alignment; n >= 0.
  */
 #ifndef SS_VEC_H
 #define SS_VEC_H

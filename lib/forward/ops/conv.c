@@ -1,7 +1,8 @@
 /*
  * conv.c — the causal depthwise conv1d + SiLU on the CPU, ss_conv1d_silu_cpu
  * and its decode step ss_conv1d_step_cpu (ss_ops.h), and the backward of the
- * first, ss_conv1d_silu_backward_cpu. Twin: kernels/conv.cu (backward too).
+ * first, ss_conv1d_silu_backward_cpu. The forwards' twins:
+ * kernels/conv.cu (the backward has none: training is CPU only).
  */
 #include <math.h>
 #include <string.h>

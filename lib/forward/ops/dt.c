@@ -2,7 +2,8 @@
  * dt.c — dt = softplus(raw + dt_bias), clamped, on the CPU,
  * ss_dt_softplus_cpu (ss_ops.h), and its backward ss_dt_softplus_backward_cpu;
  * Mamba-1's low-rank dt = softplus(dt_proj(dt_low) + dt_bias),
- * ss_dt_proj_cpu. Twin: kernels/dt.cu (backward too).
+ * ss_dt_proj_cpu. The forwards' twins: kernels/dt.cu (the backward has
+ * none: training is CPU only).
  */
 #include <math.h>
 

@@ -1,6 +1,7 @@
 /*
  * embed.c — the embedding gather on the CPU, ss_embed_cpu (ss_ops.h), and
- * its backward, ss_embed_backward_cpu. Twin: kernels/embed.cu (backward too).
+ * its backward, ss_embed_backward_cpu. The forward's twin: kernels/embed.cu
+ * (the backward has none: training is CPU only).
  */
 #include <string.h>
 

@@ -2,7 +2,8 @@
  * linear.c — the linear op on the CPU, ss_linear_cpu (ss_ops.h): f32
  * weights through the BLAS, bf16/f16 weights through ss_matvec_w16 below
  * (ops/linear.h), and its backward ss_linear_backward_cpu (f32 weights, the
- * BLAS). Twin: kernels/linear.cu (backward too).
+ * BLAS). The forward's twin: kernels/linear.cu (the backward has none:
+ * training is CPU only).
  *
  * ss_matvec_w16: one row of W against one row of x at a time: 8 f32 lanes (widened from 8
  * weights: bf16 by a 16-bit shift, f16 by F16C), four independent FMA

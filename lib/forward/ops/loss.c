@@ -1,7 +1,7 @@
 /*
  * loss.c — the next-token cross-entropy over the padded vocabulary on the
  * CPU, ss_cross_entropy_cpu (ss_ops.h), and its backward,
- * ss_cross_entropy_backward_cpu. The backward's CUDA twin: kernels/loss.cu.
+ * ss_cross_entropy_backward_cpu. No CUDA twin (training is CPU only).
  */
 #include <math.h>
 

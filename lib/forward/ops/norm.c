@@ -2,9 +2,9 @@
  * norm.c — RMSNorm (with the residual add) and the gated grouped RMSNorm on
  * the CPU, ss_rmsnorm_cpu and ss_gated_rmsnorm_cpu (ss_ops.h), each with its
  * backward below it, and Mamba-1's plain gate ss_gate_silu_cpu.
- * Twin: kernels/norm.cu (the backwards too). The forwards'
- * elementwise loops go through vec.c; the backwards are plain loops with
- * the row sums in double.
+ * The forwards' twins: kernels/norm.cu (the backwards have none: training
+ * is CPU only). The forwards' elementwise loops go through vec.c; the
+ * backwards are plain loops with the row sums in double.
  */
 #include <math.h>
 

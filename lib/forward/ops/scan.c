@@ -4,7 +4,7 @@
  * the backward of the scan, ss_ssm_scan_backward_cpu (a reverse recurrence
  * over states recomputed chunk by chunk from checkpoints).
  * Twin: kernels/scan.cu (and kernels/ssd.cu, the chunked form; on the CPU
- * that is ops/ssd.c); the backward's twin is in kernels/scan.cu too.
+ * that is ops/ssd.c); the backward has none (training is CPU only).
  *
  * Per token t (tests/fixtures/golden/README.md §2; mamba_ssm modules/mamba2.py step()):
  *   s = exp(dt*A) * s + dt * outer(x, B);   y = s @ C + D * x
