@@ -12,10 +12,10 @@
  *   decomp    ss_reader_next over every record: zstd decompression only
  *   meta      ss_reader_next_meta over every record (picaso's first pass)
  *   kernel    the accumulation alone, from arrays already in memory
- *   <mode>    composing all k with ss_compose_files() in one thread:
+ *   <mode>    composing all k with ss_compose_run() in one thread:
  *             caso and soup in one streaming pass, picaso-r/-s reading the
  *             decays first (ss_reader_next_meta) and then the states;
- *             "2 thr": ss_compose_files_threads(2), as ss-compose does
+ *             "2 thr": ss_compose_run with 2 threads, as ss-compose does
  *   tool      the ss-compose binary end to end (incl. writing its output),
  *             with its defaults (2 threads where 2 CPUs), -j1, -l 3
  * Prints best-of-3 wall time, GB/s of state data (decompressed record
@@ -160,7 +160,7 @@ typedef struct {
 	uint64_t bytes;
 	double rss_mb;    /* J_TOOL: the tool's own peak RSS */
 	const char *level; /* J_TOOL: its -l, or NULL for its default */
-	int threads;       /* J_COMPOSE: ss_compose_files_threads'; J_TOOL: its -j (0: its default) */
+	int threads;       /* J_COMPOSE: ss_compose_run's; J_TOOL: its -j (0: its default) */
 } job_t;
 
 static void job_read(job_t *j)
@@ -234,11 +234,17 @@ static double job_kernel(job_t *j)
 	double t0 = now();
 	ss_composer *c;
 	ss_compose_opts o = {j->mode, 0, SS_COMPOSE_CONV_MEAN};
-	if (ss_composer_new(&c, &o) || ss_composer_plan(c, n, H, dec, err))
+	if (ss_composer_new(&c, &o, n, H, dec, err))
 		die("composer", err);
-	for (size_t k = 0; k < n; k++)
-		if (ss_composer_add_arrays(c, &meta[k], ssm[k], conv[k], meta[k].dtype, err))
+	for (size_t k = 0; k < n; k++) {
+		size_t es = ss_dtype_size(meta[k].dtype);
+		meta[k].shuffle = 0;
+		if (ss_composer_begin(c, &meta[k], err) ||
+		    ss_composer_fold(c, 1, 0, ssm[k], ss_state_ssm_len(&meta[k].dims) * es, err) ||
+		    ss_composer_fold(c, 0, 0, conv[k], ss_state_conv_len(&meta[k].dims) * es, err) ||
+		    ss_composer_end(c, err))
 			die("add", err);
+	}
 	ss_state out;
 	if (ss_composer_finish(c, &out, err))
 		die("finish", err);
@@ -259,10 +265,12 @@ static void job_compose(job_t *j)
 	ss_compose_opts o = {j->mode, 0, SS_COMPOSE_CONV_MEAN};
 	const char *paths[1] = {j->path};
 	char err[SS_ERRMSG_MAX];
-	ss_state out;
-	if (ss_compose_files_threads(&o, j->threads, paths, 1, 0, NULL, NULL, &out, &j->bytes, err))
+	ss_compose_run_opts r = {.paths = paths, .n_paths = 1, .threads = j->threads};
+	ss_compose_result res;
+	if (ss_compose_run(&o, &r, &res, err))
 		die(j->path, err);
-	ss_state_free(&out);
+	j->bytes = res.bytes_in;
+	ss_state_free(&res.state);
 }
 
 /* Runs argv (argv[0] a path, NULL-terminated) and waits for it; dies

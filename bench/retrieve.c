@@ -245,10 +245,11 @@ static void big_states(const char *dir)
 	for (int r = 0; r < REPS; r++) {
 		double t0 = now();
 		ss_compose_opts co = { SS_COMPOSE_PICASO_R, 0, SS_COMPOSE_CONV_MEAN };
-		ss_state out;
-		if (ss_compose_records(&co, (size_t)n, read_hit, &src, &out, em))
+		ss_compose_run_opts ro = {.read = read_hit, .read_arg = &src, .n = (size_t)n};
+		ss_compose_result res;
+		if (ss_compose_run(&co, &ro, &res, em))
 			die("compose", em);
-		ss_state_free(&out);
+		ss_state_free(&res.state);
 		double t = now() - t0;
 		best = t < best ? t : best;
 	}

@@ -77,21 +77,27 @@ typedef struct {
 	ss_compose_conv conv;
 } ss_compose_opts;
 
-/* Names: "caso" "picaso-s" "picaso-r" "soup" "sum" "max"; "none" "before"
- * "after" "both"; "mean" "last". *_name returns NULL for an unknown value;
- * *_parse returns 0 and sets *out, or SS_ERR_INVALID. */
-const char *ss_compose_mode_name(ss_compose_mode m);
-int ss_compose_mode_parse(const char *s, ss_compose_mode *out);
-const char *ss_compose_norm_name(int norm);
-int ss_compose_norm_parse(const char *s, int *out);
-const char *ss_compose_conv_name(ss_compose_conv c);
-int ss_compose_conv_parse(const char *s, ss_compose_conv *out);
+/* The options' names, indexed by value: modes "caso" "picaso-s" "picaso-r"
+ * "soup" "sum" "max", each with needs_plan = 1 when the mode needs every
+ * input's decays before the first state is folded (picaso-s, picaso-r:
+ * callers read the decays first, ss_reader_next_meta, and give them to
+ * ss_composer_new; the other modes compose in one streaming pass, caso by
+ * Horner: acc = d_k·acc + x_k); norms "none" "before" "after" "both"
+ * (the SS_COMPOSE_NORM_* flags); convs "mean" "last". */
+enum { SS_COMPOSE_N_MODES = 6, SS_COMPOSE_N_NORMS = 4, SS_COMPOSE_N_CONVS = 2 };
+typedef struct {
+	const char *name;
+	int needs_plan;
+} ss_compose_mode_info;
+extern const ss_compose_mode_info ss_compose_modes[SS_COMPOSE_N_MODES];
+extern const char *const ss_compose_norm_names[SS_COMPOSE_N_NORMS];
+extern const char *const ss_compose_conv_names[SS_COMPOSE_N_CONVS];
 
-/* 1 when the mode needs every input's decays before the first state is
- * accumulated (picaso-s, picaso-r): callers then read the decays first
- * (ss_reader_next_meta) and call ss_composer_plan(). The other modes
- * compose in one streaming pass (caso by Horner: acc = d_k·acc + x_k). */
-int ss_compose_needs_plan(ss_compose_mode m);
+/* ss_compose_modes[m].name, or NULL for an unknown m. */
+const char *ss_compose_mode_name(ss_compose_mode m);
+/* The mode named s: 0 and *out set, or SS_ERR_INVALID (s unknown or NULL;
+ * *out untouched). */
+int ss_compose_mode_parse(const char *s, ss_compose_mode *out);
 
 /* Composition weights of every head.
  * logdecay: [n][n_head] f32, input k's logdecays (n_head = n_layer·nheads,
@@ -110,62 +116,66 @@ int ss_compose_needs_plan(ss_compose_mode m);
 int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
 		       double *w, char *errmsg);
 
-/* Gauss–Legendre rule on [0, 1] with m nodes: t[m] ascending, wt[m]
- * (Σ wt = 1); exact for polynomials of degree ≤ 2m-1. Newton on the
- * Legendre recurrence, f64. m ≥ 1. */
-void ss_gauss_legendre01(size_t m, double *t, double *wt);
-
 /* ---------------------------------------------------------- streaming */
 
 typedef struct ss_composer ss_composer;
 
-/* Creates a composer. Returns 0 and sets *out (free with
- * ss_composer_free), SS_ERR_INVALID for bad options, SS_ERR_NOMEM. */
-int ss_composer_new(ss_composer **out, const ss_compose_opts *o);
+/* Creates a composer; free it with ss_composer_free. logdecay, when not
+ * NULL, announces the inputs (the plan): n ≥ 1 and their logdecays
+ * [n][n_head] f32 (n_head = n_layer·nheads; copied, each ≤ 0 or -inf).
+ * picaso-s/picaso-r need it (their weights are computed here); the other
+ * modes may have one, which then only checks that n inputs come. Every
+ * input's logdecay must then equal the planned one bitwise (a file that
+ * changed between the two passes is refused at its begin).
+ * Returns 0 and sets *out; SS_ERR_INVALID for bad options (errmsg "invalid
+ * composition options"), n == 0 with a plan ("no input states"), or the
+ * errors of ss_compose_weights(); SS_ERR_NOMEM. *out is NULL on error.
+ * errmsg: SS_ERRMSG_MAX bytes or NULL.
+ * ref: picaso.txt Props. 2-3 (the weights need every decay). */
+int ss_composer_new(ss_composer **out, const ss_compose_opts *o, size_t n, size_t n_head, const float *logdecay,
+		    char *errmsg);
 
-/* Announces the inputs: n and their logdecays [n][n_head] (copied), before
- * the first ss_composer_add(). Required for picaso-s/picaso-r (computes the
- * weights), optional otherwise (then only checks that n inputs come).
- * ss_composer_add() later refuses an input whose logdecay differs bitwise
- * from the planned one (a file changed between the two passes).
- * Returns 0 or the errors of ss_compose_weights(); SS_ERR_INVALID when
- * called twice or after an add. */
-int ss_composer_plan(ss_composer *c, size_t n, size_t n_head, const float *logdecay, char *errmsg);
-
-/* Accumulates the next input (concatenation order). x is only read; its
- * arrays need to live only during the call. The first input fixes dims and
- * fingerprint. Returns 0; SS_ERR_MISMATCH (different dims, fingerprint or
- * planned logdecay; errmsg says which); SS_ERR_INVALID (picaso without a
- * plan, more inputs than planned, x without ssm/conv/logdecay, a logdecay
- * NaN or > 0); SS_ERR_NOMEM. After an error the composer can only be freed. */
-int ss_composer_add(ss_composer *c, const ss_state *x, char *errmsg);
-
-/* Like ss_composer_add(), with the ssm and conv arrays given in storage
- * dtype `dtype` (little-endian, any alignment), e.g. straight from a
- * record's bytes; x supplies everything else (its ssm/conv are ignored).
- * f16/bf16 are widened exactly, and q8 codes scaled by x->conv_scale /
- * x->ssm_scale (required then, ss_state_q8_blocks), BLK elements at a time
- * inside the accumulation loop: no f32 copy of the input is made. */
-int ss_composer_add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv,
-			   ss_dtype dtype, char *errmsg);
-
-/* Decodes a state record (ss_reader_next()) and accumulates it without
- * materialising its arrays in f32: memory stays one accumulator plus the
- * reader's record buffer; except a byte-shuffled record (f16/bf16 as
- * writers make them, formats/states.md "shuffle"), decoded to f32 first
- * (ss_compose_files adds those in pieces instead, unshuffling a block at a
- * time). Errors as ss_composer_add(), plus those of
- * ss_record_state_meta() and SS_ERR_FORMAT for missing or mis-sized
- * "conv"/"ssm" bins. */
-int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg);
-
-/* Number of inputs accumulated so far. */
-size_t ss_composer_count(const ss_composer *c);
+/* The one way in: each input (concatenation order) is
+ *   ss_composer_begin(meta), then ss_composer_fold() for the bytes of its
+ *   "conv" (which 0) and "ssm" (which 1) arrays, each array's pieces in
+ *   order and contiguous (the two arrays in any order or interleaved),
+ *   then ss_composer_end().
+ * begin: meta gives dims, fingerprint, id, n_tokens, logdecay
+ *   [n_layer·nheads] f32 (copied), dtype (the storage dtype of the pieces:
+ *   f32, f16, bf16 or q8; for q8 also conv_scale/ssm_scale, copied,
+ *   ss_state_q8_blocks) and shuffle (> 0: the f16/bf16 pieces are
+ *   byte-shuffled in blocks of that many elements, formats/states.md
+ *   "shuffle"); its ssm/conv are not read. The first input fixes dims and
+ *   fingerprint and allocates the accumulator.
+ * fold: bytes [off, off+len) of array which, at p (only read, during the
+ *   call; any alignment: f32 is read in place when 4-aligned). f16/bf16 are
+ *   widened exactly and q8 codes scaled BLK elements at a time inside the
+ *   accumulation loop: no f32 copy of an input is made. A shuffled array's
+ *   pieces are gathered into whole shuffle blocks (one block buffered),
+ *   each checked finite, unshuffled and folded when complete; plain pieces
+ *   are folded as given, unchecked (record readers check them; the file
+ *   driver checks its pieces). With SS_COMPOSE_NORM_BEFORE the ssm must
+ *   come in one piece (the layers' norms come first) and unshuffled. Every
+ *   mode's update is elementwise, so any cut of the arrays into pieces
+ *   gives the same bits.
+ * end: both arrays were given whole.
+ * Returns 0; SS_ERR_MISMATCH (dims, fingerprint or planned logdecay differ;
+ * errmsg says which); SS_ERR_INVALID (picaso without a plan, more inputs
+ * than planned, meta without logdecay or scales, a logdecay NaN or > 0, a
+ * piece outside an input, norm before with a cut or shuffled ssm);
+ * SS_ERR_FORMAT (a piece out of order, past its array or not whole
+ * elements; an array not given whole at end; a non-finite element of a
+ * shuffled block); SS_ERR_NOMEM. errmsg names the input ("input K: ...").
+ * After an error the composer can only be freed.
+ * ref: picaso.txt §3.3, Props. 1-3; docs/DESIGN.md §3. */
+int ss_composer_begin(ss_composer *c, const ss_state *meta, char *errmsg);
+int ss_composer_fold(ss_composer *c, int which, uint64_t off, const void *p, size_t len, char *errmsg);
+int ss_composer_end(ss_composer *c, char *errmsg);
 
 /* Finishes: fills *out with the composed state (see the top of this file);
  * the caller owns it (ss_state_free). The composer can then only be freed.
- * Returns 0; SS_ERR_INVALID when no input was added (n = 0) or fewer than
- * planned; SS_ERR_NOMEM. */
+ * Returns 0; SS_ERR_INVALID when no input was added (n = 0), an input is
+ * still open, or fewer than planned came; SS_ERR_NOMEM. */
 int ss_composer_finish(ss_composer *c, ss_state *out, char *errmsg);
 
 /* Frees the composer and whatever it still owns (NULL is a no-op). */
@@ -173,8 +183,10 @@ void ss_composer_free(ss_composer *c);
 
 /* One-shot: composes the n states in[0..n-1] (concatenation order) into
  * *out, which the caller frees with ss_state_free. Same results, bit for
- * bit, as streaming them through a composer (with a plan for picaso).
- * Errors as ss_composer_add/finish. */
+ * bit, as streaming them through a composer (with a plan for picaso),
+ * each whole and in f32 (in[k]->dtype is ignored), unchecked for
+ * non-finite values. Errors as ss_composer_new/begin/fold/end/finish; a
+ * state without ssm, conv or logdecay is SS_ERR_INVALID. */
 int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss_state *out,
 	       char *errmsg);
 
@@ -228,99 +240,98 @@ int ss_compose_backward(const ss_compose_opts *o, const ss_state_dims *dims, siz
 			const float *dconv_out, const float *dlogdecay_out, float *const *dssm,
 			float *const *dconv, float *dlogdecay, char *errmsg);
 
-/* ---------------------------------------------------------- drivers */
+/* ---------------------------------------------------------- the driver */
 
-/* Progress of ss_compose_files(): pass 0 = the one streaming pass, 1 = the
+/* Progress of ss_compose_run(): pass 0 = the one streaming pass, 1 = the
  * decays pass, 2 = the states pass of a planned mode; done inputs so far of
- * total (0 when not yet known). Called once per input. */
+ * total (0 when not yet known). Called once per input, from the calling
+ * thread or (threads > 1) under the driver's lock from a worker. */
 typedef void (*ss_compose_progress_fn)(void *arg, int pass, size_t done, size_t total);
 
-/* Composes every state record of the files paths[0..n_paths) (in order,
- * records in order: the concatenation order; "-" = stdin, at most once) into *out, which the caller frees with ss_state_free. What
- * ss-compose does between its options and its output.
- * Modes without a plan read each input once, streaming, from files or pipes
- * alike. picaso-s/picaso-r read the decays first (ss_reader_next_meta) and
- * the states in a second pass (regular files, stdin included, are read
- * again; a pipe's states are spooled in f32 to an unlinked tmpfile() in
- * $TMPDIR). A record's arrays are folded in as they are decompressed, at
- * most 128 KiB at a time, never gathered whole (except with
- * SS_COMPOSE_NORM_BEFORE, which needs each layer's norm first, and records
- * not laid out as formats/states.md says writers lay them out). Memory: the
- * accumulator, a 128 KiB piece (else one record) and n_layer·nheads decays
- * per input, whatever the number of inputs.
- * max_record: limit on one record's decompressed size (0 = default).
- * fn(arg, ...): progress, may be NULL. *bytes_in (may be NULL): state bytes
- * read in the accumulating pass (decompressed record bytes; f32 for spooled
- * ones), for throughput.
- * *out as ss_composer_finish() gives it, except out->dtype: the inputs'
- * storage dtype when they all share one, else SS_DTYPE_F32.
- * Returns 0, or a negative SS_ERR_* with errmsg (SS_ERRMSG_MAX bytes, may
- * be NULL) naming the file and record ("FILE: record N (id \"ID\"): what";
- * a mismatch names both records): the reader's errors, SS_ERR_FORMAT for a
- * record that is not a state, SS_ERR_MISMATCH (another model fingerprint or
- * dims; a file whose records changed between the passes), SS_ERR_INVALID
- * (no input state; stdin given twice), SS_ERR_IO (spool file), NOMEM.
- * *out is then empty (nothing to free). */
-int ss_compose_files(const ss_compose_opts *o, const char *const *paths, size_t n_paths,
-		     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
-		     uint64_t *bytes_in, char *errmsg);
-
-/* ss_compose_files() with up to `threads` threads (<= 1: as it). Where
- * every path is a regular file, the records are located in a first pass
- * (ss_reader_next_meta, as picaso's decays pass) and then up to `threads`
- * of them are decompressed at once, each into its thread's record buffer,
- * and folded piece by piece as the record before has folded the same
- * elements (records in order over every element): the result has the
- * bits of the one-thread call, errors are those it reports (the first
- * failing record's), but memory holds a record per thread instead of
- * 128 KiB pieces. Otherwise (stdin, a pipe) one thread, as
- * ss_compose_files(). */
-int ss_compose_files_threads(const ss_compose_opts *o, int threads, const char *const *paths, size_t n_paths,
-			     uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_state *out,
-			     uint64_t *bytes_in, char *errmsg);
-
-/* What ss_compose_files_to() changes of the result it writes. */
-typedef struct {
-	int set_dtype;   /* 1: store the arrays in dtype, 0: in the inputs' (f32 when they differ) */
-	ss_dtype dtype;
-	const char *id;  /* NULL: the composed id ("mode(id0,id1,...)") */
-} ss_compose_output;
-
-/* ss_compose_files_threads() that also writes the result to w as one
- * state record (the bytes ss_writer_put_state makes of *out, which it
- * returns as well: how's dtype and id in it). With threads > 1, regular
- * files, no norm and an output dtype other than q8, the record is written
- * by one more thread while the inputs are still read: the metadata once
- * every input has begun, the arrays a shuffle block at a time as the last
- * input's folds make them final, so compressing, writing and syncing the
- * output overlap the reading (issue 12: ss-compose's output used to add
- * ~25 ms after the last input on a 130m state); the composer folds the
- * records range by range, in order, so the bits are still one thread's.
- * Otherwise the result is composed first and then written. w (an open
- * writer, not NULL) is not committed: the caller closes it (whole or not
- * at all) or aborts it. Returns 0, or
- * the errors of ss_compose_files_threads with errmsg; *write_failed = 1
- * when the error is w's (then w is unusable and its close says why: a
- * write error, SS_ERR_NOMEM), else 0. *out is empty on error. */
-int ss_compose_files_to(const ss_compose_opts *o, int threads, const char *const *paths, size_t n_paths,
-			uint64_t max_record, ss_compose_progress_fn fn, void *arg, ss_writer *w,
-			const ss_compose_output *how, ss_state *out, uint64_t *bytes_in, int *write_failed,
-			char *errmsg);
-
-/* Source of ss_compose_records(): sets *rec to input i's state record
- * (borrowed, valid until the next call), only its metadata prefix when
- * meta_only (ss_reader_next_meta). Returns 0 or a negative SS_ERR_* with
- * errmsg (SS_ERRMSG_MAX bytes) filled. */
+/* A source of records (ss_compose_run_opts.read): sets *rec to input i's
+ * state record (borrowed, valid until the next call), only its metadata
+ * prefix when meta_only (ss_reader_next_meta). Returns 0 or a negative
+ * SS_ERR_* with errmsg (SS_ERRMSG_MAX bytes) filled. */
 typedef int (*ss_compose_read_fn)(void *arg, size_t i, int meta_only, const ss_record **rec, char *errmsg);
 
-/* Composes the n records that read(arg, i, ...) gives, i = 0..n-1 in
- * concatenation order (e.g. from an index by record offset): for
- * picaso-s/picaso-r every input's metadata first, then each record once.
- * *out as ss_composer_finish() gives it (dtype f32). Returns 0, or read's
- * errors and those of ss_composer_add_record/finish, errmsg prefixed
- * "input I: ". */
-int ss_compose_records(const ss_compose_opts *o, size_t n, ss_compose_read_fn read, void *arg,
-		       ss_state *out, char *errmsg);
+/* What ss_compose_run reads, how, and what it writes. */
+typedef struct {
+	/* The source: the state records of the files paths[0..n_paths) (in
+	 * order, records in order: the concatenation order; "-" = stdin, at
+	 * most once), or, when read is not NULL, the n records read(read_arg,
+	 * i, ...) gives, i = 0..n-1 (e.g. from an index by record offset). */
+	const char *const *paths;
+	size_t n_paths;
+	ss_compose_read_fn read;
+	void *read_arg;
+	size_t n;
+	int threads;         /* files only: <= 1 one thread; see ss_compose_run */
+	uint64_t max_record; /* files only: limit on a record's decompressed size (0 = default) */
+	ss_compose_progress_fn progress; /* NULL: none */
+	void *progress_arg;
+	/* The output: w NULL, the result in res->state only; else also written
+	 * to w as one state record (the bytes ss_writer_put_state makes of
+	 * res->state). w is not committed: the caller closes it (whole or not
+	 * at all) or aborts it. */
+	ss_writer *w;
+	int set_dtype;       /* 1: the result's dtype is dtype; 0: see ss_compose_run */
+	ss_dtype dtype;
+	const char *id;      /* NULL: the composed id ("mode(id0,id1,...)"); else copied */
+} ss_compose_run_opts;
+
+/* What ss_compose_run gives back. */
+typedef struct {
+	ss_state state;     /* the result (ss_state_free); empty on error */
+	uint64_t bytes_in;  /* state bytes read in the accumulating pass (decompressed
+			     * record bytes; f32 for spooled ones), for throughput */
+	int write_failed;   /* 1: the error is w's (w is then unusable, and its
+			     * close says why: a write error, SS_ERR_NOMEM) */
+} ss_compose_result;
+
+/* Composes the source's states into res->state: what ss-compose does
+ * between its options and its output.
+ * Files: modes without a plan read each input once, streaming, from files
+ * or pipes alike. picaso-s/picaso-r read the decays first
+ * (ss_reader_next_meta) and the states in a second pass (regular files,
+ * stdin included, are read again; a pipe's states are spooled in f32 to an
+ * unlinked tmpfile() in $TMPDIR). A record's arrays are folded in as they
+ * are decompressed, at most 128 KiB at a time, never gathered whole
+ * (except with SS_COMPOSE_NORM_BEFORE, which needs each layer's norm
+ * first, and records not laid out as formats/states.md says writers lay
+ * them out). Memory: the accumulator, a 128 KiB piece (else one record)
+ * and n_layer·nheads decays per input, whatever the number of inputs.
+ * threads > 1, where every path is a regular file: the records are located
+ * in a first pass (ss_reader_next_meta, as picaso's decays pass) and then
+ * up to `threads` of them are decompressed at once, each into its thread's
+ * record buffer, and folded piece by piece as the record before has folded
+ * the same elements (records in order over every element): the result has
+ * the bits of one thread, errors are those it reports (the first failing
+ * record's), but memory holds a record per thread. With w, no norm and an
+ * output dtype other than q8, the record is then written by one more
+ * thread while the inputs are still read: the metadata once every input
+ * has begun, the arrays a shuffle block at a time as the last input's
+ * folds make them final, so compressing, writing and syncing the output
+ * overlap the reading (issue 12: the output used to add ~25 ms after the
+ * last input on a 130m state). Otherwise the result is composed first and
+ * then written.
+ * A read source: for picaso-s/picaso-r every input's metadata first, then
+ * each record once, whole (ss_record_state_view), in one thread.
+ * res->state as ss_composer_finish() gives it, except its dtype: set_dtype's,
+ * else, from files, the inputs' storage dtype when they all share one, else
+ * (and from a read source) SS_DTYPE_F32; and its id, when set.
+ * Returns 0, or a negative SS_ERR_* with errmsg (SS_ERRMSG_MAX bytes, may
+ * be NULL) naming the file and record ("FILE: record N (id \"ID\"): what";
+ * a mismatch names both records) or, from a read source, the input
+ * ("input I: what"): the reader's or read's errors, SS_ERR_FORMAT for a
+ * record that is not a state or holds a non-finite element,
+ * SS_ERR_MISMATCH (another model fingerprint or dims; a file whose records
+ * changed between the passes), SS_ERR_INVALID (no input state; stdin given
+ * twice; a result the output dtype cannot hold, naming the element),
+ * SS_ERR_IO (spool file), SS_ERR_NOMEM, and w's errors (write_failed).
+ * res->state is then empty (nothing to free).
+ * ref: docs/DESIGN.md §3 (file drivers); formats/states.md (the records,
+ * "shuffle"). */
+int ss_compose_run(const ss_compose_opts *o, const ss_compose_run_opts *r, ss_compose_result *res, char *errmsg);
 
 #ifdef __cplusplus
 }

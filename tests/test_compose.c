@@ -23,11 +23,76 @@
 #include <cmocka.h>
 
 #include "ss.h"
+#include "compose/internal.h"
 #include "util/tmpdir.h"
 
 #define REL_TOL 1e-6
 
 /* ------------------------------------------------------------ helpers */
+
+/* Shorthands for ss_compose_run (the driver) and the composer's one input
+ * path (begin / fold / end), in the shapes the tests call them. */
+typedef struct {
+	int set_dtype;
+	ss_dtype dtype;
+	const char *id;
+} output_how;
+
+/* The files paths[0..n) with `threads` threads, written to w (NULL: none)
+ * as how says (NULL: as the inputs); *bytes, *write_failed may be NULL. */
+static int files_to(const ss_compose_opts *o, int threads, const char *const *paths, size_t n, ss_writer *w,
+		    const output_how *how, ss_state *out, uint64_t *bytes, int *write_failed, char *err)
+{
+	ss_compose_run_opts r = {.paths = paths, .n_paths = n, .threads = threads, .w = w};
+	if (how)
+		r.set_dtype = how->set_dtype, r.dtype = how->dtype, r.id = how->id;
+	ss_compose_result res;
+	int rc = ss_compose_run(o, &r, &res, err);
+	*out = res.state;
+	if (bytes)
+		*bytes = res.bytes_in;
+	if (write_failed)
+		*write_failed = res.write_failed;
+	return rc;
+}
+
+static int files(const ss_compose_opts *o, int threads, const char *const *paths, size_t n, ss_state *out,
+		 uint64_t *bytes, char *err)
+{
+	return files_to(o, threads, paths, n, NULL, NULL, out, bytes, NULL, err);
+}
+
+/* The n records read(arg, i, ...) gives. */
+static int records(const ss_compose_opts *o, size_t n, ss_compose_read_fn read, void *arg, ss_state *out,
+		   char *err)
+{
+	ss_compose_run_opts r = {.read = read, .read_arg = arg, .n = n};
+	ss_compose_result res;
+	int rc = ss_compose_run(o, &r, &res, err);
+	*out = res.state;
+	return rc;
+}
+
+/* Adds x with its ssm and conv arrays at ssm, conv in dtype, each whole. */
+static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv, ss_dtype dtype,
+		      char *err)
+{
+	ss_state m = *x;
+	m.dtype = dtype;
+	m.shuffle = 0;
+	size_t es = ss_dtype_size(dtype);
+	int rc = ss_composer_begin(c, &m, err);
+	if (!rc)
+		rc = ss_composer_fold(c, 1, 0, ssm, ss_state_ssm_len(&x->dims) * es, err);
+	if (!rc)
+		rc = ss_composer_fold(c, 0, 0, conv, ss_state_conv_len(&x->dims) * es, err);
+	return rc ? rc : ss_composer_end(c, err);
+}
+
+static int add(ss_composer *c, const ss_state *x, char *err)
+{
+	return add_arrays(c, x, x->ssm, x->conv, SS_DTYPE_F32, err);
+}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15u;
 
@@ -723,15 +788,15 @@ static void test_names(void **unused)
 		assert_int_equal(m, i);
 	}
 	assert_int_equal(ss_compose_mode_parse("picaso", &m), SS_ERR_INVALID);
-	assert_int_equal(ss_compose_norm_parse("both", &nr), 0);
-	assert_int_equal(nr, SS_COMPOSE_NORM_BEFORE | SS_COMPOSE_NORM_AFTER);
-	assert_int_equal(ss_compose_norm_parse("none", &nr), 0);
-	assert_int_equal(nr, 0);
-	assert_int_equal(ss_compose_conv_parse("last", &cv), 0);
-	assert_int_equal(cv, SS_COMPOSE_CONV_LAST);
+	nr = SS_COMPOSE_NORM_BEFORE | SS_COMPOSE_NORM_AFTER;
+	assert_string_equal(ss_compose_norm_names[nr], "both");
+	nr = 0;
+	assert_string_equal(ss_compose_norm_names[nr], "none");
+	cv = SS_COMPOSE_CONV_LAST;
+	assert_string_equal(ss_compose_conv_names[cv], "last");
 	assert_null(ss_compose_mode_name((ss_compose_mode)42));
-	assert_true(ss_compose_needs_plan(SS_COMPOSE_PICASO_S) && ss_compose_needs_plan(SS_COMPOSE_PICASO_R));
-	assert_false(ss_compose_needs_plan(SS_COMPOSE_CASO));
+	assert_true(ss_compose_modes[SS_COMPOSE_PICASO_S].needs_plan && ss_compose_modes[SS_COMPOSE_PICASO_R].needs_plan);
+	assert_false(ss_compose_modes[SS_COMPOSE_CASO].needs_plan);
 }
 
 /* ------------------------------------------------------------ dtypes */
@@ -753,8 +818,8 @@ static void test_dtypes(void **unused)
 		hc[i] = (uint16_t)(i * 977);
 	ss_compose_opts o = opts_of(SS_COMPOSE_SUM);
 	ss_composer *c;
-	assert_int_equal(ss_composer_new(&c, &o), 0);
-	assert_int_equal(ss_composer_add_arrays(c, &x, h, hc, SS_DTYPE_F16, NULL), 0);
+	assert_int_equal(ss_composer_new(&c, &o, 0, 0, NULL, NULL), 0);
+	assert_int_equal(add_arrays(c, &x, h, hc, SS_DTYPE_F16, NULL), 0);
 	assert_int_equal(ss_composer_finish(c, &out, NULL), 0);
 	ss_composer_free(c);
 	for (size_t i = 0; i < len; i++) {
@@ -799,19 +864,17 @@ static void test_dtypes(void **unused)
 		const ss_state *p[4] = {&in[0], &in[1], &in[2], &in[3]};
 		ss_state ref;
 		assert_int_equal(ss_compose(&om, p, 4, &ref, NULL), 0);
-		assert_int_equal(ss_composer_new(&c, &om), 0);
-		if (ss_compose_needs_plan(om.mode)) {
-			size_t H = ss_state_logdecay_len(&small_dims);
-			float dec[4 * 6];
-			for (int k = 0; k < 4; k++)
-				memcpy(dec + k * H, in[k].logdecay, H * 4);
-			assert_int_equal(ss_composer_plan(c, 4, H, dec, NULL), 0);
-		}
+		size_t H = ss_state_logdecay_len(&small_dims);
+		float dec[4 * 6];
+		for (int k = 0; k < 4; k++)
+			memcpy(dec + k * H, in[k].logdecay, H * 4);
+		assert_int_equal(ss_composer_new(&c, &om, 4, H, ss_compose_modes[om.mode].needs_plan ? dec : NULL, NULL),
+				 0);
 		for (int k = 0; k < 4; k++) {
 			unsigned char *bs = raw_ssm[k], *bc = raw_conv[k];
 			if (k == 3)
 				bs++, bc++;
-			assert_int_equal(ss_composer_add_arrays(c, &in[k], bs, bc, dt[k], NULL), 0);
+			assert_int_equal(add_arrays(c, &in[k], bs, bc, dt[k], NULL), 0);
 		}
 		assert_int_equal(ss_composer_finish(c, &out, NULL), 0);
 		ss_composer_free(c);
@@ -843,7 +906,7 @@ static void test_errors(void **unused)
 	/* n = 0 */
 	assert_int_equal(ss_compose(&o, p, 0, &out, err), SS_ERR_INVALID);
 	ss_composer *c;
-	assert_int_equal(ss_composer_new(&c, &o), 0);
+	assert_int_equal(ss_composer_new(&c, &o, 0, 0, NULL, NULL), 0);
 	assert_int_equal(ss_composer_finish(c, &out, err), SS_ERR_INVALID);
 	ss_composer_free(c);
 	float a0 = 0;
@@ -876,8 +939,8 @@ static void test_errors(void **unused)
 	b.logdecay[3] = -1;
 
 	/* picaso without a plan; max has no weights */
-	assert_int_equal(ss_composer_new(&c, &o), 0);
-	assert_int_equal(ss_composer_add(c, &a, err), SS_ERR_INVALID);
+	assert_int_equal(ss_composer_new(&c, &o, 0, 0, NULL, NULL), 0);
+	assert_int_equal(add(c, &a, err), SS_ERR_INVALID);
 	ss_composer_free(c);
 	assert_int_equal(ss_compose_weights(SS_COMPOSE_MAX, 1, 1, &a0, &w, err), SS_ERR_INVALID);
 
@@ -886,32 +949,29 @@ static void test_errors(void **unused)
 	float *dec = malloc(2 * H * sizeof *dec);
 	memcpy(dec, a.logdecay, H * 4);
 	memcpy(dec + H, b.logdecay, H * 4);
-	assert_int_equal(ss_composer_new(&c, &o), 0);
-	assert_int_equal(ss_composer_plan(c, 2, H, dec, err), 0);
-	assert_int_equal(ss_composer_add(c, &b, err), SS_ERR_MISMATCH);
+	assert_int_equal(ss_composer_new(&c, &o, 2, H, dec, err), 0);
+	assert_int_equal(add(c, &b, err), SS_ERR_MISMATCH);
 	ss_composer_free(c);
-	assert_int_equal(ss_composer_new(&c, &o), 0);
-	assert_int_equal(ss_composer_plan(c, 2, H, dec, err), 0);
-	assert_int_equal(ss_composer_add(c, &a, err), 0);
+	assert_int_equal(ss_composer_new(&c, &o, 2, H, dec, err), 0);
+	assert_int_equal(add(c, &a, err), 0);
 	assert_int_equal(ss_composer_finish(c, &out, err), SS_ERR_INVALID);
 	ss_composer_free(c);
-	assert_int_equal(ss_composer_new(&c, &o), 0);
-	assert_int_equal(ss_composer_plan(c, 1, H, dec, err), 0);
-	assert_int_equal(ss_composer_add(c, &a, err), 0);
-	assert_int_equal(ss_composer_add(c, &a, err), SS_ERR_INVALID);
+	assert_int_equal(ss_composer_new(&c, &o, 1, H, dec, err), 0);
+	assert_int_equal(add(c, &a, err), 0);
+	assert_int_equal(add(c, &a, err), SS_ERR_INVALID);
 	ss_composer_free(c);
 	free(dec);
 
 	/* bad options */
 	ss_compose_opts bad = {(ss_compose_mode)9, 0, SS_COMPOSE_CONV_MEAN};
-	assert_int_equal(ss_composer_new(&c, &bad), SS_ERR_INVALID);
+	assert_int_equal(ss_composer_new(&c, &bad, 0, 0, NULL, err), SS_ERR_INVALID);
 	ss_state_free(&a);
 	ss_state_free(&b);
 }
 
 /* ------------------------------------------------------------ golden t1 */
 
-/* ss_compose_records' source in the test: records by offset in one file. */
+/* ss_compose_run's read source in the test: records by offset in one file. */
 typedef struct {
 	ss_reader *r;
 	const uint64_t *off;
@@ -930,8 +990,8 @@ static int read_at(void *arg, size_t i, int meta_only, const ss_record **rec, ch
 }
 
 /* The drivers equal the in-memory composition bit for bit: 3 f32 states in
- * one file and 2 in another, through ss_compose_files (both passes for
- * picaso), and through ss_compose_records reading by offset; the output
+ * one file and 2 in another, through ss_compose_run from files (both passes for
+ * picaso), and through a read source (ss_compose_run) reading by offset; the output
  * dtype is the inputs' shared one, else f32; errors name file and record. */
 static void test_drivers(void **unused)
 {
@@ -963,7 +1023,7 @@ static void test_drivers(void **unused)
 		ss_state ref, got;
 		uint64_t bytes = 0;
 		assert_int_equal(ss_compose(&o, p, N, &ref, err), 0);
-		if (ss_compose_files(&o, paths, 2, 0, NULL, NULL, &got, &bytes, err))
+		if (files(&o, 1, paths, 2, &got, &bytes, err))
 			fail_msg("%s: %s", ss_compose_mode_name((ss_compose_mode)m), err);
 		assert_memory_equal(got.ssm, ref.ssm, ss_state_ssm_len(&ref.dims) * sizeof(float));
 		assert_memory_equal(got.conv, ref.conv, ss_state_conv_len(&ref.dims) * sizeof(float));
@@ -979,7 +1039,7 @@ static void test_drivers(void **unused)
 		offsets_src src = {r, offb};
 		ss_state ref2;
 		assert_int_equal(ss_compose(&o, p + 3, 2, &ref2, err), 0);
-		if (ss_compose_records(&o, 2, read_at, &src, &got, err))
+		if (records(&o, 2, read_at, &src, &got, err))
 			fail_msg("%s: %s", ss_compose_mode_name((ss_compose_mode)m), err);
 		assert_memory_equal(got.ssm, ref2.ssm, ss_state_ssm_len(&ref.dims) * sizeof(float));
 		assert_memory_equal(got.conv, ref2.conv, ss_state_conv_len(&ref.dims) * sizeof(float));
@@ -999,7 +1059,7 @@ static void test_drivers(void **unused)
 		ss_compose_opts o = opts_of(m ? SS_COMPOSE_PICASO_R : SS_COMPOSE_SOUP);
 		ss_state got;
 		const char *one[1] = {pz};
-		assert_int_equal(ss_compose_files(&o, one, 1, 0, NULL, NULL, &got, NULL, err), SS_ERR_MISMATCH);
+		assert_int_equal(files(&o, 1, one, 1, &got, NULL, err), SS_ERR_MISMATCH);
 		assert_non_null(strstr(err, "z.ss: record 1 (id \"s1\"): model fingerprint beef differs from"));
 		assert_non_null(strstr(err, "z.ss: record 0 (id \"s0\")"));
 	}
@@ -1076,9 +1136,9 @@ static void test_golden_t1(void **unused)
 	free_states(in, 5);
 }
 
-/* ss_compose_files() adds a file's records in pieces as they are
+/* ss_compose_run() adds a file's records in pieces as they are
  * decompressed (lib/compose/internal.h); the result must be the bits of
- * adding each record whole (ss_compose_records reading whole records), for
+ * adding each record whole (a read source reading whole records), for
  * every mode, dtype and conv rule, with heads cut across pieces; f16 and
  * bf16 byte-shuffled (the default: blocks gathered across pieces) and not. */
 typedef struct {
@@ -1098,8 +1158,8 @@ static int read_whole(void *arg, size_t i, int meta_only, const ss_record **rec,
 	return ss_reader_next(w->r, rec) == 1 ? 0 : ss_errf(errmsg, SS_ERR_FORMAT, "read");
 }
 
-/* Composing the n records of path with ss_compose_files (in pieces as
- * decompressed) and with ss_compose_records (whole records) gives the same
+/* Composing the n records of path from the file (in pieces as
+ * decompressed) and with a read source (whole records) gives the same
  * bits. */
 static void assert_pieces_equal_whole(const ss_compose_opts *o, const char *path, size_t n, const ss_state_dims *d)
 {
@@ -1107,8 +1167,8 @@ static void assert_pieces_equal_whole(const ss_compose_opts *o, const char *path
 	ss_state a, b;
 	const char *paths[1] = {path};
 	whole_src ws = {path, NULL};
-	assert_int_equal(ss_compose_files(o, paths, 1, 0, NULL, NULL, &a, NULL, err), 0);
-	assert_int_equal(ss_compose_records(o, n, read_whole, &ws, &b, err), 0);
+	assert_int_equal(files(o, 1, paths, 1, &a, NULL, err), 0);
+	assert_int_equal(records(o, n, read_whole, &ws, &b, err), 0);
 	ss_reader_close(ws.r);
 	assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(d) * 4);
 	assert_memory_equal(a.conv, b.conv, ss_state_conv_len(d) * 4);
@@ -1153,7 +1213,7 @@ static void test_files_pieces_equal_whole(void **unused)
 
 /* Byte-shuffled f16/bf16 records are folded from their planes by a SIMD
  * kernel where the CPU has one (lib/compose/compose.c apply_planes_avx): its bits
- * must be the reference loops' (ss_compose_records: whole records through
+ * must be the reference loops' (a read source: whole records through
  * an f32 copy) also for signed zeros, where max's operand order decides
  * which one survives, subnormals and f16's largest value. (NaN and
  * infinities never reach a fold: records holding them are refused,
@@ -1255,8 +1315,7 @@ static void test_files_refuse_nonfinite(void **unused)
 				ss_compose_opts o = {how == 3 ? SS_COMPOSE_SOUP : SS_COMPOSE_PICASO_R,
 						     how == 2 ? SS_COMPOSE_NORM_BEFORE : 0, SS_COMPOSE_CONV_MEAN};
 				ss_state out;
-				int rc = ss_compose_files_threads(&o, how == 1 ? 2 : 1, paths, 1, 0, NULL, NULL, &out, NULL,
-								  err);
+				int rc = files(&o, how == 1 ? 2 : 1, paths, 1, &out, NULL, err);
 				assert_int_equal(rc, SS_ERR_FORMAT);
 				if (!strstr(err, "record 1") || !strstr(err, "\"ssm\": element 17 is") ||
 				    !strstr(err, "not finite"))
@@ -1304,11 +1363,11 @@ static void test_files_to_overflow(void **unused)
 	for (int q8 = 0; q8 < 2; q8++)
 		for (int threads = 1; threads <= 2; threads++) {
 			ss_compose_opts o = {SS_COMPOSE_SUM, 0, SS_COMPOSE_CONV_MEAN};
-			ss_compose_output how = {q8, SS_DTYPE_Q8, NULL};
+			output_how how = {q8, SS_DTYPE_Q8, NULL};
 			ss_state out;
 			int write_failed;
 			assert_int_equal(ss_writer_open(&w, out_path, 1, err), 0);
-			int rc = ss_compose_files_to(&o, threads, paths, 1, 0, NULL, NULL, w, &how, &out, NULL,
+			int rc = files_to(&o, threads, paths, 1, w, &how, &out, NULL,
 						     &write_failed, err);
 			assert_int_equal(rc, SS_ERR_INVALID);
 			assert_int_equal(write_failed, 0);
@@ -1368,7 +1427,7 @@ static void corrupt_middle(const char *path, uint64_t a, uint64_t b)
 	assert_int_equal(fclose(fp), 0);
 }
 
-/* ss_compose_files_threads() decompresses several records at once and
+/* ss_compose_run() with threads decompresses several records at once and
  * folds them in order: the result must be the bits of the one-thread call
  * for every mode, dtype (f16/bf16 shuffled, folded from their planes in
  * place, and not), conv rule and norm (before: whole records), with the
@@ -1395,9 +1454,9 @@ static void test_files_threads_equal_one(void **unused)
 						     (ss_compose_conv)(v == 1)};
 				ss_state a, b;
 				uint64_t ba = 0, bb = 0;
-				assert_int_equal(ss_compose_files(&o, paths, 3, 0, NULL, NULL, &a, &ba, err), 0);
+				assert_int_equal(files(&o, 1, paths, 3, &a, &ba, err), 0);
 				for (int T = 2; T <= 3; T++) {
-					if (ss_compose_files_threads(&o, T, paths, 3, 0, NULL, NULL, &b, &bb, err))
+					if (files(&o, T, paths, 3, &b, &bb, err))
 						fail_msg("%s, %d threads: %s", ss_compose_mode_name((ss_compose_mode)mode), T,
 							 err);
 					assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&d) * 4);
@@ -1422,11 +1481,11 @@ static void test_files_threads_equal_one(void **unused)
 	for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++) {
 		ss_compose_opts o = {(ss_compose_mode)mode, 0, SS_COMPOSE_CONV_MEAN};
 		ss_state a;
-		int rc1 = ss_compose_files(&o, paths, 3, 0, NULL, NULL, &a, NULL, err1);
+		int rc1 = files(&o, 1, paths, 3, &a, NULL, err1);
 		assert_true(rc1 < 0);
 		assert_non_null(strstr(err1, "c.ss: record 1 "));
 		for (int T = 2; T <= 4; T++) {
-			assert_int_equal(ss_compose_files_threads(&o, T, paths, 3, 0, NULL, NULL, &a, NULL, err), rc1);
+			assert_int_equal(files(&o, T, paths, 3, &a, NULL, err), rc1);
 			assert_string_equal(err, err1);
 		}
 	}
@@ -1453,12 +1512,12 @@ static void test_files_threads_begin_error(void **unused)
 	const char *paths[1] = {path[0]};
 	ss_compose_opts o = {SS_COMPOSE_SOUP, 0, SS_COMPOSE_CONV_MEAN};
 	ss_state a;
-	int rc1 = ss_compose_files(&o, paths, 1, 0, NULL, NULL, &a, NULL, err1);
+	int rc1 = files(&o, 1, paths, 1, &a, NULL, err1);
 	assert_true(rc1 < 0);
 	assert_non_null(strstr(err1, "a.ss: record 3 "));
 	for (int rep = 0; rep < 20; rep++)
 		for (int T = 2; T <= 3; T++) {
-			assert_int_equal(ss_compose_files_threads(&o, T, paths, 1, 0, NULL, NULL, &a, NULL, err), rc1);
+			assert_int_equal(files(&o, T, paths, 1, &a, NULL, err), rc1);
 			assert_string_equal(err, err1);
 		}
 	free_states(in, K);
@@ -1486,7 +1545,7 @@ static unsigned char *slurp(const char *path, size_t *n)
 	return b;
 }
 
-/* ss_compose_files_to() writes the result while the inputs are read (its
+/* ss_compose_run() with a writer writes the result while the inputs are read (its
  * own thread, a block at a time as the last input's folds finish it): the
  * file must hold the bytes ss_writer_put_state makes of the one-thread
  * result with the same dtype and id, for every mode, dtype (q8 output:
@@ -1515,12 +1574,12 @@ static void test_files_to_equal_put_state(void **unused)
 					ss_compose_opts o = {(ss_compose_mode)mode, v ? SS_COMPOSE_NORM_AFTER : 0,
 							     (ss_compose_conv)v};
 					/* how: as the inputs, or another dtype and id (q8 out once) */
-					ss_compose_output how = {(T + mode) % 2, T == 3 ? SS_DTYPE_Q8 : SS_DTYPE_BF16,
+					output_how how = {(T + mode) % 2, T == 3 ? SS_DTYPE_Q8 : SS_DTYPE_BF16,
 								 T == 2 ? "the-id" : NULL};
 					ss_state a, b;
 					ss_writer *wa, *wb;
 					int wf = -1;
-					assert_int_equal(ss_compose_files_threads(&o, 1, paths, 2, 0, NULL, NULL, &a, NULL, err), 0);
+					assert_int_equal(files(&o, 1, paths, 2, &a, NULL, err), 0);
 					if (how.set_dtype)
 						a.dtype = how.dtype;
 					if (how.id) {
@@ -1531,7 +1590,7 @@ static void test_files_to_equal_put_state(void **unused)
 					assert_int_equal(ss_writer_put_state(wa, &a, NULL), 0);
 					assert_int_equal(ss_writer_close(wa, err), 0);
 					assert_int_equal(ss_writer_open(&wb, out_b, 1, err), 0);
-					if (ss_compose_files_to(&o, T, paths, 2, 0, NULL, NULL, wb, &how, &b, NULL, &wf, err))
+					if (files_to(&o, T, paths, 2, wb, &how, &b, NULL, &wf, err))
 						fail_msg("%s, dtype %d, %d threads: %s", ss_compose_mode_name((ss_compose_mode)mode),
 							 t, T, err);
 					assert_int_equal(wf, 0);
@@ -1561,14 +1620,14 @@ static void test_files_to_equal_put_state(void **unused)
 	for (int mode = SS_COMPOSE_CASO; mode <= SS_COMPOSE_MAX; mode++) {
 		ss_compose_opts o = {(ss_compose_mode)mode, 0, SS_COMPOSE_CONV_MEAN};
 		ss_state a;
-		int rc1 = ss_compose_files(&o, paths, 2, 0, NULL, NULL, &a, NULL, err1);
+		int rc1 = files(&o, 1, paths, 2, &a, NULL, err1);
 		assert_true(rc1 < 0);
 		assert_non_null(strstr(err1, "b.ss: record 1 "));
 		for (int T = 2; T <= 3; T++) {
 			ss_writer *wb;
 			int wf = -1;
 			assert_int_equal(ss_writer_open(&wb, out_b, 1, err), 0);
-			assert_int_equal(ss_compose_files_to(&o, T, paths, 2, 0, NULL, NULL, wb, NULL, &a, NULL, &wf, err),
+			assert_int_equal(files_to(&o, T, paths, 2, wb, NULL, &a, NULL, &wf, err),
 					 rc1);
 			assert_string_equal(err, err1);
 			assert_int_equal(wf, 0);
@@ -1586,7 +1645,7 @@ static void test_files_to_equal_put_state(void **unused)
 			int wf = -1;
 			if (T == 2)
 				assert_int_equal(ss_writer_open(&wf_w, "/dev/full", 1, err), 0);
-			assert_true(ss_compose_files_to(&o, T, paths, 2, 0, NULL, NULL, wf_w, NULL, &a, NULL, &wf, err) < 0);
+			assert_true(files_to(&o, T, paths, 2, wf_w, NULL, &a, NULL, &wf, err) < 0);
 			assert_int_equal(wf, 1);
 			assert_int_not_equal(ss_writer_close(wf_w, err), 0);
 			assert_non_null(strstr(err, "write error"));
@@ -1641,7 +1700,7 @@ static void test_q8_compose(void **unused)
 			ss_compose_opts o = {(ss_compose_mode)mode, v == 2 ? SS_COMPOSE_NORM_BEFORE : 0,
 					     (ss_compose_conv)(v == 1)};
 			ss_state a, b;
-			assert_int_equal(ss_compose_files(&o, paths, 1, 0, NULL, NULL, &a, NULL, err), 0);
+			assert_int_equal(files(&o, 1, paths, 1, &a, NULL, err), 0);
 			assert_int_equal(ss_compose(&o, pd, K, &b, err), 0);
 			assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&d) * 4);
 			assert_memory_equal(a.conv, b.conv, ss_state_conv_len(&d) * 4);
@@ -1651,7 +1710,7 @@ static void test_q8_compose(void **unused)
 		}
 	ss_compose_opts o = {SS_COMPOSE_SOUP, 0, SS_COMPOSE_CONV_MEAN};
 	ss_state a, b;
-	assert_int_equal(ss_compose_files(&o, paths, 1, 0, NULL, NULL, &a, NULL, err), 0);
+	assert_int_equal(files(&o, 1, paths, 1, &a, NULL, err), 0);
 	assert_int_equal(ss_compose(&o, pin, K, &b, err), 0);
 	size_t bad = 0;
 	for (size_t i = 0; i < ss_state_ssm_len(&d); i++) {

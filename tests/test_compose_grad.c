@@ -184,7 +184,7 @@ static int compare(const char *what, size_t k, size_t i, double g, double fd, co
 	if (fabs(g - fd) <= 2e-4 + 1e-3 * fabs(fd))
 		return 0;
 	printf("  %s n=%zu conv %s: d%s[%zu][%zu] backward %.8g, finite difference %.8g\n",
-	       ss_compose_mode_name(p->o.mode), p->n, ss_compose_conv_name(p->o.conv), what, k, i, g,
+	       ss_compose_mode_name(p->o.mode), p->n, ss_compose_conv_names[p->o.conv], what, k, i, g,
 	       fd);
 	return 1;
 }

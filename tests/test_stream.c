@@ -987,7 +987,9 @@ static void test_q8_corrupt(void **ctx)
 		ss_reader_close(r);
 		ss_compose_opts o = { SS_COMPOSE_SOUP, 0, SS_COMPOSE_CONV_MEAN };
 		const char *paths[1] = { tpath("badq8.states") };
-		assert_int_equal(ss_compose_files(&o, paths, 1, 0, NULL, NULL, &s, NULL, err), SS_ERR_FORMAT);
+		ss_compose_run_opts ro = { .paths = paths, .n_paths = 1 };
+		ss_compose_result res;
+		assert_int_equal(ss_compose_run(&o, &ro, &res, err), SS_ERR_FORMAT);
 		if (!strstr(err, "record 0") || !strstr(err, c == 2 ? "\"ssm\" has 1 bytes" : cases[c].want))
 			fail_msg("case %zu: compose: \"%s\"", c, err);
 	}

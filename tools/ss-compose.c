@@ -3,9 +3,11 @@
  * (CASO, PICASO-S, PICASO-R, soup, sum, max): no model, no GPU.
  *
  * Inputs are state records in concatenation order (files in order, records
- * in order; the last one is nearest the query). Reading and composing is
- * ss_compose_files() (lib/compose/compose_files.c, the math lib/compose/compose.c); this file
- * parses options and writes the result.
+ * in order; the last one is nearest the query). Reading, composing and
+ * writing the result is ss_compose_run() (lib/compose/compose_files.c, its threads
+ * lib/compose/compose_threads.c, the math lib/compose/compose.c and
+ * lib/compose/compose_weights.c); this file parses options, opens the output and
+ * commits it.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -106,6 +108,15 @@ static cJSON *json_float(float v)
 	return j;
 }
 
+/* The index of s in names[0..n), or -1. */
+static int name_index(const char *const *names, int n, const char *s)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
 static void write_weights(const char *path, const ss_state *s, ss_compose_mode mode, int norm,
 			  ss_compose_conv conv)
 {
@@ -116,8 +127,8 @@ static void write_weights(const char *path, const ss_state *s, ss_compose_mode m
 	size_t N = m1 ? (size_t)s->dims.d_state : 1;
 	cJSON_AddStringToObject(j, "id", s->id);
 	cJSON_AddStringToObject(j, "mode", ss_compose_mode_name(mode));
-	cJSON_AddStringToObject(j, "norm", ss_compose_norm_name(norm));
-	cJSON_AddStringToObject(j, "conv", ss_compose_conv_name(conv));
+	cJSON_AddStringToObject(j, "norm", ss_compose_norm_names[norm]);
+	cJSON_AddStringToObject(j, "conv", ss_compose_conv_names[conv]);
 	cJSON_AddNumberToObject(j, "n_layer", (double)L);
 	cJSON_AddNumberToObject(j, "nheads", (double)H);
 	if (m1) {
@@ -191,16 +202,18 @@ int main(int argc, char **argv)
 					  optarg);
 			break;
 		case 'N':
-			if (ss_compose_norm_parse(optarg, &o.norm))
+			if ((o.norm = name_index(ss_compose_norm_names, SS_COMPOSE_N_NORMS, optarg)) < 0)
 				cli_usage(usage, "--norm: '%s' is not none, before, after or both", optarg);
 			break;
-		case 'C':
-			if (ss_compose_conv_parse(optarg, &o.conv))
+		case 'C': {
+			int c = name_index(ss_compose_conv_names, SS_COMPOSE_N_CONVS, optarg);
+			if (c < 0)
 				cli_usage(usage, "--conv: '%s' is not mean or last", optarg);
+			o.conv = (ss_compose_conv)c;
 			break;
+		}
 		case 'D':
-			if (ss_dtype_parse(optarg, &out_dtype))
-				cli_usage(usage, "--state-dtype: '%s' is not f32, f16, bf16 or q8", optarg);
+			out_dtype = (ss_dtype)cli_dtype("--state-dtype", optarg, SS_DTYPE_STATES, usage);
 			have_dtype = 1;
 			break;
 		case 'W': weights_path = optarg; break;
@@ -239,15 +252,18 @@ int main(int argc, char **argv)
 		ss_writer_set_threads(out_w, threads);
 
 	double t0 = cli_now();
-	uint64_t bytes_in = 0;
-	ss_state out;
-	ss_compose_output how = {have_dtype, out_dtype, id};
-	int write_failed;
-	int rc = ss_compose_files_to(&o, threads, (const char *const *)files, (size_t)nfiles, cli_max_record(),
-				     show_progress, NULL, out_w, &how, &out, &bytes_in, &write_failed, err);
+	ss_compose_run_opts ro = {
+		.paths = (const char *const *)files, .n_paths = (size_t)nfiles, .threads = threads,
+		.max_record = cli_max_record(), .progress = show_progress, .w = out_w,
+		.set_dtype = have_dtype, .dtype = out_dtype, .id = id,
+	};
+	ss_compose_result res;
+	int rc = ss_compose_run(&o, &ro, &res, err);
+	ss_state out = res.state;
+	uint64_t bytes_in = res.bytes_in;
 	cli_progress_end();
 	ss_writer *w = out_w;
-	if (rc != 0 && write_failed) {
+	if (rc != 0 && res.write_failed) {
 		out_w = NULL;
 		cli_writer_die(w, out_path, rc);
 	}

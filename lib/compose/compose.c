@@ -1,7 +1,12 @@
 /*
- * compose.c — composition weights (CASO, PICASO-S, PICASO-R, soup) and the
- * streaming accumulation of states. See ss_compose.h for the contract.
- * ref: picaso.txt §3.3, Props. 1-3, Appendix A; docs/DESIGN.md §3;
+ * compose.c — the composer: folding states into one accumulator, an input
+ * at a time and each input a piece at a time (begin / fold / end), and
+ * finishing the result (soup's and conv's means, the norm after, the
+ * logdecay, weights and id). See ss_compose.h for the contract. The
+ * weights come from compose_weights.c; reading files, threads, the spool file and
+ * the writer thread are the driver's (compose_files.c, compose_threads.c): nothing here
+ * starts a thread or opens a file.
+ * ref: picaso.txt §3.3, Props. 1-3; docs/DESIGN.md §3;
  *      document-souping.txt §2.2.
  */
 #include "ss.h"
@@ -9,264 +14,12 @@
 #include "stream/internal.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
-
-/* ------------------------------------------------------------------ names */
 
 static const char *const array_name[2] = {"conv", "ssm"};
-static const char *const mode_names[] = {"caso", "picaso-s", "picaso-r", "soup", "sum", "max"};
-static const char *const norm_names[] = {"none", "before", "after", "both"};
-static const char *const conv_names[] = {"mean", "last"};
-
-/* Index of s in names[0..n), or -1. */
-static int name_index(const char *const *names, int n, const char *s)
-{
-	for (int i = 0; s && i < n; i++)
-		if (strcmp(s, names[i]) == 0)
-			return i;
-	return -1;
-}
-
-const char *ss_compose_mode_name(ss_compose_mode m)
-{
-	return (unsigned)m < 6 ? mode_names[m] : NULL;
-}
-
-int ss_compose_mode_parse(const char *s, ss_compose_mode *out)
-{
-	int i = name_index(mode_names, 6, s);
-	if (i < 0)
-		return SS_ERR_INVALID;
-	*out = (ss_compose_mode)i;
-	return 0;
-}
-
-const char *ss_compose_norm_name(int norm)
-{
-	return (unsigned)norm < 4 ? norm_names[norm] : NULL;
-}
-
-int ss_compose_norm_parse(const char *s, int *out)
-{
-	int i = name_index(norm_names, 4, s);
-	if (i < 0)
-		return SS_ERR_INVALID;
-	*out = i;
-	return 0;
-}
-
-const char *ss_compose_conv_name(ss_compose_conv c)
-{
-	return (unsigned)c < 2 ? conv_names[c] : NULL;
-}
-
-int ss_compose_conv_parse(const char *s, ss_compose_conv *out)
-{
-	int i = name_index(conv_names, 2, s);
-	if (i < 0)
-		return SS_ERR_INVALID;
-	*out = (ss_compose_conv)i;
-	return 0;
-}
-
-int ss_compose_needs_plan(ss_compose_mode m)
-{
-	return m == SS_COMPOSE_PICASO_S || m == SS_COMPOSE_PICASO_R;
-}
-
-/* ---------------------------------------------------------------- weights */
-
-void ss_gauss_legendre01(size_t m, double *t, double *wt)
-{
-	/* Roots of P_m on [-1, 1] by Newton from Tricomi's estimate; the rule is
-	 * symmetric, so only the upper half is solved and mirrored, which keeps
-	 * t[i] + t[m-1-i] = 1 and wt symmetric exactly. */
-	const double pi = 3.14159265358979323846;
-	for (size_t i = 0; i < (m + 1) / 2; i++) {
-		double x = cos(pi * ((double)i + 0.75) / ((double)m + 0.5));
-		double dp = 1;
-		for (int it = 0; it < 100; it++) {
-			double p0 = 1, p1 = x;
-			for (size_t k = 1; k < m; k++) {
-				double p2 = ((2.0 * k + 1) * x * p1 - (double)k * p0) / (double)(k + 1);
-				p0 = p1;
-				p1 = p2;
-			}
-			/* P_m = p1, P_{m-1} = p0 (for m = 1, p0 = P_0 = 1). */
-			dp = (double)m * (x * p1 - p0) / (x * x - 1);
-			double dx = p1 / dp;
-			x -= dx;
-			if (fabs(dx) <= 1e-16 * (1 + fabs(x)))
-				break;
-		}
-		if (m % 2 == 1 && i == m / 2)
-			x = 0; /* the middle root of an odd rule is exactly 0 */
-		/* Recompute P'_m at the final x for the weight. */
-		double p0 = 1, p1 = x;
-		for (size_t k = 1; k < m; k++) {
-			double p2 = ((2.0 * k + 1) * x * p1 - (double)k * p0) / (double)(k + 1);
-			p0 = p1;
-			p1 = p2;
-		}
-		dp = (double)m * (x * p1 - p0) / (x * x - 1);
-		double w = 1.0 / ((1 - x * x) * dp * dp); /* 2/(...) on [-1,1], halved */
-		/* x descends with i: t = (1 - x)/2 ascends. */
-		t[i] = 0.5 * (1 - x);
-		t[m - 1 - i] = 0.5 * (1 + x);
-		wt[i] = wt[m - 1 - i] = w;
-	}
-	if (m == 1)
-		t[0] = 0.5, wt[0] = 1;
-}
-
-static int check_decays(size_t n, size_t n_head, const float *a, char *errmsg)
-{
-	for (size_t k = 0; k < n; k++)
-		for (size_t h = 0; h < n_head; h++) {
-			float v = a[k * n_head + h];
-			if (!(v <= 0)) {
-				ss_errf(errmsg, 0, "input %zu, head %zu: logdecay %g is not <= 0", k, h,
-					(double)v);
-				return SS_ERR_INVALID;
-			}
-		}
-	return 0;
-}
-
-/* caso: W_k = exp(Σ_{j>k} a_j); the suffix sum stays finite or -inf, never
- * a product that underflows before the end. */
-static void weights_caso(size_t n, size_t n_head, const float *a, size_t h, double *w)
-{
-	double s = 0;
-	for (size_t k = n; k-- > 0;) {
-		w[k] = exp(s);
-		s += a[k * n_head + h];
-	}
-}
-
-/* picaso-r: T_k = Σ_{m<n} Π_{j=1..m} d_{(k+j) mod n}, W_k = T_k/n.
- * T_{n-1} = 1 + d_0(1 + d_1(… (1 + d_{n-2}))) by Horner, then
- * T_k = (1 - P) + d_{k+1} T_{k+1}: d_{k+1} T_{k+1} is T_k's series shifted
- * by one, with the full cycle P added and the 1 missing. Every term is ≥ 0,
- * so there is no cancellation and no division by a product (Algorithm 3's
- * Â_Π[i]^{-1} fails once the cumulative product underflows). */
-static void weights_picaso_r(size_t n, size_t n_head, const float *a, size_t h, double *w)
-{
-	double sum = 0;
-	for (size_t k = 0; k < n; k++)
-		sum += a[k * n_head + h];
-	double one_minus_p = -expm1(sum);
-	double t = 1;
-	for (size_t j = n - 1; j-- > 0;)
-		t = 1 + exp((double)a[j * n_head + h]) * t;
-	w[n - 1] = t;
-	for (size_t k = n - 1; k-- > 0;) {
-		t = one_minus_p + exp((double)a[(k + 1) * n_head + h]) * t;
-		w[k] = t;
-	}
-	for (size_t k = 0; k < n; k++)
-		w[k] /= (double)n;
-}
-
-/* picaso-s: in a uniformly random order (iid uniform arrival times, input k
- * at time t), input j comes after k with probability 1 - t, and k's CASO
- * weight is the product of the decays of those after it, so
- *   W_k = ∫_0^1 Π_{j≠k} (t + (1-t) d_j) dt,
- * a polynomial of degree n-1, integrated exactly by the m-node rule
- * (2m-1 ≥ n-1). Each factor lies in [t, 1], so the products are accurate to
- * a few ulps; a node's product that underflows is below 1e-308 while
- * W_k ≥ ∫ t^{n-1} = 1/n: plain products suffice, no logs needed. The
- * prefix/suffix split gives Π_{j≠k} without dividing by the own factor. */
-static void weights_picaso_s(size_t n, size_t n_head, const float *a, size_t h, double *w,
-			     size_t m, const double *t, const double *wt, double *d, double *pre)
-{
-	for (size_t k = 0; k < n; k++) {
-		d[k] = exp((double)a[k * n_head + h]);
-		w[k] = 0;
-	}
-	for (size_t i = 0; i < m; i++) {
-		double ti = t[i], ui = 1 - ti;
-		pre[0] = 1;
-		for (size_t j = 0; j < n; j++)
-			pre[j + 1] = pre[j] * (ti + ui * d[j]);
-		double suf = 1;
-		for (size_t k = n; k-- > 0;) {
-			w[k] += wt[i] * (pre[k] * suf);
-			suf *= ti + ui * d[k];
-		}
-	}
-}
-
-int ss_compose_weights_check(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
-			     char *errmsg)
-{
-	if (n == 0) {
-		ss_errf(errmsg, 0, "no inputs to compose");
-		return SS_ERR_INVALID;
-	}
-	if (mode == SS_COMPOSE_MAX || !ss_compose_mode_name(mode)) {
-		ss_errf(errmsg, 0, "mode %s has no weights", mode == SS_COMPOSE_MAX ? "max" : "(unknown)");
-		return SS_ERR_INVALID;
-	}
-	return check_decays(n, n_head, logdecay, errmsg);
-}
-
-int ss_compose_weights(ss_compose_mode mode, size_t n, size_t n_head, const float *logdecay,
-		       double *w, char *errmsg)
-{
-	int rc = ss_compose_weights_check(mode, n, n_head, logdecay, errmsg);
-	if (rc)
-		return rc;
-	if (n == 1) {
-		/* Every mode's single weight is exactly 1; say so without rounding. */
-		for (size_t h = 0; h < n_head; h++)
-			w[h] = 1;
-		return 0;
-	}
-	double *scratch = NULL, *t = NULL, *wt = NULL, *d = NULL, *pre = NULL;
-	size_t m = (n + 1) / 2;
-	if (mode == SS_COMPOSE_PICASO_S) {
-		scratch = malloc((2 * m + 2 * n + 1) * sizeof *scratch);
-		if (!scratch) {
-			ss_errf(errmsg, 0, "out of memory");
-			return SS_ERR_NOMEM;
-		}
-		t = scratch;
-		wt = t + m;
-		d = wt + m;
-		pre = d + n;
-		ss_gauss_legendre01(m, t, wt);
-	}
-	for (size_t h = 0; h < n_head; h++) {
-		double *wh = w + h * n;
-		switch (mode) {
-		case SS_COMPOSE_CASO:
-			weights_caso(n, n_head, logdecay, h, wh);
-			break;
-		case SS_COMPOSE_PICASO_R:
-			weights_picaso_r(n, n_head, logdecay, h, wh);
-			break;
-		case SS_COMPOSE_PICASO_S:
-			weights_picaso_s(n, n_head, logdecay, h, wh, m, t, wt, d, pre);
-			break;
-		case SS_COMPOSE_SOUP:
-			for (size_t k = 0; k < n; k++)
-				wh[k] = 1.0 / (double)n;
-			break;
-		default: /* sum */
-			for (size_t k = 0; k < n; k++)
-				wh[k] = 1;
-			break;
-		}
-	}
-	free(scratch);
-	return 0;
-}
 
 /* ---------------------------------------------------------------- kernels */
 
@@ -360,8 +113,9 @@ static double k_sumsq(const float *x, size_t n)
 	return s;
 }
 
-/* An input array: bytes in a storage dtype; `direct` when it is f32 and
- * aligned, so the kernels read it in place. A q8 array's codes are
+/* An input array: bytes in a storage dtype (d, its row of ss_dtype_info);
+ * `direct` when it is f32 and aligned, so the kernels read it in place. A
+ * scaled (q8) array's codes are
  * elements e0.. of the whole array, whose scales and blocks come along.
  * planes: a byte-shuffled block of that many 2-byte elements (f16, bf16),
  * low bytes at p, high bytes at p + planes, read without unshuffling it
@@ -369,6 +123,7 @@ static double k_sumsq(const float *x, size_t n)
 typedef struct {
 	const unsigned char *p;
 	ss_dtype t;
+	const ss_dtype_info *d;
 	size_t es;
 	int direct;
 	const float *scale;
@@ -378,7 +133,8 @@ typedef struct {
 
 static src_arr src_of(const void *p, ss_dtype t)
 {
-	src_arr s = {p, t, ss_dtype_size(t), t == SS_DTYPE_F32 && (uintptr_t)p % _Alignof(float) == 0,
+	const ss_dtype_info *d = ss_dtype_info_of(t);
+	src_arr s = {p, t, d, d->size, t == SS_DTYPE_F32 && (uintptr_t)p % _Alignof(float) == 0,
 		     NULL, 0, 0, 0, 0};
 	return s;
 }
@@ -398,11 +154,11 @@ static void widen(float *dst, src_arr x, size_t off, size_t m)
 				h[i + j] = (uint16_t)(lo[i + j] | (unsigned)hi[i + j] << 8);
 		for (; i < m; i++)
 			h[i] = (uint16_t)(lo[i] | (unsigned)hi[i] << 8);
-		ss_to_f32(dst, h, x.t, m);
-	} else if (x.t == SS_DTYPE_Q8) {
+		x.d->to_f32(dst, h, m);
+	} else if (x.d->scaled) {
 		ss_q8_to_f32(dst, (const int8_t *)(x.p + off), x.scale, x.e0 + off, m, x.row, x.block);
 	} else {
-		ss_to_f32(dst, x.p + off * x.es, x.t, m);
+		x.d->to_f32(dst, x.p + off * x.es, m);
 	}
 }
 
@@ -495,6 +251,7 @@ static double norm2(src_arr x, size_t off, size_t n)
 	return sqrt(s);
 }
 
+
 /* --------------------------------------------------------------- composer */
 
 /* An input between its begin and its end (lib/compose/internal.h): what
@@ -531,50 +288,32 @@ struct ss_composer {
 	float *decay;      /* [cap][n_head] the inputs' logdecays */
 	char **ids;        /* [cap] */
 	int64_t n_tokens;
-	ss_compose_input in; /* the input of ss_composer_add_begin/piece/end */
+	ss_compose_input in; /* the input of ss_composer_begin/fold/end */
 };
 
-int ss_composer_new(ss_composer **out, const ss_compose_opts *o)
+static int fail(ss_composer *c, int rc)
 {
-	*out = NULL;
-	if (!o || !ss_compose_mode_name(o->mode) || (unsigned)o->norm > 3 ||
-	    !ss_compose_conv_name(o->conv))
-		return SS_ERR_INVALID;
-	ss_composer *c = calloc(1, sizeof *c);
-	if (!c)
-		return SS_ERR_NOMEM;
-	c->o = *o;
-	*out = c;
-	return 0;
+	c->failed = 1;
+	return rc;
 }
 
-int ss_composer_plan(ss_composer *c, size_t n, size_t n_head, const float *logdecay, char *errmsg)
+/* The plan: n inputs with logdecays [n][n_head] (copied), and for
+ * picaso-s/picaso-r their weights. */
+static int plan(ss_composer *c, size_t n, size_t n_head, const float *logdecay, char *errmsg)
 {
-	if (c->failed || c->finished || c->n > 0 || c->n_plan > 0) {
-		ss_errf(errmsg, 0, "composer: plan after the first input");
-		return SS_ERR_INVALID;
-	}
-	if (n == 0) {
-		ss_errf(errmsg, 0, "no input states");
-		return SS_ERR_INVALID;
-	}
-	int rc = check_decays(n, n_head, logdecay, errmsg);
+	if (n == 0)
+		return ss_errf(errmsg, SS_ERR_INVALID, "no input states");
+	/* caso has weights for every n: this checks the decays alone */
+	int rc = ss_compose_weights_check(SS_COMPOSE_CASO, n, n_head, logdecay, errmsg);
 	if (rc)
 		return rc;
-	c->plan_decay = malloc(n * n_head * sizeof *c->plan_decay);
-	if (!c->plan_decay) {
-		ss_errf(errmsg, 0, "out of memory");
-		return SS_ERR_NOMEM;
-	}
+	if (!(c->plan_decay = malloc(n * n_head * sizeof *c->plan_decay)))
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	memcpy(c->plan_decay, logdecay, n * n_head * sizeof *c->plan_decay);
-	if (ss_compose_needs_plan(c->o.mode)) {
-		c->w = malloc(n * n_head * sizeof *c->w);
-		if (!c->w) {
-			ss_errf(errmsg, 0, "out of memory");
-			return SS_ERR_NOMEM;
-		}
-		rc = ss_compose_weights(c->o.mode, n, n_head, logdecay, c->w, errmsg);
-		if (rc)
+	if (ss_compose_modes[c->o.mode].needs_plan) {
+		if (!(c->w = malloc(n * n_head * sizeof *c->w)))
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		if ((rc = ss_compose_weights(c->o.mode, n, n_head, logdecay, c->w, errmsg)))
 			return rc;
 	}
 	c->n_plan = n;
@@ -582,15 +321,24 @@ int ss_composer_plan(ss_composer *c, size_t n, size_t n_head, const float *logde
 	return 0;
 }
 
-size_t ss_composer_count(const ss_composer *c)
+int ss_composer_new(ss_composer **out, const ss_compose_opts *o, size_t n, size_t n_head, const float *logdecay,
+		    char *errmsg)
 {
-	return c->n;
-}
-
-static int fail(ss_composer *c, int rc)
-{
-	c->failed = 1;
-	return rc;
+	*out = NULL;
+	if (!o || (unsigned)o->mode >= SS_COMPOSE_N_MODES || (unsigned)o->norm >= SS_COMPOSE_N_NORMS ||
+	    (unsigned)o->conv >= SS_COMPOSE_N_CONVS)
+		return ss_errf(errmsg, SS_ERR_INVALID, "invalid composition options");
+	ss_composer *c = calloc(1, sizeof *c);
+	if (!c)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	c->o = *o;
+	int rc = logdecay ? plan(c, n, n_head, logdecay, errmsg) : 0;
+	if (rc) {
+		ss_composer_free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
 }
 
 static int grow(ss_composer *c)
@@ -609,6 +357,7 @@ static int grow(ss_composer *c)
 	c->cap = cap;
 	return 0;
 }
+
 
 /* The first input: fixes dims and fingerprint, allocates the accumulator. */
 static int first_input(ss_composer *c, const ss_state *x, char *errmsg)
@@ -649,7 +398,7 @@ static int take_input(ss_composer *c, ss_compose_input *in, const ss_state *x, s
 	}
 	memcpy(in->decay, x->logdecay, c->n_head * sizeof *in->decay);
 	const float *src[2] = {x->conv_scale, x->ssm_scale};
-	for (int a = 0; t == SS_DTYPE_Q8 && a < 2; a++) {
+	for (int a = 0; ss_dtype_info_of(t)->scaled && a < 2; a++) {
 		size_t n = ss_state_q8_n_scales(&c->acc.dims, a);
 		if (!src[a])
 			return ss_errf(errmsg, SS_ERR_INVALID, "input %zu: q8 state without its scales", c->begun);
@@ -669,7 +418,7 @@ static int take_input(ss_composer *c, ss_compose_input *in, const ss_state *x, s
 static src_arr input_arr(const ss_composer *c, const ss_compose_input *in, int which, const void *p, size_t e0)
 {
 	src_arr s = src_of(p, in->t);
-	if (in->t == SS_DTYPE_Q8) {
+	if (s.d->scaled) {
 		s.scale = in->scale[which];
 		s.e0 = e0;
 		ss_state_q8_blocks(&c->acc.dims, which, &s.row, &s.block);
@@ -690,8 +439,8 @@ static int add_begin(ss_composer *c, ss_compose_input *in, const ss_state *x, ss
 		ss_errf(errmsg, 0, "input %zu: state without ssm, conv or logdecay", k);
 		return fail(c, SS_ERR_INVALID);
 	}
-	if (ss_compose_needs_plan(c->o.mode) && !c->n_plan) {
-		ss_errf(errmsg, 0, "mode %s needs every input's decays first (ss_composer_plan)",
+	if (ss_compose_modes[c->o.mode].needs_plan && !c->n_plan) {
+		ss_errf(errmsg, 0, "mode %s needs every input's decays first (a plan: ss_composer_new)",
 			ss_compose_mode_name(c->o.mode));
 		return fail(c, SS_ERR_INVALID);
 	}
@@ -720,7 +469,7 @@ static int add_begin(ss_composer *c, ss_compose_input *in, const ss_state *x, ss
 		ss_errf(errmsg, 0, "input %zu: logdecay differs from the planned one (input changed?)", k);
 		return fail(c, SS_ERR_MISMATCH);
 	}
-	if ((rc = check_decays(1, H, x->logdecay, errmsg))) {
+	if ((rc = ss_compose_weights_check(SS_COMPOSE_CASO, 1, H, x->logdecay, errmsg))) {
 		ss_errf(errmsg, 0, "input %zu: a logdecay is NaN or > 0", k);
 		return fail(c, rc);
 	}
@@ -780,8 +529,7 @@ static void add_range(const ss_composer *c, const ss_compose_input *in, int whic
 		e += seg;
 	}
 }
-
-int ss_composer_end(ss_composer *c, ss_compose_input *in, char *errmsg)
+int ss_composer_end_input(ss_composer *c, ss_compose_input *in, char *errmsg)
 {
 	if (!in->open) {
 		ss_errf(errmsg, 0, "composer: add_end outside an input");
@@ -799,39 +547,6 @@ int ss_composer_end(ss_composer *c, ss_compose_input *in, char *errmsg)
 	return 0;
 }
 
-/* The whole-array add: ssm and conv in dtype t (any alignment). */
-static int add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv, ss_dtype t,
-		      char *errmsg)
-{
-	if (!ssm || !conv) {
-		ss_errf(errmsg, 0, "input %zu: state without ssm, conv or logdecay", c->begun);
-		return fail(c, SS_ERR_INVALID);
-	}
-	ss_compose_input *in = &c->in;
-	int rc = add_begin(c, in, x, t, errmsg);
-	if (rc)
-		return rc;
-	const ss_state_dims *dm = &c->acc.dims;
-	size_t llen = (size_t)dm->nheads * (size_t)dm->headdim * (size_t)dm->d_state;
-	src_arr xs = input_arr(c, in, 1, ssm, 0);
-	double *lscale = NULL;
-	if (c->o.norm & SS_COMPOSE_NORM_BEFORE) {
-		if (!(lscale = malloc((size_t)dm->n_layer * sizeof *lscale))) {
-			ss_errf(errmsg, 0, "out of memory");
-			return fail(c, SS_ERR_NOMEM);
-		}
-		for (size_t l = 0; l < (size_t)dm->n_layer; l++) {
-			double nrm = norm2(xs, l * llen, llen);
-			lscale[l] = nrm > 0 ? 1 / nrm : 1;
-		}
-	}
-	add_range(c, in, 1, xs, 0, in->want[1] / xs.es, lscale);
-	add_range(c, in, 0, input_arr(c, in, 0, conv, 0), 0, in->want[0] / xs.es, NULL);
-	free(lscale);
-	in->fed[0] = in->want[0];
-	in->fed[1] = in->want[1];
-	return ss_composer_end(c, in, errmsg);
-}
 
 int ss_composer_prepare(ss_composer *c, const ss_state *x, char *errmsg)
 {
@@ -851,11 +566,6 @@ void ss_composer_touch(ss_composer *c, size_t part, size_t parts)
 	size_t n = ss_state_ssm_len(&c->acc.dims), pages = (n + page - 1) / page;
 	for (size_t q = pages * part / parts; q < pages * (part + 1) / parts; q++)
 		c->acc.ssm[q * page] = 0;
-}
-
-int ss_composer_streams(const ss_composer *c)
-{
-	return !(c->o.norm & SS_COMPOSE_NORM_BEFORE);
 }
 
 ss_compose_input *ss_compose_input_new(void)
@@ -880,15 +590,15 @@ void ss_compose_input_free(ss_compose_input *in)
 	free(in);
 }
 
-int ss_composer_begin(ss_composer *c, ss_compose_input *in, const ss_state *x, char *errmsg)
+int ss_composer_begin_input(ss_composer *c, ss_compose_input *in, const ss_state *x, char *errmsg)
 {
-	if (!ss_composer_streams(c)) {
-		ss_errf(errmsg, 0, "composer: norm before needs whole arrays");
-		return fail(c, SS_ERR_INVALID);
-	}
 	int rc = add_begin(c, in, x, x ? x->dtype : SS_DTYPE_F32, errmsg);
 	if (rc || x->shuffle <= 0 || ss_dtype_size(in->t) == 1)
 		return rc;
+	if (c->o.norm & SS_COMPOSE_NORM_BEFORE) {
+		ss_errf(errmsg, 0, "input %zu: norm before needs unshuffled arrays", in->k);
+		return fail(c, SS_ERR_INVALID);
+	}
 	size_t bytes = (size_t)x->shuffle * ss_dtype_size(in->t); /* <= SS_SHUFFLE_MAX·4: the reader checks */
 	if (bytes > in->blk_cap) {
 		unsigned char *a = realloc(in->blk, bytes), *b = a ? realloc(in->unblk, bytes) : NULL;
@@ -970,8 +680,11 @@ static int add_shuffled(const ss_composer *c, ss_compose_input *in, int which, c
 	return 0;
 }
 
-int ss_composer_fold(const ss_composer *c, ss_compose_input *in, int which, uint64_t off, const void *p, size_t len,
-		     char *errmsg)
+/* Folds bytes [off, off+len) of in's array which (0 conv, 1 ssm), at p.
+ * check: plain pieces are checked finite first (a shuffled block always
+ * is). With a norm before, the ssm comes whole: its layers' norms first. */
+static int fold(const ss_composer *c, ss_compose_input *in, int which, uint64_t off, const void *p, size_t len,
+		int check, char *errmsg)
 {
 	if (!in->open || (which != 0 && which != 1))
 		return ss_errf(errmsg, SS_ERR_INVALID, "composer: a piece outside an input");
@@ -979,71 +692,62 @@ int ss_composer_fold(const ss_composer *c, ss_compose_input *in, int which, uint
 	if (off != in->fed[which] || len % es || len > in->want[which] - off)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "input %zu: field \"%s\" is not %llu bytes of %s", in->k,
 			       array_name[which], (unsigned long long)in->want[which], ss_dtype_name(in->t));
+	if (!p && len)
+		return ss_errf(errmsg, SS_ERR_INVALID, "input %zu: state without ssm, conv or logdecay", in->k);
 	if (in->shuf)
 		return add_shuffled(c, in, which, p, len, errmsg);
 	/* checked while the piece is in cache, before any of it is folded */
-	size_t bad = ss_nonfinite_find(p, in->t, len / es);
+	size_t bad = check ? ss_nonfinite_find(p, in->t, len / es) : len / es;
 	if (bad < len / es)
 		return nonfinite(in, which, (size_t)(off / es) + bad, (const unsigned char *)p + bad * es, errmsg);
-	add_range(c, in, which, input_arr(c, in, which, p, (size_t)(off / es)), (size_t)(off / es), len / es, NULL);
+	double *lscale = NULL;
+	if (which == 1 && (c->o.norm & SS_COMPOSE_NORM_BEFORE)) {
+		const ss_state_dims *dm = &c->acc.dims;
+		size_t llen = (size_t)dm->nheads * (size_t)dm->headdim * (size_t)dm->d_state;
+		if (len != in->want[1])
+			return ss_errf(errmsg, SS_ERR_INVALID, "input %zu: norm before needs the ssm in one piece",
+				       in->k);
+		if (!(lscale = malloc((size_t)dm->n_layer * sizeof *lscale)))
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		src_arr xs = input_arr(c, in, 1, p, 0);
+		for (size_t l = 0; l < (size_t)dm->n_layer; l++) {
+			double nrm = norm2(xs, l * llen, llen);
+			lscale[l] = nrm > 0 ? 1 / nrm : 1;
+		}
+	}
+	add_range(c, in, which, input_arr(c, in, which, p, (size_t)(off / es)), (size_t)(off / es), len / es, lscale);
+	free(lscale);
 	in->fed[which] += len;
 	return 0;
 }
 
-int ss_composer_add_begin(ss_composer *c, const ss_state *x, char *errmsg)
+int ss_composer_fold_input(const ss_composer *c, ss_compose_input *in, int which, uint64_t off, const void *p,
+			   size_t len, char *errmsg)
 {
-	return ss_composer_begin(c, &c->in, x, errmsg);
+	return fold(c, in, which, off, p, len, 1, errmsg);
 }
 
-int ss_composer_add_piece(ss_composer *c, int which, uint64_t off, const void *p, size_t len, char *errmsg)
+int ss_composer_begin(ss_composer *c, const ss_state *meta, char *errmsg)
+{
+	return ss_composer_begin_input(c, &c->in, meta, errmsg);
+}
+
+int ss_composer_fold(ss_composer *c, int which, uint64_t off, const void *p, size_t len, char *errmsg)
 {
 	int rc = c->failed ? ss_errf(errmsg, SS_ERR_INVALID, "composer: a piece after an error")
-			   : ss_composer_fold(c, &c->in, which, off, p, len, errmsg);
+			   : fold(c, &c->in, which, off, p, len, 0, errmsg);
 	return rc ? fail(c, rc) : 0;
 }
 
-int ss_composer_add_end(ss_composer *c, char *errmsg)
+int ss_composer_end(ss_composer *c, char *errmsg)
 {
 	if (c->failed) {
-		ss_errf(errmsg, 0, "composer: add_end outside an input");
+		ss_errf(errmsg, 0, "composer: end after an error");
 		return SS_ERR_INVALID;
 	}
-	return ss_composer_end(c, &c->in, errmsg);
+	return ss_composer_end_input(c, &c->in, errmsg);
 }
 
-int ss_composer_add(ss_composer *c, const ss_state *x, char *errmsg)
-{
-	return add_arrays(c, x, x ? x->ssm : NULL, x ? x->conv : NULL, SS_DTYPE_F32, errmsg);
-}
-
-int ss_composer_add_arrays(ss_composer *c, const ss_state *x, const void *ssm, const void *conv,
-			   ss_dtype dtype, char *errmsg)
-{
-	return add_arrays(c, x, ssm, conv, dtype, errmsg);
-}
-
-int ss_composer_add_record(ss_composer *c, const ss_record *rec, char *errmsg)
-{
-	if (c->failed || c->finished) {
-		ss_errf(errmsg, 0, "composer: add after an error or finish");
-		return SS_ERR_INVALID;
-	}
-	ss_state meta;
-	const void *conv, *ssm;
-	int rc = ss_record_state_view(rec, &meta, &conv, &ssm, errmsg);
-	if (rc == SS_ERR_UNSUPPORTED) { /* byte-shuffled: through an f32 copy */
-		if ((rc = ss_record_state(rec, &meta, errmsg)))
-			return fail(c, rc);
-		rc = add_arrays(c, &meta, meta.ssm, meta.conv, SS_DTYPE_F32, errmsg);
-		ss_state_free(&meta);
-		return rc;
-	}
-	if (rc)
-		return fail(c, rc);
-	rc = add_arrays(c, &meta, ssm, conv, meta.dtype, errmsg);
-	ss_state_free(&meta);
-	return rc;
-}
 
 /* The longest composed id written whole, and the longest piece of a first or
  * last source id in a bounded one (bytes). */
@@ -1175,7 +879,7 @@ int ss_composer_result(ss_composer *c, ss_state *view, char *errmsg)
 {
 	memset(view, 0, sizeof *view);
 	if (c->failed || c->finished || !c->have_acc || (c->n_plan && c->begun != c->n_plan) ||
-	    (c->o.norm & SS_COMPOSE_NORM_AFTER) || !ss_composer_streams(c))
+	    c->o.norm)
 		return ss_errf(errmsg, SS_ERR_INVALID, "composer: no result before every input has begun, "
 						       "nor with a norm");
 	int rc = c->meta_done ? 0 : finish_meta(c, errmsg);
@@ -1259,40 +963,40 @@ int ss_compose(const ss_compose_opts *o, const ss_state *const *in, size_t n, ss
 	       char *errmsg)
 {
 	memset(out, 0, sizeof *out);
-	ss_composer *c;
-	int rc = ss_composer_new(&c, o);
-	if (rc) {
-		ss_errf(errmsg, 0, "invalid composition options");
-		return rc;
+	ss_composer *c = NULL;
+	float *a = NULL;
+	size_t H = n ? ss_state_logdecay_len(&in[0]->dims) : 0;
+	int rc = 0;
+	if (o && (unsigned)o->mode < SS_COMPOSE_N_MODES && ss_compose_modes[o->mode].needs_plan && n > 0) {
+		if (!(a = malloc(n * H * sizeof *a)))
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		for (size_t k = 0; !rc && k < n; k++)
+			if (ss_state_logdecay_len(&in[k]->dims) != H || !in[k]->logdecay)
+				rc = ss_errf(errmsg, SS_ERR_MISMATCH, "input %zu: dims differ from input 0", k);
+			else
+				memcpy(a + k * H, in[k]->logdecay, H * sizeof *a);
 	}
-	if (n == 0) {
-		ss_errf(errmsg, 0, "no input states");
-		ss_composer_free(c);
-		return SS_ERR_INVALID;
-	}
-	if (ss_compose_needs_plan(o->mode)) {
-		size_t H = ss_state_logdecay_len(&in[0]->dims);
-		float *a = malloc(n * H * sizeof *a);
-		if (!a) {
-			ss_composer_free(c);
-			ss_errf(errmsg, 0, "out of memory");
-			return SS_ERR_NOMEM;
+	if (!rc)
+		rc = ss_composer_new(&c, o, n, H, a, errmsg);
+	free(a);
+	if (!rc && n == 0)
+		rc = ss_errf(errmsg, SS_ERR_INVALID, "no input states");
+	/* each state whole, its arrays in f32 whatever its storage dtype says,
+	 * not checked finite (a state in memory holds what it holds) */
+	for (size_t k = 0; !rc && k < n; k++) {
+		const ss_state *x = in[k];
+		if (!x || !x->ssm || !x->conv) {
+			rc = fail(c, ss_errf(errmsg, SS_ERR_INVALID, "input %zu: state without ssm, conv or logdecay", k));
+			break;
 		}
-		for (size_t k = 0; k < n; k++) {
-			size_t Hk = ss_state_logdecay_len(&in[k]->dims);
-			if (Hk != H || !in[k]->logdecay) {
-				free(a);
-				ss_composer_free(c);
-				ss_errf(errmsg, 0, "input %zu: dims differ from input 0", k);
-				return SS_ERR_MISMATCH;
-			}
-			memcpy(a + k * H, in[k]->logdecay, H * sizeof *a);
-		}
-		rc = ss_composer_plan(c, n, H, a, errmsg);
-		free(a);
+		ss_state m = *x;
+		m.dtype = SS_DTYPE_F32;
+		m.shuffle = 0;
+		if (!(rc = ss_composer_begin(c, &m, errmsg)) &&
+		    !(rc = ss_composer_fold(c, 1, 0, x->ssm, ss_state_ssm_len(&x->dims) * sizeof(float), errmsg)) &&
+		    !(rc = ss_composer_fold(c, 0, 0, x->conv, ss_state_conv_len(&x->dims) * sizeof(float), errmsg)))
+			rc = ss_composer_end(c, errmsg);
 	}
-	for (size_t k = 0; !rc && k < n; k++)
-		rc = ss_composer_add(c, in[k], errmsg);
 	if (!rc)
 		rc = ss_composer_finish(c, out, errmsg);
 	ss_composer_free(c);

@@ -2,11 +2,11 @@
  * compose_backward.c — the backward of the composition (ss_compose.h): the
  * gradient of the weights W[h][k] w.r.t. the inputs' logdecays, and of the
  * composed state w.r.t. every input's ssm, conv and logdecay. It
- * differentiates the functions compose.c's forward computes (the same
+ * differentiates the functions compose_weights.c's forward computes (the same
  * quadrature rule for picaso-s, the same cyclic series for picaso-r), with
  * products of decays formed as in the forward: no division by a decay, so
  * decays that underflow (or are -inf) give finite gradients.
- * ref: picaso.txt §5 (BPTC), Props. 1-3; docs/DESIGN.md §3; compose.c.
+ * ref: picaso.txt §5 (BPTC), Props. 1-3; docs/DESIGN.md §3; compose_weights.c.
  */
 #include "ss.h"
 #include "compose/internal.h"
@@ -166,7 +166,7 @@ int ss_compose_backward(const ss_compose_opts *o, const ss_state_dims *dims, siz
 			const float *dconv_out, const float *dlogdecay_out, float *const *dssm,
 			float *const *dconv, float *dlogdecay, char *errmsg)
 {
-	if (!o || !ss_compose_mode_name(o->mode) || !ss_compose_conv_name(o->conv)) {
+	if (!o || !ss_compose_mode_name(o->mode) || (unsigned)o->conv >= SS_COMPOSE_N_CONVS) {
 		ss_errf(errmsg, 0, "invalid composition options");
 		return SS_ERR_INVALID;
 	}

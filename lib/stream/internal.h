@@ -78,8 +78,9 @@ int ss_writer_end(ss_writer *w);
  * metadata must be final at the call; SS_ERR_INVALID for q8 (its scales
  * precede the arrays and need them whole), and for a chunk with an element
  * s->dtype does not hold finite (ss_unstorable_find; the record is then cut
- * off: abort the output). ss_compose_files_to() writes
- * the composed state this way while its inputs are still read. */
+ * off: abort the output). ss_compose_run()'s writer thread
+ * (lib/compose/compose_threads.c) writes the composed state this way while
+ * its inputs are still read. */
 typedef int (*ss_ready_fn)(void *arg, int which, size_t end);
 int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, ss_ready_fn ready, void *arg);
 
@@ -112,7 +113,7 @@ int ss_reader_next_pieces(ss_reader *r, const ss_record **rec, ss_piece_fn fn, v
 
 /* Moves r to the frame at byte `offset` of the regular file `path`, to be
  * numbered record `index` in errors (ss_reader_error): a reader that
- * visits records of several files in turn (ss_compose_files' threads)
+ * visits records of several files in turn (ss_compose_run's threads)
  * keeps its buffers, grown to one record, instead of growing new ones.
  * path may be r's own. Returns 0, or SS_ERR_NOTFOUND / SS_ERR_IO /
  * SS_ERR_NOMEM (r unchanged) / SS_ERR_INVALID (standard input, a pipe)

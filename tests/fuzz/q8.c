@@ -17,12 +17,14 @@ static int compose(const char *path, const char *out_path, int t, ss_state *out,
 {
 	const char *paths[1] = {path};
 	ss_compose_opts o = {SS_COMPOSE_PICASO_R, 0, SS_COMPOSE_CONV_MEAN};
-	ss_compose_output how = {1, SS_DTYPE_Q8, NULL};
 	ss_writer *w;
-	int write_failed;
 	if (ss_writer_open(&w, out_path, 1, err))
 		abort();
-	int rc = ss_compose_files_to(&o, t, paths, 1, 1u << 20, NULL, NULL, w, &how, out, NULL, &write_failed, err);
+	ss_compose_run_opts ro = {.paths = paths, .n_paths = 1, .threads = t, .max_record = 1u << 20, .w = w,
+				  .set_dtype = 1, .dtype = SS_DTYPE_Q8};
+	ss_compose_result res;
+	int rc = ss_compose_run(&o, &ro, &res, err);
+	*out = res.state;
 	if (rc) {
 		ss_writer_abort(w);
 		return rc;
