@@ -100,3 +100,62 @@ expect 1 "nan.seq: conv element 0 is not finite" ss-cat --import llama-seq --lik
 expect 2 "--import needs --like" ss-cat --import llama-seq "$d/c3.seq"
 expect 2 "--export: 'gguf' is not llama-seq or llama-seq-file" ss-cat --export gguf "$d/c.st"
 expect 2 "--state-dtype: 'f8' is not f32, f16, bf16 or q8" ss-cat --import llama-seq --like "$d/c.st" --state-dtype f8 "$d/c3.seq"
+
+# Against llama.cpp itself (tests/fixtures/llama-seq, written by llama.cpp d32676d): our export
+# of each t1 case has its header bytes and its rows within the golden tolerance; its blob and
+# file import as the state we encode; and from our exported PICASO-R state of the five cases
+# llama.cpp took the same 16 greedy tokens ss-decode takes. t2 (c3, decode) when $SS_SHARED has it.
+L=$SS_FIXTURES/llama-seq
+seqcmp() { # OURS THEIRS [SKIP_THEIRS]: header equal, rows within 1e-5 (1 + |x|)
+	python3 - "$@" <<'PY'
+import struct, sys
+a, b = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+if len(sys.argv) > 3:  # a 'ggsq' file: compare what follows its token list with a blob's cell on
+    na, nb = struct.unpack_from("<I", a, 8)[0], struct.unpack_from("<I", b, 8)[0]
+    assert a[:8] == b[:8], "file magic and version"
+    a, b = a[12 + 4 * na:], b[12 + 4 * nb:]
+    head = 20
+else:
+    head = 28
+assert len(a) == len(b) and a[:head] == b[:head], "header: %r vs %r" % (a[:head], b[:head])
+at, n_layer = head, struct.unpack_from("<I", b, head - 4)[0]
+for part in range(2 * n_layer):
+    assert a[at:at + 12] == b[at:at + 12], "row header at byte %d" % at
+    nb = struct.unpack_from("<Q", b, at + 4)[0]
+    x = struct.unpack_from("<%df" % (nb // 4), a, at + 12)
+    y = struct.unpack_from("<%df" % (nb // 4), b, at + 12)
+    bad = [i for i in range(len(y)) if not abs(x[i] - y[i]) <= 1e-5 * (1 + abs(y[i]))]
+    assert not bad, "rows at byte %d: element %d: %r vs %r" % (at, bad[0], x[bad[0]], y[bad[0]])
+    at += 12 + nb
+PY
+}
+llama_case() { # MODEL_DIR GOLDEN_DIR NAME CASES...: encode, export, compare, import, decode
+	md=$1 gd=$2 name=$3; shift 3
+	for c in "$@"; do ss-tokenize -q --whole "$gd/$c/text.txt"; done >"$d/$name.tok"
+	ss-encode -q --model "$md" -o "$d/$name.st" "$d/$name.tok"
+	i=0
+	ss-cat --meta "$d/$name.st" | sed 's/.*"offset":\([0-9]*\).*/\1/' >"$d/$name.offs"
+	for c in "$@"; do
+		off=$(sed -n "$((i + 1))p" "$d/$name.offs")
+		i=$((i + 1))
+		[ -e "$L/$name-$c.seq" ] || continue
+		ss-cat --export llama-seq --at "$off" "$d/$name.st" >"$d/ours.seq"
+		seqcmp "$d/ours.seq" "$L/$name-$c.seq" || fail "$name $c: our export is not llama.cpp's blob"
+		for v in seq ggsq; do
+			[ -e "$L/$name-$c.$v" ] || continue
+			[ $v = seq ] || { ss-cat --export llama-seq-file --at "$off" "$d/$name.st" >"$d/ours.ggsq"
+				seqcmp "$d/ours.ggsq" "$L/$name-$c.ggsq" file || fail "$name $c: file variant"; }
+			ss-cat --import llama-seq --like "$d/$name.st" --at "$off" "$L/$name-$c.$v" |
+				ss-cat --export llama-seq >"$d/back.seq"
+			seqcmp "$d/back.seq" "$L/$name-$c.seq" || fail "$name $c: import of llama.cpp's $v"
+		done
+	done
+	ss-compose -q --mode picaso-r -o "$d/$name-pr.st" "$d/$name.st"
+	set -- $(grep "^$name " "$L/decode.txt")
+	got=$(ss-decode --model "$md" --state "$d/$name-pr.st" --prompt-tokens "$2" --max-tokens 16 --ids | tr ' ' ,)
+	[ "$got" = "$3" ] || fail "$name: ss-decode from the PICASO-R state: $got, llama.cpp: $3"
+}
+llama_case "$T1" "$G/t1" t1 c1 c2 c3 c4 docB
+if [ -n "${SS_SHARED:-}" ] && [ -d "$SS_SHARED/golden/t2" ]; then
+	llama_case "$SS_SHARED/golden/models/t2-hf" "$SS_SHARED/golden/t2" t2 c1 c2 c3 c4 docB
+fi
