@@ -81,8 +81,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (int64_t i = 0; i < (k + 2) * L; i++) {
-		x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-		tok[i] = (int32_t)((x >> 33) % (uint64_t)m->cfg.vocab_size);
+		tok[i] = (int32_t)((ss_splitmix64(&x) >> 33) % (uint64_t)m->cfg.vocab_size);
 	}
 	for (int i = 0; i < k; i++)
 		chunks[i] = tok + i * L, chunk_len[i] = L;

@@ -566,7 +566,7 @@ int main(int argc, char **argv)
 	tok = malloc((size_t)docs * len * sizeof(int32_t));
 	logits = malloc((size_t)docs * vocab * sizeof(float));
 	for (i = 0; i < docs * len; i++)
-		tok[i] = (int32_t)((rng = rng * 6364136223846793005ULL + 1) >> 33) % 50277;
+		tok[i] = (int32_t)(ss_splitmix64(&rng) >> 33) % 50277;
 	for (i = 0; i < docs; i++)
 		state_new(&st[i], m);
 	printf("state per document: %.1f MB\n",

@@ -104,8 +104,7 @@ static int run_shape(const char *label, const ss_mkmodel_opts *o, int64_t T, int
 		goto out;
 	}
 	for (int64_t i = 0; i < T; i++) {
-		x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-		tok[i] = (int32_t)((x >> 33) % (uint64_t)m->cfg.vocab_size);
+		tok[i] = (int32_t)((ss_splitmix64(&x) >> 33) % (uint64_t)m->cfg.vocab_size);
 	}
 	for (int64_t i = 0; i < T; i++)
 		tgt[i] = i + 1 < T ? tok[i + 1] : -1;

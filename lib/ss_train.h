@@ -3,7 +3,8 @@
  * parameters, a forward pass that keeps its activations, the backward pass
  * through every op (ss_ops.h's *_backward_cpu) into the gradient of every
  * parameter and of the initial states, and the AdamW update (part of libss;
- * include "ss.h").
+ * include "ss.h"); and a whole run of steps over a data source
+ * (ss_train_run_*, lib/train/run.c, lib/train/data.c), what ss-train drives.
  * Public: part of libss's interface (ss.h says what that means).
  *
  * The step is llm.c's (train_gpt2.c): ss_train_forward, ss_train_zero_grad,
@@ -178,6 +179,132 @@ int ss_train_bptc(ss_train *t, const ss_train_bptc_example *ex, double *loss);
  * ref: picaso.txt §5 eq. L_BP2C (sg[x^PICASO]). */
 int ss_train_bp2c(ss_train *t, const float *conv, const float *ssm, const int32_t *query,
 		  int64_t n_query, const int32_t *cont, int64_t n_cont, double *loss);
+
+/* ------------------------------------------------------ the training run */
+
+/* A whole fine-tuning run (what ss-train drives): a data source, batches,
+ * the learning-rate schedule, the objective's forward and backward, the
+ * global gradient-norm clip and AdamW, step after step.
+ * Objectives (picaso.txt §5, §6):
+ *   SS_TRAIN_LM    next-token loss on the documents of a token stream
+ *                  (ss-tokens(5)), windows of seq_len tokens, each from the
+ *                  zero state;
+ *   SS_TRAIN_BP2C  loss on an example's continuation given its query, from
+ *                  the composition of its chunks' stored states (a
+ *                  constant: sg[x^PICASO], picaso.txt §5 eq. L_BP2C);
+ *   SS_TRAIN_BPTC  the same loss, the chunks re-encoded in the step and the
+ *                  gradient taken through the composition into their
+ *                  encodings (ss_train_bptc; picaso.txt §5 eq. L_BPTC).
+ * bp2c and bptc read JSON lines {"query", "continuation", "chunks": [ids]}
+ * (or "query_tokens"/"continuation_tokens" arrays of token ids), chunks most
+ * relevant first, and draw each example's k uniformly from
+ * 0..min(max_k, chunks) (picaso.txt §6.2) with ss_splitmix64; the first k
+ * chunks are composed, the most relevant last (nearest the query).
+ * The data are read again from the start at their end (the epoch counts).
+ * Schedule: linear warmup to lr over `warmup` steps, then a cosine to min_lr
+ * at `steps`; AdamW with beta1 0.9, beta2 0.95, eps 1e-8.
+ * ref: llm.c train_gpt2.c (the loop: forward, zero_grad, backward, clip,
+ *      update); nanoGPT train.py get_lr (warmup + cosine).
+ * Everything the run needs to continue bit for bit (same threads) is in
+ * ss_train_state and Adam's moments (ss_train_run_moments). */
+typedef enum { SS_TRAIN_LM, SS_TRAIN_BP2C, SS_TRAIN_BPTC, SS_TRAIN_OBJECTIVES } ss_train_objective;
+
+/* The run's state: hyperparameters, step, data position and RNG (what
+ * ss-train writes to trainer_state.json). The strings are the caller's. */
+typedef struct {
+	int objective;  /* ss_train_objective */
+	int64_t step;   /* steps done (0 at the start) */
+	int64_t steps;  /* length of the schedule */
+	double lr, min_lr, weight_decay;
+	double clip;    /* bound of the gradient's global L2 norm; 0 = none */
+	int64_t warmup; /* steps */
+	int64_t seq_len;      /* lm: tokens per window */
+	int64_t batch_tokens; /* tokens per step at most (lm: >= seq_len) */
+	int64_t batch_seqs;   /* sequences per step at most */
+	int64_t max_k;        /* bp2c, bptc */
+	uint64_t seed, rng;   /* rng: ss_splitmix64's state (seed at the start) */
+	ss_compose_mode mode; /* bp2c, bptc: caso, picaso-s, picaso-r or soup */
+	ss_dtype save_dtype;  /* not used by the run: what the caller saves */
+	char *data;           /* lm: token stream; bp2c, bptc: JSON lines */
+	char *states;         /* bp2c: state stream holding every chunk id */
+	char *chunk_tokens;   /* bptc: token stream holding every chunk id */
+	char *loss_after;     /* lm: count the loss only after this text's tokens, or NULL */
+	char base_fingerprint[SS_FINGERPRINT_MAX]; /* the model bp2c's states were made by */
+	/* data position: the next item to read (ss_train_run_tell) */
+	int64_t epoch;
+	int64_t offset; /* byte offset of the record (lm) or line (bp2c, bptc); -1: the start */
+	int64_t pos;    /* lm: token position in that record */
+} ss_train_state;
+
+/* What a run needs besides its state. */
+typedef struct {
+	const char *model_dir;  /* the model's directory: names it in messages */
+	const char *resume_dir; /* NULL, or the checkpoint resumed: Adam's m, v (and the f32
+				 * "master" when save_dtype is not f32) are read from its
+				 * optimizer.safetensors */
+	uint64_t max_record;    /* bound of one record (ss_reader_open) */
+	int threads;            /* ss_train_set_threads (clamped to SS_TRAIN_MAX_THREADS) */
+	/* The tokenizer, asked for only when text must be encoded (loss_after,
+	 * an example's "query"/"continuation" strings), at most once: owned by
+	 * the caller, alive until ss_train_run_free; NULL fails the run with
+	 * SS_ERR_NOTFOUND. */
+	ss_tokenizer *(*tokenizer)(void *ctx);
+	void *ctx;
+} ss_train_env;
+
+/* One finished step, as ss_train_run_steps reports it. */
+typedef struct {
+	int64_t step;     /* 1-based, the step just done */
+	double loss;      /* mean loss over the targets before the update, nats/token */
+	double lr;        /* the schedule's learning rate of the step */
+	double grad_norm; /* global L2 norm of the gradient before clipping */
+	int64_t tokens;   /* targets counted */
+	int nseq;         /* sequences (windows, examples) */
+	const int *k;     /* bp2c, bptc: [nseq] chunks composed per example; lm: NULL */
+} ss_train_step_info;
+
+/* Called after every step; a nonzero return stops the run (returned by
+ * ss_train_run_steps). It may call ss_train_run_tell and save. */
+typedef int (*ss_train_step_fn)(void *ctx, const ss_train_step_info *s);
+
+typedef struct ss_train_run ss_train_run;
+
+/* Opens a run of model m (a Mamba-2 model, loaded with f32 weights) from
+ * state st (read and written by the run; the caller keeps it alive and
+ * frees its strings): the trainer (ss_train_init for batch_tokens tokens —
+ * bptc: or its longest chunk — and min(batch_seqs, batch_tokens)
+ * sequences), Adam's moments (zero, or env->resume_dir's), the data source
+ * positioned at st's epoch, offset and pos. m is not referenced afterwards.
+ * Returns 0, or SS_ERR_* with errmsg naming the file, the record or line
+ * and the field (SS_ERR_NOMEM "out of memory"; st's data unreadable, a
+ * record not tokens or a token outside the vocabulary, the resume position
+ * not in the data, a chunk stream of another model or dims, a non-finite
+ * or negative moment). Caller frees *out with ss_train_run_free, also
+ * after an error (*out is then NULL or a partly opened run). */
+int ss_train_run_open(ss_train_run **out, ss_train_state *st, const ss_model *m,
+		      const ss_train_env *env, char *errmsg);
+
+/* Runs steps until st->step reaches `until` (st->step < until <= st->steps),
+ * calling step(ctx, info) after each (st->step and st->rng advanced, the
+ * weights updated). Returns 0, step's nonzero return, or SS_ERR_* with
+ * errmsg (a malformed example or record, naming the file and line or
+ * record; an example over batch_tokens; a chunk id not in the chunk
+ * stream; "step N: the gradient is not finite"): the run is then only
+ * freeable, its weights those of the last whole step. */
+int ss_train_run_steps(ss_train_run *r, int64_t until, ss_train_step_fn step, void *ctx,
+		       char *errmsg);
+
+/* Sets st's epoch, offset and pos to the next item the run reads (for a
+ * checkpoint). Returns 0, or SS_ERR_* with errmsg (lm reads ahead to the
+ * next document). */
+int ss_train_run_tell(ss_train_run *r, char *errmsg);
+
+/* The run's trainer (its parameters: ss_train_params_of) and Adam's first
+ * and second moments, m and v: [params->n] f32 each. Owned by r. */
+ss_train *ss_train_run_trainer(ss_train_run *r);
+void ss_train_run_moments(ss_train_run *r, const float **m, const float **v);
+
+void ss_train_run_free(ss_train_run *r);
 
 #ifdef __cplusplus
 }

@@ -37,8 +37,7 @@ static uint64_t rng_state;
 
 static double urand(void)
 {
-	rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-	return (double)(rng_state >> 11) * 0x1.0p-53;
+	return (double)(ss_splitmix64(&rng_state) >> 11) * 0x1.0p-53; /* the one generator (ss_sample.h) */
 }
 
 static float *rnd(size_t n, double lo, double hi)

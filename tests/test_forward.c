@@ -635,8 +635,7 @@ static void test_decode_bound_equals_decode(void **unused)
 /* Deterministic uniform floats in [lo, hi). */
 static float urand(uint64_t *s, float lo, float hi)
 {
-	*s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-	return lo + (hi - lo) * (float)((*s >> 40) * (1.0 / 16777216.0));
+	return lo + (hi - lo) * (float)((ss_splitmix64(s) >> 40) * (1.0 / 16777216.0));
 }
 
 /* One sequence of n tokens through ss_ssm_scan_cpu (ss_ops.h). */

@@ -54,13 +54,12 @@ static void fill_state(ss_state *s, const char *id, const char *fp, int64_t n_to
 	s->id = strdup(id);
 	snprintf(s->fingerprint, sizeof s->fingerprint, "%s", fp);
 	s->n_tokens = n_tokens;
-	uint32_t x = 2166136261u;
+	uint32_t h = 2166136261u; /* FNV-1a of the id seeds the values */
 	for (const char *p = id; *p; p++)
-		x = (x ^ (unsigned char)*p) * 16777619u;
-	for (size_t i = 0; i < ss_state_ssm_len(&dims); i++) {
-		x = x * 1664525u + 1013904223u;
-		s->ssm[i] = (float)(x >> 8) / (float)(1u << 24) - 0.5f;
-	}
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	uint64_t x = h;
+	for (size_t i = 0; i < ss_state_ssm_len(&dims); i++)
+		s->ssm[i] = (float)(ss_splitmix64(&x) >> 40) / (float)(1u << 24) - 0.5f;
 	for (size_t i = 0; i < ss_state_conv_len(&dims); i++)
 		s->conv[i] = (float)i * 0.01f;
 	for (size_t i = 0; i < ss_state_logdecay_len(&dims); i++)
@@ -726,18 +725,18 @@ static void test_copy_bad_state_file(void **state)
  * with probability about 1/r from 1..vocab (Zipf-like); with compounds,
  * one word in 8 a compound of two ("t3-t17"). x: the generator's state.
  * Returns a malloc'd string. */
-static char *zipf_text(uint32_t *x, int min_words, int more_words, double vocab, int compounds)
+static char *zipf_text(uint64_t *x, int min_words, int more_words, double vocab, int compounds)
 {
 	char buf[1024];
 	size_t n = 0;
-	*x = *x * 1664525u + 1013904223u;
-	int words = min_words + (int)(*x >> 8) % more_words;
+	uint32_t v = (uint32_t)(ss_splitmix64(x) >> 32);
+	int words = min_words + (int)(v >> 8) % more_words;
 	for (int w = 0; w < words; w++) {
-		*x = *x * 1664525u + 1013904223u;
-		int r = (int)pow(vocab, (double)(*x >> 8) / (double)(1u << 24));
+		v = (uint32_t)(ss_splitmix64(x) >> 32);
+		int r = (int)pow(vocab, (double)(v >> 8) / (double)(1u << 24));
 		n += (size_t)snprintf(buf + n, sizeof buf - n, "%st%d", w ? " " : "", r);
-		if (compounds && (*x >> 29) == 0)
-			n += (size_t)snprintf(buf + n, sizeof buf - n, "-t%d", 1 + (int)(*x >> 20) % 30);
+		if (compounds && (v >> 29) == 0)
+			n += (size_t)snprintf(buf + n, sizeof buf - n, "-t%d", 1 + (int)(v >> 20) % 30);
 	}
 	char *t = strdup(buf);
 	assert_non_null(t);
@@ -753,7 +752,7 @@ static void test_top_k_is_exhaustive_bm25(void **state)
 	enum { N_DOCS = 3000, N_Q = 150 };
 	static doc docs[N_DOCS];
 	static char ids[N_DOCS][16], *texts[N_DOCS];
-	uint32_t x = 12345;
+	uint64_t x = 12345;
 	for (int i = 0; i < N_DOCS; i++) {
 		snprintf(ids[i], sizeof ids[i], "g%d", i);
 		texts[i] = zipf_text(&x, 20, 40, 2000, 1);
@@ -788,8 +787,7 @@ static void test_top_k_is_exhaustive_bm25(void **state)
 	for (int q = 0; q < N_Q; q++) {
 		/* A passage (words of a document) or common words, then the FTS5
 		 * expression of its distinct words. */
-		x = x * 1664525u + 1013904223u;
-		const char *src = texts[(x >> 8) % N_DOCS];
+		const char *src = texts[(ss_splitmix64(&x) >> 40) % N_DOCS];
 		char query[1024], expr[4096] = "";
 		if (q % 2) {
 			snprintf(query, sizeof query, "%s t%d", src, q + 1);
@@ -798,8 +796,8 @@ static void test_top_k_is_exhaustive_bm25(void **state)
 			 * hold many of them, the case pruning must get right. */
 			size_t qn = 0;
 			for (int w = 0; w < 3 + q % 10; w++) {
-				x = x * 1664525u + 1013904223u;
-				qn += (size_t)snprintf(query + qn, sizeof query - qn, "%st%d", w ? " " : "", 1 + (int)(x >> 8) % 40);
+				int r = 1 + (int)((ss_splitmix64(&x) >> 40) % 40);
+				qn += (size_t)snprintf(query + qn, sizeof query - qn, "%st%d", w ? " " : "", r);
 			}
 		}
 		size_t en = 0;
@@ -863,7 +861,7 @@ static void test_top_k_exact_other_params_and_copies(void **state)
 	enum { N_TEXTS = 900, COPIES = 3, N_DOCS = N_TEXTS * COPIES, N_Q = 40 };
 	static doc docs[N_DOCS];
 	static char ids[N_DOCS][16], *texts[N_TEXTS];
-	uint32_t x = 777;
+	uint64_t x = 777;
 	for (int i = 0; i < N_TEXTS; i++)
 		texts[i] = zipf_text(&x, 10, 60, 1500, 0);
 	/* Copies far apart in rid order: text i is documents i, i + N_TEXTS... */
@@ -884,16 +882,15 @@ static void test_top_k_exact_other_params_and_copies(void **state)
 	for (int p = 0; p < 4; p++) {
 		assert_int_equal(ss_index_set_bm25(ix, params[p][0], params[p][1], em), 0);
 		for (int q = 0; q < N_Q; q++) {
-			x = x * 1664525u + 1013904223u;
+			uint64_t pick = ss_splitmix64(&x) >> 40;
 			char query[1200];
 			if (q % 2) {
-				snprintf(query, sizeof query, "%s", texts[(x >> 8) % N_TEXTS]);
+				snprintf(query, sizeof query, "%s", texts[pick % N_TEXTS]);
 			} else {
 				size_t qn = 0;
 				for (int w = 0; w < 2 + q % 12; w++) {
-					x = x * 1664525u + 1013904223u;
-					qn += (size_t)snprintf(query + qn, sizeof query - qn, "%st%d", w ? " " : "",
-							       1 + (int)(x >> 8) % 60);
+					int r = 1 + (int)((ss_splitmix64(&x) >> 40) % 60);
+					qn += (size_t)snprintf(query + qn, sizeof query - qn, "%st%d", w ? " " : "", r);
 				}
 			}
 			ss_index_hit *all, *h;

@@ -1259,7 +1259,7 @@ static void test_declared_size_not_trusted(void **ctx)
  * as the same records). */
 static const ss_state_dims big = { "mamba2", 4, 16, 64, 160, 8, 4 }; /* 2.6 MB f32 ssm */
 
-/* Writes states "a" and "b" of dims `big`, ssm filled with an LCG (hardly
+/* Writes states "a" and "b" of dims `big`, ssm filled by splitmix64 (hardly
  * compressible: each frame is ~15 zstd blocks, beyond a reader's 1 MiB
  * window), compressed by `threads`; offs (may be NULL) gets their byte
  * offsets. */
@@ -1274,10 +1274,9 @@ static void write_big_threads(const char *p, uint64_t *offs, int threads)
 		ss_state s;
 		assert_int_equal(ss_state_alloc(&s, &big), 0);
 		s.id = strdup(k ? "b" : "a");
-		uint32_t x = 12345u + (uint32_t)k;
+		uint64_t x = 12345u + (uint64_t)k;
 		for (size_t i = 0; i < ss_state_ssm_len(&big); i++) {
-			x = x * 1664525u + 1013904223u;
-			s.ssm[i] = (float)(x >> 8) / 16777216.0f;
+			s.ssm[i] = (float)(ss_splitmix64(&x) >> 40) / 16777216.0f;
 		}
 		assert_int_equal(ss_writer_put_state(w, &s, offs ? &offs[k] : NULL), 0);
 		ss_state_free(&s);
@@ -1313,10 +1312,9 @@ static void test_large_records(void **ctx)
 			ss_state s;
 			assert_int_equal(ss_record_state(rec, &s, err), 0);
 			assert_string_equal(s.id, k ? "b" : "a");
-			uint32_t x = 12345u + (uint32_t)k;
+			uint64_t x = 12345u + (uint64_t)k;
 			for (size_t i = 0; i < ss_state_ssm_len(&big); i++) {
-				x = x * 1664525u + 1013904223u;
-				if (s.ssm[i] != (float)(x >> 8) / 16777216.0f)
+				if (s.ssm[i] != (float)(ss_splitmix64(&x) >> 40) / 16777216.0f)
 					fail_msg("ssm[%zu] differs", i);
 			}
 			ss_state_free(&s);

@@ -244,10 +244,9 @@ static void test_nfc(void **state)
 	uint64_t rng = 42;
 	for (int trial = 0; trial < 300; trial++) {
 		size_t len = 0;
-		int k = (int)(rng % 200);
+		int k = (int)(ss_splitmix64(&rng) % 200);
 		for (int j = 0; j < k; j++) {
-			rng = rng * 6364136223846793005u + 1442695040888963407u;
-			const char *a = atoms[(rng >> 33) % na];
+			const char *a = atoms[(ss_splitmix64(&rng) >> 33) % na];
 			size_t l = strlen(a);
 			memcpy(text + len, a, l);
 			len += l;

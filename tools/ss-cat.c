@@ -211,56 +211,56 @@ static void import_seq(const char *blob, const char *like, long long at, const c
 	ss_state_free(&s);
 }
 
-int main(int argc, char **argv)
+/* The options of one run. */
+typedef struct {
+	int full, meta, stats, xport, import; /* xport: -1 none, 0 llama-seq, 1 llama-seq-file */
+	long long at, limit;
+	long seq_id;
+	const char *out_path, *like, *id;
+	ss_dtype dtype;
+} opts_t;
+
+static void parse_args(int argc, char **argv, opts_t *o)
 {
-	cli_init("ss-cat");
-	int full = 0, meta = 0, stats = 0, xport = -1, import = 0;
-	long long at = -1, limit = -1;
-	long seq_id = 0;
-	const char *out_path = NULL, *like = NULL, *id = NULL;
-	ss_dtype dtype = SS_DTYPE_F32;
-	static const struct option opts[] = {
+	static const struct option longs[] = {
 		{ "full", no_argument, 0, 'F' }, { "meta", no_argument, 0, 'M' }, { "stats", no_argument, 0, 'S' },
 		{ "at", required_argument, 0, 'a' }, { "export", required_argument, 0, 'E' },
 		{ "import", required_argument, 0, 'I' }, { "seq-id", required_argument, 0, 'i' },
 		{ "like", required_argument, 0, 'L' }, { "id", required_argument, 0, 'd' },
 		{ "state-dtype", required_argument, 0, 'D' }, { 0, 0, 0, 0 },
 	};
-	const cli_options co = { "n:", opts, usage, help, &out_path, NULL };
+	*o = (opts_t){ .xport = -1, .at = -1, .limit = -1, .dtype = SS_DTYPE_F32 };
+	const cli_options co = { "n:", longs, usage, help, &o->out_path, NULL };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
-		case 'F': full = 1; break;
-		case 'M': meta = 1; break;
-		case 'S': stats = 1; break;
-		case 'a': at = cli_long("--at", optarg, 0, LONG_MAX, usage); break;
-		case 'n': limit = cli_long("-n", optarg, 0, LONG_MAX, usage); break;
-		case 'E': xport = cli_choice("--export", optarg, "llama-seq\0llama-seq-file\0", usage); break;
-		case 'I': import = cli_choice("--import", optarg, "llama-seq\0", usage) + 1; break;
-		case 'i': seq_id = cli_long("--seq-id", optarg, 0, INT32_MAX, usage); break;
-		case 'L': like = optarg; break;
-		case 'd': id = optarg; break;
-		case 'D': dtype = (ss_dtype)cli_dtype("--state-dtype", optarg, SS_DTYPE_STATES, usage); break;
+		case 'F': o->full = 1; break;
+		case 'M': o->meta = 1; break;
+		case 'S': o->stats = 1; break;
+		case 'a': o->at = cli_long("--at", optarg, 0, LONG_MAX, usage); break;
+		case 'n': o->limit = cli_long("-n", optarg, 0, LONG_MAX, usage); break;
+		case 'E': o->xport = cli_choice("--export", optarg, "llama-seq\0llama-seq-file\0", usage); break;
+		case 'I': o->import = cli_choice("--import", optarg, "llama-seq\0", usage) + 1; break;
+		case 'i': o->seq_id = cli_long("--seq-id", optarg, 0, INT32_MAX, usage); break;
+		case 'L': o->like = optarg; break;
+		case 'd': o->id = optarg; break;
+		case 'D': o->dtype = (ss_dtype)cli_dtype("--state-dtype", optarg, SS_DTYPE_STATES, usage); break;
 		}
 	}
-	if ((xport >= 0) + import > 1 || ((xport >= 0 || import) && (full || meta || stats || limit >= 0)))
+	int convert = o->xport >= 0 || o->import;
+	if ((o->xport >= 0 && o->import) || (convert && (o->full || o->meta || o->stats || o->limit >= 0)))
 		cli_usage(usage, "--export, --import and the printing options go alone");
-	if (import && (!like || optind != argc - 1))
+	if (o->import && (!o->like || optind != argc - 1))
 		cli_usage(usage, "--import needs --like STATES and one BLOB");
-	if (xport >= 0 && optind < argc - 1)
+	if (o->xport >= 0 && optind < argc - 1)
 		cli_usage(usage, "--export reads one FILE");
-	if (!import && xport < 0 && (out_path || like || id))
+	if (!convert && (o->out_path || o->like || o->id))
 		cli_usage(usage, "-o, --like and --id go with --export or --import");
-	if (xport >= 0 || import) {
-		if (import)
-			import_seq(argv[optind], like, at, id, dtype, out_path);
-		else
-			export_seq(optind < argc ? argv[optind] : "-", at, xport, seq_id, out_path);
-		return 0;
-	}
-	char *stdin_only[] = { "-" };
-	char **files = optind < argc ? argv + optind : stdin_only;
-	int nfiles = optind < argc ? argc - optind : 1;
+}
+
+/* Prints the records of files[0..n) (or their --stats) as JSON lines. */
+static void print_files(char **files, int nfiles, const opts_t *o)
+{
 	uint64_t max = cli_max_record();
 	enum { MAX_GROUPS = 8 };
 	group_t g[MAX_GROUPS + 1];
@@ -273,30 +273,30 @@ int main(int argc, char **argv)
 		int rc = ss_reader_open(&r, files[i], max, err);
 		if (rc)
 			cli_die("%s: %s", files[i], err);
-		if (at >= 0 && (rc = ss_reader_seek(r, (uint64_t)at)) != 0)
+		if (o->at >= 0 && (rc = ss_reader_seek(r, (uint64_t)o->at)) != 0)
 			cli_die("%s: %s", files[i], ss_reader_error(r));
 		long long n = 0;
-		while ((limit < 0 || n < limit) && (at < 0 || n < 1) &&
-		       (rc = meta || stats ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec)) == 1) {
+		while ((o->limit < 0 || n < o->limit) && (o->at < 0 || n < 1) &&
+		       (rc = o->meta || o->stats ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec)) == 1) {
 			/* shown only as the tools would read it: one validator */
 			if (ss_record_check(rec, err))
 				cli_die("%s: record %lld (byte offset %llu): %s", files[i], n,
 					(unsigned long long)ss_record_offset(rec), err);
-			if (stats) {
+			if (o->stats) {
 				add_stats(g, &n_g, MAX_GROUPS, rec, files[i], n);
 			} else {
-				ss_record_to_json(rec, stdout, full);
+				ss_record_to_json(rec, stdout, o->full);
 				putchar('\n');
 			}
 			n++;
 		}
 		if (rc < 0)
 			cli_die("%s: %s", files[i], ss_reader_error(r));
-		if (at >= 0 && n == 0)
-			cli_die("%s: no record at byte offset %lld", files[i], at);
+		if (o->at >= 0 && n == 0)
+			cli_die("%s: no record at byte offset %lld", files[i], o->at);
 		ss_reader_close(r);
 	}
-	if (stats) {
+	if (o->stats) {
 		group_t *t = &g[MAX_GROUPS];
 		for (int k = 0; k < n_g; k++) {
 			print_group(&g[k]);
@@ -306,6 +306,26 @@ int main(int argc, char **argv)
 		}
 		print_group(t);
 	}
+}
+
+int main(int argc, char **argv)
+{
+	cli_init("ss-cat");
+	opts_t o;
+	parse_args(argc, argv, &o);
+	if (o.import) {
+		import_seq(argv[optind], o.like, o.at, o.id, o.dtype, o.out_path);
+		return 0;
+	}
+	if (o.xport >= 0) {
+		export_seq(optind < argc ? argv[optind] : "-", o.at, o.xport, o.seq_id, o.out_path);
+		return 0;
+	}
+	char *stdin_only[] = { "-" };
+	if (optind < argc)
+		print_files(argv + optind, argc - optind, &o);
+	else
+		print_files(stdin_only, 1, &o);
 	if (fflush(stdout) != 0 || ferror(stdout))
 		cli_die("standard output: write error");
 	return 0;

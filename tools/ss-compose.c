@@ -176,109 +176,121 @@ static void write_weights(const char *path, const ss_state *s, ss_compose_mode m
 		cli_die("%s: write error: %s", path, strerror(errno));
 }
 
-int main(int argc, char **argv)
+/* The options of one run. */
+typedef struct {
+	ss_compose_opts o;
+	const char *out_path, *weights_path, *id;
+	int have_dtype, level, threads;
+	ss_dtype out_dtype;
+	char **files;
+	int nfiles;
+} opts_t;
+
+static void parse_args(int argc, char **argv, opts_t *a)
 {
-	cli_init("ss-compose");
-	atexit(abort_output);
-	ss_compose_opts o = {SS_COMPOSE_PICASO_R, 0, SS_COMPOSE_CONV_MEAN};
-	const char *out_path = "-", *weights_path = NULL, *id = NULL;
-	int have_dtype = 0, level = OUT_LEVEL_DEFAULT;
-	long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
-	int threads = n_cpu > 0 && n_cpu < THREADS_MAX_DEFAULT ? (int)n_cpu : THREADS_MAX_DEFAULT;
-	ss_dtype out_dtype = SS_DTYPE_F32;
-	static const struct option opts[] = {
+	static const struct option longs[] = {
 		{"mode", required_argument, 0, 'm'}, {"norm", required_argument, 0, 'N'},
 		{"conv", required_argument, 0, 'C'}, {"state-dtype", required_argument, 0, 'D'},
 		{"weights", required_argument, 0, 'W'}, {"id", required_argument, 0, 'I'},
 		{"level", required_argument, 0, 'l'}, {"threads", required_argument, 0, 'j'}, {0, 0, 0, 0},
 	};
-	const cli_options co = { "l:j:", opts, usage, help, &out_path, NULL };
+	long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+	*a = (opts_t){ .o = {SS_COMPOSE_PICASO_R, 0, SS_COMPOSE_CONV_MEAN}, .out_path = "-",
+		       .level = OUT_LEVEL_DEFAULT, .out_dtype = SS_DTYPE_F32,
+		       .threads = n_cpu > 0 && n_cpu < THREADS_MAX_DEFAULT ? (int)n_cpu : THREADS_MAX_DEFAULT };
+	const cli_options co = { "l:j:", longs, usage, help, &a->out_path, NULL };
 	int ch;
 	while ((ch = cli_getopt(argc, argv, &co)) != -1) {
 		switch (ch) {
 		case 'm':
-			if (ss_compose_mode_parse(optarg, &o.mode))
+			if (ss_compose_mode_parse(optarg, &a->o.mode))
 				cli_usage(usage, "--mode: unknown mode '%s' (caso, picaso-s, picaso-r, soup, sum, max)",
 					  optarg);
 			break;
 		case 'N':
-			if ((o.norm = name_index(ss_compose_norm_names, SS_COMPOSE_N_NORMS, optarg)) < 0)
+			if ((a->o.norm = name_index(ss_compose_norm_names, SS_COMPOSE_N_NORMS, optarg)) < 0)
 				cli_usage(usage, "--norm: '%s' is not none, before, after or both", optarg);
 			break;
 		case 'C': {
 			int c = name_index(ss_compose_conv_names, SS_COMPOSE_N_CONVS, optarg);
 			if (c < 0)
 				cli_usage(usage, "--conv: '%s' is not mean or last", optarg);
-			o.conv = (ss_compose_conv)c;
+			a->o.conv = (ss_compose_conv)c;
 			break;
 		}
 		case 'D':
-			out_dtype = (ss_dtype)cli_dtype("--state-dtype", optarg, SS_DTYPE_STATES, usage);
-			have_dtype = 1;
+			a->out_dtype = (ss_dtype)cli_dtype("--state-dtype", optarg, SS_DTYPE_STATES, usage);
+			a->have_dtype = 1;
 			break;
-		case 'W': weights_path = optarg; break;
+		case 'W': a->weights_path = optarg; break;
 		case 'I':
 			if (!*optarg)
 				cli_usage(usage, "--id: empty id");
-			id = optarg;
+			a->id = optarg;
 			break;
-		case 'l': level = (int)cli_long("--level", optarg, -7, 19, usage); break;
-		case 'j': threads = (int)cli_long("--threads", optarg, 1, 64, usage); break;
+		case 'l': a->level = (int)cli_long("--level", optarg, -7, 19, usage); break;
+		case 'j': a->threads = (int)cli_long("--threads", optarg, 1, 64, usage); break;
 		}
 	}
-	if (weights_path && !strcmp(weights_path, "-") && !strcmp(out_path, "-"))
+	if (a->weights_path && !strcmp(a->weights_path, "-") && !strcmp(a->out_path, "-"))
 		cli_usage(usage, "--weights -: standard output already carries the state (use -o FILE)");
-	char *stdin_only[] = {"-"};
-	char **files = optind < argc ? argv + optind : stdin_only;
-	int nfiles = optind < argc ? argc - optind : 1;
+	static char *stdin_only[] = {"-"};
+	a->files = optind < argc ? argv + optind : stdin_only;
+	a->nfiles = optind < argc ? argc - optind : 1;
 	int n_stdin = 0;
-	for (int i = 0; i < nfiles; i++)
-		n_stdin += !strcmp(files[i], "-");
+	for (int i = 0; i < a->nfiles; i++)
+		n_stdin += !strcmp(a->files[i], "-");
 	if (n_stdin > 1)
 		cli_usage(usage, "standard input ('-') given more than once");
-	for (int i = 0; i < nfiles; i++)
-		cli_out_not_input(out_path, files[i]);
-	cli_out_not_input(out_path, weights_path);
+	for (int i = 0; i < a->nfiles; i++)
+		cli_out_not_input(a->out_path, a->files[i]);
+	cli_out_not_input(a->out_path, a->weights_path);
+}
 
+int main(int argc, char **argv)
+{
+	cli_init("ss-compose");
+	atexit(abort_output);
+	opts_t a;
+	parse_args(argc, argv, &a);
 	char err[SS_ERRMSG_MAX];
 	/* Open the output first: a terminal or an unwritable path fails before
 	 * any work. */
-	if (ss_writer_open(&out_w, out_path, level ? level : SS_ZSTD_LEVEL_DEFAULT, err) != 0)
-		cli_die("%s: %s", out_path, err);
+	if (ss_writer_open(&out_w, a.out_path, a.level ? a.level : SS_ZSTD_LEVEL_DEFAULT, err) != 0)
+		cli_die("%s: %s", a.out_path, err);
 	/* At levels below 1 a composed state is stored, not compressed (floats
 	 * with full mantissas): threads would only cost their start. A libzstd
 	 * without threads compresses in one. */
-	if (level >= 1)
-		ss_writer_set_threads(out_w, threads);
+	if (a.level >= 1)
+		ss_writer_set_threads(out_w, a.threads);
 
 	double t0 = cli_now();
 	ss_compose_run_opts ro = {
-		.paths = (const char *const *)files, .n_paths = (size_t)nfiles, .threads = threads,
+		.paths = (const char *const *)a.files, .n_paths = (size_t)a.nfiles, .threads = a.threads,
 		.max_record = cli_max_record(), .progress = show_progress, .w = out_w,
-		.set_dtype = have_dtype, .dtype = out_dtype, .id = id,
+		.set_dtype = a.have_dtype, .dtype = a.out_dtype, .id = a.id,
 	};
 	ss_compose_result res;
-	int rc = ss_compose_run(&o, &ro, &res, err);
+	int rc = ss_compose_run(&a.o, &ro, &res, err);
 	ss_state out = res.state;
-	uint64_t bytes_in = res.bytes_in;
 	cli_progress_end();
 	ss_writer *w = out_w;
 	if (rc != 0 && res.write_failed) {
 		out_w = NULL;
-		cli_writer_die(w, out_path, rc);
+		cli_writer_die(w, a.out_path, rc);
 	}
 	if (rc != 0)
 		cli_die("%s", err);
-	if (weights_path)
-		write_weights(weights_path, &out, o.mode, o.norm, o.conv);
+	if (a.weights_path)
+		write_weights(a.weights_path, &out, a.o.mode, a.o.norm, a.o.conv);
 	out_w = NULL;
 	if (ss_writer_close(w, err) != 0)
-		cli_die("%s: %s", out_path, err);
+		cli_die("%s: %s", a.out_path, err);
 	if (cli_verbosity >= 2) {
-		double elapsed_s = cli_now() - t0;
-		fprintf(stderr, "ss-compose: %d %s, %.1f MB in %.3g s (%.3g GB/s), mode %s\n",
-			(int)out.n_sources, cli_plural((uint64_t)out.n_sources, "state", "states"), bytes_in / 1e6, elapsed_s, elapsed_s > 0 ? bytes_in / elapsed_s / 1e9 : 0.0,
-			ss_compose_mode_name(o.mode));
+		double s = cli_now() - t0;
+		fprintf(stderr, "ss-compose: %d %s, %.1f MB in %.3g s (%.3g GB/s), mode %s\n", (int)out.n_sources,
+			cli_plural((uint64_t)out.n_sources, "state", "states"), res.bytes_in / 1e6, s,
+			s > 0 ? res.bytes_in / s / 1e9 : 0.0, ss_compose_mode_name(a.o.mode));
 	}
 	ss_state_free(&out);
 	return 0;

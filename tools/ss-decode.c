@@ -433,18 +433,43 @@ static long generate(decoder *d, ss_state *from, const prompt *pr, int keep)
 	return (long)gb->n;
 }
 
-int main(int argc, char **argv)
+/* The command line. */
+typedef struct {
+	const char *state_path, *prompt_text, *prompt_file, *prompt_ids, *out_path, *model_dir;
+	cli_model_opts mo;
+	int no_state, ignore_eos, ids_out, jsonl;
+	int implicit; /* the states come from a non-terminal stdin, not named */
+	gen_opts g;
+} decode_opts;
+
+/* The options' argument checks: one prompt, the states and the prompt not
+ * both from stdin, no input as the output. */
+static void check_args(decode_opts *o)
 {
-	cli_init("ss-decode");
-	const char *state_path = NULL, *prompt_text = NULL, *prompt_file = NULL,
-		   *prompt_ids = NULL, *out_path = NULL;
-	cli_model_opts mo = { 0 };
-	int no_state = 0, ignore_eos = 0, ids_out = 0, jsonl = 0;
-	gen_opts g = { .sp = { .temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0,
-			       .repeat_penalty = 1, .repeat_last_n = 64 },
-		       .max_tokens = 64 };
-	if (!(g.stops = malloc((size_t)argc * sizeof *g.stops)))
-		cli_die("out of memory");
+	gen_opts *g = &o->g;
+	if (o->state_path && o->no_state)
+		cli_usage(usage, "--state and --no-state exclude each other");
+	if ((o->prompt_text != NULL) + (o->prompt_file != NULL) + (o->prompt_ids != NULL) +
+		    (g->prompts_path != NULL) != 1)
+		cli_usage(usage, "give one prompt: --prompt, --prompt-file, --prompt-tokens or --prompts");
+	gen_finish(g);
+	const char *stdin_prompt = o->prompt_file ? o->prompt_file : g->prompts_path;
+	int prompt_stdin = stdin_prompt && !strcmp(stdin_prompt, "-");
+	if (!o->state_path && !o->no_state && !isatty(STDIN_FILENO) && !prompt_stdin) {
+		o->state_path = "-";
+		o->implicit = 1;
+	}
+	if (o->state_path && !strcmp(o->state_path, "-") && prompt_stdin)
+		cli_usage(usage, "the states and the prompt cannot both come from stdin");
+	const char *inputs[] = { o->state_path, o->prompt_file, g->prompts_path, o->mo.tokenizer };
+	for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
+		cli_out_not_input(o->out_path, inputs[i]);
+	o->model_dir = cli_model_dir(o->mo.model, usage);
+}
+
+/* Reads the options into o; exits 2 on a usage error. */
+static void parse_args(int argc, char **argv, decode_opts *o)
+{
 	enum { O_STATE = 256, O_NOSTATE, O_PROMPT, O_PFILE, O_PTOK, O_IGNEOS, O_IDS, O_JSONL };
 	static const struct option opts[] = {
 		{ "state", required_argument, 0, O_STATE },
@@ -458,127 +483,138 @@ int main(int argc, char **argv)
 		GEN_LONG_OPTIONS,
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { "n:p:f:s:", opts, usage, help, &out_path, &mo };
+	*o = (decode_opts){ .g = { .sp = { .temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0,
+					   .repeat_penalty = 1, .repeat_last_n = 64 },
+				   .max_tokens = 64 } };
+	if (!(o->g.stops = malloc((size_t)argc * sizeof *o->g.stops)))
+		cli_die("out of memory");
+	const cli_options co = { "n:p:f:s:", opts, usage, help, &o->out_path, &o->mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
-		case O_STATE: state_path = optarg; break;
-		case O_NOSTATE: no_state = 1; break;
+		case O_STATE: o->state_path = optarg; break;
+		case O_NOSTATE: o->no_state = 1; break;
 		case 'p':
-		case O_PROMPT: prompt_text = optarg; break;
+		case O_PROMPT: o->prompt_text = optarg; break;
 		case 'f':
-		case O_PFILE: prompt_file = optarg; break;
-		case O_PTOK: prompt_ids = optarg; break;
-		case O_IGNEOS: ignore_eos = 1; break;
-		case O_IDS: ids_out = 1; break;
-		case O_JSONL: jsonl = 1; break;
-		default: gen_opt(&g, c, optarg); break;
+		case O_PFILE: o->prompt_file = optarg; break;
+		case O_PTOK: o->prompt_ids = optarg; break;
+		case O_IGNEOS: o->ignore_eos = 1; break;
+		case O_IDS: o->ids_out = 1; break;
+		case O_JSONL: o->jsonl = 1; break;
+		default: gen_opt(&o->g, c, optarg); break;
 		}
 	}
 	if (optind < argc)
 		cli_usage(usage, "unexpected argument '%s'", argv[optind]);
-	if (state_path && no_state)
-		cli_usage(usage, "--state and --no-state exclude each other");
-	if ((prompt_text != NULL) + (prompt_file != NULL) + (prompt_ids != NULL) +
-		    (g.prompts_path != NULL) != 1)
-		cli_usage(usage, "give one prompt: --prompt, --prompt-file, --prompt-tokens or --prompts");
-	gen_finish(&g);
-	const char *stdin_prompt = prompt_file ? prompt_file : g.prompts_path;
-	int prompt_stdin = stdin_prompt && !strcmp(stdin_prompt, "-");
-	int implicit = 0;
-	if (!state_path && !no_state && !isatty(STDIN_FILENO) && !prompt_stdin) {
-		state_path = "-";
-		implicit = 1;
-	}
-	if (state_path && !strcmp(state_path, "-") && prompt_stdin)
-		cli_usage(usage, "the states and the prompt cannot both come from stdin");
-	const char *inputs[] = { state_path, prompt_file, g.prompts_path, mo.tokenizer };
-	for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
-		cli_out_not_input(out_path, inputs[i]);
-	const char *model_dir = cli_model_dir(mo.model, usage);
-	ss_device *dev = mcli_device(mo.device, usage);
+	check_args(o);
+}
 
-	prompt one = { .max_tokens = g.max_tokens, .seed = g.seed };
-	if (prompt_ids) {
-		one.ids = mcli_parse_ids("--prompt-tokens", prompt_ids, &one.n, usage);
-		if (one.n == 0)
-			cli_usage(usage, "--prompt-tokens: empty prompt");
-	}
-
-	ss_model *m = mcli_load_model(model_dir, 0, mo.wtype, usage);
-	ss_tokenizer *tok = NULL;
-	if (!prompt_ids || !ids_out || g.n_stops || g.prompts_path)
-		tok = cli_tokenizer(mo.tokenizer, model_dir);
-	prompt *ps = &one;
-	size_t n_prompts = 1;
-	if (g.prompts_path) {
-		ps = read_prompts(g.prompts_path, tok, &g, &n_prompts);
-	} else if (!prompt_ids) {
+/* The prompts: --prompts' lines, or one (already in *one with
+ * --prompt-tokens; else --prompt's or --prompt-file's text tokenized), each
+ * token checked against the model's vocabulary. Returns them (one, or
+ * malloc'd) and their number in *n. */
+static prompt *load_prompts(const decode_opts *o, const ss_model *m, ss_tokenizer *tok,
+			    prompt *one, size_t *n)
+{
+	prompt *ps = one;
+	*n = 1;
+	if (o->g.prompts_path) {
+		ps = read_prompts(o->g.prompts_path, tok, &o->g, n);
+	} else if (!o->prompt_ids) {
 		size_t len;
-		char *text = prompt_text ? strdup(prompt_text)
-					 : mcli_read_file_max(prompt_file, MCLI_MAX_TEXT, "a prompt file", &len);
+		char *text = o->prompt_text ? strdup(o->prompt_text)
+					    : mcli_read_file_max(o->prompt_file, MCLI_MAX_TEXT,
+								 "a prompt file", &len);
 		if (!text)
 			cli_die("out of memory");
-		one.ids = prompt_tokens(tok, text, strlen(text), &one.n,
-					prompt_text ? "--prompt" : prompt_file);
+		one->ids = prompt_tokens(tok, text, strlen(text), &one->n,
+					 o->prompt_text ? "--prompt" : o->prompt_file);
 		free(text);
 	}
 	int32_t vocab = mcli_vocab(m);
-	for (size_t j = 0; j < n_prompts; j++)
+	for (size_t j = 0; j < *n; j++)
 		for (size_t i = 0; i < ps[j].n; i++)
 			if (ps[j].ids[i] < 0 || ps[j].ids[i] >= vocab)
 				cli_die("%s%sprompt token %zu is %d, outside the model's vocabulary [0, %d)",
 					ps[j].id ? ps[j].id : "", ps[j].id ? ": " : "", i,
 					(int)ps[j].ids[i], (int)vocab);
-	int32_t n_gen = mcli_gen_vocab(m, tok);
+	return ps;
+}
 
-	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, mo.threads);
-	ss_sampler *smp;
-	if (ss_sampler_init(&smp, n_gen, &g.sp, g.seed))
-		cli_die("cannot create the sampler (out of memory?)");
-	const size_t V = (size_t)m->cfg.vocab_padded;
-	float *logits = malloc(V * sizeof *logits);
-	if (!logits)
-		cli_die("out of memory");
-	const int32_t eos = ignore_eos ? -1 : m->cfg.eos_token_id;
-	decoder d = { .ctx = ctx, .smp = smp, .tok = tok, .logits = logits, .eos = eos,
-		      .stops = g.stops, .n_stops = g.n_stops, .jsonl = jsonl, .ids_out = ids_out,
-		      .state_path = state_path ? state_path : model_dir,
-		      .out_path = out_path ? out_path : "standard output" };
-	FILE *out = d.out = cli_out_open(out_path);
+/* Generates every prompt from every state of the input (or the zero state)
+ * into d->out; -v prints the summary. */
+static void decode_all(decoder *d, const decode_opts *o, ss_model *m, const prompt *ps,
+		       size_t n_prompts)
+{
 	mcli_states src;
-	mcli_states_open(&src, state_path, implicit);
+	mcli_states_open(&src, o->state_path, o->implicit);
 	ss_state st;
 	double t0 = cli_now();
 	long long total = 0;
-	d.n_vocab = V;
-	while (mcli_states_next(&src, m, model_dir, &st)) {
-		if (state_path)
-			snprintf(d.where, sizeof d.where, "%s: record %llu (id \"%.400s\")", state_path,
-				 (unsigned long long)src.count - 1, st.id);
+	while (mcli_states_next(&src, m, o->model_dir, &st)) {
+		if (o->state_path)
+			snprintf(d->where, sizeof d->where, "%s: record %llu (id \"%.400s\")",
+				 o->state_path, (unsigned long long)src.count - 1, st.id);
 		else
-			snprintf(d.where, sizeof d.where, "%s: the zero state", model_dir);
+			snprintf(d->where, sizeof d->where, "%s: the zero state", o->model_dir);
 		for (size_t j = 0; j < n_prompts; j++)
-			total += generate(&d, &st, &ps[j], n_prompts > 1);
+			total += generate(d, &st, &ps[j], n_prompts > 1);
 		ss_state_free(&st);
 	}
 	mcli_states_close(&src);
-	cli_out_close(out);
+	cli_out_close(d->out);
 	if (cli_verbosity >= 2) {
 		double elapsed_s = cli_now() - t0;
 		fprintf(stderr, "ss-decode: %lld %s in %.2f s (%.1f tokens/s)", total,
 			cli_plural((uint64_t)total, "token", "tokens"), elapsed_s,
 			elapsed_s > 0 ? total / elapsed_s : 0.0);
-		if (g.sp.temperature > 0)
-			fprintf(stderr, ", seed %llu", (unsigned long long)g.seed);
+		if (o->g.sp.temperature > 0)
+			fprintf(stderr, ", seed %llu", (unsigned long long)o->g.seed);
 		putc('\n', stderr);
 	}
+}
+
+int main(int argc, char **argv)
+{
+	cli_init("ss-decode");
+	decode_opts o;
+	parse_args(argc, argv, &o);
+	ss_device *dev = mcli_device(o.mo.device, usage);
+	prompt one = { .max_tokens = o.g.max_tokens, .seed = o.g.seed };
+	if (o.prompt_ids) {
+		one.ids = mcli_parse_ids("--prompt-tokens", o.prompt_ids, &one.n, usage);
+		if (one.n == 0)
+			cli_usage(usage, "--prompt-tokens: empty prompt");
+	}
+
+	ss_model *m = mcli_load_model(o.model_dir, 0, o.mo.wtype, usage);
+	ss_tokenizer *tok = NULL;
+	if (!o.prompt_ids || !o.ids_out || o.g.n_stops || o.g.prompts_path)
+		tok = cli_tokenizer(o.mo.tokenizer, o.model_dir);
+	size_t n_prompts;
+	prompt *ps = load_prompts(&o, m, tok, &one, &n_prompts);
+	ss_forward_ctx *ctx = mcli_forward_ctx(m, o.model_dir, dev, o.mo.threads);
+	ss_sampler *smp;
+	if (ss_sampler_init(&smp, mcli_gen_vocab(m, tok), &o.g.sp, o.g.seed))
+		cli_die("cannot create the sampler (out of memory?)");
+	const size_t V = (size_t)m->cfg.vocab_padded;
+	float *logits = malloc(V * sizeof *logits);
+	if (!logits)
+		cli_die("out of memory");
+	decoder d = { .ctx = ctx, .smp = smp, .tok = tok, .logits = logits, .n_vocab = V,
+		      .eos = o.ignore_eos ? -1 : m->cfg.eos_token_id,
+		      .stops = o.g.stops, .n_stops = o.g.n_stops, .jsonl = o.jsonl,
+		      .ids_out = o.ids_out, .state_path = o.state_path ? o.state_path : o.model_dir,
+		      .out_path = o.out_path ? o.out_path : "standard output" };
+	d.out = cli_out_open(o.out_path);
+	decode_all(&d, &o, m, ps, n_prompts);
 
 	for (size_t j = 0; j < n_prompts; j++)
 		prompt_free(&ps[j]);
 	if (ps != &one)
 		free(ps);
-	free(g.stops);
+	free(o.g.stops);
 	free(d.gb.ids);
 	free(d.gb.text);
 	free(logits);

@@ -435,16 +435,20 @@ static void append_id(char **acc, size_t *len, size_t *cap, const char *add)
 	*len += n - 1;
 }
 
-int main(int argc, char **argv)
+/* The command line. */
+typedef struct {
+	const char *from_path, *out_path, *concat_id, *model_dir;
+	cli_model_opts mo;
+	int concat, text, deterministic;
+	uint64_t max_doc;
+	long batch;
+	ss_dtype dtype;
+	selection sel;
+} encode_opts;
+
+/* Reads the options into o; exits 2 on a usage error. */
+static void parse_args(int argc, char **argv, encode_opts *o)
 {
-	cli_init("ss-encode");
-	const char *from_path = NULL, *out_path = NULL, *concat_id = NULL;
-	cli_model_opts mo = { 0 };
-	int concat = 0, text = 0, deterministic = 0;
-	uint64_t max_doc = (uint64_t)64 << 20; /* as ss-tokenize's default */
-	long batch = 8;
-	ss_dtype dtype = SS_DTYPE_F32;
-	selection sel = { .shard_n = 1 };
 	enum { O_DTYPE = 256, O_CONCAT, O_FROM, O_BATCH, O_TEXT, O_ID, O_SHARD, O_IDS, O_DET,
 	       O_MAXDOC };
 	static const struct option opts[] = {
@@ -460,150 +464,170 @@ int main(int argc, char **argv)
 		{ "ids", required_argument, 0, O_IDS },
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { NULL, opts, usage, help, &out_path, &mo };
+	*o = (encode_opts){ .max_doc = (uint64_t)64 << 20, /* as ss-tokenize's default */
+			    .batch = 8, .dtype = SS_DTYPE_F32, .sel = { .shard_n = 1 } };
+	const cli_options co = { NULL, opts, usage, help, &o->out_path, &o->mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
 		case O_DTYPE:
-			if (ss_dtype_parse(optarg, &dtype))
-				cli_usage(usage, "--state-dtype: '%s' is not f32, f16, bf16 or q8", optarg);
+			o->dtype = (ss_dtype)cli_dtype("--state-dtype", optarg, SS_DTYPE_STATES, usage);
 			break;
-		case O_CONCAT: concat = 1; break;
-		case O_ID: concat_id = optarg; break;
-		case O_FROM: from_path = optarg; break;
-		case O_BATCH: batch = cli_long("--batch", optarg, 1, 4096, usage); break;
-		case O_DET: deterministic = 1; break;
-		case O_TEXT: text = 1; break;
+		case O_CONCAT: o->concat = 1; break;
+		case O_ID: o->concat_id = optarg; break;
+		case O_FROM: o->from_path = optarg; break;
+		case O_BATCH: o->batch = cli_long("--batch", optarg, 1, 4096, usage); break;
+		case O_DET: o->deterministic = 1; break;
+		case O_TEXT: o->text = 1; break;
 		case O_MAXDOC:
-			if (!(max_doc = cli_size(optarg)))
+			if (!(o->max_doc = cli_size(optarg)))
 				cli_usage(usage, "--max-doc: '%s' is not a size (bytes, with optional k/M/G)", optarg);
 			break;
-		case O_SHARD: parse_shard(optarg, &sel, usage); break;
-		case O_IDS: sel.ids_path = optarg; break;
+		case O_SHARD: parse_shard(optarg, &o->sel, usage); break;
+		case O_IDS: o->sel.ids_path = optarg; break;
 		}
 	}
-	if (concat_id && !concat)
+	if (o->concat_id && !o->concat)
 		cli_usage(usage, "--id needs --concat");
-	if (mo.tokenizer && !text)
+	if (o->mo.tokenizer && !o->text)
 		cli_usage(usage, "--tokenizer needs --text");
-	const char *model_dir = cli_model_dir(mo.model, usage);
-	if (deterministic && !strcmp(mo.device, "auto"))
-		mo.device = "cpu"; /* only the CPU promises it */
-	ss_device *dev = mcli_device(mo.device, usage);
+	o->model_dir = cli_model_dir(o->mo.model, usage);
+	if (o->deterministic && !strcmp(o->mo.device, "auto"))
+		o->mo.device = "cpu"; /* only the CPU promises it */
+}
 
-	char *stdin_only[] = { "-" };
-	input in = { 0 };
-	in.files = optind < argc ? argv + optind : stdin_only;
-	in.nfiles = optind < argc ? argc - optind : 1;
-	in.text = text;
-	in.max_doc = max_doc;
-	in.total_bytes = cli_inputs_size(in.files, in.nfiles);
-	if (sel.ids_path && !strcmp(sel.ids_path, "-"))
-		for (int i = 0; i < in.nfiles; i++)
-			if (!strcmp(in.files[i], "-"))
+/* The inputs (FILE..., or stdin), none of them the output. */
+static void open_inputs(int argc, char **argv, const encode_opts *o, input *in)
+{
+	static char *stdin_only[] = { "-" };
+	*in = (input){ 0 };
+	in->files = optind < argc ? argv + optind : stdin_only;
+	in->nfiles = optind < argc ? argc - optind : 1;
+	in->text = o->text;
+	in->max_doc = o->max_doc;
+	in->total_bytes = cli_inputs_size(in->files, in->nfiles);
+	if (o->sel.ids_path && !strcmp(o->sel.ids_path, "-"))
+		for (int i = 0; i < in->nfiles; i++)
+			if (!strcmp(in->files[i], "-"))
 				cli_usage(usage, "--ids - and an input both read standard input");
-	for (int i = 0; i < in.nfiles; i++)
-		cli_out_not_input(out_path, in.files[i]);
-	cli_out_not_input(out_path, from_path);
-	cli_out_not_input(out_path, sel.ids_path);
-	cli_out_not_input(out_path, mo.tokenizer);
+	for (int i = 0; i < in->nfiles; i++)
+		cli_out_not_input(o->out_path, in->files[i]);
+	cli_out_not_input(o->out_path, o->from_path);
+	cli_out_not_input(o->out_path, o->sel.ids_path);
+	cli_out_not_input(o->out_path, o->mo.tokenizer);
+}
 
-	/* State extraction never needs an untied lm_head: do not keep it. */
-	ss_model *m = mcli_load_model(model_dir, SS_MODEL_SKIP_LM_HEAD, mo.wtype, usage);
-	in.vocab = mcli_vocab(m);
-	if (text)
-		in.tok = cli_tokenizer(mo.tokenizer, model_dir);
+/* The encoding: the model, its context, and the states of a batch. */
+typedef struct {
+	const encode_opts *o;
+	ss_model *m;
+	ss_forward_ctx *ctx;
+	int nst;              /* states: 1 with --concat, else --batch */
+	ss_state *st;         /* [nst] */
+	doc *docs;            /* [nst] */
+	ss_forward_seq *seqs; /* [nst] */
+	ss_state base, *basep; /* --from-state's, or NULL */
+	long long n_docs, n_tok;
+	char *cid;            /* --concat: the ids joined */
+	size_t cid_len, cid_cap;
+} encoder;
+
+static void encoder_alloc(encoder *e)
+{
 	ss_state_dims dims;
-	ss_model_state_dims(m, &dims);
-
-	char err[SS_ERRMSG_MAX] = "";
-	ss_forward_ctx *ctx = mcli_forward_ctx(m, model_dir, dev, mo.threads);
-	if (deterministic && ss_forward_ctx_set_deterministic(ctx, 1))
-		cli_die("--deterministic: only the CPU promises it, not --device %s", mo.device);
-	if (ss_writer_open(&out_w, out_path ? out_path : "-", 0, err))
-		cli_die("%s: %s", out_path ? out_path : "standard output", err);
-	atexit(abort_output);
-
-	int nst = concat ? 1 : (int)batch;
-	ss_state *st = calloc((size_t)nst, sizeof *st);
-	doc *docs = calloc((size_t)nst, sizeof *docs);
-	ss_forward_seq *seqs = calloc((size_t)nst, sizeof *seqs);
-	if (!st || !docs || !seqs)
+	ss_model_state_dims(e->m, &dims);
+	e->nst = e->o->concat ? 1 : (int)e->o->batch;
+	e->st = calloc((size_t)e->nst, sizeof *e->st);
+	e->docs = calloc((size_t)e->nst, sizeof *e->docs);
+	e->seqs = calloc((size_t)e->nst, sizeof *e->seqs);
+	if (!e->st || !e->docs || !e->seqs)
 		cli_die("out of memory");
-	for (int i = 0; i < nst; i++)
-		if (ss_state_alloc(&st[i], &dims))
-			cli_die("out of memory (state of %d documents)", nst);
+	for (int i = 0; i < e->nst; i++)
+		if (ss_state_alloc(&e->st[i], &dims))
+			cli_die("out of memory (state of %d documents)", e->nst);
+}
 
-	/* The clock covers reading the inputs (the starting state, the documents),
-	 * encoding and writing, as ss-compose's covers reading, composing and
-	 * writing; not loading the model or setting up the device. */
-	double t0 = cli_now();
-	cli_progress_begin();
-	ss_state base = { 0 }, *basep = NULL;
-	if (from_path) {
-		mcli_states src;
-		mcli_states_open(&src, from_path, 0);
-		mcli_states_next(&src, m, model_dir, &base);
-		mcli_states_close(&src);
-		basep = &base;
+/* Encodes nb documents e->docs[0..nb) in one prefill and writes their
+ * states (--concat: folds them into st[0]). */
+static void encode_batch(encoder *e, int nb)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	const int concat = e->o->concat;
+	for (int i = 0; i < nb; i++) {
+		ss_state *s = concat ? &e->st[0] : &e->st[i];
+		if (!concat)
+			start_state(s, e->basep, e->m, e->o->dtype);
+		e->seqs[i] = (ss_forward_seq){ .tokens = e->docs[i].tokens,
+					       .n_tokens = e->docs[i].n_tokens, .state = s };
+		e->n_tok += e->docs[i].n_tokens;
 	}
-	if (sel.ids_path) {
-		selection_load(&sel);
-		selection_gather(&in, &sel);
+	if (ss_forward_prefill(e->ctx, e->seqs, nb, SS_LOGITS_NONE, err))
+		cli_die("%s: document \"%s\": %s", e->o->model_dir, e->docs[0].id, err);
+	for (int i = 0; i < nb; i++) {
+		if (concat) {
+			append_id(&e->cid, &e->cid_len, &e->cid_cap, e->docs[i].id);
+		} else {
+			free(e->st[i].id);
+			e->st[i].id = e->docs[i].id;
+			e->docs[i].id = NULL;
+			put_state(e->o->out_path, &e->st[i]);
+		}
+		doc_free(&e->docs[i]);
 	}
-	long long n_docs = 0, n_tok = 0;
-	char *cid = NULL;
-	size_t cid_len = 0, cid_cap = 0;
-	if (concat)
-		start_state(&st[0], basep, m, dtype);
+	e->n_docs += nb;
+}
+
+/* Reads, encodes and writes every selected document; t0 starts the clock of
+ * the progress line. */
+static void encode_all(encoder *e, input *in, selection *sel, double t0)
+{
+	if (e->o->concat)
+		start_state(&e->st[0], e->basep, e->m, e->o->dtype);
 	for (;;) {
 		int nb = 0;
-		while (nb < nst && next_doc(&in, &sel, &docs[nb]))
+		while (nb < e->nst && next_doc(in, sel, &e->docs[nb]))
 			nb++;
 		if (nb == 0)
 			break;
-		for (int i = 0; i < nb; i++) {
-			ss_state *s = concat ? &st[0] : &st[i];
-			if (!concat)
-				start_state(s, basep, m, dtype);
-			seqs[i] = (ss_forward_seq){ .tokens = docs[i].tokens,
-						    .n_tokens = docs[i].n_tokens, .state = s };
-			n_tok += docs[i].n_tokens;
-		}
-		if (ss_forward_prefill(ctx, seqs, nb, SS_LOGITS_NONE, err))
-			cli_die("%s: document \"%s\": %s", model_dir, docs[0].id, err);
-		for (int i = 0; i < nb; i++) {
-			if (concat) {
-				append_id(&cid, &cid_len, &cid_cap, docs[i].id);
-			} else {
-				free(st[i].id);
-				st[i].id = docs[i].id;
-				docs[i].id = NULL;
-				put_state(out_path, &st[i]);
-			}
-			doc_free(&docs[i]);
-		}
-		n_docs += nb;
+		encode_batch(e, nb);
 		double elapsed_s = cli_now() - t0;
-		cli_progress_of(in.done_bytes + in.pos, sel.ids_path ? 0 : in.total_bytes,
-				"%lld %s, %lld tokens, %.0f tokens/s", n_docs,
-				cli_plural((uint64_t)n_docs, "document", "documents"), n_tok,
-				elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
+		cli_progress_of(in->done_bytes + in->pos, sel->ids_path ? 0 : in->total_bytes,
+				"%lld %s, %lld tokens, %.0f tokens/s", e->n_docs,
+				cli_plural((uint64_t)e->n_docs, "document", "documents"), e->n_tok,
+				elapsed_s > 0 ? e->n_tok / elapsed_s : 0.0);
 	}
-	if (concat) {
+	if (e->o->concat) {
 		/* Each call above is one sequence per state, so documents in one
 		 * batch were fed in order: the result is the concatenation. */
-		free(st[0].id);
-		if (concat_id) {
-			st[0].id = strdup(concat_id);
-		} else if (asprintf(&st[0].id, "concat(%s)", cid ? cid : "") < 0) {
-			st[0].id = NULL;
+		free(e->st[0].id);
+		if (e->o->concat_id) {
+			e->st[0].id = strdup(e->o->concat_id);
+		} else if (asprintf(&e->st[0].id, "concat(%s)", e->cid ? e->cid : "") < 0) {
+			e->st[0].id = NULL;
 		}
-		if (!st[0].id)
+		if (!e->st[0].id)
 			cli_die("out of memory");
-		put_state(out_path, &st[0]);
+		put_state(e->o->out_path, &e->st[0]);
 	}
-	cli_progress_end();
+}
+
+static void encoder_free(encoder *e)
+{
+	free(e->cid);
+	for (int i = 0; i < e->nst; i++)
+		ss_state_free(&e->st[i]);
+	free(e->st);
+	free(e->docs);
+	free(e->seqs);
+	ss_state_free(&e->base);
+	ss_forward_ctx_free(e->ctx);
+}
+
+/* Closes the output (renamed into place) and prints -v's summary. */
+static void finish(const encoder *e, double t0)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	const char *out_path = e->o->out_path;
 	ss_writer *w = out_w;
 	out_w = NULL;
 	if (ss_writer_close(w, err))
@@ -611,21 +635,59 @@ int main(int argc, char **argv)
 	if (cli_verbosity >= 2) {
 		double elapsed_s = cli_now() - t0;
 		fprintf(stderr, "ss-encode: %lld %s, %lld tokens in %.3g s (%.0f tokens/s)\n",
-			n_docs, cli_plural((uint64_t)n_docs, "document", "documents"), n_tok, elapsed_s, elapsed_s > 0 ? n_tok / elapsed_s : 0.0);
+			e->n_docs, cli_plural((uint64_t)e->n_docs, "document", "documents"), e->n_tok,
+			elapsed_s, elapsed_s > 0 ? e->n_tok / elapsed_s : 0.0);
 	}
+}
 
-	free(cid);
-	for (int i = 0; i < nst; i++)
-		ss_state_free(&st[i]);
-	free(st);
-	free(docs);
-	free(seqs);
-	ss_state_free(&base);
-	ss_forward_ctx_free(ctx);
+int main(int argc, char **argv)
+{
+	cli_init("ss-encode");
+	encode_opts o;
+	input in;
+	parse_args(argc, argv, &o);
+	ss_device *dev = mcli_device(o.mo.device, usage);
+	open_inputs(argc, argv, &o, &in);
+
+	/* State extraction never needs an untied lm_head: do not keep it. */
+	encoder e = { .o = &o };
+	e.m = mcli_load_model(o.model_dir, SS_MODEL_SKIP_LM_HEAD, o.mo.wtype, usage);
+	in.vocab = mcli_vocab(e.m);
+	if (o.text)
+		in.tok = cli_tokenizer(o.mo.tokenizer, o.model_dir);
+	char err[SS_ERRMSG_MAX] = "";
+	e.ctx = mcli_forward_ctx(e.m, o.model_dir, dev, o.mo.threads);
+	if (o.deterministic && ss_forward_ctx_set_deterministic(e.ctx, 1))
+		cli_die("--deterministic: only the CPU promises it, not --device %s", o.mo.device);
+	if (ss_writer_open(&out_w, o.out_path ? o.out_path : "-", 0, err))
+		cli_die("%s: %s", o.out_path ? o.out_path : "standard output", err);
+	atexit(abort_output);
+	encoder_alloc(&e);
+
+	/* The clock covers reading the inputs (the starting state, the documents),
+	 * encoding and writing, as ss-compose's covers reading, composing and
+	 * writing; not loading the model or setting up the device. */
+	double t0 = cli_now();
+	cli_progress_begin();
+	if (o.from_path) {
+		mcli_states src;
+		mcli_states_open(&src, o.from_path, 0);
+		mcli_states_next(&src, e.m, o.model_dir, &e.base);
+		mcli_states_close(&src);
+		e.basep = &e.base;
+	}
+	if (o.sel.ids_path) {
+		selection_load(&o.sel);
+		selection_gather(&in, &o.sel);
+	}
+	encode_all(&e, &in, &o.sel, t0);
+	cli_progress_end();
+	finish(&e, t0);
+	encoder_free(&e);
 	ss_device_close(dev);
 	input_close(&in);
-	selection_free(&sel);
+	selection_free(&o.sel);
 	ss_tokenizer_free(in.tok);
-	ss_model_free(m);
+	ss_model_free(e.m);
 	return 0;
 }

@@ -1052,11 +1052,86 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 	return bad || (o->n_empty && !o->empty_ok) ? CLI_EXIT_FAIL : 0;
 }
 
-int main(int argc, char **argv)
+/* The command and its options. */
+typedef struct {
+	const char *cmd;
+	int build, query_cmd, list, show, stats, del; /* which command */
+	const char *db, *query, *hits;
+	int64_t budget; /* --state-budget, -1: none */
+	cli_model_opts mo;
+	qopts o;
+} retrieve_args;
+
+/* -h and -V anywhere before "--", then the command argv[1]. */
+static void parse_command(int argc, char **argv, retrieve_args *a)
 {
-	cli_init("ss-retrieve");
-	enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B, O_TEXT, O_ORDER,
-	       O_BUDGET, O_HITS, O_DET };
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--"))
+			break;
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			help();
+		if (!strcmp(argv[i], "-V") || !strcmp(argv[i], "--version"))
+			cli_version();
+	}
+	static const char *const cmds = "build, add, query, list, show, stats or delete";
+	if (argc < 2)
+		cli_usage(usage_line, "missing command: %s", cmds);
+	const char *cmd = a->cmd = argv[1];
+	/* build and add are one command: add to DB, creating it when absent. */
+	a->build = !strcmp(cmd, "build") || !strcmp(cmd, "add");
+	a->query_cmd = !strcmp(cmd, "query");
+	a->list = !strcmp(cmd, "list"), a->show = !strcmp(cmd, "show");
+	a->stats = !strcmp(cmd, "stats"), a->del = !strcmp(cmd, "delete");
+	if (!a->build && !a->query_cmd && !a->list && !a->show && !a->stats && !a->del)
+		cli_usage(usage_line, "unknown command '%s' (%s)", cmd, cmds);
+}
+
+enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B, O_TEXT, O_ORDER,
+       O_BUDGET, O_HITS, O_DET };
+
+/* Option c's argument into a, refused when not the command's. */
+static void set_opt(retrieve_args *a, int c, char **argv)
+{
+	qopts *o = &a->o;
+	/* Beside --index, the commands other than query take only --json
+	 * (list, show, stats), build its budget. */
+	int build_opt = c == O_BUDGET || c == O_HITS;
+	if (!(c == O_INDEX || (a->query_cmd && !build_opt) || (a->build && build_opt) ||
+	      (c == O_JSON && !a->build && !a->del)))
+		cli_usage(usage_line, "option not valid for %s: %s", a->cmd, argv[optind - 1]);
+	switch (c) {
+	case O_INDEX: a->db = optarg; break;
+	case O_QUERY: a->query = optarg; break;
+	case O_EXCLUDE: o->exclude[o->n_exclude++] = optarg; break;
+	case O_IDS: o->ids = 1; break;
+	case O_JSON: o->json = 1; break;
+	case O_TEXT: o->text = 1; break;
+	case O_ORDER:
+		if (strcmp(optarg, "best-first") && strcmp(optarg, "best-last"))
+			cli_usage(usage_line, "--order: '%s' is neither best-first nor best-last", optarg);
+		o->best_first = !strcmp(optarg, "best-first");
+		break;
+	case O_OUTDIR: o->out_dir = optarg; break;
+	case O_EMPTYOK: o->empty_ok = 1; break;
+	case O_K1: o->k1 = cli_double("--k1", optarg, 0, 1000, usage_line); break;
+	case O_B: o->b = cli_double("--b", optarg, 0, 1, usage_line); break;
+	case 'k': o->k = (int)cli_long("-k", optarg, 1, 1000000, usage_line); break;
+	case O_BUDGET:
+		/* 0 is a budget (no state stored), which cli_size refuses */
+		a->budget = strcmp(optarg, "0") ? (int64_t)cli_size(optarg) : 0;
+		if (a->budget == 0 && strcmp(optarg, "0"))
+			cli_usage(usage_line, "--state-budget: '%s' is not a size (bytes, with optional k/M/G)",
+				  optarg);
+		break;
+	case O_HITS: a->hits = optarg; break;
+	case O_DET: o->deterministic = 1; break;
+	}
+}
+
+/* Reads the options after the command into a, and checks those every
+ * command shares. */
+static void parse_opts(int argc, char **argv, retrieve_args *a)
+{
 	static const struct option longs[] = {
 		{ "index", required_argument, 0, O_INDEX },
 		{ "query", required_argument, 0, O_QUERY },
@@ -1074,112 +1149,78 @@ int main(int argc, char **argv)
 		{ "deterministic", no_argument, 0, O_DET },
 		{ 0, 0, 0, 0 },
 	};
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--"))
-			break;
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-			help();
-		if (!strcmp(argv[i], "-V") || !strcmp(argv[i], "--version"))
-			cli_version();
-	}
-	static const char *const cmds = "build, add, query, list, show, stats or delete";
-	if (argc < 2)
-		cli_usage(usage_line, "missing command: %s", cmds);
-	const char *cmd = argv[1];
-	/* build and add are one command: add to DB, creating it when absent. */
-	int build = !strcmp(cmd, "build") || !strcmp(cmd, "add"), query_cmd = !strcmp(cmd, "query");
-	int list = !strcmp(cmd, "list"), show = !strcmp(cmd, "show"), stats = !strcmp(cmd, "stats");
-	int del = !strcmp(cmd, "delete");
-	if (!build && !query_cmd && !list && !show && !stats && !del)
-		cli_usage(usage_line, "unknown command '%s' (%s)", cmd, cmds);
-	qopts o = { .k = 10, .k1 = 1.2, .b = 0.75 };
-	const char *db = NULL, *query = NULL, *hits = NULL;
-	int64_t budget = -1;
-	cli_model_opts mo = { 0 };
-	o.exclude = calloc((size_t)argc, sizeof *o.exclude);
-	if (!o.exclude)
+	qopts *o = &a->o;
+	*o = (qopts){ .k = 10, .k1 = 1.2, .b = 0.75 };
+	a->budget = -1;
+	o->exclude = calloc((size_t)argc, sizeof *o->exclude);
+	if (!o->exclude)
 		cli_die("out of memory");
 	optind = 2;
 	/* The model options are query's (recompute); elsewhere they are
 	 * unknown options. */
-	const cli_options co = { "k:", longs, usage_line, help, &o.out, query_cmd ? &mo : NULL };
+	const cli_options co = { "k:", longs, usage_line, help, &o->out, a->query_cmd ? &a->mo : NULL };
 	int c;
-	while ((c = cli_getopt(argc, argv, &co)) != -1) {
-		/* Beside --index, the commands other than query take only --json
-		 * (list, show, stats), build its budget. */
-		int build_opt = c == O_BUDGET || c == O_HITS;
-		if (!(c == O_INDEX || (query_cmd && !build_opt) || (build && build_opt) || (c == O_JSON && !build && !del)))
-			cli_usage(usage_line, "option not valid for %s: %s", cmd, argv[optind - 1]);
-		switch (c) {
-		case O_INDEX: db = optarg; break;
-		case O_QUERY: query = optarg; break;
-		case O_EXCLUDE: o.exclude[o.n_exclude++] = optarg; break;
-		case O_IDS: o.ids = 1; break;
-		case O_JSON: o.json = 1; break;
-		case O_TEXT: o.text = 1; break;
-		case O_ORDER:
-			if (strcmp(optarg, "best-first") && strcmp(optarg, "best-last"))
-				cli_usage(usage_line, "--order: '%s' is neither best-first nor best-last", optarg);
-			o.best_first = !strcmp(optarg, "best-first");
-			break;
-		case O_OUTDIR: o.out_dir = optarg; break;
-		case O_EMPTYOK: o.empty_ok = 1; break;
-		case O_K1: o.k1 = cli_double("--k1", optarg, 0, 1000, usage_line); break;
-		case O_B: o.b = cli_double("--b", optarg, 0, 1, usage_line); break;
-		case 'k': o.k = (int)cli_long("-k", optarg, 1, 1000000, usage_line); break;
-		case O_BUDGET:
-			/* 0 is a budget (no state stored), which cli_size refuses */
-			budget = strcmp(optarg, "0") ? (int64_t)cli_size(optarg) : 0;
-			if (budget == 0 && strcmp(optarg, "0"))
-				cli_usage(usage_line, "--state-budget: '%s' is not a size (bytes, with optional k/M/G)",
-					  optarg);
-			break;
-		case O_HITS: hits = optarg; break;
-		case O_DET: o.deterministic = 1; break;
-		}
-	}
-	if (hits && budget < 0)
+	while ((c = cli_getopt(argc, argv, &co)) != -1)
+		set_opt(a, c, argv);
+	if (a->hits && a->budget < 0)
 		cli_usage(usage_line, "--hits goes with --state-budget");
-	if (mo.model)
-		o.mo = &mo;
-	else if (query_cmd && (mo.tokenizer || mo.wtype || strcmp(mo.device, "auto") || o.deterministic))
+	if (a->mo.model)
+		o->mo = &a->mo;
+	else if (a->query_cmd && (a->mo.tokenizer || a->mo.wtype || strcmp(a->mo.device, "auto") ||
+				  o->deterministic))
 		cli_usage(usage_line, "--device, --threads, --weights-dtype and --deterministic go with --model");
-	if (mo.tokenizer)
+	if (a->mo.tokenizer)
 		cli_usage(usage_line, "--tokenizer: query recomputes from the stored tokens, it needs no tokenizer");
-	if (!query_cmd && o.out)
-		cli_usage(usage_line, "option not valid for %s: -o", cmd);
-	if (!db)
+	if (!a->query_cmd && o->out)
+		cli_usage(usage_line, "option not valid for %s: -o", a->cmd);
+	if (!a->db)
 		cli_usage(usage_line, "--index DB is required");
-	if (build || del || show) {
-		free(o.exclude);
-		if ((del || show) && optind == argc)
-			cli_usage(usage_line, "%s: no document ID given", cmd);
-		if (del)
+}
+
+/* query's option checks: what goes with --ids, --query, --out-dir, -o. */
+static void check_query(const retrieve_args *a)
+{
+	const qopts *o = &a->o;
+	if (o->json && !o->ids)
+		cli_usage(usage_line, "--json goes with --ids");
+	if (o->text && !o->ids)
+		cli_usage(usage_line, "--text goes with --ids");
+	if (a->query && o->out_dir)
+		cli_usage(usage_line, "--out-dir is for batch queries (stdin); with --query use -o FILE");
+	if (!a->query && !o->ids && !o->out_dir)
+		cli_usage(usage_line, "batch queries (stdin) need --out-dir DIR or --ids");
+	if (!a->query && o->out && !o->ids)
+		cli_usage(usage_line, "batch queries write one file per query: use --out-dir DIR, not -o");
+	if (o->ids && o->out_dir)
+		cli_usage(usage_line, "--ids prints to stdout or -o FILE, not --out-dir");
+}
+
+int main(int argc, char **argv)
+{
+	cli_init("ss-retrieve");
+	retrieve_args a = { 0 };
+	parse_command(argc, argv, &a);
+	parse_opts(argc, argv, &a);
+	const char *db = a.db;
+	if (a.build || a.del || a.show) {
+		free(a.o.exclude);
+		if ((a.del || a.show) && optind == argc)
+			cli_usage(usage_line, "%s: no document ID given", a.cmd);
+		if (a.del)
 			return cmd_delete(db, argv + optind, argc - optind);
-		if (show)
-			return cmd_show(db, argv + optind, argc - optind, o.json);
-		return cmd_build(db, argv + optind, argc - optind, budget, hits);
+		if (a.show)
+			return cmd_show(db, argv + optind, argc - optind, a.o.json);
+		return cmd_build(db, argv + optind, argc - optind, a.budget, a.hits);
 	}
 	if (optind < argc)
 		cli_usage(usage_line, "unexpected argument '%s'", argv[optind]);
-	if (list || stats) {
-		free(o.exclude);
-		return list ? cmd_list(db, o.json) : cmd_stats(db, o.json);
+	if (a.list || a.stats) {
+		free(a.o.exclude);
+		return a.list ? cmd_list(db, a.o.json) : cmd_stats(db, a.o.json);
 	}
-	if (o.json && !o.ids)
-		cli_usage(usage_line, "--json goes with --ids");
-	if (o.text && !o.ids)
-		cli_usage(usage_line, "--text goes with --ids");
-	if (query && o.out_dir)
-		cli_usage(usage_line, "--out-dir is for batch queries (stdin); with --query use -o FILE");
-	if (!query && !o.ids && !o.out_dir)
-		cli_usage(usage_line, "batch queries (stdin) need --out-dir DIR or --ids");
-	if (!query && o.out && !o.ids)
-		cli_usage(usage_line, "batch queries write one file per query: use --out-dir DIR, not -o");
-	if (o.ids && o.out_dir)
-		cli_usage(usage_line, "--ids prints to stdout or -o FILE, not --out-dir");
-	o.db = db;
-	int rc = cmd_query(db, &o, query);
-	free(o.exclude);
+	check_query(&a);
+	a.o.db = db;
+	int rc = cmd_query(db, &a.o, a.query);
+	free(a.o.exclude);
 	return rc;
 }

@@ -224,14 +224,47 @@ static pair *read_pairs(scorer *sc, const char *path, size_t *np)
 	return ps;
 }
 
-int main(int argc, char **argv)
+/* The command line. */
+typedef struct {
+	const char *state_path, *pairs_path, *out_path;
+	const char *query, *cont, *qtok, *ctok;
+	cli_model_opts mo;
+	int no_state, per_token;
+	int single;   /* one pair from the command line, not --pairs */
+	int implicit; /* the states come from a non-terminal stdin, not named */
+} score_opts;
+
+/* The options' argument checks: one query and one continuation, or
+ * --pairs; stdin read once; no input as the output. */
+static void check_args(score_opts *o)
 {
-	cli_init("ss-score");
-	const char *state_path = NULL, *pairs_path = NULL, *out_path = NULL;
-	const char *query = NULL, *cont = NULL, *qtok = NULL, *ctok = NULL;
-	cli_model_opts mo = { 0 };
-	int no_state = 0;
-	scorer sc = { 0 };
+	if (o->state_path && o->no_state)
+		cli_usage(usage, "--state and --no-state exclude each other");
+	if ((o->query != NULL) + (o->qtok != NULL) > 1 || (o->cont != NULL) + (o->ctok != NULL) > 1)
+		cli_usage(usage, "give the query and the continuation once each (text or tokens)");
+	o->single = o->query || o->qtok || o->cont || o->ctok;
+	if (o->single && !((o->query || o->qtok) && (o->cont || o->ctok)))
+		cli_usage(usage, "a pair needs both a query and a continuation");
+	if (o->single && o->pairs_path)
+		cli_usage(usage, "--pairs excludes --query/--continuation");
+	if (!o->single && !o->pairs_path)
+		o->pairs_path = "-";
+	if (!o->state_path && !o->no_state && !(o->pairs_path && !strcmp(o->pairs_path, "-")) &&
+	    !isatty(STDIN_FILENO)) {
+		o->state_path = "-";
+		o->implicit = 1;
+	}
+	if (o->state_path && o->pairs_path && !strcmp(o->state_path, "-") &&
+	    !strcmp(o->pairs_path, "-"))
+		cli_usage(usage, "the states and the pairs cannot both come from stdin");
+	const char *inputs[] = { o->state_path, o->pairs_path, o->mo.tokenizer };
+	for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
+		cli_out_not_input(o->out_path, inputs[i]);
+}
+
+/* Reads the options into o; exits 2 on a usage error. */
+static void parse_args(int argc, char **argv, score_opts *o)
+{
 	enum { O_STATE = 256, O_NOSTATE, O_QUERY, O_CONT, O_QTOK, O_CTOK, O_PAIRS,
 	       O_PER };
 	static const struct option opts[] = {
@@ -245,91 +278,86 @@ int main(int argc, char **argv)
 		{ "per-token", no_argument, 0, O_PER },
 		{ 0, 0, 0, 0 },
 	};
-	const cli_options co = { NULL, opts, usage, help, &out_path, &mo };
+	*o = (score_opts){ 0 };
+	const cli_options co = { NULL, opts, usage, help, &o->out_path, &o->mo };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
-		case O_STATE: state_path = optarg; break;
-		case O_NOSTATE: no_state = 1; break;
-		case O_QUERY: query = optarg; break;
-		case O_CONT: cont = optarg; break;
-		case O_QTOK: qtok = optarg; break;
-		case O_CTOK: ctok = optarg; break;
-		case O_PAIRS: pairs_path = optarg; break;
-		case O_PER: sc.per_token = 1; break;
+		case O_STATE: o->state_path = optarg; break;
+		case O_NOSTATE: o->no_state = 1; break;
+		case O_QUERY: o->query = optarg; break;
+		case O_CONT: o->cont = optarg; break;
+		case O_QTOK: o->qtok = optarg; break;
+		case O_CTOK: o->ctok = optarg; break;
+		case O_PAIRS: o->pairs_path = optarg; break;
+		case O_PER: o->per_token = 1; break;
 		}
 	}
 	if (optind < argc)
 		cli_usage(usage, "unexpected argument '%s'", argv[optind]);
-	if (state_path && no_state)
-		cli_usage(usage, "--state and --no-state exclude each other");
-	if ((query != NULL) + (qtok != NULL) > 1 || (cont != NULL) + (ctok != NULL) > 1)
-		cli_usage(usage, "give the query and the continuation once each (text or tokens)");
-	int single = query || qtok || cont || ctok;
-	if (single && !((query || qtok) && (cont || ctok)))
-		cli_usage(usage, "a pair needs both a query and a continuation");
-	if (single && pairs_path)
-		cli_usage(usage, "--pairs excludes --query/--continuation");
-	if (!single && !pairs_path)
-		pairs_path = "-";
-	int implicit = 0;
-	if (!state_path && !no_state && !(pairs_path && !strcmp(pairs_path, "-")) &&
-	    !isatty(STDIN_FILENO)) {
-		state_path = "-";
-		implicit = 1;
+	check_args(o);
+}
+
+/* Scores the pair (q, cc) or the pairs ps[0..np) from every state of the
+ * input (or the zero state) into sc->out. */
+static void score_all(scorer *sc, const score_opts *o, const int32_t *q, size_t nq,
+		      const int32_t *cc, size_t nc, const pair *ps, size_t np)
+{
+	mcli_states src;
+	mcli_states_open(&src, o->state_path, o->implicit);
+	ss_state st;
+	while (mcli_states_next(&src, sc->m, sc->model_dir, &st)) {
+		char where[1200], state[600];
+		if (o->state_path)
+			snprintf(state, sizeof state, "%s: record %llu (id \"%.400s\")", o->state_path,
+				 (unsigned long long)src.count - 1, st.id);
+		else
+			snprintf(state, sizeof state, "(zero state)");
+		if (o->single)
+			score_pair(sc, &st, NULL, q, nq, cc, nc, state);
+		for (size_t i = 0; i < np; i++) {
+			snprintf(where, sizeof where, "%s: pair \"%.400s\" from %s", o->pairs_path,
+				 ps[i].id, state);
+			score_pair(sc, &st, ps[i].id, ps[i].q, ps[i].nq, ps[i].c, ps[i].nc, where);
+		}
+		ss_state_free(&st);
 	}
-	if (state_path && pairs_path && !strcmp(state_path, "-") && !strcmp(pairs_path, "-"))
-		cli_usage(usage, "the states and the pairs cannot both come from stdin");
-	const char *inputs[] = { state_path, pairs_path, mo.tokenizer };
-	for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
-		cli_out_not_input(out_path, inputs[i]);
-	sc.tok_path = mo.tokenizer;
-	sc.model_dir = cli_model_dir(mo.model, usage);
-	ss_device *dev = mcli_device(mo.device, usage);
+	mcli_states_close(&src);
+}
+
+int main(int argc, char **argv)
+{
+	cli_init("ss-score");
+	score_opts o;
+	parse_args(argc, argv, &o);
+	scorer sc = { .per_token = o.per_token, .tok_path = o.mo.tokenizer };
+	sc.model_dir = cli_model_dir(o.mo.model, usage);
+	ss_device *dev = mcli_device(o.mo.device, usage);
 
 	/* Parse inline token lists before the (slow) model load: usage errors first. */
 	size_t nq = 0, nc = 0;
-	int32_t *q = qtok ? mcli_parse_ids("--query-tokens", qtok, &nq, usage) : NULL;
-	int32_t *cc = ctok ? mcli_parse_ids("--continuation-tokens", ctok, &nc, usage) : NULL;
+	int32_t *q = o.qtok ? mcli_parse_ids("--query-tokens", o.qtok, &nq, usage) : NULL;
+	int32_t *cc = o.ctok ? mcli_parse_ids("--continuation-tokens", o.ctok, &nc, usage) : NULL;
 
-	ss_model *m = mcli_load_model(sc.model_dir, 0, mo.wtype, usage);
+	ss_model *m = mcli_load_model(sc.model_dir, 0, o.mo.wtype, usage);
 	sc.m = m;
-	sc.ctx = mcli_forward_ctx(m, sc.model_dir, dev, mo.threads);
+	sc.ctx = mcli_forward_ctx(m, sc.model_dir, dev, o.mo.threads);
 	sc.logits = malloc((size_t)SCORE_ROWS * (size_t)m->cfg.vocab_padded * sizeof(float));
 	if (!sc.logits)
 		cli_die("out of memory");
 
 	pair *ps = NULL;
 	size_t np = 0;
-	if (single) {
-		if (query)
-			q = pair_ids(&sc, query, strlen(query), &nq, "--query");
-		if (cont)
-			cc = pair_ids(&sc, cont, strlen(cont), &nc, "--continuation");
+	if (o.single) {
+		if (o.query)
+			q = pair_ids(&sc, o.query, strlen(o.query), &nq, "--query");
+		if (o.cont)
+			cc = pair_ids(&sc, o.cont, strlen(o.cont), &nc, "--continuation");
 	} else {
-		ps = read_pairs(&sc, pairs_path, &np);
+		ps = read_pairs(&sc, o.pairs_path, &np);
 	}
-
-	sc.out = cli_out_open(out_path);
-	mcli_states src;
-	mcli_states_open(&src, state_path, implicit);
-	ss_state st;
-	while (mcli_states_next(&src, m, sc.model_dir, &st)) {
-		char where[1200], state[600];
-		if (state_path)
-			snprintf(state, sizeof state, "%s: record %llu (id \"%.400s\")", state_path,
-				 (unsigned long long)src.count - 1, st.id);
-		else
-			snprintf(state, sizeof state, "(zero state)");
-		if (single)
-			score_pair(&sc, &st, NULL, q, nq, cc, nc, state);
-		for (size_t i = 0; i < np; i++) {
-			snprintf(where, sizeof where, "%s: pair \"%.400s\" from %s", pairs_path, ps[i].id, state);
-			score_pair(&sc, &st, ps[i].id, ps[i].q, ps[i].nq, ps[i].c, ps[i].nc, where);
-		}
-		ss_state_free(&st);
-	}
-	mcli_states_close(&src);
+	sc.out = cli_out_open(o.out_path);
+	score_all(&sc, &o, q, nq, cc, nc, ps, np);
 	cli_out_close(sc.out);
 
 	for (size_t i = 0; i < np; i++)

@@ -836,9 +836,10 @@ static void decode_finish(void)
 	prev_id = NULL;
 }
 
-int main(int argc, char **argv)
+/* Reads the options into opt and out_path; returns --tokenizer's path
+ * (NULL: the defaults'). Exits 2 on a usage error. */
+static const char *parse_args(int argc, char **argv)
 {
-	cli_init("ss-tokenize");
 	const char *tpath = NULL;
 	enum { O_WHOLE = 256, O_TEXT, O_JSONL, O_ARCHIVE, O_CHUNK, O_PARTS, O_IDS, O_DECODE, O_NOTEXT, O_MAXDOC };
 	static const struct option opts[] = {
@@ -880,7 +881,24 @@ int main(int argc, char **argv)
 		cli_usage(usage, "--chunk and --parts exclude each other");
 	if (opt.whole && opt.format == IN_JSONL)
 		cli_usage(usage, "--whole and --jsonl exclude each other");
+	return tpath;
+}
 
+/* -v's summary line, the clock started at t0. */
+static void summary(double t0)
+{
+	double elapsed_s = cli_now() - t0;
+	fprintf(stderr, "ss-tokenize: %" PRIu64 " %s, %" PRIu64 " %s, %" PRIu64
+	        " %s, %.1f MB of text in %.2f s (%.1f MB/s)\n",
+	        n_docs, cli_plural(n_docs, "document", "documents"), n_records,
+	        cli_plural(n_records, "record", "records"), n_tokens, cli_plural(n_tokens, "token", "tokens"), n_bytes / 1e6, elapsed_s,
+	        elapsed_s > 0 ? n_bytes / 1e6 / elapsed_s : 0.0);
+}
+
+int main(int argc, char **argv)
+{
+	cli_init("ss-tokenize");
+	const char *tpath = parse_args(argc, argv);
 	char *stdin_only[] = { "-" };
 	char **files = optind < argc ? argv + optind : stdin_only;
 	int nfiles = optind < argc ? argc - optind : 1;
@@ -906,14 +924,8 @@ int main(int argc, char **argv)
 		decode_finish();
 	close_output();
 	cli_progress_end();
-	if (cli_verbosity >= 2) {
-		double elapsed_s = cli_now() - t0;
-		fprintf(stderr, "ss-tokenize: %" PRIu64 " %s, %" PRIu64 " %s, %" PRIu64
-		        " %s, %.1f MB of text in %.2f s (%.1f MB/s)\n",
-		        n_docs, cli_plural(n_docs, "document", "documents"), n_records,
-		        cli_plural(n_records, "record", "records"), n_tokens, cli_plural(n_tokens, "token", "tokens"), n_bytes / 1e6, elapsed_s,
-		        elapsed_s > 0 ? n_bytes / 1e6 / elapsed_s : 0.0);
-	}
+	if (cli_verbosity >= 2)
+		summary(t0);
 	ss_tokenizer_free(tok);
 	return 0;
 }

@@ -210,8 +210,9 @@ int train_state_parse(const char *text, size_t len, const char *path, run_state 
 		bad(&p, SS_ERR_FORMAT, "\"mode\" is \"%s\", not picaso-r, picaso-s, caso or soup", mode);
 		r->mode = SS_COMPOSE_PICASO_R;
 	}
-	if (ss_dtype_parse(sdtype, &r->save_dtype) || r->save_dtype == SS_DTYPE_Q8) {
-		bad(&p, SS_ERR_FORMAT, "\"save_dtype\" is \"%s\", not f32, bf16 or f16", sdtype);
+	char why[SS_ERRMSG_MAX];
+	if (ss_dtype_parse_for(sdtype, SS_DTYPE_WEIGHTS, &r->save_dtype, why)) {
+		bad(&p, SS_ERR_FORMAT, "\"save_dtype\" is \"%s\": %s", sdtype, why);
 		r->save_dtype = SS_DTYPE_F32;
 	}
 	const char *s = get_str(&p, "data");

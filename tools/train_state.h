@@ -1,7 +1,7 @@
 /*
  * train_state.h — ss-train's run state and its file, DIR/trainer_state.json
- * (tools/ss-train.c writes and resumes it): the objective, the step, the
- * hyperparameters, the data position and the RNG. Parsing never exits, so
+ * (tools/ss-train.c writes and resumes it; lib/train/run.c runs it): the
+ * objective, the step, the hyperparameters, the data position and the RNG. Parsing never exits, so
  * the fuzz harness tests/fuzz/trainstate.c drives it.
  * ref: transformers trainer_callback.py (TrainerState saved as
  *      trainer_state.json beside the checkpoint: the same idea, our fields).
@@ -15,28 +15,18 @@
 
 #include "ss.h"
 
-enum { OBJ_LM, OBJ_BP2C, OBJ_BPTC, OBJ_COUNT };
+/* The run state is the library's (lib/ss_train.h, ss_train_run_*); these
+ * are its names here and in tests/fuzz/trainstate.c. The strings are
+ * malloc'd (freed by train_state_free). */
+typedef ss_train_state run_state;
+enum {
+	OBJ_LM = SS_TRAIN_LM,
+	OBJ_BP2C = SS_TRAIN_BP2C,
+	OBJ_BPTC = SS_TRAIN_BPTC,
+	OBJ_COUNT = SS_TRAIN_OBJECTIVES
+};
 /* "lm", "bp2c", "bptc", by OBJ_*. */
 extern const char *const train_objective_names[OBJ_COUNT];
-
-/* Everything trainer_state.json records. The strings are malloc'd (freed by
- * train_state_free). */
-typedef struct {
-	int objective; /* OBJ_* */
-	int64_t step, steps;
-	double lr, min_lr, weight_decay, clip;
-	int64_t warmup, seq_len, batch_tokens, batch_seqs, max_k;
-	uint64_t seed, rng;
-	ss_compose_mode mode;
-	ss_dtype save_dtype;
-	char *data, *states, *chunk_tokens;
-	char *loss_after; /* lm: --loss-after's text, or NULL */
-	char base_fingerprint[SS_FINGERPRINT_MAX];
-	/* data position: the next item to read */
-	int64_t epoch;
-	int64_t offset; /* byte offset of the record (lm) or line (bp2c); -1: the start */
-	int64_t pos;    /* lm: token position in that record */
-} run_state;
 
 /* r as trainer_state.json's object (64-bit seed and RNG as decimal
  * strings: a JSON number holds 53 bits). Caller frees (cJSON_Delete); NULL

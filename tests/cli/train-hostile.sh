@@ -94,6 +94,10 @@ edit step 2
 expect 2 'the run in .* is at step 2' ss-train --resume "$d/X" --threads 1 --until 1 -o "$d/Y"
 expect 2 'the run in .* is at step 2' ss-train --resume "$d/X" --threads 1 --steps 1 -o "$d/Y"
 [ ! -e "$d/Y" ] || fail "a refused resume wrote $d/Y"
+# weights are never q8 (a state dtype): --save-dtype q8 is a usage error, as the resumed field is
+expect 2 "--save-dtype: 'q8' is not f32, f16 or bf16" ss-train --objective lm --model "$T1" \
+	--data "$d/docs.tok" $O --steps 1 --save-dtype q8 -o "$d/Y"
+[ ! -e "$d/Y" ] || fail "--save-dtype q8 wrote $d/Y"
 
 # "loss_after" goes along: 4 steps straight == 2, then resumed for 2.
 L="--objective lm --model $T1 --data $d/docs.tok $O --steps 4 --loss-after the"

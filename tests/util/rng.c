@@ -1,12 +1,12 @@
 /* rng.c — see rng.h. */
 #include <stdlib.h>
 
+#include "ss.h"
 #include "util/rng.h"
 
 double test_urand(uint64_t *state)
 {
-	*state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
-	return (double)(*state >> 11) * 0x1.0p-53;
+	return (double)(ss_splitmix64(state) >> 11) * 0x1.0p-53;
 }
 
 float *test_frnd(uint64_t *state, size_t n, double lo, double hi)
