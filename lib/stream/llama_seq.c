@@ -60,7 +60,8 @@ int ss_llama_seq_write(const ss_state *s, int32_t seq_id, int file, const int32_
 		u = FILE_MAGIC, p = put(p, &u, 4);
 		u = FILE_VERSION, p = put(p, &u, 4);
 		u = (uint32_t)n_tokens, p = put(p, &u, 4);
-		p = put(p, tokens, 4 * n_tokens);
+		if (n_tokens) /* tokens may be NULL then */
+			p = put(p, tokens, 4 * n_tokens);
 	} else {
 		u = SEQ_MAGIC, p = put(p, &u, 4);
 		p = put(p, &seq_id, 4);
