@@ -158,4 +158,24 @@ mkdir -p "$S/trainstate"
 	$TR --objective bptc --data t.jsonl --chunk-tokens t.tok --save-dtype bf16 -o bptc >/dev/null
 	for o in lm bp2c bptc; do cp "$o/trainer_state.json" "$top/$S/trainstate/$o.json"; done
 )
+# llamaseq: llama.cpp sequence states of the harness's small dims (first byte: which dims), a
+# blob and a 'ggsq' file with 4 prompt tokens for the small Mamba-2, a blob for the small Mamba-1
+rm -rf "${S:?}/llamaseq"
+mkdir -p "$S/llamaseq"
+python3 - "$S/llamaseq" <<'PY'
+import struct, sys
+def blob(n_layer, conv_row, ssm_row, pos, file=False, ntok=0):
+    out = struct.pack("<III", 0x67677371, 2, ntok) + struct.pack("<%di" % ntok, *range(ntok)) if file \
+        else struct.pack("<Ii", 0xaf143cd8, 0)
+    out += struct.pack("<IiIII", 1, pos, 0, 0, n_layer)
+    for row in (conv_row, ssm_row):
+        for l in range(n_layer):
+            out += struct.pack("<iQ", 0, 4 * row) + struct.pack("<%df" % row, *[(i % 7 - 3) * 0.25 for i in range(row)])
+    return out
+S = sys.argv[1] + "/"
+open(S + "small.seq", "wb").write(b"\x01" + blob(1, 24, 8, 9))
+open(S + "small.ggsq", "wb").write(b"\x01" + blob(1, 24, 8, 9, True, 4))
+open(S + "mamba1.seq", "wb").write(b"\x02" + blob(2, 6, 6, 0))
+PY
+
 du -sh "$S"; du -s "$S"/* | sort -n | tail -3
