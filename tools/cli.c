@@ -462,17 +462,16 @@ void cli_version(void)
 	exit(0);
 }
 
-int cli_choice(const char *opt, const char *arg, const char *choices, const char *usage)
+int cli_choice(const char *opt, const char *arg, const char *const *names, int n, const char *usage)
 {
 	char list[256] = "";
-	size_t n = 0;
-	int i = 0;
-	for (const char *c = choices; *c; c += strlen(c) + 1, i++) {
-		if (!strcmp(arg, c))
+	size_t len = 0;
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(arg, names[i]))
 			return i;
-		int last = !c[strlen(c) + 1];
-		if (n < sizeof list)
-			n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i == 0 ? "" : last ? " or " : ", ", c);
+		if (len < sizeof list)
+			len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+						i == 0 ? "" : i == n - 1 ? " or " : ", ", names[i]);
 	}
 	cli_usage(usage, "%s: '%s' is not %s", opt, arg, list);
 }

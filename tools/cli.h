@@ -128,9 +128,9 @@ void cli_writer_die(struct ss_writer *w, const char *path, int rc) __attribute__
 /* Prints "prog VERSION" to stdout and exits 0. */
 void cli_version(void) __attribute__((noreturn));
 
-/* The index of arg in `choices`, names each ended by a NUL ("a\0b\0"), or a
- * usage error "OPT: 'ARG' is not a or b" (exit 2). */
-int cli_choice(const char *opt, const char *arg, const char *choices, const char *usage);
+/* The index of arg among names[0..n), or a usage error "OPT: 'ARG' is not
+ * a, b or c" (exit 2). */
+int cli_choice(const char *opt, const char *arg, const char *const *names, int n, const char *usage);
 /* The dtype (an ss_dtype) arg names for `uses` (SS_DTYPE_STATES or SS_DTYPE_WEIGHTS), or
  * a usage error "OPT: 'ARG' is not f32, f16, bf16 or q8" listing that
  * use's names (ss_dtype_parse_for), exit 2. */

@@ -229,6 +229,7 @@ static void parse_args(int argc, char **argv, opts_t *o)
 		{ "like", required_argument, 0, 'L' }, { "id", required_argument, 0, 'd' },
 		{ "state-dtype", required_argument, 0, 'D' }, { 0, 0, 0, 0 },
 	};
+	static const char *const formats[] = { "llama-seq", "llama-seq-file" };
 	*o = (opts_t){ .xport = -1, .at = -1, .limit = -1, .dtype = SS_DTYPE_F32 };
 	const cli_options co = { "n:", longs, usage, help, &o->out_path, NULL };
 	int c;
@@ -239,8 +240,8 @@ static void parse_args(int argc, char **argv, opts_t *o)
 		case 'S': o->stats = 1; break;
 		case 'a': o->at = cli_long("--at", optarg, 0, LONG_MAX, usage); break;
 		case 'n': o->limit = cli_long("-n", optarg, 0, LONG_MAX, usage); break;
-		case 'E': o->xport = cli_choice("--export", optarg, "llama-seq\0llama-seq-file\0", usage); break;
-		case 'I': o->import = cli_choice("--import", optarg, "llama-seq\0", usage) + 1; break;
+		case 'E': o->xport = cli_choice("--export", optarg, formats, 2, usage); break;
+		case 'I': o->import = cli_choice("--import", optarg, formats, 1, usage) + 1; break;
 		case 'i': o->seq_id = cli_long("--seq-id", optarg, 0, INT32_MAX, usage); break;
 		case 'L': o->like = optarg; break;
 		case 'd': o->id = optarg; break;

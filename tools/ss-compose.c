@@ -109,14 +109,6 @@ static cJSON *json_float(float v)
 }
 
 /* The index of s in names[0..n), or -1. */
-static int name_index(const char *const *names, int n, const char *s)
-{
-	for (int i = 0; i < n; i++)
-		if (!strcmp(s, names[i]))
-			return i;
-	return -1;
-}
-
 static void write_weights(const char *path, const ss_state *s, ss_compose_mode mode, int norm,
 			  ss_compose_conv conv)
 {
@@ -208,16 +200,12 @@ static void parse_args(int argc, char **argv, opts_t *a)
 					  optarg);
 			break;
 		case 'N':
-			if ((a->o.norm = name_index(ss_compose_norm_names, SS_COMPOSE_N_NORMS, optarg)) < 0)
-				cli_usage(usage, "--norm: '%s' is not none, before, after or both", optarg);
+			a->o.norm = cli_choice("--norm", optarg, ss_compose_norm_names, SS_COMPOSE_N_NORMS, usage);
 			break;
-		case 'C': {
-			int c = name_index(ss_compose_conv_names, SS_COMPOSE_N_CONVS, optarg);
-			if (c < 0)
-				cli_usage(usage, "--conv: '%s' is not mean or last", optarg);
-			a->o.conv = (ss_compose_conv)c;
+		case 'C':
+			a->o.conv = (ss_compose_conv)cli_choice("--conv", optarg, ss_compose_conv_names,
+								SS_COMPOSE_N_CONVS, usage);
 			break;
-		}
 		case 'D':
 			a->out_dtype = (ss_dtype)cli_dtype("--state-dtype", optarg, SS_DTYPE_STATES, usage);
 			a->have_dtype = 1;
