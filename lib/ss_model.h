@@ -92,9 +92,18 @@ typedef struct ss_model {
  * SS_ERR_UNSUPPORTED (FalconMamba, hybrids, biases), SS_ERR_MISMATCH (shape); errmsg
  * names the file and tensor, e.g. "DIR/model.safetensors:
  * backbone.layers.1.mixer.in_proj.weight: shape [296,64], expected [300,64]".
+ * dir may instead be a GGUF file written by llama.cpp's convert_hf_to_gguf.py
+ * (general.architecture mamba or mamba2; tensors F32, F16, BF16 or Q8_0,
+ * others refused naming the tensor and its type): the config from its
+ * {arch}.* metadata, the tensors under their HF names (model/checkpoint.h),
+ * A_log = log(-A) from its ssm_a. The fingerprint is computed the same way,
+ * over the values loaded: a GGUF of the same weights as an HF directory has
+ * its fingerprint, but log(-A) need not give back A_log's last bit, so a
+ * Mamba-2 GGUF's fingerprint usually differs from its source's.
  * Caller frees with ss_model_free().
  * ref: transformers models/mamba2/configuration_mamba2.py;
- *      mamba_ssm models/config_mamba.py (state-spaces config). */
+ *      mamba_ssm models/config_mamba.py (state-spaces config);
+ *      llama.cpp conversion/mamba.py (the GGUF layout). */
 int ss_model_load(ss_model **out, const char *dir, char *errmsg);
 
 /* Flags for ss_model_load_opts. */
@@ -123,9 +132,9 @@ typedef struct {
 int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opts,
                        char *errmsg);
 
-/* Parses and validates dir/config.json only (no weights): fills cfg as
- * ss_model_load would. Errors as ss_model_load (SS_ERR_NOTFOUND,
- * SS_ERR_FORMAT, SS_ERR_UNSUPPORTED, SS_ERR_TOO_LARGE). */
+/* Parses and validates dir/config.json only (no weights), or a GGUF file's
+ * metadata: fills cfg as ss_model_load would. Errors as ss_model_load
+ * (SS_ERR_NOTFOUND, SS_ERR_FORMAT, SS_ERR_UNSUPPORTED, SS_ERR_TOO_LARGE). */
 int ss_model_config_load(ss_model_config *cfg, const char *dir, char *errmsg);
 
 /* Frees the model, its weights and mappings. NULL is fine. */

@@ -40,6 +40,9 @@ typedef struct ss_tokenizer ss_tokenizer;
  * pre_tokenizer ByteLevel (add_prefix_space false, use_regex true), added
  * tokens without lstrip/rstrip/single_word; merges as "a b" strings or
  * ["a", "b"] pairs. Anything else is refused, never approximated.
+ * path may also be a GGUF file: its tokenizer.ggml.* metadata is read as the
+ * tokenizer.json it was converted from (lib/tokenizer/gguf.c says what is
+ * accepted), and the fingerprint hashes that metadata.
  * Returns 0 and sets *out (free with ss_tokenizer_free), or SS_ERR_IO
  * (cannot read), SS_ERR_FORMAT (bad JSON, merge naming a missing token),
  * SS_ERR_UNSUPPORTED (a component above not handled), SS_ERR_NOMEM; errmsg
@@ -50,7 +53,8 @@ int ss_tokenizer_load(ss_tokenizer **out, const char *path, char *errmsg);
 void ss_tokenizer_free(ss_tokenizer *tok);
 
 /* Fingerprint of the tokenizer: 16 lower-case hex digits of the 64-bit
- * FNV-1a hash of the tokenizer.json bytes. Stored in token records so that
+ * FNV-1a hash of the tokenizer.json bytes (of a GGUF: of its tokenizer
+ * metadata, lib/tokenizer/gguf.c). Stored in token records so that
  * decoding can refuse ids from another vocabulary. Owned by tok. */
 const char *ss_tokenizer_fingerprint(const ss_tokenizer *tok);
 

@@ -347,7 +347,8 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 void cli_model_help(int col)
 {
 	static const char *const lines[][2] = {
-		{ "--model DIR", "model directory: config.json + weights" },
+		{ "--model DIR", "model directory (config.json + weights) or a" },
+		{ "", "GGUF file (llama.cpp's mamba/mamba2 layout)" },
 		{ "", "(default: see Defaults)" },
 		{ "--tokenizer FILE", "tokenizer.json (default: see Defaults)" },
 		{ "--device D", "cpu, cuda (cuda:N), or auto (default: a GPU when" },

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -86,6 +87,9 @@ ss_tokenizer *cli_tokenizer(const char *opt, const char *model_dir)
 {
 	char buf[PATH_MAX + 32];
 	const char *path = opt && *opt ? opt : getenv("SS_TOKENIZER");
+	struct stat sb;
+	if ((!path || !*path) && model_dir && stat(model_dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+		path = model_dir; /* a GGUF holds its tokenizer */
 	if ((!path || !*path) && model_dir) {
 		snprintf(buf, sizeof buf, "%s/tokenizer.json", model_dir);
 		if (readable(buf))
@@ -110,6 +114,7 @@ void cli_defaults_help(void)
 	printf("Defaults (the first that exists is used; an option or variable is taken as given):\n"
 	       "  model      --model DIR, $SS_MODEL, " SS_DATADIR "/model,\n"
 	       "             data/model of the source tree (when run from its build tree)\n"
-	       "  tokenizer  --tokenizer FILE, $SS_TOKENIZER, the model's tokenizer.json,\n"
+	       "  tokenizer  --tokenizer FILE, $SS_TOKENIZER, the model's tokenizer.json\n"
+	       "             (a GGUF model: its own tokenizer.ggml.* metadata),\n"
 	       "             " SS_DATADIR "/tokenizer.json, data/tokenizer.json of the source tree\n");
 }

@@ -14,11 +14,14 @@
 
 #include "model/pickle.h"
 #include "model/safetensors.h"
+#include "stream/gguf.h"
+#include "stream/internal.h" /* ss_open_regular */
 
 #include <archive.h>
 #include <archive_entry.h>
 #include <cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +42,9 @@ struct ss_checkpoint {
 	char *prefix;                 /* entry-name prefix before "data.pkl" */
 	ss_pickle_tensor *pt;
 	size_t npt;
+	/* GGUF */
+	ss_gguf *gguf;
+	char **canon;                 /* [n] HF names of the GGUF's tensors (owned) */
 	/* unified list */
 	ss_checkpoint_tensor *t;
 	size_t n;
@@ -110,7 +116,7 @@ static int slurp(const char *path, size_t max, char **out, size_t *len, char *er
 static int add_tensor(ss_checkpoint *c, const char *name, const char *file, ss_dtype dt,
                       int ndim, const int64_t *shape, int src, size_t idx, char *errmsg)
 {
-	for (size_t i = 0; i < c->n; i++)
+	for (size_t i = 0; i < c->n && src != -2; i++) /* GGUF names were checked */
 		if (!strcmp(c->t[i].name, name))
 			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: tensor %s appears twice", file, name);
 	ss_checkpoint_tensor *t = &c->t[c->n++];
@@ -364,6 +370,99 @@ static int open_torch(ss_checkpoint *c, const char *path, char *errmsg)
 	return 0;
 }
 
+/* GGUF names (blk.N.<suffix> and the top level) and the HF names they
+ * stand for (ref: llama.cpp gguf-py/gguf/tensor_mapping.py, MODEL_TENSOR
+ * SSM_*; conversion/mamba.py). ssm_dt.bias is dt_proj.bias in Mamba-1. */
+static const char *const gguf_layer[][2] = {
+	{"attn_norm.weight", "norm.weight"},      {"ssm_in.weight", "mixer.in_proj.weight"},
+	{"ssm_conv1d.weight", "mixer.conv1d.weight"}, {"ssm_conv1d.bias", "mixer.conv1d.bias"},
+	{"ssm_dt.bias", "mixer.dt_bias"},         {"ssm_a", "mixer.A_log"},
+	{"ssm_d", "mixer.D"},                     {"ssm_norm.weight", "mixer.norm.weight"},
+	{"ssm_out.weight", "mixer.out_proj.weight"}, {"ssm_x.weight", "mixer.x_proj.weight"},
+	{"ssm_dt.weight", "mixer.dt_proj.weight"},
+};
+static const char *const gguf_top[][2] = {
+	{"token_embd.weight", "backbone.embeddings.weight"},
+	{"output_norm.weight", "backbone.norm_f.weight"},
+	{"output.weight", "lm_head.weight"},
+};
+
+/* The HF name of GGUF tensor `name` (malloc'd), or NULL when the model
+ * does not use it. */
+static char *gguf_canon(const char *name, int mamba1)
+{
+	for (size_t i = 0; i < sizeof gguf_top / sizeof *gguf_top; i++)
+		if (!strcmp(name, gguf_top[i][0]))
+			return strdup(gguf_top[i][1]);
+	unsigned layer;
+	int at = 0;
+	if (sscanf(name, "blk.%u.%n", &layer, &at) != 1 || !at || layer > 65535)
+		return NULL;
+	for (size_t i = 0; i < sizeof gguf_layer / sizeof *gguf_layer; i++)
+		if (!strcmp(name + at, gguf_layer[i][0])) {
+			const char *hf = mamba1 && !strcmp(gguf_layer[i][0], "ssm_dt.bias")
+			                 ? "mixer.dt_proj.bias" : gguf_layer[i][1];
+			char buf[96];
+			snprintf(buf, sizeof buf, "backbone.layers.%u.%s", layer, hf);
+			return strdup(buf);
+		}
+	return NULL;
+}
+
+static int open_gguf(ss_checkpoint *c, const char *path, char *errmsg)
+{
+	if (!(c->gguf = calloc(1, sizeof *c->gguf)))
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	int rc = ss_gguf_open(c->gguf, path, errmsg);
+	if (rc)
+		return rc;
+	const ss_gguf *g = c->gguf;
+	const char *arch;
+	size_t la;
+	if ((rc = ss_gguf_get_str(g, "general.architecture", &arch, &la, errmsg)))
+		return rc == SS_ERR_NOTFOUND
+		       ? ss_errf(errmsg, SS_ERR_FORMAT, "%s: no general.architecture", path) : rc;
+	int mamba1 = la == 5 && !memcmp(arch, "mamba", 5);
+	if (!mamba1 && !(la == 6 && !memcmp(arch, "mamba2", 6)))
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: architecture %.*s is not supported "
+			       "(mamba, mamba2)", path, (int)(la > 64 ? 64 : la), arch);
+	c->t = calloc(g->n_t + 1, sizeof *c->t);
+	c->canon = calloc(g->n_t + 1, sizeof *c->canon);
+	if (!c->t || !c->canon)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < g->n_t; i++) {
+		const ss_gguf_tensor *e = &g->t[i];
+		char *hf = gguf_canon(e->name, mamba1);
+		if (!hf)
+			continue; /* not a weight of the model (or another layer's count) */
+		c->canon[c->n] = hf;
+		/* HF shape: ggml's dims reversed; the converter's reshapes undone:
+		 * Mamba-2's ssm_a and ssm_d {1, nheads} and ssm_norm
+		 * {d_inner/ngroups, ngroups} flat, conv1d.weight {d_conv,
+		 * conv_dim} as torch's [conv_dim][1][d_conv] */
+		int64_t shape[4];
+		int nd = e->n_dims;
+		for (int d = 0; d < nd; d++)
+			shape[d] = e->ne[nd - 1 - d];
+		if (!mamba1 && (strstr(hf, ".A_log") || strstr(hf, ".D") || strstr(hf, ".norm.weight")) &&
+		    strstr(hf, ".mixer.")) {
+			shape[0] = (int64_t)e->numel;
+			nd = 1;
+		} else if (strstr(hf, "conv1d.weight") && nd == 2) {
+			shape[2] = shape[1];
+			shape[1] = 1;
+			nd = 3;
+		}
+		ss_dtype dt = e->type == SS_GGML_F16 ? SS_DTYPE_F16
+		              : e->type == SS_GGML_BF16 ? SS_DTYPE_BF16 : SS_DTYPE_F32;
+		if ((rc = add_tensor(c, e->name, path, dt, nd, shape, -2, i, errmsg)))
+			return rc;
+		c->t[c->n - 1].canon = hf;
+		c->t[c->n - 1].neglog = strstr(hf, ".A_log") != NULL;
+	}
+	return 0;
+}
+
 int ss_checkpoint_open(ss_checkpoint **out, const char *dir, char *errmsg)
 {
 	*out = NULL;
@@ -371,6 +470,17 @@ int ss_checkpoint_open(ss_checkpoint **out, const char *dir, char *errmsg)
 	if (!c || !(c->dir = strdup(dir))) {
 		free(c);
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	}
+	struct stat sb;
+	if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+		int rc = (c->main_path = strdup(dir)) ? open_gguf(c, dir, errmsg)
+		                                      : ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		if (rc) {
+			ss_checkpoint_close(c);
+			return rc;
+		}
+		*out = c;
+		return 0;
 	}
 	static const char *const cand[] = {
 		"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -412,7 +522,7 @@ int ss_checkpoint_open(ss_checkpoint **out, const char *dir, char *errmsg)
 const ss_checkpoint_tensor *ss_checkpoint_find(const ss_checkpoint *c, const char *name)
 {
 	for (size_t i = 0; i < c->n; i++)
-		if (!strcmp(c->t[i].name, name))
+		if (!strcmp(c->t[i].canon ? c->t[i].canon : c->t[i].name, name))
 			return &c->t[i];
 	return NULL;
 }
@@ -424,10 +534,56 @@ const char *ss_checkpoint_path(const ss_checkpoint *c)
 
 const float *ss_checkpoint_map_f32(ss_checkpoint *c, const ss_checkpoint_tensor *t)
 {
+	if (t->src == -2) {
+		const ss_gguf_tensor *e = &c->gguf->t[t->idx];
+		if (e->type != SS_GGML_F32 || t->neglog || e->offset % sizeof(float))
+			return NULL;
+		return (const float *)(c->gguf->map + e->offset);
+	}
 	if (t->src < 0)
 		return NULL;
 	ss_safetensors *st = &c->shards[t->src];
 	return ss_safetensors_map_f32(st, &st->t[t->idx]);
+}
+
+/* Widens elements [first, first + n) of one tensor of a source into dst. */
+typedef int (*range_fn)(const void *src, uint64_t first, size_t n, float *dst, char *errmsg);
+
+/* Serves request r by read: the whole tensor into r->dst, or in chunks of
+ * CHUNK elements to r->visit. */
+static int serve(const ss_checkpoint_req *r, range_fn read, const void *src, char *errmsg)
+{
+	size_t n = (size_t)r->t->numel;
+	int rc;
+	if (r->dst) {
+		if ((rc = read(src, 0, n, r->dst, errmsg)))
+			return rc;
+		if (r->visit)
+			r->visit(r->ctx, r->dst, n);
+		return 0;
+	}
+	float *buf = malloc(CHUNK * sizeof *buf);
+	if (!buf)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	rc = 0;
+	for (size_t i = 0; i < n && !rc; i += CHUNK) {
+		size_t k = n - i < CHUNK ? n - i : CHUNK;
+		if (!(rc = read(src, i, k, buf, errmsg)) && r->visit)
+			r->visit(r->ctx, buf, k);
+	}
+	free(buf);
+	return rc;
+}
+
+struct st_src {
+	ss_safetensors *st;
+	const ss_safetensors_tensor *e;
+};
+
+static int st_range(const void *src, uint64_t first, size_t n, float *dst, char *errmsg)
+{
+	const struct st_src *s = src;
+	return ss_safetensors_read_f32(s->st, s->e, (size_t)first, n, dst, errmsg);
 }
 
 static int read_safetensors(ss_checkpoint *c, const ss_checkpoint_req *r, char *errmsg)
@@ -437,29 +593,8 @@ static int read_safetensors(ss_checkpoint *c, const ss_checkpoint_req *r, char *
 	if (!e->supported)
 		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: %s: dtype %s is not supported (F32, F16, BF16)",
 		            st->path, e->name, e->dtype_name);
-	size_t n = (size_t)r->t->numel;
-	int rc;
-	if (r->dst) {
-		if ((rc = ss_safetensors_read_f32(st, e, 0, n, r->dst, errmsg)))
-			return rc;
-		if (r->visit)
-			r->visit(r->ctx, r->dst, n);
-		return 0;
-	}
-	float *buf = malloc(CHUNK * sizeof *buf);
-	if (!buf)
-		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
-	for (size_t i = 0; i < n; i += CHUNK) {
-		size_t k = n - i < CHUNK ? n - i : CHUNK;
-		if ((rc = ss_safetensors_read_f32(st, e, i, k, buf, errmsg))) {
-			free(buf);
-			return rc;
-		}
-		if (r->visit)
-			r->visit(r->ctx, buf, k);
-	}
-	free(buf);
-	return 0;
+	struct st_src src = {st, e};
+	return serve(r, st_range, &src, errmsg);
 }
 
 /* Copies tensor view p out of raw storage bytes into dst (f32), following
@@ -492,27 +627,24 @@ static void gather(const ss_pickle_tensor *p, const uint8_t *raw, float *dst, si
 	}
 }
 
+struct raw_src {
+	const ss_pickle_tensor *p;
+	const uint8_t *raw;
+};
+
+static int raw_range(const void *src, uint64_t first, size_t n, float *dst, char *errmsg)
+{
+	(void)errmsg;
+	const struct raw_src *s = src;
+	gather(s->p, s->raw, dst, (size_t)first, n);
+	return 0;
+}
+
 static int serve_from_raw(const ss_checkpoint_req *r, const ss_pickle_tensor *p,
                           const uint8_t *raw, char *errmsg)
 {
-	size_t n = (size_t)r->t->numel;
-	if (r->dst) {
-		gather(p, raw, r->dst, 0, n);
-		if (r->visit)
-			r->visit(r->ctx, r->dst, n);
-		return 0;
-	}
-	float *buf = malloc(CHUNK * sizeof *buf);
-	if (!buf)
-		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
-	for (size_t i = 0; i < n; i += CHUNK) {
-		size_t k = n - i < CHUNK ? n - i : CHUNK;
-		gather(p, raw, buf, i, k);
-		if (r->visit)
-			r->visit(r->ctx, buf, k);
-	}
-	free(buf);
-	return 0;
+	struct raw_src src = {p, raw};
+	return serve(r, raw_range, &src, errmsg);
 }
 
 static int read_torch(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, char *errmsg)
@@ -617,8 +749,51 @@ static int read_torch(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, 
 	return rc;
 }
 
+/* A = -exp(A_log) back to A_log = log(-A), in place; A must be negative. */
+static int gguf_neglog(const ss_checkpoint *c, const ss_checkpoint_tensor *t, float *x, size_t n,
+                       uint64_t first, char *errmsg)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!(x[i] < 0.0f) || !isfinite(x[i]))
+			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: %s: element %llu is %g, not a finite "
+			            "negative A (ssm_a holds A = -exp(A_log))", c->gguf->path, t->name,
+			            (unsigned long long)(first + i), (double)x[i]);
+		x[i] = logf(-x[i]);
+	}
+	return 0;
+}
+
+struct gguf_src {
+	const ss_checkpoint *c;
+	const ss_checkpoint_tensor *t;
+};
+
+static int gguf_range(const void *src, uint64_t first, size_t n, float *dst, char *errmsg)
+{
+	const struct gguf_src *s = src;
+	int rc = ss_gguf_read_f32(s->c->gguf, &s->c->gguf->t[s->t->idx], first, n, dst, errmsg);
+	if (!rc && s->t->neglog)
+		rc = gguf_neglog(s->c, s->t, dst, n, first, errmsg);
+	return rc;
+}
+
+static int read_gguf(ss_checkpoint *c, const ss_checkpoint_req *r, char *errmsg)
+{
+	struct gguf_src src = {c, r->t};
+	return serve(r, gguf_range, &src, errmsg);
+}
+
 int ss_checkpoint_read(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, char *errmsg)
 {
+	if (c->gguf) {
+		for (size_t i = 0; i < n; i++) {
+			int rc = req[i].t->src == -2 ? read_gguf(c, &req[i], errmsg)
+			                             : ss_errf(errmsg, SS_ERR_INVALID, "bad request");
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
 	if (c->bin_path) {
 		for (size_t i = 0; i < n; i++)
 			if (req[i].t->src >= 0)
@@ -642,6 +817,12 @@ void ss_checkpoint_close(ss_checkpoint *c)
 	free(c->shards);
 	ss_pickle_tensors_free(c->pt, c->npt);
 	free(c->t);
+	if (c->canon)
+		for (size_t i = 0; c->canon[i]; i++)
+			free(c->canon[i]);
+	free(c->canon);
+	ss_gguf_close(c->gguf);
+	free(c->gguf);
 	free(c->bin_path);
 	free(c->prefix);
 	free(c->dir);

@@ -6,6 +6,13 @@
  *   model.safetensors                        one safetensors file
  *   model.safetensors.index.json             sharded safetensors ("weight_map")
  *   pytorch_model.bin                        torch.save zip, restricted unpickler
+ * or, when the path is a file rather than a directory, a GGUF (llama.cpp's
+ * convert_hf_to_gguf.py layout of arch mamba or mamba2), whose tensors are
+ * listed under their HF names (canon) with HF shapes: blk.N.ssm_in.weight
+ * {d_model, d_in_proj} is backbone.layers.N.mixer.in_proj.weight
+ * [d_in_proj][d_model], ssm_conv1d.weight {d_conv, conv_dim} is
+ * [conv_dim][1][d_conv], and ssm_a, which holds A = -exp(A_log), is read
+ * as mixer.A_log = log(-A).
  * ref: huggingface/safetensors "Format"; transformers modeling_utils.py
  *      (index file: {"metadata": ..., "weight_map": {name: shard}});
  *      torch/serialization.py (zip layout <prefix>/data.pkl, <prefix>/data/<key>).
@@ -25,8 +32,11 @@ typedef struct {
 	int ndim;
 	int64_t shape[8];
 	uint64_t numel;
-	int src;               /* private: shard index, or -1 for a torch zip */
+	const char *canon;     /* GGUF: the HF name it stands for (ss_checkpoint_find
+				  matches it); NULL for other formats */
+	int src;               /* private: shard index, -1 for a torch zip, -2 for a GGUF */
 	size_t idx;            /* private: entry index within the source */
+	int neglog;            /* private: GGUF ssm_a, delivered as log(-A) */
 } ss_checkpoint_tensor;
 
 /* A read request. With dst non-NULL the tensor is widened into dst[numel]
@@ -39,12 +49,14 @@ typedef struct {
 	void *ctx;
 } ss_checkpoint_req;
 
-/* Opens the weights of model directory dir and lists their tensors (headers
- * or the pickle only; no tensor data is read). Errors: SS_ERR_NOTFOUND (no
- * weight file, missing shard), SS_ERR_FORMAT/TRUNCATED/TOO_LARGE (bad
- * safetensors, index or pickle, as from ss_safetensors_open and
- * ss_pickle_load_state_dict), SS_ERR_UNSUPPORTED (sharded .bin, big-endian
- * or legacy non-zip torch files). errmsg names the file. Caller closes. */
+/* Opens the weights of model directory dir (or GGUF file dir) and lists
+ * their tensors (headers or the pickle only; no tensor data is read).
+ * Errors: SS_ERR_NOTFOUND (no weight file, missing shard),
+ * SS_ERR_FORMAT/TRUNCATED/TOO_LARGE/VERSION (bad safetensors, index,
+ * pickle or GGUF, as from ss_safetensors_open, ss_pickle_load_state_dict
+ * and ss_gguf_open), SS_ERR_UNSUPPORTED (sharded .bin, big-endian or legacy
+ * non-zip torch files, a GGUF of another architecture). errmsg names the
+ * file. Caller closes. */
 int ss_checkpoint_open(ss_checkpoint **out, const char *dir, char *errmsg);
 
 /* The tensor named `name`, or NULL. */

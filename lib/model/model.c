@@ -18,6 +18,8 @@
 
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
+#include "stream/gguf.h"
+#include "stream/internal.h" /* ss_open_regular */
 
 #include <cJSON.h>
 #include <errno.h>
@@ -520,8 +522,129 @@ static int config_parse(ss_model_config *c, const cJSON *root, const char *path,
 	return 0;
 }
 
+/* A GGUF's hyperparameter `{arch}.suffix`, required, in [1, MAX_DIM]. */
+static int gguf_dim(const ss_gguf *g, const char *arch, const char *suffix, int32_t *out,
+                    char *errmsg)
+{
+	char key[96];
+	uint64_t v;
+	snprintf(key, sizeof key, "%s.%s", arch, suffix);
+	int rc = ss_gguf_get_uint(g, key, &v, errmsg);
+	if (rc == SS_ERR_NOTFOUND)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: missing %s", g->path, key);
+	if (rc)
+		return rc;
+	if (v < 1 || v > MAX_DIM)
+		return ss_errf(errmsg, v ? SS_ERR_TOO_LARGE : SS_ERR_FORMAT, "%s: %s = %llu is not in "
+		            "[1, %d]", g->path, key, (unsigned long long)v, MAX_DIM);
+	*out = (int32_t)v;
+	return 0;
+}
+
+static void json_num(cJSON *o, const char *k, double v)
+{
+	cJSON_AddNumberToObject(o, k, v);
+}
+
+/* The transformers config.json a GGUF written by llama.cpp's converter
+ * stands for (conversion/mamba.py, the reverse direction): {arch}.
+ * embedding_length, block_count, ssm.{conv_kernel, inner_size,
+ * state_size, time_step_rank (Mamba-2: nheads; Mamba-1: dt_rank),
+ * group_count}, attention.layer_norm_rms_epsilon; the vocabulary is
+ * token_embd's rows, tied when there is no output.weight, a bias when
+ * blk.0.ssm_in.bias exists, ssm.dt_b_c_rms (FalconMamba) refused. The
+ * checks that follow are config_parse's, on the file's own values. */
+static int gguf_config_json(const ss_gguf *g, cJSON **out, char *errmsg)
+{
+	const char *arch;
+	size_t la;
+	int rc = ss_gguf_get_str(g, "general.architecture", &arch, &la, errmsg);
+	if (rc)
+		return rc == SS_ERR_NOTFOUND
+		       ? ss_errf(errmsg, SS_ERR_FORMAT, "%s: no general.architecture", g->path) : rc;
+	int m1 = la == 5 && !memcmp(arch, "mamba", 5);
+	if (!m1 && !(la == 6 && !memcmp(arch, "mamba2", 6)))
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: architecture %.*s is not supported "
+		            "(mamba, mamba2)", g->path, (int)(la > 64 ? 64 : la), arch);
+	const char *a = m1 ? "mamba" : "mamba2";
+	int32_t d_model, n_layer, d_conv, d_inner, d_state, rank, ngroups = 1;
+	if ((rc = gguf_dim(g, a, "embedding_length", &d_model, errmsg)) ||
+	    (rc = gguf_dim(g, a, "block_count", &n_layer, errmsg)) ||
+	    (rc = gguf_dim(g, a, "ssm.conv_kernel", &d_conv, errmsg)) ||
+	    (rc = gguf_dim(g, a, "ssm.inner_size", &d_inner, errmsg)) ||
+	    (rc = gguf_dim(g, a, "ssm.state_size", &d_state, errmsg)) ||
+	    (rc = gguf_dim(g, a, "ssm.time_step_rank", &rank, errmsg)) ||
+	    (!m1 && (rc = gguf_dim(g, a, "ssm.group_count", &ngroups, errmsg))))
+		return rc;
+	char key[96];
+	uint64_t flag = 0;
+	snprintf(key, sizeof key, "%s.ssm.dt_b_c_rms", a);
+	if ((rc = ss_gguf_get_uint(g, key, &flag, errmsg)) && rc != SS_ERR_NOTFOUND)
+		return rc;
+	if (flag)
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: %s (FalconMamba's B/C/dt RMSNorms) is "
+		            "not supported", g->path, key);
+	double eps = 1e-5;
+	snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
+	if ((rc = ss_gguf_get_float(g, key, &eps, errmsg)) && rc != SS_ERR_NOTFOUND)
+		return rc;
+	uint64_t eos = 0;
+	if ((rc = ss_gguf_get_uint(g, "tokenizer.ggml.eos_token_id", &eos, errmsg)) &&
+	    rc != SS_ERR_NOTFOUND)
+		return rc;
+	const ss_gguf_tensor *emb = ss_gguf_find(g, "token_embd.weight");
+	if (!emb || emb->n_dims != 2)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: %s", g->path,
+		            emb ? "token_embd.weight is not 2-D" : "missing tensor token_embd.weight");
+	if (d_inner % d_model || (!m1 && d_inner % rank))
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: ssm.inner_size %d is not a multiple of "
+		            "%s %d", g->path, d_inner, d_inner % d_model ? "embedding_length" :
+		            "time_step_rank (nheads)", d_inner % d_model ? d_model : rank);
+	cJSON *o = cJSON_CreateObject();
+	if (!o)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	cJSON_AddStringToObject(o, "model_type", m1 ? "mamba" : "mamba2");
+	json_num(o, "hidden_size", d_model);
+	json_num(o, "num_hidden_layers", n_layer);
+	json_num(o, "expand", d_inner / d_model);
+	json_num(o, "conv_kernel", d_conv);
+	json_num(o, "state_size", d_state);
+	json_num(o, "vocab_size", (double)emb->ne[1]);
+	json_num(o, "eos_token_id", (double)eos);
+	json_num(o, "layer_norm_epsilon", eps);
+	cJSON_AddBoolToObject(o, "tie_word_embeddings", !ss_gguf_find(g, "output.weight"));
+	cJSON_AddBoolToObject(o, "use_bias", ss_gguf_find(g, "blk.0.ssm_in.bias") != NULL);
+	cJSON_AddBoolToObject(o, "use_conv_bias", ss_gguf_find(g, "blk.0.ssm_conv1d.bias") != NULL);
+	if (m1) {
+		json_num(o, "intermediate_size", d_inner);
+		json_num(o, "time_step_rank", rank);
+	} else {
+		json_num(o, "num_heads", rank);
+		json_num(o, "head_dim", d_inner / rank);
+		json_num(o, "n_groups", ngroups);
+	}
+	*out = o;
+	return 0;
+}
+
+/* ss_model_config_load of a GGUF file. */
+static int gguf_config(ss_model_config *cfg, const char *path, char *errmsg)
+{
+	ss_gguf g;
+	cJSON *root = NULL;
+	int rc = ss_gguf_open(&g, path, errmsg);
+	if (!rc && !(rc = gguf_config_json(&g, &root, errmsg)))
+		rc = config_parse(cfg, root, path, errmsg);
+	cJSON_Delete(root);
+	ss_gguf_close(&g);
+	return rc;
+}
+
 int ss_model_config_load(ss_model_config *cfg, const char *dir, char *errmsg)
 {
+	struct stat dsb;
+	if (stat(dir, &dsb) == 0 && !S_ISDIR(dsb.st_mode))
+		return gguf_config(cfg, dir, errmsg);
 	size_t ld = strlen(dir);
 	char *path = malloc(ld + sizeof "/config.json");
 	if (!path)

@@ -9,6 +9,7 @@
  * ref: huggingface/safetensors docs "Format".
  */
 #include "model/safetensors.h"
+#include "stream/internal.h" /* ss_open_regular */
 
 #include <cJSON.h>
 #include <errno.h>
@@ -127,27 +128,6 @@ static int parse_entry(ss_safetensors_tensor *t, const cJSON *e, uint64_t data_s
 	return 0;
 }
 
-int ss_open_regular(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0)
-		return -1;
-	struct stat sb;
-	if (fstat(fd, &sb) != 0) {
-		int e = errno;
-		close(fd);
-		errno = e;
-		return -1;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		close(fd);
-		return -2;
-	}
-	int fl = fcntl(fd, F_GETFL);
-	if (fl != -1)
-		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-	return fd;
-}
 
 int ss_safetensors_open(ss_safetensors *st, const char *path, char *errmsg)
 {

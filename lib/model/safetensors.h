@@ -44,12 +44,6 @@ typedef struct {
  * ss_safetensors_close(). */
 int ss_safetensors_open(ss_safetensors *st, const char *path, char *errmsg);
 
-/* Opens path read-only (the model loaders, the index's state files) without blocking on a FIFO
- * or device (open(2) of a FIFO with no writer never returns): returns a
- * descriptor of a regular file (O_CLOEXEC, blocking), -1 with errno set
- * when open or fstat fails, or -2 when path is not a regular file. */
-int ss_open_regular(const char *path);
-
 /* Entry named `name`, or NULL. */
 const ss_safetensors_tensor *ss_safetensors_find(const ss_safetensors *st, const char *name);
 

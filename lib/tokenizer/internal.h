@@ -162,4 +162,13 @@ static inline int tok_ids_push(struct ids *v, int32_t id)
 	return 0;
 }
 
+/* A GGUF's tokenizer.ggml.* metadata as the tokenizer.json it stands for
+ * (gguf.c: what is accepted), for ss_tokenizer_load. *root: caller frees
+ * with cJSON_Delete; *fingerprint: the hash the tokenizer's fingerprint
+ * prints. Errors: as ss_gguf_open, SS_ERR_FORMAT (missing keys),
+ * SS_ERR_UNSUPPORTED (another model, pre-tokenizer or token type),
+ * SS_ERR_NOMEM; errmsg names the file and the key. */
+struct cJSON;
+int tok_gguf_json(const char *path, struct cJSON **root, uint64_t *fingerprint, char *errmsg);
+
 #endif /* SS_TOKENIZER_INTERNAL_H */

@@ -4,6 +4,7 @@
  * and added-token tables; and ss_tokenizer_free. See ss_tokenizer.h.
  */
 #include "internal.h"
+#include "stream/gguf.h" /* ss_gguf_is */
 
 #include <cJSON.h>
 #include <errno.h>
@@ -467,18 +468,30 @@ int ss_tokenizer_load(ss_tokenizer **out, const char *path, char *errmsg)
 	*out = NULL;
 	char *buf = NULL;
 	size_t len = 0;
-	int rc = read_file(path, &buf, &len, errmsg);
-	if (rc)
-		return rc;
+	cJSON *root = NULL;
+	uint64_t fp = 0;
+	int rc;
+	if (ss_gguf_is(path)) {
+		if ((rc = tok_gguf_json(path, &root, &fp, errmsg))) {
+			size_t lp = strlen(path); /* the caller names the file */
+			if (errmsg && !strncmp(errmsg, path, lp) && !strncmp(errmsg + lp, ": ", 2))
+				memmove(errmsg, errmsg + lp + 2, strlen(errmsg + lp + 2) + 1);
+			return rc;
+		}
+	} else {
+		if ((rc = read_file(path, &buf, &len, errmsg)))
+			return rc;
+		fp = fnv1a64(buf, len);
+	}
 	ss_tokenizer *t = calloc(1, sizeof *t);
 	if (!t) {
+		cJSON_Delete(root);
 		free(buf);
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	}
-	snprintf(t->fingerprint, sizeof t->fingerprint, "%016" PRIx64, fnv1a64(buf, len));
+	snprintf(t->fingerprint, sizeof t->fingerprint, "%016" PRIx64, fp);
 	const char *end = NULL;
-	cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
-	if (!root) {
+	if (!root && !(root = cJSON_ParseWithLengthOpts(buf, len, &end, 0))) {
 		rc = ss_errf(errmsg, SS_ERR_FORMAT, "invalid JSON near byte %td", end ? end - buf : (ptrdiff_t)0);
 		goto done;
 	}

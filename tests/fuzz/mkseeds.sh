@@ -178,4 +178,78 @@ open(S + "small.ggsq", "wb").write(b"\x01" + blob(1, 24, 8, 9, True, 4))
 open(S + "mamba1.seq", "wb").write(b"\x02" + blob(2, 6, 6, 0))
 PY
 
+# gguf: small GGUF models as llama.cpp's converter lays them out (tensor names, ssm_a = -exp(A_log),
+# ggml dims), with the tiny tokenizer's vocabulary as tokenizer.ggml.*: a Mamba-2 with f16 and
+# bf16 matrices, one with q8_0 ones (d_model 32: whole blocks), a Mamba-1 in f32
+rm -rf "${S:?}/gguf"
+mkdir -p "$S/gguf"
+python3 - "$S/gguf" tests/fuzz/tiny-tokenizer.json <<'PY'
+import json, struct, sys
+S, tok = sys.argv[1] + "/", json.load(open(sys.argv[2]))
+def s(x):
+    x = x.encode()
+    return struct.pack("<Q", len(x)) + x
+def kv(k, t, v):
+    out = s(k) + struct.pack("<I", t)
+    if t == 4: return out + struct.pack("<I", v)
+    if t == 6: return out + struct.pack("<f", v)
+    if t == 8: return out + s(v)
+    et, items = v  # array
+    out += struct.pack("<IQ", et, len(items))
+    return out + b"".join(s(i) if et == 8 else struct.pack("<i", i) for i in items)
+def q8(vals):  # block_q8_0: f16 d, 32 int8
+    out = b""
+    for b in range(0, len(vals), 32):
+        blk = vals[b:b + 32]
+        d = max(abs(v) for v in blk) / 127 or 1.0
+        out += struct.pack("<e", d) + struct.pack("<32b", *[round(v / d) for v in blk])
+    return out
+def gguf(arch, hp, tensors):
+    vocab = sorted(tok["model"]["vocab"].items(), key=lambda e: e[1])
+    names = [v for v, _ in vocab] + ["<|endoftext|>", "[PAD283]"]
+    meta = [kv("general.architecture", 8, arch), kv("general.alignment", 4, 32)]
+    meta += [kv("%s.%s" % (arch, k), 4 if isinstance(v, int) else 6, v) for k, v in hp]
+    meta += [kv("tokenizer.ggml.model", 8, "gpt2"), kv("tokenizer.ggml.pre", 8, "mpt"),
+             kv("tokenizer.ggml.tokens", 9, (8, names)),
+             kv("tokenizer.ggml.token_type", 9, (5, [1] * len(vocab) + [3, 4])),
+             kv("tokenizer.ggml.merges", 9, (8, tok["model"]["merges"]))]
+    info, data = b"", b""
+    for name, ne, t, vals in tensors:
+        raw = {0: lambda v: struct.pack("<%df" % len(v), *v), 1: lambda v: struct.pack("<%de" % len(v), *v),
+               30: lambda v: b"".join(struct.pack("<f", x)[2:] for x in v), 8: q8}[t](vals)
+        info += s(name) + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne) + struct.pack("<IQ", t, len(data))
+        data += raw + b"\0" * (-len(raw) % 32)
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(meta)) + b"".join(meta) + info
+    return head + b"\0" * (-len(head) % 32) + data
+def vals(n, k=0): return [((i * 7 + k) % 11 - 5) * 0.1 for i in range(n)]
+def mamba2(D, dt, name):
+    H, P, N, V = 2, D, 2, 284  # nheads, headdim, d_state, vocab (the tokenizer's ids)
+    I = H * P; C = I + 2 * N; Z = 2 * I + 2 * N + H
+    t = [("token_embd.weight", [D, V], dt, vals(D * V)), ("output_norm.weight", [D], 0, [1.0] * D),
+         ("blk.0.attn_norm.weight", [D], 0, [1.0] * D), ("blk.0.ssm_in.weight", [D, Z], dt, vals(D * Z, 1)),
+         ("blk.0.ssm_conv1d.weight", [4, C], 0, vals(4 * C, 2)), ("blk.0.ssm_conv1d.bias", [C], 0, vals(C, 3)),
+         ("blk.0.ssm_dt.bias", [H], 0, [0.5] * H), ("blk.0.ssm_a", [1, H], 0, [-1.0, -2.0]),
+         ("blk.0.ssm_d", [1, H], 0, [1.0] * H), ("blk.0.ssm_norm.weight", [I, 1], 0, [1.0] * I),
+         ("blk.0.ssm_out.weight", [I, D], dt, vals(I * D, 4))]
+    hp = [("embedding_length", D), ("block_count", 1), ("ssm.conv_kernel", 4), ("ssm.inner_size", I),
+          ("ssm.state_size", N), ("ssm.time_step_rank", H), ("ssm.group_count", 1),
+          ("attention.layer_norm_rms_epsilon", 1e-5)]
+    open(S + name, "wb").write(gguf("mamba2", hp, t))
+mamba2(4, 1, "mamba2-f16.gguf")
+mamba2(4, 30, "mamba2-bf16.gguf")
+mamba2(32, 8, "mamba2-q8_0.gguf")
+D, I, N, R, V = 4, 8, 2, 1, 284
+t = [("token_embd.weight", [D, V], 0, vals(D * V)), ("output_norm.weight", [D], 0, [1.0] * D),
+     ("output.weight", [D, V], 0, vals(D * V, 5)),
+     ("blk.0.attn_norm.weight", [D], 0, [1.0] * D), ("blk.0.ssm_in.weight", [D, 2 * I], 0, vals(2 * D * I)),
+     ("blk.0.ssm_conv1d.weight", [4, I], 0, vals(4 * I, 2)), ("blk.0.ssm_conv1d.bias", [I], 0, vals(I, 3)),
+     ("blk.0.ssm_x.weight", [I, R + 2 * N], 0, vals(I * (R + 2 * N), 6)),
+     ("blk.0.ssm_dt.weight", [R, I], 0, vals(I * R, 7)), ("blk.0.ssm_dt.bias", [I], 0, [0.1] * I),
+     ("blk.0.ssm_a", [N, I], 0, [-1.0 - (i % N) for i in range(N * I)]), ("blk.0.ssm_d", [I], 0, [1.0] * I),
+     ("blk.0.ssm_out.weight", [I, D], 0, vals(I * D, 4))]
+hp = [("embedding_length", D), ("block_count", 1), ("ssm.conv_kernel", 4), ("ssm.inner_size", I),
+      ("ssm.state_size", N), ("ssm.time_step_rank", R), ("attention.layer_norm_rms_epsilon", 1e-5)]
+open(S + "mamba1.gguf", "wb").write(gguf("mamba", hp, t))
+PY
+
 du -sh "$S"; du -s "$S"/* | sort -n | tail -3

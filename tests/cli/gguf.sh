@@ -1,0 +1,115 @@
+# GGUF models (issue 34 item 3): tests/fixtures/gguf/t1-f32.gguf and m1-q8_0.gguf, written by
+# llama.cpp's convert_hf_to_gguf.py from golden t1-hf and golden-mamba1 m1-hf
+# (tests/fixtures/README.md), loaded by every tool as --model FILE.gguf: t1's states, NLL and
+# greedy decode equal the golden ones; the tokenizer from the GGUF's metadata gives the
+# tokenizer.json's ids; the fingerprint is the HF directory's when the weights are the same
+# (an HF copy holding the A_log the GGUF holds) and differs otherwise; bad GGUFs get a
+# one-line error and write nothing. m1 against golden-mamba1 needs $SS_SHARED.
+set -eu
+. "$SS_TOP/tests/util/golden.sh"
+GG=$SS_FIXTURES/gguf
+T1G=$GG/t1-f32.gguf
+M1G=$GG/m1-q8_0.gguf
+GPY="python3 $SS_TOP/tests/cli/gguf.py"
+ids() { $PY ids "$G/t1/c3/tokens.i32" "$1" "$2"; }
+
+# States: c3 and docB from the zero state equal golden's (llama.cpp's own states of t1).
+ss-tokenize -q --whole "$G/t1/c3/text.txt" "$G/t1/docB/text.txt" >"$d/docs.tok"
+ss-encode --model "$T1G" "$d/docs.tok" >"$d/g.st"
+ss-cat --full "$d/g.st" >"$d/g.json"
+$PY state-eq "$d/g.json" 0 "$G/t1/c3/ssm.f32" "$G/t1/c3/conv.f32" "$G/t1/c3/logdecay.f32"
+$PY state-eq "$d/g.json" 1 "$G/t1/docB/ssm.f32" "$G/t1/docB/conv.f32" "$G/t1/docB/logdecay.f32"
+
+# NLL and greedy decode: the golden ones.
+ss-score --model "$T1G" --no-state --per-token --query-tokens "$(ids 0 100)" \
+	--continuation-tokens "$(ids 100 297)" >"$d/s.json"
+$PY nll-eq "$d/s.json" "$G/t1/c3/nll.f32" 99 296
+want=$(printf '%s %s' "$($PY ids "$G/t1/decode/in_tokens.i32" | tr , ' ')" \
+	"$($PY ids "$G/t1/decode/out_tokens.i32" 15)")
+got=$(ss-decode --model "$T1G" --no-state --ids --max-tokens 17 --prompt-tokens "$(ids 0 297)")
+[ "$got" = "$want" ] || fail "greedy decode from the GGUF: $got, expected $want"
+
+# The tokenizer: with no --tokenizer, a GGUF model's own (not data/tokenizer.json: the
+# token stream's tokenizer fingerprint says which), the same ids as tokenizer.json on
+# HF's and llama.cpp's tokenizer test files and the WikiText-2 test split.
+ss-decode --model "$T1G" --no-state --max-tokens 2 --jsonl --prompt "Hello world" >"$d/j.json"
+python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["text"] == "")' "$d/j.json" ||
+	fail "no text decoded with the GGUF's tokenizer"
+T=$SS_FIXTURES/data/tokenizer-tests
+for f in "$T/ggml-prompts-gpt-neox.txt" "$T/ggml-prompts-test-cases.txt" \
+	"$T/llama.cpp-ggml-vocab-mpt.gguf.inp" "$SS_FIXTURES/data/corpora/wikitext-2-raw.test.hf-crlf.raw"; do
+	ss-tokenize -q --tokenizer "$SS_TOP/data/tokenizer.json" "$f" | ss-cat --full >"$d/a.json"
+	ss-tokenize -q --tokenizer "$T1G" "$f" | ss-cat --full >"$d/b.json"
+	python3 - "$d/a.json" "$d/b.json" <<'PY' || fail "GGUF tokenizer differs from tokenizer.json on $f"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+for x, y in zip(a, b):
+    assert x["tokens"] == y["tokens"], (x["id"], x["tokens"][:8], y["tokens"][:8])
+    assert x["tokenizer"] != y["tokenizer"]  # another fingerprint: not tokenizer.json's bytes
+PY
+done
+SS_MODEL=$T1G ss-tokenize -q "$G/t1/c3/text.txt" | ss-cat >"$d/t.json"
+ss-tokenize -q --tokenizer "$T1G" "$G/t1/c3/text.txt" | ss-cat >"$d/t2.json"
+[ "$($PY json-get "$d/t.json" tokenizer)" = "$($PY json-get "$d/t2.json" tokenizer)" ] ||
+	fail "ss-tokenize with SS_MODEL=FILE.gguf did not use the GGUF's tokenizer"
+
+# Fingerprints. t1's GGUF holds A = -exp(A_log) (torch's f32 exp), and log(-A) is not A_log
+# in every last bit: not the same weights, another fingerprint. An HF copy of t1 with the
+# A_log the GGUF holds has the same weights: the same fingerprint, and states that compose.
+mkdir "$d/t1a"
+cp "$T1/config.json" "$d/t1a/"
+$GPY a-log "$T1G" "$T1/model.safetensors" "$d/t1a/model.safetensors"
+fp() { ss-encode --model "$1" "$d/docs.tok" | ss-cat | $PY json-get /dev/stdin fingerprint; }
+fg=$(fp "$T1G")
+[ "$fg" != "$(fp "$T1")" ] || fail "t1's GGUF has the HF fingerprint although its A_log differs"
+[ "$fg" = "$(fp "$d/t1a")" ] || fail "same weights, another fingerprint: GGUF $fg, HF $(fp "$d/t1a")"
+ss-encode --model "$d/t1a" "$d/docs.tok" >"$d/h.st"
+cat "$d/g.st" "$d/h.st" | ss-compose --mode picaso-r >/dev/null || fail "GGUF and HF states do not compose"
+
+# m1 (Mamba-1, q8_0: blocks of 32 int8 with an f16 scale): loads, with Mamba-1's dims.
+ss-encode --model "$M1G" "$d/docs.tok" | ss-cat >"$d/m1.json"
+[ "$($PY json-get "$d/m1.json" arch)" = '"mamba1"' ] || fail "m1 GGUF: arch"
+[ "$($PY json-get "$d/m1.json" nheads)" = 128 ] || fail "m1 GGUF: d_inner"
+if [ -n "${SS_SHARED:-}" ] && [ -r "$SS_SHARED/golden-mamba1/manifest.json" ]; then
+	G1=$SS_SHARED/golden-mamba1
+	ss-score --model "$M1G" --no-state --per-token \
+		--query-tokens "$($PY ids "$G1/m1/c3/tokens.i32" 0 100)" \
+		--continuation-tokens "$($PY ids "$G1/m1/c3/tokens.i32" 100 297)" >"$d/m1s.json"
+	# q8_0 weights: mean NLL within 2e-4 nats of golden's f32 (measured 4.0e-5),
+	# each token's within 2e-2 (measured 9.3e-3)
+	$PY nll-eq "$d/m1s.json" "$G1/m1/c3/nll.f32" 99 296 2e-4 2>/dev/null ||
+		python3 - "$d/m1s.json" "$G1/m1/c3/nll.f32" <<'PY' || fail "m1 q8_0 GGUF: NLL off golden"
+import json, struct, sys
+s = json.load(open(sys.argv[1]))
+b = open(sys.argv[2], "rb").read()
+g = struct.unpack("<%df" % (len(b) // 4), b)[99:296]
+assert abs(s["nll"] - sum(g) / len(g)) <= 2e-4, s["nll"]
+assert max(abs(x - y) for x, y in zip(s["per_token"], g)) <= 2e-2
+PY
+fi
+
+# Bad GGUFs: one line naming the file, exit 1, no output file.
+head -c 100000 "$T1G" >"$d/trunc.gguf"
+expect 1 "trunc.gguf: .*file ends" ss-encode --model "$d/trunc.gguf" -o "$d/x.st" "$d/docs.tok"
+head -c 3000000 "$T1G" >"$d/trunc2.gguf"
+expect 1 "trunc2.gguf: tensor .*past the end" ss-encode --model "$d/trunc2.gguf" -o "$d/x.st" "$d/docs.tok"
+: >"$d/empty.gguf"
+expect 1 "empty.gguf" ss-encode --model "$d/empty.gguf" -o "$d/x.st" "$d/docs.tok"
+for w in n-tensors n-kv arch k-quant offset version; do
+	$GPY patch "$T1G" "$d/$w.gguf" $w
+done
+expect 1 "n-tensors.gguf: .*cannot fit" ss-encode --model "$d/n-tensors.gguf" -o "$d/x.st" "$d/docs.tok"
+expect 1 "n-kv.gguf: .*cannot fit" ss-encode --model "$d/n-kv.gguf" -o "$d/x.st" "$d/docs.tok"
+expect 1 "arch.gguf: architecture mambaX is not supported" ss-encode --model "$d/arch.gguf" -o "$d/x.st" "$d/docs.tok"
+expect 1 "k-quant.gguf: blk.0.ssm_in.weight: type Q4_K is not supported" \
+	ss-encode --model "$d/k-quant.gguf" -o "$d/x.st" "$d/docs.tok"
+expect 1 "offset.gguf: tensor blk.0.ssm_in.weight: data .*past the end" \
+	ss-encode --model "$d/offset.gguf" -o "$d/x.st" "$d/docs.tok"
+expect 1 "version.gguf: GGUF version 1 is not supported" ss-encode --model "$d/version.gguf" -o "$d/x.st" "$d/docs.tok"
+expect 1 "k-quant.gguf" ss-score --model "$d/k-quant.gguf" --no-state --query " a" --continuation " b"
+[ ! -e "$d/x.st" ] || fail "a bad GGUF left an output file"
+# a state of t1's HF weights is refused by the GGUF model: another fingerprint
+ss-encode --model "$T1" "$d/docs.tok" >"$d/hf.st"
+expect 1 "state from another model" ss-decode --model "$T1G" --state "$d/hf.st" --max-tokens 1 --prompt " a"
