@@ -105,17 +105,27 @@ typedef struct ss_forward_ctx ss_forward_ctx;
  * (bad dims or arguments, errmsg says which), SS_ERR_NOMEM. */
 int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads,
 			int ubatch, char *errmsg);
-/* Deterministic prefill: on a CPU context, ss_forward_prefill then gives each
- * sequence's state and hidden rows the same bits whatever the other
- * sequences of the call and the context's thread count (for one model,
- * ubatch and BLAS kernel family). OpenBLAS rounds a row differently by the
- * shape of the call and the row's place in it, so the projections run in
- * calls of at most 256 rows of one sequence by 256 outputs, and a sequence
- * that does not fit in the rest of a pass starts the next one (it is cut
- * only at multiples of ubatch: the scan's log-decay is rounded per pass).
- * Costs the GEMMs' efficiency on short sequences (ss-encode(1) gives the
- * figures). Logits rows and ss_forward_decode are not covered.
- *   on: 1, or 0 (the default: fewest and tallest GEMM calls).
+/* Deterministic mode, on a CPU context:
+ *   prefill: ss_forward_prefill gives each sequence's state and hidden rows
+ *     the same bits whatever the other sequences of the call and the
+ *     context's thread count (for one model, ubatch and BLAS kernel family).
+ *     OpenBLAS rounds a row differently by the shape of the call and the
+ *     row's place in it, so the projections run in calls of at most 256
+ *     rows of one sequence by 256 outputs, and a sequence that does not fit
+ *     in the rest of a pass starts the next one (it is cut only at multiples
+ *     of ubatch: the scan's log-decay is rounded per pass). Costs the GEMMs'
+ *     efficiency on short sequences (ss-encode(1) gives the figures).
+ *   logits and decode: lm_head (prefill's logits rows, decode steps) and
+ *     every projection of a decode step (ss_forward_decode,
+ *     ss_forward_decode_next) run through a row-invariant kernel
+ *     (lib/forward/ops/linear_f32.h: one fixed summation order per output,
+ *     register tiles that read W once for the whole batch), so a sequence's
+ *     logits and state after a step are the same bits whatever the other
+ *     sequences of the step, its place among them and the thread count:
+ *     batched decoding gives what one sequence at a time gives. Against
+ *     the BLAS (sgemv for one row, sgemm for several) it runs at about the
+ *     same speed (bench/batch gives the figures, deterministic vs BLAS).
+ *   on: 1, or 0 (the default: fewest and tallest GEMM calls, the BLAS).
  * Returns 0; SS_ERR_INVALID (ctx NULL), SS_ERR_UNSUPPORTED (a CUDA
  * context). */
 int ss_forward_ctx_set_deterministic(ss_forward_ctx *ctx, int on);
@@ -145,7 +155,10 @@ int ss_forward_prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs,
 		       ss_logits_mode mode, char *errmsg);
 
 /* Decode step: feeds one token to each of n states (a batch of independent
- * sequences) and returns the logits of that position.
+ * sequences) and returns the logits of that position. A step reads the
+ * weight matrices once for all n (GEMM, not n GEMVs), the scan per
+ * sequence; in a deterministic context each row is what it would be alone
+ * (ss_forward_ctx_set_deterministic).
  *   states: [n] in/out (as in ss_forward_seq.state);
  *   tokens: [n] ids; logits: out [n][vocab_padded] f32, or NULL (state only).
  * Equivalent to ss_forward_prefill with one token per sequence and

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "ss.h"
+#include "forward/ops/linear_f32.h"
 #include "gen/model.h"
 
 #ifndef SS_TEST_SHARED
@@ -632,6 +633,161 @@ static void test_decode_bound_equals_decode(void **unused)
 	ss_forward_ctx_free(ctx);
 }
 
+/* ss_linear_rows_cpu (the deterministic decode's kernel): every output
+ * equals a float64 dot product to rounding, and is the same bits whatever
+ * the rows and columns a call covers (rows alone, all at once, a column
+ * slice, an odd offset), with a K that leaves a tail of every length mod 16
+ * and 8 and beta 0 or 1; W in bf16 and f16 gives the bits of W widened. */
+static void test_linear_rows_invariant(void **unused)
+{
+	enum { M = 7, N = 11 };
+	static const int64_t Ks[] = { 1, 13, 16, 37, 64, 100 };
+	static const ss_dtype wts[3] = { SS_DTYPE_F32, SS_DTYPE_BF16, SS_DTYPE_F16 };
+	uint64_t seed = 99;
+	for (size_t ki = 0; ki < sizeof(Ks) / sizeof(*Ks); ki++)
+		for (int wi = 0; wi < 3; wi++) {
+			const int64_t K = Ks[ki];
+			const ss_dtype wt = wts[wi];
+			const size_t esz = ss_dtype_size(wt);
+			float *x = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K);
+			char *Wt = malloc(esz * N * K);
+			float all[M][N], one[M][N], init[M][N], wide[M][N], mid[M][N];
+			assert_true(x && W && Wt);
+			for (int64_t i = 0; i < M * K; i++)
+				x[i] = (float)((ss_splitmix64(&seed) >> 40) * (2.0 / 16777216.0) - 1.0);
+			for (int64_t i = 0; i < N * K; i++)
+				W[i] = (float)((ss_splitmix64(&seed) >> 40) * (2.0 / 16777216.0) - 1.0);
+			/* W in wt, and W set to its widened values */
+			ss_from_f32(Wt, wt, W, (size_t)(N * K));
+			ss_to_f32(W, Wt, wt, (size_t)(N * K));
+			for (int beta = 0; beta < 2; beta++) {
+				for (int m = 0; m < M; m++)
+					for (int n = 0; n < N; n++)
+						init[m][n] = 0.25f * (float)(m - n);
+				memcpy(all, init, sizeof(all));
+				memcpy(one, init, sizeof(one));
+				memcpy(wide, init, sizeof(wide));
+				memcpy(mid, init, sizeof(mid));
+				assert_int_equal(ss_linear_rows_cpu(&all[0][0], N, x, K, Wt, wt, M, N, K,
+								    (float)beta), 0);
+				assert_int_equal(ss_linear_rows_cpu(&wide[0][0], N, x, K, W, SS_DTYPE_F32, M,
+								    N, K, (float)beta), 0);
+				assert_memory_equal(all, wide, sizeof(all));
+				/* row by row, each in column slices of 3 (odd offsets in W) */
+				for (int m = 0; m < M; m++)
+					for (int n0 = 0; n0 < N; n0 += 3)
+						assert_int_equal(ss_linear_rows_cpu(&one[m][n0], N, x + m * K, K,
+										    Wt + (size_t)n0 * K * esz, wt,
+										    1, N - n0 < 3 ? N - n0 : 3, K,
+										    (float)beta), 0);
+				assert_memory_equal(all, one, sizeof(all));
+				/* rows 1..5 in one call: rows in other places of their tiles */
+				assert_int_equal(ss_linear_rows_cpu(&mid[1][0], N, x + K, K, Wt, wt, 5, N, K,
+								    (float)beta), 0);
+				assert_memory_equal(mid[1], all[1], sizeof(float) * 5 * N);
+				for (int m = 0; m < M; m++)
+					for (int n = 0; n < N; n++) {
+						double d = beta ? init[m][n] : 0.0;
+						for (int64_t k = 0; k < K; k++)
+							d += (double)W[n * K + k] * x[m * K + k];
+						assert_true(fabs(all[m][n] - d) <= 1e-5 * (1.0 + (double)K));
+					}
+			}
+			free(x);
+			free(W);
+			free(Wt);
+		}
+}
+
+/* Deterministic decode (ss_forward_ctx_set_deterministic): a sequence's
+ * logits and state after each step are the same bytes whether it is decoded
+ * alone on one thread, in a batch of 5 on two threads, or in a batch of 3
+ * in another order (other places in the GEMM tiles) on two threads: what
+ * batched ss-decode relies on for its bytes to equal one sequence at a
+ * time. On t1 (f32 weights), t1 held in bf16, and the generated t2-shaped
+ * model (bf16, untied lm_head). Each sequence starts from the state of its
+ * own prompt (a deterministic prefill) and reads its own tokens. */
+static void decode_det_case(const ss_model *m, const char *what)
+{
+	const int V = m->cfg.vocab_padded;
+	enum { N = 5, STEPS = 4, PLEN = 6 };
+	static const int sub[3] = { 4, 1, 2 }; /* the batch of 3, reversed-ish */
+	ss_forward_ctx *c1 = NULL, *c2 = NULL;
+	ss_state a[N], b[N], c[N], *pb[N], *pc[3];
+	int32_t prompt[N][PLEN], tb[N], tc[3];
+	float *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)N * V * sizeof(float)),
+	      *lc = malloc((size_t)3 * V * sizeof(float));
+	uint64_t seed = 7;
+
+	assert_true(la && lb && lc);
+	assert_int_equal(ss_forward_ctx_init(&c1, m, 1, 0, NULL), 0);
+	assert_int_equal(ss_forward_ctx_init(&c2, m, 2, 0, NULL), 0);
+	assert_int_equal(ss_forward_ctx_set_deterministic(c1, 1), 0);
+	assert_int_equal(ss_forward_ctx_set_deterministic(c2, 1), 0);
+	for (int i = 0; i < N; i++) {
+		state_new(&a[i], m);
+		for (int k = 0; k < PLEN; k++)
+			prompt[i][k] = (int32_t)(ss_splitmix64(&seed) % 1000);
+		ss_forward_seq q = { prompt[i], PLEN - i % 3, &a[i], NULL, NULL };
+		assert_int_equal(ss_forward_prefill(c1, &q, 1, SS_LOGITS_NONE, NULL), 0);
+		assert_int_equal(ss_state_copy(&b[i], &a[i]), 0);
+		assert_int_equal(ss_state_copy(&c[i], &a[i]), 0);
+		pb[i] = &b[i];
+	}
+	for (int j = 0; j < 3; j++)
+		pc[j] = &c[sub[j]];
+	for (int k = 0; k < STEPS; k++) {
+		for (int i = 0; i < N; i++)
+			tb[i] = prompt[i][k];
+		for (int j = 0; j < 3; j++)
+			tc[j] = tb[sub[j]];
+		assert_int_equal(ss_forward_decode(c2, pb, tb, N, lb, NULL), 0);
+		assert_int_equal(ss_forward_decode(c2, pc, tc, 3, lc, NULL), 0);
+		for (int i = 0; i < N; i++) {
+			ss_state *sa = &a[i];
+			assert_int_equal(ss_forward_decode(c1, &sa, &tb[i], 1, la, NULL), 0);
+			if (memcmp(la, lb + (size_t)i * V, (size_t)V * sizeof(float)))
+				fail_msg("%s: step %d sequence %d: batch of %d, 2 threads, differs from alone",
+					 what, k, i, N);
+			for (int j = 0; j < 3; j++)
+				if (sub[j] == i && memcmp(la, lc + (size_t)j * V, (size_t)V * sizeof(float)))
+					fail_msg("%s: step %d sequence %d: place %d of a batch of 3 differs from alone",
+						 what, k, i, j);
+		}
+	}
+	for (int i = 0; i < N; i++) {
+		assert_memory_equal(a[i].ssm, b[i].ssm, ss_state_ssm_len(&a[i].dims) * sizeof(float));
+		assert_memory_equal(a[i].conv, b[i].conv, ss_state_conv_len(&a[i].dims) * sizeof(float));
+		assert_memory_equal(a[i].logdecay, b[i].logdecay,
+				    ss_state_logdecay_len(&a[i].dims) * sizeof(float));
+		ss_state_free(&a[i]);
+		ss_state_free(&b[i]);
+		ss_state_free(&c[i]);
+	}
+	free(la);
+	free(lb);
+	free(lc);
+	ss_forward_ctx_free(c1);
+	ss_forward_ctx_free(c2);
+}
+
+static void test_decode_deterministic_batch(void **unused)
+{
+	ss_model *m16 = NULL;
+	const ss_model_opts o = { .flags = SS_MODEL_WTYPE, .wtype = SS_DTYPE_BF16 };
+	char errmsg[SS_ERRMSG_MAX] = "";
+
+	if (!models[0].m)
+		skip();
+	decode_det_case(models[0].m, "t1 f32");
+	if (ss_model_load_opts(&m16, models[0].dir, &o, errmsg))
+		fail_msg("%s", errmsg);
+	decode_det_case(m16, "t1 bf16");
+	ss_model_free(m16);
+	if (models[1].m)
+		decode_det_case(models[1].m, models[1].name);
+}
+
 /* Deterministic uniform floats in [lo, hi). */
 static float urand(uint64_t *s, float lo, float hi)
 {
@@ -1233,6 +1389,8 @@ int main(void)
 		cmocka_unit_test(test_pieces_equal_whole),
 		cmocka_unit_test(test_decode_batch),
 		cmocka_unit_test(test_decode_bound_equals_decode),
+		cmocka_unit_test(test_linear_rows_invariant),
+		cmocka_unit_test(test_decode_deterministic_batch),
 		cmocka_unit_test(test_threads_agree),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_no_lm_head),

@@ -22,6 +22,7 @@ static const char *usage =
 	"                  --prompts FILE] [--greedy | --temperature T] [--top-k K] [--top-p P]\n"
 	"                 [--min-p P] [--repeat-penalty F] [--repeat-last-n N] [--seed S]\n"
 	"                 [-n|--max-tokens N] [--stop STRING]... [--ignore-eos] [--ids] [--jsonl]\n"
+	"                 [--batch B]\n"
 	"                 [--tokenizer FILE] [--device D] [--threads N] [--weights-dtype T]\n"
 	"                 [-o FILE] [-q|-v]";
 
@@ -39,9 +40,14 @@ static void help(void)
 	       "                       sampled from the logits of the prompt's last token)\n"
 	       "  -f, --prompt-file FILE  the prompt, read from FILE\n"
 	       "  --prompt-tokens IDS  the prompt as token ids (\"1,2,3\")\n"
-	       "  --prompts FILE       JSON lines {\"id\", \"prompt\"[, \"max_tokens\", \"seed\",\n"
-	       "                       \"stop\"]} ('-' = stdin): every state continues\n"
-	       "                       every prompt, in order\n"
+	       "  --prompts FILE       JSON lines {\"id\", \"prompt\"[, \"state\", \"max_tokens\",\n"
+	       "                       \"stop\", \"seed\", \"temperature\", \"top_k\", \"top_p\",\n"
+	       "                       \"min_p\", \"repeat_penalty\", \"repeat_last_n\"]} ('-' =\n"
+	       "                       stdin): every state continues every prompt, in order;\n"
+	       "                       with \"state\" (a state file) each line its own state\n"
+	       "  --batch B            generate up to B outputs together, one decode step for\n"
+	       "                       all (default: as many as 1 GiB of states holds); the\n"
+	       "                       outputs are the same bytes whatever B\n"
 	       "  --greedy             pick the most likely token (default); = --temperature 0\n"
 	       "  --temperature T      sample from softmax(logits / T) (alias --temp); 0 =\n"
 	       "                       greedy (default 0, or 1 when --top-k, --top-p or\n"
@@ -92,6 +98,10 @@ enum { O_GREEDY = 512, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPLAST, O_SE
 	{ "n-predict", required_argument, 0, O_MAX }, { "stop", required_argument, 0, O_STOP },  \
 	{ "prompts", required_argument, 0, O_PROMPTS }
 #define MAX_TOKENS_LIMIT (1L << 30)
+/* --batch: the most outputs generated together; its default holds their
+ * states, logits rows and samplers to BATCH_BYTES (default_batch). */
+#define BATCH_MAX (1L << 16)
+#define BATCH_BYTES (1024.0 * 1024 * 1024)
 
 typedef struct {
 	ss_sample_params sp;
@@ -153,17 +163,28 @@ static void gen_finish(gen_opts *g)
 		g->seed = (uint64_t)(cli_now() * 1e9) ^ ((uint64_t)getpid() << 32);
 }
 
+static char *xstrdup(const char *s)
+{
+	char *p = strdup(s);
+	if (!p)
+		cli_die("out of memory");
+	return p;
+}
+
 /* One prompt: from the command line (id NULL: outputs take the state's id)
- * or a line of --prompts. */
+ * or a line of --prompts, with the settings it generates with. */
 typedef struct {
 	char *id;
 	int32_t *ids;
 	size_t n;
 	long max_tokens;
 	uint64_t seed;
+	ss_sample_params sp;
 	const char **stops; /* NULL: the command line's */
 	size_t n_stops;
 	char *stop_buf;     /* owns the strings of stops when from the line */
+	char *state_path;   /* the line's "state" file; NULL: the input's states */
+	char *where;        /* "FILE: line N"; NULL: the command line */
 } prompt;
 
 static void prompt_free(prompt *p)
@@ -172,6 +193,8 @@ static void prompt_free(prompt *p)
 	free(p->ids);
 	free(p->stops);
 	free(p->stop_buf);
+	free(p->state_path);
+	free(p->where);
 }
 
 /* Tokenizes text as a prompt, dying with `where` on failure or emptiness. */
@@ -218,19 +241,56 @@ static void line_stops(prompt *p, const cJSON *v, const char *where)
 	p->n_stops = n;
 }
 
-/* A non-negative integer field of a line, at most hi. */
-static long line_int(const cJSON *v, const char *key, long hi, const char *where)
+/* An integer field of a line, in [lo, hi]. */
+static long line_int(const cJSON *v, const char *key, long lo, long hi, const char *where)
 {
-	if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)hi ||
+	if (!cJSON_IsNumber(v) || v->valuedouble < (double)lo || v->valuedouble > (double)hi ||
 	    v->valuedouble != (double)(long)v->valuedouble)
-		cli_die("%s: \"%s\" must be an integer in [0, %ld]", where, key, hi);
+		cli_die("%s: \"%s\" must be an integer in [%ld, %ld]", where, key, lo, hi);
 	return (long)v->valuedouble;
+}
+
+/* A number field of a line, in [lo, hi] (the command-line option's range). */
+static float line_num(const cJSON *v, const char *key, double lo, double hi, const char *where)
+{
+	if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+		cli_die("%s: \"%s\" must be a number in [%g, %g]", where, key, lo, hi);
+	return (float)v->valuedouble;
+}
+
+/* Takes key k of a line into p if it is a sampling setting (the command
+ * line's option of the same name, with '_' for '-'); returns 0 if it is
+ * not one. *have_temp: "temperature" was given. */
+static int line_sampling(prompt *p, const char *k, const cJSON *v, const char *where,
+			 int *have_temp)
+{
+	ss_sample_params *sp = &p->sp;
+	if (!strcmp(k, "temperature") || !strcmp(k, "temp")) {
+		sp->temperature = line_num(v, k, 0, 1e6, where);
+		*have_temp = 1;
+	} else if (!strcmp(k, "top_k")) {
+		sp->top_k = (int32_t)line_int(v, k, 0, INT32_MAX, where);
+	} else if (!strcmp(k, "top_p")) {
+		sp->top_p = line_num(v, k, 1e-30, 1, where);
+	} else if (!strcmp(k, "min_p")) {
+		sp->min_p = line_num(v, k, 0, 1, where);
+	} else if (!strcmp(k, "repeat_penalty")) {
+		sp->repeat_penalty = line_num(v, k, 1e-30, 1e6, where);
+	} else if (!strcmp(k, "repeat_last_n")) {
+		sp->repeat_last_n = (int32_t)line_int(v, k, -1, 1L << 20, where);
+	} else if (!strcmp(k, "seed")) {
+		p->seed = (uint64_t)line_int(v, k, 0, INT64_MAX / 2, where);
+	} else {
+		return 0;
+	}
+	return 1;
 }
 
 /* Reads --prompts: one JSON object a line, blank lines skipped. Keys: "id"
  * (string or number; default FILE:LINE), "prompt" (text, required),
- * "max_tokens" or "n_predict", "seed", "stop"; any other key is an error
- * (a misspelt option must not be ignored). */
+ * "state" (a state file), "max_tokens" or "n_predict", "stop", and the
+ * sampling settings (line_sampling); any other key is an error (a misspelt
+ * option must not be ignored). "state" is on every line or on none. */
 static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts *g, size_t *np)
 {
 	mcli_jsonl r;
@@ -243,8 +303,8 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 		const char *where = r.where;
 		ps = mcli_grow(ps, n, &cap, sizeof *ps);
 		prompt *p = &ps[n];
-		*p = (prompt){ .max_tokens = g->max_tokens, .seed = g->seed };
-		int have_prompt = 0;
+		*p = (prompt){ .max_tokens = g->max_tokens, .seed = g->seed, .sp = g->sp };
+		int have_prompt = 0, have_temp = 0;
 		const cJSON *v;
 		cJSON_ArrayForEach(v, o) {
 			const char *k = v->string;
@@ -258,20 +318,34 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 				p->ids = prompt_tokens(tok, v->valuestring, strlen(v->valuestring), &p->n,
 						       where);
 				have_prompt = 1;
+			} else if (!strcmp(k, "state")) {
+				if (!cJSON_IsString(v) || !v->valuestring[0] || !strcmp(v->valuestring, "-"))
+					cli_die("%s: \"state\" must name a state file (not \"-\")", where);
+				if (access(v->valuestring, R_OK))
+					cli_die("%s: \"state\": %s: %s", where, v->valuestring, strerror(errno));
+				free(p->state_path);
+				p->state_path = xstrdup(v->valuestring);
 			} else if (!strcmp(k, "max_tokens") || !strcmp(k, "n_predict")) {
-				p->max_tokens = line_int(v, k, MAX_TOKENS_LIMIT, where);
-			} else if (!strcmp(k, "seed")) {
-				p->seed = (uint64_t)line_int(v, k, INT64_MAX / 2, where);
+				p->max_tokens = line_int(v, k, 0, MAX_TOKENS_LIMIT, where);
 			} else if (!strcmp(k, "stop")) {
 				line_stops(p, v, where);
-			} else {
-				cli_die("%s: unknown key \"%s\" (known: id, prompt, max_tokens, n_predict, "
-					"seed, stop)", where, k);
+			} else if (!line_sampling(p, k, v, where, &have_temp)) {
+				cli_die("%s: unknown key \"%s\" (known: id, prompt, state, max_tokens, "
+					"n_predict, stop, seed, temperature, top_k, top_p, min_p, "
+					"repeat_penalty, repeat_last_n)", where, k);
 			}
 		}
 		if (!have_prompt)
 			cli_die("%s: missing \"prompt\" (a string)", where);
+		/* a line's cut without any temperature samples at T = 1, as on the command line */
+		if (!have_temp && !g->have_temp && !g->greedy &&
+		    (p->sp.top_k > 0 || p->sp.top_p < 1 || p->sp.min_p > 0))
+			p->sp.temperature = 1;
+		if (n > 0 && (p->state_path != NULL) != (ps[0].state_path != NULL))
+			cli_die("%s: \"state\" must be on every line or on none (%s has %s)", where,
+				ps[0].where, ps[0].state_path ? "one" : "none");
 		p->id = mcli_jsonl_id(&r, o);
+		p->where = xstrdup(where);
 		cJSON_Delete(o);
 		n++;
 	}
@@ -308,129 +382,317 @@ static void gen_push(gen_buf *b, int32_t t, const char *bytes, size_t bl)
 	b->text[b->len] = 0;
 }
 
-/* What one generation needs, fixed for the run. */
+/* One output being generated: a prompt continued from its own state. */
+typedef struct {
+	const prompt *pr;
+	ss_state st;        /* owned: the starting state, advanced by the steps */
+	char *state_id;     /* the starting state's id */
+	char where[1200];   /* the state record (and the line), for messages */
+	ss_sampler *smp;    /* NULL once finished */
+	gen_buf gb;
+	size_t safe;        /* text bytes that can be written now (no stop string can begin in the rest) */
+	size_t written;     /* text bytes (ids with --ids) written so far */
+	int32_t next;       /* the token the next step feeds */
+	const char *finish; /* NULL while generating */
+} seq;
+
+/* Where the outputs come from: every state of the input with every prompt
+ * (states outer), or each prompt with the state its line names. */
+typedef struct {
+	const ss_model *m;
+	const char *model_dir, *state_path;
+	const prompt *ps;
+	size_t n_prompts, next;   /* next prompt of the current state, or next line */
+	int per_line;             /* the prompts name their states */
+	mcli_states src;
+	ss_state cur;             /* the current input state (have_cur) */
+	int have_cur;
+	char cur_where[600];
+} seq_source;
+
+/* The next output's prompt and starting state into s (a copy of the input
+ * state, or the line's file read now); 0 at the end. Dies on a bad state. */
+static int source_next(seq_source *j, seq *s)
+{
+	if (j->per_line) {
+		if (j->next == j->n_prompts)
+			return 0;
+		s->pr = &j->ps[j->next++];
+		mcli_states src;
+		ss_state extra;
+		mcli_states_open(&src, s->pr->state_path, 0);
+		mcli_states_next(&src, j->m, j->model_dir, &s->st); /* dies on an empty file */
+		if (mcli_states_next(&src, j->m, j->model_dir, &extra))
+			cli_die("%s: \"state\": %s holds more than one state record (compose them "
+				"first: ss-compose)", s->pr->where, s->pr->state_path);
+		mcli_states_close(&src);
+		snprintf(s->where, sizeof s->where, "%s: %s: record 0 (id \"%.400s\")",
+			 s->pr->where, s->pr->state_path, s->st.id);
+		s->state_id = xstrdup(s->st.id);
+		return 1;
+	}
+	if (!j->have_cur) {
+		if (!mcli_states_next(&j->src, j->m, j->model_dir, &j->cur))
+			return 0;
+		j->have_cur = 1;
+		j->next = 0;
+		if (j->state_path)
+			snprintf(j->cur_where, sizeof j->cur_where, "%s: record %llu (id \"%.400s\")",
+				 j->state_path, (unsigned long long)j->src.count - 1, j->cur.id);
+		else
+			snprintf(j->cur_where, sizeof j->cur_where, "%s: the zero state", j->model_dir);
+	}
+	s->pr = &j->ps[j->next++];
+	s->state_id = xstrdup(j->cur.id);
+	if (s->pr->where)
+		snprintf(s->where, sizeof s->where, "%s (%s)", j->cur_where, s->pr->where);
+	else
+		snprintf(s->where, sizeof s->where, "%s", j->cur_where);
+	if (j->next == j->n_prompts) { /* the last prompt takes the state itself */
+		s->st = j->cur;
+		j->have_cur = 0;
+	} else if (ss_state_copy(&s->st, &j->cur)) {
+		cli_die("out of memory");
+	}
+	return 1;
+}
+
+/* What the generations share, fixed for the run, and the batch. */
 typedef struct {
 	ss_forward_ctx *ctx;
-	ss_sampler *smp;
-	const ss_tokenizer *tok; /* NULL: ids only, no stop strings */
-	float *logits;           /* [vocab_padded] */
-	int32_t eos;             /* -1: none */
+	const ss_tokenizer *tok;  /* NULL: ids only, no stop strings */
+	int32_t gen_vocab;        /* ids the samplers draw from */
+	int32_t eos;              /* -1: none */
 	const char *const *stops; /* the command line's */
 	size_t n_stops;
 	int jsonl, ids_out;
-	const char *state_path, *out_path; /* for messages */
-	char where[600];          /* the state record being continued, for messages */
-	size_t n_vocab;           /* logits [0, n_vocab) are checked finite */
+	const char *out_path;     /* for messages */
+	size_t V;                 /* vocab_padded: logits [0, V) are checked finite */
 	FILE *out;
-	gen_buf gb;
+	int batch;                /* most sequences in a step */
+	/* outputs in input order, not yet written: seqs[head, n) */
+	seq **seqs;
+	size_t n, cap, head;
+	/* the batch: active[k] owns row k of logits; a step's arguments */
+	seq **active;
+	ss_state **sts;
+	int32_t *toks;
+	float *logits;            /* [cap_active][V] */
+	int n_active, cap_active, bound;
+	long long total;
 } decoder;
 
-/* Dies naming the state record when the logits hold a NaN or +inf: what
+/* Dies naming the state record when a logits row holds a NaN or +inf: what
  * a state or model whose values overflow gives, and no distribution to
  * sample (greedy would pick among the rest as if nothing were wrong). */
-static void check_logits(const decoder *d, size_t n_done)
+static void check_logits(const decoder *d, const seq *s, const float *logits)
 {
-	for (size_t i = 0; i < d->n_vocab; i++)
-		if (isnan(d->logits[i]) || d->logits[i] == INFINITY)
+	for (size_t i = 0; i < d->V; i++)
+		if (isnan(logits[i]) || logits[i] == INFINITY)
 			cli_die("%s: logit %zu is %g after %zu generated tokens, not finite (the state's or the "
-				"model's values overflow)", d->where, i, isnan(d->logits[i]) ? NAN : (double)d->logits[i], n_done);
+				"model's values overflow)", s->where, i, isnan(logits[i]) ? NAN : (double)logits[i],
+				s->gb.n);
 }
 
-/* Continues state `from` (left as it is when `keep`, else advanced) with
- * prompt pr, writing one output. Returns the number of tokens generated. */
-static long generate(decoder *d, ss_state *from, const prompt *pr, int keep)
+/* Room for one more sequence in the batch. */
+static void batch_grow(decoder *d)
 {
-	FILE *out = d->out;
-	gen_buf *gb = &d->gb;
+	if (d->n_active < d->cap_active)
+		return;
+	int c = d->cap_active ? 2 * d->cap_active : 4;
+	if (c > d->batch)
+		c = d->batch;
+	if (!(d->active = realloc(d->active, (size_t)c * sizeof *d->active)) ||
+	    !(d->sts = realloc(d->sts, (size_t)c * sizeof *d->sts)) ||
+	    !(d->toks = realloc(d->toks, (size_t)c * sizeof *d->toks)) ||
+	    !(d->logits = realloc(d->logits, (size_t)c * d->V * sizeof *d->logits)))
+		cli_die("out of memory for a batch of %d", c);
+	d->cap_active = c;
+}
+
+/* Writes the bound states back (the set is about to change). */
+static void unbind(decoder *d)
+{
 	char err[SS_ERRMSG_MAX] = "";
-	ss_state copy, *st = from;
-	if (keep) {
-		if (ss_state_copy(&copy, from))
-			cli_die("out of memory");
-		st = &copy;
-	}
+	if (d->bound && ss_forward_decode_end(d->ctx, err))
+		cli_die("decode: %s", err);
+	d->bound = 0;
+}
+
+/* s joins the batch: its sampler, its prompt prefilled alone (the same call
+ * whatever the batch), the first logits into its row. */
+static void seq_join(decoder *d, seq *s)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	const prompt *pr = s->pr;
+	batch_grow(d);
+	float *row = d->logits + (size_t)d->n_active * d->V;
+	if (ss_sampler_init(&s->smp, d->gen_vocab, &pr->sp, pr->seed))
+		cli_die("%s: cannot create the sampler (out of memory?)", s->where);
+	for (size_t i = 0; i < pr->n; i++)
+		ss_sampler_accept(s->smp, pr->ids[i]);
+	ss_forward_seq q = { .tokens = pr->ids, .n_tokens = (int64_t)pr->n, .state = &s->st,
+			     .logits = row };
+	if (ss_forward_prefill(d->ctx, &q, 1, SS_LOGITS_LAST, err))
+		cli_die("%s: %s", s->where, err);
+	check_logits(d, s, row);
+	d->active[d->n_active++] = s;
+}
+
+/* One token of s from its logits row: 1 when s goes on (s->next is to be
+ * fed), 0 when it has finished (s->finish set). */
+static int seq_take(decoder *d, seq *s, const float *logits)
+{
+	const prompt *pr = s->pr;
 	const char *const *stops = pr->stops ? pr->stops : d->stops;
 	size_t n_stops = pr->stops ? pr->n_stops : d->n_stops;
-	ss_sampler_reset(d->smp, pr->seed);
-	for (size_t i = 0; i < pr->n; i++)
-		ss_sampler_accept(d->smp, pr->ids[i]);
-	ss_forward_seq seq = { .tokens = pr->ids, .n_tokens = (int64_t)pr->n, .state = st,
-			       .logits = d->logits };
-	if (ss_forward_prefill(d->ctx, &seq, 1, SS_LOGITS_LAST, err))
-		cli_die("%s: %s", d->state_path, err);
-	check_logits(d, 0);
-	if (d->jsonl) {
-		fputs("{\"id\":", out);
-		mcli_json_str(out, pr->id ? pr->id : from->id, (size_t)-1);
-		if (pr->id) {
-			fputs(",\"state\":", out);
-			mcli_json_str(out, from->id, (size_t)-1);
-		}
+	if ((long)s->gb.n >= pr->max_tokens) {
+		s->finish = "length";
+		return 0;
 	}
-	/* the state stays on the device (GPU) for the whole generation */
-	if (ss_forward_decode_begin(d->ctx, &st, 1, err))
-		cli_die("%s: %s", from->id, err);
-	const char *finish = "length";
-	size_t emitted = 0; /* bytes of gb->text written (text output) */
-	gb->n = gb->len = 0;
-	while ((long)gb->n < pr->max_tokens) {
-		int32_t t = ss_sampler_sample(d->smp, d->logits);
-		if (t < 0)
-			cli_die("%s: the logits are all -inf", d->where);
-		if (t == d->eos) {
-			finish = "eos";
-			break;
-		}
-		ss_sampler_accept(d->smp, t);
-		size_t bl = 0, from_len = gb->len, safe = 0;
-		const char *b = d->tok ? ss_tokenizer_id_bytes(d->tok, t, &bl) : NULL;
-		gen_push(gb, t, b ? b : "", b ? bl : 0);
-		int64_t cut = -1;
-		if (n_stops)
-			cut = ss_stop_find(gb->text, gb->len, from_len, stops, n_stops, &safe);
-		else
-			safe = gb->len;
-		if (!d->jsonl) {
-			if (d->ids_out) {
-				fprintf(out, gb->n > 1 ? " %d" : "%d", (int)t);
-			} else if (safe > emitted) {
-				fwrite(gb->text + emitted, 1, safe - emitted, out);
-				emitted = safe;
+	int32_t t = ss_sampler_sample(s->smp, logits);
+	if (t < 0)
+		cli_die("%s: the logits are all -inf", s->where);
+	if (t == d->eos) {
+		s->finish = "eos";
+		return 0;
+	}
+	ss_sampler_accept(s->smp, t);
+	size_t bl = 0, from = s->gb.len;
+	const char *b = d->tok ? ss_tokenizer_id_bytes(d->tok, t, &bl) : NULL;
+	gen_push(&s->gb, t, b ? b : "", b ? bl : 0);
+	int64_t cut = -1;
+	if (n_stops)
+		cut = ss_stop_find(s->gb.text, s->gb.len, from, stops, n_stops, &s->safe);
+	else
+		s->safe = s->gb.len;
+	if (cut >= 0) {
+		s->gb.len = s->safe = (size_t)cut;
+		s->finish = "stop";
+		return 0;
+	}
+	if ((long)s->gb.n >= pr->max_tokens) {
+		s->finish = "length";
+		return 0;
+	}
+	s->next = t;
+	return 1;
+}
+
+static void write_jsonl(const decoder *d, const seq *s)
+{
+	FILE *out = d->out;
+	fputs("{\"id\":", out);
+	mcli_json_str(out, s->pr->id ? s->pr->id : s->state_id, (size_t)-1);
+	if (s->pr->id) {
+		fputs(",\"state\":", out);
+		mcli_json_str(out, s->state_id, (size_t)-1);
+	}
+	if (!d->ids_out) {
+		fputs(",\"text\":", out);
+		mcli_json_str(out, s->gb.text ? s->gb.text : "", s->gb.len);
+	}
+	fputs(",\"tokens\":[", out);
+	for (size_t i = 0; i < s->gb.n; i++)
+		fprintf(out, i ? ",%d" : "%d", (int)s->gb.ids[i]);
+	fprintf(out, "],\"finish_reason\":\"%s\"}", s->finish);
+}
+
+/* Writes what input order allows: the first unwritten output streams its
+ * text (or ids) as it grows, as one sequence alone would; once it has
+ * finished it is completed and the next one's turn comes. */
+static void flush_out(decoder *d)
+{
+	FILE *out = d->out;
+	while (d->head < d->n) {
+		seq *s = d->seqs[d->head];
+		if (!d->jsonl && d->ids_out) {
+			for (; s->written < s->gb.n; s->written++)
+				fprintf(out, s->written ? " %d" : "%d", (int)s->gb.ids[s->written]);
+		} else if (!d->jsonl) {
+			size_t upto = s->finish ? s->gb.len : s->safe;
+			if (upto > s->written) {
+				fwrite(s->gb.text + s->written, 1, upto - s->written, out);
+				s->written = upto;
 			}
-			fflush(out);
 		}
-		if (cut >= 0) {
-			gb->len = (size_t)cut;
-			finish = "stop";
+		if (!s->finish)
 			break;
-		}
-		if ((long)gb->n < pr->max_tokens &&
-		    ss_forward_decode_next(d->ctx, &t, d->logits, NULL, 0, err))
-			cli_die("%s: %s", from->id, err);
-		if ((long)gb->n < pr->max_tokens)
-			check_logits(d, gb->n);
+		if (d->jsonl)
+			write_jsonl(d, s);
+		putc('\n', out);
+		d->total += (long long)s->gb.n;
+		free(s->gb.ids);
+		free(s->gb.text);
+		free(s->state_id);
+		free(s);
+		d->seqs[d->head++] = NULL;
 	}
-	if (ss_forward_decode_end(d->ctx, err))
-		cli_die("%s: %s", from->id, err);
-	if (!d->jsonl && !d->ids_out && gb->len > emitted)
-		fwrite(gb->text + emitted, 1, gb->len - emitted, out);
-	if (d->jsonl) {
-		if (!d->ids_out) {
-			fputs(",\"text\":", out);
-			mcli_json_str(out, gb->text ? gb->text : "", gb->len);
-		}
-		fputs(",\"tokens\":[", out);
-		for (size_t i = 0; i < gb->n; i++)
-			fprintf(out, i ? ",%d" : "%d", (int)gb->ids[i]);
-		fprintf(out, "],\"finish_reason\":\"%s\"}", finish);
-	}
-	putc('\n', out);
 	fflush(out);
 	if (ferror(out))
 		cli_die("%s: write error: %s", d->out_path, strerror(errno));
-	if (keep)
-		ss_state_free(&copy);
-	return (long)gb->n;
+}
+
+/* Continuous batching: up to d->batch outputs are generated together, one
+ * decode step feeding one token to each (the weights read once a step for
+ * all of them); an output that finishes leaves the batch and the next one
+ * joins, its prompt prefilled alone. In a deterministic context each
+ * output's tokens are those it gets alone (ss_forward_ctx_set_deterministic). */
+static void decode_run(decoder *d, seq_source *src)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	int more = 1;
+	for (;;) {
+		while (more && d->n_active < d->batch) {
+			seq *s = calloc(1, sizeof *s);
+			if (!s)
+				cli_die("out of memory");
+			if (!source_next(src, s)) {
+				free(s);
+				more = 0;
+				break;
+			}
+			unbind(d); /* a prefill must not run beside bound states (GPU slots) */
+			d->seqs = mcli_grow(d->seqs, d->n, &d->cap, sizeof *d->seqs);
+			d->seqs[d->n++] = s;
+			seq_join(d, s);
+		}
+		if (d->n_active == 0)
+			break;
+		int k, kept = 0, left = 0;
+		for (k = 0; k < d->n_active; k++)
+			left |= !seq_take(d, d->active[k], d->logits + (size_t)k * d->V);
+		if (left)
+			unbind(d);
+		for (k = 0; k < d->n_active; k++) {
+			seq *s = d->active[k];
+			if (s->finish) {
+				ss_sampler_free(s->smp);
+				s->smp = NULL;
+				ss_state_free(&s->st);
+			} else {
+				d->active[kept++] = s;
+			}
+		}
+		d->n_active = kept;
+		flush_out(d);
+		if (d->n_active == 0)
+			continue;
+		for (k = 0; k < d->n_active; k++) {
+			d->sts[k] = &d->active[k]->st;
+			d->toks[k] = d->active[k]->next;
+		}
+		/* the states stay bound (on a GPU: on the device) while the batch is unchanged */
+		if (!d->bound && ss_forward_decode_begin(d->ctx, d->sts, d->n_active, err))
+			cli_die("%s: %s", d->active[0]->where, err);
+		d->bound = 1;
+		if (ss_forward_decode_next(d->ctx, d->toks, d->logits, NULL, 0, err))
+			cli_die("%s: %s", d->active[0]->where, err);
+		for (k = 0; k < d->n_active; k++)
+			check_logits(d, d->active[k], d->logits + (size_t)k * d->V);
+	}
+	unbind(d);
+	flush_out(d);
 }
 
 /* The command line. */
@@ -439,6 +701,7 @@ typedef struct {
 	cli_model_opts mo;
 	int no_state, ignore_eos, ids_out, jsonl;
 	int implicit; /* the states come from a non-terminal stdin, not named */
+	long batch;   /* --batch; 0: the memory bound */
 	gen_opts g;
 } decode_opts;
 
@@ -470,7 +733,8 @@ static void check_args(decode_opts *o)
 /* Reads the options into o; exits 2 on a usage error. */
 static void parse_args(int argc, char **argv, decode_opts *o)
 {
-	enum { O_STATE = 256, O_NOSTATE, O_PROMPT, O_PFILE, O_PTOK, O_IGNEOS, O_IDS, O_JSONL };
+	enum { O_STATE = 256, O_NOSTATE, O_PROMPT, O_PFILE, O_PTOK, O_IGNEOS, O_IDS, O_JSONL,
+	       O_BATCH };
 	static const struct option opts[] = {
 		{ "state", required_argument, 0, O_STATE },
 		{ "no-state", no_argument, 0, O_NOSTATE },
@@ -480,6 +744,7 @@ static void parse_args(int argc, char **argv, decode_opts *o)
 		{ "ignore-eos", no_argument, 0, O_IGNEOS },
 		{ "ids", no_argument, 0, O_IDS },
 		{ "jsonl", no_argument, 0, O_JSONL },
+		{ "batch", required_argument, 0, O_BATCH },
 		GEN_LONG_OPTIONS,
 		{ 0, 0, 0, 0 },
 	};
@@ -502,6 +767,7 @@ static void parse_args(int argc, char **argv, decode_opts *o)
 		case O_IGNEOS: o->ignore_eos = 1; break;
 		case O_IDS: o->ids_out = 1; break;
 		case O_JSONL: o->jsonl = 1; break;
+		case O_BATCH: o->batch = cli_long("--batch", optarg, 1, BATCH_MAX, usage); break;
 		default: gen_opt(&o->g, c, optarg); break;
 		}
 	}
@@ -542,37 +808,17 @@ static prompt *load_prompts(const decode_opts *o, const ss_model *m, ss_tokenize
 	return ps;
 }
 
-/* Generates every prompt from every state of the input (or the zero state)
- * into d->out; -v prints the summary. */
-static void decode_all(decoder *d, const decode_opts *o, ss_model *m, const prompt *ps,
-		       size_t n_prompts)
+/* The default --batch: as many outputs as BATCH_BYTES of their state,
+ * logits row and sampler hold (about 50 at the mamba2-130m shape). */
+static int default_batch(const ss_model *m, int32_t gen_vocab)
 {
-	mcli_states src;
-	mcli_states_open(&src, o->state_path, o->implicit);
-	ss_state st;
-	double t0 = cli_now();
-	long long total = 0;
-	while (mcli_states_next(&src, m, o->model_dir, &st)) {
-		if (o->state_path)
-			snprintf(d->where, sizeof d->where, "%s: record %llu (id \"%.400s\")",
-				 o->state_path, (unsigned long long)src.count - 1, st.id);
-		else
-			snprintf(d->where, sizeof d->where, "%s: the zero state", o->model_dir);
-		for (size_t j = 0; j < n_prompts; j++)
-			total += generate(d, &st, &ps[j], n_prompts > 1);
-		ss_state_free(&st);
-	}
-	mcli_states_close(&src);
-	cli_out_close(d->out);
-	if (cli_verbosity >= 2) {
-		double elapsed_s = cli_now() - t0;
-		fprintf(stderr, "ss-decode: %lld %s in %.2f s (%.1f tokens/s)", total,
-			cli_plural((uint64_t)total, "token", "tokens"), elapsed_s,
-			elapsed_s > 0 ? total / elapsed_s : 0.0);
-		if (o->g.sp.temperature > 0)
-			fprintf(stderr, ", seed %llu", (unsigned long long)o->g.seed);
-		putc('\n', stderr);
-	}
+	ss_state_dims sd;
+	ss_model_state_dims(m, &sd);
+	const double per = (double)(ss_state_ssm_len(&sd) + ss_state_conv_len(&sd) +
+				    ss_state_logdecay_len(&sd)) * sizeof(float) +
+			   (double)m->cfg.vocab_padded * sizeof(float) + 24.0 * gen_vocab;
+	const double b = BATCH_BYTES / per;
+	return b < 1 ? 1 : b > BATCH_MAX ? BATCH_MAX : (int)b;
 }
 
 int main(int argc, char **argv)
@@ -581,7 +827,7 @@ int main(int argc, char **argv)
 	decode_opts o;
 	parse_args(argc, argv, &o);
 	ss_device *dev = mcli_device(o.mo.device, usage);
-	prompt one = { .max_tokens = o.g.max_tokens, .seed = o.g.seed };
+	prompt one = { .max_tokens = o.g.max_tokens, .seed = o.g.seed, .sp = o.g.sp };
 	if (o.prompt_ids) {
 		one.ids = mcli_parse_ids("--prompt-tokens", o.prompt_ids, &one.n, usage);
 		if (one.n == 0)
@@ -594,31 +840,53 @@ int main(int argc, char **argv)
 		tok = cli_tokenizer(o.mo.tokenizer, o.model_dir);
 	size_t n_prompts;
 	prompt *ps = load_prompts(&o, m, tok, &one, &n_prompts);
+	seq_source src = { .m = m, .model_dir = o.model_dir, .ps = ps, .n_prompts = n_prompts,
+			   .per_line = ps[0].state_path != NULL };
+	if (src.per_line && o.state_path && !o.implicit)
+		cli_usage(usage, "--state and the \"state\" of --prompts lines exclude each other");
+	if (src.per_line && o.no_state)
+		cli_usage(usage, "--no-state and the \"state\" of --prompts lines exclude each other");
+	if (!src.per_line) {
+		src.state_path = o.state_path;
+		mcli_states_open(&src.src, o.state_path, o.implicit);
+	}
 	ss_forward_ctx *ctx = mcli_forward_ctx(m, o.model_dir, dev, o.mo.threads);
-	ss_sampler *smp;
-	if (ss_sampler_init(&smp, mcli_gen_vocab(m, tok), &o.g.sp, o.g.seed))
-		cli_die("cannot create the sampler (out of memory?)");
-	const size_t V = (size_t)m->cfg.vocab_padded;
-	float *logits = malloc(V * sizeof *logits);
-	if (!logits)
-		cli_die("out of memory");
-	decoder d = { .ctx = ctx, .smp = smp, .tok = tok, .logits = logits, .n_vocab = V,
+	/* outputs the same whatever the batch (on a GPU: to its rounding) */
+	if (ss_forward_ctx_device(ctx) == SS_DEVICE_CPU && ss_forward_ctx_set_deterministic(ctx, 1))
+		cli_die("cannot make the forward context deterministic");
+	const int32_t gen_vocab = mcli_gen_vocab(m, tok);
+	decoder d = { .ctx = ctx, .tok = tok, .gen_vocab = gen_vocab,
 		      .eos = o.ignore_eos ? -1 : m->cfg.eos_token_id,
 		      .stops = o.g.stops, .n_stops = o.g.n_stops, .jsonl = o.jsonl,
-		      .ids_out = o.ids_out, .state_path = o.state_path ? o.state_path : o.model_dir,
+		      .ids_out = o.ids_out, .V = (size_t)m->cfg.vocab_padded,
+		      .batch = o.batch ? (int)o.batch : default_batch(m, gen_vocab),
 		      .out_path = o.out_path ? o.out_path : "standard output" };
 	d.out = cli_out_open(o.out_path);
-	decode_all(&d, &o, m, ps, n_prompts);
+	double t0 = cli_now();
+	decode_run(&d, &src);
+	if (!src.per_line)
+		mcli_states_close(&src.src);
+	cli_out_close(d.out);
+	if (cli_verbosity >= 2) {
+		double elapsed_s = cli_now() - t0;
+		fprintf(stderr, "ss-decode: %lld %s in %.2f s (%.1f tokens/s), batch of at most %d",
+			d.total, cli_plural((uint64_t)d.total, "token", "tokens"), elapsed_s,
+			elapsed_s > 0 ? d.total / elapsed_s : 0.0, d.batch);
+		if (o.g.sp.temperature > 0)
+			fprintf(stderr, ", seed %llu", (unsigned long long)o.g.seed);
+		putc('\n', stderr);
+	}
 
 	for (size_t j = 0; j < n_prompts; j++)
 		prompt_free(&ps[j]);
 	if (ps != &one)
 		free(ps);
 	free(o.g.stops);
-	free(d.gb.ids);
-	free(d.gb.text);
-	free(logits);
-	ss_sampler_free(smp);
+	free(d.seqs);
+	free(d.active);
+	free(d.sts);
+	free(d.toks);
+	free(d.logits);
 	ss_forward_ctx_free(ctx);
 	ss_device_close(dev);
 	ss_tokenizer_free(tok);

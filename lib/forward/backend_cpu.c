@@ -16,7 +16,10 @@
  * The GEMMs are split over the pool's threads by rows (large T) or by output
  * columns (small T: decode, where sgemv streams the weights once); in a
  * deterministic prefill, as (row block of one segment, column block) tasks
- * (see ROW_BLOCK).
+ * (see ROW_BLOCK). In a deterministic decode step, and for lm_head in any
+ * deterministic pass, through the row-invariant kernel (ops/linear_f32.h)
+ * over column slices: a row's logits are then the same bits whatever the
+ * batch, its place in it and the threads.
  * ref: lib/forward/forward.c (the driver); backend.h (the op table).
  */
 #include "forward/blas.h"
@@ -27,6 +30,7 @@
 #include "ss.h"
 #include "forward/backend.h"
 #include "forward/ops/linear.h"
+#include "forward/ops/linear_f32.h"
 #include "forward/ops/scan.h"
 #include "forward/pool.h"
 
@@ -81,7 +85,9 @@ typedef struct {
 	int nseg;
 	int64_t T;
 	int64_t *blk;     /* [ubatch][2] prefill GEMM row blocks: first row, rows */
-	int64_t nblk;     /* blocks (a deterministic pass), else 0 */
+	int64_t nblk;     /* blocks (a deterministic prefill pass), else 0 */
+	int rowinv;       /* a deterministic pass: its GEMMs without blocks (all of
+			   * a decode step's, lm_head's) use ss_linear_rows_cpu */
 	int64_t conv_parts; /* channel slices per segment in conv_task */
 	int scan_hb;      /* heads per scan task (a divisor of the heads per group) */
 	/* the logits buffer: [logits_rows][vocab_padded], and its argmax */
@@ -123,6 +129,7 @@ typedef struct {
 	int64_t M, N, K, lda, ldc;
 	float beta;
 	int by_rows;
+	int rowinv;       /* ss_linear_rows_cpu over column slices */
 	int64_t parts;
 	const int64_t *blk; /* row blocks (prefill), else NULL */
 	int64_t ncb;        /* column blocks per row block */
@@ -150,6 +157,12 @@ static void gemm_task(void *arg, int64_t i, int thread)
 	if (m1 <= m0 || n1 <= n0)
 		return;
 	const size_t esz = ss_dtype_size(j->wt);
+	if (j->rowinv) { /* dtype checked at load, sizes here: cannot fail */
+		(void)ss_linear_rows_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
+					 (const char *)j->W + n0 * j->K * esz, j->wt, m1 - m0,
+					 n1 - n0, j->K, j->beta);
+		return;
+	}
 	if (j->wt != SS_DTYPE_F32 && m1 - m0 > W16_DOT_ROWS) {
 		float *P = j->wpanel + (size_t)thread * COL_BLOCK * j->K;
 		for (int64_t n = n0, nb; n < n1; n += nb) {
@@ -167,11 +180,12 @@ static void gemm_task(void *arg, int64_t i, int thread)
 }
 
 /* nblk > 0: the rows are ctx->blk's blocks (deterministic prefill); else M
- * rows cut by thread count. W in dtype wt. */
+ * rows cut by thread count, or (ctx->rowinv) all M rows in every task, the
+ * columns cut. W in dtype wt. */
 static void gemm_wt(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, const void *W,
 		    ss_dtype wt, float *C, int64_t ldc, int64_t M, int64_t N, int64_t K, float beta)
 {
-	gemm_job j = { A, W, wt, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0,
+	gemm_job j = { A, W, wt, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0, 0,
 		       ctx->n_threads, NULL, 0 };
 
 	if (M <= 0 || N <= 0)
@@ -186,7 +200,8 @@ static void gemm_wt(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, cons
 	 * efficiency. Column slices (weight-streaming, bandwidth-bound): a few
 	 * per thread, so that a thread that is descheduled on a busy machine
 	 * leaves its share to the others instead of stalling the step. */
-	j.by_rows = M >= SPLIT_ROWS_MIN * ctx->n_threads;
+	j.rowinv = ctx->rowinv;
+	j.by_rows = !j.rowinv && M >= SPLIT_ROWS_MIN * ctx->n_threads;
 	if (!j.by_rows && ctx->n_threads > 1)
 		j.parts = 4 * (int64_t)ctx->n_threads;
 	if (!j.by_rows && (N + 15) / 16 < j.parts)
@@ -276,6 +291,9 @@ static void dt1_task(void *arg, int64_t i, int thread)
 	if (j->ctx->nblk > 0) { /* deterministic: the GEMMs' row blocks (sgemm inside) */
 		r0 = j->ctx->blk[2 * i];
 		r1 = r0 + j->ctx->blk[2 * i + 1];
+	} else if (j->ctx->rowinv) { /* a deterministic decode step: row by row */
+		r0 = i;
+		r1 = i + 1;
 	} else
 		split(j->T, j->parts, i, &r0, &r1);
 	ss_dt_proj_cpu(j->ctx->DT + r0 * c->d_inner, c->d_inner, j->ctx->XDBC + r0 * ldx, ldx,
@@ -427,7 +445,9 @@ static int pass_begin(void *b, const ss_pass *p)
 	ctx->nseg = nseg;
 	ctx->T = p->T;
 	ctx->nblk = 0;
-	for (i = 0; p->blocked && i < nseg; i++)
+	ctx->rowinv = p->blocked;
+	/* a decode step's rows are one per sequence: no blocks, every GEMM row-invariant */
+	for (i = 0; p->blocked && !p->decode && i < nseg; i++)
 		for (r = 0; r < ctx->segs[i].n; r += ROW_BLOCK, ctx->nblk++) {
 			const segment *s = &ctx->segs[i];
 			ctx->blk[2 * ctx->nblk] = s->row0 + r;
@@ -526,7 +546,7 @@ static int dt(void *b, const ss_pass *p, int l)
 	gemm_wt(ctx, ctx->nblk, ctx->XBC, c->d_inner, ctx->m->layers[l].x_proj, SS_DTYPE_F32,
 		ctx->XDBC, c->dt_rank + 2 * c->d_state, ctx->T, c->dt_rank + 2 * c->d_state,
 		c->d_inner, 0.0f);
-	return run_rows(b, l, ctx->nblk > 0 ? ctx->nblk : -1, dt1_task, 0);
+	return run_rows(b, l, ctx->nblk > 0 ? ctx->nblk : ctx->rowinv ? ctx->T : -1, dt1_task, 0);
 }
 
 static int scan(void *b, const ss_pass *p, int l)

@@ -22,7 +22,11 @@
  *
  * Decode (decode_begin/next/end) binds states once and runs steps of one
  * token per sequence; a backend may record a step and replay it (CUDA
- * graphs, backend.h graph_begin).
+ * graphs, backend.h graph_begin). In a deterministic context a step's pass
+ * is marked blocked: the CPU backend then computes every projection and
+ * lm_head with a row-invariant kernel, so that a sequence's logits do not
+ * depend on the batch it is stepped in (batched ss-decode equals one
+ * sequence at a time).
  *
  * ref: tests/fixtures/golden/README.md §2; mamba_ssm modules/mamba2.py; docs/DESIGN.md §2.
  */
@@ -516,7 +520,8 @@ int ss_forward_decode_next(ss_forward_ctx *ctx, const int32_t *tokens, float *lo
 		nb = ctx->nbound - b0 < most ? ctx->nbound - b0 : (int)most;
 		for (i = 0; i < nb; i++)
 			ctx->segs[i] = (ss_segment){ b0 + i, 0, 1, i };
-		const ss_pass p = { ctx->dseqs, ctx->segs, nb, nb, 0, 1, !(logits || ids) };
+		const ss_pass p = { ctx->dseqs, ctx->segs, nb, nb, ctx->deterministic, 1,
+				    !(logits || ids) };
 		if ((err = o->pass_begin(ctx->be, &p)) ||
 		    (err = step(ctx, &p, logits || ids, ids ? n_ids : 0)) ||
 		    (logits && (err = o->logits(ctx->be, logits + (size_t)b0 * V, 0, nb))) ||
@@ -667,7 +672,9 @@ int ss_forward_decode(ss_forward_ctx *ctx, ss_state **states, const int32_t *tok
 		ss_errf(errmsg, 0, "invalid arguments");
 		return SS_ERR_INVALID;
 	}
-	if (ctx->on_device) {
+	/* a deterministic step is a decode pass (its rows' GEMMs row-invariant),
+	 * not a blocked prefill of one-token segments */
+	if (ctx->on_device || ctx->deterministic) {
 		int err = ss_forward_decode_begin(ctx, states, n, errmsg);
 		if (err)
 			return err;

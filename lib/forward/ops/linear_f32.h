@@ -1,0 +1,44 @@
+/*
+ * ops/linear_f32.h — a row-invariant linear op (internal to libss; behind
+ * the CPU backend's deterministic decode, backend_cpu.c): y[m][n] =
+ * W[n]·x[m] + beta·y[m][n], W in f32, bf16 or f16 (widened exactly in
+ * registers), x, y and the accumulation in f32.
+ *
+ * Why: a batched decode step must give each sequence the logits it would
+ * get alone (ss-decode(1) --prompts: the bytes of a batch equal those of one
+ * sequence at a time). OpenBLAS does not: sgemv (one row) and sgemm (several)
+ * sum in different orders, and sgemm's tail kernels round a row by its place
+ * in the call. Here every y[m][n] is one fixed sum: one FMA chain of L lanes
+ * over k (L = 16 with AVX-512, 8 with AVX2+FMA, 1 in portable C), the lanes
+ * reduced in one fixed order, the K % L tail last (AVX-512: masked lanes of
+ * the same chain; AVX2: added in order after the reduction). Rows and
+ * columns are computed in register tiles of up to 4 x 4 outputs (the tile
+ * shape changes which outputs share the loads, never an output's sum), so
+ * a call reads W once for all M rows: a GEMM's weight reuse with a GEMV's
+ * per-row result.
+ */
+#ifndef SS_LINEAR_F32_H
+#define SS_LINEAR_F32_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ss.h"
+
+/*   y: [M][N] f32, row stride ldy (read only when beta != 0).
+ *   x: [M][K] f32, row stride ldx.
+ *   W: [N][K] row-major (the nn.Linear weight layout) in wt: SS_DTYPE_F32,
+ *      SS_DTYPE_BF16 or SS_DTYPE_F16, aligned to its element size.
+ * Each y[m][n] is the same bits whatever M, N, the row's place and the slice
+ * of W a caller passes (the order depends on K and the CPU's kernel only),
+ * so cutting rows or columns over threads, or batching rows, never changes
+ * a result; and W in bf16 or f16 gives the bits of the f32 call on W
+ * widened. Returns 0, SS_ERR_INVALID (negative sizes, ldy < N, ldx < K),
+ * SS_ERR_UNSUPPORTED (another wt).
+ * ref: the f32 path of ss_linear_cpu (cblas_sgemv / cblas_sgemm), which it
+ *      matches to rounding; ops/linear.h ss_matvec_w16 (the same property
+ *      for 16-bit weights, one row at a time). */
+int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
+		       ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta);
+
+#endif /* SS_LINEAR_F32_H */
