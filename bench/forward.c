@@ -30,16 +30,21 @@
  * min and median of the per-round ratios. Otherwise it says it was not
  * measured: no peer figure is ever a constant.
  *
- * Decode by weight dtype (issue 12.4: decode is bandwidth-bound): f32 and
- * bf16 weights (SS_MODEL_WTYPE, the tools' --weights-dtype), each in a
- * fresh process (this program re-run with --decode-child) so that its peak
- * RSS is its own, interleaved round by round with a memcpy of 256 MB over
- * the same threads: tokens/s, the weight bytes a step reads times tokens/s
- * (GB/s) against the memcpy's bytes copied per second, and peak RSS.
+ * Decode by weight dtype (issue 12.4: decode is bandwidth-bound; issue
+ * 35.2: q8_0): f32, bf16 and q8_0 weights (SS_MODEL_WTYPE, the tools'
+ * --weights-dtype), each in a fresh process (this program re-run with
+ * --decode-child) so that its peak RSS is its own, interleaved round by
+ * round with a memcpy of 256 MB over the same threads: tokens/s, the weight
+ * bytes a step reads times tokens/s (GB/s) against the memcpy's bytes
+ * copied per second, peak RSS, and the prefill of one TOKENS-token document
+ * (state only) with those weights; the ratios to f32, min and median over
+ * the rounds. The q8_0 peer is llama-bench's tg on $LLAMA_GGUF_Q8_0 (the
+ * same weights converted with --outtype q8_0), one round after each of
+ * ours; otherwise "not measured".
  *
  * usage: forward [-t THREADS] [-d DOCS] [-n TOKENS] [-g DECODE_STEPS] [-u UBATCH]
  *                [-r REPEATS] [-p PRESET | -m MODEL_DIR] [--no-mmap] [--deterministic]
- *                [--weights-dtype f32|bf16|f16]
+ *                [--weights-dtype f32|bf16|f16|q8_0]
  * --deterministic: prefill with ss_forward_ctx_set_deterministic (its cost).
  * --weights-dtype: the dtype of the main run's matrices (default: the
  * checkpoint's).
@@ -262,7 +267,7 @@ static double sgemm_gflops(int threads, int M, int N, int K)
 static double step_bytes(const ss_model *m)
 {
 	const ss_model_config *c = &m->cfg;
-	const double w = (double)ss_dtype_size(m->wtype);
+	const double w = (double)ss_dtype_row_size(m->wtype, 32) / 32; /* q8_0: 34/32 */
 	const double proj = (double)c->n_layer * c->d_model * ((double)c->d_in_proj + c->d_inner);
 	const double small = (double)c->n_layer * (c->d_model + (double)c->conv_dim * (c->d_conv + 1) +
 						   3.0 * c->nheads + c->d_inner) + c->d_model;
@@ -284,28 +289,33 @@ static long vm_hwm_kb(void)
 	return kb;
 }
 
-/* --decode-child DIR DTYPE THREADS STEPS: loads DIR with its matrices in
- * DTYPE, runs STEPS single-token decode steps with full logits and greedy
- * picks after 8 warm-up steps, prints "tokens/s bytes_per_step peak_kB". */
+/* --decode-child DIR DTYPE THREADS STEPS LEN: loads DIR with its matrices
+ * in DTYPE, runs STEPS single-token decode steps with full logits and
+ * greedy picks after 8 warm-up steps, then the prefill of one LEN-token
+ * document (state only; best of 2 after a warm-up), prints "tokens/s
+ * bytes_per_step peak_kB prefill_tokens/s". */
 static int decode_child(char **argv)
 {
 	ss_model_opts lo = { .flags = SS_MODEL_WTYPE };
 	char errmsg[SS_ERRMSG_MAX] = "";
-	const int threads = atoi(argv[2]), steps = atoi(argv[3]);
+	const int threads = atoi(argv[2]), steps = atoi(argv[3]), len = atoi(argv[4]);
 	ss_model *m;
 	ss_forward_ctx *ctx;
 	ss_state st, *sp = &st;
-	int32_t next = 1;
+	int32_t next = 1, *tok;
 	float *logits;
-	double t = 0;
+	double t = 0, pre = 1e30;
 	int k;
 
-	if (ss_dtype_parse(argv[1], &lo.wtype) || threads < 1 || steps < 1)
+	if (ss_dtype_parse(argv[1], &lo.wtype) || threads < 1 || steps < 1 || len < 1)
 		return 2;
 	check(ss_model_load_opts(&m, argv[0], &lo, errmsg), "load", errmsg);
 	check(ss_forward_ctx_init(&ctx, m, threads, 0, errmsg), "context", errmsg);
 	state_new(&st, m);
 	logits = malloc((size_t)m->cfg.vocab_padded * sizeof(float));
+	tok = malloc((size_t)len * sizeof(int32_t));
+	for (k = 0; k < len; k++)
+		tok[k] = (int32_t)(ss_splitmix64(&rng) >> 33) % 50277;
 	for (k = -8; k < steps; k++) {
 		int v, arg = 0;
 		if (k == 0)
@@ -317,7 +327,17 @@ static int decode_child(char **argv)
 		next = arg;
 	}
 	t = bench_now() - t;
-	printf("%.6f %.0f %ld\n", steps / t, step_bytes(m), vm_hwm_kb());
+	for (k = 0; k < 3; k++) {
+		ss_forward_seq q = { tok, len, &st, NULL, NULL };
+		double t1;
+		state_zero(&st);
+		t1 = bench_now();
+		check(ss_forward_prefill(ctx, &q, 1, SS_LOGITS_NONE, errmsg), "prefill", errmsg);
+		t1 = bench_now() - t1;
+		pre = k > 0 && t1 < pre ? t1 : pre;
+	}
+	printf("%.6f %.0f %ld %.6f\n", steps / t, step_bytes(m), vm_hwm_kb(), len / pre);
+	free(tok);
 	free(logits);
 	ss_state_free(&st);
 	ss_forward_ctx_free(ctx);
@@ -325,16 +345,17 @@ static int decode_child(char **argv)
 	return 0;
 }
 
-/* Runs this program as a decode child; 0 with its three figures, or -1. */
-static int run_child(const char *dir, const char *dtype, int threads, int steps, double out[3])
+/* Runs this program as a decode child; 0 with its four figures, or -1. */
+static int run_child(const char *dir, const char *dtype, int threads, int steps, int len, double out[4])
 {
-	char a_thr[16], a_steps[16], buf[256];
+	char a_thr[16], a_steps[16], a_len[16], buf[256];
 	int fd[2], status;
 	ssize_t n;
 	pid_t pid;
 
 	snprintf(a_thr, sizeof(a_thr), "%d", threads);
 	snprintf(a_steps, sizeof(a_steps), "%d", steps);
+	snprintf(a_len, sizeof(a_len), "%d", len);
 	fflush(stdout);
 	if (pipe(fd) || (pid = fork()) < 0)
 		return -1;
@@ -342,7 +363,7 @@ static int run_child(const char *dir, const char *dtype, int threads, int steps,
 		dup2(fd[1], 1);
 		close(fd[0]);
 		close(fd[1]);
-		execl("/proc/self/exe", "forward", "--decode-child", dir, dtype, a_thr, a_steps,
+		execl("/proc/self/exe", "forward", "--decode-child", dir, dtype, a_thr, a_steps, a_len,
 		      (char *)NULL);
 		_exit(127);
 	}
@@ -352,7 +373,7 @@ static int run_child(const char *dir, const char *dtype, int threads, int steps,
 	waitpid(pid, &status, 0);
 	buf[n > 0 ? n : 0] = '\0';
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-	    sscanf(buf, "%lf %lf %lf", &out[0], &out[1], &out[2]) != 3)
+	    sscanf(buf, "%lf %lf %lf %lf", &out[0], &out[1], &out[2], &out[3]) != 4)
 		return -1;
 	return 0;
 }
@@ -404,19 +425,27 @@ static double memcpy_gbs(int threads)
 	return best;
 }
 
-/* Decode with f32 and bf16 matrices, child processes, interleaved with the
- * memcpy rounds: f32, bf16, memcpy, f32, bf16, memcpy, ... */
-static void decode_by_dtype(const char *dir, int threads, int steps, int reps)
+/* Decode and prefill with f32, bf16 and q8_0 matrices, child processes,
+ * interleaved with the memcpy rounds and the q8_0 peer (gguf_q8 NULL:
+ * none): f32, bf16, q8_0, memcpy, peer, f32, ... */
+static void decode_by_dtype(const char *dir, int threads, int steps, int len, int reps, const char *peer_exe,
+			    const char *gguf_q8)
 {
-	static const char *const dts[2] = { "f32", "bf16" };
-	double tps[2][MAX_REPS], gbs[2][MAX_REPS], rss[2][MAX_REPS], bytes[2] = { 0 }, cp[MAX_REPS];
-	double ratio[MAX_REPS];
+	enum { ND = 3 };
+	static const char *const dts[ND] = { "f32", "bf16", "q8_0" };
+	double tps[ND][MAX_REPS], gbs[ND][MAX_REPS], rss[ND][MAX_REPS], pre[ND][MAX_REPS], bytes[ND] = { 0 };
+	double cp[MAX_REPS], ratio[ND][MAX_REPS], pratio[ND][MAX_REPS], peer_tg[MAX_REPS], vs_peer[MAX_REPS];
+	const char *peer_why = peer_exe ? "not measured (set LLAMA_GGUF_Q8_0: the weights converted with "
+					  "convert_hf_to_gguf.py --outtype q8_0)"
+					: "not measured (set LLAMA_BENCH, LLAMA_GGUF_Q8_0)";
 	int r, d;
 
+	if (!peer_exe || !gguf_q8 || !*gguf_q8)
+		peer_exe = NULL;
 	for (r = 0; r < reps; r++) {
-		for (d = 0; d < 2; d++) {
-			double o[3];
-			if (run_child(dir, dts[d], threads, steps, o)) {
+		for (d = 0; d < ND; d++) {
+			double o[4];
+			if (run_child(dir, dts[d], threads, steps, len, o)) {
 				printf("decode by weights dtype: the %s child failed\n", dts[d]);
 				return;
 			}
@@ -424,21 +453,45 @@ static void decode_by_dtype(const char *dir, int threads, int steps, int reps)
 			bytes[d] = o[1];
 			gbs[d][r] = o[0] * o[1] / 1e9;
 			rss[d][r] = o[2] / 1e3;
+			pre[d][r] = o[3];
 		}
-		ratio[r] = tps[1][r] / tps[0][r];
+		for (d = 0; d < ND; d++) {
+			ratio[d][r] = tps[d][r] / tps[0][r];
+			pratio[d][r] = pre[d][r] / pre[0][r];
+		}
 		cp[r] = memcpy_gbs(threads);
+		if (peer_exe) {
+			double pp;
+			if (peer_round(peer_exe, gguf_q8, threads, len, steps, &pp, &peer_tg[r]))
+				peer_exe = NULL, peer_why = "failed (see above)";
+			else
+				vs_peer[r] = tps[2][r] / peer_tg[r];
+		}
 	}
 	printf("decode by weights dtype, %d single-token steps with logits, %d threads, %d rounds interleaved"
 	       " (each a fresh process):\n", steps, threads, reps);
 	printf("  memcpy 256 MB on %d threads: %.1f GB/s copied best (median %.1f; reads + writes twice that)\n",
 	       threads, bench_max(cp, reps), bench_median(cp, reps));
-	for (d = 0; d < 2; d++)
+	for (d = 0; d < ND; d++)
 		printf("  %-4s weights: %7.1f tokens/s best (median %.1f); %.1f MB read per step: %.1f GB/s best"
-		       " (median %.1f); peak RSS %.0f MB (max of rounds)\n",
+		       " (median %.1f); peak RSS %.0f MB (max of rounds); prefill of %d tokens %.1f tokens/s best"
+		       " (median %.1f)\n",
 		       dts[d], bench_max(tps[d], reps), bench_median(tps[d], reps), bytes[d] / 1e6,
-		       bench_max(gbs[d], reps), bench_median(gbs[d], reps), bench_max(rss[d], reps));
-	printf("  bf16/f32 decode: min %.2f, median %.2f (goal >= 1.8)\n", bench_min(ratio, reps),
-	       bench_median(ratio, reps));
+		       bench_max(gbs[d], reps), bench_median(gbs[d], reps), bench_max(rss[d], reps), len,
+		       bench_max(pre[d], reps), bench_median(pre[d], reps));
+	printf("  bf16/f32 decode: min %.2f, median %.2f (goal >= 1.8)\n", bench_min(ratio[1], reps),
+	       bench_median(ratio[1], reps));
+	printf("  q8_0/f32 decode: min %.2f, median %.2f (goal >= 3); prefill: min %.2f, median %.2f (goal >= 1)\n",
+	       bench_min(ratio[2], reps), bench_median(ratio[2], reps), bench_min(pratio[2], reps),
+	       bench_median(pratio[2], reps));
+	if (!peer_exe) {
+		printf("  q8_0 peer: %s\n", peer_why);
+		return;
+	}
+	printf("  q8_0 peer: llama.cpp tg%d on %s, same threads, %d rounds interleaved: %.1f tokens/s median"
+	       " (best %.1f)\n", steps, gguf_q8, reps, bench_median(peer_tg, reps), bench_max(peer_tg, reps));
+	printf("  q8_0 ours/peer decode: min %.2f, median %.2f (goal >= 1.2)\n", bench_min(vs_peer, reps),
+	       bench_median(vs_peer, reps));
 }
 
 /* Prints our rate over the rounds (n tokens per round: best as ms and
@@ -489,7 +542,7 @@ int main(int argc, char **argv)
 	int i, r, k;
 	char tmpdir[4096] = "";
 
-	if (argc == 6 && !strcmp(argv[1], "--decode-child"))
+	if (argc == 7 && !strcmp(argv[1], "--decode-child"))
 		return decode_child(argv + 2);
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -500,7 +553,8 @@ int main(int argc, char **argv)
 			printf("usage: forward [-t THREADS] [-d DOCS] [-n TOKENS] [-g DECODE_STEPS] [-u UBATCH] [-r REPEATS]\n"
 			       "               [-p PRESET | -m MODEL_DIR] [--no-mmap] [--deterministic] [--weights-dtype DT]\n"
 			       "PRESET: a gen/model.h shape (default mamba2-130m), written to $TMPDIR and loaded.\n"
-			       "Peer: LLAMA_BENCH=llama-bench LLAMA_GGUF=model.gguf (bench/README.md).\n");
+			       "Peer: LLAMA_BENCH=llama-bench LLAMA_GGUF=model.gguf, LLAMA_GGUF_Q8_0=model-q8_0.gguf\n"
+			       "(bench/README.md).\n");
 			return 0;
 		}
 		if (!strcmp(a, "--no-mmap")) {
@@ -514,7 +568,7 @@ int main(int argc, char **argv)
 		if (!strcmp(a, "--weights-dtype") && i + 1 < argc) {
 			lo.flags |= SS_MODEL_WTYPE;
 			if (ss_dtype_parse(argv[++i], &lo.wtype)) {
-				fprintf(stderr, "forward: --weights-dtype %s: f32, bf16 or f16\n", argv[i]);
+				fprintf(stderr, "forward: --weights-dtype %s: f32, bf16, f16 or q8_0\n", argv[i]);
 				return 2;
 			}
 			continue;
@@ -667,7 +721,8 @@ int main(int argc, char **argv)
 		free(next);
 	}
 	printf("peak RSS %.1f MB\n", peak_rss_kb() / 1e3);
-	decode_by_dtype(model_dir ? model_dir : tmpdir, threads, steps, reps);
+	decode_by_dtype(model_dir ? model_dir : tmpdir, threads, steps, len, reps, getenv("LLAMA_BENCH"),
+			getenv("LLAMA_GGUF_Q8_0"));
 	if (!model_dir)
 		ss_mkmodel_remove(tmpdir);
 

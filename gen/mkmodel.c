@@ -82,7 +82,7 @@ int main(int argc, char **argv)
 			}
 			i++;
 		} else if (!strcmp(a, "--dtype")) {
-			if (!v || ss_dtype_parse(v, &o.dtype) || o.dtype == SS_DTYPE_Q8) { /* q8: states only */
+			if (!v || ss_dtype_parse_for(v, SS_DTYPE_SAFETENSORS, &o.dtype, NULL)) {
 				fprintf(stderr, "mkmodel: --dtype: expected f32, f16 or bf16\n");
 				return 2;
 			}

@@ -76,45 +76,65 @@ typedef enum {
 	/* int8 codes with an f32 scale per block (states only, never weights):
 	 * x = q * scale; see ss_q8_* below and formats/states.md. */
 	SS_DTYPE_Q8 = 3,
+	/* ggml's Q8_0 (weights only, never states): blocks of 32 elements,
+	 * each 34 bytes {f16 d; int8 qs[32]}, x = qs[i] * d, d = max|x|/127
+	 * and qs = roundf(x / d) as ggml's quantize_row_q8_0_ref, so a GGUF
+	 * Q8_0 tensor's bytes are these. ref: ggml/src/ggml-common.h
+	 * (block_q8_0), ggml/src/ggml-quants.c (quantize_row_q8_0_ref). */
+	SS_DTYPE_Q8_0 = 4,
 } ss_dtype;
+/* The longest rows of q8_0 matrices the CPU linear op takes (its K: a
+ * model's d_model and d_inner), in elements. */
+#define SS_Q8_0_ROW_MAX 16384
 
 /* What a storage dtype is and where it may be used: one row per ss_dtype
  * (lib/stream/dtype.c), the single source of its name, element size,
  * conversions, byte shuffle and scales, read by the records, composition,
- * the JSON output and the tools' option parsing. Weights are f32, f16 or
- * bf16; states any of the four (formats/states.md). */
+ * the JSON output and the tools' option parsing. Weights are f32, f16,
+ * bf16 or q8_0 (safetensors holds the first three); states f32, f16, bf16
+ * or q8 (formats/states.md). */
 enum {
-	SS_DTYPE_STATES = 1u,  /* conv and ssm of a state record */
-	SS_DTYPE_WEIGHTS = 2u, /* a model's matrices, in a checkpoint or in memory */
+	SS_DTYPE_STATES = 1u,      /* conv and ssm of a state record */
+	SS_DTYPE_WEIGHTS = 2u,     /* a model's matrices, in a checkpoint or in memory */
+	SS_DTYPE_SAFETENSORS = 4u, /* a tensor of a safetensors file we write */
 };
 typedef struct {
 	ss_dtype dtype;
-	const char *name;  /* "f32" "f16" "bf16" "q8" */
+	const char *name;  /* "f32" "f16" "bf16" "q8" "q8_0" */
 	const char *alias; /* "float32" "float16" "bfloat16" (HF configs' torch_dtype); NULL */
-	size_t size;       /* bytes per element; q8: per code, its scales apart */
-	unsigned uses;     /* SS_DTYPE_STATES | SS_DTYPE_WEIGHTS */
+	size_t size;       /* bytes per block of `block` elements; q8: per code, its scales apart */
+	size_t block;      /* elements per block: 1, or 32 for q8_0 (its scale inside the block) */
+	unsigned uses;     /* SS_DTYPE_STATES | SS_DTYPE_WEIGHTS | SS_DTYPE_SAFETENSORS */
 	int shuffled;      /* 1: a shuffling writer byte-shuffles arrays of it (ss_shuffle) */
 	int scaled;        /* 1: int8 codes with an f32 scale per block (ss_q8_*) */
 	/* n elements to and from f32, no aliasing, any alignment; NULL when
-	 * scaled (the conversion needs the scales: ss_q8_to_f32, ss_q8_from_f32) */
+	 * scaled (the conversion needs the scales: ss_q8_to_f32, ss_q8_from_f32).
+	 * q8_0: n elements from the start of a block; a last block of fewer
+	 * than 32 is written whole, zero-padded (ss_dtype_row_size bytes). */
 	void (*to_f32)(float *dst, const void *src, size_t n);
 	void (*from_f32)(void *dst, const float *src, size_t n);
 } ss_dtype_info;
 
 /* The row of t; NULL for a value that is not an ss_dtype. Static. */
 const ss_dtype_info *ss_dtype_info_of(ss_dtype t);
-/* "f32" | "f16" | "bf16" | "q8"; NULL for an unknown value. */
+/* "f32" | "f16" | "bf16" | "q8" | "q8_0"; NULL for an unknown value. */
 const char *ss_dtype_name(ss_dtype t);
 /* Parses a row's name or alias ("f32" | "float32", "f16" | "float16",
- * "bf16" | "bfloat16", "q8"). Returns 0 and sets *out, or SS_ERR_INVALID. */
+ * "bf16" | "bfloat16", "q8", "q8_0"). Returns 0 and sets *out, or
+ * SS_ERR_INVALID. */
 int ss_dtype_parse(const char *s, ss_dtype *out);
 /* ss_dtype_parse() limited to the rows with one of `uses` (SS_DTYPE_*).
  * Returns 0 and sets *out, or SS_ERR_INVALID with errmsg (SS_ERRMSG_MAX
  * bytes, may be NULL) "'S' is not f32, f16, bf16 or q8", naming the rows
  * of that use: the one message of every dtype option. */
 int ss_dtype_parse_for(const char *s, unsigned uses, ss_dtype *out, char *errmsg);
-/* Bytes per element: 4, 2, 2, 1 (q8's scales not counted); 0 when unknown. */
+/* Bytes per element: 4, 2, 2, 1 (q8's scales not counted); for q8_0, the
+ * bytes of a block of 32 (34: use ss_dtype_row_size); 0 when unknown. */
 size_t ss_dtype_size(ss_dtype t);
+/* Bytes of n consecutive elements from the start of a block: n·size for
+ * f32, f16, bf16 and q8 (codes only); ceil(n/32)·34 for q8_0 (what
+ * ggml_row_size gives when n is a multiple of 32). 0 when unknown. */
+size_t ss_dtype_row_size(ss_dtype t, size_t n);
 
 /* Element conversion. f16 is IEEE binary16; bf16 is the top 16 bits of a
  * binary32. f32→f16/bf16 round to nearest even; NaN stays NaN; overflow in
@@ -125,12 +145,14 @@ float ss_bf16_to_f32(uint16_t h);
 uint16_t ss_f32_to_bf16(float f);
 
 /* Converts n elements of dtype `src_t` at src to f32 at dst (no aliasing):
- * the row's to_f32. f32, f16 and bf16 only: q8 needs its scales
- * (ss_q8_to_f32), and nothing is written for it. */
+ * the row's to_f32. f32, f16, bf16 and q8_0 (src at a block's start) only:
+ * q8 needs its scales (ss_q8_to_f32), and nothing is written for it. */
 void ss_to_f32(float *dst, const void *src, ss_dtype src_t, size_t n);
 /* Converts n f32 elements at src to dtype `dst_t` at dst (no aliasing):
- * the row's from_f32. f32, f16 and bf16 only: q8 needs its scales
- * (ss_q8_from_f32), and nothing is written for it. */
+ * the row's from_f32. f32, f16, bf16 and q8_0 (ss_dtype_row_size(dst_t,
+ * n) bytes written) only: q8 needs its scales (ss_q8_from_f32), and
+ * nothing is written for it. A q8_0 block holding a non-finite x reads
+ * back as NaN (d = NaN, codes 0). */
 void ss_from_f32(void *dst, ss_dtype dst_t, const float *src, size_t n);
 
 /* Byte shuffle (blosc's filter): n elements of es bytes, cut into blocks of

@@ -186,7 +186,8 @@ typedef struct ss_device ss_device; /* ss_device.h */
  * the GPU's rounding; tests/test_cuda_parity.c gives the tolerances):
  * prefill uploads the states, runs, and copies states and outputs back
  * before returning. A Mamba-1 model (ss_model_is_mamba1) gets a CPU
- * context on any device unless the environment has SS_CUDA_MAMBA1=1: its
+ * context on any device unless the environment has SS_CUDA_MAMBA1=1 (and a
+ * model held in q8_0, SS_DTYPE_Q8_0, always: the GPU has no q8_0 kernels): its
  * GPU backend (kernels/forward.cu) is compiled but has not been run on a
  * GPU yet; tests/test_cuda_parity.c checks it against the CPU and
  * golden-mamba1 where a GPU exists.

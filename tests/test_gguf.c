@@ -3,7 +3,8 @@
  * tensor — F16 and BF16 widened exactly, Q8_0 as d · q from any element on,
  * a K-quant listed but refused by name; every truncation of it, a wrong
  * version, absurd counts, a misaligned, overlapping or duplicate tensor fail
- * with a message naming the file. The converter-written files are in
+ * with a message naming the file; the converter's Q8_0 blocks are held as
+ * they are. The converter-written files are otherwise tested in
  * tests/cli/gguf.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -231,6 +232,40 @@ static void test_faults(void **st)
 	assert_int_equal(ss_gguf_is("/nonexistent"), 0);
 }
 
+/* The converter's Q8_0 file (m1, tests/fixtures/gguf): loaded, the model's
+ * matrices are q8_0 and hold the file's blocks byte for byte (widened to
+ * f32 and quantized again by ss_from_f32: ggml's quantizer gives back the
+ * same d and q). */
+static void test_fixture_q8_0(void **st)
+{
+	(void)st;
+	const char *fx = getenv("SS_FIXTURES");
+	char p[4200], err[SS_ERRMSG_MAX] = "";
+	snprintf(p, sizeof p, "%s/gguf/m1-q8_0.gguf", fx ? fx : "tests/fixtures");
+	ss_model *m;
+	if (ss_model_load(&m, p, err))
+		fail_msg("%s", err);
+	assert_int_equal(m->wtype, SS_DTYPE_Q8_0);
+	assert_true(ss_model_is_mamba1(&m->cfg));
+	ss_gguf g;
+	assert_int_equal(ss_gguf_open(&g, p, err), 0);
+	const struct { const char *name; const void *mem; } mats[] = {
+		{"token_embd.weight", m->embedding},
+		{"blk.0.ssm_in.weight", m->layers[0].in_proj},
+		{"blk.1.ssm_out.weight", m->layers[1].out_proj},
+	};
+	for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) {
+		const ss_gguf_tensor *t = ss_gguf_find(&g, mats[i].name);
+		assert_non_null(t);
+		assert_int_equal(t->type, SS_GGML_Q8_0);
+		assert_int_equal(t->nbytes, ss_dtype_row_size(SS_DTYPE_Q8_0, (size_t)t->numel));
+		if (memcmp(mats[i].mem, g.map + t->offset, (size_t)t->nbytes))
+			fail_msg("%s: the model's q8_0 blocks are not the file's", mats[i].name);
+	}
+	ss_gguf_close(&g);
+	ss_model_free(m);
+}
+
 static int setup(void **st)
 {
 	(void)st;
@@ -252,6 +287,7 @@ int main(void)
 		cmocka_unit_test(test_good),
 		cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_faults),
+		cmocka_unit_test(test_fixture_q8_0),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -354,7 +354,7 @@ void cli_model_help(int col)
 		{ "--device D", "cpu, cuda (cuda:N), or auto (default: a GPU when" },
 		{ "", "the CUDA plugin finds one, else the CPU)" },
 		{ "--threads N", "threads (default: online cores)" },
-		{ "--weights-dtype T", "f32, bf16, f16 or auto: the dtype the weight" },
+		{ "--weights-dtype T", "f32, bf16, f16, q8_0 or auto: the dtype the weight" },
 		{ "", "matrices are held and read in (default auto: the" },
 		{ "", "checkpoint's; bf16 halves a decode step's reads)" },
 	};

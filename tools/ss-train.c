@@ -393,7 +393,7 @@ static ss_model *load_model(train_opts *o, const char *model_dir)
 		snprintf(o->r.base_fingerprint, sizeof o->r.base_fingerprint, "%s", m->fingerprint);
 		o->r.save_dtype = m->weight_dtype;
 		if (o->sdtype) /* weights: q8 is a state dtype */
-			o->r.save_dtype = (ss_dtype)cli_dtype("--save-dtype", o->sdtype, SS_DTYPE_WEIGHTS, usage);
+			o->r.save_dtype = (ss_dtype)cli_dtype("--save-dtype", o->sdtype, SS_DTYPE_SAFETENSORS, usage);
 	}
 	return m;
 }

@@ -211,7 +211,7 @@ int train_state_parse(const char *text, size_t len, const char *path, run_state 
 		r->mode = SS_COMPOSE_PICASO_R;
 	}
 	char why[SS_ERRMSG_MAX];
-	if (ss_dtype_parse_for(sdtype, SS_DTYPE_WEIGHTS, &r->save_dtype, why)) {
+	if (ss_dtype_parse_for(sdtype, SS_DTYPE_SAFETENSORS, &r->save_dtype, why)) {
 		bad(&p, SS_ERR_FORMAT, "\"save_dtype\" is \"%s\": %s", sdtype, why);
 		r->save_dtype = SS_DTYPE_F32;
 	}

@@ -156,18 +156,19 @@ static void gemm_task(void *arg, int64_t i, int thread)
 	}
 	if (m1 <= m0 || n1 <= n0)
 		return;
-	const size_t esz = ss_dtype_size(j->wt);
-	if (j->rowinv) { /* dtype checked at load, sizes here: cannot fail */
+	const size_t row = ss_dtype_row_size(j->wt, (size_t)j->K); /* bytes of a row of W */
+	/* q8_0 goes to ss_linear_cpu even here: its kernel is row-invariant too */
+	if (j->rowinv && j->wt != SS_DTYPE_Q8_0) { /* dtype checked at load, sizes here: cannot fail */
 		(void)ss_linear_rows_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
-					 (const char *)j->W + n0 * j->K * esz, j->wt, m1 - m0,
+					 (const char *)j->W + n0 * row, j->wt, m1 - m0,
 					 n1 - n0, j->K, j->beta);
 		return;
 	}
-	if (j->wt != SS_DTYPE_F32 && m1 - m0 > W16_DOT_ROWS) {
+	if (j->wt != SS_DTYPE_F32 && m1 - m0 > W16_DOT_ROWS && !j->rowinv) {
 		float *P = j->wpanel + (size_t)thread * COL_BLOCK * j->K;
 		for (int64_t n = n0, nb; n < n1; n += nb) {
 			nb = n1 - n < COL_BLOCK ? n1 - n : COL_BLOCK;
-			ss_matvec_widen(P, (const char *)j->W + n * j->K * esz, j->wt, (size_t)(nb * j->K));
+			ss_matvec_widen(P, (const char *)j->W + n * row, j->wt, (size_t)(nb * j->K));
 			(void)ss_linear_cpu(j->C + m0 * j->ldc + n, j->ldc, j->A + m0 * j->lda, j->lda, P,
 					    SS_DTYPE_F32, m1 - m0, nb, j->K, j->beta);
 		}
@@ -175,7 +176,7 @@ static void gemm_task(void *arg, int64_t i, int thread)
 	}
 	/* dtype checked at load, sizes here: cannot fail */
 	(void)ss_linear_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
-			    (const char *)j->W + n0 * j->K * esz, j->wt, m1 - m0, n1 - n0, j->K,
+			    (const char *)j->W + n0 * row, j->wt, m1 - m0, n1 - n0, j->K,
 			    j->beta);
 }
 

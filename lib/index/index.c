@@ -270,7 +270,7 @@ static int hit_from_row(ss_index *ix, sqlite3_stmt *st, ss_index_hit *h, char *e
 	const char *dtype = (const char *)sqlite3_column_text(st, 8);
 	h->stateless = !stored;
 	h->path = stored ? ix_resolve_path(ix, stored) : NULL;
-	if (h->stateless && (!dtype || ss_dtype_parse(dtype, &h->dtype))) {
+	if (h->stateless && (!dtype || ss_dtype_parse_for(dtype, SS_DTYPE_STATES, &h->dtype, NULL))) {
 		rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document %s has neither a state file nor "
 			     "a known dtype to recompute it in (\"%s\")", id, dtype ? dtype : "");
 		ss_index_hit_clear(h);

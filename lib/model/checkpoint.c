@@ -453,8 +453,12 @@ static int open_gguf(ss_checkpoint *c, const char *path, char *errmsg)
 			shape[1] = 1;
 			nd = 3;
 		}
+		/* a Q8_0 embedding makes the model's matrices q8_0 (model.c: the
+		 * checkpoint's dtype), re-quantized from the widened values into
+		 * the same blocks (ggml's quantizer gives back d and q) */
 		ss_dtype dt = e->type == SS_GGML_F16 ? SS_DTYPE_F16
-		              : e->type == SS_GGML_BF16 ? SS_DTYPE_BF16 : SS_DTYPE_F32;
+		              : e->type == SS_GGML_BF16 ? SS_DTYPE_BF16
+		              : e->type == SS_GGML_Q8_0 ? SS_DTYPE_Q8_0 : SS_DTYPE_F32;
 		if ((rc = add_tensor(c, e->name, path, dt, nd, shape, -2, i, errmsg)))
 			return rc;
 		c->t[c->n - 1].canon = hf;

@@ -722,14 +722,16 @@ typedef struct {
 	char *out;                /* narrowing: next element's address */
 } slot;
 
-/* Hashes a chunk of a tensor held in a 16-bit wtype and narrows it into
- * the slot's next elements (chunks arrive in order). */
+/* Hashes a chunk of a tensor held in a 16-bit or q8_0 wtype and narrows
+ * it into the slot's next elements (chunks arrive in order; for q8_0 every
+ * chunk but a tensor's last is a multiple of 32 elements: the checkpoint
+ * reader's chunks are 2^16). */
 static void narrow_visit(void *ctx, const float *x, size_t n)
 {
 	slot *s = ctx;
 	fphash_update(&s->h, x, n * sizeof *x);
 	ss_from_f32(s->out, s->wt, x, n);
-	s->out += n * ss_dtype_size(s->wt);
+	s->out += ss_dtype_row_size(s->wt, n);
 }
 
 /* Finds the first present name among `alts` (NULL-terminated list). */
@@ -908,6 +910,14 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 		}
 		m->wtype = opts->wtype;
 	}
+	/* q8_0 rows are whole blocks of 32 (ss_linear_cpu's limits) */
+	if (m->wtype == SS_DTYPE_Q8_0 && (m->cfg.d_model % 32 || m->cfg.d_inner % 32 ||
+					  m->cfg.d_inner > SS_Q8_0_ROW_MAX)) {
+		rc = ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: q8_0 weights need d_model and d_inner "
+			     "multiples of 32, at most %d (d_model %d, d_inner %d)", dir, SS_Q8_0_ROW_MAX,
+			     m->cfg.d_model, m->cfg.d_inner);
+		goto fail;
+	}
 
 	/* Map what can be mapped; everything else kept goes in one arena
 	 * (bytes, each tensor 64-byte aligned). */
@@ -929,7 +939,7 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 		} else {
 			nreq++;
 			if (s[i].dst || keep)
-				arena += ((size_t)s[i].t->numel * ss_dtype_size(s[i].wt) + 63) & ~(size_t)63;
+				arena += (ss_dtype_row_size(s[i].wt, (size_t)s[i].t->numel) + 63) & ~(size_t)63;
 		}
 	}
 	if (arena && !(priv->arena = aligned_alloc(64, arena))) {
@@ -949,7 +959,7 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 		req[r].ctx = &s[i].h;
 		if (s[i].dst || s[i].mat) {
 			float *p = (float *)((char *)priv->arena + at);
-			at += ((size_t)s[i].t->numel * ss_dtype_size(s[i].wt) + 63) & ~(size_t)63;
+			at += (ss_dtype_row_size(s[i].wt, (size_t)s[i].t->numel) + 63) & ~(size_t)63;
 			if (s[i].mat)
 				*s[i].mat = p;
 			else

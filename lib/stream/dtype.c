@@ -1,6 +1,7 @@
 /* dtype.c — error strings, the table of storage dtypes (ss_dtype_info in
- * ss.h) and element conversion between f32, f16, bf16 and q8 (int8 codes
- * with a scale per block). */
+ * ss.h) and element conversion between f32, f16, bf16, q8 (int8 codes
+ * with a scale per block) and q8_0 (ggml's blocks of 32 codes and their
+ * f16 scale). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -228,15 +229,67 @@ static void bf16_from_f32(void *dst, const float *src, size_t n)
 	}
 }
 
+/* q8_0: blocks of Q8_0_BLOCK elements, Q8_0_BYTES each: the f16 d, then
+ * the codes. ref: ggml/src/ggml-quants.c quantize_row_q8_0_ref (d =
+ * amax/127 in f32, codes roundf(x·(1/d)), d stored as f16) and
+ * dequantize_row_q8_0; a block with a non-finite x gets d = NaN and codes
+ * 0 (ggml's would be undefined). */
+enum { Q8_0_BLOCK = 32, Q8_0_BYTES = 34 };
+
+static void q8_0_from_f32(void *dst, const float *src, size_t n)
+{
+	unsigned char *p = dst;
+	for (size_t i0 = 0; i0 < n; i0 += Q8_0_BLOCK, p += Q8_0_BYTES) {
+		const size_t m = n - i0 < Q8_0_BLOCK ? n - i0 : Q8_0_BLOCK;
+		const float *x = src + i0;
+		float amax = 0.0f;
+		int finite = 1;
+		for (size_t j = 0; j < m; j++) {
+			const float a = fabsf(x[j]);
+			amax = a > amax ? a : amax;
+			finite &= isfinite(x[j]) != 0;
+		}
+		const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		const uint16_t h = finite ? ss_f32_to_f16(d) : 0x7e00u;
+		int8_t q[Q8_0_BLOCK] = { 0 };
+		for (size_t j = 0; finite && j < m; j++)
+			q[j] = (int8_t)roundf(x[j] * id);
+		memcpy(p, &h, 2);
+		memcpy(p + 2, q, Q8_0_BLOCK);
+	}
+}
+
+static void q8_0_to_f32(float *dst, const void *src, size_t n)
+{
+	const unsigned char *p = src;
+	for (size_t i0 = 0; i0 < n; i0 += Q8_0_BLOCK, p += Q8_0_BYTES) {
+		const size_t m = n - i0 < Q8_0_BLOCK ? n - i0 : Q8_0_BLOCK;
+		uint16_t h;
+		int8_t q[Q8_0_BLOCK];
+		memcpy(&h, p, 2);
+		memcpy(q, p + 2, Q8_0_BLOCK);
+		const float d = ss_f16_to_f32(h);
+		if (m == Q8_0_BLOCK)
+			for (size_t j = 0; j < Q8_0_BLOCK; j++) /* a fixed count: vectorised */
+				dst[i0 + j] = (float)q[j] * d;
+		else
+			for (size_t j = 0; j < m; j++)
+				dst[i0 + j] = (float)q[j] * d;
+	}
+}
+
 /* The dtypes, indexed by ss_dtype (ss.h says what each field means). */
+#define SS_DTYPE_ANY_WEIGHTS (SS_DTYPE_WEIGHTS | SS_DTYPE_SAFETENSORS)
 static const ss_dtype_info dtypes[] = {
-	[SS_DTYPE_F32] = { SS_DTYPE_F32, "f32", "float32", 4, SS_DTYPE_STATES | SS_DTYPE_WEIGHTS, 0, 0,
-			   f32_to_f32, f32_from_f32 },
-	[SS_DTYPE_F16] = { SS_DTYPE_F16, "f16", "float16", 2, SS_DTYPE_STATES | SS_DTYPE_WEIGHTS, 1, 0,
-			   f16_to_f32, f16_from_f32 },
-	[SS_DTYPE_BF16] = { SS_DTYPE_BF16, "bf16", "bfloat16", 2, SS_DTYPE_STATES | SS_DTYPE_WEIGHTS, 1, 0,
-			    bf16_to_f32, bf16_from_f32 },
-	[SS_DTYPE_Q8] = { SS_DTYPE_Q8, "q8", NULL, 1, SS_DTYPE_STATES, 0, 1, NULL, NULL },
+	[SS_DTYPE_F32] = { SS_DTYPE_F32, "f32", "float32", 4, 1, SS_DTYPE_STATES | SS_DTYPE_ANY_WEIGHTS, 0,
+			   0, f32_to_f32, f32_from_f32 },
+	[SS_DTYPE_F16] = { SS_DTYPE_F16, "f16", "float16", 2, 1, SS_DTYPE_STATES | SS_DTYPE_ANY_WEIGHTS, 1,
+			   0, f16_to_f32, f16_from_f32 },
+	[SS_DTYPE_BF16] = { SS_DTYPE_BF16, "bf16", "bfloat16", 2, 1, SS_DTYPE_STATES | SS_DTYPE_ANY_WEIGHTS,
+			    1, 0, bf16_to_f32, bf16_from_f32 },
+	[SS_DTYPE_Q8] = { SS_DTYPE_Q8, "q8", NULL, 1, 1, SS_DTYPE_STATES, 0, 1, NULL, NULL },
+	[SS_DTYPE_Q8_0] = { SS_DTYPE_Q8_0, "q8_0", NULL, Q8_0_BYTES, Q8_0_BLOCK, SS_DTYPE_WEIGHTS, 0, 0,
+			    q8_0_to_f32, q8_0_from_f32 },
 };
 #define N_DTYPES (sizeof dtypes / sizeof dtypes[0])
 
@@ -255,6 +308,12 @@ size_t ss_dtype_size(ss_dtype t)
 {
 	const ss_dtype_info *d = ss_dtype_info_of(t);
 	return d ? d->size : 0;
+}
+
+size_t ss_dtype_row_size(ss_dtype t, size_t n)
+{
+	const ss_dtype_info *d = ss_dtype_info_of(t);
+	return d ? (n + d->block - 1) / d->block * d->size : 0;
 }
 
 int ss_dtype_parse_for(const char *s, unsigned uses, ss_dtype *out, char *errmsg)
@@ -282,7 +341,7 @@ int ss_dtype_parse_for(const char *s, unsigned uses, ss_dtype *out, char *errmsg
 
 int ss_dtype_parse(const char *s, ss_dtype *out)
 {
-	return ss_dtype_parse_for(s, SS_DTYPE_STATES | SS_DTYPE_WEIGHTS, out, NULL);
+	return ss_dtype_parse_for(s, SS_DTYPE_STATES | SS_DTYPE_ANY_WEIGHTS, out, NULL);
 }
 
 void ss_to_f32(float *dst, const void *src, ss_dtype t, size_t n)

@@ -56,6 +56,10 @@ char *ss_safetensors_header(const ss_tensor_f32 *t, size_t n, ss_dtype dt, size_
 int ss_safetensors_save(const char *path, const ss_tensor_f32 *t, size_t n, ss_dtype dtype,
 			char *errmsg)
 {
+	const ss_dtype_info *di = ss_dtype_info_of(dtype);
+	if (!di || !(di->uses & SS_DTYPE_SAFETENSORS))
+		return ss_errf(errmsg, SS_ERR_INVALID, "%s: dtype %s is not a safetensors dtype (f32, f16, "
+			       "bf16)", path, ss_dtype_name(dtype));
 	for (size_t i = 0; i < n; i++)
 		if (!t[i].name || !t[i].name[0] || strchr(t[i].name, '"') || t[i].ndim < 1 ||
 		    t[i].ndim > 4)

@@ -10,7 +10,7 @@
 void ss_embed_cpu(float *h, const void *emb, ss_dtype et, const int32_t *tokens, int64_t n,
 		  int d_model)
 {
-	const size_t row = (size_t)d_model * ss_dtype_size(et);
+	const size_t row = ss_dtype_row_size(et, (size_t)d_model); /* q8_0: d_model / 32 blocks */
 	int64_t r;
 
 	for (r = 0; r < n; r++) {

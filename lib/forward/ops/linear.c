@@ -1,7 +1,7 @@
 /*
  * linear.c — the linear op on the CPU, ss_linear_cpu (ss_ops.h): f32
  * weights through the BLAS, bf16/f16 weights through ss_matvec_w16 below
- * (ops/linear.h), and its backward ss_linear_backward_cpu (f32 weights, the
+ * (ops/linear.h), q8_0 through ss_matvec_q8_0 (ops/q8_0.c), and its backward ss_linear_backward_cpu (f32 weights, the
  * BLAS). The forward's twin: kernels/linear.cu (the backward has none:
  * training is CPU only).
  *
@@ -171,7 +171,7 @@ void ss_matvec_w16(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const
 void ss_matvec_widen(float *dst, const void *src, ss_dtype wt, size_t n)
 {
 #ifdef HAVE_AVX2_KERNELS
-	if (wt != SS_DTYPE_F32 && use_avx2()) {
+	if ((wt == SS_DTYPE_BF16 || wt == SS_DTYPE_F16) && use_avx2()) {
 		widen_avx2(dst, src, n, wt == SS_DTYPE_BF16);
 		return;
 	}
@@ -184,10 +184,16 @@ int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const 
 {
 	if (M < 0 || N < 0 || K < 0 || ldy < N || ldx < K)
 		return SS_ERR_INVALID;
-	if (wt != SS_DTYPE_F32 && wt != SS_DTYPE_BF16 && wt != SS_DTYPE_F16)
+	if (wt != SS_DTYPE_F32 && wt != SS_DTYPE_BF16 && wt != SS_DTYPE_F16 && wt != SS_DTYPE_Q8_0)
+		return SS_ERR_UNSUPPORTED;
+	if (wt == SS_DTYPE_Q8_0 && (K % 32 || K > SS_Q8_0_ROW_MAX))
 		return SS_ERR_UNSUPPORTED;
 	if (M == 0 || N == 0)
 		return 0;
+	if (wt == SS_DTYPE_Q8_0) {
+		ss_matvec_q8_0(y, ldy, x, ldx, W, M, N, K, beta);
+		return 0;
+	}
 	if (wt != SS_DTYPE_F32) {
 		ss_matvec_w16(y, ldy, x, ldx, W, wt, M, N, K, beta);
 		return 0;
