@@ -470,7 +470,7 @@ int main(int argc, char **argv)
 	char dl[64];
 	snprintf(dl, sizeof dl, "%s", dtypes);
 	for (char *save = NULL, *t = strtok_r(dl, ",", &save); t; t = strtok_r(NULL, ",", &save))
-		if (n_dt == 8 || ss_dtype_parse(t, &dts[n_dt++]))
+		if (n_dt == 8 || ss_dtype_parse_for(t, SS_DTYPE_STATES, &dts[n_dt++], NULL))
 			die("--dtypes", t);
 	if (states) { /* the dims are the file's */
 		ss_reader *r;

@@ -52,7 +52,7 @@ int main(int argc, char **argv)
 					&d.conv_dim, &d.d_conv) != 6)
 				usage();
 		} else if (!strcmp(k, "--dtype")) {
-			if (ss_dtype_parse(v, &dt))
+			if (ss_dtype_parse_for(v, SS_DTYPE_STATES, &dt, NULL))
 				usage();
 		} else if (!strcmp(k, "--seed")) {
 			rng = strtoull(v, NULL, 10);

@@ -86,7 +86,7 @@ static void help(void)
 	       "                         (default 16; each holds its states in memory)\n"
 	       "  --seed N               seed of the RNG that draws k (default 1)\n"
 	       "  --save-dtype T         dtype of the saved weights: f32, bf16, f16 (default:\n"
-	       "                         the input model's)\n",
+	       "                         the input model's; f32 for a q8_0 one)\n",
 	       usage);
 	cli_model_help(25);
 	printf("  -q, -v                 quieter; more verbose\n"
@@ -391,7 +391,10 @@ static ss_model *load_model(train_opts *o, const char *model_dir)
 		cli_die("%s: a Mamba-1 model: ss-train fine-tunes Mamba-2 models only", model_dir);
 	if (!o->resume) {
 		snprintf(o->r.base_fingerprint, sizeof o->r.base_fingerprint, "%s", m->fingerprint);
-		o->r.save_dtype = m->weight_dtype;
+		/* a checkpoint's own dtype, unless safetensors has none for it (a
+		 * q8_0 GGUF: its values are f32's exactly) */
+		const ss_dtype_info *d = ss_dtype_info_of(m->weight_dtype);
+		o->r.save_dtype = d && (d->uses & SS_DTYPE_SAFETENSORS) ? m->weight_dtype : SS_DTYPE_F32;
 		if (o->sdtype) /* weights: q8 is a state dtype */
 			o->r.save_dtype = (ss_dtype)cli_dtype("--save-dtype", o->sdtype, SS_DTYPE_SAFETENSORS, usage);
 	}

@@ -89,8 +89,8 @@ static void json_array(FILE *f, const void *p, size_t bytes, const char *dtype, 
 {
 	ss_dtype t = SS_DTYPE_F32;
 	int is_i32 = !strcmp(dtype, "i32");
-	if (!is_i32)
-		ss_dtype_parse(dtype, &t);
+	if (!is_i32) /* a state's dtypes only: "q8_0" (weights) renders as f32 bytes */
+		ss_dtype_parse_for(dtype, SS_DTYPE_STATES, &t, NULL);
 	size_t es = is_i32 ? 4 : ss_dtype_size(t), n = bytes / es;
 	const unsigned char *b = p;
 #define VAL(i) val_at(b, (i), is_i32, t)
@@ -230,7 +230,8 @@ int ss_record_to_json(const ss_record *rec, FILE *f, int full)
 			else
 				shape[0] = L, shape[1] = H, shape[2] = P, shape[3] = N;
 			ss_dtype t = SS_DTYPE_F32;
-			size_t es = ss_dtype_parse(dtype, &t) ? 1 : ss_dtype_size(t), n = v->via.bin.size;
+			size_t es = ss_dtype_parse_for(dtype, SS_DTYPE_STATES, &t, NULL) ? 1 : ss_dtype_size(t),
+			       n = v->via.bin.size;
 			void *plain = shuffle > 0 && es > 1 ? malloc(n ? n : 1) : NULL;
 			if (plain)
 				ss_unshuffle(plain, v->via.bin.ptr, es, n / es, (size_t)shuffle);

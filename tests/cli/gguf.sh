@@ -90,6 +90,18 @@ assert max(abs(x - y) for x, y in zip(s["per_token"], g)) <= 2e-2
 PY
 fi
 
+# ss-train from a Mamba-2 GGUF held in q8_0 (the fuzz seed: d_model 32) saves f32, which
+# safetensors has and which holds q8_0's values exactly: after one step at the warm-up's lr 0,
+# the saved model scores as the GGUF widened to f32 does.
+Q8=$SS_TOP/tests/fuzz/seeds/gguf/mamba2-q8_0.gguf
+printf 'the quick brown fox jumps over the lazy dog\n' >"$d/tt.txt"
+ss-tokenize -q --tokenizer "$Q8" "$d/tt.txt" >"$d/tt.tok"
+ss-train --objective lm --model "$Q8" --data "$d/tt.tok" --steps 1 --seq-len 4 --batch-tokens 8 \
+	--threads 1 -q -o "$d/trained" >/dev/null
+sc() { ss-score --model "$@" --tokenizer "$Q8" --no-state --query "the fox" --continuation " jumps"; }
+[ "$(sc "$Q8" --weights-dtype f32)" = "$(sc "$d/trained")" ] ||
+	fail "ss-train from a q8_0 GGUF: the saved model differs"
+
 # Bad GGUFs: one line naming the file, exit 1, no output file.
 head -c 100000 "$T1G" >"$d/trunc.gguf"
 expect 1 "trunc.gguf: .*file ends" ss-encode --model "$d/trunc.gguf" -o "$d/x.st" "$d/docs.tok"
