@@ -578,6 +578,14 @@ static void test_decode_batch(void **unused)
  * bytes ss_forward_decode gives: logits, ids (their argmax), states. 20
  * sequences: more than one lm_head group; steps with logits and ids, ids
  * only, and neither. */
+
+/* The same bits in a and b's ssm, conv and logdecay (dims of a). */
+static void assert_state_arrays_equal(const ss_state *a, const ss_state *b)
+{
+	assert_memory_equal(a->ssm, b->ssm, ss_state_ssm_len(&a->dims) * sizeof(float));
+	assert_memory_equal(a->conv, b->conv, ss_state_conv_len(&a->dims) * sizeof(float));
+	assert_memory_equal(a->logdecay, b->logdecay, ss_state_logdecay_len(&a->dims) * sizeof(float));
+}
 static void test_decode_bound_equals_decode(void **unused)
 {
 	const tmodel *tm = &models[1];
@@ -620,10 +628,7 @@ static void test_decode_bound_equals_decode(void **unused)
 	assert_int_equal(ss_forward_decode_end(ctx, NULL), 0);
 	for (i = 0; i < N; i++) {
 		assert_int_equal(a[i].n_tokens, b[i].n_tokens);
-		assert_memory_equal(a[i].ssm, b[i].ssm, ss_state_ssm_len(&a[i].dims) * sizeof(float));
-		assert_memory_equal(a[i].conv, b[i].conv, ss_state_conv_len(&a[i].dims) * sizeof(float));
-		assert_memory_equal(a[i].logdecay, b[i].logdecay,
-				    ss_state_logdecay_len(&a[i].dims) * sizeof(float));
+		assert_state_arrays_equal(&a[i], &b[i]);
 		ss_state_free(&a[i]);
 		ss_state_free(&b[i]);
 	}
@@ -756,10 +761,7 @@ static void decode_det_case(const ss_model *m, const char *what)
 		}
 	}
 	for (int i = 0; i < N; i++) {
-		assert_memory_equal(a[i].ssm, b[i].ssm, ss_state_ssm_len(&a[i].dims) * sizeof(float));
-		assert_memory_equal(a[i].conv, b[i].conv, ss_state_conv_len(&a[i].dims) * sizeof(float));
-		assert_memory_equal(a[i].logdecay, b[i].logdecay,
-				    ss_state_logdecay_len(&a[i].dims) * sizeof(float));
+		assert_state_arrays_equal(&a[i], &b[i]);
 		ss_state_free(&a[i]);
 		ss_state_free(&b[i]);
 		ss_state_free(&c[i]);

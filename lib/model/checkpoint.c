@@ -370,6 +370,21 @@ static int open_torch(ss_checkpoint *c, const char *path, char *errmsg)
 	return 0;
 }
 
+int ss_gguf_mamba_arch(const ss_gguf *g, int *mamba1, char *errmsg)
+{
+	const char *arch;
+	size_t la;
+	int rc = ss_gguf_get_str(g, "general.architecture", &arch, &la, errmsg);
+	if (rc)
+		return rc == SS_ERR_NOTFOUND
+		       ? ss_errf(errmsg, SS_ERR_FORMAT, "%s: no general.architecture", g->path) : rc;
+	*mamba1 = la == 5 && !memcmp(arch, "mamba", 5);
+	if (!*mamba1 && !(la == 6 && !memcmp(arch, "mamba2", 6)))
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: architecture %.*s is not supported "
+		            "(mamba, mamba2)", g->path, (int)(la > 64 ? 64 : la), arch);
+	return 0;
+}
+
 /* GGUF names (blk.N.<suffix> and the top level) and the HF names they
  * stand for (ref: llama.cpp gguf-py/gguf/tensor_mapping.py, MODEL_TENSOR
  * SSM_*; conversion/mamba.py). ssm_dt.bias is dt_proj.bias in Mamba-1. */
@@ -417,15 +432,9 @@ static int open_gguf(ss_checkpoint *c, const char *path, char *errmsg)
 	if (rc)
 		return rc;
 	const ss_gguf *g = c->gguf;
-	const char *arch;
-	size_t la;
-	if ((rc = ss_gguf_get_str(g, "general.architecture", &arch, &la, errmsg)))
-		return rc == SS_ERR_NOTFOUND
-		       ? ss_errf(errmsg, SS_ERR_FORMAT, "%s: no general.architecture", path) : rc;
-	int mamba1 = la == 5 && !memcmp(arch, "mamba", 5);
-	if (!mamba1 && !(la == 6 && !memcmp(arch, "mamba2", 6)))
-		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: architecture %.*s is not supported "
-			       "(mamba, mamba2)", path, (int)(la > 64 ? 64 : la), arch);
+	int mamba1;
+	if ((rc = ss_gguf_mamba_arch(g, &mamba1, errmsg)))
+		return rc;
 	c->t = calloc(g->n_t + 1, sizeof *c->t);
 	c->canon = calloc(g->n_t + 1, sizeof *c->canon);
 	if (!c->t || !c->canon)

@@ -21,6 +21,7 @@
 #define SS_CHECKPOINT_H
 
 #include "ss.h"
+#include "stream/gguf.h"
 
 typedef struct ss_checkpoint ss_checkpoint;
 
@@ -58,6 +59,11 @@ typedef struct {
  * non-zip torch files, a GGUF of another architecture). errmsg names the
  * file. Caller closes. */
 int ss_checkpoint_open(ss_checkpoint **out, const char *dir, char *errmsg);
+
+/* A GGUF's general.architecture: *mamba1 = 1 for "mamba", 0 for "mamba2".
+ * Errors: SS_ERR_FORMAT (absent or not a string), SS_ERR_UNSUPPORTED
+ * (another architecture); errmsg names the file. */
+int ss_gguf_mamba_arch(const ss_gguf *g, int *mamba1, char *errmsg);
 
 /* The tensor named `name`, or NULL. */
 const ss_checkpoint_tensor *ss_checkpoint_find(const ss_checkpoint *c, const char *name);

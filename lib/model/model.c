@@ -556,16 +556,9 @@ static void json_num(cJSON *o, const char *k, double v)
  * checks that follow are config_parse's, on the file's own values. */
 static int gguf_config_json(const ss_gguf *g, cJSON **out, char *errmsg)
 {
-	const char *arch;
-	size_t la;
-	int rc = ss_gguf_get_str(g, "general.architecture", &arch, &la, errmsg);
+	int m1, rc = ss_gguf_mamba_arch(g, &m1, errmsg);
 	if (rc)
-		return rc == SS_ERR_NOTFOUND
-		       ? ss_errf(errmsg, SS_ERR_FORMAT, "%s: no general.architecture", g->path) : rc;
-	int m1 = la == 5 && !memcmp(arch, "mamba", 5);
-	if (!m1 && !(la == 6 && !memcmp(arch, "mamba2", 6)))
-		return ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: architecture %.*s is not supported "
-		            "(mamba, mamba2)", g->path, (int)(la > 64 ? 64 : la), arch);
+		return rc;
 	const char *a = m1 ? "mamba" : "mamba2";
 	int32_t d_model, n_layer, d_conv, d_inner, d_state, rank, ngroups = 1;
 	if ((rc = gguf_dim(g, a, "embedding_length", &d_model, errmsg)) ||
