@@ -24,11 +24,13 @@
  *                      endian; ss_index_tokens): what a state is recomputed
  *                      from; created by any build that lacks it.
  *   stateless(rid, dtype)
- *                      the documents whose state a budget dropped
- *                      (ss_index_set_state_budget): docs.file_id,
+ *                      the documents without a stored state: those whose
+ *                      state a budget dropped (ss_index_set_state_budget)
+ *                      and those added by their text alone
+ *                      (ss_index_set_stateless): docs.file_id,
  *                      byte_offset and frame_length are NULL, fingerprint and n_tokens stay; dtype
- *                      is the dropped state's storage dtype, the one it is
- *                      recomputed in. An index holding one is schema 4.
+ *                      is the dropped state's storage dtype (or the one set),
+ *                      the one it is recomputed in. An index holding one is schema 4.
  *   terms(tid, term, df, maxw, postings)
  *                      per term, the documents that hold it (blocks of 128
  *                      with a skip table), rewritten at every commit.
@@ -123,6 +125,23 @@ int ss_index_add_state(ss_index *ix, const char *id, const char *state_path, uin
  * Returns 0 or SS_ERR_INVALID (no build open, bytes < -1). */
 int ss_index_set_state_budget(ss_index *ix, int64_t bytes, char *errmsg);
 
+/* Makes, at the commit of this build, every document that has its text and
+ * the tokens of that text (ss_index_add_tokens, n_tokens equal to the
+ * text's token count) but no stored state, and is not stateless already,
+ * stateless instead of leaving it out: of model `fingerprint` (docs.fingerprint,
+ * what a recompute's model must have) and recomputed in `dtype`. Such a
+ * document stays stateless until its state is added (which stores it),
+ * as one a budget dropped. The commit then also fails with SS_ERR_MISMATCH
+ * (nothing committed) when the index's states are of another model, even
+ * if no document became stateless.
+ * fingerprint: 16 lowercase hex digits, a model's (ss_model.fingerprint);
+ * NULL cancels (dtype then unused). dtype: a states dtype name ("f32",
+ * "f16", "bf16", "q8"; ss_dtype_parse_for SS_DTYPE_STATES, aliases
+ * stored as the name). Both are copied.
+ * Returns 0 or SS_ERR_INVALID (no build open, a malformed fingerprint, a
+ * dtype that is not a states dtype: errmsg says which). */
+int ss_index_set_stateless(ss_index *ix, const char *fingerprint, const char *dtype, char *errmsg);
+
 /* Adds n (>= 1) retrievals of document `id` to the hit counts that rank the
  * documents for ss_index_set_state_budget (a query log; counts of one id
  * add up). An id not in the index is ignored. Returns 0, SS_ERR_INVALID
@@ -169,6 +188,7 @@ typedef struct {
 	int64_t n_deleted;  /* documents removed by ss_index_delete */
 	int64_t n_stateless; /* documents without a stored state after the build */
 	int64_t n_dropped_states; /* states this build's budget dropped */
+	int64_t n_made_stateless; /* documents ss_index_set_stateless made stateless */
 	int64_t state_bytes; /* stored state bytes after the build */
 } ss_index_build_stats;
 
@@ -181,11 +201,13 @@ typedef struct {
  * SS_ERR_INVALID (empty id, no build open), SS_ERR_IO (SQLite). */
 int ss_index_delete(ss_index *ix, const char *id, char *errmsg);
 
-/* Ends a build: drops documents that still lack text or state (reporting
- * each to `note`, may be NULL; a stateless document whose new text came
- * without tokens counts as lacking its state), applies the state budget
- * (ss_index_set_state_budget), checks that every state in the index comes
- * from one model (else SS_ERR_MISMATCH naming two fingerprints; nothing is
+/* Ends a build: makes the documents without a state stateless
+ * (ss_index_set_stateless, when set), drops documents that still lack text
+ * or state (reporting each to `note`, may be NULL; a stateless document
+ * whose new text came without tokens counts as lacking its state), applies
+ * the state budget (ss_index_set_state_budget), checks that every state in
+ * the index comes from one model, stateless ones and ss_index_set_stateless's
+ * included (else SS_ERR_MISMATCH naming two fingerprints; nothing is
  * committed), merges the FTS segments and commits. st may be NULL.
  * Rewrites the postings of every term from the documents' term vectors
  * (time and memory about those of the postings, whatever the build added).
@@ -299,7 +321,7 @@ typedef struct {
 	int64_t n_terms;         /* its length in terms (BM25's dl) */
 	int has_text;            /* its text is stored (ss_index_text) */
 	int has_tokens;          /* its tokens are stored (ss_index_tokens) */
-	int stateless;           /* no stored state (a budget dropped it) */
+	int stateless;           /* no stored state (a budget dropped it, or none was added) */
 	const char *dtype;       /* stateless: the dtype it is recomputed in; else NULL */
 } ss_index_doc;
 

@@ -2,8 +2,9 @@
  * ss-retrieve — the database of states: builds a BM25 index over document
  * text whose entries point at state records, and answers queries with the
  * states of the top-k documents (most relevant last). Needs no model, but
- * for the documents a --state-budget left without a stored state: query
- * --model re-encodes those from their stored tokens.
+ * for the documents without a stored state (a --state-budget dropped it, or
+ * add --stateless indexed the text alone): query --model re-encodes those
+ * from their stored tokens.
  * See man/ss-retrieve.1; the index itself: lib/ss_index.h.
  */
 #include <cjson/cJSON.h>
@@ -19,7 +20,8 @@
 #include "ss.h"
 
 static const char *usage_line =
-	"ss-retrieve add|build --index DB [--state-budget BYTES [--hits FILE]] [-q|-v] [STREAM...]\n"
+	"ss-retrieve add|build --index DB [--state-budget BYTES [--hits FILE]]\n"
+	"                   [--stateless --model DIR [--state-dtype T]] [-q|-v] [STREAM...]\n"
 	"       ss-retrieve query --index DB [-k K] [--exclude ID]... [--query TEXT]\n"
 	"                   [--ids [--text] [--json]] [--order best-last|best-first]\n"
 	"                   [-o FILE | --out-dir DIR] [--empty-ok] [--k1 K1] [--b B] [-q|-v]\n"
@@ -42,6 +44,8 @@ static void help(void)
 	      "  State streams must be regular files. With --state-budget, only the states\n"
 	      "  the budget keeps stay stored; the other documents become stateless (their\n"
 	      "  tokens stay in DB; with no STREAM, only the budget is applied).\n"
+	      "  With --stateless, a document with text but no state becomes stateless\n"
+	      "  instead of being left out (a corpus indexed by its text alone).\n"
 	      "query: writes the states of the top K documents as a state stream, most\n"
 	      "  relevant LAST (--order best-first: first), each annotated with its rank\n"
 	      "  (1 = best) and score (BM25); the stored records are copied as they are,\n"
@@ -77,6 +81,11 @@ static void help(void)
 	      "                   while it fits, the rest dropped (0: none kept)\n"
 	      "  --hits FILE      a query log for --state-budget: one document id per\n"
 	      "                   line, once per retrieval (e.g. cut -f 3 of batch --ids)\n"
+	      "  --stateless      add/build: index documents by their text alone; query\n"
+	      "                   --model DIR recomputes their states (adding their states\n"
+	      "                   later stores them). Needs --model DIR: their model\n"
+	      "  --state-dtype T  with --stateless: the dtype to recompute in: f32\n"
+	      "                   (default, as ss-encode), f16, bf16, q8\n"
 	      "  -q, -v           quieter, more verbose (progress, summary)\n"
 	      "  -h, --help       this help\n"
 	      "  -V, --version    version\n"
@@ -88,7 +97,7 @@ static void help(void)
 	      "Here --model has no default: without it a stateless hit is an error; and\n"
 	      "--tokenizer is refused (the tokens are stored). A recomputed state is the\n"
 	      "record ss-encode --model DIR wrote for the document's tokens, in the dtype\n"
-	      "of the state the budget dropped.\n",
+	      "of the state the budget dropped (or add's --state-dtype).\n",
 	      stdout);
 	exit(0);
 }
@@ -239,16 +248,34 @@ static void read_hits(ss_index *ix, const char *db, const char *path)
 	free(line);
 }
 
-static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget, const char *hits)
+/* add --stateless: the model DIR's fingerprint and the recompute dtype. */
+typedef struct {
+	const char *model; /* NULL: not --stateless */
+	ss_dtype dtype;
+} stateless_opts;
+
+static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget, const char *hits,
+		     const stateless_opts *so)
 {
 	char em[SS_ERRMSG_MAX];
 	double t0 = cli_now();
+	char fp[SS_FINGERPRINT_MAX] = "";
+	if (so->model) {
+		/* Before the build's lock: its fingerprint is all it takes from
+		 * the model, which has no cheaper way to it than a load. */
+		ss_model *m = mcli_load_model(so->model, SS_MODEL_SKIP_LM_HEAD, NULL, usage_line);
+		memcpy(fp, m->fingerprint, sizeof fp);
+		ss_model_free(m);
+	}
 	ss_index *ix;
 	int rc = ss_index_build_open(&ix, db, em);
 	if (rc)
 		cli_die("%s: %s", db, em);
-	if (budget >= 0 && ss_index_set_state_budget(ix, budget, em))
+	if ((budget >= 0 && ss_index_set_state_budget(ix, budget, em)) ||
+	    (so->model && ss_index_set_stateless(ix, fp, ss_dtype_name(so->dtype), em))) {
+		ss_index_close(ix);
 		cli_die("%s: %s", db, em);
+	}
 	if (hits)
 		read_hits(ix, db, hits);
 	ss_index_add_stats total = {0};
@@ -286,6 +313,11 @@ static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget
 			"stateless (%lld dropped by this build)\n",
 			cli_prog, db, (long long)budget, (long long)bs.state_bytes, (long long)bs.n_stateless,
 			(long long)bs.n_dropped_states);
+	if (cli_verbosity >= 2 && so->model)
+		fprintf(stderr, "%s: %s: %lld %s made stateless (model %s, recomputed in %s)\n", cli_prog, db,
+			(long long)bs.n_made_stateless,
+			cli_plural((uint64_t)bs.n_made_stateless, "document", "documents"), fp,
+			ss_dtype_name(so->dtype));
 	return 0;
 }
 
@@ -648,7 +680,7 @@ static int safe_name(const char *s)
 static int recompute_check(qopts *o, const char *label, const ss_index_hit *h)
 {
 	if (!o->mo) {
-		cli_warn("%s%s: document %s has no stored state (a --state-budget dropped it): query with "
+		cli_warn("%s%s: document %s has no stored state (it is stateless): query with "
 			 "--model DIR to recompute it", label, o->db, h->id);
 		return 1;
 	}
@@ -1058,6 +1090,9 @@ typedef struct {
 	int build, query_cmd, list, show, stats, del; /* which command */
 	const char *db, *query, *hits;
 	int64_t budget; /* --state-budget, -1: none */
+	int stateless;  /* --stateless */
+	const char *state_dtype; /* --state-dtype, NULL: not given */
+	ss_dtype sdtype; /* --state-dtype's, default ss-encode's (f32) */
 	cli_model_opts mo;
 	qopts o;
 } retrieve_args;
@@ -1087,18 +1122,20 @@ static void parse_command(int argc, char **argv, retrieve_args *a)
 }
 
 enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B, O_TEXT, O_ORDER,
-       O_BUDGET, O_HITS, O_DET };
+       O_BUDGET, O_HITS, O_DET, O_STATELESS, O_SDTYPE, O_ADD_MODEL };
 
 /* Option c's argument into a, refused when not the command's. */
 static void set_opt(retrieve_args *a, int c, char **argv)
 {
 	qopts *o = &a->o;
 	/* Beside --index, the commands other than query take only --json
-	 * (list, show, stats), build its budget. */
-	int build_opt = c == O_BUDGET || c == O_HITS;
+	 * (list, show, stats), build its budget and --stateless. */
+	int build_opt = c == O_BUDGET || c == O_HITS || c == O_STATELESS || c == O_SDTYPE || c == O_ADD_MODEL;
 	if (!(c == O_INDEX || (a->query_cmd && !build_opt) || (a->build && build_opt) ||
 	      (c == O_JSON && !a->build && !a->del)))
-		cli_usage(usage_line, "option not valid for %s: %s", a->cmd, argv[optind - 1]);
+		/* the option, not its argument when that came as the next word */
+		cli_usage(usage_line, "option not valid for %s: %s", a->cmd,
+			  optarg && optind >= 2 && argv[optind - 1] == optarg ? argv[optind - 2] : argv[optind - 1]);
 	switch (c) {
 	case O_INDEX: a->db = optarg; break;
 	case O_QUERY: a->query = optarg; break;
@@ -1125,6 +1162,12 @@ static void set_opt(retrieve_args *a, int c, char **argv)
 		break;
 	case O_HITS: a->hits = optarg; break;
 	case O_DET: o->deterministic = 1; break;
+	case O_STATELESS: a->stateless = 1; break;
+	case O_SDTYPE:
+		a->state_dtype = optarg;
+		a->sdtype = (ss_dtype)cli_dtype("--state-dtype", optarg, SS_DTYPE_STATES, usage_line);
+		break;
+	case O_ADD_MODEL: a->mo.model = optarg; break;
 	}
 }
 
@@ -1132,7 +1175,10 @@ static void set_opt(retrieve_args *a, int c, char **argv)
  * command shares. */
 static void parse_opts(int argc, char **argv, retrieve_args *a)
 {
+	/* add's --model (for --stateless) heads the list, which query gets
+	 * without it: query's --model is cli_getopt's, with the model options. */
 	static const struct option longs[] = {
+		{ "model", required_argument, 0, O_ADD_MODEL },
 		{ "index", required_argument, 0, O_INDEX },
 		{ "query", required_argument, 0, O_QUERY },
 		{ "exclude", required_argument, 0, O_EXCLUDE },
@@ -1147,23 +1193,31 @@ static void parse_opts(int argc, char **argv, retrieve_args *a)
 		{ "state-budget", required_argument, 0, O_BUDGET },
 		{ "hits", required_argument, 0, O_HITS },
 		{ "deterministic", no_argument, 0, O_DET },
+		{ "stateless", no_argument, 0, O_STATELESS },
+		{ "state-dtype", required_argument, 0, O_SDTYPE },
 		{ 0, 0, 0, 0 },
 	};
 	qopts *o = &a->o;
 	*o = (qopts){ .k = 10, .k1 = 1.2, .b = 0.75 };
 	a->budget = -1;
+	a->sdtype = SS_DTYPE_F32;
 	o->exclude = calloc((size_t)argc, sizeof *o->exclude);
 	if (!o->exclude)
 		cli_die("out of memory");
 	optind = 2;
 	/* The model options are query's (recompute); elsewhere they are
 	 * unknown options. */
-	const cli_options co = { "k:", longs, usage_line, help, &o->out, a->query_cmd ? &a->mo : NULL };
+	const cli_options co = { "k:", a->build ? longs : longs + 1, usage_line, help, &o->out,
+				 a->query_cmd ? &a->mo : NULL };
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1)
 		set_opt(a, c, argv);
 	if (a->hits && a->budget < 0)
 		cli_usage(usage_line, "--hits goes with --state-budget");
+	if (a->stateless && !a->mo.model)
+		cli_usage(usage_line, "--stateless needs --model DIR (the model that query recomputes its states with)");
+	if (a->build && !a->stateless && (a->mo.model || a->state_dtype))
+		cli_usage(usage_line, "%s goes with --stateless", a->mo.model ? "--model" : "--state-dtype");
 	if (a->mo.model)
 		o->mo = &a->mo;
 	else if (a->query_cmd && (a->mo.tokenizer || a->mo.wtype || strcmp(a->mo.device, "auto") ||
@@ -1210,7 +1264,8 @@ int main(int argc, char **argv)
 			return cmd_delete(db, argv + optind, argc - optind);
 		if (a.show)
 			return cmd_show(db, argv + optind, argc - optind, a.o.json);
-		return cmd_build(db, argv + optind, argc - optind, a.budget, a.hits);
+		const stateless_opts so = { a.stateless ? a.mo.model : NULL, a.sdtype };
+		return cmd_build(db, argv + optind, argc - optind, a.budget, a.hits, &so);
 	}
 	if (optind < argc)
 		cli_usage(usage_line, "unexpected argument '%s'", argv[optind]);

@@ -341,6 +341,28 @@ int ss_index_set_state_budget(ss_index *ix, int64_t bytes, char *errmsg)
 	return 0;
 }
 
+int ss_index_set_stateless(ss_index *ix, const char *fingerprint, const char *dtype, char *errmsg)
+{
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	if (!fingerprint) {
+		ix->stateless_fp[0] = '\0';
+		return 0;
+	}
+	/* the form model.c writes ("%016llx"): any other never equals a model's */
+	size_t n = strspn(fingerprint, "0123456789abcdef");
+	if (n != 16 || fingerprint[n])
+		return ss_errf(errmsg, SS_ERR_INVALID, "stateless: fingerprint '%.64s' is not 16 hex digits (a model's)",
+			       fingerprint);
+	ss_dtype t;
+	char em[SS_ERRMSG_MAX];
+	if (ss_dtype_parse_for(dtype, SS_DTYPE_STATES, &t, em))
+		return ss_errf(errmsg, SS_ERR_INVALID, "stateless: dtype %s", em);
+	snprintf(ix->stateless_fp, sizeof ix->stateless_fp, "%s", fingerprint);
+	snprintf(ix->stateless_dtype, sizeof ix->stateless_dtype, "%s", ss_dtype_name(t));
+	return 0;
+}
+
 int ss_index_add_hits(ss_index *ix, const char *id, int64_t n, char *errmsg)
 {
 	if (!ix || !ix->building || ix->committed)
@@ -635,6 +657,34 @@ done:
 	return rc;
 }
 
+/* ss_index_set_stateless, in the commit's transaction: every document with
+ * its text and the tokens of that text but no stored state, not stateless
+ * already (so added by this build: the index held only complete ones),
+ * becomes stateless of the set model, complete by INCOMPLETE's rule. */
+static int make_stateless(ss_index *ix, ss_index_build_stats *stats, char *errmsg)
+{
+#define NO_STATE                                                                                   \
+	" WHERE d.text_len IS NOT NULL AND d.file_id IS NULL AND d.rid NOT IN (SELECT rid FROM stateless)" \
+	" AND " HAS_TOKENS
+	if (!ix->stateless_fp[0])
+		return 0;
+	sqlite3_stmt *up = NULL, *ins = NULL;
+	const char *what = "stateless documents";
+	/* the fingerprint first: the insert ends NO_STATE */
+	int rc;
+	if (!(rc = ix_prep(ix, &up, "UPDATE docs AS d SET fingerprint = ?1" NO_STATE, errmsg)) &&
+	    !(rc = ix_prep(ix, &ins, "INSERT INTO stateless SELECT d.rid, ?1 FROM docs d" NO_STATE, errmsg)) &&
+	    !(rc = ix_bound(sqlite3_bind_text(up, 1, ix->stateless_fp, -1, SQLITE_STATIC), errmsg, what)) &&
+	    !(rc = ix_step_done(ix, up, errmsg)) &&
+	    !(rc = ix_bound(sqlite3_bind_text(ins, 1, ix->stateless_dtype, -1, SQLITE_STATIC), errmsg, what)) &&
+	    !(rc = ix_step_done(ix, ins, errmsg)))
+		stats->n_made_stateless = sqlite3_changes(ix->db);
+	sqlite3_finalize(up);
+	sqlite3_finalize(ins);
+	return rc;
+#undef NO_STATE
+}
+
 int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_build_stats *stats,
 		    char *errmsg)
 {
@@ -668,7 +718,8 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 
 	/* Incomplete documents can only come from this build: a stateless one
 	 * is complete while it has the tokens of its text. */
-	if ((rc = ix_prep(ix, &st,
+	if ((rc = make_stateless(ix, stats, errmsg)) ||
+	    (rc = ix_prep(ix, &st,
 		       "SELECT id, file_id IS NULL, text_len IS NULL, rid IN (SELECT rid FROM stateless), rid FROM docs d"
 		       " WHERE " INCOMPLETE " ORDER BY id", errmsg)))
 		goto fail;
@@ -751,6 +802,14 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 	}
 	if (s != SQLITE_DONE) {
 		rc = ix_sqlerr(ix, errmsg, "sqlite");
+		goto fail;
+	}
+	/* The stateless model must be the index's even when it made no
+	 * document stateless (then the one group above is another's). */
+	if (n_fp == 1 && ix->stateless_fp[0] && strcmp(fp0, ix->stateless_fp)) {
+		rc = ss_errf(errmsg, SS_ERR_MISMATCH,
+			     "states of two models: document %s has fingerprint %s, the stateless documents' "
+			     "model has %s", id0, fp0, ix->stateless_fp);
 		goto fail;
 	}
 	sqlite3_finalize(st);

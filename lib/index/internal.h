@@ -37,6 +37,10 @@ struct ss_index {
 	sqlite3_stmt *put_text, *del_doc, *del_text; /* texts table; deletes */
 	sqlite3_stmt *put_tokens, *del_tokens, *del_stateless, *add_hits; /* the recompute tier */
 	int64_t budget;   /* ss_index_set_state_budget's bytes; -1: none */
+	/* ss_index_set_stateless's model fingerprint ("": none) and recompute
+	 * dtype name */
+	char stateless_fp[SS_FINGERPRINT_MAX];
+	char stateless_dtype[16];
 	/* The dims every state of the index has: those of dims_ref (a state
 	 * stored before this build, read at the first state record added), or
 	 * of the first state added when the index had none. */

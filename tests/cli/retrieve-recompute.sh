@@ -4,7 +4,9 @@
 # their stored tokens, and every query's output is then the bytes of the same query on the
 # index that stores every state (ss-encode --deterministic on the CPU: bit for bit, annotations
 # included; f32 and f16 states). Without --model a stateless hit is a one-line error; a budget
-# that cannot be met, or a state it cannot read, leaves the index as it was.
+# that cannot be met, or a state it cannot read, leaves the index as it was. add --stateless
+# --model indexes token streams alone, every document stateless from the start, with the same
+# answers; adding the states later stores them; another model's --stateless changes nothing.
 # Self-contained: a random t1 model and a byte-level tokenizer (tests/util/tiny.sh).
 set -u
 . "${SS_TOP:-.}/tests/util/retrieve.sh"
@@ -32,7 +34,9 @@ stat_of() { ss-retrieve stats --index "$1" | awk -v k="$2" '$1 == k { print $2 }
 
 # --- usage
 expect 2 ss-retrieve query --index full.db --query fox --state-budget 1k; has err "not valid for query"
-expect 2 ss-retrieve build --index full.db --model model; has err "unknown option"
+expect 2 ss-retrieve build --index full.db --model model; has err "model goes with --stateless"
+expect 2 ss-retrieve build --index full.db --state-dtype f16; has err "state-dtype goes with --stateless"
+expect 2 ss-retrieve list --index full.db --model model; has err "unknown option"
 expect 2 ss-retrieve build --index full.db --state-budget lots; has err "state-budget: 'lots' is not a size"
 expect 2 ss-retrieve build --index full.db --hits h.txt; has err "hits goes with --state-budget"
 expect 2 ss-retrieve query --index full.db --query fox --deterministic; has err "go with --model"
@@ -109,4 +113,54 @@ expect 0 ss-retrieve delete --index b.db b3
 expect 0 ss-retrieve add --index b.db s16.states
 [ "$(sqlite3 b.db "SELECT value FROM meta WHERE key = 'schema_version'")" = 3 ] || fail "schema not back to 3"
 [ "$(sqlite3 before.db "SELECT value FROM meta WHERE key = 'schema_version'")" = 4 ] || fail "stateless but not schema 4"
+
+# --- add --stateless: the token streams alone, each document stateless in the dtype asked for
+expect 2 ss-retrieve add --index t.db --stateless a.tok; has err "stateless needs --model DIR"
+[ -e t.db ] && fail "a usage error created t.db"
+expect 2 ss-retrieve add --index t.db --stateless --model model --state-dtype q8_0 a.tok; has err "q8_0"
+expect 0 ss-retrieve add -v --index t.db --stateless --model model a.tok
+has err "3 documents made stateless (model $(stat_of full.db fingerprint), recomputed in f32)"
+expect 0 ss-retrieve add -v --index t.db --stateless --model model --state-dtype f16 b.tok
+has err "3 documents made stateless"
+[ "$(stat_of t.db documents)" = 6 ] || fail "--stateless indexed $(stat_of t.db documents) documents of 6"
+[ "$(stat_of t.db stateless)" = 6 ] || fail "--stateless: $(stat_of t.db stateless) stateless of 6"
+[ "$(stat_of t.db fingerprint)" = "$(stat_of full.db fingerprint)" ] || fail "--stateless: fingerprint $(stat_of t.db fingerprint)"
+[ -z "$(stored t.db)" ] || fail "--stateless stored states: $(stored t.db)"
+expect 0 ss-retrieve show --index t.db --json b2; has out '"file":null,"recompute_dtype":"f16"'
+# a hit is the very record ss-encode --deterministic writes for its document
+echo a3 >a3.ids
+ss-encode -q --deterministic --model model --ids a3.ids -o a3.states a.tok || exit 1
+expect 0 ss-retrieve query --index t.db -k 1 --query quantum -o t-a3.states --model model --deterministic
+tail -c "$(wc -c <a3.states)" t-a3.states | cmp -s - a3.states ||
+	fail "--stateless: the recomputed a3 is not the bytes of ss-encode --deterministic"
+# ... and every query gives the bytes of the index that stores every state
+mkdir got-t got-t2
+expect 0 ss-retrieve query --index t.db -k 6 --out-dir got-t --model model --deterministic <queries.txt
+for q in 1 2 3 4 5; do
+	cmp -s want/$q.states got-t/$q.states || fail "query $q: --stateless index's $q.states differs from the full index's"
+done
+# another model's --stateless: one line, the index unchanged (new documents or none)
+echo '{"id": "c1", "text": "a fox of another model"}' >c.jsonl
+ss-tokenize -q -o c.tok c.jsonl || exit 1
+other_fails() { # what: another model's --stateless add of c.tok, then of nothing
+	cp t.db t-before.db
+	expect 1 ss-retrieve add --index t.db --stateless --model other c.tok
+	has err "^ss-retrieve: t.db: states of two models: .*fingerprint $(stat_of t.db fingerprint)"
+	[ "$(wc -l <err)" -eq 1 ] || fail "$1: $(wc -l <err) lines of error"
+	expect 1 ss-retrieve add --index t.db --stateless --model other
+	has err "^ss-retrieve: t.db: states of two models: .* the stateless documents' model has"
+	cmp -s t.db t-before.db || fail "$1: a --stateless add of another model changed the index"
+}
+other_fails "stateless index"
+# the states added later are stored: nothing stateless, the same answers without --model
+expect 0 ss-retrieve add --index t.db s32.states s16.states
+[ "$(stat_of t.db stateless)" = 0 ] || fail "after adding the states: $(stat_of t.db stateless) stateless"
+[ "$(stored t.db)" = "a1 a2 a3 b1 b2 b3 " ] || fail "after adding the states: stored $(stored t.db)"
+other_fails "stored states"
+expect 0 ss-retrieve query --index t.db -k 6 --out-dir got-t2 <queries.txt
+for q in 1 2 3 4 5; do
+	cmp -s want/$q.states got-t2/$q.states || fail "query $q: after adding the states, $q.states differs"
+done
+expect 0 ss-retrieve query --index t.db -k 1 --query quantum -o t-a3s.states
+cmp -s t-a3.states t-a3s.states || fail "the stored a3 is not the bytes of the recomputed one"
 done_checks
