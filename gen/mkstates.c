@@ -3,12 +3,14 @@
  * the ss-compose benchmark and CLI tests, no model needed.
  *
  * usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16|q8]
- *                 [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] N OUT
+ *                 [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] [--plan 1] N OUT
  * Shapes: 130m = mamba2-130m (24 layers, 24 heads, headdim 64, d_state 128,
  * conv_dim 1792, d_conv 4: 18.9 MB in f32); t1 = golden t1 (2, 8, 16, 16,
  * 160, 4); small = (2, 3, 4, 5, 6, 4). ssm and conv are uniform in [-1, 1),
  * logdecay uniform in [A, 0) with A = --amin (default -50). Ids are
  * PREFIX0, PREFIX1, ... (default prefix "doc"); n_tokens = 100 + index.
+ * --plan 1 puts a plan frame (ss_writer_put_plan: every record's logdecay)
+ * ahead of the records, as ss-retrieve query does.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -27,7 +29,7 @@ static double unif(void) /* [0, 1) */
 static void usage(void)
 {
 	fprintf(stderr, "usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16|q8]\n"
-			"                [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] N OUT\n");
+			"                [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] [--plan 1] N OUT\n");
 	exit(2);
 }
 
@@ -37,6 +39,7 @@ int main(int argc, char **argv)
 	ss_dtype dt = SS_DTYPE_F32;
 	const char *fp = "bench0000", *prefix = "doc";
 	double amin = -50;
+	int with_plan = 0;
 	rng = 1;
 	int i = 1;
 	for (; i + 1 < argc && argv[i][0] == '-' && argv[i][1] == '-'; i += 2) {
@@ -62,6 +65,8 @@ int main(int argc, char **argv)
 			prefix = v;
 		} else if (!strcmp(k, "--amin")) {
 			amin = strtod(v, NULL);
+		} else if (!strcmp(k, "--plan")) {
+			with_plan = atoi(v);
 		} else {
 			usage();
 		}
@@ -85,6 +90,24 @@ int main(int argc, char **argv)
 	s.dtype = dt;
 	char id[256];
 	s.id = id;
+	if (with_plan && n > 0) { /* the same draws twice: the decays first */
+		const uint64_t seed = rng;
+		const size_t H = ss_state_logdecay_len(&d);
+		float *plan = malloc((size_t)n * H * sizeof *plan);
+		for (long k = 0; plan && k < n; k++) {
+			for (size_t e = 0; e < ss_state_ssm_len(&d) + ss_state_conv_len(&d); e++)
+				(void)unif();
+			for (size_t e = 0; e < H; e++)
+				plan[(size_t)k * H + e] = (float)(amin * (1 - unif()));
+		}
+		if (!plan || ss_writer_put_plan(w, (size_t)n, H, plan)) {
+			fprintf(stderr, "mkstates: %s: cannot write the plan\n", out);
+			ss_writer_abort(w);
+			return 1;
+		}
+		free(plan);
+		rng = seed;
+	}
 	for (long k = 0; k < n; k++) {
 		snprintf(id, sizeof id, "%s%ld", prefix, k);
 		s.n_tokens = 100 + k;

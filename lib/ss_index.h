@@ -408,14 +408,17 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
  * Before anything is written the record is validated as by ss_index_read
  * with meta_only (file present, id, fingerprint and frame length at the
  * offset); the frame body's checksum is left to whoever decodes the output.
- * The frame is read into a buffer the index keeps for the next call (memory:
- * the largest record copied so far). It invalidates records borrowed from
- * ss_index_read.
+ * The frame goes from the state file to w's file by sendfile(2)
+ * (ss_writer_put_file_range): into a pipe, the page cache's pages without
+ * a copy through this process, and no memory here. It invalidates records
+ * borrowed from ss_index_read.
  * Returns 0, or:
  *   - the errors of ss_index_read, and SS_ERR_TRUNCATED (the file ends
  *     inside the frame: truncated since it was opened), SS_ERR_IO (read
- *     error), SS_ERR_NOMEM: errmsg "document ID at byte offset N: what",
- *     the caller names the state file; nothing was written to w;
+ *     error): errmsg "document ID at byte offset N: what", the caller names
+ *     the state file; nothing was written to w, but for a file cut or
+ *     failing while its frame is copied (part of it was written: the
+ *     caller abandons w, ss_writer_abort);
  *   - SS_ERR_IO when writing to w fails: errmsg is the empty string and
  *     errno is kept, the caller names its output (which should then be
  *     abandoned with ss_writer_abort).

@@ -38,6 +38,13 @@ extern "C" {
  * {"rank", "score"} that applies to the record after it (formats/states.md).
  * Lets ss-retrieve annotate stored frames without recompressing them. */
 #define SS_ANNOT_MAGIC 0x184D2A53u
+/* zstd skippable-frame magic of a plan frame: a msgpack map {"n",
+ * "logdecay"} ahead of a stream's first record, the logdecay of each of
+ * the n records that follow (formats/states.md), so that a composer can
+ * weight the records of a pipe before it reads them (ss_reader_plan).
+ * Its payload is at most SS_PLAN_MAX bytes. */
+#define SS_PLAN_MAGIC 0x184D2A54u
+#define SS_PLAN_MAX (64u << 20)
 /* Elements per block of the byte shuffle of a state's f16/bf16 arrays
  * (ss_shuffle; formats/states.md "shuffle"): 512 KiB of f16, so that each
  * byte plane (256 KiB) fills whole 128 KiB zstd blocks, whose entropy
@@ -85,6 +92,20 @@ int ss_reader_seek(ss_reader *r, uint64_t offset);
  * is read whole, as ss_reader_next() reads it, so that every field is
  * read the same either way. */
 int ss_reader_next_meta(ss_reader *r, const ss_record **rec);
+
+/* The plan frame ahead of the stream's first record (ss-retrieve query
+ * writes one): the logdecay of each of the n records that follow, in
+ * order. Looks at the frames before the first record, without reading it,
+ * when no record has been read yet; a plan frame anywhere else is skipped
+ * as zstd prescribes. It is a claim: a composer checks each record against
+ * it (ss_composer_begin: bit for bit) and the count at the end.
+ * Returns 1 with *n (>= 1), *H (values per record: ss_state_logdecay_len)
+ * and *logdecay ([n][H] f32, finite and <= 0; borrowed: valid until
+ * ss_reader_close), 0 when the stream begins without one (or a record was
+ * read), or the reader's error: SS_ERR_FORMAT (a malformed plan frame, or
+ * one over SS_PLAN_MAX), SS_ERR_TRUNCATED, SS_ERR_IO, SS_ERR_NOMEM
+ * (ss_reader_error says which). ref: formats/states.md "Plan frames". */
+int ss_reader_plan(ss_reader *r, size_t *n, size_t *H, const float **logdecay);
 
 /* Last error, e.g. "record 3 (byte offset 8812): zstd frame truncated".
  * Never NULL. */
@@ -164,11 +185,26 @@ int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset);
 /* Appends an already-compressed frame verbatim (ss-retrieve copies records
  * without recompressing). */
 int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *offset);
+/* Appends len bytes of the file open at fd from byte `offset`, as they
+ * are (a stored zstd frame: ss_index_copy), through sendfile(2): from the
+ * page cache into a pipe or file without passing through this process
+ * (read and write through a 64 KiB buffer where the kernel refuses).
+ * *done: the bytes appended, also on error. Returns 0; SS_ERR_TRUNCATED
+ * (fd ends before offset + len) or SS_ERR_IO with w still usable (a read
+ * error: fd's); SS_ERR_IO with w failed (a write error, errno kept, as
+ * every writer function; ss_writer_close says why). Either way the caller
+ * abandons the output (ss_writer_abort): a frame may be cut. */
+int ss_writer_put_file_range(ss_writer *w, int fd, uint64_t offset, uint64_t len, uint64_t *done);
 
 /* Appends an annotation frame: the next record written gets this retrieval
  * rank and score when read back (ss_record_rank, ss_state.has_rank).
  * Readers that do not know it skip it (a zstd skippable frame). */
 int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score);
+/* Appends a plan frame: logdecay [n][H] f32 (borrowed), the decays of the
+ * n state records the caller writes next, in that order (see
+ * ss_reader_plan). Returns 0, SS_ERR_INVALID (n or H 0, or a payload over
+ * SS_PLAN_MAX: write none), SS_ERR_NOMEM, or SS_ERR_IO (errno kept). */
+int ss_writer_put_plan(ss_writer *w, size_t n, size_t H, const float *logdecay);
 
 /* Whether ss_writer_put_state byte-shuffles f16/bf16 conv and ssm in blocks
  * of SS_SHUFFLE_BLOCK elements before zstd (formats/states.md "shuffle"):
@@ -184,6 +220,8 @@ void ss_writer_set_shuffle(ss_writer *w, int on);
  * this libzstd has no threads or fewer than n (the writer is unchanged). */
 int ss_writer_set_threads(ss_writer *w, int n);
 
+/* 1 when a write to w has failed (ss_writer_close will say why), else 0. */
+int ss_writer_failed(const ss_writer *w);
 /* Flushes, fsyncs and renames into place. Returns 0, or SS_ERR_IO when any
  * write failed (the temporary file is then removed). Frees w either way. */
 int ss_writer_close(ss_writer *w, char *errmsg);

@@ -484,6 +484,84 @@ static void test_annotation_frames(void **ctx)
 	}
 }
 
+/* Plan frames: one ahead of the first record is read back as written, the
+ * records are untouched by it, one after a record is skipped, and a
+ * malformed one is a format error. */
+static void test_plan_frames(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	const char *p = tpath("plan.states");
+	const float plan[2][3] = { { -1.5f, -0.25f, 0 }, { -3, -2, -1e-3f } };
+	size_t n = 0, H = 0;
+	const float *got;
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+	assert_int_equal(ss_writer_put_plan(w, 0, 3, &plan[0][0]), SS_ERR_INVALID);
+	assert_int_equal(ss_writer_put_plan(w, 2, 3, &plan[0][0]), 0);
+	for (int i = 0; i < 2; i++) {
+		ss_state s;
+		fill_state(&s, "x", (float)i, SS_DTYPE_F32);
+		assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+		if (i == 0) /* a later plan frame: skipped */
+			assert_int_equal(ss_writer_put_plan(w, 1, 3, &plan[1][0]), 0);
+		ss_state_free(&s);
+	}
+	assert_int_equal(ss_writer_close(w, err), 0);
+	ss_reader *r;
+	const ss_record *rec;
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	assert_int_equal(ss_reader_plan(r, &n, &H, &got), 1);
+	assert_int_equal(n, 2);
+	assert_int_equal(H, 3);
+	assert_memory_equal(got, plan, sizeof plan);
+	assert_int_equal(ss_reader_plan(r, &n, &H, &got), 1); /* asked again: the same */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		ss_state s;
+		assert_int_equal(ss_record_state(rec, &s, err), 0);
+		assert_true(s.ssm[0] == (float)i + 0.001f * 0.0f - 0.3f); /* fill_state's */
+		ss_state_free(&s);
+		assert_int_equal(ss_reader_plan(r, &n, &H, &got), 0); /* a record was read */
+	}
+	assert_int_equal(ss_reader_next(r, &rec), 0);
+	ss_reader_close(r);
+
+	/* No plan: 0, and the first record still comes. */
+	w = NULL;
+	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
+	ss_state s;
+	fill_state(&s, "y", 1, SS_DTYPE_F32);
+	assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+	ss_state_free(&s);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	assert_int_equal(ss_reader_plan(r, &n, &H, &got), 0);
+	assert_int_equal(ss_reader_next(r, &rec), 1);
+	ss_reader_close(r);
+
+	/* Malformed payloads: no logdecay, a size not a multiple of 4n, a
+	 * positive decay, n 0. */
+	static const unsigned char bad[][32] = {
+		{ 0x81, 0xa1, 'n', 0x01 },
+		{ 0x82, 0xa1, 'n', 0x02, 0xa8, 'l', 'o', 'g', 'd', 'e', 'c', 'a', 'y', 0xc4, 4, 0, 0, 0, 0 },
+		{ 0x82, 0xa1, 'n', 0x01, 0xa8, 'l', 'o', 'g', 'd', 'e', 'c', 'a', 'y', 0xc4, 4, 0, 0, 0x80, 0x3f },
+		{ 0x82, 0xa1, 'n', 0x00, 0xa8, 'l', 'o', 'g', 'd', 'e', 'c', 'a', 'y', 0xc4, 4, 0, 0, 0, 0 },
+	};
+	static const size_t bad_len[] = { 4, 19, 19, 19 };
+	for (size_t b = 0; b < sizeof bad_len / sizeof *bad_len; b++) {
+		FILE *f = fopen(p, "wb");
+		const unsigned char hdr[8] = { 0x54, 0x2a, 0x4d, 0x18, (unsigned char)bad_len[b], 0, 0, 0 };
+		assert_int_equal(fwrite(hdr, 1, 8, f), 8);
+		assert_int_equal(fwrite(bad[b], 1, bad_len[b], f), bad_len[b]);
+		fclose(f);
+		assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+		assert_int_equal(ss_reader_plan(r, &n, &H, &got), SS_ERR_FORMAT);
+		assert_non_null(strstr(ss_reader_error(r), "malformed plan frame"));
+		ss_reader_close(r);
+	}
+}
+
 static void test_meta_then_full(void **ctx)
 {
 	(void)ctx;
@@ -1641,6 +1719,7 @@ int main(void)
 		cmocka_unit_test(test_provenance_and_rank),
 		cmocka_unit_test(test_state_copy),
 		cmocka_unit_test(test_annotation_frames),
+		cmocka_unit_test(test_plan_frames),
 		cmocka_unit_test(test_meta_then_full),
 		cmocka_unit_test(test_cat_concatenates),
 		cmocka_unit_test(test_truncated),

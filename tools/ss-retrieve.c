@@ -713,12 +713,34 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 	const ss_record *rec;
 	ss_state st[RECOMPUTE_BATCH];
 	int bad = 0, n_st = 0, next_st = 0; /* st[next_st..n_st) computed, not yet written */
+	/* The plan frame: every record's logdecay, in output order, when
+	 * every hit is stored (a recomputed one's is known only once computed). */
+	float *plan = NULL;
+	size_t H = 0;
 	for (int i = 0; i < n && !bad; i++) {
-		if (h[i].stateless)
-			bad = recompute_check(o, label, &h[i]);
-		else if (ss_index_read(ix, &h[i], 1, &rec, em)) {
-			cli_warn("%s%s: %s: %s", label, o->db, h[i].path, em);
+		const ss_index_hit *hi = &h[out_index(o, i, n)];
+		ss_state m;
+		if (hi->stateless) {
+			bad = recompute_check(o, label, hi);
+			free(plan);
+			plan = NULL;
+			H = (size_t)-1;
+		} else if (ss_index_read(ix, hi, 1, &rec, em) || ss_record_state_meta(rec, &m, em)) {
+			cli_warn("%s%s: %s: %s", label, o->db, hi->path, em);
 			bad = 1;
+		} else {
+			size_t mh = ss_state_logdecay_len(&m.dims);
+			if (H == 0 && !(plan = malloc((size_t)n * mh * sizeof *plan)))
+				cli_die("out of memory");
+			if (H == 0 || H == mh) {
+				memcpy(plan + (size_t)i * mh, m.logdecay, mh * sizeof *plan);
+				H = mh;
+			} else { /* dims an index never mixes: no plan */
+				free(plan);
+				plan = NULL;
+				H = (size_t)-1;
+			}
+			ss_state_free(&m);
 		}
 	}
 	ss_writer *w = NULL;
@@ -726,6 +748,12 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 		cli_warn("%s: %s", path, em);
 		bad = 1;
 	}
+	/* A plan too large for a frame (SS_ERR_INVALID) is left out. */
+	if (!bad && plan && ss_writer_put_plan(w, (size_t)n, H, plan) == SS_ERR_IO) {
+		cli_warn("%s%s: %s", label, path, strerror(errno));
+		bad = 1;
+	}
+	free(plan);
 	for (int i = 0; i < n && !bad; i++) {
 		const ss_index_hit *hi = &h[out_index(o, i, n)];
 		if (hi->stateless) {

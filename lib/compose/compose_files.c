@@ -10,7 +10,10 @@
  * decay before the first state: regular files are read twice (first only
  * the record prefixes, ss_reader_next_meta, then the states); a pipe's
  * states are spooled in f32 to an unlinked temporary file in $TMPDIR during
- * the first pass and read back in the second. A record's arrays go into the
+ * the first pass and read back in the second, unless the pipe begins with a
+ * plan frame (ss-retrieve query writes one: every record's decays): then
+ * the plan stands for its first pass and its records are read once, in the
+ * second, each checked against the plan by the composer. A record's arrays go into the
  * accumulator piece by piece as they are decompressed (add_next), so each
  * byte is read while still in cache and no record-sized buffer is touched.
  * Either way memory holds the accumulator, a 128 KiB piece and a shuffle
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Checks m (record `rec` of `path`) against the first state; records the
  * first one. Returns 0, SS_ERR_MISMATCH or SS_ERR_NOMEM with errmsg naming
@@ -132,7 +136,7 @@ static int plan_push(drv_plan *p, const ss_state *s, size_t file, uint64_t recno
 		p->cap = cap;
 	}
 	memcpy(p->decay + p->n * p->H, s->logdecay, p->H * sizeof *p->decay);
-	p->at[p->n] = (struct drv_at){file, recno, ss_record_offset(rec), ss_record_content_size(rec)};
+	p->at[p->n] = (struct drv_at){file, recno, rec ? ss_record_offset(rec) : 0, rec ? ss_record_content_size(rec) : 0};
 	p->m[p->n].n_tokens = s->n_tokens;
 	if (!(p->m[p->n].id = strdup(s->id ? s->id : "")))
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
@@ -300,15 +304,38 @@ typedef struct {
 	int *seekable;      /* [n_paths] */
 	size_t *count;      /* [n_paths]: each file's records */
 	FILE *spool;        /* a pipe's states in f32, in order; NULL: none */
+	ss_reader **planned; /* [n_paths]: a pipe that began with a plan frame, read in pass 2 */
 	ss_reader *stdin_r; /* a seekable stdin, kept open: it cannot be reopened */
 	uint64_t stdin_off; /* ... and its first record's offset */
 	float *sp_ssm, *sp_conv; /* a spooled state read back */
 } passes_t;
 
+/* An unlinked temporary file in $TMPDIR (else /tmp): glibc's tmpfile()
+ * ignores TMPDIR. NULL with errno set on failure. */
+static FILE *spool_file(void)
+{
+	const char *dir = getenv("TMPDIR");
+	char path[4096];
+	if (!dir || !*dir)
+		dir = "/tmp";
+	if ((size_t)snprintf(path, sizeof path, "%s/ss-compose-spool.XXXXXX", dir) >= sizeof path) {
+		errno = ENAMETOOLONG;
+		return NULL;
+	}
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return NULL;
+	unlink(path);
+	FILE *f = fdopen(fd, "w+b");
+	if (!f)
+		close(fd);
+	return f;
+}
+
 /* Appends m's ssm and conv (f32) to the spool file, made on first use. */
 static int spool_put(passes_t *ps, const ss_state *m, char *errmsg)
 {
-	if (!ps->spool && !(ps->spool = tmpfile()))
+	if (!ps->spool && !(ps->spool = spool_file()))
 		return ss_errf(errmsg, SS_ERR_IO, "cannot create a spool file in $TMPDIR: %s", strerror(errno));
 	size_t ns = ss_state_ssm_len(&m->dims), nc = ss_state_conv_len(&m->dims);
 	if (fwrite(m->ssm, 4, ns, ps->spool) != ns || fwrite(m->conv, 4, nc, ps->spool) != nc)
@@ -361,6 +388,34 @@ static int pass_decays(drv_run *u, passes_t *ps, size_t i)
 		return ss_errf(u->errmsg, rc, "%s: %s", path, err);
 	int seek = ps->seekable[i] = ss_reader_seekable(r);
 	uint64_t recno = 0;
+	size_t pn, ph;
+	const float *pd;
+	if (!seek && (rc = ss_reader_plan(r, &pn, &ph, &pd)) != 0) {
+		if (rc < 0) {
+			ss_errf(u->errmsg, 0, "%s: %s", path, ss_reader_error(r));
+			goto fail;
+		}
+		if (ps->plan.H && ph != ps->plan.H) {
+			rc = ss_errf(u->errmsg, SS_ERR_MISMATCH,
+				     "%s: its plan frame has %zu decays a state, the states before it %zu", path, ph,
+				     ps->plan.H);
+			goto fail;
+		}
+		/* The plan's decays stand for the first pass (checked against
+		 * each record when pass 2 reads it); ids and compatibility come
+		 * with the records. */
+		ss_state pm = {0};
+		pm.id = "";
+		ps->plan.H = ph;
+		for (size_t j = 0; j < pn; j++) {
+			pm.logdecay = (float *)(pd + j * ph);
+			if ((rc = plan_push(&ps->plan, &pm, i, j, NULL, u->errmsg)) != 0)
+				goto fail;
+		}
+		ps->count[i] = pn;
+		ps->planned[i] = r;
+		return 0;
+	}
 	while ((rc = seek ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec)) == 1) {
 		if (recno == 0 && !strcmp(path, "-"))
 			ps->stdin_off = ss_record_offset(rec);
@@ -430,6 +485,36 @@ static int pass_states(drv_run *u, passes_t *ps, size_t i, size_t *k)
 	return 0;
 }
 
+/* Pass 2 of pipe i, which began with a plan frame: reads and folds the
+ * count[i] records it announced, each checked as a first pass would
+ * (compatibility here, its decays by the composer against the plan), then
+ * expects the end of the stream. */
+static int planned_fold(drv_run *u, passes_t *ps, size_t i, size_t *k)
+{
+	const char *path = u->paths[i];
+	ss_reader *r = ps->planned[i];
+	uint64_t recno = 0;
+	int rc = 0;
+	while (recno < ps->count[i] && (rc = add_next(u, r, path, recno, 0)) == 1) {
+		recno++, (*k)++;
+		drv_progress(u, 2, *k, ps->plan.n);
+	}
+	if (rc < 0)
+		return rc;
+	if (recno < ps->count[i])
+		return ss_errf(u->errmsg, SS_ERR_TRUNCATED, "%s: ends after %llu records, its plan frame announced %zu",
+			       path, (unsigned long long)recno, ps->count[i]);
+	const ss_record *rec;
+	if ((rc = ss_reader_next_meta(r, &rec)) < 0)
+		return ss_errf(u->errmsg, rc, "%s: %s", path, ss_reader_error(r));
+	if (rc > 0)
+		return ss_errf(u->errmsg, SS_ERR_MISMATCH,
+			       "%s: record %zu follows the %zu its plan frame announced (streams joined after a plan? "
+			       "compose them from files)",
+			       path, ps->count[i], ps->count[i]);
+	return 0;
+}
+
 /* The two passes of picaso-s/picaso-r, and of any mode in threads: decays
  * first (a pipe's states spooled), then the states. */
 static int compose_planned(drv_run *u)
@@ -438,7 +523,8 @@ static int compose_planned(drv_run *u)
 	int rc = 0;
 	ps.seekable = calloc(u->n_paths, sizeof *ps.seekable);
 	ps.count = calloc(u->n_paths, sizeof *ps.count);
-	if (!ps.seekable || !ps.count)
+	ps.planned = calloc(u->n_paths, sizeof *ps.planned);
+	if (!ps.seekable || !ps.count || !ps.planned)
 		rc = ss_errf(u->errmsg, SS_ERR_NOMEM, "out of memory");
 	for (size_t i = 0; !rc && i < u->n_paths; i++)
 		rc = pass_decays(u, &ps, i);
@@ -454,8 +540,13 @@ static int compose_planned(drv_run *u)
 		rc = ss_errf(u->errmsg, SS_ERR_IO, "spool file: %s", strerror(errno));
 	} else {
 		for (size_t i = 0, k = 0; !rc && i < u->n_paths; i++)
-			rc = ps.seekable[i] ? pass_states(u, &ps, i, &k) : spool_fold(u, &ps, i, &k);
+			rc = ps.seekable[i]  ? pass_states(u, &ps, i, &k)
+			     : ps.planned[i] ? planned_fold(u, &ps, i, &k)
+					     : spool_fold(u, &ps, i, &k);
 	}
+	for (size_t i = 0; ps.planned && i < u->n_paths; i++)
+		ss_reader_close(ps.planned[i]);
+	free(ps.planned);
 	ss_reader_close(ps.stdin_r);
 	if (ps.spool)
 		fclose(ps.spool);

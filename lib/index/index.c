@@ -782,37 +782,33 @@ int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *err
 	if (hit->length > SIZE_MAX || hit->length > (uint64_t)INT64_MAX)
 		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "document %s at byte offset %llu: record of %llu bytes",
 			    id, off, (unsigned long long)hit->length);
-	size_t len = (size_t)hit->length;
-	if (len > ix->frame_cap) {
-		unsigned char *p = realloc(ix->frame, len);
-		if (!p)
-			return ss_errf(errmsg, SS_ERR_NOMEM, "document %s: out of memory for a record of %zu bytes", id, len);
-		ix->frame = p;
-		ix->frame_cap = len;
-	}
-	/* ss_index_read checked the size the file had when it was opened; a
-	 * file truncated since then shows here as a short read. */
-	size_t got = 0;
-	while (got < len) {
-		ssize_t n = pread(s->fd, ix->frame + got, len - got, (off_t)(hit->offset + got));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return ss_errf(errmsg, SS_ERR_IO, "document %s at byte offset %llu: read error: %s", id, off,
-				    strerror(errno));
-		if (n == 0)
-			return ss_errf(errmsg, SS_ERR_TRUNCATED,
-				    "document %s at byte offset %llu: the file ends %zu bytes into the record's "
-				    "%zu: truncated or replaced since the index was built",
-				    id, off, got, len);
-		got += (size_t)n;
-	}
+	/* ss_index_read checked the size the file had when it was opened: a
+	 * file truncated since then is refused here before anything is
+	 * written, or, cut during the copy, shows as a short one. */
+	struct stat st;
+	if (fstat(s->fd, &st) != 0)
+		return ss_errf(errmsg, SS_ERR_IO, "document %s at byte offset %llu: %s", id, off, strerror(errno));
+	if ((uint64_t)st.st_size < hit->offset + hit->length)
+		return ss_errf(errmsg, SS_ERR_TRUNCATED,
+			       "document %s at byte offset %llu: the file ends %llu bytes into the record's %llu: "
+			       "truncated or replaced since the index was built",
+			       id, off,
+			       (unsigned long long)((uint64_t)st.st_size > hit->offset ? (uint64_t)st.st_size - hit->offset : 0),
+			       (unsigned long long)hit->length);
 	if (errmsg)
 		errmsg[0] = 0;
-	if ((rc = ss_writer_put_annotation(w, hit->rank, hit->score)) ||
-	    (rc = ss_writer_put_frame(w, ix->frame, len, NULL)))
+	if ((rc = ss_writer_put_annotation(w, hit->rank, hit->score)))
 		return rc;
-	return 0;
+	uint64_t done = 0;
+	rc = ss_writer_put_file_range(w, s->fd, hit->offset, hit->length, &done);
+	if (rc == SS_ERR_TRUNCATED)
+		return ss_errf(errmsg, rc,
+			       "document %s at byte offset %llu: the file ends %llu bytes into the record's %llu: "
+			       "truncated or replaced since the index was built",
+			       id, off, (unsigned long long)done, (unsigned long long)hit->length);
+	if (rc && !ss_writer_failed(w))
+		return ss_errf(errmsg, rc, "document %s at byte offset %llu: read error: %s", id, off, strerror(errno));
+	return rc;
 }
 
 void ss_index_close(ss_index *ix)
@@ -845,7 +841,6 @@ void ss_index_close(ss_index *ix)
 		slot_clear(&ix->slots[i]);
 	ss_state_free(&ix->meta);
 	ss_index_hit_clear(&ix->dims_ref);
-	free(ix->frame);
 	free(ix->last_path);
 	free(ix->dir);
 	free(ix);

@@ -59,8 +59,6 @@ struct ss_index {
 	reader_slot slots[READER_SLOTS];
 	int next_slot;
 	ss_state meta;    /* scratch for ss_index_read */
-	unsigned char *frame; /* ss_index_copy's buffer: one frame, reused */
-	size_t frame_cap;
 	/* a build: its lock (DB.lock, flock'ed), and DB when the build made it
 	 * (removed unless the build commits) */
 	int lock_fd;

@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: stable since 1.4, exported by libzstd.so */
@@ -53,6 +55,11 @@ struct ss_reader {
 	int annot;           /* an annotation frame precedes the next record */
 	int32_t annot_rank;
 	double annot_score;
+	/* The plan frame that began the stream (ss_reader_plan), if any. */
+	int plan_seen;       /* looked for, or a record came first */
+	uint64_t n_read;     /* records returned (not reset by a seek) */
+	float *plan;         /* [plan_n][plan_h] logdecay; NULL: none */
+	size_t plan_n, plan_h;
 	char format[32];
 	char err[SS_ERRMSG_MAX];
 };
@@ -133,6 +140,7 @@ void ss_reader_close(ss_reader *r)
 	free(r->buf);
 	free(r->out);
 	free(r->meta);
+	free(r->plan);
 	free(r->path);
 	free(r);
 }
@@ -338,28 +346,41 @@ static long long frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64
 
 static int msgpack_check(const unsigned char *p, size_t len, const char **why);
 
-/* Reads the annotation frame at r->pos (payload of n bytes: a msgpack map
- * {"rank": int, "score": float}); it applies to the next record. */
-static int read_annotation(ss_reader *r, uint32_t n)
+/* Unpacks the n-byte payload of the skippable frame at r->pos into *u
+ * (the caller destroys it on success; `what` names the frame in errors):
+ * one msgpack object, exactly n bytes. It is checked first, as a record
+ * is: the unpacker allocates for the counts it reads (a 22-byte frame
+ * asked for 128 GiB). */
+static int skippable_unpack(ss_reader *r, uint32_t n, const char *what, msgpack_unpacked *u)
 {
 	long long got = in_fill(r, r->pos, 8 + (size_t)n, r->pos);
 	if (got < 0)
 		return rerr(r, (int)got, r->pos, "read error: %s", strerror(errno));
 	if (got < 8 + (long long)n)
-		return rerr(r, SS_ERR_TRUNCATED, r->pos, "annotation frame truncated");
-	/* Checked first, as a record is: the unpacker allocates for the
-	 * counts it reads (a 22-byte frame asked for 128 GiB). */
+		return rerr(r, SS_ERR_TRUNCATED, r->pos, "%s frame truncated", what);
 	const unsigned char *pay = r->buf + (r->pos - r->base) + 8;
 	const char *why;
 	if (msgpack_check(pay, n, &why) != 0)
-		return rerr(r, SS_ERR_FORMAT, r->pos, "malformed annotation frame: %s", why);
-	msgpack_unpacked u;
-	msgpack_unpacked_init(&u);
+		return rerr(r, SS_ERR_FORMAT, r->pos, "malformed %s frame: %s", what, why);
+	msgpack_unpacked_init(u);
 	size_t used = 0;
-	int ok = msgpack_unpack_next(&u, (const char *)pay, n, &used) == MSGPACK_UNPACK_SUCCESS && used == n;
-	const msgpack_object *rk = ok ? ss_map_get(&u.data, "rank") : NULL;
-	const msgpack_object *sc = ok ? ss_map_get(&u.data, "score") : NULL;
-	ok = rk && sc && rk->type == MSGPACK_OBJECT_POSITIVE_INTEGER && rk->via.u64 <= INT32_MAX &&
+	if (msgpack_unpack_next(u, (const char *)pay, n, &used) != MSGPACK_UNPACK_SUCCESS || used != n) {
+		msgpack_unpacked_destroy(u);
+		return rerr(r, SS_ERR_FORMAT, r->pos, "malformed %s frame", what);
+	}
+	return 0;
+}
+
+/* Reads the annotation frame at r->pos (payload of n bytes: a msgpack map
+ * {"rank": int, "score": float}); it applies to the next record. */
+static int read_annotation(ss_reader *r, uint32_t n)
+{
+	msgpack_unpacked u;
+	int rc = skippable_unpack(r, n, "annotation", &u);
+	if (rc)
+		return rc;
+	const msgpack_object *rk = ss_map_get(&u.data, "rank"), *sc = ss_map_get(&u.data, "score");
+	int ok = rk && sc && rk->type == MSGPACK_OBJECT_POSITIVE_INTEGER && rk->via.u64 <= INT32_MAX &&
 	     (sc->type == MSGPACK_OBJECT_FLOAT64 || sc->type == MSGPACK_OBJECT_FLOAT32);
 	if (ok) {
 		r->annot = 1;
@@ -368,6 +389,41 @@ static int read_annotation(ss_reader *r, uint32_t n)
 	}
 	msgpack_unpacked_destroy(&u);
 	return ok ? 0 : rerr(r, SS_ERR_FORMAT, r->pos, "malformed annotation frame");
+}
+
+/* Reads the plan frame at r->pos (payload of n bytes: a msgpack map
+ * {"n": uint, "logdecay": bin of n*H f32}) into r->plan. */
+static int read_plan(ss_reader *r, uint32_t n)
+{
+	if (n > SS_PLAN_MAX)
+		return rerr(r, SS_ERR_FORMAT, r->pos, "plan frame of %lu bytes (at most %lu)", (unsigned long)n,
+			    (unsigned long)SS_PLAN_MAX);
+	msgpack_unpacked u;
+	int rc = skippable_unpack(r, n, "plan", &u);
+	if (rc)
+		return rc;
+	const msgpack_object *cnt = ss_map_get(&u.data, "n"), *ld = ss_map_get(&u.data, "logdecay");
+	int ok = cnt && ld && cnt->type == MSGPACK_OBJECT_POSITIVE_INTEGER && cnt->via.u64 >= 1 &&
+	     cnt->via.u64 <= n && ld->type == MSGPACK_OBJECT_BIN && ld->via.bin.size > 0 &&
+	     ld->via.bin.size % (4 * cnt->via.u64) == 0;
+	float *x = ok ? malloc(ld->via.bin.size) : NULL;
+	if (x) {
+		memcpy(x, ld->via.bin.ptr, ld->via.bin.size); /* little-endian */
+		for (size_t i = 0; i < ld->via.bin.size / 4 && ok; i++)
+			ok = isfinite(x[i]) && x[i] <= 0;
+	}
+	if (ok && x) {
+		free(r->plan);
+		r->plan = x;
+		r->plan_n = (size_t)cnt->via.u64;
+		r->plan_h = ld->via.bin.size / 4 / r->plan_n;
+	} else {
+		free(x);
+	}
+	msgpack_unpacked_destroy(&u);
+	if (ok && !x)
+		return rerr(r, SS_ERR_NOMEM, r->pos, "out of memory");
+	return ok ? 0 : rerr(r, SS_ERR_FORMAT, r->pos, "malformed plan frame");
 }
 
 /* Moves a pending annotation onto the record being returned. */
@@ -412,6 +468,11 @@ static int frame_header(ss_reader *r, size_t *hsz, uint64_t *content, int *check
 			int rc = read_annotation(r, n);
 			if (rc < 0)
 				return rc;
+		} else if (magic == SS_PLAN_MAGIC && !r->plan_seen) {
+			int rc = read_plan(r, n);
+			if (rc < 0)
+				return rc;
+			r->plan_seen = 1;
 		}
 		/* The frame's last byte must exist: a size running past the end
 		 * is damage, not a clean end of stream. */
@@ -425,6 +486,7 @@ static int frame_header(ss_reader *r, size_t *hsz, uint64_t *content, int *check
 		r->pos = end;
 		return 2;
 	}
+	r->plan_seen = 1; /* a plan applies only ahead of the first record */
 	if (magic != ZSTD_MAGIC)
 		return rerr(r, SS_ERR_FORMAT, r->pos, "not an ss stream (no zstd frame here%s)",
 			    r->pos == 0 && looks_text(p, (size_t)got) ? "; it looks like text" : "");
@@ -680,7 +742,7 @@ int ss_reader_next(ss_reader *r, const ss_record **recp)
 	rec->length = in_off - off;
 	rec->content = content;
 	r->pos = in_off;
-	r->index++;
+	r->index++, r->n_read++;
 	*recp = rec;
 	return 1;
 }
@@ -897,7 +959,7 @@ int ss_reader_next_meta(ss_reader *r, const ss_record **recp)
 	r->rec.length = (uint64_t)flen;
 	r->rec.content = q.content;
 	r->pos += (uint64_t)flen;
-	r->index++;
+	r->index++, r->n_read++;
 	*recp = &r->rec;
 	return 1;
 }
@@ -1023,7 +1085,7 @@ int ss_reader_next_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, 
 	rec->length = q.in_off - q.off;
 	rec->content = q.content;
 	r->pos = q.in_off;
-	r->index++;
+	r->index++, r->n_read++;
 	*recp = rec;
 	return 1;
 }
@@ -1111,6 +1173,55 @@ int ss_writer_put_frame(ss_writer *w, const void *frame, size_t len, uint64_t *o
 	return w_write(w, frame, len);
 }
 
+int ss_writer_put_file_range(ss_writer *w, int fd, uint64_t offset, uint64_t len, uint64_t *done)
+{
+	*done = 0;
+	if (w->failed)
+		return SS_ERR_IO;
+	if (fflush(w->f) != 0) {
+		w->failed = 1;
+		w->saved_errno = errno;
+		return SS_ERR_IO;
+	}
+	off_t at = (off_t)offset;
+	while (*done < len) {
+		size_t want = len - *done > (1u << 30) ? (1u << 30) : (size_t)(len - *done);
+		ssize_t n = sendfile(fileno(w->f), fd, &at, want);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && *done == 0 && (errno == EINVAL || errno == ENOSYS)) {
+			/* no sendfile between these two: through a buffer */
+			unsigned char buf[1 << 16];
+			while (*done < len) {
+				size_t k = len - *done > sizeof buf ? sizeof buf : (size_t)(len - *done);
+				ssize_t got = pread(fd, buf, k, (off_t)(offset + *done));
+				if (got < 0 && errno == EINTR)
+					continue;
+				if (got <= 0)
+					return got == 0 ? SS_ERR_TRUNCATED : SS_ERR_IO;
+				int rc = w_write(w, buf, (size_t)got);
+				if (rc)
+					return rc;
+				*done += (uint64_t)got;
+			}
+			return 0;
+		}
+		if (n == 0)
+			return SS_ERR_TRUNCATED;
+		if (n < 0) {
+			if (errno == EIO) /* the input's */
+				return SS_ERR_IO;
+			w->failed = 1;
+			w->saved_errno = errno;
+			return SS_ERR_IO;
+		}
+		*done += (uint64_t)n;
+		w->off += (uint64_t)n;
+		ss_output_written(w->out, w->off);
+	}
+	return 0;
+}
+
 /* Feeds ib to the open frame: ZSTD_e_continue until all of it is taken,
  * ZSTD_e_end until the frame is complete. Output goes out through a fixed
  * chunk, so a record costs one chunk of memory beyond its input. */
@@ -1161,6 +1272,50 @@ int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset)
 	return rc ? rc : w_compress(w, &ib, ZSTD_e_end);
 }
 
+int ss_reader_plan(ss_reader *r, size_t *n, size_t *H, const float **logdecay)
+{
+	size_t hsz;
+	uint64_t content;
+	int checksum, rc = 2;
+	if (r->n_read == 0 && !r->plan_seen)
+		while ((rc = frame_header(r, &hsz, &content, &checksum)) == 2 && !r->plan)
+			;
+	if (rc < 0)
+		return rc;
+	if (!r->plan || r->n_read > 0)
+		return 0;
+	*n = r->plan_n;
+	*H = r->plan_h;
+	*logdecay = r->plan;
+	return 1;
+}
+
+int ss_writer_put_plan(ss_writer *w, size_t n, size_t H, const float *logdecay)
+{
+	if (n < 1 || H < 1 || H > SS_PLAN_MAX / 4 / n - 8)
+		return SS_ERR_INVALID;
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	unsigned char h[8];
+	int rc = msgpack_pack_map(&pk, 2) || msgpack_pack_str_with_body(&pk, "n", 1) ||
+		 msgpack_pack_uint64(&pk, n) || msgpack_pack_str_with_body(&pk, "logdecay", 8) ||
+		 msgpack_pack_bin_with_body(&pk, logdecay, n * H * 4) /* little-endian */
+		 ? SS_ERR_NOMEM : 0;
+	uint32_t m = SS_PLAN_MAGIC, len = (uint32_t)sb.size;
+	for (int i = 0; i < 4; i++) {
+		h[i] = (unsigned char)(m >> (8 * i));
+		h[4 + i] = (unsigned char)(len >> (8 * i));
+	}
+	if (!rc)
+		rc = w_write(w, h, 8);
+	if (!rc)
+		rc = w_write(w, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+	return rc;
+}
+
 int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score)
 {
 	unsigned char f[8 + 32];
@@ -1185,6 +1340,8 @@ int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score)
 }
 
 uint64_t ss_writer_tell(const ss_writer *w) { return w->off; }
+
+int ss_writer_failed(const ss_writer *w) { return w->failed; }
 
 int ss_writer_close(ss_writer *w, char *errmsg)
 {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # CLI cases of ss-compose: help and usage, every mode's output record, n = 1
 # identity, refusal of mixed models (naming both records, no output file),
-# n = 0, truncated and foreign input, mixed storage dtypes, pipe = file.
+# n = 0, truncated and foreign input, mixed storage dtypes, pipe = file,
+# plan frames (a pipe composed in one pass; a plan that lies is refused).
 # Inputs come from gen/mkstates (seeded random states, small dims).
 set -u
 mk="$SS_TOP/$SS_BUILD/gen/mkstates"
@@ -104,6 +105,44 @@ for m in caso picaso-s picaso-r soup sum max; do
 	cat "$t/b.ss" | ss-compose --mode "$m" -o "$t/p2.ss" "$t/a.ss" - || fail "$m: file then pipe"
 	cmp -s "$t/p2.ss" "$t/$m.ss" || fail "$m: file + pipe and files differ"
 done
+
+# A plan frame ahead of the records (ss-retrieve query writes one): picaso
+# reads a pipe once, with no spool file (a $TMPDIR that does not exist
+# fails the plan-less pipe, not the planned one), the same bytes as files.
+"$mk" --shape small --seed 1 --prefix a --plan 1 3 "$t/ap.ss"
+"$mk" --shape small --seed 8 --prefix c --plan 1 3 "$t/cp.ss"
+ss-cat --meta "$t/ap.ss" | sed 's/"offset":[0-9]*,//' >"$t/ap.meta" &&
+	ss-cat --meta "$t/a.ss" | sed 's/"offset":[0-9]*,//' >"$t/a.meta"
+cmp -s "$t/ap.meta" "$t/a.meta" || fail "a plan frame changed what ss-cat reads"
+for m in picaso-s picaso-r caso soup; do
+	ss-compose --mode "$m" -o "$t/pa.ss" "$t/a.ss"
+	cat "$t/ap.ss" | TMPDIR="$t/none" ss-compose --mode "$m" -o "$t/pp.ss" || fail "$m: planned pipe"
+	cmp -s "$t/pp.ss" "$t/pa.ss" || fail "$m: planned pipe and file differ"
+	ss-compose --mode "$m" -o "$t/pf.ss" "$t/ap.ss" && cmp -s "$t/pf.ss" "$t/pa.ss" ||
+		fail "$m: planned file and file differ"
+done
+cat "$t/a.ss" | TMPDIR="$t/none" ss-compose --mode picaso-r -o "$t/x.ss" >"$t/out" 2>"$t/err" &&
+	fail "a plan-less pipe composed without its spool file"
+has "$t/err" "spool file in \$TMPDIR"
+# the plan is a claim: a record it does not describe, fewer or more records
+plan_bytes() { # the plan frame of $1: 8 header bytes and its payload
+	n=$(od -An -tu4 -j4 -N4 "$1" | tr -d ' ')
+	head -c $((8 + n)) "$1"
+}
+{ plan_bytes "$t/ap.ss"; tail -c +$(( $(plan_bytes "$t/cp.ss" | wc -c) + 1 )) "$t/cp.ss"; } >"$t/wrong.ss"
+expect 1 sh -c "cat '$t/wrong.ss' | ss-compose --mode picaso-r -o '$t/x.ss'"
+has "$t/err" "logdecay differs from the planned one"
+"$mk" --shape small --seed 1 --prefix a 2 "$t/a2.ss" # a's first two records
+{ plan_bytes "$t/ap.ss"; cat "$t/a2.ss"; } >"$t/short.ss"
+expect 1 sh -c "cat '$t/short.ss' | ss-compose --mode picaso-r -o '$t/x.ss'"
+has "$t/err" "announced 3"
+cat "$t/ap.ss" "$t/b.ss" >"$t/long.ss"
+expect 1 sh -c "cat '$t/long.ss' | ss-compose --mode picaso-r -o '$t/x.ss'"
+has "$t/err" "follows the 3 its plan frame announced"
+[ -e "$t/x.ss" ] && fail "a refused plan left an output"
+{ printf 'T*M\030\004\000\000\000'; printf '\201\241n\001'; cat "$t/a.ss"; } >"$t/badplan.ss"
+expect 1 sh -c "cat '$t/badplan.ss' | ss-compose --mode picaso-r -o '$t/x.ss'"
+has "$t/err" "malformed plan frame"
 
 # n = 1: the input comes back exactly (arrays)
 "$mk" --shape small --seed 7 --prefix one 1 "$t/one.ss"

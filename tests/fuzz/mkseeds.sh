@@ -11,7 +11,7 @@ for t in stream safetensors shards pickle tokenizer tokjson config jsonl query i
 	mkdir -p "$S/$t"
 done
 
-# stream: token and state records (small dims), an annotated retrieval output
+# stream: token and state records (small dims), a retrieval output (plan and annotation frames)
 printf 'a1\tthe quick brown fox\na2\tsailing ships\n' >"$T/docs.txt"
 "$B/gen/mkdb" "$T/d.tokens" "$T/d.states" <"$T/docs.txt"
 cp formats/golden/t1-c2.tokens "$S/stream/golden.tokens"
