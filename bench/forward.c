@@ -143,51 +143,19 @@ static int peer_round(const char *exe, const char *gguf, int threads, int len, i
 		      double *tg)
 {
 	char a_len[16], a_steps[16], a_thr[16], *buf = NULL;
-	size_t n = 0, cap = 0;
-	int fd[2], status, err = -1;
+	int err = -1, status;
 	cJSON *root, *it;
-	pid_t pid;
 
 	snprintf(a_len, sizeof(a_len), "%d", len);
 	snprintf(a_steps, sizeof(a_steps), "%d", steps);
 	snprintf(a_thr, sizeof(a_thr), "%d", threads);
-	fflush(stdout);
-	if (pipe(fd))
-		return -1;
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		dup2(fd[1], 1);
-		close(fd[0]);
-		close(fd[1]);
-		freopen("/dev/null", "w", stderr);
-		execl(exe, exe, "-m", gguf, "-p", a_len, "-n", a_steps, "-t", a_thr, "-ngl", "0", "-r", "1",
-		      "-o", "json", (char *)NULL);
-		_exit(127);
-	}
-	close(fd[1]);
-	for (;;) {
-		ssize_t k;
-		if (n + 4096 + 1 > cap) {
-			char *nb = realloc(buf, cap = 2 * cap + 8192);
-			if (!nb)
-				break;
-			buf = nb;
-		}
-		k = read(fd[0], buf + n, cap - n - 1);
-		if (k <= 0)
-			break;
-		n += (size_t)k;
-	}
-	close(fd[0]);
-	waitpid(pid, &status, 0);
-	if (!buf || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		fprintf(stderr, "forward: %s failed (exit %d)\n", exe, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	char *const argv[] = { (char *)exe, "-m", (char *)gguf, "-p", a_len, "-n", a_steps, "-t", a_thr, "-ngl", "0",
+			       "-r", "1", "-o", "json", NULL };
+	if ((status = bench_capture(argv, &buf, 0, NULL, NULL)) != 0 || !buf) {
+		fprintf(stderr, "forward: %s failed (exit %d)\n", exe, status);
 		free(buf);
 		return -1;
 	}
-	buf[n] = '\0';
 	*pp = *tg = 0;
 	root = cJSON_Parse(buf);
 	cJSON_ArrayForEach(it, root) {
