@@ -58,7 +58,7 @@
 #include "bench.h"
 
 typedef struct {
-	const char *dir, *model, *index, *tok_path;
+	const char *model, *index, *tok_path;
 	int n, k, gen, threads, ttft_n;
 	char **q;       /* [n] question texts */
 } opts;
@@ -721,7 +721,6 @@ int main(int argc, char **argv)
 	o.index = index;
 	o.model = model;
 	o.tok_path = tokp;
-	o.dir = dir;
 	o.q = read_questions(path, &o.n);
 	if (o.n < 1)
 		die(path, SS_ERR_FORMAT, "no questions");

@@ -498,6 +498,9 @@ static void test_plan_frames(void **ctx)
 	ss_writer *w;
 	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
 	assert_int_equal(ss_writer_put_plan(w, 0, 3, &plan[0][0]), SS_ERR_INVALID);
+	/* over SS_PLAN_MAX: refused before a byte of logdecay is read */
+	assert_int_equal(ss_writer_put_plan(w, SS_PLAN_MAX, 1, &plan[0][0]), SS_ERR_INVALID);
+	assert_int_equal(ss_writer_put_plan(w, 2, SS_PLAN_MAX / 8, &plan[0][0]), SS_ERR_INVALID);
 	assert_int_equal(ss_writer_put_plan(w, 2, 3, &plan[0][0]), 0);
 	for (int i = 0; i < 2; i++) {
 		ss_state s;

@@ -730,6 +730,8 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 			bad = 1;
 		} else {
 			size_t mh = ss_state_logdecay_len(&m.dims);
+			if (H == 0 && (size_t)n * mh * sizeof *plan > SS_PLAN_MAX)
+				H = (size_t)-1; /* too large for a plan frame (Mamba-1 at large k) */
 			if (H == 0 && !(plan = malloc((size_t)n * mh * sizeof *plan)))
 				cli_die("out of memory");
 			if (H == 0 || H == mh) {

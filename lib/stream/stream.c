@@ -1292,7 +1292,7 @@ int ss_reader_plan(ss_reader *r, size_t *n, size_t *H, const float **logdecay)
 
 int ss_writer_put_plan(ss_writer *w, size_t n, size_t H, const float *logdecay)
 {
-	if (n < 1 || H < 1 || H > SS_PLAN_MAX / 4 / n - 8)
+	if (n < 1 || H < 1 || n > SS_PLAN_MAX || H > (SS_PLAN_MAX - 64) / 4 / n) /* 64: the map around */
 		return SS_ERR_INVALID;
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
