@@ -2,7 +2,8 @@
  * test_q8_0.c — q8_0 weights (ss.h SS_DTYPE_Q8_0, --weights-dtype q8_0):
  * the linear op against a double-precision product with the same
  * (dequantized) weights, within the bound of x's quantization; the same
- * bits whatever M, N and the slice of W; the embedding rows; and the
+ * bits whatever M, N and the slice of W, and from every kernel (portable
+ * C, AVX2, AVX-512 VNNI: those this CPU has); the embedding rows; and the
  * next-token NLL of a model loaded with q8_0 matrices against the same
  * model in f32, on the golden cases of t1 (tests/fixtures) and of t2
  * ($SS_SHARED/golden, skipped without it).
@@ -117,7 +118,66 @@ static void test_slices(void **st)
 	free(y0);
 }
 
-/* A non-finite x gives NaN outputs, not codes of an undefined conversion. */
+/* Every kernel this CPU has (ss_q8_0_force_kernel) gives the bits of the
+ * portable C one: M from 1 to 6 (tiles of one and of several rows of x),
+ * N from 20 to 23 (tiles of four rows of W and the rest), K of 1 to 9
+ * blocks (the kernels' steps of four and the rest), beta 0 and not; x with
+ * an all-zero block, blocks far smaller (d rounding to a subnormal f16 and
+ * to 0) and far larger than the rest, values halfway between codes; W with
+ * codes -128 and 127. */
+static void test_kernels(void **st)
+{
+	(void)st;
+	enum { MMAX = 6, NMAX = 23, KMAX = 288 };
+	static const char *const name[] = { "C", "AVX2", "AVX-512 VNNI" };
+	uint64_t rng = 12;
+	unsigned char W[NMAX * KMAX / 32 * 34];
+	float ref[MMAX * NMAX], y[MMAX * NMAX];
+	int cases = 0, have[3] = { 1, 0, 0 };
+	for (int k = 1; k < 3; k++)
+		have[k] = ss_q8_0_force_kernel(k) == 0;
+	for (int K = 32; K <= KMAX; K += 32)
+		for (int M = 1; M <= MMAX; M++) {
+			const int N = NMAX - (K / 32 + M) % 4, row = K / 32 * 34;
+			float *x = test_frnd(&rng, (size_t)(M * K), -3, 3), *w = test_frnd(&rng, (size_t)(N * K), -1, 1);
+			float *y0 = test_frnd(&rng, (size_t)(M * N), -1, 1);
+			assert_non_null(x);
+			assert_non_null(w);
+			assert_non_null(y0);
+			for (int i = 0; i < M * K; i += 32) { /* one block in five scaled */
+				static const float scale[5] = { 0.0f, 1e-9f, 3e-6f, 1e3f, 1.0f };
+				for (int j = 0; j < 32; j++)
+					x[i + j] *= scale[(i / 32 + K) % 5];
+			}
+			for (int i = 0; i < M * K; i += 32) /* amax 3: codes (c + 1/2)·3/127, halfway */
+				if ((i / 32 + K) % 5 == 4)
+					for (int j = 0; j < 32; j++)
+						x[i + j] = j ? ((float)(int)(x[i + j] * 40) + 0.5f) * (3.0f / 127) : 3.0f;
+			ss_from_f32(W, SS_DTYPE_Q8_0, w, (size_t)(N * K));
+			W[2] = 0x80, W[3] = 0x7f, W[row + 5] = 0x80; /* codes -128, 127 */
+			for (int beta = 0; beta < 2; beta++, cases++)
+				for (int k = 0; k < 3; k++) {
+					if (!have[k])
+						continue;
+					assert_int_equal(ss_q8_0_force_kernel(k), 0);
+					memcpy(k ? y : ref, y0, (size_t)(M * N) * sizeof(float));
+					assert_int_equal(ss_linear_cpu(k ? y : ref, N, x, K, W, SS_DTYPE_Q8_0, M, N, K,
+								       0.5f * (float)beta), 0);
+					if (k && memcmp(y, ref, (size_t)(M * N) * sizeof(float)))
+						fail_msg("kernel %s: bits differ from C's (M %d, N %d, K %d, beta %d)",
+							 name[k], M, N, K, beta);
+				}
+			free(x);
+			free(w);
+			free(y0);
+		}
+	assert_int_equal(ss_q8_0_force_kernel(-1), 0);
+	printf("  q8_0 kernels %s%s%s: the same bits on %d products\n", name[0], have[1] ? ", AVX2" : "",
+	       have[2] ? ", AVX-512 VNNI" : "", cases);
+}
+
+/* A non-finite x gives NaN outputs, not codes of an undefined conversion,
+ * from every kernel. */
 static void test_nonfinite(void **st)
 {
 	(void)st;
@@ -127,9 +187,13 @@ static void test_nonfinite(void **st)
 	unsigned char W[K / 32 * 34];
 	assert_non_null(ws);
 	ss_from_f32(W, SS_DTYPE_Q8_0, ws, K);
-	x[40] = INFINITY;
-	assert_int_equal(ss_linear_cpu(&y, 1, x, K, W, SS_DTYPE_Q8_0, 1, 1, K, 0.0f), 0);
-	assert_true(isnan(y));
+	for (int k = 0; k < 3; k++)
+		for (int v = 0; v < 2 && ss_q8_0_force_kernel(k) == 0; v++) {
+			x[40] = v ? NAN : INFINITY;
+			assert_int_equal(ss_linear_cpu(&y, 1, x, K, W, SS_DTYPE_Q8_0, 1, 1, K, 0.0f), 0);
+			assert_true(isnan(y));
+		}
+	assert_int_equal(ss_q8_0_force_kernel(-1), 0);
 	free(ws);
 }
 
@@ -278,6 +342,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_linear),
 		cmocka_unit_test(test_slices),
+		cmocka_unit_test(test_kernels),
 		cmocka_unit_test(test_nonfinite),
 		cmocka_unit_test(test_embed_widen),
 		cmocka_unit_test(test_nll_t1),

@@ -32,8 +32,8 @@ void ss_matvec_w16(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const
  *      product.
  *   W: [N][K] q8_0 (ss.h SS_DTYPE_Q8_0): N rows of K/32 blocks of 34 bytes,
  *      any alignment; K a multiple of 32 and <= SS_Q8_0_ROW_MAX (ss.h; x's
- *      rows are quantized into a stack buffer of that many codes; the
- *      caller's checks: ss_linear_cpu).
+ *      rows are quantized into a stack buffer for that many elements, 34
+ *      KB; the caller's checks: ss_linear_cpu).
  * Each y[m][n] is the same bits whatever M, N, the slice of W and the CPU's
  * instruction set (ops/q8_0.c: exact int32 block sums, one fixed order of
  * the f32 sums). Error against the product of x and W dequantized: that of
@@ -42,6 +42,12 @@ void ss_matvec_w16(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const
  * ref: ggml/src/ggml-cpu/arch/x86/quants.c ggml_vec_dot_q8_0_q8_0. */
 void ss_matvec_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
 		    int64_t M, int64_t N, int64_t K, float beta);
+
+/* Test only (tests/test_q8_0.c): makes ss_matvec_q8_0 use kernel k from now
+ * on, in every thread: 0 portable C, 1 AVX2, 2 AVX-512 VNNI, -1 the CPU's
+ * best (the default). Returns 0, or -1 (nothing changed) where this CPU or
+ * build lacks kernel k. Not thread-safe against running products. */
+int ss_q8_0_force_kernel(int k);
 
 /* ss_to_f32 of weights (bf16/f16: 2-byte aligned; q8_0: src at a block's
  * start, any alignment): dst[n] = src[n] widened from wt, vectorised. For

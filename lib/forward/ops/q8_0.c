@@ -1,23 +1,32 @@
 /*
  * q8_0.c — the linear op with q8_0 weights on the CPU, ss_matvec_q8_0
  * (ops/linear.h), as ggml's ggml_vec_dot_q8_0_q8_0 does it: each row of x
- * is quantized to q8_0 too (ss_from_f32), and a block of W against a block
- * of x is an exact int32 dot product (8 lanes of 4 products each) scaled by
- * d_w·d_x and added into f32.
+ * is quantized to q8_0 too (as ss_from_f32 does), and a block of W against
+ * a block of x is an exact int32 dot product (8 lanes of 4 products each)
+ * scaled by d_w·d_x and added into f32.
  *
  * Every path computes the same bits: lane j of block b holds the exact
  * integer sum of products 4j..4j+3, block b goes into chain b % 4 as one
- * fused multiply-add (float(sum)·(d_w·d_x) + acc), the four chains are
- * added (0+1)+(2+3), then the 8 lanes j+(j+4), (0+1)+(2+3). AVX-512 VNNI
- * (vpdpbusd on 256 bits) where the CPU has it, AVX2 (vpmaddubsw, vpmaddwd)
- * else, portable C with fmaf() elsewhere: a result does not depend on M, N,
- * the slice of W, the thread count or the instruction set.
+ * fused multiply-add (float(sum)·(d_w·d_x) + acc, d_w·d_x rounded to f32),
+ * the four chains are added (0+1)+(2+3), then the 8 lanes j+(j+4),
+ * (0+1)+(2+3); x's codes and d are ss_from_f32's. AVX-512 VNNI where the
+ * CPU has it: blocks b|b+1 in one 512-bit register (chains 0|1), b+2|b+3
+ * in another (chains 2|3), vpdpbusd of W's codes offset to unsigned
+ * (w+128) against x's, started from -128·(x's four codes), so that the
+ * lane sums stay exact; AVX2 (|w| times x·sign(w): vpmaddubsw, vpmaddwd)
+ * else, portable C with fmaf() elsewhere: a result does not depend on M,
+ * N, the slice of W, the thread count or the instruction set
+ * (tests/test_q8_0.c compares the paths bit for bit).
+ * x's rows are prepared once per call (codes contiguous, d_x in f32, the
+ * offset's sums); W is read as it is stored (GGUF's blocks), each block
+ * once per call whatever M.
  * Why x is quantized rather than W widened to f32 (measured here, lm_head's
- * shape 50288 x 768, one thread, AVX-512 VNNI CPU, machine shared): one row
- * of x 1.7 ms either way (bound by W's 41 MB), four rows 5.1 ms against 8.0
- * ms (bound by instructions: the int8 path is about half as many per
- * weight), and quantizing x costs K roundings per row against N·K products.
- * The price is x's rounding in the error (see ss_matvec_q8_0).
+ * shape 50288 x 768, one thread, AVX-512 VNNI CPU, machine shared): with
+ * one row of x both took 1.7 ms, bound by W's 41 MB (this kernel 1.1 ms,
+ * about one core's read bandwidth), with four the int8 path took 5.1 ms
+ * against 8.0 ms, bound by instructions (this kernel 2.2 ms), and
+ * quantizing x costs K roundings per row against N·K products. The price
+ * is x's rounding in the error (see ss_matvec_q8_0).
  * ref: ggml/src/ggml-cpu/arch/x86/quants.c ggml_vec_dot_q8_0_q8_0,
  *      quantize_row_q8_0 (x's blocks; ours round as its _ref, lib/stream/dtype.c).
  */
@@ -31,8 +40,27 @@
 
 enum { QB = 32, QBYTES = 34, CHAINS = 4 };
 
-/* Bytes of x's rows quantized at once: rows of K <= SS_Q8_0_ROW_MAX. */
-#define XBYTES (SS_Q8_0_ROW_MAX / QB * QBYTES)
+/* x's rows prepared at once, SS_Q8_0_ROW_MAX elements in all (nb blocks a
+ * row): block i = m·nb + b of row m has codes q[32i..32i+31], d_x d[i] and
+ * c[8i + j] = -128·(codes 4j..4j+3), VNNI's start. */
+typedef struct {
+	_Alignas(64) int8_t q[SS_Q8_0_ROW_MAX];
+	_Alignas(64) int32_t c[SS_Q8_0_ROW_MAX / 4];
+	float d[SS_Q8_0_ROW_MAX / QB];
+} xrows;
+
+/* W's f16 d of block b, as bits (zero-extended) and as f32. */
+static inline uint64_t wh(const unsigned char *w, int64_t b)
+{
+	uint16_t h;
+	memcpy(&h, w + b * QBYTES, 2);
+	return h;
+}
+
+static inline float wd(const unsigned char *w, int64_t b)
+{
+	return ss_f16_to_f32((uint16_t)wh(w, b));
+}
 
 /* The lanes' fixed reduction (see the top). */
 static inline float reduce8(const float a[8])
@@ -41,17 +69,16 @@ static inline float reduce8(const float a[8])
 	return (q0 + q1) + (q2 + q3);
 }
 
-static float dot_c(const unsigned char *w, const unsigned char *xq, int64_t nb)
+/* The dot of a row of W (nb blocks) with a prepared row of x (codes xq, d
+ * xd), in the fixed order (see the top). */
+static float dot_c(const unsigned char *w, const int8_t *xq, const float *xd, int64_t nb)
 {
 	float acc[CHAINS][8] = { { 0 } }, a[8];
 	for (int64_t b = 0; b < nb; b++) {
-		int8_t q[QB], x[QB];
-		uint16_t h, hx;
-		memcpy(&h, w + b * QBYTES, 2);
+		int8_t q[QB];
 		memcpy(q, w + b * QBYTES + 2, QB);
-		memcpy(&hx, xq + b * QBYTES, 2);
-		memcpy(x, xq + b * QBYTES + 2, QB);
-		const float s = ss_f16_to_f32(h) * ss_f16_to_f32(hx);
+		const int8_t *x = xq + b * QB;
+		const float s = wd(w, b) * xd[b];
 		for (int j = 0; j < 8; j++) {
 			const int32_t t = q[4 * j] * x[4 * j] + q[4 * j + 1] * x[4 * j + 1] +
 					  q[4 * j + 2] * x[4 * j + 2] + q[4 * j + 3] * x[4 * j + 3];
@@ -63,112 +90,297 @@ static float dot_c(const unsigned char *w, const unsigned char *xq, int64_t nb)
 	return reduce8(a);
 }
 
+/* Block i of the prepared rows from 32 elements of x by ss_from_f32 (the
+ * reference for prep_avx2). */
+static void prep_c(xrows *xr, int64_t i, const float *x)
+{
+	unsigned char blk[QBYTES];
+	uint16_t h;
+	ss_from_f32(blk, SS_DTYPE_Q8_0, x, QB);
+	memcpy(&h, blk, 2);
+	memcpy(xr->q + i * QB, blk + 2, QB);
+	xr->d[i] = ss_f16_to_f32(h);
+	for (int j = 0; j < 8; j++)
+		xr->c[i * 8 + j] = -128 * (xr->q[i * QB + 4 * j] + xr->q[i * QB + 4 * j + 1] +
+					   xr->q[i * QB + 4 * j + 2] + xr->q[i * QB + 4 * j + 3]);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HAVE_X86_KERNELS 1
+#define UNROLL _Pragma("GCC unroll 4")
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vnni")))
+#define INLINE inline __attribute__((always_inline))
+#define LD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 
-/* The dot of one row of W with one quantized row of x; ISUM(w, x) gives the
- * 8 int32 lane sums of a block's 32 code products. Four named chains
- * (an array indexed by b % 4 would live in memory), block b into chain
- * b % 4, the last nb % 4 blocks too. */
-#define DOT_BLOCK(acc, b)                                                                        \
+/* 8 lanes to one f32 in the fixed order. */
+AVX2 static inline float reduce_avx2(__m256 a)
+{
+	__m128 q = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	q = _mm_hadd_ps(q, q);
+	return _mm_cvtss_f32(_mm_hadd_ps(q, q));
+}
+
+/* prep_c of blocks i0..i0+nb-1 from a row of x, 8 lanes at a time, the
+ * same bits: amax the largest |x| (as integers: a NaN or inf sorts above
+ * every finite value), d = amax/127 and 1/d in scalar f32, roundf(v) as
+ * trunc(v + copysign(0.5 - 2^-25, v)) (exact for |v| < 2^23, tested
+ * exhaustively). |v| < 127.5 wherever d is a normal f32; where it is not,
+ * f16(d) is 0, codes may differ (saturated) and count for nothing. A
+ * non-finite x gives d NaN and codes 0. */
+AVX2 static void prep_avx2(xrows *xr, int64_t i0, const float *x, int64_t nb)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0x1.fffffep-2f);
+	const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	for (int64_t i = i0; i < i0 + nb; i++, x += QB) {
+		__m256 v[4];
+		__m256i q[4], am = _mm256_setzero_si256();
+		UNROLL for (int j = 0; j < 4; j++) {
+			v[j] = _mm256_loadu_ps(x + 8 * j);
+			am = _mm256_max_epi32(am, _mm256_castps_si256(_mm256_andnot_ps(sign, v[j])));
+		}
+		__m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(am), _mm256_extracti128_si256(am, 1));
+		m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
+		m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0xb1));
+		const int finite = _mm_cvtsi128_si32(m4) < 0x7f800000;
+		const float d = _mm_cvtss_f32(_mm_castsi128_ps(m4)) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+		UNROLL for (int j = 0; j < 4; j++) {
+			const __m256 p = _mm256_mul_ps(v[j], _mm256_set1_ps(id));
+			const __m256 h = _mm256_or_ps(half, _mm256_and_ps(p, sign));
+			q[j] = _mm256_cvttps_epi32(_mm256_add_ps(p, h));
+		}
+		const __m256i q16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+		__m256i c = _mm256_permutevar8x32_epi32(q16, perm);
+		if (!finite)
+			c = _mm256_setzero_si256();
+		_mm256_storeu_si256((__m256i *)(void *)(xr->q + i * QB), c);
+		c = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), c), _mm256_set1_epi16(-128));
+		_mm256_storeu_si256((__m256i *)(void *)(xr->c + i * 8), c);
+		xr->d[i] = finite ? _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT)) : NAN;
+	}
+}
+
+/* dot_c with 8 lanes, block b into chain acc: |w| (unsigned) times
+ * x·sign(w) (signed), pairs into int16 (at most 2·128·127: no
+ * saturation), pairs of those into int32. */
+#define BLOCK_AVX2(acc, b)                                                                       \
 	do {                                                                                     \
-		const unsigned char *blk = w + (b) * QBYTES, *xb = xq + (b) * QBYTES;            \
-		uint16_t h, hx;                                                                  \
-		memcpy(&h, blk, 2);                                                              \
-		memcpy(&hx, xb, 2);                                                              \
-		const __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2)); \
-		const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xb + 2));  \
-		const __m256 s = _mm256_set1_ps(_cvtsh_ss(h) * _cvtsh_ss(hx));                   \
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ISUM(_mm256_sign_epi8(wv, wv),          \
-							      _mm256_sign_epi8(xv, wv))),         \
-				      s, acc);                                                   \
+		const __m256i wv = LD256(w + (b) * QBYTES + 2), xv = LD256(xq + (b) * QB);               \
+		const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)); \
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1))),       \
+				      _mm256_set1_ps(wd(w, b) * xd[b]), acc);                                \
 	} while (0)
 
-#define DOT_ROW(NAME, TARGET)                                                                    \
-	TARGET static inline float NAME(const unsigned char *w, const unsigned char *xq, int64_t nb) \
-	{                                                                                         \
-		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                       \
-		int64_t b = 0;                                                                    \
-		for (; b + CHAINS <= nb; b += CHAINS) {                                           \
-			DOT_BLOCK(a0, b);                                                         \
-			DOT_BLOCK(a1, b + 1);                                                     \
-			DOT_BLOCK(a2, b + 2);                                                     \
-			DOT_BLOCK(a3, b + 3);                                                     \
-		}                                                                                 \
-		if (b < nb)                                                                       \
-			DOT_BLOCK(a0, b);                                                         \
-		if (b + 1 < nb)                                                                   \
-			DOT_BLOCK(a1, b + 1);                                                     \
-		if (b + 2 < nb)                                                                   \
-			DOT_BLOCK(a2, b + 2);                                                     \
-		const __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));    \
-		__m128 q = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));    \
-		q = _mm_hadd_ps(q, q);                                                            \
-		return _mm_cvtss_f32(_mm_hadd_ps(q, q));                                          \
+AVX2 static float dot_avx2(const unsigned char *w, const int8_t *xq, const float *xd, int64_t nb)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	int64_t b = 0;
+	for (; b + CHAINS <= nb; b += CHAINS) {
+		BLOCK_AVX2(a0, b);
+		BLOCK_AVX2(a1, b + 1);
+		BLOCK_AVX2(a2, b + 2);
+		BLOCK_AVX2(a3, b + 3);
 	}
+	if (b < nb)
+		BLOCK_AVX2(a0, b);
+	if (b + 1 < nb)
+		BLOCK_AVX2(a1, b + 1);
+	if (b + 2 < nb)
+		BLOCK_AVX2(a2, b + 2);
+	return reduce_avx2(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
 
-/* |w| (unsigned) times x·sign(w) (signed), pairs into int16 (at most
- * 2·128·127: no saturation), then pairs of those into int32. */
-#define ISUM_AVX2(ax, sx) _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sx), _mm256_set1_epi16(1))
-#define ISUM_VNNI(ax, sx) _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sx)
+#define HI(a) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))
 
-#define ISUM ISUM_AVX2
-DOT_ROW(dot_avx2, __attribute__((target("avx2,fma,f16c"))))
-#undef ISUM
-#define ISUM ISUM_VNNI
-DOT_ROW(dot_vnni, __attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni"))))
-#undef ISUM
+/* Blocks b..b+n-1 (n <= 4) of a tile of R <= 4 rows of W (w + r·row)
+ * against C <= 4 prepared rows of x (from xq, xc, xd; nb blocks a row)
+ * into its chains: a[r][c][0] 0|1, a[r][c][1] 2|3. W's codes (w+128: xor
+ * 0x80) of blocks b|b+1 and b+2|b+3 in two 512-bit registers, their d as
+ * f32, shared by the C rows of x; then per row of x vpdpbusd from -128·Σx
+ * (the exact lane sums), d_w·d_x spread over each half, one FMA per chain
+ * pair. A step of n < 4: a pair, a single block in a low half (masked). */
+VNNI static INLINE void step(__m512 a[4][4][2], const unsigned char *w, size_t row, const int8_t *xq,
+			     const int32_t *xc, const float *xd, int64_t nb, int64_t b, int64_t n, const int R,
+			     const int C)
+{
+	const __m512i i01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+	const __m512i i23 = _mm512_add_epi32(i01, _mm512_set1_epi32(2)), f = _mm512_set1_epi8(-128);
+	UNROLL for (int r = 0; r < R; r++) {
+		const unsigned char *p = w + r * row + b * QBYTES;
+		__m512i wv[2];
+		uint64_t h = wh(p, 0);
+		UNROLL for (int i = 1; i < 4; i++)
+			h |= i < n ? wh(p, i) << 16 * i : 0;
+		const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
+		UNROLL for (int j = 0; j < 2; j++) { /* blocks b+2j and b+2j+1 (if any) */
+			if (2 * j >= n)
+				break;
+			const unsigned char *pj = p + 2 * j * QBYTES + 2;
+			const __m512i lo = _mm512_castsi256_si512(LD256(pj));
+			wv[j] = _mm512_xor_si512(2 * j + 1 < n ? _mm512_inserti64x4(lo, LD256(pj + QBYTES), 1) : lo, f);
+		}
+		UNROLL for (int c = 0; c < C; c++) {
+			const int64_t o = c * nb + b;
+			float d4[4] = { 0 };
+			memcpy(d4, xd + o, (size_t)n * sizeof(float));
+			const __m512 s = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_loadu_ps(d4)));
+			UNROLL for (int j = 0; j < 2; j++) {
+				if (2 * j >= n)
+					break;
+				const int64_t e = o + 2 * j;
+				const __m512 t = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+					_mm512_loadu_si512(xc + e * 8), wv[j], _mm512_loadu_si512(xq + e * QB)));
+				const __m512 sj = _mm512_permutexvar_ps(j ? i23 : i01, s);
+				a[r][c][j] = 2 * j + 1 < n ? _mm512_fmadd_ps(t, sj, a[r][c][j])
+							   : _mm512_mask3_fmadd_ps(t, sj, a[r][c][j], 0xff);
+			}
+		}
+	}
+}
+
+/* The dots v[r·C + c] of rows w + r·row of W (r < R) with prepared rows
+ * m0 + c of x (c < C), nb blocks each. */
+VNNI static INLINE void tile_vnni(float *v, const unsigned char *w, size_t row, const xrows *x, int64_t m0,
+				  int64_t nb, const int R, const int C)
+{
+	const int8_t *xq = x->q + m0 * nb * QB;
+	const int32_t *xc = x->c + m0 * nb * 8;
+	const float *xd = x->d + m0 * nb;
+	__m512 a[4][4][2];
+	int64_t b = 0;
+	UNROLL for (int r = 0; r < R; r++)
+		UNROLL for (int c = 0; c < C; c++)
+			a[r][c][0] = a[r][c][1] = _mm512_setzero_ps();
+	for (; b + 4 <= nb; b += 4)
+		step(a, w, row, xq, xc, xd, nb, b, 4, R, C);
+	if (b < nb)
+		step(a, w, row, xq, xc, xd, nb, b, nb - b, R, C);
+	UNROLL for (int r = 0; r < R; r++)
+		UNROLL for (int c = 0; c < C; c++)
+			v[r * C + c] = reduce_avx2(_mm256_add_ps(
+				_mm256_add_ps(_mm512_castps512_ps256(a[r][c][0]), HI(a[r][c][0])),
+				_mm256_add_ps(_mm512_castps512_ps256(a[r][c][1]), HI(a[r][c][1]))));
+}
+
+#define TILE(R, C)                                                                                     \
+	VNNI static void tile##R##C(float *v, const unsigned char *w, size_t row, const xrows *x, int64_t m0, \
+				    int64_t nb)                                                        \
+	{                                                                                              \
+		tile_vnni(v, w, row, x, m0, nb, R, C);                                                 \
+	}
+TILE(4, 1)
+TILE(1, 1)
+TILE(1, 2)
+TILE(1, 3)
+TILE(1, 4)
 
 enum { KERNEL_C, KERNEL_AVX2, KERNEL_VNNI };
 
+static int cached = -1; /* threads may race to fill it: atomic, same value */
+
+static int best(void)
+{
+	return !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ss_cpu_f16c()) ? KERNEL_C
+	       : __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni")
+			 ? KERNEL_VNNI
+			 : KERNEL_AVX2;
+}
+
 static int kernel(void)
 {
-	static int cached = -1; /* threads may race to fill it: atomic, same value */
 	int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
 	if (v < 0) {
-		v = !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ss_cpu_f16c())
-			    ? KERNEL_C
-		    : __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")
-			    ? KERNEL_VNNI
-			    : KERNEL_AVX2;
+		v = best();
 		__atomic_store_n(&cached, v, __ATOMIC_RELAXED);
 	}
 	return v;
 }
 #endif
 
-/* y[m][n] for the mr quantized rows of x (q8_0) against rows [0, N) of W:
- * row by row of W, so that W is one sequential stream read once, each row
- * reused from L1 for the mr rows of x. */
-static void rows(float *y, ptrdiff_t ldy, const unsigned char *xq, int64_t mr, const unsigned char *W,
-		 int64_t N, int64_t K, float beta)
+int ss_q8_0_force_kernel(int k)
+{
+#ifdef HAVE_X86_KERNELS
+	if (k > best())
+		return -1;
+	__atomic_store_n(&cached, k < 0 ? best() : k, __ATOMIC_RELAXED);
+	return 0;
+#else
+	return k > 0 ? -1 : 0;
+#endif
+}
+
+/* y = v + beta·y, y not read for beta 0. */
+static inline void put(float *y, float v, float beta)
+{
+	*y = beta != 0.0f ? v + beta * *y : v;
+}
+
+/* y[m][n] for the mr prepared rows of x against rows [0, N) of W, row by
+ * row of W, each row reused from L1 for the mr rows of x. AVX-512: one row
+ * of x takes rows n, n + q, n + 2q, n + 3q (q = N/4) at once, four
+ * sequential streams (measured here: rows next to each other at once, one
+ * stream broken at every tile, read W at a half to a third of the speed),
+ * the last N % 4 rows one by one; more rows of x take a row of W for up to
+ * four of them. */
+static void rows(float *y, ptrdiff_t ldy, const xrows *x, int64_t mr, const unsigned char *W, int64_t N,
+		 int64_t K, float beta)
 {
 	const int64_t nb = K / QB;
 	const size_t row = (size_t)nb * QBYTES;
-	float (*dot)(const unsigned char *, const unsigned char *, int64_t) = dot_c;
 #ifdef HAVE_X86_KERNELS
 	const int k = kernel();
-	dot = k == KERNEL_VNNI ? dot_vnni : k == KERNEL_AVX2 ? dot_avx2 : dot_c;
+	if (k == KERNEL_VNNI) {
+		static void (*const tile[])(float *, const unsigned char *, size_t, const xrows *, int64_t,
+					    int64_t) = { tile11, tile12, tile13, tile14 };
+		const int64_t q = mr == 1 ? N / 4 : 0;
+		float v[4];
+		for (int64_t n = 0; n < q; n++) {
+			tile41(v, W + n * row, (size_t)q * row, x, 0, nb);
+			for (int r = 0; r < 4; r++)
+				put(y + n + r * q, v[r], beta);
+		}
+		for (int64_t n = 4 * q; n < N; n++)
+			for (int64_t m = 0, c; m < mr; m += c) {
+				c = mr - m < 4 ? mr - m : 4;
+				tile[c - 1](v, W + n * row, row, x, m, nb);
+				for (int64_t i = 0; i < c; i++)
+					put(y + (m + i) * ldy + n, v[i], beta);
+			}
+		return;
+	}
 #endif
 	for (int64_t n = 0; n < N; n++)
 		for (int64_t m = 0; m < mr; m++) {
-			const float v = dot(W + n * row, xq + m * row, nb);
-			float *ym = y + m * ldy + n;
-			*ym = beta != 0.0f ? v + beta * *ym : v;
+			const unsigned char *w = W + n * row;
+#ifdef HAVE_X86_KERNELS
+			if (k == KERNEL_AVX2) {
+				put(y + m * ldy + n, dot_avx2(w, x->q + m * K, x->d + m * nb, nb), beta);
+				continue;
+			}
+#endif
+			put(y + m * ldy + n, dot_c(w, x->q + m * K, x->d + m * nb, nb), beta);
 		}
 }
 
 void ss_matvec_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
 		    int64_t M, int64_t N, int64_t K, float beta)
 {
-	unsigned char xq[XBYTES];
-	const size_t row = ss_dtype_row_size(SS_DTYPE_Q8_0, (size_t)K);
-	const int64_t group = (int64_t)(XBYTES / row); /* rows of x quantized at once (>= 1) */
+	xrows xr;
+	const int64_t nb = K / QB, group = SS_Q8_0_ROW_MAX / K; /* rows of x prepared at once (>= 1) */
 	for (int64_t m0 = 0; m0 < M; m0 += group) {
 		const int64_t mr = M - m0 < group ? M - m0 : group;
-		for (int64_t m = 0; m < mr; m++)
-			ss_from_f32(xq + m * row, SS_DTYPE_Q8_0, x + (m0 + m) * ldx, (size_t)K);
-		rows(y + m0 * ldy, ldy, xq, mr, W, N, K, beta);
+		for (int64_t m = 0; m < mr; m++) {
+			const float *xm = x + (m0 + m) * ldx;
+#ifdef HAVE_X86_KERNELS
+			if (kernel() != KERNEL_C) {
+				prep_avx2(&xr, m * nb, xm, nb);
+				continue;
+			}
+#endif
+			for (int64_t b = 0; b < nb; b++)
+				prep_c(&xr, m * nb + b, xm + b * QB);
+		}
+		rows(y + m0 * ldy, ldy, &xr, mr, W, N, K, beta);
 	}
 }
