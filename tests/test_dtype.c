@@ -141,12 +141,12 @@ static void q8_0_block_ref(unsigned char out[34], const float x[32])
 	const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
 	const uint16_t h = ss_f32_to_f16(d);
 	memcpy(out, &h, 2);
-	for (int j = 0; j < 32; j++)
-		out[2 + j] = (unsigned char)(int8_t)roundf(x[j] * id);
+	for (int j = 0; j < 32; j++) /* 1/d inf (d subnormal): codes 0, not ggml's undefined cast */
+		out[2 + j] = isfinite(id) ? (unsigned char)(int8_t)roundf(x[j] * id) : 0;
 }
 
 /* q8_0 from f32: the bytes of the reference, block by block, over blocks
- * of every scale (an all-zero one, tiny, large; halves of a step, where
+ * of every scale (an all-zero one, tiny, subnormal, large; halves of a step, where
  * roundf's ties go away from zero); back to f32 within half a step plus
  * the f16 rounding of the scale; a partial last block zero-padded; a
  * non-finite x makes its block NaN and leaves the others alone. */
@@ -163,6 +163,7 @@ static void test_q8_0(void **st)
 		x[32 + j] *= 1e-6f;                      /* block 1: tiny */
 		x[64 + j] *= 3e4f;                       /* block 2: large */
 		x[96 + j] = (float)(j - 16) * 0.5f + 0.25f; /* block 3: x·id = j - 15.5, */
+		x[128 + j] *= 1e-37f;                    /* block 4: d subnormal, f16(d) 0 */
 	}
 	x[96 + 5] = 63.5f; /* as d = 63.5/127 = 0.5 and id = 2 exactly: ties */
 	q[NB * 34] = 0xa5;
@@ -177,6 +178,8 @@ static void test_q8_0(void **st)
 	assert_int_equal((int8_t)q[3 * 34 + 2 + 15], -1);
 	assert_int_equal((int8_t)q[3 * 34 + 2], -16);
 	assert_int_equal((int8_t)q[3 * 34 + 2 + 5], 127);
+	for (int j = 0; j < 34; j++) /* block 4: d and codes 0 */
+		assert_int_equal(q[4 * 34 + j], 0);
 	ss_to_f32(y, q, SS_DTYPE_Q8_0, N);
 	for (int b = 0; b < NB; b++) {
 		uint16_t h;

@@ -252,7 +252,9 @@ static void q8_0_from_f32(void *dst, const float *src, size_t n)
 		const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
 		const uint16_t h = finite ? ss_f32_to_f16(d) : 0x7e00u;
 		int8_t q[Q8_0_BLOCK] = { 0 };
-		for (size_t j = 0; finite && j < m; j++)
+		/* d subnormal: 1/d is inf, x·id no code (ggml's cast is undefined
+		 * there); f16(d) is 0 and the block zeros whatever its codes */
+		for (size_t j = 0; finite && isfinite(id) && j < m; j++)
 			q[j] = (int8_t)roundf(x[j] * id);
 		memcpy(p, &h, 2);
 		memcpy(p + 2, q, Q8_0_BLOCK);
