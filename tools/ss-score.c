@@ -18,7 +18,7 @@ static const char *usage =
 	"ss-score [--model DIR] [--state FILE | --no-state]\n"
 	"                [--query TEXT --continuation TEXT | --query-tokens IDS --continuation-tokens IDS\n"
 	"                 | --pairs FILE] [--per-token] [--tokenizer FILE] [--device D]\n"
-	"                 [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
+	"                 [--batch B] [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -41,7 +41,11 @@ static void help(void)
 	       "  --pairs FILE           JSON lines {\"id\", \"query\", \"continuation\"} (or\n"
 	       "                         \"query_tokens\"/\"continuation_tokens\" arrays);\n"
 	       "                         '-' = stdin, the default when no pair is given\n"
-	       "  --per-token            add \"per_token\": the NLL of each continuation token\n",
+	       "  --per-token            add \"per_token\": the NLL of each continuation token\n"
+	       "  --batch B              score up to B (state, pair) lines together, one\n"
+	       "                         forward pass for all (default: as many as 1 GiB of\n"
+	       "                         states and logits holds); the output is the same\n"
+	       "                         bytes whatever B and --threads (on the CPU)\n",
 	       usage);
 	cli_model_help(25);
 	printf("  -o FILE                output file (replaced only on success)\n"
@@ -55,8 +59,36 @@ static void help(void)
 	exit(0);
 }
 
-/* Logit rows computed per forward call: bounds memory for long continuations. */
+/* Continuation tokens scored per forward call and sequence: bounds the
+ * logits held for long continuations. A continuation is cut at multiples of
+ * it whatever --batch, so that its segments, and with them its bits, do not
+ * depend on the batch (backend_cpu.c ROWINV_MAX). */
 #define SCORE_ROWS 64
+/* --batch: the most (state, pair) jobs scored together; its default holds
+ * their states and logits rows to BATCH_BYTES (default_batch). */
+#define BATCH_MAX (1L << 16)
+#define BATCH_BYTES (1024.0 * 1024 * 1024)
+
+/* A state that jobs start from, held until its last job has copied it. */
+typedef struct {
+	ss_state st;
+	char where[600]; /* "FILE: record N (id ...)" or "(zero state)" */
+	size_t refs;     /* jobs not yet started */
+} held_state;
+
+/* One (state, pair) line to score. */
+typedef struct {
+	held_state *h;
+	const char *id;          /* the pair's id, NULL for a command-line pair */
+	const int32_t *q, *c;
+	size_t nq, nc;
+	char where[1200];        /* for errors */
+	ss_state *s;             /* the running state (a copy of h->st) */
+	size_t done;             /* continuation tokens scored */
+	double sum;
+	double *per;             /* [nc] per-token NLL */
+	int32_t buf[SCORE_ROWS]; /* this round's input tokens */
+} job;
 
 typedef struct {
 	const ss_model *m;
@@ -64,9 +96,13 @@ typedef struct {
 	ss_forward_ctx *ctx;
 	ss_tokenizer *tok;
 	const char *tok_path;
-	float *logits; /* [SCORE_ROWS][vocab_padded] */
-	double *per;   /* per-token NLL, grown as needed */
-	size_t per_cap;
+	float *logits;   /* [batch][SCORE_ROWS][vocab_padded] */
+	int batch;
+	job *jobs;       /* [batch] */
+	ss_state *run;   /* [batch] the jobs' running states, allocated once: a
+			  * batch's worth of fresh pages each time costs more
+			  * than the batch's forward passes */
+	ss_forward_seq *seqs; /* [batch] */
 	int per_token;
 	FILE *out;
 } scorer;
@@ -84,90 +120,140 @@ static int32_t *pair_ids(scorer *sc, const char *text, size_t len, size_t *n, co
 	return ids;
 }
 
-static void check_ids(const scorer *sc, const int32_t *ids, size_t n, const char *where,
-		      const char *what)
+/* The first token of q or c outside the vocabulary, as an error message in
+ * err; 0 if none. */
+static int check_ids(const scorer *sc, const int32_t *ids, size_t n, const char *what,
+		     char *err, size_t len)
 {
 	int32_t v = mcli_vocab(sc->m);
 	for (size_t i = 0; i < n; i++)
-		if (ids[i] < 0 || ids[i] >= v)
-			cli_die("%s: %s token %zu is %d, outside the model's vocabulary [0, %d)", where,
-				what, i, (int)ids[i], (int)v);
+		if (ids[i] < 0 || ids[i] >= v) {
+			snprintf(err, len, "%s token %zu is %d, outside the model's vocabulary [0, %d)",
+				 what, i, (int)ids[i], (int)v);
+			return 1;
+		}
+	return 0;
 }
 
-/* Scores one pair from state `start` (unchanged) and prints its JSON line. */
-static void score_pair(scorer *sc, const ss_state *start, const char *id, const int32_t *q,
-		       size_t nq, const int32_t *c, size_t nc, const char *where)
+/* Why job j cannot be scored, in err; 0 if it can. */
+static int job_invalid(const scorer *sc, const job *j, char *err, size_t len)
 {
-	char err[SS_ERRMSG_MAX] = "";
-	if (nq == 0)
-		cli_die("%s: empty query: the first continuation token needs the logits of a "
-			"query token", where);
-	if (nc == 0)
-		cli_die("%s: empty continuation", where);
-	check_ids(sc, q, nq, where, "query");
-	check_ids(sc, c, nc, where, "continuation");
-	if (nc > sc->per_cap) {
-		free(sc->per);
-		sc->per_cap = nc;
-		if (!(sc->per = malloc(nc * sizeof *sc->per)))
-			cli_die("out of memory");
+	if (j->nq == 0) {
+		snprintf(err, len, "empty query: the first continuation token needs the logits of a "
+				   "query token");
+		return 1;
 	}
-
-	ss_state s;
-	if (ss_state_copy(&s, start))
-		cli_die("out of memory");
-
-	/* The query but its last token: state only. */
-	ss_forward_seq seq = { .tokens = q, .n_tokens = (int64_t)nq - 1, .state = &s };
-	if (ss_forward_prefill(sc->ctx, &seq, 1, SS_LOGITS_NONE, err))
-		cli_die("%s: %s", where, err);
-	/* Then [q_last, c_0 .. c_{nc-2}]: row i predicts c_i. Chunks of SCORE_ROWS. */
-	const int64_t V = sc->m->cfg.vocab_padded;
-	int32_t buf[SCORE_ROWS];
-	double sum = 0;
-	for (size_t i0 = 0; i0 < nc; i0 += SCORE_ROWS) {
-		size_t n = nc - i0 < SCORE_ROWS ? nc - i0 : SCORE_ROWS;
-		for (size_t i = 0; i < n; i++)
-			buf[i] = i0 + i == 0 ? q[nq - 1] : c[i0 + i - 1];
-		seq = (ss_forward_seq){ .tokens = buf, .n_tokens = (int64_t)n, .state = &s,
-					.logits = sc->logits };
-		if (ss_forward_prefill(sc->ctx, &seq, 1, SS_LOGITS_ALL, err))
-			cli_die("%s: %s", where, err);
-		for (size_t i = 0; i < n; i++) {
-			double v = ss_nll(sc->logits + (size_t)i * V, V, c[i0 + i]);
-			sc->per[i0 + i] = v;
-			sum += v;
-		}
+	if (j->nc == 0) {
+		snprintf(err, len, "empty continuation");
+		return 1;
 	}
-	ss_state_free(&s);
+	return check_ids(sc, j->q, j->nq, "query", err, len) ||
+	       check_ids(sc, j->c, j->nc, "continuation", err, len);
+}
+
+/* Prints job j's JSON line; dies if its NLL is not finite. */
+static void job_print(scorer *sc, const job *j)
+{
 	/* NaN or inf is no score (and no JSON): a state or model whose values
 	 * overflow, said as an error, not printed */
-	if (!isfinite(sum))
-		cli_die("%s: the NLL is %g, not finite (the state's or the model's values overflow)", where,
-			isnan(sum) ? NAN : sum);
-
-	double mean = sum / (double)nc;
+	if (!isfinite(j->sum))
+		cli_die("%s: the NLL is %g, not finite (the state's or the model's values overflow)",
+			j->where, isnan(j->sum) ? NAN : j->sum);
+	const double mean = j->sum / (double)j->nc;
 	FILE *f = sc->out;
 	/* The state's id once: a pair from the command line has no id of its own. */
 	putc('{', f);
-	if (id) {
+	if (j->id) {
 		fputs("\"id\":", f);
-		mcli_json_str(f, id, (size_t)-1);
+		mcli_json_str(f, j->id, (size_t)-1);
 		putc(',', f);
 	}
 	fputs("\"state\":", f);
-	mcli_json_str(f, start->id ? start->id : "", (size_t)-1);
-	fprintf(f, ",\"nll\":%.9g,\"n_tokens\":%zu,\"ppl\":%.9g,\"sum_nll\":%.9g", mean, nc,
-		exp(mean), sum);
+	mcli_json_str(f, j->h->st.id ? j->h->st.id : "", (size_t)-1);
+	fprintf(f, ",\"nll\":%.9g,\"n_tokens\":%zu,\"ppl\":%.9g,\"sum_nll\":%.9g", mean, j->nc,
+		exp(mean), j->sum);
 	if (sc->per_token) {
 		fputs(",\"per_token\":[", f);
-		for (size_t i = 0; i < nc; i++)
-			fprintf(f, i ? ",%.9g" : "%.9g", sc->per[i]);
+		for (size_t i = 0; i < j->nc; i++)
+			fprintf(f, i ? ",%.9g" : "%.9g", j->per[i]);
 		putc(']', f);
 	}
 	fputs("}\n", f);
 	if (ferror(f))
 		cli_die("write error: %s", strerror(errno));
+}
+
+/* Scores jobs[0..n) together and prints their lines in order: each starts
+ * from a copy of its state; the queries but their last tokens go through
+ * one prefill (state only); then rounds of up to SCORE_ROWS tokens per job,
+ * [q_last, c_0 .. c_{nc-2}] (row i predicts c_i), one prefill each for all
+ * jobs with tokens left. The jobs' states are released. */
+static void score_jobs(scorer *sc, int n)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	const int64_t V = sc->m->cfg.vocab_padded;
+	int k = 0;
+	for (int i = 0; i < n; i++) {
+		job *j = &sc->jobs[i];
+		const ss_state_dims *d = &j->h->st.dims;
+		j->s = &sc->run[i];
+		memcpy(j->s->ssm, j->h->st.ssm, ss_state_ssm_len(d) * sizeof(float));
+		memcpy(j->s->conv, j->h->st.conv, ss_state_conv_len(d) * sizeof(float));
+		memcpy(j->s->logdecay, j->h->st.logdecay, ss_state_logdecay_len(d) * sizeof(float));
+		memcpy(j->s->fingerprint, j->h->st.fingerprint, sizeof j->s->fingerprint);
+		j->s->n_tokens = j->h->st.n_tokens;
+		j->h->refs--;
+		j->done = 0;
+		j->sum = 0;
+		if (!(j->per = malloc(j->nc * sizeof *j->per)))
+			cli_die("out of memory");
+		sc->seqs[i] = (ss_forward_seq){ .tokens = j->q, .n_tokens = (int64_t)j->nq - 1,
+						.state = j->s };
+	}
+	/* a failure of a pass is the batch's: named by its first job */
+	if (ss_forward_prefill(sc->ctx, sc->seqs, n, SS_LOGITS_NONE, err))
+		cli_die("%s: %s", sc->jobs[0].where, err);
+	for (;;) {
+		for (int i = k = 0; i < n; i++) {
+			job *j = &sc->jobs[i];
+			if (j->done == j->nc)
+				continue;
+			const size_t r = j->nc - j->done < SCORE_ROWS ? j->nc - j->done : SCORE_ROWS;
+			for (size_t t = 0; t < r; t++)
+				j->buf[t] = j->done + t == 0 ? j->q[j->nq - 1] : j->c[j->done + t - 1];
+			sc->seqs[k++] = (ss_forward_seq){ .tokens = j->buf, .n_tokens = (int64_t)r,
+							  .state = j->s,
+							  .logits = sc->logits + (size_t)i * SCORE_ROWS * V };
+		}
+		if (k == 0)
+			break;
+		if (ss_forward_prefill(sc->ctx, sc->seqs, k, SS_LOGITS_ALL, err))
+			cli_die("%s: %s", sc->jobs[0].where, err);
+		for (int i = 0; i < n; i++) {
+			job *j = &sc->jobs[i];
+			const float *lg = sc->logits + (size_t)i * SCORE_ROWS * V;
+			for (size_t t = 0; t < SCORE_ROWS && j->done < j->nc; t++, j->done++) {
+				const double v = ss_nll(lg + (size_t)t * V, V, j->c[j->done]);
+				j->per[j->done] = v;
+				j->sum += v;
+			}
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		job *j = &sc->jobs[i];
+		job_print(sc, j);
+		free(j->per);
+		j->per = NULL;
+	}
+	/* a state whose jobs have all started goes after the last of them (its
+	 * jobs are consecutive) */
+	for (int i = 0; i < n; i++) {
+		held_state *h = sc->jobs[i].h;
+		if (h->refs == 0 && (i == n - 1 || sc->jobs[i + 1].h != h)) {
+			ss_state_free(&h->st);
+			free(h);
+		}
+	}
 }
 
 /* One pair of the --pairs input, parsed. */
@@ -230,6 +316,7 @@ typedef struct {
 	const char *query, *cont, *qtok, *ctok;
 	cli_model_opts mo;
 	int no_state, per_token;
+	long batch;   /* --batch; 0: the memory bound */
 	int single;   /* one pair from the command line, not --pairs */
 	int implicit; /* the states come from a non-terminal stdin, not named */
 } score_opts;
@@ -266,7 +353,7 @@ static void check_args(score_opts *o)
 static void parse_args(int argc, char **argv, score_opts *o)
 {
 	enum { O_STATE = 256, O_NOSTATE, O_QUERY, O_CONT, O_QTOK, O_CTOK, O_PAIRS,
-	       O_PER };
+	       O_PER, O_BATCH };
 	static const struct option opts[] = {
 		{ "state", required_argument, 0, O_STATE },
 		{ "no-state", no_argument, 0, O_NOSTATE },
@@ -276,6 +363,7 @@ static void parse_args(int argc, char **argv, score_opts *o)
 		{ "continuation-tokens", required_argument, 0, O_CTOK },
 		{ "pairs", required_argument, 0, O_PAIRS },
 		{ "per-token", no_argument, 0, O_PER },
+		{ "batch", required_argument, 0, O_BATCH },
 		{ 0, 0, 0, 0 },
 	};
 	*o = (score_opts){ 0 };
@@ -291,6 +379,7 @@ static void parse_args(int argc, char **argv, score_opts *o)
 		case O_CTOK: o->ctok = optarg; break;
 		case O_PAIRS: o->pairs_path = optarg; break;
 		case O_PER: o->per_token = 1; break;
+		case O_BATCH: o->batch = cli_long("--batch", optarg, 1, BATCH_MAX, usage); break;
 		}
 	}
 	if (optind < argc)
@@ -299,30 +388,83 @@ static void parse_args(int argc, char **argv, score_opts *o)
 }
 
 /* Scores the pair (q, cc) or the pairs ps[0..np) from every state of the
- * input (or the zero state) into sc->out. */
+ * input (or the zero state) into sc->out, sc->batch (state, pair) jobs at a
+ * time, in order: a state is read when the batch needs its jobs and held
+ * until the last has started. A job that cannot be scored ends the run
+ * after the jobs before it are printed, as one at a time would. */
 static void score_all(scorer *sc, const score_opts *o, const int32_t *q, size_t nq,
 		      const int32_t *cc, size_t nc, const pair *ps, size_t np)
 {
 	mcli_states src;
 	mcli_states_open(&src, o->state_path, o->implicit);
-	ss_state st;
-	while (mcli_states_next(&src, sc->m, sc->model_dir, &st)) {
-		char where[1200], state[600];
-		if (o->state_path)
-			snprintf(state, sizeof state, "%s: record %llu (id \"%.400s\")", o->state_path,
-				 (unsigned long long)src.count - 1, st.id);
-		else
-			snprintf(state, sizeof state, "(zero state)");
-		if (o->single)
-			score_pair(sc, &st, NULL, q, nq, cc, nc, state);
-		for (size_t i = 0; i < np; i++) {
-			snprintf(where, sizeof where, "%s: pair \"%.400s\" from %s", o->pairs_path,
-				 ps[i].id, state);
-			score_pair(sc, &st, ps[i].id, ps[i].q, ps[i].nq, ps[i].c, ps[i].nc, where);
+	held_state *h = NULL;
+	const size_t per_state = o->single ? 1 : np;
+	size_t next = per_state; /* h's next job */
+	char bad[SS_ERRMSG_MAX + 1300] = "";
+	int n = 0, end = 0;
+	if (per_state == 0) { /* no pairs: the states are still read (and checked) */
+		ss_state st;
+		while (mcli_states_next(&src, sc->m, sc->model_dir, &st))
+			ss_state_free(&st);
+		end = 1;
+	}
+	while (!end || n > 0) {
+		while (!end && !bad[0] && n < sc->batch) {
+			if (next == per_state) {
+				ss_state st;
+				if (!mcli_states_next(&src, sc->m, sc->model_dir, &st)) {
+					end = 1;
+					break;
+				}
+				if (!(h = calloc(1, sizeof *h)))
+					cli_die("out of memory");
+				h->st = st;
+				h->refs = per_state;
+				if (o->state_path)
+					snprintf(h->where, sizeof h->where, "%s: record %llu (id \"%.400s\")",
+						 o->state_path, (unsigned long long)src.count - 1, st.id);
+				else
+					snprintf(h->where, sizeof h->where, "(zero state)");
+				next = 0;
+			}
+			job *j = &sc->jobs[n];
+			*j = (job){ .h = h, .q = q, .nq = nq, .c = cc, .nc = nc };
+			if (o->single) {
+				snprintf(j->where, sizeof j->where, "%s", h->where);
+			} else {
+				const pair *p = &ps[next];
+				*j = (job){ .h = h, .id = p->id, .q = p->q, .nq = p->nq, .c = p->c, .nc = p->nc };
+				snprintf(j->where, sizeof j->where, "%s: pair \"%.400s\" from %s",
+					 o->pairs_path, p->id, h->where);
+			}
+			char why[SS_ERRMSG_MAX];
+			if (job_invalid(sc, j, why, sizeof why)) {
+				snprintf(bad, sizeof bad, "%s: %s", j->where, why);
+				break;
+			}
+			next++;
+			n++;
 		}
-		ss_state_free(&st);
+		if (n > 0)
+			score_jobs(sc, n);
+		n = 0;
+		if (bad[0])
+			cli_die("%s", bad);
 	}
 	mcli_states_close(&src);
+}
+
+/* The default --batch: as many jobs as BATCH_BYTES of their running state
+ * and SCORE_ROWS logits rows hold (about 30 at the mamba2-130m shape). */
+static int default_batch(const ss_model *m)
+{
+	ss_state_dims sd;
+	ss_model_state_dims(m, &sd);
+	const double per = (double)(ss_state_ssm_len(&sd) + ss_state_conv_len(&sd) +
+				    ss_state_logdecay_len(&sd)) * sizeof(float) +
+			   (double)SCORE_ROWS * m->cfg.vocab_padded * sizeof(float);
+	const double b = BATCH_BYTES / per;
+	return b < 1 ? 1 : b > BATCH_MAX ? BATCH_MAX : (int)b;
 }
 
 int main(int argc, char **argv)
@@ -342,9 +484,22 @@ int main(int argc, char **argv)
 	ss_model *m = mcli_load_model(sc.model_dir, 0, o.mo.wtype, usage);
 	sc.m = m;
 	sc.ctx = mcli_forward_ctx(m, sc.model_dir, dev, o.mo.threads);
-	sc.logits = malloc((size_t)SCORE_ROWS * (size_t)m->cfg.vocab_padded * sizeof(float));
-	if (!sc.logits)
-		cli_die("out of memory");
+	/* lines the same whatever the batch (on a GPU: to its rounding) */
+	if (ss_forward_ctx_device(sc.ctx) == SS_DEVICE_CPU &&
+	    ss_forward_ctx_set_deterministic(sc.ctx, 1))
+		cli_die("cannot make the forward context deterministic");
+	sc.batch = o.batch ? (int)o.batch : default_batch(m);
+	sc.jobs = calloc((size_t)sc.batch, sizeof *sc.jobs);
+	sc.seqs = calloc((size_t)sc.batch, sizeof *sc.seqs);
+	sc.run = calloc((size_t)sc.batch, sizeof *sc.run);
+	ss_state_dims sd;
+	ss_model_state_dims(m, &sd);
+	for (int i = 0; sc.run && i < sc.batch; i++)
+		if (ss_state_alloc(&sc.run[i], &sd))
+			cli_die("out of memory for a batch of %d (--batch)", sc.batch);
+	sc.logits = malloc((size_t)sc.batch * SCORE_ROWS * (size_t)m->cfg.vocab_padded * sizeof(float));
+	if (!sc.jobs || !sc.seqs || !sc.run || !sc.logits)
+		cli_die("out of memory for a batch of %d (--batch)", sc.batch);
 
 	pair *ps = NULL;
 	size_t np = 0;
@@ -366,7 +521,11 @@ int main(int argc, char **argv)
 	free(q);
 	free(cc);
 	free(sc.logits);
-	free(sc.per);
+	for (int i = 0; i < sc.batch; i++)
+		ss_state_free(&sc.run[i]);
+	free(sc.run);
+	free(sc.jobs);
+	free(sc.seqs);
 	ss_tokenizer_free(sc.tok);
 	ss_forward_ctx_free(sc.ctx);
 	ss_device_close(dev);

@@ -15,11 +15,12 @@
  *
  * The GEMMs are split over the pool's threads by rows (large T) or by output
  * columns (small T: decode, where sgemv streams the weights once); in a
- * deterministic prefill, as (row block of one segment, column block) tasks
- * (see ROW_BLOCK). In a deterministic decode step, and for lm_head in any
- * deterministic pass, through the row-invariant kernel (ops/linear_f32.h)
- * over column slices: a row's logits are then the same bits whatever the
- * batch, its place in it and the threads.
+ * deterministic prefill, as (row block, column block) tasks (see ROW_BLOCK
+ * and ROWINV_MAX). In a deterministic decode step, for the segments of at
+ * most ROWINV_MAX tokens of a deterministic prefill, and for lm_head in any
+ * deterministic pass, through the row-invariant kernel (ops/linear_f32.h):
+ * a row's results are then the same bits whatever the batch, its place in
+ * it and the threads.
  * ref: lib/forward/forward.c (the driver); backend.h (the op table).
  */
 #include "forward/blas.h"
@@ -45,8 +46,21 @@
  * shapes); a 64-row call is about 20% slower. */
 #define ROW_BLOCK 256
 #define COL_BLOCK 256
-/* Last-position rows that share one pass over lm_head. */
-#define LAST_GROUP 16
+/* Segments of at most this many tokens (a question, a chunk of a scored
+ * continuation) go through the row-invariant kernel instead, all of a
+ * pass's such rows together in blocks of up to ROW_BLOCK rows: the weights
+ * are then read once for many short sequences (batched ss-score) and a row
+ * is the same bits alone or batched. That kernel beats sgemm at these row
+ * counts (AVX-512 Zen 5, 1 thread, in_proj's shape: 108 against 54 GFLOP/s
+ * at 19 rows, 131 against 94 at 64, with OpenBLAS's Haswell kernels; 130
+ * against 144 at 64 with its SkylakeX ones). */
+#define ROWINV_MAX 64
+/* Rows of the logits buffer one lm_head call fills for the driver
+ * (ss_backend_ops.lm_rows: a pass's last rows, or all of several segments',
+ * share one pass over lm_head, 64 at a time); the buffer starts at
+ * LOGITS_ROWS0 rows and grows to what a call asks. */
+#define LM_ROWS 64
+#define LOGITS_ROWS0 16
 /* With bf16/f16 weights, a GEMM of more rows than this per call widens
  * COL_BLOCK-row panels of W into f32 and runs sgemm on them; fewer rows
  * (decode) stream W through the 16-bit kernel. */
@@ -84,10 +98,12 @@ typedef struct {
 	segment *segs;    /* [ubatch] its non-empty segments */
 	int nseg;
 	int64_t T;
-	int64_t *blk;     /* [ubatch][2] prefill GEMM row blocks: first row, rows */
+	int64_t *blk;     /* [ubatch][3] prefill GEMM row blocks: first row, rows,
+			   * and 1 for rows of short segments (ROWINV_MAX) */
 	int64_t nblk;     /* blocks (a deterministic prefill pass), else 0 */
 	int rowinv;       /* a deterministic pass: its GEMMs without blocks (all of
 			   * a decode step's, lm_head's) use ss_linear_rows_cpu */
+	int decode;       /* the pass is a decode step */
 	int64_t conv_parts; /* channel slices per segment in conv_task */
 	int scan_hb;      /* heads per scan task (a divisor of the heads per group) */
 	/* the logits buffer: [logits_rows][vocab_padded], and its argmax */
@@ -130,8 +146,9 @@ typedef struct {
 	float beta;
 	int by_rows;
 	int rowinv;       /* ss_linear_rows_cpu over column slices */
+	int decode;       /* a decode step's GEMM */
 	int64_t parts;
-	const int64_t *blk; /* row blocks (prefill), else NULL */
+	const int64_t *blk; /* row blocks (prefill, see cpu_be), else NULL */
 	int64_t ncb;        /* column blocks per row block */
 } gemm_job;
 
@@ -139,10 +156,13 @@ static void gemm_task(void *arg, int64_t i, int thread)
 {
 	const gemm_job *j = arg;
 	int64_t m0 = 0, m1 = j->M, n0 = 0, n1 = j->N;
+	int rowinv = j->rowinv;
 
 	if (j->blk) {
-		m0 = j->blk[2 * (i / j->ncb)];
-		m1 = m0 + j->blk[2 * (i / j->ncb) + 1];
+		const int64_t *bk = j->blk + 3 * (i / j->ncb);
+		m0 = bk[0];
+		m1 = m0 + bk[1];
+		rowinv = (int)bk[2];
 		n0 = i % j->ncb * COL_BLOCK;
 		n1 = n0 + COL_BLOCK < j->N ? n0 + COL_BLOCK : j->N;
 	} else if (j->by_rows)
@@ -157,24 +177,32 @@ static void gemm_task(void *arg, int64_t i, int thread)
 	if (m1 <= m0 || n1 <= n0)
 		return;
 	const size_t row = ss_dtype_row_size(j->wt, (size_t)j->K); /* bytes of a row of W */
-	/* q8_0 goes to ss_linear_cpu even here: its kernel is row-invariant too */
-	if (j->rowinv && j->wt != SS_DTYPE_Q8_0) { /* dtype checked at load, sizes here: cannot fail */
+	/* dtype checked at load, sizes here: the calls cannot fail */
+	if (rowinv && j->wt != SS_DTYPE_Q8_0) { /* 16-bit W widened in registers */
 		(void)ss_linear_rows_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
 					 (const char *)j->W + n0 * row, j->wt, m1 - m0,
 					 n1 - n0, j->K, j->beta);
 		return;
 	}
-	if (j->wt != SS_DTYPE_F32 && m1 - m0 > W16_DOT_ROWS && !j->rowinv) {
+	/* W widened by panels: 16-bit or q8_0 W for the BLAS beyond a few rows;
+	 * q8_0 W for the row-invariant kernel outside decode steps (a decode
+	 * step quantizes x too, as ggml does: ss_matvec_q8_0, row-invariant) */
+	if (j->wt != SS_DTYPE_F32 &&
+	    (rowinv ? !j->decode : m1 - m0 > W16_DOT_ROWS)) {
 		float *P = j->wpanel + (size_t)thread * COL_BLOCK * j->K;
 		for (int64_t n = n0, nb; n < n1; n += nb) {
 			nb = n1 - n < COL_BLOCK ? n1 - n : COL_BLOCK;
 			ss_matvec_widen(P, (const char *)j->W + n * row, j->wt, (size_t)(nb * j->K));
-			(void)ss_linear_cpu(j->C + m0 * j->ldc + n, j->ldc, j->A + m0 * j->lda, j->lda, P,
-					    SS_DTYPE_F32, m1 - m0, nb, j->K, j->beta);
+			if (rowinv)
+				(void)ss_linear_rows_cpu(j->C + m0 * j->ldc + n, j->ldc,
+							 j->A + m0 * j->lda, j->lda, P, SS_DTYPE_F32,
+							 m1 - m0, nb, j->K, j->beta);
+			else
+				(void)ss_linear_cpu(j->C + m0 * j->ldc + n, j->ldc, j->A + m0 * j->lda,
+						    j->lda, P, SS_DTYPE_F32, m1 - m0, nb, j->K, j->beta);
 		}
 		return;
 	}
-	/* dtype checked at load, sizes here: cannot fail */
 	(void)ss_linear_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
 			    (const char *)j->W + n0 * row, j->wt, m1 - m0, n1 - n0, j->K,
 			    j->beta);
@@ -186,7 +214,7 @@ static void gemm_task(void *arg, int64_t i, int thread)
 static void gemm_wt(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, const void *W,
 		    ss_dtype wt, float *C, int64_t ldc, int64_t M, int64_t N, int64_t K, float beta)
 {
-	gemm_job j = { A, W, wt, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0, 0,
+	gemm_job j = { A, W, wt, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0, 0, ctx->decode,
 		       ctx->n_threads, NULL, 0 };
 
 	if (M <= 0 || N <= 0)
@@ -289,9 +317,15 @@ static void dt1_task(void *arg, int64_t i, int thread)
 	const int64_t ldx = c->dt_rank + 2 * c->d_state;
 	int64_t r0, r1;
 	(void)thread;
-	if (j->ctx->nblk > 0) { /* deterministic: the GEMMs' row blocks (sgemm inside) */
-		r0 = j->ctx->blk[2 * i];
-		r1 = r0 + j->ctx->blk[2 * i + 1];
+	if (j->ctx->nblk > 0 && j->ctx->blk[3 * i + 2]) { /* short segments: row by row */
+		for (r0 = j->ctx->blk[3 * i]; r0 < j->ctx->blk[3 * i] + j->ctx->blk[3 * i + 1]; r0++)
+			ss_dt_proj_cpu(j->ctx->DT + r0 * c->d_inner, c->d_inner,
+				       j->ctx->XDBC + r0 * ldx, ldx, j->ctx->m->layers[j->layer].dt_proj,
+				       j->ctx->m->layers[j->layer].dt_bias, 1, c->d_inner, c->dt_rank);
+		return;
+	} else if (j->ctx->nblk > 0) { /* deterministic: the GEMMs' row blocks (sgemm inside) */
+		r0 = j->ctx->blk[3 * i];
+		r1 = r0 + j->ctx->blk[3 * i + 1];
 	} else if (j->ctx->rowinv) { /* a deterministic decode step: row by row */
 		r0 = i;
 		r1 = i + 1;
@@ -447,13 +481,30 @@ static int pass_begin(void *b, const ss_pass *p)
 	ctx->T = p->T;
 	ctx->nblk = 0;
 	ctx->rowinv = p->blocked;
-	/* a decode step's rows are one per sequence: no blocks, every GEMM row-invariant */
-	for (i = 0; p->blocked && !p->decode && i < nseg; i++)
-		for (r = 0; r < ctx->segs[i].n; r += ROW_BLOCK, ctx->nblk++) {
-			const segment *s = &ctx->segs[i];
-			ctx->blk[2 * ctx->nblk] = s->row0 + r;
-			ctx->blk[2 * ctx->nblk + 1] = s->n - r < ROW_BLOCK ? s->n - r : ROW_BLOCK;
+	ctx->decode = p->decode;
+	/* a decode step's rows are one per sequence: no blocks, every GEMM
+	 * row-invariant. A prefill's: ROW_BLOCK-row blocks of each long segment
+	 * from its first row; the rows of short ones, consecutive in the pass,
+	 * joined into blocks of up to ROW_BLOCK rows. */
+	for (i = 0; p->blocked && !p->decode && i < nseg; i++) {
+		const segment *s = &ctx->segs[i];
+		const int64_t shortseg = s->n <= ROWINV_MAX;
+		for (r = 0; r < s->n;) {
+			int64_t *bk = ctx->blk + 3 * ctx->nblk, n = s->n - r;
+			if (shortseg && ctx->nblk > 0 && bk[-1] && bk[-3] + bk[-2] == s->row0 + r &&
+			    bk[-2] < ROW_BLOCK) { /* the previous block of short rows goes on */
+				n = n < ROW_BLOCK - bk[-2] ? n : ROW_BLOCK - bk[-2];
+				bk[-2] += n;
+			} else {
+				n = n < ROW_BLOCK ? n : ROW_BLOCK;
+				bk[0] = s->row0 + r;
+				bk[1] = n;
+				bk[2] = shortseg;
+				ctx->nblk++;
+			}
+			r += n;
 		}
+	}
 	if (nseg == 0)
 		return 0;
 	/* enough (segment, channel slice) tasks to keep every thread busy,
@@ -598,7 +649,7 @@ static int lm_head(void *b, int64_t i, int64_t n, float *dst)
 		gemm(ctx, 0, ctx->U + i * d, d, ctx->m->lm_head, dst, V, n, V, d, 0.0f);
 		return 0;
 	}
-	if (n > ctx->logits_rows) { /* a decode step of more than LAST_GROUP rows */
+	if (n > ctx->logits_rows) {
 		float *lg = realloc(ctx->logits, (size_t)n * (size_t)V * sizeof(float));
 		int32_t *ids = lg ? realloc(ctx->ids, (size_t)n * sizeof(int32_t)) : NULL;
 		if (lg)
@@ -608,12 +659,7 @@ static int lm_head(void *b, int64_t i, int64_t n, float *dst)
 		ctx->ids = ids;
 		ctx->logits_rows = n;
 	}
-	/* LAST_GROUP rows share one pass over lm_head */
-	for (int64_t k = 0; k < n; k += LAST_GROUP) {
-		const int64_t g = n - k < LAST_GROUP ? n - k : LAST_GROUP;
-		gemm(ctx, 0, ctx->U + (i + k) * d, d, ctx->m->lm_head, ctx->logits + k * V, V, g, V, d,
-		     0.0f);
-	}
+	gemm(ctx, 0, ctx->U + i * d, d, ctx->m->lm_head, ctx->logits, V, n, V, d, 0.0f);
 	return 0;
 }
 
@@ -676,7 +722,7 @@ static void be_free(void *b)
 }
 
 static const ss_backend_ops cpu_ops = {
-	.lm_rows = LAST_GROUP,
+	.lm_rows = LM_ROWS,
 	.step_rows = 0,
 	.deterministic = 1,
 	.free = be_free,
@@ -730,10 +776,10 @@ int ss_backend_cpu_init(void **be, const ss_backend_ops **ops, const ss_model *m
 	ctx->DT = xalloc((size_t)ub * c->nheads, sizeof(float), &ctx->bytes);
 	ctx->Y = xalloc((size_t)ub * c->d_inner, sizeof(float), &ctx->bytes);
 	ctx->segs = xalloc((size_t)ub, sizeof(segment), &ctx->bytes);
-	ctx->blk = xalloc((size_t)ub * 2, sizeof(int64_t), &ctx->bytes);
-	ctx->logits_rows = LAST_GROUP;
-	ctx->logits = xalloc((size_t)LAST_GROUP * c->vocab_padded, sizeof(float), &ctx->bytes);
-	ctx->ids = xalloc(LAST_GROUP, sizeof(int32_t), &ctx->bytes);
+	ctx->blk = xalloc((size_t)ub * 3, sizeof(int64_t), &ctx->bytes);
+	ctx->logits_rows = LOGITS_ROWS0;
+	ctx->logits = xalloc((size_t)LOGITS_ROWS0 * c->vocab_padded, sizeof(float), &ctx->bytes);
+	ctx->ids = xalloc(LOGITS_ROWS0, sizeof(int32_t), &ctx->bytes);
 	if (m->wtype != SS_DTYPE_F32)
 		ctx->wpanel = xalloc((size_t)ctx->n_threads * COL_BLOCK *
 					     (c->d_inner > c->d_model ? c->d_inner : c->d_model),

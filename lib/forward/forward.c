@@ -50,6 +50,7 @@ struct ss_forward_ctx {
 	ss_segment *segs;  /* [ubatch] the pass's segments */
 	int64_t *rows;     /* [ubatch] pass rows gathered for the outputs */
 	int32_t *out_seq;  /* [ubatch] sequence of each gathered row */
+	int64_t *out_pos;  /* [ubatch] its row in the sequence's output arrays */
 	ss_forward_seq *dseqs; /* decode's seqs, grown on demand */
 	int dseqs_cap;
 	ss_state **sts;    /* a prefill's states, for states_in/out */
@@ -90,45 +91,17 @@ static int run_layers(ss_forward_ctx *ctx, const ss_pass *p)
 	return 0;
 }
 
-/* SS_LOGITS_ALL: every row of each segment, into the caller's arrays. */
-static int emit_all(ss_forward_ctx *ctx, const ss_pass *p)
+/* Outputs of the n gathered rows (ctx->rows, out_seq, out_pos): lm_rows of
+ * them share one pass over lm_head (batched decode reads the 150 MB lm_head
+ * of mamba2-130m once per group, not once per sequence), then each row is
+ * copied to its sequence's arrays at its position. */
+static int emit_gathered(ss_forward_ctx *ctx, const ss_pass *p, int64_t n)
 {
 	const ss_backend_ops *o = ctx->ops;
-	const int64_t d = ctx->c.d_model, V = ctx->c.vocab_padded;
-	int i, err;
-
-	for (i = 0; i < p->nseg; i++) {
-		const ss_segment *s = &p->segs[i];
-		const ss_forward_seq *q = &p->seqs[s->seq];
-		if (s->n == 0 || (!q->hidden && !q->logits))
-			continue;
-		if ((err = o->norm_f(ctx->be, NULL, s->row0, s->n)) ||
-		    (q->hidden && (err = o->hidden(ctx->be, q->hidden + s->start * d, 0, s->n))) ||
-		    (q->logits && (err = o->lm_head(ctx->be, 0, s->n, q->logits + s->start * V))))
-			return err;
-	}
-	return 0;
-}
-
-/* SS_LOGITS_LAST: the last row of each sequence that ends in this pass. The
- * rows are gathered so that lm_rows of them share one pass over lm_head
- * (batched decode reads the 150 MB lm_head of mamba2-130m once per group,
- * not once per sequence), then copied to their callers' arrays. */
-static int emit_last(ss_forward_ctx *ctx, const ss_pass *p)
-{
-	const ss_backend_ops *o = ctx->ops;
-	const int64_t G = o->lm_rows;
-	int64_t i, k, n = 0;
+	const int64_t d = ctx->c.d_model, V = ctx->c.vocab_padded, G = o->lm_rows;
+	int64_t i, k;
 	int err;
 
-	for (i = 0; i < p->nseg; i++) {
-		const ss_segment *s = &p->segs[i];
-		const ss_forward_seq *q = &p->seqs[s->seq];
-		if (s->n == 0 || s->start + s->n != q->n_tokens || (!q->hidden && !q->logits))
-			continue;
-		ctx->rows[n] = s->row0 + s->n - 1;
-		ctx->out_seq[n++] = s->seq;
-	}
 	if (n == 0)
 		return 0;
 	if ((err = o->norm_f(ctx->be, ctx->rows, 0, n)))
@@ -138,7 +111,8 @@ static int emit_last(ss_forward_ctx *ctx, const ss_pass *p)
 		int any_logits = 0;
 		for (k = i; k < i + g; k++) {
 			const ss_forward_seq *q = &p->seqs[ctx->out_seq[k]];
-			if (q->hidden && (err = o->hidden(ctx->be, q->hidden, k, 1)))
+			if (q->hidden &&
+			    (err = o->hidden(ctx->be, q->hidden + ctx->out_pos[k] * d, k, 1)))
 				return err;
 			any_logits |= q->logits != NULL;
 		}
@@ -148,11 +122,69 @@ static int emit_last(ss_forward_ctx *ctx, const ss_pass *p)
 			return err;
 		for (k = i; k < i + g; k++) {
 			const ss_forward_seq *q = &p->seqs[ctx->out_seq[k]];
-			if (q->logits && (err = o->logits(ctx->be, q->logits, k - i, 1)))
+			if (q->logits &&
+			    (err = o->logits(ctx->be, q->logits + ctx->out_pos[k] * V, k - i, 1)))
 				return err;
 		}
 	}
 	return 0;
+}
+
+/* SS_LOGITS_ALL: every row of each segment, into the caller's arrays. One
+ * segment's rows go straight there; the rows of several are gathered
+ * (emit_gathered: batched scoring, many short segments). */
+static int emit_all(ss_forward_ctx *ctx, const ss_pass *p)
+{
+	const ss_backend_ops *o = ctx->ops;
+	const int64_t d = ctx->c.d_model, V = ctx->c.vocab_padded;
+	int64_t r, n = 0;
+	int i, err, nout = 0, last = 0;
+
+	for (i = 0; i < p->nseg; i++) {
+		const ss_segment *s = &p->segs[i];
+		const ss_forward_seq *q = &p->seqs[s->seq];
+		if (s->n > 0 && (q->hidden || q->logits)) {
+			nout++;
+			last = i;
+		}
+	}
+	if (nout == 1) {
+		const ss_segment *s = &p->segs[last];
+		const ss_forward_seq *q = &p->seqs[s->seq];
+		if ((err = o->norm_f(ctx->be, NULL, s->row0, s->n)) ||
+		    (q->hidden && (err = o->hidden(ctx->be, q->hidden + s->start * d, 0, s->n))) ||
+		    (q->logits && (err = o->lm_head(ctx->be, 0, s->n, q->logits + s->start * V))))
+			return err;
+		return 0;
+	}
+	for (i = 0; i < p->nseg; i++) {
+		const ss_segment *s = &p->segs[i];
+		const ss_forward_seq *q = &p->seqs[s->seq];
+		for (r = 0; r < s->n && (q->hidden || q->logits); r++, n++) {
+			ctx->rows[n] = s->row0 + r;
+			ctx->out_seq[n] = s->seq;
+			ctx->out_pos[n] = s->start + r;
+		}
+	}
+	return emit_gathered(ctx, p, n);
+}
+
+/* SS_LOGITS_LAST: the last row of each sequence that ends in this pass,
+ * gathered (emit_gathered). */
+static int emit_last(ss_forward_ctx *ctx, const ss_pass *p)
+{
+	int64_t n = 0;
+
+	for (int i = 0; i < p->nseg; i++) {
+		const ss_segment *s = &p->segs[i];
+		const ss_forward_seq *q = &p->seqs[s->seq];
+		if (s->n == 0 || s->start + s->n != q->n_tokens || (!q->hidden && !q->logits))
+			continue;
+		ctx->rows[n] = s->row0 + s->n - 1;
+		ctx->out_seq[n] = s->seq;
+		ctx->out_pos[n++] = 0;
+	}
+	return emit_gathered(ctx, p, n);
 }
 
 static int any_output(const ss_forward_seq *seqs, int n, ss_logits_mode mode)
@@ -336,8 +368,9 @@ static int ctx_new(ss_forward_ctx **out, const ss_model *m, int n_threads, int u
 	(*ctx)->segs = calloc((size_t)ub, sizeof(ss_segment));
 	(*ctx)->rows = calloc((size_t)ub, sizeof(int64_t));
 	(*ctx)->out_seq = calloc((size_t)ub, sizeof(int32_t));
-	(*ctx)->bytes = sizeof(**ctx) + (size_t)ub * (sizeof(ss_segment) + sizeof(int64_t) + sizeof(int32_t));
-	if (!(*ctx)->segs || !(*ctx)->rows || !(*ctx)->out_seq) {
+	(*ctx)->out_pos = calloc((size_t)ub, sizeof(int64_t));
+	(*ctx)->bytes = sizeof(**ctx) + (size_t)ub * (sizeof(ss_segment) + 2 * sizeof(int64_t) + sizeof(int32_t));
+	if (!(*ctx)->segs || !(*ctx)->rows || !(*ctx)->out_seq || !(*ctx)->out_pos) {
 		ss_forward_ctx_free(*ctx);
 		ss_errf(errmsg, 0, "out of memory for a %lld-token ubatch", (long long)ub);
 		return SS_ERR_NOMEM;
@@ -579,6 +612,7 @@ void ss_forward_ctx_free(ss_forward_ctx *ctx)
 	free(ctx->segs);
 	free(ctx->rows);
 	free(ctx->out_seq);
+	free(ctx->out_pos);
 	free(ctx->dseqs);
 	free(ctx->sts);
 	free(ctx->sorted);

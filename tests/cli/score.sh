@@ -57,6 +57,28 @@ $PY nll-eq "$d/p.json" "$G/t1/c3/nll.f32" 49 296
 ss-score --model "$T1" --no-state <"$d/pairs.jsonl" >"$d/p0.json"
 [ "$(wc -l <"$d/p0.json")" -eq 2 ] || fail "pairs on stdin"
 
+# Batched (issue 35 §1): up to --batch (state, pair) lines share each forward
+# pass. The bytes equal those of one line at a time (--batch 1, 1 thread)
+# whatever --batch and --threads: queries of 1 to 100 tokens (segments short
+# and long: backend_cpu.c ROWINV_MAX), continuations of 2 to 247 tokens (one
+# to four 64-token rounds), 3 states (one q8); lines in state-major order.
+printf '%s\n' "{\"id\":\"b1\",\"query_tokens\":[$(ids t1 0 1)],\"continuation_tokens\":[$(ids t1 1 101)]}" \
+	"{\"id\":\"b2\",\"query_tokens\":[$(ids t1 0 100)],\"continuation_tokens\":[$(ids t1 100 165)]}" \
+	"{\"id\":\"b3\",\"query_tokens\":[$(ids t1 3 6)],\"continuation_tokens\":[$(ids t1 6 70)]}" \
+	>>"$d/pairs.jsonl"
+cat "$d/a.st" "$d/a8.st" "$d/a.st" >"$d/b.st"
+ss-score --model "$T1" --state "$d/b.st" --pairs "$d/pairs.jsonl" --per-token --batch 1 --threads 1 \
+	>"$d/b1.json"
+[ "$(wc -l <"$d/b1.json")" -eq 15 ] || fail "--batch 1: 3 states x 5 pairs"
+for bt in "2 2" "4 1" "7 2" "100 2"; do
+	set -- $bt
+	ss-score --model "$T1" --state "$d/b.st" --pairs "$d/pairs.jsonl" --per-token --batch $1 \
+		--threads $2 >"$d/bn.json"
+	cmp -s "$d/b1.json" "$d/bn.json" || fail "--batch $1 --threads $2: differs from --batch 1"
+done
+$PY nll-eq "$d/bn.json" "$G/t1/c3/nll.f32" 49 296
+expect 2 "--batch" ss-score --model "$T1" --no-state --pairs "$d/pairs.jsonl" --batch 0
+
 # Bad input. A state of another model: a generated one of t2's shape.
 "$SS_TOP/$SS_BUILD/gen/mkmodel" "$d/t2" --preset t2 --dtype bf16 >/dev/null
 ss-tokenize -q --whole "$G/t1/c2/text.txt" | ss-encode --model "$d/t2" >"$d/t2.st"

@@ -5,8 +5,8 @@
  * those of the f32 path on the widened W).
  * Register tiles of R rows x C columns share their loads: per step of k, C
  * rows of W and R rows of x feed R·C independent FMA chains, one per output.
- * W is walked by blocks of C rows (read from memory once per call), x's M
- * rows are re-read from cache for each block.
+ * W is walked by blocks of C rows (read from memory once per call), x's
+ * rows are re-read from cache for each block, both cut into cache blocks.
  * No CUDA twin: the GPU path (kernels/linear.cu) promises no bitwise
  * batch invariance.
  */
@@ -14,6 +14,12 @@
 #include "stream/internal.h" /* ss_cpu_f16c */
 
 enum { W_F32, W_BF16, W_F16 };
+/* Cache blocks of the SIMD paths: ROWS_N rows of W by ROWS_M rows of x
+ * (192 + 192 KB at K = 768, in L2), so that x is not streamed from memory
+ * once per tile of W when M is large (lm_head over a pass's rows: 1,280
+ * rows at 107 GFLOP/s unblocked, 124 blocked; AVX-512 Zen 5, 1 thread). */
+#define ROWS_N 64
+#define ROWS_M 64
 
 /* W[i] as f32 (exact). */
 static inline float wval(const void *W, int64_t i, const int wt)
@@ -199,18 +205,25 @@ int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, c
 		return SS_ERR_UNSUPPORTED;
 	const int w = wt == SS_DTYPE_F32 ? W_F32 : wt == SS_DTYPE_BF16 ? W_BF16 : W_F16;
 #ifdef HAVE_X86_KERNELS
+	void (*f)(float *, ptrdiff_t, const float *, ptrdiff_t, const void *, int64_t, int64_t,
+		  int64_t, float) = NULL;
 	static void (*const f512[3])(float *, ptrdiff_t, const float *, ptrdiff_t, const void *,
 				     int64_t, int64_t, int64_t, float) = { rows512_f32, rows512_bf16,
 									   rows512_f16 };
 	static void (*const f256[3])(float *, ptrdiff_t, const float *, ptrdiff_t, const void *,
 				     int64_t, int64_t, int64_t, float) = { rows256_f32, rows256_bf16,
 									   rows256_f16 };
-	if (__builtin_cpu_supports("avx512f")) {
-		f512[w](y, ldy, x, ldx, W, M, N, K, beta);
-		return 0;
-	}
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ss_cpu_f16c()) {
-		f256[w](y, ldy, x, ldx, W, M, N, K, beta);
+	if (__builtin_cpu_supports("avx512f"))
+		f = f512[w];
+	else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ss_cpu_f16c())
+		f = f256[w];
+	if (f) {
+		const size_t wrow = (size_t)K * (wt == SS_DTYPE_F32 ? 4 : 2);
+		for (int64_t n0 = 0; n0 < N; n0 += ROWS_N)
+			for (int64_t m0 = 0; m0 < M; m0 += ROWS_M)
+				f(y + m0 * ldy + n0, ldy, x + m0 * ldx, ldx,
+				  (const char *)W + (size_t)n0 * wrow, M - m0 < ROWS_M ? M - m0 : ROWS_M,
+				  N - n0 < ROWS_N ? N - n0 : ROWS_N, K, beta);
 		return 0;
 	}
 #endif
