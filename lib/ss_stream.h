@@ -316,6 +316,11 @@ int ss_state_alloc(ss_state *s, const ss_state_dims *d);
  * not copied). The caller frees dst with ss_state_free. Returns 0 or
  * SS_ERR_NOMEM. */
 int ss_state_copy(ss_state *dst, const ss_state *src);
+/* ss_state_copy into dst's own arrays (allocated for src's dims, e.g. by
+ * ss_state_alloc; nothing is allocated or freed): for a state reused many
+ * times over (a batch's running states), whose fresh pages would cost more
+ * than the copy. dst's id, provenance and annotation are left as they are. */
+void ss_state_copy_into(ss_state *dst, const ss_state *src);
 void ss_state_free(ss_state *s);
 /* 0 when dims are equal; else SS_ERR_MISMATCH with errmsg describing the
  * first difference ("nheads 8 vs 16"). */

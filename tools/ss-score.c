@@ -195,13 +195,8 @@ static void score_jobs(scorer *sc, int n)
 	int k = 0;
 	for (int i = 0; i < n; i++) {
 		job *j = &sc->jobs[i];
-		const ss_state_dims *d = &j->h->st.dims;
 		j->s = &sc->run[i];
-		memcpy(j->s->ssm, j->h->st.ssm, ss_state_ssm_len(d) * sizeof(float));
-		memcpy(j->s->conv, j->h->st.conv, ss_state_conv_len(d) * sizeof(float));
-		memcpy(j->s->logdecay, j->h->st.logdecay, ss_state_logdecay_len(d) * sizeof(float));
-		memcpy(j->s->fingerprint, j->h->st.fingerprint, sizeof j->s->fingerprint);
-		j->s->n_tokens = j->h->st.n_tokens;
+		ss_state_copy_into(j->s, &j->h->st);
 		j->h->refs--;
 		j->done = 0;
 		j->sum = 0;
@@ -428,8 +423,8 @@ static void score_all(scorer *sc, const score_opts *o, const int32_t *q, size_t 
 				next = 0;
 			}
 			job *j = &sc->jobs[n];
-			*j = (job){ .h = h, .q = q, .nq = nq, .c = cc, .nc = nc };
 			if (o->single) {
+				*j = (job){ .h = h, .q = q, .nq = nq, .c = cc, .nc = nc };
 				snprintf(j->where, sizeof j->where, "%s", h->where);
 			} else {
 				const pair *p = &ps[next];

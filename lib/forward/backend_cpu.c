@@ -315,25 +315,24 @@ static void dt1_task(void *arg, int64_t i, int thread)
 	const row_job *j = arg;
 	const ss_model_config *c = &j->ctx->c;
 	const int64_t ldx = c->dt_rank + 2 * c->d_state;
-	int64_t r0, r1;
+	int64_t r0, r1, step = 0; /* rows per call, 0: all */
 	(void)thread;
-	if (j->ctx->nblk > 0 && j->ctx->blk[3 * i + 2]) { /* short segments: row by row */
-		for (r0 = j->ctx->blk[3 * i]; r0 < j->ctx->blk[3 * i] + j->ctx->blk[3 * i + 1]; r0++)
-			ss_dt_proj_cpu(j->ctx->DT + r0 * c->d_inner, c->d_inner,
-				       j->ctx->XDBC + r0 * ldx, ldx, j->ctx->m->layers[j->layer].dt_proj,
-				       j->ctx->m->layers[j->layer].dt_bias, 1, c->d_inner, c->dt_rank);
-		return;
-	} else if (j->ctx->nblk > 0) { /* deterministic: the GEMMs' row blocks (sgemm inside) */
+	if (j->ctx->nblk > 0) { /* deterministic: the GEMMs' row blocks (sgemm inside),
+				   short segments' row by row */
 		r0 = j->ctx->blk[3 * i];
 		r1 = r0 + j->ctx->blk[3 * i + 1];
+		step = j->ctx->blk[3 * i + 2];
 	} else if (j->ctx->rowinv) { /* a deterministic decode step: row by row */
 		r0 = i;
 		r1 = i + 1;
 	} else
 		split(j->T, j->parts, i, &r0, &r1);
-	ss_dt_proj_cpu(j->ctx->DT + r0 * c->d_inner, c->d_inner, j->ctx->XDBC + r0 * ldx, ldx,
-		       j->ctx->m->layers[j->layer].dt_proj, j->ctx->m->layers[j->layer].dt_bias,
-		       r1 - r0, c->d_inner, c->dt_rank);
+	for (int64_t n; r0 < r1; r0 += n) {
+		n = step ? step : r1 - r0;
+		ss_dt_proj_cpu(j->ctx->DT + r0 * c->d_inner, c->d_inner, j->ctx->XDBC + r0 * ldx, ldx,
+			       j->ctx->m->layers[j->layer].dt_proj, j->ctx->m->layers[j->layer].dt_bias,
+			       n, c->d_inner, c->dt_rank);
+	}
 }
 
 /* Mamba-1: Y rows *= silu(ZXD's z columns). */

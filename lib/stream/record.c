@@ -246,12 +246,17 @@ int ss_state_copy(ss_state *dst, const ss_state *src)
 	int rc = ss_state_alloc(dst, &src->dims);
 	if (rc)
 		return rc;
+	ss_state_copy_into(dst, src);
+	return 0;
+}
+
+void ss_state_copy_into(ss_state *dst, const ss_state *src)
+{
 	memcpy(dst->ssm, src->ssm, ss_state_ssm_len(&src->dims) * sizeof(float));
 	memcpy(dst->conv, src->conv, ss_state_conv_len(&src->dims) * sizeof(float));
 	memcpy(dst->logdecay, src->logdecay, ss_state_logdecay_len(&src->dims) * sizeof(float));
 	memcpy(dst->fingerprint, src->fingerprint, SS_FINGERPRINT_MAX);
 	dst->n_tokens = src->n_tokens;
-	return 0;
 }
 
 void ss_state_free(ss_state *s)
