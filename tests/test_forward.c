@@ -642,11 +642,13 @@ static void test_decode_bound_equals_decode(void **unused)
  * equals a float64 dot product to rounding, and is the same bits whatever
  * the rows and columns a call covers (rows alone, all at once, a column
  * slice, an odd offset), with a K that leaves a tail of every length mod 16
- * and 8 and beta 0 or 1; W in bf16 and f16 gives the bits of W widened. */
+ * and 8 and beta 0 or 1; W in bf16 and f16 gives the bits of W widened.
+ * 13 rows make tiles of 8, 4 and 1 rows; K 1,030 takes the 4 x 4 tiles
+ * (linear_f32.c's TILE8_K_MAX). */
 static void test_linear_rows_invariant(void **unused)
 {
-	enum { M = 7, N = 11 };
-	static const int64_t Ks[] = { 1, 13, 16, 37, 64, 100 };
+	enum { M = 13, N = 11 };
+	static const int64_t Ks[] = { 1, 13, 16, 37, 64, 100, 1030 };
 	static const ss_dtype wts[3] = { SS_DTYPE_F32, SS_DTYPE_BF16, SS_DTYPE_F16 };
 	uint64_t seed = 99;
 	for (size_t ki = 0; ki < sizeof(Ks) / sizeof(*Ks); ki++)
@@ -686,10 +688,10 @@ static void test_linear_rows_invariant(void **unused)
 										    1, N - n0 < 3 ? N - n0 : 3, K,
 										    (float)beta), 0);
 				assert_memory_equal(all, one, sizeof(all));
-				/* rows 1..5 in one call: rows in other places of their tiles */
-				assert_int_equal(ss_linear_rows_cpu(&mid[1][0], N, x + K, K, Wt, wt, 5, N, K,
-								    (float)beta), 0);
-				assert_memory_equal(mid[1], all[1], sizeof(float) * 5 * N);
+				/* rows 1..11 in one call: rows in other places of their tiles */
+				assert_int_equal(ss_linear_rows_cpu(&mid[1][0], N, x + K, K, Wt, wt, M - 2, N,
+								    K, (float)beta), 0);
+				assert_memory_equal(mid[1], all[1], sizeof(float) * (M - 2) * N);
 				for (int m = 0; m < M; m++)
 					for (int n = 0; n < N; n++) {
 						double d = beta ? init[m][n] : 0.0;

@@ -428,16 +428,22 @@ static void scan_task(void *arg, int64_t i, int thread)
 					      exp((double)layer->A_log[h0 + h]) * dtsum[h]);
 		return;
 	}
+	/* ss_ssm_scan_cpu's work for one head (its checks were done at init),
+	 * with A from ctx->A: a decode step calls this for every head of every
+	 * sequence */
 	for (h = h0; h < h0 + ctx->scan_hb; h++) {
-		const ss_scan_dims d1 = { 1, c->headdim, c->d_state, 1 };
-		const int64_t start[2] = { 0, s->n };
-		/* dims and strides were checked at init: cannot fail */
-		(void)ss_ssm_scan_cpu(
-			&d1, start, 1, xbc + (size_t)h * c->headdim, c->conv_dim, B, c->conv_dim, C,
-			c->conv_dim, ctx->DT + s->row0 * c->nheads + h, c->nheads, layer->A_log + h, layer->D + h,
-			s->st->ssm + ((size_t)l * c->nheads + h) * hs, 0,
-			y ? y + (size_t)(h - h0) * c->headdim : NULL, c->d_inner,
-			&s->st->logdecay[l * c->nheads + h], 0);
+		const ss_scan_head_args a = {
+			.n = s->n, .headdim = c->headdim, .d_state = c->d_state,
+			.x = xbc + (size_t)h * c->headdim, .ldx = c->conv_dim,
+			.B = B, .ldb = c->conv_dim, .C = y ? C : NULL, .ldc = c->conv_dim,
+			.dt = ctx->DT + s->row0 * c->nheads + h, .lddt = c->nheads,
+			.A = ctx->A[(size_t)l * c->nheads + h], .D = layer->D ? layer->D[h] : 0.0f,
+			.ssm = s->st->ssm + ((size_t)l * c->nheads + h) * hs,
+			.y = y ? y + (size_t)(h - h0) * c->headdim : NULL, .ldy = c->d_inner,
+		};
+		const double dtsum = ss_scan_head(&a);
+		logdecay[h - h0] = (float)((double)logdecay[h - h0] -
+					   exp((double)layer->A_log[h]) * dtsum);
 	}
 }
 

@@ -5,8 +5,11 @@
  * those of the f32 path on the widened W).
  * Register tiles of R rows x C columns share their loads: per step of k, C
  * rows of W and R rows of x feed R·C independent FMA chains, one per output.
- * W is walked by blocks of C rows (read from memory once per call), x's
- * rows are re-read from cache for each block, both cut into cache blocks.
+ * A tile's shape changes which outputs share loads, never an output's
+ * order, so the shapes are free. Both operands are cut into cache blocks;
+ * inside one, with AVX-512 and K <= TILE8_K_MAX, tiles of 8 rows of x (in
+ * L1) by 3 rows of W walk the block of W (in L2), else tiles of 4 rows by 4
+ * walk x's rows for each 4 rows of W.
  * No CUDA twin: the GPU path (kernels/linear.cu) promises no bitwise
  * batch invariance.
  */
@@ -15,11 +18,20 @@
 
 enum { W_F32, W_BF16, W_F16 };
 /* Cache blocks of the SIMD paths: ROWS_N rows of W by ROWS_M rows of x
- * (192 + 192 KB at K = 768, in L2), so that x is not streamed from memory
+ * (144 + 192 KB at K = 768, in L2), so that x is not streamed from memory
  * once per tile of W when M is large (lm_head over a pass's rows: 1,280
- * rows at 107 GFLOP/s unblocked, 124 blocked; AVX-512 Zen 5, 1 thread). */
-#define ROWS_N 64
+ * rows at 107 GFLOP/s unblocked, 124 blocked; AVX-512 Zen 5, 1 thread).
+ * ROWS_N is a multiple of 3 and of 4, the tiles' widths. */
+#define ROWS_N 48
 #define ROWS_M 64
+/* Largest K for the 8 x 3 tiles: their 8 rows of x (32 KB at K = 1,024)
+ * must stay in the 48 KB L1 beside W's lines. Measured on Zen 5, 1 thread,
+ * 32 rows (bench/batch's B = 32), W streamed from memory, best of 5
+ * interleaved runs: at in_proj's shape (N 3,352, K 768) 92 GFLOP/s with
+ * 4 x 4 tiles, 108 with 8 x 3, 119 with the first pass's prefetch (pf);
+ * at out_proj's (N 768, K 1,536) 8 x 3 ran at 86 against 4 x 4's 93, and
+ * 4 x 4 with pf at 103. */
+#define TILE8_K_MAX 1024
 
 /* W[i] as f32 (exact). */
 static inline float wval(const void *W, int64_t i, const int wt)
@@ -37,7 +49,7 @@ static inline float wval(const void *W, int64_t i, const int wt)
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INLINE inline __attribute__((always_inline))
 /* The tiles' loops must be unrolled for the accumulators to live in registers. */
-#define UNROLL _Pragma("GCC unroll 4")
+#define UNROLL _Pragma("GCC unroll 8")
 
 AVX512 static INLINE __m512 load16(const void *W, int64_t i, const int wt)
 {
@@ -49,15 +61,15 @@ AVX512 static INLINE __m512 load16(const void *W, int64_t i, const int wt)
 	return _mm512_cvtph_ps(h);
 }
 
-/* One R x C tile (R, C <= 4, constants after inlining): y[r][c] =
+/* One R x C tile (R <= 8, C <= 4, R·C <= 24, constants after inlining): y[r][c] =
  * W[c]·x[r] (+ beta·y[r][c]); W rows of stride K. 16 lanes a chain, the
  * K % 16 tail as zero-padded lanes of the same chain, then the fixed
  * reduction of _mm512_reduce_add_ps. */
 AVX512 static INLINE void tile512(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
 				  const void *W, int64_t K, float beta, const int R, const int C,
-				  const int wt)
+				  const int pf, const int wt)
 {
-	__m512 acc[4][4], w[4];
+	__m512 acc[8][4], w[4];
 	int64_t k = 0;
 	UNROLL for (int r = 0; r < R; r++)
 		UNROLL for (int c = 0; c < C; c++)
@@ -65,12 +77,19 @@ AVX512 static INLINE void tile512(float *y, ptrdiff_t ldy, const float *x, ptrdi
 	for (; k + 16 <= K; k += 16) {
 		UNROLL for (int c = 0; c < C; c++) {
 			w[c] = load16(W, c * K + k, wt);
-			/* a single row streams W from memory: fetch the next tile's rows */
-			if (R == 1)
+			/* a single row, or the first tile of x's rows over a block
+			 * of W (pf), streams W from memory: fetch the next tile's
+			 * rows (the hardware prefetcher alone leaves it waiting; in
+			 * the other tiles W is in cache and the loads would cost) */
+			if (R == 1 || pf)
 				_mm_prefetch((const char *)W + (size_t)((C + c) * K + k) * (wt == W_F32 ? 4 : 2), _MM_HINT_T0);
 		}
 		UNROLL for (int r = 0; r < R; r++) {
-			const __m512 xv = _mm512_loadu_ps(x + r * ldx + k);
+			__m512 xv = _mm512_loadu_ps(x + r * ldx + k);
+			/* one load of x per row and step: GCC would fold it into each
+			 * of the C FMAs, C loads where one will do, and the tile is
+			 * bound by loads (8 x 3: 27 loads a step for 24 FMAs) */
+			__asm__("" : "+v"(xv));
 			UNROLL for (int c = 0; c < C; c++)
 				acc[r][c] = _mm512_fmadd_ps(w[c], xv, acc[r][c]);
 		}
@@ -97,25 +116,56 @@ AVX512 static INLINE void tile512(float *y, ptrdiff_t ldy, const float *x, ptrdi
 		}
 }
 
+/* Rows [m, M) of x, R at a time (while R fit), each against all N rows of W
+ * in tiles of C (the N % C rest one by one); returns the first row left. */
+AVX512 static INLINE int64_t rows512_by_x(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+					  const void *W, int64_t m, int64_t M, int64_t N, int64_t K,
+					  float beta, const int R, const int C, const int wt)
+{
+	const size_t esz = wt == W_F32 ? 4 : 2;
+	for (; m + R <= M; m += R) {
+		int64_t n = 0;
+		for (; n + C <= N; n += C)
+			if (m == 0)
+				tile512(y + m * ldy + n, ldy, x + m * ldx, ldx,
+					(const char *)W + (size_t)(n * K) * esz, K, beta, R, C, 1, wt);
+			else
+				tile512(y + m * ldy + n, ldy, x + m * ldx, ldx,
+					(const char *)W + (size_t)(n * K) * esz, K, beta, R, C, 0, wt);
+		for (; n < N; n++)
+			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx,
+				(const char *)W + (size_t)(n * K) * esz, K, beta, R, 1, 0, wt);
+	}
+	return m;
+}
+
 AVX512 static INLINE void rows512(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
 				  const void *W, int64_t M, int64_t N, int64_t K, float beta,
 				  const int wt)
 {
 	const size_t esz = wt == W_F32 ? 4 : 2;
-	int64_t n = 0, m;
-	for (; n + 4 <= N; n += 4) {
+	int64_t n, m = 0;
+	if (K <= TILE8_K_MAX) {
+		m = rows512_by_x(y, ldy, x, ldx, W, m, M, N, K, beta, 8, 3, wt);
+		m = rows512_by_x(y, ldy, x, ldx, W, m, M, N, K, beta, 4, 3, wt);
+		rows512_by_x(y, ldy, x, ldx, W, m, M, N, K, beta, 1, 4, wt);
+		return;
+	}
+	for (n = 0; n + 4 <= N; n += 4) {
 		const void *w = (const char *)W + (size_t)(n * K) * esz;
-		for (m = 0; m + 4 <= M; m += 4)
-			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 4, 4, wt);
-		for (; m < M; m++)
-			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 1, 4, wt);
+		if (M >= 4)
+			tile512(y + n, ldy, x, ldx, w, K, beta, 4, 4, 1, wt);
+		for (m = 4; m + 4 <= M; m += 4)
+			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 4, 4, 0, wt);
+		for (m = M / 4 * 4; m < M; m++)
+			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 1, 4, 0, wt);
 	}
 	for (; n < N; n++) {
 		const void *w = (const char *)W + (size_t)(n * K) * esz;
 		for (m = 0; m + 4 <= M; m += 4)
-			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 4, 1, wt);
+			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 4, 1, 0, wt);
 		for (; m < M; m++)
-			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 1, 1, wt);
+			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 1, 1, 0, wt);
 	}
 }
 

@@ -29,7 +29,36 @@ static double SIMD_NAME(scan_head)(const ss_scan_head_args *a)
 		const float *x = a->x + t * a->ldx;
 		const float *B = a->B + t * a->ldb;
 		dtsum += dt;
-		if (a->y) {
+		if (a->y && SIMD_W == 16 && N == 8 * SIMD_W) {
+			/* d_state 128 with AVX-512: the token's B and C held in 16
+			 * registers over the rows; the same operations, in the same
+			 * order, as the loop below (one layer's decode scan of 32
+			 * sequences, 1 thread: 42 -> 47 GB/s) */
+			const float *C = a->C + t * a->ldc;
+			float *y = a->y + t * a->ldy;
+			vf b[8], c[8];
+			for (n = 0; n < 8; n++) {
+				b[n] = VLOAD(B + n * SIMD_W);
+				c[n] = VLOAD(C + n * SIMD_W);
+			}
+			for (p = 0; p < P; p++) {
+				float *s = a->ssm + (size_t)p * N;
+				const vf xdt = VSET1(x[p] * dt);
+				vf acc0 = VZERO(), acc1 = VZERO();
+				_Pragma("GCC unroll 4") for (n = 0; n < 8; n += 2) {
+					vf s0 = VLOAD(s + n * SIMD_W), s1 = VLOAD(s + (n + 1) * SIMD_W);
+					_mm_prefetch((const char *)(s + n * SIMD_W) + SCAN_PREFETCH, _MM_HINT_T0);
+					_mm_prefetch((const char *)(s + n * SIMD_W) + SCAN_PREFETCH + 64, _MM_HINT_T0);
+					s0 = VFMA(xdt, b[n], VMUL(s0, dA));
+					s1 = VFMA(xdt, b[n + 1], VMUL(s1, dA));
+					VSTORE(s + n * SIMD_W, s0);
+					VSTORE(s + (n + 1) * SIMD_W, s1);
+					acc0 = VFMA(s0, c[n], acc0);
+					acc1 = VFMA(s1, c[n + 1], acc1);
+				}
+				y[p] = VHSUM(VADD(acc0, acc1)) + a->D * x[p];
+			}
+		} else if (a->y) {
 			const float *C = a->C + t * a->ldc;
 			float *y = a->y + t * a->ldy;
 			for (p = 0; p < P; p++) {
@@ -38,6 +67,11 @@ static double SIMD_NAME(scan_head)(const ss_scan_head_args *a)
 				vf acc0 = VZERO(), acc1 = VZERO();
 				for (n = 0; n + 2 * SIMD_W <= N; n += 2 * SIMD_W) {
 					vf s0 = VLOAD(s + n), s1 = VLOAD(s + n + SIMD_W);
+					/* the lines SCAN_PREFETCH bytes ahead (2·SIMD_W floats:
+					 * one line for AVX2, two for AVX-512) */
+					_mm_prefetch((const char *)(s + n) + SCAN_PREFETCH, _MM_HINT_T0);
+					if (SIMD_W == 16)
+						_mm_prefetch((const char *)(s + n) + SCAN_PREFETCH + 64, _MM_HINT_T0);
 					s0 = VFMA(xdt, VLOAD(B + n), VMUL(s0, dA));
 					s1 = VFMA(xdt, VLOAD(B + n + SIMD_W), VMUL(s1, dA));
 					VSTORE(s + n, s0);
