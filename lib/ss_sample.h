@@ -79,7 +79,9 @@ double ss_nll(const float *logits, int64_t n, int32_t target);
  *      Otherwise softmax(logits / temperature).
  *   3. top_k > 0 and < n: keep the top_k most probable ids.
  *   4. top_p < 1: keep the smallest set of most probable ids whose
- *      probability (after 2 and 3) reaches top_p (at least one id).
+ *      probability (after 2 and 3) reaches top_p (at least one id); the
+ *      weights summed in double, the total in id order (top_k's heap order
+ *      after 3), the set's best first. Only the set is sorted.
  *   5. min_p > 0: keep the ids with p >= min_p * p_max, p_max the probability
  *      of the most probable id (after 2; ratios do not change with 3 and 4).
  *      ref: Nguyen et al. 2024 "Min P Sampling"; llama.cpp min_p, HF min_p.

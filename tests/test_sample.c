@@ -286,6 +286,78 @@ static void test_seed(void **st)
 	ss_sampler_free(c);
 }
 
+/* Reference for test_top_p_reference: ss_sampler_sample with temperature
+ * T and top_p P (no penalty, top-k or min-p) on n finite logits, by a sort
+ * of all of them. The total is summed in id order, the nucleus best first. */
+static int cmp_desc(const void *a, const void *b, void *ctx)
+{
+	const float *x = ctx;
+	const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+	return x[i] > x[j] || (x[i] == x[j] && i < j) ? -1 : x[j] > x[i] || (x[i] == x[j] && j < i) ? 1 : 0;
+}
+
+static int32_t top_p_ref(const float *x, int32_t n, float T, float P, ss_rng *rng, int32_t *idx,
+			 int32_t *keep)
+{
+	float mx = x[0];
+	double total = 0, cum = 0;
+	for (int32_t i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	for (int32_t i = 0; i < n; i++) {
+		total += exp(((double)x[i] - mx) * (1.0 / T));
+		idx[i] = i;
+	}
+	qsort_r(idx, (size_t)n, sizeof *idx, cmp_desc, (void *)x);
+	int32_t k = 0;
+	while (k < n) {
+		cum += exp(((double)x[idx[k++]] - mx) * (1.0 / T));
+		if (cum >= P * total)
+			break;
+	}
+	*keep = k;
+	double u = ss_rng_uniform(rng) * cum, acc = 0;
+	for (int32_t i = 0; i < k; i++) {
+		acc += exp(((double)x[idx[i]] - mx) * (1.0 / T));
+		if (u < acc)
+			return idx[i];
+	}
+	return idx[k - 1];
+}
+
+/* top-p sorts only the prefix it needs (sample.c's select_best and
+ * NUCLEUS_STEP): the same draws as a sort of every id, with nuclei of 1 id
+ * to all 5,000 (each step of the prefix's growth), tied logits among them. */
+static void test_top_p_reference(void **st)
+{
+	(void)st;
+	enum { N = 5000 };
+	static float x[N];
+	static int32_t idx[N];
+	static const float Ts[] = { 0.02f, 0.3f, 1.0f, 8.0f }, Ps[] = { 0.1f, 0.9f, 0.999f };
+	ss_rng r, ref;
+	int sizes[5] = { 0 }; /* nuclei of <= 64, 256, 1024, 4096, more ids */
+	ss_rng_seed(&r, 11);
+	for (int t = 0; t < 40; t++) {
+		for (int32_t i = 0; i < N; i++) /* quantised: ties */
+			x[i] = (float)floor(ss_rng_uniform(&r) * 400) * 0.05f - 10.0f;
+		for (size_t a = 0; a < sizeof Ts / sizeof *Ts; a++)
+			for (size_t b = 0; b < sizeof Ps / sizeof *Ps; b++) {
+				ss_sample_params p = { .temperature = Ts[a], .top_p = Ps[b] };
+				ss_sampler *s;
+				int32_t keep = 0;
+				assert_int_equal(ss_sampler_init(&s, N, &p, (uint64_t)t), 0);
+				ss_rng_seed(&ref, (uint64_t)t);
+				for (int d = 0; d < 3; d++)
+					assert_int_equal(ss_sampler_sample(s, x),
+							 top_p_ref(x, N, Ts[a], Ps[b], &ref, idx, &keep));
+				sizes[keep <= 64 ? 0 : keep <= 256 ? 1 : keep <= 1024 ? 2 : keep <= 4096 ? 3 : 4]++;
+				ss_sampler_free(s);
+			}
+	}
+	for (int i = 0; i < 5; i++)
+		assert_true(sizes[i] > 0);
+}
+
 /* Feeds text in pieces as tokens would come, returns what would be output
  * and whether a stop string ended it. */
 static int feed(const char *const *pieces, const char *const *stops, size_t n_stops, char *out)
@@ -353,6 +425,7 @@ int main(void)
 		cmocka_unit_test(test_repeat_penalty),
 		cmocka_unit_test(test_temperature_zero),
 		cmocka_unit_test(test_seed),
+		cmocka_unit_test(test_top_p_reference),
 		cmocka_unit_test(test_stop_strings),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
