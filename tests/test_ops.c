@@ -315,8 +315,9 @@ static void test_scan(void **st)
 {
 	(void)st;
 	const int64_t lens[] = { 7, 0, 1, 12 };
+	/* N 128: the AVX-512 kernel's d_state 128 path (ops/scan_simd.h) */
 	const sdims ds[] = { { 1, 1, 1, 1 }, { 4, 3, 5, 2 }, { 4, 2, 16, 1 }, { 2, 3, 32, 2 },
-			     { 3, 4, 24, 3 } };
+			     { 3, 4, 24, 3 }, { 2, 3, 128, 1 } };
 	rng_state = 7;
 	for (size_t i = 0; i < sizeof(ds) / sizeof(ds[0]); i++) {
 		scan_case(&ds[i], lens, 4, 0);

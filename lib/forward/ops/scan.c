@@ -11,8 +11,8 @@
  * The head's state ([P][N], 32 KB for mamba2-130m) stays in L1 while the
  * loop runs over the tokens, so a prefill's scan is bound by arithmetic; a
  * decode step's (one token) by memory, its rows fetched ahead
- * (SCAN_PREFETCH). Heads run on different threads (backend_cpu.c). The update and the read-out are
- * fused into one pass over the state. An AVX2+FMA kernel is chosen at run
+ * (SCAN_PREFETCH). Heads run on different threads (backend_cpu.c). The
+ * update and the read-out are fused into one pass over the state. An AVX2+FMA kernel is chosen at run
  * time when the CPU has it and N is a multiple of 8, an AVX-512 one when N
  * is a multiple of 16 (the build targets a baseline x86-64, so this is the
  * only path to wide vectors).
@@ -35,9 +35,9 @@
  * (8 rows of a head at d_state 128). A decode step touches each state once:
  * a batch's states (19 MB a sequence at mamba2-130m's shape, 604 MB at
  * B = 32) stream from memory, and the hardware prefetcher alone left the
- * kernel waiting on them: one layer's decode scan of 32 sequences, 1 thread,
- * Zen 5, went from 22 to 33 GB/s (read + written) with it; 1, 2 and 4 KB
- * ahead gave 30, 31 and 33. Prefill's state stays in L1 over the tokens,
+ * kernel waiting on them: 24 layers' decode scans of 32 sequences through
+ * ss_ssm_scan_cpu, 1 thread, Zen 5, went from 22 to 33 GB/s (read +
+ * written) with it; 1, 2 and 4 KB ahead gave 30, 31 and 33. Prefill's state stays in L1 over the tokens,
  * where these are hits. */
 #define SCAN_PREFETCH 4096
 
