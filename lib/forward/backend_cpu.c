@@ -407,10 +407,10 @@ static void scan_task(void *arg, int64_t i, int thread)
 	const float *C = xbc + c->d_inner + (size_t)(c->ngroups + g) * c->d_state;
 	float *y = j->state_only ? NULL : ctx->Y + s->row0 * c->d_inner + (size_t)h0 * c->headdim;
 	float *logdecay = &s->st->logdecay[l * c->nheads + h0];
+	double *dtsum = ctx->scan_dtsum + (size_t)thread * c->nheads;
 	int h;
 
 	if (s->n >= SCAN_CHUNKED_MIN) {
-		double *dtsum = ctx->scan_dtsum + (size_t)thread * c->nheads;
 		const ss_scan_chunked_args a = {
 			.n = s->n, .nheads = ctx->scan_hb, .headdim = c->headdim, .d_state = c->d_state,
 			.x = xbc + (size_t)h0 * c->headdim, .ldx = c->conv_dim,
@@ -422,29 +422,27 @@ static void scan_task(void *arg, int64_t i, int thread)
 			.work = ctx->scan_work + (size_t)thread * ctx->scan_work_len,
 		};
 		ss_scan_chunked(&a);
-		/* as ss_ssm_scan_cpu does */
-		for (h = 0; h < ctx->scan_hb; h++)
-			logdecay[h] = (float)((double)logdecay[h] -
-					      exp((double)layer->A_log[h0 + h]) * dtsum[h]);
-		return;
+	} else {
+		/* ss_ssm_scan_cpu's work head by head (its checks were done at
+		 * init), with A from ctx->A: a decode step runs this for every
+		 * head of every sequence */
+		for (h = h0; h < h0 + ctx->scan_hb; h++) {
+			const ss_scan_head_args a = {
+				.n = s->n, .headdim = c->headdim, .d_state = c->d_state,
+				.x = xbc + (size_t)h * c->headdim, .ldx = c->conv_dim,
+				.B = B, .ldb = c->conv_dim, .C = y ? C : NULL, .ldc = c->conv_dim,
+				.dt = ctx->DT + s->row0 * c->nheads + h, .lddt = c->nheads,
+				.A = ctx->A[(size_t)l * c->nheads + h],
+				.D = layer->D ? layer->D[h] : 0.0f,
+				.ssm = s->st->ssm + ((size_t)l * c->nheads + h) * hs,
+				.y = y ? y + (size_t)(h - h0) * c->headdim : NULL, .ldy = c->d_inner,
+			};
+			dtsum[h - h0] = ss_scan_head(&a);
+		}
 	}
-	/* ss_ssm_scan_cpu's work for one head (its checks were done at init),
-	 * with A from ctx->A: a decode step calls this for every head of every
-	 * sequence */
-	for (h = h0; h < h0 + ctx->scan_hb; h++) {
-		const ss_scan_head_args a = {
-			.n = s->n, .headdim = c->headdim, .d_state = c->d_state,
-			.x = xbc + (size_t)h * c->headdim, .ldx = c->conv_dim,
-			.B = B, .ldb = c->conv_dim, .C = y ? C : NULL, .ldc = c->conv_dim,
-			.dt = ctx->DT + s->row0 * c->nheads + h, .lddt = c->nheads,
-			.A = ctx->A[(size_t)l * c->nheads + h], .D = layer->D ? layer->D[h] : 0.0f,
-			.ssm = s->st->ssm + ((size_t)l * c->nheads + h) * hs,
-			.y = y ? y + (size_t)(h - h0) * c->headdim : NULL, .ldy = c->d_inner,
-		};
-		const double dtsum = ss_scan_head(&a);
-		logdecay[h - h0] = (float)((double)logdecay[h - h0] -
-					   exp((double)layer->A_log[h]) * dtsum);
-	}
+	/* as ss_ssm_scan_cpu does */
+	for (h = 0; h < ctx->scan_hb; h++)
+		logdecay[h] = (float)((double)logdecay[h] - exp((double)layer->A_log[h0 + h]) * dtsum[h]);
 }
 
 /* Heads per scan task: the largest divisor of the heads per group that

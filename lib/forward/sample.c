@@ -334,16 +334,22 @@ int32_t ss_sampler_sample(ss_sampler *s, const float *logits)
 	}
 	if (s->p.top_p < 1) {
 		/* The shortest prefix of the candidates best first whose weight
-		 * (summed best first) reaches top_p of the total (summed above, in
-		 * idx's order). Only that prefix is sorted (a nucleus is mostly
-		 * far smaller than the vocabulary, whose qsort took 7 ms a
-		 * token at 50 k ids): as many of the best as nucleus_bound says, selected
-		 * from the rest, then 4x as many, ..., until it is reached. */
+		 * (summed best first) reaches top_p of the total (summed above,
+		 * in idx's order). Only that prefix is sorted (a nucleus is
+		 * mostly far smaller than the vocabulary, whose qsort took 7 ms
+		 * a token at 50 k ids): as many of the best as nucleus_bound
+		 * says, selected from the rest, then 4x as many, ..., until it
+		 * is reached. With few candidates (top_k) all are sorted: the
+		 * bound, at least NUCLEUS_SLACK + 1, would be half of them. */
 		const double want = s->p.top_p * total;
 		double cum = 0;
 		int32_t keep = 0, j1;
 		for (int32_t j0 = 0; j0 < k && keep == 0; j0 = j1) {
-			j1 = j0 == 0 ? nucleus_bound(x, s->idx, s->w, k, mx, invt, want) : j0 > k / 4 ? k : 4 * j0;
+			if (j0 > 0)
+				j1 = j0 > k / 4 ? k : 4 * j0;
+			else
+				j1 = k <= 2 * NUCLEUS_SLACK + 2 ? k
+								: nucleus_bound(x, s->idx, s->w, k, mx, invt, want);
 			if (j1 >= k / 2)
 				j1 = k; /* selecting would cost more than it saves */
 			else

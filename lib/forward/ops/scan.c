@@ -12,10 +12,10 @@
  * loop runs over the tokens, so a prefill's scan is bound by arithmetic; a
  * decode step's (one token) by memory, its rows fetched ahead
  * (SCAN_PREFETCH). Heads run on different threads (backend_cpu.c). The
- * update and the read-out are fused into one pass over the state. An AVX2+FMA kernel is chosen at run
- * time when the CPU has it and N is a multiple of 8, an AVX-512 one when N
- * is a multiple of 16 (the build targets a baseline x86-64, so this is the
- * only path to wide vectors).
+ * update and the read-out are fused into one pass over the state. An
+ * AVX2+FMA kernel is chosen at run time when the CPU has it and N is a
+ * multiple of 8, an AVX-512 one when N is a multiple of 16 (the build
+ * targets a baseline x86-64, so this is the only path to wide vectors).
  */
 #include "forward/blas.h"
 #include <math.h>
@@ -37,8 +37,8 @@
  * B = 32) stream from memory, and the hardware prefetcher alone left the
  * kernel waiting on them: 24 layers' decode scans of 32 sequences through
  * ss_ssm_scan_cpu, 1 thread, Zen 5, went from 22 to 33 GB/s (read +
- * written) with it; 1, 2 and 4 KB ahead gave 30, 31 and 33. Prefill's state stays in L1 over the tokens,
- * where these are hits. */
+ * written) with it; 1, 2 and 4 KB ahead gave 30, 31 and 33. Prefill's
+ * state stays in L1 over the tokens, where these are hits. */
 #define SCAN_PREFETCH 4096
 
 static double scan_head_generic(const ss_scan_head_args *a)
