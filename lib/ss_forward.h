@@ -119,12 +119,13 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads,
  *     every projection of a decode step (ss_forward_decode,
  *     ss_forward_decode_next) run through a row-invariant kernel
  *     (lib/forward/ops/linear_f32.h: one fixed summation order per output,
- *     register tiles that read W once for the whole batch), so a sequence's
+ *     kernels that read W once for up to 32 rows), so a sequence's
  *     logits and state after a step are the same bits whatever the other
  *     sequences of the step, its place among them and the thread count:
  *     batched decoding gives what one sequence at a time gives. Against
- *     the BLAS (sgemv for one row, sgemm for several) it runs at about the
- *     same speed (bench/batch gives the figures, deterministic vs BLAS).
+ *     the BLAS (sgemv for one row, sgemm for several) it is about as fast
+ *     for one row and faster for a batch (bench/batch gives the figures,
+ *     deterministic vs BLAS).
  *   on: 1, or 0 (the default: fewest and tallest GEMM calls, the BLAS).
  * Returns 0; SS_ERR_INVALID (ctx NULL), SS_ERR_UNSUPPORTED (a CUDA
  * context). */

@@ -641,15 +641,20 @@ static void test_decode_bound_equals_decode(void **unused)
 /* ss_linear_rows_cpu (the deterministic decode's kernel): every output
  * equals a float64 dot product to rounding, and is the same bits whatever
  * the rows and columns a call covers (rows alone, all at once, a column
- * slice, an odd offset), with a K that leaves a tail of every length mod 16
- * and 8 and beta 0 or 1; W in bf16 and f16 gives the bits of W widened.
- * 13 rows make tiles of 8, 4 and 1 rows; K 1,030 takes the 4 x 4 tiles
- * (linear_f32.c's TILE8_K_MAX). */
+ * slice, an odd offset, runs of 8, 13, 2 and 14 rows), with a K that leaves
+ * a tail of every length mod 16 and 8 and beta 0 or 1; W in bf16 and f16
+ * gives the bits of W widened. With AVX-512 (linear_f32.c) the rows take
+ * both kernels: up to 8 at a time the transposing one (groups of 32 and 16
+ * rows of W), more in panels of 32 (37 rows: 32 and 5 left), of 16 (13 and
+ * 14 rows, and K 2,100), none beyond K 4,096; 45 rows of W leave tails of
+ * every tile. */
 static void test_linear_rows_invariant(void **unused)
 {
-	enum { M = 13, N = 11 };
-	static const int64_t Ks[] = { 1, 13, 16, 37, 64, 100, 1030 };
+	enum { M = 37, N = 45 };
+	static const int64_t Ks[] = { 1, 13, 16, 37, 64, 100, 1030, 2100, 4200 };
+	static const int runs[] = { 8, 13, 2, 14 }; /* sums to M */
 	static const ss_dtype wts[3] = { SS_DTYPE_F32, SS_DTYPE_BF16, SS_DTYPE_F16 };
+	static float all[M][N], one[M][N], init[M][N], wide[M][N], mid[M][N], run[M][N];
 	uint64_t seed = 99;
 	for (size_t ki = 0; ki < sizeof(Ks) / sizeof(*Ks); ki++)
 		for (int wi = 0; wi < 3; wi++) {
@@ -658,7 +663,6 @@ static void test_linear_rows_invariant(void **unused)
 			const size_t esz = ss_dtype_size(wt);
 			float *x = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K);
 			char *Wt = malloc(esz * N * K);
-			float all[M][N], one[M][N], init[M][N], wide[M][N], mid[M][N];
 			assert_true(x && W && Wt);
 			for (int64_t i = 0; i < M * K; i++)
 				x[i] = (float)((ss_splitmix64(&seed) >> 40) * (2.0 / 16777216.0) - 1.0);
@@ -675,6 +679,7 @@ static void test_linear_rows_invariant(void **unused)
 				memcpy(one, init, sizeof(one));
 				memcpy(wide, init, sizeof(wide));
 				memcpy(mid, init, sizeof(mid));
+				memcpy(run, init, sizeof(run));
 				assert_int_equal(ss_linear_rows_cpu(&all[0][0], N, x, K, Wt, wt, M, N, K,
 								    (float)beta), 0);
 				assert_int_equal(ss_linear_rows_cpu(&wide[0][0], N, x, K, W, SS_DTYPE_F32, M,
@@ -688,10 +693,15 @@ static void test_linear_rows_invariant(void **unused)
 										    1, N - n0 < 3 ? N - n0 : 3, K,
 										    (float)beta), 0);
 				assert_memory_equal(all, one, sizeof(all));
-				/* rows 1..11 in one call: rows in other places of their tiles */
+				/* rows 1 .. M - 2 in one call: rows in other places of their tiles */
 				assert_int_equal(ss_linear_rows_cpu(&mid[1][0], N, x + K, K, Wt, wt, M - 2, N,
 								    K, (float)beta), 0);
 				assert_memory_equal(mid[1], all[1], sizeof(float) * (M - 2) * N);
+				/* runs of rows, each through another kernel or panel width */
+				for (int r = 0, m0 = 0; r < 4; m0 += runs[r++])
+					assert_int_equal(ss_linear_rows_cpu(&run[m0][0], N, x + m0 * K, K, Wt, wt,
+									    runs[r], N, K, (float)beta), 0);
+				assert_memory_equal(all, run, sizeof(all));
 				for (int m = 0; m < M; m++)
 					for (int n = 0; n < N; n++) {
 						double d = beta ? init[m][n] : 0.0;

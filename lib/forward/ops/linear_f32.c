@@ -3,13 +3,17 @@
  * one fixed f32 summation order per output whatever the batch, W in f32,
  * bf16 or f16 (widened in registers: exact, so the order and the result are
  * those of the f32 path on the widened W).
- * Register tiles of R rows x C columns share their loads: per step of k, C
- * rows of W and R rows of x feed R·C independent FMA chains, one per output.
- * A tile's shape changes which outputs share loads, never an output's
- * order, so the shapes are free. Both operands are cut into cache blocks;
- * inside one, with AVX-512 and K <= TILE8_K_MAX, tiles of 8 rows of x (in
- * L1) by 3 rows of W walk the block of W (in L2), else tiles of 4 rows by 4
- * walk x's rows for each 4 rows of W.
+ * AVX-512: each output is one FMA chain over k = 0, 1, ... K - 1, and the
+ * outputs sit in the lanes, so two kernels give the same bits:
+ *   - few rows of x (< PANEL_MIN_ROWS): 16 rows of W transposed in
+ *     registers (bf16 W as pairs of k, half the shuffles), 16 outputs a
+ *     vector, W read once per 8 rows;
+ *   - more: 32 (or 16) rows of x transposed into a panel on the stack, each
+ *     element of W broadcast against 16 rows of x, tiles of 12 (or 24) rows
+ *     of W, W read once a panel.
+ * AVX2: register tiles of R rows x C columns share their loads; each
+ * output is an 8-lane chain, reduced in a fixed order, the tail added
+ * last; a tile's shape never changes an output's order.
  * No CUDA twin: the GPU path (kernels/linear.cu) promises no bitwise
  * batch invariance.
  */
@@ -17,21 +21,27 @@
 #include "stream/internal.h" /* ss_cpu_f16c */
 
 enum { W_F32, W_BF16, W_F16 };
-/* Cache blocks of the SIMD paths: ROWS_N rows of W by ROWS_M rows of x
- * (144 + 192 KB at K = 768, in L2), so that x is not streamed from memory
- * once per tile of W when M is large (lm_head over a pass's rows: 1,280
- * rows at 107 GFLOP/s unblocked, 124 blocked; AVX-512 Zen 5, 1 thread).
- * ROWS_N is a multiple of 3 and of 4, the tiles' widths. */
+/* AVX2's cache blocks: ROWS_N rows of W by ROWS_M rows of x (144 + 192 KB
+ * at K = 768, in L2), so that x is not streamed from memory once per tile
+ * of W when M is large. ROWS_N is a multiple of 4, the tiles' width. */
 #define ROWS_N 48
 #define ROWS_M 64
-/* Largest K for the 8 x 3 tiles: their 8 rows of x (32 KB at K = 1,024)
- * must stay in the 48 KB L1 beside W's lines. Measured on Zen 5, 1 thread,
- * 32 rows (bench/batch's B = 32), W streamed from memory, best of 5
- * interleaved runs: at in_proj's shape (N 3,352, K 768) 92 GFLOP/s with
- * 4 x 4 tiles, 108 with 8 x 3, 119 with the first pass's prefetch (pf);
- * at out_proj's (N 768, K 1,536) 8 x 3 ran at 86 against 4 x 4's 93, and
- * 4 x 4 with pf at 103. */
-#define TILE8_K_MAX 1024
+/* AVX-512: the transposing kernel takes up to FEW_ROWS rows of x at a
+ * time (R accumulators beside the 16 registers of W's block); calls with
+ * PANEL_MIN_ROWS rows or more use the panels, whose 16 lanes of rows would
+ * be half empty below (the 130m shape's projections, 1 thread, f32: 8 rows
+ * in 29 ms through the transposing kernel, 41 through a panel; 4 rows in
+ * 27 and 33 ms). */
+#define FEW_ROWS 8
+#define PANEL_MIN_ROWS 9
+/* AVX-512: floats of the panel of x on the stack (256 KB): 32 rows up to
+ * K = 2,048, 16 rows up to 4,096, beyond that the transposing kernel. */
+#define XT_FLOATS (32 * 2048)
+/* AVX-512: each row of W is fetched this many bytes ahead. Measured for
+ * one row of x, 1 thread, f32 W streamed from memory (in_proj, out_proj
+ * and lm_head of the 130m shape, 24 layers): 128 to 320 bytes ahead took
+ * 18.9-20.3 ms, 512 21.6-22.0, 1,024 25.3; without, 3x as long. */
+#define W_PREFETCH 192
 
 /* W[i] as f32 (exact). */
 static inline float wval(const void *W, int64_t i, const int wt)
@@ -49,7 +59,22 @@ static inline float wval(const void *W, int64_t i, const int wt)
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INLINE inline __attribute__((always_inline))
 /* The tiles' loops must be unrolled for the accumulators to live in registers. */
-#define UNROLL _Pragma("GCC unroll 8")
+#define UNROLL _Pragma("GCC unroll 32")
+/* One instance of impl per ISA (attr) and weight dtype (wt). */
+#define ROWS_FN(name, impl, attr, wt)                                                       \
+	attr static void name(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,      \
+			      const void *W, int64_t M, int64_t N, int64_t K, float beta)  \
+	{                                                                                   \
+		impl(y, ldy, x, ldx, W, M, N, K, beta, wt);                                 \
+	}
+/* The three instances name_f32, name_bf16, name_f16; BY_WT(name) picks
+ * one by the constant wt. */
+#define ROWS_FNS(name, impl, attr)                                                          \
+	ROWS_FN(name##_f32, impl, attr, W_F32)                                              \
+	ROWS_FN(name##_bf16, impl, attr, W_BF16)                                            \
+	ROWS_FN(name##_f16, impl, attr, W_F16)
+#define BY_WT(name) (wt == W_F32 ? name##_f32 : wt == W_BF16 ? name##_bf16 : name##_f16)
+#define NOINLINE __attribute__((noinline))
 
 AVX512 static INLINE __m512 load16(const void *W, int64_t i, const int wt)
 {
@@ -61,112 +86,308 @@ AVX512 static INLINE __m512 load16(const void *W, int64_t i, const int wt)
 	return _mm512_cvtph_ps(h);
 }
 
-/* One R x C tile (R <= 8, C <= 4, R·C <= 24, constants after inlining): y[r][c] =
- * W[c]·x[r] (+ beta·y[r][c]); W rows of stride K. 16 lanes a chain, the
- * K % 16 tail as zero-padded lanes of the same chain, then the fixed
- * reduction of _mm512_reduce_add_ps. */
-AVX512 static INLINE void tile512(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
-				  const void *W, int64_t K, float beta, const int R, const int C,
-				  const int pf, const int wt)
+/* c[j] = lane j of r[0..15] (a 16 x 16 transpose of 32-bit lanes: 64
+ * shuffles). */
+AVX512 static INLINE void transpose16(__m512 c[16], const __m512 r[16])
 {
-	__m512 acc[8][4], w[4];
-	int64_t k = 0;
-	UNROLL for (int r = 0; r < R; r++)
-		UNROLL for (int c = 0; c < C; c++)
-			acc[r][c] = _mm512_setzero_ps();
-	for (; k + 16 <= K; k += 16) {
-		UNROLL for (int c = 0; c < C; c++) {
-			w[c] = load16(W, c * K + k, wt);
-			/* a single row, or the first tile of x's rows over a block
-			 * of W (pf), streams W from memory: fetch the next tile's
-			 * rows (the hardware prefetcher alone leaves it waiting; in
-			 * the other tiles W is in cache and the loads would cost) */
-			if (R == 1 || pf)
-				_mm_prefetch((const char *)W + (size_t)((C + c) * K + k) * (wt == W_F32 ? 4 : 2), _MM_HINT_T0);
-		}
-		UNROLL for (int r = 0; r < R; r++) {
-			__m512 xv = _mm512_loadu_ps(x + r * ldx + k);
-			/* one load of x per row and step: GCC would fold it into each
-			 * of the C FMAs, C loads where one will do, and the tile is
-			 * bound by loads (8 x 3: 27 loads a step for 24 FMAs) */
-			__asm__("" : "+v"(xv));
-			UNROLL for (int c = 0; c < C; c++)
-				acc[r][c] = _mm512_fmadd_ps(w[c], xv, acc[r][c]);
-		}
+	__m512 t[16], u[16];
+	UNROLL for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
 	}
-	if (k < K) {
-		const __mmask16 mk = (__mmask16)((1u << (K - k)) - 1u);
-		UNROLL for (int c = 0; c < C; c++) {
-			float t[16] = { 0 };
-			for (int64_t i = k; i < K; i++)
-				t[i - k] = wval(W, c * K + i, wt);
-			w[c] = _mm512_loadu_ps(t);
+	/* u[4i + j], 128-bit lane L: lane 4L + j of rows 4i .. 4i + 3 */
+	UNROLL for (int i = 0; i < 4; i++)
+		UNROLL for (int h = 0; h < 2; h++) {
+			const __m512d a = _mm512_castps_pd(t[4 * i + h]), b = _mm512_castps_pd(t[4 * i + h + 2]);
+			u[4 * i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+			u[4 * i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
 		}
-		UNROLL for (int r = 0; r < R; r++) {
-			const __m512 xv = _mm512_maskz_loadu_ps(mk, x + r * ldx + k);
-			UNROLL for (int c = 0; c < C; c++)
-				acc[r][c] = _mm512_fmadd_ps(w[c], xv, acc[r][c]);
-		}
+	UNROLL for (int j = 0; j < 4; j++) {
+		const __m512 p = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
+		const __m512 q = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
+		const __m512 p2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
+		const __m512 q2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
+		c[j] = _mm512_shuffle_f32x4(p, p2, 0x88);
+		c[4 + j] = _mm512_shuffle_f32x4(p, p2, 0xDD);
+		c[8 + j] = _mm512_shuffle_f32x4(q, q2, 0x88);
+		c[12 + j] = _mm512_shuffle_f32x4(q, q2, 0xDD);
 	}
-	UNROLL for (int r = 0; r < R; r++)
-		UNROLL for (int c = 0; c < C; c++) {
-			const float s = _mm512_reduce_add_ps(acc[r][c]);
-			float *yr = y + r * ldy + c;
-			*yr = beta != 0.0f ? s + beta * *yr : s;
-		}
 }
 
-/* Rows [m, M) of x, R at a time (while R fit), each against all N rows of W
- * in tiles of C (the N % C rest one by one); returns the first row left. */
-AVX512 static INLINE int64_t rows512_by_x(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
-					  const void *W, int64_t m, int64_t M, int64_t N, int64_t K,
-					  float beta, const int R, const int C, const int wt)
+/* c[j] = elements k0 + j of 16 rows of A (row stride lda, in wt), as f32.
+ * Rows from nv on repeat row nv - 1 (their lanes are never stored). */
+AVX512 static INLINE void tr16(__m512 c[16], const void *A, int64_t lda, int64_t k0, int nv,
+			       const int wt)
+{
+	__m512 r[16];
+	UNROLL for (int i = 0; i < 16; i++)
+		r[i] = load16(A, (i < nv ? i : nv - 1) * lda + k0, wt);
+	transpose16(c, r);
+}
+
+/* y = the accumulator's lanes (rows or columns, nv of them, stride ld) + beta·y. */
+AVX512 static INLINE void store_lanes(float *y, ptrdiff_t ld, __m512 acc, int nv, float beta)
+{
+	float t[16];
+	_mm512_storeu_ps(t, acc);
+	for (int i = 0; i < nv; i++)
+		y[i * ld] = beta != 0.0f ? t[i] + beta * y[i * ld] : t[i];
+}
+
+/* Few rows of x (R <= FEW_ROWS; G = 2 only while R <= 3) against G groups
+ * of 16 rows of W (nv in the last): W's blocks transposed in registers,
+ * the outputs in the lanes, one chain per row of x and group. The rows of
+ * W stream from memory: each is fetched W_PREFETCH bytes ahead. */
+AVX512 static INLINE void few512(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+				 const void *W, int64_t K, float beta, int nv, const int R, const int G,
+				 const int wt)
 {
 	const size_t esz = wt == W_F32 ? 4 : 2;
-	for (; m + R <= M; m += R) {
-		int64_t n = 0;
-		for (; n + C <= N; n += C)
-			if (m == 0)
-				tile512(y + m * ldy + n, ldy, x + m * ldx, ldx,
-					(const char *)W + (size_t)(n * K) * esz, K, beta, R, C, 1, wt);
-			else
-				tile512(y + m * ldy + n, ldy, x + m * ldx, ldx,
-					(const char *)W + (size_t)(n * K) * esz, K, beta, R, C, 0, wt);
-		for (; n < N; n++)
-			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx,
-				(const char *)W + (size_t)(n * K) * esz, K, beta, R, 1, 0, wt);
-	}
-	return m;
+	__m512 acc[2][FEW_ROWS], c[16];
+	int64_t k = 0;
+	UNROLL for (int g = 0; g < G; g++)
+		UNROLL for (int r = 0; r < R; r++)
+			acc[g][r] = _mm512_setzero_ps();
+	/* bf16: 32 k at a time, transposed as 16 pairs (half the shuffles of
+	 * widening first), each pair widened by a shift and a mask */
+	for (; wt == W_BF16 && k + 32 <= K; k += 32)
+		UNROLL for (int g = 0; g < G; g++) {
+			const int gv = g == G - 1 ? nv : 16;
+			const uint16_t *Wg = (const uint16_t *)W + g * 16 * K;
+			__m512 r[16];
+			UNROLL for (int i = 0; i < 16; i++) {
+				const uint16_t *row = Wg + (i < gv ? i : gv - 1) * K + k;
+				_mm_prefetch((const char *)row + W_PREFETCH, _MM_HINT_T0);
+				r[i] = _mm512_loadu_ps(row);
+			}
+			transpose16(c, r);
+			UNROLL for (int j = 0; j < 16; j++) {
+				const __m512i pr = _mm512_castps_si512(c[j]);
+				const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(pr, 16));
+				const __m512 hi = _mm512_castsi512_ps(
+					_mm512_and_si512(pr, _mm512_set1_epi32((int)0xFFFF0000u)));
+				UNROLL for (int r2 = 0; r2 < R; r2++)
+					acc[g][r2] = _mm512_fmadd_ps(lo, _mm512_set1_ps(x[r2 * ldx + k + 2 * j]),
+								     acc[g][r2]);
+				UNROLL for (int r2 = 0; r2 < R; r2++)
+					acc[g][r2] = _mm512_fmadd_ps(hi, _mm512_set1_ps(x[r2 * ldx + k + 2 * j + 1]),
+								     acc[g][r2]);
+			}
+		}
+	for (; k + 16 <= K; k += 16)
+		UNROLL for (int g = 0; g < G; g++) {
+			const int gv = g == G - 1 ? nv : 16;
+			const char *Wg = (const char *)W + (size_t)(g * 16 * K) * esz;
+			UNROLL for (int i = 0; i < 16; i++)
+				_mm_prefetch(Wg + (size_t)((i < gv ? i : gv - 1) * K + k) * esz + W_PREFETCH,
+					     _MM_HINT_T0);
+			tr16(c, Wg, K, k, gv, wt);
+			UNROLL for (int j = 0; j < 16; j++)
+				UNROLL for (int r = 0; r < R; r++)
+					acc[g][r] = _mm512_fmadd_ps(c[j], _mm512_set1_ps(x[r * ldx + k + j]),
+								    acc[g][r]);
+		}
+	for (; k < K; k++)
+		UNROLL for (int g = 0; g < G; g++) {
+			const int gv = g == G - 1 ? nv : 16;
+			float t[16];
+			for (int i = 0; i < 16; i++)
+				t[i] = wval(W, (g * 16 + (i < gv ? i : gv - 1)) * K + k, wt);
+			const __m512 cv = _mm512_loadu_ps(t);
+			UNROLL for (int r = 0; r < R; r++)
+				acc[g][r] = _mm512_fmadd_ps(cv, _mm512_set1_ps(x[r * ldx + k]), acc[g][r]);
+		}
+	UNROLL for (int g = 0; g < G; g++)
+		UNROLL for (int r = 0; r < R; r++)
+			store_lanes(y + r * ldy + g * 16, 1, acc[g][r], g == G - 1 ? nv : 16, beta);
 }
+
+/* R rows of x against the N rows of W: groups of 32 rows of W (two
+ * chains per row of x, to hide the FMA latency) while R <= 3, else 16. */
+AVX512 static INLINE void few_rows512(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+				      const void *W, int64_t N, int64_t K, float beta, const int R,
+				      const int wt)
+{
+	const size_t esz = wt == W_F32 ? 4 : 2;
+	int64_t n = 0;
+	if (R <= 3)
+		for (; n + 32 <= N; n += 32)
+			few512(y + n, ldy, x, ldx, (const char *)W + (size_t)(n * K) * esz, K, beta,
+			       16, R, 2, wt);
+	for (; n < N; n += 16)
+		few512(y + n, ldy, x, ldx, (const char *)W + (size_t)(n * K) * esz, K, beta,
+		       N - n < 16 ? (int)(N - n) : 16, R, 1, wt);
+}
+
+/* Rows [0, M) of x against the N rows of W, up to FEW_ROWS at a time. */
+AVX512 static INLINE void rows_few512_impl(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+					   const void *W, int64_t M, int64_t N, int64_t K,
+					   float beta, const int wt)
+{
+	for (int64_t m = 0; m < M; m += FEW_ROWS) {
+		float *ym = y + m * ldy;
+		const float *xm = x + m * ldx;
+		switch (M - m < FEW_ROWS ? M - m : FEW_ROWS) {
+#define FEW_CASE(r)                                                              \
+	case r:                                                                  \
+		few_rows512(ym, ldy, xm, ldx, W, N, K, beta, r, wt);             \
+		break;
+			FEW_CASE(1) FEW_CASE(2) FEW_CASE(3) FEW_CASE(4)
+			FEW_CASE(5) FEW_CASE(6) FEW_CASE(7) FEW_CASE(8)
+#undef FEW_CASE
+		}
+	}
+}
+
+/* The transposing kernel, one instance per weight dtype (called from the
+ * panel path too). */
+ROWS_FNS(rows_few512, rows_few512_impl, AVX512 NOINLINE)
+
+AVX512 static INLINE void rows_few512(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+				      const void *W, int64_t M, int64_t N, int64_t K, float beta,
+				      const int wt)
+{
+	BY_WT(rows_few512)(y, ldy, x, ldx, W, M, N, K, beta);
+}
+
+/* xt[k][16·V] = x's rows [0, mv) transposed (lanes of rows >= mv repeat a
+ * row of the same 16 and are never stored). */
+AVX512 static void pack_xt512(float *xt, const float *x, ptrdiff_t ldx, int64_t K, int mv, int V)
+{
+	__m512 c[16];
+	for (int v = 0; v < V; v++) {
+		const int nv = mv - 16 * v < 16 ? mv - 16 * v : 16;
+		const float *xv = x + 16 * v * ldx;
+		int64_t k = 0;
+		for (; k + 16 <= K; k += 16) {
+			tr16(c, xv, ldx, k, nv, W_F32);
+			for (int j = 0; j < 16; j++)
+				_mm512_storeu_ps(xt + (k + j) * 16 * V + 16 * v, c[j]);
+		}
+		for (; k < K; k++)
+			for (int l = 0; l < 16; l++)
+				xt[k * 16 * V + 16 * v + l] = xv[(l < nv ? l : nv - 1) * ldx + k];
+	}
+}
+
+/* Many rows: 16·V rows of x (mv of them, transposed in xt) against NR rows
+ * of W, one W element broadcast to 16 rows per FMA; 16-bit W widened 16 k
+ * at a time into wb. */
+AVX512 static INLINE void panel512(float *y, ptrdiff_t ldy, const float *xt, const void *W,
+				   int64_t K, float beta, int mv, const int V, const int NR,
+				   const int wt)
+{
+	const size_t esz = wt == W_F32 ? 4 : 2;
+	__m512 acc[24][2];
+	float wb[24][16];
+	UNROLL for (int n = 0; n < NR; n++)
+		UNROLL for (int v = 0; v < V; v++)
+			acc[n][v] = _mm512_setzero_ps();
+	for (int64_t k0 = 0; k0 < K; k0 += 16) {
+		const int kn = K - k0 < 16 ? (int)(K - k0) : 16;
+		const float *src = wb[0];
+		int64_t ld = 16;
+		UNROLL for (int n = 0; n < NR; n++)
+			_mm_prefetch((const char *)W + (size_t)(n * K + k0) * esz + W_PREFETCH, _MM_HINT_T0);
+		if (wt == W_F32) {
+			src = (const float *)W + k0;
+			ld = K;
+		} else if (kn == 16) {
+			UNROLL for (int n = 0; n < NR; n++)
+				_mm512_storeu_ps(wb[n], load16(W, n * K + k0, wt));
+		} else {
+			for (int n = 0; n < NR; n++)
+				for (int j = 0; j < kn; j++)
+					wb[n][j] = wval(W, n * K + k0 + j, wt);
+		}
+#define PANEL_STEP(j)                                                                             \
+	do {                                                                                      \
+		__m512 xv[2];                                                                     \
+		UNROLL for (int v = 0; v < V; v++)                                                \
+			xv[v] = _mm512_loadu_ps(xt + (k0 + (j)) * 16 * V + 16 * v);               \
+		UNROLL for (int n = 0; n < NR; n++) {                                             \
+			const __m512 b = _mm512_set1_ps(src[n * ld + (j)]);                       \
+			UNROLL for (int v = 0; v < V; v++)                                        \
+				acc[n][v] = _mm512_fmadd_ps(b, xv[v], acc[n][v]);                 \
+		}                                                                                 \
+	} while (0)
+		if (kn == 16) {
+			for (int j = 0; j < 16; j++)
+				PANEL_STEP(j);
+		} else
+			for (int j = 0; j < kn; j++)
+				PANEL_STEP(j);
+#undef PANEL_STEP
+	}
+	UNROLL for (int n = 0; n < NR; n++)
+		UNROLL for (int v = 0; v < V; v++)
+			if (16 * v < mv)
+				store_lanes(y + 16 * v * ldy + n, ldy, acc[n][v],
+					    mv - 16 * v < 16 ? mv - 16 * v : 16, beta);
+}
+
+/* The panel of 16·V rows of x against W's rows in tiles of NR, then NR2;
+ * returns the first row of W left. */
+AVX512 static INLINE int64_t panel_tiles512(float *y, ptrdiff_t ldy, const float *xt,
+					    const void *W, int64_t N, int64_t K, float beta, int mv,
+					    const int V, const int NR, const int NR2, const int wt)
+{
+	const size_t esz = wt == W_F32 ? 4 : 2;
+	int64_t n = 0;
+	for (; n + NR <= N; n += NR)
+		panel512(y + n, ldy, xt, (const char *)W + (size_t)(n * K) * esz, K, beta, mv, V, NR, wt);
+	for (; n + NR2 <= N; n += NR2)
+		panel512(y + n, ldy, xt, (const char *)W + (size_t)(n * K) * esz, K, beta, mv, V, NR2, wt);
+	return n;
+}
+
+/* Rows of x per panel for M rows and K: 32 while the panel holds them,
+ * else 16, else 0 (the transposing kernel). */
+static inline int panel_rows(int64_t M, int64_t K)
+{
+	return M < PANEL_MIN_ROWS ? 0 : 32 * K <= XT_FLOATS ? 32 : 16 * K <= XT_FLOATS ? 16 : 0;
+}
+
+/* M rows of x (panel_rows(M, K) != 0) through panels of P rows, xt on this
+ * frame (256 KB: in the instances below, so that a call with few rows does
+ * not touch that much stack). */
+AVX512 static INLINE void panels512(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+				    const void *W, int64_t M, int64_t N, int64_t K, float beta,
+				    const int wt)
+{
+	const size_t esz = wt == W_F32 ? 4 : 2;
+	const int P = panel_rows(M, K);
+	float xt[XT_FLOATS] __attribute__((aligned(64)));
+	for (int64_t m0 = 0; m0 < M; m0 += P) {
+		const int mv = M - m0 < P ? (int)(M - m0) : P;
+		float *ym = y + m0 * ldy;
+		int64_t n = 0;
+		if (mv < PANEL_MIN_ROWS) { /* the last few rows */
+			rows_few512(ym, ldy, x + m0 * ldx, ldx, W, mv, N, K, beta, wt);
+			break;
+		}
+		/* 32 rows: tiles of 12 rows of W (24 accumulators), then 4; 16: 24, then 8 */
+		pack_xt512(xt, x + m0 * ldx, ldx, K, mv, mv > 16 ? 2 : 1);
+		if (mv > 16)
+			n = panel_tiles512(ym, ldy, xt, W, N, K, beta, mv, 2, 12, 4, wt);
+		else
+			n = panel_tiles512(ym, ldy, xt, W, N, K, beta, mv, 1, 24, 8, wt);
+		if (n < N) /* the last rows of W */
+			rows_few512(ym + n, ldy, x + m0 * ldx, ldx,
+				    (const char *)W + (size_t)(n * K) * esz, mv, N - n, K, beta, wt);
+	}
+}
+
+ROWS_FNS(panels512, panels512, AVX512 NOINLINE)
 
 AVX512 static INLINE void rows512(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
 				  const void *W, int64_t M, int64_t N, int64_t K, float beta,
 				  const int wt)
 {
-	const size_t esz = wt == W_F32 ? 4 : 2;
-	int64_t n, m = 0;
-	if (K <= TILE8_K_MAX) {
-		m = rows512_by_x(y, ldy, x, ldx, W, m, M, N, K, beta, 8, 3, wt);
-		m = rows512_by_x(y, ldy, x, ldx, W, m, M, N, K, beta, 4, 3, wt);
-		rows512_by_x(y, ldy, x, ldx, W, m, M, N, K, beta, 1, 4, wt);
-		return;
-	}
-	for (n = 0; n + 4 <= N; n += 4) {
-		const void *w = (const char *)W + (size_t)(n * K) * esz;
-		if (M >= 4)
-			tile512(y + n, ldy, x, ldx, w, K, beta, 4, 4, 1, wt);
-		for (m = 4; m + 4 <= M; m += 4)
-			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 4, 4, 0, wt);
-		for (m = M / 4 * 4; m < M; m++)
-			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 1, 4, 0, wt);
-	}
-	for (; n < N; n++) {
-		const void *w = (const char *)W + (size_t)(n * K) * esz;
-		for (m = 0; m + 4 <= M; m += 4)
-			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 4, 1, 0, wt);
-		for (; m < M; m++)
-			tile512(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 1, 1, 0, wt);
-	}
+	if (!panel_rows(M, K))
+		rows_few512(y, ldy, x, ldx, W, M, N, K, beta, wt);
+	else
+		BY_WT(panels512)(y, ldy, x, ldx, W, M, N, K, beta);
 }
 
 AVX2 static INLINE __m256 load8(const void *W, int64_t i, const int wt)
@@ -231,19 +452,8 @@ AVX2 static INLINE void rows256(float *y, ptrdiff_t ldy, const float *x, ptrdiff
 				(const char *)W + (size_t)(n * K) * esz, K, beta, 1, 1, wt);
 }
 
-/* One instance per ISA and weight dtype. */
-#define ROWS_FN(name, impl, attr, wt)                                                       \
-	attr static void name(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,      \
-			      const void *W, int64_t M, int64_t N, int64_t K, float beta)  \
-	{                                                                                   \
-		impl(y, ldy, x, ldx, W, M, N, K, beta, wt);                                 \
-	}
-ROWS_FN(rows512_f32, rows512, AVX512, W_F32)
-ROWS_FN(rows512_bf16, rows512, AVX512, W_BF16)
-ROWS_FN(rows512_f16, rows512, AVX512, W_F16)
-ROWS_FN(rows256_f32, rows256, AVX2, W_F32)
-ROWS_FN(rows256_bf16, rows256, AVX2, W_BF16)
-ROWS_FN(rows256_f16, rows256, AVX2, W_F16)
+ROWS_FNS(rows512, rows512, AVX512)
+ROWS_FNS(rows256, rows256, AVX2)
 #endif
 
 int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
@@ -255,25 +465,22 @@ int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, c
 		return SS_ERR_UNSUPPORTED;
 	const int w = wt == SS_DTYPE_F32 ? W_F32 : wt == SS_DTYPE_BF16 ? W_BF16 : W_F16;
 #ifdef HAVE_X86_KERNELS
-	void (*f)(float *, ptrdiff_t, const float *, ptrdiff_t, const void *, int64_t, int64_t,
-		  int64_t, float) = NULL;
-	static void (*const f512[3])(float *, ptrdiff_t, const float *, ptrdiff_t, const void *,
-				     int64_t, int64_t, int64_t, float) = { rows512_f32, rows512_bf16,
-									   rows512_f16 };
-	static void (*const f256[3])(float *, ptrdiff_t, const float *, ptrdiff_t, const void *,
-				     int64_t, int64_t, int64_t, float) = { rows256_f32, rows256_bf16,
-									   rows256_f16 };
-	if (__builtin_cpu_supports("avx512f"))
-		f = f512[w];
-	else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ss_cpu_f16c())
-		f = f256[w];
-	if (f) {
+	typedef void rows_fn(float *, ptrdiff_t, const float *, ptrdiff_t, const void *, int64_t,
+			     int64_t, int64_t, float);
+	static rows_fn *const f512[3] = { rows512_f32, rows512_bf16, rows512_f16 };
+	static rows_fn *const f256[3] = { rows256_f32, rows256_bf16, rows256_f16 };
+	if (__builtin_cpu_supports("avx512f")) {
+		f512[w](y, ldy, x, ldx, W, M, N, K, beta);
+		return 0;
+	}
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ss_cpu_f16c()) {
 		const size_t wrow = (size_t)K * (wt == SS_DTYPE_F32 ? 4 : 2);
 		for (int64_t n0 = 0; n0 < N; n0 += ROWS_N)
 			for (int64_t m0 = 0; m0 < M; m0 += ROWS_M)
-				f(y + m0 * ldy + n0, ldy, x + m0 * ldx, ldx,
-				  (const char *)W + (size_t)n0 * wrow, M - m0 < ROWS_M ? M - m0 : ROWS_M,
-				  N - n0 < ROWS_N ? N - n0 : ROWS_N, K, beta);
+				f256[w](y + m0 * ldy + n0, ldy, x + m0 * ldx, ldx,
+					(const char *)W + (size_t)n0 * wrow,
+					M - m0 < ROWS_M ? M - m0 : ROWS_M,
+					N - n0 < ROWS_N ? N - n0 : ROWS_N, K, beta);
 		return 0;
 	}
 #endif

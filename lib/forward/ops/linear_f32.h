@@ -8,14 +8,18 @@
  * get alone (ss-decode(1) --prompts: the bytes of a batch equal those of one
  * sequence at a time). OpenBLAS does not: sgemv (one row) and sgemm (several)
  * sum in different orders, and sgemm's tail kernels round a row by its place
- * in the call. Here every y[m][n] is one fixed sum: one FMA chain of L lanes
- * over k (L = 16 with AVX-512, 8 with AVX2+FMA, 1 in portable C), the lanes
- * reduced in one fixed order, the K % L tail last (AVX-512: masked lanes of
- * the same chain; AVX2: added in order after the reduction). Rows and
- * columns are computed in register tiles of up to 4 x 4 outputs (the tile
- * shape changes which outputs share the loads, never an output's sum), so
- * a call reads W once for all M rows: a GEMM's weight reuse with a GEMV's
- * per-row result.
+ * in the call. Here every y[m][n] is one fixed sum, whatever the rows and
+ * columns beside it:
+ *   - AVX-512: one FMA chain over k = 0 .. K - 1 in order, from 0. Up to 8
+ *     rows of x run against 16 rows of W transposed in registers; more, 32
+ *     (or 16) rows of x are transposed into a panel (256 KB of stack) and
+ *     each element of W is broadcast against them, so W is read once per
+ *     call, or per 32 rows;
+ *   - AVX2+FMA: an 8-lane chain over k, the lanes reduced in one fixed
+ *     order and the K % 8 tail added last, in register tiles of up to 2 x 4
+ *     outputs that read W once per 64 rows;
+ *   - portable C: one chain over k, multiply then add.
+ * A GEMM's weight reuse with a GEMV's per-row result.
  */
 #ifndef SS_LINEAR_F32_H
 #define SS_LINEAR_F32_H
@@ -30,7 +34,7 @@
  *   W: [N][K] row-major (the nn.Linear weight layout) in wt: SS_DTYPE_F32,
  *      SS_DTYPE_BF16 or SS_DTYPE_F16, aligned to its element size.
  * Each y[m][n] is the same bits whatever M, N, the row's place and the slice
- * of W a caller passes (the order depends on K and the CPU's kernel only),
+ * of W a caller passes (the order depends on the CPU's kernel only),
  * so cutting rows or columns over threads, or batching rows, never changes
  * a result; and W in bf16 or f16 gives the bits of the f32 call on W
  * widened. Returns 0, SS_ERR_INVALID (negative sizes, ldy < N, ldx < K),
