@@ -361,17 +361,14 @@ AVX512 static INLINE void panels512(float *y, ptrdiff_t ldy, const float *x, ptr
 	for (int64_t m0 = 0; m0 < M; m0 += P) {
 		const int mv = M - m0 < P ? (int)(M - m0) : P;
 		float *ym = y + m0 * ldy;
-		int64_t n = 0;
 		if (mv < PANEL_MIN_ROWS) { /* the last few rows */
 			rows_few512(ym, ldy, x + m0 * ldx, ldx, W, mv, N, K, beta, wt);
 			break;
 		}
 		/* 32 rows: tiles of 12 rows of W (24 accumulators), then 4; 16: 24, then 8 */
 		pack_xt512(xt, x + m0 * ldx, ldx, K, mv, mv > 16 ? 2 : 1);
-		if (mv > 16)
-			n = panel_tiles512(ym, ldy, xt, W, N, K, beta, mv, 2, 12, 4, wt);
-		else
-			n = panel_tiles512(ym, ldy, xt, W, N, K, beta, mv, 1, 24, 8, wt);
+		const int64_t n = mv > 16 ? panel_tiles512(ym, ldy, xt, W, N, K, beta, mv, 2, 12, 4, wt)
+					  : panel_tiles512(ym, ldy, xt, W, N, K, beta, mv, 1, 24, 8, wt);
 		if (n < N) /* the last rows of W */
 			rows_few512(ym + n, ldy, x + m0 * ldx, ldx,
 				    (const char *)W + (size_t)(n * K) * esz, mv, N - n, K, beta, wt);
@@ -379,16 +376,6 @@ AVX512 static INLINE void panels512(float *y, ptrdiff_t ldy, const float *x, ptr
 }
 
 ROWS_FNS(panels512, panels512, AVX512 NOINLINE)
-
-AVX512 static INLINE void rows512(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
-				  const void *W, int64_t M, int64_t N, int64_t K, float beta,
-				  const int wt)
-{
-	if (!panel_rows(M, K))
-		rows_few512(y, ldy, x, ldx, W, M, N, K, beta, wt);
-	else
-		BY_WT(panels512)(y, ldy, x, ldx, W, M, N, K, beta);
-}
 
 AVX2 static INLINE __m256 load8(const void *W, int64_t i, const int wt)
 {
@@ -452,7 +439,6 @@ AVX2 static INLINE void rows256(float *y, ptrdiff_t ldy, const float *x, ptrdiff
 				(const char *)W + (size_t)(n * K) * esz, K, beta, 1, 1, wt);
 }
 
-ROWS_FNS(rows512, rows512, AVX512)
 ROWS_FNS(rows256, rows256, AVX2)
 #endif
 
@@ -467,10 +453,11 @@ int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, c
 #ifdef HAVE_X86_KERNELS
 	typedef void rows_fn(float *, ptrdiff_t, const float *, ptrdiff_t, const void *, int64_t,
 			     int64_t, int64_t, float);
-	static rows_fn *const f512[3] = { rows512_f32, rows512_bf16, rows512_f16 };
+	static rows_fn *const fewf[3] = { rows_few512_f32, rows_few512_bf16, rows_few512_f16 };
+	static rows_fn *const panf[3] = { panels512_f32, panels512_bf16, panels512_f16 };
 	static rows_fn *const f256[3] = { rows256_f32, rows256_bf16, rows256_f16 };
 	if (__builtin_cpu_supports("avx512f")) {
-		f512[w](y, ldy, x, ldx, W, M, N, K, beta);
+		(panel_rows(M, K) ? panf : fewf)[w](y, ldy, x, ldx, W, M, N, K, beta);
 		return 0;
 	}
 	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ss_cpu_f16c()) {
