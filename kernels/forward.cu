@@ -721,6 +721,7 @@ static const ss_backend_ops gpu_ops = {
 	sync,
 	graph_begin,
 	graph_end,
+	NULL, /* mixer: the four ops */
 };
 
 extern "C" int ss_cuda_backend_init(void **be, const ss_backend_ops **ops, const ss_model *m,

@@ -8,7 +8,8 @@
  *
  * The driver cuts a call into passes (ss_pass) and, per pass, calls
  * pass_begin, embed, then per layer rmsnorm, linear (in_proj), conv, dt,
- * scan, gated_norm, linear (out_proj), then the output ops. Every op works
+ * scan, gated_norm (or mixer, the four in one call), linear (out_proj),
+ * then the output ops. Every op works
  * on the backend's own activation rows, as lib/forward/forward.c's comment names
  * them (H, U, ZXD, XBC, DT, Y, then the output rows and the logits buffer);
  * the arguments say which layer and which rows. Ops return 0 or an SS_ERR_*
@@ -116,6 +117,11 @@ typedef struct ss_backend_ops {
 	 * failed and the driver must run the ops once more, plainly. */
 	int (*graph_begin)(void *be, const ss_pass *p, int key, int *replayed);
 	int (*graph_end)(void *be, int err, int *again);
+
+	/* conv, dt, scan and gated_norm of a layer (gated_norm skipped as the
+	 * driver skips it: p->state_only on the last layer) in one call, for a
+	 * backend that joins them (NULL: the driver calls the four). */
+	int (*mixer)(void *be, const ss_pass *p, int layer);
 } ss_backend_ops;
 
 /* The CPU backend (lib/forward/backend_cpu.c): m's weights used in place (borrowed,

@@ -71,6 +71,10 @@
 /* Scan tasks per segment in a deterministic pass (heads per task must not
  * depend on the batch or the threads: they set the chunk products' shapes). */
 #define SCAN_TASKS_DET 4
+/* A decode step of at least this many sequences a thread runs each
+ * sequence's conv, dt, scan and gated norm as one task (mixer): fewer,
+ * the four phases, whose tasks cut a sequence's channels and heads. */
+#define MIX_SEQS_MIN 2
 
 /* A non-empty segment of the pass, with its state and tokens. */
 typedef struct {
@@ -445,6 +449,34 @@ static void scan_task(void *arg, int64_t i, int thread)
 		logdecay[h] = (float)((double)logdecay[h] - exp((double)layer->A_log[h0 + h]) * dtsum[h]);
 }
 
+/* A decode step's mixer for one sequence (task i: segment i): conv, dt,
+ * the scan of every head and (unless j->state_only) the gated norm of its
+ * rows, each as its own phase computes it (row- and channel-local ops, so
+ * the same bits), in one task: a layer waits for the threads 4 times
+ * instead of 7 (mixer). */
+static void mix_task(void *arg, int64_t i, int thread)
+{
+	const row_job *j = arg;
+	const cpu_be *ctx = j->ctx;
+	const ss_model_config *c = &ctx->c;
+	const segment *s = &ctx->segs[i];
+	const int64_t tps = c->nheads / ctx->scan_hb;
+	int64_t k;
+
+	for (k = 0; k < ctx->conv_parts; k++)
+		conv_task(arg, i * ctx->conv_parts + k, thread);
+	ss_dt_softplus_cpu(ctx->DT + s->row0 * c->nheads, c->nheads,
+			   ctx->ZXD + s->row0 * c->d_in_proj + c->d_inner + c->conv_dim, c->d_in_proj,
+			   ctx->m->layers[j->layer].dt_bias, s->n, c->nheads, c->dt_min, c->dt_max);
+	for (k = 0; k < tps; k++)
+		scan_task(arg, i * tps + k, thread);
+	if (!j->state_only)
+		ss_gated_rmsnorm_cpu(ctx->Y + s->row0 * c->d_inner, c->d_inner,
+				     ctx->ZXD + s->row0 * c->d_in_proj, c->d_in_proj,
+				     ctx->m->layers[j->layer].gnorm, s->n, c->d_inner, c->ngroups,
+				     c->eps);
+}
+
 /* Heads per scan task: the largest divisor of the heads per group that
  * still gives `want` tasks per segment. */
 static int scan_heads_per_task(const ss_model_config *c, int64_t want)
@@ -621,6 +653,22 @@ static int gated_norm(void *b, const ss_pass *p, int l)
 	return run_rows(b, l, -1, ((cpu_be *)b)->m1 ? gate1_task : gate_task, 0);
 }
 
+/* conv, dt, scan and gated_norm: one task per sequence in a Mamba-2 decode
+ * step of at least MIX_SEQS_MIN sequences a thread (mix_task), else the
+ * four phases. */
+static int mixer(void *b, const ss_pass *p, int l)
+{
+	cpu_be *ctx = b;
+	const int so = p->state_only && l == ctx->c.n_layer - 1;
+	int err;
+
+	if (!ctx->m1 && ctx->decode && ctx->nseg >= MIX_SEQS_MIN * ctx->n_threads)
+		return run_rows(ctx, l, ctx->nseg, mix_task, so);
+	if ((err = conv(b, p, l)) || (err = dt(b, p, l)) || (err = scan(b, p, l)) || so)
+		return err;
+	return gated_norm(b, p, l);
+}
+
 static int norm_f(void *b, const int64_t *rows, int64_t r0, int64_t n)
 {
 	cpu_be *ctx = b;
@@ -739,6 +787,7 @@ static const ss_backend_ops cpu_ops = {
 	.dt = dt,
 	.scan = scan,
 	.gated_norm = gated_norm,
+	.mixer = mixer,
 	.norm_f = norm_f,
 	.hidden = hidden,
 	.lm_head = lm_head,

@@ -16,7 +16,8 @@
  *   Y   [T][d_inner]    scan output, then gated group-norm output
  * Per layer: U = rmsnorm(H)·w; ZXD = U·in_projᵀ; conv (it also leaves the
  * new conv state); dt; scan (ssm state, logdecay); gate + group norm;
- * H += Y·out_projᵀ. A sequence longer than a pass continues in the next
+ * H += Y·out_projᵀ (the CPU runs a decode step's conv, dt, scan and gate
+ * as one task per sequence). A sequence longer than a pass continues in the next
  * pass from the state the previous one left, exactly as llama.cpp's
  * ubatches do (golden c4 is 512 + 170).
  *
@@ -80,12 +81,17 @@ static int run_layers(ss_forward_ctx *ctx, const ss_pass *p)
 	int l, err;
 
 	for (l = 0; l < ctx->c.n_layer; l++) {
-		if ((err = o->rmsnorm(be, p, l)) || (err = o->linear(be, p, l, SS_LINEAR_IN_PROJ)) ||
-		    (err = o->conv(be, p, l)) || (err = o->dt(be, p, l)) || (err = o->scan(be, p, l)))
+		const int last = p->state_only && l == ctx->c.n_layer - 1;
+		if ((err = o->rmsnorm(be, p, l)) || (err = o->linear(be, p, l, SS_LINEAR_IN_PROJ)))
 			return err;
-		if (p->state_only && l == ctx->c.n_layer - 1)
-			break;
-		if ((err = o->gated_norm(be, p, l)) || (err = o->linear(be, p, l, SS_LINEAR_OUT_PROJ)))
+		if (o->mixer)
+			err = o->mixer(be, p, l);
+		else if (!(err = o->conv(be, p, l)) && !(err = o->dt(be, p, l)) &&
+			 !(err = o->scan(be, p, l)) && !last)
+			err = o->gated_norm(be, p, l);
+		if (err || last)
+			return err;
+		if ((err = o->linear(be, p, l, SS_LINEAR_OUT_PROJ)))
 			return err;
 	}
 	return 0;
