@@ -301,16 +301,21 @@ static void conv_task(void *arg, int64_t i, int thread)
 			   ctx->m->layers[j->layer].conv_b + c0, (int)(c1 - c0), c->d_conv);
 }
 
+/* DT rows [r0, r0 + n) of layer l = softplus(ZXD's dt columns + dt_bias). */
+static void dt_rows(const cpu_be *ctx, int l, int64_t r0, int64_t n)
+{
+	const ss_model_config *c = &ctx->c;
+	ss_dt_softplus_cpu(ctx->DT + r0 * c->nheads, c->nheads,
+			   ctx->ZXD + r0 * c->d_in_proj + c->d_inner + c->conv_dim, c->d_in_proj,
+			   ctx->m->layers[l].dt_bias, n, c->nheads, c->dt_min, c->dt_max);
+}
+
 static void dt_task(void *arg, int64_t i, int thread)
 {
 	const row_job *j = arg;
-	const ss_model_config *c = &j->ctx->c;
 	int64_t r0, r1;
 	split(j->T, j->parts, i, &r0, &r1);
-	ss_dt_softplus_cpu(j->ctx->DT + r0 * c->nheads, c->nheads,
-			   j->ctx->ZXD + r0 * c->d_in_proj + c->d_inner + c->conv_dim, c->d_in_proj,
-			   j->ctx->m->layers[j->layer].dt_bias, r1 - r0, c->nheads, c->dt_min,
-			   c->dt_max);
+	dt_rows(j->ctx, j->layer, r0, r1 - r0);
 }
 
 /* Mamba-1: DT rows = softplus(dt_proj(XDBC's dt_low) + dt_bias). */
@@ -376,18 +381,21 @@ static void scan1_task(void *arg, int64_t i, int thread)
 			       s->st->logdecay + ((size_t)l * di + d0) * N, 0);
 }
 
-/* y = rmsnorm_grouped(y * silu(z)) * gnorm, groups of d_inner/ngroups. */
+/* Y rows [r0, r0 + n) of layer l = rmsnorm_grouped(y * silu(z)) * gnorm,
+ * groups of d_inner/ngroups. */
+static void gate_rows(const cpu_be *ctx, int l, int64_t r0, int64_t n)
+{
+	const ss_model_config *c = &ctx->c;
+	ss_gated_rmsnorm_cpu(ctx->Y + r0 * c->d_inner, c->d_inner, ctx->ZXD + r0 * c->d_in_proj,
+			     c->d_in_proj, ctx->m->layers[l].gnorm, n, c->d_inner, c->ngroups, c->eps);
+}
+
 static void gate_task(void *arg, int64_t i, int thread)
 {
 	const row_job *j = arg;
-	const cpu_be *ctx = j->ctx;
-	const ss_model_config *c = &ctx->c;
 	int64_t r0, r1;
-
 	split(j->T, j->parts, i, &r0, &r1);
-	ss_gated_rmsnorm_cpu(ctx->Y + r0 * c->d_inner, c->d_inner, ctx->ZXD + r0 * c->d_in_proj,
-			     c->d_in_proj, ctx->m->layers[j->layer].gnorm, r1 - r0, c->d_inner,
-			     c->ngroups, c->eps);
+	gate_rows(j->ctx, j->layer, r0, r1 - r0);
 }
 
 /* The scan of one segment over scan_hb heads of one group (task i:
@@ -465,16 +473,11 @@ static void mix_task(void *arg, int64_t i, int thread)
 
 	for (k = 0; k < ctx->conv_parts; k++)
 		conv_task(arg, i * ctx->conv_parts + k, thread);
-	ss_dt_softplus_cpu(ctx->DT + s->row0 * c->nheads, c->nheads,
-			   ctx->ZXD + s->row0 * c->d_in_proj + c->d_inner + c->conv_dim, c->d_in_proj,
-			   ctx->m->layers[j->layer].dt_bias, s->n, c->nheads, c->dt_min, c->dt_max);
+	dt_rows(ctx, j->layer, s->row0, s->n);
 	for (k = 0; k < tps; k++)
 		scan_task(arg, i * tps + k, thread);
 	if (!j->state_only)
-		ss_gated_rmsnorm_cpu(ctx->Y + s->row0 * c->d_inner, c->d_inner,
-				     ctx->ZXD + s->row0 * c->d_in_proj, c->d_in_proj,
-				     ctx->m->layers[j->layer].gnorm, s->n, c->d_inner, c->ngroups,
-				     c->eps);
+		gate_rows(ctx, j->layer, s->row0, s->n);
 }
 
 /* Heads per scan task: the largest divisor of the heads per group that
