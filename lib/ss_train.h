@@ -207,7 +207,17 @@ int ss_train_bp2c(ss_train *t, const float *conv, const float *ssm, const int32_
  *      update); nanoGPT train.py get_lr (warmup + cosine).
  * Everything the run needs to continue bit for bit (same threads) is in
  * ss_train_state and Adam's moments (ss_train_run_moments). */
-typedef enum { SS_TRAIN_LM, SS_TRAIN_BP2C, SS_TRAIN_BPTC, SS_TRAIN_OBJECTIVES } ss_train_objective;
+typedef enum {
+	SS_TRAIN_LM, SS_TRAIN_BP2C, SS_TRAIN_BPTC, SS_TRAIN_BIRDIE, SS_TRAIN_OBJECTIVES
+} ss_train_objective;
+
+/* Birdie's objective configurations (lib/train/birdie.h: ntp, prefix, copy,
+ * selective copy, deshuffle, infill, autoencode and their controls). */
+#define SS_TRAIN_BIRDIE_CONFIGS 17
+
+/* The name of Birdie configuration i ("copy/short", "infill/15%/8", ...), or
+ * NULL outside [0, SS_TRAIN_BIRDIE_CONFIGS). */
+const char *ss_train_birdie_config(int i);
 
 /* The run's state: hyperparameters, step, data position and RNG (what
  * ss-train writes to trainer_state.json). The strings are the caller's. */
@@ -229,6 +239,16 @@ typedef struct {
 	char *states;         /* bp2c: state stream holding every chunk id */
 	char *chunk_tokens;   /* bptc: token stream holding every chunk id */
 	char *loss_after;     /* lm: count the loss only after this text's tokens, or NULL */
+	/* birdie (birdie.txt §3.3, A.1): the scheduler's state, saved with the run */
+	int birdie_fixed;     /* 1: the fixed-ratio mixture (every class alike), no scheduler */
+	int64_t birdie_every; /* steps between evaluations (and scheduler updates) */
+	double birdie_action[SS_TRAIN_BIRDIE_CONFIGS]; /* sampling probabilities now (all 0 in a
+							 * new run: uniform over classes) */
+	double birdie_loss[SS_TRAIN_BIRDIE_CONFIGS];   /* losses at the last evaluation (0: none yet) */
+	double *birdie_hist;  /* [birdie_nhist][3·SS_TRAIN_BIRDIE_CONFIGS] rows of (losses
+			       * before, action, rewards after), malloc'd: the run appends
+			       * with realloc, the state's owner frees */
+	int64_t birdie_nhist;
 	char base_fingerprint[SS_FINGERPRINT_MAX]; /* the model bp2c's states were made by */
 	/* data position: the next item to read (ss_train_run_tell) */
 	int64_t epoch;
@@ -259,8 +279,16 @@ typedef struct {
 	double lr;        /* the schedule's learning rate of the step */
 	double grad_norm; /* global L2 norm of the gradient before clipping */
 	int64_t tokens;   /* targets counted */
+	int64_t inputs;   /* input tokens of the step (lm, bp2c: the packed batch; bptc: its
+			   * queries and continuations) */
 	int nseq;         /* sequences (windows, examples) */
 	const int *k;     /* bp2c, bptc: [nseq] chunks composed per example; lm: NULL */
+	const int *config; /* birdie: [nseq] each sequence's configuration; else NULL */
+	/* birdie, at a step that evaluated (the first, and every birdie_every):
+	 * [SS_TRAIN_BIRDIE_CONFIGS] each configuration's loss on its fixed
+	 * evaluation sequence, and the sampling probabilities from the next
+	 * step on; NULL at other steps */
+	const double *birdie_loss, *birdie_action;
 } ss_train_step_info;
 
 /* Called after every step; a nonzero return stops the run (returned by

@@ -27,11 +27,12 @@
 #include "ss.h"
 
 static const char *usage =
-	"ss-train --objective lm|bp2c|bptc -o DIR [--model DIR | --resume DIR] --data FILE\n"
+	"ss-train --objective lm|bp2c|bptc|birdie -o DIR [--model DIR | --resume DIR] --data FILE\n"
 	"                [--states FILE | --chunk-tokens FILE] [--mode MODE] [--steps N] [--until S] [--lr X]\n"
 	"                [--min-lr X] [--warmup N] [--weight-decay X] [--clip X]\n"
 	"                [--seq-len N] [--batch-tokens N] [--batch-seqs N] [--seed N]\n"
 	"                [--max-k N] [--loss-after TEXT] [--save-every N] [--save-dtype T]\n"
+	"                [--birdie-mix reward|fixed] [--birdie-every N]\n"
 	"                [--tokenizer FILE] [--threads N] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
@@ -49,8 +50,13 @@ static void help(void)
 	       "                         from the zero state; bp2c: continuation loss from\n"
 	       "                         the composed stored states of an example's chunks;\n"
 	       "                         bptc: the same loss, the chunks re-encoded in the\n"
-	       "                         step and differentiated through the composition\n"
-	       "  --data FILE            lm: a token stream (ss-tokens(5)); bp2c, bptc: JSON lines\n"
+	       "                         step and differentiated through the composition;\n"
+	       "                         birdie: Birdie's objectives (next token, prefix LM,\n"
+	       "                         copying, selective copying, deshuffling, infilling,\n"
+	       "                         autoencoding) made from windows of --data's\n"
+	       "                         documents, mixed by a reward-driven scheduler\n"
+	       "                         (the tokenizer needs its sentinel tokens: ss-train(1))\n"
+	       "  --data FILE            lm, birdie: a token stream (ss-tokens(5)); bp2c, bptc: JSON lines\n"
 	       "                         {\"query\", \"continuation\", \"chunks\": [ids]} (or\n"
 	       "                         \"query_tokens\"/\"continuation_tokens\" arrays),\n"
 	       "                         chunks most relevant first; read again from the\n"
@@ -77,10 +83,15 @@ static void help(void)
 	       "  --weight-decay X       AdamW decoupled weight decay (default 0.1)\n"
 	       "  --clip X               clip the gradient's global L2 norm to X; 0 = none\n"
 	       "                         (default 1)\n"
-	       "  --seq-len N            lm: tokens per window (default 256)\n"
+	       "  --seq-len N            lm: tokens per window; birdie: inputs per sequence\n"
+	       "                         (default 256)\n"
 	       "  --loss-after TEXT      lm: count the loss only on the tokens after the first\n"
 	       "                         occurrence of TEXT's tokens in each document (none\n"
 	       "                         in a document without it): a context, then questions\n"
+	       "  --birdie-mix MIX       birdie: reward (default: the scheduler of birdie.txt\n"
+	       "                         A.1) or fixed (every objective class alike)\n"
+	       "  --birdie-every N       birdie: evaluate every configuration and update the\n"
+	       "                         mixture every N steps (default 25)\n"
 	       "  --batch-tokens N       tokens per step at most (default 1024; >= --seq-len)\n"
 	       "  --batch-seqs N         sequences (windows, examples) per step at most\n"
 	       "                         (default 16; each holds its states in memory)\n"
@@ -221,13 +232,13 @@ typedef struct {
 	run_state r;
 	const char *out_dir, *resume, *objective, *mode, *sdtype;
 	int64_t until, save_every; /* until -1: --steps */
-	int given_steps, given_hyper;
+	int given_steps, given_hyper, given_birdie;
 	cli_model_opts mo;
 } train_opts;
 
 enum { O_OBJ = 256, O_DATA, O_STATES, O_CHUNK_TOKENS, O_MODE, O_MAXK, O_RESUME, O_STEPS, O_UNTIL, O_LR,
        O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEQ, O_BATCH, O_BSEQS, O_SEED, O_SDTYPE, O_SAVE_EVERY,
-       O_LOSS_AFTER };
+       O_LOSS_AFTER, O_BIRDIE_MIX, O_BIRDIE_EVERY };
 
 static const struct option opts[] = {
 	{ "objective", required_argument, 0, O_OBJ },
@@ -251,6 +262,8 @@ static const struct option opts[] = {
 	{ "save-dtype", required_argument, 0, O_SDTYPE },
 	{ "save-every", required_argument, 0, O_SAVE_EVERY },
 	{ "loss-after", required_argument, 0, O_LOSS_AFTER },
+	{ "birdie-mix", required_argument, 0, O_BIRDIE_MIX },
+	{ "birdie-every", required_argument, 0, O_BIRDIE_EVERY },
 	{ 0, 0, 0, 0 },
 };
 
@@ -284,6 +297,16 @@ static void set_opt(train_opts *o, int c)
 	case O_SEED: r->seed = (uint64_t)cli_long("--seed", optarg, 0, LONG_MAX, usage); break;
 	case O_SDTYPE: o->sdtype = optarg; break;
 	case O_LOSS_AFTER: r->loss_after = strdup(optarg); break;
+	case O_BIRDIE_MIX:
+		if (strcmp(optarg, "reward") && strcmp(optarg, "fixed"))
+			cli_usage(usage, "--birdie-mix: '%s': reward or fixed", optarg);
+		r->birdie_fixed = !strcmp(optarg, "fixed");
+		o->given_birdie = 1;
+		break;
+	case O_BIRDIE_EVERY:
+		r->birdie_every = cli_long("--birdie-every", optarg, 1, 1L << 40, usage);
+		o->given_birdie = 1;
+		break;
 	case O_SAVE_EVERY:
 		o->save_every = cli_long("--save-every", optarg, 1, 1L << 40, usage);
 		break;
@@ -297,7 +320,7 @@ static void parse_args(int argc, char **argv, train_opts *o)
 	*o = (train_opts){ .r = { .steps = 100, .lr = 3e-4, .weight_decay = 0.1, .clip = 1,
 				  .seq_len = 256, .batch_tokens = 1024, .batch_seqs = 16,
 				  .max_k = 10, .seed = 1, .mode = SS_COMPOSE_PICASO_R,
-				  .offset = -1 },
+				  .offset = -1, .birdie_every = 25 },
 			   .until = -1 };
 	const cli_options co = { NULL, opts, usage, help, &o->out_dir, &o->mo };
 	int c;
@@ -328,13 +351,15 @@ static void check_new_run(train_opts *o)
 {
 	run_state *r = &o->r;
 	if (!o->objective)
-		cli_usage(usage, "--objective lm|bp2c|bptc is required");
+		cli_usage(usage, "--objective lm|bp2c|bptc|birdie is required");
 	r->objective = -1;
 	for (int i = 0; i < OBJ_COUNT; i++)
 		if (!strcmp(o->objective, train_objective_names[i]))
 			r->objective = i;
 	if (r->objective < 0)
-		cli_usage(usage, "--objective: '%s': lm, bp2c or bptc", o->objective);
+		cli_usage(usage, "--objective: '%s': lm, bp2c, bptc or birdie", o->objective);
+	if (o->given_birdie && r->objective != OBJ_BIRDIE)
+		cli_usage(usage, "--birdie-mix and --birdie-every belong to --objective birdie");
 	if (o->mode && (ss_compose_mode_parse(o->mode, &r->mode) || r->mode == SS_COMPOSE_SUM ||
 			r->mode == SS_COMPOSE_MAX))
 		cli_usage(usage, "--mode: '%s': picaso-r, picaso-s, caso or soup", o->mode);
@@ -346,8 +371,8 @@ static void check_new_run(train_opts *o)
 		cli_usage(usage, "--objective bptc needs --chunk-tokens FILE");
 	if (r->loss_after && r->objective != OBJ_LM)
 		cli_usage(usage, "--loss-after belongs to lm (bp2c and bptc count the "
-				 "continuation only)");
-	if (r->objective == OBJ_LM && r->batch_tokens < r->seq_len)
+				 "continuation only; birdie's objectives place their own loss)");
+	if ((r->objective == OBJ_LM || r->objective == OBJ_BIRDIE) && r->batch_tokens < r->seq_len)
 		cli_usage(usage, "--batch-tokens %lld is less than --seq-len %lld",
 			  (long long)r->batch_tokens, (long long)r->seq_len);
 	r->rng = r->seed;
@@ -432,6 +457,23 @@ static void checkpoint(train_out *c)
 	save(c->o->out_dir, &c->o->r, ss_train_run_trainer(c->run), &c->cfg, am, av, c->model_dir);
 }
 
+/* birdie's keys of the step line: "inputs" (the step's input tokens),
+ * "objectives" (each sequence's
+ * configuration index) and, at an evaluation, "birdie": {NAME: {"loss",
+ * "p"}} for every configuration. */
+static void print_birdie(const ss_train_step_info *s)
+{
+	printf(",\"inputs\":%lld", (long long)s->inputs);
+	for (int i = 0; i < s->nseq; i++)
+		printf(i ? ",%d" : ",\"objectives\":[%d", s->config[i]);
+	printf(s->nseq ? "]" : ",\"objectives\":[]");
+	for (int i = 0; s->birdie_loss && i < SS_TRAIN_BIRDIE_CONFIGS; i++)
+		printf("%s\"%s\":{\"loss\":%.9g,\"p\":%.9g}", i ? "," : ",\"birdie\":{",
+		       ss_train_birdie_config(i), s->birdie_loss[i], s->birdie_action[i]);
+	if (s->birdie_loss)
+		putchar('}');
+}
+
 /* One JSON line a step on stdout, flushed; the progress line; the
  * checkpoint every --save-every steps. */
 static int on_step(void *ctx, const ss_train_step_info *s)
@@ -442,7 +484,11 @@ static int on_step(void *ctx, const ss_train_step_info *s)
 	       (long long)s->step, s->loss, s->lr, s->grad_norm, (long long)s->tokens, s->nseq);
 	for (int i = 0; s->k && i < s->nseq; i++)
 		printf(i ? ",%d" : ",\"k\":[%d", s->k[i]);
-	printf(s->k ? "]}\n" : "}\n");
+	if (s->k)
+		putchar(']');
+	if (s->config)
+		print_birdie(s);
+	printf("}\n");
 	/* each step's line as it ends: a log file or `tail -f` sees every
 	 * finished step, and a killed run's log ends at its last one */
 	if (fflush(stdout) != 0 || ferror(stdout))

@@ -12,7 +12,7 @@
 
 #include "train_state.h"
 
-const char *const train_objective_names[OBJ_COUNT] = { "lm", "bp2c", "bptc" };
+const char *const train_objective_names[OBJ_COUNT] = { "lm", "bp2c", "bptc", "birdie" };
 
 /* o[key] = v, in the fewest significant digits (15..17) that read back as
  * v exactly: cJSON's own printing stops at 15 when the value reads back
@@ -28,6 +28,42 @@ static void add_number(cJSON *o, const char *key, double v)
 			break;
 	}
 	cJSON_AddRawToObject(o, key, b);
+}
+
+/* An array of n numbers, each read back exactly. */
+static cJSON *numbers(const double *v, int64_t n)
+{
+	cJSON *a = cJSON_CreateArray();
+	for (int64_t i = 0; a && i < n; i++) {
+		cJSON *w = cJSON_CreateObject();
+		add_number(w, "v", v[i]);
+		cJSON *x = cJSON_DetachItemFromObject(w, "v");
+		cJSON_Delete(w);
+		if (!x || !cJSON_AddItemToArray(a, x)) {
+			cJSON_Delete(x);
+			cJSON_Delete(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+/* birdie's scheduler: "birdie": {"fixed", "every", "action", "loss",
+ * "history": [rows of 3·K]}. */
+static void add_birdie(cJSON *o, const run_state *r)
+{
+	const int K = SS_TRAIN_BIRDIE_CONFIGS;
+	cJSON *b = cJSON_AddObjectToObject(o, "birdie"), *h;
+	if (!b)
+		return;
+	cJSON_AddBoolToObject(b, "fixed", r->birdie_fixed);
+	add_number(b, "every", (double)r->birdie_every);
+	cJSON_AddItemToObject(b, "action", numbers(r->birdie_action, K));
+	cJSON_AddItemToObject(b, "loss", numbers(r->birdie_loss, K));
+	if (!(h = cJSON_AddArrayToObject(b, "history")))
+		return;
+	for (int64_t t = 0; t < r->birdie_nhist; t++)
+		cJSON_AddItemToArray(h, numbers(r->birdie_hist + t * 3 * K, 3 * K));
 }
 
 cJSON *train_state_json(const run_state *r)
@@ -65,6 +101,8 @@ cJSON *train_state_json(const run_state *r)
 	add_number(o, "epoch", (double)r->epoch);
 	add_number(o, "offset", (double)r->offset);
 	add_number(o, "pos", (double)r->pos);
+	if (r->objective == OBJ_BIRDIE)
+		add_birdie(o, r);
 	return o;
 }
 
@@ -161,6 +199,66 @@ static uint64_t get_u64(parse *p, const char *key, uint64_t hi)
 	return (uint64_t)v;
 }
 
+/* x as n finite numbers in [lo, hi] into v. */
+static void get_numbers(parse *p, const cJSON *x, const char *what, double *v, int64_t n,
+			double lo, double hi)
+{
+	if (!cJSON_IsArray(x) || cJSON_GetArraySize(x) != n) {
+		bad(p, SS_ERR_FORMAT, "\"birdie\": \"%s\" is not an array of %lld numbers", what,
+		    (long long)n);
+		return;
+	}
+	int64_t i = 0;
+	const cJSON *e;
+	cJSON_ArrayForEach(e, x) {
+		if (!cJSON_IsNumber(e) || !(e->valuedouble >= lo && e->valuedouble <= hi)) {
+			bad(p, SS_ERR_FORMAT, "\"birdie\": \"%s\"[%lld] is not a number in [%g, %g]",
+			    what, (long long)i, lo, hi);
+			return;
+		}
+		v[i++] = e->valuedouble;
+	}
+}
+
+/* "birdie": the scheduler's state (train_state_json's add_birdie). */
+static void get_birdie(parse *p, const cJSON *b, run_state *r)
+{
+	const int K = SS_TRAIN_BIRDIE_CONFIGS;
+	if (!cJSON_IsObject(b)) {
+		bad(p, SS_ERR_FORMAT, "objective birdie without \"birdie\" (an object)");
+		return;
+	}
+	parse q = *p;
+	q.o = b;
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(b, "fixed");
+	if (!cJSON_IsBool(f))
+		bad(&q, SS_ERR_FORMAT, "\"birdie\": \"fixed\" is not true or false");
+	r->birdie_fixed = cJSON_IsTrue(f);
+	r->birdie_every = get_int(&q, "every", 1, INT64_C(1) << 40);
+	get_numbers(&q, cJSON_GetObjectItemCaseSensitive(b, "action"), "action", r->birdie_action, K, 0, 1);
+	get_numbers(&q, cJSON_GetObjectItemCaseSensitive(b, "loss"), "loss", r->birdie_loss, K, 0, 1e6);
+	const cJSON *h = cJSON_GetObjectItemCaseSensitive(b, "history"), *e;
+	int64_t n = cJSON_GetArraySize(h);
+	if (!cJSON_IsArray(h) || n > r->step + 1) {
+		bad(&q, SS_ERR_FORMAT, "\"birdie\": \"history\" is not an array of at most "
+		    "step + 1 rows");
+		n = 0;
+	}
+	free(r->birdie_hist);
+	r->birdie_hist = NULL;
+	r->birdie_nhist = 0;
+	if (n && !(r->birdie_hist = malloc((size_t)n * 3 * K * sizeof *r->birdie_hist)))
+		bad(&q, SS_ERR_NOMEM, "out of memory");
+	else
+		cJSON_ArrayForEach(e, h) {
+			if (q.rc)
+				break;
+			get_numbers(&q, e, "history", r->birdie_hist + r->birdie_nhist++ * 3 * K, 3 * K,
+				    -1e6, 1e6);
+		}
+	p->rc = q.rc;
+}
+
 /* *dst = a copy of s unless *dst is set already (given on the command line). */
 static void keep_or_copy(parse *p, char **dst, const char *s)
 {
@@ -244,6 +342,11 @@ int train_state_parse(const char *text, size_t len, const char *path, run_state 
 	/* -1: the start of the data; ss-train checks pos against the document */
 	r->offset = get_int(&p, "offset", -1, exact);
 	r->pos = get_int(&p, "pos", 0, exact);
+	const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "birdie");
+	if (b && r->objective != OBJ_BIRDIE)
+		bad(&p, SS_ERR_FORMAT, "\"birdie\" belongs to objective birdie");
+	else if (r->objective == OBJ_BIRDIE)
+		get_birdie(&p, b, r);
 	cJSON_Delete(o);
 	return p.rc;
 }
@@ -254,5 +357,8 @@ void train_state_free(run_state *r)
 	free(r->states);
 	free(r->chunk_tokens);
 	free(r->loss_after);
+	free(r->birdie_hist);
 	r->data = r->states = r->chunk_tokens = r->loss_after = NULL;
+	r->birdie_hist = NULL;
+	r->birdie_nhist = 0;
 }

@@ -23,9 +23,10 @@ enum {
 	OBJ_LM = SS_TRAIN_LM,
 	OBJ_BP2C = SS_TRAIN_BP2C,
 	OBJ_BPTC = SS_TRAIN_BPTC,
+	OBJ_BIRDIE = SS_TRAIN_BIRDIE,
 	OBJ_COUNT = SS_TRAIN_OBJECTIVES
 };
-/* "lm", "bp2c", "bptc", by OBJ_*. */
+/* "lm", "bp2c", "bptc", "birdie", by OBJ_*. */
 extern const char *const train_objective_names[OBJ_COUNT];
 
 /* r as trainer_state.json's object (64-bit seed and RNG as decimal

@@ -13,8 +13,7 @@
 
 #define NOMEM(errmsg) ss_errf(errmsg, SS_ERR_NOMEM, "out of memory")
 
-/* The caller's tokenizer, asked for once. */
-static int tok_get(train_tok *tk, ss_tokenizer **out, char *errmsg)
+int train_tok_get(train_tok *tk, ss_tokenizer **out, char *errmsg)
 {
 	if (!tk->tok && tk->env->tokenizer)
 		tk->tok = tk->env->tokenizer(tk->env->ctx);
@@ -93,7 +92,7 @@ int lm_open(lm_source *s, const ss_train_state *st, int32_t vocab, train_tok *tk
 	s->vocab = vocab;
 	if (st->loss_after) {
 		ss_tokenizer *tok;
-		if ((rc = tok_get(tk, &tok, errmsg)))
+		if ((rc = train_tok_get(tk, &tok, errmsg)))
 			return rc;
 		rc = ss_tokenizer_encode(tok, st->loss_after, strlen(st->loss_after), &s->sep,
 					 &s->nsep, err);
@@ -142,6 +141,20 @@ int lm_take(lm_source *s, train_batch *b, int64_t seq_len, int64_t room, char *e
 	b->seq_start[++b->nseq] = b->T;
 	s->pos += n;
 	return 1;
+}
+
+int lm_take_raw(lm_source *s, int32_t *out, int64_t n, int64_t *got, char *errmsg)
+{
+	int rc;
+	if (s->pos + 2 > s->doc.n_tokens && (rc = lm_read_doc(s, errmsg)))
+		return rc;
+	int64_t k = s->doc.n_tokens - s->pos;
+	if (k > n)
+		k = n;
+	memcpy(out, s->doc.tokens + s->pos, (size_t)k * sizeof *out);
+	s->pos += k;
+	*got = k;
+	return 0;
 }
 
 int lm_tell(lm_source *s, ss_train_state *st, char *errmsg)
@@ -263,7 +276,7 @@ static int ex_ids(ex_source *s, const cJSON *o, const char *key, const char *key
 		if (!cJSON_IsString(str))
 			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: missing \"%s\" (a string) or \"%s\"",
 				       where, key, key_tokens);
-		if ((rc = tok_get(s->tk, &tok, errmsg)))
+		if ((rc = train_tok_get(s->tk, &tok, errmsg)))
 			return rc;
 		rc = ss_tokenizer_encode(tok, str->valuestring, strlen(str->valuestring), ids, n, err);
 		if (rc)

@@ -27,6 +27,9 @@ typedef struct {
 	ss_tokenizer *tok;
 } train_tok;
 
+/* The tokenizer, asked of the caller once (SS_ERR_NOTFOUND without one). */
+int train_tok_get(train_tok *tk, ss_tokenizer **out, char *errmsg);
+
 /* ------------------------------------------------- lm: token documents */
 
 typedef struct {
@@ -51,6 +54,10 @@ int lm_open(lm_source *s, const ss_train_state *st, int32_t vocab, train_tok *tk
  * next window starts at this one's last token, so every token after a
  * document's first is a target once. */
 int lm_take(lm_source *s, train_batch *b, int64_t seq_len, int64_t room, char *errmsg);
+/* birdie: the next min(n, what is left of the document) tokens of the
+ * document into out[0..*got), *got >= 2 (a document with fewer left is
+ * skipped); windows do not overlap (the objective makes its own targets). */
+int lm_take_raw(lm_source *s, int32_t *out, int64_t n, int64_t *got, char *errmsg);
 /* The position ss_train_state records: the next window's start. */
 int lm_tell(lm_source *s, ss_train_state *st, char *errmsg);
 void lm_close(lm_source *s);

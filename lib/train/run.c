@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/birdie.h"
 #include "train/data.h"
 
 #define NOMEM(errmsg) ss_errf(errmsg, SS_ERR_NOMEM, "out of memory")
@@ -29,7 +30,19 @@ struct ss_train_run {
 	lm_source lm;
 	ex_source ex;
 	chunk_db db;        /* bp2c: the states; bptc: the chunks' tokens */
+	/* birdie */
+	int32_t sent[BD_NSENT];  /* the sentinels' ids */
+	int32_t *win, *seq;      /* [seq_len+1] a window of the document, its sequence */
+	uint8_t *counted;        /* [seq_len+1] */
+	int *config;             /* [max_seqs] each sequence's configuration */
+	int32_t *ev_tok[SS_TRAIN_BIRDIE_CONFIGS], *ev_tgt[SS_TRAIN_BIRDIE_CONFIGS];
+	int64_t ev_len[SS_TRAIN_BIRDIE_CONFIGS]; /* the fixed evaluation sequences */
+	double ev_loss[SS_TRAIN_BIRDIE_CONFIGS];
+	int evaluated;           /* this step evaluated: ev_loss and the action are new */
 };
+
+/* Probability each class keeps under the scheduler (uniform over classes). */
+#define BIRDIE_FLOOR 0.2
 
 /* Learning rate of step s (1-based): linear warmup, then cosine. */
 static double lr_at(const ss_train_state *r, int64_t s)
@@ -111,6 +124,193 @@ static int run_alloc(ss_train_run *r, const ss_model *m, const ss_train_env *env
 	return 0;
 }
 
+/* The sentinels' ids: each name of bd_sentinel_names must be one token of
+ * the tokenizer, inside the model's vocabulary. */
+static int birdie_sentinels(ss_train_run *r, int32_t vocab, char *errmsg)
+{
+	ss_tokenizer *tok;
+	int rc = train_tok_get(&r->tk, &tok, errmsg);
+	if (rc)
+		return rc;
+	int32_t n = ss_tokenizer_n_vocab(tok);
+	for (int j = 0; j < BD_NSENT; j++) {
+		const char *name = bd_sentinel_names[j];
+		r->sent[j] = -1;
+		for (int32_t id = 0; id < n && r->sent[j] < 0; id++) {
+			size_t len;
+			const char *b = ss_tokenizer_id_bytes(tok, id, &len);
+			if (b && len == strlen(name) && !memcmp(b, name, len))
+				r->sent[j] = id;
+		}
+		if (r->sent[j] < 0 || r->sent[j] >= vocab)
+			return ss_errf(errmsg, SS_ERR_NOTFOUND, "--objective birdie: the tokenizer has "
+				       "no token %s%s (its sentinels: an added token each, inside "
+				       "the model's vocabulary; pipelines/realtext.mk makes one)", name,
+				       r->sent[j] >= vocab ? " inside the model's vocabulary" : "");
+	}
+	return 0;
+}
+
+/* Into seq/counted (*m tokens): document tokens x[0..n) through
+ * configuration *ci, or through ntp when they are too few for it (*ci then
+ * says so). */
+static int birdie_make(ss_train_run *r, int *ci, const int32_t *x, int64_t n, uint64_t *rng,
+		       int64_t *m, char *errmsg)
+{
+	const int64_t cap = r->st->seq_len + 1;
+	int rc = bd_transform(&bd_configs[*ci], r->sent, x, n, rng, r->seq, r->counted, cap, m);
+	if (rc == SS_ERR_INVALID) {
+		*ci = BD_NTP;
+		rc = bd_transform(&bd_configs[BD_NTP], r->sent, x, n, rng, r->seq, r->counted, cap, m);
+	}
+	if (rc)
+		return ss_errf(errmsg, rc, "%s: birdie %s: %s", r->st->data, bd_configs[*ci].name,
+			       ss_strerror(rc));
+	return 0;
+}
+
+/* The fixed evaluation sequence of every configuration: windows from the
+ * start of the data, drawn with their own generator (seeded from the run's
+ * seed), the same at every evaluation and after a resume. */
+static int birdie_eval_set(ss_train_run *r, int32_t vocab, const ss_train_env *env, char *errmsg)
+{
+	ss_train_state est = *r->st;
+	lm_source ev;
+	est.offset = -1;
+	est.epoch = 0;
+	est.loss_after = NULL;
+	uint64_t rng = r->st->seed ^ 0xb1d1e5eedULL;
+	int rc = lm_open(&ev, &est, vocab, &r->tk, env->max_record, errmsg);
+	for (int i = 0; !rc && i < SS_TRAIN_BIRDIE_CONFIGS; i++) {
+		int ci = i;
+		int64_t n = bd_draw_len(&bd_configs[i], r->st->seq_len, &rng), got, m;
+		if ((rc = lm_take_raw(&ev, r->win, n, &got, errmsg)) ||
+		    (rc = birdie_make(r, &ci, r->win, got, &rng, &m, errmsg)))
+			break;
+		r->ev_tok[i] = malloc((size_t)m * sizeof **r->ev_tok);
+		r->ev_tgt[i] = malloc((size_t)m * sizeof **r->ev_tgt);
+		if (!r->ev_tok[i] || !r->ev_tgt[i]) {
+			rc = NOMEM(errmsg);
+			break;
+		}
+		for (int64_t j = 0; j + 1 < m; j++) {
+			r->ev_tok[i][j] = r->seq[j];
+			r->ev_tgt[i][j] = r->counted[j + 1] ? r->seq[j + 1] : -1;
+		}
+		r->ev_len[i] = m - 1;
+	}
+	lm_close(&ev);
+	return rc;
+}
+
+static int birdie_open(ss_train_run *r, int32_t vocab, const ss_train_env *env, char *errmsg)
+{
+	ss_train_state *st = r->st;
+	const size_t cap = (size_t)st->seq_len + 1;
+	int rc;
+	for (int i = 0; i < SS_TRAIN_BIRDIE_CONFIGS; i++)
+		if (bd_room(&bd_configs[i], st->seq_len) < 2) {
+			int64_t need = st->seq_len;
+			while (bd_room(&bd_configs[i], need) < 2)
+				need++;
+			return ss_errf(errmsg, SS_ERR_INVALID, "--seq-len %lld is too short for "
+				       "birdie's %s: at least %lld", (long long)st->seq_len,
+				       bd_configs[i].name, (long long)need);
+		}
+	r->win = malloc(cap * sizeof *r->win);
+	r->seq = malloc(cap * sizeof *r->seq);
+	r->counted = malloc(cap);
+	r->config = malloc((size_t)r->max_seqs * sizeof *r->config);
+	if (!r->win || !r->seq || !r->counted || !r->config)
+		return NOMEM(errmsg);
+	if ((rc = birdie_sentinels(r, vocab, errmsg)) ||
+	    (rc = birdie_eval_set(r, vocab, env, errmsg)))
+		return rc;
+	double sum = 0;
+	for (int i = 0; i < SS_TRAIN_BIRDIE_CONFIGS; i++)
+		sum += st->birdie_action[i];
+	if (sum == 0 || st->birdie_fixed)
+		bd_fixed_action(st->birdie_action);
+	return lm_open(&r->lm, st, vocab, &r->tk, env->max_record, errmsg);
+}
+
+/* Every configuration's loss on its evaluation sequence, into r->ev_loss. */
+static int birdie_eval(ss_train_run *r, char *errmsg)
+{
+	for (int i = 0; i < SS_TRAIN_BIRDIE_CONFIGS; i++) {
+		int64_t ss[2] = { 0, r->ev_len[i] };
+		int rc = ss_train_forward(r->t, r->ev_tok[i], r->ev_tgt[i], ss, 1, NULL, NULL, NULL,
+					  &r->ev_loss[i]);
+		if (rc)
+			return ss_errf(errmsg, rc, "birdie: evaluating %s: %s", bd_configs[i].name,
+				       ss_strerror(rc));
+	}
+	return 0;
+}
+
+/* After step st->step: every birdie_every steps, the evaluation, the
+ * rewards of the interval (A.1.3), a history row and the next action. */
+static int birdie_update(ss_train_run *r, char *errmsg)
+{
+	ss_train_state *st = r->st;
+	const int K = SS_TRAIN_BIRDIE_CONFIGS;
+	r->evaluated = 0;
+	if (st->step % st->birdie_every)
+		return 0;
+	int rc = birdie_eval(r, errmsg);
+	if (rc)
+		return rc;
+	double *h = realloc(st->birdie_hist, (size_t)(st->birdie_nhist + 1) * 3 * K * sizeof *h);
+	if (!h)
+		return NOMEM(errmsg);
+	st->birdie_hist = h;
+	h += st->birdie_nhist++ * 3 * K;
+	for (int i = 0; i < K; i++) {
+		h[i] = st->birdie_loss[i];
+		h[K + i] = st->birdie_action[i];
+		h[2 * K + i] = bd_reward(st->birdie_loss[i], r->ev_loss[i]);
+		st->birdie_loss[i] = r->ev_loss[i];
+	}
+	if (!st->birdie_fixed)
+		bd_schedule(st->birdie_hist, st->birdie_nhist, st->birdie_loss, BIRDIE_FLOOR, &st->rng,
+			    st->birdie_action);
+	r->evaluated = 1;
+	return 0;
+}
+
+/* Fills the step's batch with Birdie sequences: a configuration drawn from
+ * the action, a window of the document, its transform; until the next one
+ * might not fit in batch_tokens. */
+static int birdie_fill(ss_train_run *r, char *errmsg)
+{
+	ss_train_state *st = r->st;
+	train_batch *b = &r->b;
+	int rc;
+	if (st->step == 0 && st->birdie_nhist == 0) { /* the losses before any step */
+		if ((rc = birdie_eval(r, errmsg)))
+			return rc;
+		memcpy(st->birdie_loss, r->ev_loss, sizeof r->ev_loss);
+	}
+	while (b->nseq < r->max_seqs) {
+		int ci = bd_pick(st->birdie_action, &st->rng);
+		int64_t n = bd_draw_len(&bd_configs[ci], st->seq_len, &st->rng), got, m;
+		if (b->T + bd_max_len(&bd_configs[ci], n) - 1 > st->batch_tokens)
+			break;
+		if ((rc = lm_take_raw(&r->lm, r->win, n, &got, errmsg)) ||
+		    (rc = birdie_make(r, &ci, r->win, got, &st->rng, &m, errmsg)))
+			return rc;
+		for (int64_t j = 0; j + 1 < m; j++) {
+			b->tokens[b->T + j] = r->seq[j];
+			b->targets[b->T + j] = r->counted[j + 1] ? r->seq[j + 1] : -1;
+			b->ntargets += r->counted[j + 1];
+		}
+		b->T += m - 1;
+		r->config[b->nseq] = ci;
+		b->seq_start[++b->nseq] = b->T;
+	}
+	return 0;
+}
+
 int ss_train_run_open(ss_train_run **out, ss_train_state *st, const ss_model *m,
 		      const ss_train_env *env, char *errmsg)
 {
@@ -130,6 +330,8 @@ int ss_train_run_open(ss_train_run **out, ss_train_state *st, const ss_model *m,
 		vocab = m->cfg.vocab_padded;
 	if (st->objective == SS_TRAIN_LM) {
 		rc = lm_open(&r->lm, st, vocab, &r->tk, env->max_record, errmsg);
+	} else if (st->objective == SS_TRAIN_BIRDIE) {
+		rc = birdie_open(r, vocab, env, errmsg);
 	} else if (st->objective == SS_TRAIN_BP2C) {
 		r->b.conv = malloc((size_t)r->max_seqs * r->conv_len * sizeof *r->b.conv);
 		r->b.ssm = malloc((size_t)r->max_seqs * r->ssm_len * sizeof *r->b.ssm);
@@ -227,6 +429,8 @@ static int batch_fill(ss_train_run *r, char *errmsg)
 	b->T = b->ntargets = 0;
 	b->nseq = 0;
 	b->seq_start[0] = 0;
+	if (st->objective == SS_TRAIN_BIRDIE)
+		return birdie_fill(r, errmsg);
 	if (st->objective == SS_TRAIN_LM) {
 		while (b->nseq < r->max_seqs &&
 		       (rc = lm_take(&r->lm, b, st->seq_len, st->batch_tokens - b->T, errmsg)))
@@ -380,9 +584,15 @@ static int run_step(ss_train_run *r, ss_train_step_info *s, char *errmsg)
 		       .weight_decay = (float)st->weight_decay };
 	if ((rc = ss_adamw_update(P->data, G->data, r->am, r->av, P->n, &h, st->step)))
 		return ss_errf(errmsg, rc, "step %lld: AdamW: %s", (long long)st->step, ss_strerror(rc));
+	const int birdie = st->objective == SS_TRAIN_BIRDIE;
+	if (birdie && (rc = birdie_update(r, errmsg)))
+		return rc;
 	*s = (ss_train_step_info){ .step = st->step, .loss = loss, .lr = lr, .grad_norm = norm,
-				   .tokens = r->b.ntargets, .nseq = r->b.nseq,
-				   .k = st->objective == SS_TRAIN_LM ? NULL : r->ks };
+				   .tokens = r->b.ntargets, .inputs = r->b.T, .nseq = r->b.nseq,
+				   .k = st->objective == SS_TRAIN_LM || birdie ? NULL : r->ks,
+				   .config = birdie ? r->config : NULL,
+				   .birdie_loss = birdie && r->evaluated ? st->birdie_loss : NULL,
+				   .birdie_action = birdie && r->evaluated ? st->birdie_action : NULL };
 	return 0;
 }
 
@@ -402,7 +612,7 @@ int ss_train_run_steps(ss_train_run *r, int64_t until, ss_train_step_fn step, vo
 
 int ss_train_run_tell(ss_train_run *r, char *errmsg)
 {
-	if (r->st->objective == SS_TRAIN_LM)
+	if (r->st->objective == SS_TRAIN_LM || r->st->objective == SS_TRAIN_BIRDIE)
 		return lm_tell(&r->lm, r->st, errmsg);
 	ex_tell(&r->ex, r->st);
 	return 0;
@@ -430,6 +640,9 @@ void ss_train_run_free(ss_train_run *r)
 		train_example_free(&r->exs[i]);
 	ss_train_free(r->t);
 	free(r->am), free(r->av), free(r->ks), free(r->exs);
+	free(r->win), free(r->seq), free(r->counted), free(r->config);
+	for (int i = 0; i < SS_TRAIN_BIRDIE_CONFIGS; i++)
+		free(r->ev_tok[i]), free(r->ev_tgt[i]);
 	free(r->b.tokens), free(r->b.targets), free(r->b.seq_start), free(r->b.conv), free(r->b.ssm);
 	free(r);
 }
