@@ -18,28 +18,29 @@ const char *const bd_class_names[BD_NCLASS] = {
 	"ntp", "prefix", "copy", "selcopy", "deshuffle", "infill", "autoenc"
 };
 
-/* A.2's controls, scaled to a sequence of seq_len: lengths are fractions of
- * what the class fits (A.2 draws 64-256 or 256-2048 tokens to copy in
- * sequences of 2048); copy's short spans first are the curriculum that took
- * the recall model off its plateau. */
+/* A.2's controls, in tokens, scaled down about 8x from the paper's sequences
+ * of 2048 BPE tokens to ours of a few hundred (0: as many as fit, bd_room):
+ * A.2 copies 64-256 or 256-2048 tokens, deshuffles 128-256 or 512-1024, and
+ * infills and autoencodes sequences of 128-2048. Short copies first are the
+ * curriculum that took the recall model off its plateau. */
 const bd_config bd_configs[SS_TRAIN_BIRDIE_CONFIGS] = {
-	{ BD_NTP, "ntp", 1, 1, 0, 0, 0 },
-	{ BD_PREFIX, "prefix", 1, 1, 0, 0, 0 },
-	{ BD_COPY, "copy/short", 0.05, 0.25, 0, 0, 0 },
-	{ BD_COPY, "copy/long", 0.25, 1, 0, 0, 0 },
-	{ BD_SELCOPY, "selcopy/1/append", 0.25, 1, 0, 1, 1 },
-	{ BD_SELCOPY, "selcopy/1/prepend", 0.25, 1, 0, 1, 0 },
-	{ BD_SELCOPY, "selcopy/3/append", 0.5, 1, 0, 3, 1 },
-	{ BD_SELCOPY, "selcopy/3/prepend", 0.5, 1, 0, 3, 0 },
-	{ BD_DESHUFFLE, "deshuffle/50%", 0.1, 0.5, 0.5, 0, 0 },
-	{ BD_DESHUFFLE, "deshuffle/100%", 0.1, 0.5, 1, 0, 0 },
-	{ BD_INFILL, "infill/15%/3", 0.5, 1, 0.15, 3, 0 },
-	{ BD_INFILL, "infill/15%/8", 0.5, 1, 0.15, 8, 0 },
-	{ BD_INFILL, "infill/50%/3", 0.5, 1, 0.5, 3, 0 },
-	{ BD_INFILL, "infill/50%/8", 0.5, 1, 0.5, 8, 0 },
-	{ BD_AUTOENC, "autoenc/15%/3", 0.25, 1, 0.15, 3, 0 },
-	{ BD_AUTOENC, "autoenc/15%/8/shuffled", 0.25, 1, 0.15, 8, 1 },
-	{ BD_AUTOENC, "autoenc/50%/8", 0.25, 1, 0.5, 8, 0 },
+	{ BD_NTP, "ntp", 0, 0, 0, 0, 0 },
+	{ BD_PREFIX, "prefix", 0, 0, 0, 0, 0 },
+	{ BD_COPY, "copy/short", 8, 32, 0, 0, 0 },
+	{ BD_COPY, "copy/long", 32, 128, 0, 0, 0 },
+	{ BD_SELCOPY, "selcopy/1/append", 64, 256, 0, 1, 1 },
+	{ BD_SELCOPY, "selcopy/1/prepend", 64, 256, 0, 1, 0 },
+	{ BD_SELCOPY, "selcopy/3/append", 128, 0, 0, 3, 1 },
+	{ BD_SELCOPY, "selcopy/3/prepend", 128, 0, 0, 3, 0 },
+	{ BD_DESHUFFLE, "deshuffle/50%", 16, 64, 0.5, 0, 0 },
+	{ BD_DESHUFFLE, "deshuffle/100%", 16, 64, 1, 0, 0 },
+	{ BD_INFILL, "infill/15%/3", 128, 0, 0.15, 3, 0 },
+	{ BD_INFILL, "infill/15%/8", 128, 0, 0.15, 8, 0 },
+	{ BD_INFILL, "infill/50%/3", 128, 0, 0.5, 3, 0 },
+	{ BD_INFILL, "infill/50%/8", 128, 0, 0.5, 8, 0 },
+	{ BD_AUTOENC, "autoenc/15%/3", 48, 192, 0.15, 3, 0 },
+	{ BD_AUTOENC, "autoenc/15%/8/shuffled", 96, 0, 0.15, 8, 1 },
+	{ BD_AUTOENC, "autoenc/50%/8", 96, 0, 0.5, 8, 0 },
 };
 
 enum { SEL_SPAN_MIN = 4, SEL_SPAN_MAX = 32, SEL_DELIM_MIN = 3, SEL_DELIM_MAX = 8 };
@@ -98,14 +99,13 @@ int64_t bd_max_len(const bd_config *c, int64_t n)
 
 int64_t bd_draw_len(const bd_config *c, int64_t seq_len, uint64_t *rng)
 {
-	int64_t room = bd_room(c, seq_len);
-	int64_t lo = (int64_t)ceil(c->len_lo * (double)room), hi = (int64_t)floor(c->len_hi * (double)room);
+	int64_t room = bd_room(c, seq_len), lo = c->len_lo, hi = c->len_hi;
 	if (lo < 2)
 		lo = 2;
-	if (hi > room)
+	if (!hi || hi > room)
 		hi = room;
 	if (hi < lo)
-		return room;
+		return hi;
 	return lo + (int64_t)below(rng, (uint64_t)(hi - lo + 1));
 }
 

@@ -52,12 +52,12 @@ extern const char *const bd_sentinel_names[BD_NSENT];
 extern const char *const bd_class_names[BD_NCLASS];
 
 /* One configuration of an objective (birdie.txt A.2). The window length is
- * drawn uniformly in [len_lo, len_hi] × the most its class fits in one
- * sequence of seq_len inputs (bd_room). */
+ * drawn uniformly in [len_lo, len_hi] tokens, len_hi 0 or past the most its
+ * class fits in one sequence of seq_len inputs (bd_room) meaning that most. */
 typedef struct {
 	bd_class cls;
 	const char *name; /* "infill/15%/8", as logged */
-	double len_lo, len_hi;
+	int64_t len_lo, len_hi;
 	double frac;      /* deshuffle: positions permuted; infill, autoenc: tokens masked */
 	int span;         /* infill, autoenc: mean masked span (tokens); selcopy: spans */
 	int flag;         /* selcopy: 1 = instructions after the context; autoenc: shuffle */
@@ -73,7 +73,8 @@ int64_t bd_room(const bd_config *c, int64_t seq_len);
 /* An upper bound of the length of the sequence c makes of n tokens. */
 int64_t bd_max_len(const bd_config *c, int64_t n);
 
-/* The window length to draw for c (>= 1, <= bd_room), from *rng. */
+/* The window length to draw for c (>= 2 unless bd_room is less, <= bd_room),
+ * from *rng. */
 int64_t bd_draw_len(const bd_config *c, int64_t seq_len, uint64_t *rng);
 
 /* Transforms x[0..n) (document tokens, n <= bd_room(c, ...)) into S, the
