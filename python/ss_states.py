@@ -313,7 +313,7 @@ class _Input:
 
     def skip(self, n):
         """Skips n bytes; whether the input holds them all (a seek where the file allows)."""
-        if self.fill(self.i + n):
+        if n <= self.n - self.i:
             self.i += n
             return True
         n -= self.n - self.i

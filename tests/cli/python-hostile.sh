@@ -63,13 +63,14 @@ open(d + "/plannan", "wb").write(skippable(0x184D2A54, msgpack.packb({"n": 1, "l
 open(d + "/plann", "wb").write(skippable(0x184D2A54, msgpack.packb({"n": 5, "logdecay": bytes(12)})) + okf)
 open(d + "/planlist", "wb").write(skippable(0x184D2A54, msgpack.packb([1])) + okf)
 open(d + "/skiptrunc", "wb").write(okf + struct.pack("<II", 0x184D2A5E, 100) + b"x" * 99)
+open(d + "/skiphuge", "wb").write(okf + struct.pack("<II", 0x184D2A5E, 0xFFFFFFF0) + b"x" * 99)
 open(d + "/empty", "wb").write(zstandard.ZstdCompressor(write_content_size=True).compress(b""))
 open(d + "/trailing", "wb").write(zstandard.ZstdCompressor(write_content_size=True).compress(msgpack.packb(ok) + b"\xc0"))
 PY
 cd "$d"
 hostile="bomb wrap wrap31 id5 idnull fpbin versiontrue version2 nanlogdecay archmissing dimfloat dimbool dconv1
 ntokneg shuffle0 dtype provlist provsrc provweights rankonly inf mamba1 format dupkey tokid toktext tokn
-annbool annint anntrunc plannan plann planlist skiptrunc empty trailing"
+annbool annint anntrunc plannan plann planlist skiptrunc skiphuge empty trailing"
 for f in ok $hostile; do
 	set +e; ss-cat "$f" >/dev/null 2>&1; rc=$?; set -e
 	if [ "$f" = ok ]; then [ "$rc" -eq 0 ] || fail "ss-cat refuses the valid record"
