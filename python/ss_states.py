@@ -173,7 +173,8 @@ class State:
                 a[e0:e0 + m].view(np.uint32)[...] <<= 16
             else:
                 a[e0:e0 + m] = np.frombuffer(part, "<f4" if es == 4 else "<f2")
-        _finite(a, key)
+        for e0 in range(0, n, 1 << 20):  # in pieces: no bool array the size of the state
+            _finite(a[e0:e0 + (1 << 20)], key, e0)
         return a.reshape(shape)
 
     def _q8(self, q, which):
@@ -269,9 +270,8 @@ def _unpack(data, what):
 
 
 class _Input:
-    """A binary file read forward: buf[:n] holds its bytes [base, base + n), i is the next. buf is
-    kept from frame to frame (it grows to the largest frame): a new buffer per record would leave
-    the heap in pieces (glibc), and the process twice the size."""
+    """A binary file read forward: buf[:n] holds its bytes [base, base + n), i is the next; it
+    grows to hold a whole frame, and is given back once the frame is decompressed."""
     CHUNK = 1 << 20
 
     def __init__(self, f):
@@ -307,8 +307,11 @@ class _Input:
         return b
 
     def drop(self):
-        """Forgets the bytes before i."""
-        self.buf[:self.n - self.i] = self.buf[self.i:self.n].copy()
+        """Forgets the bytes before i; a buffer a large frame grew is given back."""
+        if self.buf.size > 2 * self.CHUNK and self.n - self.i <= self.CHUNK:
+            self.buf = np.concatenate((self.buf[self.i:self.n], np.empty(self.CHUNK, np.uint8)))
+        else:
+            self.buf[:self.n - self.i] = self.buf[self.i:self.n].copy()
         self.base, self.n, self.i = self.base + self.i, self.n - self.i, 0
 
     def skip(self, n):
@@ -545,11 +548,12 @@ def _array(m, k, dt, shape):
     return np.frombuffer(b, dt).astype(np.dtype(dt).newbyteorder("=")).reshape(shape)
 
 
-def _finite(a, key):
+def _finite(a, key, first=0):
+    """FormatError naming the first element of a (the first'th of key) that is not finite."""
     ok = np.isfinite(a)
     if not ok.all():
         i = int(np.flatnonzero(~ok)[0])
-        raise FormatError('field "%s": element %d is %g, not finite' % (key, i, a.flat[i]))
+        raise FormatError('field "%s": element %d is %g, not finite' % (key, first + i, a.flat[i]))
 
 
 def _unshuffle(b, es, n, block):
