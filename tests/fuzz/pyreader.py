@@ -21,7 +21,6 @@ Usage: pyreader.py [--seconds S] [--seed N] [--mem MiB] [--slow S] [--out DIR] [
 """
 import argparse
 import io
-import math
 import os
 import random
 import resource
