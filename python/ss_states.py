@@ -133,7 +133,7 @@ class State:
             _bin(m, k, n * es)
         self.shuffle = _int(m, "shuffle", 1, MAX_SHUFFLE) if "shuffle" in m else None
         self.provenance = m.get("provenance")
-        if self.provenance is not None:
+        if "provenance" in m:  # present and nil is not absent
             self._check_provenance(self.logdecay.size)
         self.conv = self._decode("conv", (L, C, K - 1), 0)
         self.ssm = self._decode("ssm", (L, H, P, N), 1)

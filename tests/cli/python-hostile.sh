@@ -36,7 +36,7 @@ bad = {
     "version2": dict(version=2), "nanlogdecay": dict(logdecay=b"\x00\x00\xc0\x7f"), "archmissing": dict(arch=None),
     "dimfloat": dict(nheads=1.0), "dimbool": dict(d_state=True), "dconv1": dict(d_conv=1, conv=b""),
     "ntokneg": dict(n_tokens=-1), "shuffle0": dict(shuffle=0), "dtype": dict(dtype="f64"),
-    "provlist": dict(provenance=[1]), "provsrc": dict(provenance={"mode": "soup", "sources": [1]}),
+    "provlist": dict(provenance=[1]), "provnull": dict(provenance=None), "provsrc": dict(provenance={"mode": "soup", "sources": [1]}),
     "provweights": dict(provenance={"mode": "soup", "sources": ["a"], "weights": b"\x00\x00\x80\x7f"}),
     "rankonly": dict(rank=True, score=1.0), "inf": dict(ssm=b"\x00\x00\x80\x7f"),
     "mamba1": dict(arch="mamba1", headdim=2, ssm=bytes(8)), "format": dict(format="ss-other"),
@@ -69,7 +69,7 @@ open(d + "/trailing", "wb").write(zstandard.ZstdCompressor(write_content_size=Tr
 PY
 cd "$d"
 hostile="bomb wrap wrap31 id5 idnull fpbin versiontrue version2 nanlogdecay archmissing dimfloat dimbool dconv1
-ntokneg shuffle0 dtype provlist provsrc provweights rankonly inf mamba1 format dupkey tokid toktext tokn
+ntokneg shuffle0 dtype provlist provnull provsrc provweights rankonly inf mamba1 format dupkey tokid toktext tokn
 annbool annint anntrunc plannan plann planlist skiptrunc skiphuge empty trailing"
 for f in ok $hostile; do
 	set +e; ss-cat "$f" >/dev/null 2>&1; rc=$?; set -e
