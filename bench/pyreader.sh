@@ -51,8 +51,9 @@ one() {
 	echo
 }
 show() { # name figures...
-	echo "$@" | awk '{printf "%-24s C %6.2f s (median %5.2f) %4d MB | Python %6.2f s (median %5.2f) %4d MB | time %.2fx, memory %.2fx\n",
-		$1, $2, $3, $5, $6, $7, $9, $6 / $2, $9 / $5}'
+	echo "$@" | awk '{t = $2 > 0 ? sprintf("%.2fx", $6 / $2) : "n/a (C under 10 ms)"
+		printf "%-24s C %6.2f s (median %5.2f) %4d MB | Python %6.2f s (median %5.2f) %4d MB | time %s, memory %.2fx\n",
+		$1, $2, $3, $5, $6, $7, $9, t, $9 / $5}'
 }
 printf "pyreader: ss-cat vs python/ss_states.py, $R rounds interleaved, min (median) wall time, median peak RSS;\nratios: Python's min time over C's, median peak over median peak\n"
 [ -z "$golden" ] || show golden-set-8-files $(one $golden)
