@@ -6,13 +6,8 @@
 # python3-zstandard, python3-msgpack and python3-numpy (make deps); skipped without them.
 set -eu
 . "$SS_TOP/tests/util/golden.sh"
-py=
-for p in python3 /usr/bin/python3; do
-	if command -v "$p" >/dev/null && "$p" -c 'import zstandard, msgpack, numpy' 2>/dev/null; then py=$p; break; fi
-done
-[ -n "$py" ] || { echo "skipped: no python3 with zstandard, msgpack and numpy (make deps)"; exit 77; }
+. "$SS_TOP/tests/util/pyreader.sh"
 gen=$SS_TOP/${SS_BUILD:-build}/gen
-export PYTHONPATH=$SS_TOP/python
 
 ss-tokenize -q --whole "$G/t1/c3/text.txt" "$G/t1/c1/text.txt" >"$d/c.tok"
 ss-encode -q --model "$T1" "$d/c.tok" >"$d/c.st"
