@@ -143,11 +143,46 @@ static void shuffle_i64(int64_t *a, int64_t n, uint64_t *rng)
 	}
 }
 
+/* a[0..m): m distinct values of 0..n-1 (m <= n), ascending: the first m of a
+ * partial Fisher-Yates shuffle of 0..n-1, then sorted (m is small). a has
+ * room for n. */
+static void choose_sorted(int64_t *a, int64_t n, int64_t m, uint64_t *rng)
+{
+	for (int64_t i = 0; i < n; i++)
+		a[i] = i;
+	for (int64_t i = 0; i < m; i++) {
+		int64_t j = i + (int64_t)below(rng, (uint64_t)(n - i)), t = a[i];
+		a[i] = a[j];
+		a[j] = t;
+	}
+	for (int64_t i = 1; i < m; i++)
+		for (int64_t j = i; j > 0 && a[j - 1] > a[j]; j--) {
+			int64_t t = a[j];
+			a[j] = a[j - 1];
+			a[j - 1] = t;
+		}
+}
+
+/* len[0..k): total split into k parts of at least lo each (total >= k·lo),
+ * every such split equally likely (stars and bars). tmp has room for
+ * total + k. */
+static void split_parts(int64_t total, int64_t k, int64_t lo, int64_t *len, int64_t *tmp,
+			uint64_t *rng)
+{
+	int64_t slots = total - k * lo + k - 1, prev = -1;
+	choose_sorted(tmp, slots, k - 1, rng); /* the bars */
+	for (int64_t i = 0; i < k - 1; i++) {
+		len[i] = tmp[i] - prev - 1 + lo;
+		prev = tmp[i];
+	}
+	len[k - 1] = slots - prev - 1 + lo;
+}
+
 /* Masked spans of x[0..n) (UL2/T5 span corruption): round(frac·n) tokens
- * (at least 1) in k = max(1, round(masked / span)) spans, each at least 1,
- * the unmasked tokens in k+1 pieces (the first and last may be empty), both
- * partitions drawn uniformly. Out: start[k], len[k] (in order). Returns k;
- * start and len have room for n. */
+ * (at least 1, at most n-1) in k = max(1, round(masked / span)) spans of at
+ * least one token, apart by at least one unmasked token, both splits drawn
+ * uniformly. Out: start[k], len[k], in order (room for n each). Returns k,
+ * or -1 out of memory. */
 static int64_t mask_spans(int64_t n, double frac, int span, uint64_t *rng, int64_t *start,
 			  int64_t *len)
 {
@@ -163,57 +198,19 @@ static int64_t mask_spans(int64_t n, double frac, int span, uint64_t *rng, int64
 		k = masked;
 	if (k > n - masked + 1)
 		k = n - masked + 1;
-	/* masked tokens in k parts >= 1: k-1 cut points among masked-1 gaps */
-	int64_t *cut = malloc((size_t)(n + 1) * sizeof *cut);
-	if (!cut)
+	int64_t *tmp = malloc((size_t)(2 * n + 2) * sizeof *tmp), *gap = tmp + n + 1;
+	if (!tmp)
 		return -1;
-	for (int64_t i = 0; i < masked - 1; i++)
-		cut[i] = i + 1;
-	shuffle_i64(cut, masked - 1, rng);
-	int64_t *ml = len;
-	{
-		/* sorted first k-1 cuts */
-		for (int64_t i = 1; i < k - 1; i++)
-			for (int64_t j = i; j > 0 && cut[j - 1] > cut[j]; j--) {
-				int64_t t = cut[j];
-				cut[j] = cut[j - 1];
-				cut[j - 1] = t;
-			}
-		int64_t prev = 0;
-		for (int64_t i = 0; i < k - 1; i++) {
-			ml[i] = cut[i] - prev;
-			prev = cut[i];
-		}
-		ml[k - 1] = masked - prev;
-	}
-	/* unmasked n - masked tokens in k+1 parts, the inner k-1 >= 1: give
-	 * each inner part one, spread the rest over k+1 parts by stars and bars */
-	int64_t rest = n - masked - (k - 1), parts = k + 1;
-	int64_t *bars = cut; /* rest + parts - 1 positions, parts - 1 bars */
-	int64_t nb = rest + parts - 1;
-	for (int64_t i = 0; i < nb; i++)
-		bars[i] = i;
-	/* partial shuffle: the first parts-1 of a random permutation */
-	for (int64_t i = 0; i < parts - 1; i++) {
-		int64_t j = i + (int64_t)below(rng, (uint64_t)(nb - i)), t = bars[i];
-		bars[i] = bars[j];
-		bars[j] = t;
-	}
-	for (int64_t i = 1; i < parts - 1; i++)
-		for (int64_t j = i; j > 0 && bars[j - 1] > bars[j]; j--) {
-			int64_t t = bars[j];
-			bars[j] = bars[j - 1];
-			bars[j - 1] = t;
-		}
-	int64_t pos = 0, prevbar = -1;
-	for (int64_t i = 0; i < k; i++) {
-		int64_t gap = bars[i] - prevbar - 1 + (i > 0);
-		prevbar = bars[i];
-		pos += gap;
+	split_parts(masked, k, 1, len, tmp, rng);
+	/* the unmasked tokens before each span and after the last: the k-1
+	 * between two spans at least one */
+	split_parts(n - masked - (k - 1), k + 1, 0, gap, tmp, rng);
+	for (int64_t i = 0, pos = 0; i < k; i++) {
+		pos += gap[i] + (i > 0);
 		start[i] = pos;
-		pos += ml[i];
+		pos += len[i];
 	}
-	free(cut);
+	free(tmp);
 	return k;
 }
 
