@@ -1,6 +1,7 @@
 """ss_states — read ss token and state streams from Python (formats/tokens.md, formats/states.md).
 
-Depends on Debian's python3-zstandard, python3-msgpack and python3-numpy only. A stream is a
+Depends on zstandard, msgpack and numpy only (Debian's python3-zstandard, python3-msgpack and
+python3-numpy; python/pyproject.toml declares them: `pip install ./python`). A stream is a
 sequence of zstd frames, one msgpack map each; zstd skippable frames are skipped, except the
 annotation frame (magic 0x184D2A53) that `ss-retrieve query` puts before a record, whose rank and
 score are applied to the record that follows.
@@ -39,6 +40,8 @@ ss_states.FormatError (a ValueError) naming the file, the record index and its b
 nothing else: tests/fuzz/pyreader.py holds it to that. Source: formats/tokens.md,
 formats/states.md.
 """
+__version__ = "0.1.0"  # the project's, SS_VERSION in lib/ss.h (tests/cli/python-package.sh checks)
+
 import math
 import os
 import struct
