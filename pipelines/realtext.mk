@@ -1,0 +1,134 @@
+# pipelines/realtext.mk — a Mamba-2 that uses its context on real text, trained here on the CPU
+# from random weights with Birdie's objectives (ss-train --objective birdie, issue 46), beside
+# the control: the same data, shape, schedule and steps with plain next-token prediction
+# (ss-train --objective lm). Both run at once, one thread each (make -j2): <= 60 minutes on the
+# 2-core development machine with the defaults.
+#
+#   make -f pipelines/realtext.mk -j2 models   [R=build/realtext] [STEPS=1800]
+#   make -f pipelines/realtext.mk eval          (context use on held-out text, phonebook recall
+#                                                and the PICASO paper's Fig. 3, both models)
+#   make -f pipelines/realtext.mk bundle        (copies R/birdie into data/model)
+#
+# Tokenizer: byte level (the 256 bytes, no merges) plus Birdie's 10 sentinels as added tokens
+# (pipelines/byte_tokenizer.py): Debian packages no BPE trainer for Python or C, and byte
+# tokens keep names and numbers copyable symbol by symbol; vocabulary 266, padded to 272.
+# Shape: the recall model's (d_model 128, 4 layers, d_state 64, headdim 32, expand 2), tied.
+# Data: the articles of ../shared/train's 2015 part 00 (TRAIN_BYTES of them), one document
+# each; never the WikiText-2 test split, and not the 2018 part (held out for the evaluation);
+# after each article PB_PER phonebook sequences (gen/mkrecall train, the recall model's data,
+# its seed: the evaluation's phonebooks have another), about 28% of the bytes: recalling what a
+# context said, in plain text, as the issue's trials suggest. PB_PER=0: articles only.
+#
+# R/tokenizer.json         the byte-level tokenizer with the sentinels
+# R/init/                  the random initial model
+# R/train.tokens           the training articles
+# R/birdie/, R/control/    the two models (checkpoints every 200 steps: --resume continues)
+# R/birdie.log, R/control.log   ss-train's JSON line a step (renamed into place at the end)
+# R/context-use.tsv        held-out context use of both models (pipelines/context_use.py) on the
+#                          2018 Wikipedia part and on WikiText-2 test
+# R/recall-NAME.tsv        ss-eval recall of model NAME (birdie, control) on gen/mkrecall
+#                          phonebooks of 8 lines a document, as plain text in the byte tokenizer
+# R/wikitext-NAME/         ss-eval wikitext (pipelines/eval.mk eval-wikitext) of model NAME
+# R/squad.tsv              SQuAD v2's "answer contains label" (pipelines/squad_contains.py)
+
+SHELL    := /bin/bash
+REALTEXT_MK_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+TOP      := $(abspath $(REALTEXT_MK_DIR)/..)
+SS_SHARED ?= $(abspath $(TOP)/../shared)
+R        ?= $(TOP)/build/realtext
+MKMODEL  ?= $(TOP)/build/gen/mkmodel
+MKRECALL ?= $(TOP)/build/gen/mkrecall
+SHAPE    ?= --d-model 128 --n-layer 4 --d-state 64 --headdim 32 --expand 2 --ngroups 1 \
+	    --vocab 266 --pad-multiple 8 --seed 1
+TRAIN_SRC ?= $(SS_SHARED)/train/wikipedia2015-part-00.txt.zst
+TRAIN_BYTES ?= 40000000
+PB_PER   ?= 16
+PB_SEQS  ?= 40000
+HELDOUT  ?= $(SS_SHARED)/train/wikipedia2018-part-00.txt.zst
+STEPS    ?= 1800
+OPTS     ?= --seq-len 512 --batch-tokens 4096 --batch-seqs 16 --lr 3e-3 --min-lr 3e-4 --warmup 50 \
+	    --save-every 200 --threads 1
+BIRDIE_OPTS ?= --birdie-every 25
+# Context use: N held-out chunks of CHUNK bytes, each scored after an earlier chunk of its
+# article, after another article's chunk, and alone.
+CTX_N    ?= 300
+CTX_CHUNK ?= 256
+WIKITEXT ?= $(TOP)/data/wikitext-2-raw.test.hf-crlf.raw
+# Phonebook recall: pipelines/recall.mk's evaluation phonebooks (300 documents of 8 lines, 200
+# queries, seed 1001; the training data's seed is 7), k = RECALL_KS oracle documents.
+RECALL_KS ?= 1,4
+RECALL_METHODS ?= naive,concat,picaso-r,soup
+# Fig. 3: passages of WikiText-2 test, k = 0..KMAX.
+PASSAGES ?= 200
+KMAX     ?= 10
+SQUAD    ?= $(SS_SHARED)/data/qa/squad-v2.0-dev-first5articles.json
+MODELS   := birdie control
+
+export PATH := $(TOP)/build/bin:$(PATH)
+
+.PHONY: models eval bundle clean
+.SECONDARY:
+.DELETE_ON_ERROR:
+models: $(R)/birdie.log $(R)/control.log
+eval: $(R)/context-use.tsv $(MODELS:%=$(R)/recall-%.tsv) $(MODELS:%=$(R)/wikitext-%/wikitext.tsv) \
+	$(R)/squad.tsv
+
+$(R)/tokenizer.json:
+	@mkdir -p $(@D)
+	python3 $(REALTEXT_MK_DIR)/byte_tokenizer.py $@
+
+$(R)/init/config.json: $(R)/tokenizer.json
+	$(MKMODEL) $(@D) $(SHAPE) && cp $< $(@D)/tokenizer.json
+
+$(R)/train.tokens: $(R)/tokenizer.json
+	$(MKRECALL) train --seed 7 --seqs $(PB_SEQS) --pairs 1 --max-docs 16 --repeats 16 -o $@.pb
+	python3 $(REALTEXT_MK_DIR)/wiki_docs.py $(TRAIN_SRC) $(TRAIN_BYTES) $@.jsonl \
+		$(if $(filter-out 0,$(PB_PER)),$@.pb $(PB_PER))
+	ss-tokenize -q -t $< --jsonl --no-text -o $@ $@.jsonl && rm -f $@.jsonl $@.pb
+
+# The logs are renamed into place at the end: until then the directory holds the last checkpoint.
+$(R)/birdie.log: $(R)/init/config.json $(R)/train.tokens
+	ss-train --objective birdie $(BIRDIE_OPTS) --model $(R)/init --data $(R)/train.tokens \
+		--steps $(STEPS) $(OPTS) -o $(R)/birdie >$@.tmp && mv -f $@.tmp $@
+$(R)/control.log: $(R)/init/config.json $(R)/train.tokens
+	ss-train --objective lm --model $(R)/init --data $(R)/train.tokens \
+		--steps $(STEPS) $(OPTS) -o $(R)/control >$@.tmp && mv -f $@.tmp $@
+
+$(R)/context-use.tsv: $(R)/birdie.log $(R)/control.log
+	{ echo "# $(notdir $(HELDOUT))"; \
+	  python3 $(REALTEXT_MK_DIR)/context_use.py $(HELDOUT) 99 $(CTX_N) $(CTX_CHUNK) \
+		$(TOP)/build/bin $(R)/birdie $(R)/control && \
+	  echo "# $(notdir $(WIKITEXT))" && \
+	  python3 $(REALTEXT_MK_DIR)/context_use.py $(WIKITEXT) 99 $(CTX_N) $(CTX_CHUNK) \
+		$(TOP)/build/bin $(R)/birdie $(R)/control; } >$@.tmp && mv -f $@.tmp $@
+
+$(R)/squad.tsv: $(R)/birdie.log $(R)/control.log
+	python3 $(REALTEXT_MK_DIR)/squad_contains.py $(SQUAD) 0 32 $(TOP)/build/bin $(R)/birdie \
+		$(R)/control >$@.tmp && mv -f $@.tmp $@
+
+# pipelines/recall.mk's evaluation phonebooks (its seed, sizes and generator).
+$(R)/recall/eval/corpus.jsonl $(R)/recall/eval/queries.jsonl:
+	$(MAKE) --no-print-directory -f $(REALTEXT_MK_DIR)/recall.mk R=$(R)/recall $@
+$(R)/recall/corpus.tokens: $(R)/recall/eval/corpus.jsonl $(R)/tokenizer.json
+	ss-tokenize -q -t $(R)/tokenizer.json --jsonl -o $@ $<
+$(R)/recall-%/index.db: $(R)/recall/corpus.tokens $(R)/%.log
+	@mkdir -p $(@D)
+	ss-encode -q --model $(R)/$* -o $(@D)/corpus.states $<
+	rm -f $@ && ss-retrieve build -q --index $@ $< $(@D)/corpus.states # no file when it fails
+$(R)/recall-%.tsv: $(R)/recall-%/index.db $(R)/recall/eval/queries.jsonl
+	ss-eval recall -q --model $(R)/$* --index $< --qa $(R)/recall/eval/queries.jsonl --ks $(RECALL_KS) \
+		--methods $(RECALL_METHODS) -o $@
+
+$(R)/wikitext-%/wikitext.tsv: $(R)/%.log
+	$(MAKE) --no-print-directory -f $(REALTEXT_MK_DIR)/eval.mk eval-wikitext MODEL=$(R)/$* \
+		TOKENIZER=$(R)/$*/tokenizer.json EVAL_DIR=$(R)/wikitext-$* PASSAGES=$(PASSAGES) \
+		KMAX=$(KMAX) METHODS=paper SS_BIN=$(TOP)/build/bin
+
+# The bundled default model (data/model): the weights, config and tokenizer.
+bundle: $(R)/birdie.log
+	mkdir -p $(TOP)/data/model
+	cp $(R)/birdie/config.json $(R)/birdie/model.safetensors $(R)/birdie/tokenizer.json \
+		$(TOP)/data/model/
+
+clean:
+	rm -rf $(R)
