@@ -349,7 +349,8 @@ int ss_state_dims_check(const ss_state_dims *a, const ss_state_dims *b, char *er
  *     (ss_state_alloc); *pos = the cell's position (n_tokens - 1 when it
  *     was written from a state of n_tokens tokens). Checks every field
  *     against d before reading a row; errors: SS_ERR_TRUNCATED,
- *     SS_ERR_FORMAT (magic, a cell with ids, a non-finite element),
+ *     SS_ERR_FORMAT (magic, a cell with ids, a pos that is negative or
+ *     2^31-1: n_tokens = pos + 1 would not fit a blob, a non-finite element),
  *     SS_ERR_VERSION (file version), SS_ERR_UNSUPPORTED (several cells,
  *     transposed rows), SS_ERR_MISMATCH (n_layer, type, row size or total
  *     size other than d's), with errmsg naming the field and byte offset;
