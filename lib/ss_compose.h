@@ -301,7 +301,8 @@ typedef struct {
  * count at the end (SS_ERR_MISMATCH, SS_ERR_TRUNCATED, naming the file and
  * record). A plan is taken on trust only when what it asks for before its
  * records can be checked is small (at most 2^22 decays, and for picaso-s
- * at most 2^26 of its weights' n·ceil(n/2)·H work); a larger one is checked
+ * at most 2^25 steps of its weights: m·(n·H + 16·m), m = ceil(n/2)
+ * quadrature nodes, about 0.5 s at most); a larger one is checked
  * against its records (spooled) first, so that a forged plan costs the
  * time and memory of the records that follow it, not of the rows it
  * claims. A record's arrays are folded in as they

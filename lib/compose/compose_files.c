@@ -441,23 +441,24 @@ static int spool_fold(drv_run *u, passes_t *ps, size_t i, size_t *k)
  * asks for before a record can be checked stays small: at most
  * PLAN_TRUST_DECAYS decays (16 MiB of f32, copied by the driver and the
  * composer, and twice that of f64 weights), and for picaso-s, whose
- * weights take the m = ceil(n/2) quadrature nodes times n inputs times H
- * heads, at most PLAN_TRUST_WORK of that product (about 0.1 s). A larger
+ * weights take m = ceil(n/2) quadrature nodes times n inputs times H heads
+ * of products plus about 16 m^2 steps of the nodes' Newton iterations, at
+ * most PLAN_TRUST_WORK of those (0.6 s on a loaded 2-core VM). A larger
  * plan is checked first: its records are spooled as a plan-less pipe's,
  * each checked against its row and the count at the end (check_record,
  * claim_end), before any weight is computed, so that a forged plan of
  * 2^24 rows ahead of 5 records fails after 5 records instead of after
  * hours of weights or gigabytes of tables. */
 #define PLAN_TRUST_DECAYS ((uint64_t)1 << 22)
-#define PLAN_TRUST_WORK ((uint64_t)1 << 26)
+#define PLAN_TRUST_WORK ((uint64_t)1 << 25)
 
 static int plan_trusted(ss_compose_mode mode, size_t n, size_t H)
 {
-	uint64_t decays, work;
+	uint64_t decays, prod, nodes, m = ((uint64_t)n + 1) / 2;
 	if (ss_ckd_mul(&decays, n, H) || decays > PLAN_TRUST_DECAYS)
 		return 0;
-	return mode != SS_COMPOSE_PICASO_S || (!ss_ckd_mul(&work, decays, ((uint64_t)n + 1) / 2 + 4) &&
-					       work <= PLAN_TRUST_WORK);
+	return mode != SS_COMPOSE_PICASO_S || (!ss_ckd_mul(&prod, decays, m) && !ss_ckd_mul(&nodes, 16 * m, m) &&
+					       prod <= PLAN_TRUST_WORK && nodes <= PLAN_TRUST_WORK - prod);
 }
 
 /* Appends the n rows of a plan frame (decays [n][H], checked by the
