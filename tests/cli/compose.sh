@@ -184,10 +184,13 @@ expect 1 sh -c "cat '$t/p65k.ss' | timeout 20 ss-compose --mode picaso-s -o '$t/
 has "$t/err" "ends after 3 records, its plan frame announced 65536"
 "$mk" --shape 1,1,2,2,4,4 --seed 1 --prefix a --plan 1 3 "$t/tp.ss" # one decay a record
 forge "$t/tp.ss" 16777000 "$t/p64m.ss"                               # a 64 MiB plan
+rss=/usr/bin/time # peak RSS, where no sanitizer multiplies it
+case "$SS_BUILD" in *san) rss= ;; esac
+[ -x "${rss:-/none}" ] || rss=
 for m in picaso-r picaso-s soup; do
-	expect 1 sh -c "cat '$t/p64m.ss' | /usr/bin/time -f %M -o '$t/rss' timeout 20 ss-compose --mode $m -o '$t/x.ss'"
+	expect 1 sh -c "cat '$t/p64m.ss' | ${rss:+$rss -f %M -o '$t/rss'} timeout 20 ss-compose --mode $m -o '$t/x.ss'"
 	has "$t/err" "ends after 3 records, its plan frame announced 16777000"
-	[ "$(tail -n 1 "$t/rss")" -lt 300000 ] || fail "$m: a 64 MiB plan took $(tail -n 1 "$t/rss") KB"
+	[ -z "$rss" ] || [ "$(tail -n 1 "$t/rss")" -lt 300000 ] || fail "$m: a 64 MiB plan took $(tail -n 1 "$t/rss") KB"
 done
 rm -f "$t/p64m.ss"
 # a plan too large to take on trust is checked before its weights: picaso-s of 2,400 records
