@@ -294,7 +294,18 @@ typedef struct {
  * or pipes alike. picaso-s/picaso-r read the decays first
  * (ss_reader_next_meta) and the states in a second pass (regular files,
  * stdin included, are read again; a pipe's states are spooled in f32 to an
- * unlinked tmpfile() in $TMPDIR). A record's arrays are folded in as they
+ * unlinked tmpfile() in $TMPDIR, unless the pipe begins with a plan frame
+ * small enough to take on trust, ss_reader_plan: then it is read once).
+ * Every mode checks a stream that begins with a plan frame against it,
+ * file or pipe: each record's logdecay bit for bit against its row, the
+ * count at the end (SS_ERR_MISMATCH, SS_ERR_TRUNCATED, naming the file and
+ * record). A plan is taken on trust only when what it asks for before its
+ * records can be checked is small (at most 2^22 decays, and for picaso-s
+ * at most 2^25 steps of its weights: m·(n·H + 16·m), m = ceil(n/2)
+ * quadrature nodes, about 0.5 s at most); a larger one is checked
+ * against its records (spooled) first, so that a forged plan costs the
+ * time and memory of the records that follow it, not of the rows it
+ * claims. A record's arrays are folded in as they
  * are decompressed, at most 128 KiB at a time, never gathered whole
  * (except with SS_COMPOSE_NORM_BEFORE, which needs each layer's norm
  * first, and records not laid out as formats/states.md says writers lay

@@ -98,8 +98,9 @@ int ss_reader_next_meta(ss_reader *r, const ss_record **rec);
  * order. Looks at the frames before the first record, without reading it,
  * when no record has been read yet; a plan frame anywhere else is skipped
  * as zstd prescribes. It is a claim: ss_compose_run checks each record's
- * logdecay against it bit for bit as it folds the record (the composer's
- * plan, ss_composer_new) and the count at the end.
+ * logdecay against it bit for bit as it reads the record (the composer's
+ * plan, ss_composer_new, or its first pass) and the count at the end, in
+ * every mode, and takes it on trust only while it is small (ss_compose.h).
  * Returns 1 with *n (>= 1), *H (values per record: ss_state_logdecay_len)
  * and *logdecay ([n][H] f32, finite and <= 0; borrowed: valid until
  * ss_reader_close), 0 when the stream begins without one (or a record was
@@ -349,7 +350,8 @@ int ss_state_dims_check(const ss_state_dims *a, const ss_state_dims *b, char *er
  *     (ss_state_alloc); *pos = the cell's position (n_tokens - 1 when it
  *     was written from a state of n_tokens tokens). Checks every field
  *     against d before reading a row; errors: SS_ERR_TRUNCATED,
- *     SS_ERR_FORMAT (magic, a cell with ids, a non-finite element),
+ *     SS_ERR_FORMAT (magic, a cell with ids, a pos that is negative or
+ *     2^31-1: n_tokens = pos + 1 would not fit a blob, a non-finite element),
  *     SS_ERR_VERSION (file version), SS_ERR_UNSUPPORTED (several cells,
  *     transposed rows), SS_ERR_MISMATCH (n_layer, type, row size or total
  *     size other than d's), with errmsg naming the field and byte offset;

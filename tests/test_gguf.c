@@ -2,7 +2,8 @@
  * the layout of ggml/include/gguf.h reads back key by key and tensor by
  * tensor — F16 and BF16 widened exactly, Q8_0 as d · q from any element on,
  * a K-quant listed but refused by name; every truncation of it, a wrong
- * version, absurd counts, a misaligned, overlapping or duplicate tensor fail
+ * version, absurd counts, a misaligned, overlapping or duplicate tensor, a
+ * key twice, a byte count that wraps 64 bits (2^62 F32 elements) fail
  * with a message naming the file; the converter's Q8_0 blocks are held as
  * they are. The converter-written files are otherwise tested in
  * tests/cli/gguf.sh. */
@@ -56,7 +57,7 @@ static const uint16_t q8d[2] = {0x3800, 0x2c00}; /* 0.5, 0.0625 */
 static int8_t q8q(int i) { return (int8_t)(i * 8 - 127 + (i % 3)); }
 
 /* One whole file; what: 0 good, else the fault to write into it. */
-enum { GOOD, VERSION1, MANY_TENSORS, MANY_KEYS, MISALIGNED, OVERLAP, DUPLICATE, BIG_DIM };
+enum { GOOD, VERSION1, MANY_TENSORS, MANY_KEYS, MISALIGNED, OVERLAP, DUPLICATE, BIG_DIM, DUP_KEY, WRAP_F32 };
 static void write_file(buf *f, int what)
 {
 	f->n = 0;
@@ -65,7 +66,7 @@ static void write_file(buf *f, int what)
 	u64(f, what == MANY_TENSORS ? (uint64_t)1 << 40 : 5);
 	u64(f, what == MANY_KEYS ? (uint64_t)1 << 40 : 5);
 	str(f, "general.architecture"), u32(f, SS_GGUF_STRING), str(f, "mamba2");
-	str(f, "a.u32"), u32(f, SS_GGUF_U32), u32(f, 77);
+	str(f, what == DUP_KEY ? "a.strs" : "a.u32"), u32(f, SS_GGUF_U32), u32(f, 77);
 	str(f, "a.neg"), u32(f, SS_GGUF_I32), u32(f, (uint32_t)-5);
 	str(f, "a.f32"), u32(f, SS_GGUF_F32);
 	float x = 0.25f;
@@ -86,6 +87,10 @@ static void write_file(buf *f, int what)
 		t[4].name = "t.f16";
 	if (what == BIG_DIM)
 		t[3].ne[1] = (uint64_t)1 << 61;
+	if (what == WRAP_F32) { /* 2^62 f32 elements: 2^64 bytes, 0 in 64 bits */
+		t[0].nd = 2;
+		t[0].ne[0] = t[0].ne[1] = (uint64_t)1 << 31;
+	}
 	for (int i = 0; i < 5; i++) {
 		str(f, t[i].name);
 		u32(f, (uint32_t)t[i].nd);
@@ -217,6 +222,8 @@ static void test_faults(void **st)
 		{OVERLAP, SS_ERR_FORMAT, "overlap"},
 		{DUPLICATE, SS_ERR_FORMAT, "tensor t.f16 appears twice"},
 		{BIG_DIM, SS_ERR_TOO_LARGE, "dimensions too large"},
+		{DUP_KEY, SS_ERR_FORMAT, "key a.strs appears twice"},
+		{WRAP_F32, SS_ERR_TOO_LARGE, "t.f32: 4611686018427387904 F32 elements: the byte count overflows"},
 	};
 	for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
 		buf f;

@@ -11,9 +11,12 @@
  * the record prefixes, ss_reader_next_meta, then the states); a pipe's
  * states are spooled in f32 to an unlinked temporary file in $TMPDIR during
  * the first pass and read back in the second, unless the pipe begins with a
- * plan frame (ss-retrieve query writes one: every record's decays): then
- * the plan stands for its first pass and its records are read once, in the
- * second, each checked against the plan by the composer. A record's arrays go into the
+ * plan frame (ss-retrieve query writes one: every record's decays) small
+ * enough to trust (plan_trusted): then the plan stands for its first pass
+ * and its records are read once, in the second, each checked against the
+ * plan by the composer. Any other stream that begins with a plan frame, in
+ * any mode, has its records checked against it as they are first read
+ * (check_record, claim_end). A record's arrays go into the
  * accumulator piece by piece as they are decompressed (add_next), so each
  * byte is read while still in cache and no record-sized buffer is touched.
  * Either way memory holds the accumulator, a 128 KiB piece and a shuffle
@@ -68,6 +71,51 @@ static int check_compat(drv_first *f, const ss_state *m, const char *path, uint6
 	return 0;
 }
 
+/* check_compat, and m (record `recno` of `path`) against the plan frame
+ * that began its stream (u->claim), if any: the record must be one the plan
+ * announced, with the row's logdecay bit for bit. Returns 0 or
+ * SS_ERR_MISMATCH / SS_ERR_NOMEM with u->errmsg naming the record. */
+static int check_record(drv_run *u, const ss_state *m, const char *path, uint64_t recno)
+{
+	int rc = check_compat(&u->f, m, path, recno, u->errmsg);
+	if (rc || !u->claim)
+		return rc;
+	size_t H = ss_state_logdecay_len(&m->dims);
+	if (recno >= u->claim_n)
+		return ss_errf(u->errmsg, SS_ERR_MISMATCH, "%s: record %llu follows the %zu its plan frame announced "
+			       "(streams joined after a plan? compose them from files)", path,
+			       (unsigned long long)recno, u->claim_n);
+	if (H != u->claim_h || memcmp(m->logdecay, u->claim + recno * H, H * sizeof *u->claim) != 0)
+		return ss_errf(u->errmsg, SS_ERR_MISMATCH, "%s: record %llu (id \"%s\"): logdecay differs from the "
+			       "planned one (its plan frame's row %llu)", path, (unsigned long long)recno,
+			       m->id ? m->id : "", (unsigned long long)recno);
+	return 0;
+}
+
+/* The end of a stream after its `n` records: as many as its plan frame
+ * announced (u->claim), if it had one. Returns 0 or SS_ERR_TRUNCATED. */
+static int claim_end(const drv_run *u, const char *path, uint64_t n)
+{
+	if (!u->claim || n >= u->claim_n)
+		return 0;
+	return ss_errf(u->errmsg, SS_ERR_TRUNCATED, "%s: ends after %llu records, its plan frame announced %zu", path,
+		       (unsigned long long)n, u->claim_n);
+}
+
+/* The plan frame at the start of r (path), as u->claim: NULL when there
+ * is none. Returns 0 or the reader's error, u->errmsg set. */
+static int claim_open(drv_run *u, ss_reader *r, const char *path)
+{
+	u->claim = NULL;
+	const float *pd;
+	int rc = ss_reader_plan(r, &u->claim_n, &u->claim_h, &pd);
+	if (rc < 0)
+		return ss_errf(u->errmsg, rc, "%s: %s", path, ss_reader_error(r));
+	if (rc > 0)
+		u->claim = pd;
+	return 0;
+}
+
 /* Decodes a record's metadata (state records only), errmsg naming it. */
 int drv_record_meta(const ss_record *rec, ss_state *m, const char *path, uint64_t recno, char *errmsg)
 {
@@ -115,7 +163,8 @@ static int add_record(ss_composer *c, const ss_record *rec, char *errmsg)
 	return rc;
 }
 
-/* Appends state s, record recno of paths[file] (rec, from its first pass). */
+/* Appends state s, record recno of paths[file] (rec, from its first pass):
+ * its decays, and its id, n_tokens and place as the next of p->m, p->at. */
 static int plan_push(drv_plan *p, const ss_state *s, size_t file, uint64_t recno, const ss_record *rec,
 		     char *errmsg)
 {
@@ -124,29 +173,36 @@ static int plan_push(drv_plan *p, const ss_state *s, size_t file, uint64_t recno
 	if (p->n == p->cap) {
 		size_t cap = p->cap ? 2 * p->cap : 64;
 		float *d = realloc(p->decay, cap * p->H * sizeof *d);
-		if (d)
-			p->decay = d;
-		struct drv_meta *m = d ? realloc(p->m, cap * sizeof *m) : NULL;
+		if (!d)
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		p->decay = d;
+		p->cap = cap;
+	}
+	if (p->n_meta == p->cap_meta) {
+		size_t cap = p->cap_meta ? 2 * p->cap_meta : 64;
+		struct drv_meta *m = realloc(p->m, cap * sizeof *m);
 		if (m)
 			p->m = m;
 		struct drv_at *at = m ? realloc(p->at, cap * sizeof *at) : NULL;
 		if (!at)
 			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 		p->at = at;
-		p->cap = cap;
+		p->cap_meta = cap;
 	}
 	memcpy(p->decay + p->n * p->H, s->logdecay, p->H * sizeof *p->decay);
-	p->at[p->n] = (struct drv_at){file, recno, rec ? ss_record_offset(rec) : 0, rec ? ss_record_content_size(rec) : 0};
-	p->m[p->n].n_tokens = s->n_tokens;
-	if (!(p->m[p->n].id = strdup(s->id ? s->id : "")))
+	size_t j = p->n_meta;
+	p->at[j] = (struct drv_at){file, recno, rec ? ss_record_offset(rec) : 0, rec ? ss_record_content_size(rec) : 0};
+	p->m[j].n_tokens = s->n_tokens;
+	if (!(p->m[j].id = strdup(s->id ? s->id : "")))
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	p->n_meta++;
 	p->n++;
 	return 0;
 }
 
 static void plan_free(drv_plan *p)
 {
-	for (size_t j = 0; j < p->n; j++)
+	for (size_t j = 0; j < p->n_meta; j++)
 		free(p->m[j].id);
 	free(p->m);
 	free(p->decay);
@@ -209,7 +265,7 @@ static int on_piece(void *arg, const ss_record *meta, int which, uint64_t off, c
 		ss_state m;
 		if ((rc = drv_record_meta(meta, &m, x->path, x->recno, u->errmsg)) == 0) {
 			if (!x->checked)
-				rc = check_compat(&u->f, &m, x->path, x->recno, u->errmsg);
+				rc = check_record(u, &m, x->path, x->recno);
 			if (!rc && !(x->id = strdup(m.id ? m.id : "")))
 				rc = ss_errf(u->errmsg, SS_ERR_NOMEM, "out of memory");
 			if (!rc && (rc = ss_composer_begin_input(u->c, u->in, &m, err)) != 0)
@@ -247,7 +303,7 @@ int drv_add_whole(drv_run *u, const ss_record *rec, const char *path, uint64_t r
 	int rc = drv_record_meta(rec, &m, path, recno, u->errmsg);
 	if (rc == 0) {
 		if (!checked)
-			rc = check_compat(&u->f, &m, path, recno, u->errmsg);
+			rc = check_record(u, &m, path, recno);
 		char err[SS_ERRMSG_MAX];
 		if (!rc && (rc = add_record(u->c, rec, err)) != 0)
 			ss_errf(u->errmsg, 0, "%s: record %llu (id \"%s\"): %s", path, (unsigned long long)recno,
@@ -288,8 +344,13 @@ static int compose_stream(drv_run *u)
 		ss_reader *r;
 		if ((rc = ss_reader_open(&r, u->paths[i], u->max_record, err)) != 0)
 			return ss_errf(u->errmsg, rc, "%s: %s", u->paths[i], err);
-		for (uint64_t recno = 0; (rc = add_next(u, r, u->paths[i], recno, 0)) == 1; recno++)
-			drv_progress(u, 0, ++done, 0);
+		uint64_t recno = 0;
+		if ((rc = claim_open(u, r, u->paths[i])) == 0)
+			while ((rc = add_next(u, r, u->paths[i], recno, 0)) == 1)
+				recno++, drv_progress(u, 0, ++done, 0);
+		if (rc == 0)
+			rc = claim_end(u, u->paths[i], recno);
+		u->claim = NULL;
 		ss_reader_close(r);
 		if (rc < 0)
 			return rc;
@@ -304,7 +365,8 @@ typedef struct {
 	int *seekable;      /* [n_paths] */
 	size_t *count;      /* [n_paths]: each file's records */
 	FILE *spool;        /* a pipe's states in f32, in order; NULL: none */
-	ss_reader **planned; /* [n_paths]: a pipe that began with a plan frame, read in pass 2 */
+	ss_reader **planned; /* [n_paths]: a pipe whose plan frame stood for pass 1, read in pass 2 */
+	size_t planned_rows; /* the inputs of those before the one pass 2 is at (no plan.m of theirs) */
 	ss_reader *stdin_r; /* a seekable stdin, kept open: it cannot be reopened */
 	uint64_t stdin_off; /* ... and its first record's offset */
 	float *sp_ssm, *sp_conv; /* a spooled state read back */
@@ -359,11 +421,12 @@ static int spool_fold(drv_run *u, passes_t *ps, size_t i, size_t *k)
 		if (fread(ps->sp_ssm, 4, ns, ps->spool) != ns || fread(ps->sp_conv, 4, nc, ps->spool) != nc)
 			return ss_errf(u->errmsg, SS_ERR_IO, "spool file: read error");
 		ss_state v = {0};
-		v.id = ps->plan.m[*k].id;
+		const struct drv_meta *pm = &ps->plan.m[*k - ps->planned_rows];
+		v.id = pm->id;
 		memcpy(v.fingerprint, f->fingerprint, sizeof v.fingerprint);
 		v.dims = f->dims;
 		v.dtype = SS_DTYPE_F32;
-		v.n_tokens = ps->plan.m[*k].n_tokens;
+		v.n_tokens = pm->n_tokens;
 		v.logdecay = ps->plan.decay + *k * ps->plan.H;
 		int rc = fold_whole(u->c, &v, ps->sp_ssm, ps->sp_conv, err);
 		if (rc)
@@ -371,6 +434,46 @@ static int spool_fold(drv_run *u, passes_t *ps, size_t i, size_t *k)
 		u->bytes += (ns + nc) * 4;
 		drv_progress(u, 2, *k + 1, ps->plan.n);
 	}
+	return 0;
+}
+
+/* A pipe's plan frame stands for its first pass (no spool) when what it
+ * asks for before a record can be checked stays small: at most
+ * PLAN_TRUST_DECAYS decays (16 MiB of f32, copied by the driver and the
+ * composer, and twice that of f64 weights), and for picaso-s, whose
+ * weights take m = ceil(n/2) quadrature nodes times n inputs times H heads
+ * of products plus about 16 m^2 steps of the nodes' Newton iterations, at
+ * most PLAN_TRUST_WORK of those (0.6 s on a loaded 2-core VM). A larger
+ * plan is checked first: its records are spooled as a plan-less pipe's,
+ * each checked against its row and the count at the end (check_record,
+ * claim_end), before any weight is computed, so that a forged plan of
+ * 2^24 rows ahead of 5 records fails after 5 records instead of after
+ * hours of weights or gigabytes of tables. */
+#define PLAN_TRUST_DECAYS ((uint64_t)1 << 22)
+#define PLAN_TRUST_WORK ((uint64_t)1 << 25)
+
+static int plan_trusted(ss_compose_mode mode, size_t n, size_t H)
+{
+	uint64_t decays, prod, nodes, m = ((uint64_t)n + 1) / 2;
+	if (ss_ckd_mul(&decays, n, H) || decays > PLAN_TRUST_DECAYS)
+		return 0;
+	return mode != SS_COMPOSE_PICASO_S || (!ss_ckd_mul(&prod, decays, m) && !ss_ckd_mul(&nodes, 16 * m, m) &&
+					       prod <= PLAN_TRUST_WORK && nodes <= PLAN_TRUST_WORK - prod);
+}
+
+/* Appends the n rows of a plan frame (decays [n][H], checked by the
+ * composer as pass 2 folds them) to p: their decays only, grown by exactly
+ * their size (ids and sizes come with the records). */
+static int plan_push_rows(drv_plan *p, const float *decay, size_t n, size_t H, char *errmsg)
+{
+	p->H = H;
+	float *d = realloc(p->decay, (p->n + n) * H * sizeof *d);
+	if (!d)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	p->decay = d;
+	memcpy(p->decay + p->n * H, decay, n * H * sizeof *d);
+	p->n += n;
+	p->cap = p->n;
 	return 0;
 }
 
@@ -388,32 +491,22 @@ static int pass_decays(drv_run *u, passes_t *ps, size_t i)
 		return ss_errf(u->errmsg, rc, "%s: %s", path, err);
 	int seek = ps->seekable[i] = ss_reader_seekable(r);
 	uint64_t recno = 0;
-	size_t pn, ph;
-	const float *pd;
-	if (!seek && (rc = ss_reader_plan(r, &pn, &ph, &pd)) != 0) {
-		if (rc < 0) {
-			ss_errf(u->errmsg, 0, "%s: %s", path, ss_reader_error(r));
-			goto fail;
-		}
-		if (ps->plan.H && ph != ps->plan.H) {
-			rc = ss_errf(u->errmsg, SS_ERR_MISMATCH,
-				     "%s: its plan frame has %zu decays a state, the states before it %zu", path, ph,
-				     ps->plan.H);
-			goto fail;
-		}
+	if ((rc = claim_open(u, r, path)) != 0)
+		goto fail;
+	if (!seek && u->claim && ps->plan.H && u->claim_h != ps->plan.H) {
+		rc = ss_errf(u->errmsg, SS_ERR_MISMATCH, "%s: its plan frame has %zu decays a state, the states before it %zu",
+			     path, u->claim_h, ps->plan.H);
+		goto fail;
+	}
+	if (!seek && u->claim && plan_trusted(u->o.mode, u->claim_n, u->claim_h)) {
 		/* The plan's decays stand for the first pass (checked against
-		 * each record when pass 2 reads it); ids and compatibility come
-		 * with the records. */
-		ss_state pm = {0};
-		pm.id = "";
-		ps->plan.H = ph;
-		for (size_t j = 0; j < pn; j++) {
-			pm.logdecay = (float *)(pd + j * ph);
-			if ((rc = plan_push(&ps->plan, &pm, i, j, NULL, u->errmsg)) != 0)
-				goto fail;
-		}
-		ps->count[i] = pn;
+		 * each record by the composer when pass 2 reads it); ids and
+		 * compatibility come with the records. */
+		if ((rc = plan_push_rows(&ps->plan, u->claim, u->claim_n, u->claim_h, u->errmsg)) != 0)
+			goto fail;
+		ps->count[i] = u->claim_n;
 		ps->planned[i] = r;
+		u->claim = NULL;
 		return 0;
 	}
 	while ((rc = seek ? ss_reader_next_meta(r, &rec) : ss_reader_next(r, &rec)) == 1) {
@@ -427,7 +520,7 @@ static int pass_decays(drv_run *u, passes_t *ps, size_t i)
 				(unsigned long long)ss_record_offset(rec), err);
 			goto fail;
 		}
-		if (!(rc = check_compat(&u->f, &m, path, recno, u->errmsg)) && !seek)
+		if (!(rc = check_record(u, &m, path, recno)) && !seek)
 			rc = spool_put(ps, &m, u->errmsg);
 		if (!rc)
 			rc = plan_push(&ps->plan, &m, i, recno, rec, u->errmsg);
@@ -441,6 +534,9 @@ static int pass_decays(drv_run *u, passes_t *ps, size_t i)
 		ss_errf(u->errmsg, 0, "%s: %s", path, ss_reader_error(r));
 		goto fail;
 	}
+	if ((rc = claim_end(u, path, recno)) != 0)
+		goto fail;
+	u->claim = NULL;
 	ps->count[i] = recno;
 	if (seek && !strcmp(path, "-"))
 		ps->stdin_r = r; /* cannot reopen stdin: seek back instead */
@@ -448,6 +544,7 @@ static int pass_decays(drv_run *u, passes_t *ps, size_t i)
 		ss_reader_close(r);
 	return 0;
 fail:
+	u->claim = NULL;
 	ss_reader_close(r);
 	return rc;
 }
@@ -495,6 +592,7 @@ static int planned_fold(drv_run *u, passes_t *ps, size_t i, size_t *k)
 	ss_reader *r = ps->planned[i];
 	uint64_t recno = 0;
 	int rc = 0;
+	ps->planned_rows += ps->count[i];
 	while (recno < ps->count[i] && (rc = add_next(u, r, path, recno, 0)) == 1) {
 		recno++, (*k)++;
 		drv_progress(u, 2, *k, ps->plan.n);

@@ -24,9 +24,13 @@ typedef struct {
 /* What the first pass keeps per input state: n of them. */
 typedef struct {
 	size_t n, cap, H;
-	float *decay; /* [n][H] */
-	struct drv_meta { int64_t n_tokens; char *id; } *m; /* [n] */
-	struct drv_at { size_t file; uint64_t recno, offset, content; } *at; /* [n]: where each record is, its size */
+	float *decay; /* [n][H]: every input's, in order */
+	/* The inputs whose records a first pass read (all but the rows of a
+	 * pipe's plan frame, which has only decays), in order: n_meta of them
+	 * (n_meta == n when no plan frame stood for a pass). */
+	size_t n_meta, cap_meta;
+	struct drv_meta { int64_t n_tokens; char *id; } *m; /* [n_meta] */
+	struct drv_at { size_t file; uint64_t recno, offset, content; } *at; /* [n_meta]: where each record is, its size */
 } drv_plan;
 
 /* One ss_compose_run() call: its arguments and what the passes share. */
@@ -49,6 +53,12 @@ typedef struct {
 	const char *out_id; /* NULL: the composed id */
 	int wrote;          /* drv_parallel wrote the result to w */
 	int write_failed;   /* ... and failed there (rc is w's) */
+	/* The plan frame of the stream whose records are being read for the
+	 * first time (NULL: none, or one the composer checks itself): each
+	 * record is checked against its row and the count at the end, in every
+	 * mode (check_record, claim_end). Borrowed from that stream's reader. */
+	const float *claim;
+	size_t claim_n, claim_h;
 } drv_run;
 
 /* 1 when records are folded in pieces as decompressed: not with a norm

@@ -402,26 +402,54 @@ static const char *const gguf_top[][2] = {
 	{"output.weight", "lm_head.weight"},
 };
 
-/* The HF name of GGUF tensor `name` (malloc'd), or NULL when the model
- * does not use it. */
-static char *gguf_canon(const char *name, int mamba1)
+/* The layer number of a layer tensor's name "blk.N.<suffix>": 1 with
+ * *layer = N and *at = the suffix's offset when N is a layer number in
+ * canonical decimal (digits, no sign, no leading zero, below 2^31), as
+ * llama.cpp writes and looks names up ("blk.%d."); 0 otherwise. */
+static int blk_layer(const char *name, unsigned *layer, size_t *at)
 {
+	const char *p = name + 4;
+	unsigned long v = 0;
+	size_t n = 0;
+	for (; p[n] >= '0' && p[n] <= '9' && n < 10; n++)
+		v = v * 10 + (unsigned long)(p[n] - '0');
+	if (n == 0 || p[n] != '.' || (n > 1 && p[0] == '0') || v > INT32_MAX)
+		return 0;
+	*layer = (unsigned)v;
+	*at = 4 + n + 1;
+	return 1;
+}
+
+/* Sets *hf to the HF name of GGUF tensor `name` (malloc'd), or NULL when
+ * the model does not use it. Returns 0, SS_ERR_FORMAT (errmsg "PATH:
+ * tensor NAME: ...") for a name that begins with "blk." but has no
+ * canonical layer number ("blk.00.", "blk.+0.": the same layer's tensor
+ * under another name, which one would be meant is unknowable), or
+ * SS_ERR_NOMEM. */
+static int gguf_canon(const char *name, int mamba1, const char *path, char **hf, char *errmsg)
+{
+	*hf = NULL;
 	for (size_t i = 0; i < sizeof gguf_top / sizeof *gguf_top; i++)
 		if (!strcmp(name, gguf_top[i][0]))
-			return strdup(gguf_top[i][1]);
+			return (*hf = strdup(gguf_top[i][1])) ? 0 : ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	unsigned layer;
-	int at = 0;
-	if (sscanf(name, "blk.%u.%n", &layer, &at) != 1 || !at || layer > 65535)
-		return NULL;
+	size_t at;
+	if (strncmp(name, "blk.", 4))
+		return 0;
+	if (!blk_layer(name, &layer, &at))
+		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: tensor %s: not blk.N.<name> with N a layer number "
+			       "in canonical decimal", path, name);
+	if (layer > 65535)
+		return 0;
 	for (size_t i = 0; i < sizeof gguf_layer / sizeof *gguf_layer; i++)
 		if (!strcmp(name + at, gguf_layer[i][0])) {
-			const char *hf = mamba1 && !strcmp(gguf_layer[i][0], "ssm_dt.bias")
-			                 ? "mixer.dt_proj.bias" : gguf_layer[i][1];
+			const char *h = mamba1 && !strcmp(gguf_layer[i][0], "ssm_dt.bias")
+			                ? "mixer.dt_proj.bias" : gguf_layer[i][1];
 			char buf[96];
-			snprintf(buf, sizeof buf, "backbone.layers.%u.%s", layer, hf);
-			return strdup(buf);
+			snprintf(buf, sizeof buf, "backbone.layers.%u.%s", layer, h);
+			return (*hf = strdup(buf)) ? 0 : ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 		}
-	return NULL;
+	return 0;
 }
 
 static int open_gguf(ss_checkpoint *c, const char *path, char *errmsg)
@@ -441,7 +469,9 @@ static int open_gguf(ss_checkpoint *c, const char *path, char *errmsg)
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	for (size_t i = 0; i < g->n_t; i++) {
 		const ss_gguf_tensor *e = &g->t[i];
-		char *hf = gguf_canon(e->name, mamba1);
+		char *hf;
+		if ((rc = gguf_canon(e->name, mamba1, path, &hf, errmsg)))
+			return rc;
 		if (!hf)
 			continue; /* not a weight of the model (or another layer's count) */
 		c->canon[c->n] = hf;

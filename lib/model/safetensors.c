@@ -9,7 +9,7 @@
  * ref: huggingface/safetensors docs "Format".
  */
 #include "model/safetensors.h"
-#include "stream/internal.h" /* ss_open_regular */
+#include "stream/internal.h" /* ss_open_regular, ss_ckd_mul */
 
 #include <cJSON.h>
 #include <errno.h>
@@ -107,14 +107,14 @@ static int parse_entry(ss_safetensors_tensor *t, const cJSON *e, uint64_t data_s
 		if (v < 0)
 			return err(errmsg, SS_ERR_FORMAT, path, "%s: bad shape", t->name);
 		t->shape[d] = v;
-		if (__builtin_mul_overflow(numel, (uint64_t)v, &numel))
+		if (ss_ckd_mul(&numel, numel, (uint64_t)v))
 			return err(errmsg, SS_ERR_FORMAT, path, "%s: shape overflows", t->name);
 	}
 	int64_t b = json_u64(cJSON_GetArrayItem(of, 0)), e2 = json_u64(cJSON_GetArrayItem(of, 1));
 	uint64_t bytes;
 	if (b < 0 || e2 < 0 || e2 < b)
 		return err(errmsg, SS_ERR_FORMAT, path, "%s: bad data_offsets", t->name);
-	if (__builtin_mul_overflow(numel, (uint64_t)esz, &bytes) || bytes != (uint64_t)(e2 - b))
+	if (ss_ckd_mul(&bytes, numel, (uint64_t)esz) || bytes != (uint64_t)(e2 - b))
 		return err(errmsg, SS_ERR_FORMAT, path,
 		           "%s: data_offsets [%lld,%lld) hold %lld bytes, shape x %s needs %llu",
 		           t->name, (long long)b, (long long)e2, (long long)(e2 - b), t->dtype_name,

@@ -175,18 +175,17 @@ const char *ss_gguf_type_name(uint32_t type)
 	return buf;
 }
 
-/* Bytes of n elements of a type this reader widens; 0 for others (and
- * for a Q8_0 row that is not whole blocks: *bad set). */
-static uint64_t type_bytes(uint32_t type, uint64_t n, int64_t ne0, int *bad)
+/* *bytes = the bytes of n elements of a type this reader widens; 0 for
+ * others. Returns 0, 1 when the count overflows 64 bits, 2 for a Q8_0 row
+ * that is not whole blocks. */
+static int type_bytes(uint32_t type, uint64_t n, int64_t ne0, uint64_t *bytes)
 {
-	*bad = 0;
+	*bytes = 0;
 	switch (type) {
-	case SS_GGML_F32: return n * 4;
+	case SS_GGML_F32: return ss_ckd_mul(bytes, n, 4);
 	case SS_GGML_F16:
-	case SS_GGML_BF16: return n * 2;
-	case SS_GGML_Q8_0:
-		*bad = ne0 % 32 != 0;
-		return n / 32 * 34;
+	case SS_GGML_BF16: return ss_ckd_mul(bytes, n, 2);
+	case SS_GGML_Q8_0: return ne0 % 32 != 0 ? 2 : ss_ckd_mul(bytes, n / 32, 34);
 	default: return 0;
 	}
 }
@@ -211,37 +210,50 @@ static int read_tensor(cur *c, ss_gguf_tensor *t, size_t i)
 		if (c->rc)
 			return c->rc;
 		/* no dimension or element count a file of 2^63 bytes could hold */
-		if (e < 1 || e > ((uint64_t)1 << 62) / t->numel)
-			return fail(c, e < 1 ? SS_ERR_FORMAT : SS_ERR_TOO_LARGE,
-				    e < 1 ? "a dimension of 0" : "dimensions too large");
+		if (e < 1)
+			return fail(c, SS_ERR_FORMAT, "a dimension of 0");
+		if (ss_ckd_mul(&t->numel, t->numel, e) || t->numel > (uint64_t)1 << 62)
+			return fail(c, SS_ERR_TOO_LARGE, "dimensions too large");
 		t->ne[d] = (int64_t)e;
-		t->numel *= e;
 	}
 	t->type = u32(c);
 	t->offset = u64(c);
 	return c->rc;
 }
 
-static int by_name(const void *a, const void *b)
+static int by_str(const void *a, const void *b)
 {
-	return strcmp((*(const ss_gguf_tensor *const *)a)->name,
-		      (*(const ss_gguf_tensor *const *)b)->name);
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* No tensor name twice (sorted: a file may declare millions of tensors). */
+/* A name that appears twice among the n at v (sorted in place: a file may
+ * declare millions of keys or tensors), or NULL. */
+static const char *twice(const char **v, size_t n)
+{
+	qsort(v, n, sizeof *v, by_str);
+	for (size_t i = 1; i < n; i++)
+		if (!strcmp(v[i - 1], v[i]))
+			return v[i];
+	return NULL;
+}
+
+/* No key and no tensor name twice: which of two would be meant is
+ * unknowable (gguf.cpp refuses both: "duplicate key", "duplicate tensor
+ * name"). */
 static int check_names(const ss_gguf *g, char *errmsg)
 {
-	const ss_gguf_tensor **v = malloc((g->n_t + 1) * sizeof *v);
+	size_t n = g->n_kv > g->n_t ? g->n_kv : g->n_t;
+	const char **v = malloc((n + 1) * sizeof *v);
 	if (!v)
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
-	for (size_t i = 0; i < g->n_t; i++)
-		v[i] = &g->t[i];
-	qsort(v, g->n_t, sizeof *v, by_name);
-	int rc = 0;
-	for (size_t i = 1; i < g->n_t && !rc; i++)
-		if (!strcmp(v[i - 1]->name, v[i]->name))
-			rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: tensor %s appears twice", g->path,
-				     v[i]->name);
+	for (size_t i = 0; i < g->n_kv; i++)
+		v[i] = g->kv[i].key;
+	const char *dup = twice(v, g->n_kv);
+	int rc = dup ? ss_errf(errmsg, SS_ERR_FORMAT, "%s: key %s appears twice", g->path, dup) : 0;
+	for (size_t i = 0; !rc && i < g->n_t; i++)
+		v[i] = g->t[i].name;
+	if (!rc && (dup = twice(v, g->n_t)))
+		rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: tensor %s appears twice", g->path, dup);
 	free(v);
 	return rc;
 }
@@ -308,9 +320,13 @@ static int check_data(ss_gguf *g, char *errmsg)
 	const ss_gguf_tensor *prev = NULL;
 	for (size_t i = 0; i < g->n_t && !rc; i++) {
 		ss_gguf_tensor *t = ord[i];
-		int bad;
-		uint64_t nb = type_bytes(t->type, t->numel, t->ne[0], &bad);
-		if (bad)
+		uint64_t nb;
+		int bad = type_bytes(t->type, t->numel, t->ne[0], &nb);
+		if (bad == 1)
+			rc = ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: tensor %s: %llu %s elements: the byte count "
+				     "overflows 64 bits", g->path, t->name, (unsigned long long)t->numel,
+				     ss_gguf_type_name(t->type));
+		else if (bad)
 			rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: tensor %s: %s rows of %lld elements are "
 				     "not whole blocks of 32", g->path, t->name, ss_gguf_type_name(t->type),
 				     (long long)t->ne[0]);

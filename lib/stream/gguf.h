@@ -70,11 +70,13 @@ typedef struct {
 
 /* Opens path (a regular file) and validates its header, metadata and tensor
  * list. Errors, errmsg "PATH: ...": SS_ERR_IO/SS_ERR_NOTFOUND (open, mmap),
- * SS_ERR_FORMAT (not GGUF, a bad type, a tensor name twice, an offset not
- * aligned, data overlapping), SS_ERR_VERSION (not version 2 or 3, or a
- * big-endian file), SS_ERR_TRUNCATED (a record or a tensor's data past the
- * end: names the record and the byte offset), SS_ERR_TOO_LARGE (a count,
- * a dimension or a size no file of this size can hold), SS_ERR_NOMEM.
+ * SS_ERR_FORMAT (not GGUF, a bad type, a metadata key or a tensor name
+ * twice, an offset not aligned, data overlapping), SS_ERR_VERSION (not
+ * version 2 or 3, or a big-endian file), SS_ERR_TRUNCATED (a record or a
+ * tensor's data past the end: names the record and the byte offset),
+ * SS_ERR_TOO_LARGE (a count, a dimension or a size no file of this size
+ * can hold; every product of the file's counts is checked, ss_ckd_mul, so
+ * none wraps), SS_ERR_NOMEM.
  * Memory: a few words per key and tensor, bounded by the file's size. The
  * caller closes with ss_gguf_close (also after an error). */
 int ss_gguf_open(ss_gguf *g, const char *path, char *errmsg);

@@ -33,6 +33,16 @@ struct ss_record {
 				       (next_meta, next_pieces): its arrays are not in it */
 };
 
+/* *r = a * b, a size or count computed from a file's fields. Returns 1
+ * (true) when the product does not fit in 64 bits (*r then holds it
+ * modulo 2^64), else 0: C23's ckd_mul for uint64_t. The one checked
+ * multiply of the readers (GGUF, safetensors, state dims, plan frames,
+ * llama.cpp blobs): a product of a file's values is never used unchecked. */
+static inline int ss_ckd_mul(uint64_t *r, uint64_t a, uint64_t b)
+{
+	return __builtin_mul_overflow(a, b, r);
+}
+
 /* Looks up key `key` in a msgpack map; NULL when absent or not a map. The
  * result points into `map` (same lifetime). */
 const msgpack_object *ss_map_get(const msgpack_object *map, const char *key);

@@ -130,6 +130,11 @@ int ss_llama_seq_read(const void *buf, size_t size, const ss_state_dims *d, ss_s
 	if (u != 0 || p < 0)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "cell: pos %d, n_seq_id %u (a sequence's cell has pos >= 0, 0 ids)",
 			       p, u);
+	/* n_tokens = pos + 1 must be a count a blob can hold again (1..2^31-1,
+	 * ss_llama_seq_write): a state imported is one that exports */
+	if (p == INT32_MAX)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "cell: pos %d makes n_tokens 2^31, over the 2^31-1 a sequence "
+			       "state holds", p);
 	if ((rc = take(b, size, &at, &u, 4, "s_trans", errmsg)))
 		return rc;
 	if (u != 0)

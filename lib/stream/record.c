@@ -604,12 +604,10 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 			       "(d_inner), not headdim %lld, conv_dim %lld, nheads %lld", (long long)v[2],
 			       (long long)v[4], (long long)v[1]);
 	uint64_t ssm_n, conv_n, ld_n, lh_n, bytes;
-	if (__builtin_mul_overflow((uint64_t)v[0], (uint64_t)v[1], &lh_n) ||
-	    __builtin_mul_overflow(lh_n, (uint64_t)(ss_state_is_mamba1(&s->dims) ? v[3] : 1), &ld_n) ||
-	    __builtin_mul_overflow(lh_n, (uint64_t)v[2], &ssm_n) ||
-	    __builtin_mul_overflow(ssm_n, (uint64_t)v[3], &ssm_n) ||
-	    __builtin_mul_overflow((uint64_t)v[0], (uint64_t)v[4], &conv_n) ||
-	    __builtin_mul_overflow(conv_n, (uint64_t)(v[5] - 1), &conv_n) ||
+	if (ss_ckd_mul(&lh_n, (uint64_t)v[0], (uint64_t)v[1]) ||
+	    ss_ckd_mul(&ld_n, lh_n, (uint64_t)(ss_state_is_mamba1(&s->dims) ? v[3] : 1)) ||
+	    ss_ckd_mul(&ssm_n, lh_n, (uint64_t)v[2]) || ss_ckd_mul(&ssm_n, ssm_n, (uint64_t)v[3]) ||
+	    ss_ckd_mul(&conv_n, (uint64_t)v[0], (uint64_t)v[4]) || ss_ckd_mul(&conv_n, conv_n, (uint64_t)(v[5] - 1)) ||
 	    __builtin_add_overflow(ssm_n, conv_n, &bytes) || __builtin_add_overflow(bytes, ld_n, &bytes) ||
 	    bytes > STATE_MAX_ELEMS)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "dims declare an absurd state size (n_layer %lld, nheads %lld, "

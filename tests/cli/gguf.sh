@@ -121,6 +121,27 @@ expect 1 "offset.gguf: tensor blk.0.ssm_in.weight: data .*past the end" \
 	ss-encode --model "$d/offset.gguf" -o "$d/x.st" "$d/docs.tok"
 expect 1 "version.gguf: GGUF version 1 is not supported" ss-encode --model "$d/version.gguf" -o "$d/x.st" "$d/docs.tok"
 expect 1 "k-quant.gguf" ss-score --model "$d/k-quant.gguf" --no-state --query " a" --continuation " b"
+# names strictly (issue 48 #12): a layer tensor is blk.N. with N in canonical decimal; blk.00.ssm_d
+# or blk.+0.ssm_d beside blk.0.ssm_d (first in the file) is refused, not taken for layer 0's D.
+# A key twice is refused (#13), as is a tensor whose byte count wraps 64 bits (#14: 2^62 F32).
+$GPY add-tensor "$T1G" "$d/blk00.gguf" blk.00.ssm_d blk.1.ssm_d
+$GPY add-tensor "$T1G" "$d/blkplus.gguf" blk.+0.ssm_d blk.1.ssm_d
+$GPY add-tensor "$T1G" "$d/blkx.gguf" blk.0x.ssm_d blk.1.ssm_d
+$GPY add-key "$T1G" "$d/dupkey.gguf" general.architecture mamba
+$GPY patch "$T1G" "$d/huge.gguf" huge
+expect 1 "blk00.gguf: tensor blk.00.ssm_d: not blk.N.<name> with N a layer number in canonical decimal" \
+	ss-encode --model "$d/blk00.gguf" -o "$d/x.st" "$d/docs.tok"
+expect 1 "blkplus.gguf: tensor blk.+0.ssm_d: not blk.N" ss-encode --model "$d/blkplus.gguf" -o "$d/x.st" "$d/docs.tok"
+expect 1 "blkx.gguf: tensor blk.0x.ssm_d: not blk.N" ss-encode --model "$d/blkx.gguf" -o "$d/x.st" "$d/docs.tok"
+expect 1 "dupkey.gguf: key general.architecture appears twice" \
+	ss-encode --model "$d/dupkey.gguf" -o "$d/x.st" "$d/docs.tok"
+expect 1 "dupkey.gguf: key general.architecture appears twice" ss-tokenize --tokenizer "$d/dupkey.gguf" "$d/tt.txt"
+expect 1 "huge.gguf: tensor blk.0.ssm_d: 4611686018427387904 F32 elements: the byte count overflows" \
+	ss-encode --model "$d/huge.gguf" -o "$d/x.st" "$d/docs.tok"
+$GPY add-tensor "$T1G" "$d/blk10.gguf" blk.10.ssm_d blk.1.ssm_d # canonical: another layer's, unused
+ss-encode --model "$d/blk10.gguf" "$d/docs.tok" >"$d/b10.st" || fail "a canonical name of an unused layer refused"
+[ "$(ss-cat "$d/b10.st" | $PY json-get /dev/stdin fingerprint)" = "$fg" ] ||
+	fail "an unused layer's tensor changed the fingerprint"
 [ ! -e "$d/x.st" ] || fail "a bad GGUF left an output file"
 # a state of t1's HF weights is refused by the GGUF model: another fingerprint
 ss-encode --model "$T1" "$d/docs.tok" >"$d/hf.st"

@@ -97,6 +97,19 @@ expect 1 "layers.seq: n_layer 3, the model's is 2" ss-cat --import llama-seq --l
 expect 1 "row.seq: layer 0 conv: type 0, 1916 bytes a row" ss-cat --import llama-seq --like "$d/c.st" "$d/row.seq"
 expect 1 "cells.seq: 2 cells" ss-cat --import llama-seq --like "$d/c.st" "$d/cells.seq"
 expect 1 "nan.seq: conv element 0 is not finite" ss-cat --import llama-seq --like "$d/c.st" "$d/nan.seq"
+# pos 2^31-1 would make n_tokens 2^31, which no blob holds (issue 48 #15): refused at import
+python3 -c "
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+struct.pack_into('<i', b, 12, 2**31 - 1); open(sys.argv[2], 'wb').write(b)
+b = bytearray(open(sys.argv[1], 'rb').read())
+struct.pack_into('<i', b, 12, 2**31 - 2); open(sys.argv[3], 'wb').write(b)
+" "$d/c3.seq" "$d/posmax.seq" "$d/posok.seq"
+expect 1 "posmax.seq: cell: pos 2147483647 makes n_tokens 2^31" \
+	ss-cat --import llama-seq --like "$d/c.st" -o "$d/no.st" "$d/posmax.seq"
+[ ! -e "$d/no.st" ] || fail "a refused import wrote its output"
+ss-cat --import llama-seq --like "$d/c.st" "$d/posok.seq" | ss-cat --export llama-seq --seq-id 3 | cmp -s - "$d/posok.seq" ||
+	fail "pos 2^31-2 does not come back"
 expect 2 "--import needs --like" ss-cat --import llama-seq "$d/c3.seq"
 expect 2 "--export: 'gguf' is not llama-seq or llama-seq-file" ss-cat --export gguf "$d/c.st"
 expect 2 "--state-dtype: 'f8' is not f32, f16, bf16 or q8" ss-cat --import llama-seq --like "$d/c.st" --state-dtype f8 "$d/c3.seq"

@@ -2,7 +2,9 @@
  * model's config and weights from a GGUF (lib/model/model.c,
  * lib/model/checkpoint.c) and its tokenizer (lib/tokenizer/gguf.c). Whatever
  * the bytes: ss_gguf_open either fails with a message or lists tensors
- * whose data lie in the file (ASan: every read below stays in the mapping),
+ * whose data lie in the file (ASan: every read below stays in the mapping)
+ * and whose byte counts are their elements' (none wrapped), no key or
+ * tensor name twice,
  * each element range of a supported type reads, every key's value and
  * every string of an array of strings can be walked; the model and the
  * tokenizer load or fail with a message; a model that loads has the dims
@@ -26,12 +28,18 @@ static void walk(const ss_gguf *g)
 		if (ss_gguf_get_strs(g, key, &p, &n, err) == 0)
 			for (uint64_t k = 0; k < n; k++)
 				ss_gguf_str_next(&p, &s, &len);
-		if (ss_gguf_find_kv(g, key) == NULL)
+		if (ss_gguf_find_kv(g, key) != &g->kv[i]) /* no key twice */
 			abort();
 	}
 	for (size_t i = 0; i < g->n_t; i++) {
 		const ss_gguf_tensor *t = &g->t[i];
-		if (ss_gguf_find(g, t->name) == NULL || (t->nbytes && t->offset + t->nbytes > g->size))
+		if (ss_gguf_find(g, t->name) != t || (t->nbytes && t->offset + t->nbytes > g->size))
+			abort();
+		/* a widened type's bytes are its elements' exactly, never wrapped */
+		uint64_t es = t->type == SS_GGML_F32 ? 4 : t->type == SS_GGML_F16 || t->type == SS_GGML_BF16 ? 2 : 0;
+		if (es && (t->nbytes % es || t->nbytes / es != t->numel))
+			abort();
+		if (t->type == SS_GGML_Q8_0 && (t->nbytes % 34 || t->nbytes / 34 * 32 != t->numel))
 			abort();
 		if (!t->nbytes || t->numel > (1u << 20))
 			continue;

@@ -3,7 +3,7 @@
  * input's first byte: t1's, a small Mamba-2 and a small Mamba-1. Whatever
  * the bytes, the reader checks every field against the dims before it reads
  * a row (ASan: no read past the input). What it accepts has finite rows and
- * pos >= 0, and writes back (ss_llama_seq_write, both variants) into bytes
+ * 0 <= pos < 2^31-1 (n_tokens = pos + 1 a blob can hold), and writes back (ss_llama_seq_write, both variants) into bytes
  * that read again as the same arrays and pos; a blob it wrote reads back.
  * Any disagreement aborts. */
 #include "fuzz.h"
