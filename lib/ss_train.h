@@ -219,6 +219,12 @@ typedef enum {
  * NULL outside [0, SS_TRAIN_BIRDIE_CONFIGS). */
 const char *ss_train_birdie_config(int i);
 
+/* The mask of the configurations a comma-separated list names (each a
+ * configuration's name or a class's: "copy" is copy/short and copy/long),
+ * bit i for configuration i, into *only. Returns 0, or SS_ERR_INVALID (an
+ * unknown or empty name). */
+int ss_train_birdie_only(const char *list, uint32_t *only);
+
 /* The run's state: hyperparameters, step, data position and RNG (what
  * ss-train writes to trainer_state.json). The strings are the caller's. */
 typedef struct {
@@ -241,6 +247,8 @@ typedef struct {
 	char *loss_after;     /* lm: count the loss only after this text's tokens, or NULL */
 	/* birdie (birdie.txt §3.3, A.1): the scheduler's state, saved with the run */
 	int birdie_fixed;     /* 1: the fixed-ratio mixture (every class alike), no scheduler */
+	uint32_t birdie_only; /* the configurations drawn (bit i: configuration i; 0: all),
+			       * e.g. a curriculum's first part on short copies alone */
 	int64_t birdie_every; /* steps between evaluations (and scheduler updates) */
 	double birdie_action[SS_TRAIN_BIRDIE_CONFIGS]; /* sampling probabilities now (all 0 in a
 							 * new run: uniform over classes) */

@@ -348,7 +348,7 @@ static void test_schedule(void **st)
 	enum { K = SS_TRAIN_BIRDIE_CONFIGS, T = 30 };
 	double hist[T * 3 * K], loss[K], action[K], fixed[K];
 	uint64_t rng = 7;
-	bd_fixed_action(fixed);
+	bd_fixed_action(0, fixed);
 	double sum = 0;
 	for (int i = 0; i < K; i++)
 		sum += fixed[i];
@@ -367,7 +367,7 @@ static void test_schedule(void **st)
 	}
 	for (int i = 0; i < K; i++)
 		loss[i] = 2.0;
-	bd_schedule(hist, T, loss, 0.2, &rng, action);
+	bd_schedule(hist, T, loss, 0, 0.2, &rng, action);
 	sum = 0;
 	for (int i = 0; i < K; i++) {
 		sum += action[i];
@@ -378,8 +378,26 @@ static void test_schedule(void **st)
 	assert_true(fabs(sum - 1) < 1e-9);
 	assert_true(action[3] > 0.25);
 	/* too little history: the fixed mixture */
-	bd_schedule(hist, 1, loss, 0.2, &rng, action);
+	bd_schedule(hist, 1, loss, 0, 0.2, &rng, action);
 	assert_memory_equal(action, fixed, sizeof fixed);
+	/* restricted to copy and ntp: nothing else drawn, each class half */
+	uint32_t only;
+	assert_int_equal(ss_train_birdie_only("copy,ntp", &only), 0);
+	assert_int_equal(only, 1u << 0 | 1u << 2 | 1u << 3);
+	bd_schedule(hist, T, loss, only, 0.2, &rng, action);
+	sum = 0;
+	for (int i = 0; i < K; i++) {
+		sum += action[i];
+		if (!(only >> i & 1))
+			assert_true(action[i] == 0);
+	}
+	assert_true(fabs(sum - 1) < 1e-9);
+	bd_fixed_action(only, action);
+	assert_true(fabs(action[0] - 0.5) < 1e-12 && fabs(action[2] - 0.25) < 1e-12);
+	assert_int_equal(ss_train_birdie_only("copy/short", &only), 0);
+	assert_int_equal(only, 1u << 2);
+	assert_int_equal(ss_train_birdie_only("copy,nope", &only), SS_ERR_INVALID);
+	assert_int_equal(ss_train_birdie_only("", &only), SS_ERR_INVALID);
 	/* picks follow the action */
 	int hits = 0;
 	for (int i = 0; i < 4000; i++)

@@ -32,7 +32,7 @@ static const char *usage =
 	"                [--min-lr X] [--warmup N] [--weight-decay X] [--clip X]\n"
 	"                [--seq-len N] [--batch-tokens N] [--batch-seqs N] [--seed N]\n"
 	"                [--max-k N] [--loss-after TEXT] [--save-every N] [--save-dtype T]\n"
-	"                [--birdie-mix reward|fixed] [--birdie-every N]\n"
+	"                [--birdie-mix reward|fixed] [--birdie-every N] [--birdie-only LIST]\n"
 	"                [--tokenizer FILE] [--threads N] [-q|-v]";
 
 static void help(void) __attribute__((noreturn));
@@ -92,6 +92,9 @@ static void help(void)
 	       "                         A.1) or fixed (every objective class alike)\n"
 	       "  --birdie-every N       birdie: evaluate every configuration and update the\n"
 	       "                         mixture every N steps (default 25)\n"
+	       "  --birdie-only LIST     birdie: draw only these configurations (names, or\n"
+	       "                         classes: ntp, prefix, copy, selcopy, deshuffle,\n"
+	       "                         infill, autoenc; comma-separated)\n"
 	       "  --batch-tokens N       tokens per step at most (default 1024; >= --seq-len)\n"
 	       "  --batch-seqs N         sequences (windows, examples) per step at most\n"
 	       "                         (default 16; each holds its states in memory)\n"
@@ -238,7 +241,7 @@ typedef struct {
 
 enum { O_OBJ = 256, O_DATA, O_STATES, O_CHUNK_TOKENS, O_MODE, O_MAXK, O_RESUME, O_STEPS, O_UNTIL, O_LR,
        O_MINLR, O_WARMUP, O_WD, O_CLIP, O_SEQ, O_BATCH, O_BSEQS, O_SEED, O_SDTYPE, O_SAVE_EVERY,
-       O_LOSS_AFTER, O_BIRDIE_MIX, O_BIRDIE_EVERY };
+       O_LOSS_AFTER, O_BIRDIE_MIX, O_BIRDIE_EVERY, O_BIRDIE_ONLY };
 
 static const struct option opts[] = {
 	{ "objective", required_argument, 0, O_OBJ },
@@ -264,6 +267,7 @@ static const struct option opts[] = {
 	{ "loss-after", required_argument, 0, O_LOSS_AFTER },
 	{ "birdie-mix", required_argument, 0, O_BIRDIE_MIX },
 	{ "birdie-every", required_argument, 0, O_BIRDIE_EVERY },
+	{ "birdie-only", required_argument, 0, O_BIRDIE_ONLY },
 	{ 0, 0, 0, 0 },
 };
 
@@ -305,6 +309,12 @@ static void set_opt(train_opts *o, int c)
 		break;
 	case O_BIRDIE_EVERY:
 		r->birdie_every = cli_long("--birdie-every", optarg, 1, 1L << 40, usage);
+		o->given_birdie = 1;
+		break;
+	case O_BIRDIE_ONLY:
+		if (ss_train_birdie_only(optarg, &r->birdie_only))
+			cli_usage(usage, "--birdie-only: '%s': configuration or class names (ss-train(1))",
+				  optarg);
 		o->given_birdie = 1;
 		break;
 	case O_SAVE_EVERY:
@@ -359,7 +369,8 @@ static void check_new_run(train_opts *o)
 	if (r->objective < 0)
 		cli_usage(usage, "--objective: '%s': lm, bp2c, bptc or birdie", o->objective);
 	if (o->given_birdie && r->objective != OBJ_BIRDIE)
-		cli_usage(usage, "--birdie-mix and --birdie-every belong to --objective birdie");
+		cli_usage(usage, "--birdie-mix, --birdie-every and --birdie-only belong to --objective "
+				 "birdie");
 	if (o->mode && (ss_compose_mode_parse(o->mode, &r->mode) || r->mode == SS_COMPOSE_SUM ||
 			r->mode == SS_COMPOSE_MAX))
 		cli_usage(usage, "--mode: '%s': picaso-r, picaso-s, caso or soup", o->mode);

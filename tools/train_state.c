@@ -60,6 +60,12 @@ static void add_birdie(cJSON *o, const run_state *r)
 	add_number(b, "every", (double)r->birdie_every);
 	cJSON_AddItemToObject(b, "action", numbers(r->birdie_action, K));
 	cJSON_AddItemToObject(b, "loss", numbers(r->birdie_loss, K));
+	if (r->birdie_only) {
+		cJSON *a = cJSON_AddArrayToObject(b, "only");
+		for (int i = 0; a && i < K; i++)
+			if (r->birdie_only >> i & 1)
+				cJSON_AddItemToArray(a, cJSON_CreateString(ss_train_birdie_config(i)));
+	}
 	if (!(h = cJSON_AddArrayToObject(b, "history")))
 		return;
 	for (int64_t t = 0; t < r->birdie_nhist; t++)
@@ -235,9 +241,22 @@ static void get_birdie(parse *p, const cJSON *b, run_state *r)
 		bad(&q, SS_ERR_FORMAT, "\"birdie\": \"fixed\" is not true or false");
 	r->birdie_fixed = cJSON_IsTrue(f);
 	r->birdie_every = get_int(&q, "every", 1, INT64_C(1) << 40);
+	const cJSON *only = cJSON_GetObjectItemCaseSensitive(b, "only"), *e;
+	r->birdie_only = 0;
+	if (only && (!cJSON_IsArray(only) || !cJSON_GetArraySize(only)))
+		bad(&q, SS_ERR_FORMAT, "\"birdie\": \"only\" is not an array of configuration names");
+	cJSON_ArrayForEach(e, only) {
+		uint32_t m;
+		if (!cJSON_IsString(e) || ss_train_birdie_only(e->valuestring, &m) || (m & (m - 1))) {
+			bad(&q, SS_ERR_FORMAT, "\"birdie\": \"only\" holds something not a "
+			    "configuration's name");
+			break;
+		}
+		r->birdie_only |= m;
+	}
 	get_numbers(&q, cJSON_GetObjectItemCaseSensitive(b, "action"), "action", r->birdie_action, K, 0, 1);
 	get_numbers(&q, cJSON_GetObjectItemCaseSensitive(b, "loss"), "loss", r->birdie_loss, K, 0, 1e6);
-	const cJSON *h = cJSON_GetObjectItemCaseSensitive(b, "history"), *e;
+	const cJSON *h = cJSON_GetObjectItemCaseSensitive(b, "history");
 	int64_t n = cJSON_GetArraySize(h);
 	if (!cJSON_IsArray(h) || n > r->step + 1) {
 		bad(&q, SS_ERR_FORMAT, "\"birdie\": \"history\" is not an array of at most "

@@ -51,6 +51,26 @@ const char *ss_train_birdie_config(int i)
 	return i >= 0 && i < K ? bd_configs[i].name : NULL;
 }
 
+int ss_train_birdie_only(const char *list, uint32_t *only)
+{
+	*only = 0;
+	for (const char *p = list; *p;) {
+		size_t n = strcspn(p, ",");
+		uint32_t m = 0;
+		for (int i = 0; i < K; i++) {
+			const char *name = bd_configs[i].name, *cls = bd_class_names[bd_configs[i].cls];
+			if ((strlen(name) == n && !strncmp(name, p, n)) ||
+			    (strlen(cls) == n && !strncmp(cls, p, n)))
+				m |= 1u << i;
+		}
+		if (!m)
+			return SS_ERR_INVALID;
+		*only |= m;
+		p += n + (p[n] == ',');
+	}
+	return *only ? 0 : SS_ERR_INVALID;
+}
+
 /* Uniform in [0, n) (n >= 1), and in [0, 1). */
 static uint64_t below(uint64_t *rng, uint64_t n)
 {
@@ -406,19 +426,35 @@ double bd_reward(double old, double new_)
 	return v > 1 ? 1 : v < -1 ? -1 : v;
 }
 
-/* Configurations of each configuration's class. */
-static int class_size(int i)
+/* Configurations of configuration i's class that `only` allows. */
+static int class_size(int i, uint32_t only)
 {
 	int n = 0;
 	for (int j = 0; j < K; j++)
-		n += bd_configs[j].cls == bd_configs[i].cls;
+		n += bd_configs[j].cls == bd_configs[i].cls && (only >> j & 1);
 	return n;
 }
 
-void bd_fixed_action(double *action)
+/* Classes with a configuration `only` allows. */
+static int classes(uint32_t only)
 {
+	int n = 0;
+	for (int c = 0; c < BD_NCLASS; c++)
+		for (int j = 0; j < K; j++)
+			if (bd_configs[j].cls == (bd_class)c && (only >> j & 1)) {
+				n++;
+				break;
+			}
+	return n;
+}
+
+void bd_fixed_action(uint32_t only, double *action)
+{
+	if (!(only & BD_ALL))
+		only = BD_ALL;
+	int nc = classes(only);
 	for (int i = 0; i < K; i++)
-		action[i] = 1.0 / (BD_NCLASS * class_size(i));
+		action[i] = only >> i & 1 ? 1.0 / (nc * class_size(i, only)) : 0;
 }
 
 int bd_pick(const double *action, uint64_t *rng)
@@ -468,11 +504,13 @@ static void chol_solve(double *A, double *b, int n)
 
 enum { NF = 2 * K + 1, CANDIDATES = 2048, TOP = 8 };
 
-void bd_schedule(const double *hist, int64_t nhist, const double *loss, double floor_,
-		 uint64_t *rng, double *action)
+void bd_schedule(const double *hist, int64_t nhist, const double *loss, uint32_t only,
+		 double floor_, uint64_t *rng, double *action)
 {
+	if (!(only & BD_ALL))
+		only = BD_ALL;
 	if (nhist < 2) {
-		bd_fixed_action(action);
+		bd_fixed_action(only, action);
 		return;
 	}
 	/* ridge: W[i] = argmin Σ_t (W[i]·f_t − reward_t[i])² + λ|W[i]|², the
@@ -502,7 +540,9 @@ void bd_schedule(const double *hist, int64_t nhist, const double *loss, double f
 	/* the total reward is linear in the action: Σ_i s_i·(W[i]·[loss, a, 1]) */
 	double base = 0, slope[K] = { 0 };
 	for (int i = 0; i < K; i++) {
-		double si = 1.0 / class_size(i), b = w[i][2 * K];
+		if (!(only >> i & 1))
+			continue;
+		double si = 1.0 / class_size(i, only), b = w[i][2 * K];
 		for (int a = 0; a < K; a++)
 			b += w[i][a] * loss[a];
 		base += si * b;
@@ -513,8 +553,8 @@ void bd_schedule(const double *hist, int64_t nhist, const double *loss, double f
 	int ntop = 0;
 	for (int c = 0; c < CANDIDATES; c++) {
 		double cand[K], sum = 0, v = base;
-		for (int i = 0; i < K; i++) {
-			cand[i] = -log(1 - unit(rng)); /* Dirichlet(1): uniform on the simplex */
+		for (int i = 0; i < K; i++) { /* Dirichlet(1): uniform on the (allowed) simplex */
+			cand[i] = only >> i & 1 ? -log(1 - unit(rng)) : 0;
 			sum += cand[i];
 		}
 		for (int i = 0; i < K; i++) {
@@ -535,7 +575,7 @@ void bd_schedule(const double *hist, int64_t nhist, const double *loss, double f
 		memcpy(top[at], cand, sizeof cand);
 	}
 	double u[K];
-	bd_fixed_action(u);
+	bd_fixed_action(only, u);
 	for (int i = 0; i < K; i++) {
 		double mean = 0;
 		for (int j = 0; j < ntop; j++)

@@ -88,6 +88,9 @@ int bd_transform(const bd_config *c, const int32_t sent[BD_NSENT], const int32_t
 
 /* ------------------------------------------------------------ scheduler */
 
+/* Every configuration: the mask of ss_train_state's birdie_only. */
+#define BD_ALL ((1u << SS_TRAIN_BIRDIE_CONFIGS) - 1)
+
 /* Reward of one configuration whose evaluation loss went from old to new
  * (birdie.txt A.1.3, r = e): clip(−r·100·tanh(r·S·ΔL³), −1, 1) with
  * ΔL = (old − new)/old and S = sqrt(old·new). NOTE the sign: the formula
@@ -96,8 +99,9 @@ int bd_transform(const bd_config *c, const int32_t sent[BD_NSENT], const int32_t
  * "negative rewards ... discouraging") and reward a fall. */
 double bd_reward(double old, double new_);
 
-/* The next action (sampling probabilities over the configurations) from
- * the history of evaluations (birdie.txt A.1.4, Fig. 4), with a linear
+/* The next action (sampling probabilities over the configurations that
+ * `only` allows, bit i for configuration i; 0 = all) from the history of
+ * evaluations (birdie.txt A.1.4, Fig. 4), with a linear
  * reward model in place of the paper's 4-layer gated SSM: a ridge
  * regression of each configuration's reward on [losses before, action, 1]
  * fitted to the history; 2048 candidate actions drawn uniformly on the
@@ -107,12 +111,13 @@ double bd_reward(double old, double new_);
  *   hist: [nhist][3·K] rows of (losses before, action, rewards after);
  *   loss: [K] the latest losses; action: [K] out; K = SS_TRAIN_BIRDIE_CONFIGS.
  * With fewer than 2 rows the action is uniform over classes. */
-void bd_schedule(const double *hist, int64_t nhist, const double *loss, double floor_,
-		 uint64_t *rng, double *action);
+void bd_schedule(const double *hist, int64_t nhist, const double *loss, uint32_t only,
+		 double floor_, uint64_t *rng, double *action);
 
-/* The fixed-ratio mixture (the ablation): every class equally likely, its
- * configurations equally within it. action: [K] out. */
-void bd_fixed_action(double *action);
+/* The fixed-ratio mixture (the ablation): every class with a configuration
+ * that `only` allows (0: all) equally likely, its allowed configurations
+ * equally within it, the others 0. action: [K] out. */
+void bd_fixed_action(uint32_t only, double *action);
 
 /* A configuration index drawn from action ([K], summing to 1). */
 int bd_pick(const double *action, uint64_t *rng);

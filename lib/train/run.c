@@ -230,7 +230,7 @@ static int birdie_open(ss_train_run *r, int32_t vocab, const ss_train_env *env, 
 	for (int i = 0; i < SS_TRAIN_BIRDIE_CONFIGS; i++)
 		sum += st->birdie_action[i];
 	if (sum == 0 || st->birdie_fixed)
-		bd_fixed_action(st->birdie_action);
+		bd_fixed_action(st->birdie_only, st->birdie_action);
 	return lm_open(&r->lm, st, vocab, &r->tk, env->max_record, errmsg);
 }
 
@@ -272,8 +272,8 @@ static int birdie_update(ss_train_run *r, char *errmsg)
 		st->birdie_loss[i] = r->ev_loss[i];
 	}
 	if (!st->birdie_fixed)
-		bd_schedule(st->birdie_hist, st->birdie_nhist, st->birdie_loss, BIRDIE_FLOOR, &st->rng,
-			    st->birdie_action);
+		bd_schedule(st->birdie_hist, st->birdie_nhist, st->birdie_loss, st->birdie_only,
+			    BIRDIE_FLOOR, &st->rng, st->birdie_action);
 	r->evaluated = 1;
 	return 0;
 }

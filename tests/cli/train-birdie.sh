@@ -2,7 +2,8 @@
 # byte-level model (pipelines/byte_tokenizer.py's tokenizer, its sentinels as
 # added tokens): every step logs its sequences' configurations, every
 # --birdie-every steps the evaluation and the mixture (probabilities summing
-# to 1, moving under the reward scheduler, fixed under --birdie-mix fixed),
+# to 1, moving under the reward scheduler, fixed under --birdie-mix fixed,
+# only the configurations --birdie-only names),
 # a resumed run is bit-identical (weights, optimiser, scheduler state), and
 # bad use is refused. Run by tests/run.
 set -eu
@@ -56,6 +57,23 @@ for s in map(json.loads, open(sys.argv[1])):
         assert abs(s["birdie"]["ntp"]["p"] - 1 / 7) < 1e-9 and abs(s["birdie"]["copy/short"]["p"] - 1 / 14) < 1e-9, s
 PY
 
+# --birdie-only: the configurations named (a class: all of its), nothing else
+# drawn, under the scheduler too; kept in the state across a resume.
+ss-train --objective birdie --birdie-only copy,deshuffle/50% --model "$d/m0" --data "$d/docs.tok" $O \
+	--steps 6 --until 3 -o "$d/C" >"$d/c.log"
+ss-train --resume "$d/C" --threads 1 -o "$d/C" >>"$d/c.log"
+python3 - "$d/c.log" <<'PY' || fail "--birdie-only: $(cat "$d/c.log")"
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+assert len(steps) == 6
+names = list(next(s for s in steps if "birdie" in s)["birdie"])
+allowed = {names.index(n) for n in ("copy/short", "copy/long", "deshuffle/50%")}
+for s in steps:
+    assert set(s["objectives"]) <= allowed, s
+    for n, v in s.get("birdie", {}).items():
+        assert (v["p"] > 0) == (names.index(n) in allowed), (n, v)
+PY
+
 # Bad use: a tokenizer without the sentinels (GPT-NeoX's, with t1), options
 # of another objective, a damaged scheduler state.
 ss-tokenize -q "$d/docs.txt" >"$d/neox.tok"
@@ -64,6 +82,8 @@ expect 1 'no token <|copy|>' ss-train --objective birdie --model "$T1" --data "$
 [ ! -e "$d/X" ] || fail "a refused run left $d/X"
 expect 2 'belong to --objective birdie' ss-train --objective lm --model "$d/m0" --data "$d/docs.tok" \
 	--birdie-every 3 --steps 2 -o "$d/X"
+expect 2 "birdie-only: 'copy,paste'" ss-train --objective birdie --birdie-only copy,paste \
+	--model "$d/m0" --data "$d/docs.tok" --steps 2 -o "$d/X"
 expect 2 'birdie-mix' ss-train --objective birdie --birdie-mix best --model "$d/m0" \
 	--data "$d/docs.tok" --steps 2 -o "$d/X"
 expect 2 'loss-after belongs to lm' ss-train --objective birdie --loss-after x --model "$d/m0" \
@@ -73,6 +93,8 @@ edit 's["birdie"]["every"]=0'
 expect 1 '"every" is 0' ss-train --resume "$d/H" --threads 1 -o "$d/X"
 edit 's["birdie"]["every"]=2; s["birdie"]["action"]=s["birdie"]["action"][:3]'
 expect 1 '"action" is not an array of 17' ss-train --resume "$d/H" --threads 1 -o "$d/X"
+edit 's["birdie"]["action"]=[0]*17; s["birdie"]["only"]=["copy"]'
+expect 1 '"only" holds something not a configuration' ss-train --resume "$d/H" --threads 1 -o "$d/X"
 expect 1 'seq-len 64 is too short for birdie' ss-train --objective birdie --model "$d/m0" \
 	--data "$d/docs.tok" --seq-len 64 --batch-tokens 512 --steps 2 -o "$d/X"
 echo "train-birdie: ok"
