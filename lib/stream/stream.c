@@ -899,11 +899,16 @@ static int read_prefix(ss_reader *r, prefix_t *q, int stable)
 		q->ob.dst = r->out;
 		q->ob.size = (size_t)q->content;
 	}
+	/* The window doubles (64 KiB at first) and the prefix is rescanned only
+	 * once the decoded bytes have doubled: a record whose metadata comes
+	 * late (or never) costs time and copies linear in its size, as a
+	 * constant step would not (issue 48, item 1). */
+	size_t scan_at = 64u << 10;
 	for (;;) {
-		size_t want = q->ob.pos + (64u << 10);
-		if (want > q->content)
-			want = (size_t)q->content;
-		if (!q->stable) {
+		if (!q->stable && q->ob.pos == q->ob.size) {
+			size_t want = q->ob.pos < (64u << 10) ? 64u << 10 : 2 * q->ob.pos;
+			if (want > q->content)
+				want = (size_t)q->content;
 			if (grow(&r->out, &r->out_cap, want) != 0)
 				return rerr(r, SS_ERR_NOMEM, q->off, "out of memory");
 			q->ob.dst = r->out;
@@ -911,9 +916,12 @@ static int read_prefix(ss_reader *r, prefix_t *q, int stable)
 		}
 		if ((rc = decode_step(r, q, q->off)) < 0)
 			return rc;
+		if (q->ob.pos < scan_at && !q->done && q->ob.pos < q->ob.size)
+			continue;
 		q->cut = meta_prefix(r->out, q->ob.pos, &q->n_before, &q->hdr, &q->whole, &q->n_entries);
 		if (q->cut >= 0 || q->done)
 			break;
+		scan_at = 2 * q->ob.pos;
 	}
 	if (q->cut < 0)
 		return rerr(r, SS_ERR_FORMAT, q->off, "malformed msgpack record");
