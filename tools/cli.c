@@ -104,6 +104,29 @@ void cli_out_not_input(const char *out, const char *in)
 		cli_die("%s: the output is the input %s (the same file): write it elsewhere; nothing written", out, in);
 }
 
+void cli_out_dir_not_input(const char *dir, const char *in)
+{
+	struct stat sd, si, sp;
+	if (!dir || !in || !strcmp(in, "-"))
+		return;
+	cli_out_not_input(dir, in); /* -o naming the input file itself */
+	if (stat(dir, &sd) != 0 || !S_ISDIR(sd.st_mode) || stat(in, &si) != 0)
+		return;
+	if (sd.st_dev == si.st_dev && sd.st_ino == si.st_ino)
+		cli_die("%s: the output directory is the input %s (it is replaced whole): write it elsewhere; "
+			"nothing written", dir, in);
+	char *parent = strdup(in), *slash = parent ? strrchr(parent, '/') : NULL;
+	if (!parent)
+		cli_die("out of memory");
+	if (slash)
+		*(slash == parent ? slash + 1 : slash) = 0;
+	int held = stat(slash ? parent : ".", &sp) == 0 && sd.st_dev == sp.st_dev && sd.st_ino == sp.st_ino;
+	free(parent);
+	if (held)
+		cli_die("%s: the output directory holds the input %s (it is replaced whole): write it elsewhere; "
+			"nothing written", dir, in);
+}
+
 /* What to do when a text file was given where a stream is read: libss
  * ends its message "not an ss stream (...; it looks like text)". */
 static const char *text_hint(void)

@@ -121,6 +121,12 @@ void cli_out_close(FILE *f);
  * stdout ("-", NULL), an output that does not exist yet or is not a regular
  * file (/dev/null), and an input that does not exist pass. */
 void cli_out_not_input(const char *out, const char *in);
+/* cli_out_not_input for an output directory `dir` that is replaced whole
+ * (ss-train's checkpoint): dies, before anything is written, when the
+ * input `in` is dir itself (a directory read, as --model DIR) or a file in
+ * it: "prog: DIR: the output directory holds the input IN ...", exit 1. An
+ * input that does not exist, "-" and NULL pass. */
+void cli_out_dir_not_input(const char *dir, const char *in);
 /* Dies after a failed ss_writer_put* (rc): "prog: path: write error: <the
  * reason>" for a failed write, the stream discarded (no partial output). */
 struct ss_writer;

@@ -25,6 +25,25 @@ typedef struct {
 	int64_t nq, na;
 } qa_item;
 
+/* ss_index_files: the outputs (ctx: the eval_run) against one state file */
+static int outs_not_state(void *ctx, const char *path)
+{
+	const eval_run *run = ctx;
+	cli_out_not_input(run->out, path);
+	cli_out_not_input(run->per, path);
+	cli_out_not_input(run->summary, path);
+	return 0;
+}
+
+ss_index *eval_index_open(const eval_run *run)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	ss_index *ix;
+	if (ss_index_open(&ix, run->index, err) || ss_index_files(ix, outs_not_state, (void *)run, err))
+		cli_die("%s: %s", run->index, err);
+	return ix;
+}
+
 int32_t *encode_text(const eval_run *run, ss_tokenizer *tok, const char *s, int64_t *n,
 		     const char *where)
 {

@@ -441,10 +441,7 @@ void eval_recall(eval_run *run)
 	mallopt(M_MMAP_THRESHOLD, 64 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 	cli_progress_begin();
-	char err[SS_ERRMSG_MAX] = "";
-	ss_index *ix;
-	if (ss_index_open(&ix, run->index, err))
-		cli_die("%s: %s", run->index, err);
+	ss_index *ix = eval_index_open(run);
 	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	size_t nq;
 	rc_query *items = rc_read(run, tok, ix, &nq);

@@ -140,6 +140,7 @@ static void export_seq(const char *file, long long at, int as_file, long seq_id,
 	ss_reader *r;
 	ss_state s;
 	char err[SS_ERRMSG_MAX];
+	cli_out_not_input(out_path, file);
 	const ss_record *rec = read_one(&r, file, at);
 	state_of(rec, file, &s);
 	if (at < 0) { /* one record, or say how to pick one */
@@ -170,6 +171,8 @@ static void import_seq(const char *blob, const char *like, long long at, const c
 	ss_reader *r;
 	ss_state s;
 	char err[SS_ERRMSG_MAX];
+	cli_out_not_input(out_path, like);
+	cli_out_not_input(out_path, blob);
 	state_of(read_one(&r, like, at), like, &s);
 	ss_reader_close(r);
 	/* bounded before reading: the rows the dims make, plus a file's tokens */
@@ -198,8 +201,6 @@ static void import_seq(const char *blob, const char *like, long long at, const c
 		if (!(s.id = strdup(id)))
 			cli_die("out of memory");
 	}
-	cli_out_not_input(out_path, like);
-	cli_out_not_input(out_path, blob);
 	ss_writer *w;
 	if (ss_writer_open(&w, out_path, SS_ZSTD_LEVEL_DEFAULT, err))
 		cli_die("%s: %s", out_path ? out_path : "-", err);
