@@ -92,6 +92,19 @@ void cli_out_close(FILE *f)
 	text_out_path = NULL;
 }
 
+FILE *cli_open_regular(const char *path)
+{
+	if (!strcmp(path, "-"))
+		return stdin;
+	int fd = ss_open_regular(path);
+	if (fd == -2)
+		cli_die("%s: not a regular file (a FIFO, a directory or a device; '-' reads standard input)", path);
+	FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+	if (!f)
+		cli_die("%s: %s", path, strerror(errno));
+	return f;
+}
+
 void cli_out_not_input(const char *out, const char *in)
 {
 	struct stat so, si;

@@ -109,6 +109,13 @@ uint64_t cli_size(const char *s);
 long cli_getline(char **line, size_t *cap, FILE *f, size_t max);
 /* Monotonic seconds. */
 double cli_now(void);
+/* Opens an input file that is read whole or as lines, not a stream
+ * operand: stdin for "-", else a regular file opened without blocking
+ * (ss_open_regular), so that a FIFO, a directory or a device is refused
+ * before any read: "prog: PATH: not a regular file (a FIFO, a directory or
+ * a device; '-' reads standard input)", exit 1, as is a failed open. The
+ * caller fcloses it unless it is stdin. */
+FILE *cli_open_regular(const char *path);
 /* Opens a text output: stdout for NULL or "-", else a file that appears
  * whole on cli_out_close() (ss_output). Dies on error. */
 FILE *cli_out_open(const char *path);

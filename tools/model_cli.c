@@ -108,9 +108,7 @@ static void check_size(FILE *f, const char *path, uint64_t max, const char *what
 
 char *mcli_read_file_max(const char *path, uint64_t max, const char *what, size_t *len)
 {
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!f)
-		cli_die("%s: %s", path, strerror(errno));
+	FILE *f = cli_open_regular(path);
 	check_size(f, path, max, what);
 	/* At most max + 1 bytes are read: one past the bound shows it passed. */
 	uint64_t cap_max = max < SIZE_MAX - 2 ? max + 2 : SIZE_MAX;
@@ -289,9 +287,7 @@ void mcli_jsonl_open(mcli_jsonl *r, const char *path)
 {
 	memset(r, 0, sizeof *r);
 	r->path = path;
-	r->f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!r->f)
-		cli_die("%s: %s", path, strerror(errno));
+	r->f = cli_open_regular(path);
 }
 
 void mcli_jsonl_limit(mcli_jsonl *r, uint64_t max, const char *what)

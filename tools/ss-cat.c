@@ -177,8 +177,8 @@ static void import_seq(const char *blob, const char *like, long long at, const c
 	ss_reader_close(r);
 	/* bounded before reading: the rows the dims make, plus a file's tokens */
 	struct stat st;
-	FILE *in = fopen(blob, "rb");
-	if (!in || fstat(fileno(in), &st) != 0)
+	FILE *in = cli_open_regular(blob);
+	if (fstat(fileno(in), &st) != 0)
 		cli_die("%s: %s", blob, strerror(errno));
 	size_t n = (size_t)st.st_size;
 	if (!S_ISREG(st.st_mode) || n > ss_llama_seq_size(&s.dims, 1, 0) + cli_max_record())

@@ -217,12 +217,7 @@ static void read_hits(ss_index *ix, const char *db, const char *path)
 	size_t cap = 0;
 	long n;
 	unsigned long long lineno = 0;
-	FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
-	if (!f) {
-		int e = errno;
-		ss_index_close(ix);
-		cli_die("%s: %s", path, strerror(e));
-	}
+	FILE *f = cli_open_regular(path);
 	while ((n = cli_getline(&line, &cap, f, 1 << 20)) >= 0 || n == -2) {
 		lineno++;
 		const char *why = n == -2 ? "longer than 1 MiB: not a document id"

@@ -105,4 +105,19 @@ ss-retrieve query --index old.db --out-dir qd <batch.jsonl >out 2>err
 has err "query miss: no document matched"
 [ "$(ls qd | tr '\n' ' ')" = "hit.states miss.states " ] || fail "batch outputs: $(ls qd)"
 
+# --- 13. a FIFO (or a directory) where a file is read whole or as lines is refused at once, never
+# waited on for a writer (issue 48, item 7): ss-cat --import's blob, --prompts, --pairs,
+# --prompt-file, ss-retrieve --hits, ss-eval --qa
+mkfifo fifo && mkdir adir
+G="$SS_TOP/formats/golden/t1-c2.states"
+for f in fifo adir; do
+	expect 1 timeout 10 ss-cat --import llama-seq --like "$G" --at 0 -o imp.states $f; has err "$f: not a regular file"
+	[ -e imp.states ] && fail "ss-cat --import $f: output written"
+	expect 1 timeout 10 ss-decode --model m --no-state --prompts $f; has err "$f: not a regular file"
+	expect 1 timeout 10 ss-decode --model m --no-state --prompt-file $f; has err "$f: not a regular file"
+	expect 1 timeout 10 ss-score --model m --no-state --pairs $f; has err "$f: not a regular file"
+	expect 1 timeout 10 ss-retrieve build --index fifo.db --state-budget 1M --hits $f; has err "$f: not a regular file"
+	expect 1 timeout 10 ss-eval recall --model m --index old.db --qa $f; has err "$f: not a regular file"
+done
+
 done_checks
