@@ -410,6 +410,54 @@ typedef struct {
 	char cur_where[600];
 } seq_source;
 
+/* The one state record of the file pr's line names, checked against m,
+ * into *st (freed by the caller). The file must be a regular file (a FIFO
+ * would block, a directory fail late); every error names the line: "PROMPTS:
+ * line N: \"state\": FILE: ...", exit 1. */
+static void line_state(const prompt *pr, const ss_model *m, const char *model_dir, ss_state *st)
+{
+	char label[1300], err[SS_ERRMSG_MAX] = "";
+	snprintf(label, sizeof label, "%s: \"state\": %s", pr->where, pr->state_path);
+	mcli_states src = { .path = label };
+	if (ss_reader_open_regular(&src.r, pr->state_path, cli_max_record(), err))
+		cli_die("%s: %s", label, err);
+	mcli_states_next(&src, m, model_dir, st); /* dies on an empty file */
+	ss_state extra;
+	if (mcli_states_next(&src, m, model_dir, &extra))
+		cli_die("%s holds more than one state record (compose them first: ss-compose)", label);
+	mcli_states_close(&src);
+}
+
+static const prompt *sort_ps;
+static int by_state_path(const void *a, const void *b)
+{
+	size_t i = *(const size_t *)a, j = *(const size_t *)b;
+	int c = strcmp(sort_ps[i].state_path, sort_ps[j].state_path);
+	return c ? c : (i > j) - (i < j);
+}
+
+/* All or nothing: every line's state file read whole and checked (each
+ * file once, its first line named on error) before the first output, so
+ * that a bad line stops the run with nothing written (ss-decode.1). */
+static void check_line_states(const prompt *ps, size_t n, const ss_model *m, const char *model_dir)
+{
+	size_t *order = malloc((n ? n : 1) * sizeof *order);
+	if (!order)
+		cli_die("out of memory");
+	for (size_t i = 0; i < n; i++)
+		order[i] = i;
+	sort_ps = ps;
+	qsort(order, n, sizeof *order, by_state_path);
+	for (size_t k = 0; k < n; k++) {
+		if (k && !strcmp(ps[order[k]].state_path, ps[order[k - 1]].state_path))
+			continue;
+		ss_state st;
+		line_state(&ps[order[k]], m, model_dir, &st);
+		ss_state_free(&st);
+	}
+	free(order);
+}
+
 /* The next output's prompt and starting state into s (a copy of the input
  * state, or the line's file read now); 0 at the end. Dies on a bad state. */
 static int source_next(seq_source *j, seq *s)
@@ -418,14 +466,7 @@ static int source_next(seq_source *j, seq *s)
 		if (j->next == j->n_prompts)
 			return 0;
 		s->pr = &j->ps[j->next++];
-		mcli_states src;
-		ss_state extra;
-		mcli_states_open(&src, s->pr->state_path, 0);
-		mcli_states_next(&src, j->m, j->model_dir, &s->st); /* dies on an empty file */
-		if (mcli_states_next(&src, j->m, j->model_dir, &extra))
-			cli_die("%s: \"state\": %s holds more than one state record (compose them "
-				"first: ss-compose)", s->pr->where, s->pr->state_path);
-		mcli_states_close(&src);
+		line_state(s->pr, j->m, j->model_dir, &s->st);
 		snprintf(s->where, sizeof s->where, "%s: %s: record 0 (id \"%.400s\")",
 			 s->pr->where, s->pr->state_path, s->st.id);
 		s->state_id = xstrdup(s->st.id);
@@ -849,6 +890,8 @@ int main(int argc, char **argv)
 	if (!src.per_line) {
 		src.state_path = o.state_path;
 		mcli_states_open(&src.src, o.state_path, o.implicit);
+	} else {
+		check_line_states(ps, n_prompts, m, o.model_dir);
 	}
 	ss_forward_ctx *ctx = mcli_forward_ctx(m, o.model_dir, dev, o.mo.threads);
 	/* outputs the same whatever the batch (on a GPU: to its rounding) */
