@@ -415,6 +415,34 @@ int ss_record_state_view(const ss_record *rec, ss_state *out, const void **conv,
  * bf16's range): nothing written then, as readers refuse such records. */
 int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset);
 
+/* ------------------------------------------------------- JSON lines input */
+
+struct cJSON;
+
+/* The one rule of every JSON-lines input (ss-decode --prompts, ss-score
+ * --pairs, ss-eval recall --qa, ss-retrieve's batch queries, ss-train
+ * --data; ss-tokenize's documents apply the NUL rule, not the key rule, as
+ * corpora carry metadata): line[0..len) (no NUL terminator needed) is
+ * parsed with cJSON as one object. Refused with SS_ERR_FORMAT and a one-line
+ * errmsg without a location (the caller prefixes "FILE: line N: "):
+ *   anything but an object: "not a JSON object";
+ *   a NUL in a string or key, a raw 0 byte or a \u0000 escape (cJSON would
+ *   cut the text short silently): "a NUL character (\u0000) in a string";
+ *   a top-level key not in keys (NULL-terminated; keys NULL: any key):
+ *   "unknown key \"K\" (known: a, b, c)".
+ * Every number keeps its source text as its valuestring (cJSON holds
+ * numbers as doubles), read exactly by ss_json_int. Returns 0 with *out set
+ * (the caller cJSON_Delete()s it), or the error (or SS_ERR_NOMEM) with *out
+ * NULL. */
+int ss_jsonl_parse(const char *line, size_t len, const char *const *keys, struct cJSON **out, char *errmsg);
+
+/* The integer the number v (from ss_jsonl_parse) holds, exactly, in
+ * [lo, hi]: from its source text ("9007199254740993" is 2^53 + 1, not the
+ * double 2^53); a text with a fraction or an exponent ("1e3", "7.0") only
+ * where its double is an integer of magnitude at most 2^53. Returns 0 with
+ * *out set, or SS_ERR_INVALID (not a number, not an integer, out of range). */
+int ss_json_int(const struct cJSON *v, int64_t lo, int64_t hi, int64_t *out);
+
 /* --------------------------------------------------------- JSON rendering */
 
 /* Renders a record as one line of JSON (no newline) to f. Known numeric

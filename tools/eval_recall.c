@@ -81,6 +81,8 @@ static void read_chunks(const eval_run *run, ss_index *ix, const mcli_jsonl *r, 
 static rc_query *rc_read(const eval_run *run, ss_tokenizer *tok, ss_index *ix, size_t *n)
 {
 	const long kmax = run->ks[run->n_ks - 1];
+	static const char *const keys[] = { "id", "key", "query", "continuation", "chunks", "gold", "gold_pos",
+					    NULL };
 	mcli_jsonl r;
 	mcli_jsonl_open(&r, run->qa);
 	rc_query *items = NULL;
@@ -89,7 +91,7 @@ static rc_query *rc_read(const eval_run *run, ss_tokenizer *tok, ss_index *ix, s
 	cJSON *o;
 	while ((!run->queries || (long)*n < run->queries) &&
 	       (o = mcli_jsonl_next(&r, "{\"id\", \"key\", \"query\", \"continuation\", \"chunks\", "
-				    "\"gold_pos\"}"))) {
+				    "\"gold_pos\"}", keys))) {
 		items = mcli_grow(items, *n, &cap, sizeof *items);
 		rc_query *it = &items[*n];
 		*it = (rc_query){ .id = mcli_jsonl_id(&r, o) };

@@ -241,13 +241,13 @@ static void line_stops(prompt *p, const cJSON *v, const char *where)
 	p->n_stops = n;
 }
 
-/* An integer field of a line, in [lo, hi]. */
-static long line_int(const cJSON *v, const char *key, long lo, long hi, const char *where)
+/* An integer field of a line, in [lo, hi], read exactly (ss_json_int). */
+static int64_t line_int(const cJSON *v, const char *key, int64_t lo, int64_t hi, const char *where)
 {
-	if (!cJSON_IsNumber(v) || v->valuedouble < (double)lo || v->valuedouble > (double)hi ||
-	    v->valuedouble != (double)(long)v->valuedouble)
-		cli_die("%s: \"%s\" must be an integer in [%ld, %ld]", where, key, lo, hi);
-	return (long)v->valuedouble;
+	int64_t x;
+	if (ss_json_int(v, lo, hi, &x))
+		cli_die("%s: \"%s\" must be an integer in [%lld, %lld]", where, key, (long long)lo, (long long)hi);
+	return x;
 }
 
 /* A number field of a line, in [lo, hi] (the command-line option's range). */
@@ -279,7 +279,7 @@ static int line_sampling(prompt *p, const char *k, const cJSON *v, const char *w
 	} else if (!strcmp(k, "repeat_last_n")) {
 		sp->repeat_last_n = (int32_t)line_int(v, k, -1, 1L << 20, where);
 	} else if (!strcmp(k, "seed")) {
-		p->seed = (uint64_t)line_int(v, k, 0, INT64_MAX / 2, where);
+		p->seed = (uint64_t)line_int(v, k, 0, INT64_MAX, where); /* --seed's range */
 	} else {
 		return 0;
 	}
@@ -299,7 +299,10 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 	prompt *ps = NULL;
 	size_t n = 0, cap = 0;
 	cJSON *o;
-	while ((o = mcli_jsonl_next(&r, "{\"id\": ..., \"prompt\": \"...\"}"))) {
+	static const char *const keys[] = { "id", "prompt", "state", "max_tokens", "n_predict", "stop", "seed",
+					    "temperature", "temp", "top_k", "top_p", "min_p", "repeat_penalty",
+					    "repeat_last_n", NULL };
+	while ((o = mcli_jsonl_next(&r, "{\"id\": ..., \"prompt\": \"...\"}", keys))) {
 		const char *where = r.where;
 		ps = mcli_grow(ps, n, &cap, sizeof *ps);
 		prompt *p = &ps[n];
@@ -329,10 +332,8 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 				p->max_tokens = line_int(v, k, 0, MAX_TOKENS_LIMIT, where);
 			} else if (!strcmp(k, "stop")) {
 				line_stops(p, v, where);
-			} else if (!line_sampling(p, k, v, where, &have_temp)) {
-				cli_die("%s: unknown key \"%s\" (known: id, prompt, state, max_tokens, "
-					"n_predict, stop, seed, temperature, top_k, top_p, min_p, "
-					"repeat_penalty, repeat_last_n)", where, k);
+			} else {
+				line_sampling(p, k, v, where, &have_temp); /* the keys left (mcli_jsonl_next) */
 			}
 		}
 		if (!have_prompt)

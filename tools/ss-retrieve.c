@@ -867,22 +867,26 @@ static void batch_query_free(batch_query *b)
 static const char *batch_parse(const char *line, size_t len, unsigned long long lineno, const qopts *o,
 			       batch_query *b)
 {
+	static const char *const keys[] = { "id", "query", "exclude", "k", NULL };
+	static char bad[SS_ERRMSG_MAX];
 	memset(b, 0, sizeof *b);
-	b->j = cJSON_ParseWithLength(line, len);
+	if (ss_jsonl_parse(line, len, keys, &b->j, bad))
+		return bad;
 	const cJSON *q = cJSON_GetObjectItemCaseSensitive(b->j, "query");
 	const cJSON *id = cJSON_GetObjectItemCaseSensitive(b->j, "id");
 	const cJSON *ex = cJSON_GetObjectItemCaseSensitive(b->j, "exclude");
 	const cJSON *kk = cJSON_GetObjectItemCaseSensitive(b->j, "k");
 	snprintf(b->qid_buf, sizeof b->qid_buf, "%llu", lineno);
 	b->qid = b->qid_buf;
+	int64_t x;
 	if (cJSON_IsString(id))
 		b->qid = id->valuestring;
+	else if (cJSON_IsNumber(id) && !ss_json_int(id, INT64_MIN, INT64_MAX, &x)) /* exact: 2^53 + 1 too */
+		snprintf(b->qid_buf, sizeof b->qid_buf, "%lld", (long long)x);
 	else if (cJSON_IsNumber(id))
 		snprintf(b->qid_buf, sizeof b->qid_buf, "%.17g", id->valuedouble);
 	const char *why = NULL;
-	if (!cJSON_IsObject(b->j))
-		why = "not a JSON object";
-	else if (!cJSON_IsString(q))
+	if (!cJSON_IsString(q))
 		why = "no \"query\" string";
 	else if (id && !cJSON_IsString(id) && !cJSON_IsNumber(id))
 		why = "\"id\" is neither a string nor a number";
