@@ -255,11 +255,14 @@ static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget
 	char em[SS_ERRMSG_MAX];
 	double t0 = cli_now();
 	char fp[SS_FINGERPRINT_MAX] = "";
+	int32_t vocab = 0;
 	if (so->model) {
-		/* Before the build's lock: its fingerprint is all it takes from
-		 * the model, which has no cheaper way to it than a load. */
+		/* Before the build's lock: its fingerprint and vocabulary are all
+		 * it takes from the model, which has no cheaper way to them than
+		 * a load. */
 		ss_model *m = mcli_load_model(so->model, SS_MODEL_SKIP_LM_HEAD, NULL, usage_line);
 		memcpy(fp, m->fingerprint, sizeof fp);
+		vocab = mcli_vocab(m);
 		ss_model_free(m);
 	}
 	ss_index *ix;
@@ -267,7 +270,8 @@ static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget
 	if (rc)
 		cli_die("%s: %s", db, em);
 	if ((budget >= 0 && ss_index_set_state_budget(ix, budget, em)) ||
-	    (so->model && ss_index_set_stateless(ix, fp, ss_dtype_name(so->dtype), em))) {
+	    (so->model && (ss_index_set_stateless(ix, fp, ss_dtype_name(so->dtype), em) ||
+			   ss_index_set_vocab(ix, vocab, em)))) {
 		ss_index_close(ix);
 		cli_die("%s: %s", db, em);
 	}
