@@ -107,7 +107,7 @@ has err "query miss: no document matched"
 
 # --- 13. a FIFO (or a directory) where a file is read whole or as lines is refused at once, never
 # waited on for a writer (issue 48, item 7): ss-cat --import's blob, --prompts, --pairs,
-# --prompt-file, ss-retrieve --hits, ss-eval --qa
+# --prompt-file, ss-retrieve --hits, ss-eval --qa, a tokenizer.json
 mkfifo fifo && mkdir adir
 G="$SS_TOP/formats/golden/t1-c2.states"
 for f in fifo adir; do
@@ -118,6 +118,7 @@ for f in fifo adir; do
 	expect 1 timeout 10 ss-score --model m --no-state --pairs $f; has err "$f: not a regular file"
 	expect 1 timeout 10 ss-retrieve build --index fifo.db --state-budget 1M --hits $f; has err "$f: not a regular file"
 	expect 1 timeout 10 ss-eval recall --model m --index old.db --qa $f; has err "$f: not a regular file"
+	expect 1 timeout 10 ss-tokenize -t $f long.txt; has err "$f: not a regular file"
 done
 
 # --- 14. one JSON-lines rule (issue 48, items 9, 17, 19): a \u0000 in a string is refused naming
