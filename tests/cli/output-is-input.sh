@@ -29,6 +29,7 @@ refused a.states ss-compose -o a.states a.states
 ln a.states link.states
 refused link.states ss-compose -o link.states a.states
 ss-compose -o c.states a.states
+refused a.states ss-compose --weights a.states -o w.states a.states # issue 48 item 6: --weights too
 [ -s c.states ] || fail "ss-compose -o another file"
 
 refused c.states ss-decode -q --model "$T1" --state c.states -p fox -n 2 -o c.states
