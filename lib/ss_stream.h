@@ -436,6 +436,12 @@ struct cJSON;
  * NULL. */
 int ss_jsonl_parse(const char *line, size_t len, const char *const *keys, struct cJSON **out, char *errmsg);
 
+/* Whether the JSON text p[0..n) (parsed: escapes occur only in strings)
+ * holds a NUL in a string, a raw 0 byte or a \u0000 escape: 1 or 0. The
+ * NUL rule of ss_jsonl_parse, for a JSON input that is one document (ss-eval
+ * msmarco's --qa). */
+int ss_json_has_nul(const char *p, size_t n);
+
 /* The integer the number v (from ss_jsonl_parse) holds, exactly, in
  * [lo, hi]: from its source text ("9007199254740993" is 2^53 + 1, not the
  * double 2^53); a text with a fraction or an exponent ("1e3", "7.0") only

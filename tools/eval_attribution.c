@@ -129,6 +129,8 @@ static qa_item *read_qa(const eval_run *run, ss_tokenizer *tok, int min_pass, si
 	cJSON *root = cJSON_ParseWithLength(buf, len);
 	if (!cJSON_IsArray(root))
 		cli_die("%s: not a JSON array of MS MARCO queries", run->qa);
+	if (ss_json_has_nul(buf, len)) /* cJSON would cut the text short silently */
+		cli_die("%s: a NUL character (\\u0000) in a string", run->qa);
 	qa_item *items = xcalloc((size_t)cJSON_GetArraySize(root), sizeof *items);
 	size_t n = 0, idx = 0;
 	*max_pass = 1;

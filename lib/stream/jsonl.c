@@ -15,9 +15,7 @@
 
 #include "ss.h"
 
-/* Whether JSON text p[0..n) holds a NUL: a raw 0 byte or a \u0000 escape
- * (escapes occur only in strings, and the text parsed). */
-static int has_nul(const char *p, size_t n)
+int ss_json_has_nul(const char *p, size_t n)
 {
 	if (memchr(p, 0, n))
 		return 1;
@@ -94,7 +92,7 @@ int ss_jsonl_parse(const char *line, size_t len, const char *const *keys, cJSON 
 		cJSON_Delete(o);
 		return ss_errf(errmsg, SS_ERR_FORMAT, "not a JSON object");
 	}
-	if (has_nul(line, len)) {
+	if (ss_json_has_nul(line, len)) {
 		cJSON_Delete(o);
 		return ss_errf(errmsg, SS_ERR_FORMAT, "a NUL character (\\u0000) in a string");
 	}

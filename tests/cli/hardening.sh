@@ -139,6 +139,8 @@ printf '{"id":"q","query":"fo\\u0000x"}\n' | ss-retrieve query --index old.db --
 has err "line 1: a NUL character"
 printf '{"id":"q","key":"k","query":"a\\u0000b","continuation":"c","chunks":["a"],"gold_pos":0}\n' >nul5.jsonl
 expect 1 ss-eval recall --model m --tokenizer "$TOK" --index old.db --qa nul5.jsonl; has err "^ss-eval: nul5.jsonl: line 1: a NUL character"
+printf '[{"query_id": 1, "query": "the fo\\u0000x", "answers": ["dog"], "passages": {"is_selected": [1], "passage_text": ["the fox"]}}]\n' >nul6.json
+expect 1 ss-eval msmarco --model m --tokenizer "$TOK" --qa nul6.json; has err "^ss-eval: nul6.json: a NUL character"
 printf '{"query":"fox","continuation":"dog","chunks":["a"],"x":1}\n' >unk1.jsonl
 expect 1 ss-train --objective bptc --model m --tokenizer "$TOK" --data unk1.jsonl --chunk-tokens d.tokens --steps 1 -o tr
 has err '^ss-train: unk1.jsonl: line 1: unknown key "x" (known: id, query, query_tokens, continuation, continuation_tokens, chunks, key, gold, gold_pos)'
