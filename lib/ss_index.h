@@ -94,7 +94,9 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
  * state. Call it after ss_index_add_text for the same id (which forgets the
  * tokens of the text it replaces); tokens count only while n_tokens equals
  * the text's token count. Returns 0, or SS_ERR_INVALID (empty id, n_tokens
- * < 0), SS_ERR_TOO_LARGE (over 2^29 tokens), SS_ERR_IO (SQLite). */
+ * < 0), SS_ERR_FORMAT (an id outside ss_index_set_vocab's bound: errmsg
+ * "document ID: token I is T, outside the model's vocabulary [0, V)"),
+ * SS_ERR_TOO_LARGE (over 2^29 tokens), SS_ERR_IO (SQLite). */
 int ss_index_add_tokens(ss_index *ix, const char *id, const int32_t *tokens, int64_t n_tokens,
 			char *errmsg);
 
@@ -141,6 +143,15 @@ int ss_index_set_state_budget(ss_index *ix, int64_t bytes, char *errmsg);
  * Returns 0 or SS_ERR_INVALID (no build open, a malformed fingerprint, a
  * dtype that is not a states dtype: errmsg says which). */
 int ss_index_set_stateless(ss_index *ix, const char *fingerprint, const char *dtype, char *errmsg);
+
+/* Bounds the token ids this build adds (ss_index_add_tokens, the token
+ * records of ss_index_add_stream) to [0, n_vocab), the vocabulary of the
+ * model that will recompute them (ss-retrieve add --stateless --model):
+ * an id outside it is refused where it enters, as the stateless document
+ * could never be recomputed and every query hitting it would fail. 0
+ * removes the bound. Returns 0 or SS_ERR_INVALID (no build open, n_vocab <
+ * 0). */
+int ss_index_set_vocab(ss_index *ix, int32_t n_vocab, char *errmsg);
 
 /* Adds n (>= 1) retrievals of document `id` to the hit counts that rank the
  * documents for ss_index_set_state_budget (a query log; counts of one id

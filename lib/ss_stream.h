@@ -71,6 +71,22 @@ typedef struct ss_record ss_record;
  * SS_ERR_* with errmsg (SS_ERRMSG_MAX bytes, may be NULL) filled. */
 int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char *errmsg);
 
+/* ss_reader_open for a file named in data rather than on a command line
+ * (a state file of a --prompts line): path must be a regular file, opened
+ * without blocking (ss_open_regular), never "-". Returns what
+ * ss_reader_open does, or SS_ERR_INVALID with errmsg "not a regular file
+ * (a FIFO, a directory or a device)" before anything is read. */
+int ss_reader_open_regular(ss_reader **out, const char *path, uint64_t max_record, char *errmsg);
+
+/* Opens path read-only without blocking on a FIFO or device (open(2) of a
+ * FIFO with no writer never returns): returns a descriptor of a regular
+ * file (O_CLOEXEC, blocking; the caller closes it), -1 with errno set when
+ * open or fstat fails, or -2 when path is not a regular file. Nothing is
+ * read. Used for every file a tool or the library opens that is not a
+ * stream operand (where "-" and pipes are meant): model and index files,
+ * files named in data, blobs and side files read whole. */
+int ss_open_regular(const char *path);
+
 /* Reads the next record. Returns 1 with *rec pointing at it (owned by r,
  * see ss_record; *rec is NULL otherwise), 0 at a clean end of stream, or a
  * negative SS_ERR_* (TRUNCATED, CHECKSUM, FORMAT, TOO_LARGE, VERSION, IO);
@@ -400,6 +416,40 @@ int ss_record_state_view(const ss_record *rec, ss_state *out, const void **conv,
  * that s->dtype does not hold finite (NaN, infinite, beyond f16's or
  * bf16's range): nothing written then, as readers refuse such records. */
 int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset);
+
+/* ------------------------------------------------------- JSON lines input */
+
+struct cJSON;
+
+/* The one rule of every JSON-lines input (ss-decode --prompts, ss-score
+ * --pairs, ss-eval recall --qa, ss-retrieve's batch queries, ss-train
+ * --data; ss-tokenize's documents apply the NUL rule, not the key rule, as
+ * corpora carry metadata): line[0..len) (no NUL terminator needed) is
+ * parsed with cJSON as one object. Refused with SS_ERR_FORMAT and a one-line
+ * errmsg without a location (the caller prefixes "FILE: line N: "):
+ *   anything but an object: "not a JSON object";
+ *   a NUL in a string or key, a raw 0 byte or a \u0000 escape (cJSON would
+ *   cut the text short silently): "a NUL character (\u0000) in a string";
+ *   a top-level key not in keys (NULL-terminated; keys NULL: any key):
+ *   "unknown key \"K\" (known: a, b, c)".
+ * Every number keeps its source text as its valuestring (cJSON holds
+ * numbers as doubles), read exactly by ss_json_int. Returns 0 with *out set
+ * (the caller cJSON_Delete()s it), or the error (or SS_ERR_NOMEM) with *out
+ * NULL. */
+int ss_jsonl_parse(const char *line, size_t len, const char *const *keys, struct cJSON **out, char *errmsg);
+
+/* Whether the JSON text p[0..n) (parsed: escapes occur only in strings)
+ * holds a NUL in a string, a raw 0 byte or a \u0000 escape: 1 or 0. The
+ * NUL rule of ss_jsonl_parse, for a JSON input that is one document (ss-eval
+ * msmarco's --qa). */
+int ss_json_has_nul(const char *p, size_t n);
+
+/* The integer the number v (from ss_jsonl_parse) holds, exactly, in
+ * [lo, hi]: from its source text ("9007199254740993" is 2^53 + 1, not the
+ * double 2^53); a text with a fraction or an exponent ("1e3", "7.0") only
+ * where its double is an integer of magnitude at most 2^53. Returns 0 with
+ * *out set, or SS_ERR_INVALID (not a number, not an integer, out of range). */
+int ss_json_int(const struct cJSON *v, int64_t lo, int64_t hi, int64_t *out);
 
 /* --------------------------------------------------------- JSON rendering */
 

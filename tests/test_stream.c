@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <msgpack.h>
 #include <zstd.h>
+#include <cJSON.h>
 #include <cmocka.h>
 #if defined(__SANITIZE_ADDRESS__)
 /* ASan's allocator statistics (in libasan; gcc ships no header for it). */
@@ -1711,6 +1712,47 @@ static void test_nonfinite_scan(void **state)
 		}
 }
 
+
+/* The one JSON-lines rule (issue 48, items 9 and 19): NULs and unknown keys
+ * refused; every number, at any depth, read exactly from its source text. */
+static void test_jsonl_rule(void **unused)
+{
+	(void)unused;
+	static const char *const keys[] = { "a", "s", "c", "e", "f", "g", "h", NULL };
+	const char *line = " {\"a\": [1, {\"b\": 9007199254740993}], \"s\": \"x\\\"y\\u0041\", \"c\" :-5 ,"
+			   "\"e\":{},\"f\":[ ],\"g\":1e3,\"h\":[true,null,false,7.5]}\n";
+	char err[SS_ERRMSG_MAX];
+	cJSON *o;
+	int64_t x;
+	assert_int_equal(ss_jsonl_parse(line, strlen(line), keys, &o, err), 0);
+	const cJSON *b = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "a"), 1), "b");
+	assert_string_equal(b->valuestring, "9007199254740993");
+	assert_int_equal(ss_json_int(b, 0, INT64_MAX, &x), 0);
+	assert_true(x == 9007199254740993LL);
+	assert_int_equal(ss_json_int(b, 0, 9007199254740992LL, &x), SS_ERR_INVALID);
+	assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "a"), 0)->valuestring, "1");
+	assert_string_equal(cJSON_GetObjectItem(o, "c")->valuestring, "-5");
+	assert_int_equal(ss_json_int(cJSON_GetObjectItem(o, "g"), 0, 1000, &x), 0);
+	assert_true(x == 1000);
+	assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "h"), 3)->valuestring, "7.5");
+	assert_int_equal(ss_json_int(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "h"), 3), 0, 9, &x), SS_ERR_INVALID);
+	assert_int_equal(ss_json_int(cJSON_GetObjectItem(o, "s"), 0, 9, &x), SS_ERR_INVALID);
+	cJSON_Delete(o);
+	assert_int_equal(ss_jsonl_parse(line, strlen(line), keys + 1, &o, err), SS_ERR_FORMAT);
+	assert_null(o);
+	assert_string_equal(err, "unknown key \"a\" (known: s, c, e, f, g, h)");
+	const char *nul[] = { "{\"s\": \"a\\u0000b\"}", "{\"a\\u0000\": 1}", "{\"s\": [\"\\u0000\"]}" };
+	for (size_t i = 0; i < 3; i++) {
+		assert_int_equal(ss_jsonl_parse(nul[i], strlen(nul[i]), NULL, &o, err), SS_ERR_FORMAT);
+		assert_string_equal(err, "a NUL character (\\u0000) in a string");
+	}
+	const char *ok = "{\"s\": \"a\\\\u0000b\"}"; /* an escaped backslash, then text */
+	assert_int_equal(ss_jsonl_parse(ok, strlen(ok), NULL, &o, err), 0);
+	cJSON_Delete(o);
+	assert_int_equal(ss_jsonl_parse("[1]", 3, NULL, &o, err), SS_ERR_FORMAT);
+	assert_string_equal(err, "not a JSON object");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1741,6 +1783,7 @@ int main(void)
 		cmocka_unit_test(test_meta_skips_large_frames),
 		cmocka_unit_test(test_conv_len_wrap),
 		cmocka_unit_test(test_golden_streams),
+		cmocka_unit_test(test_jsonl_rule),
 	};
 	return cmocka_run_group_tests_name("stream", tests, setup, teardown);
 }

@@ -92,6 +92,19 @@ void cli_out_close(FILE *f)
 	text_out_path = NULL;
 }
 
+FILE *cli_open_regular(const char *path)
+{
+	if (!strcmp(path, "-"))
+		return stdin;
+	int fd = ss_open_regular(path);
+	if (fd == -2)
+		cli_die("%s: not a regular file (a FIFO, a directory or a device; '-' reads standard input)", path);
+	FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+	if (!f)
+		cli_die("%s: %s", path, strerror(errno));
+	return f;
+}
+
 void cli_out_not_input(const char *out, const char *in)
 {
 	struct stat so, si;
@@ -102,6 +115,29 @@ void cli_out_not_input(const char *out, const char *in)
 		return;
 	if (so.st_dev == si.st_dev && so.st_ino == si.st_ino)
 		cli_die("%s: the output is the input %s (the same file): write it elsewhere; nothing written", out, in);
+}
+
+void cli_out_dir_not_input(const char *dir, const char *in)
+{
+	struct stat sd, si, sp;
+	if (!dir || !in || !strcmp(in, "-"))
+		return;
+	cli_out_not_input(dir, in); /* -o naming the input file itself */
+	if (stat(dir, &sd) != 0 || !S_ISDIR(sd.st_mode) || stat(in, &si) != 0)
+		return;
+	if (sd.st_dev == si.st_dev && sd.st_ino == si.st_ino)
+		cli_die("%s: the output directory is the input %s (it is replaced whole): write it elsewhere; "
+			"nothing written", dir, in);
+	char *parent = strdup(in), *slash = parent ? strrchr(parent, '/') : NULL;
+	if (!parent)
+		cli_die("out of memory");
+	if (slash)
+		*(slash == parent ? slash + 1 : slash) = 0;
+	int held = stat(slash ? parent : ".", &sp) == 0 && sd.st_dev == sp.st_dev && sd.st_ino == sp.st_ino;
+	free(parent);
+	if (held)
+		cli_die("%s: the output directory holds the input %s (it is replaced whole): write it elsewhere; "
+			"nothing written", dir, in);
 }
 
 /* What to do when a text file was given where a stream is read: libss

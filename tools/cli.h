@@ -109,6 +109,13 @@ uint64_t cli_size(const char *s);
 long cli_getline(char **line, size_t *cap, FILE *f, size_t max);
 /* Monotonic seconds. */
 double cli_now(void);
+/* Opens an input file that is read whole or as lines, not a stream
+ * operand: stdin for "-", else a regular file opened without blocking
+ * (ss_open_regular), so that a FIFO, a directory or a device is refused
+ * before any read: "prog: PATH: not a regular file (a FIFO, a directory or
+ * a device; '-' reads standard input)", exit 1, as is a failed open. The
+ * caller fcloses it unless it is stdin. */
+FILE *cli_open_regular(const char *path);
 /* Opens a text output: stdout for NULL or "-", else a file that appears
  * whole on cli_out_close() (ss_output). Dies on error. */
 FILE *cli_out_open(const char *path);
@@ -121,6 +128,12 @@ void cli_out_close(FILE *f);
  * stdout ("-", NULL), an output that does not exist yet or is not a regular
  * file (/dev/null), and an input that does not exist pass. */
 void cli_out_not_input(const char *out, const char *in);
+/* cli_out_not_input for an output directory `dir` that is replaced whole
+ * (ss-train's checkpoint): dies, before anything is written, when the
+ * input `in` is dir itself (a directory read, as --model DIR) or a file in
+ * it: "prog: DIR: the output directory holds the input IN ...", exit 1. An
+ * input that does not exist, "-" and NULL pass. */
+void cli_out_dir_not_input(const char *dir, const char *in);
 /* Dies after a failed ss_writer_put* (rc): "prog: path: write error: <the
  * reason>" for a failed write, the stream discarded (no partial output). */
 struct ss_writer;

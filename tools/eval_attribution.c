@@ -25,6 +25,25 @@ typedef struct {
 	int64_t nq, na;
 } qa_item;
 
+/* ss_index_files: the outputs (ctx: the eval_run) against one state file */
+static int outs_not_state(void *ctx, const char *path)
+{
+	const eval_run *run = ctx;
+	cli_out_not_input(run->out, path);
+	cli_out_not_input(run->per, path);
+	cli_out_not_input(run->summary, path);
+	return 0;
+}
+
+ss_index *eval_index_open(const eval_run *run)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	ss_index *ix;
+	if (ss_index_open(&ix, run->index, err) || ss_index_files(ix, outs_not_state, (void *)run, err))
+		cli_die("%s: %s", run->index, err);
+	return ix;
+}
+
 int32_t *encode_text(const eval_run *run, ss_tokenizer *tok, const char *s, int64_t *n,
 		     const char *where)
 {
@@ -110,6 +129,8 @@ static qa_item *read_qa(const eval_run *run, ss_tokenizer *tok, int min_pass, si
 	cJSON *root = cJSON_ParseWithLength(buf, len);
 	if (!cJSON_IsArray(root))
 		cli_die("%s: not a JSON array of MS MARCO queries", run->qa);
+	if (ss_json_has_nul(buf, len)) /* cJSON would cut the text short silently */
+		cli_die("%s: a NUL character (\\u0000) in a string", run->qa);
 	qa_item *items = xcalloc((size_t)cJSON_GetArraySize(root), sizeof *items);
 	size_t n = 0, idx = 0;
 	*max_pass = 1;

@@ -81,6 +81,8 @@ static void read_chunks(const eval_run *run, ss_index *ix, const mcli_jsonl *r, 
 static rc_query *rc_read(const eval_run *run, ss_tokenizer *tok, ss_index *ix, size_t *n)
 {
 	const long kmax = run->ks[run->n_ks - 1];
+	static const char *const keys[] = { "id", "key", "query", "continuation", "chunks", "gold", "gold_pos",
+					    NULL };
 	mcli_jsonl r;
 	mcli_jsonl_open(&r, run->qa);
 	rc_query *items = NULL;
@@ -89,7 +91,7 @@ static rc_query *rc_read(const eval_run *run, ss_tokenizer *tok, ss_index *ix, s
 	cJSON *o;
 	while ((!run->queries || (long)*n < run->queries) &&
 	       (o = mcli_jsonl_next(&r, "{\"id\", \"key\", \"query\", \"continuation\", \"chunks\", "
-				    "\"gold_pos\"}"))) {
+				    "\"gold_pos\"}", keys))) {
 		items = mcli_grow(items, *n, &cap, sizeof *items);
 		rc_query *it = &items[*n];
 		*it = (rc_query){ .id = mcli_jsonl_id(&r, o) };
@@ -441,10 +443,7 @@ void eval_recall(eval_run *run)
 	mallopt(M_MMAP_THRESHOLD, 64 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 	cli_progress_begin();
-	char err[SS_ERRMSG_MAX] = "";
-	ss_index *ix;
-	if (ss_index_open(&ix, run->index, err))
-		cli_die("%s: %s", run->index, err);
+	ss_index *ix = eval_index_open(run);
 	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	size_t nq;
 	rc_query *items = rc_read(run, tok, ix, &nq);

@@ -103,6 +103,11 @@ static inline int eval_distinct_states(const ss_state *ctxs, int M, const ss_sta
 int32_t *encode_text(const eval_run *run, ss_tokenizer *tok, const char *s, int64_t *n,
 		     const char *where);
 
+/* Opens run->index (dies naming it) and dies, before anything is written,
+ * when an output (-o, --per-*, --summary) is a state file the index reads
+ * (cli_out_not_input). The caller closes it (eval_attribution.c). */
+ss_index *eval_index_open(const eval_run *run);
+
 /* Appendix B.6, Table 3: OpenBookQA accuracy with k = 0..K retrieved
  * documents composed per method; writes the TSV method, k, n, accuracy,
  * accuracy_norm, mean_time_ms (eval_wikitext.c). */

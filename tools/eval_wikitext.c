@@ -329,9 +329,7 @@ static void wiki_record(const eval_run *run, const ss_tokens *tq, int k, wiki_wo
  * scratch (k = 0..--kmax). */
 static void wiki_open(const eval_run *run, ss_index **ix, ss_eval_scorer **sc, wiki_work *w)
 {
-	char err[SS_ERRMSG_MAX] = "";
-	if (ss_index_open(ix, run->index, err))
-		cli_die("%s: %s", run->index, err);
+	*ix = eval_index_open(run);
 	if (ss_eval_scorer_init(sc, run->fctx, run->model, run->n_methods))
 		cli_die("out of memory");
 	wiki_work_init(w, (int)run->kmax, run->n_methods);

@@ -108,9 +108,7 @@ static void check_size(FILE *f, const char *path, uint64_t max, const char *what
 
 char *mcli_read_file_max(const char *path, uint64_t max, const char *what, size_t *len)
 {
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!f)
-		cli_die("%s: %s", path, strerror(errno));
+	FILE *f = cli_open_regular(path);
 	check_size(f, path, max, what);
 	/* At most max + 1 bytes are read: one past the bound shows it passed. */
 	uint64_t cap_max = max < SIZE_MAX - 2 ? max + 2 : SIZE_MAX;
@@ -289,9 +287,7 @@ void mcli_jsonl_open(mcli_jsonl *r, const char *path)
 {
 	memset(r, 0, sizeof *r);
 	r->path = path;
-	r->f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!r->f)
-		cli_die("%s: %s", path, strerror(errno));
+	r->f = cli_open_regular(path);
 }
 
 void mcli_jsonl_limit(mcli_jsonl *r, uint64_t max, const char *what)
@@ -313,8 +309,9 @@ void *mcli_grow(void *p, size_t n, size_t *cap, size_t elem)
 	return t;
 }
 
-cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected)
+cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected, const char *const *keys)
 {
+	char err[SS_ERRMSG_MAX] = "";
 	long len;
 	while ((len = cli_getline(&r->line, &r->cap, r->f, 1 << 24)) != -1) {
 		r->lineno++;
@@ -328,10 +325,13 @@ cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected)
 			too_large(r->path, r->max_bytes, r->what);
 		if (strspn(r->line, " \t\r\n") == (size_t)len)
 			continue;
-		cJSON *o = cJSON_ParseWithLength(r->line, (size_t)len);
-		if (!cJSON_IsObject(o))
+		cJSON *o;
+		int rc = ss_jsonl_parse(r->line, (size_t)len, keys, &o, err);
+		if (rc == SS_ERR_FORMAT && !strcmp(err, "not a JSON object"))
 			cli_die("%s: not a JSON object%s%s", r->where, expected ? ": expected " : "",
 				expected ? expected : "");
+		if (rc)
+			cli_die("%s: %s", r->where, err);
 		return o;
 	}
 	return NULL;
@@ -341,8 +341,11 @@ char *mcli_jsonl_id(const mcli_jsonl *r, const cJSON *obj)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "id");
 	char *id = NULL;
+	int64_t x;
 	if (cJSON_IsString(v))
 		id = strdup(v->valuestring);
+	else if (cJSON_IsNumber(v) && !ss_json_int(v, INT64_MIN, INT64_MAX, &x)) /* exact: 2^53 + 1 too */
+		id = asprintf(&id, "%lld", (long long)x) < 0 ? NULL : id;
 	else if (cJSON_IsNumber(v))
 		id = asprintf(&id, "%.17g", v->valuedouble) < 0 ? NULL : id;
 	else if (!v)

@@ -104,12 +104,15 @@ void mcli_jsonl_limit(mcli_jsonl *r, uint64_t max, const char *what);
  * dies when out of memory. */
 void *mcli_grow(void *p, size_t n, size_t *cap, size_t elem);
 /* The next line's object (the caller cJSON_Delete()s it), or NULL at the
- * end. Dies "PATH: line N: not a JSON object" (then ": expected <expected>"
- * unless expected is NULL) on anything else, on a longer line or a read
- * error. */
-struct cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected);
-/* The object's "id" as a malloc'd string: a string as is, a number in %.17g,
- * absent: "PATH:LINE". Dies on another type. */
+ * end, under the one JSON-lines rule (ss_jsonl_parse: keys, NULL-terminated,
+ * are the only keys allowed; numbers exact with ss_json_int). Dies "PATH:
+ * line N: not a JSON object" (then ": expected <expected>" unless expected
+ * is NULL), "PATH: line N: a NUL character (\u0000) in a string", "PATH:
+ * line N: unknown key ...", on a longer line or a read error. */
+struct cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected, const char *const *keys);
+/* The object's "id" as a malloc'd string: a string as is, an integer
+ * exactly (ss_json_int), another number in %.17g, absent: "PATH:LINE".
+ * Dies on another type. */
 char *mcli_jsonl_id(const mcli_jsonl *r, const struct cJSON *obj);
 /* obj's `key_tokens` as a malloc'd array of *n token ids (*n may be 0), or
  * NULL when obj has no such key. Dies "WHERE: \"KEY\" must be an array of

@@ -140,6 +140,7 @@ static void export_seq(const char *file, long long at, int as_file, long seq_id,
 	ss_reader *r;
 	ss_state s;
 	char err[SS_ERRMSG_MAX];
+	cli_out_not_input(out_path, file);
 	const ss_record *rec = read_one(&r, file, at);
 	state_of(rec, file, &s);
 	if (at < 0) { /* one record, or say how to pick one */
@@ -170,12 +171,14 @@ static void import_seq(const char *blob, const char *like, long long at, const c
 	ss_reader *r;
 	ss_state s;
 	char err[SS_ERRMSG_MAX];
+	cli_out_not_input(out_path, like);
+	cli_out_not_input(out_path, blob);
 	state_of(read_one(&r, like, at), like, &s);
 	ss_reader_close(r);
 	/* bounded before reading: the rows the dims make, plus a file's tokens */
 	struct stat st;
-	FILE *in = fopen(blob, "rb");
-	if (!in || fstat(fileno(in), &st) != 0)
+	FILE *in = cli_open_regular(blob);
+	if (fstat(fileno(in), &st) != 0)
 		cli_die("%s: %s", blob, strerror(errno));
 	size_t n = (size_t)st.st_size;
 	if (!S_ISREG(st.st_mode) || n > ss_llama_seq_size(&s.dims, 1, 0) + cli_max_record())
@@ -198,8 +201,6 @@ static void import_seq(const char *blob, const char *like, long long at, const c
 		if (!(s.id = strdup(id)))
 			cli_die("out of memory");
 	}
-	cli_out_not_input(out_path, like);
-	cli_out_not_input(out_path, blob);
 	ss_writer *w;
 	if (ss_writer_open(&w, out_path, SS_ZSTD_LEVEL_DEFAULT, err))
 		cli_die("%s: %s", out_path ? out_path : "-", err);

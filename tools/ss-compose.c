@@ -157,15 +157,11 @@ static void write_weights(const char *path, const ss_state *s, ss_compose_mode m
 	cJSON_Delete(j);
 	if (!txt)
 		cli_die("out of memory");
-	int to_stdout = strcmp(path, "-") == 0;
-	FILE *f = to_stdout ? stdout : fopen(path, "w");
-	if (!f)
-		cli_die("%s: %s", path, strerror(errno));
+	FILE *f = cli_out_open(path); /* written whole or not at all */
 	fputs(txt, f);
 	fputc('\n', f);
 	free(txt);
-	if (!to_stdout && (ferror(f) | fclose(f)))
-		cli_die("%s: write error: %s", path, strerror(errno));
+	cli_out_close(f);
 }
 
 /* The options of one run. */
@@ -230,8 +226,10 @@ static void parse_args(int argc, char **argv, opts_t *a)
 		n_stdin += !strcmp(a->files[i], "-");
 	if (n_stdin > 1)
 		cli_usage(usage, "standard input ('-') given more than once");
-	for (int i = 0; i < a->nfiles; i++)
+	for (int i = 0; i < a->nfiles; i++) { /* both outputs, -o and --weights */
 		cli_out_not_input(a->out_path, a->files[i]);
+		cli_out_not_input(a->weights_path, a->files[i]);
+	}
 	cli_out_not_input(a->out_path, a->weights_path);
 }
 

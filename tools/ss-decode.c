@@ -241,13 +241,13 @@ static void line_stops(prompt *p, const cJSON *v, const char *where)
 	p->n_stops = n;
 }
 
-/* An integer field of a line, in [lo, hi]. */
-static long line_int(const cJSON *v, const char *key, long lo, long hi, const char *where)
+/* An integer field of a line, in [lo, hi], read exactly (ss_json_int). */
+static int64_t line_int(const cJSON *v, const char *key, int64_t lo, int64_t hi, const char *where)
 {
-	if (!cJSON_IsNumber(v) || v->valuedouble < (double)lo || v->valuedouble > (double)hi ||
-	    v->valuedouble != (double)(long)v->valuedouble)
-		cli_die("%s: \"%s\" must be an integer in [%ld, %ld]", where, key, lo, hi);
-	return (long)v->valuedouble;
+	int64_t x;
+	if (ss_json_int(v, lo, hi, &x))
+		cli_die("%s: \"%s\" must be an integer in [%lld, %lld]", where, key, (long long)lo, (long long)hi);
+	return x;
 }
 
 /* A number field of a line, in [lo, hi] (the command-line option's range). */
@@ -279,7 +279,7 @@ static int line_sampling(prompt *p, const char *k, const cJSON *v, const char *w
 	} else if (!strcmp(k, "repeat_last_n")) {
 		sp->repeat_last_n = (int32_t)line_int(v, k, -1, 1L << 20, where);
 	} else if (!strcmp(k, "seed")) {
-		p->seed = (uint64_t)line_int(v, k, 0, INT64_MAX / 2, where);
+		p->seed = (uint64_t)line_int(v, k, 0, INT64_MAX, where); /* --seed's range */
 	} else {
 		return 0;
 	}
@@ -299,7 +299,10 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 	prompt *ps = NULL;
 	size_t n = 0, cap = 0;
 	cJSON *o;
-	while ((o = mcli_jsonl_next(&r, "{\"id\": ..., \"prompt\": \"...\"}"))) {
+	static const char *const keys[] = { "id", "prompt", "state", "max_tokens", "n_predict", "stop", "seed",
+					    "temperature", "temp", "top_k", "top_p", "min_p", "repeat_penalty",
+					    "repeat_last_n", NULL };
+	while ((o = mcli_jsonl_next(&r, "{\"id\": ..., \"prompt\": \"...\"}", keys))) {
 		const char *where = r.where;
 		ps = mcli_grow(ps, n, &cap, sizeof *ps);
 		prompt *p = &ps[n];
@@ -329,10 +332,8 @@ static prompt *read_prompts(const char *path, ss_tokenizer *tok, const gen_opts 
 				p->max_tokens = line_int(v, k, 0, MAX_TOKENS_LIMIT, where);
 			} else if (!strcmp(k, "stop")) {
 				line_stops(p, v, where);
-			} else if (!line_sampling(p, k, v, where, &have_temp)) {
-				cli_die("%s: unknown key \"%s\" (known: id, prompt, state, max_tokens, "
-					"n_predict, stop, seed, temperature, top_k, top_p, min_p, "
-					"repeat_penalty, repeat_last_n)", where, k);
+			} else {
+				line_sampling(p, k, v, where, &have_temp); /* the keys left (mcli_jsonl_next) */
 			}
 		}
 		if (!have_prompt)
@@ -410,6 +411,54 @@ typedef struct {
 	char cur_where[600];
 } seq_source;
 
+/* The one state record of the file pr's line names, checked against m,
+ * into *st (freed by the caller). The file must be a regular file (a FIFO
+ * would block, a directory fail late); every error names the line: "PROMPTS:
+ * line N: \"state\": FILE: ...", exit 1. */
+static void line_state(const prompt *pr, const ss_model *m, const char *model_dir, ss_state *st)
+{
+	char label[1300], err[SS_ERRMSG_MAX] = "";
+	snprintf(label, sizeof label, "%s: \"state\": %s", pr->where, pr->state_path);
+	mcli_states src = { .path = label };
+	if (ss_reader_open_regular(&src.r, pr->state_path, cli_max_record(), err))
+		cli_die("%s: %s", label, err);
+	mcli_states_next(&src, m, model_dir, st); /* dies on an empty file */
+	ss_state extra;
+	if (mcli_states_next(&src, m, model_dir, &extra))
+		cli_die("%s holds more than one state record (compose them first: ss-compose)", label);
+	mcli_states_close(&src);
+}
+
+static const prompt *sort_ps;
+static int by_state_path(const void *a, const void *b)
+{
+	size_t i = *(const size_t *)a, j = *(const size_t *)b;
+	int c = strcmp(sort_ps[i].state_path, sort_ps[j].state_path);
+	return c ? c : (i > j) - (i < j);
+}
+
+/* All or nothing: every line's state file read whole and checked (each
+ * file once, its first line named on error) before the first output, so
+ * that a bad line stops the run with nothing written (ss-decode.1). */
+static void check_line_states(const prompt *ps, size_t n, const ss_model *m, const char *model_dir)
+{
+	size_t *order = malloc((n ? n : 1) * sizeof *order);
+	if (!order)
+		cli_die("out of memory");
+	for (size_t i = 0; i < n; i++)
+		order[i] = i;
+	sort_ps = ps;
+	qsort(order, n, sizeof *order, by_state_path);
+	for (size_t k = 0; k < n; k++) {
+		if (k && !strcmp(ps[order[k]].state_path, ps[order[k - 1]].state_path))
+			continue;
+		ss_state st;
+		line_state(&ps[order[k]], m, model_dir, &st);
+		ss_state_free(&st);
+	}
+	free(order);
+}
+
 /* The next output's prompt and starting state into s (a copy of the input
  * state, or the line's file read now); 0 at the end. Dies on a bad state. */
 static int source_next(seq_source *j, seq *s)
@@ -418,14 +467,7 @@ static int source_next(seq_source *j, seq *s)
 		if (j->next == j->n_prompts)
 			return 0;
 		s->pr = &j->ps[j->next++];
-		mcli_states src;
-		ss_state extra;
-		mcli_states_open(&src, s->pr->state_path, 0);
-		mcli_states_next(&src, j->m, j->model_dir, &s->st); /* dies on an empty file */
-		if (mcli_states_next(&src, j->m, j->model_dir, &extra))
-			cli_die("%s: \"state\": %s holds more than one state record (compose them "
-				"first: ss-compose)", s->pr->where, s->pr->state_path);
-		mcli_states_close(&src);
+		line_state(s->pr, j->m, j->model_dir, &s->st);
 		snprintf(s->where, sizeof s->where, "%s: %s: record 0 (id \"%.400s\")",
 			 s->pr->where, s->pr->state_path, s->st.id);
 		s->state_id = xstrdup(s->st.id);
@@ -849,6 +891,8 @@ int main(int argc, char **argv)
 	if (!src.per_line) {
 		src.state_path = o.state_path;
 		mcli_states_open(&src.src, o.state_path, o.implicit);
+	} else {
+		check_line_states(ps, n_prompts, m, o.model_dir);
 	}
 	ss_forward_ctx *ctx = mcli_forward_ctx(m, o.model_dir, dev, o.mo.threads);
 	/* outputs the same whatever the batch (on a GPU: to its rounding) */

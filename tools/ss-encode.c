@@ -246,9 +246,7 @@ static int cmp_pos(const void *a, const void *b)
 static void selection_load(selection *sel)
 {
 	const char *path = sel->ids_path;
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!f)
-		cli_die("%s: %m", path);
+	FILE *f = cli_open_regular(path);
 	char *line = NULL;
 	size_t cap = 0, alloc = 0;
 	ssize_t n;

@@ -314,6 +314,12 @@ static int parse_args(int argc, char **argv, eval_run *run)
 		parse_methods(run, "paper");
 	if (recall && !run->ks)
 		parse_counts("--ks", "1,2,4,8,16", KS_MAX, 1, &run->ks, &run->n_ks);
+	/* every output (-o, --per-*, --summary) against every file read */
+	const char *outs[] = { run->out, run->per, run->summary };
+	const char *ins[] = { run->index, run->tokens, run->qa, run->mo.tokenizer };
+	for (size_t i = 0; i < sizeof outs / sizeof *outs; i++)
+		for (size_t j = 0; j < sizeof ins / sizeof *ins; j++)
+			cli_out_not_input(outs[i], ins[j]);
 	run->model_dir = cli_model_dir(run->mo.model, usage);
 	run->dev = mcli_device(run->mo.device, usage);
 	return cmd;

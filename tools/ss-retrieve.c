@@ -217,12 +217,7 @@ static void read_hits(ss_index *ix, const char *db, const char *path)
 	size_t cap = 0;
 	long n;
 	unsigned long long lineno = 0;
-	FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
-	if (!f) {
-		int e = errno;
-		ss_index_close(ix);
-		cli_die("%s: %s", path, strerror(e));
-	}
+	FILE *f = cli_open_regular(path);
 	while ((n = cli_getline(&line, &cap, f, 1 << 20)) >= 0 || n == -2) {
 		lineno++;
 		const char *why = n == -2 ? "longer than 1 MiB: not a document id"
@@ -260,11 +255,14 @@ static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget
 	char em[SS_ERRMSG_MAX];
 	double t0 = cli_now();
 	char fp[SS_FINGERPRINT_MAX] = "";
+	int32_t vocab = 0;
 	if (so->model) {
-		/* Before the build's lock: its fingerprint is all it takes from
-		 * the model, which has no cheaper way to it than a load. */
+		/* Before the build's lock: its fingerprint and vocabulary are all
+		 * it takes from the model, which has no cheaper way to them than
+		 * a load. */
 		ss_model *m = mcli_load_model(so->model, SS_MODEL_SKIP_LM_HEAD, NULL, usage_line);
 		memcpy(fp, m->fingerprint, sizeof fp);
+		vocab = mcli_vocab(m);
 		ss_model_free(m);
 	}
 	ss_index *ix;
@@ -272,7 +270,8 @@ static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget
 	if (rc)
 		cli_die("%s: %s", db, em);
 	if ((budget >= 0 && ss_index_set_state_budget(ix, budget, em)) ||
-	    (so->model && ss_index_set_stateless(ix, fp, ss_dtype_name(so->dtype), em))) {
+	    (so->model && (ss_index_set_stateless(ix, fp, ss_dtype_name(so->dtype), em) ||
+			   ss_index_set_vocab(ix, vocab, em)))) {
 		ss_index_close(ix);
 		cli_die("%s: %s", db, em);
 	}
@@ -872,22 +871,26 @@ static void batch_query_free(batch_query *b)
 static const char *batch_parse(const char *line, size_t len, unsigned long long lineno, const qopts *o,
 			       batch_query *b)
 {
+	static const char *const keys[] = { "id", "query", "exclude", "k", NULL };
+	static char bad[SS_ERRMSG_MAX];
 	memset(b, 0, sizeof *b);
-	b->j = cJSON_ParseWithLength(line, len);
+	if (ss_jsonl_parse(line, len, keys, &b->j, bad))
+		return bad;
 	const cJSON *q = cJSON_GetObjectItemCaseSensitive(b->j, "query");
 	const cJSON *id = cJSON_GetObjectItemCaseSensitive(b->j, "id");
 	const cJSON *ex = cJSON_GetObjectItemCaseSensitive(b->j, "exclude");
 	const cJSON *kk = cJSON_GetObjectItemCaseSensitive(b->j, "k");
 	snprintf(b->qid_buf, sizeof b->qid_buf, "%llu", lineno);
 	b->qid = b->qid_buf;
+	int64_t x;
 	if (cJSON_IsString(id))
 		b->qid = id->valuestring;
+	else if (cJSON_IsNumber(id) && !ss_json_int(id, INT64_MIN, INT64_MAX, &x)) /* exact: 2^53 + 1 too */
+		snprintf(b->qid_buf, sizeof b->qid_buf, "%lld", (long long)x);
 	else if (cJSON_IsNumber(id))
 		snprintf(b->qid_buf, sizeof b->qid_buf, "%.17g", id->valuedouble);
 	const char *why = NULL;
-	if (!cJSON_IsObject(b->j))
-		why = "not a JSON object";
-	else if (!cJSON_IsString(q))
+	if (!cJSON_IsString(q))
 		why = "no \"query\" string";
 	else if (id && !cJSON_IsString(id) && !cJSON_IsNumber(id))
 		why = "\"id\" is neither a string nor a number";

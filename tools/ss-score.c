@@ -270,10 +270,12 @@ static void pair_free(pair *p)
 static int32_t *json_ids(scorer *sc, const cJSON *obj, const char *key, const char *key_tokens,
 			 size_t *n, const char *where)
 {
+	const cJSON *s = cJSON_GetObjectItemCaseSensitive(obj, key);
+	if (s && cJSON_GetObjectItemCaseSensitive(obj, key_tokens))
+		cli_die("%s: both \"%s\" and \"%s\": give one", where, key, key_tokens);
 	int32_t *ids = mcli_json_token_ids(obj, key_tokens, n, where);
 	if (ids)
 		return ids;
-	const cJSON *s = cJSON_GetObjectItemCaseSensitive(obj, key);
 	if (!cJSON_IsString(s))
 		cli_die("%s: missing \"%s\" (a string) or \"%s\"", where, key, key_tokens);
 	return pair_ids(sc, s->valuestring, strlen(s->valuestring), n, where);
@@ -289,7 +291,9 @@ static pair *read_pairs(scorer *sc, const char *path, size_t *np)
 	pair *ps = NULL;
 	size_t n = 0, cap = 0;
 	cJSON *o;
-	while ((o = mcli_jsonl_next(&r, "{\"id\": \"p1\", \"query\": \"text\", \"continuation\": \"text\"}"))) {
+	static const char *const keys[] = { "id", "query", "query_tokens", "continuation", "continuation_tokens",
+					    NULL };
+	while ((o = mcli_jsonl_next(&r, "{\"id\": \"p1\", \"query\": \"text\", \"continuation\": \"text\"}", keys))) {
 		const char *where = r.where;
 		ps = mcli_grow(ps, n, &cap, sizeof *ps);
 		pair *p = &ps[n];

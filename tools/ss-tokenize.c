@@ -401,22 +401,6 @@ static void read_text(struct src *s)
 		cli_warn_line_docs(s->name, docs, n_named, "--whole makes each file one document");
 }
 
-/* A NUL in a JSON string: a raw 0 byte or a \u0000 escape. cJSON ends its
- * strings at the first NUL, so such text would be cut short silently.
- * Backslashes mean escapes only inside strings, and the line parsed. */
-static int json_has_nul(const char *line, size_t len)
-{
-	if (memchr(line, 0, len))
-		return 1;
-	for (size_t i = 0; i + 1 < len; i++)
-		if (line[i] == '\\') {
-			if (line[i + 1] == 'u' && i + 5 < len && !memcmp(line + i + 2, "0000", 4))
-				return 1;
-			i++;
-		}
-	return 0;
-}
-
 /* Parses one JSONL document line {"id": string|number|null, "text": string}.
  * On success returns NULL with *o set (the caller deletes it), *text and
  * *text_len pointing into it, and *id a malloc'ed id (a string id whole,
@@ -425,27 +409,30 @@ static int json_has_nul(const char *line, size_t len)
 static const char *jsonl_doc(const char *line, size_t len, const char *src, uint64_t lineno, cJSON **o,
                              char **id, const char **text, size_t *text_len)
 {
-	static char why[64];
+	static char why[SS_ERRMSG_MAX];
 	const char *end = NULL;
 	*id = NULL;
-	*o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
-	if (!*o) {
-		snprintf(why, sizeof why, "invalid JSON near column %td", end ? end - line + 1 : (ptrdiff_t)1);
+	/* the tools' one JSON-lines rule, all keys allowed (a corpus's records carry metadata) */
+	if (ss_jsonl_parse(line, len, NULL, o, why)) {
+		cJSON *p = cJSON_ParseWithLengthOpts(line, len, &end, 0);
+		if (!p)
+			snprintf(why, sizeof why, "invalid JSON near column %td", end ? end - line + 1 : (ptrdiff_t)1);
+		else if (!cJSON_IsObject(p))
+			snprintf(why, sizeof why, "no \"text\" string");
+		cJSON_Delete(p);
 		return why;
 	}
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(*o, "text");
 	const cJSON *i = cJSON_GetObjectItemCaseSensitive(*o, "id");
 	const char *bad = NULL;
 	int rc = 0;
+	int64_t x;
 	if (!cJSON_IsObject(*o) || !cJSON_IsString(t))
 		bad = "no \"text\" string";
-	else if (json_has_nul(line, len))
-		bad = "a NUL character (\\u0000) in a string";
 	else if (cJSON_IsString(i))
 		rc = (*id = strdup(i->valuestring)) ? 0 : -1;
-	else if (cJSON_IsNumber(i) && i->valuedouble >= -9007199254740992.0 && i->valuedouble <= 9007199254740992.0 &&
-	         i->valuedouble == (double)(long long)i->valuedouble)
-		rc = asprintf(id, "%lld", (long long)i->valuedouble);
+	else if (cJSON_IsNumber(i) && !ss_json_int(i, INT64_MIN, INT64_MAX, &x)) /* exact: 2^53 + 1 too */
+		rc = asprintf(id, "%lld", (long long)x);
 	else if (cJSON_IsNumber(i))
 		rc = asprintf(id, "%.17g", i->valuedouble);
 	else if (!i || cJSON_IsNull(i))

@@ -133,10 +133,9 @@ static void rm_tree(const char *dir)
 static void copy_file(const char *from, const char *to)
 {
 	size_t len;
-	FILE *in = fopen(from, "rb");
-	if (!in)
+	struct stat st;
+	if (stat(from, &st) != 0)
 		return; /* no tokenizer beside the model: the defaults find one */
-	fclose(in);
 	char *buf = mcli_read_file(from, &len);
 	FILE *f = cli_out_open(to);
 	if (fwrite(buf, 1, len, f) != len)
@@ -523,6 +522,10 @@ int main(int argc, char **argv)
 	atexit(save_cleanup);
 	parse_args(argc, argv, &o);
 	resolve_run(&o);
+	/* -o DIR is replaced whole: no input in it (--resume DIR -o DIR goes on in place) */
+	const char *ins[] = { o.r.data, o.r.states, o.r.chunk_tokens, o.mo.tokenizer, o.resume ? NULL : o.mo.model };
+	for (size_t i = 0; i < sizeof ins / sizeof *ins; i++)
+		cli_out_dir_not_input(o.out_dir, ins[i]);
 	train_out c = { .o = &o, .model_dir = o.resume ? o.resume : cli_model_dir(o.mo.model, usage) };
 	ss_blas_threads(o.mo.threads);
 	ss_model *m = load_model(&o, c.model_dir);

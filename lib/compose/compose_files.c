@@ -702,13 +702,14 @@ static int compose_read(drv_run *u, const ss_compose_run_opts *r, ss_state *out)
 			break;
 		}
 		size_t Hi = ss_state_logdecay_len(&m.dims);
-		float *d = !H || Hi == H ? realloc(dec, (i + 1) * Hi * sizeof *d) : NULL;
+		/* all the inputs' decays at once (r->n of them), not one more a step */
+		float *d = !dec ? malloc((r->n && Hi ? r->n * Hi : 1) * sizeof *d) : Hi == H ? dec : NULL;
 		if (d) {
 			dec = d;
 			H = Hi;
 			memcpy(dec + i * H, m.logdecay, H * sizeof *dec);
 		} else {
-			rc = H && Hi != H ? ss_errf(u->errmsg, SS_ERR_MISMATCH, "input %zu: dims differ from input 0", i)
+			rc = dec && Hi != H ? ss_errf(u->errmsg, SS_ERR_MISMATCH, "input %zu: dims differ from input 0", i)
 					  : ss_errf(u->errmsg, SS_ERR_NOMEM, "out of memory");
 		}
 		ss_state_free(&m);

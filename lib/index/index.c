@@ -703,7 +703,7 @@ static int reader_for(ss_index *ix, const ss_index_hit *hit, reader_slot **out, 
 		return rc;
 	}
 	char em[SS_ERRMSG_MAX];
-	int rc = ss_reader_open(&s->r, hit->path, 0, em);
+	int rc = ss_reader_open_regular(&s->r, hit->path, 0, em);
 	if (rc) {
 		close(fd);
 		return ss_errf(errmsg, rc, "document %s: %s", hit->id, em);

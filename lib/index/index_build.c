@@ -310,6 +310,10 @@ int ss_index_add_tokens(ss_index *ix, const char *id, const int32_t *tokens, int
 	if (n_tokens > ((int64_t)1 << 29))
 		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "document %s: %lld tokens is too many to store", id ? id : "",
 			       (long long)n_tokens);
+	for (int64_t i = 0; ix->n_vocab && i < n_tokens; i++)
+		if (tokens[i] < 0 || tokens[i] >= ix->n_vocab)
+			return ss_errf(errmsg, SS_ERR_FORMAT, "document %s: token %lld is %d, outside the model's "
+				       "vocabulary [0, %d)", id ? id : "", (long long)i, (int)tokens[i], (int)ix->n_vocab);
 	int64_t rid;
 	int had_text, rc;
 	if ((rc = doc_rid(ix, id, &rid, &had_text, errmsg)))
@@ -329,6 +333,16 @@ int ss_index_add_tokens(ss_index *ix, const char *id, const int32_t *tokens, int
 		rc = ix_step_done(ix, ix->put_tokens, errmsg);
 	free(buf);
 	return rc;
+}
+
+int ss_index_set_vocab(ss_index *ix, int32_t n_vocab, char *errmsg)
+{
+	if (!ix || !ix->building || ix->committed)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
+	if (n_vocab < 0)
+		return ss_errf(errmsg, SS_ERR_INVALID, "a vocabulary of %d tokens", (int)n_vocab);
+	ix->n_vocab = n_vocab;
+	return 0;
 }
 
 int ss_index_set_state_budget(ss_index *ix, int64_t bytes, char *errmsg)
@@ -522,8 +536,8 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 				break;
 			}
 			rc = ss_index_add_text(ix, tok.id, tok.text, tok.text_len, tok.n_tokens, errmsg);
-			if (!rc)
-				rc = ss_index_add_tokens(ix, tok.id, tok.tokens, tok.n_tokens, errmsg);
+			if (!rc && (rc = ss_index_add_tokens(ix, tok.id, tok.tokens, tok.n_tokens, em)))
+				ss_errf(errmsg, rc, "token record at byte offset %llu: %s", (unsigned long long)off, em);
 			ss_tokens_free(&tok);
 			if (rc)
 				break;

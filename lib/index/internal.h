@@ -41,6 +41,7 @@ struct ss_index {
 	 * dtype name */
 	char stateless_fp[SS_FINGERPRINT_MAX];
 	char stateless_dtype[16];
+	int32_t n_vocab;  /* ss_index_set_vocab's bound on the token ids added; 0: none */
 	/* The dims every state of the index has: those of dims_ref (a state
 	 * stored before this build, read at the first state record added), or
 	 * of the first state added when the index had none. */

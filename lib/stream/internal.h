@@ -145,10 +145,5 @@ int ss_reader_reserve(ss_reader *r, uint64_t bytes);
  * NULL when out of memory. */
 void *ss_big_alloc(size_t bytes);
 
-/* Opens path read-only (the model loaders, GGUF, the index's state files) without blocking on a FIFO
- * or device (open(2) of a FIFO with no writer never returns): returns a
- * descriptor of a regular file (O_CLOEXEC, blocking), -1 with errno set
- * when open or fstat fails, or -2 when path is not a regular file. */
-int ss_open_regular(const char *path);
 
 #endif /* SS_STREAM_INTERNAL_H */

@@ -78,13 +78,20 @@ static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...)
 	return code;
 }
 
-/* Opens the named file `path` into r (r->f, own_file, seekable). Returns 0,
- * or SS_ERR_NOTFOUND / SS_ERR_IO with errmsg set (r unchanged). */
-static int open_file(ss_reader *r, const char *path, char *errmsg)
+/* Opens the named file `path` into r (r->f, own_file, seekable); regular:
+ * only a regular file (ss_open_regular). Returns 0, or SS_ERR_NOTFOUND /
+ * SS_ERR_IO / SS_ERR_INVALID (not a regular file) with errmsg set (r
+ * unchanged). */
+static int open_file(ss_reader *r, const char *path, int regular, char *errmsg)
 {
-	FILE *f = fopen(path, "rb");
+	int fd = regular ? ss_open_regular(path) : -1;
+	if (fd == -2)
+		return ss_errf(errmsg, SS_ERR_INVALID, "not a regular file (a FIFO, a directory or a device)");
+	FILE *f = fd >= 0 ? fdopen(fd, "rb") : regular ? NULL : fopen(path, "rb");
 	if (!f) {
 		int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
+		if (fd >= 0)
+			close(fd);
 		return ss_errf(errmsg, code, "%s", strerror(errno));
 	}
 	struct stat st;
@@ -94,9 +101,11 @@ static int open_file(ss_reader *r, const char *path, char *errmsg)
 	return 0;
 }
 
-int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char *errmsg)
+static int reader_open(ss_reader **out, const char *path, uint64_t max_record, int regular, char *errmsg)
 {
 	*out = NULL;
+	if (regular && (!path || !strcmp(path, "-")))
+		return ss_errf(errmsg, SS_ERR_INVALID, "standard input is not a state file here");
 	ss_reader *r = calloc(1, sizeof *r);
 	if (!r)
 		return SS_ERR_NOMEM;
@@ -115,7 +124,7 @@ int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char 
 		struct stat st;
 		r->seekable = fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode);
 	} else {
-		int code = open_file(r, path, errmsg);
+		int code = open_file(r, path, regular, errmsg);
 		if (code) {
 			ss_reader_close(r);
 			return code;
@@ -127,6 +136,16 @@ int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char 
 	snprintf(r->err, sizeof r->err, "no error");
 	*out = r;
 	return 0;
+}
+
+int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char *errmsg)
+{
+	return reader_open(out, path, max_record, 0, errmsg);
+}
+
+int ss_reader_open_regular(ss_reader **out, const char *path, uint64_t max_record, char *errmsg)
+{
+	return reader_open(out, path, max_record, 1, errmsg);
 }
 
 void ss_reader_close(ss_reader *r)
@@ -271,7 +290,7 @@ int ss_reader_goto(ss_reader *r, const char *path, uint64_t offset, uint64_t ind
 		if (!p)
 			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 		FILE *old = r->own_file ? r->f : NULL;
-		int rc = open_file(r, path, errmsg);
+		int rc = open_file(r, path, 0, errmsg);
 		if (rc) {
 			free(p);
 			return rc;
@@ -899,11 +918,16 @@ static int read_prefix(ss_reader *r, prefix_t *q, int stable)
 		q->ob.dst = r->out;
 		q->ob.size = (size_t)q->content;
 	}
+	/* The window doubles (64 KiB at first) and the prefix is rescanned only
+	 * once the decoded bytes have doubled: a record whose metadata comes
+	 * late (or never) costs time and copies linear in its size, as a
+	 * constant step would not (issue 48, item 1). */
+	size_t scan_at = 64u << 10;
 	for (;;) {
-		size_t want = q->ob.pos + (64u << 10);
-		if (want > q->content)
-			want = (size_t)q->content;
-		if (!q->stable) {
+		if (!q->stable && q->ob.pos == q->ob.size) {
+			size_t want = q->ob.pos < (64u << 10) ? 64u << 10 : 2 * q->ob.pos;
+			if (want > q->content)
+				want = (size_t)q->content;
 			if (grow(&r->out, &r->out_cap, want) != 0)
 				return rerr(r, SS_ERR_NOMEM, q->off, "out of memory");
 			q->ob.dst = r->out;
@@ -911,9 +935,12 @@ static int read_prefix(ss_reader *r, prefix_t *q, int stable)
 		}
 		if ((rc = decode_step(r, q, q->off)) < 0)
 			return rc;
+		if (q->ob.pos < scan_at && !q->done && q->ob.pos < q->ob.size)
+			continue;
 		q->cut = meta_prefix(r->out, q->ob.pos, &q->n_before, &q->hdr, &q->whole, &q->n_entries);
 		if (q->cut >= 0 || q->done)
 			break;
+		scan_at = 2 * q->ob.pos;
 	}
 	if (q->cut < 0)
 		return rerr(r, SS_ERR_FORMAT, q->off, "malformed msgpack record");

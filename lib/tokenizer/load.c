@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <utf8proc.h>
 
 /* ------------------------------------------------------------ byte level */
@@ -112,9 +113,16 @@ void ss_tokenizer_free(ss_tokenizer *tok)
 
 static int read_file(const char *path, char **buf, size_t *len, char *errmsg)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return ss_errf(errmsg, SS_ERR_IO, "%s", strerror(errno));
+	int fd = ss_open_regular(path); /* a FIFO would block: never waited on */
+	if (fd == -2)
+		return ss_errf(errmsg, SS_ERR_INVALID, "not a regular file (a FIFO, a directory or a device)");
+	FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+	if (!f) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return ss_errf(errmsg, SS_ERR_IO, "%s", strerror(e));
+	}
 	size_t cap = 1 << 20, n = 0;
 	char *b = malloc(cap);
 	for (;;) {

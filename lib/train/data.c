@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "train/data.h"
 
@@ -228,13 +229,20 @@ static int ex_next_object(ex_source *s, cJSON **o, char *errmsg)
 		s->line[n] = 0;
 		if (strspn(s->line, " \t\r\n") == n)
 			continue;
-		*o = cJSON_ParseWithLength(s->line, n);
-		if (cJSON_IsObject(*o))
+		/* the tools' one JSON-lines rule (ss_jsonl_parse); an ss-eval recall
+		 * query's "key", "gold" and "gold_pos" are known too (not read): its
+		 * queries are fine-tuning examples as they are (pipelines/recall.mk) */
+		static const char *const keys[] = { "id", "query", "query_tokens", "continuation",
+						    "continuation_tokens", "chunks", "key", "gold",
+						    "gold_pos", NULL };
+		char err[SS_ERRMSG_MAX];
+		int rc = ss_jsonl_parse(s->line, n, keys, o, err);
+		if (!rc)
 			return 0;
-		cJSON_Delete(*o);
-		*o = NULL;
-		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: not a JSON object: expected {\"query\": "
-			       "\"text\", \"continuation\": \"text\", \"chunks\": [\"id\"]}", where);
+		if (rc == SS_ERR_FORMAT && !strcmp(err, "not a JSON object"))
+			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: not a JSON object: expected {\"query\": "
+				       "\"text\", \"continuation\": \"text\", \"chunks\": [\"id\"]}", where);
+		return ss_errf(errmsg, rc, "%s: %s", where, err);
 	}
 }
 
@@ -266,6 +274,8 @@ static int json_token_ids(const cJSON *o, const char *key_tokens, int32_t **ids,
 static int ex_ids(ex_source *s, const cJSON *o, const char *key, const char *key_tokens,
 		  int32_t **ids, size_t *n, const char *where, char *errmsg)
 {
+	if (cJSON_GetObjectItemCaseSensitive(o, key) && cJSON_GetObjectItemCaseSensitive(o, key_tokens))
+		return ss_errf(errmsg, SS_ERR_FORMAT, "%s: both \"%s\" and \"%s\": give one", where, key, key_tokens);
 	int rc = json_token_ids(o, key_tokens, ids, n, where, errmsg);
 	if (rc)
 		return rc;
@@ -361,9 +371,18 @@ int ex_open(ex_source *s, const ss_train_state *st, int32_t vocab, train_tok *tk
 	s->tk = tk;
 	s->vocab = vocab;
 	s->epoch = st->epoch;
-	s->f = strcmp(st->data, "-") ? fopen(st->data, "rb") : stdin;
-	if (!s->f)
-		return ss_errf(errmsg, SS_ERR_IO, "%s: %s", st->data, strerror(errno));
+	/* a regular file, never waited on (a FIFO would block here), or stdin */
+	int fd = strcmp(st->data, "-") ? ss_open_regular(st->data) : -3;
+	if (fd == -2)
+		return ss_errf(errmsg, SS_ERR_INVALID, "%s: not a regular file (a FIFO, a directory or a device)",
+			       st->data);
+	s->f = fd == -3 ? stdin : fd >= 0 ? fdopen(fd, "rb") : NULL;
+	if (!s->f) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return ss_errf(errmsg, SS_ERR_IO, "%s: %s", st->data, strerror(e));
+	}
 	if (st->offset > 0) {
 		if (fseek(s->f, (long)st->offset, SEEK_SET))
 			return ss_errf(errmsg, SS_ERR_IO, "%s: cannot seek to byte %lld to resume",

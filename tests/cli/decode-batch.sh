@@ -89,4 +89,17 @@ expect 1 'many.jsonl: line 1: "state": .*all.st holds more than one state record
 printf '{"prompt":" x","temperature":-1}\n' >"$d/temp.jsonl"
 expect 1 'temp.jsonl: line 1: "temperature" must be a number' ss-decode --model "$T1" --no-state --prompts "$d/temp.jsonl"
 expect 2 '"state" of --prompts lines' ss-decode --model "$T1" --state "$d/s1.st" --prompts "$d/q.jsonl"
+# A bad "state" on line 3 (a FIFO, a directory, another model's states): all or nothing, the
+# line named, no output at --batch 1 either, on stdout or -o (issue 48, items 3 and 8)
+mkfifo "$d/fifo.st" && mkdir "$d/dir.st"
+for bad in fifo.st dir.st other.st; do
+	head -n 2 "$d/q.jsonl" >"$d/bad.jsonl"
+	printf '{"prompt":" x","state":"%s/%s"}\n' "$d" "$bad" >>"$d/bad.jsonl"
+	[ "$bad" = other.st ] && cp "$SS_TOP/formats/golden/t1-c2.states" "$d/other.st"
+	why='not a regular file'; [ "$bad" = other.st ] && why='state from another model'
+	expect 1 "bad.jsonl: line 3: \"state\": .*$bad: .*$why" timeout 20 ss-decode --model "$T1" --prompts "$d/bad.jsonl" --batch 1
+	[ -s "$d/out" ] && fail "$bad: output written before the bad line was found"
+	expect 1 "bad.jsonl: line 3: \"state\": .*$bad" timeout 20 ss-decode --model "$T1" --prompts "$d/bad.jsonl" -o "$d/o.txt"
+	[ ! -e "$d/o.txt" ] || fail "$bad: -o written on a bad line"
+done
 expect 2 'batch' ss-decode --model "$T1" --no-state --prompt x --batch 0

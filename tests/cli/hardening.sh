@@ -105,4 +105,60 @@ ss-retrieve query --index old.db --out-dir qd <batch.jsonl >out 2>err
 has err "query miss: no document matched"
 [ "$(ls qd | tr '\n' ' ')" = "hit.states miss.states " ] || fail "batch outputs: $(ls qd)"
 
+# --- 13. a FIFO (or a directory) where a file is read whole or as lines is refused at once, never
+# waited on for a writer (issue 48, item 7): ss-cat --import's blob, --prompts, --pairs,
+# --prompt-file, ss-retrieve --hits, ss-eval --qa, a tokenizer.json
+mkfifo fifo && mkdir adir
+G="$SS_TOP/formats/golden/t1-c2.states"
+for f in fifo adir; do
+	expect 1 timeout 10 ss-cat --import llama-seq --like "$G" --at 0 -o imp.states $f; has err "$f: not a regular file"
+	[ -e imp.states ] && fail "ss-cat --import $f: output written"
+	expect 1 timeout 10 ss-decode --model m --no-state --prompts $f; has err "$f: not a regular file"
+	expect 1 timeout 10 ss-decode --model m --no-state --prompt-file $f; has err "$f: not a regular file"
+	expect 1 timeout 10 ss-score --model m --no-state --pairs $f; has err "$f: not a regular file"
+	expect 1 timeout 10 ss-retrieve build --index fifo.db --state-budget 1M --hits $f; has err "$f: not a regular file"
+	expect 1 timeout 10 ss-eval recall --model m --index old.db --qa $f; has err "$f: not a regular file"
+	expect 1 timeout 10 ss-tokenize -t $f long.txt; has err "$f: not a regular file"
+done
+
+# --- 14. one JSON-lines rule (issue 48, items 9, 17, 19): a \u0000 in a string is refused naming
+# the file and the line by every JSONL reader (it cut the text short silently), an unknown key
+# (or both a text and its tokens) too, and integers are read exactly (a line's "seed" of
+# 2^53 + 1 was rounded to 2^53; the line and --seed now take the same range)
+X="--model m --tokenizer $TOK --no-state"
+printf '{"prompt":"fox"}\n{"prompt":"fo\\u0000x"}\n' >nul1.jsonl
+expect 1 ss-decode $X --prompts nul1.jsonl -n 2 --ids; has err "^ss-decode: nul1.jsonl: line 2: a NUL character"
+[ -s out ] && fail "ss-decode: output before the NUL line was refused"
+printf '{"prompt":"fox","stop":["a\\u0000b"]}\n' >nul2.jsonl
+expect 1 ss-decode $X --prompts nul2.jsonl -n 2 --ids; has err "nul2.jsonl: line 1: a NUL character"
+printf '{"id":"p\\u0000q","query":"fox","continuation":"dog"}\n' >nul3.jsonl
+expect 1 ss-score $X --pairs nul3.jsonl; has err "^ss-score: nul3.jsonl: line 1: a NUL character"
+printf '{"query":"fox","continuation":"d\\u0000og"}\n' >nul4.jsonl
+expect 1 ss-score $X --pairs nul4.jsonl; has err "nul4.jsonl: line 1: a NUL character"
+printf '{"id":"q","query":"fo\\u0000x"}\n' | ss-retrieve query --index old.db --ids >out 2>err && fail "retrieve: NUL accepted"
+has err "line 1: a NUL character"
+printf '{"id":"q","key":"k","query":"a\\u0000b","continuation":"c","chunks":["a"],"gold_pos":0}\n' >nul5.jsonl
+expect 1 ss-eval recall --model m --tokenizer "$TOK" --index old.db --qa nul5.jsonl; has err "^ss-eval: nul5.jsonl: line 1: a NUL character"
+printf '[{"query_id": 1, "query": "the fo\\u0000x", "answers": ["dog"], "passages": {"is_selected": [1], "passage_text": ["the fox"]}}]\n' >nul6.json
+expect 1 ss-eval msmarco --model m --tokenizer "$TOK" --qa nul6.json; has err "^ss-eval: nul6.json: a NUL character"
+printf '{"query":"fox","continuation":"dog","chunks":["a"],"x":1}\n' >unk1.jsonl
+expect 1 ss-train --objective bptc --model m --tokenizer "$TOK" --data unk1.jsonl --chunk-tokens d.tokens --steps 1 -o tr
+has err '^ss-train: unk1.jsonl: line 1: unknown key "x" (known: id, query, query_tokens, continuation, continuation_tokens, chunks, key, gold, gold_pos)'
+printf '{"query":"fox","continuation":"dog","bogus":1}\n' >unk2.jsonl
+expect 1 ss-score $X --pairs unk2.jsonl; has err '^ss-score: unk2.jsonl: line 1: unknown key "bogus" (known: id, query, query_tokens, continuation, continuation_tokens)'
+printf '{"query":"fox","query_tokens":[5],"continuation":"dog"}\n' >both.jsonl
+expect 1 ss-score $X --pairs both.jsonl; has err '^ss-score: both.jsonl: line 1: both "query" and "query_tokens": give one'
+printf '{"id":"q","key":"k","query":"a","continuation":"c","chunks":["a"],"gold_pos":0,"extra":1}\n' >unk3.jsonl
+expect 1 ss-eval recall --model m --tokenizer "$TOK" --index old.db --qa unk3.jsonl; has err 'unk3.jsonl: line 1: unknown key "extra"'
+printf '{"prompt":"fox","seed":9007199254740993,"temperature":1}\n' >seed1.jsonl
+expect 0 ss-decode $X --prompts seed1.jsonl -n 12 --ids; mv out line.out
+expect 0 ss-decode $X --prompt fox --seed 9007199254740993 --temperature 1 -n 12 --ids
+cmp -s out line.out || fail "a line's seed 2^53 + 1 draws otherwise than --seed 2^53 + 1"
+printf '{"prompt":"fox","seed":9223372036854775807,"temperature":1}\n' >seed2.jsonl
+expect 0 ss-decode $X --prompts seed2.jsonl -n 2 --ids
+expect 0 ss-decode $X --prompt fox --seed 9223372036854775807 --temperature 1 -n 2 --ids
+printf '{"prompt":"fox","seed":9223372036854775808}\n' >seed3.jsonl
+expect 1 ss-decode $X --prompts seed3.jsonl -n 2 --ids; has err 'seed3.jsonl: line 1: "seed" must be an integer in \[0, 9223372036854775807\]'
+expect 2 ss-decode $X --prompt fox --seed 9223372036854775808 -n 2 --ids
+
 done_checks

@@ -29,6 +29,7 @@ refused a.states ss-compose -o a.states a.states
 ln a.states link.states
 refused link.states ss-compose -o link.states a.states
 ss-compose -o c.states a.states
+refused a.states ss-compose --weights a.states -o w.states a.states # issue 48 item 6: --weights too
 [ -s c.states ] || fail "ss-compose -o another file"
 
 refused c.states ss-decode -q --model "$T1" --state c.states -p fox -n 2 -o c.states
@@ -48,4 +49,21 @@ refused i.db ss-retrieve query --index i.db --query fox --ids -o i.db
 ss-retrieve query --index i.db --query fox -o top.states
 [ -s top.states ] || fail "ss-retrieve query -o another file"
 ss-retrieve query --index i.db --query ocean -o top.states # every state still there
+
+# ss-cat --export / --import, ss-eval, ss-train (issue 48, item 6): every -o against every input
+cp c.states keep.states
+refused c.states ss-cat --export llama-seq -o c.states c.states
+ss-cat --export llama-seq -o c.seq c.states
+refused c.seq ss-cat --import llama-seq --like c.states -o c.seq c.seq
+refused c.states ss-cat --import llama-seq --like c.states -o c.states c.seq
+printf '{"query": "fox", "passages": [{"is_selected": 1, "passage_text": "the fox"}], "answers": ["dog"]}\n' >qa.jsonl
+refused qa.jsonl ss-eval msmarco --model "$T1" --qa qa.jsonl -o qa.jsonl
+refused a.tokens ss-eval wikitext --model "$T1" --index i.db --tokens a.tokens --summary a.tokens
+refused a.states ss-eval recall --model "$T1" --index i.db --qa qa.jsonl -o a.states
+refused a.tokens ss-train --objective lm --model "$T1" --data a.tokens --steps 1 -o a.tokens
+mkdir run && cp a.tokens run/docs.tokens
+expect 1 'the output directory holds the input' ss-train --objective lm --model "$T1" --data run/docs.tokens --steps 1 -o run
+cmp -s run/docs.tokens a.tokens || fail "ss-train -o run: run/docs.tokens changed"
+mkdir model && cp "$T1"/config.json "$T1"/model.safetensors model/
+expect 1 'the output directory is the input' ss-train --objective lm --model model --data a.tokens --steps 1 -o model
 echo "output-is-input ok"

@@ -170,4 +170,15 @@ for how in "-j1" "-j2" "-j2 --state-dtype q8" "-j1 --state-dtype f16"; do
 	one_line "sum $how"; has err "^ss-compose: h1.ss, h2.ss: their sum composition's ssm element 0 is inf: it overflows f32"
 	[ -e out.ss ] && { fail "sum $how left out.ss"; rm -f out.ss; }
 done
+# --- a 4 KB frame declaring 128 MiB whose map never reaches "conv"/"ssm" (issue 48 item 1): the
+# metadata readers (ss-cat --meta/--stats, compose's first pass, retrieve add) decode it in time
+# linear in its size, as a whole read does (38 s before, the buffer grown 64 KiB a step)
+python3 -c 'import sys, struct; n = 128 << 20; sys.stdout.buffer.write(b"\x81\xa1x\xc6" + struct.pack(">I", n)); [sys.stdout.buffer.write(bytes(1 << 20)) for _ in range(128)]' >late.raw
+zstd -q -f late.raw -o late.ss && rm -f late.raw
+for how in --meta --stats; do
+	expect 1 timeout 10 ss-cat $how late.ss
+	one_line "ss-cat $how late.ss"; has err "^ss-cat: late.ss: record 0 (byte offset 0): record has no \"format\" string"
+done
+expect 1 timeout 10 ss-compose -o late.out late.ss late.ss
+one_line "ss-compose late.ss"; has err "late.ss"
 done_checks

@@ -127,7 +127,9 @@ printf 'fox ocean\n\n  {"id":"j","query":"silver"}\nlazy dog\r\n' | ss-retrieve 
 ss-retrieve query --index a.db -k 1 --query "lazy dog" --ids | cut -f 2- >one
 grep '^4	' out | cut -f 3- >four
 same one four "plain line 4 vs --query"
-printf '{"q":"fox"}\n' | ss-retrieve query --index a.db --ids >out 2>err && fail "bad JSON line accepted"
+printf '{"id":"x"}\n' | ss-retrieve query --index a.db --ids >out 2>err && fail "bad JSON line accepted"
 has err 'line 1: no "query" string (a query line is plain text, or a JSON object such as {"id": "q1", "query": "text to search"'
+printf '{"q":"fox"}\n' | ss-retrieve query --index a.db --ids >out 2>err && fail "unknown key accepted"
+has err 'line 1: unknown key "q" (known: id, query, exclude, k)'
 
 done_checks

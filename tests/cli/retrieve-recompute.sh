@@ -184,4 +184,25 @@ for q in 1 2 3 4 5; do
 done
 expect 0 ss-retrieve query --index t.db -k 1 --query quantum -o t-a3s.states
 same t-a3.states t-a3s.states || fail "the stored a3 is not the bytes of the recomputed one"
+# --- a token id outside the model's vocabulary is refused where it enters the index, naming the
+# file and the record (issue 48 item 16: it was stored, exit 0, and every later query --model
+# hitting the document failed as a whole); the index stays as it was
+python3 - <<'PY'
+import struct
+def s(x):
+    b = x.encode(); return bytes([0xa0 | len(b)]) + b
+for name, bad in (("big", 60000), ("neg", -1)):
+    t = struct.pack('<4i', 783, 3158, bad, 30013)
+    m = (b'\x86' + s("format") + s("ss-tokens") + s("version") + b'\x01' + s("id") + s(name) + s("n_tokens") + b'\x04'
+         + s("text") + s("the quick brown fox") + s("tokens") + b'\xc4' + bytes([16]) + t)
+    open(name + ".raw", "wb").write(m)
+PY
+for name in big neg; do
+	zstd -q -f $name.raw -o $name.tok || fail "zstd"
+	cp full.db keep.db
+	expect 1 ss-retrieve add --index full.db --stateless --model model a.tok $name.tok
+	has err "^ss-retrieve: $name.tok: token record at byte offset 0: document $name: token 2 is -*[0-9]*, outside the model's vocabulary \[0, [0-9]*)"
+	[ "$(wc -l <err)" -eq 1 ] || fail "$name: $(wc -l <err) lines"
+	cmp -s full.db keep.db || fail "$name: the index changed"
+done
 done_checks
