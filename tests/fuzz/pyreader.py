@@ -158,11 +158,23 @@ def read_all(data, max_record):
     return "ok", None
 
 
+def _own_address_space():
+    """The child's RLIMIT_AS back to the hard limit: the margin is this process's, and an ASan
+    build of ss-cat cannot even start under it (its shadow memory is terabytes of address space)."""
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+
+
 def ss_cat_says(bin_, data, tmp):
+    """ "ok" (exit 0) or "refused" (exit 1, ss-cat's one-line error); anything else (a crash, a
+    sanitizer's report) raises."""
     path = os.path.join(tmp, "in")
     with open(path, "wb") as f:
         f.write(data)
-    r = subprocess.run([bin_, path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    r = subprocess.run([bin_, path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
+                       preexec_fn=_own_address_space)
+    if r.returncode not in (0, 1):
+        raise RuntimeError("ss-cat exit %d on %s: %s" % (r.returncode, path, r.stderr.decode(errors="replace")[-2000:]))
     return "ok" if r.returncode == 0 else "refused"
 
 
