@@ -82,7 +82,8 @@ int64_t bd_draw_len(const bd_config *c, int64_t seq_len, uint64_t *rng);
  * have room for cap entries (cap >= n·2 + 3 + 51·(selcopy spans) is enough:
  * bd_room's bound); *m gets their length. Random choices come from *rng
  * (splitmix64). sent: the sentinel ids, by BD_S_*.
- * Returns 0, or SS_ERR_INVALID (n < 2, or the sequence would pass cap). */
+ * Returns 0; SS_ERR_INVALID (n < 2, a window too short for selcopy's spans,
+ * or the sequence would pass cap: the caller may fall back on ntp); SS_ERR_NOMEM. */
 int bd_transform(const bd_config *c, const int32_t sent[BD_NSENT], const int32_t *x, int64_t n,
 		 uint64_t *rng, int32_t *S, uint8_t *counted, int64_t cap, int64_t *m);
 
