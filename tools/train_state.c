@@ -14,33 +14,35 @@
 
 const char *const train_objective_names[OBJ_COUNT] = { "lm", "bp2c", "bptc", "birdie" };
 
-/* o[key] = v, in the fewest significant digits (15..17) that read back as
- * v exactly: cJSON's own printing stops at 15 when the value reads back
- * within a relative epsilon, which loses the last bits of an lr (a resumed
- * run would not be bit-identical; found by tests/fuzz/trainstate.c), and
- * digits of a byte offset past 10^15. */
-static void add_number(cJSON *o, const char *key, double v)
+/* b = v in the fewest significant digits (15..17) that read back as v
+ * exactly (add_number: o[key] = v so written). cJSON's own printing stops
+ * at 15 when the value reads back within a relative epsilon, which loses
+ * the last bits of an lr (a resumed run would not be bit-identical; found
+ * by tests/fuzz/trainstate.c), and digits of a byte offset past 10^15. */
+static void exact_digits(char b[40], double v)
 {
-	char b[40];
 	for (int digits = 15; digits <= 17; digits++) {
-		snprintf(b, sizeof b, "%.*g", digits, v);
+		snprintf(b, 40, "%.*g", digits, v);
 		if (strtod(b, NULL) == v)
 			break;
 	}
+}
+
+static void add_number(cJSON *o, const char *key, double v)
+{
+	char b[40];
+	exact_digits(b, v);
 	cJSON_AddRawToObject(o, key, b);
 }
 
-/* An array of n numbers, each read back exactly. */
+/* An array of n numbers, each read back exactly (as add_number's). */
 static cJSON *numbers(const double *v, int64_t n)
 {
 	cJSON *a = cJSON_CreateArray();
 	for (int64_t i = 0; a && i < n; i++) {
-		cJSON *w = cJSON_CreateObject();
-		add_number(w, "v", v[i]);
-		cJSON *x = cJSON_DetachItemFromObject(w, "v");
-		cJSON_Delete(w);
-		if (!x || !cJSON_AddItemToArray(a, x)) {
-			cJSON_Delete(x);
+		char b[40];
+		exact_digits(b, v[i]);
+		if (!cJSON_AddItemToArray(a, cJSON_CreateRaw(b))) {
 			cJSON_Delete(a);
 			return NULL;
 		}
