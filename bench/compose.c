@@ -56,13 +56,6 @@
 #include "ss.h"
 #include "bench.h"
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void die(const char *what, const char *msg)
 {
 	fprintf(stderr, "bench/compose: %s: %s\n", what, msg);
@@ -231,7 +224,7 @@ static double job_kernel(job_t *j)
 		n++;
 	}
 	ss_reader_close(r);
-	double t0 = now();
+	double t0 = bench_now();
 	ss_composer *c;
 	ss_compose_opts o = {j->mode, 0, SS_COMPOSE_CONV_MEAN};
 	if (ss_composer_new(&c, &o, n, H, dec, err))
@@ -248,7 +241,7 @@ static double job_kernel(job_t *j)
 	ss_state out;
 	if (ss_composer_finish(c, &out, err))
 		die("finish", err);
-	double t = now() - t0;
+	double t = bench_now() - t0;
 	ss_state_free(&out);
 	ss_composer_free(c);
 	for (size_t k = 0; k < n; k++) {
@@ -331,7 +324,7 @@ static void run_child(job_t *j, double *secs, uint64_t *bytes, double *rss_mb)
 	pid_t p = fork();
 	if (p == 0) {
 		close(fds[0]);
-		double t0 = now(), kt = -1;
+		double t0 = bench_now(), kt = -1;
 		switch (j->job) {
 		case J_READ: job_read(j); break;
 		case J_DECOMP: job_records(j, ss_reader_next); break;
@@ -341,7 +334,7 @@ static void run_child(job_t *j, double *secs, uint64_t *bytes, double *rss_mb)
 		case J_COMPOSE: job_compose(j); break;
 		default: job_tool(j); break;
 		}
-		j->secs = kt >= 0 ? kt : now() - t0;
+		j->secs = kt >= 0 ? kt : bench_now() - t0;
 		if (write(fds[1], j, sizeof *j) != (ssize_t)sizeof *j)
 			_exit(1);
 		_exit(0);
@@ -505,7 +498,7 @@ int main(int argc, char **argv)
 		char path[4200], out[4200];
 		snprintf(path, sizeof path, "%s/in-%s.ss", tmpl, ss_dtype_name(dts[t]));
 		snprintf(out, sizeof out, "%s/out.ss", tmpl);
-		double t0 = now();
+		double t0 = bench_now();
 		if (states)
 			copy_stream(path, states, dts[t], k, 1);
 		else
@@ -518,7 +511,7 @@ int main(int argc, char **argv)
 			fclose(f);
 		}
 		printf("\nstorage %s: stream %.1f MB on disk (written in %.2f s)\n", ss_dtype_name(dts[t]),
-		       fsize / 1e6, now() - t0);
+		       fsize / 1e6, bench_now() - t0);
 		printf("  %-16s %9s %9s %9s %8s\n", "what", "ms", "GB/s", "RSS MB", "x decomp");
 		job_t warm = {J_READ, 0, path, tool, out, 0, 0, 0, NULL, 0};
 		double s, rss;

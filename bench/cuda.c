@@ -28,14 +28,8 @@
 #include <time.h>
 
 #include "ss.h"
+#include "bench.h"
 #include "forward/device_plugin.h"
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void die(const char *what, const char *msg)
 {
@@ -65,7 +59,7 @@ static double encode(const ss_model *m, ss_device *dev, const char *scan, int do
 		if (ss_state_alloc(&st[i], &dims))
 			die("states", "out of memory");
 	for (int r = 0; r <= reps; r++) { /* round 0 warms up */
-		const double t0 = now();
+		const double t0 = bench_now();
 		for (int done = 0; done < docs; done += per_call) {
 			const int k = docs - done < per_call ? docs - done : per_call;
 			for (int i = 0; i < k; i++) {
@@ -78,7 +72,7 @@ static double encode(const ss_model *m, ss_device *dev, const char *scan, int do
 			if (ss_forward_prefill(ctx, q, k, SS_LOGITS_NONE, err))
 				die("prefill", err);
 		}
-		const double tps = (double)docs * len / (now() - t0);
+		const double tps = (double)docs * len / (bench_now() - t0);
 		if (r > 0 && tps > best)
 			best = tps;
 	}
@@ -113,7 +107,7 @@ static double decode(const ss_model *m, ss_device *dev, int batch, int steps, in
 	if (ss_forward_decode_begin(ctx, sp, batch, err))
 		die("decode", err);
 	for (int r = 0; r <= reps; r++) {
-		const double t0 = now();
+		const double t0 = bench_now();
 		for (int s = 0; s < steps; s++) {
 			if (ss_forward_decode_next(ctx, tok, NULL, ids, m->cfg.vocab_size, err))
 				die("decode", err);
@@ -122,7 +116,7 @@ static double decode(const ss_model *m, ss_device *dev, int batch, int steps, in
 				if (tok[i] < 0)
 					tok[i] = 0;
 		}
-		const double tps = (double)batch * steps / (now() - t0);
+		const double tps = (double)batch * steps / (bench_now() - t0);
 		if (r > 0 && tps > best)
 			best = tps;
 	}

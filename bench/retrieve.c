@@ -30,13 +30,7 @@
 #include <unistd.h>
 
 #include "ss.h"
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "bench.h"
 
 static void die(const char *what, const char *msg)
 {
@@ -111,7 +105,7 @@ static double emit(ss_index *ix, const ss_index_hit *h, int n, const char *path)
 {
 	char em[SS_ERRMSG_MAX];
 	int saved = strcmp(path, "-") ? -1 : to_null();
-	double t0 = now();
+	double t0 = bench_now();
 	const ss_record *rec;
 	ss_writer *w;
 	for (int i = 0; i < n; i++)
@@ -124,7 +118,7 @@ static double emit(ss_index *ix, const ss_index_hit *h, int n, const char *path)
 			die("emit", em[0] ? em : "write failed");
 	if (ss_writer_close(w, em))
 		die(path, em);
-	double t = now() - t0;
+	double t = bench_now() - t0;
 	if (saved >= 0)
 		from_null(saved);
 	return t;
@@ -138,7 +132,7 @@ static double emit_reencode(ss_index *ix, const ss_index_hit *h, int n, ss_state
 {
 	char em[SS_ERRMSG_MAX];
 	int saved = to_null();
-	double t0 = now();
+	double t0 = bench_now();
 	const ss_record *rec;
 	ss_writer *w;
 	if (ss_writer_open(&w, "-", 0, em))
@@ -159,7 +153,7 @@ static double emit_reencode(ss_index *ix, const ss_index_hit *h, int n, ss_state
 	}
 	if (ss_writer_close(w, em))
 		die("-", em);
-	double t = now() - t0;
+	double t = bench_now() - t0;
 	from_null(saved);
 	return t;
 }
@@ -243,14 +237,14 @@ static void big_states(const char *dir)
 	best = 1e9;
 	struct hits_src src = { ix, h, n };
 	for (int r = 0; r < REPS; r++) {
-		double t0 = now();
+		double t0 = bench_now();
 		ss_compose_opts co = { SS_COMPOSE_PICASO_R, 0, SS_COMPOSE_CONV_MEAN };
 		ss_compose_run_opts ro = {.read = read_hit, .read_arg = &src, .n = (size_t)n};
 		ss_compose_result res;
 		if (ss_compose_run(&co, &ro, &res, em))
 			die("compose", em);
 		ss_state_free(&res.state);
-		double t = now() - t0;
+		double t = bench_now() - t0;
 		best = t < best ? t : best;
 	}
 	printf("  %-40s %8.1f ms   (read + picaso-r, as ss-compose)\n", "compose k states", best * 1e3);
@@ -452,14 +446,14 @@ static double run_timed(char *const *argv, const char *in, double *cpu)
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	extern char **environ;
 	pid_t pid;
-	double t0 = now();
+	double t0 = bench_now();
 	if (posix_spawn(&pid, argv[0], &fa, NULL, argv, environ))
 		die(argv[0], strerror(errno));
 	posix_spawn_file_actions_destroy(&fa);
 	int st;
 	struct rusage ru;
 	wait4(pid, &st, 0, &ru);
-	double t = now() - t0;
+	double t = bench_now() - t0;
 	if (!WIFEXITED(st) || WEXITSTATUS(st))
 		die(argv[0], "failed");
 	*cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
@@ -549,7 +543,7 @@ static int scale_main(int argc, char **argv)
 	       n, copies, n_docs, n_q);
 
 	/* Tiny random states, one per document (retrieval never reads them). */
-	double t0 = now();
+	double t0 = bench_now();
 	ss_state_dims d = { "mamba2", 2, 3, 4, 5, 6, 4 };
 	ss_state s;
 	ss_writer *sw;
@@ -571,10 +565,10 @@ static int scale_main(int argc, char **argv)
 	ss_state_free(&s);
 	if (ss_writer_close(sw, em))
 		die(spath, em);
-	printf("  write %zu tiny states                %8.1f s\n", n_docs, now() - t0);
+	printf("  write %zu tiny states                %8.1f s\n", n_docs, bench_now() - t0);
 
 	/* Build, as ss-retrieve build does, the texts given one by one. */
-	t0 = now();
+	t0 = bench_now();
 	double c0 = cpu_now();
 	ss_index *ix;
 	ss_index_build_stats bs;
@@ -587,11 +581,11 @@ static int scale_main(int argc, char **argv)
 			if (ss_index_add_text(ix, c ? id : ids[i], texts[i], lens[i], ntok[i], em))
 				die(dbpath, em);
 		}
-	double t_text = now() - t0;
+	double t_text = bench_now() - t0;
 	if (ss_index_add_stream(ix, spath, 0, NULL, NULL, NULL, em) || ss_index_commit(ix, NULL, NULL, &bs, em))
 		die(dbpath, em);
 	ss_index_close(ix);
-	double t_build = now() - t0, c_build = cpu_now() - c0;
+	double t_build = bench_now() - t0, c_build = cpu_now() - c0;
 	printf("  build the index                    %8.1f s   (%.1f s per million; texts %.1f s, states and commit "
 	       "%.1f s); %lld documents, %.1f MB\n",
 	       t_build, t_build / (double)n_docs * 1e6, t_text, t_build - t_text, (long long)bs.n_docs,
@@ -640,15 +634,15 @@ static int scale_main(int argc, char **argv)
 	double *lat = malloc((size_t)n_q * sizeof *lat), *lat_cpu = malloc((size_t)n_q * sizeof *lat_cpu);
 	char ***top = malloc((size_t)n_q * sizeof *top);
 	int *n_top = malloc((size_t)n_q * sizeof *n_top);
-	t0 = now();
+	t0 = bench_now();
 	if (ss_index_open(&ix, dbpath, em))
 		die(dbpath, em);
-	double t_open = now() - t0;
+	double t_open = bench_now() - t0;
 	for (int q = 0; q < n_q; q++) {
 		ss_index_hit *h;
-		double t1 = now(), c1 = cpu_now();
+		double t1 = bench_now(), c1 = cpu_now();
 		int k = ss_index_query(ix, qs[q], 10, NULL, 0, &h, em);
-		lat[q] = now() - t1;
+		lat[q] = bench_now() - t1;
 		lat_cpu[q] = cpu_now() - c1;
 		if (k < 0)
 			die("query", em);
@@ -680,13 +674,13 @@ static int scale_main(int argc, char **argv)
 	if (peer) {
 		/* The same documents in FTS5 (rowid = c * n + i). */
 		fts_peer p;
-		t0 = now();
+		t0 = bench_now();
 		peer_open(&p, ppath, "ss");
 		for (int c = 0; c < copies; c++)
 			for (size_t i = 0; i < n; i++)
 				peer_add(&p, (int64_t)c * (int64_t)n + (int64_t)i + 1, texts[i], lens[i]);
 		peer_commit(&p);
-		double t_peer = now() - t0;
+		double t_peer = bench_now() - t0;
 		printf("  peer: build FTS5                   %8.1f s   (%.1f s per million), %.1f MB\n", t_peer,
 		       t_peer / (double)n_docs * 1e6, file_size(ppath) / 1e6);
 		int64_t rows[10];
@@ -698,9 +692,9 @@ static int scale_main(int argc, char **argv)
 		double overlap = 0;
 		for (int q = 0; q < n_v; q++) {
 			char *e = fts_expr(&p, qs[q], 1);
-			double t1 = now(), c1 = cpu_now();
+			double t1 = bench_now(), c1 = cpu_now();
 			int k = peer_query(&p, e, 10, rows);
-			lat[q] = now() - t1;
+			lat[q] = bench_now() - t1;
 			lat_cpu[q] = cpu_now() - c1;
 			int same = 0;
 			for (int i = 0; i < k; i++) {
@@ -1079,7 +1073,7 @@ int main(int argc, char **argv)
 	snprintf(opath, sizeof opath, "%s/out.states", dir);
 
 	/* Generate the streams. */
-	double t0 = now();
+	double t0 = bench_now();
 	char em[SS_ERRMSG_MAX];
 	ss_writer *tw, *sw;
 	if (ss_writer_open(&tw, tpath, 0, em) || ss_writer_open(&sw, spath, 0, em))
@@ -1130,7 +1124,7 @@ int main(int argc, char **argv)
 	if (ss_writer_close(tw, em) || ss_writer_close(sw, em))
 		die(dir, em);
 	ss_state_free(&s);
-	double t_gen = now() - t0;
+	double t_gen = bench_now() - t0;
 	struct stat st_s, st_t;
 	stat(spath, &st_s);
 	stat(tpath, &st_t);
@@ -1140,14 +1134,14 @@ int main(int argc, char **argv)
 	       st_t.st_size / 1e6, st_s.st_size / 1e6);
 
 	/* Build. */
-	t0 = now();
+	t0 = bench_now();
 	ss_index *ix;
 	ss_index_build_stats bs;
 	if (ss_index_build_open(&ix, dbpath, em) || ss_index_add_stream(ix, tpath, 0, NULL, NULL, NULL, em) ||
 	    ss_index_add_stream(ix, spath, 0, NULL, NULL, NULL, em) || ss_index_commit(ix, NULL, NULL, &bs, em))
 		die(dbpath, em);
 	ss_index_close(ix);
-	double t_build = now() - t0;
+	double t_build = bench_now() - t0;
 	struct stat st_db;
 	stat(dbpath, &st_db);
 	printf("  build index                               %8.2f s   (%lld documents, index %.1f MB)\n", t_build,
@@ -1172,10 +1166,10 @@ int main(int argc, char **argv)
 		snprintf(id, sizeof id, "wt#%d", c);
 		const char *ex[] = { id };
 
-		t0 = now();
+		t0 = bench_now();
 		ss_index_hit *h;
 		int n = ss_index_query(ix, qt[0] ? qt : "the", k, ex, 1, &h, em);
-		t_query[q] = now() - t0;
+		t_query[q] = bench_now() - t0;
 		if (n < 0)
 			die("query", em);
 		total_hits += n;
@@ -1191,10 +1185,10 @@ int main(int argc, char **argv)
 			in[i] = &st[n - 1 - i];
 		ss_compose_opts co = { SS_COMPOSE_PICASO_R, 0, SS_COMPOSE_CONV_MEAN };
 		ss_state out;
-		t0 = now();
+		t0 = bench_now();
 		if (n > 0 && ss_compose(&co, in, (size_t)n, &out, em))
 			die("compose", em);
-		t_compose[q] = now() - t0;
+		t_compose[q] = bench_now() - t0;
 		if (n > 0)
 			ss_state_free(&out);
 		for (int i = 0; i < n; i++)
@@ -1205,11 +1199,11 @@ int main(int argc, char **argv)
 	ss_index_close(ix);
 	/* Opening the index (once per process; batch mode amortises it). */
 	for (int q = 0; q < n_q && q < 50; q++) {
-		t0 = now();
+		t0 = bench_now();
 		if (ss_index_open(&ix, dbpath, em))
 			die(dbpath, em);
 		ss_index_close(ix);
-		t_open[q] = now() - t0;
+		t_open[q] = bench_now() - t0;
 	}
 	printf("  queries: first half of a chunk (~%zu words), k = %d, own chunk excluded, %.1f hits on average\n",
 	       per / 2, k, (double)total_hits / n_q);

@@ -12,13 +12,7 @@
 #include <time.h>
 
 #include "ss.h"
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "bench.h"
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -67,37 +61,37 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	ss_tokenizer *tok;
-	double t0 = now();
+	double t0 = bench_now();
 	if (ss_tokenizer_load(&tok, tpath, err)) {
 		fprintf(stderr, "bench/tokenize: %s: %s\n", tpath, err);
 		return 77;
 	}
 	printf("tokenizer %s (fingerprint %s) loaded in %.3f s\n", tpath, ss_tokenizer_fingerprint(tok),
-	       now() - t0);
+	       bench_now() - t0);
 	printf("corpus %s\n", corpus);
 
 	int32_t *ids;
 	size_t n;
-	t0 = now();
+	t0 = bench_now();
 	if (ss_tokenizer_encode(tok, text, len, &ids, &n, err)) {
 		fprintf(stderr, "bench/tokenize: %s: %s\n", corpus, err);
 		return 1;
 	}
-	report("encode, one doc, cold cache", len, n, now() - t0);
+	report("encode, one doc, cold cache", len, n, bench_now() - t0);
 	free(ids);
 
 	double best = 1e30;
 	for (int r = 0; r < 5; r++) {
-		t0 = now();
+		t0 = bench_now();
 		ss_tokenizer_encode(tok, text, len, &ids, &n, err);
-		double elapsed_s = now() - t0;
+		double elapsed_s = bench_now() - t0;
 		if (elapsed_s < best)
 			best = elapsed_s;
 		free(ids);
 	}
 	report("encode, one doc, warm (best of 5)", len, n, best);
 
-	t0 = now();
+	t0 = bench_now();
 	size_t total = 0;
 	for (char *p = text, *end = text + len; p < end;) {
 		char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -111,14 +105,14 @@ int main(int argc, char **argv)
 		free(ids);
 		p = e + 1;
 	}
-	report("encode, one doc per line", len, total, now() - t0);
+	report("encode, one doc per line", len, total, bench_now() - t0);
 
 	ss_tokenizer_encode(tok, text, len, &ids, &n, err);
 	char *dec;
 	size_t dlen;
-	t0 = now();
+	t0 = bench_now();
 	ss_tokenizer_decode(tok, ids, n, &dec, &dlen, err);
-	report("decode", dlen, n, now() - t0);
+	report("decode", dlen, n, bench_now() - t0);
 	free(dec);
 	free(ids);
 	ss_tokenizer_free(tok);
