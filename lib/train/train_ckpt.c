@@ -136,6 +136,8 @@ static int pad_multiple(int32_t vocab, int32_t padded)
 	return 0;
 }
 
+/* dir/config.json for c, torch_dtype the dtype table's alias of dtype (f32,
+ * f16 or bf16: ss_safetensors_save has refused any other before). */
 static int write_config(const char *dir, const ss_model_config *c, ss_dtype dtype, char *errmsg)
 {
 	char path[4096], lo[32], hi[32];
@@ -165,7 +167,7 @@ static int write_config(const char *dir, const ss_model_config *c, ss_dtype dtyp
 		(int)vocab, mult, (int)c->d_model, (int)c->n_layer, (int)c->d_state, (int)c->expand,
 		(int)c->headdim, (int)c->nheads, (int)c->ngroups, (int)c->d_conv, (double)c->eps, lo,
 		hi, c->tied ? "true" : "false", (int)c->eos_token_id,
-		dtype == SS_DTYPE_F32 ? "float32" : dtype == SS_DTYPE_F16 ? "float16" : "bfloat16");
+		ss_dtype_info_of(dtype)->alias);
 	if (ferror(f)) {
 		ss_output_abort(o);
 		return ss_errf(errmsg, SS_ERR_IO, "%s: write failed", path);

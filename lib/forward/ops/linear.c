@@ -184,7 +184,8 @@ int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const 
 {
 	if (M < 0 || N < 0 || K < 0 || ldy < N || ldx < K)
 		return SS_ERR_INVALID;
-	if (wt != SS_DTYPE_F32 && wt != SS_DTYPE_BF16 && wt != SS_DTYPE_F16 && wt != SS_DTYPE_Q8_0)
+	const ss_dtype_info *wi = ss_dtype_info_of(wt);
+	if (!wi || !(wi->uses & SS_DTYPE_WEIGHTS))
 		return SS_ERR_UNSUPPORTED;
 	if (wt == SS_DTYPE_Q8_0 && (K % 32 || K > SS_Q8_0_ROW_MAX))
 		return SS_ERR_UNSUPPORTED;
