@@ -308,43 +308,75 @@ static const char *bad_option(char **argv, char *buf)
 	return buf;
 }
 
+/* The common options: one row each, read by cli_getopt() (the getopt
+ * tables) and by cli_common_help() (the help lines), so that every tool
+ * spells and explains them alike; the man pages say the same (tested by
+ * tests/cli/options.sh) and the bash completion reads them from --help. */
+enum { O_MODEL = 0x1000, O_DEVICE, O_WTYPE };
+static const struct {
+	const char *name; /* the long name */
+	int val;          /* its short letter, or O_* when it has none */
+	const char *arg;  /* its argument's name; NULL: none */
+	unsigned group;   /* CLI_HELP_* */
+	const char *help[3];
+} common_opts[] = {
+	{ "model", O_MODEL, "DIR", CLI_HELP_MODEL,
+	  { "model directory (config.json + weights) or a GGUF", "file (llama.cpp's mamba/mamba2 layout)",
+	    "(default: see Defaults)" } },
+	{ "tokenizer", 't', "FILE", CLI_HELP_MODEL | CLI_HELP_TOKENIZER, { "tokenizer.json (default: see Defaults)" } },
+	{ "device", O_DEVICE, "D", CLI_HELP_MODEL,
+	  { "cpu, cuda (cuda:N), or auto (default: a GPU when", "the CUDA plugin finds one, else the CPU)" } },
+	{ "threads", 'j', "N", CLI_HELP_MODEL | CLI_HELP_THREADS, { "threads, 1..256 (default: the online cores)" } },
+	{ "weights-dtype", O_WTYPE, "T", CLI_HELP_MODEL,
+	  { "f32, bf16, f16, q8_0 or auto: the dtype the weight", "matrices are held and read in (default auto: the",
+	    "checkpoint's; bf16 halves a decode step's reads)" } },
+	{ "output", 'o', "FILE", CLI_HELP_OUT, { "write the output there, whole or not at all" } },
+	{ "quiet", 'q', NULL, CLI_HELP_BASE, { "errors only" } },
+	{ "verbose", 'v', NULL, CLI_HELP_BASE, { "more on stderr (progress, a summary at the end)" } },
+	{ "help", 'h', NULL, CLI_HELP_BASE, { "this help" } },
+	{ "version", 'V', NULL, CLI_HELP_BASE, { "the version" } },
+};
+enum { N_COMMON = sizeof common_opts / sizeof *common_opts };
+
+/* Is common option i one that cli_getopt() handles for `o`? */
+static int common_taken(const cli_options *o, size_t i)
+{
+	unsigned g = common_opts[i].group;
+	return g == CLI_HELP_BASE || (g == CLI_HELP_OUT && o->out) || ((g & CLI_HELP_MODEL) && o->model);
+}
+
 int cli_getopt(int argc, char **argv, const cli_options *o)
 {
-	static const struct option common[] = {
-		{ "output", required_argument, 0, 'o' }, { "quiet", no_argument, 0, 'q' },
-		{ "verbose", no_argument, 0, 'v' },      { "help", no_argument, 0, 'h' },
-		{ "version", no_argument, 0, 'V' },
-	};
-	enum { O_MODEL = 0x1000, O_TOK, O_DEVICE, O_THREADS, O_WTYPE };
-	static const struct option model[] = {
-		{ "model", required_argument, 0, O_MODEL },
-		{ "tokenizer", required_argument, 0, O_TOK },
-		{ "device", required_argument, 0, O_DEVICE },
-		{ "threads", required_argument, 0, O_THREADS },
-		{ "weights-dtype", required_argument, 0, O_WTYPE },
-	};
-	enum { N_COMMON = sizeof common / sizeof *common, N_MODEL = sizeof model / sizeof *model,
-	       MAX_LONGS = 64 };
+	enum { MAX_LONGS = 64 };
 	/* Built anew at every call (the same each time): getopt_long keeps only
 	 * its place in argv between calls. */
-	static struct option longs[MAX_LONGS + N_COMMON + N_MODEL + 1];
+	static struct option longs[MAX_LONGS + N_COMMON + 1];
 	static char shorts[64];
-	size_t n = 0;
+	size_t n = 0, ns = 0;
 	for (const struct option *l = o->longs; l && l->name; l++) {
 		if (n == MAX_LONGS)
 			cli_die("internal error: more than %d long options", MAX_LONGS);
 		longs[n++] = *l;
 	}
-	for (size_t i = o->out ? 0 : 1; i < N_COMMON; i++)
-		longs[n++] = common[i];
-	for (size_t i = 0; o->model && i < N_MODEL; i++)
-		longs[n++] = model[i];
+	shorts[ns++] = ':';
+	for (size_t i = 0; i < N_COMMON; i++) {
+		if (!common_taken(o, i))
+			continue;
+		longs[n++] = (struct option){ common_opts[i].name,
+					      common_opts[i].arg ? required_argument : no_argument, 0,
+					      common_opts[i].val };
+		if (common_opts[i].val < 0x100) {
+			shorts[ns++] = (char)common_opts[i].val;
+			if (common_opts[i].arg)
+				shorts[ns++] = ':';
+		}
+	}
+	longs[n] = (struct option){ 0, 0, 0, 0 };
 	if (o->model && !o->model->device)
 		o->model->device = "auto";
-	longs[n] = (struct option){ 0, 0, 0, 0 };
-	if ((size_t)snprintf(shorts, sizeof shorts, ":%s%sqvhV", o->out ? "o:" : "",
-			     o->shorts ? o->shorts : "") >= sizeof shorts)
+	if (ns + (o->shorts ? strlen(o->shorts) : 0) >= sizeof shorts)
 		cli_die("internal error: too many short options");
+	strcpy(shorts + ns, o->shorts ? o->shorts : "");
 	opterr = 0;
 	for (;;) {
 		int c = getopt_long(argc, argv, shorts, longs, NULL);
@@ -361,9 +393,15 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 		case 'V': cli_version();
 		case ':': cli_usage(o->usage, "option '%s' needs an argument", bad_option(argv, buf));
 		case O_MODEL: o->model->model = optarg; break;
-		case O_TOK: o->model->tokenizer = optarg; break;
+		case 't':
+			if (!o->model)
+				return c;
+			o->model->tokenizer = optarg;
+			break;
 		case O_DEVICE: o->model->device = optarg; break;
-		case O_THREADS:
+		case 'j':
+			if (!o->model)
+				return c;
 			o->model->threads = (int)cli_long("--threads", optarg, 1, 256, o->usage);
 			break;
 		case O_WTYPE: o->model->wtype = optarg; break;
@@ -380,22 +418,27 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 	}
 }
 
-void cli_model_help(int col)
+void cli_common_help(int col, unsigned groups, const char *out_arg)
 {
-	static const char *const lines[][2] = {
-		{ "--model DIR", "model directory (config.json + weights) or a" },
-		{ "", "GGUF file (llama.cpp's mamba/mamba2 layout)" },
-		{ "", "(default: see Defaults)" },
-		{ "--tokenizer FILE", "tokenizer.json (default: see Defaults)" },
-		{ "--device D", "cpu, cuda (cuda:N), or auto (default: a GPU when" },
-		{ "", "the CUDA plugin finds one, else the CPU)" },
-		{ "--threads N", "threads (default: online cores)" },
-		{ "--weights-dtype T", "f32, bf16, f16, q8_0 or auto: the dtype the weight" },
-		{ "", "matrices are held and read in (default auto: the" },
-		{ "", "checkpoint's; bf16 halves a decode step's reads)" },
-	};
-	for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
-		printf("  %-*s%s\n", col - 2, lines[i][0], lines[i][1]);
+	for (size_t i = 0; i < N_COMMON; i++) {
+		if (!(common_opts[i].group & groups))
+			continue;
+		char name[64];
+		const char *arg = common_opts[i].val == 'o' && out_arg ? out_arg : common_opts[i].arg;
+		if (common_opts[i].val < 0x100)
+			snprintf(name, sizeof name, "-%c, --%s%s%s", common_opts[i].val, common_opts[i].name,
+				 arg ? " " : "", arg ? arg : "");
+		else
+			snprintf(name, sizeof name, "--%s%s%s", common_opts[i].name, arg ? " " : "",
+				 arg ? arg : "");
+		for (size_t l = 0; l < 3 && common_opts[i].help[l]; l++) {
+			int w = (int)strlen(name);
+			if (l == 0 && w > col - 4)
+				printf("  %s\n  %-*s%s\n", name, col - 2, "", common_opts[i].help[l]);
+			else
+				printf("  %-*s%s\n", col - 2, l ? "" : name, common_opts[i].help[l]);
+		}
+	}
 }
 
 int cli_threads_default(void)

@@ -19,20 +19,24 @@ extern const char *cli_prog; /* "ss-encode" */
 extern int cli_verbosity;    /* 0 = -q, 1 = default, 2+ = -v */
 
 /* A tool's options for cli_getopt(): its own, and the common ones every tool
- * takes with one meaning:
+ * takes with one spelling, one meaning and one help line (the table in cli.c;
+ * cli_common_help() prints it):
  *   -o, --output FILE  the output (only where `out` is set)
  *   -q, --quiet        errors only (cli_verbosity 0)
  *   -v, --verbose      more on stderr (cli_verbosity + 1 per -v)
  *   -h, --help         help(): prints the help to stdout and exits 0
  *   -V, --version      "prog VERSION" to stdout, exit 0 */
 /* The options of the tools that run the model (ss-encode, ss-decode,
- * ss-score, ss-eval), one name, one meaning and one help text everywhere;
- * filled by cli_getopt() when cli_options.model points here:
- *   --model DIR        model directory (NULL: the defaults, defaults.h)
- *   --tokenizer FILE   tokenizer.json (NULL: the defaults)
- *   --device D         cpu, cuda, cuda:N, auto (default "auto")
- *   --threads N        1..256 (after the last option: online cores if not given)
- *   --weights-dtype T  f32, bf16, f16, auto (NULL: the checkpoint's) */
+ * ss-score, ss-eval, ss-train, ss-retrieve query), filled by cli_getopt()
+ * when cli_options.model points here:
+ *   --model DIR           model directory (NULL: the defaults, defaults.h)
+ *   -t, --tokenizer FILE  tokenizer.json (NULL: the defaults)
+ *   --device D            cpu, cuda, cuda:N, auto (default "auto")
+ *   -j, --threads N       1..256 (after the last option: online cores if not given)
+ *   --weights-dtype T     f32, bf16, f16, q8_0, auto (NULL: the checkpoint's)
+ * A tool without the model options may take -t or -j itself (ss-tokenize,
+ * ss-compose): with the same meaning, and the help line of CLI_HELP_TOKENIZER
+ * or CLI_HELP_THREADS. */
 typedef struct {
 	const char *model, *tokenizer, *device, *wtype;
 	int threads;
@@ -55,9 +59,21 @@ typedef struct {
  * missing argument a usage error naming the option (cli_usage), exit 2. */
 int cli_getopt(int argc, char **argv, const cli_options *o);
 
-/* Prints the help lines of the model options (cli_model_opts) to stdout,
- * the option names at column 2 and their text at column `col`. */
-void cli_model_help(int col);
+/* Which common options cli_common_help() prints (a bit set). */
+enum {
+	CLI_HELP_OUT = 1,       /* -o, --output */
+	CLI_HELP_BASE = 2,      /* -q, -v, -h, -V */
+	CLI_HELP_MODEL = 4,     /* the model options, cli_model_opts */
+	CLI_HELP_TOKENIZER = 8, /* -t, --tokenizer alone */
+	CLI_HELP_THREADS = 16,  /* -j, --threads alone */
+};
+
+/* Prints the help lines of the common options in `groups` (CLI_HELP_*) to
+ * stdout, in the table's order: each option's names ("-o, --output FILE") at
+ * column 2 and its text at column `col` (on the next line when the names are
+ * longer). out_arg names -o's argument where it is not a FILE ("DIR"); NULL:
+ * FILE. */
+void cli_common_help(int col, unsigned groups, const char *out_arg);
 
 /* Online cores, in [1, 256]. */
 int cli_threads_default(void);

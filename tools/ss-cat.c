@@ -49,12 +49,10 @@ static void help(void)
 	       "  --like STATES  the template record of --import\n"
 	       "  --id ID        the imported record's id (default: --like's)\n"
 	       "  --state-dtype T  its storage dtype: f32 (default), f16, bf16, q8\n"
-	       "  -o OUT         where --export and --import write (default stdout),\n"
-	       "                 whole or not at all\n"
-	       "  -q, -v         quieter, more verbose\n"
-	       "  -h, --help     this help;  -V, --version  the version\n\n"
-	       "Environment: SS_MAX_RECORD limits one record's decompressed size.\n",
-	       usage);
+	       "\n", usage);
+	cli_common_help(17, CLI_HELP_OUT | CLI_HELP_BASE, NULL);
+	printf("\n-o applies to --export and --import (default stdout).\n"
+	       "Environment: SS_MAX_RECORD limits one record's decompressed size.\n");
 	exit(0);
 }
 

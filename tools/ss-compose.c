@@ -31,7 +31,6 @@ static const char *usage =
 /* Threads by default: two decompress two inputs at once, which about
  * halves the time of the decompression that dominates; more help less
  * (the folds are serial) and hold a record each (issue 12). */
-#define THREADS_MAX_DEFAULT 2
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -54,20 +53,17 @@ static void help(void)
 	       "                   MODE(N states: id0 ... idN-1) past 160 bytes)\n"
 	       "  -l, --level N    zstd level of the output, -7..19 (default %d: fast, the\n"
 	       "                   output is usually piped on; 3 is the other tools' level)\n"
-	       "  -j, --threads N  decompress up to N inputs at once (regular files), write\n"
-	       "                   the output as they are read, and compress it with N\n"
-	       "                   threads at levels >= 1; 1..64\n"
-	       "                   (default %d, or the CPUs if fewer); the result is the same\n"
-	       "                   whatever N\n"
-	       "  -o FILE          output (default stdout, never a terminal)\n"
-	       "  -q, -v           quieter, more verbose (-v prints throughput)\n"
-	       "  -h, --help       this help;  -V, --version  the version\n\n"
+	       "\n", usage, OUT_LEVEL_DEFAULT);
+	cli_common_help(19, CLI_HELP_THREADS | CLI_HELP_OUT | CLI_HELP_BASE, NULL);
+	printf("\n--threads N: decompress up to N inputs at once (regular files), write the\n"
+	       "output as they are read, and compress it with N threads at levels >= 1; the\n"
+	       "result is the same whatever N. The output goes to stdout (never a terminal)\n"
+	       "without -o; -v prints throughput.\n"
 	       "All inputs must come from the same model (fingerprint) and have equal dims.\n"
 	       "picaso-s/picaso-r, and any mode with -j above 1, read regular files twice\n"
 	       "(metadata first); picaso's states from a pipe are spooled to a temporary\n"
 	       "file in $TMPDIR.\n"
-	       "Environment: SS_MAX_RECORD limits one record's decompressed size.\n",
-	       usage, OUT_LEVEL_DEFAULT, THREADS_MAX_DEFAULT);
+	       "Environment: SS_MAX_RECORD limits one record's decompressed size.\n");
 	exit(0);
 }
 
@@ -182,10 +178,9 @@ static void parse_args(int argc, char **argv, opts_t *a)
 		{"weights", required_argument, 0, 'W'}, {"id", required_argument, 0, 'I'},
 		{"level", required_argument, 0, 'l'}, {"threads", required_argument, 0, 'j'}, {0, 0, 0, 0},
 	};
-	long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
 	*a = (opts_t){ .o = {SS_COMPOSE_PICASO_R, 0, SS_COMPOSE_CONV_MEAN}, .out_path = "-",
 		       .level = OUT_LEVEL_DEFAULT, .out_dtype = SS_DTYPE_F32,
-		       .threads = n_cpu > 0 && n_cpu < THREADS_MAX_DEFAULT ? (int)n_cpu : THREADS_MAX_DEFAULT };
+		       .threads = cli_threads_default() };
 	const cli_options co = { "l:j:", longs, usage, help, &a->out_path, NULL };
 	int ch;
 	while ((ch = cli_getopt(argc, argv, &co)) != -1) {
@@ -213,7 +208,7 @@ static void parse_args(int argc, char **argv, opts_t *a)
 			a->id = optarg;
 			break;
 		case 'l': a->level = (int)cli_long("--level", optarg, -7, 19, usage); break;
-		case 'j': a->threads = (int)cli_long("--threads", optarg, 1, 64, usage); break;
+		case 'j': a->threads = (int)cli_long("--threads", optarg, 1, 256, usage); break;
 		}
 	}
 	if (a->weights_path && !strcmp(a->weights_path, "-") && !strcmp(a->out_path, "-"))

@@ -73,10 +73,8 @@ static void help(void)
 	       "                       \"finish_reason\"} (no \"text\" with --ids; with\n"
 	       "                       --prompts \"id\" is the prompt's, \"state\" the state's)\n",
 	       usage);
-	cli_model_help(23);
-	printf("  -o FILE              output file (replaced only on success)\n"
-	       "  -q, -v               quieter; more verbose (-v: tokens/s at the end)\n"
-	       "  -h, --help           this help;  -V, --version  the version\n\n");
+	cli_common_help(23, CLI_HELP_MODEL | CLI_HELP_OUT | CLI_HELP_BASE, NULL);
+	printf("\n-v ends with the tokens/s.\n\n");
 	cli_defaults_help();
 	exit(0);
 }

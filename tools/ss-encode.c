@@ -30,7 +30,6 @@ static void help(void)
 	       "Mamba-2 model and write its final state (ssm, conv, logdecay of every layer)\n"
 	       "as one record of a state stream, in input order.\n\n",
 	       usage);
-	cli_model_help(23);
 	printf("  --state-dtype T      storage dtype of conv and ssm: f32 (default), f16, bf16,\n"
 	       "                       q8 (int8 with an f32 scale per block, ss-states(5))\n"
 	       "  --batch N            documents per forward call (default 8); memory grows\n"
@@ -54,11 +53,9 @@ static void help(void)
 	       "                       in FILE's order (a listed id may repeat; the first\n"
 	       "                       input document with the id is taken); they are read\n"
 	       "                       into memory before encoding starts. An id missing\n"
-	       "                       from the inputs is an error\n"
-	       "  -o FILE              output file (default stdout, never a terminal); written\n"
-	       "                       to a temporary file and renamed when complete\n"
-	       "  -q, -v               quieter; more verbose (progress and a summary)\n"
-	       "  -h, --help           this help;  -V, --version  the version\n\n"
+	       "                       from the inputs is an error\n");
+	cli_common_help(23, CLI_HELP_MODEL | CLI_HELP_OUT | CLI_HELP_BASE, NULL);
+	printf("\nThe output goes to stdout (never a terminal) without -o.\n"
 	       "A document with no tokens gets the starting state (zero) with n_tokens 0.\n"
 	       "-v ends with a summary: documents, tokens, and the seconds spent reading\n"
 	       "the inputs, encoding and writing (not loading the model).\n\n");

@@ -121,10 +121,8 @@ static void help(void)
 	       "  --gen N             timing: tokens decoded (default 32)\n"
 	       "  --repeat R          timing: runs per length, the median kept (default 3)\n",
 	       usage, PASSAGES_DEFAULT, MIN_TOKENS_DEFAULT, KMAX_DEFAULT);
-	cli_model_help(22);
-	printf("  -o FILE             output TSV (replaced only on success; default stdout)\n"
-	       "  -q, -v              quieter; more verbose (progress and a summary)\n"
-	       "  -h, --help          this help;  -V, --version  the version\n\n");
+	cli_common_help(22, CLI_HELP_MODEL | CLI_HELP_OUT | CLI_HELP_BASE, NULL);
+	printf("\nThe output is a TSV (default stdout).\n\n");
 	cli_defaults_help();
 	exit(0);
 }

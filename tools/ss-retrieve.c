@@ -68,7 +68,6 @@ static void help(void)
 	      "  --order ORDER    best-last (default: the order ss-compose wants) or\n"
 	      "                   best-first (head -1 is the top hit)\n"
 	      "  --json           JSON lines instead of TSV (--ids, list, show, stats)\n"
-	      "  -o FILE          query: output file (default stdout)\n"
 	      "  --out-dir DIR    batch: write DIR/<query id>.states per query\n"
 	      "  --empty-ok       exit 0 when a query matches no document (default: 1,\n"
 	      "                   as grep; the output is written, empty, either way)\n"
@@ -86,13 +85,14 @@ static void help(void)
 	      "                   later stores them). Needs --model DIR: their model\n"
 	      "  --state-dtype T  with --stateless: the dtype to recompute in: f32\n"
 	      "                   (default, as ss-encode), f16, bf16, q8\n"
-	      "  -q, -v           quieter, more verbose (progress, summary)\n"
-	      "  -h, --help       this help\n"
-	      "  -V, --version    version\n"
+	      ,
+	      stdout);
+	cli_common_help(19, CLI_HELP_OUT | CLI_HELP_BASE, NULL);
+	fputs("(-o: query's output, default stdout)\n"
 	      "query, to recompute the states of stateless documents (the model is loaded\n"
 	      "once, at the first such hit):\n",
 	      stdout);
-	cli_model_help(21);
+	cli_common_help(21, CLI_HELP_MODEL, NULL);
 	fputs("  --deterministic    the same state bytes as ss-encode --deterministic (CPU)\n"
 	      "Here --model has no default: without it a stateless hit is an error; and\n"
 	      "--tokenizer is refused (the tokens are stored). A recomputed state is the\n"

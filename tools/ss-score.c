@@ -47,10 +47,8 @@ static void help(void)
 	       "                         states and logits holds); the output is the same\n"
 	       "                         bytes whatever B and --threads (on the CPU)\n",
 	       usage);
-	cli_model_help(25);
-	printf("  -o FILE                output file (replaced only on success)\n"
-	       "  -q, -v                 quieter; more verbose\n"
-	       "  -h, --help             this help;  -V, --version  the version\n\n"
+	cli_common_help(25, CLI_HELP_MODEL | CLI_HELP_OUT | CLI_HELP_BASE, NULL);
+	printf("\n"
 	       "Query and continuation are tokenized separately and their ids concatenated.\n"
 	       "The query must not be empty: the first continuation token is predicted from\n"
 	       "the logits at the query's last token (a stored state carries no logits).\n"

@@ -82,14 +82,11 @@ static void help(void)
 	       "  --decode         read token streams and write their text: one record per\n"
 	       "                   line (chunks of a document joined), or concatenated with\n"
 	       "                   --whole\n"
-	       "  -t, --tokenizer FILE\n"
-	       "                   tokenizer.json (default: see Defaults below)\n"
-	       "  -o, --output FILE  write to FILE (replaced only on success), not stdout\n"
-	       "  -l, --level N    zstd level of the stream (1..19, default %d)\n"
-	       "  -q, -v           quieter, more verbose (-v: a summary at the end)\n"
-	       "  -h, --help       this help;  -V, --version  the version\n\n"
-	       "Invalid UTF-8 is an error naming the document and byte offset (exit 1).\n\n",
+	       "  -l, --level N    zstd level of the stream (1..19, default %d)\n",
 	       usage, SS_ZSTD_LEVEL_DEFAULT);
+	cli_common_help(19, CLI_HELP_TOKENIZER | CLI_HELP_OUT | CLI_HELP_BASE, NULL);
+	printf("\nThe output goes to stdout without -o; -v ends with a summary.\n"
+	       "Invalid UTF-8 is an error naming the document and byte offset (exit 1).\n\n");
 	cli_defaults_help();
 	exit(0);
 }

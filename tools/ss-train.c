@@ -70,7 +70,6 @@ static void help(void)
 	       "  --max-k N              bp2c, bptc: k drawn uniformly from 0..min(N, chunks) per\n"
 	       "                         example (default 10); the first k chunks, the most\n"
 	       "                         relevant composed last (nearest the query)\n"
-	       "  -o, --output DIR       checkpoint directory (replaced whole at the end)\n"
 	       "  --resume DIR           continue the run saved in DIR (its weights, optimiser,\n"
 	       "                         data position, RNG and options; --steps and --until\n"
 	       "                         may be given again)\n"
@@ -102,9 +101,8 @@ static void help(void)
 	       "  --save-dtype T         dtype of the saved weights: f32, bf16, f16 (default:\n"
 	       "                         the input model's; f32 for a q8_0 one)\n",
 	       usage);
-	cli_model_help(25);
-	printf("  -q, -v                 quieter; more verbose\n"
-	       "  -h, --help             this help;  -V, --version  the version\n\n"
+	cli_common_help(25, CLI_HELP_MODEL | CLI_HELP_OUT | CLI_HELP_BASE, "DIR");
+	printf("\n-o names the checkpoint directory (required).\n"
 	       "AdamW (beta1 0.9, beta2 0.95, eps 1e-8); learning rate: linear warmup to\n"
 	       "--lr, then a cosine to --min-lr at --steps. Same --threads for bit-identical\n"
 	       "resumption. Training runs on the CPU (--device cpu or auto); the master\n"

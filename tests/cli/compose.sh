@@ -89,7 +89,7 @@ expect 0 ss-compose -j 2 -l 3 -o "$t/j2l3.ss" "$t/a.ss" "$t/b.ss"
 [ "$(ss-cat --full "$t/j2l3.ss")" = "$(ss-cat --full "$t/def.ss")" ] || fail "-j 2 -l 3 changed the record"
 expect 2 ss-compose -j 0 "$t/a.ss"
 has "$t/err" "threads"
-expect 2 ss-compose --threads 65 "$t/a.ss"
+expect 2 ss-compose --threads 257 "$t/a.ss"
 for j in 1 2; do
 	expect 1 ss-compose -j "$j" -l 3 -o /dev/full "$t/a.ss" "$t/b.ss"
 	has "$t/err" "ss-compose: /dev/full: .*No space left on device"

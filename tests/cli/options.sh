@@ -29,20 +29,61 @@ for tool in tokenize encode retrieve compose decode score cat eval train; do
 	[ "$rc" -eq 0 ] && [ -s "$t/out" ] || fail "$p $cmd --quiet --verbose --help: exit $rc"
 done
 
-# The model options (cli_model_opts): the model-running tools take them with one meaning and
-# one help text, and refuse a bad value with the same usage error.
-ref=
+# The common options (the table in tools/cli.c): wherever a tool takes one, its help entry (the
+# names, the argument, the text and its continuation lines) reads the same as in every other
+# tool, and the short and the long spelling are both accepted.
+entries() { # the common options' help entries of "$@" --help, one line each: key TAB text
+	"$@" --help | awk '
+		!/^  -/ && !/^     / { key = "" }
+		/^  -/ { key = ""; if (match($0, /--(output|quiet|verbose|help|version|model|tokenizer|device|threads|weights-dtype)( |$)/)) {
+			key = substr($0, RSTART + 2, RLENGTH - 2); sub(/ $/, "", key) } }
+		key != "" && (/^  -/ || /^     /) { t = $0; gsub(/  +/, " ", t); e[key] = e[key] t }
+		END { for (k in e) print k "\t" e[k] }' | sed 's/--output DIR/--output FILE/' | sort
+}
+for tool in tokenize encode retrieve compose decode score cat eval train; do
+	p=ss-$tool
+	cmd=; [ $tool = retrieve ] && cmd=query; [ $tool = eval ] && cmd=timing
+	entries "$p" $cmd >"$t/entries-$tool"
+	want="help output quiet verbose version"
+	case $tool in
+	tokenize) want="$want tokenizer" ;;
+	compose) want="$want threads" ;;
+	encode | retrieve | decode | score | eval | train) want="$want device model threads tokenizer weights-dtype" ;;
+	esac
+	have=$(cut -f 1 "$t/entries-$tool" | sort | paste -sd ' ')
+	[ "$have" = "$(printf '%s\n' $want | sort | paste -sd ' ')" ] ||
+		fail "$p --help: common options [$have], want [$want]"
+	while IFS=$(printf '\t') read -r key text; do
+		if [ -f "$t/ref-$key" ]; then
+			[ "$text" = "$(cat "$t/ref-$key")" ] ||
+				fail "$p --help: --$key reads \"$text\", not as in $(cat "$t/who-$key")'s: \"$(cat "$t/ref-$key")\""
+		else
+			printf '%s' "$text" >"$t/ref-$key" && echo "$p" >"$t/who-$key"
+		fi
+	done <"$t/entries-$tool"
+	for o in "-t /dev/null" "--tokenizer /dev/null" "-j 1" "--threads 1" "-o $t/x" "--output $t/x"; do
+		case "$o" in
+		*tokenizer* | -t*) grep -q '^tokenizer' "$t/entries-$tool" || continue ;;
+		*threads* | -j*) grep -q '^threads' "$t/entries-$tool" || continue ;;
+		esac
+		# shellcheck disable=SC2086 # the option and its argument
+		"$p" $cmd $o --help </dev/null >"$t/out" 2>"$t/err" || fail "$p $cmd $o --help: $(head -1 "$t/err")"
+	done
+	# The man page gives the same spellings (ss-retrieve query refuses --tokenizer: not there).
+	man=$SS_TOP/man/$p.1
+	grep -q '^\.B -q, --quiet, -v, --verbose$' "$man" || fail "$man: no '-q, --quiet, -v, --verbose' entry"
+	for key in output:o tokenizer:t threads:j; do
+		grep -q "^${key%:*}" "$t/entries-$tool" || continue
+		[ "$tool.${key%:*}" = retrieve.tokenizer ] && continue
+		grep -q "^\.BI \"-${key#*:}, --${key%:*}\" \" [A-Z]*\"$" "$man" ||
+			fail "$man: no '-${key#*:}, --${key%:*}' entry"
+	done
+done
+
+# The model options (cli_model_opts) refuse a bad value with the same usage error.
 for tool in encode decode score eval; do
 	p=ss-$tool
 	cmd=; [ $tool = eval ] && cmd=timing; [ $tool = decode ] && cmd="--prompt x"
-	# Each model option's entry: its line and the continuation lines below it.
-	"$p" --help | awk '/^  -/ { on = /^  --(model|tokenizer|device|threads|weights-dtype) / }
-		on && /^   / || on && /^  -/' | sed 's/  */ /g' >"$t/help-$tool"
-	[ "$(grep -c -- '--model DIR\|--tokenizer FILE\|--device D\|--threads N\|--weights-dtype T' "$t/help-$tool")" -eq 5 ] ||
-		fail "$p --help: not the five model options: $(cat "$t/help-$tool")"
-	if [ -z "$ref" ]; then ref=$tool
-	else cmp -s "$t/help-$ref" "$t/help-$tool" || fail "$p --help: the model options read otherwise than ss-$ref's"
-	fi
 	"$p" $cmd --threads 0 </dev/null >"$t/out" 2>"$t/err"
 	rc=$?
 	[ "$rc" -eq 2 ] && grep -q "^$p: --threads: '0' is not an integer in \[1, 256\]" "$t/err" ||
