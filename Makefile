@@ -232,15 +232,17 @@ demo: deps
 eval: all
 	$(Q)$(MAKE) --no-print-directory -f pipelines/eval.mk eval SS_SHARED=$(SS_SHARED) SS_BIN=$(abspath $(B))/bin
 
-# install: the tools, the CUDA plugin (when built), the man pages and data/ (tokenizer, demo
-# corpus, default model) in DATADIR. uninstall removes exactly these files (and DATADIR).
+# install: the tools, the CUDA plugin (when built), the man pages, the bash completion (one copy
+# of tools/ss.bash per tool name in COMPDIR) and data/ (tokenizer, demo corpus, default model)
+# in DATADIR. uninstall removes exactly these files (and DATADIR).
 DATA       := $(filter-out data/model data/recall-model,$(wildcard data/*))
 DATA_MODEL := $(wildcard data/model/*)
 DATA_RECALL := $(wildcard data/recall-model/*)
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
-		$(DESTDIR)$(DATADIR)/model $(DESTDIR)$(DATADIR)/recall-model
+		$(DESTDIR)$(DATADIR)/model $(DESTDIR)$(DATADIR)/recall-model $(DESTDIR)$(COMPDIR)
 	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)
+	for t in $(notdir $(TOOLS)); do install -m 644 tools/ss.bash $(DESTDIR)$(COMPDIR)/$$t || exit; done
 	$(if $(CUDA_PLUGIN),install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(LIBDIR))
 	install -m 644 $(wildcard man/*.1) $(DESTDIR)$(MANDIR)/man1
 	install -m 644 $(wildcard man/*.5) $(DESTDIR)$(MANDIR)/man5
@@ -252,6 +254,7 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS))) $(DESTDIR)$(LIBDIR)/libss_cuda.so \
 		$(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(wildcard man/*.1))) \
 		$(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(wildcard man/*.5))) \
+		$(addprefix $(DESTDIR)$(COMPDIR)/,$(notdir $(TOOLS))) \
 		$(addprefix $(DESTDIR)$(DATADIR)/,$(notdir $(DATA))) \
 		$(addprefix $(DESTDIR)$(DATADIR)/model/,$(notdir $(DATA_MODEL))) \
 		$(addprefix $(DESTDIR)$(DATADIR)/recall-model/,$(notdir $(DATA_RECALL)))

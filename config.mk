@@ -5,6 +5,8 @@ LIBDIR   ?= $(PREFIX)/lib
 MANDIR   ?= $(PREFIX)/share/man
 # The tokenizer, demo corpus and default model (data/), installed here and compiled into the tools.
 DATADIR  ?= $(PREFIX)/share/ss
+# bash completion (tools/ss.bash), one file per tool where bash-completion looks them up by name
+COMPDIR  ?= $(PREFIX)/share/bash-completion/completions
 CC       ?= cc
 CFLAGS   ?= -O2 -g -march=x86-64-v2
 # BLAS for the CPU GEMMs: openblas (default) or blis (Debian's libblis-dev; builds into build/blis/).

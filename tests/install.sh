@@ -20,7 +20,8 @@ echo "install test: $(wc -l <"$work/installed") files installed:"
 sed 's/^/    /' "$work/installed"
 for f in bin/ss-encode share/man/man1/ss-encode.1 share/man/man5/ss-states.5 share/ss/tokenizer.json \
 	share/ss/model/config.json share/ss/model/model.safetensors share/ss/NOTICE \
-	share/ss/recall-model/model.safetensors share/ss/recall-model/tokenizer.json; do
+	share/ss/recall-model/model.safetensors share/ss/recall-model/tokenizer.json \
+	share/bash-completion/completions/ss-encode share/bash-completion/completions/ss-retrieve; do
 	grep -qx "./$f" "$work/installed" || fail "$f not installed"
 done
 
@@ -30,6 +31,9 @@ cd "$work"
 PATH=$prefix/bin:/usr/bin:/bin
 export PATH
 ss-encode --help | grep -qF "$prefix/share/ss/model" || fail "ss-encode --help does not name $prefix/share/ss"
+got=$(bash -c '. "$1" && COMP_WORDS=(ss-encode --thr) COMP_CWORD=1 && _ss_complete && echo "${COMPREPLY[*]}"' \
+	_ "$prefix/share/bash-completion/completions/ss-encode")
+[ "$got" = --threads ] || fail "the installed bash completion of ss-encode --thr gave '$got'"
 MANPATH=$prefix/share/man man -w ss-encode | grep -qF "$prefix/share/man/man1/ss-encode.1" ||
 	fail "man ss-encode does not find the installed page"
 head -n 120 "$prefix/share/ss/wikitext-2-raw.test.hf-crlf.raw" >wiki.txt
