@@ -20,7 +20,7 @@ static const char *usage =
 	"                 [--concat [--id ID]] [--from-state FILE]\n"
 	"                 [--text [--tokenizer FILE] [--max-doc SIZE]]\n"
 	"                 [--shard I/N] [--ids FILE] [--deterministic] [--weights-dtype T]\n"
-	"                 [-o FILE] [-q|-v] [FILE...]";
+	"                 [--estimate] [-o FILE] [-q|-v] [FILE...]";
 
 static void help(void) __attribute__((noreturn));
 static void help(void)
@@ -53,7 +53,11 @@ static void help(void)
 	       "                       in FILE's order (a listed id may repeat; the first\n"
 	       "                       input document with the id is taken); they are read\n"
 	       "                       into memory before encoding starts. An id missing\n"
-	       "                       from the inputs is an error\n");
+	       "                       from the inputs is an error\n"
+	       "  --estimate           write no states: read every selected document, encode\n"
+	       "                       an evenly spaced sample of 32 to 63 of them, print the\n"
+	       "                       bytes and time the whole encoding would take here\n"
+	       "                       (key value lines; see ss-encode(1))\n");
 	cli_common_help(23, CLI_HELP_MODEL | CLI_HELP_OUT | CLI_HELP_BASE, NULL);
 	printf("\nThe output goes to stdout (never a terminal) without -o.\n"
 	       "A document with no tokens gets the starting state (zero) with n_tokens 0.\n"
@@ -434,7 +438,7 @@ static void append_id(char **acc, size_t *len, size_t *cap, const char *add)
 typedef struct {
 	const char *from_path, *out_path, *concat_id, *model_dir;
 	cli_model_opts mo;
-	int concat, text, deterministic;
+	int concat, text, deterministic, estimate;
 	uint64_t max_doc;
 	long batch;
 	ss_dtype dtype;
@@ -445,7 +449,7 @@ typedef struct {
 static void parse_args(int argc, char **argv, encode_opts *o)
 {
 	enum { O_DTYPE = 256, O_CONCAT, O_FROM, O_BATCH, O_TEXT, O_ID, O_SHARD, O_IDS, O_DET,
-	       O_MAXDOC };
+	       O_MAXDOC, O_ESTIMATE };
 	static const struct option opts[] = {
 		{ "state-dtype", required_argument, 0, O_DTYPE },
 		{ "concat", no_argument, 0, O_CONCAT },
@@ -457,6 +461,7 @@ static void parse_args(int argc, char **argv, encode_opts *o)
 		{ "max-doc", required_argument, 0, O_MAXDOC },
 		{ "shard", required_argument, 0, O_SHARD },
 		{ "ids", required_argument, 0, O_IDS },
+		{ "estimate", no_argument, 0, O_ESTIMATE },
 		{ 0, 0, 0, 0 },
 	};
 	*o = (encode_opts){ .max_doc = (uint64_t)64 << 20, /* as ss-tokenize's default */
@@ -480,8 +485,11 @@ static void parse_args(int argc, char **argv, encode_opts *o)
 			break;
 		case O_SHARD: parse_shard(optarg, &o->sel, usage); break;
 		case O_IDS: o->sel.ids_path = optarg; break;
+		case O_ESTIMATE: o->estimate = 1; break;
 		}
 	}
+	if (o->estimate && (o->concat || o->out_path))
+		cli_usage(usage, "--estimate writes no states: not with %s", o->concat ? "--concat" : "-o");
 	if (o->concat_id && !o->concat)
 		cli_usage(usage, "--id needs --concat");
 	if (o->mo.tokenizer && !o->text)
@@ -606,6 +614,100 @@ static void encode_all(encoder *e, input *in, selection *sel, double t0)
 	}
 }
 
+/* --estimate: an evenly spaced sample of the selected documents, kept while
+ * all of them are read: document i (0-based) while i % stride == 0; when the
+ * sample reaches 2 * ESTIMATE_SAMPLE, the stride doubles and every other kept
+ * document goes. ESTIMATE_SAMPLE..2*ESTIMATE_SAMPLE-1 documents stay (all of
+ * them when there are fewer); their tokens are the only ones held. */
+enum { ESTIMATE_SAMPLE = 32 };
+typedef struct {
+	doc kept[2 * ESTIMATE_SAMPLE];
+	int n;
+	uint64_t stride;
+	long long n_docs, n_tok; /* of all the selected documents */
+} sample;
+
+static void sample_add(sample *s, doc *d)
+{
+	uint64_t i = (uint64_t)s->n_docs++;
+	s->n_tok += d->n_tokens;
+	if (i % s->stride) {
+		doc_free(d);
+		return;
+	}
+	s->kept[s->n++] = *d;
+	memset(d, 0, sizeof *d);
+	if (s->n < 2 * ESTIMATE_SAMPLE)
+		return;
+	int n = 0;
+	for (int j = 0; j < s->n; j++) {
+		if (j % 2)
+			doc_free(&s->kept[j]);
+		else
+			s->kept[n++] = s->kept[j];
+	}
+	s->n = n;
+	s->stride *= 2;
+}
+
+/* --estimate: reads every selected document (tokenizing --text), encodes the
+ * sample into a temporary stream in $TMPDIR (removed), and prints what the
+ * whole encoding would write and take: the written bytes per record and the
+ * sample's tokens/s scaled to all the tokens, plus the time the reading took. */
+static void estimate(encoder *e, input *in, selection *sel)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	sample s = { .stride = 1 };
+	doc d = { 0 };
+	double t0 = cli_now();
+	while (next_doc(in, sel, &d))
+		sample_add(&s, &d);
+	double read_s = cli_now() - t0;
+	const char *tmpdir = getenv("TMPDIR");
+	char *tmp = NULL;
+	if (asprintf(&tmp, "%s/ss-estimate.%ld", tmpdir && *tmpdir ? tmpdir : "/tmp", (long)getpid()) < 0)
+		cli_die("out of memory");
+	if (ss_writer_open(&out_w, tmp, 0, err))
+		cli_die("%s: %s", tmp, err);
+	long long sample_tok = 0;
+	for (int j = 0; j < s.n; j++)
+		sample_tok += s.kept[j].n_tokens;
+	double t1 = cli_now();
+	for (int j = 0; j < s.n;) {
+		int nb = 0;
+		while (nb < e->nst && j < s.n)
+			e->docs[nb++] = s.kept[j++];
+		encode_batch(e, nb);
+	}
+	ss_writer *w = out_w;
+	out_w = NULL;
+	if (ss_writer_close(w, err))
+		cli_die("%s: %s", tmp, err[0] ? err : "write failed");
+	double encode_s = cli_now() - t1;
+	struct stat st;
+	if (stat(tmp, &st))
+		cli_die("%s: %s", tmp, strerror(errno));
+	unlink(tmp);
+	free(tmp);
+	double per_record = s.n ? (double)st.st_size / s.n : 0;
+	/* Time scales with the tokens (the prefill), or with the documents when the
+	 * sample has none (each is then a state copied out). */
+	double scale = sample_tok ? (double)s.n_tok / (double)sample_tok : s.n ? (double)s.n_docs / s.n : 0;
+	printf("documents         %lld\n"
+	       "tokens            %lld\n"
+	       "sample_documents  %d\n"
+	       "sample_tokens     %lld\n"
+	       "sample_seconds    %.3f\n"
+	       "tokens_per_s      %.0f\n"
+	       "record_bytes      %.0f\n"
+	       "state_bytes       %.0f\n"
+	       "read_seconds      %.3f\n"
+	       "encode_seconds    %.1f\n",
+	       s.n_docs, s.n_tok, s.n, sample_tok, encode_s,
+	       encode_s > 0 ? (double)sample_tok / encode_s : 0.0, per_record, per_record * (double)s.n_docs,
+	       read_s, read_s + encode_s * scale);
+}
+
 static void encoder_free(encoder *e)
 {
 	free(e->cid);
@@ -654,7 +756,7 @@ int main(int argc, char **argv)
 	e.ctx = mcli_forward_ctx(e.m, o.model_dir, dev, o.mo.threads);
 	if (o.deterministic && ss_forward_ctx_set_deterministic(e.ctx, 1))
 		cli_die("--deterministic: only the CPU promises it, not --device %s", o.mo.device);
-	if (ss_writer_open(&out_w, o.out_path ? o.out_path : "-", 0, err))
+	if (!o.estimate && ss_writer_open(&out_w, o.out_path ? o.out_path : "-", 0, err))
 		cli_die("%s: %s", o.out_path ? o.out_path : "standard output", err);
 	atexit(abort_output);
 	encoder_alloc(&e);
@@ -675,9 +777,13 @@ int main(int argc, char **argv)
 		selection_load(&o.sel);
 		selection_gather(&in, &o.sel);
 	}
-	encode_all(&e, &in, &o.sel, t0);
-	cli_progress_end();
-	finish(&e, t0);
+	if (o.estimate) {
+		estimate(&e, &in, &o.sel);
+	} else {
+		encode_all(&e, &in, &o.sel, t0);
+		cli_progress_end();
+		finish(&e, t0);
+	}
 	encoder_free(&e);
 	ss_device_close(dev);
 	input_close(&in);

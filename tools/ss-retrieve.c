@@ -490,13 +490,65 @@ static int cmd_show(const char *db, char **ids, int n_ids, int json)
 	return 0;
 }
 
+/* stats: where the first stored state is (its file and offset), or the
+ * recompute dtype of a stateless document when none is stored. */
+typedef struct {
+	char *path;
+	uint64_t offset;
+	char dtype[16];
+} first_state;
+
+static int first_state_of(void *ctx, const ss_index_doc *d)
+{
+	first_state *f = ctx;
+	if (d->stateless) {
+		if (!f->dtype[0] && d->dtype)
+			snprintf(f->dtype, sizeof f->dtype, "%s", d->dtype);
+		return 0;
+	}
+	if (!(f->path = strdup(d->path)))
+		cli_die("out of memory");
+	f->offset = d->offset;
+	return 1;
+}
+
+/* The dtype of the index's states: the first stored state record's (read at
+ * its offset, metadata only), else the stateless documents' recompute dtype,
+ * else "" (an empty index). Every state of an index comes from one model;
+ * a later add in another dtype is not looked for. */
+static void states_dtype(ss_index *ix, const char *db, char *out, size_t cap)
+{
+	char em[SS_ERRMSG_MAX] = "";
+	first_state f = { 0 };
+	int rc = ss_index_docs(ix, NULL, first_state_of, &f, em);
+	if (rc < 0)
+		cli_die("%s: %s", db, em);
+	snprintf(out, cap, "%s", f.dtype);
+	if (!f.path)
+		return;
+	ss_reader *r;
+	const ss_record *rec;
+	ss_state st = { 0 };
+	if (ss_reader_open(&r, f.path, cli_max_record(), em))
+		cli_die("%s: state file %s: %s", db, f.path, em);
+	if (ss_reader_seek(r, f.offset) || ss_reader_next_meta(r, &rec) != 1 ||
+	    ss_record_state_meta(rec, &st, em))
+		cli_die("%s: state file %s, byte offset %llu: %s", db, f.path, (unsigned long long)f.offset,
+			em[0] ? em : ss_reader_error(r));
+	snprintf(out, cap, "%s", ss_dtype_name(st.dtype));
+	ss_state_free(&st);
+	ss_reader_close(r);
+	free(f.path);
+}
+
 static int cmd_stats(const char *db, int json)
 {
-	char em[SS_ERRMSG_MAX];
+	char em[SS_ERRMSG_MAX], dtype[16];
 	ss_index *ix = open_or_die(db);
 	ss_index_info in;
 	if (ss_index_info_get(ix, &in, em))
 		cli_die("%s: %s", db, em);
+	states_dtype(ix, db, dtype, sizeof dtype);
 	ss_index_close(ix);
 	const struct {
 		const char *key;
@@ -522,11 +574,12 @@ static int cmd_stats(const char *db, int json)
 	}
 	if (j) {
 		json_add_str(j, "fingerprint", in.fingerprint, (size_t)-1);
+		json_add_str(j, "state_dtype", dtype, (size_t)-1);
 		json_line(stdout, j);
 	} else {
 		printf("%-17s ", "fingerprint");
 		put_escaped(stdout, in.fingerprint, (size_t)-1, ESC_PLAIN);
-		putchar('\n');
+		printf("\n%-17s %s\n", "state_dtype", dtype);
 	}
 	return 0;
 }

@@ -99,6 +99,7 @@ expect 0 ss-retrieve stats --index ab.db
 has out "^documents  *130$"
 has out "^state_files  *2$"
 has out "^texts_stored  *130$"
+has out "^state_dtype  *f32$"
 expect 0 ss-retrieve stats --index ab.db --json
 has out '"documents":130,"terms":[1-9]'
 
