@@ -8,6 +8,8 @@
 #   make -f pipelines/recall.mk eval          [MODEL=R/model] (zero-shot table, R/eval-base.tsv)
 #   make -f pipelines/recall.mk finetune      (bptc, bp2c, soup-k2/4/8, lm-ft from R/model, each evaluated)
 #   make -f pipelines/recall.mk bundle        (copies R/model into data/recall-model)
+#   make -f pipelines/recall.mk dtypes        [MODEL=data/recall-model] (what each state dtype
+#                                             costs in answers: R/dtypes.tsv, issue 54)
 #
 # The model: gen/mkmodel's Mamba-2 of SHAPE (d_model 128, 4 layers, d_state 64, headdim 32,
 # vocabulary 556 = 256 bytes + 300 added tokens: names and digit pairs, mkrecall tokenizer),
@@ -40,6 +42,10 @@
 #                      --mode soup, k <= K), lm-ft (lm on fresh pretraining sequences): FT_STEPS each
 # R/finetune.tsv       every model's rows of context oracle, pos all: the before/after table
 # R/recall-NAME.png    the gnuplot figure of each table (pipelines/eval-recall.gp)
+# R/dtype-T/, R/dtype-T.tsv  the evaluation corpus's states stored in dtype T (DTYPES) under
+#                      MODEL, and ss-eval recall on the oracle documents (their stored states
+#                      composed: DTYPE_METHODS at DTYPE_KS)
+# R/dtypes.tsv         per dtype: bytes per record, and EM and answer NLL per k and method
 
 SHELL    := /bin/bash
 RECALL_MK_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
@@ -69,6 +75,9 @@ FT_K     ?= 16
 FT_STEPS ?= 300
 FT_OPTS  ?= --lr 1e-3 --min-lr 1e-4 --warmup 20 --batch-tokens 2048 --batch-seqs 16
 SOUP_KS  ?= 2 4 8
+DTYPES   ?= f32 f16 bf16 q8
+DTYPE_KS ?= 1,4,8,16
+DTYPE_METHODS ?= picaso-r,soup
 
 export PATH := $(TOP)/build/bin:$(PATH)
 threads := $(if $(THREADS),--threads $(THREADS))
@@ -76,7 +85,7 @@ FT_MODELS := bptc bp2c $(addprefix soup-k,$(SOUP_KS)) lm-ft
 # What MODEL needs first: pretraining, when it is this directory's model.
 MODEL_DEP := $(if $(filter $(R)/model,$(MODEL)),$(R)/pretrain.log)
 
-.PHONY: model eval finetune bundle clean
+.PHONY: model eval finetune bundle dtypes clean
 .SECONDARY:
 .DELETE_ON_ERROR:
 model: $(R)/pretrain.log
@@ -118,17 +127,35 @@ $(R)/%/corpus.tokens: $(R)/%/corpus.jsonl $(R)/tokenizer.json
 	ss-tokenize -q -t $(R)/tokenizer.json --jsonl -o $@ $<
 
 # One model's database of the evaluation corpus, and its table. NAME=base is R/model.
+# database MODEL,ENCODE-OPTIONS: the recipe of a database of the evaluation corpus in $(@D).
 model_of = $(if $(filter base,$(1)),$(MODEL),$(R)/ft-$(1))
-$(R)/eval-base/index.db: $(MODEL_DEP)
-$(R)/eval-%/index.db: $(R)/eval/corpus.tokens
-	@mkdir -p $(@D)
-	ss-encode -q --model $(call model_of,$*) $(threads) -o $(@D)/corpus.states $<
+database = mkdir -p $(@D)
+database += && ss-encode -q --model $(1) $(threads) $(2) -o $(@D)/corpus.states $< && \
 	t=$@.tmp.$$$$; rm -f $$t $$t-journal; \
 	ss-retrieve build -q --index $$t $< $(@D)/corpus.states && mv -f $$t $@ || { rm -f $$t $$t-journal; exit 1; }
+$(R)/eval-base/index.db: $(MODEL_DEP)
+$(R)/eval-%/index.db: $(R)/eval/corpus.tokens
+	$(call database,$(call model_of,$*))
 $(R)/eval-%.tsv: $(R)/eval-%/index.db $(R)/eval/queries.jsonl
 	ss-eval recall -q --model $(call model_of,$*) $(threads) --index $< --qa $(R)/eval/queries.jsonl \
 		--ks $(KS) --methods $(METHODS) --retrieve -o $@
 	gnuplot -e "tsv='$@'; out='$(R)/recall-$*'" $(RECALL_MK_DIR)/eval-recall.gp
+
+# What each state dtype costs in answers: the same model and corpus, the states stored as T.
+$(R)/dtype-%/index.db: $(R)/eval/corpus.tokens $(MODEL_DEP)
+	$(call database,$(MODEL),--state-dtype $*)
+$(R)/dtype-%.tsv: $(R)/dtype-%/index.db $(R)/eval/queries.jsonl
+	ss-eval recall -q --model $(MODEL) $(threads) --index $< --qa $(R)/eval/queries.jsonl \
+		--ks $(DTYPE_KS) --methods $(DTYPE_METHODS) -o $@
+dtypes: $(R)/dtypes.tsv
+$(R)/dtypes.tsv: $(DTYPES:%=$(R)/dtype-%.tsv)
+	{ printf 'dtype\tbytes_per_record\tk\tmethod\tem\tmean_nll\n'; \
+	  for d in $(DTYPES); do \
+		b=$$(ss-retrieve stats --index $(R)/dtype-$$d/index.db | awk '$$1 == "documents" { n = $$2 } \
+			$$1 == "state_bytes" { s = $$2 } END { printf "%.0f", s / n }') && \
+		awk -F '\t' -v d=$$d -v b=$$b '$$1 == "oracle" && $$4 == "all" { print d "\t" b "\t" $$3 "\t" $$2 "\t" $$6 "\t" $$7 }' \
+			$(R)/dtype-$$d.tsv || exit; \
+	  done; } >$@.tmp && mv -f $@.tmp $@
 
 # Fine-tuning for composition, each FT_STEPS steps from MODEL on the fine-tuning corpus's
 # queries (k drawn uniformly in 0..max-k per example, the gold chunk composed last).
