@@ -6,7 +6,8 @@
 # SLURM_ARRAY_TASK_ID; a partition of 4 cpus and 8 GB that refuses bigger jobs). Checks:
 # submit.sh twice at once ends with one good index; a failed task, then a resubmit that
 # cancels a stale job and asks only for the missing shard; the job names and logs; a refused
-# sbatch cancels what was submitted and says so; two index jobs at once keep a good index.
+# sbatch cancels what was submitted and says so; two index jobs at once keep a good index;
+# answers as an array equal one process's, and a failed part alone is resubmitted.
 # Self-contained: a random model and a byte-level tokenizer (tests/util/tiny.sh), a corpus
 # made here. Run by tests/run from the repo root (SS_TOP, PATH with build/bin).
 set -eu
@@ -196,12 +197,17 @@ grep -q -- "--kill-on-invalid-dep=yes --array=0-2 .*shard.sbatch$" stub/sbatch.l
 # 2. A failed task: the index job is not run; a resubmit asks only for that shard and the index.
 export DB=$d/db2
 mkdir fakebin
-cat >fakebin/ss-encode <<EOF
+# breakable TOOL PATTERN: fakebin/TOOL runs the real tool, but dies as a killed task (exit 137)
+# while $d/break exists, when its arguments match the case PATTERN.
+breakable() {
+	cat >"fakebin/$1" <<EOF
 #!/bin/sh
-case " \$* " in *" --shard 1/3 "*) [ -e "$d/break" ] && { echo "killed" >&2; exit 137; } ;; esac
-exec "$SS_TOP/${SS_BUILD:-build}/bin/ss-encode" "\$@"
+case " \$* " in $2) [ -e "$d/break" ] && { echo "killed" >&2; exit 137; } ;; esac
+exec "$SS_TOP/${SS_BUILD:-build}/bin/$1" "\$@"
 EOF
-chmod +x fakebin/ss-encode
+	chmod +x "fakebin/$1"
+}
+breakable ss-encode '*" --shard 1/3 "*'
 touch break
 env PATH="$d/fakebin:$PATH" sh "$sub" --partition=cpu >out
 wait_jobs
@@ -266,4 +272,31 @@ wait_jobs
 good_index db4
 [ "$(cat "stub/$i1.state") $(cat "stub/$i2.state")" = "COMPLETED COMPLETED" ] ||
 	fail "two index jobs at once: $(cat "stub/$i1.state") $(cat "stub/$i2.state"): $(cat ss-index-$i1.log ss-index-$i2.log)"
+
+# 5. Answers as an array (WHAT=answers, answer.sbatch): 4 parts of 9 questions, merged in input
+# order, byte-equal to one process's answers; a failed part is the only one resubmitted.
+unset DB DOCS SHARDS CHUNK
+n=0
+for w in foxtrot alpha nothing-matches kilo bravo lima echo juliett india; do
+	n=$((n + 1)); echo "{\"id\":\"q$n\",\"query\":\"the $w document\"}"
+done >questions.jsonl
+export QUESTIONS=$d/questions.jsonl INDEX=$d/db2/index.db MAX_TOKENS=6 K=3
+OUT=$d/one PARTS=1 sh "$SS_TOP/pipelines/answer.sh" part 0
+OUT=$d/one PARTS=1 sh "$SS_TOP/pipelines/answer.sh" merge
+[ "$(wc -l <one/answers.jsonl)" -eq 9 ] || fail "one process: $(cat one/answers.jsonl)"
+grep -q '"id":"q1","state":"picaso-r(' one/answers.jsonl || fail "q1 not from a composed state: $(head -1 one/answers.jsonl)"
+breakable ss-decode '*"/parts/.2."*'
+touch break
+: >stub/sbatch.log
+WHAT=answers OUT=$d/four PARTS=4 sh "$sub" --partition=cpu >out
+grep -q "^answer array (0-3) job [0-9]" out && grep -q "^merge job [0-9]" out || fail "answers: $(cat out)"
+wait_jobs
+[ -s four/parts/0.jsonl ] && [ -s four/parts/3.jsonl ] && [ ! -e four/parts/2.jsonl ] && [ ! -e four/answers.jsonl ] ||
+	fail "after a failed part: $(ls four four/parts)"
+rm break
+: >stub/sbatch.log
+WHAT=answers OUT=$d/four PARTS=4 sh "$sub" --partition=cpu >out
+grep -q "^answer array (2) job" out && grep -q -- "--array=2 " stub/sbatch.log || fail "resubmit: $(cat out)"
+wait_jobs
+cmp one/answers.jsonl four/answers.jsonl || fail "4 parts' answers differ from one process's"
 echo ok
