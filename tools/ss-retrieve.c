@@ -26,7 +26,7 @@ static const char *usage_line =
 	"       ss-retrieve query --index DB [-k K] [--exclude ID]... [--query TEXT]\n"
 	"                   [--ids [--text] [--json]] [--order best-last|best-first]\n"
 	"                   [-o FILE | --out-dir DIR] [--empty-ok] [--k1 K1] [--b B] [-q|-v]\n"
-	"                   [--operator or|and] [--proximity on|off]\n"
+	"                   [--operator or|and] [--proximity on|off] [--literal]\n"
 	"                   [--model DIR [--device D] [--threads N] [--weights-dtype T]\n"
 	"                   [--deterministic]]\n"
 	"       ss-retrieve list|stats --index DB [--json]\n"
@@ -76,6 +76,8 @@ static void help(void)
 	      "                   as grep; the output is written, empty, either way)\n"
 	      "  --operator OP    what a document must hold of the query's words and\n"
 	      "                   \"quoted phrases\": or (any: default), and (all)\n"
+	      "  --literal        a double quote is a separator, not a phrase's (for\n"
+	      "                   queries cut from text)\n"
 	      "  --proximity on|off\n"
 	      "                   add BM25TP's score for query words standing close\n"
 	      "                   together (default off)\n"
@@ -1170,7 +1172,7 @@ static void parse_command(int argc, char **argv, retrieve_args *a)
 }
 
 enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B, O_TEXT, O_ORDER,
-       O_OPERATOR, O_PROXIMITY, O_BUDGET, O_HITS, O_DET, O_STATELESS, O_SDTYPE, O_ADD_MODEL };
+       O_OPERATOR, O_PROXIMITY, O_LITERAL, O_BUDGET, O_HITS, O_DET, O_STATELESS, O_SDTYPE, O_ADD_MODEL };
 
 /* Option c's argument into a, refused when not the command's. */
 static void set_opt(retrieve_args *a, int c, char **argv)
@@ -1205,6 +1207,7 @@ static void set_opt(retrieve_args *a, int c, char **argv)
 			cli_usage(usage_line, "--operator: '%s' is neither or nor and", optarg);
 		o->qflags = (o->qflags & ~SS_INDEX_QUERY_ALL) | (strcasecmp(optarg, "and") ? 0 : SS_INDEX_QUERY_ALL);
 		break;
+	case O_LITERAL: o->qflags &= ~SS_INDEX_QUERY_PHRASES; break;
 	case O_PROXIMITY:
 		if (strcmp(optarg, "on") && strcmp(optarg, "off"))
 			cli_usage(usage_line, "--proximity: '%s' is neither on nor off", optarg);
@@ -1248,6 +1251,7 @@ static void parse_opts(int argc, char **argv, retrieve_args *a)
 		{ "b", required_argument, 0, O_B },
 		{ "operator", required_argument, 0, O_OPERATOR },
 		{ "proximity", required_argument, 0, O_PROXIMITY },
+		{ "literal", no_argument, 0, O_LITERAL },
 		{ "text", no_argument, 0, O_TEXT },
 		{ "order", required_argument, 0, O_ORDER },
 		{ "state-budget", required_argument, 0, O_BUDGET },

@@ -47,6 +47,9 @@ expect 2 ss-retrieve query --index ok.db --query '"" vera'
 has err "empty phrase at byte 1"
 expect 2 ss-retrieve query --index ok.db --query "$long"
 has err "has 65 words, at most 64$"
+# --literal: a quote is a separator (queries cut from text)
+expect 0 ss-retrieve query --index ok.db --ids --order best-first --literal --query 'Vera "Rossi'
+[ "$(ids)" = "p1 p4 p2 p3 " ] || fail "--literal: $(ids)"
 expect 2 ss-retrieve query --index ok.db --operator xor --query vera
 expect 2 ss-retrieve query --index ok.db --proximity yes --query vera
 
