@@ -1515,56 +1515,64 @@ static int read_positions(ss_bm25 *b, uint32_t rid, size_t *n, char *errmsg)
 
 /* Phrase p's documents, each with its number of occurrences (every start
  * position where its tokens stand in order, overlaps counted: FTS5's phrase
- * frequency), and its idf from their number. */
+ * frequency), and its idf from their number. The documents holding every
+ * token are found by the rarest token's postings, the others' cursors
+ * seeking through their skip tables (a common token's blocks are decoded
+ * only where the rare one has a document); each such document's positions
+ * are then read. */
 static int phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char *errmsg)
 {
-	size_t m = b->ph[p + 1] - b->ph[p];
-	clause *t = calloc(m, sizeof *t);
+	size_t m = b->ph[p + 1] - b->ph[p], opened = 0, r = 0;
+	cursor *t = calloc(m, sizeof *t);
 	uint32_t tid[SS_BM25_MAX_PHRASE];
-	int rc = t ? 0 : SS_ERR_NOMEM;
-	size_t shortest = 0;
+	int rc = t ? 0 : SS_ERR_NOMEM, said = 1; /* said: errmsg is set for rc */
 	for (size_t j = 0; !rc && j < m; j++) {
-		if ((rc = term_clause(b, b->ptok[b->ph[p] + j], &t[j], buf, errmsg)))
-			break;
-		tid[j] = t[j].tid;
-		if (!t[j].n)
-			goto empty;
-		if (t[j].n < t[shortest].n)
-			shortest = j;
+		int64_t id;
+		if ((rc = cur_open(b, b->ptok[b->ph[p] + j], &t[j], &id, buf, errmsg)) <= 0)
+			break; /* an error, or a token no document holds: no document */
+		rc = 0;
+		opened++;
+		tid[j] = (uint32_t)id;
+		if (t[j].df < t[r].df)
+			r = j;
 	}
-	for (size_t r = 0; !rc && r < t[shortest].n; r++) {
-		uint32_t d = t[shortest].rid[r];
-		size_t j;
-		for (j = 0; j < m; j++) {
-			clause *x = &t[j];
-			while (x->at < x->n && x->rid[x->at] < d)
-				x->at++;
-			if (x->at == x->n)
-				goto empty;
-			if (x->rid[x->at] != d)
-				break;
-		}
-		if (j < m)
-			continue;
-		size_t n;
-		if ((rc = read_positions(b, d, &n, errmsg)))
+	said = rc != 0;
+	while (!rc && opened == m && t[r].cur != END) {
+		uint32_t d = t[r].cur, next = d;
+		for (size_t j = 0; !rc && j < m; j++)
+			if (j != r && !(rc = cur_seek(&t[j], d, buf)) && t[j].cur > next)
+				next = t[j].cur;
+		if (rc)
 			break;
-		uint32_t tf = 0;
-		for (size_t i = 0; i + m <= n; i++) {
+		if (next == END)
+			break;
+		if (next != d) {
+			rc = cur_seek(&t[r], next, buf);
+			continue;
+		}
+		/* one token: its postings' tf is its occurrences */
+		size_t n = 0;
+		uint32_t tf = m == 1 ? t[r].tf[t[r].pos] : 0;
+		if (m > 1 && (rc = read_positions(b, d, &n, errmsg))) {
+			said = 1;
+			break;
+		}
+		for (size_t i = 0; m > 1 && i + m <= n; i++) {
 			size_t q = 0;
 			while (q < m && b->dseq[i + q] == tid[q])
 				q++;
 			tf += q == m;
 		}
-		if (tf)
-			rc = clause_push(c, d, tf);
+		if ((tf && (rc = clause_push(c, d, tf))) || (rc = cur_next(&t[r], buf)))
+			break;
 	}
-empty:
+	if (rc && !said && rc != SS_ERR_NOMEM)
+		rc = rc == SS_ERR_IO ? sqlfail(b, errmsg, "reading postings") : ss_errf(errmsg, rc, "damaged postings");
 	c->idf = idf_of(b, (double)c->n);
 	c->tid = 0;
-	for (size_t j = 0; t && j < m; j++) {
-		free(t[j].rid);
-		free(t[j].tf);
+	for (size_t j = 0; j < opened; j++) {
+		sqlite3_blob_close(t[j].blob);
+		free(t[j].skip);
 	}
 	free(t);
 	return rc;
