@@ -38,9 +38,9 @@ for p in "$@"; do
 	ss-retrieve add -q --index cold.db --state-budget 0
 	mkdir -p out-full out-cold
 	t0=$(now)
-	ss-retrieve query -q --index full.db -k 1 --empty-ok --out-dir out-full <queries.txt
+	ss-retrieve query -q --index full.db -k 1 --literal --empty-ok --out-dir out-full <queries.txt
 	t1=$(now)
-	ss-retrieve query -v --index cold.db -k 1 --empty-ok --out-dir out-cold --model "m-$p" \
+	ss-retrieve query -v --index cold.db -k 1 --literal --empty-ok --out-dir out-cold --model "m-$p" \
 		<queries.txt 2>cold.err
 	t2=$(now)
 	# "... N stateless documents recomputed (T tokens) in S s; model loaded in L s"

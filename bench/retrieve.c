@@ -461,6 +461,61 @@ static double run_timed(char *const *argv, const char *in, double *cpu)
 }
 
 /* retrieve --scale: see usage in main. */
+/* Latency of the query syntax (issue 47) on the same index, in one run:
+ * for each query, its first W words (W = 2, 4) as plain BM25 (OR) and as
+ * one "quoted phrase", and all of its words with BM25TP proximity and
+ * with AND; k = 10. lat: scratch, n_q doubles. */
+static void query_modes(ss_index *ix, char **qs, int n_q, double *lat)
+{
+	static const struct {
+		const char *what;
+		int words; /* 0: all */
+		int quote;
+		unsigned flags;
+	} mode[] = {
+		{ "2 words, plain BM25 (OR)", 2, 0, 0 },
+		{ "2 words, one \"phrase\"", 2, 1, SS_INDEX_QUERY_PHRASES },
+		{ "4 words, plain BM25 (OR)", 4, 0, 0 },
+		{ "4 words, one \"phrase\"", 4, 1, SS_INDEX_QUERY_PHRASES },
+		{ "30 words, --proximity on", 0, 0, SS_INDEX_QUERY_PROXIMITY },
+		{ "30 words, --operator and", 0, 0, SS_INDEX_QUERY_ALL },
+	};
+	char em[SS_ERRMSG_MAX], q[4096];
+	for (size_t m = 0; m < sizeof mode / sizeof *mode; m++) {
+		if (ss_index_set_query(ix, mode[m].flags, em))
+			die("query modes", em);
+		long found = 0;
+		for (int i = 0; i < n_q; i++) {
+			/* the first `words` words, quoted or not */
+			size_t n = 0;
+			int w = 0;
+			if (mode[m].quote)
+				q[n++] = '"';
+			for (const char *p = qs[i]; *p && n + 2 < sizeof q; p++) {
+				if (*p == ' ' && mode[m].words && ++w == mode[m].words)
+					break;
+				q[n++] = *p;
+			}
+			if (mode[m].quote)
+				q[n++] = '"';
+			q[n] = 0;
+			ss_index_hit *h;
+			double t1 = bench_now();
+			int k = ss_index_query(ix, q, 10, NULL, 0, &h, em);
+			lat[i] = bench_now() - t1;
+			if (k < 0 && k != SS_ERR_INVALID)
+				die("query", em);
+			found += k > 0 ? k : 0;
+			if (k > 0)
+				ss_index_hits_free(h, k);
+		}
+		char what[80];
+		snprintf(what, sizeof what, "%s (%.1f hits)", mode[m].what, (double)found / n_q);
+		report3(what, lat, n_q);
+	}
+	ss_index_set_query(ix, 0, em);
+}
+
 static int scale_main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0); /* figures as they come: the run takes long */
@@ -652,10 +707,11 @@ static int scale_main(int argc, char **argv)
 		n_top[q] = k;
 		ss_index_hits_free(h, k);
 	}
-	ss_index_close(ix);
 	printf("  open the index                     %8.2f ms\n", t_open * 1e3);
 	report3("query (ours: MaxScore)", lat, n_q);
 	report3("  the same, CPU time", lat_cpu, n_q);
+	query_modes(ix, qs, n_q, lat);
+	ss_index_close(ix);
 	if (cli) {
 		/* The tool itself: batch (JSON lines on stdin) and one process
 		 * per query, start-up included. */
@@ -964,7 +1020,12 @@ static void qa_run(const char *name, qa_set *s)
 		ss_index_close(ix);
 		peer_close(&p);
 	} else {
-		qa_sums ours = qa_eval(s, ix, 1.2, 0.75), peer = { 0 };
+		qa_sums ours = qa_eval(s, ix, 1.2, 0.75), peer = { 0 }, prox;
+		/* BM25TP (issue 47), the same queries: whether proximity helps on real text */
+		if (ss_index_set_query(ix, SS_INDEX_QUERY_PROXIMITY, em))
+			die("query", em);
+		prox = qa_eval(s, ix, 1.2, 0.75);
+		ss_index_set_query(ix, 0, em);
 		size_t docs[10];
 		int64_t rows[10];
 		for (size_t q = 0; q < s->n_q; q++) {
@@ -981,6 +1042,8 @@ static void qa_run(const char *name, qa_set *s)
 		printf("  %-28s %5zu docs %4zu queries   recall@10 %.4f  MRR@10 %.4f  nDCG@10 %.4f   "
 		       "(FTS5 before: %.4f, %.4f, %.4f)\n", name, s->n_docs, s->n_q, ours.r10 / n, ours.rr / n,
 		       ours.ndcg / n, peer.r10 / n, peer.rr / n, peer.ndcg / n);
+		printf("  %-28s %5s      %4s           recall@10 %.4f  MRR@10 %.4f  nDCG@10 %.4f   (--proximity on)\n",
+		       "", "", "", prox.r10 / n, prox.rr / n, prox.ndcg / n);
 	}
 	unlink(spath);
 	unlink(dbpath);

@@ -294,6 +294,43 @@ int ss_index_query(ss_index *ix, const char *query, int k, const char *const *ex
  * Probabilistic Relevance Framework: BM25 and Beyond" (2009) §3.4. */
 int ss_index_set_bm25(ss_index *ix, double k1, double b, char *errmsg);
 
+/* How ss_index_query reads a query (flags for ss_index_set_query). */
+#define SS_INDEX_QUERY_PHRASES 1u   /* "words in quotes" is a phrase: its tokens
+				     * adjacent and in order in the document */
+#define SS_INDEX_QUERY_ALL 2u       /* a document must hold every term and
+				     * phrase (AND; default: any, OR) */
+#define SS_INDEX_QUERY_PROXIMITY 4u /* BM25TP: a score for query terms standing
+				     * close together, added to BM25's */
+
+/* Sets how the following ss_index_query calls on ix read and score a
+ * query (SS_INDEX_QUERY_* or-ed; 0, the default: the plain OR of the
+ * query's words, no syntax, as described at ss_index_query). With
+ * SS_INDEX_QUERY_PHRASES each pair of double quotes holds a phrase, cut
+ * into tokens as a document is (compounds left out: "U.S. army" is
+ * u, s, armi adjacent); a phrase's tf is its number of occurrences (every
+ * start position, overlaps counted) and its idf comes from the number of
+ * documents holding it: FTS5's bm25() of the phrase. With
+ * SS_INDEX_QUERY_ALL a document must hold every clause (FTS5's AND). With
+ * SS_INDEX_QUERY_PROXIMITY, a query of two or more words outside quotes
+ * also scores how close they stand: BM25TP (lib/index/bm25.h has the
+ * formula; ref: Büttcher, Clarke & Lushman, SIGIR 2006). The top k stays
+ * exact; a query with phrases, ALL or PROXIMITY scores every candidate
+ * (no MaxScore pruning). Phrases and proximity need the word positions
+ * an index stores (formats/index.md; an index built before them gets
+ * them at its next build from its stored texts): without them
+ * ss_index_query fails with SS_ERR_UNSUPPORTED naming the rebuild. Its
+ * errors for a query under these flags: SS_ERR_INVALID with errmsg naming
+ * an unbalanced quote, an empty phrase, a phrase of more than 64 tokens.
+ * Returns 0, or SS_ERR_INVALID (unknown flags, ix not open for queries). */
+int ss_index_set_query(ss_index *ix, unsigned flags, char *errmsg);
+
+/* Whether `query` is well formed under ix's flags (ss_index_set_query),
+ * without searching: for a tool to refuse a bad query before it writes
+ * anything. A query with no term passes (ss_index_query's "empty query").
+ * Returns 0, SS_ERR_INVALID with errmsg (an unbalanced quote, an empty
+ * phrase, a phrase of more than 64 tokens), SS_ERR_NOMEM. */
+int ss_index_query_check(ss_index *ix, const char *query, char *errmsg);
+
 /* What ss_index_query reads with each hit beside its location (flags). */
 #define SS_INDEX_FETCH_TEXT 1u   /* hit.text: the document's text */
 #define SS_INDEX_FETCH_TOKENS 2u /* hit.tokens: a stateless document's tokens */

@@ -86,15 +86,15 @@ while IFS= read -r q <&3; do
 	mkdir -p "$d"
 	echo
 	echo "query $n: $q"
-	echo "  \$ ss-retrieve query --index index.db -k $K --query \"...\" | ss-compose --mode picaso-r | ss-decode --prompt \"...\""
-	ss-retrieve query -q --index "$out/index.db" -k "$K" --query "$q" --ids --empty-ok >"$d/retrieved.tsv"
+	echo "  \$ ss-retrieve query --index index.db -k $K --literal --query \"...\" | ss-compose --mode picaso-r | ss-decode --prompt \"...\""
+	ss-retrieve query -q --index "$out/index.db" -k "$K" --literal --query "$q" --ids --empty-ok >"$d/retrieved.tsv"
 	echo "  retrieved (most relevant last):"
 	awk -F '\t' '{ printf "    rank %2d  score %6.2f  %s\n", $1, $3, $2 }' "$d/retrieved.tsv"
 	if [ ! -s "$d/retrieved.tsv" ]; then
 		echo "  (nothing matches: skipped)"
 		continue
 	fi
-	ss-retrieve query -q --index "$out/index.db" -k "$K" --query "$q" |
+	ss-retrieve query -q --index "$out/index.db" -k "$K" --literal --query "$q" |
 		ss-compose --mode picaso-r |
 		ss-decode --model "$MODEL" --prompt "$q" --max-tokens "$MAX_TOKENS" >"$d/picaso-r.txt"
 	printf '  continuation (PICASO-R): %s\n' "$(oneline <"$d/picaso-r.txt")"
@@ -102,7 +102,7 @@ while IFS= read -r q <&3; do
 	# Timing: the retrieved states composed from a file, against Concat in the same order
 	# (most relevant last): the least relevant chunk's stored state (the first record of
 	# retrieved.states), then the other chunks' tokens re-encoded from it.
-	ss-retrieve query -q --index "$out/index.db" -k "$K" --query "$q" -o "$d/retrieved.states"
+	ss-retrieve query -q --index "$out/index.db" -k "$K" --literal --query "$q" -o "$d/retrieved.states"
 	cut -f 2 "$d/retrieved.tsv" >"$d/ids"
 	offsets "$d/retrieved.states" | head -n 1 | { IFS=$(printf '\t') read -r _ a b &&
 		copy "$d/retrieved.states" "$a" "$b"; } >"$d/first.state"

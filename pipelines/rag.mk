@@ -48,7 +48,7 @@ $(RAG_DIR)/questions.jsonl: $(RAG_DIR)/text.db
 	$(SS_BUILD)/bench/rag --make-questions $(QUESTIONS) --index $< > $@
 
 $(RAG_DIR)/hits.txt: $(RAG_DIR)/questions.jsonl
-	$(BIN)/ss-retrieve query --index $(RAG_DIR)/text.db -k $(K) --ids < $< | cut -f3 | sort -u > $@
+	$(BIN)/ss-retrieve query --index $(RAG_DIR)/text.db -k $(K) --literal --ids < $< | cut -f3 | sort -u > $@
 
 $(RAG_DIR)/hits.states: $(RAG_DIR)/hits.txt
 	$(BIN)/ss-encode --model $(MODEL) --ids $< -o $@ $(TOKENS)

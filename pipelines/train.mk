@@ -108,7 +108,7 @@ $(OUT)/queries.jsonl: $(OUT)/halves.jsonl
 	$(PY) $(TRAIN_MK_DIR)/train_examples.py queries $< >$@.tmp.$$$$ && mv -f $@.tmp.$$$$ $@
 
 $(OUT)/hits.jsonl: $(OUT)/halves.db $(OUT)/queries.jsonl
-	ss-retrieve query -q --index $< --ids --json --order best-first --empty-ok -o $@ <$(OUT)/queries.jsonl
+	ss-retrieve query -q --index $< --literal --ids --json --order best-first --empty-ok -o $@ <$(OUT)/queries.jsonl
 
 $(OUT)/examples.jsonl: $(OUT)/halves.jsonl $(OUT)/hits.jsonl
 	$(PY) $(TRAIN_MK_DIR)/train_examples.py examples $^ >$@.tmp.$$$$ && mv -f $@.tmp.$$$$ $@

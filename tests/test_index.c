@@ -743,6 +743,55 @@ static char *zipf_text(uint64_t *x, int min_words, int more_words, double vocab,
 	return t;
 }
 
+/* The reference: an FTS5 table "fts" (the index's tokenizer, "ss") of
+ * texts[0..n), row i holding texts[i]. */
+static sqlite3 *fts5_reference(char **texts, int n)
+{
+	sqlite3 *ref;
+	sqlite3_stmt *ins;
+	assert_int_equal(sqlite3_open(":memory:", &ref), SQLITE_OK);
+	assert_int_equal(ss_bm25_tokenizer_register(ref), 0);
+	assert_int_equal(sqlite3_exec(ref, "CREATE VIRTUAL TABLE fts USING fts5(text, tokenize = 'ss'); BEGIN", 0, 0, 0),
+			 SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(ref, "INSERT INTO fts(rowid, text) VALUES(?1, ?2)", -1, &ins, NULL), SQLITE_OK);
+	for (int i = 0; i < n; i++) {
+		sqlite3_bind_int(ins, 1, i);
+		sqlite3_bind_text(ins, 2, texts[i], -1, SQLITE_STATIC);
+		assert_int_equal(sqlite3_step(ins), SQLITE_DONE);
+		sqlite3_reset(ins);
+	}
+	sqlite3_finalize(ins);
+	assert_int_equal(sqlite3_exec(ref, "COMMIT", 0, 0, 0), SQLITE_OK);
+	return ref;
+}
+
+/* hits h[0..n) of query number q against the reference's ranking for FTS5
+ * expression expr (top: its top k, rank by rank; one: a row's score):
+ * the k best scores rank by rank, each held by the document named
+ * ("<letter><row>"). */
+static void fts5_compare(sqlite3_stmt *top, sqlite3_stmt *one, const char *expr, int k, const char *query, int q,
+			 const ss_index_hit *h, int n)
+{
+	sqlite3_bind_text(top, 1, expr, -1, SQLITE_STATIC);
+	sqlite3_bind_int(top, 2, k);
+	int r = 0;
+	while (sqlite3_step(top) == SQLITE_ROW) {
+		double want = sqlite3_column_double(top, 0);
+		if (r >= n)
+			fail_msg("query %d (%s): %d hits, FTS5 has more", q, query, n);
+		if (fabs(h[r].score - want) > 1e-9 * want)
+			fail_msg("query %d (%s) rank %d: score %.12g, bm25() %.12g", q, query, r + 1, h[r].score, want);
+		sqlite3_bind_text(one, 1, expr, -1, SQLITE_STATIC);
+		sqlite3_bind_int(one, 2, atoi(h[r].id + 1));
+		assert_int_equal(sqlite3_step(one), SQLITE_ROW);
+		assert_true(fabs(sqlite3_column_double(one, 0) - h[r].score) <= 1e-9 * h[r].score);
+		sqlite3_reset(one);
+		r++;
+	}
+	sqlite3_reset(top);
+	assert_int_equal(r, n);
+}
+
 /* The top k is BM25's, exactly: against FTS5's bm25() over the same text
  * (the same tokenizer, compounds included; the query's distinct words
  * OR-ed) on a corpus whose common words match nearly every document, so
@@ -762,21 +811,8 @@ static void test_top_k_is_exhaustive_bm25(void **state)
 	const char *in[] = { path_in("g.tokens"), path_in("g.states") };
 	notes nt = {0};
 	assert_int_equal(build(path_in("g.db"), in, 2, NULL, &nt), 0);
-	sqlite3 *ref;
-	assert_int_equal(sqlite3_open(":memory:", &ref), SQLITE_OK);
-	assert_int_equal(ss_bm25_tokenizer_register(ref), 0);
-	assert_int_equal(sqlite3_exec(ref, "CREATE VIRTUAL TABLE fts USING fts5(text, tokenize = 'ss'); BEGIN", 0, 0, 0),
-			 SQLITE_OK);
-	sqlite3_stmt *ins, *top, *one;
-	assert_int_equal(sqlite3_prepare_v2(ref, "INSERT INTO fts(rowid, text) VALUES(?1, ?2)", -1, &ins, NULL), SQLITE_OK);
-	for (int i = 0; i < N_DOCS; i++) {
-		sqlite3_bind_int(ins, 1, i);
-		sqlite3_bind_text(ins, 2, texts[i], -1, SQLITE_STATIC);
-		assert_int_equal(sqlite3_step(ins), SQLITE_DONE);
-		sqlite3_reset(ins);
-	}
-	sqlite3_finalize(ins);
-	assert_int_equal(sqlite3_exec(ref, "COMMIT", 0, 0, 0), SQLITE_OK);
+	sqlite3 *ref = fts5_reference(texts, N_DOCS);
+	sqlite3_stmt *top, *one;
 	assert_int_equal(sqlite3_prepare_v2(ref, "SELECT -bm25(fts) FROM fts WHERE fts MATCH ?1 ORDER BY rank LIMIT ?2",
 					    -1, &top, NULL), SQLITE_OK);
 	assert_int_equal(sqlite3_prepare_v2(ref, "SELECT -bm25(fts) FROM fts WHERE fts MATCH ?1 AND rowid = ?2", -1, &one,
@@ -813,25 +849,7 @@ static void test_top_k_is_exhaustive_bm25(void **state)
 		ss_index_hit *h;
 		int n = ss_index_query(ix, query, k, NULL, 0, &h, em);
 		assert_true(n >= 1);
-		sqlite3_bind_text(top, 1, expr, -1, SQLITE_STATIC);
-		sqlite3_bind_int(top, 2, k);
-		int r = 0;
-		while (sqlite3_step(top) == SQLITE_ROW) {
-			/* The k best scores, rank by rank... */
-			double want = sqlite3_column_double(top, 0);
-			assert_true(r < n);
-			if (fabs(h[r].score - want) > 1e-9 * want)
-				fail_msg("query %d rank %d: score %.12g, bm25() %.12g", q, r + 1, h[r].score, want);
-			/* ...held by the documents named. */
-			sqlite3_bind_text(one, 1, expr, -1, SQLITE_STATIC);
-			sqlite3_bind_int(one, 2, atoi(h[r].id + 1)); /* "g<i>" */
-			assert_int_equal(sqlite3_step(one), SQLITE_ROW);
-			assert_true(fabs(sqlite3_column_double(one, 0) - h[r].score) <= 1e-9 * h[r].score);
-			sqlite3_reset(one);
-			r++;
-		}
-		sqlite3_reset(top);
-		assert_int_equal(r, n);
+		fts5_compare(top, one, expr, k, query, q, h, n);
 		ss_index_hits_free(h, n);
 	}
 	ss_index_close(ix);
@@ -849,6 +867,232 @@ static double score_of(const ss_index_hit *h, int n, const char *id)
 		if (!strcmp(h[i].id, id))
 			return h[i].score;
 	return -1;
+}
+
+/* Builds an index of n random documents "p<i>" (zipf_text without
+ * compounds, the same words FTS5 cuts) and its FTS5 reference over the
+ * same texts; texts[i] is malloc'd. */
+static sqlite3 *phrase_corpus(const char *db, int n, char **texts, char (*ids)[16], uint64_t *x)
+{
+	doc *docs = calloc((size_t)n, sizeof *docs);
+	assert_non_null(docs);
+	for (int i = 0; i < n; i++) {
+		snprintf(ids[i], sizeof ids[i], "p%d", i);
+		texts[i] = zipf_text(x, 8, 30, 60, 0);
+		docs[i] = (doc){ ids[i], texts[i] };
+	}
+	write_docs(path_in("p.tokens"), path_in("p.states"), docs, n, "fpA");
+	free(docs);
+	const char *in[] = { path_in("p.tokens"), path_in("p.states") };
+	notes nt = {0};
+	assert_int_equal(build(db, in, 2, NULL, &nt), 0);
+	return fts5_reference(texts, n);
+}
+
+/* Word w (0-based) of text t into out ("" past the end). */
+static void word_at(const char *t, int w, char *out, size_t cap)
+{
+	while (w-- > 0 && (t = strchr(t, ' ')))
+		t++;
+	if (!t) {
+		*out = 0;
+		return;
+	}
+	size_t n = strcspn(t, " ");
+	snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), t);
+}
+
+/* Phrases, AND and their mix are exact: the top k equals FTS5's bm25()
+ * ranking of the same expression (a brute-force scan of every document
+ * that matches), score by score and document by document. */
+static void test_phrase_and_all_exact(void **state)
+{
+	enum { N_DOCS = 1500, N_Q = 240 };
+	static char ids[N_DOCS][16], *texts[N_DOCS];
+	uint64_t x = 4242;
+	sqlite3 *ref = phrase_corpus(path_in("p.db"), N_DOCS, texts, ids, &x);
+	sqlite3_stmt *top, *one;
+	assert_int_equal(sqlite3_prepare_v2(ref, "SELECT -bm25(fts), rowid FROM fts WHERE fts MATCH ?1 ORDER BY rank, rowid LIMIT ?2",
+					    -1, &top, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(ref, "SELECT -bm25(fts) FROM fts WHERE fts MATCH ?1 AND rowid = ?2", -1, &one,
+					    NULL), SQLITE_OK);
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("p.db"), em), 0);
+	int n_matched = 0;
+	for (int q = 0; q < N_Q; q++) {
+		const char *src = texts[(ss_splitmix64(&x) >> 40) % N_DOCS];
+		int at = (int)((ss_splitmix64(&x) >> 40) % 6), len = 1 + q % 4;
+		char w[6][32], ph[160] = "", query[256], expr[512];
+		size_t pn = 0;
+		for (int i = 0; i < len; i++) {
+			word_at(src, at + i, w[i], sizeof w[i]);
+			if (*w[i])
+				pn += (size_t)snprintf(ph + pn, sizeof ph - pn, "%s%s", pn ? " " : "", w[i]);
+		}
+		/* another word of the corpus, outside the phrase */
+		char other[32];
+		word_at(texts[(ss_splitmix64(&x) >> 40) % N_DOCS], 0, other, sizeof other);
+		int form = (q / 4) % 4;
+		unsigned flags = SS_INDEX_QUERY_PHRASES;
+		if (form == 0) { /* a phrase */
+			snprintf(query, sizeof query, "\"%s\"", ph);
+			snprintf(expr, sizeof expr, "\"%s\"", ph);
+		} else if (form == 1 || form == 2) { /* a phrase OR / AND a word */
+			snprintf(query, sizeof query, "%s \"%s\"", other, ph);
+			snprintf(expr, sizeof expr, "\"%s\" %s \"%s\"", other, form == 1 ? "OR" : "AND", ph);
+			flags |= form == 2 ? SS_INDEX_QUERY_ALL : 0;
+		} else { /* the words AND-ed, each once */
+			size_t qn = 0, en = 0;
+			for (int i = 0; i < len; i++) {
+				int seen = 0;
+				for (int j = 0; j < i; j++)
+					seen |= !strcmp(w[i], w[j]);
+				if (seen || !*w[i])
+					continue;
+				qn += (size_t)snprintf(query + qn, sizeof query - qn, "%s%s", qn ? " " : "", w[i]);
+				en += (size_t)snprintf(expr + en, sizeof expr - en, "%s\"%s\"", en ? " AND " : "", w[i]);
+			}
+			flags = SS_INDEX_QUERY_ALL;
+		}
+		int k = q % 3 == 0 ? 1 : q % 3 == 1 ? 5 : 30;
+		assert_int_equal(ss_index_set_query(ix, flags, em), 0);
+		ss_index_hit *h;
+		int n = ss_index_query(ix, query, k, NULL, 0, &h, em);
+		if (n < 0)
+			fail_msg("query %d (%s): %s", q, query, em);
+		fts5_compare(top, one, expr, k, query, q, h, n);
+		n_matched += n > 0;
+		ss_index_hits_free(h, n);
+	}
+	/* the comparison is not empty-handed */
+	assert_true(n_matched > N_Q / 2);
+	ss_index_close(ix);
+	sqlite3_finalize(top);
+	sqlite3_finalize(one);
+	sqlite3_close(ref);
+	for (int i = 0; i < N_DOCS; i++)
+		free(texts[i]);
+}
+
+/* Proximity (BM25TP): a top k is the head of the ranking of every
+ * document (k = all, where no bound prunes); a document's score is
+ * BM25's plus a proximity part >= 0; and on a small corpus the score is
+ * the formula's, by hand. */
+static void test_proximity(void **state)
+{
+	enum { N_DOCS = 800, N_Q = 60 };
+	static char ids[N_DOCS][16], *texts[N_DOCS];
+	uint64_t x = 777;
+	sqlite3 *ref = phrase_corpus(path_in("p.db"), N_DOCS, texts, ids, &x);
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+	assert_int_equal(ss_index_open(&ix, path_in("p.db"), em), 0);
+	for (int q = 0; q < N_Q; q++) {
+		char query[256];
+		size_t qn = 0;
+		for (int i = 0; i < 2 + q % 4; i++) {
+			char w[32];
+			word_at(texts[(ss_splitmix64(&x) >> 40) % N_DOCS], i, w, sizeof w);
+			qn += (size_t)snprintf(query + qn, sizeof query - qn, "%s%s", qn ? " " : "", w);
+		}
+		assert_int_equal(ss_index_set_query(ix, 0, em), 0);
+		ss_index_hit *plain, *all, *h;
+		int np = ss_index_query(ix, query, N_DOCS, NULL, 0, &plain, em);
+		assert_int_equal(ss_index_set_query(ix, SS_INDEX_QUERY_PROXIMITY, em), 0);
+		int na = ss_index_query(ix, query, N_DOCS, NULL, 0, &all, em);
+		assert_int_equal(na, np);
+		for (int r = 0; r < na; r++)
+			assert_true(all[r].score >= score_of(plain, np, all[r].id) * (1 - 1e-12));
+		int k = 1 + q % 10;
+		int n = ss_index_query(ix, query, k, NULL, 0, &h, em);
+		assert_int_equal(n, k < na ? k : na);
+		/* rank by rank the same score, held by that document (ties at
+		 * the k-th score are cut by rid, shown by id) */
+		for (int r = 0; r < n; r++) {
+			assert_true(h[r].score == all[r].score);
+			assert_true(score_of(all, na, h[r].id) == h[r].score);
+		}
+		ss_index_hits_free(plain, np);
+		ss_index_hits_free(all, na);
+		ss_index_hits_free(h, n);
+	}
+	ss_index_close(ix);
+	sqlite3_close(ref);
+	for (int i = 0; i < N_DOCS; i++)
+		free(texts[i]);
+
+	/* By hand: 10 documents, "a b" adjacent in d0, 2 apart in d1. */
+	static const doc small[] = { { "d0", "a b z" }, { "d1", "a z b" }, { "d2", "z z z" }, { "d3", "z z z" },
+				     { "d4", "z z z" }, { "d5", "z z z" }, { "d6", "z z z" }, { "d7", "z z z" },
+				     { "d8", "z z z" }, { "d9", "z z z" } };
+	write_docs(path_in("s.tokens"), path_in("s.states"), small, 10, "fpA");
+	const char *in[] = { path_in("s.tokens"), path_in("s.states") };
+	notes nt = {0};
+	assert_int_equal(build(path_in("s.db"), in, 2, NULL, &nt), 0);
+	assert_int_equal(ss_index_open(&ix, path_in("s.db"), em), 0);
+	assert_int_equal(ss_index_set_query(ix, SS_INDEX_QUERY_PROXIMITY, em), 0);
+	ss_index_hit *h;
+	assert_int_equal(ss_index_query(ix, "a b", 5, NULL, 0, &h, em), 2);
+	double idf = log((10 - 2 + 0.5) / (2 + 0.5)), kk = 1.2 * (0.25 + 0.75 * 3 / 3.0);
+	double bm = 2 * idf * 1 * 2.2 / (1 + kk);
+	for (int d = 1; d <= 2; d++) {
+		double acc = idf / (d * d);
+		double want = bm + 2 * 1.0 * acc * 2.2 / (acc + kk);
+		assert_string_equal(h[d - 1].id, d == 1 ? "d0" : "d1");
+		if (fabs(h[d - 1].score - want) > 1e-12 * want)
+			fail_msg("d%d: %.15g, want %.15g", d - 1, h[d - 1].score, want);
+	}
+	ss_index_hits_free(h, 2);
+	/* Bad phrases: one line naming the problem. */
+	assert_int_equal(ss_index_set_query(ix, SS_INDEX_QUERY_PHRASES, em), 0);
+	assert_int_equal(ss_index_query(ix, "a \"b z", 5, NULL, 0, &h, em), SS_ERR_INVALID);
+	assert_non_null(strstr(em, "unbalanced quote"));
+	assert_int_equal(ss_index_query(ix, "a \" ,; \"", 5, NULL, 0, &h, em), SS_ERR_INVALID);
+	assert_non_null(strstr(em, "empty phrase"));
+	char longq[1024] = "\"";
+	for (int i = 0; i < 65; i++)
+		strcat(longq, "z ");
+	strcat(longq, "\"");
+	assert_int_equal(ss_index_query(ix, longq, 5, NULL, 0, &h, em), SS_ERR_INVALID);
+	assert_non_null(strstr(em, "65 words, at most 64"));
+	/* 64 is fine */
+	longq[1 + 2 * 64] = '"';
+	longq[2 + 2 * 64] = 0;
+	assert_int_equal(ss_index_query(ix, longq, 5, NULL, 0, &h, em), 0);
+	ss_index_close(ix);
+}
+
+/* An index without positions (as a build before them left it) refuses
+ * phrases and proximity naming the rebuild, answers plain queries, and
+ * gets its positions from its texts at the next build. */
+static void test_positions_migrated(void **state)
+{
+	char em[SS_ERRMSG_MAX];
+	sqlite3 *db;
+	assert_int_equal(sqlite3_open(path_in("idx.db"), &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, "DROP TABLE positions; DELETE FROM meta WHERE key = 'positions'", 0, 0, 0),
+			 SQLITE_OK);
+	sqlite3_close(db);
+	ss_index *ix;
+	ss_index_hit *h;
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	int n = ss_index_query(ix, "fox", 3, NULL, 0, &h, em);
+	assert_true(n > 0);
+	ss_index_hits_free(h, n);
+	assert_int_equal(ss_index_set_query(ix, SS_INDEX_QUERY_PHRASES, em), 0);
+	assert_int_equal(ss_index_query(ix, "\"the fox\"", 3, NULL, 0, &h, em), SS_ERR_UNSUPPORTED);
+	assert_non_null(strstr(em, "ss-retrieve build --index"));
+	ss_index_close(ix);
+	notes nt = {0};
+	assert_int_equal(build(path_in("idx.db"), NULL, 0, NULL, &nt), 0);
+	assert_int_equal(ss_index_open(&ix, path_in("idx.db"), em), 0);
+	assert_int_equal(ss_index_set_query(ix, SS_INDEX_QUERY_PHRASES | SS_INDEX_QUERY_PROXIMITY, em), 0);
+	n = ss_index_query(ix, "\"the fox\"", 3, NULL, 0, &h, em);
+	if (n < 0)
+		fail_msg("%s", em);
+	ss_index_hits_free(h, n);
+	ss_index_close(ix);
 }
 
 /* The pruned top k (MaxScore, block maxima) is the exhaustive one for BM25
@@ -1595,6 +1839,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_copy_bad_state_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_top_k_is_exhaustive_bm25, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_top_k_exact_other_params_and_copies, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_phrase_and_all_exact, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_proximity, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_positions_migrated, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compound_words, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_postings, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reader_sees_later_build, setup, teardown),

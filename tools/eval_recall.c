@@ -20,7 +20,7 @@
 /* One query of the recall JSONL, tokenized. */
 typedef struct {
 	char *id;
-	char *key;      /* the BM25 query of --retrieve; NULL without it */
+	char *key;      /* the query of --retrieve; NULL without it */
 	char where[64]; /* "line N" */
 	int32_t *q, *c; /* query and continuation tokens */
 	int64_t nq, nc;
@@ -29,9 +29,19 @@ typedef struct {
 	int gold_pos;   /* in [0, n_chunks) */
 } rc_query;
 
-/* Contexts: the query file's chunks, and the BM25 top k of the key. */
-enum { CTX_ORACLE, CTX_BM25, N_CTX };
-static const char *const ctx_names[N_CTX] = { "oracle", "bm25" };
+const char *const eval_retriever_names[EVAL_N_RETRIEVERS] = { "bm25", "phrase", "and", "proximity" };
+
+/* Contexts: the query file's chunks, and the top k of the key by each
+ * retriever r (context 1 + r). */
+enum { CTX_ORACLE, N_CTX = 1 + EVAL_N_RETRIEVERS };
+static const char *const ctx_names[N_CTX] = { "oracle", "bm25", "phrase", "and", "proximity" };
+/* Each retriever's ss_index_set_query flags, and whether its query is the
+ * key in quotes. */
+static const unsigned retriever_flags[EVAL_N_RETRIEVERS] = {
+	SS_INDEX_QUERY_PHRASES, SS_INDEX_QUERY_PHRASES, SS_INDEX_QUERY_PHRASES | SS_INDEX_QUERY_ALL,
+	SS_INDEX_QUERY_PHRASES | SS_INDEX_QUERY_PROXIMITY
+};
+static const int retriever_quotes[EVAL_N_RETRIEVERS] = { 0, 1, 0, 0 };
 
 /* A string member of o, or NULL when absent; dies on another type. */
 static const char *str_member(const mcli_jsonl *r, const cJSON *o, const char *name)
@@ -356,17 +366,24 @@ static void rc_oracle(const eval_run *run, ss_index *ix, ss_eval_scorer *sc, con
 		rc_doc_free(&w->docs[i]);
 }
 
-/* The bm25 contexts of one query: the top max-k documents for its key,
- * and for each k the best min(k, found) of them, the most relevant last. */
-static void rc_bm25(const eval_run *run, ss_index *ix, ss_eval_scorer *sc, const rc_query *it,
-		    rc_work *w)
+/* The contexts of retriever r for one query: the top max-k documents for
+ * its key, and for each k the best min(k, found) of them, the most
+ * relevant last. */
+static void rc_retrieved(const eval_run *run, ss_index *ix, ss_eval_scorer *sc, const rc_query *it, int r,
+			 rc_work *w)
 {
 	char err[SS_ERRMSG_MAX] = "";
 	const int K = (int)run->ks[run->n_ks - 1];
 	ss_index_hit *hits = NULL;
-	int nh = ss_index_query(ix, it->key, K, NULL, 0, &hits, err);
+	char *q = NULL;
+	if (retriever_quotes[r] && asprintf(&q, "\"%s\"", it->key) < 0)
+		cli_die("out of memory");
+	if (ss_index_set_query(ix, retriever_flags[r], err))
+		cli_die("%s: %s", run->index, err);
+	int nh = ss_index_query(ix, q ? q : it->key, K, NULL, 0, &hits, err);
+	free(q);
 	if (nh == SS_ERR_INVALID)
-		nh = 0; /* a key without a word: no documents */
+		nh = 0; /* a key without a word (or with a quote of its own): no documents */
 	else if (nh < 0)
 		cli_die("%s: %s (%s): %s", run->index, it->where, it->id, err);
 	for (int h = 0; h < nh; h++)
@@ -380,7 +397,7 @@ static void rc_bm25(const eval_run *run, ss_index *ix, ss_eval_scorer *sc, const
 			if (!strcmp(hits[n - 1 - p].id, it->chunks[0]))
 				gold = p;
 		}
-		rc_context(run, sc, it, CTX_BM25, ki, n, gold, w);
+		rc_context(run, sc, it, 1 + r, ki, n, gold, w);
 	}
 	for (int h = 0; h < nh; h++)
 		rc_doc_free(&w->docs[h]);
@@ -462,8 +479,9 @@ void eval_recall(eval_run *run)
 	for (size_t i = 0; i < nq; i++) {
 		w.fill_cache = 1;
 		rc_oracle(run, ix, sc, &items[i], &w);
-		if (run->retrieve)
-			rc_bm25(run, ix, sc, &items[i], &w);
+		for (int r = 0; r < EVAL_N_RETRIEVERS; r++)
+			if (run->retrieve & 1u << r)
+				rc_retrieved(run, ix, sc, &items[i], r, &w);
 		rc_cache_clear(&w);
 		rc_query_free(&items[i]);
 		cli_progress_of((double)(i + 1), (double)nq, "%zu/%zu queries, %.2f queries/s", i + 1, nq,
@@ -474,7 +492,7 @@ void eval_recall(eval_run *run)
 	if (cli_verbosity >= 2)
 		fprintf(stderr, "ss-eval: %zu queries, k = %ld..%ld (%d values), %d methods%s, %.1f s\n",
 			nq, run->ks[0], run->ks[run->n_ks - 1], run->n_ks, run->n_methods,
-			run->retrieve ? ", oracle and bm25 contexts" : "", cli_now() - t_start);
+			run->retrieve ? ", oracle and retrieved contexts" : "", cli_now() - t_start);
 	rc_work_free(&w);
 	free(items);
 	ss_eval_scorer_free(sc);

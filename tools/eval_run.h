@@ -18,6 +18,10 @@
  * per-row output (--per-passage / --per-query), kept in memory and written
  * at the end: cli_out_open() has one output file at a time. */
 #define EVAL_MAX_METHODS 32
+/* recall's retrievers (--retrievers): how the key finds its documents,
+ * each a context of its own named by eval_retriever_names[r]. */
+enum { EVAL_R_BM25, EVAL_R_PHRASE, EVAL_R_AND, EVAL_R_PROXIMITY, EVAL_N_RETRIEVERS };
+extern const char *const eval_retriever_names[EVAL_N_RETRIEVERS];
 typedef struct {
 	const char *model_dir, *index, *tokens, *qa, *out, *per, *summary;
 	cli_model_opts mo; /* --model, --tokenizer, --device, --threads, --weights-dtype */
@@ -26,7 +30,8 @@ typedef struct {
 	int n_lengths;
 	long *ks;      /* recall: --ks, [n_ks], ascending */
 	int n_ks;
-	int retrieve;  /* recall: --retrieve */
+	unsigned retrieve; /* recall: --retrieve / --retrievers: bit r set for
+			    * retriever r (EVAL_R_*) */
 	uint64_t seed;
 	int exactly_one;
 	int methods[EVAL_MAX_METHODS], n_methods; /* ss_eval_method values */

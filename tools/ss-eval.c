@@ -33,8 +33,8 @@ static const char *usage =
 	"       ss-eval openbookqa [--model DIR] --qa FILE.tsv --index DB --tokens FILE\n"
 	"               [--kmax K] [--queries N] [--methods LIST] [--tokenizer FILE] [COMMON]\n"
 	"       ss-eval recall [--model DIR] --index DB --qa FILE [--queries N] [--ks K,...]\n"
-	"               [--methods LIST] [--retrieve] [--per-query FILE] [--tokenizer FILE]\n"
-	"               [COMMON]\n"
+	"               [--methods LIST] [--retrieve] [--retrievers LIST] [--per-query FILE]\n"
+	"               [--tokenizer FILE] [COMMON]\n"
 	"  COMMON: [--device D] [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
 
 /* Keeps the default WikiText run (database included) within 20 minutes on 2
@@ -103,6 +103,12 @@ static void help(void)
 	       "                      1,2,4,8,16; each at most the chunks of every query)\n"
 	       "  --retrieve          recall: also the context bm25: the BM25 top k of the\n"
 	       "                      index for the query's key, most relevant last\n"
+	       "  --retrievers LIST   recall: these retrieved contexts (comma-separated):\n"
+	       "                      bm25 (the key's words OR-ed), phrase (the key as one\n"
+	       "                      \"quoted phrase\"), and (its words AND-ed), proximity\n"
+	       "                      (bm25 plus BM25TP's proximity): ss-retrieve query's\n"
+	       "                      --query KEY, --query '\"KEY\"', --operator and,\n"
+	       "                      --proximity on\n"
 	       "  --exactly-one       attribution: only queries with one selected passage\n"
 	       "  --per-query FILE    attribution: also write query_id, method, pick,\n"
 	       "                      correct, n_passages; msmarco: query_id, method,\n"
@@ -142,6 +148,25 @@ static void add_method(eval_run *run, int m, int named)
 	run->methods[run->n_methods++] = m;
 }
 
+/* --retrievers: comma-separated names of eval_retriever_names. */
+static void parse_retrievers(eval_run *run, const char *s)
+{
+	char *dup = strdup(s), *save = NULL;
+	if (!dup)
+		cli_die("out of memory");
+	for (char *t = strtok_r(dup, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+		int r = 0;
+		while (r < EVAL_N_RETRIEVERS && strcmp(t, eval_retriever_names[r]))
+			r++;
+		if (r == EVAL_N_RETRIEVERS)
+			cli_usage(usage, "--retrievers: unknown retriever '%s' (bm25, phrase, and, proximity)", t);
+		run->retrieve |= 1u << r;
+	}
+	free(dup);
+	if (!run->retrieve)
+		cli_usage(usage, "--retrievers: no retriever in '%s'", s);
+}
+
 /* --methods: names and the keywords paper (the PICASO paper's 7) and
  * souping (soup, soup-sum, soup-max with each normalisation). */
 static void parse_methods(eval_run *run, const char *s)
@@ -172,7 +197,7 @@ static void parse_methods(eval_run *run, const char *s)
 }
 
 enum { O_INDEX = 256, O_TOKENS, O_PASSAGES, O_MINTOK, O_KMAX, O_SEED, O_PERP, O_QA, O_QUERIES,
-       O_ONE, O_PERQ, O_METHODS, O_SUMMARY, O_LENGTHS, O_GEN, O_REPEAT, O_KS, O_RETRIEVE };
+       O_ONE, O_PERQ, O_METHODS, O_SUMMARY, O_LENGTHS, O_GEN, O_REPEAT, O_KS, O_RETRIEVE, O_RETRIEVERS };
 
 static const char *const commands[] = { "wikitext", "attribution", "msmarco", "timing",
 					"openbookqa", "recall" };
@@ -232,6 +257,7 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **meth
 		{ "repeat", required_argument, 0, O_REPEAT },
 		{ "ks", required_argument, 0, O_KS },
 		{ "retrieve", no_argument, 0, O_RETRIEVE },
+		{ "retrievers", required_argument, 0, O_RETRIEVERS },
 		{ 0, 0, 0, 0 },
 	};
 	const cli_options co = { NULL, opts, usage, help, &run->out, &run->mo };
@@ -257,7 +283,8 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **meth
 		case O_GEN: run->gen = cli_long("--gen", optarg, 1, 1L << 20, usage); break;
 		case O_REPEAT: run->repeat = cli_long("--repeat", optarg, 1, 1000, usage); break;
 		case O_KS: parse_counts("--ks", optarg, KS_MAX, 1, &run->ks, &run->n_ks); break;
-		case O_RETRIEVE: run->retrieve = 1; break;
+		case O_RETRIEVE: run->retrieve |= 1u << EVAL_R_BM25; break;
+		case O_RETRIEVERS: parse_retrievers(run, optarg); break;
 		}
 	}
 	if (optind >= argc)

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@ static const char *usage_line =
 	"       ss-retrieve query --index DB [-k K] [--exclude ID]... [--query TEXT]\n"
 	"                   [--ids [--text] [--json]] [--order best-last|best-first]\n"
 	"                   [-o FILE | --out-dir DIR] [--empty-ok] [--k1 K1] [--b B] [-q|-v]\n"
+	"                   [--operator or|and] [--proximity on|off] [--literal]\n"
 	"                   [--model DIR [--device D] [--threads N] [--weights-dtype T]\n"
 	"                   [--deterministic]]\n"
 	"       ss-retrieve list|stats --index DB [--json]\n"
@@ -71,6 +73,13 @@ static void help(void)
 	      "  --out-dir DIR    batch: write DIR/<query id>.states per query\n"
 	      "  --empty-ok       exit 0 when a query matches no document (default: 1,\n"
 	      "                   as grep; the output is written, empty, either way)\n"
+	      "  --operator OP    what a document must hold of the query's words and\n"
+	      "                   \"quoted phrases\": or (any: default), and (all)\n"
+	      "  --literal        a double quote is a separator, not a phrase's (for\n"
+	      "                   queries cut from text)\n"
+	      "  --proximity on|off\n"
+	      "                   add BM25TP's score for query words standing close\n"
+	      "                   together (default off)\n"
 	      "  --k1 K1, --b B   BM25's term-frequency saturation k1 (>= 0, default 1.2)\n"
 	      "                   and length normalisation b (0..1, default 0.75)\n"
 	      "  --state-budget BYTES\n"
@@ -598,6 +607,7 @@ typedef struct {
 	int empty_ok;
 	unsigned long long n_empty; /* queries that matched nothing */
 	double k1, b; /* BM25 parameters (ss_index_set_bm25) */
+	unsigned qflags; /* SS_INDEX_QUERY_* (--operator, --proximity) */
 	/* Recompute (--model): the model, loaded at the first stateless hit. */
 	cli_model_opts *mo; /* NULL: no --model */
 	int deterministic;
@@ -1141,8 +1151,15 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 	/* The texts (--text) and a stateless hit's tokens (--model) are read
 	 * with the hits, in the query's one snapshot. */
 	if (ss_index_open(&ix, db, em) || ss_index_set_bm25(ix, o->k1, o->b, em) ||
+	    ss_index_set_query(ix, o->qflags, em) ||
 	    ss_index_set_fetch(ix, (o->text ? SS_INDEX_FETCH_TEXT : 0) | (o->mo && !o->ids ? SS_INDEX_FETCH_TOKENS : 0), em))
 		cli_die("%s: %s", db, em);
+	/* A query that cannot be read is a usage error, found before any
+	 * output is opened. */
+	if (query && ss_index_query_check(ix, query, em)) {
+		fprintf(stderr, "%s: --query: %s\n", cli_prog, em);
+		exit(CLI_EXIT_USAGE);
+	}
 	if (o->out && strcmp(o->out, "-")) {
 		cli_out_not_input(o->out, db);
 		if (ss_index_files(ix, out_not_state, (void *)o->out, em))
@@ -1208,7 +1225,7 @@ static void parse_command(int argc, char **argv, retrieve_args *a)
 }
 
 enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B, O_TEXT, O_ORDER,
-       O_BUDGET, O_HITS, O_DET, O_STATELESS, O_SDTYPE, O_ADD_MODEL };
+       O_OPERATOR, O_PROXIMITY, O_LITERAL, O_BUDGET, O_HITS, O_DET, O_STATELESS, O_SDTYPE, O_ADD_MODEL };
 
 /* Option c's argument into a, refused when not the command's. */
 static void set_opt(retrieve_args *a, int c, char **argv)
@@ -1238,6 +1255,17 @@ static void set_opt(retrieve_args *a, int c, char **argv)
 	case O_EMPTYOK: o->empty_ok = 1; break;
 	case O_K1: o->k1 = cli_double("--k1", optarg, 0, 1000, usage_line); break;
 	case O_B: o->b = cli_double("--b", optarg, 0, 1, usage_line); break;
+	case O_OPERATOR:
+		if (strcasecmp(optarg, "or") && strcasecmp(optarg, "and"))
+			cli_usage(usage_line, "--operator: '%s' is neither or nor and", optarg);
+		o->qflags = (o->qflags & ~SS_INDEX_QUERY_ALL) | (strcasecmp(optarg, "and") ? 0 : SS_INDEX_QUERY_ALL);
+		break;
+	case O_LITERAL: o->qflags &= ~SS_INDEX_QUERY_PHRASES; break;
+	case O_PROXIMITY:
+		if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+			cli_usage(usage_line, "--proximity: '%s' is neither on nor off", optarg);
+		o->qflags = (o->qflags & ~SS_INDEX_QUERY_PROXIMITY) | (strcmp(optarg, "on") ? 0 : SS_INDEX_QUERY_PROXIMITY);
+		break;
 	case 'k': o->k = (int)cli_long("-k", optarg, 1, 1000000, usage_line); break;
 	case O_BUDGET:
 		/* 0 is a budget (no state stored), which cli_size refuses */
@@ -1274,6 +1302,9 @@ static void parse_opts(int argc, char **argv, retrieve_args *a)
 		{ "empty-ok", no_argument, 0, O_EMPTYOK },
 		{ "k1", required_argument, 0, O_K1 },
 		{ "b", required_argument, 0, O_B },
+		{ "operator", required_argument, 0, O_OPERATOR },
+		{ "proximity", required_argument, 0, O_PROXIMITY },
+		{ "literal", no_argument, 0, O_LITERAL },
 		{ "text", no_argument, 0, O_TEXT },
 		{ "order", required_argument, 0, O_ORDER },
 		{ "state-budget", required_argument, 0, O_BUDGET },
@@ -1284,7 +1315,7 @@ static void parse_opts(int argc, char **argv, retrieve_args *a)
 		{ 0, 0, 0, 0 },
 	};
 	qopts *o = &a->o;
-	*o = (qopts){ .k = 10, .k1 = 1.2, .b = 0.75 };
+	*o = (qopts){ .k = 10, .k1 = 1.2, .b = 0.75, .qflags = SS_INDEX_QUERY_PHRASES };
 	a->budget = -1;
 	a->sdtype = SS_DTYPE_F32;
 	o->exclude = calloc((size_t)argc, sizeof *o->exclude);

@@ -3,6 +3,7 @@
 #include "index/bm25.h"
 #include "ss.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,11 +50,22 @@ struct ss_bm25 {
 	/* per call scratch */
 	uint32_t *tids;
 	size_t n_tids, cap_tids;
+	uint32_t *seq;   /* the document's tokens' tids in order (no compounds) */
+	size_t n_seq, cap_seq;
+	unsigned char *seq_vec; /* ss_bm25_terms' positions blob */
+	size_t seq_vec_cap;
 	int64_t n_words; /* tokens of the document (its length: compounds left out) */
 	unsigned char *vec; /* ss_bm25_terms' result */
 	size_t vec_cap;
-	char **qterms;   /* the query's distinct terms */
+	char **qterms;   /* the query's distinct terms (outside quotes) */
 	size_t n_q, cap_q;
+	char **ptok;     /* the query's phrases' tokens, phrase after phrase */
+	size_t n_ptok, cap_ptok;
+	size_t *ph;      /* phrase i: ptok[ph[i] .. ph[i + 1]) */
+	size_t n_ph, cap_ph;
+	uint32_t *dseq;  /* a document's positions, decoded */
+	size_t cap_dseq;
+	sqlite3_blob *pos_blob; /* positions.seq, open during a search */
 	int oom;
 	int64_t n_searches;
 	/* query-side corpus statistics (loaded lazily, reloaded when the file changes) */
@@ -367,9 +379,16 @@ void ss_bm25_close(ss_bm25 *b)
 	vocab_free(&b->v);
 	free(b->tids);
 	free(b->vec);
+	free(b->seq);
+	free(b->seq_vec);
 	for (size_t i = 0; i < b->n_q; i++)
 		free(b->qterms[i]);
 	free(b->qterms);
+	for (size_t i = 0; i < b->n_ptok; i++)
+		free(b->ptok[i]);
+	free(b->ptok);
+	free(b->ph);
+	free(b->dseq);
 	free_doclen(b);
 	free(b);
 }
@@ -422,7 +441,8 @@ static int on_doc_token(void *ctx, int flags, const char *tok, int n, int start,
 	(void)start;
 	(void)end;
 	ss_bm25 *b = ctx;
-	if (!(flags & FTS5_TOKEN_COLOCATED))
+	int plain = !(flags & FTS5_TOKEN_COLOCATED);
+	if (plain)
 		b->n_words++;
 	vocab *v = &b->v;
 	if (2 * (v->n + 1) > v->cap && vocab_grow(v))
@@ -453,6 +473,17 @@ static int on_doc_token(void *ctx, int flags, const char *tok, int n, int start,
 		b->cap_tids = cap;
 	}
 	b->tids[b->n_tids++] = v->tid[j];
+	if (plain) {
+		if (b->n_seq == b->cap_seq) {
+			size_t cap = b->cap_seq ? 2 * b->cap_seq : 1024;
+			uint32_t *t = realloc(b->seq, cap * sizeof *t);
+			if (!t)
+				return SQLITE_NOMEM;
+			b->seq = t;
+			b->cap_seq = cap;
+		}
+		b->seq[b->n_seq++] = v->tid[j];
+	}
 	return SQLITE_OK;
 }
 
@@ -463,9 +494,10 @@ static int cmp_u32(const void *a, const void *b)
 }
 
 int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec_out, size_t *vec_len,
-		  int64_t *n_terms, char *errmsg)
+		  const void **seq_out, size_t *seq_len, int64_t *n_terms, char *errmsg)
 {
 	b->n_tids = 0;
+	b->n_seq = 0;
 	b->n_words = 0;
 	int rc = b->tk.xTokenize(b->tok, b, FTS5_TOKENIZE_DOCUMENT, text ? text : "", (int)len, on_doc_token);
 	if (rc == SQLITE_NOMEM)
@@ -494,8 +526,21 @@ int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec_out
 		prev = b->tids[i];
 		i = j;
 	}
+	if (b->n_seq * 5 + 1 > b->seq_vec_cap) {
+		free(b->seq_vec);
+		b->seq_vec_cap = b->n_seq * 5 + 1;
+		if (!(b->seq_vec = malloc(b->seq_vec_cap))) {
+			b->seq_vec_cap = 0;
+			return SS_ERR_NOMEM;
+		}
+	}
+	size_t sn = 0;
+	for (size_t i = 0; i < b->n_seq; i++)
+		sn += put_varint(b->seq_vec + sn, b->seq[i]);
 	*vec_out = vec;
 	*vec_len = vn;
+	*seq_out = b->seq_vec;
+	*seq_len = sn;
 	*n_terms = b->n_words;
 	return 0;
 }
@@ -1052,27 +1097,56 @@ static int excluded(uint32_t rid, const int64_t *ex, size_t n)
 	return lo < n && ex[lo] == rid;
 }
 
-int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude, size_t n_exclude,
-		   ss_bm25_hit *hits, char *errmsg)
+/* Opens the postings of term `term` into t (its first block decoded into
+ * t's arrays through buf; *tid: its id): 1, 0 when no document holds the
+ * term (t untouched), or a negative SS_ERR_* with errmsg (t released). */
+static int cur_open(ss_bm25 *b, const char *term, cursor *t, int64_t *tid, unsigned char *buf, char *errmsg)
 {
-	for (size_t i = 0; i < b->n_q; i++)
-		free(b->qterms[i]);
-	b->n_q = 0;
-	int rc = b->tk.xTokenize(b->tok, b, FTS5_TOKENIZE_QUERY, query, (int)strlen(query), on_query_token);
-	if (rc != SQLITE_OK)
-		return SS_ERR_NOMEM;
-	if (!b->n_q)
-		return ss_errf(errmsg, SS_ERR_INVALID, "empty query (no word to search for)");
-	if ((rc = load_stats(b, errmsg)))
-		return rc;
-	/* The page cache: small for a process's first search, large from the
-	 * second on (QUERY_CACHE_KIB). */
-	if (b->n_searches < 2) {
-		char sql[64];
-		snprintf(sql, sizeof sql, "PRAGMA cache_size = -%d", b->n_searches ? QUERY_CACHE_KIB : QUERY_CACHE_KIB_FIRST);
-		sqlite3_exec(b->db, sql, NULL, NULL, NULL);
+	int rc = 0, found = 0;
+	sqlite3_bind_text(b->find_term, 1, term, -1, SQLITE_STATIC);
+	int s = sqlite3_step(b->find_term);
+	if (s == SQLITE_ROW) {
+		found = 1;
+		memset(t, 0, sizeof *t);
+		*tid = sqlite3_column_int64(b->find_term, 0);
+		t->df = sqlite3_column_int64(b->find_term, 1);
+		double df = (double)t->df;
+		double idf = log((b->n_docs - df + 0.5) / (df + 0.5));
+		t->idf = idf <= 0 ? 1e-6 : idf;
+		/* maxw holds for the default k1, b; for others w < k1 + 1 (tf/(tf + k1 L) < 1). */
+		int dflt = b->k1 == SS_BM25_K1 && b->b == SS_BM25_B;
+		t->ub = t->idf * (dflt ? sqlite3_column_double(b->find_term, 2) : b->k1 + 1);
+		t->bscale = dflt ? t->idf : 0;
+		t->blk = -1;
+		unsigned char hdr[4];
+		if (sqlite3_blob_open(b->db, "main", "terms", "postings", *tid, 0, &t->blob) != SQLITE_OK)
+			rc = sqlfail(b, errmsg, "reading postings");
+		else if ((t->size = (uint32_t)sqlite3_blob_bytes(t->blob)) < 4 ||
+			 sqlite3_blob_read(t->blob, hdr, 4, 0) != SQLITE_OK || (t->n_blocks = rd32(hdr)) == 0 ||
+			 (uint64_t)t->n_blocks * SKIP_BYTES + 4 > t->size)
+			rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged postings of term \"%s\"", term);
+		else if (!(t->skip = malloc((size_t)t->n_blocks * SKIP_BYTES)))
+			rc = SS_ERR_NOMEM;
+		else if (sqlite3_blob_read(t->blob, t->skip, (int)(t->n_blocks * SKIP_BYTES), 4) != SQLITE_OK)
+			rc = sqlfail(b, errmsg, "reading postings");
+		else if ((rc = load_block(t, 0, buf)))
+			rc = ss_errf(errmsg, rc, "damaged postings of term \"%s\"", term);
+	} else if (s != SQLITE_DONE) {
+		rc = sqlfail(b, errmsg, "looking up a term");
 	}
-	b->n_searches++;
+	sqlite3_reset(b->find_term);
+	if (rc && found) {
+		sqlite3_blob_close(t->blob);
+		free(t->skip);
+	}
+	return rc ? rc : found;
+}
+
+/* Top k of the OR of b->qterms by MaxScore (stats loaded). */
+static int maxscore_search(ss_bm25 *b, int k, const int64_t *exclude, size_t n_exclude, ss_bm25_hit *hits,
+			   char *errmsg)
+{
+	int rc = 0;
 	cursor *c = calloc(b->n_q, sizeof *c), *pc = NULL;
 	int64_t *primed = NULL;
 	size_t n_primed = 0;
@@ -1085,41 +1159,11 @@ int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude,
 	}
 	double avgdl = b->avgdl;
 	for (size_t i = 0; i < b->n_q; i++) {
-		sqlite3_bind_text(b->find_term, 1, b->qterms[i], -1, SQLITE_STATIC);
-		int s = sqlite3_step(b->find_term);
-		if (s == SQLITE_ROW) {
-			cursor *t = &c[m];
-			int64_t tid = sqlite3_column_int64(b->find_term, 0);
-			t->df = sqlite3_column_int64(b->find_term, 1);
-			double df = (double)t->df;
-			double idf = log((b->n_docs - df + 0.5) / (df + 0.5));
-			t->idf = idf <= 0 ? 1e-6 : idf;
-			/* maxw holds for the default k1, b; for others w < k1 + 1 (tf/(tf + k1 L) < 1). */
-			int dflt = b->k1 == SS_BM25_K1 && b->b == SS_BM25_B;
-			t->ub = t->idf * (dflt ? sqlite3_column_double(b->find_term, 2) : b->k1 + 1);
-			t->bscale = dflt ? t->idf : 0;
-			t->blk = -1;
-			unsigned char hdr[4];
-			if (sqlite3_blob_open(b->db, "main", "terms", "postings", tid, 0, &t->blob) != SQLITE_OK)
-				rc = sqlfail(b, errmsg, "reading postings");
-			else if ((t->size = (uint32_t)sqlite3_blob_bytes(t->blob)) < 4 ||
-				 sqlite3_blob_read(t->blob, hdr, 4, 0) != SQLITE_OK ||
-				 (t->n_blocks = rd32(hdr)) == 0 ||
-				 (uint64_t)t->n_blocks * SKIP_BYTES + 4 > t->size)
-				rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged postings of term \"%s\"", b->qterms[i]);
-			else if (!(t->skip = malloc((size_t)t->n_blocks * SKIP_BYTES)))
-				rc = SS_ERR_NOMEM;
-			else if (sqlite3_blob_read(t->blob, t->skip, (int)(t->n_blocks * SKIP_BYTES), 4) != SQLITE_OK)
-				rc = sqlfail(b, errmsg, "reading postings");
-			else if ((rc = load_block(t, 0, buf)))
-				rc = ss_errf(errmsg, rc, "damaged postings of term \"%s\"", b->qterms[i]);
-			m++;
-		} else if (s != SQLITE_DONE) {
-			rc = sqlfail(b, errmsg, "looking up a term");
-		}
-		sqlite3_reset(b->find_term);
-		if (rc)
+		int64_t tid;
+		if ((rc = cur_open(b, b->qterms[i], &c[m], &tid, buf, errmsg)) < 0)
 			goto done;
+		m += rc;
+		rc = 0;
 	}
 	/* MaxScore: terms by ascending bound; the first `ess` of them are
 	 * non-essential (their bounds together cannot lift a document that has
@@ -1249,4 +1293,471 @@ done:
 	free(buf);
 	free(cum);
 	return rc;
+}
+
+/* ------------------------------------------------------------------ query syntax */
+
+/* A phrase's token (document tokenization: its plain tokens, no compounds). */
+static int on_phrase_token(void *ctx, int flags, const char *tok, int n, int start, int end)
+{
+	(void)start;
+	(void)end;
+	ss_bm25 *b = ctx;
+	if (flags & FTS5_TOKEN_COLOCATED)
+		return SQLITE_OK;
+	if (b->n_ptok == b->cap_ptok) {
+		size_t cap = b->cap_ptok ? 2 * b->cap_ptok : 64;
+		char **q = realloc(b->ptok, cap * sizeof *q);
+		if (!q)
+			return SQLITE_NOMEM;
+		b->ptok = q;
+		b->cap_ptok = cap;
+	}
+	if (!(b->ptok[b->n_ptok] = strndup(tok, (size_t)n)))
+		return SQLITE_NOMEM;
+	b->n_ptok++;
+	return SQLITE_OK;
+}
+
+static void clear_query(ss_bm25 *b)
+{
+	for (size_t i = 0; i < b->n_q; i++)
+		free(b->qterms[i]);
+	b->n_q = 0;
+	for (size_t i = 0; i < b->n_ptok; i++)
+		free(b->ptok[i]);
+	b->n_ptok = 0;
+	b->n_ph = 0;
+}
+
+/* Whether phrase p (the last one) has the tokens of an earlier one. */
+static int phrase_seen(const ss_bm25 *b, size_t p)
+{
+	size_t n = b->ph[p + 1] - b->ph[p];
+	for (size_t i = 0; i < p; i++) {
+		size_t j = 0;
+		if (b->ph[i + 1] - b->ph[i] != n)
+			continue;
+		while (j < n && !strcmp(b->ptok[b->ph[i] + j], b->ptok[b->ph[p] + j]))
+			j++;
+		if (j == n)
+			return 1;
+	}
+	return 0;
+}
+
+/* See bm25.h. Cuts q into b->qterms (the distinct terms outside quotes)
+ * and b->ptok/b->ph (the distinct phrases). */
+int ss_bm25_parse(ss_bm25 *b, const char *q, unsigned flags, char *errmsg)
+{
+	clear_query(b);
+	size_t n = strlen(q), i = 0;
+	if (n > INT_MAX)
+		return ss_errf(errmsg, SS_ERR_INVALID, "query of %zu bytes is too long", n);
+	while (i <= n) {
+		const char *open = flags & SS_BM25_PHRASES ? memchr(q + i, '"', n - i) : NULL;
+		size_t end = open ? (size_t)(open - q) : n;
+		if (end > i && b->tk.xTokenize(b->tok, b, FTS5_TOKENIZE_QUERY, q + i, (int)(end - i), on_query_token) !=
+				       SQLITE_OK)
+			return SS_ERR_NOMEM;
+		if (!open)
+			break;
+		const char *close = memchr(open + 1, '"', n - end - 1);
+		if (!close)
+			return ss_errf(errmsg, SS_ERR_INVALID, "unbalanced quote: the phrase opened at byte %zu is not closed",
+				       end + 1);
+		if (b->n_ph + 2 > b->cap_ph) {
+			size_t cap = b->cap_ph ? 2 * b->cap_ph : 16;
+			size_t *ph = realloc(b->ph, cap * sizeof *ph);
+			if (!ph)
+				return SS_ERR_NOMEM;
+			b->ph = ph;
+			b->cap_ph = cap;
+		}
+		b->ph[b->n_ph] = b->n_ptok;
+		size_t len = (size_t)(close - open) - 1;
+		if (len && b->tk.xTokenize(b->tok, b, FTS5_TOKENIZE_DOCUMENT, open + 1, (int)len, on_phrase_token) !=
+				   SQLITE_OK)
+			return SS_ERR_NOMEM;
+		size_t m = b->n_ptok - b->ph[b->n_ph];
+		if (!m)
+			return ss_errf(errmsg, SS_ERR_INVALID, "empty phrase at byte %zu (no word between the quotes)",
+				       end + 1);
+		if (m > SS_BM25_MAX_PHRASE)
+			return ss_errf(errmsg, SS_ERR_INVALID, "phrase at byte %zu has %zu words, at most %d", end + 1, m,
+				       SS_BM25_MAX_PHRASE);
+		b->ph[b->n_ph + 1] = b->n_ptok;
+		if (phrase_seen(b, b->n_ph)) {
+			for (size_t j = b->ph[b->n_ph]; j < b->n_ptok; j++)
+				free(b->ptok[j]);
+			b->n_ptok = b->ph[b->n_ph];
+		} else {
+			b->n_ph++;
+		}
+		i = (size_t)(close - q) + 1;
+	}
+	if (!b->n_q && !b->n_ph && !(flags & SS_BM25_EMPTY_OK))
+		return ss_errf(errmsg, SS_ERR_INVALID, "empty query (no word to search for)");
+	return 0;
+}
+
+/* ------------------------------------------------------------------ phrases, AND, proximity */
+
+/* One clause of a query (a term or a phrase): the documents that hold it,
+ * rid ascending, with its frequency in each. */
+typedef struct {
+	uint32_t *rid, *tf;
+	size_t n, cap, at;
+	double idf;
+	uint32_t tid; /* proximity: the term's id; 0 for a phrase, a compound, an absent term */
+} clause;
+
+static int clause_push(clause *c, uint32_t rid, uint32_t tf)
+{
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 256;
+		uint32_t *r = realloc(c->rid, cap * sizeof *r), *t;
+		if (!r)
+			return SS_ERR_NOMEM;
+		c->rid = r;
+		if (!(t = realloc(c->tf, cap * sizeof *t)))
+			return SS_ERR_NOMEM;
+		c->tf = t;
+		c->cap = cap;
+	}
+	c->rid[c->n] = rid;
+	c->tf[c->n++] = tf;
+	return 0;
+}
+
+static double idf_of(const ss_bm25 *b, double df)
+{
+	double idf = log((b->n_docs - df + 0.5) / (df + 0.5));
+	return idf <= 0 ? 1e-6 : idf;
+}
+
+/* Every posting of `term` into c (empty when no document holds it). */
+static int term_clause(ss_bm25 *b, const char *term, clause *c, unsigned char *buf, char *errmsg)
+{
+	cursor t;
+	int64_t tid;
+	int rc = cur_open(b, term, &t, &tid, buf, errmsg);
+	if (rc <= 0)
+		return rc;
+	rc = 0;
+	c->idf = t.idf;
+	c->tid = strchr(term, ' ') ? 0 : (uint32_t)tid;
+	while (!rc && t.cur != END)
+		if (!(rc = clause_push(c, t.cur, t.tf[t.pos])))
+			rc = cur_next(&t, buf);
+	sqlite3_blob_close(t.blob);
+	free(t.skip);
+	if (rc && rc != SS_ERR_NOMEM)
+		rc = rc == SS_ERR_IO ? sqlfail(b, errmsg, "reading postings")
+				     : ss_errf(errmsg, rc, "damaged postings of term \"%s\"", term);
+	return rc;
+}
+
+/* Refuses phrases and proximity on an index without positions for every
+ * document (meta.positions, lib/index/index_build.c). */
+static int check_positions(ss_bm25 *b, char *errmsg)
+{
+	sqlite3_stmt *st;
+	int ok = 0;
+	if (sqlite3_prepare_v2(b->db, "SELECT value = '1' FROM meta WHERE key = 'positions'", -1, &st, NULL) != SQLITE_OK)
+		return sqlfail(b, errmsg, "sqlite");
+	if (sqlite3_step(st) == SQLITE_ROW)
+		ok = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	if (!ok)
+		return ss_errf(errmsg, SS_ERR_UNSUPPORTED,
+			       "this index has no word positions (phrases, proximity): rebuild it with "
+			       "'ss-retrieve build --index DB' (and its streams when it has no texts)");
+	return 0;
+}
+
+/* Document rid's positions into b->dseq; *n: their number. Returns 0,
+ * SS_ERR_NOMEM, SS_ERR_FORMAT (none stored, or a damaged blob), SS_ERR_IO. */
+static int read_positions(ss_bm25 *b, uint32_t rid, size_t *n, char *errmsg)
+{
+	int s = b->pos_blob ? sqlite3_blob_reopen(b->pos_blob, rid)
+			    : sqlite3_blob_open(b->db, "main", "positions", "seq", rid, 0, &b->pos_blob);
+	if (s != SQLITE_OK) {
+		if (s != SQLITE_ERROR)
+			return sqlfail(b, errmsg, "reading positions");
+		sqlite3_blob_close(b->pos_blob);
+		b->pos_blob = NULL;
+		return ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document row %u has no positions", rid);
+	}
+	size_t len = (size_t)sqlite3_blob_bytes(b->pos_blob);
+	/* Read into the tail of dseq, decoded into its head: a varint takes a byte at least. */
+	size_t words = len + (len + 3) / 4 + 1;
+	if (words > b->cap_dseq) {
+		uint32_t *d = realloc(b->dseq, words * sizeof *d);
+		if (!d)
+			return SS_ERR_NOMEM;
+		b->dseq = d;
+		b->cap_dseq = words;
+	}
+	unsigned char *raw = (unsigned char *)(b->dseq + len);
+	if (len && sqlite3_blob_read(b->pos_blob, raw, (int)len, 0) != SQLITE_OK)
+		return sqlfail(b, errmsg, "reading positions");
+	size_t i = 0, m = 0;
+	while (i < len) {
+		uint64_t v;
+		if (get_varint(raw, len, &i, &v) || v > UINT32_MAX)
+			return ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: positions of document row %u", rid);
+		b->dseq[m++] = (uint32_t)v;
+	}
+	*n = m;
+	return 0;
+}
+
+/* Phrase p's documents, each with its number of occurrences (every start
+ * position where its tokens stand in order, overlaps counted: FTS5's phrase
+ * frequency), and its idf from their number. The documents holding every
+ * token are found by the rarest token's postings, the others' cursors
+ * seeking through their skip tables (a common token's blocks are decoded
+ * only where the rare one has a document); each such document's positions
+ * are then read. */
+static int phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char *errmsg)
+{
+	size_t m = b->ph[p + 1] - b->ph[p], opened = 0, r = 0;
+	cursor *t = calloc(m, sizeof *t);
+	uint32_t tid[SS_BM25_MAX_PHRASE];
+	int rc = t ? 0 : SS_ERR_NOMEM, said = 1; /* said: errmsg is set for rc */
+	for (size_t j = 0; !rc && j < m; j++) {
+		int64_t id;
+		if ((rc = cur_open(b, b->ptok[b->ph[p] + j], &t[j], &id, buf, errmsg)) <= 0)
+			break; /* an error, or a token no document holds: no document */
+		rc = 0;
+		opened++;
+		tid[j] = (uint32_t)id;
+		if (t[j].df < t[r].df)
+			r = j;
+	}
+	said = rc != 0;
+	while (!rc && opened == m && t[r].cur != END) {
+		uint32_t d = t[r].cur, next = d;
+		for (size_t j = 0; !rc && j < m; j++)
+			if (j != r && !(rc = cur_seek(&t[j], d, buf)) && t[j].cur > next)
+				next = t[j].cur;
+		if (rc)
+			break;
+		if (next == END)
+			break;
+		if (next != d) {
+			rc = cur_seek(&t[r], next, buf);
+			continue;
+		}
+		/* one token: its postings' tf is its occurrences */
+		size_t n = 0;
+		uint32_t tf = m == 1 ? t[r].tf[t[r].pos] : 0;
+		if (m > 1 && (rc = read_positions(b, d, &n, errmsg))) {
+			said = 1;
+			break;
+		}
+		for (size_t i = 0; m > 1 && i + m <= n; i++) {
+			size_t q = 0;
+			while (q < m && b->dseq[i + q] == tid[q])
+				q++;
+			tf += q == m;
+		}
+		if ((tf && (rc = clause_push(c, d, tf))) || (rc = cur_next(&t[r], buf)))
+			break;
+	}
+	if (rc && !said && rc != SS_ERR_NOMEM)
+		rc = rc == SS_ERR_IO ? sqlfail(b, errmsg, "reading postings") : ss_errf(errmsg, rc, "damaged postings");
+	c->idf = idf_of(b, (double)c->n);
+	c->tid = 0;
+	for (size_t j = 0; j < opened; j++) {
+		sqlite3_blob_close(t[j].blob);
+		free(t[j].skip);
+	}
+	free(t);
+	return rc;
+}
+
+/* dl_of with errmsg set on failure. */
+static int dl_get(ss_bm25 *b, uint32_t rid, double *dl, char *errmsg)
+{
+	int rc = dl_of(b, rid, dl);
+	return rc == SS_ERR_IO ? sqlfail(b, errmsg, "reading document lengths") : rc;
+}
+
+/* A document scored by the clauses, before proximity: score, and the bound
+ * of its score with proximity. */
+typedef struct {
+	uint32_t rid;
+	double score, ub;
+} cand;
+
+static int cmp_cand_ub(const void *a, const void *b)
+{
+	const cand *x = a, *y = b;
+	if (x->ub != y->ub)
+		return x->ub > y->ub ? -1 : 1;
+	return x->rid < y->rid ? -1 : x->rid > y->rid;
+}
+
+/* BM25TP's proximity score of document rid (length dl) for the clauses
+ * c[0..n) with a tid; acc: scratch, n doubles. */
+static int tp_score(ss_bm25 *b, uint32_t rid, double dl, const clause *c, int n, double *acc, double *out,
+		    char *errmsg)
+{
+	size_t len;
+	int rc = read_positions(b, rid, &len, errmsg);
+	if (rc)
+		return rc;
+	for (int j = 0; j < n; j++)
+		acc[j] = 0;
+	int last = -1;
+	size_t last_p = 0;
+	for (size_t p = 0; p < len; p++) {
+		int j = 0;
+		while (j < n && c[j].tid != b->dseq[p])
+			j++;
+		if (j == n)
+			continue;
+		if (last >= 0 && last != j) {
+			double d = (double)(p - last_p);
+			acc[j] += c[last].idf / (d * d);
+			acc[last] += c[j].idf / (d * d);
+		}
+		last = j;
+		last_p = p;
+	}
+	double kk = len_norm(dl, b->avgdl, b->k1, b->b), s = 0;
+	for (int j = 0; j < n; j++)
+		if (acc[j] > 0)
+			s += (c[j].idf < 1 ? c[j].idf : 1) * acc[j] * (b->k1 + 1) / (acc[j] + kk);
+	*out = s;
+	return 0;
+}
+
+/* Top k of the query's clauses (b->qterms, then the phrases): all of them
+ * (SS_BM25_ALL) or any; with SS_BM25_PROXIMITY, plus BM25TP's proximity
+ * score of the terms. Every candidate is scored (no pruning); proximity
+ * reads positions only for the candidates whose bound can reach the top k. */
+static int clause_search(ss_bm25 *b, unsigned flags, int k, const int64_t *exclude, size_t n_exclude,
+			 ss_bm25_hit *hits, char *errmsg)
+{
+	int n_cl = (int)(b->n_q + b->n_ph), n_hits = 0, n_tp = 0, rc = 0;
+	clause *c = calloc((size_t)n_cl, sizeof *c);
+	unsigned char *buf = malloc(BLOCK * 20);
+	double *acc = malloc((size_t)n_cl * sizeof *acc);
+	cand *cd = NULL;
+	size_t n_cd = 0, cap_cd = 0;
+	if (!c || !buf || !acc) {
+		rc = SS_ERR_NOMEM;
+		goto done;
+	}
+	for (size_t i = 0; i < b->n_q && !rc; i++)
+		rc = term_clause(b, b->qterms[i], &c[i], buf, errmsg);
+	for (size_t p = 0; p < b->n_ph && !rc; p++)
+		rc = phrase_clause(b, p, &c[b->n_q + p], buf, errmsg);
+	if (rc)
+		goto done;
+	/* The terms with positions first, for tp_score. */
+	if (flags & SS_BM25_PROXIMITY) {
+		for (int i = 0; i < (int)b->n_q; i++)
+			if (c[i].tid && c[i].n) {
+				clause x = c[n_tp];
+				c[n_tp++] = c[i];
+				c[i] = x;
+			}
+		if (n_tp < 2)
+			n_tp = 0;
+	}
+	int all = (flags & SS_BM25_ALL) != 0;
+	for (int i = 0; all && i < n_cl; i++)
+		if (!c[i].n)
+			goto done;
+	for (;;) {
+		uint32_t d = END;
+		for (int i = 0; i < n_cl; i++)
+			if (c[i].at < c[i].n && c[i].rid[c[i].at] < d)
+				d = c[i].rid[c[i].at];
+		if (d == END)
+			break;
+		double dl, s = 0, ub = 0;
+		int n_in = 0, n_tp_in = 0;
+		if ((rc = dl_get(b, d, &dl, errmsg)))
+			goto done;
+		double norm = len_norm(dl, b->avgdl, b->k1, b->b);
+		for (int i = 0; i < n_cl; i++)
+			if (c[i].at < c[i].n && c[i].rid[c[i].at] == d) {
+				s += c[i].idf * w_of(c[i].tf[c[i].at], norm, b->k1);
+				n_in++;
+				if (i < n_tp) {
+					n_tp_in++;
+					ub += (c[i].idf < 1 ? c[i].idf : 1) * (b->k1 + 1);
+				}
+				c[i].at++;
+			}
+		if ((all && n_in < n_cl) || (n_exclude && excluded(d, exclude, n_exclude)))
+			continue;
+		if (n_tp_in < 2) {
+			heap_offer(hits, &n_hits, k, (ss_bm25_hit){ d, s });
+			continue;
+		}
+		if (n_cd == cap_cd) {
+			size_t cap = cap_cd ? 2 * cap_cd : 1024;
+			cand *x = realloc(cd, cap * sizeof *x);
+			if (!x) {
+				rc = SS_ERR_NOMEM;
+				goto done;
+			}
+			cd = x;
+			cap_cd = cap;
+		}
+		cd[n_cd++] = (cand){ d, s, s + ub };
+	}
+	/* Proximity: by bound, best first, until no bound reaches the k-th score. */
+	qsort(cd, n_cd, sizeof *cd, cmp_cand_ub);
+	for (size_t i = 0; i < n_cd; i++) {
+		if (n_hits == k && cd[i].ub * SLACK < hits[0].score)
+			break;
+		double dl, tp;
+		if ((rc = dl_get(b, cd[i].rid, &dl, errmsg)) || (rc = tp_score(b, cd[i].rid, dl, c, n_tp, acc, &tp, errmsg)))
+			goto done;
+		heap_offer(hits, &n_hits, k, (ss_bm25_hit){ cd[i].rid, cd[i].score + tp });
+	}
+	qsort(hits, (size_t)n_hits, sizeof *hits, cmp_hit);
+	rc = n_hits;
+done:
+	sqlite3_blob_close(b->dl_blob);
+	b->dl_blob = NULL;
+	sqlite3_blob_close(b->pos_blob);
+	b->pos_blob = NULL;
+	for (int i = 0; c && i < n_cl; i++) {
+		free(c[i].rid);
+		free(c[i].tf);
+	}
+	free(c);
+	free(cd);
+	free(buf);
+	free(acc);
+	return rc;
+}
+
+int ss_bm25_search(ss_bm25 *b, const char *query, unsigned flags, int k, const int64_t *exclude,
+		   size_t n_exclude, ss_bm25_hit *hits, char *errmsg)
+{
+	int rc = ss_bm25_parse(b, query, flags & ~SS_BM25_EMPTY_OK, errmsg);
+	if (rc || (rc = load_stats(b, errmsg)))
+		return rc;
+	int general = b->n_ph || (flags & SS_BM25_ALL) || ((flags & SS_BM25_PROXIMITY) && b->n_q > 1);
+	if ((b->n_ph || ((flags & SS_BM25_PROXIMITY) && b->n_q > 1)) && (rc = check_positions(b, errmsg)))
+		return rc;
+	/* The page cache: small for a process's first search, large from the
+	 * second on (QUERY_CACHE_KIB). */
+	if (b->n_searches < 2) {
+		char sql[64];
+		snprintf(sql, sizeof sql, "PRAGMA cache_size = -%d", b->n_searches ? QUERY_CACHE_KIB : QUERY_CACHE_KIB_FIRST);
+		sqlite3_exec(b->db, sql, NULL, NULL, NULL);
+	}
+	b->n_searches++;
+	return general ? clause_search(b, flags, k, exclude, n_exclude, hits, errmsg)
+		       : maxscore_search(b, k, exclude, n_exclude, hits, errmsg);
 }

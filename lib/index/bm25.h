@@ -25,6 +25,12 @@
  *                              128 (varint rid delta, varint tf) pairs, rid
  *                              ascending, the first delta of a block taken
  *                              from the previous block's last rid.
+ *   positions(rid, seq)        a document's tokens in order (compounds left
+ *                              out): varint tid each; n_terms of them.
+ *                              meta.positions = '1' when every document has
+ *                              its row (an index built before positions
+ *                              existed gets them, from its texts, at its
+ *                              next build's commit).
  *   bm25(one = 1, n_docs, n_terms, max_rid, doclen)
  *                              corpus statistics; doclen: u32 n_terms per
  *                              rid, 0..max_rid.
@@ -62,12 +68,13 @@ typedef struct ss_bm25 ss_bm25;
 int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg);
 void ss_bm25_close(ss_bm25 *b);
 
-/* Tokenizes text[0..len) into its term vector (the docs.terms blob),
- * adding new terms to the vocabulary and the terms table. *vec (*vec_len
- * bytes) is owned by b, valid until the next call; *n_terms: the number of
- * terms (docs.n_terms). Returns 0, SS_ERR_NOMEM, SS_ERR_IO. */
+/* Tokenizes text[0..len) into its term vector (the docs.terms blob) and
+ * its positions (the positions.seq blob), adding new terms to the
+ * vocabulary and the terms table. *vec (*vec_len bytes) and *seq (*seq_len
+ * bytes) are owned by b, valid until the next call; *n_terms: the number
+ * of tokens (docs.n_terms). Returns 0, SS_ERR_NOMEM, SS_ERR_IO. */
 int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec, size_t *vec_len,
-		  int64_t *n_terms, char *errmsg);
+		  const void **seq, size_t *seq_len, int64_t *n_terms, char *errmsg);
 
 /* Rewrites terms.df/maxw/postings and the bm25 row from every document's
  * term vector (inside the caller's write transaction); drops terms no
@@ -89,13 +96,37 @@ typedef struct {
 	double score;
 } ss_bm25_hit;
 
-/* Top-k rows for `query` (its distinct terms OR-ed, each counted once) by BM25,
- * best first, equal scores by rid, leaving out the rids in
- * exclude[0..n_exclude) (sorted ascending). Runs in the caller's read
- * transaction. hits: room for k. Returns the number of hits (0 when no
- * term is in the index), SS_ERR_INVALID when the query has no term,
- * SS_ERR_NOMEM, SS_ERR_IO, SS_ERR_FORMAT (a damaged postings blob). */
-int ss_bm25_search(ss_bm25 *b, const char *query, int k, const int64_t *exclude, size_t n_exclude,
-		   ss_bm25_hit *hits, char *errmsg);
+/* ss_bm25_search's flags (the values of ss_index.h's SS_INDEX_QUERY_*). */
+#define SS_BM25_PHRASES 1u   /* "..." is a phrase */
+#define SS_BM25_ALL 2u       /* a document must hold every term and phrase */
+#define SS_BM25_PROXIMITY 4u /* BM25TP: plus a score for query terms near each other */
+#define SS_BM25_EMPTY_OK 8u   /* ss_bm25_parse: a query without a term is no error */
+#define SS_BM25_MAX_PHRASE 64
+
+/* Top-k rows for `query` by BM25, best first, equal scores by rid, leaving
+ * out the rids in exclude[0..n_exclude) (sorted ascending). The query's
+ * clauses are its distinct terms outside quotes and (SS_BM25_PHRASES) its
+ * distinct phrases; a document must hold one of them (all: SS_BM25_ALL);
+ * score = sum over the clauses it holds of idf * w(tf), a phrase's tf its
+ * occurrences and idf from the documents holding it (FTS5's bm25() of
+ * the same expression); SS_BM25_PROXIMITY adds BM25TP's term proximity
+ * (ref: Büttcher, Clarke & Lushman, "Term proximity scoring for ad-hoc
+ * retrieval on very large text collections", SIGIR 2006): for each pair of
+ * consecutive occurrences of two different query terms at distance d,
+ * acc(t) += idf(t') / d^2 for each of the two; score += sum over terms of
+ * min(1, idf(t)) acc(t) (k1 + 1) / (acc(t) + k1 (1 - b + b dl / avgdl)).
+ * Only terms outside quotes and of one token each take part. The top k is
+ * exact. Runs in the caller's read transaction. hits: room for k. Returns
+ * the number of hits (0 when nothing matches), SS_ERR_INVALID (no term;
+ * an unbalanced quote, an empty phrase, a phrase of more than
+ * SS_BM25_MAX_PHRASE tokens: errmsg names it), SS_ERR_UNSUPPORTED (phrases
+ * or proximity on an index without positions), SS_ERR_NOMEM, SS_ERR_IO,
+ * SS_ERR_FORMAT (a damaged postings or positions blob). */
+/* Parses `query` as ss_bm25_search does, without searching: 0,
+ * SS_ERR_INVALID with errmsg (ss_bm25_search's query errors), SS_ERR_NOMEM. */
+int ss_bm25_parse(ss_bm25 *b, const char *query, unsigned flags, char *errmsg);
+
+int ss_bm25_search(ss_bm25 *b, const char *query, unsigned flags, int k, const int64_t *exclude,
+		   size_t n_exclude, ss_bm25_hit *hits, char *errmsg);
 
 #endif /* SS_BM25_H */

@@ -314,6 +314,23 @@ int ss_index_set_bm25(ss_index *ix, double k1, double b, char *errmsg)
 	return 0;
 }
 
+int ss_index_set_query(ss_index *ix, unsigned flags, char *errmsg)
+{
+	if (!ix || !ix->query)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	if (flags & ~(SS_INDEX_QUERY_PHRASES | SS_INDEX_QUERY_ALL | SS_INDEX_QUERY_PROXIMITY))
+		return ss_errf(errmsg, SS_ERR_INVALID, "query flags %#x: unknown", flags);
+	ix->qflags = flags;
+	return 0;
+}
+
+int ss_index_query_check(ss_index *ix, const char *query, char *errmsg)
+{
+	if (!ix || !ix->query)
+		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	return ss_bm25_parse(ix->bm25, query ? query : "", ix->qflags | SS_BM25_EMPTY_OK, errmsg);
+}
+
 int ss_index_set_fetch(ss_index *ix, unsigned what, char *errmsg)
 {
 	if (!ix || !ix->query)
@@ -376,7 +393,7 @@ int ss_index_query(ss_index *ix, const char *query, int k, const char *const *ex
 		sqlite3_reset(ix->rid_of);
 	}
 	qsort(ex, n_ex, sizeof *ex, cmp_rid);
-	int n_top = rc ? rc : ss_bm25_search(ix->bm25, query ? query : "", k, ex, n_ex, top, errmsg);
+	int n_top = rc ? rc : ss_bm25_search(ix->bm25, query ? query : "", ix->qflags, k, ex, n_ex, top, errmsg);
 	rc = n_top < 0 ? n_top : 0;
 	for (int i = 0; i < n_top && !rc; i++) {
 		sqlite3_bind_int64(ix->query, 1, top[i].rid);
@@ -818,7 +835,7 @@ void ss_index_close(ss_index *ix)
 	sqlite3_stmt **stmts[] = { &ix->find, &ix->ins_doc, &ix->set_text, &ix->set_state, &ix->touch,
 				   &ix->file_find, &ix->file_ins, &ix->query, &ix->lookup, &ix->rid_of,
 				   &ix->put_text, &ix->del_doc, &ix->del_text, &ix->text_of,
-				   &ix->put_tokens, &ix->del_tokens, &ix->del_stateless, &ix->add_hits,
+				   &ix->put_tokens, &ix->put_pos, &ix->del_tokens, &ix->del_stateless, &ix->add_hits,
 				   &ix->tokens_of };
 	for (size_t i = 0; i < sizeof stmts / sizeof *stmts; i++)
 		sqlite3_finalize(*stmts[i]);

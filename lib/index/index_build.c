@@ -175,10 +175,14 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	 * none and gets it here, empty (its documents show no text until they
 	 * are added again); readers of schema 3 ignore the table. */
 	/* tokens and stateless (the recompute tier) came later still, the same
-	 * way; the schema becomes 4 only once a document is stateless. */
+	 * way; the schema becomes 4 only once a document is stateless.
+	 * positions (the word order, for phrases and proximity) too: the commit
+	 * fills in those of older documents from their stored texts and says
+	 * in meta.positions whether every document has them. */
 	if ((rc = ix_exec(ix, "CREATE TABLE IF NOT EXISTS texts(rid INTEGER PRIMARY KEY, text BLOB NOT NULL);"
 			      "CREATE TABLE IF NOT EXISTS tokens(rid INTEGER PRIMARY KEY, tokens BLOB NOT NULL);"
 			      "CREATE TABLE IF NOT EXISTS stateless(rid INTEGER PRIMARY KEY, dtype TEXT NOT NULL);"
+			      "CREATE TABLE IF NOT EXISTS positions(rid INTEGER PRIMARY KEY, seq BLOB NOT NULL);"
 			      "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY);"
 			      "CREATE TEMP TABLE hits(id TEXT PRIMARY KEY, n INTEGER NOT NULL)", errmsg)) ||
 	    (rc = ss_bm25_open(&ix->bm25, ix->db, 1, errmsg)))
@@ -204,6 +208,7 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 		       "UPDATE docs SET file_id = ?2, byte_offset = ?3, frame_length = ?4, fingerprint = ?5,"
 		       " n_tokens = ?6 WHERE rid = ?1", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->put_text, "INSERT OR REPLACE INTO texts(rid, text) VALUES(?1, ?2)", errmsg)) ||
+	    (rc = ix_prep(ix, &ix->put_pos, "INSERT OR REPLACE INTO positions(rid, seq) VALUES(?1, ?2)", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->del_doc, "DELETE FROM docs WHERE rid = ?1", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->del_text, "DELETE FROM texts WHERE rid = ?1", errmsg)) ||
 	    (rc = ix_prep(ix, &ix->put_tokens, "INSERT OR REPLACE INTO tokens(rid, tokens) VALUES(?1, ?2)", errmsg)) ||
@@ -268,6 +273,51 @@ static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, ch
 	return 0;
 }
 
+/* Stores document rid's positions blob (bm25.h: positions.seq). */
+static int put_positions(ss_index *ix, int64_t rid, const void *seq, size_t seq_len, char *errmsg)
+{
+	const char *what = "storing the positions";
+	int rc;
+	if ((rc = ix_bound(sqlite3_bind_int64(ix->put_pos, 1, rid), errmsg, what)) ||
+	    (rc = ix_bound(sqlite3_bind_blob64(ix->put_pos, 2, seq_len ? seq : "", seq_len, SQLITE_STATIC), errmsg,
+			   what)))
+		return rc;
+	return ix_step_done(ix, ix->put_pos, errmsg);
+}
+
+/* Positions for the documents that have none (indexed by a build before
+ * positions existed) from their stored texts, then meta.positions: '1'
+ * when every document has them, else '0' (phrases and proximity are
+ * then refused: lib/index/bm25.c). */
+static int migrate_positions(ss_index *ix, char *errmsg)
+{
+	sqlite3_stmt *st;
+	int rc = ix_prep(ix, &st,
+			 "SELECT d.rid, t.text FROM docs d JOIN texts t ON t.rid = d.rid AND length(t.text) = d.text_len"
+			 " WHERE d.rid NOT IN (SELECT rid FROM positions)", errmsg);
+	if (rc)
+		return rc;
+	int s;
+	while (!rc && (s = sqlite3_step(st)) == SQLITE_ROW) {
+		const void *vec, *seq;
+		size_t vec_len, seq_len;
+		int64_t n_terms, rid = sqlite3_column_int64(st, 0);
+		const char *text = sqlite3_column_blob(st, 1);
+		size_t len = (size_t)sqlite3_column_bytes(st, 1);
+		if (!(rc = ss_bm25_terms(ix->bm25, text, len, &vec, &vec_len, &seq, &seq_len, &n_terms, errmsg)))
+			rc = put_positions(ix, rid, seq, seq_len, errmsg);
+	}
+	if (!rc && s != SQLITE_DONE)
+		rc = ix_sqlerr(ix, errmsg, "reading the texts");
+	sqlite3_finalize(st);
+	if (rc)
+		return rc;
+	return ix_exec(ix, "DELETE FROM positions WHERE rid NOT IN (SELECT rid FROM docs);"
+			   "INSERT INTO meta VALUES('positions', CASE WHEN EXISTS(SELECT 1 FROM docs"
+			   " WHERE rid NOT IN (SELECT rid FROM positions)) THEN '0' ELSE '1' END)"
+			   " ON CONFLICT(key) DO UPDATE SET value = excluded.value", errmsg);
+}
+
 int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t text_len,
 		      int64_t text_tokens, char *errmsg)
 {
@@ -277,10 +327,10 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 		return rc;
 	if (text_len > INT_MAX)
 		return ss_errf(errmsg, SS_ERR_TOO_LARGE, "document %s: text of %zu bytes is too long", id, text_len);
-	const void *vec;
-	size_t vec_len;
+	const void *vec, *seq;
+	size_t vec_len, seq_len;
 	int64_t n_terms;
-	if ((rc = ss_bm25_terms(ix->bm25, text, text_len, &vec, &vec_len, &n_terms, errmsg)))
+	if ((rc = ss_bm25_terms(ix->bm25, text, text_len, &vec, &vec_len, &seq, &seq_len, &n_terms, errmsg)))
 		return rc;
 	const char *what = "storing the text";
 	if ((rc = ix_bound(sqlite3_bind_int64(ix->set_text, 1, rid), errmsg, what)) ||
@@ -294,7 +344,8 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 	if ((rc = ix_bound(sqlite3_bind_int64(ix->put_text, 1, rid), errmsg, what)) ||
 	    (rc = ix_bound(sqlite3_bind_blob64(ix->put_text, 2, text_len ? text : "", text_len, SQLITE_STATIC), errmsg,
 			   what)) ||
-	    (rc = ix_step_done(ix, ix->put_text, errmsg)))
+	    (rc = ix_step_done(ix, ix->put_text, errmsg)) ||
+	    (rc = put_positions(ix, rid, seq, seq_len, errmsg)))
 		return rc;
 	/* The tokens of the text replaced are not this text's. */
 	if ((rc = ix_bound(sqlite3_bind_int64(ix->del_tokens, 1, rid), errmsg, what)))
@@ -857,7 +908,8 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 		goto fail;
 	sqlite3_finalize(st);
 	st = NULL;
-	if ((rc = ss_bm25_commit(ix->bm25, errmsg)) || (rc = ix_exec(ix, "COMMIT", errmsg)))
+	if ((rc = migrate_positions(ix, errmsg)) || (rc = ss_bm25_commit(ix->bm25, errmsg)) ||
+	    (rc = ix_exec(ix, "COMMIT", errmsg)))
 		goto fail;
 	ix->committed = 1;
 	ix->building = 0;

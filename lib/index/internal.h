@@ -34,7 +34,7 @@ struct ss_index {
 	int64_t n_deleted; /* ss_index_delete calls that removed a document */
 	/* build statements */
 	sqlite3_stmt *find, *ins_doc, *set_text, *set_state, *touch;
-	sqlite3_stmt *put_text, *del_doc, *del_text; /* texts table; deletes */
+	sqlite3_stmt *put_text, *put_pos, *del_doc, *del_text; /* texts, positions tables; deletes */
 	sqlite3_stmt *put_tokens, *del_tokens, *del_stateless, *add_hits; /* the recompute tier */
 	int64_t budget;   /* ss_index_set_state_budget's bytes; -1: none */
 	/* ss_index_set_stateless's model fingerprint ("": none) and recompute
@@ -56,6 +56,7 @@ struct ss_index {
 	sqlite3_stmt *text_of; /* NULL when the index has no texts table */
 	sqlite3_stmt *tokens_of; /* NULL when the index has no tokens table */
 	unsigned fetch;   /* ss_index_set_fetch's SS_INDEX_FETCH_* */
+	unsigned qflags;  /* ss_index_set_query's SS_INDEX_QUERY_* (SS_BM25_* values) */
 	ss_bm25 *bm25;    /* tokenizer, postings */
 	reader_slot slots[READER_SLOTS];
 	int next_slot;

@@ -217,5 +217,20 @@ ss-eval recall --index c.db --qa queries.jsonl --ks 2,2 >/dev/null 2>err; [ $? -
 ss-eval recall --index c.db --qa queries.jsonl --tokens c.tok >/dev/null 2>err; [ $? -eq 2 ] ||
 	fail "recall --tokens: want exit 2"
 ss-eval timing --retrieve >/dev/null 2>err; [ $? -eq 2 ] || fail "timing --retrieve: want exit 2"
+ss-eval timing --retrievers phrase >/dev/null 2>err; [ $? -eq 2 ] || fail "timing --retrievers: want exit 2"
+ss-eval recall --index c.db --qa queries.jsonl --retrievers bm25,nope >/dev/null 2>err
+[ $? -eq 2 ] && grep -q "unknown retriever 'nope'" err || fail "--retrievers nope: $(cat err)"
+
+# --- --retrievers (issue 47): each a context of its own in one run; bm25's rows are --retrieve's;
+# the key as a phrase finds the gold alone (keys are unique), so its recall is 1 at every k
+ss-eval recall -q --index c.db --qa queries.jsonl --ks 1,2 --methods concat --retrievers phrase,bm25 \
+	-o r.tsv 2>err || fail "--retrievers: $(cat err)"
+[ "$(cut -f 1 r.tsv | uniq | tr '\n' ' ')" = "context oracle bm25 phrase " ] ||
+	fail "--retrievers contexts: $(cut -f 1 r.tsv | uniq | tr '\n' ' ')"
+[ "$(awk -F'\t' '$1 == "bm25" && $2 == "concat" && $3 <= 2 { print $3, $6, $10 }' r.tsv)" = \
+  "$(awk -F'\t' '$1 == "bm25" && $2 == "concat" && $3 <= 2 { print $3, $6, $10 }' out.tsv)" ] ||
+	fail "--retrievers bm25 differs from --retrieve"
+[ "$(awk -F'\t' '$1 == "phrase" { print $10 }' r.tsv | sort -u)" = "1.000000" ] ||
+	fail "phrase recall: $(awk -F'\t' '$1 == "phrase"' r.tsv)"
 
 [ "$fails" -eq 0 ] || { echo "$fails failures"; exit 1; }
