@@ -13,7 +13,7 @@
 set -eu
 LC_ALL=C; export LC_ALL
 d=$(mktemp -d)
-trap 'for p in "$d"/stub/*.pid; do [ -f "$p" ] && kill -- -"$(cat "$p")" 2>/dev/null; done; rm -rf "$d"' EXIT
+trap 'for p in "$d"/stub/*.pid; do [ -f "$p" ] && { kill -- -"$(cat "$p")" 2>/dev/null || :; }; done; rm -rf "$d"' EXIT
 cd "$d"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
