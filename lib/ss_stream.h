@@ -453,6 +453,31 @@ int ss_json_int(const struct cJSON *v, int64_t lo, int64_t hi, int64_t *out);
 
 /* --------------------------------------------------------- JSON rendering */
 
+/* How ss_escape writes a string. */
+typedef enum {
+	SS_ESC_JSON,   /* the inside of a JSON string (no quotes): valid UTF-8
+			* whatever s holds, a byte that is not UTF-8 as U+FFFD; '"'
+			* and backslash escaped; tab, newline, CR as \t \n \r; every
+			* other control character (C0, DEL, C1) as \u00XX */
+	SS_ESC_PLAIN,  /* a field of plain (TSV) output: backslash as \\; tab,
+			* newline, CR as \t \n \r; each byte of any other control
+			* character (C0, DEL, C1) or of a sequence that is not UTF-8
+			* as \xHH */
+	SS_ESC_LAYOUT, /* a text body: as SS_ESC_PLAIN, but tab, newline and
+			* backslash as they are */
+} ss_esc_mode;
+
+/* Writes s[0..len) (len (size_t)-1: strlen(s)) to f so that no value can
+ * forge a line, break a JSON string or reach a terminal as a control
+ * character, in one of the modes above: the one escaper of every tool's JSON
+ * and TSV output (ss-cat, ss-retrieve, ss-decode --jsonl, ss-score). UTF-8:
+ * RFC 3629 (no overlong form, surrogate or code point past U+10FFFF); JSON:
+ * RFC 8259 §7. Write errors are the stream's (ferror). */
+void ss_escape(FILE *f, const char *s, size_t len, ss_esc_mode mode);
+
+/* Writes s[0..len) to f as a JSON string: quoted, SS_ESC_JSON inside. */
+void ss_json_str(FILE *f, const char *s, size_t len);
+
 /* Renders a record as one line of JSON (no newline) to f. Known numeric
  * arrays (tokens, logdecay, conv, ssm, weights) are summarised as
  * {"dtype","shape","min","max","mean","head"} unless full != 0. */

@@ -218,45 +218,6 @@ void mcli_states_close(mcli_states *src)
 	src->r = NULL;
 }
 
-void mcli_json_str(FILE *f, const char *s, size_t len)
-{
-	if (len == (size_t)-1)
-		len = strlen(s);
-	putc('"', f);
-	size_t i = 0;
-	while (i < len) {
-		unsigned char ch = (unsigned char)s[i];
-		if (ch < 0x80) {
-			switch (ch) {
-			case '"': fputs("\\\"", f); break;
-			case '\\': fputs("\\\\", f); break;
-			case '\n': fputs("\\n", f); break;
-			case '\r': fputs("\\r", f); break;
-			case '\t': fputs("\\t", f); break;
-			default:
-				if (ch < 0x20)
-					fprintf(f, "\\u%04x", ch);
-				else
-					putc(ch, f);
-			}
-			i++;
-			continue;
-		}
-		/* Copy one well-formed UTF-8 sequence, or write U+FFFD for a bad byte. */
-		size_t n = len - i > 4 ? 4 : len - i, k = 0;
-		for (size_t m = 2; m <= n && !k; m++)
-			if (ss_utf8_validate(s + i, m, NULL) == 0)
-				k = m;
-		if (k) {
-			fwrite(s + i, 1, k, f);
-			i += k;
-		} else {
-			fputs("\xef\xbf\xbd", f);
-			i++;
-		}
-	}
-	putc('"', f);
-}
 
 
 ss_device *mcli_device(const char *want, const char *usage)

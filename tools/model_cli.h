@@ -121,8 +121,5 @@ int32_t *mcli_json_token_ids(const struct cJSON *obj, const char *key_tokens, si
 			     const char *where);
 void mcli_jsonl_close(mcli_jsonl *r);
 
-/* Writes s[0..len) as a JSON string (quoted, escaped; bytes that are not
- * valid UTF-8 become U+FFFD) to f. len (size_t)-1 means strlen(s). */
-void mcli_json_str(FILE *f, const char *s, size_t len);
 
 #endif /* SS_MODEL_CLI_H */

@@ -623,14 +623,14 @@ static void write_jsonl(const decoder *d, const seq *s)
 {
 	FILE *out = d->out;
 	fputs("{\"id\":", out);
-	mcli_json_str(out, s->pr->id ? s->pr->id : s->state_id, (size_t)-1);
+	ss_json_str(out, s->pr->id ? s->pr->id : s->state_id, (size_t)-1);
 	if (s->pr->id) {
 		fputs(",\"state\":", out);
-		mcli_json_str(out, s->state_id, (size_t)-1);
+		ss_json_str(out, s->state_id, (size_t)-1);
 	}
 	if (!d->ids_out) {
 		fputs(",\"text\":", out);
-		mcli_json_str(out, s->gb.text ? s->gb.text : "", s->gb.len);
+		ss_json_str(out, s->gb.text ? s->gb.text : "", s->gb.len);
 	}
 	fputs(",\"tokens\":[", out);
 	for (size_t i = 0; i < s->gb.n; i++)

@@ -122,60 +122,8 @@ static void json_line(FILE *f, cJSON *j)
 	cJSON_Delete(j);
 }
 
-/* How put_escaped writes a value. */
-enum { ESC_PLAIN, ESC_LAYOUT, ESC_JSON };
-
-/* Writes s[0..len) to f (len (size_t)-1: strlen(s)) so that no value can
- * forge a line or reach a terminal as a control.
- * ESC_PLAIN (a field of plain output): backslash as \\, tab, newline and
- * CR as \t \n \r, and each byte of any other control character (C0, DEL,
- * C1) or of a sequence that is not UTF-8 as \xHH (ESC: \x1b).
- * ESC_LAYOUT (show's text body): the same, but tab, newline and backslash
- * as they are.
- * ESC_JSON (the inside of a JSON string): valid UTF-8 whatever s holds, a
- * byte that is not UTF-8 replaced by U+FFFD (as ss-cat does), '"' and
- * backslash escaped, tab, newline and CR as \t \n \r, other control
- * characters (C0, DEL, C1) as \u00XX. */
-static void put_escaped(FILE *f, const char *s, size_t len, int mode)
-{
-	if (len == (size_t)-1)
-		len = strlen(s);
-	for (size_t i = 0; i < len;) {
-		unsigned char c = (unsigned char)s[i];
-		size_t k = 0; /* bytes of a valid UTF-8 sequence at i, 0 for a bad byte */
-		if (c < 0x80) {
-			k = 1;
-		} else {
-			for (size_t m = 2; m <= 4 && m <= len - i && !k; m++)
-				if (ss_utf8_validate(s + i, m, NULL) == 0)
-					k = m;
-		}
-		/* the code point of a control character (C0, DEL, C1), else -1 */
-		int ctl = c < 0x20 || c == 0x7f ? c : c == 0xc2 && k == 2 && (unsigned char)s[i + 1] < 0xa0
-			? (unsigned char)s[i + 1] : -1;
-		if ((c == '\\' && mode != ESC_LAYOUT) || (c == '"' && mode == ESC_JSON)) {
-			fputc('\\', f);
-			fputc(c, f);
-		} else if ((c == '\t' || c == '\n') && mode == ESC_LAYOUT) {
-			fputc(c, f);
-		} else if (c == '\t' || c == '\n' || c == '\r') {
-			fputs(c == '\t' ? "\\t" : c == '\n' ? "\\n" : "\\r", f);
-		} else if (ctl >= 0 && mode == ESC_JSON) {
-			fprintf(f, "\\u%04x", (unsigned)ctl);
-		} else if (!k && mode == ESC_JSON) {
-			fputs("\xef\xbf\xbd", f);
-		} else if (ctl >= 0 || !k) {
-			for (size_t j = 0; j < (k ? k : 1); j++)
-				fprintf(f, "\\x%02x", (unsigned char)s[i + j]);
-		} else {
-			fwrite(s + i, 1, k, f);
-		}
-		i += k ? k : 1;
-	}
-}
-
 /* Adds s[0..len) to j as the string `key` (len (size_t)-1: strlen(s)),
- * valid UTF-8 whatever s holds (put_escaped's ESC_JSON). */
+ * valid UTF-8 whatever s holds (ss_escape's SS_ESC_JSON). */
 static void json_add_str(cJSON *j, const char *key, const char *s, size_t len)
 {
 	char *buf = NULL;
@@ -183,18 +131,16 @@ static void json_add_str(cJSON *j, const char *key, const char *s, size_t len)
 	FILE *m = open_memstream(&buf, &n);
 	if (!m)
 		cli_die("out of memory");
-	fputc('"', m);
-	put_escaped(m, s, len, ESC_JSON);
-	fputc('"', m);
+	ss_json_str(m, s, len);
 	if (fclose(m) != 0 || !cJSON_AddRawToObject(j, key, buf))
 		cli_die("out of memory");
 	free(buf);
 }
 
-/* Writes s to f as a TSV field (put_escaped's ESC_PLAIN). */
+/* Writes s to f as a TSV field (ss_escape's SS_ESC_PLAIN). */
 static void tsv_field(FILE *f, const char *s)
 {
-	put_escaped(f, s, (size_t)-1, ESC_PLAIN);
+	ss_escape(f, s, (size_t)-1, SS_ESC_PLAIN);
 }
 
 /* ------------------------------------------------------------------ build */
@@ -448,30 +394,30 @@ static int show_one(void *ctx, const ss_index_doc *d)
 	} else {
 		/* "key: value" lines, a blank line, the text as it is (an e-mail's
 		 * layout); a blank line between documents. Values and text
-		 * escaped (put_escaped): none forges a line or a control. */
+		 * escaped (ss_escape): none forges a line or a control. */
 		if (c->n_shown)
 			putchar('\n');
 		fputs("id: ", stdout);
-		put_escaped(stdout, d->id, (size_t)-1, ESC_PLAIN);
+		ss_escape(stdout, d->id, (size_t)-1, SS_ESC_PLAIN);
 		if (d->stateless) {
 			fputs("\nfile: none (stateless: recomputed in ", stdout);
-			put_escaped(stdout, d->dtype ? d->dtype : "?", (size_t)-1, ESC_PLAIN);
+			ss_escape(stdout, d->dtype ? d->dtype : "?", (size_t)-1, SS_ESC_PLAIN);
 			fputs(" by query --model)\n", stdout);
 		} else {
 			fputs("\nfile: ", stdout);
-			put_escaped(stdout, d->path, (size_t)-1, ESC_PLAIN);
+			ss_escape(stdout, d->path, (size_t)-1, SS_ESC_PLAIN);
 			printf("\noffset: %llu\nlength: %llu\n", (unsigned long long)d->offset,
 			       (unsigned long long)d->length);
 		}
 		fputs("fingerprint: ", stdout);
-		put_escaped(stdout, d->fingerprint, (size_t)-1, ESC_PLAIN);
+		ss_escape(stdout, d->fingerprint, (size_t)-1, SS_ESC_PLAIN);
 		printf("\nn_tokens: %lld\n", (long long)d->n_tokens);
 		if (d->text_tokens >= 0)
 			printf("text_tokens: %lld\n", (long long)d->text_tokens);
 		printf("text_bytes: %lld\nn_terms: %lld\n", (long long)d->text_len, (long long)d->n_terms);
 		if (text) {
 			putchar('\n');
-			put_escaped(stdout, text, len, ESC_LAYOUT);
+			ss_escape(stdout, text, len, SS_ESC_LAYOUT);
 			if (!len || text[len - 1] != '\n')
 				putchar('\n');
 		} else {
@@ -587,7 +533,7 @@ static int cmd_stats(const char *db, int json)
 		json_line(stdout, j);
 	} else {
 		printf("%-17s ", "fingerprint");
-		put_escaped(stdout, in.fingerprint, (size_t)-1, ESC_PLAIN);
+		ss_escape(stdout, in.fingerprint, (size_t)-1, SS_ESC_PLAIN);
 		printf("\n%-17s %s\n", "state_dtype", dtype);
 	}
 	return 0;
@@ -722,7 +668,7 @@ static void print_ids(qopts *o, const char *qid, const ss_index_hit *hits, int n
 			fprintf(o->text_out, "\t%.9g", h->score);
 			if (o->text) {
 				fputc('\t', o->text_out);
-				put_escaped(o->text_out, h->text ? h->text : "", h->text_len, ESC_PLAIN);
+				ss_escape(o->text_out, h->text ? h->text : "", h->text_len, SS_ESC_PLAIN);
 			}
 			fputc('\n', o->text_out);
 		}

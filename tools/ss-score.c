@@ -163,11 +163,11 @@ static void job_print(scorer *sc, const job *j)
 	putc('{', f);
 	if (j->id) {
 		fputs("\"id\":", f);
-		mcli_json_str(f, j->id, (size_t)-1);
+		ss_json_str(f, j->id, (size_t)-1);
 		putc(',', f);
 	}
 	fputs("\"state\":", f);
-	mcli_json_str(f, j->h->st.id ? j->h->st.id : "", (size_t)-1);
+	ss_json_str(f, j->h->st.id ? j->h->st.id : "", (size_t)-1);
 	fprintf(f, ",\"nll\":%.9g,\"n_tokens\":%zu,\"ppl\":%.9g,\"sum_nll\":%.9g", mean, j->nc,
 		exp(mean), j->sum);
 	if (sc->per_token) {

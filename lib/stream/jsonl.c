@@ -1,10 +1,12 @@
 /*
- * jsonl.c — the one rule of every JSON-lines input (ss-decode --prompts,
- * ss-score --pairs, ss-eval recall --qa, ss-retrieve's batch queries,
- * ss-train --data): one object a line, no NUL in a string, no unknown key,
- * integers exact. cJSON does the parsing; this adds what it cannot say: it
- * ends strings at a NUL (the text would be cut short silently) and holds
- * numbers as doubles (2^53 + 1 would be rounded). JSON: RFC 8259.
+ * jsonl.c — JSON in and out. In: the one rule of every JSON-lines input
+ * (ss-decode --prompts, ss-score --pairs, ss-eval recall --qa, ss-retrieve's
+ * batch queries, ss-train --data): one object a line, no NUL in a string, no
+ * unknown key, integers exact. cJSON does the parsing; this adds what it
+ * cannot say: it ends strings at a NUL (the text would be cut short
+ * silently) and holds numbers as doubles (2^53 + 1 would be rounded). Out:
+ * the one escaper of strings in JSON and TSV output (ss_escape). JSON:
+ * RFC 8259.
  */
 #include <errno.h>
 #include <math.h>
@@ -140,4 +142,60 @@ int ss_json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
 		return SS_ERR_INVALID;
 	*out = (int64_t)d;
 	return 0;
+}
+
+/* Bytes of the well-formed UTF-8 sequence at s[0..n) (RFC 3629 Table 3:
+ * no overlong form, surrogate or code point past U+10FFFF), 0 when s[0]
+ * starts none; s[0] >= 0x80. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0];
+	size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+	if (!len || len > n)
+		return 0;
+	for (size_t k = 1; k < len; k++)
+		if ((s[k] & 0xc0) != 0x80)
+			return 0;
+	if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0) || (c == 0xf0 && s[1] < 0x90) ||
+	    (c == 0xf4 && s[1] >= 0x90))
+		return 0;
+	return len;
+}
+
+void ss_escape(FILE *f, const char *s, size_t len, ss_esc_mode mode)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	if (len == (size_t)-1)
+		len = strlen(s);
+	for (size_t i = 0; i < len;) {
+		unsigned char c = u[i];
+		size_t k = c < 0x80 ? 1 : utf8_seq(u + i, len - i); /* 0: a byte that is not UTF-8 */
+		/* the code point of a control character (C0, DEL, C1), else -1 */
+		int ctl = c < 0x20 || c == 0x7f ? c : c == 0xc2 && k == 2 && u[i + 1] < 0xa0 ? u[i + 1] : -1;
+		if ((c == '\\' && mode != SS_ESC_LAYOUT) || (c == '"' && mode == SS_ESC_JSON)) {
+			fputc('\\', f);
+			fputc(c, f);
+		} else if ((c == '\t' || c == '\n') && mode == SS_ESC_LAYOUT) {
+			fputc(c, f);
+		} else if (c == '\t' || c == '\n' || c == '\r') {
+			fputs(c == '\t' ? "\\t" : c == '\n' ? "\\n" : "\\r", f);
+		} else if (ctl >= 0 && mode == SS_ESC_JSON) {
+			fprintf(f, "\\u%04x", (unsigned)ctl);
+		} else if (!k && mode == SS_ESC_JSON) {
+			fputs("\xef\xbf\xbd", f);
+		} else if (ctl >= 0 || !k) {
+			for (size_t j = 0; j < (k ? k : 1); j++)
+				fprintf(f, "\\x%02x", u[i + j]);
+		} else {
+			fwrite(s + i, 1, k, f);
+		}
+		i += k ? k : 1;
+	}
+}
+
+void ss_json_str(FILE *f, const char *s, size_t len)
+{
+	fputc('"', f);
+	ss_escape(f, s, len, SS_ESC_JSON);
+	fputc('"', f);
 }

@@ -14,52 +14,6 @@
 #include "ss.h"
 #include "stream/internal.h"
 
-static void json_str(FILE *f, const char *s, size_t n)
-{
-	fputc('"', f);
-	for (size_t i = 0; i < n;) {
-		unsigned char c = (unsigned char)s[i];
-		if (c == '"' || c == '\\') {
-			fputc('\\', f);
-			fputc(c, f);
-			i++;
-		} else if (c < 0x20) {
-			switch (c) {
-			case '\n': fputs("\\n", f); break;
-			case '\r': fputs("\\r", f); break;
-			case '\t': fputs("\\t", f); break;
-			default: fprintf(f, "\\u%04x", c);
-			}
-			i++;
-		} else if (c < 0x80) {
-			fputc(c, f);
-			i++;
-		} else {
-			/* Copy a valid UTF-8 sequence; replace an invalid byte with U+FFFD. */
-			int len = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
-			int ok = len > 0 && i + (size_t)len <= n;
-			for (int k = 1; ok && k < len; k++)
-				ok = ((unsigned char)s[i + k] & 0xc0) == 0x80;
-			if (ok && len == 3) {
-				unsigned char c1 = (unsigned char)s[i + 1];
-				ok = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0);
-			}
-			if (ok && len == 4) {
-				unsigned char c1 = (unsigned char)s[i + 1];
-				ok = !(c == 0xf0 && c1 < 0x90) && !(c == 0xf4 && c1 >= 0x90);
-			}
-			if (ok) {
-				fwrite(s + i, 1, (size_t)len, f);
-				i += (size_t)len;
-			} else {
-				fputs("\\ufffd", f);
-				i++;
-			}
-		}
-	}
-	fputc('"', f);
-}
-
 static void json_num(FILE *f, double v)
 {
 	if (isfinite(v))
@@ -145,7 +99,7 @@ static void json_obj(FILE *f, const msgpack_object *o)
 	case MSGPACK_OBJECT_NEGATIVE_INTEGER: fprintf(f, "%lld", (long long)o->via.i64); break;
 	case MSGPACK_OBJECT_FLOAT32:
 	case MSGPACK_OBJECT_FLOAT64: json_num(f, o->via.f64); break;
-	case MSGPACK_OBJECT_STR: json_str(f, o->via.str.ptr, o->via.str.size); break;
+	case MSGPACK_OBJECT_STR: ss_json_str(f, o->via.str.ptr, o->via.str.size); break;
 	case MSGPACK_OBJECT_BIN: fprintf(f, "{\"bin_bytes\":%u}", o->via.bin.size); break;
 	case MSGPACK_OBJECT_EXT: fprintf(f, "{\"ext_bytes\":%u}", o->via.ext.size); break;
 	case MSGPACK_OBJECT_ARRAY:
@@ -164,7 +118,7 @@ static void json_obj(FILE *f, const msgpack_object *o)
 				fputc(',', f);
 			const msgpack_object *k = &o->via.map.ptr[i].key;
 			if (k->type == MSGPACK_OBJECT_STR)
-				json_str(f, k->via.str.ptr, k->via.str.size);
+				ss_json_str(f, k->via.str.ptr, k->via.str.size);
 			else {
 				fputc('"', f);
 				json_obj(f, k);
