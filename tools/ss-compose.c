@@ -67,16 +67,9 @@ static void help(void)
 	exit(0);
 }
 
-/* The output, removed by the exit handler unless closed successfully: a
- * failed run leaves no partial file. */
+/* The output: a failed run leaves no partial file, as cli_init's exit and
+ * signal handlers remove every unfinished output (ss_output_abort_all). */
 static ss_writer *out_w;
-
-static void abort_output(void)
-{
-	if (out_w)
-		ss_writer_abort(out_w);
-	out_w = NULL;
-}
 
 static void show_progress(void *arg, int pass, size_t done, size_t total)
 {
@@ -231,7 +224,6 @@ static void parse_args(int argc, char **argv, opts_t *a)
 int main(int argc, char **argv)
 {
 	cli_init("ss-compose");
-	atexit(abort_output);
 	opts_t a;
 	parse_args(argc, argv, &a);
 	char err[SS_ERRMSG_MAX];

@@ -67,16 +67,9 @@ static void help(void)
 	exit(0);
 }
 
-/* The open output, aborted at exit unless closed: a failed run leaves no
- * partial file behind. */
+/* The open output: a failed run leaves no partial file behind, as cli_init's
+ * exit and signal handlers remove every unfinished output (ss_output_abort_all). */
 static ss_writer *out_w;
-
-static void abort_output(void)
-{
-	if (out_w)
-		ss_writer_abort(out_w);
-	out_w = NULL;
-}
 
 /* One input document. */
 typedef struct {
@@ -758,7 +751,6 @@ int main(int argc, char **argv)
 		cli_die("--deterministic: only the CPU promises it, not --device %s", o.mo.device);
 	if (!o.estimate && ss_writer_open(&out_w, o.out_path ? o.out_path : "-", 0, err))
 		cli_die("%s: %s", o.out_path ? o.out_path : "standard output", err);
-	atexit(abort_output);
 	encoder_alloc(&e);
 
 	/* The clock covers reading the inputs (the starting state, the documents),
