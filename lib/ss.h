@@ -9,8 +9,9 @@
  *
  * Module headers, each included here:
  *   ss_stream.h    zstd+msgpack record streams, token and state records
- *   ss_tokenizer.h byte-level BPE from a HF tokenizer.json
- *   ss_model.h     Mamba-2 checkpoints
+ *   ss_tokenizer.h byte-level BPE from a HF tokenizer.json or a GGUF's metadata
+ *   ss_model.h     Mamba-2 and Mamba-1 checkpoints (HF safetensors or PyTorch
+ *                  pickles, GGUF)
  *   ss_ops.h       the forward pass's ops and their backwards (CPU reference; CUDA twins in kernels/)
  *   ss_forward.h   the forward pass (prefill, decode) on the CPU or a GPU
  *   ss_device.h    device selection and the CUDA plugin (libss_cuda.so)

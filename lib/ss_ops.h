@@ -40,8 +40,8 @@
  *   (Mamba-1's conv is conv1d above over the d_inner x columns, x_proj the
  *   linear with f32 W.)
  *
- *   * internal (lib/forward/ops/scan.h): one group's heads, called by forward.c per
- *     thread; ss_ssd_scan_cuda is checked against ss_ssm_scan_cpu.
+ *   * internal (lib/forward/ops/scan.h): one group's heads, called by the CPU backend
+ *     (backend_cpu.c) per thread; ss_ssd_scan_cuda is checked against ss_ssm_scan_cpu.
  * Shared inner loops: lib/forward/vec.c (AVX2 elementwise) and kernels/common.cuh.
  *
  * Backward (training, on the CPU only: lib/train/): the ops that training
