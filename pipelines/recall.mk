@@ -8,6 +8,7 @@
 #   make -f pipelines/recall.mk eval          [MODEL=R/model] (zero-shot table, R/eval-base.tsv)
 #   make -f pipelines/recall.mk finetune      (bptc, bp2c, soup-k2/4/8, lm-ft from R/model, each evaluated)
 #   make -f pipelines/recall.mk bundle        (copies R/model into data/recall-model)
+#   make -f pipelines/recall.mk dtypes        [MODEL=data/recall-model] (quality per state dtype)
 #
 # The model: gen/mkmodel's Mamba-2 of SHAPE (d_model 128, 4 layers, d_state 64, headdim 32,
 # vocabulary 556 = 256 bytes + 300 added tokens: names and digit pairs, mkrecall tokenizer),
@@ -40,6 +41,10 @@
 #                      --mode soup, k <= K), lm-ft (lm on fresh pretraining sequences): FT_STEPS each
 # R/finetune.tsv       every model's rows of context oracle, pos all: the before/after table
 # R/recall-NAME.png    the gnuplot figure of each table (pipelines/eval-recall.gp)
+# R/eval-dt-T/         the evaluation corpus's states stored as dtype T (ss-encode --state-dtype T,
+#                      T in DTYPES) under MODEL, and their index; R/eval-dt-T.tsv its ss-eval recall
+# R/dtypes.tsv         per stored dtype: bytes per chunk as stored and the oracle rows (pos all)
+#                      of picaso-r and soup at k = DTYPE_KS (issue 54: what each dtype costs)
 
 SHELL    := /bin/bash
 RECALL_MK_DIR := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
@@ -69,6 +74,8 @@ FT_K     ?= 16
 FT_STEPS ?= 300
 FT_OPTS  ?= --lr 1e-3 --min-lr 1e-4 --warmup 20 --batch-tokens 2048 --batch-seqs 16
 SOUP_KS  ?= 2 4 8
+DTYPES   ?= f32 f16 bf16 q8
+DTYPE_KS ?= 1,4,8,16
 
 export PATH := $(TOP)/build/bin:$(PATH)
 threads := $(if $(THREADS),--threads $(THREADS))
@@ -76,7 +83,7 @@ FT_MODELS := bptc bp2c $(addprefix soup-k,$(SOUP_KS)) lm-ft
 # What MODEL needs first: pretraining, when it is this directory's model.
 MODEL_DEP := $(if $(filter $(R)/model,$(MODEL)),$(R)/pretrain.log)
 
-.PHONY: model eval finetune bundle clean
+.PHONY: model eval finetune bundle dtypes clean
 .SECONDARY:
 .DELETE_ON_ERROR:
 model: $(R)/pretrain.log
@@ -159,6 +166,23 @@ $(R)/finetune.tsv: $(R)/eval-base.tsv $(FT_MODELS:%=$(R)/eval-%.tsv)
 	{ head -n 1 $< | sed 's/^/model\t/'; for m in base $(FT_MODELS); do \
 		awk -v m=$$m -F '\t' 'NR > 1 && $$1 == "oracle" && $$4 == "all" { print m "\t" $$0 }' \
 			$(R)/eval-$$m.tsv || exit 1; done; } >$@
+
+# Quality per stored state dtype: the same corpus encoded at each dtype, composed in f32 (the
+# eval-dt-% rules are chosen over eval-% for these: a shorter stem).
+$(R)/eval-dt-%/index.db: $(R)/eval/corpus.tokens $(MODEL_DEP)
+	@mkdir -p $(@D)
+	ss-encode -q --model $(MODEL) $(threads) --state-dtype $* -o $(@D)/corpus.states $<
+	t=$@.tmp.$$$$; rm -f $$t $$t-journal; \
+	ss-retrieve build -q --index $$t $< $(@D)/corpus.states && mv -f $$t $@ || { rm -f $$t $$t-journal; exit 1; }
+$(R)/eval-dt-%.tsv: $(R)/eval-dt-%/index.db $(R)/eval/queries.jsonl
+	ss-eval recall -q --model $(MODEL) $(threads) --index $< --qa $(R)/eval/queries.jsonl \
+		--ks $(DTYPE_KS) --methods picaso-r,soup -o $@
+dtypes: $(R)/dtypes.tsv
+$(R)/dtypes.tsv: $(DTYPES:%=$(R)/eval-dt-%.tsv)
+	{ head -n 1 $< | sed 's/^/dtype\tbytes_per_chunk\t/'; for d in $(DTYPES); do \
+		b=$$(( $$(stat -c %s $(R)/eval-dt-$$d/corpus.states) / $(EVAL_DOCS) )); \
+		awk -v d=$$d -v b=$$b -F '\t' 'NR > 1 && $$1 == "oracle" && $$4 == "all" { print d "\t" b "\t" $$0 }' \
+			$(R)/eval-dt-$$d.tsv || exit 1; done; } >$@
 
 # The bundled demo model (data/recall-model): the weights, config and tokenizer.
 bundle: $(R)/pretrain.log
