@@ -240,7 +240,8 @@ void ss_writer_set_shuffle(ss_writer *w, int on);
 
 /* The least saving for which ss_writer_put_state keeps a record's zstd
  * frame compressed: a fraction of the record's bytes (default
- * SS_MIN_SAVING_DEFAULT). A record that compresses by less is written as
+ * SS_MIN_SAVING_DEFAULT), judged on its first MiB (the whole record when
+ * smaller). A record that compresses by less is written as
  * an uncompressed frame (raw blocks, formats/states.md "raw frames"),
  * unshuffled, which composition reads in place from a memory map. 0: every
  * record compressed, as before raw frames; above 1: every state record raw.

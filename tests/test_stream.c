@@ -428,6 +428,70 @@ static void test_raw_frames(void **ctx)
 	ss_state_free(&s);
 }
 
+/* A record over 1 MiB is judged on its first MiB: random values, raw; a
+ * first MiB of zeros, compressed (the rest, random, streamed compressed
+ * after the sample); each reads back the values written, whole and in
+ * pieces. */
+static void test_raw_decided_on_sample(void **ctx)
+{
+	(void)ctx;
+	const char *p = tpath("rawbig.ss");
+	ss_state_dims d = {"mamba2", 2, 24, 64, 128, 600, 4}; /* ssm 1.5 MiB in f32 */
+	char err[SS_ERRMSG_MAX];
+	ss_state s;
+	assert_int_equal(ss_state_alloc(&s, &d), 0);
+	strcpy(s.fingerprint, "fp");
+	s.id = "x";
+	size_t ns = ss_state_ssm_len(&d), zeros = (1u << 20) / 4;
+	uint64_t offs[2], x = 5;
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, p, 1, err), 0);
+	for (int t = 0; t < 2; t++) {
+		for (size_t i = 0; i < ns; i++)
+			s.ssm[i] = t && i < zeros ? 0 : (float)(ss_splitmix64(&x) >> 40) / 16777216.0f - 0.5f;
+		assert_int_equal(ss_writer_put_state(w, &s, &offs[t]), 0);
+	}
+	assert_int_equal(ss_writer_close(w, err), 0);
+	FILE *f = fopen(p, "rb");
+	unsigned char h[32];
+	for (int t = 0; t < 2; t++) {
+		fseek(f, (long)offs[t], SEEK_SET);
+		assert_int_equal(fread(h, 1, sizeof h, f), sizeof h);
+		size_t hsz = ZSTD_frameHeaderSize(h, sizeof h);
+		assert_false(ZSTD_isError(hsz));
+		assert_int_equal((h[hsz] >> 1) & 3, t ? 2 : 0); /* compressed : raw */
+	}
+	fclose(f);
+	x = 5;
+	ss_reader *r, *rp;
+	const ss_record *rec;
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	assert_int_equal(ss_reader_open(&rp, p, 0, err), 0);
+	for (int t = 0; t < 2; t++) {
+		ss_state back;
+		pieces_t c = {0};
+		assert_int_equal(ss_reader_next_pieces(rp, &rec, collect, &c), 1);
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		assert_int_equal(ss_record_state(rec, &back, err), 0);
+		assert_int_equal(c.n[1], ns * 4);
+		for (size_t i = 0; i < ns; i++) {
+			float want = t && i < zeros ? 0 : (float)(ss_splitmix64(&x) >> 40) / 16777216.0f - 0.5f;
+			float got;
+			memcpy(&got, c.a[1] + 4 * i, 4);
+			if (back.ssm[i] != want || got != want)
+				fail_msg("record %d: ssm[%zu] %g / %g, wrote %g", t, i, (double)back.ssm[i], (double)got,
+					 (double)want);
+		}
+		ss_state_free(&back);
+		free(c.a[0]);
+		free(c.a[1]);
+	}
+	ss_reader_close(r);
+	ss_reader_close(rp);
+	s.id = NULL;
+	ss_state_free(&s);
+}
+
 static void test_tokens_roundtrip_and_seek(void **ctx)
 {
 	(void)ctx;
@@ -1908,6 +1972,7 @@ int main(void)
 		cmocka_unit_test(test_next_pieces),
 		cmocka_unit_test(test_xxh64_is_zstd_checksum),
 		cmocka_unit_test(test_raw_frames),
+		cmocka_unit_test(test_raw_decided_on_sample),
 		cmocka_unit_test(test_tokens_roundtrip_and_seek),
 		cmocka_unit_test(test_states_roundtrip_dtypes),
 		cmocka_unit_test(test_provenance_and_rank),

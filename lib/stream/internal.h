@@ -91,10 +91,11 @@ int ss_writer_begin(ss_writer *w, uint64_t len, uint64_t *offset);
 /* ss_writer_begin for a state record, whose frame may be stored
  * uncompressed (formats/states.md "raw frames"): unless the writer never
  * stores raw frames (ss_writer_set_min_saving 0), the compressed frame is
- * kept in memory, and ss_writer_end writes it only when it saves at least
- * the writer's fraction of len; else ss_writer_end writes nothing and
- * returns SS_WRITE_RAW: the caller writes the record again (unshuffled)
- * between ss_writer_begin_raw and ss_writer_end. */
+ * held in memory until the record's first 1 MiB (all of it, when smaller)
+ * is compressed, and written from then on only when that saved at least
+ * the writer's fraction; else ss_writer_add (or ss_writer_end) writes
+ * nothing and returns SS_WRITE_RAW: the caller writes the record again
+ * (unshuffled) between ss_writer_begin_raw and ss_writer_end. */
 int ss_writer_begin_state(ss_writer *w, uint64_t len, uint64_t *offset);
 #define SS_WRITE_RAW 1
 /* Opens an uncompressed frame for len bytes: raw blocks of at most

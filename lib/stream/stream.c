@@ -31,6 +31,11 @@
 #define ZSTD_MAGIC 0xFD2FB528u
 #define SKIP_MAGIC_MASK 0xFFFFFFF0u
 #define SKIP_MAGIC 0x184D2A50u
+/* A state record's saving is judged on its first RAW_SAMPLE bytes (the
+ * whole record when smaller): the metadata, conv and the start of ssm, which
+ * compress as the rest does, and a 19 MB f32 record is not compressed whole
+ * to be written raw. */
+#define RAW_SAMPLE (1u << 20)
 /* zstd's largest block (RFC 8878 §3.1.1.2.4: min(Window_Size, 128 KiB)),
  * and the window a raw frame declares: 2^17 bytes, what every decoder
  * accepts (Window_Descriptor 0x38: exponent 7, mantissa 0). */
@@ -1366,11 +1371,12 @@ struct ss_writer {
 	int no_shuffle;
 	double min_saving;   /* ss_writer_set_min_saving */
 	/* A state record's compressed frame held back (ss_writer_begin_state)
-	 * until its size is known: cap[0..cap_len), for a record of rec_len. */
+	 * until its saving is known: cap[0..cap_len) from the first fed bytes
+	 * of a record of rec_len. */
 	int capture;
 	unsigned char *cap;
 	size_t cap_len, cap_cap;
-	uint64_t rec_len;
+	uint64_t rec_len, fed;
 	/* A raw frame being written (ss_writer_begin_raw): the block being
 	 * filled, blk[0..fill) of RAW_BLOCK, and the content still to come. */
 	int raw;
@@ -1527,7 +1533,7 @@ static int w_compress(ss_writer *w, ZSTD_inBuffer *ib, ZSTD_EndDirective op)
 			memcpy(w->cap + w->cap_len, w->cbuf, ob.pos), w->cap_len += ob.pos;
 		if (rc)
 			return rc;
-		if (op == ZSTD_e_end ? left == 0 : ib->pos == ib->size)
+		if (op == ZSTD_e_continue ? ib->pos == ib->size : left == 0)
 			return 0;
 	}
 }
@@ -1556,6 +1562,7 @@ int ss_writer_begin_state(ss_writer *w, uint64_t len, uint64_t *offset)
 	w->capture = !rc && w->min_saving > 0;
 	w->cap_len = 0;
 	w->rec_len = len;
+	w->fed = 0;
 	return rc;
 }
 
@@ -1633,10 +1640,34 @@ static int raw_add(ss_writer *w, const unsigned char *buf, size_t len)
 	return rc;
 }
 
+/* 1 when cap_len compressed bytes for the `fed` first bytes of the record
+ * save less than the writer's min_saving. */
+static int saves_too_little(const ss_writer *w, uint64_t fed)
+{
+	double saved = fed > w->cap_len ? (double)(fed - w->cap_len) : 0;
+	return saved < w->min_saving * (double)fed;
+}
+
 int ss_writer_add(ss_writer *w, const void *buf, size_t len)
 {
 	if (w->raw)
 		return raw_add(w, buf, len);
+	if (w->capture && w->fed + len >= RAW_SAMPLE && w->rec_len > RAW_SAMPLE) {
+		/* the sample whole, flushed: its compressed size decides */
+		size_t take = (size_t)(RAW_SAMPLE - w->fed);
+		ZSTD_inBuffer ib = { buf, take, 0 };
+		int rc = w_compress(w, &ib, ZSTD_e_flush);
+		if (rc)
+			return rc;
+		w->capture = 0;
+		if (saves_too_little(w, RAW_SAMPLE))
+			return SS_WRITE_RAW;
+		if ((rc = w_write(w, w->cap, w->cap_len)) != 0)
+			return rc;
+		buf = (const unsigned char *)buf + take;
+		len -= take;
+	}
+	w->fed += len;
 	ZSTD_inBuffer ib = { buf, len, 0 };
 	return len ? w_compress(w, &ib, ZSTD_e_continue) : 0;
 }
@@ -1664,9 +1695,7 @@ int ss_writer_end(ss_writer *w)
 	if (rc || !w->capture)
 		return rc;
 	w->capture = 0;
-	if ((double)(w->rec_len - (w->cap_len < w->rec_len ? w->cap_len : w->rec_len)) < w->min_saving * (double)w->rec_len)
-		return SS_WRITE_RAW;
-	return w_write(w, w->cap, w->cap_len);
+	return saves_too_little(w, w->rec_len) ? SS_WRITE_RAW : w_write(w, w->cap, w->cap_len);
 }
 
 int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset)
