@@ -31,7 +31,12 @@
  * output each round (the last round's is removed untimed): replacing a
  * file adds freeing its blocks, a cost of the file system.
  *
- * A last table gives, per storage dtype, the bytes per document (the
+ * Each storage first times memcpy of the bytes a composition produces (k
+ * states' arrays in f32) between two touched buffers: memory's speed in the
+ * same run, beside which the last table puts the GB/s of states composed
+ * (f32 arrays produced) by picaso-r on 1 and 2 threads and by soup.
+ *
+ * A table gives, per storage dtype, the bytes per document (the
  * record decompressed, and its zstd frame as stored: f16/bf16 byte-shuffled
  * by default, formats/states.md), the frame of the same record written
  * without the shuffle (ss_writer_set_shuffle 0), and compose k time vs
@@ -140,7 +145,7 @@ static void make_stream(const char *path, const ss_state_dims *d, ss_dtype dt, i
 
 /* ------------------------------------------------------------ the jobs */
 
-enum { J_READ, J_DECOMP, J_META, J_KERNEL, J_COMPOSE, J_TOOL, J_DECOMP_EXEC };
+enum { J_READ, J_DECOMP, J_META, J_KERNEL, J_COMPOSE, J_TOOL, J_DECOMP_EXEC, J_MEMCPY };
 
 /* This program's path: J_DECOMP_EXEC runs it as a process of its own. */
 static const char *self;
@@ -253,6 +258,27 @@ static double job_kernel(job_t *j)
 	return t;
 }
 
+/* memcpy of j->bytes bytes between two buffers touched first (untimed):
+ * the machine's memory speed in this run, beside which the composition's
+ * is read. Returns the seconds of the copy. */
+static double job_memcpy(job_t *j)
+{
+	size_t n = (size_t)j->bytes;
+	unsigned char *a = malloc(n), *b = malloc(n);
+	if (!a || !b)
+		die("memcpy", "out of memory");
+	memset(a, 1, n);
+	memset(b, 2, n);
+	double t0 = bench_now();
+	memcpy(b, a, n);
+	double t = bench_now() - t0;
+	if (b[n / 2] != 1)
+		die("memcpy", "copy lost");
+	free(a);
+	free(b);
+	return t;
+}
+
 static void job_compose(job_t *j)
 {
 	ss_compose_opts o = {j->mode, 0, SS_COMPOSE_CONV_MEAN};
@@ -331,6 +357,7 @@ static void run_child(job_t *j, double *secs, uint64_t *bytes, double *rss_mb)
 		case J_DECOMP_EXEC: job_decomp_exec(j); break;
 		case J_META: job_records(j, ss_reader_next_meta); break;
 		case J_KERNEL: kt = job_kernel(j); break;
+		case J_MEMCPY: kt = job_memcpy(j); break;
 		case J_COMPOSE: job_compose(j); break;
 		default: job_tool(j); break;
 		}
@@ -477,7 +504,7 @@ int main(int argc, char **argv)
 		ss_state_free(&m);
 		ss_reader_close(r);
 	}
-	struct { double stored, zstd, plain, decomp, picaso, tool; } sum[8] = {{0}};
+	struct { double stored, zstd, plain, decomp, picaso, picaso2, soup, tool, memcpy; } sum[8] = {{0}};
 	/* The tool sits next to this binary's directory: build/bench → build/bin. */
 	char tool[4096];
 	snprintf(tool, sizeof tool, "%s", argv[0]);
@@ -518,6 +545,13 @@ int main(int argc, char **argv)
 		uint64_t bytes;
 		bench(&warm, 1, &bytes, &rss); /* page cache */
 		double base = 0;
+		/* memory's speed now, over the bytes the composition produces
+		 * (k states' arrays in f32) */
+		job_t mc = {J_MEMCPY, 0, path, tool, out, 0, (uint64_t)k * state_bytes, 0, NULL, 0};
+		s = bench(&mc, reps, &bytes, &rss);
+		sum[t].memcpy = (double)k * state_bytes / s;
+		printf("  %-16s %9.1f %9.2f %9s %8s  (the k states' f32 arrays, buffer to buffer)\n", "memcpy", s * 1e3,
+		       sum[t].memcpy / 1e9, "-", "-");
 		struct { int job; ss_compose_mode mode; const char *name; const char *level; int threads; } rows[] = {
 			{J_READ, 0, "read file (cat)", NULL, 0},
 			{J_DECOMP, 0, "decompress only", NULL, 0},
@@ -543,6 +577,10 @@ int main(int argc, char **argv)
 				base = s, sum[t].decomp = s, sum[t].stored = (double)bytes / k;
 			if (rows[i].job == J_COMPOSE && rows[i].mode == SS_COMPOSE_PICASO_R && rows[i].threads == 1)
 				sum[t].picaso = s;
+			if (rows[i].job == J_COMPOSE && rows[i].mode == SS_COMPOSE_PICASO_R && rows[i].threads == 2)
+				sum[t].picaso2 = s;
+			if (rows[i].job == J_COMPOSE && rows[i].mode == SS_COMPOSE_SOUP)
+				sum[t].soup = s;
 			if (rows[i].job == J_TOOL && !rows[i].level && !rows[i].threads)
 				sum[t].tool = s;
 			if (rows[i].job == J_KERNEL)
@@ -585,5 +623,18 @@ int main(int argc, char **argv)
 		       sum[t].stored / 1e6, sum[t].zstd / 1e6, sum[t].plain / 1e6,
 		       sum[t].plain > 0 ? 100 * (1 - sum[t].zstd / sum[t].plain) : 0, sum[t].decomp * 1e3,
 		       sum[t].picaso * 1e3, sum[t].decomp > 0 ? sum[t].picaso / sum[t].decomp : 0, sum[t].tool * 1e3);
+	/* issue 54's goals: 10 f32 states in <= 60 ms on 2 threads; f16, bf16
+	 * and q8 at >= 3 GB/s of arrays produced */
+	printf("\nstates composed, k = %d: GB/s of f32 arrays produced (k x %.1f MB) by picaso-r (ss_compose_run,\n"
+	       "1 and 2 threads) and soup (1 thread), beside memcpy of as many bytes in the same run\n",
+	       k, state_bytes / 1e6);
+	printf("  %-6s %10s %10s %10s %10s %10s %10s %12s\n", "dtype", "1 thr ms", "2 thr ms", "GB/s 1", "GB/s 2",
+	       "soup GB/s", "memcpy", "2 thr/memcpy");
+	for (int t = 0; t < n_dt; t++) {
+		double made = (double)k * state_bytes;
+		printf("  %-6s %10.1f %10.1f %10.2f %10.2f %10.2f %10.2f %12.2f\n", ss_dtype_name(dts[t]),
+		       sum[t].picaso * 1e3, sum[t].picaso2 * 1e3, made / sum[t].picaso / 1e9, made / sum[t].picaso2 / 1e9,
+		       made / sum[t].soup / 1e9, sum[t].memcpy / 1e9, made / sum[t].picaso2 / sum[t].memcpy);
+	}
 	return 0;
 }

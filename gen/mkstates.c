@@ -3,14 +3,17 @@
  * the ss-compose benchmark and CLI tests, no model needed.
  *
  * usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16|q8]
- *                 [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] [--plan 1] N OUT
+ *                 [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] [--plan 1]
+ *                 [--min-saving F] N OUT
  * Shapes: 130m = mamba2-130m (24 layers, 24 heads, headdim 64, d_state 128,
  * conv_dim 1792, d_conv 4: 18.9 MB in f32); t1 = golden t1 (2, 8, 16, 16,
  * 160, 4); small = (2, 3, 4, 5, 6, 4). ssm and conv are uniform in [-1, 1),
  * logdecay uniform in [A, 0) with A = --amin (default -50). Ids are
  * PREFIX0, PREFIX1, ... (default prefix "doc"); n_tokens = 100 + index.
  * --plan 1 puts a plan frame (ss_writer_put_plan: every record's logdecay)
- * ahead of the records, as ss-retrieve query does.
+ * ahead of the records, as ss-retrieve query does. --min-saving F: the
+ * writer's ss_writer_set_min_saving (0: every record compressed, f16/bf16
+ * shuffled; above 1: every record a raw frame; default: by the saving).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +32,8 @@ static double unif(void) /* [0, 1) */
 static void usage(void)
 {
 	fprintf(stderr, "usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16|q8]\n"
-			"                [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] [--plan 1] N OUT\n");
+			"                [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] [--plan 1]\n"
+			"                [--min-saving F] N OUT\n");
 	exit(2);
 }
 
@@ -38,7 +42,7 @@ int main(int argc, char **argv)
 	ss_state_dims d = {"mamba2", 24, 24, 64, 128, 1792, 4};
 	ss_dtype dt = SS_DTYPE_F32;
 	const char *fp = "bench0000", *prefix = "doc";
-	double amin = -50;
+	double amin = -50, min_saving = SS_MIN_SAVING_DEFAULT;
 	int with_plan = 0;
 	rng = 1;
 	int i = 1;
@@ -67,6 +71,8 @@ int main(int argc, char **argv)
 			amin = strtod(v, NULL);
 		} else if (!strcmp(k, "--plan")) {
 			with_plan = atoi(v);
+		} else if (!strcmp(k, "--min-saving")) {
+			min_saving = strtod(v, NULL);
 		} else {
 			usage();
 		}
@@ -81,6 +87,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mkstates: %s: %s\n", out, err);
 		return 1;
 	}
+	ss_writer_set_min_saving(w, min_saving);
 	ss_state s;
 	if (ss_state_alloc(&s, &d)) {
 		fprintf(stderr, "mkstates: out of memory\n");

@@ -54,6 +54,13 @@ extern "C" {
 #define SS_SHUFFLE_BLOCK 262144
 /* Readers refuse a larger block (a composer buffers one). */
 #define SS_SHUFFLE_MAX 1048576
+/* ss_writer_set_min_saving's default: a state record is stored compressed
+ * only when zstd makes it a fifth smaller. Decoding runs at about 1 GB/s of
+ * output, reading a raw frame from the page cache at memory speed (10x
+ * that), so a smaller saving costs more time than it saves bytes: f32
+ * states of real text compress by 6-8%, f16/bf16/q8 by 7-12%
+ * (bench/compose, formats/states.md). */
+#define SS_MIN_SAVING_DEFAULT 0.2
 
 /* ---------------------------------------------------------------- reading */
 
@@ -225,10 +232,21 @@ int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score);
 int ss_writer_put_plan(ss_writer *w, size_t n, size_t H, const float *logdecay);
 
 /* Whether ss_writer_put_state byte-shuffles f16/bf16 conv and ssm in blocks
- * of SS_SHUFFLE_BLOCK elements before zstd (formats/states.md "shuffle"):
+ * of SS_SHUFFLE_BLOCK elements before zstd (formats/states.md "shuffle";
+ * never in a raw frame, ss_writer_set_min_saving):
  * on (1) by default, as it makes such records 7-11% smaller (bench/compose);
  * 0 writes them as before. f32 and q8 are never shuffled. */
 void ss_writer_set_shuffle(ss_writer *w, int on);
+
+/* The least saving for which ss_writer_put_state keeps a record's zstd
+ * frame compressed: a fraction of the record's bytes (default
+ * SS_MIN_SAVING_DEFAULT), judged on its first MiB (the whole record when
+ * smaller). A record that compresses by less is written as
+ * an uncompressed frame (raw blocks, formats/states.md "raw frames"),
+ * unshuffled, which composition reads in place from a memory map. 0: every
+ * record compressed, as before raw frames; above 1: every state record raw.
+ * Token records are always compressed. */
+void ss_writer_set_min_saving(ss_writer *w, double fraction);
 
 /* Compresses the records that follow with n threads (zstd's
  * ZSTD_c_nbWorkers: the frame is cut into jobs compressed in parallel

@@ -24,6 +24,7 @@
 
 #include "ss.h"
 #include "compose/internal.h"
+#include "stream/internal.h" /* raw frames written by hand: ss_writer_begin_raw */
 #include "util/tmpdir.h"
 
 #define REL_TOL 1e-6
@@ -1253,7 +1254,8 @@ static void test_files_pieces_special_values(void **unused)
  * as writers put it) with ssm element e's bytes replaced by es bytes at v
  * (a shuffled record's by its two planes, one block): a record that
  * ss_writer_put_state would refuse to write. */
-static void patch_ssm(const char *path, size_t k, size_t n_ssm, size_t es, int shuffled, size_t e, const void *v)
+static void patch_ssm(const char *path, size_t k, size_t n_ssm, size_t es, int shuffled, size_t e, const void *v,
+		      int raw)
 {
 	char err[SS_ERRMSG_MAX], tmp[4300];
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -1270,7 +1272,15 @@ static void patch_ssm(const char *path, size_t k, size_t n_ssm, size_t es, int s
 		unsigned char *ssm = b + n - n_ssm * es;
 		for (size_t j = 0; i == k && j < es; j++)
 			ssm[shuffled ? j * n_ssm + e : e * es + j] = ((const unsigned char *)v)[j];
-		assert_int_equal(ss_writer_put(w, b, n, NULL), 0);
+		if (raw) { /* an uncompressed frame, as the writer makes one */
+			assert_int_equal(ss_writer_begin_raw(w, n, NULL), 0);
+			assert_int_equal(ss_writer_add(w, b, n - n_ssm * es), 0);
+			ss_writer_cut(w);
+			assert_int_equal(ss_writer_add(w, b + n - n_ssm * es, n_ssm * es), 0);
+			assert_int_equal(ss_writer_end(w), 0);
+		} else {
+			assert_int_equal(ss_writer_put(w, b, n, NULL), 0);
+		}
 		free(b);
 	}
 	ss_reader_close(r);
@@ -1297,19 +1307,24 @@ static void test_files_refuse_nonfinite(void **unused)
 	const uint32_t nan32 = 0x7fc00000u, inf32 = 0xff800000u;
 	const uint16_t nan16[2] = {0x7e00, 0x7fc0}, inf16[2] = {0xfc00, 0x7f80};
 	size_t ns = ss_state_ssm_len(&d);
-	for (int t = 0; t < 4; t++)
+	for (int t = 0; t < 8; t++)
 		for (int inf = 0; inf < 2; inf++) {
+			/* t 4..7: the same as uncompressed frames (never shuffled),
+			 * read in place */
+			int raw = t >= 4, sh = !raw && (t == 1 || t == 2);
 			ss_writer *w;
 			assert_int_equal(ss_writer_open(&w, path, 1, err), 0);
 			ss_writer_set_shuffle(w, t < 3);
+			ss_writer_set_min_saving(w, raw ? 2 : 0);
 			for (int k = 0; k < 3; k++) {
-				in[k].dtype = dts[t];
+				in[k].dtype = dts[t % 4];
 				assert_int_equal(ss_writer_put_state(w, &in[k], NULL), 0);
 			}
 			assert_int_equal(ss_writer_close(w, err), 0);
-			const void *v = t == 0 ? (const void *)(inf ? &inf32 : &nan32)
-					       : (const void *)(inf ? &inf16[t == 2] : &nan16[t == 2]);
-			patch_ssm(path, 1, ns, ss_dtype_size(dts[t]), t == 1 || t == 2, 17, v);
+			int tt = t % 4;
+			const void *v = tt == 0 ? (const void *)(inf ? &inf32 : &nan32)
+						: (const void *)(inf ? &inf16[tt == 2] : &nan16[tt == 2]);
+			patch_ssm(path, 1, ns, ss_dtype_size(dts[tt]), sh, 17, v, raw);
 			const char *paths[1] = {path};
 			for (int how = 0; how < 4; how++) {
 				ss_compose_opts o = {how == 3 ? SS_COMPOSE_SOUP : SS_COMPOSE_PICASO_R,

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <msgpack.h>
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_frameHeaderSize: exported by libzstd.so */
 #include <zstd.h>
 #include <cJSON.h>
 #include <cmocka.h>
@@ -149,7 +150,7 @@ static void test_dtype_bulk(void **ctx)
 typedef struct {
 	unsigned char *a[2];
 	size_t n[2], pieces;
-	int meta, misaligned;
+	int meta, misaligned, unaligned4, odd; /* odd: pieces not of whole 16-byte units */
 } pieces_t;
 
 static int collect(void *arg, const ss_record *meta, int which, uint64_t off, const void *p, size_t len)
@@ -162,6 +163,8 @@ static int collect(void *arg, const ss_record *meta, int which, uint64_t off, co
 	}
 	if (off != c->n[which] || ((uintptr_t)p % 16 && off))
 		c->misaligned++;
+	c->unaligned4 += (uintptr_t)p % 4 != 0;
+	c->odd += len % 16 != 0;
 	c->a[which] = realloc(c->a[which], c->n[which] + len);
 	memcpy(c->a[which] + c->n[which], p, len);
 	c->n[which] += len;
@@ -277,6 +280,214 @@ static void test_next_pieces(void **ctx)
 	free(all);
 	free(c.a[0]);
 	free(c.a[1]);
+	s.id = NULL;
+	ss_state_free(&s);
+}
+
+static void write_bytes(const char *p, const void *b, size_t n);
+
+/* ss_xxh64 is zstd's frame checksum: the low 32 bits of XXH64 of the
+ * content, for lengths around every branch (0..99, a stripe's edges, many
+ * stripes) and any split of the input into updates. */
+static void test_xxh64_is_zstd_checksum(void **ctx)
+{
+	(void)ctx;
+	size_t n_max = 300000;
+	unsigned char *src = malloc(n_max), *dst = malloc(ZSTD_compressBound(n_max));
+	uint64_t x = 7;
+	for (size_t i = 0; i < n_max; i++)
+		src[i] = (unsigned char)(ss_splitmix64(&x) >> 56);
+	ZSTD_CCtx *cc = ZSTD_createCCtx();
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+	static const size_t extra[] = {127, 128, 129, 1000, 131072, 299999};
+	for (size_t t = 0; t < 100 + sizeof extra / sizeof extra[0]; t++) {
+		size_t n = t < 100 ? t : extra[t - 100];
+		size_t m = ZSTD_compress2(cc, dst, ZSTD_compressBound(n_max), src, n);
+		assert_false(ZSTD_isError(m));
+		uint32_t want = dst[m - 4] | (uint32_t)dst[m - 3] << 8 | (uint32_t)dst[m - 2] << 16 | (uint32_t)dst[m - 1] << 24;
+		for (size_t step = 1; step <= n + 1; step = step * 3 + 2) {
+			ss_xxh64 h;
+			ss_xxh64_init(&h);
+			for (size_t i = 0; i < n; i += step)
+				ss_xxh64_update(&h, src + i, n - i < step ? n - i : step);
+			if ((uint32_t)ss_xxh64_digest(&h) != want)
+				fail_msg("length %zu, updates of %zu: %08x, zstd %08x", n, step,
+					 (unsigned)ss_xxh64_digest(&h), (unsigned)want);
+		}
+	}
+	ZSTD_freeCCtx(cc);
+	free(src);
+	free(dst);
+}
+
+/* Uncompressed frames (formats/states.md "raw frames"): a state zstd saves
+ * little on is written raw (and one it saves much on compressed; at
+ * min_saving 0 every one); both read back alike through zstd and through
+ * next_pieces, whose pieces then lie in the file's map, 4-byte aligned as
+ * the writer lays them out, whole 16-byte units but each array's last.
+ * A byte changed in an array is a checksum error, and a file cut inside
+ * one a truncation, each naming the record's byte offset. */
+static void test_raw_frames(void **ctx)
+{
+	(void)ctx;
+	const char *p = tpath("raw.ss");
+	/* ssm 2·6·64·80 f32 = 240 KiB: arrays across several raw blocks */
+	ss_state_dims d = {"mamba2", 2, 6, 64, 80, 99, 4};
+	char err[SS_ERRMSG_MAX];
+	ss_state s;
+	assert_int_equal(ss_state_alloc(&s, &d), 0);
+	strcpy(s.fingerprint, "fp");
+	s.id = "x";
+	uint64_t x = 3;
+	static const ss_dtype dts[5] = {SS_DTYPE_F32, SS_DTYPE_F16, SS_DTYPE_BF16, SS_DTYPE_Q8, SS_DTYPE_F32};
+	uint64_t offs[6];
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, p, 1, err), 0);
+	for (int t = 0; t < 6; t++) {
+		/* random mantissas: zstd saves < 20% (raw); record 5 all zero (compressed) */
+		for (size_t i = 0; i < ss_state_ssm_len(&d); i++)
+			s.ssm[i] = t == 5 ? 0 : (float)(ss_splitmix64(&x) >> 40) / 16777216.0f - 0.5f;
+		for (size_t i = 0; i < ss_state_conv_len(&d); i++)
+			s.conv[i] = t == 5 ? 0 : (float)(ss_splitmix64(&x) >> 40) / 16777216.0f;
+		for (size_t i = 0; i < ss_state_logdecay_len(&d); i++)
+			s.logdecay[i] = -(float)i;
+		s.dtype = t < 5 ? dts[t] : SS_DTYPE_F32;
+		/* 0, 5: by the saving; 1-3 raw whatever it is (the exponents
+		 * of random values compress); 4 compressed, as before */
+		ss_writer_set_min_saving(w, t == 4 ? 0 : t >= 1 && t <= 3 ? 2 : SS_MIN_SAVING_DEFAULT);
+		assert_int_equal(ss_writer_put_state(w, &s, &offs[t]), 0);
+	}
+	assert_int_equal(ss_writer_close(w, err), 0);
+	long n = fsize(p);
+	unsigned char *all = malloc((size_t)n);
+	FILE *f = fopen(p, "rb");
+	assert_int_equal(fread(all, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	for (int t = 0; t < 6; t++) {
+		/* the first block's type */
+		size_t hsz = ZSTD_frameHeaderSize(all + offs[t], 18);
+		assert_false(ZSTD_isError(hsz));
+		int type = (all[offs[t] + hsz] >> 1) & 3;
+		if ((type == 0) != (t < 4))
+			fail_msg("record %d: first block of type %d", t, type);
+	}
+	ss_reader *r, *rw;
+	const ss_record *rec, *whole;
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	assert_int_equal(ss_reader_open(&rw, p, 0, err), 0);
+	for (int t = 0; t < 6; t++) {
+		pieces_t c = {0};
+		assert_int_equal(ss_reader_next_pieces(r, &rec, collect, &c), 1);
+		assert_int_equal(ss_record_offset(rec), offs[t]);
+		assert_int_equal(ss_record_length(rec), (t < 5 ? offs[t + 1] : (uint64_t)n) - offs[t]);
+		assert_int_equal(ss_reader_next(rw, &whole), 1);
+		ss_state m;
+		const void *cv, *sm;
+		assert_int_equal(ss_record_state_view(whole, &m, &cv, &sm, err), 0);
+		assert_int_equal(m.shuffle, 0); /* raw frames are never shuffled */
+		size_t es = ss_dtype_size(m.dtype);
+		assert_int_equal(c.meta, 1);
+		assert_int_equal(c.n[0], ss_state_conv_len(&d) * es);
+		assert_int_equal(c.n[1], ss_state_ssm_len(&d) * es);
+		assert_memory_equal(c.a[0], cv, c.n[0]);
+		assert_memory_equal(c.a[1], sm, c.n[1]);
+		assert_int_equal(c.unaligned4, 0);
+		assert_true(c.odd <= 2); /* each array's last piece only */
+		ss_state_free(&m);
+		free(c.a[0]);
+		free(c.a[1]);
+	}
+	assert_int_equal(ss_reader_next_pieces(r, &rec, collect, &(pieces_t){0}), 0);
+	ss_reader_close(r);
+	ss_reader_close(rw);
+
+	/* damage in record 1's ssm (f16, raw): a byte changed, then the file cut */
+	uint64_t at = offs[2] - 4 - 1000;
+	char want[64];
+	snprintf(want, sizeof want, "record 1 (byte offset %llu)", (unsigned long long)offs[1]);
+	for (int how = 0; how < 2; how++) {
+		unsigned char save = all[at];
+		all[at] ^= 0x01; /* the low mantissa bit of an f16: still finite */
+		write_bytes(tpath("raw-bad.ss"), all, how ? (size_t)at : (size_t)n);
+		all[at] = save;
+		for (int pieces = 0; pieces < 2; pieces++) {
+			assert_int_equal(ss_reader_open(&r, tpath("raw-bad.ss"), 0, err), 0);
+			pieces_t c = {0};
+			assert_int_equal(pieces ? ss_reader_next_pieces(r, &rec, collect, &c) : ss_reader_next(r, &rec), 1);
+			int rc = pieces ? ss_reader_next_pieces(r, &rec, collect, &c) : ss_reader_next(r, &rec);
+			assert_int_equal(rc, how ? SS_ERR_TRUNCATED : SS_ERR_CHECKSUM);
+			if (!strstr(ss_reader_error(r), want))
+				fail_msg("how %d, pieces %d: '%s' lacks '%s'", how, pieces, ss_reader_error(r), want);
+			ss_reader_close(r);
+			free(c.a[0]);
+			free(c.a[1]);
+		}
+	}
+	free(all);
+	s.id = NULL;
+	ss_state_free(&s);
+}
+
+/* A record over 1 MiB is judged on its first MiB: random values, raw; a
+ * first MiB of zeros, compressed (the rest, random, streamed compressed
+ * after the sample); each reads back the values written, whole and in
+ * pieces. */
+static void test_raw_decided_on_sample(void **ctx)
+{
+	(void)ctx;
+	const char *p = tpath("rawbig.ss");
+	ss_state_dims d = {"mamba2", 2, 24, 64, 128, 600, 4}; /* ssm 1.5 MiB in f32 */
+	char err[SS_ERRMSG_MAX];
+	ss_state s;
+	assert_int_equal(ss_state_alloc(&s, &d), 0);
+	strcpy(s.fingerprint, "fp");
+	s.id = "x";
+	size_t ns = ss_state_ssm_len(&d), zeros = (1u << 20) / 4;
+	uint64_t offs[2], x = 5;
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, p, 1, err), 0);
+	for (int t = 0; t < 2; t++) {
+		for (size_t i = 0; i < ns; i++)
+			s.ssm[i] = t && i < zeros ? 0 : (float)(ss_splitmix64(&x) >> 40) / 16777216.0f - 0.5f;
+		assert_int_equal(ss_writer_put_state(w, &s, &offs[t]), 0);
+	}
+	assert_int_equal(ss_writer_close(w, err), 0);
+	FILE *f = fopen(p, "rb");
+	unsigned char h[32];
+	for (int t = 0; t < 2; t++) {
+		fseek(f, (long)offs[t], SEEK_SET);
+		assert_int_equal(fread(h, 1, sizeof h, f), sizeof h);
+		size_t hsz = ZSTD_frameHeaderSize(h, sizeof h);
+		assert_false(ZSTD_isError(hsz));
+		assert_int_equal((h[hsz] >> 1) & 3, t ? 2 : 0); /* compressed : raw */
+	}
+	fclose(f);
+	x = 5;
+	ss_reader *r, *rp;
+	const ss_record *rec;
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	assert_int_equal(ss_reader_open(&rp, p, 0, err), 0);
+	for (int t = 0; t < 2; t++) {
+		ss_state back;
+		pieces_t c = {0};
+		assert_int_equal(ss_reader_next_pieces(rp, &rec, collect, &c), 1);
+		assert_int_equal(ss_reader_next(r, &rec), 1);
+		assert_int_equal(ss_record_state(rec, &back, err), 0);
+		assert_int_equal(c.n[1], ns * 4);
+		for (size_t i = 0; i < ns; i++) {
+			float want = t && i < zeros ? 0 : (float)(ss_splitmix64(&x) >> 40) / 16777216.0f - 0.5f;
+			float got;
+			memcpy(&got, c.a[1] + 4 * i, 4);
+			if (back.ssm[i] != want || got != want)
+				fail_msg("record %d: ssm[%zu] %g / %g, wrote %g", t, i, (double)back.ssm[i], (double)got,
+					 (double)want);
+		}
+		ss_state_free(&back);
+		free(c.a[0]);
+		free(c.a[1]);
+	}
+	ss_reader_close(r);
+	ss_reader_close(rp);
 	s.id = NULL;
 	ss_state_free(&s);
 }
@@ -1759,6 +1970,9 @@ int main(void)
 		cmocka_unit_test(test_dtype_conversions),
 		cmocka_unit_test(test_dtype_bulk),
 		cmocka_unit_test(test_next_pieces),
+		cmocka_unit_test(test_xxh64_is_zstd_checksum),
+		cmocka_unit_test(test_raw_frames),
+		cmocka_unit_test(test_raw_decided_on_sample),
 		cmocka_unit_test(test_tokens_roundtrip_and_seek),
 		cmocka_unit_test(test_states_roundtrip_dtypes),
 		cmocka_unit_test(test_provenance_and_rank),

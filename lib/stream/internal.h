@@ -62,6 +62,19 @@ size_t ss_nonfinite_planes(const unsigned char *lo, const unsigned char *hi, ss_
  * a state (ss_writer_put_state). */
 size_t ss_unstorable_find(const float *x, ss_dtype t, size_t n);
 
+/* XXH64 with seed 0, in pieces: the checksum of a zstd frame is the low
+ * 32 bits of XXH64 of its content (RFC 8878 §3.1.1). init, update with the
+ * content in order (any split), digest (the state is left as it is).
+ * ref: xxHash's doc/xxhash_spec.md (lib/stream/xxh64.c). */
+typedef struct {
+	uint64_t v[4], total;
+	unsigned char mem[32];
+	size_t fill;
+} ss_xxh64;
+void ss_xxh64_init(ss_xxh64 *h);
+void ss_xxh64_update(ss_xxh64 *h, const void *p, size_t n);
+uint64_t ss_xxh64_digest(const ss_xxh64 *h);
+
 /* 1 when the CPU has AVX and F16C and the OS saves their registers (x86-64
  * at run time), else 0: the f16 kernels of dtype.c and compose.c. */
 int ss_cpu_f16c(void);
@@ -75,6 +88,27 @@ int ss_cpu_f16c(void);
  * SS_ERR_NOMEM (zstd failure) / SS_ERR_IO (write failure); after an error
  * the output is unusable and the writer must be aborted. */
 int ss_writer_begin(ss_writer *w, uint64_t len, uint64_t *offset);
+/* ss_writer_begin for a state record, whose frame may be stored
+ * uncompressed (formats/states.md "raw frames"): unless the writer never
+ * stores raw frames (ss_writer_set_min_saving 0), the compressed frame is
+ * held in memory until the record's first 1 MiB (all of it, when smaller)
+ * is compressed, and written from then on only when that saved at least
+ * the writer's fraction; else ss_writer_add (or ss_writer_end) writes
+ * nothing and returns SS_WRITE_RAW: the caller writes the record again
+ * (unshuffled) between ss_writer_begin_raw and ss_writer_end. */
+int ss_writer_begin_state(ss_writer *w, uint64_t len, uint64_t *offset);
+#define SS_WRITE_RAW 1
+/* Opens an uncompressed frame for len bytes: raw blocks of at most
+ * 128 KiB, content size and XXH64 checksum as every frame has; add and end
+ * as for ss_writer_begin. */
+int ss_writer_begin_raw(ss_writer *w, uint64_t len, uint64_t *offset);
+/* In a raw frame, ends the current block here, so that the bytes added next
+ * (an array's body) begin a block and lie at an offset from the frame's
+ * start that is a multiple of 4 where the bytes before allow (raw frames
+ * are a multiple of 4 bytes long, so in a file of them that is the file
+ * offset's alignment): a reader hands them over in place, whole elements
+ * in each block, f32 aligned. No-op otherwise. */
+void ss_writer_cut(ss_writer *w);
 /* 0 after ss_writer_set_shuffle(w, 0), else 1. */
 int ss_writer_shuffles(const ss_writer *w);
 int ss_writer_add(ss_writer *w, const void *buf, size_t len);
@@ -102,8 +136,12 @@ int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, 
  * holds a buffer for the whole record (ss_reader_reserve): then the record
  * is decompressed in place, each piece lies in that buffer right after the
  * one before, at any alignment, and stays valid until the reader's next
- * read, seek or close. Nonzero (an SS_ERR_*) stops the read, which returns
- * it. */
+ * read, seek or close; and except in an uncompressed frame of a regular
+ * file (formats/states.md "raw frames"): then pieces lie in a map of the
+ * file, at the alignment of their offset there (4-byte aligned as writers
+ * lay them out; a piece of 16 bytes or fewer may come from a buffer of
+ * the reader's), valid only during the call (meta->in_place is 0). Nonzero
+ * (an SS_ERR_*) stops the read, which returns it. */
 typedef int (*ss_piece_fn)(void *arg, const ss_record *meta, int which, uint64_t off, const void *p,
 			   size_t len);
 
@@ -113,7 +151,11 @@ typedef int (*ss_piece_fn)(void *arg, const ss_record *meta, int which, uint64_t
  * 128 KiB step of input gives), instead of gathering the record first (the
  * record's bytes are checked as ss_reader_next checks them, the frame's
  * checksum included, but only after fn has seen the pieces: callers treat
- * what they got as void when this fails). Returns 1 after the pieces (*rec
+ * what they got as void when this fails). An uncompressed frame of a
+ * regular file is not decompressed: it is mapped (mmap) and its raw blocks
+ * handed over where they lie, each hashed (XXH64, the frame's checksum)
+ * just before; any other frame, or one cut short, goes through zstd, with
+ * its errors. Returns 1 after the pieces (*rec
  * is the meta record, as ss_reader_next_meta gives, with length set); 2 when
  * the record is not laid out as writers lay out states (formats/states.md:
  * "conv" then "ssm", the last entries), then fn was not called and *rec is

@@ -298,7 +298,12 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 	return ss_writer_put_state_when(w, s, offset, NULL, NULL);
 }
 
-int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, ss_ready_fn ready, void *arg)
+/* One writing of s: raw 0, as a zstd frame (f16/bf16 shuffled unless the
+ * writer says not), held back by ss_writer_begin_state until its saving is
+ * known (SS_WRITE_RAW: nothing written); raw 1, as an uncompressed frame,
+ * never shuffled (the shuffle only helps zstd), each array starting a
+ * block. */
+static int put_state(ss_writer *w, const ss_state *s, uint64_t *offset, ss_ready_fn ready, void *arg, int raw)
 {
 	const ss_state_dims *d = &s->dims;
 	buf_t b = {0};
@@ -330,7 +335,7 @@ int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, 
 			     qblk[a]);
 	}
 	buf_reserve(&b, 4096); /* after the checks above: they return without freeing b */
-	int shuf = dt->shuffled && ss_writer_shuffles(w);
+	int shuf = dt->shuffled && ss_writer_shuffles(w) && !raw;
 	int n_keys = 16 + 2 * q8 + shuf + (s->mode != NULL) + 2 * (s->has_rank != 0);
 	pk_header(&pk, SS_FORMAT_STATES, n_keys, s->id);
 	pk_key(&pk, "fingerprint");
@@ -389,10 +394,14 @@ int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, 
 		arr.a[arr.n - 1].shuffle = arr.a[arr.n - 2].shuffle = SS_SHUFFLE_BLOCK;
 	/* The packed bytes with the arrays' bodies spliced in, streamed into
 	 * one frame: a state is never copied whole (19 MB for 130m in f32). */
-	int rc = b.oom ? SS_ERR_NOMEM : ss_writer_begin(w, b.len + arr.bytes, offset);
+	int rc = b.oom ? SS_ERR_NOMEM
+		 : raw ? ss_writer_begin_raw(w, b.len + arr.bytes, offset)
+		       : ss_writer_begin_state(w, b.len + arr.bytes, offset);
 	size_t from = 0;
 	for (int i = 0; i < arr.n && !rc; i++) {
 		rc = ss_writer_add(w, b.p + from, arr.a[i].at - from);
+		if (!rc && arr.a[i].which >= 0)
+			ss_writer_cut(w);
 		if (!rc)
 			rc = put_array(w, &arr, i, ready, arg);
 		from = arr.a[i].at;
@@ -405,6 +414,12 @@ int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, 
 	free(sc[0]);
 	free(sc[1]);
 	return rc;
+}
+
+int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, ss_ready_fn ready, void *arg)
+{
+	int rc = put_state(w, s, offset, ready, arg, 0);
+	return rc == SS_WRITE_RAW ? put_state(w, s, offset, ready, arg, 1) : rc;
 }
 
 /* ------------------------------------------------------------ unpacking */

@@ -31,6 +31,16 @@
 #define ZSTD_MAGIC 0xFD2FB528u
 #define SKIP_MAGIC_MASK 0xFFFFFFF0u
 #define SKIP_MAGIC 0x184D2A50u
+/* A state record's saving is judged on its first RAW_SAMPLE bytes (the
+ * whole record when smaller): the metadata, conv and the start of ssm, which
+ * compress as the rest does, and a 19 MB f32 record is not compressed whole
+ * to be written raw. */
+#define RAW_SAMPLE (1u << 20)
+/* zstd's largest block (RFC 8878 §3.1.1.2.4: min(Window_Size, 128 KiB)),
+ * and the window a raw frame declares: 2^17 bytes, what every decoder
+ * accepts (Window_Descriptor 0x38: exponent 7, mantissa 0). */
+#define RAW_BLOCK (128u << 10)
+#define RAW_WINDOW_DESC 0x38
 
 /* ================================================================ reader */
 
@@ -62,6 +72,11 @@ struct ss_reader {
 	size_t plan_n, plan_h;
 	char format[32];
 	char err[SS_ERRMSG_MAX];
+	/* The raw blocks of the uncompressed frame being read in place
+	 * (raw_pieces): content bytes [at, at + len) lie at p, in a map of
+	 * the file. */
+	struct raw_seg { uint64_t at; const unsigned char *p; size_t len; } *seg;
+	size_t seg_cap;
 };
 
 static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -161,6 +176,7 @@ void ss_reader_close(ss_reader *r)
 	free(r->meta);
 	free(r->plan);
 	free(r->path);
+	free(r->seg);
 	free(r);
 }
 
@@ -360,6 +376,15 @@ static long long frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64
 	}
 	if (has_checksum)
 		off += 4;
+	/* The frame's last byte must exist: a file cut in its last block or
+	 * checksum is truncated, not a frame read to its end. */
+	unsigned char last;
+	long long got = !r->seekable ? in_fill(r, off - 1, 1, r->pos) : pread(fileno(r->f), &last, 1, (off_t)(off - 1));
+	if (got < 0)
+		return rerr(r, SS_ERR_IO, r->pos, "read error: %s", strerror(errno));
+	if (got < 1)
+		return rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (the %s ends before its byte %llu)",
+			    r->seekable ? "file" : "input", (unsigned long long)(off - r->pos));
 	return (long long)(off - r->pos);
 }
 
@@ -1045,13 +1070,228 @@ static int bin_header(const unsigned char *b, size_t n, size_t *hl, uint64_t *le
 	return -1;
 }
 
+static const unsigned char piece_key[2][5] = {{0xa4, 'c', 'o', 'n', 'v'}, {0xa3, 's', 's', 'm'}};
+static const size_t piece_key_len[2] = {5, 4};
+
+/* The uncompressed frame being read in place (raw_pieces): its segments,
+ * and how far its content is hashed. */
+typedef struct {
+	ss_reader *r;
+	size_t n;         /* segments */
+	size_t si;        /* the segment hash_to is in */
+	uint64_t hashed;  /* content bytes [0, hashed) hashed */
+	ss_xxh64 xh;
+} rawf_t;
+
+/* Hashes the content on to byte `end`. */
+static void hash_to(rawf_t *f, uint64_t end)
+{
+	while (f->hashed < end && f->si < f->n) {
+		const struct raw_seg *g = &f->r->seg[f->si];
+		uint64_t stop = g->at + g->len < end ? g->at + g->len : end;
+		ss_xxh64_update(&f->xh, g->p + (f->hashed - g->at), (size_t)(stop - f->hashed));
+		f->hashed = stop;
+		if (stop == g->at + g->len)
+			f->si++;
+	}
+}
+
+/* Copies content bytes [at, at + n) to dst; 0, or -1 past the content. */
+static int gather(const rawf_t *f, uint64_t at, size_t n, unsigned char *dst)
+{
+	for (size_t i = 0; i < f->n && n; i++) {
+		const struct raw_seg *g = &f->r->seg[i];
+		if (at >= g->at + g->len)
+			continue;
+		size_t take = g->at + g->len - at < n ? (size_t)(g->at + g->len - at) : n;
+		memcpy(dst, g->p + (at - g->at), take);
+		dst += take, at += take, n -= take;
+	}
+	return n ? -1 : 0;
+}
+
+/* Hands content bytes [a0, a0 + len) (array which's body) to fn straight
+ * from the map, hashing each piece just before: pieces of whole 16-byte
+ * units, but where a block ends inside one (not as writers cut them) its
+ * bytes go through a 16-byte buffer. */
+static int raw_array(rawf_t *f, const ss_record *rec, int which, uint64_t a0, uint64_t len, ss_piece_fn fn, void *arg)
+{
+	unsigned char carry[16];
+	size_t nc = 0;
+	uint64_t done = 0;
+	for (size_t i = 0; i < f->n && done < len; i++) {
+		const struct raw_seg *g = &f->r->seg[i];
+		uint64_t at = a0 + done + nc; /* the next byte not yet taken */
+		if (at >= g->at + g->len)
+			continue;
+		const unsigned char *p = g->p + (at - g->at);
+		uint64_t avail = g->at + g->len - at, left = len - done - nc;
+		size_t n = avail < left ? (size_t)avail : (size_t)left;
+		hash_to(f, at + n);
+		int rc;
+		while (n) {
+			if (nc || n < 16) {
+				size_t take = 16 - nc < n ? 16 - nc : n;
+				memcpy(carry + nc, p, take);
+				nc += take, p += take, n -= take;
+				if (nc == 16 || done + nc == len) {
+					if ((rc = fn(arg, rec, which, done, carry, nc)) != 0)
+						return rc;
+					done += nc;
+					nc = 0;
+				}
+				continue;
+			}
+			size_t take = done + n == len ? n : n & ~(size_t)15;
+			if ((rc = fn(arg, rec, which, done, p, take)) != 0)
+				return rc;
+			done += take, p += take, n -= take;
+		}
+	}
+	return 0;
+}
+
+/* ss_reader_next_pieces of an uncompressed frame (raw blocks only:
+ * formats/states.md "raw frames") in a regular file: the frame is mapped,
+ * its metadata copied out, conv and ssm handed to fn where they lie, and
+ * the frame's checksum computed over the content as it goes (XXH64, as
+ * zstd's). Returns 1 as ss_reader_next_pieces, a negative error, or 3 when
+ * the frame is not for this path (compressed blocks, laid out otherwise,
+ * cut short, anything but what writers make): nothing is read then, and
+ * zstd reads it as any other frame, with its errors. */
+static int raw_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, void *arg)
+{
+	enum { NOT_RAW = 3 };
+	size_t hsz;
+	uint64_t content;
+	int checksum, rc;
+	while ((rc = frame_header(r, &hsz, &content, &checksum)) == 2)
+		;
+	if (rc <= 0 || !checksum)
+		return rc <= 0 ? rc : NOT_RAW;
+	long long got = in_fill(r, r->pos + hsz, 3, r->pos);
+	if (got < 3 || ((r->buf[r->pos + hsz - r->base] >> 1) & 3) != 0)
+		return NOT_RAW;
+	struct stat st;
+	if (fstat(fileno(r->f), &st) != 0 || (uint64_t)st.st_size < r->pos + hsz + 3)
+		return NOT_RAW;
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), m0 = r->pos / page * page;
+	uint64_t end = r->pos + hsz + frame_bound(content);
+	if (end > (uint64_t)st.st_size)
+		end = (uint64_t)st.st_size;
+	size_t mlen = (size_t)(end - m0);
+	void *map = mmap(NULL, mlen, PROT_READ, MAP_SHARED | MAP_POPULATE, fileno(r->f), (off_t)m0);
+	if (map == MAP_FAILED)
+		return NOT_RAW;
+	const unsigned char *base = (const unsigned char *)map + (r->pos - m0), *lim = (const unsigned char *)map + mlen;
+	rawf_t f;
+	memset(&f, 0, sizeof f);
+	f.r = r;
+	const unsigned char *b = base + hsz;
+	uint64_t made = 0;
+	rc = NOT_RAW;
+	for (;;) { /* the blocks: raw, within the content and the file */
+		if (lim - b < 3)
+			goto out;
+		uint32_t bh = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16;
+		size_t bsize = bh >> 3;
+		if (((bh >> 1) & 3) != 0 || bsize > RAW_BLOCK || (size_t)(lim - b - 3) < bsize || bsize > content - made)
+			goto out;
+		if (f.n == r->seg_cap) {
+			size_t cap = r->seg_cap ? 2 * r->seg_cap : 256;
+			struct raw_seg *sg = realloc(r->seg, cap * sizeof *sg);
+			if (!sg) {
+				rc = rerr(r, SS_ERR_NOMEM, r->pos, "out of memory");
+				goto out;
+			}
+			r->seg = sg;
+			r->seg_cap = cap;
+		}
+		if (bsize)
+			r->seg[f.n++] = (struct raw_seg){made, b + 3, bsize};
+		made += bsize;
+		b += 3 + bsize;
+		if (bh & 1)
+			break;
+	}
+	if (made != content || lim - b < 4)
+		goto out;
+	/* The metadata: copied out until the entries before "conv"/"ssm"
+	 * are whole (a few KiB; q8 scales, MBs at the 2.7b shape). */
+	prefix_t q;
+	memset(&q, 0, sizeof q);
+	q.hsz = hsz, q.checksum = 1, q.content = content, q.off = r->pos;
+	size_t copied = 0;
+	for (size_t i = 0; i < f.n; i++) {
+		if (grow(&r->out, &r->out_cap, copied + r->seg[i].len) != 0) {
+			rc = rerr(r, SS_ERR_NOMEM, r->pos, "out of memory");
+			goto out;
+		}
+		memcpy(r->out + copied, r->seg[i].p, r->seg[i].len);
+		copied += r->seg[i].len;
+		if ((q.cut = meta_prefix(r->out, copied, &q.n_before, &q.hdr, &q.whole, &q.n_entries)) >= 0)
+			break;
+	}
+	if (q.cut < 0 || q.whole || q.n_entries - q.n_before != 2)
+		goto out;
+	/* "conv" and "ssm", bins, the last two entries */
+	unsigned char h[10];
+	size_t hl[2];
+	uint64_t at = (uint64_t)q.cut, len[2], body[2];
+	for (int which = 0; which < 2; which++) {
+		size_t kl = piece_key_len[which], n = content - at < 10 ? (size_t)(content - at) : 10;
+		if (gather(&f, at, n, h) || n < kl + 2 || memcmp(h, piece_key[which], kl) ||
+		    bin_header(h + kl, n - kl, &hl[which], &len[which]) || len[which] > content - at - kl - hl[which])
+			goto out;
+		body[which] = at + kl + hl[which];
+		at = body[which] + len[which];
+	}
+	if (at != content)
+		goto out;
+	if ((rc = unpack_prefix(r, &q)) < 0)
+		goto out;
+	ss_record *rec = &r->rec;
+	take_annotation(r, rec);
+	rec->in_place = 0;
+	ss_xxh64_init(&f.xh);
+	if ((rc = fn(arg, rec, -1, 0, NULL, 0)) != 0) {
+		rc = rerr(r, rc, q.off, "stopped by the caller");
+		goto out;
+	}
+	for (int which = 0; which < 2; which++) {
+		hash_to(&f, body[which]);
+		if ((rc = raw_array(&f, rec, which, body[which], len[which], fn, arg)) != 0) {
+			rc = rerr(r, rc, q.off, "stopped by the caller");
+			goto out;
+		}
+	}
+	hash_to(&f, content);
+	uint32_t want = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+	if ((uint32_t)ss_xxh64_digest(&f.xh) != want) {
+		rc = rerr(r, SS_ERR_CHECKSUM, q.off, "corrupt zstd frame: %s", ZSTD_getErrorName((size_t)-ZSTD_error_checksum_wrong));
+		goto out;
+	}
+	rec->length = (uint64_t)(b + 4 - base);
+	rec->content = content;
+	r->pos += rec->length;
+	r->index++, r->n_read++;
+	*recp = rec;
+	rc = 1;
+out:
+	munmap(map, mlen);
+	return rc;
+}
+
 int ss_reader_next_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, void *arg)
 {
-	static const unsigned char key[2][5] = {{0xa4, 'c', 'o', 'n', 'v'}, {0xa3, 's', 's', 'm'}};
-	static const size_t key_len[2] = {5, 4};
+	const unsigned char (*key)[5] = piece_key;
+	const size_t *key_len = piece_key_len;
 	*recp = NULL;
 	prefix_t q;
-	int rc = read_prefix(r, &q, 1);
+	int rc = r->seekable ? raw_pieces(r, recp, fn, arg) : 3;
+	if (rc != 3)
+		return rc;
+	rc = read_prefix(r, &q, 1);
 	if (rc <= 0)
 		return rc;
 	/* Pieces only for what writers make (formats/states.md): "conv" then
@@ -1129,11 +1369,33 @@ struct ss_writer {
 	int failed;
 	int saved_errno;
 	int no_shuffle;
+	double min_saving;   /* ss_writer_set_min_saving */
+	/* A state record's compressed frame held back (ss_writer_begin_state)
+	 * until its saving is known: cap[0..cap_len) from the first fed bytes
+	 * of a record of rec_len. */
+	int capture;
+	unsigned char *cap;
+	size_t cap_len, cap_cap;
+	uint64_t rec_len, fed;
+	/* A raw frame being written (ss_writer_begin_raw): the block being
+	 * filled, blk[0..fill) of RAW_BLOCK, and the content still to come. */
+	int raw;
+	unsigned char *blk;
+	size_t fill;
+	uint64_t raw_left;
+	uint64_t raw_start;  /* the frame's offset: its layout is relative to it */
+	ss_xxh64 xh;
 };
+
 
 void ss_writer_set_shuffle(ss_writer *w, int on)
 {
 	w->no_shuffle = !on;
+}
+
+void ss_writer_set_min_saving(ss_writer *w, double fraction)
+{
+	w->min_saving = fraction > 0 ? fraction : 0; /* NaN: 0 */
 }
 
 int ss_writer_shuffles(const ss_writer *w)
@@ -1165,6 +1427,7 @@ int ss_writer_open(ss_writer **out, const char *path, int level, char *errmsg)
 		free(w);
 		return SS_ERR_NOMEM;
 	}
+	w->min_saving = SS_MIN_SAVING_DEFAULT;
 	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, level ? level : SS_ZSTD_LEVEL_DEFAULT);
 	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_checksumFlag, 1);
 	ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1);
@@ -1259,10 +1522,18 @@ static int w_compress(ss_writer *w, ZSTD_inBuffer *ib, ZSTD_EndDirective op)
 		size_t left = ZSTD_compressStream2(w->cctx, &ob, ib, op);
 		if (ZSTD_isError(left))
 			return SS_ERR_NOMEM;
-		int rc = w_write(w, w->cbuf, ob.pos);
+		int rc = 0;
+		if (!w->capture)
+			rc = w_write(w, w->cbuf, ob.pos);
+		else if (w->cap_len + ob.pos > w->cap_cap &&
+			 grow(&w->cap, &w->cap_cap, w->cap_len + ob.pos > 2 * w->cap_cap ? w->cap_len + ob.pos
+											   : 2 * w->cap_cap) != 0)
+			rc = SS_ERR_NOMEM;
+		else
+			memcpy(w->cap + w->cap_len, w->cbuf, ob.pos), w->cap_len += ob.pos;
 		if (rc)
 			return rc;
-		if (op == ZSTD_e_end ? left == 0 : ib->pos == ib->size)
+		if (op == ZSTD_e_continue ? ib->pos == ib->size : left == 0)
 			return 0;
 	}
 }
@@ -1277,19 +1548,154 @@ int ss_writer_begin(ss_writer *w, uint64_t len, uint64_t *offset)
 		return SS_ERR_NOMEM;
 	ZSTD_CCtx_reset(w->cctx, ZSTD_reset_session_only);
 	ZSTD_CCtx_setPledgedSrcSize(w->cctx, len);
+	w->capture = w->raw = 0;
 	return 0;
+}
+
+int ss_writer_begin_state(ss_writer *w, uint64_t len, uint64_t *offset)
+{
+	if (offset)
+		*offset = w->off;
+	if (w->min_saving > 1)
+		return SS_WRITE_RAW;
+	int rc = ss_writer_begin(w, len, offset);
+	w->capture = !rc && w->min_saving > 0;
+	w->cap_len = 0;
+	w->rec_len = len;
+	w->fed = 0;
+	return rc;
+}
+
+int ss_writer_begin_raw(ss_writer *w, uint64_t len, uint64_t *offset)
+{
+	if (offset)
+		*offset = w->off;
+	if (!w->blk && !(w->blk = malloc(RAW_BLOCK)))
+		return SS_ERR_NOMEM;
+	/* Frame_Header_Descriptor 0xC4: an 8-byte Frame_Content_Size, a
+	 * Window_Descriptor (not single segment: a decoder's window stays
+	 * 128 KiB whatever the record's size), Content_Checksum_flag. */
+	unsigned char h[14] = {0x28, 0xB5, 0x2F, 0xFD, 0xC4, RAW_WINDOW_DESC};
+	for (int i = 0; i < 8; i++)
+		h[6 + i] = (unsigned char)(len >> (8 * i));
+	w->capture = 0;
+	w->raw = 1;
+	w->fill = 0;
+	w->raw_left = len;
+	w->raw_start = w->off;
+	ss_xxh64_init(&w->xh);
+	return w_write(w, h, sizeof h);
+}
+
+/* Writes the block w->blk[0..n) as a raw block (last: the frame's last). */
+static int raw_block(ss_writer *w, const unsigned char *p, size_t n, int last)
+{
+	uint32_t bh = (uint32_t)n << 3 | (unsigned)last; /* Block_Type 0: Raw_Block */
+	unsigned char h[3] = {(unsigned char)bh, (unsigned char)(bh >> 8), (unsigned char)(bh >> 16)};
+	int rc = w_write(w, h, 3);
+	return rc ? rc : w_write(w, p, n);
+}
+
+void ss_writer_cut(ss_writer *w)
+{
+	if (!w->raw || !w->fill)
+		return;
+	/* The pending bytes go out as k + 1 blocks, k of one byte each, where
+	 * k (< 4) puts the next block's payload at an offset from the frame's
+	 * start that 4 divides: each block header is 3 bytes, and 3·3 = 1
+	 * (mod 4). Relative to the frame, so that a record's bytes do not
+	 * depend on where it is written. */
+	uint64_t at = w->off - w->raw_start + 3 + w->fill + 3;
+	size_t k = (size_t)((4 - at % 4) % 4 * 3 % 4);
+	if (k + 1 > w->fill)
+		k = 0;
+	for (size_t i = 0; i < k; i++)
+		raw_block(w, w->blk + i, 1, 0);
+	raw_block(w, w->blk + k, w->fill - k, 0);
+	w->fill = 0;
+}
+
+/* Appends len bytes at buf to the raw frame being written. */
+static int raw_add(ss_writer *w, const unsigned char *buf, size_t len)
+{
+	if (len > w->raw_left)
+		return SS_ERR_INVALID;
+	w->raw_left -= len;
+	ss_xxh64_update(&w->xh, buf, len);
+	int rc = 0;
+	while (len && !rc) {
+		if (w->fill == RAW_BLOCK) { /* full, and more comes: not the last */
+			rc = raw_block(w, w->blk, w->fill, 0);
+			w->fill = 0;
+			/* Empty blocks (a header each, up to 3) put the next
+			 * payload at an offset 4 divides, as the one before:
+			 * an array's f32 stay aligned across its blocks. */
+			while (!rc && (w->off - w->raw_start + 3) % 4)
+				rc = raw_block(w, w->blk, 0, 0);
+		}
+		size_t take = RAW_BLOCK - w->fill < len ? RAW_BLOCK - w->fill : len;
+		memcpy(w->blk + w->fill, buf, take);
+		w->fill += take, buf += take, len -= take;
+	}
+	return rc;
+}
+
+/* 1 when cap_len compressed bytes for the `fed` first bytes of the record
+ * save less than the writer's min_saving. */
+static int saves_too_little(const ss_writer *w, uint64_t fed)
+{
+	double saved = fed > w->cap_len ? (double)(fed - w->cap_len) : 0;
+	return saved < w->min_saving * (double)fed;
 }
 
 int ss_writer_add(ss_writer *w, const void *buf, size_t len)
 {
+	if (w->raw)
+		return raw_add(w, buf, len);
+	if (w->capture && w->fed + len >= RAW_SAMPLE && w->rec_len > RAW_SAMPLE) {
+		/* the sample whole, flushed: its compressed size decides */
+		size_t take = (size_t)(RAW_SAMPLE - w->fed);
+		ZSTD_inBuffer ib = { buf, take, 0 };
+		int rc = w_compress(w, &ib, ZSTD_e_flush);
+		if (rc)
+			return rc;
+		w->capture = 0;
+		if (saves_too_little(w, RAW_SAMPLE))
+			return SS_WRITE_RAW;
+		if ((rc = w_write(w, w->cap, w->cap_len)) != 0)
+			return rc;
+		buf = (const unsigned char *)buf + take;
+		len -= take;
+	}
+	w->fed += len;
 	ZSTD_inBuffer ib = { buf, len, 0 };
 	return len ? w_compress(w, &ib, ZSTD_e_continue) : 0;
 }
 
 int ss_writer_end(ss_writer *w)
 {
+	if (w->raw) {
+		w->raw = 0;
+		if (w->raw_left)
+			return SS_ERR_INVALID;
+		uint32_t x = (uint32_t)ss_xxh64_digest(&w->xh);
+		unsigned char c[4] = {(unsigned char)x, (unsigned char)(x >> 8), (unsigned char)(x >> 16),
+				      (unsigned char)(x >> 24)};
+		/* empty blocks make the frame's length a multiple of 4: the
+		 * next raw frame starts aligned as this one did */
+		int rc = 0;
+		while (!rc && (w->off - w->raw_start + 3 + w->fill + 4) % 4)
+			rc = raw_block(w, w->blk, 0, 0);
+		if (!rc)
+			rc = raw_block(w, w->blk, w->fill, 1);
+		return rc ? rc : w_write(w, c, 4);
+	}
 	ZSTD_inBuffer ib = { NULL, 0, 0 };
-	return w_compress(w, &ib, ZSTD_e_end);
+	int rc = w_compress(w, &ib, ZSTD_e_end);
+	if (rc || !w->capture)
+		return rc;
+	w->capture = 0;
+	return saves_too_little(w, w->rec_len) ? SS_WRITE_RAW : w_write(w, w->cap, w->cap_len);
 }
 
 int ss_writer_put(ss_writer *w, const void *buf, size_t len, uint64_t *offset)
@@ -1392,6 +1798,8 @@ void ss_writer_abort(ss_writer *w)
 	ss_output_abort(w->out);
 	ZSTD_freeCCtx(w->cctx);
 	free(w->cbuf);
+	free(w->cap);
+	free(w->blk);
 	free(w);
 }
 

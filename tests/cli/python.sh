@@ -12,8 +12,9 @@ gen=$SS_TOP/${SS_BUILD:-build}/gen
 ss-tokenize -q --whole "$G/t1/c3/text.txt" "$G/t1/c1/text.txt" >"$d/c.tok"
 ss-encode -q --model "$T1" "$d/c.tok" >"$d/c.st"
 for t in f16 bf16 q8; do ss-encode -q --model "$T1" --state-dtype $t "$d/c.tok" >"$d/c.$t"; done
-"$gen/mkstates" --shape 130m --dtype f16 1 "$d/big.f16"
+"$gen/mkstates" --shape 130m --dtype f16 --min-saving 0 1 "$d/big.f16" # compressed: shuffled
 ss-compose -q --mode soup --state-dtype f32 "$d/big.f16" >"$d/big.f32"
+"$gen/mkstates" --shape 130m --dtype f16 --min-saving 2 1 "$d/big-raw.f16" # a raw frame
 "$gen/mkmodel" "$d/m1" --preset m1 --vocab 256 --pad-multiple 8 >/dev/null
 python3 "$SS_TOP/tests/util/bytetok.py" "$d/tok.json"
 printf 'a document about cats\n' >"$d/a.txt"
@@ -43,7 +44,8 @@ check(list(s.tokens(d + "/c.tok"))[0].tokens.size == st[0].n_tokens == 297, "c3'
 # each dtype as libss widens it: ss-compose of one record (soup of one input is that input)
 for t in ("f16", "bf16", "q8"):
     recs = list(s.states(d + "/c." + t))
-    check(recs[0].dtype == t and (t == "q8") == (recs[0].map.get("shuffle") is None), t + ": dtype, shuffle")
+    # f16/bf16 shuffled when compressed, not in a raw frame; q8 never
+    check(recs[0].dtype == t and (t != "q8" or recs[0].map.get("shuffle") is None), t + ": dtype, shuffle")
     one = d + "/one." + t
     for i, r in enumerate(recs):
         raw = [m for o, m in s.records(d + "/c." + t)][i]
@@ -56,6 +58,9 @@ for t in ("f16", "bf16", "q8"):
 # several shuffle blocks (4.7 M elements in blocks of 262144)
 a, b = list(s.states(d + "/big.f16"))[0], list(s.states(d + "/big.f32"))[0]
 check(a.map["shuffle"] == 262144 and a.ssm.size > 262144 and np.array_equal(a.ssm, b.ssm) and np.array_equal(a.conv, b.conv), "130m f16")
+# the same record as a raw frame (formats/states.md "raw frames"): unshuffled, equal
+c = list(s.states(d + "/big-raw.f16"))[0]
+check(c.map.get("shuffle") is None and np.array_equal(c.ssm, b.ssm) and np.array_equal(c.conv, b.conv), "130m f16 raw")
 # Mamba-1: arrays equal ss-cat's rendering
 m1 = list(s.states(d + "/m1.st"))[0]
 j = json.loads(open(d + "/m1.json").readline())

@@ -3,7 +3,7 @@
 # through every reader — ss-cat, ss-cat --full, ss-compose -j1 and -j2 on a file, ss-compose
 # on a pipe, ss-score and ss-decode --state — and all agree: a record in another msgpack key
 # order is accepted with the output of the original; a record whose dims do not match its
-# arrays, a q8 scale above FLT_MAX/127, a NaN in an f32 or (byte-shuffled) f16 array, a key
+# arrays, a q8 scale above FLT_MAX/127, a NaN in an f32 or f16 (byte-shuffled or not) array, a key
 # twice are refused in one line naming the file and the record, exit 1, no output file. A
 # composition that overflows f32 (q8 output too) and a score that is not finite are errors
 # that say why, never "invalid argument" or "nll":-nan. The records are edited with a small
@@ -73,8 +73,10 @@ elif kind == 'big-scale':
     put('ssm_scale', struct.pack('<f', 3e38) + d['ssm_scale'][4:])
 elif kind == 'nan-f32':
     put('ssm', d['ssm'][:4] + struct.pack('<f', float('nan')) + d['ssm'][8:])
-elif kind == 'nan-f16':  # element 1 of one shuffle block: low byte at 1, high byte at n + 1
-    s = bytearray(d['ssm']); n = len(s) // 2; s[1] = 0; s[n + 1] = 0x7e; put('ssm', bytes(s))
+elif kind == 'nan-f16':  # element 1: of one shuffle block, low byte at 1, high byte at n + 1;
+    s = bytearray(d['ssm']); n = len(s) // 2  # unshuffled (a raw frame's), bytes 2 and 3
+    lo, hi = (1, n + 1) if 'shuffle' in d else (2, 3)
+    s[lo] = 0; s[hi] = 0x7e; put('ssm', bytes(s))
 elif kind == 'dup-key': m.insert(3, ['n_layer', d['n_layer']])
 elif kind == 'huge':  # finite, but the model overflows on it
     put('ssm', struct.pack('<f', 3e38) * (len(d['ssm']) // 4))

@@ -20,6 +20,7 @@ cp "$T/d.states" "$S/stream/mkdb.states"
 "$B/bin/ss-retrieve" build -q --index "$T/i.db" "$T/d.tokens" "$T/d.states"
 "$B/bin/ss-retrieve" query --index "$T/i.db" -k 1 --query fox -o "$S/stream/annotated.states"
 printf '\x50\x2a\x4d\x18\x02\x00\x00\x00hi' | cat - "$T/d.tokens" >"$S/stream/skippable.tokens"
+"$B/gen/mkstates" --shape small --min-saving 2 2 "$S/stream/raw.states" # raw frames (formats/states.md)
 
 # index: the small index built above, with 512-byte pages (7.5 KB, not 48)
 cp "$T/i.db" "$S/index/small.db"
