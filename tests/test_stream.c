@@ -286,40 +286,6 @@ static void test_next_pieces(void **ctx)
 
 static void write_bytes(const char *p, const void *b, size_t n);
 
-/* ss_xxh64 is zstd's frame checksum: the low 32 bits of XXH64 of the
- * content, for lengths around every branch (0..99, a stripe's edges, many
- * stripes) and any split of the input into updates. */
-static void test_xxh64_is_zstd_checksum(void **ctx)
-{
-	(void)ctx;
-	size_t n_max = 300000;
-	unsigned char *src = malloc(n_max), *dst = malloc(ZSTD_compressBound(n_max));
-	uint64_t x = 7;
-	for (size_t i = 0; i < n_max; i++)
-		src[i] = (unsigned char)(ss_splitmix64(&x) >> 56);
-	ZSTD_CCtx *cc = ZSTD_createCCtx();
-	ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
-	static const size_t extra[] = {127, 128, 129, 1000, 131072, 299999};
-	for (size_t t = 0; t < 100 + sizeof extra / sizeof extra[0]; t++) {
-		size_t n = t < 100 ? t : extra[t - 100];
-		size_t m = ZSTD_compress2(cc, dst, ZSTD_compressBound(n_max), src, n);
-		assert_false(ZSTD_isError(m));
-		uint32_t want = dst[m - 4] | (uint32_t)dst[m - 3] << 8 | (uint32_t)dst[m - 2] << 16 | (uint32_t)dst[m - 1] << 24;
-		for (size_t step = 1; step <= n + 1; step = step * 3 + 2) {
-			ss_xxh64 h;
-			ss_xxh64_init(&h);
-			for (size_t i = 0; i < n; i += step)
-				ss_xxh64_update(&h, src + i, n - i < step ? n - i : step);
-			if ((uint32_t)ss_xxh64_digest(&h) != want)
-				fail_msg("length %zu, updates of %zu: %08x, zstd %08x", n, step,
-					 (unsigned)ss_xxh64_digest(&h), (unsigned)want);
-		}
-	}
-	ZSTD_freeCCtx(cc);
-	free(src);
-	free(dst);
-}
-
 /* Uncompressed frames (formats/states.md "raw frames"): a state zstd saves
  * little on is written raw (and one it saves much on compressed; at
  * min_saving 0 every one); both read back alike through zstd and through
@@ -1970,7 +1936,6 @@ int main(void)
 		cmocka_unit_test(test_dtype_conversions),
 		cmocka_unit_test(test_dtype_bulk),
 		cmocka_unit_test(test_next_pieces),
-		cmocka_unit_test(test_xxh64_is_zstd_checksum),
 		cmocka_unit_test(test_raw_frames),
 		cmocka_unit_test(test_raw_decided_on_sample),
 		cmocka_unit_test(test_tokens_roundtrip_and_seek),

@@ -62,19 +62,6 @@ size_t ss_nonfinite_planes(const unsigned char *lo, const unsigned char *hi, ss_
  * a state (ss_writer_put_state). */
 size_t ss_unstorable_find(const float *x, ss_dtype t, size_t n);
 
-/* XXH64 with seed 0, in pieces: the checksum of a zstd frame is the low
- * 32 bits of XXH64 of its content (RFC 8878 §3.1.1). init, update with the
- * content in order (any split), digest (the state is left as it is).
- * ref: xxHash's doc/xxhash_spec.md (lib/stream/xxh64.c). */
-typedef struct {
-	uint64_t v[4], total;
-	unsigned char mem[32];
-	size_t fill;
-} ss_xxh64;
-void ss_xxh64_init(ss_xxh64 *h);
-void ss_xxh64_update(ss_xxh64 *h, const void *p, size_t n);
-uint64_t ss_xxh64_digest(const ss_xxh64 *h);
-
 /* 1 when the CPU has AVX and F16C and the OS saves their registers (x86-64
  * at run time), else 0: the f16 kernels of dtype.c and compose.c. */
 int ss_cpu_f16c(void);

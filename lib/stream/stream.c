@@ -17,6 +17,13 @@
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: stable since 1.4, exported by libzstd.so */
 #include <zstd.h>
 #include <zstd_errors.h>
+/* XXH64, the checksum of a zstd frame (its last 4 bytes: the low 32 bits of
+ * XXH64 of the content, RFC 8878 §3.1.1), which the reader of raw frames
+ * verifies and their writer computes itself: libzstd does not export its
+ * copy. xxHash compiled in from Debian's header (libxxhash-dev), its state
+ * on the stack: no link-time dependency. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "ss.h"
 #include "stream/internal.h"
@@ -1080,7 +1087,7 @@ typedef struct {
 	size_t n;         /* segments */
 	size_t si;        /* the segment hash_to is in */
 	uint64_t hashed;  /* content bytes [0, hashed) hashed */
-	ss_xxh64 xh;
+	XXH64_state_t xh; /* the content's XXH64, whose low 32 bits end the frame */
 } rawf_t;
 
 /* Hashes the content on to byte `end`. */
@@ -1089,7 +1096,7 @@ static void hash_to(rawf_t *f, uint64_t end)
 	while (f->hashed < end && f->si < f->n) {
 		const struct raw_seg *g = &f->r->seg[f->si];
 		uint64_t stop = g->at + g->len < end ? g->at + g->len : end;
-		ss_xxh64_update(&f->xh, g->p + (f->hashed - g->at), (size_t)(stop - f->hashed));
+		XXH64_update(&f->xh, g->p + (f->hashed - g->at), (size_t)(stop - f->hashed));
 		f->hashed = stop;
 		if (stop == g->at + g->len)
 			f->si++;
@@ -1253,7 +1260,7 @@ static int raw_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, void
 	ss_record *rec = &r->rec;
 	take_annotation(r, rec);
 	rec->in_place = 0;
-	ss_xxh64_init(&f.xh);
+	XXH64_reset(&f.xh, 0);
 	if ((rc = fn(arg, rec, -1, 0, NULL, 0)) != 0) {
 		rc = rerr(r, rc, q.off, "stopped by the caller");
 		goto out;
@@ -1267,7 +1274,7 @@ static int raw_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, void
 	}
 	hash_to(&f, content);
 	uint32_t want = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-	if ((uint32_t)ss_xxh64_digest(&f.xh) != want) {
+	if ((uint32_t)XXH64_digest(&f.xh) != want) {
 		rc = rerr(r, SS_ERR_CHECKSUM, q.off, "corrupt zstd frame: %s", ZSTD_getErrorName((size_t)-ZSTD_error_checksum_wrong));
 		goto out;
 	}
@@ -1384,7 +1391,7 @@ struct ss_writer {
 	size_t fill;
 	uint64_t raw_left;
 	uint64_t raw_start;  /* the frame's offset: its layout is relative to it */
-	ss_xxh64 xh;
+	XXH64_state_t xh; /* the content's XXH64, whose low 32 bits end the frame */
 };
 
 
@@ -1583,7 +1590,7 @@ int ss_writer_begin_raw(ss_writer *w, uint64_t len, uint64_t *offset)
 	w->fill = 0;
 	w->raw_left = len;
 	w->raw_start = w->off;
-	ss_xxh64_init(&w->xh);
+	XXH64_reset(&w->xh, 0);
 	return w_write(w, h, sizeof h);
 }
 
@@ -1621,7 +1628,7 @@ static int raw_add(ss_writer *w, const unsigned char *buf, size_t len)
 	if (len > w->raw_left)
 		return SS_ERR_INVALID;
 	w->raw_left -= len;
-	ss_xxh64_update(&w->xh, buf, len);
+	XXH64_update(&w->xh, buf, len);
 	int rc = 0;
 	while (len && !rc) {
 		if (w->fill == RAW_BLOCK) { /* full, and more comes: not the last */
@@ -1678,7 +1685,7 @@ int ss_writer_end(ss_writer *w)
 		w->raw = 0;
 		if (w->raw_left)
 			return SS_ERR_INVALID;
-		uint32_t x = (uint32_t)ss_xxh64_digest(&w->xh);
+		uint32_t x = (uint32_t)XXH64_digest(&w->xh);
 		unsigned char c[4] = {(unsigned char)x, (unsigned char)(x >> 8), (unsigned char)(x >> 16),
 				      (unsigned char)(x >> 24)};
 		/* empty blocks make the frame's length a multiple of 4: the
