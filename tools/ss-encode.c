@@ -36,7 +36,7 @@ static void help(void)
 	       "                       with N, not with the corpus\n"
 	       "  --deterministic      a document's state is the same bytes whatever --threads,\n"
 	       "                       --batch and --shard (on the CPU, which it implies for\n"
-	       "                       --device auto; slower on short documents)\n"
+	       "                       --device auto; the CPU's default unless SS_GEMM=blas)\n"
 	       "  --concat             one state for all documents concatenated in input order,\n"
 	       "                       id \"concat(a,b,...)\"\n"
 	       "  --id ID              the id of the --concat state\n"

@@ -17,6 +17,9 @@
  * No CUDA twin: the GPU path (kernels/linear.cu) promises no bitwise
  * batch invariance.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "forward/ops/linear_f32.h"
 #include "stream/internal.h" /* ss_cpu_f16c */
 
@@ -442,6 +445,20 @@ AVX2 static INLINE void rows256(float *y, ptrdiff_t ldy, const float *x, ptrdiff
 ROWS_FNS(rows256, rows256, AVX2)
 #endif
 
+int ss_gemm_choice(void)
+{
+	/* every thread computes the same value: the race is benign */
+	static int choice = -1;
+	int c = __atomic_load_n(&choice, __ATOMIC_RELAXED);
+	if (c < 0) {
+		const char *s = getenv("SS_GEMM");
+		c = !s ? SS_GEMM_OWN : !strcmp(s, "avx2") ? SS_GEMM_AVX2 : !strcmp(s, "c") ? SS_GEMM_C
+			: !strcmp(s, "blas") ? SS_GEMM_BLAS : SS_GEMM_OWN;
+		__atomic_store_n(&choice, c, __ATOMIC_RELAXED);
+	}
+	return c;
+}
+
 int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
 		       ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta)
 {
@@ -456,11 +473,13 @@ int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, c
 	static rows_fn *const fewf[3] = { rows_few512_f32, rows_few512_bf16, rows_few512_f16 };
 	static rows_fn *const panf[3] = { panels512_f32, panels512_bf16, panels512_f16 };
 	static rows_fn *const f256[3] = { rows256_f32, rows256_bf16, rows256_f16 };
-	if (__builtin_cpu_supports("avx512f")) {
+	const int choice = ss_gemm_choice();
+	if (choice != SS_GEMM_C && choice != SS_GEMM_AVX2 && __builtin_cpu_supports("avx512f")) {
 		(panel_rows(M, K) ? panf : fewf)[w](y, ldy, x, ldx, W, M, N, K, beta);
 		return 0;
 	}
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ss_cpu_f16c()) {
+	if (choice != SS_GEMM_C && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	    ss_cpu_f16c()) {
 		const size_t wrow = (size_t)K * (wt == SS_DTYPE_F32 ? 4 : 2);
 		for (int64_t n0 = 0; n0 < N; n0 += ROWS_N)
 			for (int64_t m0 = 0; m0 < M; m0 += ROWS_M)

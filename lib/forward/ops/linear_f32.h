@@ -19,6 +19,7 @@
  *     order and the K % 8 tail added last, in register tiles of up to 2 x 4
  *     outputs that read W once per 64 rows;
  *   - portable C: one chain over k, multiply then add.
+ * $SS_GEMM (ss_gemm_choice below) can hold it to AVX2 or C.
  * A GEMM's weight reuse with a GEMV's per-row result.
  */
 #ifndef SS_LINEAR_F32_H
@@ -44,5 +45,21 @@
  *      for 16-bit weights, one row at a time). */
 int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
 		       ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta);
+
+/* The projections' kernels, as $SS_GEMM chooses them (read once, at the
+ * first call; any other value, or none, is SS_GEMM_OWN):
+ *   SS_GEMM_OWN  "own": ss_linear_rows_cpu with the CPU's best kernel
+ *                (AVX-512, else AVX2+FMA, else C), prefill included, so a
+ *                prefill is batch- and thread-invariant by default;
+ *   SS_GEMM_AVX2 "avx2": the same without the AVX-512 kernels (what a host
+ *                without AVX-512 runs; other bits than AVX-512's);
+ *   SS_GEMM_C    "c": the portable C kernel only;
+ *   SS_GEMM_BLAS "blas": prefill's projections through the BLAS (sgemm) as
+ *                before it had its own: fewest and tallest calls, a
+ *                sequence's bits depending on its batch and the threads
+ *                unless the context is deterministic (256 x 256 calls).
+ * ref: issue 50 (ours against sgemm: bench/forward). */
+enum { SS_GEMM_OWN, SS_GEMM_AVX2, SS_GEMM_C, SS_GEMM_BLAS };
+int ss_gemm_choice(void);
 
 #endif /* SS_LINEAR_F32_H */
