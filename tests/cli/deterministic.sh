@@ -5,8 +5,8 @@
 # 3 shards; the streams are compared byte for byte, the shards record by record.
 # The same by default, without --deterministic (prefill's projections through the project's own
 # row-invariant kernel, issue 50: the same state bytes as --deterministic), with that kernel held
-# to AVX2 (SS_GEMM=avx2) and to C (SS_GEMM=c); and with --deterministic through the BLAS
-# (SS_GEMM=blas: 256 x 256 sgemm calls).
+# to AVX2 (SS_GEMM=avx2: the same bytes again) and to C (SS_GEMM=c); and with --deterministic
+# through the BLAS (SS_GEMM=blas: 256 x 256 sgemm calls).
 # Self-contained: a random model and a byte-level tokenizer (tests/util/tiny.sh).
 # Run by tests/run from the repo root (SS_TOP, PATH with build/bin).
 set -eu
@@ -45,6 +45,8 @@ for g in own avx2 c; do
 	done
 done
 cmp -s own.st ref.st || fail "by default: not the bytes of --deterministic"
+# AVX2's kernels sum in AVX-512's order (ops/linear_f32.h)
+cmp -s own.st avx2.st || fail "SS_GEMM=avx2: not the bytes of the default kernel"
 SS_GEMM=blas enc --threads 1 --batch 1 -o blas.st
 for tb in "2 1" "2 4"; do
 	set -- $tb
