@@ -70,7 +70,6 @@
 
 #include "ss.h"
 #include "bench.h"
-#include "forward/ops/linear_f32.h" /* ss_linear_rows_cpu: ours beside sgemm */
 #include "gen/model.h"
 
 #define MAX_REPS 64
@@ -683,10 +682,10 @@ int main(int argc, char **argv)
 		       ss_blas_name(), ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model, threads, bench_max(gf, reps),
 		       bench_median(gf, reps), (double)docs * len / best * flop / 1e9,
 		       100.0 * (double)docs * len / best * flop / 1e9 / bench_max(gf, reps));
-		printf("  ours: ss_linear_rows_cpu (%s) at the same shape, 256 x 256 calls: %.1f GFLOP/s best "
+		printf("  ours: ss_linear_rows_cpu (SS_GEMM=%s) at the same shape, 256 x 256 calls: %.1f GFLOP/s best "
 		       "(median %.1f); ours/sgemm min %.2f, median %.2f\n",
-		       ss_gemm_choice() == SS_GEMM_AVX2 ? "SS_GEMM=avx2"
-		       : ss_gemm_choice() == SS_GEMM_C ? "SS_GEMM=c" : "best kernel",
+		       getenv("SS_GEMM") && (!strcmp(getenv("SS_GEMM"), "avx2") || !strcmp(getenv("SS_GEMM"), "c"))
+			       ? getenv("SS_GEMM") : "own",
 		       bench_max(go, reps), bench_median(go, reps), bench_min(gr, reps),
 		       bench_median(gr, reps));
 	}
