@@ -702,7 +702,7 @@ static void estimate(encoder *e, input *in, selection *sel)
 	       "record_bytes      %.0f\n"
 	       "state_bytes       %.0f\n"
 	       "read_seconds      %.3f\n"
-	       "encode_seconds    %.1f\n",
+	       "encode_seconds    %.3f\n",
 	       s.n_docs, s.n_tok, s.n, sample_tok, encode_s,
 	       encode_s > 0 ? (double)sample_tok / encode_s : 0.0, per_record, per_record * (double)s.n_docs,
 	       read_s, read_s + encode_s * scale);
