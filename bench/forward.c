@@ -13,7 +13,9 @@
  * printed, with the floor: the BLAS's sgemm GFLOP/s at the in_proj shape
  * (ubatch x d_in_proj x d_model) on the same threads, split by rows as the
  * forward pass does, and the GEMM FLOP rate of state extraction as a
- * fraction of it.
+ * fraction of it, and our row-invariant kernel at that shape (what prefill
+ * runs unless $SS_GEMM=blas; SS_GEMM=blas gives the BLAS path's figures,
+ * SS_GEMM=avx2 the AVX2 kernel's), interleaved with sgemm.
  * Figures only, no pass/fail. The model is written with gen/model.h
  * into $TMPDIR (removed after loading), or read from -m DIR.
  *
@@ -180,22 +182,35 @@ static int peer_round(const char *exe, const char *gguf, int threads, int len, i
 /* The BLAS floor: C[M][N] = A[M][K]·W[N][K]ᵀ (the forward pass's layout) on
  * `threads` threads, each one sgemm over its slice of rows, as the forward
  * pass splits prefill GEMMs. Returns GFLOP/s of one timed call after a
- * warm-up. */
+ * warm-up. own: the same product through the project's row-invariant
+ * kernel (lib/forward/ops/linear_f32.h, what prefill runs unless
+ * $SS_GEMM=blas), each thread its slice of rows in calls of 256 x 256 as
+ * the forward pass's blocks. */
 typedef struct {
 	const float *A, *W;
 	float *C;
-	int m0, m1, N, K;
+	int m0, m1, N, K, own;
 } sgemm_part;
 
 static void *sgemm_run(void *arg)
 {
 	const sgemm_part *p = arg;
+	if (p->own) {
+		for (int m = p->m0; m < p->m1; m += 256)
+			for (int n = 0; n < p->N; n += 256)
+				(void)ss_linear_rows_cpu(p->C + (size_t)m * p->N + n, p->N,
+							 p->A + (size_t)m * p->K, p->K,
+							 p->W + (size_t)n * p->K, SS_DTYPE_F32,
+							 p->m1 - m < 256 ? p->m1 - m : 256,
+							 p->N - n < 256 ? p->N - n : 256, p->K, 0.0f);
+		return NULL;
+	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p->m1 - p->m0, p->N, p->K, 1.0f,
 		    p->A + (size_t)p->m0 * p->K, p->K, p->W, p->K, 0.0f, p->C + (size_t)p->m0 * p->N, p->N);
 	return NULL;
 }
 
-static double sgemm_gflops(int threads, int M, int N, int K)
+static double sgemm_gflops(int threads, int M, int N, int K, int own)
 {
 	float *A = malloc((size_t)M * K * sizeof(float)), *W = malloc((size_t)N * K * sizeof(float));
 	float *C = malloc((size_t)M * N * sizeof(float));
@@ -217,7 +232,7 @@ static double sgemm_gflops(int threads, int M, int N, int K)
 		t = bench_now();
 		for (i = 0; i < threads; i++) {
 			part[i] = (sgemm_part){ A, W, C, (int)((int64_t)M * i / threads),
-						(int)((int64_t)M * (i + 1) / threads), N, K };
+						(int)((int64_t)M * (i + 1) / threads), N, K, own };
 			pthread_create(&th[i], NULL, sgemm_run, &part[i]);
 		}
 		for (i = 0; i < threads; i++)
@@ -656,14 +671,23 @@ int main(int argc, char **argv)
 	{
 		/* the projections' FLOPs per token: in_proj and out_proj of every layer */
 		const double flop = 2.0 * m->cfg.n_layer * m->cfg.d_model * (m->cfg.d_in_proj + m->cfg.d_inner);
-		double gf[MAX_REPS];
-		for (r = 0; r < reps; r++)
-			gf[r] = sgemm_gflops(threads, ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model);
+		double gf[MAX_REPS], go[MAX_REPS], gr[MAX_REPS];
+		for (r = 0; r < reps; r++) { /* interleaved */
+			gf[r] = sgemm_gflops(threads, ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model, 0);
+			go[r] = sgemm_gflops(threads, ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model, 1);
+			gr[r] = go[r] / gf[r];
+		}
 		printf("  floor: %s sgemm %dx%dx%d on %d threads: %.1f GFLOP/s best (median %.1f); state extraction's "
 		       "projections run at %.1f GFLOP/s = %.0f%% of it (goal >= 70%%)\n",
 		       ss_blas_name(), ubatch, (int)m->cfg.d_in_proj, m->cfg.d_model, threads, bench_max(gf, reps),
 		       bench_median(gf, reps), (double)docs * len / best * flop / 1e9,
 		       100.0 * (double)docs * len / best * flop / 1e9 / bench_max(gf, reps));
+		printf("  ours: ss_linear_rows_cpu (SS_GEMM=%s) at the same shape, 256 x 256 calls: %.1f GFLOP/s best "
+		       "(median %.1f); ours/sgemm min %.2f, median %.2f\n",
+		       getenv("SS_GEMM") && (!strcmp(getenv("SS_GEMM"), "avx2") || !strcmp(getenv("SS_GEMM"), "c"))
+			       ? getenv("SS_GEMM") : "own",
+		       bench_max(go, reps), bench_median(go, reps), bench_min(gr, reps),
+		       bench_median(gr, reps));
 	}
 
 	/* batched decode: one step for every document at once */

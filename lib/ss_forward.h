@@ -108,13 +108,17 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads,
 /* Deterministic mode, on a CPU context:
  *   prefill: ss_forward_prefill gives each sequence's state and hidden rows
  *     the same bits whatever the other sequences of the call and the
- *     context's thread count (for one model, ubatch and BLAS kernel family).
- *     OpenBLAS rounds a row differently by the shape of the call and the
- *     row's place in it, so the projections run in calls of at most 256
- *     rows of one sequence by 256 outputs, and a sequence that does not fit
- *     in the rest of a pass starts the next one (it is cut only at multiples
- *     of ubatch: the scan's log-decay is rounded per pass). Costs the GEMMs'
- *     efficiency on short sequences (ss-encode(1) gives the figures).
+ *     context's thread count (for one model, ubatch, kernel family of
+ *     the projections and of the BLAS). This is the CPU's default unless
+ *     $SS_GEMM is "blas" (lib/forward/ops/linear_f32.h ss_gemm_choice):
+ *     the projections run through the row-invariant kernel below, in
+ *     (256-row, 256-output) blocks cut from each sequence's first row, and
+ *     a sequence that does not fit in the rest of a pass starts the next
+ *     one (it is cut only at multiples of ubatch: the scan's log-decay is
+ *     rounded per pass). With SS_GEMM=blas, only in a deterministic
+ *     context, and the blocks go through sgemm (OpenBLAS rounds a row by
+ *     the shape of the call and the row's place in it): that costs the
+ *     GEMMs' efficiency on short sequences (ss-encode(1) gives the figures).
  *   logits and decode: lm_head (prefill's logits rows, decode steps) and
  *     every projection of a decode step (ss_forward_decode,
  *     ss_forward_decode_next) run through a row-invariant kernel
@@ -125,8 +129,9 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads,
  *     batched decoding gives what one sequence at a time gives. Against
  *     the BLAS (sgemv for one row, sgemm for several) it is about as fast
  *     for one row and faster for a batch (bench/batch gives the figures,
- *     deterministic vs BLAS).
- *   on: 1, or 0 (the default: fewest and tallest GEMM calls, the BLAS).
+ *     deterministic vs BLAS). (lm_head of a prefill runs through it too
+ *     where the prefill is blocked, above.)
+ *   on: 1, or 0 (the default: decode steps through the BLAS).
  * Returns 0; SS_ERR_INVALID (ctx NULL), SS_ERR_UNSUPPORTED (a CUDA
  * context). */
 int ss_forward_ctx_set_deterministic(ss_forward_ctx *ctx, int on);
@@ -143,8 +148,9 @@ size_t ss_forward_ctx_bytes(const ss_forward_ctx *ctx);
  *   seqs: [n_seqs], see ss_forward_seq (states updated in place).
  *   mode: which rows get hidden/logits; SS_LOGITS_NONE never touches norm_f
  *         or lm_head (state extraction).
- * A sequence's results depend in their last bits on the other sequences of
- * the call and on the thread count, unless the context is deterministic
+ * On the CPU a sequence's results are the same bits whatever the other
+ * sequences of the call and the thread count; with $SS_GEMM=blas they
+ * depend on them in their last bits, unless the context is deterministic
  * (ss_forward_ctx_set_deterministic).
  * Returns 0; SS_ERR_INVALID (token out of range, NULL state, negative
  * n_tokens, the same state twice, logits asked of a model loaded with

@@ -147,6 +147,27 @@ void ss_rmsnorm_backward_cpu(const float *dy, const float *h, float *dh, const f
 int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
 		  ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta);
 
+/* The linear op with one fixed f32 summation order per output, whatever
+ * the batch (lib/forward/ops/linear_f32.c: AVX-512 and AVX2 kernels, one
+ * FMA chain per output in k order, the same bits; portable C else): what
+ * the CPU forward pass runs for prefill's projections (unless
+ * $SS_GEMM=blas) and for deterministic decode steps. No CUDA twin.
+ *   y: [M][N] f32, row stride ldy (read only when beta != 0).
+ *   x: [M][K] f32, row stride ldx.
+ *   W: [N][K] row-major (the nn.Linear weight layout) in wt: SS_DTYPE_F32,
+ *      SS_DTYPE_BF16 or SS_DTYPE_F16, aligned to its element size.
+ * Each y[m][n] is the same bits whatever M, N, the row's place and the slice
+ * of W a caller passes (the order depends on the kernel only: AVX-512 and
+ * AVX2 agree), so cutting rows or columns over threads, or batching rows, never changes
+ * a result; and W in bf16 or f16 gives the bits of the f32 call on W
+ * widened. Returns 0, SS_ERR_INVALID (negative sizes, ldy < N, ldx < K),
+ * SS_ERR_UNSUPPORTED (another wt).
+ * ref: the f32 path of ss_linear_cpu (cblas_sgemv / cblas_sgemm), which it
+ *      matches to rounding; ops/linear.h ss_matvec_w16 (the same property
+ *      for 16-bit weights, one row at a time). */
+int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
+		       ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta);
+
 /* Backward of ss_linear_cpu with f32 W (training keeps f32 master weights):
  *   dx[M][K] += dy·W;   dW[N][K] += dyᵀ·x
  *   dy: [M][N], row stride ldy.  x, dx: [M][K], row stride ldx; dx may be

@@ -171,7 +171,12 @@ static void test_forward_is_the_model(void **st)
 	printf("  loss %.7f, ss_forward_prefill's %.7f\n", loss, ref);
 	assert_true(fabs(loss - ref) <= 1e-5 * ref);
 	for (int i = 0; i < NSEQ; i++) {
-		assert_true(max_rel(conv + i * cl, s[i].conv, cl) < 1e-4);
+		/* conv holds in_proj's raw outputs, near 0 for some: prefill runs
+		 * in_proj through the row-invariant kernel (ss_linear_rows_cpu),
+		 * training through sgemm, two summation orders: 1.2e-4 measured
+		 * (t1, 1 ulp of a value of 1 against a floor of 1e-3); the ssm
+		 * 7.8e-6. Bit for bit with SS_GEMM=blas. */
+		assert_true(max_rel(conv + i * cl, s[i].conv, cl) < 1e-3);
 		assert_true(max_rel(ssm + i * sl, s[i].ssm, sl) < 1e-4);
 		assert_true(max_rel(ld + i * ll, s[i].logdecay, ll) < 1e-4);
 		ss_state_free(&s[i]);

@@ -36,7 +36,7 @@ static void help(void)
 	       "                       with N, not with the corpus\n"
 	       "  --deterministic      a document's state is the same bytes whatever --threads,\n"
 	       "                       --batch and --shard (on the CPU, which it implies for\n"
-	       "                       --device auto; slower on short documents)\n"
+	       "                       --device auto; the CPU's default unless SS_GEMM=blas)\n"
 	       "  --concat             one state for all documents concatenated in input order,\n"
 	       "                       id \"concat(a,b,...)\"\n"
 	       "  --id ID              the id of the --concat state\n"
@@ -695,7 +695,7 @@ static void estimate(encoder *e, input *in, selection *sel)
 	       "record_bytes      %.0f\n"
 	       "state_bytes       %.0f\n"
 	       "read_seconds      %.3f\n"
-	       "encode_seconds    %.1f\n",
+	       "encode_seconds    %.3f\n",
 	       s.n_docs, s.n_tok, s.n, sample_tok, encode_s,
 	       encode_s > 0 ? (double)sample_tok / encode_s : 0.0, per_record, per_record * (double)s.n_docs,
 	       read_s, read_s + encode_s * scale);

@@ -15,12 +15,13 @@
  *
  * The GEMMs are split over the pool's threads by rows (large T) or by output
  * columns (small T: decode, where sgemv streams the weights once); in a
- * deterministic prefill, as (row block, column block) tasks (see ROW_BLOCK
- * and ROWINV_MAX). In a deterministic decode step, for the segments of at
- * most ROWINV_MAX tokens of a deterministic prefill, and for lm_head in any
- * deterministic pass, through the row-invariant kernel (ops/linear_f32.h):
- * a row's results are then the same bits whatever the batch, its place in
- * it and the threads.
+ * blocked prefill (every prefill unless $SS_GEMM=blas, then deterministic
+ * ones), as (row block, column block) tasks (see ROW_BLOCK and ROWINV_MAX).
+ * Through the row-invariant kernel (ops/linear_f32.h): every block of a
+ * blocked prefill (with SS_GEMM=blas, the blocks of segments of at most
+ * ROWINV_MAX tokens only, sgemm the others), every GEMM of a deterministic
+ * decode step, and lm_head in any blocked pass: a row's results are then
+ * the same bits whatever the batch, its place in it and the threads.
  * ref: lib/forward/forward.c (the driver); backend.h (the op table).
  */
 #include "forward/blas.h"
@@ -98,6 +99,7 @@ typedef struct {
 	float *H, *U, *ZXD, *XBC, *DT, *Y;
 	float *XDBC;      /* Mamba-1 [ubatch][dt_rank + 2*d_state]: x_proj output */
 	int m1;           /* a Mamba-1 model */
+	int blas;         /* ss_gemm_choice() == SS_GEMM_BLAS */
 	/* the pass (pass_begin) */
 	segment *segs;    /* [ubatch] its non-empty segments */
 	int nseg;
@@ -154,6 +156,7 @@ typedef struct {
 	int64_t parts;
 	const int64_t *blk; /* row blocks (prefill, see cpu_be), else NULL */
 	int64_t ncb;        /* column blocks per row block */
+	int blas;           /* $SS_GEMM=blas: long segments' blocks through sgemm */
 } gemm_job;
 
 static void gemm_task(void *arg, int64_t i, int thread)
@@ -166,7 +169,7 @@ static void gemm_task(void *arg, int64_t i, int thread)
 		const int64_t *bk = j->blk + 3 * (i / j->ncb);
 		m0 = bk[0];
 		m1 = m0 + bk[1];
-		rowinv = (int)bk[2];
+		rowinv = bk[2] || !j->blas;
 		n0 = i % j->ncb * COL_BLOCK;
 		n1 = n0 + COL_BLOCK < j->N ? n0 + COL_BLOCK : j->N;
 	} else if (j->by_rows)
@@ -219,7 +222,7 @@ static void gemm_wt(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, cons
 		    ss_dtype wt, float *C, int64_t ldc, int64_t M, int64_t N, int64_t K, float beta)
 {
 	gemm_job j = { A, W, wt, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0, 0, ctx->decode,
-		       ctx->n_threads, NULL, 0 };
+		       ctx->n_threads, NULL, 0, ctx->blas };
 
 	if (M <= 0 || N <= 0)
 		return;
@@ -815,6 +818,7 @@ int ss_backend_cpu_init(void **be, const ss_backend_ops **ops, const ss_model *m
 	ctx->n_threads = n_threads;
 	ctx->ubatch = ub;
 	ctx->m1 = ss_model_is_mamba1(c);
+	ctx->blas = ss_gemm_choice() == SS_GEMM_BLAS;
 	blas_serial();
 	err = ss_pool_init(&ctx->pool, ctx->n_threads);
 	if (err) {

@@ -39,6 +39,7 @@
 #include "ss.h"
 #include "forward/backend.h"
 #include "forward/device_plugin.h"
+#include "forward/ops/linear_f32.h" /* ss_gemm_choice */
 
 struct ss_forward_ctx {
 	const ss_model *m;
@@ -702,7 +703,12 @@ static int prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs, ss_log
 int ss_forward_prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs,
 		       ss_logits_mode mode, char *errmsg)
 {
-	return prefill(ctx, seqs, n_seqs, mode, ctx && ctx->deterministic, errmsg);
+	/* on the CPU, unless $SS_GEMM=blas, every prefill is blocked: the
+	 * projections' own kernel makes that cost nothing (ss_forward.h) */
+	return prefill(ctx, seqs, n_seqs, mode,
+		       ctx && (ctx->deterministic ||
+			       (!ctx->on_device && ss_gemm_choice() != SS_GEMM_BLAS)),
+		       errmsg);
 }
 
 int ss_forward_decode(ss_forward_ctx *ctx, ss_state **states, const int32_t *tokens, int n,

@@ -3,6 +3,10 @@
 # (that is, whatever documents share its forward passes): 14 documents of 3 to 1,300 tokens
 # (longer than a 512-token pass) encoded with threads 1 and 2, batches 1, 3, 4 and 8, and in
 # 3 shards; the streams are compared byte for byte, the shards record by record.
+# The same by default, without --deterministic (prefill's projections through the project's own
+# row-invariant kernel, issue 50: the same state bytes as --deterministic), with that kernel held
+# to AVX2 (SS_GEMM=avx2: the same bytes again) and to C (SS_GEMM=c); and with --deterministic
+# through the BLAS (SS_GEMM=blas: 256 x 256 sgemm calls).
 # Self-contained: a random model and a byte-level tokenizer (tests/util/tiny.sh).
 # Run by tests/run from the repo root (SS_TOP, PATH with build/bin).
 set -eu
@@ -29,6 +33,26 @@ for tb in "2 1" "1 4" "2 4" "2 3" "2 8"; do
 	set -- $tb
 	enc --threads "$1" --batch "$2" -o t$1b$2.st
 	cmp -s ref.st t$1b$2.st || fail "--threads $1 --batch $2: not the bytes of --threads 1 --batch 1"
+done
+# by default (no --deterministic), per kernel choice; "own" is --deterministic's bytes
+for g in own avx2 c; do
+	SS_GEMM=$g ss-encode -q --model model --threads 1 --batch 1 -o $g.st docs.tok
+	for tb in "2 1" "2 4" "2 3"; do
+		set -- $tb
+		SS_GEMM=$g ss-encode -q --model model --threads "$1" --batch "$2" -o $g$1$2.st docs.tok
+		cmp -s $g.st $g$1$2.st ||
+			fail "SS_GEMM=$g --threads $1 --batch $2: not the bytes of --threads 1 --batch 1"
+	done
+done
+cmp -s own.st ref.st || fail "by default: not the bytes of --deterministic"
+# AVX2's kernels sum in AVX-512's order (ops/linear_f32.h)
+cmp -s own.st avx2.st || fail "SS_GEMM=avx2: not the bytes of the default kernel"
+SS_GEMM=blas enc --threads 1 --batch 1 -o blas.st
+for tb in "2 1" "2 4"; do
+	set -- $tb
+	SS_GEMM=blas enc --threads "$1" --batch "$2" -o blas$1$2.st
+	cmp -s blas.st blas$1$2.st ||
+		fail "SS_GEMM=blas --deterministic --threads $1 --batch $2: not the bytes of 1 and 1"
 done
 # records without their byte offsets, sorted by id
 recs() { ss-cat --full "$@" | sed 's/"offset":[0-9]*,//' | sort; }

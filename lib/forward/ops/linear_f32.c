@@ -11,21 +11,26 @@
  *   - more: 32 (or 16) rows of x transposed into a panel on the stack, each
  *     element of W broadcast against 16 rows of x, tiles of 12 (or 24) rows
  *     of W, W read once a panel.
- * AVX2: register tiles of R rows x C columns share their loads; each
- * output is an 8-lane chain, reduced in a fixed order, the tail added
- * last; a tile's shape never changes an output's order.
+ * AVX2: the same two kernels with 8 lanes (8 rows of W transposed in
+ * registers against up to 4 rows of x; panels of 16 rows of x against
+ * tiles of 6 rows of W), hence the same bits as AVX-512's: a host without
+ * AVX-512 writes the states an AVX-512 host writes. (The previous AVX2
+ * kernel, 8-lane chains reduced at the end, read W once per 2 rows of x:
+ * 50 GFLOP/s at in_proj's prefill shape against 68 for these panels, one
+ * thread; a decode row streams W at 11.6 GB/s, the AVX-512 kernel 13.0,
+ * sgemv 12.6, measured here.)
  * No CUDA twin: the GPU path (kernels/linear.cu) promises no bitwise
  * batch invariance.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "forward/ops/linear_f32.h"
 #include "stream/internal.h" /* ss_cpu_f16c */
 
 enum { W_F32, W_BF16, W_F16 };
-/* AVX2's cache blocks: ROWS_N rows of W by ROWS_M rows of x (144 + 192 KB
- * at K = 768, in L2), so that x is not streamed from memory once per tile
- * of W when M is large. ROWS_N is a multiple of 4, the tiles' width. */
-#define ROWS_N 48
-#define ROWS_M 64
+/* AVX2: rows of x per call of the transposing kernel (few256). */
+#define FEW256 4
 /* AVX-512: the transposing kernel takes up to FEW_ROWS rows of x at a
  * time (R accumulators beside the 16 registers of W's block); calls with
  * PANEL_MIN_ROWS rows or more use the panels, whose 16 lanes of rows would
@@ -125,13 +130,19 @@ AVX512 static INLINE void tr16(__m512 c[16], const void *A, int64_t lda, int64_t
 	transpose16(c, r);
 }
 
+/* y[i·ld] = t[i] + beta·y[i·ld], i < nv (an accumulator's lanes). */
+static inline void put_lanes(float *y, ptrdiff_t ld, const float *t, int nv, float beta)
+{
+	for (int i = 0; i < nv; i++)
+		y[i * ld] = beta != 0.0f ? t[i] + beta * y[i * ld] : t[i];
+}
+
 /* y = the accumulator's lanes (rows or columns, nv of them, stride ld) + beta·y. */
 AVX512 static INLINE void store_lanes(float *y, ptrdiff_t ld, __m512 acc, int nv, float beta)
 {
 	float t[16];
 	_mm512_storeu_ps(t, acc);
-	for (int i = 0; i < nv; i++)
-		y[i * ld] = beta != 0.0f ? t[i] + beta * y[i * ld] : t[i];
+	put_lanes(y, ld, t, nv, beta);
 }
 
 /* Few rows of x (R <= FEW_ROWS; G = 2 only while R <= 3) against G groups
@@ -387,60 +398,180 @@ AVX2 static INLINE __m256 load8(const void *W, int64_t i, const int wt)
 	return _mm256_cvtph_ps(h);
 }
 
-/* AVX2 tile (R <= 2, C <= 4: 16 ymm registers): 8 lanes a chain, the
- * reduction of ops/linear.c's dot1, then the K % 8 tail in order. */
-AVX2 static INLINE void tile256(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
-				const void *W, int64_t K, float beta, const int R, const int C,
-				const int wt)
+/* c[j] = lane j of r[0..7] (an 8 x 8 transpose: 24 shuffles). */
+AVX2 static INLINE void transpose8(__m256 c[8], const __m256 r[8])
 {
-	__m256 acc[2][4], w[4];
-	int64_t k = 0;
-	UNROLL for (int r = 0; r < R; r++)
-		UNROLL for (int c = 0; c < C; c++)
-			acc[r][c] = _mm256_setzero_ps();
-	for (; k + 8 <= K; k += 8) {
-		UNROLL for (int c = 0; c < C; c++)
-			w[c] = load8(W, c * K + k, wt);
-		UNROLL for (int r = 0; r < R; r++) {
-			const __m256 xv = _mm256_loadu_ps(x + r * ldx + k);
-			UNROLL for (int c = 0; c < C; c++)
-				acc[r][c] = _mm256_fmadd_ps(w[c], xv, acc[r][c]);
-		}
+	__m256 t[8], u[8];
+	UNROLL for (int i = 0; i < 4; i++) {
+		t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
 	}
-	UNROLL for (int r = 0; r < R; r++)
-		UNROLL for (int c = 0; c < C; c++) {
-			__m128 q = _mm_add_ps(_mm256_castps256_ps128(acc[r][c]),
-					      _mm256_extractf128_ps(acc[r][c], 1));
-			q = _mm_hadd_ps(q, q);
-			float s = _mm_cvtss_f32(_mm_hadd_ps(q, q));
-			for (int64_t t = k; t < K; t++)
-				s += wval(W, c * K + t, wt) * x[r * ldx + t];
-			float *yr = y + r * ldy + c;
-			*yr = beta != 0.0f ? s + beta * *yr : s;
-		}
+	/* u[4h + j], 128-bit lane L: element 4L + j of rows 4h .. 4h + 3 */
+	UNROLL for (int h = 0; h < 2; h++) {
+		u[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+		u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+		u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+		u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+	}
+	UNROLL for (int j = 0; j < 4; j++) {
+		c[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+		c[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+	}
 }
 
-AVX2 static INLINE void rows256(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
-				const void *W, int64_t M, int64_t N, int64_t K, float beta,
-				const int wt)
+/* y = the accumulator's lanes (nv of them, stride ld) + beta·y. */
+AVX2 static INLINE void store_lanes8(float *y, ptrdiff_t ld, __m256 acc, int nv, float beta)
+{
+	float t[8];
+	_mm256_storeu_ps(t, acc);
+	put_lanes(y, ld, t, nv, beta);
+}
+
+/* AVX2, few rows of x (R <= FEW256) against 8 rows of W (nv of them): W's
+ * block transposed in registers, the outputs in the lanes, one FMA chain
+ * per output over k in order, as the AVX-512 kernels (the same bits). */
+AVX2 static INLINE void few256(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+			       const void *W, int64_t K, float beta, int nv, const int R, const int wt)
 {
 	const size_t esz = wt == W_F32 ? 4 : 2;
-	int64_t n = 0, m;
-	for (; n + 4 <= N; n += 4) {
-		const void *w = (const char *)W + (size_t)(n * K) * esz;
-		for (m = 0; m + 2 <= M; m += 2)
-			tile256(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 2, 4, wt);
-		for (; m < M; m++)
-			tile256(y + m * ldy + n, ldy, x + m * ldx, ldx, w, K, beta, 1, 4, wt);
+	__m256 acc[FEW256], r[8], c[8];
+	int64_t k = 0;
+	UNROLL for (int i = 0; i < R; i++)
+		acc[i] = _mm256_setzero_ps();
+	for (; k + 8 <= K; k += 8) {
+		UNROLL for (int i = 0; i < 8; i++) {
+			const int64_t o = (i < nv ? i : nv - 1) * K + k;
+			_mm_prefetch((const char *)W + (size_t)o * esz + W_PREFETCH, _MM_HINT_T0);
+			r[i] = load8(W, o, wt);
+		}
+		transpose8(c, r);
+		UNROLL for (int j = 0; j < 8; j++)
+			UNROLL for (int i = 0; i < R; i++)
+				acc[i] = _mm256_fmadd_ps(c[j], _mm256_set1_ps(x[i * ldx + k + j]), acc[i]);
 	}
-	for (; n < N; n++)
-		for (m = 0; m < M; m++)
-			tile256(y + m * ldy + n, ldy, x + m * ldx, ldx,
-				(const char *)W + (size_t)(n * K) * esz, K, beta, 1, 1, wt);
+	for (; k < K; k++) {
+		float t[8];
+		for (int i = 0; i < 8; i++)
+			t[i] = wval(W, (i < nv ? i : nv - 1) * K + k, wt);
+		const __m256 cv = _mm256_loadu_ps(t);
+		UNROLL for (int i = 0; i < R; i++)
+			acc[i] = _mm256_fmadd_ps(cv, _mm256_set1_ps(x[i * ldx + k]), acc[i]);
+	}
+	UNROLL for (int i = 0; i < R; i++)
+		store_lanes8(y + i * ldy, 1, acc[i], nv, beta);
 }
 
-ROWS_FNS(rows256, rows256, AVX2)
+/* Rows [0, M) of x against the N rows of W, FEW256 rows at a time. */
+AVX2 static INLINE void rows_few256(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+				    const void *W, int64_t M, int64_t N, int64_t K, float beta,
+				    const int wt)
+{
+	const size_t esz = wt == W_F32 ? 4 : 2;
+	for (int64_t m = 0; m < M; m += FEW256) {
+		const int R = M - m < FEW256 ? (int)(M - m) : FEW256;
+		for (int64_t n = 0; n < N; n += 8) {
+			float *yo = y + m * ldy + n;
+			const float *xm = x + m * ldx;
+			const void *Wn = (const char *)W + (size_t)(n * K) * esz;
+			const int nv = N - n < 8 ? (int)(N - n) : 8;
+			switch (R) {
+			case 1: few256(yo, ldy, xm, ldx, Wn, K, beta, nv, 1, wt); break;
+			case 2: few256(yo, ldy, xm, ldx, Wn, K, beta, nv, 2, wt); break;
+			case 3: few256(yo, ldy, xm, ldx, Wn, K, beta, nv, 3, wt); break;
+			default: few256(yo, ldy, xm, ldx, Wn, K, beta, nv, 4, wt); break;
+			}
+		}
+	}
+}
+
+ROWS_FNS(rows_few256, rows_few256, AVX2 NOINLINE)
+
+/* AVX2, many rows: 8·V rows of x (mv of them, transposed in xt: xt[k][8·V])
+ * against NR rows of W, one W element broadcast to 8 rows per FMA; 16-bit
+ * W widened 8 k at a time into wb. */
+AVX2 static INLINE void panel256(float *y, ptrdiff_t ldy, const float *xt, const void *W,
+				 int64_t K, float beta, int mv, const int V, const int NR, const int wt)
+{
+	__m256 acc[12][2];
+	float wb[12][8];
+	UNROLL for (int n = 0; n < NR; n++)
+		UNROLL for (int v = 0; v < V; v++)
+			acc[n][v] = _mm256_setzero_ps();
+	for (int64_t k0 = 0; k0 < K; k0 += 8) {
+		const int kn = K - k0 < 8 ? (int)(K - k0) : 8;
+		const float *src = wb[0];
+		int64_t ld = 8;
+		if (wt == W_F32 && kn == 8) {
+			src = (const float *)W + k0;
+			ld = K;
+		} else
+			for (int n = 0; n < NR; n++)
+				for (int j = 0; j < kn; j++)
+					wb[n][j] = wval(W, n * K + k0 + j, wt);
+		for (int j = 0; j < kn; j++) {
+			__m256 xv[2];
+			UNROLL for (int v = 0; v < V; v++)
+				xv[v] = _mm256_loadu_ps(xt + (k0 + j) * 8 * V + 8 * v);
+			UNROLL for (int n = 0; n < NR; n++) {
+				const __m256 b = _mm256_set1_ps(src[n * ld + j]);
+				UNROLL for (int v = 0; v < V; v++)
+					acc[n][v] = _mm256_fmadd_ps(b, xv[v], acc[n][v]);
+			}
+		}
+	}
+	UNROLL for (int n = 0; n < NR; n++)
+		UNROLL for (int v = 0; v < V; v++)
+			if (8 * v < mv)
+				store_lanes8(y + 8 * v * ldy + n, ldy, acc[n][v], mv - 8 * v < 8 ? mv - 8 * v : 8,
+					     beta);
+}
+
+/* M rows of x (M >= PANEL_MIN_ROWS, 16·K <= XT_FLOATS) through panels of
+ * 16 rows against tiles of 6 rows of W; the last rows of W and a last
+ * panel of fewer than PANEL_MIN_ROWS rows through rows_few256. */
+AVX2 static INLINE void panels256(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
+				  const void *W, int64_t M, int64_t N, int64_t K, float beta,
+				  const int wt)
+{
+	const size_t esz = wt == W_F32 ? 4 : 2;
+	float xt[XT_FLOATS] __attribute__((aligned(64)));
+	for (int64_t m0 = 0; m0 < M; m0 += 16) {
+		const int mv = M - m0 < 16 ? (int)(M - m0) : 16;
+		float *ym = y + m0 * ldy;
+		const float *xm = x + m0 * ldx;
+		if (mv < PANEL_MIN_ROWS) {
+			BY_WT(rows_few256)(ym, ldy, xm, ldx, W, mv, N, K, beta);
+			break;
+		}
+		for (int64_t k = 0; k < K; k++)
+			for (int l = 0; l < 16; l++)
+				xt[k * 16 + l] = xm[(l < mv ? l : mv - 1) * ldx + k];
+		int64_t n = 0;
+		for (; n + 6 <= N; n += 6)
+			panel256(ym + n, ldy, xt, (const char *)W + (size_t)(n * K) * esz, K, beta, mv, 2, 6,
+				 wt);
+		if (n < N)
+			BY_WT(rows_few256)(ym + n, ldy, xm, ldx, (const char *)W + (size_t)(n * K) * esz, mv,
+					   N - n, K, beta);
+	}
+}
+
+ROWS_FNS(panels256, panels256, AVX2 NOINLINE)
 #endif
+
+int ss_gemm_choice(void)
+{
+	/* every thread computes the same value: the race is benign */
+	static int choice = -1;
+	int c = __atomic_load_n(&choice, __ATOMIC_RELAXED);
+	if (c < 0) {
+		const char *s = getenv("SS_GEMM");
+		c = !s ? SS_GEMM_OWN : !strcmp(s, "avx2") ? SS_GEMM_AVX2 : !strcmp(s, "c") ? SS_GEMM_C
+			: !strcmp(s, "blas") ? SS_GEMM_BLAS : SS_GEMM_OWN;
+		__atomic_store_n(&choice, c, __ATOMIC_RELAXED);
+	}
+	return c;
+}
 
 int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
 		       ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta)
@@ -455,19 +586,17 @@ int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, c
 			     int64_t, int64_t, float);
 	static rows_fn *const fewf[3] = { rows_few512_f32, rows_few512_bf16, rows_few512_f16 };
 	static rows_fn *const panf[3] = { panels512_f32, panels512_bf16, panels512_f16 };
-	static rows_fn *const f256[3] = { rows256_f32, rows256_bf16, rows256_f16 };
-	if (__builtin_cpu_supports("avx512f")) {
+	static rows_fn *const few256f[3] = { rows_few256_f32, rows_few256_bf16, rows_few256_f16 };
+	static rows_fn *const pan256[3] = { panels256_f32, panels256_bf16, panels256_f16 };
+	const int choice = ss_gemm_choice();
+	if (choice != SS_GEMM_C && choice != SS_GEMM_AVX2 && __builtin_cpu_supports("avx512f")) {
 		(panel_rows(M, K) ? panf : fewf)[w](y, ldy, x, ldx, W, M, N, K, beta);
 		return 0;
 	}
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ss_cpu_f16c()) {
-		const size_t wrow = (size_t)K * (wt == SS_DTYPE_F32 ? 4 : 2);
-		for (int64_t n0 = 0; n0 < N; n0 += ROWS_N)
-			for (int64_t m0 = 0; m0 < M; m0 += ROWS_M)
-				f256[w](y + m0 * ldy + n0, ldy, x + m0 * ldx, ldx,
-					(const char *)W + (size_t)n0 * wrow,
-					M - m0 < ROWS_M ? M - m0 : ROWS_M,
-					N - n0 < ROWS_N ? N - n0 : ROWS_N, K, beta);
+	if (choice != SS_GEMM_C && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	    ss_cpu_f16c()) {
+		(M >= PANEL_MIN_ROWS && 16 * K <= XT_FLOATS ? pan256 : few256f)[w](y, ldy, x, ldx, W,
+										   M, N, K, beta);
 		return 0;
 	}
 #endif
