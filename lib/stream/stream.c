@@ -1532,6 +1532,8 @@ static int w_compress(ss_writer *w, ZSTD_inBuffer *ib, ZSTD_EndDirective op)
 		int rc = 0;
 		if (!w->capture)
 			rc = w_write(w, w->cbuf, ob.pos);
+		else if (ob.pos == 0) /* nothing out yet: w->cap may still be NULL */
+			;
 		else if (w->cap_len + ob.pos > w->cap_cap &&
 			 grow(&w->cap, &w->cap_cap, w->cap_len + ob.pos > 2 * w->cap_cap ? w->cap_len + ob.pos
 											   : 2 * w->cap_cap) != 0)
