@@ -1714,7 +1714,8 @@ static int clause_search(ss_bm25 *b, unsigned flags, int k, const int64_t *exclu
 		cd[n_cd++] = (cand){ d, s, s + ub };
 	}
 	/* Proximity: by bound, best first, until no bound reaches the k-th score. */
-	qsort(cd, n_cd, sizeof *cd, cmp_cand_ub);
+	if (n_cd) /* cd is NULL while empty */
+		qsort(cd, n_cd, sizeof *cd, cmp_cand_ub);
 	for (size_t i = 0; i < n_cd; i++) {
 		if (n_hits == k && cd[i].ub * SLACK < hits[0].score)
 			break;
