@@ -13,7 +13,9 @@
 #
 # Environment: QUESTIONS (JSON lines {"id", "query"}, as ss-retrieve query reads them on stdin;
 # ids plain file names), INDEX, MODEL (default: the tools' default model), OUT (directory),
-# PARTS (4), K (4), MODE (picaso-r), MAX_TOKENS (16), THREADS (the tools' default).
+# PARTS (4), K (4), MODE (picaso-r), MAX_TOKENS (16), THREADS (the tools' default),
+# RETRIEVE_OPTS (ss-retrieve query's options; default --literal: a question is text, its quotes
+# are not phrase syntax; e.g. "--operator and" for that instead).
 # A question whose query matches no document is decoded from the zero state (no context: the
 # state of no tokens, ss-encode --concat of nothing).
 # The answers (ss-decode --jsonl lines {"id", "text", "tokens", "finish_reason"}; greedy) do not
@@ -21,7 +23,7 @@
 # four give byte-equal answers (tests/cli/slurm.sh).
 set -eu
 : "${QUESTIONS:?set QUESTIONS (JSON lines {\"id\", \"query\"})}" "${INDEX:?set INDEX}" "${OUT:?set OUT}"
-: "${PARTS:=4}" "${K:=4}" "${MODE:=picaso-r}" "${MAX_TOKENS:=16}"
+: "${PARTS:=4}" "${K:=4}" "${MODE:=picaso-r}" "${MAX_TOKENS:=16}" "${RETRIEVE_OPTS=--literal}"
 case $PARTS in '' | *[!0-9]* | 0) echo "answer.sh: PARTS=$PARTS is not a positive integer" >&2; exit 2 ;; esac
 model=${MODEL:+--model $MODEL}
 threads=${THREADS:+--threads $THREADS}
@@ -36,7 +38,8 @@ part)
 	trap 'rm -rf "$tmp"' EXIT
 	awk -v n="$PARTS" -v i="$i" '(NR - 1) % n == i' "$QUESTIONS" >"$tmp/questions.jsonl"
 	mkdir "$tmp/retrieved" "$tmp/composed"
-	ss-retrieve query -q --index "$INDEX" -k "$K" --empty-ok --out-dir "$tmp/retrieved" \
+	# shellcheck disable=SC2086 # a list of options
+	ss-retrieve query -q --index "$INDEX" -k "$K" $RETRIEVE_OPTS --empty-ok --out-dir "$tmp/retrieved" \
 		<"$tmp/questions.jsonl"
 	# The prompts: each question with its composed state (none when nothing was retrieved).
 	python3 - "$tmp" <<-'EOF' >"$tmp/prompts.jsonl"
