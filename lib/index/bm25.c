@@ -1097,6 +1097,15 @@ static int excluded(uint32_t rid, const int64_t *ex, size_t n)
 	return lo < n && ex[lo] == rid;
 }
 
+/* BM25's idf of a term (or phrase) that df of the n_docs documents hold
+ * (Robertson-Zaragoza 2009, eq. 3.3), floored at 1e-6 as FTS5 does, so
+ * that a term in most documents still counts a little. */
+static double idf_of(const ss_bm25 *b, double df)
+{
+	double idf = log((b->n_docs - df + 0.5) / (df + 0.5));
+	return idf <= 0 ? 1e-6 : idf;
+}
+
 /* Opens the postings of term `term` into t (its first block decoded into
  * t's arrays through buf; *tid: its id): 1, 0 when no document holds the
  * term (t untouched), or a negative SS_ERR_* with errmsg (t released). */
@@ -1110,9 +1119,7 @@ static int cur_open(ss_bm25 *b, const char *term, cursor *t, int64_t *tid, unsig
 		memset(t, 0, sizeof *t);
 		*tid = sqlite3_column_int64(b->find_term, 0);
 		t->df = sqlite3_column_int64(b->find_term, 1);
-		double df = (double)t->df;
-		double idf = log((b->n_docs - df + 0.5) / (df + 0.5));
-		t->idf = idf <= 0 ? 1e-6 : idf;
+		t->idf = idf_of(b, (double)t->df);
 		/* maxw holds for the default k1, b; for others w < k1 + 1 (tf/(tf + k1 L) < 1). */
 		int dflt = b->k1 == SS_BM25_K1 && b->b == SS_BM25_B;
 		t->ub = t->idf * (dflt ? sqlite3_column_double(b->find_term, 2) : b->k1 + 1);
@@ -1428,12 +1435,6 @@ static int clause_push(clause *c, uint32_t rid, uint32_t tf)
 	c->rid[c->n] = rid;
 	c->tf[c->n++] = tf;
 	return 0;
-}
-
-static double idf_of(const ss_bm25 *b, double df)
-{
-	double idf = log((b->n_docs - df + 0.5) / (df + 0.5));
-	return idf <= 0 ? 1e-6 : idf;
 }
 
 /* Every posting of `term` into c (empty when no document holds it). */
