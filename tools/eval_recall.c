@@ -34,7 +34,11 @@ const char *const eval_retriever_names[EVAL_N_RETRIEVERS] = { "bm25", "phrase", 
 /* Contexts: the query file's chunks, and the top k of the key by each
  * retriever r (context 1 + r). */
 enum { CTX_ORACLE, N_CTX = 1 + EVAL_N_RETRIEVERS };
-static const char *const ctx_names[N_CTX] = { "oracle", "bm25", "phrase", "and", "proximity" };
+/* Context c's name in the table: "oracle", or its retriever's. */
+static const char *ctx_name(int c)
+{
+	return c == CTX_ORACLE ? "oracle" : eval_retriever_names[c - 1];
+}
 /* Each retriever's ss_index_set_query flags, and whether its query is the
  * key in quotes. */
 static const unsigned retriever_flags[EVAL_N_RETRIEVERS] = {
@@ -313,11 +317,11 @@ static void rc_context(const eval_run *run, ss_eval_scorer *sc, const rc_query *
 		if (ss_eval_context(run->fctx, run->model, (ss_eval_method)run->methods[j], w->order,
 				    (size_t)n, &w->ctxs[j], err))
 			cli_die("%s: %s (%s), %s k %d, %s: %s", run->qa, it->where, it->id,
-				ctx_names[c], k, method_name(run, j), err);
+				ctx_name(c), k, method_name(run, j), err);
 		w->secs[j] = cli_now() - t0;
 	}
 	char what[64];
-	snprintf(what, sizeof what, "%s k %d", ctx_names[c], k);
+	snprintf(what, sizeof what, "%s k %d", ctx_name(c), k);
 	rc_score(run, sc, it, what, w);
 	/* oracle: pos all and the gold's position; bm25: pos all only */
 	const int slots[2] = { 0, c == CTX_ORACLE ? 1 + gold : -1 };
@@ -334,7 +338,7 @@ static void rc_context(const eval_run *run, ss_eval_scorer *sc, const rc_query *
 	for (int j = 0; j < w->M; j++) {
 		if (run->per_out)
 			fprintf(run->per_out, "%s\t%s\t%d\t%d\t%s\t%d\t%.9g\t%.6f\n", it->id,
-				ctx_names[c], k, gold, method_name(run, j), w->em1[j], w->nll1[j],
+				ctx_name(c), k, gold, method_name(run, j), w->em1[j], w->nll1[j],
 				w->secs[j] * 1e3);
 		ss_state_free(&w->ctxs[j]);
 	}
@@ -438,7 +442,7 @@ static void rc_write(const eval_run *run, const rc_work *w)
 					if (s)
 						snprintf(pos, sizeof pos, "%d", s - 1);
 					fprintf(f, "%s\t%s\t%ld\t%s\t%ld\t%.6f\t%.8f\t%.6f\t%.6f\t%.6f\t%.6f\n",
-						ctx_names[c], method_name(run, j), run->ks[ki], pos, n,
+						ctx_name(c), method_name(run, j), run->ks[ki], pos, n,
 						em[j] / n, nll[j] / n,
 						share(em[j], em[jn < 0 ? 0 : jn], em[jc < 0 ? 0 : jc],
 						      jn >= 0 && jc >= 0),
