@@ -2,7 +2,7 @@
  * sampling as a block reduction per row: ids[r] = the first index of the
  * largest logit of row r over [0, n), NaN never wins, -1 for an all-NaN
  * row. logits: [nrows][n], row stride ld; device pointers.
- * ref: ss_argmax (lib/forward/sample.c). */
+ * ref: ss_argmax (lib/sample/sample.c). */
 #include <math.h>
 
 #include "common.cuh"

@@ -69,6 +69,15 @@ const char *ss_strerror(int err);
  * `return ss_errf(errmsg, SS_ERR_FORMAT, "tensor %s: ...", name);`. */
 int ss_errf(char *errmsg, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Opens path read-only without blocking on a FIFO or device (open(2) of a
+ * FIFO with no writer never returns): returns a descriptor of a regular
+ * file (O_CLOEXEC, blocking; the caller closes it), -1 with errno set when
+ * open or fstat fails, or -2 when path is not a regular file. Nothing is
+ * read. Used for every file a tool or the library opens that is not a
+ * stream operand (where "-" and pipes are meant): model and index files,
+ * files named in data, blobs and side files read whole. */
+int ss_open_regular(const char *path);
+
 /* Storage dtypes of tensors in files and streams. */
 typedef enum {
 	SS_DTYPE_F32 = 0,

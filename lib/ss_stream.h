@@ -85,15 +85,6 @@ int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char 
  * (a FIFO, a directory or a device)" before anything is read. */
 int ss_reader_open_regular(ss_reader **out, const char *path, uint64_t max_record, char *errmsg);
 
-/* Opens path read-only without blocking on a FIFO or device (open(2) of a
- * FIFO with no writer never returns): returns a descriptor of a regular
- * file (O_CLOEXEC, blocking; the caller closes it), -1 with errno set when
- * open or fstat fails, or -2 when path is not a regular file. Nothing is
- * read. Used for every file a tool or the library opens that is not a
- * stream operand (where "-" and pipes are meant): model and index files,
- * files named in data, blobs and side files read whole. */
-int ss_open_regular(const char *path);
-
 /* Reads the next record. Returns 1 with *rec pointing at it (owned by r,
  * see ss_record; *rec is NULL otherwise), 0 at a clean end of stream, or a
  * negative SS_ERR_* (TRUNCATED, CHECKSUM, FORMAT, TOO_LARGE, VERSION, IO);

@@ -1,4 +1,4 @@
-/* test_sample.c — lib/forward/sample.c: PRNG, argmax, logsumexp/NLL, sampling filters
+/* test_sample.c — lib/sample/sample.c: PRNG, argmax, logsumexp/NLL, sampling filters
  * (temperature, top-k, top-p, min-p, repeat penalty), seeds, stop strings. */
 #include <math.h>
 #include <setjmp.h>

@@ -2,7 +2,6 @@
  * queries, reading the states of hits; building is lib/index/index_build.c. See
  * ss_index.h. */
 #include "index/internal.h"
-#include "stream/internal.h" /* ss_open_regular */
 
 #include <errno.h>
 #include <fcntl.h>

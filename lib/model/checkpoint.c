@@ -15,7 +15,6 @@
 #include "model/pickle.h"
 #include "model/safetensors.h"
 #include "stream/gguf.h"
-#include "stream/internal.h" /* ss_open_regular */
 
 #include <archive.h>
 #include <archive_entry.h>

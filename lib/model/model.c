@@ -19,7 +19,6 @@
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
 #include "stream/gguf.h"
-#include "stream/internal.h" /* ss_open_regular */
 
 #include <cJSON.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
  * ref: huggingface/safetensors docs "Format".
  */
 #include "model/safetensors.h"
-#include "stream/internal.h" /* ss_open_regular, ss_ckd_mul */
+#include "base/internal.h" /* ss_ckd_mul */
 
 #include <cJSON.h>
 #include <errno.h>

@@ -1,9 +1,7 @@
-/* dtype.c — error strings, the table of storage dtypes (ss_dtype_info in
- * ss.h) and element conversion between f32, f16, bf16, q8 (int8 codes
+/* dtype.c — the table of storage dtypes (ss_dtype_info in ss.h) and element conversion between f32, f16, bf16, q8 (int8 codes
  * with a scale per block) and q8_0 (ggml's blocks of 32 codes and their
  * f16 scale). */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,38 +11,6 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
-
-const char *ss_strerror(int err)
-{
-	switch (err) {
-	case SS_OK: return "success";
-	case SS_ERR_NOMEM: return "out of memory";
-	case SS_ERR_IO: return "input/output error";
-	case SS_ERR_FORMAT: return "malformed input";
-	case SS_ERR_TRUNCATED: return "truncated input";
-	case SS_ERR_TOO_LARGE: return "declared size exceeds the limit";
-	case SS_ERR_VERSION: return "unsupported format version";
-	case SS_ERR_MISMATCH: return "model or dimension mismatch";
-	case SS_ERR_UNSUPPORTED: return "not supported";
-	case SS_ERR_INVALID: return "invalid argument";
-	case SS_ERR_UTF8: return "invalid UTF-8";
-	case SS_ERR_CHECKSUM: return "checksum mismatch (corrupt data)";
-	case SS_ERR_NOTFOUND: return "not found";
-	case SS_ERR_DEVICE: return "device unavailable";
-	}
-	return "unknown error";
-}
-
-int ss_errf(char *errmsg, int code, const char *fmt, ...)
-{
-	if (errmsg) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(errmsg, SS_ERRMSG_MAX, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 static inline uint32_t f2u(float f)
 {
@@ -115,32 +81,6 @@ uint16_t ss_f32_to_f16(float f)
 	}
 	uint32_t r = a + 0xfffu + ((a >> 13) & 1) - (112u << 23);
 	return sign | (uint16_t)(r >> 13);
-}
-#endif
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-int ss_cpu_f16c(void)
-{
-	/* cpuid and xgetbv rather than __builtin_cpu_supports("f16c"), which
-	 * clang (14) does not know: make fuzz builds lib/ with clang */
-	static int cached = -1; /* threads may race to fill it: atomic, same value */
-	int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-	if (v < 0) {
-		unsigned a, b, c, d, lo = 0, hi = 0;
-		int avx = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE) && (c & bit_AVX) && (c & bit_F16C);
-		if (avx)
-			__asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-		v = avx && (lo & 6) == 6; /* the OS saves the xmm and ymm registers */
-		(void)hi;
-		__atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-	}
-	return v;
-}
-#else
-int ss_cpu_f16c(void)
-{
-	return 0;
 }
 #endif
 

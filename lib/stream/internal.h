@@ -13,6 +13,7 @@
 #include <msgpack.h>
 
 #include "ss.h"
+#include "base/internal.h" /* ss_ckd_mul, ss_cpu_f16c */
 
 /* One decoded record. It lives in its reader (struct ss_reader) and is
  * overwritten by the reader's next read, seek or close. */
@@ -33,16 +34,6 @@ struct ss_record {
 				       (next_meta, next_pieces): its arrays are not in it */
 };
 
-/* *r = a * b, a size or count computed from a file's fields. Returns 1
- * (true) when the product does not fit in 64 bits (*r then holds it
- * modulo 2^64), else 0: C23's ckd_mul for uint64_t. The one checked
- * multiply of the readers (GGUF, safetensors, state dims, plan frames,
- * llama.cpp blobs): a product of a file's values is never used unchecked. */
-static inline int ss_ckd_mul(uint64_t *r, uint64_t a, uint64_t b)
-{
-	return __builtin_mul_overflow(a, b, r);
-}
-
 /* Looks up key `key` in a msgpack map; NULL when absent or not a map. The
  * result points into `map` (same lifetime). */
 const msgpack_object *ss_map_get(const msgpack_object *map, const char *key);
@@ -61,10 +52,6 @@ size_t ss_nonfinite_planes(const unsigned char *lo, const unsigned char *hi, ss_
  * bf16, where it would become infinite); n when none. Writers refuse such
  * a state (ss_writer_put_state). */
 size_t ss_unstorable_find(const float *x, ss_dtype t, size_t n);
-
-/* 1 when the CPU has AVX and F16C and the OS saves their registers (x86-64
- * at run time), else 0: the f16 kernels of dtype.c and compose.c. */
-int ss_cpu_f16c(void);
 
 /* A record written in pieces, so that its bytes need not be gathered into
  * one buffer first: ss_writer_begin opens a zstd frame for len bytes of

@@ -13,7 +13,7 @@
  * bf16 weights was held below f32's bandwidth by the widening, bench/forward).
  */
 #include "forward/blas.h"
-#include "stream/internal.h" /* ss_cpu_f16c */
+#include "base/internal.h" /* ss_cpu_f16c */
 
 #include "forward/ops/linear.h"
 

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "forward/ops/linear_f32.h"
-#include "stream/internal.h" /* ss_cpu_f16c */
+#include "base/internal.h" /* ss_cpu_f16c */
 
 enum { W_F32, W_BF16, W_F16 };
 /* AVX2: rows of x per call of the transposing kernel (few256). */

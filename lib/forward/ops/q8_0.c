@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "ss.h"
-#include "stream/internal.h" /* ss_cpu_f16c */
+#include "base/internal.h" /* ss_cpu_f16c */
 
 #include "forward/ops/linear.h"
 
