@@ -39,6 +39,8 @@ endif
 ifeq ($(strip $(MODEL)),)
 $(error MODEL is empty: give the model directory (or set SS_MODEL))
 endif
+# ss-tokenize reads MODEL's tokenizer (its tokenizer.json, else the bundled GPT-NeoX one).
+export SS_MODEL := $(MODEL)
 
 export PATH := $(PATH):$(abspath $(dir $(lastword $(MAKEFILE_LIST)))../build/bin)
 

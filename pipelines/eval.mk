@@ -46,7 +46,7 @@ OBQA      ?= $(SS_SHARED)/data/qa/openbookqa-main-test.tsv
 # OpenBookQA: questions (0 = all 500) and k = 0..OBQA_KMAX whole WikiText passages.
 QUESTIONS ?= 100
 OBQA_KMAX ?= 10
-TOKENIZER ?= $(abspath $(EVAL_MK_DIR)/../data/tokenizer.json)
+TOKENIZER ?= $(firstword $(wildcard $(MODEL)/tokenizer.json) $(abspath $(EVAL_MK_DIR)/../data/tokenizer.json))
 # Sample size: passages evaluated (0 = all ~1600). The default keeps the whole
 # WikiText run, database included, well within 20 minutes on 2 cores with t1.
 PASSAGES  ?= 300

@@ -51,5 +51,5 @@ qa:
 $(SCALE_DIR)/%.tokens: $(SS_SHARED)/train/%.txt.zst
 	@mkdir -p $(@D)
 	zstd -dc $< | python3 $(SCALE_MK_DIR)/train_examples.py articles $* > $@.jsonl
-	$(SS_BUILD)/bin/ss-tokenize --jsonl --chunk 256 -o $@ $@.jsonl
+	$(SS_BUILD)/bin/ss-tokenize -t $(SCALE_MK_DIR)/../data/tokenizer.json --jsonl --chunk 256 -o $@ $@.jsonl
 	rm -f $@.jsonl

@@ -75,6 +75,8 @@ PRE_OPTS ?= --seq-len 512 --batch-tokens 4096 --batch-seqs 8 --warmup 100 --lr 2
 MKMODEL  ?= $(abspath $(TRAIN_MK_DIR)/../build/gen/mkmodel)
 
 export PATH := $(PATH):$(abspath $(TRAIN_MK_DIR)/../build/bin)
+# ss-tokenize reads MODEL's tokenizer (its tokenizer.json, else the bundled GPT-NeoX one).
+export SS_MODEL := $(MODEL)
 export K
 threads := $(if $(THREADS),--threads $(THREADS))
 

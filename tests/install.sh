@@ -19,7 +19,7 @@ make --no-print-directory -s -C "$top" "$@" install PREFIX="$prefix" >"$work/ins
 echo "install test: $(wc -l <"$work/installed") files installed:"
 sed 's/^/    /' "$work/installed"
 for f in bin/ss-encode share/man/man1/ss-encode.1 share/man/man5/ss-states.5 share/ss/tokenizer.json \
-	share/ss/model/config.json share/ss/model/model.safetensors share/ss/NOTICE \
+	share/ss/model/config.json share/ss/model/model.safetensors share/ss/model/tokenizer.json share/ss/NOTICE \
 	share/ss/recall-model/model.safetensors share/ss/recall-model/tokenizer.json \
 	share/bash-completion/completions/ss-encode share/bash-completion/completions/ss-retrieve; do
 	grep -qx "./$f" "$work/installed" || fail "$f not installed"

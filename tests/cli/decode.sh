@@ -14,10 +14,10 @@ got=$(ss-decode --model "$T1" --no-state --ids --max-tokens 17 \
 [ "$got" = "$want" ] || fail "t1 greedy from zero state + c3: $got, expected $want"
 
 # From a stored state: c3's first 29 bytes (7 tokens) encoded, c3[7:] as the
-# prompt, the state on stdin; the default model (no --model) is t1.
+# prompt, the state on stdin; no --model: the model of $SS_MODEL (t1, set by tests/run).
 head -c 29 "$G/t1/c3/text.txt" >"$d/a.txt"
 ss-tokenize -q --whole "$d/a.txt" | ss-encode --model "$T1" >"$d/a.st"
-got=$(env -u SS_MODEL ss-decode --ids --max-tokens 17 \
+got=$(ss-decode --ids --max-tokens 17 \
 	--prompt-tokens "$($PY ids "$G/t1/c3/tokens.i32" 7 297)" <"$d/a.st")
 [ "$got" = "$want" ] || fail "greedy from a stored state: $got, expected $want"
 

@@ -1,10 +1,10 @@
 #!/bin/sh
 # The main job (pipelines/demo.sh) on a small sample of WikiText with the t1 model: it builds the
 # database and prints, for each query, the k = 5 retrieved ids with scores, a non-empty
-# continuation from the PICASO-R state, and the compose and concat times (3 significant figures);
-# Concat starts from the least relevant chunk's stored state (PICASO §6.2) and gives the state of
-# the retrieved chunks concatenated; MODEL, DOCS, QUERIES, OUT are honoured. Run by tests/run
-# from the repo root.
+# continuation from the PICASO-R state, the NLL lines, and the compose and concat times (3
+# significant figures); Concat starts from the least relevant chunk's stored state (PICASO §6.2)
+# and gives the state of the retrieved chunks concatenated (exactly: STATE_DTYPE=f32); MODEL, DOCS,
+# QUERIES, OUT are honoured. Run by tests/run from the repo root.
 set -eu
 LC_ALL=C; export LC_ALL # the continuations of a random model are not always valid UTF-8
 d=$(mktemp -d)
@@ -13,13 +13,13 @@ fail() { echo "FAIL: $*" >&2; sed 's/^/    | /' "$d/out" >&2; exit 1; }
 head -n 60 "$SS_TOP/data/wikitext-2-raw.test.hf-crlf.raw" >"$d/wiki.txt"
 printf '%s\n' 'Robert Boulter starred in a television series' '' 'Du Fu wrote poems' >"$d/queries"
 OUT=$d/out.d DOCS=$d/wiki.txt MODEL=$SS_FIXTURES/golden/models/t1-hf QUERIES=$d/queries \
-	REPEAT=1 MAX_TOKENS=8 RECALL_DOCS=60 RECALL_QUESTIONS=40 sh "$SS_TOP/pipelines/demo.sh" >"$d/out" 2>"$d/err" ||
+	STATE_DTYPE=f32 REPEAT=1 MAX_TOKENS=8 RECALL_DOCS=60 RECALL_QUESTIONS=40 sh "$SS_TOP/pipelines/demo.sh" >"$d/out" 2>"$d/err" ||
 	{ cat "$d/err" >&2; fail "demo.sh failed"; }
 [ ! -s "$d/err" ] || { cat "$d/err" >&2; fail "demo.sh wrote to stderr"; }
 o=$d/out
 n=$(ss-cat --meta "$d/out.d/corpus.tokens" | wc -l)
 grep -q "^database: $n chunks of at most 256 tokens, [0-9]* tokens, [0-9.]* MB of states$" "$o" || fail "database line"
-for t in "ss-tokenize --chunk 256" "ss-encode --model t1-hf" "ss-retrieve build"; do
+for t in "ss-tokenize --chunk 256" "ss-encode --model t1-hf --state-dtype f32" "ss-retrieve build"; do
 	grep -q "^  $t  *[0-9][0-9.e+-]* s$" "$o" || fail "no time for $t"
 done
 [ "$(grep -c '^query [0-9]*: ' "$o")" -eq 2 ] || fail "not 2 queries (the empty line is skipped)"
@@ -55,6 +55,32 @@ for k in ("ssm", "conv", "logdecay"):
     assert len(fx) == len(fy) and max(abs(p - q) for p, q in zip(fx, fy)) <= 1e-5 + 1e-5 * max(map(abs, fy)), k
 assert a["n_tokens"] == b["n_tokens"]
 PYEOF
+
+# Context use: the chunk after the best hit in the corpus, left out of the context, scored after
+# a blank line (GPT-NeoX token 535) with no state, the PICASO-R state and the Concat state (each
+# figure as ss-score gives it).
+. "$SS_TOP/pipelines/records.sh"
+best=$(sed -n '$p' "$d/out.d/q1/retrieved.tsv" | cut -f 2)
+next=$(awk -F '\t' -v id="$best" 'hit { print $1; exit } $1 == id { hit = 1 }' "$d/out.d/corpus.offsets")
+[ -n "$next" ] && ! cut -f 2 "$d/out.d/q1/retrieved.tsv" | grep -qxF "$next" || fail "the scored chunk $next is in the context"
+line=$(grep -A 1 "^  NLL of the chunk after the best hit ($next, [0-9]* tokens), nats/token:$" "$o" | sed -n 2p)
+[ -n "$line" ] || fail "no NLL line for $next"
+ct=$(echo "$next" | copy_ids "$d/out.d/corpus.tokens" "$d/out.d/corpus.offsets" | ss-cat --full |
+	sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p')
+for s in none picaso-r concat; do
+	case $s in none) st=--no-state ;; *) st="--state $d/out.d/q1/$s.state" ;; esac
+	# shellcheck disable=SC2086
+	x=$(ss-score -q --model "$SS_FIXTURES/golden/models/t1-hf" $st --query-tokens 535 --continuation-tokens "$ct" |
+		sed -n 's/.*"nll":\([0-9.e+-]*\),.*/\1/p')
+	x=$(awk -v x="$x" 'BEGIN { printf "%.4f", x }')
+	case $s in
+	none) echo "$line" | grep -q "^        no context $x   PICASO-R " || fail "no-context NLL is not $x: $line" ;;
+	picaso-r) echo "$line" | grep -q "   PICASO-R $x (" || fail "PICASO-R NLL is not $x: $line" ;;
+	concat) echo "$line" | grep -q "   Concat $x (" || fail "Concat NLL is not $x: $line" ;;
+	esac
+done
+grep -q '^mean NLL of the chunks after the best hits (2 queries), nats/token: no context [0-9.]*, PICASO-R [0-9.]* ([-+][0-9.]*%), Concat [0-9.]* ([-+][0-9.]*%)$' "$o" ||
+	fail "mean NLL line"
 
 # The recall part, with the bundled recall model: 3 questions, each with the documents holding
 # the name as a phrase (at most 4: names are unique, so the gold alone, marked) and 3 answers

@@ -13,13 +13,16 @@ ss-encode --model "$T1" --threads 2 "$d/c3.tok" >"$d/c3.st"
 ss-cat --full "$d/c3.st" >"$d/c3.json"
 $PY state-eq "$d/c3.json" 0 "$G/t1/c3/ssm.f32" "$G/t1/c3/conv.f32" "$G/t1/c3/logdecay.f32"
 [ "$($PY json-get "$d/c3.json" n_tokens)" = 297 ] || fail "n_tokens"
-# $SS_MODEL, and with neither it nor --model the default model (data/model, the t1 weights for
-# now) of the source tree this program was built in.
+# $SS_MODEL, and with neither it nor --model the default model (data/model, the bundled
+# byte-level model) of the source tree this program was built in, with its own tokenizer.
 SS_MODEL=$T1 ss-encode --threads 1 <"$d/c3.tok" | ss-cat --full >"$d/c3env.json"
 $PY state-eq "$d/c3env.json" 0 "$G/t1/c3/ssm.f32" "$G/t1/c3/conv.f32" "$G/t1/c3/logdecay.f32"
-env -u SS_MODEL ss-encode --threads 1 <"$d/c3.tok" | ss-cat --full >"$d/c3def.json"
-[ "$($PY json-get "$d/c3.json" fingerprint)" = "$($PY json-get "$d/c3def.json" fingerprint)" ] ||
-	fail "the default model is not data/model"
+env -u SS_MODEL ss-tokenize -q --whole "$G/t1/c3/text.txt" >"$d/c3b.tok"
+env -u SS_MODEL ss-encode --threads 1 <"$d/c3b.tok" | ss-cat >"$d/c3def.json"
+ss-encode --model "$SS_TOP/data/model" --threads 1 <"$d/c3b.tok" | ss-cat >"$d/c3dm.json"
+[ "$($PY json-get "$d/c3dm.json" fingerprint)" = "$($PY json-get "$d/c3def.json" fingerprint)" ] &&
+	[ "$($PY json-get "$d/c3def.json" n_tokens)" = "$(wc -c <"$G/t1/c3/text.txt")" ] ||
+	fail "the default model is not data/model with its byte-level tokenizer"
 
 # Several documents, batched or not, each equal to its own golden state;
 # c4 (682 tokens) crosses a 512-token micro-batch.

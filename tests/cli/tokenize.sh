@@ -165,9 +165,10 @@ expect_grep "$t/m/tokenizer.json" "$t/err"
 SS_MODEL=$t/m SS_TOKENIZER=$tok expect_exit 0 ss-tokenize --ids "$t/a.txt"
 expect_text "$t/out" '12092 1533\n10951 1386 190\n19016\n'
 SS_TOKENIZER=$t/m/tokenizer.json expect_exit 0 ss-tokenize -t "$tok" --ids "$t/a.txt"
-# nothing given: the source tree's data/tokenizer.json (this program runs from its build tree)
+# nothing given: the default model's tokenizer, the source tree's data/model/tokenizer.json
+# (this program runs from its build tree): byte level, a token per byte
 env -u SS_MODEL -u SS_TOKENIZER ss-tokenize --ids "$t/a.txt" >"$t/out" 2>"$t/err" || fail "no default tokenizer: $(cat "$t/err")"
-expect_text "$t/out" '12092 1533\n10951 1386 190\n19016\n'
+expect_text "$t/out" '72 101 108 108 111 32 119 111 114 108 100\n83 101 99 111 110 100 32 108 105 110 101 13\n116 104 105 114 100\n'
 # out of its tree, with no DATADIR copy: an error naming what to give
 cp "$(command -v ss-tokenize)" "$t/ss-tokenize"
 datadir=$(ss-tokenize --help | sed -n 's|^             \(.*\)/tokenizer.json, data/tokenizer.json of the source tree$|\1|p')
