@@ -323,51 +323,9 @@ static int cmd_delete(const char *db, char **ids, int n_ids)
 static char **dbs;
 static int n_dbs;
 
-static void db_push(const char *path)
-{
-	char *p = strdup(path);
-	if (!p || !(dbs = realloc(dbs, (size_t)(n_dbs + 1) * sizeof *dbs)))
-		cli_die("out of memory");
-	dbs[n_dbs++] = p;
-}
-
-/* --index ARG: a path, or @FILE: FILE's lines, each an index path
- * (relative ones to FILE's directory, as an index's state paths are to
- * its own), blank lines and lines starting with '#' skipped. */
 static void db_add(const char *arg)
 {
-	if (arg[0] != '@') {
-		db_push(arg);
-		return;
-	}
-	const char *file = arg + 1, *slash = strrchr(file, '/');
-	FILE *f = fopen(file, "r");
-	if (!f)
-		cli_die("%s: %s", file, strerror(errno));
-	char *line = NULL, *path = NULL;
-	size_t cap = 0;
-	ssize_t n;
-	int before = n_dbs;
-	while ((n = getline(&line, &cap, f)) >= 0) {
-		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
-			line[--n] = 0;
-		if (!n || line[0] == '#')
-			continue;
-		if (line[0] != '/' && slash) {
-			if (asprintf(&path, "%.*s/%s", (int)(slash - file), file, line) < 0)
-				cli_die("out of memory");
-			db_push(path);
-			free(path);
-		} else {
-			db_push(line);
-		}
-	}
-	if (ferror(f))
-		cli_die("%s: read error: %s", file, strerror(errno));
-	fclose(f);
-	free(line);
-	if (n_dbs == before)
-		cli_die("%s: lists no index", file);
+	cli_index_add(arg, &dbs, &n_dbs);
 }
 
 /* The indexes as one (ss_index_open_shards); an error names the shard. */
