@@ -257,9 +257,9 @@ done:
 	return n_hit;
 }
 
-/* The shard holding document `id`: its place, -1 when none does (errmsg
- * "no document ID in the index"), or a negative SS_ERR_* - 1... as an
- * error code in *rc. */
+/* The shard holding document `id` (at most one does: checked at open):
+ * its place, or -1 with *rc set and errmsg filled: SS_ERR_NOTFOUND ("no
+ * document ID in the index") or a shard's error, naming the shard. */
 static int shard_of(ss_index *u, const char *id, int *rc, char *errmsg)
 {
 	*rc = 0;
