@@ -230,6 +230,24 @@ int ss_index_delete(ss_index *ix, const char *id, char *errmsg);
 int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_build_stats *st,
                     char *errmsg);
 
+/* Combines the indexes paths[0..n) (n >= 1; shards as ss_index_open_shards
+ * takes them, and refused as it refuses them) into one new index file
+ * `out`, whose queries give what the union of the shards gives: every
+ * document added in shard order, each shard's in the order it was added
+ * (row id), with its text, tokens, state location (a stored path made
+ * relative to out's directory when the file lies under it) or its
+ * stateless recompute dtype. The output is written whole or not at all:
+ * built as "OUT.merge-PID" beside it, committed, then renamed over out (a
+ * file there is replaced). Time and memory: those of ss_index_commit over
+ * all the documents. st (may be NULL): the build's counts.
+ * Returns 0, or a negative SS_ERR_* with errmsg naming the shard or out:
+ * ss_index_open_shards's errors; SS_ERR_UNSUPPORTED for a shard built
+ * before texts and tokens were kept (a document's text is what its terms
+ * are made from) or stateless documents of two recompute dtypes or
+ * models; the errors of ss_index_build_open / ss_index_add_* /
+ * ss_index_commit; SS_ERR_IO (the rename). */
+int ss_index_merge(const char *out, const char *const *paths, int n, ss_index_build_stats *st, char *errmsg);
+
 /* ------------------------------------------------------------------ query */
 
 /* Opens the index at `path` read-only (SQLITE_OPEN_READONLY) for queries.
@@ -238,6 +256,31 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
  * SS_INDEX_SCHEMA_VERSION: errmsg says which).
  * Returns 0 and sets *out (free with ss_index_close). */
 int ss_index_open(ss_index **out, const char *path, char *errmsg);
+
+/* Opens paths[0..n) (n >= 1; n == 1 is ss_index_open) read-only as one
+ * index: the union of their documents (shards), ranked exactly as one
+ * index holding every document would rank them. A query sums the shards'
+ * statistics (N, the documents' lengths for avgdl, each term's and
+ * phrase's df) before it scores, so ids, ranks and scores equal one
+ * index's (scores to the last bits: a score is the sum of its terms'
+ * parts in query order); each shard's pruning (MaxScore, block maxima) is
+ * bounded under the union's avgdl and starts from the k-th score of the
+ * shards before it. Documents of equal score at the k-th place: the
+ * earlier shard's first, then the order they were added: the choice of
+ * one index built from the shards' inputs in the order given. Every other
+ * call of this header goes to the shard that holds the document (a hit
+ * carries it in .shard); ss_index_docs without an id lists shard after
+ * shard, each in id order; ss_index_info_get sums (terms: the distinct
+ * terms of all shards). Memory: the handles of n indexes.
+ * Returns 0 and sets *out (free with ss_index_close), or a negative
+ * SS_ERR_* with errmsg "PATH: what" naming the shard: the errors of
+ * ss_index_open (a missing file, another schema version, not an index);
+ * SS_ERR_INVALID when two shards hold one document id (errmsg names the
+ * id and both files: found at open by a merge of the shards' ids in byte
+ * order, time O(N log n)): a union of shards that overlap has no one
+ * index it equals; SS_ERR_MISMATCH when two shards hold states of
+ * different models (errmsg names both). */
+int ss_index_open_shards(ss_index **out, const char *const *paths, int n, char *errmsg);
 
 /* Number of documents in the index, or a negative SS_ERR_*. */
 int64_t ss_index_count(ss_index *ix);
@@ -253,7 +296,9 @@ typedef struct {
 	uint64_t length;       /* its compressed bytes */
 	char fingerprint[SS_FINGERPRINT_MAX]; /* model fingerprint as indexed */
 	int64_t n_tokens;
-	int64_t file_id;       /* internal: which shard */
+	int64_t file_id;       /* internal: which state file */
+	int32_t shard;         /* which index of a union (ss_index_open_shards):
+				* its place in the paths given; 0 for one index */
 	int stateless;         /* no stored state: recompute it from its tokens */
 	ss_dtype dtype;        /* stateless: the dtype to recompute it in */
 	/* What ss_index_set_fetch asked for, read in the query's snapshot: */

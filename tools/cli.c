@@ -105,6 +105,52 @@ FILE *cli_open_regular(const char *path)
 	return f;
 }
 
+static void index_push(const char *path, char ***paths, int *n)
+{
+	char *p = strdup(path);
+	char **a = p ? realloc(*paths, (size_t)(*n + 1) * sizeof *a) : NULL;
+	if (!a)
+		cli_die("out of memory");
+	a[(*n)++] = p;
+	*paths = a;
+}
+
+void cli_index_add(const char *arg, char ***paths, int *n)
+{
+	if (arg[0] != '@') {
+		index_push(arg, paths, n);
+		return;
+	}
+	const char *file = arg + 1, *slash = strrchr(file, '/');
+	FILE *f = fopen(file, "r");
+	if (!f)
+		cli_die("%s: %s", file, strerror(errno));
+	char *line = NULL, *path = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	int before = *n;
+	while ((len = getline(&line, &cap, f)) >= 0) {
+		while (len > 0 && strchr("\n\r \t", line[len - 1]))
+			line[--len] = 0;
+		if (!len || line[0] == '#')
+			continue;
+		if (line[0] != '/' && slash) {
+			if (asprintf(&path, "%.*s/%s", (int)(slash - file), file, line) < 0)
+				cli_die("out of memory");
+			index_push(path, paths, n);
+			free(path);
+		} else {
+			index_push(line, paths, n);
+		}
+	}
+	if (ferror(f))
+		cli_die("%s: read error: %s", file, strerror(errno));
+	fclose(f);
+	free(line);
+	if (*n == before)
+		cli_die("%s: lists no index", file);
+}
+
 void cli_out_not_input(const char *out, const char *in)
 {
 	struct stat so, si;

@@ -144,6 +144,13 @@ void cli_out_close(FILE *f);
  * stdout ("-", NULL), an output that does not exist yet or is not a regular
  * file (/dev/null), and an input that does not exist pass. */
 void cli_out_not_input(const char *out, const char *in);
+/* --index ARG of a tool that reads several indexes as one (shards,
+ * ss_index_open_shards): appends to (*paths)[0..*n) (malloc'ed, strings
+ * too) ARG, or for @FILE the lines of FILE, each an index path (a relative
+ * one taken relative to FILE's directory, as an index's state paths are to
+ * its own; blank lines and lines starting with '#' skipped). Dies naming
+ * FILE when it cannot be read or lists no index (exit 1). */
+void cli_index_add(const char *arg, char ***paths, int *n);
 /* cli_out_not_input for an output directory `dir` that is replaced whole
  * (ss-train's checkpoint): dies, before anything is written, when the
  * input `in` is dir itself (a directory read, as --model DIR) or a file in

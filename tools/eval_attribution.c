@@ -39,7 +39,12 @@ ss_index *eval_index_open(const eval_run *run)
 {
 	char err[SS_ERRMSG_MAX] = "";
 	ss_index *ix;
-	if (ss_index_open(&ix, run->index, err) || ss_index_files(ix, outs_not_state, (void *)run, err))
+	if (ss_index_open_shards(&ix, (const char *const *)run->indexes, run->n_indexes, err)) {
+		if (run->n_indexes == 1)
+			cli_die("%s: %s", run->index, err);
+		cli_die("%s", err); /* names the shard */
+	}
+	if (ss_index_files(ix, outs_not_state, (void *)run, err))
 		cli_die("%s: %s", run->index, err);
 	return ix;
 }

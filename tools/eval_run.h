@@ -24,6 +24,9 @@ enum { EVAL_R_BM25, EVAL_R_PHRASE, EVAL_R_AND, EVAL_R_PROXIMITY, EVAL_N_RETRIEVE
 extern const char *const eval_retriever_names[EVAL_N_RETRIEVERS];
 typedef struct {
 	const char *model_dir, *index, *tokens, *qa, *out, *per, *summary;
+	char **indexes; /* --index, repeated or @FILE: [n_indexes] shards read as one;
+			 * index names them in messages (the path, or "N shards") */
+	int n_indexes;
 	cli_model_opts mo; /* --model, --tokenizer, --device, --threads, --weights-dtype */
 	long passages, min_tokens, kmax, queries, gen, repeat;
 	long *lengths; /* timing: --lengths, [n_lengths] */
@@ -108,7 +111,7 @@ static inline int eval_distinct_states(const ss_state *ctxs, int M, const ss_sta
 int32_t *encode_text(const eval_run *run, ss_tokenizer *tok, const char *s, int64_t *n,
 		     const char *where);
 
-/* Opens run->index (dies naming it) and dies, before anything is written,
+/* Opens run->indexes as one (ss_index_open_shards; dies naming the shard) and dies, before anything is written,
  * when an output (-o, --per-*, --summary) is a state file the index reads
  * (cli_out_not_input). The caller closes it (eval_attribution.c). */
 ss_index *eval_index_open(const eval_run *run);

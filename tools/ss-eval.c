@@ -84,7 +84,9 @@ static void help(void)
 	       "  em_share, nll_share, recall, mean_time_ms (context oracle; pos all and\n"
 	       "  each gold position 0..k-1).\n\n"
 	       "  --index DB          wikitext, openbookqa, recall: the index (ss-retrieve\n"
-	       "                      build; recall: with the documents' tokens)\n"
+	       "                      build; recall: with the documents' tokens); repeated,\n"
+	       "                      or @FILE (a list, as ss-retrieve's): shards read as\n"
+	       "                      one index\n"
 	       "  --tokens FILE       wikitext, openbookqa: the index's token stream\n"
 	       "  --passages N        wikitext: passages sampled (default %d; 0 = all)\n"
 	       "  --min-tokens N      wikitext: only passages of at least N tokens (default %d)\n"
@@ -264,7 +266,10 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **meth
 	int c;
 	while ((c = cli_getopt(argc, argv, &co)) != -1) {
 		switch (c) {
-		case O_INDEX: run->index = optarg; break;
+		case O_INDEX:
+			cli_index_add(optarg, &run->indexes, &run->n_indexes);
+			run->index = optarg;
+			break;
 		case O_TOKENS: run->tokens = optarg; break;
 		case O_PASSAGES: run->passages = cli_long("--passages", optarg, 0, 1L << 40, usage); break;
 		case O_MINTOK: run->min_tokens = cli_long("--min-tokens", optarg, 2, 1L << 30, usage); break;
@@ -341,10 +346,22 @@ static int parse_args(int argc, char **argv, eval_run *run)
 		parse_counts("--ks", "1,2,4,8,16", KS_MAX, 1, &run->ks, &run->n_ks);
 	/* every output (-o, --per-*, --summary) against every file read */
 	const char *outs[] = { run->out, run->per, run->summary };
-	const char *ins[] = { run->index, run->tokens, run->qa, run->mo.tokenizer };
-	for (size_t i = 0; i < sizeof outs / sizeof *outs; i++)
+	const char *ins[] = { run->tokens, run->qa, run->mo.tokenizer };
+	for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) {
 		for (size_t j = 0; j < sizeof ins / sizeof *ins; j++)
 			cli_out_not_input(outs[i], ins[j]);
+		for (int j = 0; j < run->n_indexes; j++)
+			cli_out_not_input(outs[i], run->indexes[j]);
+	}
+	/* Messages name the index, or the count of shards (an error of one
+	 * shard names that shard). */
+	static char label[64];
+	if (run->n_indexes == 1)
+		run->index = run->indexes[0];
+	else if (run->n_indexes > 1) {
+		snprintf(label, sizeof label, "%d shards", run->n_indexes);
+		run->index = label;
+	}
 	run->model_dir = cli_model_dir(run->mo.model, usage);
 	run->dev = mcli_device(run->mo.device, usage);
 	return cmd;

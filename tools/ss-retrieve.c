@@ -23,15 +23,16 @@
 static const char *usage_line =
 	"ss-retrieve add|build --index DB [--state-budget BYTES [--hits FILE]]\n"
 	"                   [--stateless --model DIR [--state-dtype T]] [-q|-v] [STREAM...]\n"
-	"       ss-retrieve query --index DB [-k K] [--exclude ID]... [--query TEXT]\n"
+	"       ss-retrieve query --index DB... [-k K] [--exclude ID]... [--query TEXT]\n"
 	"                   [--ids [--text] [--json]] [--order best-last|best-first]\n"
 	"                   [-o FILE | --out-dir DIR] [--empty-ok] [--k1 K1] [--b B] [-q|-v]\n"
 	"                   [--operator or|and] [--proximity on|off] [--literal]\n"
 	"                   [--model DIR [--device D] [--threads N] [--weights-dtype T]\n"
 	"                   [--deterministic]]\n"
-	"       ss-retrieve list|stats --index DB [--json]\n"
-	"       ss-retrieve show --index DB [--json] ID...\n"
-	"       ss-retrieve delete --index DB [-q|-v] ID...";
+	"       ss-retrieve list|stats --index DB... [--json]\n"
+	"       ss-retrieve show --index DB... [--json] ID...\n"
+	"       ss-retrieve delete --index DB [-q|-v] ID...\n"
+	"       ss-retrieve merge -o OUT.db [-q|-v] DB...";
 
 static void help(void)
 {
@@ -59,9 +60,17 @@ static void help(void)
 	      "list: one line per document: id, tokens, state file, byte offset, length.\n"
 	      "show: each document's metadata and its text (as indexed).\n"
 	      "stats: documents, terms, tokens, bytes and state files of the index.\n"
-	      "delete: removes documents in one transaction (an unknown id: none removed).\n\n"
+	      "delete: removes documents in one transaction (an unknown id: none removed).\n"
+	      "merge: combines the indexes DB... (shards) into one new index OUT.db, whose\n"
+	      "  queries give what querying the shards together gives (written whole or\n"
+	      "  not at all).\n\n"
 	      "options:\n"
-	      "  --index DB       the index file (SQLite)\n"
+	      "  --index DB       the index file (SQLite). query, list, show, stats: repeat\n"
+	      "                   it, or give @FILE (one index path a line, relative to\n"
+	      "                   FILE's directory; # comments), to use several indexes\n"
+	      "                   (shards) as one: ranked exactly as one index holding\n"
+	      "                   all their documents (their N, avgdl, df summed); a\n"
+	      "                   document id in two shards is an error\n"
 	      "  -k K             documents per query (default 10)\n"
 	      "  --query TEXT     one query given on the command line\n"
 	      "  --exclude ID     leave document ID out of every result (repeatable)\n"
@@ -310,13 +319,47 @@ static int cmd_delete(const char *db, char **ids, int n_ids)
 
 /* ------------------------------------------------------------------ inspect */
 
+/* The --index paths (shards), @FILE lists expanded, in the order given. */
+static char **dbs;
+static int n_dbs;
+
+static void db_add(const char *arg)
+{
+	cli_index_add(arg, &dbs, &n_dbs);
+}
+
+/* The indexes as one (ss_index_open_shards); an error names the shard. */
 static ss_index *open_or_die(const char *db)
 {
 	char em[SS_ERRMSG_MAX];
 	ss_index *ix;
-	if (ss_index_open(&ix, db, em))
-		cli_die("%s: %s", db, em);
+	if (ss_index_open_shards(&ix, (const char *const *)dbs, n_dbs, em)) {
+		if (n_dbs == 1)
+			cli_die("%s: %s", db, em);
+		cli_die("%s", em);
+	}
 	return ix;
+}
+
+/* merge: the shards into OUT, whole or not at all. */
+static int cmd_merge(const char *out, char **args, int n_args)
+{
+	char em[SS_ERRMSG_MAX];
+	for (int i = 0; i < n_args; i++)
+		db_add(args[i]);
+	if (!n_dbs)
+		cli_usage(usage_line, "merge: no index given");
+	for (int i = 0; i < n_dbs; i++)
+		cli_out_not_input(out, dbs[i]);
+	double t0 = cli_now();
+	ss_index_build_stats bs;
+	if (ss_index_merge(out, (const char *const *)dbs, n_dbs, &bs, em))
+		cli_die("%s", em);
+	if (cli_verbosity >= 2)
+		fprintf(stderr, "%s: %s: %lld %s from %d %s in %.2f s\n", cli_prog, out, (long long)bs.n_docs,
+			cli_plural((uint64_t)bs.n_docs, "document", "documents"), n_dbs,
+			n_dbs == 1 ? "index" : "indexes", cli_now() - t0);
+	return 0;
 }
 
 /* The JSON object of one document's metadata (no text). */
@@ -1096,7 +1139,8 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 	ss_index *ix;
 	/* The texts (--text) and a stateless hit's tokens (--model) are read
 	 * with the hits, in the query's one snapshot. */
-	if (ss_index_open(&ix, db, em) || ss_index_set_bm25(ix, o->k1, o->b, em) ||
+	ix = open_or_die(db);
+	if (ss_index_set_bm25(ix, o->k1, o->b, em) ||
 	    ss_index_set_query(ix, o->qflags, em) ||
 	    ss_index_set_fetch(ix, (o->text ? SS_INDEX_FETCH_TEXT : 0) | (o->mo && !o->ids ? SS_INDEX_FETCH_TOKENS : 0), em))
 		cli_die("%s: %s", db, em);
@@ -1107,7 +1151,8 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 		exit(CLI_EXIT_USAGE);
 	}
 	if (o->out && strcmp(o->out, "-")) {
-		cli_out_not_input(o->out, db);
+		for (int i = 0; i < n_dbs; i++)
+			cli_out_not_input(o->out, dbs[i]);
 		if (ss_index_files(ix, out_not_state, (void *)o->out, em))
 			cli_die("%s: %s", db, em);
 	}
@@ -1136,7 +1181,7 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 /* The command and its options. */
 typedef struct {
 	const char *cmd;
-	int build, query_cmd, list, show, stats, del; /* which command */
+	int build, query_cmd, list, show, stats, del, merge; /* which command */
 	const char *db, *query, *hits;
 	int64_t budget; /* --state-budget, -1: none */
 	int stateless;  /* --stateless */
@@ -1157,7 +1202,7 @@ static void parse_command(int argc, char **argv, retrieve_args *a)
 		if (!strcmp(argv[i], "-V") || !strcmp(argv[i], "--version"))
 			cli_version();
 	}
-	static const char *const cmds = "build, add, query, list, show, stats or delete";
+	static const char *const cmds = "build, add, query, list, show, stats, delete or merge";
 	if (argc < 2)
 		cli_usage(usage_line, "missing command: %s", cmds);
 	const char *cmd = a->cmd = argv[1];
@@ -1165,8 +1210,8 @@ static void parse_command(int argc, char **argv, retrieve_args *a)
 	a->build = !strcmp(cmd, "build") || !strcmp(cmd, "add");
 	a->query_cmd = !strcmp(cmd, "query");
 	a->list = !strcmp(cmd, "list"), a->show = !strcmp(cmd, "show");
-	a->stats = !strcmp(cmd, "stats"), a->del = !strcmp(cmd, "delete");
-	if (!a->build && !a->query_cmd && !a->list && !a->show && !a->stats && !a->del)
+	a->stats = !strcmp(cmd, "stats"), a->del = !strcmp(cmd, "delete"), a->merge = !strcmp(cmd, "merge");
+	if (!a->build && !a->query_cmd && !a->list && !a->show && !a->stats && !a->del && !a->merge)
 		cli_usage(usage_line, "unknown command '%s' (%s)", cmd, cmds);
 }
 
@@ -1180,13 +1225,18 @@ static void set_opt(retrieve_args *a, int c, char **argv)
 	/* Beside --index, the commands other than query take only --json
 	 * (list, show, stats), build its budget and --stateless. */
 	int build_opt = c == O_BUDGET || c == O_HITS || c == O_STATELESS || c == O_SDTYPE || c == O_ADD_MODEL;
+	if (a->merge)
+		cli_usage(usage_line, "option not valid for merge: %s (merge -o OUT DB...)", argv[optind - 1]);
 	if (!(c == O_INDEX || (a->query_cmd && !build_opt) || (a->build && build_opt) ||
 	      (c == O_JSON && !a->build && !a->del)))
 		/* the option, not its argument when that came as the next word */
 		cli_usage(usage_line, "option not valid for %s: %s", a->cmd,
 			  optarg && optind >= 2 && argv[optind - 1] == optarg ? argv[optind - 2] : argv[optind - 1]);
 	switch (c) {
-	case O_INDEX: a->db = optarg; break;
+	case O_INDEX:
+		db_add(optarg);
+		a->db = optarg;
+		break;
 	case O_QUERY: a->query = optarg; break;
 	case O_EXCLUDE: o->exclude[o->n_exclude++] = optarg; break;
 	case O_IDS: o->ids = 1; break;
@@ -1288,10 +1338,17 @@ static void parse_opts(int argc, char **argv, retrieve_args *a)
 		cli_usage(usage_line, "--device, --threads, --weights-dtype and --deterministic go with --model");
 	if (a->mo.tokenizer)
 		cli_usage(usage_line, "--tokenizer: query recomputes from the stored tokens, it needs no tokenizer");
-	if (!a->query_cmd && o->out)
+	if (!a->query_cmd && !a->merge && o->out)
 		cli_usage(usage_line, "option not valid for %s: -o", a->cmd);
+	if (a->merge) {
+		if (!o->out || !strcmp(o->out, "-"))
+			cli_usage(usage_line, "merge needs -o OUT.db (a file)");
+		return;
+	}
 	if (!a->db)
 		cli_usage(usage_line, "--index DB is required");
+	if (n_dbs > 1 && (a->build || a->del))
+		cli_usage(usage_line, "%s takes one --index, not %d", a->cmd, n_dbs);
 }
 
 /* query's option checks: what goes with --ids, --query, --out-dir, -o. */
@@ -1318,7 +1375,17 @@ int main(int argc, char **argv)
 	retrieve_args a = { 0 };
 	parse_command(argc, argv, &a);
 	parse_opts(argc, argv, &a);
-	const char *db = a.db;
+	if (a.merge) {
+		free(a.o.exclude);
+		return cmd_merge(a.o.out, argv + optind, argc - optind);
+	}
+	/* Messages name the index, or for several the count (an error of
+	 * one shard names that shard). */
+	char label[64];
+	snprintf(label, sizeof label, "%d shards", n_dbs);
+	const char *db = n_dbs == 1 ? a.db : label;
+	if (n_dbs == 1)
+		db = dbs[0];
 	if (a.build || a.del || a.show) {
 		free(a.o.exclude);
 		if ((a.del || a.show) && optind == argc)

@@ -71,11 +71,16 @@ struct ss_bm25 {
 	/* query-side corpus statistics (loaded lazily, reloaded when the file changes) */
 	int64_t stats_version;
 	double n_docs, avgdl;
+	int64_t n_doc_terms; /* the sum of the documents' lengths (N avgdl) */
 	uint32_t **dlc;   /* document lengths by rid, in chunks of DL_CHUNK read when first needed */
 	size_t n_dlc;
 	sqlite3_blob *dl_blob; /* bm25.doclen, open during a search */
 	int64_t max_rid;
 	double k1, b; /* the search's parameters (ss_bm25_set_params) */
+	/* The search's statistics: this index's, or a union's (ss_bm25_global) */
+	double qN, qavgdl;
+	double lscale; /* bound on w(global avgdl) / w(this index's avgdl), >= 1 */
+	const ss_bm25_global *g; /* NULL: this index alone */
 };
 
 static void free_doclen(ss_bm25 *b)
@@ -837,6 +842,7 @@ static int load_stats(ss_bm25 *b, char *errmsg)
 		return sqlfail(b, errmsg, "sqlite");
 	free_doclen(b);
 	b->n_docs = 0;
+	b->n_doc_terms = 0;
 	b->avgdl = 1;
 	b->max_rid = -1;
 	int s = sqlite3_step(st);
@@ -851,6 +857,7 @@ static int load_stats(ss_bm25 *b, char *errmsg)
 		} else {
 			b->n_dlc = (size_t)b->max_rid / DL_CHUNK + 1;
 			b->n_docs = (double)n;
+			b->n_doc_terms = t;
 			b->avgdl = n && t ? (double)t / (double)n : 1;
 		}
 	} else if (s != SQLITE_DONE) {
@@ -918,6 +925,7 @@ typedef struct {
 	int pos, n;
 	uint32_t rid[BLOCK], tf[BLOCK];
 	uint32_t cur;   /* current rid; END past the last */
+	int qi;         /* the term's place in b->qterms */
 } cursor;
 
 #define END UINT32_MAX
@@ -1102,14 +1110,15 @@ static int excluded(uint32_t rid, const int64_t *ex, size_t n)
  * that a term in most documents still counts a little. */
 static double idf_of(const ss_bm25 *b, double df)
 {
-	double idf = log((b->n_docs - df + 0.5) / (df + 0.5));
+	double idf = log((b->qN - df + 0.5) / (df + 0.5));
 	return idf <= 0 ? 1e-6 : idf;
 }
 
 /* Opens the postings of term `term` into t (its first block decoded into
  * t's arrays through buf; *tid: its id): 1, 0 when no document holds the
  * term (t untouched), or a negative SS_ERR_* with errmsg (t released). */
-static int cur_open(ss_bm25 *b, const char *term, cursor *t, int64_t *tid, unsigned char *buf, char *errmsg)
+static int cur_open(ss_bm25 *b, const char *term, int64_t gdf, cursor *t, int64_t *tid, unsigned char *buf,
+		    char *errmsg)
 {
 	int rc = 0, found = 0;
 	sqlite3_bind_text(b->find_term, 1, term, -1, SQLITE_STATIC);
@@ -1119,11 +1128,14 @@ static int cur_open(ss_bm25 *b, const char *term, cursor *t, int64_t *tid, unsig
 		memset(t, 0, sizeof *t);
 		*tid = sqlite3_column_int64(b->find_term, 0);
 		t->df = sqlite3_column_int64(b->find_term, 1);
-		t->idf = idf_of(b, (double)t->df);
-		/* maxw holds for the default k1, b; for others w < k1 + 1 (tf/(tf + k1 L) < 1). */
+		t->idf = idf_of(b, (double)(gdf >= 0 ? gdf : t->df));
+		/* maxw holds for the default k1, b and this index's avgdl; for
+		 * others w < k1 + 1 (tf/(tf + k1 L) < 1); a union's avgdl scales
+		 * it by at most lscale (set_query_stats). */
 		int dflt = b->k1 == SS_BM25_K1 && b->b == SS_BM25_B;
-		t->ub = t->idf * (dflt ? sqlite3_column_double(b->find_term, 2) : b->k1 + 1);
-		t->bscale = dflt ? t->idf : 0;
+		double mw = sqlite3_column_double(b->find_term, 2) * b->lscale;
+		t->ub = t->idf * (dflt && mw < b->k1 + 1 ? mw : b->k1 + 1);
+		t->bscale = dflt ? t->idf * b->lscale : 0;
 		t->blk = -1;
 		unsigned char hdr[4];
 		if (sqlite3_blob_open(b->db, "main", "terms", "postings", *tid, 0, &t->blob) != SQLITE_OK)
@@ -1149,6 +1161,32 @@ static int cur_open(ss_bm25 *b, const char *term, cursor *t, int64_t *tid, unsig
 	return rc ? rc : found;
 }
 
+/* A document's score as the sum of its terms' parts in query order,
+ * whatever order the search met them in: the same bits in one index and
+ * in a union of shards (where the bounds, and so the order, differ), so
+ * that equal scores stay equal. v[q], rid[q]: term q's part and the
+ * document it is of. */
+typedef struct {
+	double *v;
+	uint32_t *rid;
+	size_t n;
+} term_sum;
+
+static inline void term_sum_put(term_sum *t, int q, uint32_t rid, double v)
+{
+	t->v[q] = v;
+	t->rid[q] = rid;
+}
+
+static double term_sum_of(const term_sum *t, uint32_t rid)
+{
+	double s = 0;
+	for (size_t q = 0; q < t->n; q++)
+		if (t->rid[q] == rid)
+			s += t->v[q];
+	return s;
+}
+
 /* Top k of the OR of b->qterms by MaxScore (stats loaded). */
 static int maxscore_search(ss_bm25 *b, int k, const int64_t *exclude, size_t n_exclude, ss_bm25_hit *hits,
 			   char *errmsg)
@@ -1159,16 +1197,20 @@ static int maxscore_search(ss_bm25 *b, int k, const int64_t *exclude, size_t n_e
 	size_t n_primed = 0;
 	unsigned char *buf = malloc(BLOCK * 20);
 	double *cum = malloc(b->n_q * sizeof *cum);
+	term_sum ts = { malloc(b->n_q * sizeof *ts.v), malloc(b->n_q * sizeof *ts.rid), b->n_q };
 	int m = 0, n_hits = 0;
-	if (!c || !buf || !cum) {
+	if (!c || !buf || !cum || !ts.v || !ts.rid) {
 		rc = SS_ERR_NOMEM;
 		goto done;
 	}
-	double avgdl = b->avgdl;
+	for (size_t q = 0; q < b->n_q; q++)
+		ts.rid[q] = END;
+	double avgdl = b->qavgdl;
 	for (size_t i = 0; i < b->n_q; i++) {
 		int64_t tid;
-		if ((rc = cur_open(b, b->qterms[i], &c[m], &tid, buf, errmsg)) < 0)
+		if ((rc = cur_open(b, b->qterms[i], b->g ? b->g->df[i] : -1, &c[m], &tid, buf, errmsg)) < 0)
 			goto done;
+		c[m].qi = (int)i;
 		m += rc;
 		rc = 0;
 	}
@@ -1202,30 +1244,31 @@ static int maxscore_search(ss_bm25 *b, int k, const int64_t *exclude, size_t n_e
 				d = pc[i].cur;
 		if (d == END)
 			break;
-		double dl, s = 0;
+		double dl;
 		if ((rc = dl_of(b, d, &dl)))
 			goto damaged;
 		for (int i = 0; i < m; i++) {
 			if (i < p0 && (rc = cur_seek(&pc[i], d, buf)))
 				goto damaged;
 			if (pc[i].cur == d) {
-				s += pc[i].idf * tf_weight(pc[i].tf[pc[i].pos], dl, avgdl, b->k1, b->b);
+				term_sum_put(&ts, pc[i].qi, d, pc[i].idf * tf_weight(pc[i].tf[pc[i].pos], dl, avgdl, b->k1, b->b));
 				if (i >= p0 && (rc = cur_next(&pc[i], buf)))
 					goto damaged;
 			}
 		}
 		primed[n_primed++] = d;
 		if (!(n_exclude && excluded(d, exclude, n_exclude)))
-			heap_offer(hits, &n_hits, k, (ss_bm25_hit){ d, s });
+			heap_offer(hits, &n_hits, k, (ss_bm25_hit){ d, term_sum_of(&ts, d) });
 	}
 	int ess = 0;
-	double theta = 0;
+	/* theta: the score a document must reach, the k-th's here or a
+	 * union's earlier shards' (ss_bm25_global.theta), whichever is higher */
+	double theta0 = b->g ? b->g->theta : 0, theta = theta0;
 	size_t next_primed = 0; /* primed[next_primed] is the first primed rid >= d */
-	if (n_hits == k) {
+	if (n_hits == k && hits[0].score > theta)
 		theta = hits[0].score;
-		while (ess < m && cum[ess] * SLACK < theta)
-			ess++;
-	}
+	while (theta > 0 && ess < m && cum[ess] * SLACK < theta)
+		ess++;
 	for (;;) {
 		uint32_t d = END;
 		for (int i = ess; i < m; i++)
@@ -1239,7 +1282,9 @@ static int maxscore_search(ss_bm25 *b, int k, const int64_t *exclude, size_t n_e
 		double norm = len_norm(dl, avgdl, b->k1, b->b);
 		for (int i = ess; i < m; i++)
 			if (c[i].cur == d) {
-				s += c[i].idf * w_of(c[i].tf[c[i].pos], norm, b->k1);
+				double v = c[i].idf * w_of(c[i].tf[c[i].pos], norm, b->k1);
+				s += v;
+				term_sum_put(&ts, c[i].qi, d, v);
 				if ((rc = cur_next(&c[i], buf)))
 					goto damaged;
 			}
@@ -1251,23 +1296,35 @@ static int maxscore_search(ss_bm25 *b, int k, const int64_t *exclude, size_t n_e
 		 * could still reach the k-th: a term's block that would hold d
 		 * (found in the skip table alone) bounds it more tightly than its
 		 * maximum, so that a block is decoded only when it could matter. */
-		for (int i = ess - 1; i >= 0; i--) {
+		int pruned = 0;
+		for (int i = ess - 1; i >= 0 && !pruned; i--) {
 			double rest = i ? cum[i - 1] : 0;
-			if ((s + c[i].ub + rest) * SLACK < theta)
+			if ((s + c[i].ub + rest) * SLACK < theta) {
+				pruned = 1;
 				break;
+			}
 			if (c[i].cur < d) {
 				int64_t sb = cur_shallow(&c[i], d);
 				if (sb == c[i].n_blocks)
 					continue;
-				if ((s + block_ub(&c[i], sb) + rest) * SLACK < theta)
+				if ((s + block_ub(&c[i], sb) + rest) * SLACK < theta) {
+					pruned = 1;
 					break;
+				}
 				if ((rc = cur_seek(&c[i], d, buf)))
 					goto damaged;
 			}
-			if (c[i].cur == d)
-				s += c[i].idf * w_of(c[i].tf[c[i].pos], norm, b->k1);
+			if (c[i].cur == d) {
+				double v = c[i].idf * w_of(c[i].tf[c[i].pos], norm, b->k1);
+				s += v;
+				term_sum_put(&ts, c[i].qi, d, v);
+			}
 		}
-		ss_bm25_hit x = { d, s };
+		/* A pruned document cannot reach theta; one whose partial sum
+		 * (in bound order) is that far below it cannot either. */
+		if (pruned || s * SLACK < theta || (n_hits == k && s * SLACK < hits[0].score))
+			continue;
+		ss_bm25_hit x = { d, term_sum_of(&ts, d) };
 		if (n_hits < k) {
 			heap_push(hits, &n_hits, x);
 		} else if (worse(&hits[0], &x)) {
@@ -1276,7 +1333,7 @@ static int maxscore_search(ss_bm25 *b, int k, const int64_t *exclude, size_t n_e
 		} else {
 			continue;
 		}
-		if (n_hits == k) {
+		if (n_hits == k && hits[0].score > theta) {
 			theta = hits[0].score;
 			while (ess < m && cum[ess] * SLACK < theta)
 				ess++;
@@ -1299,6 +1356,8 @@ done:
 	free(primed);
 	free(buf);
 	free(cum);
+	free(ts.v);
+	free(ts.rid);
 	return rc;
 }
 
@@ -1438,11 +1497,11 @@ static int clause_push(clause *c, uint32_t rid, uint32_t tf)
 }
 
 /* Every posting of `term` into c (empty when no document holds it). */
-static int term_clause(ss_bm25 *b, const char *term, clause *c, unsigned char *buf, char *errmsg)
+static int term_clause(ss_bm25 *b, const char *term, int64_t gdf, clause *c, unsigned char *buf, char *errmsg)
 {
 	cursor t;
 	int64_t tid;
-	int rc = cur_open(b, term, &t, &tid, buf, errmsg);
+	int rc = cur_open(b, term, gdf, &t, &tid, buf, errmsg);
 	if (rc <= 0)
 		return rc;
 	rc = 0;
@@ -1529,7 +1588,7 @@ static int phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, ch
 	int rc = t ? 0 : SS_ERR_NOMEM, said = 1; /* said: errmsg is set for rc */
 	for (size_t j = 0; !rc && j < m; j++) {
 		int64_t id;
-		if ((rc = cur_open(b, b->ptok[b->ph[p] + j], &t[j], &id, buf, errmsg)) <= 0)
+		if ((rc = cur_open(b, b->ptok[b->ph[p] + j], -1, &t[j], &id, buf, errmsg)) <= 0)
 			break; /* an error, or a token no document holds: no document */
 		rc = 0;
 		opened++;
@@ -1569,7 +1628,7 @@ static int phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, ch
 	}
 	if (rc && !said && rc != SS_ERR_NOMEM)
 		rc = rc == SS_ERR_IO ? sqlfail(b, errmsg, "reading postings") : ss_errf(errmsg, rc, "damaged postings");
-	c->idf = idf_of(b, (double)c->n);
+	c->idf = idf_of(b, (double)(b->g ? b->g->pdf[p] : (int64_t)c->n));
 	c->tid = 0;
 	for (size_t j = 0; j < opened; j++) {
 		sqlite3_blob_close(t[j].blob);
@@ -1628,7 +1687,7 @@ static int tp_score(ss_bm25 *b, uint32_t rid, double dl, const clause *c, int n,
 		last = j;
 		last_p = p;
 	}
-	double kk = len_norm(dl, b->avgdl, b->k1, b->b), s = 0;
+	double kk = len_norm(dl, b->qavgdl, b->k1, b->b), s = 0;
 	for (int j = 0; j < n; j++)
 		if (acc[j] > 0)
 			s += (c[j].idf < 1 ? c[j].idf : 1) * acc[j] * (b->k1 + 1) / (acc[j] + kk);
@@ -1647,25 +1706,27 @@ static int clause_search(ss_bm25 *b, unsigned flags, int k, const int64_t *exclu
 	clause *c = calloc((size_t)n_cl, sizeof *c);
 	unsigned char *buf = malloc(BLOCK * 20);
 	double *acc = malloc((size_t)n_cl * sizeof *acc);
+	clause *tpc = malloc((size_t)n_cl * sizeof *tpc); /* tp_score's terms, shallow copies */
+	char *is_tp = calloc((size_t)n_cl, 1);
 	cand *cd = NULL;
 	size_t n_cd = 0, cap_cd = 0;
-	if (!c || !buf || !acc) {
+	if (!c || !buf || !acc || !tpc || !is_tp) {
 		rc = SS_ERR_NOMEM;
 		goto done;
 	}
 	for (size_t i = 0; i < b->n_q && !rc; i++)
-		rc = term_clause(b, b->qterms[i], &c[i], buf, errmsg);
+		rc = term_clause(b, b->qterms[i], b->g ? b->g->df[i] : -1, &c[i], buf, errmsg);
 	for (size_t p = 0; p < b->n_ph && !rc; p++)
 		rc = phrase_clause(b, p, &c[b->n_q + p], buf, errmsg);
 	if (rc)
 		goto done;
-	/* The terms with positions first, for tp_score. */
+	/* The terms with positions, in query order (the clauses keep theirs:
+	 * a score sums its parts in query order, as maxscore_search's do). */
 	if (flags & SS_BM25_PROXIMITY) {
 		for (int i = 0; i < (int)b->n_q; i++)
 			if (c[i].tid && c[i].n) {
-				clause x = c[n_tp];
-				c[n_tp++] = c[i];
-				c[i] = x;
+				tpc[n_tp++] = c[i];
+				is_tp[i] = 1;
 			}
 		if (n_tp < 2)
 			n_tp = 0;
@@ -1685,12 +1746,12 @@ static int clause_search(ss_bm25 *b, unsigned flags, int k, const int64_t *exclu
 		int n_in = 0, n_tp_in = 0;
 		if ((rc = dl_get(b, d, &dl, errmsg)))
 			goto done;
-		double norm = len_norm(dl, b->avgdl, b->k1, b->b);
+		double norm = len_norm(dl, b->qavgdl, b->k1, b->b);
 		for (int i = 0; i < n_cl; i++)
 			if (c[i].at < c[i].n && c[i].rid[c[i].at] == d) {
 				s += c[i].idf * w_of(c[i].tf[c[i].at], norm, b->k1);
 				n_in++;
-				if (i < n_tp) {
+				if (n_tp && is_tp[i]) {
 					n_tp_in++;
 					ub += (c[i].idf < 1 ? c[i].idf : 1) * (b->k1 + 1);
 				}
@@ -1717,11 +1778,12 @@ static int clause_search(ss_bm25 *b, unsigned flags, int k, const int64_t *exclu
 	/* Proximity: by bound, best first, until no bound reaches the k-th score. */
 	if (n_cd) /* cd is NULL while empty */
 		qsort(cd, n_cd, sizeof *cd, cmp_cand_ub);
+	double theta0 = b->g ? b->g->theta : 0;
 	for (size_t i = 0; i < n_cd; i++) {
-		if (n_hits == k && cd[i].ub * SLACK < hits[0].score)
+		if ((n_hits == k && cd[i].ub * SLACK < hits[0].score) || cd[i].ub * SLACK < theta0)
 			break;
 		double dl, tp;
-		if ((rc = dl_get(b, cd[i].rid, &dl, errmsg)) || (rc = tp_score(b, cd[i].rid, dl, c, n_tp, acc, &tp, errmsg)))
+		if ((rc = dl_get(b, cd[i].rid, &dl, errmsg)) || (rc = tp_score(b, cd[i].rid, dl, tpc, n_tp, acc, &tp, errmsg)))
 			goto done;
 		heap_offer(hits, &n_hits, k, (ss_bm25_hit){ cd[i].rid, cd[i].score + tp });
 	}
@@ -1740,15 +1802,87 @@ done:
 	free(cd);
 	free(buf);
 	free(acc);
+	free(tpc);
+	free(is_tp);
 	return rc;
 }
 
-int ss_bm25_search(ss_bm25 *b, const char *query, unsigned flags, int k, const int64_t *exclude,
-		   size_t n_exclude, ss_bm25_hit *hits, char *errmsg)
+/* Sets the statistics the search scores by: this index's, or g's (a
+ * union's), and the bound lscale on how much a union's avgdl can raise
+ * a w above the maxima stored with this index's: w = tf (k1 + 1) / (A +
+ * x / avgdl), A = tf + k1 (1 - b), x = k1 b dl >= 0, so w(G) / w(L) =
+ * (A + x / L) / (A + x / G) <= max(1, G / L). */
+static void set_query_stats(ss_bm25 *b, const ss_bm25_global *g)
+{
+	b->g = g;
+	b->qN = g ? (double)g->n_docs : b->n_docs;
+	b->qavgdl = g ? (g->n_docs && g->n_terms ? (double)g->n_terms / (double)g->n_docs : 1) : b->avgdl;
+	b->lscale = b->qavgdl > b->avgdl ? b->qavgdl / b->avgdl : 1;
+}
+
+int ss_bm25_stats(ss_bm25 *b, const char *query, unsigned flags, ss_bm25_global *g, char *errmsg)
 {
 	int rc = ss_bm25_parse(b, query, flags & ~SS_BM25_EMPTY_OK, errmsg);
 	if (rc || (rc = load_stats(b, errmsg)))
 		return rc;
+	if (b->n_ph && (rc = check_positions(b, errmsg)))
+		return rc;
+	if (!g->df) {
+		g->n_q = b->n_q;
+		g->n_ph = b->n_ph;
+		if (!(g->df = calloc(b->n_q + b->n_ph + 1, sizeof *g->df)))
+			return SS_ERR_NOMEM;
+		g->pdf = g->df + b->n_q;
+	} else if (g->n_q != b->n_q || g->n_ph != b->n_ph) {
+		return ss_errf(errmsg, SS_ERR_INVALID, "the query's terms differ between indexes");
+	}
+	g->n_docs += (int64_t)b->n_docs;
+	g->n_terms += b->n_doc_terms;
+	for (size_t i = 0; i < b->n_q; i++) {
+		sqlite3_bind_text(b->find_term, 1, b->qterms[i], -1, SQLITE_STATIC);
+		int s = sqlite3_step(b->find_term);
+		if (s == SQLITE_ROW)
+			g->df[i] += sqlite3_column_int64(b->find_term, 1);
+		sqlite3_reset(b->find_term);
+		if (s != SQLITE_ROW && s != SQLITE_DONE)
+			return sqlfail(b, errmsg, "looking up a term");
+	}
+	if (!b->n_ph)
+		return 0;
+	/* A phrase's df is the documents holding it: found as the search
+	 * finds them. */
+	unsigned char *buf = malloc(BLOCK * 20);
+	if (!buf)
+		return SS_ERR_NOMEM;
+	set_query_stats(b, NULL);
+	for (size_t p = 0; p < b->n_ph && !rc; p++) {
+		clause c = { 0 };
+		if (!(rc = phrase_clause(b, p, &c, buf, errmsg)))
+			g->pdf[p] += (int64_t)c.n;
+		free(c.rid);
+		free(c.tf);
+	}
+	sqlite3_blob_close(b->pos_blob);
+	b->pos_blob = NULL;
+	free(buf);
+	return rc;
+}
+
+void ss_bm25_global_free(ss_bm25_global *g)
+{
+	free(g->df);
+	memset(g, 0, sizeof *g);
+}
+
+int ss_bm25_search(ss_bm25 *b, const char *query, unsigned flags, int k, const int64_t *exclude,
+		   size_t n_exclude, const ss_bm25_global *g, ss_bm25_hit *hits, char *errmsg)
+{
+	int rc = ss_bm25_parse(b, query, flags & ~SS_BM25_EMPTY_OK, errmsg);
+	if (rc || (rc = load_stats(b, errmsg)))
+		return rc;
+	if (g && (g->n_q != b->n_q || g->n_ph != b->n_ph || !g->df))
+		return ss_errf(errmsg, SS_ERR_INVALID, "statistics of another query");
+	set_query_stats(b, g);
 	int general = b->n_ph || (flags & SS_BM25_ALL) || ((flags & SS_BM25_PROXIMITY) && b->n_q > 1);
 	if ((b->n_ph || ((flags & SS_BM25_PROXIMITY) && b->n_q > 1)) && (rc = check_positions(b, errmsg)))
 		return rc;

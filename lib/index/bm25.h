@@ -103,6 +103,19 @@ typedef struct {
 #define SS_BM25_EMPTY_OK 8u   /* ss_bm25_parse: a query without a term is no error */
 #define SS_BM25_MAX_PHRASE 64
 
+/* The statistics of a union of indexes (shards), to rank the union exactly:
+ * what one index holding all their documents would score with. */
+typedef struct {
+	int64_t n_docs;  /* N: documents, summed over the shards */
+	int64_t n_terms; /* the sum of their lengths (N avgdl) */
+	int64_t *df;     /* [n_q]: df of each term of the query (ss_bm25_parse's order), summed */
+	int64_t *pdf;    /* [n_ph]: the documents holding each phrase, summed (inside df's allocation) */
+	size_t n_q, n_ph;
+	/* A score below which a hit is of no use to the caller (the k-th of
+	 * the shards searched so far; 0: none): the search prunes by it. */
+	double theta;
+} ss_bm25_global;
+
 /* Top-k rows for `query` by BM25, best first, equal scores by rid, leaving
  * out the rids in exclude[0..n_exclude) (sorted ascending). The query's
  * clauses are its distinct terms outside quotes and (SS_BM25_PHRASES) its
@@ -115,8 +128,13 @@ typedef struct {
  * consecutive occurrences of two different query terms at distance d,
  * acc(t) += idf(t') / d^2 for each of the two; score += sum over terms of
  * min(1, idf(t)) acc(t) (k1 + 1) / (acc(t) + k1 (1 - b + b dl / avgdl)).
- * Only terms outside quotes and of one token each take part. The top k is
- * exact. Runs in the caller's read transaction. hits: room for k. Returns
+ * Only terms outside quotes and of one token each take part. A score is
+ * the sum of its clauses' parts in query order, whatever order pruning
+ * met them in. g: NULL (this index's N, avgdl, df), or a union's
+ * statistics (ss_bm25_stats over every shard, for this query and flags):
+ * scored by those, with the stored bounds widened to stay bounds under
+ * its avgdl, and the hits that score below g->theta may be left out. The
+ * top k is exact. Runs in the caller's read transaction. hits: room for k. Returns
  * the number of hits (0 when nothing matches), SS_ERR_INVALID (no term;
  * an unbalanced quote, an empty phrase, a phrase of more than
  * SS_BM25_MAX_PHRASE tokens: errmsg names it), SS_ERR_UNSUPPORTED (phrases
@@ -127,6 +145,17 @@ typedef struct {
 int ss_bm25_parse(ss_bm25 *b, const char *query, unsigned flags, char *errmsg);
 
 int ss_bm25_search(ss_bm25 *b, const char *query, unsigned flags, int k, const int64_t *exclude,
-		   size_t n_exclude, ss_bm25_hit *hits, char *errmsg);
+		   size_t n_exclude, const ss_bm25_global *g, ss_bm25_hit *hits, char *errmsg);
+
+/* Adds this index's statistics for `query` (parsed under flags as
+ * ss_bm25_search does) to *g: n_docs, n_terms, and each query term's and
+ * phrase's df (a phrase's: the documents holding it, found by reading
+ * their positions, as the search does). *g starts zeroed; the first call
+ * sizes g->df/g->pdf by the query (freed by ss_bm25_global_free). Runs in
+ * the caller's read transaction. Returns 0 or ss_bm25_search's errors. */
+int ss_bm25_stats(ss_bm25 *b, const char *query, unsigned flags, ss_bm25_global *g, char *errmsg);
+
+/* Frees g's arrays and zeroes it. */
+void ss_bm25_global_free(ss_bm25_global *g);
 
 #endif /* SS_BM25_H */

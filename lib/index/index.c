@@ -238,6 +238,8 @@ fail:
 int64_t ss_index_count(ss_index *ix)
 {
 	sqlite3_stmt *st;
+	if (ix && ix->n_shard)
+		return ixs_count(ix);
 	if (!ix || sqlite3_prepare_v2(ix->db, "SELECT count(*) FROM docs", -1, &st, NULL) != SQLITE_OK)
 		return SS_ERR_IO;
 	int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : SS_ERR_IO;
@@ -309,6 +311,11 @@ int ss_index_set_bm25(ss_index *ix, double k1, double b, char *errmsg)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
 	if (!(k1 >= 0 && k1 <= 1000) || !(b >= 0 && b <= 1))
 		return ss_errf(errmsg, SS_ERR_INVALID, "BM25 k1 %g, b %g: want 0 <= k1 <= 1000, 0 <= b <= 1", k1, b);
+	if (ix->n_shard) {
+		for (int s = 0; s < ix->n_shard; s++)
+			ss_bm25_set_params(ix->shard[s]->bm25, k1, b);
+		return 0;
+	}
 	ss_bm25_set_params(ix->bm25, k1, b);
 	return 0;
 }
@@ -320,6 +327,8 @@ int ss_index_set_query(ss_index *ix, unsigned flags, char *errmsg)
 	if (flags & ~(SS_INDEX_QUERY_PHRASES | SS_INDEX_QUERY_ALL | SS_INDEX_QUERY_PROXIMITY))
 		return ss_errf(errmsg, SS_ERR_INVALID, "query flags %#x: unknown", flags);
 	ix->qflags = flags;
+	for (int s = 0; s < ix->n_shard; s++)
+		ix->shard[s]->qflags = flags;
 	return 0;
 }
 
@@ -327,7 +336,8 @@ int ss_index_query_check(ss_index *ix, const char *query, char *errmsg)
 {
 	if (!ix || !ix->query)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
-	return ss_bm25_parse(ix->bm25, query ? query : "", ix->qflags | SS_BM25_EMPTY_OK, errmsg);
+	ss_bm25 *b = ix->n_shard ? ix->shard[0]->bm25 : ix->bm25;
+	return ss_bm25_parse(b, query ? query : "", ix->qflags | SS_BM25_EMPTY_OK, errmsg);
 }
 
 int ss_index_set_fetch(ss_index *ix, unsigned what, char *errmsg)
@@ -337,6 +347,8 @@ int ss_index_set_fetch(ss_index *ix, unsigned what, char *errmsg)
 	if (what & ~(SS_INDEX_FETCH_TEXT | SS_INDEX_FETCH_TOKENS))
 		return ss_errf(errmsg, SS_ERR_INVALID, "fetch flags %#x: unknown", what);
 	ix->fetch = what;
+	for (int s = 0; s < ix->n_shard; s++)
+		ix->shard[s]->fetch = what;
 	return 0;
 }
 
@@ -361,6 +373,35 @@ static int hit_fetch(ss_index *ix, ss_index_hit *h, char *errmsg)
 	return rc;
 }
 
+void ix_sort_rids(int64_t *rids, size_t n)
+{
+	if (n)
+		qsort(rids, n, sizeof *rids, cmp_rid);
+}
+
+void ix_rank_hits(ss_index_hit *h, int n)
+{
+	if (n)
+		qsort(h, (size_t)n, sizeof *h, cmp_hit);
+	for (int i = 0; i < n; i++)
+		h[i].rank = i + 1;
+}
+
+int ix_hit_of_rid(ss_index *ix, int64_t rid, double score, ss_index_hit *h, char *errmsg)
+{
+	sqlite3_bind_int64(ix->query, 1, rid);
+	sqlite3_bind_double(ix->query, 2, score);
+	int s = sqlite3_step(ix->query), rc;
+	if (s == SQLITE_ROW)
+		rc = hit_from_row(ix, ix->query, h, errmsg);
+	else
+		rc = s == SQLITE_DONE ? ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: postings name row %lld, "
+					     "which is not there", (long long)rid)
+				      : ix_sqlerr(ix, errmsg, "query");
+	sqlite3_reset(ix->query);
+	return rc ? rc : hit_fetch(ix, h, errmsg);
+}
+
 int ss_index_query(ss_index *ix, const char *query, int k, const char *const *exclude,
 		   size_t n_exclude, ss_index_hit **hits, char *errmsg)
 {
@@ -369,6 +410,8 @@ int ss_index_query(ss_index *ix, const char *query, int k, const char *const *ex
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
 	if (k < 1)
 		return ss_errf(errmsg, SS_ERR_INVALID, "k must be at least 1");
+	if (ix->n_shard)
+		return ixs_query(ix, query, k, exclude, n_exclude, hits, errmsg);
 	int64_t *ex = malloc((n_exclude + 1) * sizeof *ex);
 	ss_bm25_hit *top = malloc((size_t)k * sizeof *top);
 	ss_index_hit *h = calloc((size_t)k, sizeof *h);
@@ -391,29 +434,14 @@ int ss_index_query(ss_index *ix, const char *query, int k, const char *const *ex
 			rc = ix_sqlerr(ix, errmsg, "query");
 		sqlite3_reset(ix->rid_of);
 	}
-	qsort(ex, n_ex, sizeof *ex, cmp_rid);
-	int n_top = rc ? rc : ss_bm25_search(ix->bm25, query ? query : "", ix->qflags, k, ex, n_ex, top, errmsg);
+	ix_sort_rids(ex, n_ex);
+	int n_top = rc ? rc : ss_bm25_search(ix->bm25, query ? query : "", ix->qflags, k, ex, n_ex, NULL, top, errmsg);
 	rc = n_top < 0 ? n_top : 0;
-	for (int i = 0; i < n_top && !rc; i++) {
-		sqlite3_bind_int64(ix->query, 1, top[i].rid);
-		sqlite3_bind_double(ix->query, 2, top[i].score);
-		int s = sqlite3_step(ix->query);
-		if (s == SQLITE_ROW)
-			rc = hit_from_row(ix, ix->query, &h[n++], errmsg);
-		else
-			rc = s == SQLITE_DONE ? ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: postings name row %lld, "
-						     "which is not there", (long long)top[i].rid)
-					      : ix_sqlerr(ix, errmsg, "query");
-		sqlite3_reset(ix->query);
-		if (!rc)
-			rc = hit_fetch(ix, &h[n - 1], errmsg);
-	}
+	for (int i = 0; i < n_top && !rc; i++)
+		rc = ix_hit_of_rid(ix, top[i].rid, top[i].score, &h[n++], errmsg);
 	sqlite3_exec(ix->db, "COMMIT", NULL, NULL, NULL);
-	if (!rc) {
-		qsort(h, (size_t)n, sizeof *h, cmp_hit);
-		for (int i = 0; i < n; i++)
-			h[i].rank = i + 1;
-	}
+	if (!rc)
+		ix_rank_hits(h, n);
 done:
 	free(ex);
 	free(top);
@@ -455,6 +483,8 @@ int ss_index_lookup(ss_index *ix, const char *id, ss_index_hit *hit, char *errms
 	memset(hit, 0, sizeof *hit);
 	if (!ix || !ix->lookup)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	if (ix->n_shard)
+		return ixs_lookup(ix, id, hit, errmsg);
 	sqlite3_bind_text(ix->lookup, 1, id, -1, SQLITE_STATIC);
 	int s = sqlite3_step(ix->lookup), rc;
 	if (s == SQLITE_ROW)
@@ -503,6 +533,14 @@ static int doc_blob(ss_index *ix, sqlite3_stmt *st, const char *id, const char *
 
 int ss_index_text(ss_index *ix, const char *id, char **text, size_t *len, char *errmsg)
 {
+	if (ix && ix->n_shard) {
+		int64_t n = 0;
+		void *t = NULL;
+		int rc = ixs_blob(ix, id, 0, &t, &n, errmsg);
+		*text = t;
+		*len = (size_t)n;
+		return rc;
+	}
 	return doc_blob(ix, ix ? ix->text_of : NULL, id, "reading the text", text, len, errmsg);
 }
 
@@ -512,6 +550,12 @@ int ss_index_tokens(ss_index *ix, const char *id, int32_t **tokens, int64_t *n_t
 	size_t len;
 	*tokens = NULL;
 	*n_tokens = 0;
+	if (ix && ix->n_shard) {
+		void *t = NULL;
+		int rc = ixs_blob(ix, id, 1, &t, n_tokens, errmsg);
+		*tokens = t;
+		return rc;
+	}
 	int rc = doc_blob(ix, ix ? ix->tokens_of : NULL, id, "reading the tokens", &blob, &len, errmsg);
 	if (rc || !blob)
 		return rc;
@@ -542,6 +586,8 @@ int ss_index_docs(ss_index *ix, const char *id, ss_index_doc_fn fn, void *ctx, c
 {
 	if (!ix || !ix->lookup)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	if (ix->n_shard)
+		return ixs_docs(ix, id, fn, ctx, errmsg);
 	char sql[1024];
 	snprintf(sql, sizeof sql,
 		 "SELECT d.id, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.n_tokens,"
@@ -616,6 +662,8 @@ int ss_index_info_get(ss_index *ix, ss_index_info *info, char *errmsg)
 	memset(info, 0, sizeof *info);
 	if (!ix || !ix->lookup)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	if (ix->n_shard)
+		return ixs_info(ix, info, errmsg);
 	int64_t page_size = 0, page_count = 0;
 	int rc;
 	if ((rc = ix_exec(ix, "BEGIN", errmsg)))
@@ -658,6 +706,8 @@ int ss_index_files(ss_index *ix, ss_index_file_fn fn, void *ctx, char *errmsg)
 {
 	if (!ix || !ix->lookup)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for queries");
+	if (ix->n_shard)
+		return ixs_files(ix, fn, ctx, errmsg);
 	sqlite3_stmt *st;
 	if (sqlite3_prepare_v2(ix->db, "SELECT path FROM files ORDER BY file_id", -1, &st, NULL) != SQLITE_OK)
 		return ix_sqlerr(ix, errmsg, "listing state files");
@@ -738,6 +788,11 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 		return ss_errf(errmsg, SS_ERR_NOTFOUND, "document %s has no stored state", hit->id);
 	if (!ix || !hit || !hit->path || !hit->id)
 		return ss_errf(errmsg, SS_ERR_INVALID, "no hit to read");
+	if (ix->n_shard) {
+		ss_index *sh = ixs_shard_of_hit(ix, hit);
+		return sh ? ss_index_read(sh, hit, meta_only, recp, errmsg)
+			  : ss_errf(errmsg, SS_ERR_INVALID, "hit of no shard");
+	}
 	reader_slot *s = NULL;
 	int rc = reader_for(ix, hit, &s, errmsg);
 	if (rc)
@@ -786,6 +841,10 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 
 int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *errmsg)
 {
+	if (ix && ix->n_shard) {
+		ss_index *sh = ixs_shard_of_hit(ix, hit);
+		return sh ? ss_index_copy(sh, hit, w, errmsg) : ss_errf(errmsg, SS_ERR_INVALID, "hit of no shard");
+	}
 	const ss_record *rec;
 	int rc = ss_index_read(ix, hit, 1, &rec, errmsg);
 	if (rc)
@@ -831,6 +890,11 @@ void ss_index_close(ss_index *ix)
 {
 	if (!ix)
 		return;
+	if (ix->n_shard || ix->shard) { /* a union: its statements are its shards' */
+		ixs_close(ix);
+		free(ix);
+		return;
+	}
 	sqlite3_stmt **stmts[] = { &ix->find, &ix->ins_doc, &ix->set_text, &ix->set_state, &ix->touch,
 				   &ix->file_find, &ix->file_ins, &ix->query, &ix->lookup, &ix->rid_of,
 				   &ix->put_text, &ix->del_doc, &ix->del_text, &ix->text_of,

@@ -65,6 +65,13 @@ struct ss_index {
 	 * (removed unless the build commits) */
 	int lock_fd;
 	char *lock_path, *created_path;
+	/* A union of shards (ss_index_open_shards of two or more): their
+	 * handles and paths as given; the fields above are unused but for
+	 * qflags, fetch and query/lookup (shard 0's, borrowed: "open for
+	 * queries"). n_shard 0: one index. */
+	ss_index **shard;
+	char **shard_path;
+	int n_shard;
 };
 
 /* Sets errmsg to "what: <sqlite's message> (<errno text>)" for the
@@ -96,5 +103,32 @@ char *ix_resolve_path(ss_index *ix, const char *stored);
 /* Opens the database at path with sqlite3_open_v2 flags into a new
  * handle (*out, freed by ss_index_close). 0 or SS_ERR_* with errmsg. */
 int ix_open_common(ss_index **out, const char *path, int flags, char *errmsg);
+
+/* Sorts rids[0..n) ascending (the exclude lists of ss_bm25_search). */
+void ix_sort_rids(int64_t *rids, size_t n);
+/* Fills *h (zeroed first) with row `rid` of ix's docs as a hit of
+ * `score`, and what ss_index_set_fetch asks, in the caller's read
+ * transaction: 0, SS_ERR_FORMAT (no such row: damaged postings), the
+ * errors of ss_index_text / ss_index_tokens. */
+int ix_hit_of_rid(ss_index *ix, int64_t rid, double score, ss_index_hit *h, char *errmsg);
+/* Orders h[0..n) best first (equal scores by id) and numbers their ranks. */
+void ix_rank_hits(ss_index_hit *h, int n);
+
+/* lib/index/shards.c: a union's side of the calls of ss_index.h of the
+ * same name (ix->n_shard > 0; arguments checked by the caller). */
+int64_t ixs_count(ss_index *u);
+int ixs_query(ss_index *u, const char *query, int k, const char *const *exclude, size_t n_exclude,
+	      ss_index_hit **hits, char *errmsg);
+int ixs_lookup(ss_index *u, const char *id, ss_index_hit *hit, char *errmsg);
+int ixs_docs(ss_index *u, const char *id, ss_index_doc_fn fn, void *ctx, char *errmsg);
+/* ss_index_text (tokens 0: *out char *, *len bytes) or ss_index_tokens
+ * (tokens 1: *out int32_t *, *len tokens) of the shard holding id. */
+int ixs_blob(ss_index *u, const char *id, int tokens, void **out, int64_t *len, char *errmsg);
+int ixs_info(ss_index *u, ss_index_info *info, char *errmsg);
+int ixs_files(ss_index *u, ss_index_file_fn fn, void *ctx, char *errmsg);
+/* The shard hit->shard names, NULL when none. */
+ss_index *ixs_shard_of_hit(ss_index *u, const ss_index_hit *hit);
+/* Closes the shards and frees their arrays (not u). */
+void ixs_close(ss_index *u);
 
 #endif /* SS_INDEX_INTERNAL_H */

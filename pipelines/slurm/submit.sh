@@ -2,8 +2,9 @@
 # pipelines/slurm/submit.sh — submits work to Slurm as an array of the parts still to do, then one
 # job after every task succeeded (--dependency=afterok). WHAT says which work:
 #   corpus (default): a job that tokenizes the corpus (ss-tokens), then an array of the shards
-#     still to encode (shard.sbatch, one ss-encode --shard each, after the first job), then the
-#     index job (index.sbatch);
+#     still to do (shard.sbatch, after the first job: one ss-encode --shard and the shard's own
+#     index, DB/shard-I.db, each), then the index job (index.sbatch: DB/index.list, the shards'
+#     indexes queried as one; MERGE=1: also merged into DB/index.db);
 #   answers: an array of the parts of a questions file still to answer (answer.sbatch: retrieve,
 #     compose, decode; pipelines/answer.sh), then the merge of the answers in input order.
 # The dependent jobs are submitted with --kill-on-invalid-dep=yes, so Slurm cancels them when a

@@ -47,6 +47,24 @@ ss-tokenize -o c.tok corpus.jsonl && ss-encode -q -o c.states c.tok &&
 ss-eval recall -q --index c.db --qa queries.jsonl --ks 1,2,4,8 --retrieve --per-query per.tsv \
 	-o out.tsv >stdout 2>err || fail "ss-eval recall: $(cat err)"
 [ ! -s stdout ] || fail "-o wrote to stdout"
+# --- the same over two shards of the index (--index twice, and @FILE): the
+# same retrievals and rows but for the times
+head -n 5 corpus.jsonl >c1.jsonl; tail -n 5 corpus.jsonl >c2.jsonl
+for i in 1 2; do
+	ss-tokenize -o c$i.tok c$i.jsonl && ss-encode -q -o c$i.states c$i.tok &&
+		ss-retrieve build -q --index c$i.db c$i.tok c$i.states || fail "shard $i"
+done
+printf 'c1.db\nc2.db\n' >shards.list
+for ix in "--index c1.db --index c2.db" "--index @shards.list"; do
+	ss-eval recall -q $ix --qa queries.jsonl --ks 1,2,4,8 --retrieve -o shards.tsv 2>err ||
+		fail "ss-eval recall $ix: $(cat err)"
+	cut -f 1-10 out.tsv >want.cut; cut -f 1-10 shards.tsv >got.cut
+	cmp -s want.cut got.cut || { fail "ss-eval recall $ix differs from one index"; diff want.cut got.cut | head -5; }
+done
+cp c2.db c3.db
+ss-eval recall -q --index c2.db --index c3.db --qa queries.jsonl --ks 1 -o x.tsv 2>err
+[ $? -eq 1 ] && grep -q "is in c2.db and in c3.db" err && [ ! -e x.tsv ] ||
+	fail "ss-eval over shards sharing documents: $(cat err)"
 [ "$(head -n 1 out.tsv)" = "$(printf 'context\tmethod\tk\tpos\tn\tem\tmean_nll\tem_share\tnll_share\trecall\tmean_time_ms')" ] ||
 	fail "TSV header: $(head -n 1 out.tsv)"
 [ "$(head -n 1 per.tsv)" = "$(printf 'id\tcontext\tk\tgold_pos\tmethod\tem\tnll\ttime_ms')" ] ||

@@ -163,12 +163,20 @@ wait_jobs() {
 		sleep 0.1
 	done
 }
-# good_index DB: the index answers a query with the right document, over all 12 documents.
+# good_index DB: the shards' indexes, one per shard, read as one through DB/index.list,
+# answer a query with the right document, over all 12 documents; none indexes them all.
 good_index() {
-	[ -s "$1/index.db" ] || fail "$1: no index.db (jobs: $(cat stub/*.state | sort | uniq -c | tr '\n' ' '))"
-	ss-retrieve query -q --index "$1/index.db" -k 1 --query "foxtrot" --ids | grep -q "docs.txt:6#0" ||
+	[ -s "$1/index.list" ] || fail "$1: no index.list (jobs: $(cat stub/*.state | sort | uniq -c | tr '\n' ' '))"
+	[ "$(cat "$1/index.list")" = "$(printf 'shard-0.db\nshard-1.db\nshard-2.db')" ] ||
+		fail "$1: index.list: $(cat "$1/index.list")"
+	n=$(ss-retrieve list --index "@$1/index.list" | wc -l)
+	for i in 0 1 2; do
+		m=$(ss-retrieve list --index "$1/shard-$i.db" | wc -l)
+		[ "$m" -gt 0 ] && [ "$m" -lt "$n" ] || fail "$1: shard-$i.db holds $m of the $n documents"
+	done
+	ss-retrieve query -q --index "@$1/index.list" -k 1 --query "foxtrot" --ids | grep -q "docs.txt:6#0" ||
 		fail "$1: the index does not find the foxtrot document"
-	[ "$(ss-retrieve query -q --index "$1/index.db" -k 20 --query "document" --ids | wc -l)" -eq 12 ] ||
+	[ "$(ss-retrieve query -q --index "@$1/index.list" -k 20 --query "document" --ids | wc -l)" -eq 12 ] ||
 		fail "$1: the index does not hold the 12 documents"
 	ls "$1" | grep -q '\.tmp' && fail "$1: temporary files left: $(ls "$1")"
 	return 0
@@ -211,7 +219,7 @@ breakable ss-encode '*" --shard 1/3 "*'
 touch break
 env PATH="$d/fakebin:$PATH" sh "$sub" --partition=cpu >out
 wait_jobs
-[ -s db2/shard-0.states ] && [ -s db2/shard-2.states ] && [ ! -e db2/shard-1.states ] && [ ! -e db2/index.db ] ||
+[ -s db2/shard-0.db ] && [ -s db2/shard-2.db ] && [ ! -e db2/shard-1.states ] && [ ! -e db2/index.list ] ||
 	fail "after a failed task: $(ls db2)"
 ls db2 | grep -q '\.tmp' && fail "a failed task left a temporary file: $(ls db2)"
 idx=$(sed -n 's/^index job //p' out)
@@ -253,13 +261,13 @@ env STUB_REFUSE='index.sbatch$' SHARDS=2 sh "$sub" >out 2>err && fail "submit.sh
 grep -q "sbatch of the index failed; cancelling [0-9]* [0-9]*" err || fail "refused index: $(cat err)"
 wait_jobs
 
-# 4. Two index jobs at once (a slow ss-retrieve build, so that they overlap): one good index.
+# 4. Two index jobs at once (a slow ss-retrieve, so that they overlap): one good list.
 export DB=$d/db4
 cat >fakebin/ss-retrieve <<EOF
 #!/bin/sh
-[ "\$1" = build ] && sleep 0.5
+case \$1 in build | stats | merge) sleep 0.5 ;; esac
 "$SS_TOP/${SS_BUILD:-build}/bin/ss-retrieve" "\$@" || exit
-[ "\$1" = build ] && sleep 1
+case \$1 in build | stats | merge) sleep 1 ;; esac
 exit 0
 EOF
 chmod +x fakebin/ss-retrieve
@@ -272,6 +280,13 @@ wait_jobs
 good_index db4
 [ "$(cat "stub/$i1.state") $(cat "stub/$i2.state")" = "COMPLETED COMPLETED" ] ||
 	fail "two index jobs at once: $(cat "stub/$i1.state") $(cat "stub/$i2.state"): $(cat ss-index-$i1.log ss-index-$i2.log)"
+
+# The optional merge (MERGE=1): one index file that answers as the shards do.
+DB=$d/db2 MERGE=1 sh "$SS_TOP/pipelines/slurm/index.sbatch" >/dev/null
+[ -s db2/index.db ] || fail "MERGE=1: no db2/index.db"
+ss-retrieve query -q --index db2/index.db -k 20 --query "document foxtrot" --ids >merged.ids
+ss-retrieve query -q --index @db2/index.list -k 20 --query "document foxtrot" --ids >shards.ids
+[ -s merged.ids ] && cmp -s merged.ids shards.ids || fail "merged index vs shards: $(diff merged.ids shards.ids)"
 
 # 5. Answers as an array (WHAT=answers, answer.sbatch): 4 parts of 9 questions, merged in input
 # order, byte-equal to one process's answers; a failed part is the only one resubmitted.
