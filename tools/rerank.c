@@ -9,21 +9,22 @@
 #include "cli.h"
 #include "rerank.h"
 
-void rerank_parse_kind(rerank_opts *o, const char *arg, const char *usage)
-{
-	if (!strcmp(arg, "ll"))
-		o->kind = RERANK_LL;
-	else if (!strcmp(arg, "entropy"))
-		o->kind = RERANK_ENTROPY;
-	else
-		cli_usage(usage, "--rerank-score: '%s' is neither ll nor entropy", arg);
-}
-
-void rerank_check_template(const char *arg, const char *usage)
+void rerank_parse_opt(rerank_opts *o, int which, const char *arg, const char *usage)
 {
 	const char *p = strstr(arg, "{query}");
-	if (!p || strstr(p + 1, "{query}"))
-		cli_usage(usage, "--rerank-template: '{query}' must appear exactly once");
+	switch (which) {
+	case RERANK_OPT_N: o->n = (int)cli_long("--rerank", arg, 1, 100000, usage); break;
+	case RERANK_OPT_SCORE:
+		if (strcmp(arg, "ll") && strcmp(arg, "entropy"))
+			cli_usage(usage, "--rerank-score: '%s' is neither ll nor entropy", arg);
+		o->kind = strcmp(arg, "ll") ? RERANK_ENTROPY : RERANK_LL;
+		break;
+	case RERANK_OPT_TEMPLATE:
+		if (!p || strstr(p + 1, "{query}"))
+			cli_usage(usage, "--rerank-template: '{query}' must appear exactly once");
+		o->tmpl = arg;
+		break;
+	}
 }
 
 /* The tokens of s[0..len) into *ids (malloc'd, *n of them; NULL when

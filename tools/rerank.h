@@ -38,10 +38,11 @@ typedef struct {
 	const char *tmpl; /* NULL: RERANK_TEMPLATE */
 } rerank_opts;
 
-/* --rerank-score ARG into o (ll or entropy); a usage error otherwise. */
-void rerank_parse_kind(rerank_opts *o, const char *arg, const char *usage);
-/* Checks --rerank-template ARG: "{query}" exactly once (usage error). */
-void rerank_check_template(const char *arg, const char *usage);
+/* Option `which` of RERANK_OPTS into o: 0 --rerank N (1..100000), 1
+ * --rerank-score (ll or entropy), 2 --rerank-template ("{query}" exactly
+ * once); anything else is a usage error naming the option. */
+enum { RERANK_OPT_N, RERANK_OPT_SCORE, RERANK_OPT_TEMPLATE };
+void rerank_parse_opt(rerank_opts *o, int which, const char *arg, const char *usage);
 
 typedef struct {
 	rerank_opts o;

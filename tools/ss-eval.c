@@ -297,12 +297,9 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **meth
 		case O_KS: parse_counts("--ks", optarg, KS_MAX, 1, &run->ks, &run->n_ks); break;
 		case O_RETRIEVE: run->retrieve |= 1u << EVAL_R_BM25; break;
 		case O_RETRIEVERS: parse_retrievers(run, optarg); break;
-		case O_RERANK: run->rr.n = (int)cli_long("--rerank", optarg, 1, 100000, usage); break;
-		case O_RERANK_SCORE: rerank_parse_kind(&run->rr, optarg, usage); break;
-		case O_RERANK_TEMPLATE:
-			rerank_check_template(optarg, usage);
-			run->rr.tmpl = optarg;
-			break;
+		case O_RERANK:
+		case O_RERANK_SCORE:
+		case O_RERANK_TEMPLATE: rerank_parse_opt(&run->rr, c - O_RERANK, optarg, usage); break;
 		}
 	}
 	if (optind >= argc)

@@ -1304,12 +1304,9 @@ static void set_opt(retrieve_args *a, int c, char **argv)
 		a->sdtype = (ss_dtype)cli_dtype("--state-dtype", optarg, SS_DTYPE_STATES, usage_line);
 		break;
 	case O_ADD_MODEL: a->mo.model = optarg; break;
-	case O_RERANK: o->rr.n = (int)cli_long("--rerank", optarg, 1, 100000, usage_line); break;
-	case O_RERANK_SCORE: rerank_parse_kind(&o->rr, optarg, usage_line); break;
-	case O_RERANK_TEMPLATE:
-		rerank_check_template(optarg, usage_line);
-		o->rr.tmpl = optarg;
-		break;
+	case O_RERANK:
+	case O_RERANK_SCORE:
+	case O_RERANK_TEMPLATE: rerank_parse_opt(&o->rr, c - O_RERANK, optarg, usage_line); break;
 	}
 }
 
