@@ -138,6 +138,21 @@ int ss_eval_scorer_set_vocab(ss_eval_scorer *sc, int32_t n_vocab);
 int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
 		int64_t nq, const int32_t *c, int64_t nc, double *nll, int *exact, char *errmsg);
 
+/* Entropy (nats) of the next token after the query q[0..nq) from each of
+ * starts[0..n) (only read): entropy[i] = -Σ_v p_v log p_v, p =
+ * softmax(logits at q's last token) over all vocab_padded logits. The n
+ * states run as one batch (one prefill). The lower it is, the surer the
+ * state makes the model of what follows q: ss-retrieve query --rerank
+ * --rerank-score entropy ranks documents by it.
+ *   n <= max_seqs; nq >= 1; ids in [0, vocab_padded).
+ * Returns 0; SS_ERR_INVALID (sizes, or an entropy that is not finite:
+ * errmsg names the start state), the errors of ss_forward_prefill,
+ * SS_ERR_NOMEM.
+ * ref: Shannon entropy of the predictive distribution, as the
+ * uncertainty signal of Kuhn et al., "Semantic Uncertainty" (ICLR 2023) §2. */
+int ss_eval_entropy(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
+		    int64_t nq, double *entropy, char *errmsg);
+
 /* Retrieval quality of one ranked list (picaso.txt §B.5: the retriever
  * decides what gets composed), binary relevance. */
 typedef struct {

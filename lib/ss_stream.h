@@ -35,7 +35,8 @@ extern "C" {
 #define SS_FINGERPRINT_MAX 64
 #define SS_ZSTD_LEVEL_DEFAULT 3
 /* zstd skippable-frame magic of an annotation frame: a msgpack map
- * {"rank", "score"} that applies to the record after it (formats/states.md).
+ * {"rank", "score"} (and "rerank_score" when reranked) that applies to the
+ * record after it (formats/states.md).
  * Lets ss-retrieve annotate stored frames without recompressing them. */
 #define SS_ANNOT_MAGIC 0x184D2A53u
 /* zstd skippable-frame magic of a plan frame: a msgpack map {"n",
@@ -156,6 +157,10 @@ size_t ss_record_size(const ss_record *rec);
  * then *rank (1 = most relevant) and *score (BM25, higher = more relevant)
  * are set (either may be NULL); else 0. */
 int ss_record_rank(const ss_record *rec, int32_t *rank, double *score);
+/* 1 when the record's annotation frame also held a "rerank_score" (the
+ * model's score of a reranked retrieval, higher = more relevant: ss-retrieve
+ * query --rerank), then *rerank_score is set (may be NULL); else 0. */
+int ss_record_rerank_score(const ss_record *rec, double *rerank_score);
 
 /* ---------------------------------------------------------- output files */
 
@@ -216,6 +221,11 @@ int ss_writer_put_file_range(ss_writer *w, int fd, uint64_t offset, uint64_t len
  * rank and score when read back (ss_record_rank, ss_state.has_rank).
  * Readers that do not know it skip it (a zstd skippable frame). */
 int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score);
+/* Makes the next annotation frame written to w (ss_writer_put_annotation,
+ * also ss_index_copy's) carry "rerank_score": rerank_score as well; it is
+ * then forgotten. For reranked retrieval output (ss-retrieve query
+ * --rerank), where "score" stays the first stage's (BM25). */
+void ss_writer_set_rerank_score(ss_writer *w, double rerank_score);
 /* Appends a plan frame: logdecay [n][H] f32 (borrowed), the decays of the
  * n state records the caller writes next, in that order (see
  * ss_reader_plan). Returns 0, SS_ERR_INVALID (n or H 0, or a payload over

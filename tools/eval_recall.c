@@ -29,7 +29,7 @@ typedef struct {
 	int gold_pos;   /* in [0, n_chunks) */
 } rc_query;
 
-const char *const eval_retriever_names[EVAL_N_RETRIEVERS] = { "bm25", "phrase", "and", "proximity" };
+const char *const eval_retriever_names[EVAL_N_RETRIEVERS] = { "bm25", "phrase", "and", "proximity", "rerank" };
 
 /* Contexts: the query file's chunks, and the top k of the key by each
  * retriever r (context 1 + r). */
@@ -40,12 +40,12 @@ static const char *ctx_name(int c)
 	return c == CTX_ORACLE ? "oracle" : eval_retriever_names[c - 1];
 }
 /* Each retriever's ss_index_set_query flags, and whether its query is the
- * key in quotes. */
+ * key in quotes. rerank: bm25's top --rerank N, reranked (rerank.h). */
 static const unsigned retriever_flags[EVAL_N_RETRIEVERS] = {
 	SS_INDEX_QUERY_PHRASES, SS_INDEX_QUERY_PHRASES, SS_INDEX_QUERY_PHRASES | SS_INDEX_QUERY_ALL,
-	SS_INDEX_QUERY_PHRASES | SS_INDEX_QUERY_PROXIMITY
+	SS_INDEX_QUERY_PHRASES | SS_INDEX_QUERY_PROXIMITY, SS_INDEX_QUERY_PHRASES
 };
-static const int retriever_quotes[EVAL_N_RETRIEVERS] = { 0, 1, 0, 0 };
+static const int retriever_quotes[EVAL_N_RETRIEVERS] = { 0, 1, 0, 0, 0 };
 
 /* A string member of o, or NULL when absent; dies on another type. */
 static const char *str_member(const mcli_jsonl *r, const cJSON *o, const char *name)
@@ -204,6 +204,10 @@ typedef struct {
 	double *cache_nll;    /* [M] */
 	int *cache_em;        /* [M] */
 	int n_cache, fill_cache;
+	reranker rk;          /* the rerank retriever's (run->rr.n > 0) */
+	const ss_state **rst; /* [rerank N] its candidates' states */
+	double *rsc;          /* [rerank N] their scores */
+	int *rord;            /* [rerank N] their order */
 } rc_work;
 
 static size_t cell(const rc_work *w, int c, int ki, int slot)
@@ -214,6 +218,7 @@ static size_t cell(const rc_work *w, int c, int ki, int slot)
 static void rc_work_init(rc_work *w, const eval_run *run)
 {
 	const int M = run->n_methods, K = (int)run->ks[run->n_ks - 1];
+	const int ND = run->rr.n > K ? run->rr.n : K; /* documents read for one context */
 	*w = (rc_work){ .M = M, .n_ks = run->n_ks, .S = K + 1 };
 	size_t cells = (size_t)N_CTX * w->n_ks * w->S;
 	w->em = xcalloc(cells * M, sizeof *w->em);
@@ -224,7 +229,10 @@ static void rc_work_init(rc_work *w, const eval_run *run)
 	for (int j = 0; j < M; j++)
 		w->need_tokens |= run->methods[j] == SS_EVAL_CONCAT ||
 				  run->methods[j] == SS_EVAL_PICONCAT_R;
-	w->docs = xcalloc((size_t)K, sizeof *w->docs);
+	w->docs = xcalloc((size_t)ND, sizeof *w->docs);
+	w->rst = xcalloc((size_t)ND, sizeof *w->rst);
+	w->rsc = xcalloc((size_t)ND, sizeof *w->rsc);
+	w->rord = xcalloc((size_t)ND, sizeof *w->rord);
 	w->order = xcalloc((size_t)K, sizeof *w->order);
 	w->ctxs = xcalloc((size_t)M, sizeof *w->ctxs);
 	w->starts = xcalloc((size_t)M, sizeof *w->starts);
@@ -267,6 +275,9 @@ static void rc_work_free(rc_work *w)
 	free(w->cache);
 	free(w->cache_nll);
 	free(w->cache_em);
+	free(w->rst);
+	free(w->rsc);
+	free(w->rord);
 }
 
 /* Scores each distinct context state w->ctxs[0..M) once, as one batch,
@@ -370,9 +381,31 @@ static void rc_oracle(const eval_run *run, ss_index *ix, ss_eval_scorer *sc, con
 		rc_doc_free(&w->docs[i]);
 }
 
+/* The rerank retriever's second stage: hits[0..nh) and their documents
+ * w->docs reordered by the model's score of the key from each state. */
+static void rc_rerank(const eval_run *run, const rc_query *it, ss_index_hit *hits, int nh, rc_work *w)
+{
+	char err[SS_ERRMSG_MAX] = "";
+	for (int h = 0; h < nh; h++)
+		w->rst[h] = &w->docs[h].st;
+	if (rerank_score(&w->rk, it->key, w->rst, nh, w->rsc, err))
+		cli_die("%s: %s (%s), rerank: %s", run->qa, it->where, it->id, err);
+	rerank_order(w->rsc, nh, w->rord);
+	ss_index_hit *th = xcalloc((size_t)nh, sizeof *th);
+	rc_doc *td = xcalloc((size_t)nh, sizeof *td);
+	memcpy(th, hits, (size_t)nh * sizeof *th);
+	memcpy(td, w->docs, (size_t)nh * sizeof *td);
+	for (int h = 0; h < nh; h++) {
+		hits[h] = th[w->rord[h]];
+		w->docs[h] = td[w->rord[h]];
+	}
+	free(th);
+	free(td);
+}
+
 /* The contexts of retriever r for one query: the top max-k documents for
- * its key, and for each k the best min(k, found) of them, the most
- * relevant last. */
+ * its key (rerank: of bm25's top N, reranked), and for each k the best
+ * min(k, found) of them, the most relevant last. */
 static void rc_retrieved(const eval_run *run, ss_index *ix, ss_eval_scorer *sc, const rc_query *it, int r,
 			 rc_work *w)
 {
@@ -384,7 +417,7 @@ static void rc_retrieved(const eval_run *run, ss_index *ix, ss_eval_scorer *sc, 
 		cli_die("out of memory");
 	if (ss_index_set_query(ix, retriever_flags[r], err))
 		cli_die("%s: %s", run->index, err);
-	int nh = ss_index_query(ix, q ? q : it->key, K, NULL, 0, &hits, err);
+	int nh = ss_index_query(ix, q ? q : it->key, r == EVAL_R_RERANK ? run->rr.n : K, NULL, 0, &hits, err);
 	free(q);
 	if (nh == SS_ERR_INVALID)
 		nh = 0; /* a key without a word (or with a quote of its own): no documents */
@@ -392,6 +425,8 @@ static void rc_retrieved(const eval_run *run, ss_index *ix, ss_eval_scorer *sc, 
 		cli_die("%s: %s (%s): %s", run->index, it->where, it->id, err);
 	for (int h = 0; h < nh; h++)
 		rc_doc_load(run, ix, &hits[h], w->need_tokens, &w->docs[h]);
+	if (r == EVAL_R_RERANK && nh > 0)
+		rc_rerank(run, it, hits, nh, w);
 	for (int ki = 0; ki < run->n_ks; ki++) {
 		const int n = (int)run->ks[ki] < nh ? (int)run->ks[ki] : nh;
 		int gold = -1;
@@ -480,6 +515,8 @@ void eval_recall(eval_run *run)
 		cli_die("the tokenizer's vocabulary (%d ids) is not the model's", (int)n_gen);
 	rc_work w;
 	rc_work_init(&w, run);
+	if (run->rr.n)
+		rerank_init(&w.rk, &run->rr, run->fctx, run->model, tok, 0, run->usage);
 	for (size_t i = 0; i < nq; i++) {
 		w.fill_cache = 1;
 		rc_oracle(run, ix, sc, &items[i], &w);
@@ -497,6 +534,11 @@ void eval_recall(eval_run *run)
 		fprintf(stderr, "ss-eval: %zu queries, k = %ld..%ld (%d values), %d methods%s, %.1f s\n",
 			nq, run->ks[0], run->ks[run->n_ks - 1], run->n_ks, run->n_methods,
 			run->retrieve ? ", oracle and retrieved contexts" : "", cli_now() - t_start);
+	if (run->rr.n && cli_verbosity >= 2)
+		fprintf(stderr, "ss-eval: rerank of %d candidates: %.3f ms a query\n", run->rr.n,
+			w.rk.n_queries ? w.rk.secs / (double)w.rk.n_queries * 1e3 : 0.0);
+	if (run->rr.n)
+		rerank_free(&w.rk);
 	rc_work_free(&w);
 	free(items);
 	ss_eval_scorer_free(sc);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "rerank.h"
 #include "ss.h"
 
 /* One run: the options, the model and its forward context, and the
@@ -20,7 +21,7 @@
 #define EVAL_MAX_METHODS 32
 /* recall's retrievers (--retrievers): how the key finds its documents,
  * each a context of its own named by eval_retriever_names[r]. */
-enum { EVAL_R_BM25, EVAL_R_PHRASE, EVAL_R_AND, EVAL_R_PROXIMITY, EVAL_N_RETRIEVERS };
+enum { EVAL_R_BM25, EVAL_R_PHRASE, EVAL_R_AND, EVAL_R_PROXIMITY, EVAL_R_RERANK, EVAL_N_RETRIEVERS };
 extern const char *const eval_retriever_names[EVAL_N_RETRIEVERS];
 typedef struct {
 	const char *model_dir, *index, *tokens, *qa, *out, *per, *summary;
@@ -35,6 +36,8 @@ typedef struct {
 	int n_ks;
 	unsigned retrieve; /* recall: --retrieve / --retrievers: bit r set for
 			    * retriever r (EVAL_R_*) */
+	rerank_opts rr;    /* recall: --rerank N (the retriever rerank), its score
+			    * and template */
 	uint64_t seed;
 	int exactly_one;
 	int methods[EVAL_MAX_METHODS], n_methods; /* ss_eval_method values */

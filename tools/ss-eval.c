@@ -34,6 +34,7 @@ static const char *usage =
 	"               [--kmax K] [--queries N] [--methods LIST] [--tokenizer FILE] [COMMON]\n"
 	"       ss-eval recall [--model DIR] --index DB --qa FILE [--queries N] [--ks K,...]\n"
 	"               [--methods LIST] [--retrieve] [--retrievers LIST] [--per-query FILE]\n"
+	"               [--rerank N [--rerank-score ll|entropy] [--rerank-template T]]\n"
 	"               [--tokenizer FILE] [COMMON]\n"
 	"  COMMON: [--device D] [--threads N] [--weights-dtype T] [-o FILE] [-q|-v]";
 
@@ -110,7 +111,14 @@ static void help(void)
 	       "                      \"quoted phrase\"), and (its words AND-ed), proximity\n"
 	       "                      (bm25 plus BM25TP's proximity): ss-retrieve query's\n"
 	       "                      --query KEY, --query '\"KEY\"', --operator and,\n"
-	       "                      --proximity on\n"
+	       "                      --proximity on; rerank (needs --rerank N)\n"
+	       "  --rerank N          recall: also the context rerank: BM25's top N for the\n"
+	       "                      key's words (N >= every k), reranked by the model's\n"
+	       "                      score of the key from each document's state, as\n"
+	       "                      ss-retrieve query --rerank N does\n"
+	       "  --rerank-score S, --rerank-template T\n"
+	       "                      recall: the rerank's score (ll, entropy) and the text\n"
+	       "                      scored, as ss-retrieve(1)'s options\n"
 	       "  --exactly-one       attribution: only queries with one selected passage\n"
 	       "  --per-query FILE    attribution: also write query_id, method, pick,\n"
 	       "                      correct, n_passages; msmarco: query_id, method,\n"
@@ -161,7 +169,7 @@ static void parse_retrievers(eval_run *run, const char *s)
 		while (r < EVAL_N_RETRIEVERS && strcmp(t, eval_retriever_names[r]))
 			r++;
 		if (r == EVAL_N_RETRIEVERS)
-			cli_usage(usage, "--retrievers: unknown retriever '%s' (bm25, phrase, and, proximity)", t);
+			cli_usage(usage, "--retrievers: unknown retriever '%s' (bm25, phrase, and, proximity, rerank)", t);
 		run->retrieve |= 1u << r;
 	}
 	free(dup);
@@ -199,7 +207,8 @@ static void parse_methods(eval_run *run, const char *s)
 }
 
 enum { O_INDEX = 256, O_TOKENS, O_PASSAGES, O_MINTOK, O_KMAX, O_SEED, O_PERP, O_QA, O_QUERIES,
-       O_ONE, O_PERQ, O_METHODS, O_SUMMARY, O_LENGTHS, O_GEN, O_REPEAT, O_KS, O_RETRIEVE, O_RETRIEVERS };
+       O_ONE, O_PERQ, O_METHODS, O_SUMMARY, O_LENGTHS, O_GEN, O_REPEAT, O_KS, O_RETRIEVE, O_RETRIEVERS,
+       O_RERANK, O_RERANK_SCORE, O_RERANK_TEMPLATE };
 
 static const char *const commands[] = { "wikitext", "attribution", "msmarco", "timing",
 					"openbookqa", "recall" };
@@ -260,6 +269,9 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **meth
 		{ "ks", required_argument, 0, O_KS },
 		{ "retrieve", no_argument, 0, O_RETRIEVE },
 		{ "retrievers", required_argument, 0, O_RETRIEVERS },
+		{ "rerank", required_argument, 0, O_RERANK },
+		{ "rerank-score", required_argument, 0, O_RERANK_SCORE },
+		{ "rerank-template", required_argument, 0, O_RERANK_TEMPLATE },
 		{ 0, 0, 0, 0 },
 	};
 	const cli_options co = { NULL, opts, usage, help, &run->out, &run->mo };
@@ -290,6 +302,9 @@ static int parse_options(int argc, char **argv, eval_run *run, const char **meth
 		case O_KS: parse_counts("--ks", optarg, KS_MAX, 1, &run->ks, &run->n_ks); break;
 		case O_RETRIEVE: run->retrieve |= 1u << EVAL_R_BM25; break;
 		case O_RETRIEVERS: parse_retrievers(run, optarg); break;
+		case O_RERANK:
+		case O_RERANK_SCORE:
+		case O_RERANK_TEMPLATE: rerank_parse_opt(&run->rr, c - O_RERANK, optarg, usage); break;
 		}
 	}
 	if (optind >= argc)
@@ -328,8 +343,14 @@ static int parse_args(int argc, char **argv, eval_run *run)
 			  recall ? " (recall reads the tokens from the index)" : "");
 	if (!wiki && !recall && run->index)
 		cli_usage(usage, "--index belongs to wikitext, openbookqa and recall");
-	if (!recall && (run->ks || run->retrieve))
-		cli_usage(usage, "--ks and --retrieve belong to recall");
+	if (!recall && (run->ks || run->retrieve || run->rr.n))
+		cli_usage(usage, "--ks, --retrieve and --rerank belong to recall");
+	if (!run->rr.n && (run->rr.tmpl || run->rr.kind != RERANK_LL))
+		cli_usage(usage, "--rerank-score and --rerank-template go with --rerank N");
+	if ((run->retrieve & 1u << EVAL_R_RERANK) && !run->rr.n)
+		cli_usage(usage, "--retrievers rerank needs --rerank N (the BM25 candidates it reranks)");
+	if (run->rr.n)
+		run->retrieve |= 1u << EVAL_R_RERANK;
 	if (cmd != CMD_WIKITEXT && run->summary)
 		cli_usage(usage, "--summary belongs to wikitext");
 	if (cmd != CMD_TIMING && (run->lengths || run->gen || run->repeat))
@@ -344,6 +365,9 @@ static int parse_args(int argc, char **argv, eval_run *run)
 		parse_methods(run, "paper");
 	if (recall && !run->ks)
 		parse_counts("--ks", "1,2,4,8,16", KS_MAX, 1, &run->ks, &run->n_ks);
+	if (run->rr.n && run->rr.n < run->ks[run->n_ks - 1])
+		cli_usage(usage, "--rerank %d is below the largest k of --ks (%ld): it reranks N >= k candidates",
+			  run->rr.n, run->ks[run->n_ks - 1]);
 	/* every output (-o, --per-*, --summary) against every file read */
 	const char *outs[] = { run->out, run->per, run->summary };
 	const char *ins[] = { run->tokens, run->qa, run->mo.tokenizer };

@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "defaults.h"
 #include "model_cli.h"
+#include "rerank.h"
 #include "ss.h"
 
 static const char *usage_line =
@@ -28,7 +30,8 @@ static const char *usage_line =
 	"                   [-o FILE | --out-dir DIR] [--empty-ok] [--k1 K1] [--b B] [-q|-v]\n"
 	"                   [--operator or|and] [--proximity on|off] [--literal]\n"
 	"                   [--model DIR [--device D] [--threads N] [--weights-dtype T]\n"
-	"                   [--deterministic]]\n"
+	"                   [--deterministic] [--rerank N [--rerank-score ll|entropy]\n"
+	"                   [--rerank-template T] [--tokenizer FILE]]]\n"
 	"       ss-retrieve list|stats --index DB... [--json]\n"
 	"       ss-retrieve show --index DB... [--json] ID...\n"
 	"       ss-retrieve delete --index DB [-q|-v] ID...\n"
@@ -103,6 +106,18 @@ static void help(void)
 	      "                   later stores them). Needs --model DIR: their model\n"
 	      "  --state-dtype T  with --stateless: the dtype to recompute in: f32\n"
 	      "                   (default, as ss-encode), f16, bf16, q8\n"
+	      "  --rerank N       query: take BM25's top N (N >= K) and return the top K\n"
+	      "                   of them by the --model's score of the query from each\n"
+	      "                   one's state (one batch of N); rank is the new order,\n"
+	      "                   score stays BM25's, rerank_score is the model's (an\n"
+	      "                   extra --ids column and annotation key)\n"
+	      "  --rerank-score S ll (default): the log-likelihood of the query after the\n"
+	      "                   template's text before it; entropy: minus the entropy\n"
+	      "                   of the next token after the whole template\n"
+	      "  --rerank-template T\n"
+	      "                   the text scored, {query} standing for the query (its\n"
+	      "                   double quotes left out unless --literal); default\n"
+	      "                   \"\\n{query}\": the query on a line after the document\n"
 	      ,
 	      stdout);
 	cli_common_help(19, CLI_HELP_OUT | CLI_HELP_BASE, NULL);
@@ -113,7 +128,7 @@ static void help(void)
 	cli_common_help(21, CLI_HELP_MODEL, NULL);
 	fputs("  --deterministic    the same state bytes as ss-encode --deterministic (CPU)\n"
 	      "Here --model has no default: without it a stateless hit is an error; and\n"
-	      "--tokenizer is refused (the tokens are stored). A recomputed state is the\n"
+	      "--tokenizer goes with --rerank only (the tokens are stored). A recomputed state is the\n"
 	      "record ss-encode --model DIR wrote for the document's tokens, in the dtype\n"
 	      "of the state the budget dropped (or add's --state-dtype).\n",
 	      stdout);
@@ -606,6 +621,11 @@ typedef struct {
 	ss_state_dims dims;
 	double load_s, recompute_s;
 	long long n_recomputed, n_recomputed_tokens;
+	/* --rerank: the reranker, made with the model (rerank.h) */
+	rerank_opts rr;
+	reranker rk;
+	ss_tokenizer *tok;
+	double *rr_scores; /* [rr.n] the kept hits' rerank scores */
 } qopts;
 
 /* Stateless documents re-encoded per forward call (the memory of this many
@@ -621,17 +641,29 @@ static void recompute_load(qopts *o)
 	if (o->deterministic && !strcmp(o->mo->device, "auto"))
 		o->mo->device = "cpu"; /* only the CPU promises it */
 	o->dev = mcli_device(o->mo->device, usage_line);
-	/* State extraction never needs an untied lm_head. */
-	o->m = mcli_load_model(o->mo->model, SS_MODEL_SKIP_LM_HEAD, o->mo->wtype, usage_line);
+	/* State extraction never needs an untied lm_head; reranking does. */
+	o->m = mcli_load_model(o->mo->model, o->rr.n ? 0 : SS_MODEL_SKIP_LM_HEAD, o->mo->wtype, usage_line);
 	ss_model_state_dims(o->m, &o->dims);
 	o->fwd = mcli_forward_ctx(o->m, o->mo->model, o->dev, o->mo->threads);
 	if (o->deterministic && ss_forward_ctx_set_deterministic(o->fwd, 1))
 		cli_die("--deterministic: only the CPU promises it, not --device %s", o->mo->device);
+	if (o->rr.n) {
+		o->tok = cli_tokenizer(o->mo->tokenizer, o->mo->model);
+		rerank_init(&o->rk, &o->rr, o->fwd, o->m, o->tok, (o->qflags & SS_INDEX_QUERY_PHRASES) != 0,
+			    usage_line);
+		if (!(o->rr_scores = calloc((size_t)o->rr.n, sizeof *o->rr_scores)))
+			cli_die("out of memory");
+	}
 	o->load_s += cli_now() - t0;
 }
 
 static void recompute_free(qopts *o)
 {
+	if (o->rr.n && o->fwd) {
+		rerank_free(&o->rk);
+		ss_tokenizer_free(o->tok);
+		free(o->rr_scores);
+	}
 	ss_forward_ctx_free(o->fwd);
 	ss_device_close(o->dev);
 	ss_model_free(o->m);
@@ -696,6 +728,8 @@ static void print_ids(qopts *o, const char *qid, const ss_index_hit *hits, int n
 			cJSON_AddNumberToObject(j, "rank", h->rank);
 			json_add_str(j, "id", h->id, (size_t)-1);
 			cJSON_AddNumberToObject(j, "score", h->score);
+			if (o->rr.n)
+				cJSON_AddNumberToObject(j, "rerank_score", o->rr_scores[out_index(o, i, n)]);
 			if (h->text)
 				json_add_str(j, "text", h->text, h->text_len);
 			else if (o->text)
@@ -709,6 +743,8 @@ static void print_ids(qopts *o, const char *qid, const ss_index_hit *hits, int n
 			fprintf(o->text_out, "%d\t", h->rank);
 			tsv_field(o->text_out, h->id);
 			fprintf(o->text_out, "\t%.9g", h->score);
+			if (o->rr.n)
+				fprintf(o->text_out, "\t%.9g", o->rr_scores[out_index(o, i, n)]);
 			if (o->text) {
 				fputc('\t', o->text_out);
 				ss_escape(o->text_out, h->text ? h->text : "", h->text_len, SS_ESC_PLAIN);
@@ -824,6 +860,8 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 					break;
 				}
 			}
+			if (o->rr.n)
+				ss_writer_set_rerank_score(w, o->rr_scores[out_index(o, i, n)]);
 			int rc = ss_writer_put_annotation(w, hi->rank, hi->score);
 			if (!rc)
 				rc = ss_writer_put_state(w, &st[next_st], NULL);
@@ -834,6 +872,8 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 			}
 			continue;
 		}
+		if (o->rr.n)
+			ss_writer_set_rerank_score(w, o->rr_scores[out_index(o, i, n)]);
 		if (ss_index_copy(ix, hi, w, em)) {
 			/* An empty message means the output failed (errno kept). */
 			if (em[0])
@@ -856,6 +896,23 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 	return 0;
 }
 
+/* rerank_hits' states of stateless hits h[0..n): checked and recomputed
+ * as emit_states does, RECOMPUTE_BATCH per forward call. */
+static int rerank_recompute(void *ctx, const char *label, const ss_index_hit *const *h, int n, ss_state *st)
+{
+	qopts *o = ctx;
+	for (int i = 0; i < n; i++)
+		if (recompute_check(o, label, h[i]))
+			return 1;
+	for (int i = 0; i < n; i += RECOMPUTE_BATCH)
+		if (recompute(o, label, h + i, n - i < RECOMPUTE_BATCH ? n - i : RECOMPUTE_BATCH, st + i)) {
+			for (int j = 0; j < i; j++)
+				ss_state_free(&st[j]);
+			return 1;
+		}
+	return 0;
+}
+
 /* Runs one query. qid: NULL for --query (single) mode. Returns 0 or 1. */
 static int run_query(ss_index *ix, qopts *o, const char *qid, const char *text, int k,
 		     const char **exclude, size_t n_exclude)
@@ -864,7 +921,11 @@ static int run_query(ss_index *ix, qopts *o, const char *qid, const char *text, 
 	if (qid)
 		snprintf(label, sizeof label, "query %s: ", qid);
 	ss_index_hit *h;
-	int n = ss_index_query(ix, text, k, exclude, n_exclude, &h, em);
+	if (o->rr.n && k > o->rr.n) {
+		cli_warn("%sk %d is above --rerank %d", label, k, o->rr.n);
+		return 1;
+	}
+	int n = ss_index_query(ix, text, o->rr.n ? o->rr.n : k, exclude, n_exclude, &h, em);
 	if (n < 0) {
 		/* A bad query is the query's; anything else is the index's (a
 		 * damaged file: name it). */
@@ -875,6 +936,15 @@ static int run_query(ss_index *ix, qopts *o, const char *qid, const char *text, 
 		return 1;
 	}
 	int bad = 0;
+	if (o->rr.n && n > 0) {
+		recompute_load(o);
+		int kept = rerank_hits(&o->rk, ix, o->db, label, text, h, n, k, rerank_recompute, o, o->rr_scores);
+		if (kept < 0) {
+			ss_index_hits_free(h, n);
+			return 1;
+		}
+		n = kept;
+	}
 	if (n == 0) {
 		o->n_empty++;
 		if (qid && !o->empty_ok)
@@ -1142,7 +1212,8 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 	ix = open_or_die(db);
 	if (ss_index_set_bm25(ix, o->k1, o->b, em) ||
 	    ss_index_set_query(ix, o->qflags, em) ||
-	    ss_index_set_fetch(ix, (o->text ? SS_INDEX_FETCH_TEXT : 0) | (o->mo && !o->ids ? SS_INDEX_FETCH_TOKENS : 0), em))
+	    ss_index_set_fetch(ix, (o->text ? SS_INDEX_FETCH_TEXT : 0) |
+			   (o->mo && (!o->ids || o->rr.n) ? SS_INDEX_FETCH_TOKENS : 0), em))
 		cli_die("%s: %s", db, em);
 	/* A query that cannot be read is a usage error, found before any
 	 * output is opened. */
@@ -1172,6 +1243,10 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 	if (o->mo && cli_verbosity >= 2)
 		fprintf(stderr, "%s: %s: %lld stateless documents recomputed (%lld tokens) in %.3f s; model loaded in "
 			"%.3f s\n", cli_prog, db, o->n_recomputed, o->n_recomputed_tokens, o->recompute_s, o->load_s);
+	if (o->rr.n && o->fwd && cli_verbosity >= 2)
+		fprintf(stderr, "%s: %s: %ld queries reranked (%d candidates each) in %.3f s: %.3f ms a query\n",
+			cli_prog, db, o->rk.n_queries, o->rr.n, o->rk.secs,
+			o->rk.n_queries ? o->rk.secs / (double)o->rk.n_queries * 1e3 : 0.0);
 	recompute_free(o);
 	if (o->text_out != stdout && fclose(o->text_out) != 0)
 		cli_die("%s: %s", o->out, strerror(errno));
@@ -1216,7 +1291,8 @@ static void parse_command(int argc, char **argv, retrieve_args *a)
 }
 
 enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B, O_TEXT, O_ORDER,
-       O_OPERATOR, O_PROXIMITY, O_LITERAL, O_BUDGET, O_HITS, O_DET, O_STATELESS, O_SDTYPE, O_ADD_MODEL };
+       O_OPERATOR, O_PROXIMITY, O_LITERAL, O_BUDGET, O_HITS, O_DET, O_STATELESS, O_SDTYPE, O_ADD_MODEL,
+       O_RERANK, O_RERANK_SCORE, O_RERANK_TEMPLATE };
 
 /* Option c's argument into a, refused when not the command's. */
 static void set_opt(retrieve_args *a, int c, char **argv)
@@ -1278,6 +1354,9 @@ static void set_opt(retrieve_args *a, int c, char **argv)
 		a->sdtype = (ss_dtype)cli_dtype("--state-dtype", optarg, SS_DTYPE_STATES, usage_line);
 		break;
 	case O_ADD_MODEL: a->mo.model = optarg; break;
+	case O_RERANK:
+	case O_RERANK_SCORE:
+	case O_RERANK_TEMPLATE: rerank_parse_opt(&o->rr, c - O_RERANK, optarg, usage_line); break;
 	}
 }
 
@@ -1308,6 +1387,9 @@ static void parse_opts(int argc, char **argv, retrieve_args *a)
 		{ "deterministic", no_argument, 0, O_DET },
 		{ "stateless", no_argument, 0, O_STATELESS },
 		{ "state-dtype", required_argument, 0, O_SDTYPE },
+		{ "rerank", required_argument, 0, O_RERANK },
+		{ "rerank-score", required_argument, 0, O_RERANK_SCORE },
+		{ "rerank-template", required_argument, 0, O_RERANK_TEMPLATE },
 		{ 0, 0, 0, 0 },
 	};
 	qopts *o = &a->o;
@@ -1336,8 +1418,9 @@ static void parse_opts(int argc, char **argv, retrieve_args *a)
 	else if (a->query_cmd && (a->mo.tokenizer || a->mo.wtype || strcmp(a->mo.device, "auto") ||
 				  o->deterministic))
 		cli_usage(usage_line, "--device, --threads, --weights-dtype and --deterministic go with --model");
-	if (a->mo.tokenizer)
-		cli_usage(usage_line, "--tokenizer: query recomputes from the stored tokens, it needs no tokenizer");
+	if (a->mo.tokenizer && !o->rr.n)
+		cli_usage(usage_line, "--tokenizer goes with --rerank (query recomputes from the stored tokens, it "
+			  "needs no tokenizer)");
 	if (!a->query_cmd && !a->merge && o->out)
 		cli_usage(usage_line, "option not valid for %s: -o", a->cmd);
 	if (a->merge) {
@@ -1367,6 +1450,12 @@ static void check_query(const retrieve_args *a)
 		cli_usage(usage_line, "batch queries write one file per query: use --out-dir DIR, not -o");
 	if (o->ids && o->out_dir)
 		cli_usage(usage_line, "--ids prints to stdout or -o FILE, not --out-dir");
+	if (o->rr.n && !a->mo.model)
+		cli_usage(usage_line, "--rerank needs --model DIR (the model that scores the candidates)");
+	if (o->rr.n && o->rr.n < o->k)
+		cli_usage(usage_line, "--rerank %d is below -k %d: it reranks N >= K candidates", o->rr.n, o->k);
+	if (!o->rr.n && (o->rr.tmpl || o->rr.kind != RERANK_LL))
+		cli_usage(usage_line, "--rerank-score and --rerank-template go with --rerank N");
 }
 
 int main(int argc, char **argv)

@@ -348,6 +348,44 @@ done:
 	return rc;
 }
 
+int ss_eval_entropy(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
+		    int64_t nq, double *entropy, char *errmsg)
+{
+	if (!sc || !starts || !entropy || n == 0 || n > (size_t)sc->max_seqs || nq < 1 || !q) {
+		ERR("ss_eval_entropy: need 1..%d states and a query", sc ? sc->max_seqs : 0);
+		return SS_ERR_INVALID;
+	}
+	const int64_t V = sc->m->cfg.vocab_padded;
+	size_t made = 0;
+	int rc = 0;
+	for (; made < n; made++)
+		if ((rc = ss_state_copy(&sc->st[made], starts[made])))
+			goto done;
+	for (size_t i = 0; i < n; i++)
+		sc->seqs[i] = (ss_forward_seq){ .tokens = q, .n_tokens = nq, .state = &sc->st[i],
+						.logits = sc->logits + i * (size_t)SS_EVAL_ROWS * (size_t)V };
+	if ((rc = ss_forward_prefill(sc->ctx, sc->seqs, (int)n, SS_LOGITS_LAST, errmsg)))
+		goto done;
+	for (size_t i = 0; i < n; i++) {
+		/* H = lse - Σ p_v x_v, p_v = exp(x_v - lse), in double */
+		const float *row = sc->seqs[i].logits;
+		double lse = ss_logsumexp(row, V), px = 0;
+		for (int64_t v = 0; v < V; v++)
+			px += exp((double)row[v] - lse) * (double)row[v];
+		entropy[i] = lse - px;
+		if (!isfinite(entropy[i])) {
+			ERR("start state %zu (id \"%.200s\"): the entropy is not finite (the state's or the "
+			    "model's values overflow)", i, starts[i]->id ? starts[i]->id : "");
+			rc = SS_ERR_INVALID;
+			goto done;
+		}
+	}
+done:
+	for (size_t i = 0; i < made; i++)
+		ss_state_free(&sc->st[i]);
+	return rc;
+}
+
 /* ------------------------------------------------------------ ranking */
 
 int ss_eval_rank(const int *rel, int n, int n_rel, ss_eval_ranking *out)

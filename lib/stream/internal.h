@@ -29,6 +29,8 @@ struct ss_record {
 	int has_rank;               /* an annotation frame preceded the record */
 	int32_t rank;               /* its rank (1 = most relevant) ... */
 	double score;               /* ... and score (BM25, higher = better) */
+	int has_rerank;             /* the annotation held a rerank_score too */
+	double rerank_score;        /* the reranker's score (higher = better) */
 	int in_place;               /* next_pieces: pieces stay in the record buffer (see ss_piece_fn) */
 	int meta;                   /* the map is the record's entries before "conv"/"ssm" only
 				       (next_meta, next_pieces): its arrays are not in it */

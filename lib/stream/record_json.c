@@ -159,6 +159,11 @@ int ss_record_to_json(const ss_record *rec, FILE *f, int full)
 		fprintf(f, "\"rank\":%d,\"score\":", (int)rec->rank);
 		json_num(f, rec->score);
 		fputc(',', f);
+		if (rec->has_rerank) {
+			fputs("\"rerank_score\":", f);
+			json_num(f, rec->rerank_score);
+			fputc(',', f);
+		}
 	}
 	for (uint32_t i = 0; i < m->via.map.size; i++) {
 		const msgpack_object *k = &m->via.map.ptr[i].key, *v = &m->via.map.ptr[i].val;

@@ -70,6 +70,8 @@ struct ss_reader {
 	msgpack_unpacked unp;
 	ss_record rec;       /* the record last read, handed out by pointer */
 	int annot;           /* an annotation frame precedes the next record */
+	int annot_has_rerank;
+	double annot_rerank;
 	int32_t annot_rank;
 	double annot_score;
 	/* The plan frame that began the stream (ss_reader_plan), if any. */
@@ -198,6 +200,15 @@ uint64_t ss_record_content_size(const ss_record *rec) { return rec->content; }
 uint64_t ss_record_index(const ss_record *rec) { return rec->index; }
 const void *ss_record_bytes(const ss_record *rec) { return rec->raw; }
 size_t ss_record_size(const ss_record *rec) { return rec->raw_len; }
+
+int ss_record_rerank_score(const ss_record *rec, double *rerank_score)
+{
+	if (!rec->has_rerank)
+		return 0;
+	if (rerank_score)
+		*rerank_score = rec->rerank_score;
+	return 1;
+}
 
 int ss_record_rank(const ss_record *rec, int32_t *rank, double *score)
 {
@@ -423,7 +434,8 @@ static int skippable_unpack(ss_reader *r, uint32_t n, const char *what, msgpack_
 }
 
 /* Reads the annotation frame at r->pos (payload of n bytes: a msgpack map
- * {"rank": int, "score": float}); it applies to the next record. */
+ * {"rank": int, "score": float} and optionally "rerank_score": float;
+ * other keys are ignored); it applies to the next record. */
 static int read_annotation(ss_reader *r, uint32_t n)
 {
 	msgpack_unpacked u;
@@ -433,10 +445,14 @@ static int read_annotation(ss_reader *r, uint32_t n)
 	const msgpack_object *rk = ss_map_get(&u.data, "rank"), *sc = ss_map_get(&u.data, "score");
 	int ok = rk && sc && rk->type == MSGPACK_OBJECT_POSITIVE_INTEGER && rk->via.u64 <= INT32_MAX &&
 	     (sc->type == MSGPACK_OBJECT_FLOAT64 || sc->type == MSGPACK_OBJECT_FLOAT32);
+	const msgpack_object *rr = ss_map_get(&u.data, "rerank_score");
+	ok = ok && (!rr || rr->type == MSGPACK_OBJECT_FLOAT64 || rr->type == MSGPACK_OBJECT_FLOAT32);
 	if (ok) {
 		r->annot = 1;
 		r->annot_rank = (int32_t)rk->via.u64;
 		r->annot_score = sc->via.f64;
+		r->annot_has_rerank = rr != NULL;
+		r->annot_rerank = rr ? rr->via.f64 : 0;
 	}
 	msgpack_unpacked_destroy(&u);
 	return ok ? 0 : rerr(r, SS_ERR_FORMAT, r->pos, "malformed annotation frame");
@@ -483,6 +499,8 @@ static void take_annotation(ss_reader *r, ss_record *rec)
 	rec->has_rank = r->annot;
 	rec->rank = r->annot_rank;
 	rec->score = r->annot_score;
+	rec->has_rerank = r->annot && r->annot_has_rerank;
+	rec->rerank_score = r->annot_rerank;
 	r->annot = 0;
 }
 
@@ -1377,6 +1395,8 @@ struct ss_writer {
 	int saved_errno;
 	int no_shuffle;
 	double min_saving;   /* ss_writer_set_min_saving */
+	int rerank_pending;  /* ss_writer_set_rerank_score: for the next annotation */
+	double rerank_score;
 	/* A state record's compressed frame held back (ss_writer_begin_state)
 	 * until its saving is known: cap[0..cap_len) from the first fed bytes
 	 * of a record of rec_len. */
@@ -1758,18 +1778,29 @@ int ss_writer_put_plan(ss_writer *w, size_t n, size_t H, const float *logdecay)
 	return rc;
 }
 
+void ss_writer_set_rerank_score(ss_writer *w, double rerank_score)
+{
+	w->rerank_pending = 1;
+	w->rerank_score = rerank_score;
+}
+
 int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score)
 {
-	unsigned char f[8 + 32];
+	unsigned char f[8 + 64];
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer pk;
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 2);
+	msgpack_pack_map(&pk, 2 + (w->rerank_pending != 0));
 	msgpack_pack_str_with_body(&pk, "rank", 4);
 	msgpack_pack_int32(&pk, rank);
 	msgpack_pack_str_with_body(&pk, "score", 5);
 	msgpack_pack_double(&pk, score);
+	if (w->rerank_pending) {
+		msgpack_pack_str_with_body(&pk, "rerank_score", 12);
+		msgpack_pack_double(&pk, w->rerank_score);
+		w->rerank_pending = 0;
+	}
 	size_t n = sb.size;
 	uint32_t m = SS_ANNOT_MAGIC;
 	for (int i = 0; i < 4; i++) {
