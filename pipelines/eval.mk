@@ -5,8 +5,8 @@
 # data attribution (Appendix C, Table 4), retrieval quality of the BM25
 # index over a k1 x b sweep (§B.5), processing vs inference time (App. B.3,
 # Fig. 7). Every target takes MODEL=DIR: the same run on a trained model is
-# one command. With the bundled random-weight t1 model the NLLs carry no
-# meaning (only the timings and the retrieval figures do).
+# one command. The bundled model is small (data/model/README.md): its NLLs
+# move little with context, and retrieved passages raise them.
 #
 # From the repository root, after `make`:
 #   make -f pipelines/eval.mk eval               # everything + plots
@@ -14,6 +14,7 @@
 #   make -f pipelines/eval.mk eval-k50 PASSAGES=20        # k = 0..50
 #   make -f pipelines/eval.mk eval-wikitext STATE_DTYPE=q8  # states stored as q8
 #   make -f pipelines/eval.mk eval-msmarco QUERIES=50
+#   make -f pipelines/eval.mk eval-rerank RERANK_N=10    # MS MARCO recall@k, BM25 vs rerank
 #   make -f pipelines/eval.mk eval-attribution QUERIES=20
 #   make -f pipelines/eval.mk eval-retrieval K1S=0.6,1.2 BS=0.5,0.75
 #   make -f pipelines/eval.mk eval-timing LENGTHS=256,1024,4096
@@ -72,11 +73,11 @@ EVAL_FLAGS = --model $(MODEL) $(if $(THREADS),--threads $(THREADS)) $(if $(DEVIC
 EV_E := $(EVAL_DIR)
 EV_B := $(SS_BIN)
 
-.PHONY: eval eval-wikitext eval-attribution eval-msmarco eval-retrieval eval-timing eval-k50 eval-openbookqa \
+.PHONY: eval eval-wikitext eval-attribution eval-msmarco eval-rerank eval-retrieval eval-timing eval-k50 eval-openbookqa \
 	plots eval-db eval-clean eval-force
 .DELETE_ON_ERROR:
 
-eval: eval-wikitext eval-k50 eval-msmarco eval-attribution eval-retrieval eval-timing eval-openbookqa plots
+eval: eval-wikitext eval-k50 eval-msmarco eval-rerank eval-attribution eval-retrieval eval-timing eval-openbookqa plots
 eval-wikitext: $(EV_E)/wikitext.tsv
 	@cat $(EV_E)/wikitext-summary.tsv
 eval-attribution: $(EV_E)/attribution.tsv
@@ -137,6 +138,26 @@ $(EV_E)/wikitext-k50.tsv: $(EV_E)/halves.db $(EV_E)/halves.tok $(EV_E)/k50.param
 		--passages $(K50_PASSAGES) --min-tokens $(MIN_TOKENS) --kmax 50 --seed $(SEED) \
 		--summary $(EV_E)/wikitext-k50-summary.tsv -o $@
 	$(call gp,eval.gp,wikitext-k50.tsv,wikitext-k50,xstep=5)
+
+# MS MARCO passage retrieval, BM25 against BM25's top RERANK_N reranked by MODEL from the
+# passages' states (ss-retrieve query --rerank): the sample's passages pooled into one index,
+# recall@k of each query's selected passage (ss-eval recall --retrieve; the EM column means
+# nothing here). Writes msmarco-rerank.tsv (recall@k in the column "recall").
+RERANK_N  ?= 10
+RERANK_KS ?= 1,3,5
+eval-rerank: $(EV_E)/msmarco-rerank.tsv
+$(EV_E)/msmarco-rr/queries.jsonl: $(MSMARCO)
+	@mkdir -p $(@D)
+	python3 $(EVAL_MK_DIR)/msmarco_recall.py $< $(@D)
+$(EV_E)/msmarco-rr/index.db: $(EV_E)/msmarco-rr/queries.jsonl $(EV_B)/ss-encode
+	$(EV_B)/ss-tokenize -q -t $(TOKENIZER) --jsonl -o $(@D)/corpus.tok $(@D)/corpus.jsonl
+	$(EV_B)/ss-encode -q $(EVAL_FLAGS) -o $(@D)/corpus.states $(@D)/corpus.tok
+	rm -f $@ && $(EV_B)/ss-retrieve build -q --index $@ $(@D)/corpus.tok $(@D)/corpus.states
+$(EV_E)/msmarco-rerank.tsv: $(EV_E)/msmarco-rr/index.db $(EV_B)/ss-eval
+	$(EV_B)/ss-eval recall -q $(EVAL_FLAGS) --index $< --qa $(EV_E)/msmarco-rr/queries.jsonl \
+		--tokenizer $(TOKENIZER) --ks $(RERANK_KS) --methods naive --retrieve --retrievers bm25,rerank \
+		--rerank $(RERANK_N) -o $@.tmp && mv -f $@.tmp $@
+	@awk -F '\t' 'NR == 1 || $$4 == "all"' $@ | cut -f 1,3,5,10
 
 # Table 1 row 1: MS MARCO answer NLL per method (all of a query's passages).
 eval-msmarco: $(EV_E)/msmarco.tsv
