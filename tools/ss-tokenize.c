@@ -54,8 +54,8 @@ static void help(void) __attribute__((noreturn));
 static void help(void)
 {
 	printf("usage: %s\n\n"
-	       "Tokenize documents with a HF tokenizer.json (byte-level BPE; GPT-NeoX-20B by\n"
-	       "default) into a token stream (ss-tokens(5)). Input FILEs (stdin when none or\n"
+	       "Tokenize documents with a HF tokenizer.json (byte-level BPE: the model's, or\n"
+	       "GPT-NeoX-20B's) into a token stream (ss-tokens(5)). Input FILEs (stdin when none or\n"
 	       "'-') are plain text (one document per line, line ending \\n removed, \\r kept,\n"
 	       "empty lines skipped, id FILE:LINE; also for files named here: --whole for\n"
 	       "one document per file), JSONL ({\"id\":..., \"text\":...} per line; files\n"
