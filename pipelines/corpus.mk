@@ -70,7 +70,9 @@ encode_opts := $(if $(THREADS),--threads $(THREADS)) $(if $(filter 1,$(DETERMINI
 .PRECIOUS: $(CONF) $(DB)/corpus.tokens $(DB)/shard-%.states $(DB)/shard-%.db $(DB)/index.list $(DB)/index.db
 all: index
 tokens: $(DB)/corpus.tokens
-shards: $(SHARD_DBS)
+# The states are named here, not only through the pattern rules: a file make reaches only through
+# them is intermediate, and a deleted intermediate file is not rebuilt.
+shards: $(SHARD_FILES) $(SHARD_DBS)
 index: $(DB)/index.list
 merge: $(DB)/index.db
 $(SHARD_IDS:%=shard-%): shard-%: $(DB)/shard-%.db

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Corpus builds: ss-encode --shard and --ids, then pipelines/corpus.mk on a tiny mixed corpus
 # (40 lines of WikiText, a JSONL file, a tar) in 3 shards with -j2 — the shards together equal
-# one whole encode, the index answers queries, a deleted or interrupted shard (a leftover
+# one whole encode, the shards' indexes answer queries as one (and merged), a deleted or interrupted shard (a leftover
 # temporary file) is redone alone, changing SHARDS redoes all — and the Slurm scripts run by
 # hand (shard.sbatch, index.sbatch); tests/cli/slurm.sh submits them through stand-ins.
 # Run by tests/run from the repo root (SS_FIXTURES, SS_TOP, PATH with build/bin).
@@ -71,41 +71,51 @@ expect 2 "--shard" ss-encode --model "$T1" --shard -1/2 all.tok
 
 # corpus.mk: 3 shards, 2 jobs; the index finds a document of each input kind.
 $MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 -j2
-for f in build.conf corpus.tokens shard-0.states shard-1.states shard-2.states index.db; do
+for f in build.conf corpus.tokens shard-0.states shard-1.states shard-2.states shard-0.db shard-1.db \
+	shard-2.db index.list; do
 	[ -s "db/$f" ] || fail "corpus.mk made no db/$f"
 done
 states db/shard-0.states db/shard-1.states db/shard-2.states >db.json
 same db.json all.json || fail "corpus.mk shards differ from one whole encode"
-ss-retrieve query -q --index db/index.db -k 2 --query "quokka marsupial" --ids >q1
+[ "$(cat db/index.list)" = "$(printf 'shard-0.db\nshard-1.db\nshard-2.db')" ] || fail "index.list: $(cat db/index.list)"
+[ ! -e db/index.db ] || fail "an index of the whole corpus was built (only the shards' are)"
+ss-retrieve query -q --index @db/index.list -k 2 --query "quokka marsupial" --ids >q1
 tail -n 1 q1 | grep -q "	j2#0	" || fail "index: quokka query: $(cat q1)"
-ss-retrieve query -q --index db/index.db -k 2 --query "fjords Norway glaciers" --ids >q2
+ss-retrieve query -q --index @db/index.list -k 2 --query "fjords Norway glaciers" --ids >q2
 tail -n 1 q2 | grep -q "	tree/fjord.txt#0	" || fail "index: fjord query: $(cat q2)"
-ss-retrieve query -q --index db/index.db -k 3 --query "Robert Boulter television actor" --ids >q3
+ss-retrieve query -q --index @db/index.list -k 3 --query "Robert Boulter television actor" --ids >q3
 tail -n 1 q3 | grep -q "	wiki.txt:[0-9]*#[0-9]*	" || fail "index: wiki query: $(cat q3)"
-ss-retrieve query -q --index db/index.db -k 1 --query "quokka" | ss-cat --meta | grep -q '"id":"j2#0"' ||
+ss-retrieve query -q --index @db/index.list -k 1 --query "quokka" | ss-cat --meta | grep -q '"id":"j2#0"' ||
 	fail "index: no state for j2"
+# merge: one file that answers as the shards do.
+$MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 merge
+ss-retrieve query -q --index db/index.db -k 3 --query "Robert Boulter television actor" --ids >q3m
+cmp -s q3 q3m || fail "the merged index answers otherwise than its shards"
+rm db/index.db
 
 # STATE_DTYPE=q8: the shards hold q8 states, which the index serves and ss-compose reads.
 $MK DB=db8 DOCS="$DOCS" MODEL="$T1" SHARDS=1 CHUNK=64 THREADS=1 STATE_DTYPE=q8
 ss-cat --stats db8/shard-0.states | grep -q '"dtype":"q8"' || fail "STATE_DTYPE=q8: shard not q8"
 grep -q 'state_dtype=q8' db8/build.conf || fail "STATE_DTYPE not in build.conf"
-ss-retrieve query -q --index db8/index.db -k 3 --query "quokka marsupial" | ss-compose --mode picaso-r |
+ss-retrieve query -q --index @db8/index.list -k 3 --query "quokka marsupial" | ss-compose --mode picaso-r |
 	ss-cat --meta | grep -q '"dtype":"q8"' || fail "q8 index: query | compose"
 
 # Up to date: nothing is redone.
 m0=$(mtime db/shard-0.states) m1=$(mtime db/shard-1.states) m2=$(mtime db/shard-2.states)
-mi=$(mtime db/index.db) mt=$(mtime db/corpus.tokens)
+mi=$(mtime db/index.list) mt=$(mtime db/corpus.tokens) x1=$(mtime db/shard-1.db)
 $MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 -j2
-[ "$(mtime db/index.db)$(mtime db/shard-1.states)" = "$mi$m1" ] || fail "an up-to-date build redid work"
+[ "$(mtime db/index.list)$(mtime db/shard-1.states)$(mtime db/shard-1.db)" = "$mi$m1$x1" ] ||
+	fail "an up-to-date build redid work"
 
-# A deleted shard is redone alone, then the index.
+# A deleted shard is redone alone (its states and index), then the list.
 rm db/shard-1.states
 $MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 -j2
 [ -s db/shard-1.states ] || fail "shard-1 not rebuilt"
 [ "$(mtime db/shard-0.states)" = "$m0" ] && [ "$(mtime db/shard-2.states)" = "$m2" ] ||
 	fail "other shards were rebuilt"
 [ "$(mtime db/corpus.tokens)" = "$mt" ] || fail "the tokens were rebuilt"
-[ "$(mtime db/index.db)" != "$mi" ] || fail "the index was not rebuilt"
+[ "$(mtime db/shard-1.db)" != "$x1" ] || fail "shard-1's index was not rebuilt"
+[ "$(mtime db/index.list)" != "$mi" ] || fail "the list was not rewritten"
 states db/shard-0.states db/shard-1.states db/shard-2.states >db.json
 same db.json all.json || fail "rebuilt shard differs"
 
@@ -116,15 +126,15 @@ m1=$(mtime db/shard-2.states)
 $MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 -j2
 [ -s db/shard-1.states ] || fail "interrupted shard-1 taken as done"
 [ "$(mtime db/shard-2.states)" = "$m1" ] || fail "shard-2 rebuilt after an interrupted shard-1"
-ss-retrieve query -q --index db/index.db -k 1 --query "quokka" | ss-cat --meta | grep -q '"id":"j2#0"' ||
+ss-retrieve query -q --index @db/index.list -k 1 --query "quokka" | ss-cat --meta | grep -q '"id":"j2#0"' ||
 	fail "index after the interrupted shard"
-# An interrupted index build (the temporary index a killed run left) is not taken as done:
+# An interrupted shard index build (the temporary index a killed run left) is not taken as done:
 # the rebuild writes under a name of its own (a concurrent run may own the leftover).
-rm db/index.db
-echo junk >db/index.db.tmp.12345
+rm db/shard-2.db
+echo junk >db/shard-2.db.tmp.12345
 $MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=3 CHUNK=64 THREADS=1 index
-[ -s db/index.db ] && [ "$(ls db | grep -c '^index\.db\.tmp')" -eq 1 ] || fail "interrupted index: $(ls db)"
-ss-retrieve query -q --index db/index.db -k 1 --query "quokka" --ids | grep -q "j2#0" ||
+[ -s db/shard-2.db ] && [ "$(ls db | grep -c '^shard-2\.db\.tmp')" -eq 1 ] || fail "interrupted index: $(ls db)"
+ss-retrieve query -q --index @db/index.list -k 1 --query "quokka" --ids | grep -q "j2#0" ||
 	fail "index after an interrupted one"
 
 # Other settings rebuild everything: 2 shards, the same documents.
@@ -132,7 +142,7 @@ $MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=2 CHUNK=64 THREADS=1 -j2
 grep -q "shards=2" db/build.conf || fail "build.conf: $(cat db/build.conf)"
 states db/shard-0.states db/shard-1.states >db.json
 same db.json all.json || fail "SHARDS=2 differs from the whole"
-ss-retrieve query -q --index db/index.db -k 1 --query "sourdough yeast" --ids | grep -q "tree/bread.txt#0" ||
+ss-retrieve query -q --index @db/index.list -k 1 --query "sourdough yeast" --ids | grep -q "tree/bread.txt#0" ||
 	fail "index after SHARDS=2"
 expect 2 "DOCS is empty" $MK DB=db MODEL="$T1"
 
@@ -146,7 +156,7 @@ SLURM_ARRAY_TASK_ID=1 SLURM_CPUS_PER_TASK=1 sh "$SS_TOP/pipelines/slurm/shard.sb
 sh "$SS_TOP/pipelines/slurm/index.sbatch" >/dev/null
 states sl/shard-0.states sl/shard-1.states >db.json
 same db.json all.json || fail "slurm shards differ from the whole"
-ss-retrieve query -q --index sl/index.db -k 1 --query "quokka" --ids | grep -q "j2#0" || fail "slurm index"
+ss-retrieve query -q --index @sl/index.list -k 1 --query "quokka" --ids | grep -q "j2#0" || fail "slurm index"
 expect 2 "SLURM_ARRAY_TASK_ID is not set" sh "$SS_TOP/pipelines/slurm/shard.sbatch"
 # clean removes the outputs and the leftover temporary files.
 $MK DB=db DOCS="$DOCS" MODEL="$T1" SHARDS=2 CHUNK=64 clean
