@@ -85,6 +85,15 @@ int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char 
  * (a FIFO, a directory or a device)" before anything is read. */
 int ss_reader_open_regular(ss_reader **out, const char *path, uint64_t max_record, char *errmsg);
 
+/* Reads the len bytes at buf (borrowed: they must outlive the reader) as
+ * a stream, as a pipe is read (no seeking, ss_reader_seekable 0): record
+ * offsets count from buf. name: what ss_reader_path says (copied; NULL:
+ * "(memory)"). For frames fetched whole (a state record over HTTP: its
+ * checksum is verified as it decodes). Returns 0 and sets *out (free with
+ * ss_reader_close), SS_ERR_INVALID (no bytes), SS_ERR_NOMEM. */
+int ss_reader_open_mem(ss_reader **out, const void *buf, size_t len, const char *name, uint64_t max_record,
+		       char *errmsg);
+
 /* Opens path read-only without blocking on a FIFO or device (open(2) of a
  * FIFO with no writer never returns): returns a descriptor of a regular
  * file (O_CLOEXEC, blocking; the caller closes it), -1 with errno set when

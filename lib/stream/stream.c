@@ -170,6 +170,39 @@ int ss_reader_open_regular(ss_reader **out, const char *path, uint64_t max_recor
 	return reader_open(out, path, max_record, 1, errmsg);
 }
 
+int ss_reader_open_mem(ss_reader **out, const void *buf, size_t len, const char *name, uint64_t max_record,
+		       char *errmsg)
+{
+	*out = NULL;
+	if (!buf || !len)
+		return ss_errf(errmsg, SS_ERR_INVALID, "no bytes to read");
+	/* A stream over the buffer, read as a pipe is: no descriptor to
+	 * pread or mmap, and nothing before the first frame to seek back to. */
+	FILE *f = fmemopen((void *)buf, len, "rb");
+	if (!f)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "%s", strerror(errno));
+	ss_reader *r = calloc(1, sizeof *r);
+	if (!r) {
+		fclose(f);
+		return SS_ERR_NOMEM;
+	}
+	r->f = f;
+	r->own_file = 1;
+	r->path = strdup(name ? name : "(memory)");
+	r->max_record = max_record ? max_record : SS_MAX_RECORD_DEFAULT;
+	r->dctx = ZSTD_createDCtx();
+	r->cap = IN_CHUNK;
+	r->buf = malloc(r->cap);
+	if (!r->path || !r->dctx || !r->buf) {
+		ss_reader_close(r);
+		return SS_ERR_NOMEM;
+	}
+	msgpack_unpacked_init(&r->unp);
+	snprintf(r->err, sizeof r->err, "no error");
+	*out = r;
+	return 0;
+}
+
 void ss_reader_close(ss_reader *r)
 {
 	if (!r)
