@@ -542,10 +542,10 @@ int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *err
  * for its bytes (Range: bytes=OFF-END, libcurl), accept only a 206 with
  * that Content-Range and exactly those bytes (a server that ignores Range
  * and answers 200 is refused at the first byte: SS_ERR_UNSUPPORTED, not
- * downloaded whole), decode the record whole once, so that its frame
- * checksum is verified (a file replaced on the server: SS_ERR_CHECKSUM or
- * SS_ERR_MISMATCH), check it as a local one (id, fingerprint, length),
- * and copy it from memory. Redirects are followed (8 at most: a loop is
+ * downloaded whole), verify the frame's checksum once (ss_frame_verify:
+ * a file replaced on the server gives SS_ERR_CHECKSUM, or SS_ERR_MISMATCH
+ * for another record there), check its metadata as a local one's (id,
+ * fingerprint, length), and copy it from memory (a memfd). Redirects are followed (8 at most: a loop is
  * SS_ERR_IO "more than 8 redirects"), to http(s) only. Transient failures
  * (HTTP 5xx, 408, 429; a refused, reset or cut connection; a stall) are
  * retried after 0.25 s, 0.5 s, 1 s ...; the others fail at once: HTTP 404

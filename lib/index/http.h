@@ -3,10 +3,11 @@
  * A hit whose path is an http:// or https:// URL has its state record
  * fetched by a range request (libcurl): ss_index_read and ss_index_copy
  * come here for it, and ss_index_prefetch fetches the records of a query's
- * hits in parallel first. The fetched frame is decoded whole once (so its
- * zstd or raw-frame checksum is verified: a file replaced on the server
- * is caught) and checked against the index row as a local one is
- * (ix_check_record), then copied from memory.
+ * hits in parallel first. A fetched frame lies in a memfd; its checksum
+ * is verified once (ss_frame_verify: a file replaced on the server is
+ * caught), its metadata read and checked against the index row as a local
+ * one's is (ix_check_record), and it is copied to the output as a local
+ * frame is (sendfile from the memfd).
  * ref: RFC 9110 §14 (range requests, 206, Content-Range), libcurl-multi(3).
  */
 #ifndef SS_INDEX_HTTP_H
