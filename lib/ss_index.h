@@ -545,8 +545,9 @@ int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *err
  * downloaded whole), verify the frame's checksum once (ss_frame_verify:
  * a file replaced on the server gives SS_ERR_CHECKSUM, or SS_ERR_MISMATCH
  * for another record there), check its metadata as a local one's (id,
- * fingerprint, length), and copy it from memory (a memfd). Redirects are followed (8 at most: a loop is
- * SS_ERR_IO "more than 8 redirects"), to http(s) only. Transient failures
+ * fingerprint, length), and copy it from memory (a memfd). Redirects are
+ * followed (8 at most: a loop is SS_ERR_IO "more than 8 redirects"), to
+ * http(s) only. Transient failures
  * (HTTP 5xx, 408, 429; a refused, reset or cut connection; a stall) are
  * retried after 0.25 s, 0.5 s, 1 s ...; the others fail at once: HTTP 404
  * and 410 SS_ERR_NOTFOUND, 416 SS_ERR_TRUNCATED, others SS_ERR_IO, a cut
