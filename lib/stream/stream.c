@@ -123,7 +123,33 @@ static int open_file(ss_reader *r, const char *path, int regular, char *errmsg)
 	return 0;
 }
 
-static int reader_open(ss_reader **out, const char *path, uint64_t max_record, int regular, char *errmsg)
+/* Opens fd's file into r as open_file opens a named one: through a
+ * duplicate (fd stays the caller's), from byte 0 (the duplicate shares
+ * fd's offset, wherever it was left). */
+static int open_fd(ss_reader *r, int fd, char *errmsg)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return ss_errf(errmsg, SS_ERR_INVALID, "not a regular file");
+	int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	FILE *f = dfd >= 0 ? fdopen(dfd, "rb") : NULL;
+	if (!f || fseeko(f, 0, SEEK_SET) != 0) {
+		int e = errno;
+		if (f)
+			fclose(f);
+		else if (dfd >= 0)
+			close(dfd);
+		return ss_errf(errmsg, SS_ERR_IO, "%s", strerror(e));
+	}
+	r->f = f;
+	r->own_file = 1;
+	r->seekable = 1;
+	return 0;
+}
+
+/* A reader of path (fd < 0; NULL or "-": stdin) or of the file open at fd
+ * (then named path). */
+static int reader_open(ss_reader **out, const char *path, int fd, uint64_t max_record, int regular, char *errmsg)
 {
 	*out = NULL;
 	if (regular && (!path || !strcmp(path, "-")))
@@ -131,7 +157,7 @@ static int reader_open(ss_reader **out, const char *path, uint64_t max_record, i
 	ss_reader *r = calloc(1, sizeof *r);
 	if (!r)
 		return SS_ERR_NOMEM;
-	int is_stdin = !path || !strcmp(path, "-");
+	int is_stdin = fd < 0 && (!path || !strcmp(path, "-"));
 	r->path = strdup(is_stdin ? "-" : path);
 	r->max_record = max_record ? max_record : SS_MAX_RECORD_DEFAULT;
 	r->dctx = ZSTD_createDCtx();
@@ -146,7 +172,7 @@ static int reader_open(ss_reader **out, const char *path, uint64_t max_record, i
 		struct stat st;
 		r->seekable = fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode);
 	} else {
-		int code = open_file(r, path, regular, errmsg);
+		int code = fd >= 0 ? open_fd(r, fd, errmsg) : open_file(r, path, regular, errmsg);
 		if (code) {
 			ss_reader_close(r);
 			return code;
@@ -162,55 +188,17 @@ static int reader_open(ss_reader **out, const char *path, uint64_t max_record, i
 
 int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char *errmsg)
 {
-	return reader_open(out, path, max_record, 0, errmsg);
+	return reader_open(out, path, -1, max_record, 0, errmsg);
 }
 
 int ss_reader_open_regular(ss_reader **out, const char *path, uint64_t max_record, char *errmsg)
 {
-	return reader_open(out, path, max_record, 1, errmsg);
+	return reader_open(out, path, -1, max_record, 1, errmsg);
 }
 
 int ss_reader_open_fd(ss_reader **out, int fd, const char *name, uint64_t max_record, char *errmsg)
 {
-	*out = NULL;
-	struct stat st;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-		return ss_errf(errmsg, SS_ERR_INVALID, "not a regular file");
-	int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	FILE *f = dfd >= 0 ? fdopen(dfd, "rb") : NULL;
-	if (!f) {
-		int e = errno;
-		if (dfd >= 0)
-			close(dfd);
-		return ss_errf(errmsg, SS_ERR_IO, "%s", strerror(e));
-	}
-	ss_reader *r = calloc(1, sizeof *r);
-	if (!r) {
-		fclose(f);
-		return SS_ERR_NOMEM;
-	}
-	r->f = f;
-	r->own_file = 1;
-	r->seekable = 1;
-	r->path = strdup(name ? name : "(descriptor)");
-	r->max_record = max_record ? max_record : SS_MAX_RECORD_DEFAULT;
-	r->dctx = ZSTD_createDCtx();
-	r->cap = IN_CHUNK;
-	r->buf = malloc(r->cap);
-	if (!r->path || !r->dctx || !r->buf) {
-		ss_reader_close(r);
-		return SS_ERR_NOMEM;
-	}
-	/* dup shares the offset: start from byte 0, whoever moved it. */
-	r->base = r->pos = 0;
-	if (fseeko(f, 0, SEEK_SET) != 0) {
-		ss_reader_close(r);
-		return ss_errf(errmsg, SS_ERR_IO, "%s", strerror(errno));
-	}
-	msgpack_unpacked_init(&r->unp);
-	snprintf(r->err, sizeof r->err, "no error");
-	*out = r;
-	return 0;
+	return reader_open(out, name ? name : "(descriptor)", fd, max_record, 1, errmsg);
 }
 
 int ss_frame_verify(const void *frame, size_t len, char *errmsg)
