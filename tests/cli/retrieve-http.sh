@@ -88,6 +88,13 @@ expect 0 ss-retrieve query --index local.db -k 2 --out-dir lo <batch
 expect 0 ss-retrieve query --index http.db -k 2 --out-dir ho <batch
 for f in 1 2 q3; do cmp -s lo/$f.states ho/$f.states || fail "batch query $f differs over HTTP"; done
 
+# Shards, each with its states at a URL, read as one index: the same bytes.
+expect 0 ss-retrieve add --index sa.db --state-url www/a.states=$url/a.states a.tokens www/a.states
+expect 0 ss-retrieve add --index sb.db --state-url www/b.states=$url/b.states b.tokens www/b.states
+expect 0 ss-retrieve query --index local.db -k 12 --query "fox ocean odd" -o l.states
+expect 0 ss-retrieve query --index sa.db --index sb.db -k 12 --query "fox ocean odd" -o h.states
+cmp -s l.states h.states || fail "two shards over HTTP differ from the local index"
+
 # one_error DB WHAT ARGS...: query DB for "fox" -k 3 -o bad.states
 # fails with one line naming what, and writes nothing.
 one_error() {
