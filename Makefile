@@ -15,7 +15,7 @@ BLAS_PKG := openblas
 else
 $(error BLAS=$(BLAS): openblas or blis)
 endif
-PKGS := libzstd msgpack libarchive $(BLAS_PKG) sqlite3 libpcre2-8 libutf8proc libcjson
+PKGS := libzstd msgpack libarchive $(BLAS_PKG) sqlite3 libpcre2-8 libutf8proc libcjson libcurl
 ifeq ($(SANITIZE),1)
 B := build$(BLAS_DIR)/san
 # float-cast-overflow: gcc's "undefined" leaves it out (clang's has it).

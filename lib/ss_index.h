@@ -12,7 +12,8 @@
  *                      state files (shards). A path is stored relative to
  *                      the index's directory when the file lies under that
  *                      directory, absolute otherwise: an index moved together
- *                      with the shards below it keeps working.
+ *                      with the shards below it keeps working. An http://
+ *                      or https:// URL is stored as given.
  *   docs(rid, id, file_id, byte_offset, frame_length, fingerprint,
  *        n_tokens, text_tokens, text_len, n_terms, terms)
  *                      one row per document; byte_offset/frame_length address the zstd
@@ -103,9 +104,11 @@ int ss_index_add_tokens(ss_index *ix, const char *id, const int32_t *tokens, int
 /* Adds or replaces the location of document `id`'s state: the zstd frame at
  * byte `offset` (of `length` compressed bytes) in the state stream
  * `state_path` (a regular file that exists now; its path is stored as said
- * above), for model `fingerprint`, having seen n_tokens tokens.
- * Returns 0, or SS_ERR_INVALID (empty id), SS_ERR_IO (path unresolvable,
- * SQLite). */
+ * above; or an http:// or https:// URL, stored as given and not fetched
+ * here: queries fetch the frame by a range request, see
+ * ss_index_prefetch), for model `fingerprint`, having seen n_tokens tokens.
+ * Returns 0, or SS_ERR_INVALID (empty id; a URL without a host or with a
+ * space or control byte), SS_ERR_IO (path unresolvable, SQLite). */
 int ss_index_add_state(ss_index *ix, const char *id, const char *state_path, uint64_t offset,
                        uint64_t length, const char *fingerprint, int64_t n_tokens,
                        char *errmsg);
@@ -182,6 +185,18 @@ typedef void (*ss_index_progress_fn)(void *ctx, const char *path, const ss_index
 int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
                         ss_index_add_stats *st, ss_index_progress_fn progress, void *ctx,
                         char *errmsg);
+
+/* ss_index_add_stream, storing the state records' locations under `url`
+ * (http:// or https://; NULL: path itself) instead of path: the local file
+ * at path is read for the records' offsets, and queries fetch them from
+ * url, which must serve the same bytes (checked at every fetch: the
+ * record's id, fingerprint, length and frame checksum). Why a local copy
+ * rather than reading the URL: the offsets are the stream's, learnt by
+ * reading it once, and the host that builds the index is normally the one
+ * that wrote the states before uploading them. Returns what
+ * ss_index_add_stream does, or SS_ERR_INVALID (url not http(s)). */
+int ss_index_add_stream_url(ss_index *ix, const char *path, const char *url, uint64_t max_record,
+			    ss_index_add_stats *st, ss_index_progress_fn progress, void *ctx, char *errmsg);
 
 /* Called by ss_index_commit for each document it has something to say about:
  * dropped != 0 when the document was left out of the index (it had text but
@@ -517,6 +532,57 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
  *     abandoned with ss_writer_abort).
  * ref: zstd skippable frames (RFC 8878 §3.1.2), formats/states.md. */
 int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *errmsg);
+
+/* ----------------------------------------------------- states over HTTP */
+
+/* A state file may be an http:// or https:// URL (ss_index_add_state,
+ * ss_index_add_stream_url): S3, GCS or Azure objects through public or
+ * presigned URLs, any web server or CDN that serves range requests.
+ * ss_index_read and ss_index_copy then fetch the hit's frame by a request
+ * for its bytes (Range: bytes=OFF-END, libcurl), accept only a 206 with
+ * that Content-Range and exactly those bytes (a server that ignores Range
+ * and answers 200 is refused at the first byte: SS_ERR_UNSUPPORTED, not
+ * downloaded whole), verify the frame's checksum once (ss_frame_verify:
+ * a file replaced on the server gives SS_ERR_CHECKSUM, or SS_ERR_MISMATCH
+ * for another record there), check its metadata as a local one's (id,
+ * fingerprint, length), and copy it from memory (a memfd). Redirects are
+ * followed (8 at most: a loop is SS_ERR_IO "more than 8 redirects"), to
+ * http(s) only. Transient failures
+ * (HTTP 5xx, 408, 429; a refused, reset or cut connection; a stall) are
+ * retried after 0.25 s, 0.5 s, 1 s ...; the others fail at once: HTTP 404
+ * and 410 SS_ERR_NOTFOUND, 416 SS_ERR_TRUNCATED, others SS_ERR_IO, a cut
+ * transfer SS_ERR_TRUNCATED; errmsg names the document, the offset and
+ * the HTTP status or curl's error (never the URL: callers print it through
+ * ss_url_redact). Connections are kept alive from one query to the next
+ * (one libcurl multi handle per index). */
+
+/* 1 when path is an http:// or https:// URL (case-insensitive scheme). */
+int ss_url_is_http(const char *path);
+
+/* path as it may be shown (a message, a listing): a URL's userinfo
+ * ("user:password@") as "***@" and its query string (where presigned URLs
+ * keep their signatures: X-Amz-Signature, X-Goog-Signature, sig=) as
+ * "?***", its fragment left out; anything else as it is. Writes at most
+ * size bytes (NUL included) to buf and returns buf. */
+const char *ss_url_redact(const char *path, char *buf, size_t size);
+
+/* Fetches, in parallel (up to 8 connections a host), the frames of the
+ * hits hits[0..n) whose state file is a URL, so that the ss_index_read and
+ * ss_index_copy calls that follow on them read memory: a query's k hits
+ * cost about one round trip and the largest transfer, not k of them. Each
+ * transfer's failure is kept and returned by the ss_index_read or
+ * ss_index_copy of that hit. Other hits are left alone. Memory: the
+ * frames, until the next prefetch needs the room (2 GiB at most kept; the
+ * oldest are dropped first and fetched again when read). Returns 0,
+ * SS_ERR_NOMEM, SS_ERR_IO (libcurl would not start), SS_ERR_INVALID. */
+int ss_index_prefetch(ss_index *ix, const ss_index_hit *hits, int n, char *errmsg);
+
+/* Sets how a fetch waits: timeout_s bounds connecting and a stall (no
+ * byte for that long), not a whole transfer; retries: how many times a
+ * transient failure is tried again (defaults 30 s and 3). Returns 0 or
+ * SS_ERR_INVALID (timeout outside [0.001, 86400] s, retries outside
+ * [0, 100]). */
+int ss_index_set_http(ss_index *ix, double timeout_s, int retries, char *errmsg);
 
 /* Closes the index (rolling back an uncommitted build) and every cached
  * state file reader. NULL is fine. */

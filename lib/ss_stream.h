@@ -86,6 +86,24 @@ int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char 
  * (a FIFO, a directory or a device)" before anything is read. */
 int ss_reader_open_regular(ss_reader **out, const char *path, uint64_t max_record, char *errmsg);
 
+/* Reads the regular file open at fd as ss_reader_open_regular reads a
+ * named one (seekable), from byte 0, through a duplicate of fd (fd stays
+ * the caller's; the two share the file offset). name: what
+ * ss_reader_path says (copied; NULL: "(descriptor)"). For a file with no
+ * name (a state record fetched over HTTP into a memfd). Returns 0 and sets
+ * *out (free with ss_reader_close), SS_ERR_INVALID (not a regular file),
+ * SS_ERR_IO, SS_ERR_NOMEM. */
+int ss_reader_open_fd(ss_reader **out, int fd, const char *name, uint64_t max_record, char *errmsg);
+
+/* Verifies the one zstd frame frame[0..len) without keeping what it
+ * holds: the frame is whole and exactly len bytes, and its content
+ * checksum (when it has one: every writer's does) matches: the XXH64 of
+ * raw blocks computed where they lie, compressed blocks decompressed
+ * through a 128 KiB buffer. For a frame fetched whole (a state record
+ * over HTTP) before it is copied verbatim. Returns 0, SS_ERR_CHECKSUM,
+ * SS_ERR_TRUNCATED, SS_ERR_FORMAT, SS_ERR_NOMEM, with errmsg. */
+int ss_frame_verify(const void *frame, size_t len, char *errmsg);
+
 /* Reads the next record. Returns 1 with *rec pointing at it (owned by r,
  * see ss_record; *rec is NULL otherwise), 0 at a clean end of stream, or a
  * negative SS_ERR_* (TRUNCATED, CHECKSUM, FORMAT, TOO_LARGE, VERSION, IO);

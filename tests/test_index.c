@@ -1820,6 +1820,35 @@ static void test_query_one_snapshot(void **state)
 	ss_index_close(ix);
 }
 
+/* URLs as shown: userinfo and query string never, what else is shown as
+ * given; a path is not a URL. */
+static void test_url_redact(void **state)
+{
+	(void)state;
+	static const char *const cases[][2] = {
+		{ "http://h/a.states", "http://h/a.states" },
+		{ "HTTPS://h:8443/x/a.states", "HTTPS://h:8443/x/a.states" },
+		{ "https://alice:s3cret@h/a.states", "https://***@h/a.states" },
+		{ "https://b.s3.amazonaws.com/a.states?X-Amz-Signature=s3cret&X-Amz-Expires=60",
+		  "https://b.s3.amazonaws.com/a.states?***" },
+		{ "http://u@h?sig=s3cret#frag", "http://***@h?***" },
+		{ "http://h/p#frag@x", "http://h/p" },
+		{ "http://a@b@h/p", "http://***@h/p" },
+		{ "/data/a.states", "/data/a.states" },
+		{ "ftp://u:p@h/a", "ftp://u:p@h/a" },
+	};
+	char buf[128];
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		const char *got = ss_url_redact(cases[i][0], buf, sizeof buf);
+		if (strcmp(got, cases[i][1]))
+			fail_msg("%s: '%s', wanted '%s'", cases[i][0], got, cases[i][1]);
+	}
+	assert_true(ss_url_is_http("Http://h"));
+	assert_false(ss_url_is_http("/http://h"));
+	/* cut to the buffer, never past it */
+	assert_string_equal(ss_url_redact("https://alice:pw@host/a", buf, 12), "https://***");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1853,6 +1882,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_null_id, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_commit_write_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_query_one_snapshot, setup, teardown),
+		cmocka_unit_test(test_url_redact),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -389,6 +389,26 @@ static void test_raw_frames(void **ctx)
 			free(c.a[1]);
 		}
 	}
+	/* ss_frame_verify, each frame as fetched whole: raw (0-3) and
+	 * compressed (4, 5) pass; a changed content byte (raw) or checksum
+	 * byte (either) is SS_ERR_CHECKSUM, a frame cut or with a byte more
+	 * is refused. */
+	for (int t = 0; t < 6; t++) {
+		size_t len = (size_t)((t < 5 ? offs[t + 1] : (uint64_t)n) - offs[t]);
+		unsigned char *fr = all + offs[t];
+		assert_int_equal(ss_frame_verify(fr, len, err), 0);
+		size_t flip[2] = { len - 1, len / 2 };
+		for (int k = 0; k < (t < 4 ? 2 : 1); k++) {
+			fr[flip[k]] ^= 0x01;
+			int rc = ss_frame_verify(fr, len, err);
+			fr[flip[k]] ^= 0x01;
+			if (rc != SS_ERR_CHECKSUM)
+				fail_msg("record %d, byte %zu changed: %d (%s)", t, flip[k], rc, err);
+		}
+		assert_int_not_equal(ss_frame_verify(fr, len - 1, err), 0);
+		if (t < 5)
+			assert_int_equal(ss_frame_verify(fr, len + 1, err), SS_ERR_FORMAT);
+	}
 	free(all);
 	s.id = NULL;
 	ss_state_free(&s);

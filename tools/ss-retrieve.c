@@ -24,14 +24,16 @@
 
 static const char *usage_line =
 	"ss-retrieve add|build --index DB [--state-budget BYTES [--hits FILE]]\n"
-	"                   [--stateless --model DIR [--state-dtype T]] [-q|-v] [STREAM...]\n"
+	"                   [--stateless --model DIR [--state-dtype T]] [--state-url PATH=URL]...\n"
+	"                   [-q|-v] [STREAM...]\n"
 	"       ss-retrieve query --index DB... [-k K] [--exclude ID]... [--query TEXT]\n"
 	"                   [--ids [--text] [--json]] [--order best-last|best-first]\n"
 	"                   [-o FILE | --out-dir DIR] [--empty-ok] [--k1 K1] [--b B] [-q|-v]\n"
 	"                   [--operator or|and] [--proximity on|off] [--literal]\n"
 	"                   [--model DIR [--device D] [--threads N] [--weights-dtype T]\n"
 	"                   [--deterministic] [--rerank N [--rerank-score ll|entropy]\n"
-	"                   [--rerank-template T] [--tokenizer FILE]]]\n"
+	"                   [--rerank-template T] [--tokenizer FILE]]] [--http-timeout S]\n"
+	"                   [--http-retries N]\n"
 	"       ss-retrieve list|stats --index DB... [--json]\n"
 	"       ss-retrieve show --index DB... [--json] ID...\n"
 	"       ss-retrieve delete --index DB [-q|-v] ID...\n"
@@ -118,6 +120,18 @@ static void help(void)
 	      "                   the text scored, {query} standing for the query (its\n"
 	      "                   double quotes left out unless --literal); default\n"
 	      "                   \"\\n{query}\": the query on a line after the document\n"
+	      "  --state-url PATH=URL\n"
+	      "                   add/build: the state stream PATH (a STREAM operand) is\n"
+	      "                   served at URL (http:// or https://): its records are\n"
+	      "                   read here for their offsets and indexed at URL, which\n"
+	      "                   query fetches them from by range requests. PATH ending\n"
+	      "                   in '/': every STREAM under it, at URL + the rest of its\n"
+	      "                   name (repeatable)\n"
+	      "  --http-timeout S query: seconds to connect, or without a byte, before a\n"
+	      "                   fetch of a state over HTTP fails (default 30)\n"
+	      "  --http-retries N query: tries again after a transient failure (HTTP 5xx,\n"
+	      "                   408, 429, a connection refused, reset or cut), after\n"
+	      "                   0.25 s, 0.5 s, 1 s ... (default 3)\n"
 	      ,
 	      stdout);
 	cli_common_help(19, CLI_HELP_OUT | CLI_HELP_BASE, NULL);
@@ -222,6 +236,47 @@ static void read_hits(ss_index *ix, const char *db, const char *path)
 	free(line);
 }
 
+/* add --state-url PATH=URL, in the order given. */
+static char **url_path, **url_to;
+static int n_urls;
+
+static void state_url_add(const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	if (!eq || eq == arg || !ss_url_is_http(eq + 1))
+		cli_usage(usage_line, "--state-url: '%s' is not PATH=URL (an http:// or https:// URL)", arg);
+	url_path = realloc(url_path, (size_t)(n_urls + 1) * sizeof *url_path);
+	url_to = realloc(url_to, (size_t)(n_urls + 1) * sizeof *url_to);
+	if (!url_path || !url_to || !(url_path[n_urls] = strndup(arg, (size_t)(eq - arg))) ||
+	    !(url_to[n_urls] = strdup(eq + 1)))
+		cli_die("out of memory");
+	n_urls++;
+}
+
+/* The URL state stream `path` is indexed at (malloc'ed), or NULL: the
+ * last --state-url naming it, or the folder (PATH/) it lies under. used[i]
+ * is set for the mapping that applied. */
+static char *state_url_of(const char *path, int *used)
+{
+	for (int i = n_urls - 1; i >= 0; i--) {
+		size_t n = strlen(url_path[i]);
+		int dir = n && url_path[i][n - 1] == '/';
+		char *u = NULL;
+		if (!strcmp(path, url_path[i]))
+			u = strdup(url_to[i]);
+		else if (dir && !strncmp(path, url_path[i], n) && path[n]) {
+			if (asprintf(&u, "%s%s", url_to[i], path + n) < 0)
+				u = NULL;
+		} else
+			continue;
+		if (!u)
+			cli_die("out of memory");
+		used[i] = 1;
+		return u;
+	}
+	return NULL;
+}
+
 /* add --stateless: the model DIR's fingerprint and the recompute dtype. */
 typedef struct {
 	const char *model; /* NULL: not --stateless */
@@ -256,6 +311,19 @@ static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget
 	}
 	if (hits)
 		read_hits(ix, db, hits);
+	/* Every --state-url names a STREAM, checked before anything is read. */
+	char **urls = calloc((size_t)n_inputs + 1, sizeof *urls);
+	int *used = calloc((size_t)n_urls + 1, sizeof *used);
+	if (!urls || !used)
+		cli_die("out of memory");
+	for (int i = 0; i < n_inputs; i++)
+		urls[i] = state_url_of(inputs[i], used);
+	for (int i = 0; i < n_urls; i++)
+		if (!used[i]) {
+			ss_index_close(ix);
+			cli_usage(usage_line, "--state-url %s=...: no STREAM is %s%s", url_path[i], url_path[i],
+				  url_path[i][strlen(url_path[i]) - 1] == '/' ? " or lies under it" : "");
+		}
 	ss_index_add_stats total = {0};
 	uint64_t max_record = cli_max_record();
 	double pg[3] = { 0, cli_inputs_size(inputs, n_inputs), t0 };
@@ -263,7 +331,8 @@ static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget
 	for (int i = 0; i < n_inputs; i++) {
 		ss_index_add_stats st = {0};
 		pg[0] = (double)total.bytes;
-		rc = ss_index_add_stream(ix, inputs[i], max_record, &st, build_progress, pg, em);
+		rc = ss_index_add_stream_url(ix, inputs[i], urls[i], max_record, &st, build_progress, pg, em);
+		free(urls[i]);
 		total.n_text += st.n_text;
 		total.n_states += st.n_states;
 		total.bytes += st.bytes;
@@ -273,6 +342,8 @@ static int cmd_build(const char *db, char **inputs, int n_inputs, int64_t budget
 		}
 	}
 	cli_progress_end();
+	free(urls);
+	free(used);
 	ss_index_build_stats bs;
 	rc = ss_index_commit(ix, build_note, NULL, &bs, em);
 	ss_index_close(ix);
@@ -389,7 +460,8 @@ static cJSON *doc_json(const ss_index_doc *d)
 		cJSON_AddNullToObject(j, "file");
 		json_add_str(j, "recompute_dtype", d->dtype ? d->dtype : "", (size_t)-1);
 	} else {
-		json_add_str(j, "file", d->path, (size_t)-1);
+		char shown[4096];
+		json_add_str(j, "file", ss_url_redact(d->path, shown, sizeof shown), (size_t)-1);
 		cJSON_AddNumberToObject(j, "offset", (double)d->offset);
 		cJSON_AddNumberToObject(j, "length", (double)d->length);
 	}
@@ -413,7 +485,9 @@ static int list_one(void *ctx, const ss_index_doc *d)
 	}
 	tsv_field(stdout, d->id);
 	printf("\t%lld\t", (long long)d->n_tokens);
-	tsv_field(stdout, d->stateless ? "-" : d->path); /* stateless: "-", offset and length 0 */
+	char shown[4096];
+	/* stateless: "-", offset and length 0; a URL without its credentials */
+	tsv_field(stdout, d->stateless ? "-" : ss_url_redact(d->path, shown, sizeof shown));
 	printf("\t%llu\t%llu\n", (unsigned long long)d->offset, (unsigned long long)d->length);
 	return 0;
 }
@@ -462,8 +536,9 @@ static int show_one(void *ctx, const ss_index_doc *d)
 			ss_escape(stdout, d->dtype ? d->dtype : "?", (size_t)-1, SS_ESC_PLAIN);
 			fputs(" by query --model)\n", stdout);
 		} else {
+			char shown[4096];
 			fputs("\nfile: ", stdout);
-			ss_escape(stdout, d->path, (size_t)-1, SS_ESC_PLAIN);
+			ss_escape(stdout, ss_url_redact(d->path, shown, sizeof shown), (size_t)-1, SS_ESC_PLAIN);
 			printf("\noffset: %llu\nlength: %llu\n", (unsigned long long)d->offset,
 			       (unsigned long long)d->length);
 		}
@@ -626,6 +701,8 @@ typedef struct {
 	reranker rk;
 	ss_tokenizer *tok;
 	double *rr_scores; /* [rr.n] the kept hits' rerank scores */
+	double http_timeout; /* --http-timeout, --http-retries (ss_index_set_http) */
+	int http_retries;
 } qopts;
 
 /* Stateless documents re-encoded per forward call (the memory of this many
@@ -804,6 +881,13 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 	 * every hit is stored (a recomputed one's is known only once computed). */
 	float *plan = NULL;
 	size_t H = 0;
+	char shown[4096];
+	/* The hits served over HTTP, fetched in parallel before they are
+	 * read (each one's failure is its ss_index_read's). */
+	if (n > 0 && ss_index_prefetch(ix, h, n, em)) {
+		cli_warn("%s%s: %s", label, o->db, em);
+		bad = 1;
+	}
 	for (int i = 0; i < n && !bad; i++) {
 		const ss_index_hit *hi = &h[out_index(o, i, n)];
 		ss_state m;
@@ -813,7 +897,7 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 			plan = NULL;
 			H = (size_t)-1;
 		} else if (ss_index_read(ix, hi, 1, &rec, em) || ss_record_state_meta(rec, &m, em)) {
-			cli_warn("%s%s: %s: %s", label, o->db, hi->path, em);
+			cli_warn("%s%s: %s: %s", label, o->db, ss_url_redact(hi->path, shown, sizeof shown), em);
 			bad = 1;
 		} else {
 			size_t mh = ss_state_logdecay_len(&m.dims);
@@ -877,7 +961,7 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 		if (ss_index_copy(ix, hi, w, em)) {
 			/* An empty message means the output failed (errno kept). */
 			if (em[0])
-				cli_warn("%s%s: %s: %s", label, o->db, hi->path, em);
+				cli_warn("%s%s: %s: %s", label, o->db, ss_url_redact(hi->path, shown, sizeof shown), em);
 			else
 				cli_warn("%s%s: %s", label, path, strerror(errno));
 			bad = 1;
@@ -1199,7 +1283,8 @@ static int run_batch(ss_index *ix, qopts *o)
 /* ss_index_files: -o must not replace a state file the index reads. */
 static int out_not_state(void *ctx, const char *path)
 {
-	cli_out_not_input(ctx, path);
+	if (!ss_url_is_http(path))
+		cli_out_not_input(ctx, path);
 	return 0;
 }
 
@@ -1212,6 +1297,7 @@ static int cmd_query(const char *db, qopts *o, const char *query)
 	ix = open_or_die(db);
 	if (ss_index_set_bm25(ix, o->k1, o->b, em) ||
 	    ss_index_set_query(ix, o->qflags, em) ||
+	    ss_index_set_http(ix, o->http_timeout, o->http_retries, em) ||
 	    ss_index_set_fetch(ix, (o->text ? SS_INDEX_FETCH_TEXT : 0) |
 			   (o->mo && (!o->ids || o->rr.n) ? SS_INDEX_FETCH_TOKENS : 0), em))
 		cli_die("%s: %s", db, em);
@@ -1292,7 +1378,8 @@ static void parse_command(int argc, char **argv, retrieve_args *a)
 
 enum { O_INDEX = 256, O_QUERY, O_EXCLUDE, O_IDS, O_JSON, O_OUTDIR, O_EMPTYOK, O_K1, O_B, O_TEXT, O_ORDER,
        O_OPERATOR, O_PROXIMITY, O_LITERAL, O_BUDGET, O_HITS, O_DET, O_STATELESS, O_SDTYPE, O_ADD_MODEL,
-       O_RERANK, O_RERANK_SCORE, O_RERANK_TEMPLATE };
+       O_RERANK, O_RERANK_SCORE, O_RERANK_TEMPLATE,
+       O_STATE_URL, O_HTTP_TIMEOUT, O_HTTP_RETRIES };
 
 /* Option c's argument into a, refused when not the command's. */
 static void set_opt(retrieve_args *a, int c, char **argv)
@@ -1300,7 +1387,8 @@ static void set_opt(retrieve_args *a, int c, char **argv)
 	qopts *o = &a->o;
 	/* Beside --index, the commands other than query take only --json
 	 * (list, show, stats), build its budget and --stateless. */
-	int build_opt = c == O_BUDGET || c == O_HITS || c == O_STATELESS || c == O_SDTYPE || c == O_ADD_MODEL;
+	int build_opt = c == O_BUDGET || c == O_HITS || c == O_STATELESS || c == O_SDTYPE || c == O_ADD_MODEL ||
+			c == O_STATE_URL;
 	if (a->merge)
 		cli_usage(usage_line, "option not valid for merge: %s (merge -o OUT DB...)", argv[optind - 1]);
 	if (!(c == O_INDEX || (a->query_cmd && !build_opt) || (a->build && build_opt) ||
@@ -1357,6 +1445,9 @@ static void set_opt(retrieve_args *a, int c, char **argv)
 	case O_RERANK:
 	case O_RERANK_SCORE:
 	case O_RERANK_TEMPLATE: rerank_parse_opt(&o->rr, c - O_RERANK, optarg, usage_line); break;
+	case O_STATE_URL: state_url_add(optarg); break;
+	case O_HTTP_TIMEOUT: o->http_timeout = cli_double("--http-timeout", optarg, 0.001, 86400, usage_line); break;
+	case O_HTTP_RETRIES: o->http_retries = (int)cli_long("--http-retries", optarg, 0, 100, usage_line); break;
 	}
 }
 
@@ -1390,10 +1481,14 @@ static void parse_opts(int argc, char **argv, retrieve_args *a)
 		{ "rerank", required_argument, 0, O_RERANK },
 		{ "rerank-score", required_argument, 0, O_RERANK_SCORE },
 		{ "rerank-template", required_argument, 0, O_RERANK_TEMPLATE },
+		{ "state-url", required_argument, 0, O_STATE_URL },
+		{ "http-timeout", required_argument, 0, O_HTTP_TIMEOUT },
+		{ "http-retries", required_argument, 0, O_HTTP_RETRIES },
 		{ 0, 0, 0, 0 },
 	};
 	qopts *o = &a->o;
-	*o = (qopts){ .k = 10, .k1 = 1.2, .b = 0.75, .qflags = SS_INDEX_QUERY_PHRASES };
+	*o = (qopts){ .k = 10, .k1 = 1.2, .b = 0.75, .qflags = SS_INDEX_QUERY_PHRASES, .http_timeout = 30,
+		      .http_retries = 3 };
 	a->budget = -1;
 	a->sdtype = SS_DTYPE_F32;
 	o->exclude = calloc((size_t)argc, sizeof *o->exclude);

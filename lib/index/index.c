@@ -2,6 +2,7 @@
  * queries, reading the states of hits; building is lib/index/index_build.c. See
  * ss_index.h. */
 #include "index/internal.h"
+#include "index/http.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -143,6 +144,8 @@ int ix_open_common(ss_index **out, const char *path, int flags, char *errmsg)
 	ss_index *ix = calloc(1, sizeof *ix);
 	if (!ix)
 		return SS_ERR_NOMEM;
+	ix->http_timeout = IXH_TIMEOUT_S;
+	ix->http_retries = IXH_RETRIES;
 	ix->dir = dir_of(path);
 	if (!ix->dir) {
 		int e = errno;
@@ -249,7 +252,7 @@ int64_t ss_index_count(ss_index *ix)
 
 char *ix_resolve_path(ss_index *ix, const char *stored)
 {
-	if (stored[0] == '/')
+	if (stored[0] == '/' || ss_url_is_http(stored))
 		return strdup(stored);
 	size_t n = strlen(ix->dir) + strlen(stored) + 2;
 	char *p = malloc(n);
@@ -793,6 +796,8 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 		return sh ? ss_index_read(sh, hit, meta_only, recp, errmsg)
 			  : ss_errf(errmsg, SS_ERR_INVALID, "hit of no shard");
 	}
+	if (ss_url_is_http(hit->path))
+		return ixh_read(ix, hit, meta_only, recp, errmsg);
 	reader_slot *s = NULL;
 	int rc = reader_for(ix, hit, &s, errmsg);
 	if (rc)
@@ -813,6 +818,17 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 	if (rc < 0)
 		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s (file replaced since the index was built?)",
 			    id, off, ss_reader_error(s->r));
+	if ((rc = ix_check_record(ix, hit, rec, errmsg)))
+		return rc;
+	*recp = rec;
+	return 0;
+}
+
+int ix_check_record(ss_index *ix, const ss_index_hit *hit, const ss_record *rec, char *errmsg)
+{
+	const char *id = hit->id;
+	unsigned long long off = (unsigned long long)hit->offset;
+	int rc;
 	if (strcmp(ss_record_format(rec), SS_FORMAT_STATES))
 		return ss_errf(errmsg, SS_ERR_MISMATCH, "document %s at byte offset %llu: a %s record, not a state",
 			    id, off, ss_record_format(rec));
@@ -835,7 +851,6 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 			    "document %s at byte offset %llu: record of %llu bytes, indexed %llu: "
 			    "state file replaced since the index was built",
 			    id, off, (unsigned long long)ss_record_length(rec), (unsigned long long)hit->length);
-	*recp = rec;
 	return 0;
 }
 
@@ -845,6 +860,8 @@ int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *err
 		ss_index *sh = ixs_shard_of_hit(ix, hit);
 		return sh ? ss_index_copy(sh, hit, w, errmsg) : ss_errf(errmsg, SS_ERR_INVALID, "hit of no shard");
 	}
+	if (hit && !hit->stateless && ss_url_is_http(hit->path))
+		return ixh_copy(ix, hit, w, errmsg);
 	const ss_record *rec;
 	int rc = ss_index_read(ix, hit, 1, &rec, errmsg);
 	if (rc)
@@ -886,10 +903,46 @@ int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *err
 	return rc;
 }
 
+int ss_index_prefetch(ss_index *ix, const ss_index_hit *hits, int n, char *errmsg)
+{
+	if (!ix || n < 0 || (n > 0 && !hits))
+		return ss_errf(errmsg, SS_ERR_INVALID, "no hits to prefetch");
+	if (!ix->n_shard)
+		return ixh_prefetch(ix, hits, n, errmsg);
+	/* Each shard fetches its own hits (its session, its frames). */
+	ss_index_hit *mine = malloc((size_t)(n > 0 ? n : 1) * sizeof *mine);
+	if (!mine)
+		return SS_ERR_NOMEM;
+	int rc = 0;
+	for (int s = 0; s < ix->n_shard && !rc; s++) {
+		int m = 0;
+		for (int i = 0; i < n; i++)
+			if (hits[i].shard == s)
+				mine[m++] = hits[i]; /* shallow: borrowed strings */
+		if (m)
+			rc = ixh_prefetch(ix->shard[s], mine, m, errmsg);
+	}
+	free(mine);
+	return rc;
+}
+
+int ss_index_set_http(ss_index *ix, double timeout_s, int retries, char *errmsg)
+{
+	if (!ix || !(timeout_s >= 0.001 && timeout_s <= 86400) || retries < 0 || retries > 100)
+		return ss_errf(errmsg, SS_ERR_INVALID, "HTTP timeout %g s, %d retries: want 0.001..86400 s, 0..100",
+			       timeout_s, retries);
+	ix->http_timeout = timeout_s;
+	ix->http_retries = retries;
+	for (int s = 0; s < ix->n_shard; s++)
+		ss_index_set_http(ix->shard[s], timeout_s, retries, NULL);
+	return 0;
+}
+
 void ss_index_close(ss_index *ix)
 {
 	if (!ix)
 		return;
+	ixh_close(ix);
 	if (ix->n_shard || ix->shard) { /* a union: its statements are its shards' */
 		ixs_close(ix);
 		free(ix);

@@ -463,6 +463,20 @@ int ss_index_delete(ss_index *ix, const char *id, char *errmsg)
  * when under it, else absolute. Returns malloc'd string or NULL. */
 static char *stored_path(ss_index *ix, const char *path, char *errmsg)
 {
+	if (ss_url_is_http(path)) {
+		/* Stored as given: the URL the frames are fetched from. */
+		const char *host = strstr(path, "://") + 3;
+		int bad = strcspn(host, "/?#") == 0;
+		for (const unsigned char *p = (const unsigned char *)path; *p && !bad; p++)
+			bad = *p <= ' ' || *p == 0x7f;
+		char shown[SS_ERRMSG_MAX / 2];
+		if (bad) {
+			ss_errf(errmsg, SS_ERR_INVALID, "%s: not a URL (no host, or a space or control byte in it)",
+				ss_url_redact(path, shown, sizeof shown));
+			return NULL;
+		}
+		return strdup(path);
+	}
 	char *real = realpath(path, NULL);
 	if (!real) {
 		ss_errf(errmsg, SS_ERR_IO, "%s: %s", path, strerror(errno));
@@ -487,7 +501,7 @@ static int file_id_of(ss_index *ix, const char *path, int64_t *file_id, char *er
 	}
 	char *sp = stored_path(ix, path, errmsg);
 	if (!sp)
-		return SS_ERR_IO;
+		return ss_url_is_http(path) ? SS_ERR_INVALID : SS_ERR_IO;
 	int s = SQLITE_DONE;
 	int rc = ix_bound(sqlite3_bind_text(ix->file_find, 1, sp, -1, SQLITE_STATIC), errmsg, "state file path");
 	if (!rc && (s = sqlite3_step(ix->file_find)) == SQLITE_ROW)
@@ -536,6 +550,14 @@ int ss_index_add_state(ss_index *ix, const char *id, const char *state_path, uin
 int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 			ss_index_add_stats *st, ss_index_progress_fn progress, void *ctx, char *errmsg)
 {
+	return ss_index_add_stream_url(ix, path, NULL, max_record, st, progress, ctx, errmsg);
+}
+
+int ss_index_add_stream_url(ss_index *ix, const char *path, const char *url, uint64_t max_record,
+			    ss_index_add_stats *st, ss_index_progress_fn progress, void *ctx, char *errmsg)
+{
+	if (url && !ss_url_is_http(url))
+		return ss_errf(errmsg, SS_ERR_INVALID, "%s: not an http:// or https:// URL", path);
 	ss_index_add_stats local = {0};
 	if (!st)
 		st = &local;
@@ -608,8 +630,8 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 			}
 			rc = dims_check(ix, &meta, off, errmsg);
 			if (!rc)
-				rc = ss_index_add_state(ix, meta.id, path, off, ss_record_length(rec), meta.fingerprint,
-							meta.n_tokens, errmsg);
+				rc = ss_index_add_state(ix, meta.id, url ? url : path, off, ss_record_length(rec),
+							meta.fingerprint, meta.n_tokens, errmsg);
 			ss_state_free(&meta);
 			if (rc)
 				break;

@@ -72,6 +72,12 @@ struct ss_index {
 	ss_index **shard;
 	char **shard_path;
 	int n_shard;
+	/* State files served over HTTP (lib/index/http.c): the session and
+	 * its fetched frames (NULL until the first), ss_index_set_http's
+	 * settings. */
+	struct ixh_cache *http;
+	double http_timeout;
+	int http_retries;
 };
 
 /* Sets errmsg to "what: <sqlite's message> (<errno text>)" for the
@@ -97,8 +103,13 @@ int ix_doc_id(sqlite3_stmt *st, int col, int64_t rid, const char **id, char *err
  * SS_ERR_IO with errmsg; empty_ok: a database with no tables at all gives
  * 1 (to be created). */
 int ix_check_schema(ss_index *ix, int empty_ok, char *errmsg);
+/* Checks that rec, read at hit's offset, is hit's state record: a
+ * state, of hit's id and fingerprint, its frame hit->length bytes. 0 or
+ * SS_ERR_MISMATCH / the decoder's error, errmsg "document ID at byte
+ * offset N: what" (ss_index_read's). */
+int ix_check_record(ss_index *ix, const ss_index_hit *hit, const ss_record *rec, char *errmsg);
 /* Absolute (or cwd-relative, as the index was named) path of a state
- * file's stored path. Returns malloc'd string or NULL. */
+ * file's stored path; a URL as it is. Returns malloc'd string or NULL. */
 char *ix_resolve_path(ss_index *ix, const char *stored);
 /* Opens the database at path with sqlite3_open_v2 flags into a new
  * handle (*out, freed by ss_index_close). 0 or SS_ERR_* with errmsg. */

@@ -96,8 +96,10 @@ static int merge_shard(ss_index *out, ss_index *ix, const char *name, char *dtyp
 		rc = ss_index_add_state(out, id, path, (uint64_t)sqlite3_column_int64(st, 2),
 					(uint64_t)sqlite3_column_int64(st, 3), dfp ? dfp : "",
 					sqlite3_column_int64(st, 5), em);
+		char shown[SS_ERRMSG_MAX / 2];
 		if (rc)
-			rc = ss_errf(errmsg, rc, "%s: document %s: state file %s: %s", name, id, path, em);
+			rc = ss_errf(errmsg, rc, "%s: document %s: state file %s: %s", name, id,
+				     ss_url_redact(path, shown, sizeof shown), em);
 		free(path);
 	}
 	if (!rc && s != SQLITE_DONE)

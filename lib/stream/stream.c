@@ -125,7 +125,33 @@ static int open_file(ss_reader *r, const char *path, int regular, char *errmsg)
 	return 0;
 }
 
-static int reader_open(ss_reader **out, const char *path, uint64_t max_record, int regular, char *errmsg)
+/* Opens fd's file into r as open_file opens a named one: through a
+ * duplicate (fd stays the caller's), from byte 0 (the duplicate shares
+ * fd's offset, wherever it was left). */
+static int open_fd(ss_reader *r, int fd, char *errmsg)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return ss_errf(errmsg, SS_ERR_INVALID, "not a regular file");
+	int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	FILE *f = dfd >= 0 ? fdopen(dfd, "rb") : NULL;
+	if (!f || fseeko(f, 0, SEEK_SET) != 0) {
+		int e = errno;
+		if (f)
+			fclose(f);
+		else if (dfd >= 0)
+			close(dfd);
+		return ss_errf(errmsg, SS_ERR_IO, "%s", strerror(e));
+	}
+	r->f = f;
+	r->own_file = 1;
+	r->seekable = 1;
+	return 0;
+}
+
+/* A reader of path (fd < 0; NULL or "-": stdin) or of the file open at fd
+ * (then named path). */
+static int reader_open(ss_reader **out, const char *path, int fd, uint64_t max_record, int regular, char *errmsg)
 {
 	*out = NULL;
 	if (regular && (!path || !strcmp(path, "-")))
@@ -133,7 +159,7 @@ static int reader_open(ss_reader **out, const char *path, uint64_t max_record, i
 	ss_reader *r = calloc(1, sizeof *r);
 	if (!r)
 		return SS_ERR_NOMEM;
-	int is_stdin = !path || !strcmp(path, "-");
+	int is_stdin = fd < 0 && (!path || !strcmp(path, "-"));
 	r->path = strdup(is_stdin ? "-" : path);
 	r->max_record = max_record ? max_record : SS_MAX_RECORD_DEFAULT;
 	r->dctx = ZSTD_createDCtx();
@@ -148,7 +174,7 @@ static int reader_open(ss_reader **out, const char *path, uint64_t max_record, i
 		struct stat st;
 		r->seekable = fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode);
 	} else {
-		int code = open_file(r, path, regular, errmsg);
+		int code = fd >= 0 ? open_fd(r, fd, errmsg) : open_file(r, path, regular, errmsg);
 		if (code) {
 			ss_reader_close(r);
 			return code;
@@ -164,12 +190,77 @@ static int reader_open(ss_reader **out, const char *path, uint64_t max_record, i
 
 int ss_reader_open(ss_reader **out, const char *path, uint64_t max_record, char *errmsg)
 {
-	return reader_open(out, path, max_record, 0, errmsg);
+	return reader_open(out, path, -1, max_record, 0, errmsg);
 }
 
 int ss_reader_open_regular(ss_reader **out, const char *path, uint64_t max_record, char *errmsg)
 {
-	return reader_open(out, path, max_record, 1, errmsg);
+	return reader_open(out, path, -1, max_record, 1, errmsg);
+}
+
+int ss_reader_open_fd(ss_reader **out, int fd, const char *name, uint64_t max_record, char *errmsg)
+{
+	return reader_open(out, name ? name : "(descriptor)", fd, max_record, 1, errmsg);
+}
+
+int ss_frame_verify(const void *frame, size_t len, char *errmsg)
+{
+	const unsigned char *p = frame;
+	ZSTD_frameHeader zfh;
+	size_t hr = ZSTD_getFrameHeader(&zfh, frame, len);
+	if (ZSTD_isError(hr) || zfh.frameType != ZSTD_frame)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "not a zstd frame");
+	if (hr > 0)
+		return ss_errf(errmsg, SS_ERR_TRUNCATED, "frame header cut short");
+	size_t flen = ZSTD_findFrameCompressedSize(frame, len);
+	if (ZSTD_isError(flen))
+		return ss_errf(errmsg, ZSTD_getErrorCode(flen) == ZSTD_error_srcSize_wrong ? SS_ERR_TRUNCATED : SS_ERR_FORMAT,
+			       "corrupt zstd frame: %s", ZSTD_getErrorName(flen));
+	if (flen != len)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "a frame of %zu bytes, not %zu", flen, len);
+	if (!zfh.checksumFlag)
+		return 0;
+	/* Raw blocks (formats/states.md "raw frames"): hashed where they lie. */
+	XXH64_state_t xh;
+	XXH64_reset(&xh, 0);
+	const unsigned char *b = p + zfh.headerSize, *end = p + len - 4;
+	int raw = 1;
+	while (raw && end - b >= 3) {
+		uint32_t bh = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16;
+		size_t bsize = bh >> 3;
+		if (((bh >> 1) & 3) != 0 || (size_t)(end - b - 3) < bsize) {
+			raw = 0;
+			break;
+		}
+		XXH64_update(&xh, b + 3, bsize);
+		b += 3 + bsize;
+		if (bh & 1)
+			break;
+	}
+	if (raw && b == end) {
+		uint32_t want = end[0] | (uint32_t)end[1] << 8 | (uint32_t)end[2] << 16 | (uint32_t)end[3] << 24;
+		return (uint32_t)XXH64_digest(&xh) == want ? 0 : ss_errf(errmsg, SS_ERR_CHECKSUM,
+			"corrupt zstd frame: %s", ZSTD_getErrorName((size_t)-ZSTD_error_checksum_wrong));
+	}
+	/* Compressed blocks: decompressed through a small buffer, zstd
+	 * checking the checksum at the end. */
+	ZSTD_DCtx *d = ZSTD_createDCtx();
+	unsigned char *out = malloc(RAW_BLOCK);
+	int rc = d && out ? 0 : SS_ERR_NOMEM;
+	ZSTD_inBuffer in = { frame, len, 0 };
+	size_t zr = 1;
+	while (!rc && zr != 0) {
+		ZSTD_outBuffer o = { out, RAW_BLOCK, 0 };
+		zr = ZSTD_decompressStream(d, &o, &in);
+		if (ZSTD_isError(zr))
+			rc = ss_errf(errmsg, ZSTD_getErrorCode(zr) == ZSTD_error_checksum_wrong ? SS_ERR_CHECKSUM : SS_ERR_FORMAT,
+				     "corrupt zstd frame: %s", ZSTD_getErrorName(zr));
+		else if (zr != 0 && in.pos == in.size && o.pos == 0)
+			rc = ss_errf(errmsg, SS_ERR_TRUNCATED, "zstd frame truncated");
+	}
+	ZSTD_freeDCtx(d);
+	free(out);
+	return rc;
 }
 
 void ss_reader_close(ss_reader *r)
