@@ -192,9 +192,148 @@ static void test_nonfinite(void **st)
 			x[40] = v ? NAN : INFINITY;
 			assert_int_equal(ss_linear_cpu(&y, 1, x, K, W, SS_DTYPE_Q8_0, 1, 1, K, 0.0f), 0);
 			assert_true(isnan(y));
+			y = 0;
+			ss_gemm_q8_0(&y, 1, x, K, W, 1, 1, K, 0.0f);
+			assert_true(isnan(y));
 		}
 	assert_int_equal(ss_q8_0_force_kernel(-1), 0);
 	free(ws);
+}
+
+/* ss_gemm_q8_0's result by its contract, written out here: x's rows to
+ * q8_0 by ss_from_f32, each block's exact integer dot, one fmaf chain over
+ * the blocks in order. */
+static float gemm_spec(const float *x, const unsigned char *w, int64_t K)
+{
+	unsigned char xq[SS_Q8_0_ROW_MAX / 32 * 34];
+	float acc = 0.0f;
+	ss_from_f32(xq, SS_DTYPE_Q8_0, x, (size_t)K);
+	for (int64_t b = 0; b < K / 32; b++) {
+		const unsigned char *pw = w + b * 34, *px = xq + b * 34;
+		uint16_t hw, hx;
+		int32_t t = 0;
+		memcpy(&hw, pw, 2);
+		memcpy(&hx, px, 2);
+		for (int i = 0; i < 32; i++)
+			t += (int8_t)pw[2 + i] * (int8_t)px[2 + i];
+		acc = fmaf((float)t, ss_f16_to_f32(hw) * ss_f16_to_f32(hx), acc);
+	}
+	return acc;
+}
+
+/* Prefill's product (ss_gemm_q8_0): every kernel this CPU has gives the
+ * bits of its contract (gemm_spec) for M from 1 to 37 (panels of 16 rows,
+ * full and not), N of 1 to 19 (tiles of 8 rows of W and the rest), K of 1
+ * to 9 blocks, beta 0 and not, the same x as test_kernels (zero, tiny,
+ * huge and halfway blocks; W codes -128 and 127); the same bits for the
+ * rows one at a time, in uneven groups and for slices of W's columns; and
+ * within the bound of x's quantization against double sums (test_linear's
+ * bound). */
+static void test_gemm(void **st)
+{
+	(void)st;
+	enum { MMAX = 37, NMAX = 19, KMAX = 288 };
+	static const char *const name[] = { "C", "AVX2", "AVX-512 VNNI" };
+	uint64_t rng = 13;
+	unsigned char W[NMAX * KMAX / 32 * 34];
+	float ref[MMAX * NMAX], y[MMAX * NMAX], part[MMAX * NMAX];
+	int cases = 0, have[3] = { 1, 0, 0 };
+	double worst = 0;
+	for (int k = 1; k < 3; k++)
+		have[k] = ss_q8_0_force_kernel(k) == 0;
+	for (int K = 32; K <= KMAX; K += 32)
+		for (int M = 1 + K / 32 % 3; M <= MMAX; M += 4 + K / 32 % 5) {
+			const int N = 1 + (M * 7 + K / 32) % NMAX, row = K / 32 * 34;
+			float *x = test_frnd(&rng, (size_t)(M * K), -3, 3), *w = test_frnd(&rng, (size_t)(N * K), -1, 1);
+			float *y0 = test_frnd(&rng, (size_t)(M * N), -1, 1);
+			assert_non_null(x);
+			assert_non_null(w);
+			assert_non_null(y0);
+			for (int i = 0; i < M * K; i += 32) {
+				static const float scale[5] = { 0.0f, 1e-9f, 3e-6f, 1e3f, 1.0f };
+				for (int j = 0; j < 32; j++)
+					x[i + j] *= scale[(i / 32 + K) % 5];
+				if ((i / 32 + K) % 5 == 4)
+					for (int j = 0; j < 32; j++)
+						x[i + j] = j ? ((float)(int)(x[i + j] * 40) + 0.5f) * (3.0f / 127) : 3.0f;
+			}
+			ss_from_f32(W, SS_DTYPE_Q8_0, w, (size_t)(N * K));
+			W[2] = 0x80, W[3] = 0x7f;
+			if (N > 1)
+				W[row + 5] = 0x80;
+			for (int beta = 0; beta < 2; beta++, cases++) {
+				const float bf = 0.5f * (float)beta;
+				for (int m = 0; m < M; m++)
+					for (int n = 0; n < N; n++) {
+						const float v = gemm_spec(x + m * K, W + n * row, K);
+						ref[m * N + n] = beta ? v + bf * y0[m * N + n] : v;
+					}
+				for (int k = 0; k < 3; k++) {
+					if (!have[k])
+						continue;
+					assert_int_equal(ss_q8_0_force_kernel(k), 0);
+					memcpy(y, y0, (size_t)(M * N) * sizeof(float));
+					ss_gemm_q8_0(y, N, x, K, W, M, N, K, bf);
+					if (memcmp(y, ref, (size_t)(M * N) * sizeof(float)))
+						fail_msg("kernel %s: bits differ from the contract's (M %d, N %d, K %d, beta %d)",
+							 name[k], M, N, K, beta);
+					/* uneven row groups, then uneven column slices */
+					memcpy(part, y0, (size_t)(M * N) * sizeof(float));
+					for (int m0 = 0, mr; m0 < M; m0 += mr) {
+						mr = M - m0 < 1 + m0 % 19 ? M - m0 : 1 + m0 % 19;
+						ss_gemm_q8_0(part + m0 * N, N, x + m0 * K, K, W, mr, N, K, bf);
+					}
+					assert_memory_equal(part, ref, (size_t)(M * N) * sizeof(float));
+					memcpy(part, y0, (size_t)(M * N) * sizeof(float));
+					for (int n0 = 0, nn; n0 < N; n0 += nn) {
+						nn = N - n0 < 1 + n0 % 9 ? N - n0 : 1 + n0 % 9;
+						ss_gemm_q8_0(part + n0, N, x, K, W + (size_t)n0 * row, M, nn, K, bf);
+					}
+					assert_memory_equal(part, ref, (size_t)(M * N) * sizeof(float));
+				}
+			}
+			free(x);
+			free(w);
+			free(y0);
+		}
+	/* the error bound, on plain data (test_linear's) */
+	{
+		enum { M = 21, N = 11, K = 128, NB = K / 32 };
+		float *xs = test_frnd(&rng, M * K, -2, 2), *ws = test_frnd(&rng, N * K, -0.1, 0.1), yy[M * N];
+		unsigned char Wb[N * NB * 34];
+		assert_non_null(xs);
+		assert_non_null(ws);
+		xs[3] = 40.0f;
+		ss_from_f32(Wb, SS_DTYPE_Q8_0, ws, N * K);
+		float *wf = dequant(Wb, N, K);
+		ss_gemm_q8_0(yy, N, xs, K, Wb, M, N, K, 0.0f);
+		for (int m = 0; m < M; m++)
+			for (int n = 0; n < N; n++) {
+				double r = 0, mag = 0, bound = 0;
+				for (int b = 0; b < NB; b++) {
+					double amax = 0, wsum = 0;
+					for (int k = 32 * b; k < 32 * b + 32; k++) {
+						amax = fmax(amax, fabs(xs[m * K + k]));
+						wsum += fabs(wf[n * K + k]);
+						r += (double)wf[n * K + k] * xs[m * K + k];
+						mag += fabs((double)wf[n * K + k] * xs[m * K + k]);
+					}
+					const double d = amax / 127;
+					bound += (d / 2 + 127 * fabs(d - ss_f16_to_f32(ss_f32_to_f16((float)d)))) * wsum;
+				}
+				const double e = fabs(yy[m * N + n] - r);
+				assert_true(e <= bound + 1e-6 * mag);
+				worst = fmax(worst, e / bound);
+			}
+		assert_true(worst > 0.1);
+		free(wf);
+		free(xs);
+		free(ws);
+	}
+	assert_int_equal(ss_q8_0_force_kernel(-1), 0);
+	printf("  q8_0 prefill kernels %s%s%s: the contract's bits on %d products, by rows and by "
+	       "slices; max |y - ref| / bound %.3f\n",
+	       name[0], have[1] ? ", AVX2" : "", have[2] ? ", AVX-512 VNNI" : "", cases, worst);
 }
 
 /* Embedding rows and the prefill panels: W's rows widened exactly as
@@ -344,6 +483,7 @@ int main(void)
 		cmocka_unit_test(test_slices),
 		cmocka_unit_test(test_kernels),
 		cmocka_unit_test(test_nonfinite),
+		cmocka_unit_test(test_gemm),
 		cmocka_unit_test(test_embed_widen),
 		cmocka_unit_test(test_nll_t1),
 		cmocka_unit_test(test_nll_t2),
