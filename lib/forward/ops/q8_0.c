@@ -505,12 +505,16 @@ VNNI static INLINE void qtile_vnni_rows(float *y, ptrdiff_t ldy, const uint32_t 
 		const __m512 dx = _mm512_load_ps(xd + b * LANES);
 		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
 			const unsigned char *p = W + r * row + b * QBYTES + 2;
-			__m512i t = _mm512_set1_epi32(wc[r * nb + b]);
-			_Pragma("GCC unroll 8") for (int g = 0; g < 8; g++) {
-				int32_t q;
+			/* two chains of vpdpbusd (their latency), added: exact */
+			__m512i t = _mm512_set1_epi32(wc[r * nb + b]), u = _mm512_setzero_si512();
+			_Pragma("GCC unroll 8") for (int g = 0; g < 4; g++) {
+				int32_t q, q2;
 				memcpy(&q, p + 4 * g, 4);
+				memcpy(&q2, p + 16 + 4 * g, 4);
 				t = _mm512_dpbusd_epi32(t, xv[g], _mm512_set1_epi32(q));
+				u = _mm512_dpbusd_epi32(u, xv[g + 4], _mm512_set1_epi32(q2));
 			}
+			t = _mm512_add_epi32(t, u);
 			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
 						 _mm512_mul_ps(dx, _mm512_set1_ps(wdv[r * nb + b])), acc[r]);
 		}
