@@ -6,6 +6,7 @@
  * 256 blocks, lib/forward/backend_cpu.c):
  *   f32   ss_linear_rows_cpu, f32 W (prefill's default, SS_GEMM=own);
  *   bf16  ss_linear_rows_cpu, bf16 W widened in registers;
+ *   bf16w bf16 W widened to f32 by panels (256 rows) then ss_linear_rows_cpu;
  *   q8_0w q8_0 W widened to f32 by panels then ss_linear_rows_cpu (what
  *         prefill ran before ss_gemm_q8_0);
  *   q8_0  ss_gemm_q8_0: x quantized per row, int8 products (VNNI);
@@ -107,8 +108,8 @@ static double fma_peak(const char **isa)
 }
 #endif
 
-enum { K_F32, K_BF16, K_Q8W, K_Q8, K_SGEMM, NK };
-static const char *const kname[NK] = { "f32", "bf16", "q8_0w", "q8_0", "sgemm" };
+enum { K_F32, K_BF16, K_BF16W, K_Q8W, K_Q8, K_SGEMM, NK };
+static const char *const kname[NK] = { "f32", "bf16", "bf16w", "q8_0w", "q8_0", "sgemm" };
 
 typedef struct {
 	int64_t M, N, K;
@@ -134,6 +135,11 @@ static double run(const shape *s, int k)
 			case K_BF16:
 				ss_linear_rows_cpu(y, s->N, x, s->K, (const uint16_t *)s->wb + n0 * s->K, SS_DTYPE_BF16,
 						   mr, nr, s->K, 0.0f);
+				break;
+			case K_BF16W:
+				ss_matvec_widen(s->panel, (const uint16_t *)s->wb + n0 * s->K, SS_DTYPE_BF16,
+						(size_t)(nr * s->K));
+				ss_linear_rows_cpu(y, s->N, x, s->K, s->panel, SS_DTYPE_F32, mr, nr, s->K, 0.0f);
 				break;
 			case K_Q8W:
 				ss_matvec_widen(s->panel, (const char *)s->wq + n0 * qrow, SS_DTYPE_Q8_0,
