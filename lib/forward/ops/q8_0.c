@@ -31,6 +31,7 @@
  *      quantize_row_q8_0 (x's blocks; ours round as its _ref, lib/stream/dtype.c).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ss.h"
@@ -473,18 +474,96 @@ static void wprep_port(int32_t *wc, float *wdv, const unsigned char *W, size_t r
 }
 
 #ifdef HAVE_X86_KERNELS
-/* The portable kernel compiled for AVX2 (the compiler's vectors over the
- * lanes; fmaf becomes vfmadd: the same bits). */
-AVX2 static void tile_avx2(float *y, ptrdiff_t ldy, const uint32_t *xt, const float *xd,
-			   const unsigned char *W, size_t row, const int32_t *wc, const float *wdv,
-			   int64_t nb, int nr, int mv, float beta)
-{
-	tile_c(y, ldy, xt, xd, W, row, wc, wdv, nb, nr, mv, beta);
-}
-
 AVX2 static void wprep_avx2(int32_t *wc, float *wdv, const unsigned char *W, size_t row, int64_t nb, int nr)
 {
 	wprep(wc, wdv, W, row, nb, nr);
+}
+
+/* AVX2 (no VNNI): T_b summed in f32 FMAs, which is exact (every product
+ * and partial sum an integer below 32·128·127 < 2^24), so the bits are
+ * those of the integer kernels: x's codes and W's widened to f32 once (a
+ * chunk of x's rows, a tile of W's rows), then tiles of R <= 6 rows of W
+ * against panels of 16 rows of x (two vectors of 8), each code of W
+ * broadcast, as linear_f32.c's panel256; the chains acc in memory, one
+ * FMA a block. Returns -1 (nothing written) without memory for the
+ * widened codes. */
+enum { NR2 = 6, CH2 = 128 }; /* rows of W a tile; rows of x a chunk */
+
+AVX2 static INLINE void tile_f(float *y, ptrdiff_t ldy, const float *xf, const float *xd, const float *wf,
+			       const float *wdv, int64_t nb, int mv, float beta, const int R)
+{
+	float acc[NR2][LANES] __attribute__((aligned(32))) = { { 0 } };
+	const int64_t K = nb * QB;
+	for (int64_t b = 0; b < nb; b++) {
+		__m256 t[NR2][2];
+		_Pragma("GCC unroll 6") for (int r = 0; r < R; r++)
+			t[r][0] = t[r][1] = _mm256_setzero_ps();
+		for (int j = 0; j < QB; j++) {
+			const float *xk = xf + (b * QB + j) * LANES;
+			const __m256 x0 = _mm256_load_ps(xk), x1 = _mm256_load_ps(xk + 8);
+			_Pragma("GCC unroll 6") for (int r = 0; r < R; r++) {
+				const __m256 w = _mm256_broadcast_ss(wf + r * K + b * QB + j);
+				t[r][0] = _mm256_fmadd_ps(w, x0, t[r][0]);
+				t[r][1] = _mm256_fmadd_ps(w, x1, t[r][1]);
+			}
+		}
+		const __m256 d0 = _mm256_load_ps(xd + b * LANES), d1 = _mm256_load_ps(xd + b * LANES + 8);
+		_Pragma("GCC unroll 6") for (int r = 0; r < R; r++) {
+			const __m256 dw = _mm256_broadcast_ss(wdv + r * nb + b);
+			_mm256_store_ps(acc[r], _mm256_fmadd_ps(t[r][0], _mm256_mul_ps(d0, dw), _mm256_load_ps(acc[r])));
+			_mm256_store_ps(acc[r] + 8,
+					_mm256_fmadd_ps(t[r][1], _mm256_mul_ps(d1, dw), _mm256_load_ps(acc[r] + 8)));
+		}
+	}
+	for (int r = 0; r < R; r++)
+		for (int l = 0; l < mv; l++)
+			put(y + l * ldy + r, acc[r][l], beta);
+}
+
+AVX2 static int gemm_avx2(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const unsigned char *W,
+			  int64_t M, int64_t N, int64_t K, float beta)
+{
+	const int64_t nb = K / QB, ch = M < CH2 ? (M + LANES - 1) / LANES * LANES : CH2;
+	const size_t row = (size_t)nb * QBYTES;
+	float *xf = aligned_alloc(32, ((size_t)(ch * K + ch * nb + NR2 * K) * sizeof(float) + 31) / 32 * 32);
+	int32_t wc[NR2 * SS_Q8_0_ROW_MAX / QB];
+	float wdv[NR2 * SS_Q8_0_ROW_MAX / QB];
+	xrows xr;
+	if (!xf)
+		return -1;
+	float *xd = xf + ch * K, *wf = xd + ch * nb;
+	for (int64_t m0 = 0; m0 < M; m0 += ch) {
+		const int64_t mc = M - m0 < ch ? M - m0 : ch, np = (mc + LANES - 1) / LANES;
+		for (int64_t m = 0; m < np * LANES; m++) {
+			float *xp = xf + m / LANES * K * LANES + m % LANES, *dp = xd + m / LANES * nb * LANES + m % LANES;
+			if (m < mc)
+				prep_avx2(&xr, 0, x + (m0 + m) * ldx, nb);
+			for (int64_t k = 0; k < K; k++)
+				xp[k * LANES] = m < mc ? (float)xr.q[k] : 0.0f;
+			for (int64_t b = 0; b < nb; b++)
+				dp[b * LANES] = m < mc ? xr.d[b] : 0.0f;
+		}
+		for (int64_t n0 = 0; n0 < N; n0 += NR2) {
+			const int nr = N - n0 < NR2 ? (int)(N - n0) : NR2;
+			wprep(wc, wdv, W + n0 * row, row, nb, nr);
+			for (int r = 0; r < nr; r++)
+				for (int64_t b = 0; b < nb; b++)
+					for (int i = 0; i < QB; i++)
+						wf[r * K + b * QB + i] = (float)(int8_t)W[(n0 + r) * row + b * QBYTES + 2 + i];
+			for (int64_t p = 0; p < np; p++) {
+				const int mv = mc - p * LANES < LANES ? (int)(mc - p * LANES) : LANES;
+				float *yp = y + (m0 + p * LANES) * ldy + n0;
+				const float *xp = xf + p * K * LANES, *dp = xd + p * nb * LANES;
+				switch (nr) {
+#define TF(R) case R: tile_f(yp, ldy, xp, dp, wf, wdv, nb, mv, beta, R); break;
+				TF(1) TF(2) TF(3) TF(4) TF(5) TF(6)
+#undef TF
+				}
+			}
+		}
+	}
+	free(xf);
+	return 0;
 }
 
 /* tile_c with AVX-512 VNNI, R rows of W (R <= NR): per block, x's 8
@@ -562,8 +641,10 @@ void ss_gemm_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const 
 		k = KERNEL_AVX2;
 	if (k == KERNEL_VNNI)
 		tile = qtile_vnni, prep = wprep_avx2;
-	else if (k == KERNEL_AVX2)
-		tile = tile_avx2, prep = wprep_avx2;
+	else if (k == KERNEL_AVX2 && gemm_avx2(y, ldy, x, ldx, w, M, N, K, beta) == 0)
+		return;
+	else
+		k = KERNEL_C; /* the same bits */
 #endif
 	for (int64_t m0 = 0; m0 < M; m0 += chunk) {
 		const int64_t mc = M - m0 < chunk ? M - m0 : chunk, np = (mc + LANES - 1) / LANES;
