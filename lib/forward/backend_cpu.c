@@ -21,7 +21,9 @@
  * blocked prefill (with SS_GEMM=blas, the blocks of segments of at most
  * ROWINV_MAX tokens only, sgemm the others), every GEMM of a deterministic
  * decode step, and lm_head in any blocked pass: a row's results are then
- * the same bits whatever the batch, its place in it and the threads.
+ * the same bits whatever the batch, its place in it and the threads. With
+ * q8_0 matrices the row-invariant products are ss_matvec_q8_0 (decode
+ * steps) and ss_gemm_q8_0 (prefill: x quantized per row, int8 panels).
  * ref: lib/forward/forward.c (the driver); backend.h (the op table).
  */
 #include "forward/blas.h"
