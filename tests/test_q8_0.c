@@ -38,25 +38,16 @@ static float *dequant(const void *W, int64_t n, int64_t k)
  * 127·|d - f16(d)| and |y - ref| <= Σ_b (that) · Σ_{k in b} |w_k| (the
  * bound, checked to be reached within 10x so that it is not vacuous) plus
  * f32 rounding (1e-6 relative to Σ|w·x|). */
-static void test_linear(void **st)
+/* Largest |y - ref| / bound over y[M][N] = xs·Wᵀ (see above; asserts each
+ * within its bound). */
+static double worst_vs_bound(const float *y, const float *xs, const unsigned char *W, int M, int N, int K)
 {
-	(void)st;
-	enum { M = 5, N = 37, K = 96, NB = K / 32 };
-	uint64_t rng = 8;
-	float *xs = test_frnd(&rng, M * K, -2, 2), *ws = test_frnd(&rng, N * K, -0.1, 0.1);
-	unsigned char W[N * NB * 34];
-	float y[M][N];
-	double worst = 0;
-	assert_non_null(xs);
-	assert_non_null(ws);
-	xs[3] = 40.0f; /* one block of x with a far larger step than the others */
-	ss_from_f32(W, SS_DTYPE_Q8_0, ws, N * K);
 	float *w = dequant(W, N, K);
-	assert_int_equal(ss_linear_cpu(&y[0][0], N, xs, K, W, SS_DTYPE_Q8_0, M, N, K, 0.0f), 0);
+	double worst = 0;
 	for (int m = 0; m < M; m++)
 		for (int n = 0; n < N; n++) {
 			double ref = 0, mag = 0, bound = 0;
-			for (int b = 0; b < NB; b++) {
+			for (int b = 0; b < K / 32; b++) {
 				double amax = 0, wsum = 0;
 				for (int k = 32 * b; k < 32 * b + 32; k++) {
 					amax = fmax(amax, fabs(xs[m * K + k]));
@@ -67,19 +58,42 @@ static void test_linear(void **st)
 				const double d = amax / 127;
 				bound += (d / 2 + 127 * fabs(d - ss_f16_to_f32(ss_f32_to_f16((float)d)))) * wsum;
 			}
-			const double e = fabs(y[m][n] - ref);
+			const double e = fabs(y[m * N + n] - ref);
 			assert_true(e <= bound + 1e-6 * mag);
 			worst = fmax(worst, e / bound);
 		}
-	printf("  q8_0 linear %dx%dx%d: max |y - ref| / bound %.3f\n", M, N, K, worst);
-	assert_true(worst > 0.1);
 	free(w);
-	free(xs);
+	return worst;
+}
+
+/* x[M][K] and W[N][K] for the bound: one block of x with a far larger step
+ * than the others. Caller frees *xs. */
+static void bound_data(uint64_t *rng, float **xs, unsigned char *W, int M, int N, int K)
+{
+	float *ws = test_frnd(rng, (size_t)(N * K), -0.1, 0.1);
+	*xs = test_frnd(rng, (size_t)(M * K), -2, 2);
+	assert_non_null(*xs);
+	assert_non_null(ws);
+	(*xs)[3] = 40.0f;
+	ss_from_f32(W, SS_DTYPE_Q8_0, ws, (size_t)(N * K));
 	free(ws);
 }
 
-/* One row, one column, a slice of W's rows (at its byte offset), beta:
- * every y[m][n] bit-identical to the whole M x N call. */
+static void test_linear(void **st)
+{
+	(void)st;
+	enum { M = 5, N = 37, K = 96 };
+	uint64_t rng = 8;
+	unsigned char W[N * K / 32 * 34];
+	float y[M][N], *xs;
+	bound_data(&rng, &xs, W, M, N, K);
+	assert_int_equal(ss_linear_cpu(&y[0][0], N, xs, K, W, SS_DTYPE_Q8_0, M, N, K, 0.0f), 0);
+	const double worst = worst_vs_bound(&y[0][0], xs, W, M, N, K);
+	printf("  q8_0 linear %dx%dx%d: max |y - ref| / bound %.3f\n", M, N, K, worst);
+	assert_true(worst > 0.1);
+	free(xs);
+}
+
 static void test_slices(void **st)
 {
 	(void)st;
@@ -118,6 +132,20 @@ static void test_slices(void **st)
 	free(y0);
 }
 
+/* x[M][K] (from [-3, 3]) made hard on the kernels: of each five blocks one
+ * all zero, two far smaller than the rest (d rounding to a subnormal f16
+ * and to 0), one far larger, one of values halfway between codes. */
+static void hostile_x(float *x, int M, int K)
+{
+	static const float scale[5] = { 0.0f, 1e-9f, 3e-6f, 1e3f, 1.0f };
+	for (int i = 0; i < M * K; i += 32)
+		for (int j = 0; j < 32; j++) {
+			x[i + j] *= scale[(i / 32 + K) % 5];
+			if ((i / 32 + K) % 5 == 4) /* amax 3: codes (c + 1/2)·3/127, halfway */
+				x[i + j] = j ? ((float)(int)(x[i + j] * 40) + 0.5f) * (3.0f / 127) : 3.0f;
+		}
+}
+
 /* Every kernel this CPU has (ss_q8_0_force_kernel) gives the bits of the
  * portable C one: M from 1 to 6 (tiles of one and of several rows of x),
  * N from 20 to 23 (tiles of four rows of W and the rest), K of 1 to 9
@@ -144,15 +172,7 @@ static void test_kernels(void **st)
 			assert_non_null(x);
 			assert_non_null(w);
 			assert_non_null(y0);
-			for (int i = 0; i < M * K; i += 32) { /* one block in five scaled */
-				static const float scale[5] = { 0.0f, 1e-9f, 3e-6f, 1e3f, 1.0f };
-				for (int j = 0; j < 32; j++)
-					x[i + j] *= scale[(i / 32 + K) % 5];
-			}
-			for (int i = 0; i < M * K; i += 32) /* amax 3: codes (c + 1/2)·3/127, halfway */
-				if ((i / 32 + K) % 5 == 4)
-					for (int j = 0; j < 32; j++)
-						x[i + j] = j ? ((float)(int)(x[i + j] * 40) + 0.5f) * (3.0f / 127) : 3.0f;
+			hostile_x(x, M, K);
 			ss_from_f32(W, SS_DTYPE_Q8_0, w, (size_t)(N * K));
 			W[2] = 0x80, W[3] = 0x7f, W[row + 5] = 0x80; /* codes -128, 127 */
 			for (int beta = 0; beta < 2; beta++, cases++)
@@ -249,14 +269,7 @@ static void test_gemm(void **st)
 			assert_non_null(x);
 			assert_non_null(w);
 			assert_non_null(y0);
-			for (int i = 0; i < M * K; i += 32) {
-				static const float scale[5] = { 0.0f, 1e-9f, 3e-6f, 1e3f, 1.0f };
-				for (int j = 0; j < 32; j++)
-					x[i + j] *= scale[(i / 32 + K) % 5];
-				if ((i / 32 + K) % 5 == 4)
-					for (int j = 0; j < 32; j++)
-						x[i + j] = j ? ((float)(int)(x[i + j] * 40) + 0.5f) * (3.0f / 127) : 3.0f;
-			}
+			hostile_x(x, M, K);
 			ss_from_f32(W, SS_DTYPE_Q8_0, w, (size_t)(N * K));
 			W[2] = 0x80, W[3] = 0x7f;
 			if (N > 1)
@@ -296,39 +309,16 @@ static void test_gemm(void **st)
 			free(w);
 			free(y0);
 		}
-	/* the error bound, on plain data (test_linear's) */
+	/* the error bound (test_linear's) */
 	{
-		enum { M = 21, N = 11, K = 128, NB = K / 32 };
-		float *xs = test_frnd(&rng, M * K, -2, 2), *ws = test_frnd(&rng, N * K, -0.1, 0.1), yy[M * N];
-		unsigned char Wb[N * NB * 34];
-		assert_non_null(xs);
-		assert_non_null(ws);
-		xs[3] = 40.0f;
-		ss_from_f32(Wb, SS_DTYPE_Q8_0, ws, N * K);
-		float *wf = dequant(Wb, N, K);
+		enum { M = 21, N = 11, K = 128 };
+		unsigned char Wb[N * K / 32 * 34];
+		float yy[M * N], *xs;
+		bound_data(&rng, &xs, Wb, M, N, K);
 		ss_gemm_q8_0(yy, N, xs, K, Wb, M, N, K, 0.0f);
-		for (int m = 0; m < M; m++)
-			for (int n = 0; n < N; n++) {
-				double r = 0, mag = 0, bound = 0;
-				for (int b = 0; b < NB; b++) {
-					double amax = 0, wsum = 0;
-					for (int k = 32 * b; k < 32 * b + 32; k++) {
-						amax = fmax(amax, fabs(xs[m * K + k]));
-						wsum += fabs(wf[n * K + k]);
-						r += (double)wf[n * K + k] * xs[m * K + k];
-						mag += fabs((double)wf[n * K + k] * xs[m * K + k]);
-					}
-					const double d = amax / 127;
-					bound += (d / 2 + 127 * fabs(d - ss_f16_to_f32(ss_f32_to_f16((float)d)))) * wsum;
-				}
-				const double e = fabs(yy[m * N + n] - r);
-				assert_true(e <= bound + 1e-6 * mag);
-				worst = fmax(worst, e / bound);
-			}
+		worst = worst_vs_bound(yy, xs, Wb, M, N, K);
 		assert_true(worst > 0.1);
-		free(wf);
 		free(xs);
-		free(ws);
 	}
 	assert_int_equal(ss_q8_0_force_kernel(-1), 0);
 	printf("  q8_0 prefill kernels %s%s%s: the contract's bits on %d products, by rows and by "
