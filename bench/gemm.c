@@ -46,46 +46,32 @@ static double cpu_now(void)
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-/* GFLOP/s of 12 chains of n FMAs each, 16 lanes. */
-__attribute__((target("avx512f"))) static double peak512(long n)
-{
-	__m512 a[12], b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-	for (int i = 0; i < 12; i++)
-		a[i] = _mm512_set1_ps((float)i);
-	const double t0 = cpu_now();
-	for (long k = 0; k < n; k++)
-		_Pragma("GCC unroll 12") for (int i = 0; i < 12; i++)
-			a[i] = _mm512_fmadd_ps(a[i], b, c);
-	const double t = cpu_now() - t0;
-	float s = 0, v[16];
-	for (int i = 0; i < 12; i++) {
-		_mm512_storeu_ps(v, a[i]);
-		s += v[0];
+/* name(n): GFLOP/s of 12 independent chains of n FMAs each on vectors of
+ * L floats (V, with its set1, fmadd and storeu), this thread's CPU time. */
+#define PEAK_FN(name, attr, V, L, set1, fmadd, storeu)                          \
+	attr static double name(long n)                                         \
+	{                                                                       \
+		V a[12], b = set1(0.999999f), c = set1(1e-7f);                  \
+		float s = 0, v[L];                                              \
+		for (int i = 0; i < 12; i++)                                    \
+			a[i] = set1((float)i);                                  \
+		const double t0 = cpu_now();                                    \
+		for (long k = 0; k < n; k++)                                    \
+			_Pragma("GCC unroll 12") for (int i = 0; i < 12; i++)   \
+				a[i] = fmadd(a[i], b, c);                       \
+		const double t = cpu_now() - t0;                                \
+		for (int i = 0; i < 12; i++) { /* the chains are used */        \
+			storeu(v, a[i]);                                        \
+			s += v[0];                                              \
+		}                                                               \
+		if (s == 12345.f)                                               \
+			printf("%g\n", s);                                      \
+		return 2.0 * L * 12 * (double)n / t * 1e-9;                     \
 	}
-	if (s == 12345.f)
-		printf("%g\n", s);
-	return 2.0 * 16 * 12 * (double)n / t * 1e-9;
-}
-
-__attribute__((target("avx2,fma"))) static double peak256(long n)
-{
-	__m256 a[12], b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-	for (int i = 0; i < 12; i++)
-		a[i] = _mm256_set1_ps((float)i);
-	const double t0 = cpu_now();
-	for (long k = 0; k < n; k++)
-		_Pragma("GCC unroll 12") for (int i = 0; i < 12; i++)
-			a[i] = _mm256_fmadd_ps(a[i], b, c);
-	const double t = cpu_now() - t0;
-	float s = 0, v[8];
-	for (int i = 0; i < 12; i++) {
-		_mm256_storeu_ps(v, a[i]);
-		s += v[0];
-	}
-	if (s == 12345.f)
-		printf("%g\n", s);
-	return 2.0 * 8 * 12 * (double)n / t * 1e-9;
-}
+PEAK_FN(peak512, __attribute__((target("avx512f"))), __m512, 16, _mm512_set1_ps, _mm512_fmadd_ps,
+	_mm512_storeu_ps)
+PEAK_FN(peak256, __attribute__((target("avx2,fma"))), __m256, 8, _mm256_set1_ps, _mm256_fmadd_ps,
+	_mm256_storeu_ps)
 
 static double fma_peak(const char **isa)
 {

@@ -132,18 +132,42 @@ static void test_slices(void **st)
 	free(y0);
 }
 
-/* x[M][K] (from [-3, 3]) made hard on the kernels: of each five blocks one
- * all zero, two far smaller than the rest (d rounding to a subnormal f16
- * and to 0), one far larger, one of values halfway between codes. */
-static void hostile_x(float *x, int M, int K)
+static const char *const kname[3] = { "C", "AVX2", "AVX-512 VNNI" };
+
+/* have[k]: whether this CPU and build have kernel k (ss_q8_0_force_kernel). */
+static void kernels_have(int have[3])
+{
+	have[0] = 1;
+	for (int k = 1; k < 3; k++)
+		have[k] = ss_q8_0_force_kernel(k) == 0;
+}
+
+/* A case of the kernel tests: x[M][K] (from [-3, 3]) made hard on the
+ * kernels (of each five blocks one all zero, two far smaller than the
+ * rest: d rounding to a subnormal f16 and to 0, one far larger, one of
+ * values halfway between codes), W[N][K] in q8_0 with codes -128 and 127,
+ * y0[M][N]. Caller frees *x and *y0. */
+static void case_data(uint64_t *rng, float **x, float **y0, unsigned char *W, int M, int N, int K)
 {
 	static const float scale[5] = { 0.0f, 1e-9f, 3e-6f, 1e3f, 1.0f };
+	float *w = test_frnd(rng, (size_t)(N * K), -1, 1);
+	*x = test_frnd(rng, (size_t)(M * K), -3, 3);
+	*y0 = test_frnd(rng, (size_t)(M * N), -1, 1);
+	assert_non_null(*x);
+	assert_non_null(w);
+	assert_non_null(*y0);
 	for (int i = 0; i < M * K; i += 32)
 		for (int j = 0; j < 32; j++) {
-			x[i + j] *= scale[(i / 32 + K) % 5];
+			float *v = *x + i + j;
+			*v *= scale[(i / 32 + K) % 5];
 			if ((i / 32 + K) % 5 == 4) /* amax 3: codes (c + 1/2)·3/127, halfway */
-				x[i + j] = j ? ((float)(int)(x[i + j] * 40) + 0.5f) * (3.0f / 127) : 3.0f;
+				*v = j ? ((float)(int)(*v * 40) + 0.5f) * (3.0f / 127) : 3.0f;
 		}
+	ss_from_f32(W, SS_DTYPE_Q8_0, w, (size_t)(N * K));
+	W[2] = 0x80, W[3] = 0x7f;
+	if (N > 1)
+		W[K / 32 * 34 + 5] = 0x80;
+	free(w);
 }
 
 /* Every kernel this CPU has (ss_q8_0_force_kernel) gives the bits of the
@@ -157,24 +181,15 @@ static void test_kernels(void **st)
 {
 	(void)st;
 	enum { MMAX = 6, NMAX = 23, KMAX = 288 };
-	static const char *const name[] = { "C", "AVX2", "AVX-512 VNNI" };
 	uint64_t rng = 12;
 	unsigned char W[NMAX * KMAX / 32 * 34];
-	float ref[MMAX * NMAX], y[MMAX * NMAX];
-	int cases = 0, have[3] = { 1, 0, 0 };
-	for (int k = 1; k < 3; k++)
-		have[k] = ss_q8_0_force_kernel(k) == 0;
+	float ref[MMAX * NMAX], y[MMAX * NMAX], *x, *y0;
+	int cases = 0, have[3];
+	kernels_have(have);
 	for (int K = 32; K <= KMAX; K += 32)
 		for (int M = 1; M <= MMAX; M++) {
-			const int N = NMAX - (K / 32 + M) % 4, row = K / 32 * 34;
-			float *x = test_frnd(&rng, (size_t)(M * K), -3, 3), *w = test_frnd(&rng, (size_t)(N * K), -1, 1);
-			float *y0 = test_frnd(&rng, (size_t)(M * N), -1, 1);
-			assert_non_null(x);
-			assert_non_null(w);
-			assert_non_null(y0);
-			hostile_x(x, M, K);
-			ss_from_f32(W, SS_DTYPE_Q8_0, w, (size_t)(N * K));
-			W[2] = 0x80, W[3] = 0x7f, W[row + 5] = 0x80; /* codes -128, 127 */
+			const int N = NMAX - (K / 32 + M) % 4;
+			case_data(&rng, &x, &y0, W, M, N, K);
 			for (int beta = 0; beta < 2; beta++, cases++)
 				for (int k = 0; k < 3; k++) {
 					if (!have[k])
@@ -185,14 +200,13 @@ static void test_kernels(void **st)
 								       0.5f * (float)beta), 0);
 					if (k && memcmp(y, ref, (size_t)(M * N) * sizeof(float)))
 						fail_msg("kernel %s: bits differ from C's (M %d, N %d, K %d, beta %d)",
-							 name[k], M, N, K, beta);
+							 kname[k], M, N, K, beta);
 				}
 			free(x);
-			free(w);
 			free(y0);
 		}
 	assert_int_equal(ss_q8_0_force_kernel(-1), 0);
-	printf("  q8_0 kernels %s%s%s: the same bits on %d products\n", name[0], have[1] ? ", AVX2" : "",
+	printf("  q8_0 kernels %s%s%s: the same bits on %d products\n", kname[0], have[1] ? ", AVX2" : "",
 	       have[2] ? ", AVX-512 VNNI" : "", cases);
 }
 
@@ -253,27 +267,16 @@ static void test_gemm(void **st)
 {
 	(void)st;
 	enum { MMAX = 37, NMAX = 19, KMAX = 288 };
-	static const char *const name[] = { "C", "AVX2", "AVX-512 VNNI" };
 	uint64_t rng = 13;
 	unsigned char W[NMAX * KMAX / 32 * 34];
-	float ref[MMAX * NMAX], y[MMAX * NMAX], part[MMAX * NMAX];
-	int cases = 0, have[3] = { 1, 0, 0 };
+	float ref[MMAX * NMAX], y[MMAX * NMAX], part[MMAX * NMAX], *x, *y0;
+	int cases = 0, have[3];
 	double worst = 0;
-	for (int k = 1; k < 3; k++)
-		have[k] = ss_q8_0_force_kernel(k) == 0;
+	kernels_have(have);
 	for (int K = 32; K <= KMAX; K += 32)
 		for (int M = 1 + K / 32 % 3; M <= MMAX; M += 4 + K / 32 % 5) {
 			const int N = 1 + (M * 7 + K / 32) % NMAX, row = K / 32 * 34;
-			float *x = test_frnd(&rng, (size_t)(M * K), -3, 3), *w = test_frnd(&rng, (size_t)(N * K), -1, 1);
-			float *y0 = test_frnd(&rng, (size_t)(M * N), -1, 1);
-			assert_non_null(x);
-			assert_non_null(w);
-			assert_non_null(y0);
-			hostile_x(x, M, K);
-			ss_from_f32(W, SS_DTYPE_Q8_0, w, (size_t)(N * K));
-			W[2] = 0x80, W[3] = 0x7f;
-			if (N > 1)
-				W[row + 5] = 0x80;
+			case_data(&rng, &x, &y0, W, M, N, K);
 			for (int beta = 0; beta < 2; beta++, cases++) {
 				const float bf = 0.5f * (float)beta;
 				for (int m = 0; m < M; m++)
@@ -289,7 +292,7 @@ static void test_gemm(void **st)
 					ss_gemm_q8_0(y, N, x, K, W, M, N, K, bf);
 					if (memcmp(y, ref, (size_t)(M * N) * sizeof(float)))
 						fail_msg("kernel %s: bits differ from the contract's (M %d, N %d, K %d, beta %d)",
-							 name[k], M, N, K, beta);
+							 kname[k], M, N, K, beta);
 					/* uneven row groups, then uneven column slices */
 					memcpy(part, y0, (size_t)(M * N) * sizeof(float));
 					for (int m0 = 0, mr; m0 < M; m0 += mr) {
@@ -306,7 +309,6 @@ static void test_gemm(void **st)
 				}
 			}
 			free(x);
-			free(w);
 			free(y0);
 		}
 	/* the error bound (test_linear's) */
@@ -323,7 +325,7 @@ static void test_gemm(void **st)
 	assert_int_equal(ss_q8_0_force_kernel(-1), 0);
 	printf("  q8_0 prefill kernels %s%s%s: the contract's bits on %d products, by rows and by "
 	       "slices; max |y - ref| / bound %.3f\n",
-	       name[0], have[1] ? ", AVX2" : "", have[2] ? ", AVX-512 VNNI" : "", cases, worst);
+	       kname[0], have[1] ? ", AVX2" : "", have[2] ? ", AVX-512 VNNI" : "", cases, worst);
 }
 
 /* Embedding rows and the prefill panels: W's rows widened exactly as
