@@ -6,10 +6,10 @@
  * 256 blocks, lib/forward/backend_cpu.c):
  *   f32   ss_linear_rows_cpu, f32 W (prefill's default, SS_GEMM=own);
  *   bf16  ss_linear_rows_cpu, bf16 W widened in registers;
- *   bf16w bf16 W widened to f32 by panels (256 rows) then ss_linear_rows_cpu;
+ *   bf16w bf16 W widened to f32 by panels (256 rows, ss_to_f32) then ss_linear_rows_cpu;
  *   q8_0w q8_0 W widened to f32 by panels then ss_linear_rows_cpu (what
- *         prefill ran before ss_gemm_q8_0);
- *   q8_0  ss_gemm_q8_0: x quantized per row, int8 products (VNNI);
+ *         prefill ran before ss_linear_q8_0_cpu);
+ *   q8_0  ss_linear_q8_0_cpu: x quantized per row, int8 products (VNNI);
  *   sgemm the BLAS on the same f32 blocks (the old floor).
  * The peak: 12 independent FMA chains on 16 (AVX-512) or 8 (AVX2) lanes.
  * Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so that a
@@ -32,7 +32,6 @@
 
 #include "ss.h"
 #include "bench.h"
-#include "forward/ops/linear.h"
 
 #define MAX_ROUNDS 64
 #define BLK 256
@@ -123,17 +122,17 @@ static double run(const shape *s, int k)
 						   mr, nr, s->K, 0.0f);
 				break;
 			case K_BF16W:
-				ss_matvec_widen(s->panel, (const uint16_t *)s->wb + n0 * s->K, SS_DTYPE_BF16,
+				ss_to_f32(s->panel, (const uint16_t *)s->wb + n0 * s->K, SS_DTYPE_BF16,
 						(size_t)(nr * s->K));
 				ss_linear_rows_cpu(y, s->N, x, s->K, s->panel, SS_DTYPE_F32, mr, nr, s->K, 0.0f);
 				break;
 			case K_Q8W:
-				ss_matvec_widen(s->panel, (const char *)s->wq + n0 * qrow, SS_DTYPE_Q8_0,
+				ss_to_f32(s->panel, (const char *)s->wq + n0 * qrow, SS_DTYPE_Q8_0,
 						(size_t)(nr * s->K));
 				ss_linear_rows_cpu(y, s->N, x, s->K, s->panel, SS_DTYPE_F32, mr, nr, s->K, 0.0f);
 				break;
 			case K_Q8:
-				ss_gemm_q8_0(y, s->N, x, s->K, (const char *)s->wq + n0 * qrow, mr, nr, s->K, 0.0f);
+				ss_linear_q8_0_cpu(y, s->N, x, s->K, (const char *)s->wq + n0 * qrow, mr, nr, s->K, 0.0f);
 				break;
 			default:
 				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)mr, (int)nr, (int)s->K, 1.0f, x,

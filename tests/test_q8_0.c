@@ -227,14 +227,14 @@ static void test_nonfinite(void **st)
 			assert_int_equal(ss_linear_cpu(&y, 1, x, K, W, SS_DTYPE_Q8_0, 1, 1, K, 0.0f), 0);
 			assert_true(isnan(y));
 			y = 0;
-			ss_gemm_q8_0(&y, 1, x, K, W, 1, 1, K, 0.0f);
+			assert_int_equal(ss_linear_q8_0_cpu(&y, 1, x, K, W, 1, 1, K, 0.0f), 0);
 			assert_true(isnan(y));
 		}
 	assert_int_equal(ss_q8_0_force_kernel(-1), 0);
 	free(ws);
 }
 
-/* ss_gemm_q8_0's result by its contract, written out here: x's rows to
+/* ss_linear_q8_0_cpu's result by its contract, written out here: x's rows to
  * q8_0 by ss_from_f32, each block's exact integer dot, one fmaf chain over
  * the blocks in order. */
 static float gemm_spec(const float *x, const unsigned char *w, int64_t K)
@@ -255,7 +255,7 @@ static float gemm_spec(const float *x, const unsigned char *w, int64_t K)
 	return acc;
 }
 
-/* Prefill's product (ss_gemm_q8_0): every kernel this CPU has gives the
+/* Prefill's product (ss_linear_q8_0_cpu): every kernel this CPU has gives the
  * bits of its contract (gemm_spec) for M from 1 to 37 (panels of 16 rows,
  * full and not), N of 1 to 19 (tiles of 8 rows of W and the rest), K of 1
  * to 9 blocks, beta 0 and not, the same x as test_kernels (zero, tiny,
@@ -289,7 +289,7 @@ static void test_gemm(void **st)
 						continue;
 					assert_int_equal(ss_q8_0_force_kernel(k), 0);
 					memcpy(y, y0, (size_t)(M * N) * sizeof(float));
-					ss_gemm_q8_0(y, N, x, K, W, M, N, K, bf);
+					assert_int_equal(ss_linear_q8_0_cpu(y, N, x, K, W, M, N, K, bf), 0);
 					if (memcmp(y, ref, (size_t)(M * N) * sizeof(float)))
 						fail_msg("kernel %s: bits differ from the contract's (M %d, N %d, K %d, beta %d)",
 							 kname[k], M, N, K, beta);
@@ -297,13 +297,14 @@ static void test_gemm(void **st)
 					memcpy(part, y0, (size_t)(M * N) * sizeof(float));
 					for (int m0 = 0, mr; m0 < M; m0 += mr) {
 						mr = M - m0 < 1 + m0 % 19 ? M - m0 : 1 + m0 % 19;
-						ss_gemm_q8_0(part + m0 * N, N, x + m0 * K, K, W, mr, N, K, bf);
+						assert_int_equal(ss_linear_q8_0_cpu(part + m0 * N, N, x + m0 * K, K, W, mr, N, K, bf), 0);
 					}
 					assert_memory_equal(part, ref, (size_t)(M * N) * sizeof(float));
 					memcpy(part, y0, (size_t)(M * N) * sizeof(float));
 					for (int n0 = 0, nn; n0 < N; n0 += nn) {
 						nn = N - n0 < 1 + n0 % 9 ? N - n0 : 1 + n0 % 9;
-						ss_gemm_q8_0(part + n0, N, x, K, W + (size_t)n0 * row, M, nn, K, bf);
+						assert_int_equal(ss_linear_q8_0_cpu(part + n0, N, x, K, W + (size_t)n0 * row,
+										    M, nn, K, bf), 0);
 					}
 					assert_memory_equal(part, ref, (size_t)(M * N) * sizeof(float));
 				}
@@ -317,9 +318,14 @@ static void test_gemm(void **st)
 		unsigned char Wb[N * K / 32 * 34];
 		float yy[M * N], *xs;
 		bound_data(&rng, &xs, Wb, M, N, K);
-		ss_gemm_q8_0(yy, N, xs, K, Wb, M, N, K, 0.0f);
+		assert_int_equal(ss_linear_q8_0_cpu(yy, N, xs, K, Wb, M, N, K, 0.0f), 0);
 		worst = worst_vs_bound(yy, xs, Wb, M, N, K);
 		assert_true(worst > 0.1);
+		/* refused: K not a multiple of 32, K too large, ld too small */
+		assert_int_equal(ss_linear_q8_0_cpu(yy, N, xs, K, Wb, 1, 1, 40, 0.0f), SS_ERR_UNSUPPORTED);
+		assert_int_equal(ss_linear_q8_0_cpu(yy, N, xs, SS_Q8_0_ROW_MAX + 32, Wb, 1, 1,
+						    SS_Q8_0_ROW_MAX + 32, 0.0f), SS_ERR_UNSUPPORTED);
+		assert_int_equal(ss_linear_q8_0_cpu(yy, N, xs, K - 1, Wb, M, N, K, 0.0f), SS_ERR_INVALID);
 		free(xs);
 	}
 	assert_int_equal(ss_q8_0_force_kernel(-1), 0);
@@ -350,7 +356,7 @@ static void test_embed_widen(void **st)
 	free(e);
 }
 
-/* A q8_0 model's prefill (ss_gemm_q8_0 in every projection) gives each
+/* A q8_0 model's prefill (ss_linear_q8_0_cpu in every projection) gives each
  * document the same bytes (states and last logits) whatever its batch, the
  * thread count and the kernel: t1's five golden documents in one call of 2
  * threads with the CPU's best kernel against each alone on 1 thread with
@@ -493,7 +499,7 @@ static void nll_q8_0_vs_f32(const char *golden, const char *dir, int decode, dou
  * nats): t1 prefill mean 2.3e-3, max 1.3e-2, decode mean 3.3e-3, max
  * 1.7e-2; t2 prefill mean 3.5e-3, max 2.1e-2, decode mean 5.0e-3, max
  * 2.5e-2, when prefill widened W and multiplied f32 x; both quantize x
- * now (decode ss_matvec_q8_0, prefill ss_gemm_q8_0): t1 prefill mean
+ * now (decode ss_matvec_q8_0, prefill ss_linear_q8_0_cpu): t1 prefill mean
  * 3.3e-3, max 1.7e-2, as decode.
  * bf16 matrices give t1 mean 7.1e-4, max 3.6e-3 (tests/test_forward.c). */
 #define NLLQ8_MEAN 1.5e-2

@@ -23,7 +23,7 @@
  * decode step, and lm_head in any blocked pass: a row's results are then
  * the same bits whatever the batch, its place in it and the threads. With
  * q8_0 matrices the row-invariant products are ss_matvec_q8_0 (decode
- * steps) and ss_gemm_q8_0 (prefill: x quantized per row, int8 panels).
+ * steps) and ss_linear_q8_0_cpu (prefill: x quantized per row, int8 panels).
  * ref: lib/forward/forward.c (the driver); backend.h (the op table).
  */
 #include "forward/blas.h"
@@ -197,8 +197,8 @@ static void gemm_task(void *arg, int64_t i, int thread)
 	 * step's ss_matvec_q8_0 does, int8 products in panels of rows
 	 * (row-invariant; $SS_GEMM=blas: widened, below, as before it) */
 	if (rowinv && j->wt == SS_DTYPE_Q8_0 && !j->decode && !j->blas) {
-		ss_gemm_q8_0(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
-			     (const char *)j->W + n0 * row, m1 - m0, n1 - n0, j->K, j->beta);
+		(void)ss_linear_q8_0_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
+					 (const char *)j->W + n0 * row, m1 - m0, n1 - n0, j->K, j->beta);
 		return;
 	}
 	/* W widened by panels: 16-bit or q8_0 W for the BLAS beyond a few rows;

@@ -43,22 +43,8 @@ void ss_matvec_w16(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const
 void ss_matvec_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
 		    int64_t M, int64_t N, int64_t K, float beta);
 
-/* Prefill's q8_0 product (the backend's row blocks; batch- and
- * thread-invariant): y[m][n] = W[n]·x[m] + beta·y[m][n], arguments as
- * ss_matvec_q8_0's (x quantized per row the same way), but each block's
- * 32 products summed whole, exact in int32 (T_b), and one f32 chain per
- * output over the blocks in order: acc = fmaf((float)T_b, d_w,b·d_x,b, acc)
- * from 0, so the outputs sit in vector lanes (16 rows of x). The same bits
- * whatever M, N, the slice of W and the kernel (ss_q8_0_force_kernel: C,
- * AVX2, AVX-512 VNNI); not those of ss_matvec_q8_0 (another order of the
- * same exact products). Error bound: ss_matvec_q8_0's.
- * ref: ggml/src/ggml-cpu/arch/x86/quants.c ggml_vec_dot_q8_0_q8_0 (one
- * int32 sum a block, scaled into f32). */
-void ss_gemm_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W, int64_t M,
-		  int64_t N, int64_t K, float beta);
-
 /* Test only (tests/test_q8_0.c): makes ss_matvec_q8_0 use kernel k from now
- * on (ss_gemm_q8_0 too), in every thread: 0 portable C, 1 AVX2, 2 AVX-512 VNNI, -1 the CPU's
+ * on (ss_linear_q8_0_cpu too), in every thread: 0 portable C, 1 AVX2, 2 AVX-512 VNNI, -1 the CPU's
  * best (the default). Returns 0, or -1 (nothing changed) where this CPU or
  * build lacks kernel k. Not thread-safe against running products. */
 int ss_q8_0_force_kernel(int k);

@@ -389,7 +389,7 @@ void ss_matvec_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, cons
 
 /* ------------------------------------------------------------ prefill */
 
-/* ss_gemm_q8_0 (ops/linear.h): each block's dot product summed whole, as an
+/* ss_linear_q8_0_cpu (ops/linear.h): each block's dot product summed whole, as an
  * exact int32 T_b, then one f32 chain per output over the blocks in order,
  * acc = fmaf((float)T_b, d_w·d_x, acc) from 0 (|T_b| <= 32·128·127 < 2^24:
  * the conversion is exact). So the outputs can sit in the lanes: 16 rows of
@@ -619,9 +619,15 @@ VNNI static void qtile_vnni(float *y, ptrdiff_t ldy, const uint32_t *xt, const f
 }
 #endif
 
-void ss_gemm_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W, int64_t M,
-		  int64_t N, int64_t K, float beta)
+int ss_linear_q8_0_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W, int64_t M,
+		       int64_t N, int64_t K, float beta)
 {
+	if (M < 0 || N < 0 || K < 0 || ldy < N || ldx < K)
+		return SS_ERR_INVALID;
+	if (K % QB || K > SS_Q8_0_ROW_MAX)
+		return SS_ERR_UNSUPPORTED;
+	if (M == 0 || N == 0 || K == 0)
+		return 0;
 	_Alignas(64) uint32_t xt[XT_BYTES / 4];
 	_Alignas(64) float xd[XT_BYTES / QB];
 	int32_t wc[NR * SS_Q8_0_ROW_MAX / QB];
@@ -642,7 +648,7 @@ void ss_gemm_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const 
 	if (k == KERNEL_VNNI)
 		tile = qtile_vnni, prep = wprep_avx2;
 	else if (k == KERNEL_AVX2 && gemm_avx2(y, ldy, x, ldx, w, M, N, K, beta) == 0)
-		return;
+		return 0;
 	else
 		k = KERNEL_C; /* the same bits */
 #endif
@@ -685,4 +691,5 @@ void ss_gemm_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const 
 			}
 		}
 	}
+	return 0;
 }
