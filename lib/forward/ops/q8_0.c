@@ -20,6 +20,9 @@
  * x's rows are prepared once per call (codes contiguous, d_x in f32, the
  * offset's sums); W is read as it is stored (GGUF's blocks), each block
  * once per call whatever M.
+ * Prefill's product, ss_linear_q8_0_cpu (below), sums each block whole
+ * instead, so that 16 rows of x fill a vector's lanes: other bits, the same
+ * products.
  * Why x is quantized rather than W widened to f32 (measured here, lm_head's
  * shape 50288 x 768, one thread, AVX-512 VNNI CPU, machine shared): with
  * one row of x both took 1.7 ms, bound by W's 41 MB (this kernel 1.1 ms,
@@ -389,8 +392,8 @@ void ss_matvec_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, cons
 
 /* ------------------------------------------------------------ prefill */
 
-/* ss_linear_q8_0_cpu (ops/linear.h): each block's dot product summed whole, as an
- * exact int32 T_b, then one f32 chain per output over the blocks in order,
+/* ss_linear_q8_0_cpu (ss_ops.h): each block's dot product summed whole,
+ * as an exact integer T_b, then one f32 chain per output over the blocks in order,
  * acc = fmaf((float)T_b, d_w·d_x, acc) from 0 (|T_b| <= 32·128·127 < 2^24:
  * the conversion is exact). So the outputs can sit in the lanes: 16 rows of
  * x a vector, each block's 8 groups of 4 codes transposed (xt below), each
@@ -401,7 +404,7 @@ void ss_matvec_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, cons
  * W was widened to f32 for it). vpdpbusd multiplies unsigned by signed
  * bytes: x's codes are stored offset to unsigned (x + 128), and each block
  * starts from -128·Σw (wc below), so T_b is exact. Every kernel gives the
- * same bits (portable C, the same C compiled for AVX2, VNNI). */
+ * same bits (portable C; AVX2, T_b in f32 FMAs, exact; VNNI). */
 
 /* Lanes (rows of x) of a panel; rows of W of a tile. */
 enum { LANES = 16, NR = 8 };
@@ -412,13 +415,10 @@ enum { LANES = 16, NR = 8 };
 /* A tile of nr rows of W against one panel of x:
  *   xt: [nb][8][LANES] u32, x's codes + 128, 4 a lane (group g of block b);
  *   xd: [nb][LANES] x's d (0 in lanes past mv);
- *   W: nr rows of nb blocks (stored), wc, wd: [nr][nb] -128·Σw, W's d.
+ *   W: nr rows of nb blocks (stored), wc, wdv: [nr][nb] -128·Σw, W's d.
  * y[l][r] (l < mv, stride ldy) = the chain + beta·y. */
-static inline __attribute__((always_inline)) void tile_c(float *y, ptrdiff_t ldy, const uint32_t *xt,
-							 const float *xd, const unsigned char *W,
-							 size_t row, const int32_t *wc,
-							 const float *wdv, int64_t nb, int nr,
-							 int mv, float beta)
+static void tile_c(float *y, ptrdiff_t ldy, const uint32_t *xt, const float *xd, const unsigned char *W,
+		   size_t row, const int32_t *wc, const float *wdv, int64_t nb, int nr, int mv, float beta)
 {
 	for (int r = 0; r < nr; r++) {
 		float acc[LANES] = { 0 };
@@ -443,7 +443,7 @@ static inline __attribute__((always_inline)) void tile_c(float *y, ptrdiff_t ldy
 	}
 }
 
-/* wc, wd of nr rows of W (see tile_c). */
+/* wc, wdv of nr rows of W (see tile_c). */
 static inline __attribute__((always_inline)) void wprep(int32_t *wc, float *wdv, const unsigned char *W,
 							size_t row, int64_t nb, int nr)
 {
@@ -461,12 +461,6 @@ static inline __attribute__((always_inline)) void wprep(int32_t *wc, float *wdv,
 typedef void tile_fn(float *, ptrdiff_t, const uint32_t *, const float *, const unsigned char *, size_t,
 		     const int32_t *, const float *, int64_t, int, int, float);
 typedef void wprep_fn(int32_t *, float *, const unsigned char *, size_t, int64_t, int);
-
-static void tile_port(float *y, ptrdiff_t ldy, const uint32_t *xt, const float *xd, const unsigned char *W,
-		      size_t row, const int32_t *wc, const float *wdv, int64_t nb, int nr, int mv, float beta)
-{
-	tile_c(y, ldy, xt, xd, W, row, wc, wdv, nb, nr, mv, beta);
-}
 
 static void wprep_port(int32_t *wc, float *wdv, const unsigned char *W, size_t row, int64_t nb, int nr)
 {
@@ -636,7 +630,7 @@ int ss_linear_q8_0_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, c
 	const int64_t nb = K / QB, chunk = XT_BYTES / K / LANES * LANES; /* rows of x at once */
 	const size_t row = (size_t)nb * QBYTES;
 	const unsigned char *w = W;
-	tile_fn *tile = tile_port;
+	tile_fn *tile = tile_c;
 	wprep_fn *prep = wprep_port;
 	int k = KERNEL_C;
 #ifdef HAVE_X86_KERNELS
