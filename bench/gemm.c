@@ -11,7 +11,8 @@
  *         prefill ran before ss_linear_q8_0_cpu);
  *   q8_0  ss_linear_q8_0_cpu: x quantized per row, int8 products (VNNI);
  *   sgemm the BLAS on the same f32 blocks (the old floor).
- * The peak: 12 independent FMA chains on 16 (AVX-512) or 8 (AVX2) lanes.
+ * The peak: 12 independent FMA chains on 16 (AVX-512) or 8 (AVX2, also
+ * where $SS_GEMM holds our kernels to AVX2 or C) lanes.
  * Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so that a
  * machine shared with other jobs costs less precision than wall time
  * would; rounds interleave the kernels; best and median printed, with the
@@ -74,7 +75,8 @@ PEAK_FN(peak256, __attribute__((target("avx2,fma"))), __m256, 8, _mm256_set1_ps,
 
 static double fma_peak(const char **isa)
 {
-	if (__builtin_cpu_supports("avx512f")) {
+	const char *g = getenv("SS_GEMM"); /* avx2 or c: our kernels held below AVX-512 */
+	if (__builtin_cpu_supports("avx512f") && !(g && (!strcmp(g, "avx2") || !strcmp(g, "c")))) {
 		*isa = "AVX-512";
 		return peak512(5000000);
 	}
