@@ -576,21 +576,19 @@ VNNI static INLINE void qtile_vnni_rows(float *y, ptrdiff_t ldy, const uint32_t 
 		_Pragma("GCC unroll 8") for (int g = 0; g < 8; g++)
 			xv[g] = _mm512_load_si512(xt + (b * 8 + g) * LANES);
 		const __m512 dx = _mm512_load_ps(xd + b * LANES);
-		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-			const unsigned char *p = W + r * row + b * QBYTES + 2;
-			/* two chains of vpdpbusd (their latency), added: exact */
-			__m512i t = _mm512_set1_epi32(wc[r * nb + b]), u = _mm512_setzero_si512();
-			_Pragma("GCC unroll 8") for (int g = 0; g < 4; g++) {
-				int32_t q, q2;
-				memcpy(&q, p + 4 * g, 4);
-				memcpy(&q2, p + 16 + 4 * g, 4);
-				t = _mm512_dpbusd_epi32(t, xv[g], _mm512_set1_epi32(q));
-				u = _mm512_dpbusd_epi32(u, xv[g + 4], _mm512_set1_epi32(q2));
+		/* the rows' chains interleaved, group by group (vpdpbusd's latency) */
+		__m512i t[NR];
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+			t[r] = _mm512_set1_epi32(wc[r * nb + b]);
+		_Pragma("GCC unroll 8") for (int g = 0; g < 8; g++)
+			_Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+				int32_t q;
+				memcpy(&q, W + r * row + b * QBYTES + 2 + 4 * g, 4);
+				t[r] = _mm512_dpbusd_epi32(t[r], xv[g], _mm512_set1_epi32(q));
 			}
-			t = _mm512_add_epi32(t, u);
-			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[r]),
 						 _mm512_mul_ps(dx, _mm512_set1_ps(wdv[r * nb + b])), acc[r]);
-		}
 	}
 	_Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
 		float v[LANES];
