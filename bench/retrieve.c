@@ -460,6 +460,50 @@ static double run_timed(char *const *argv, const char *in, double *cpu)
 	return t;
 }
 
+/* retrieve --scale --shards S: the same documents as S index files
+ * DIR/shard-I.db, each a contiguous range of the documents in stream order
+ * (what the Slurm pipeline's array tasks build, one shard a task), each
+ * given the whole states file (a shard keeps the states of its own
+ * documents: ss_index_commit drops those without text). Prints each
+ * shard's build time (their sum: one machine building them in turn; their
+ * maximum: S machines at once) and the shards' bytes; bench/shards then
+ * compares their queries with the single index's. */
+static void build_shards(const char *dir, const char *spath, int n_shards, char **ids, char **texts,
+			 const size_t *lens, const int64_t *ntok, size_t n, int copies)
+{
+	size_t n_docs = n * (size_t)copies;
+	double sum = 0, max = 0;
+	off_t bytes = 0;
+	char em[SS_ERRMSG_MAX], path[700], id[600];
+	for (int s = 0; s < n_shards; s++) {
+		snprintf(path, sizeof path, "%s/shard-%d.db", dir, s);
+		unlink(path);
+		double t0 = bench_now();
+		ss_index *ix;
+		if (ss_index_build_open(&ix, path, em))
+			die(path, em);
+		size_t from = n_docs * (size_t)s / (size_t)n_shards, to = n_docs * (size_t)(s + 1) / (size_t)n_shards;
+		for (size_t j = from; j < to; j++) {
+			int c = (int)(j / n);
+			size_t i = j % n;
+			if (c)
+				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
+			if (ss_index_add_text(ix, c ? id : ids[i], texts[i], lens[i], ntok[i], em))
+				die(path, em);
+		}
+		if (ss_index_add_stream(ix, spath, 0, NULL, NULL, NULL, em) || ss_index_commit(ix, NULL, NULL, NULL, em))
+			die(path, em);
+		ss_index_close(ix);
+		double t = bench_now() - t0;
+		sum += t;
+		max = t > max ? t : max;
+		bytes += file_size(path);
+	}
+	printf("  build %d shards                     %8.1f s in turn, %.1f s the slowest (one a machine); %.1f MB "
+	       "together\n",
+	       n_shards, sum, max, bytes / 1e6);
+}
+
 /* retrieve --scale: see usage in main. */
 /* Latency of the query syntax (issue 47) on the same index, in one run:
  * for each query, its first W words (W = 2, 4) as plain BM25 (OR) and as
@@ -519,7 +563,8 @@ static void query_modes(ss_index *ix, char **qs, int n_q, double *lat)
 static int scale_main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0); /* figures as they come: the run takes long */
-	int copies = 1, n_q = 200, peer = 0, n_peer = -1;
+	int copies = 1, n_q = 200, peer = 0, n_peer = -1, n_shards = 0;
+	size_t max_chunks = 0;
 	const char *keep = NULL, *cli = NULL;
 	int a = 2;
 	for (; a < argc && argv[a][0] == '-'; a++) {
@@ -535,12 +580,16 @@ static int scale_main(int argc, char **argv)
 			keep = argv[++a];
 		else if (!strcmp(argv[a], "--cli") && a + 1 < argc)
 			cli = argv[++a];
+		else if (!strcmp(argv[a], "--chunks") && a + 1 < argc)
+			max_chunks = (size_t)strtoull(argv[++a], NULL, 10);
+		else if (!strcmp(argv[a], "--shards") && a + 1 < argc)
+			n_shards = atoi(argv[++a]);
 		else
 			die("usage", argv[a]);
 	}
-	if (a == argc || copies < 1 || n_q < 1)
-		die("usage", "retrieve --scale [--copies C] [--queries Q] [--peer [--peer-queries P]] [--cli SS_RETRIEVE] "
-			     "[--keep DIR] TOKENS...");
+	if (a == argc || copies < 1 || n_q < 1 || n_shards < 0)
+		die("usage", "retrieve --scale [--chunks N] [--copies C] [--shards S] [--queries Q] [--peer [--peer-queries P]] "
+			     "[--cli SS_RETRIEVE] [--keep DIR] TOKENS...");
 	if (n_peer < 0 || n_peer > n_q)
 		n_peer = n_q;
 	char dir[512], em[SS_ERRMSG_MAX];
@@ -557,6 +606,8 @@ static int scale_main(int argc, char **argv)
 	snprintf(dbpath, sizeof dbpath, "%s/index.db", dir);
 	snprintf(qpath, sizeof qpath, "%s/queries.jsonl", dir);
 	snprintf(ppath, sizeof ppath, "%s/fts5-peer.db", dir);
+	char tpath[600];
+	snprintf(tpath, sizeof tpath, "%s/queries.txt", dir);
 	unlink(dbpath);
 	unlink(ppath);
 
@@ -572,7 +623,7 @@ static int scale_main(int argc, char **argv)
 		if (ss_reader_open(&r, argv[a], 0, em))
 			die(argv[a], em);
 		int rc;
-		while ((rc = ss_reader_next(r, &rec)) == 1) {
+		while ((!max_chunks || n < max_chunks) && (rc = ss_reader_next(r, &rec)) == 1) {
 			if (ss_record_tokens(rec, &t, em) || !t.text)
 				die(argv[a], t.text ? em : "a token record without text");
 			if (n == cap) {
@@ -592,6 +643,8 @@ static int scale_main(int argc, char **argv)
 		if (rc < 0)
 			die(argv[a], ss_reader_error(r));
 		ss_reader_close(r);
+		if (max_chunks && n == max_chunks)
+			break;
 	}
 	size_t n_docs = n * (size_t)copies;
 	printf("ss-retrieve scale bench: %zu chunks x %d = %zu documents; %d queries of 30 words, k = 10, batch\n",
@@ -647,6 +700,8 @@ static int scale_main(int argc, char **argv)
 	       file_size(dbpath) / 1e6);
 	printf("  the same, CPU time                 %8.1f s   (%.1f s per million)\n", c_build,
 	       c_build / (double)n_docs * 1e6);
+	if (n_shards)
+		build_shards(dir, spath, n_shards, ids, texts, lens, ntok, n, copies);
 
 	/* Queries: 30 consecutive words of a random chunk, from a random word. */
 	char **qs = malloc((size_t)n_q * sizeof *qs);
@@ -684,6 +739,12 @@ static int scale_main(int argc, char **argv)
 		qs[q] = qt;
 		fprintf(qf, "{\"id\": \"q%d\", \"query\": \"%s\"}\n", q, qt);
 	}
+	fclose(qf);
+	/* The same queries one a line, for bench/shards. */
+	if (!(qf = fopen(tpath, "w")))
+		die(tpath, "cannot write");
+	for (int q = 0; q < n_q; q++)
+		fprintf(qf, "%s\n", qs[q]);
 	fclose(qf);
 
 	double *lat = malloc((size_t)n_q * sizeof *lat), *lat_cpu = malloc((size_t)n_q * sizeof *lat_cpu);
@@ -797,6 +858,12 @@ static int scale_main(int argc, char **argv)
 		unlink(dbpath);
 		unlink(qpath);
 		unlink(ppath);
+		unlink(tpath);
+		for (int i = 0; i < n_shards; i++) {
+			char sh[700];
+			snprintf(sh, sizeof sh, "%s/shard-%d.db", dir, i);
+			unlink(sh);
+		}
 		rmdir(dir);
 	}
 	return 0;
