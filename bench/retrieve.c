@@ -462,27 +462,50 @@ static double run_timed(char *const *argv, const char *in, double *cpu)
 
 /* retrieve --scale --shards S: the same documents as S index files
  * DIR/shard-I.db, each a contiguous range of the documents in stream order
- * (what the Slurm pipeline's array tasks build, one shard a task), each
- * given the whole states file (a shard keeps the states of its own
- * documents: ss_index_commit drops those without text). Prints each
- * shard's build time (their sum: one machine building them in turn; their
- * maximum: S machines at once) and the shards' bytes; bench/shards then
- * compares their queries with the single index's. */
-static void build_shards(const char *dir, const char *spath, int n_shards, char **ids, char **texts,
-			 const size_t *lens, const int64_t *ntok, size_t n, int copies)
+ * with its own tiny states (DIR/shard-I.states), what the Slurm
+ * pipeline's array tasks build, one shard a task. Prints the shards' build
+ * time (their sum: one machine building them in turn; their maximum: S
+ * machines at once; the states' writing left out, as for the single
+ * index) and their bytes; bench/shards then compares their queries with
+ * the single index's. */
+static void build_shards(const char *dir, int n_shards, char **ids, char **texts, const size_t *lens,
+			 const int64_t *ntok, size_t n, int copies)
 {
 	size_t n_docs = n * (size_t)copies;
 	double sum = 0, max = 0;
 	off_t bytes = 0;
-	char em[SS_ERRMSG_MAX], path[700], id[600];
+	char em[SS_ERRMSG_MAX], path[700], spath[700], id[600];
+	ss_state_dims d = { "mamba2", 2, 3, 4, 5, 6, 4 };
+	ss_state st;
+	if (ss_state_alloc(&st, &d))
+		die("states", "cannot allocate");
+	snprintf(st.fingerprint, sizeof st.fingerprint, "bench-scale");
 	for (int s = 0; s < n_shards; s++) {
 		snprintf(path, sizeof path, "%s/shard-%d.db", dir, s);
+		snprintf(spath, sizeof spath, "%s/shard-%d.states", dir, s);
 		unlink(path);
+		size_t from = n_docs * (size_t)s / (size_t)n_shards, to = n_docs * (size_t)(s + 1) / (size_t)n_shards;
+		ss_writer *sw;
+		if (ss_writer_open(&sw, spath, 1, em))
+			die(spath, em);
+		for (size_t j = from; j < to; j++) {
+			int c = (int)(j / n);
+			size_t i = j % n;
+			if (c)
+				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
+			st.id = c ? id : ids[i];
+			st.n_tokens = ntok[i];
+			st.ssm[0] = (float)i;
+			if (ss_writer_put_state(sw, &st, NULL))
+				die(spath, "write failed");
+		}
+		st.id = NULL;
+		if (ss_writer_close(sw, em))
+			die(spath, em);
 		double t0 = bench_now();
 		ss_index *ix;
 		if (ss_index_build_open(&ix, path, em))
 			die(path, em);
-		size_t from = n_docs * (size_t)s / (size_t)n_shards, to = n_docs * (size_t)(s + 1) / (size_t)n_shards;
 		for (size_t j = from; j < to; j++) {
 			int c = (int)(j / n);
 			size_t i = j % n;
@@ -499,6 +522,7 @@ static void build_shards(const char *dir, const char *spath, int n_shards, char 
 		max = t > max ? t : max;
 		bytes += file_size(path);
 	}
+	ss_state_free(&st);
 	printf("  build %d shards                     %8.1f s in turn, %.1f s the slowest (one a machine); %.1f MB "
 	       "together\n",
 	       n_shards, sum, max, bytes / 1e6);
@@ -563,7 +587,7 @@ static void query_modes(ss_index *ix, char **qs, int n_q, double *lat)
 static int scale_main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0); /* figures as they come: the run takes long */
-	int copies = 1, n_q = 200, peer = 0, n_peer = -1, n_shards = 0;
+	int copies = 1, n_q = 200, peer = 0, n_peer = -1, n_shards = 0, modes = 1;
 	size_t max_chunks = 0;
 	const char *keep = NULL, *cli = NULL;
 	int a = 2;
@@ -584,11 +608,13 @@ static int scale_main(int argc, char **argv)
 			max_chunks = (size_t)strtoull(argv[++a], NULL, 10);
 		else if (!strcmp(argv[a], "--shards") && a + 1 < argc)
 			n_shards = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--no-modes"))
+			modes = 0;
 		else
 			die("usage", argv[a]);
 	}
 	if (a == argc || copies < 1 || n_q < 1 || n_shards < 0)
-		die("usage", "retrieve --scale [--chunks N] [--copies C] [--shards S] [--queries Q] [--peer [--peer-queries P]] "
+		die("usage", "retrieve --scale [--chunks N] [--copies C] [--shards S] [--no-modes] [--queries Q] [--peer [--peer-queries P]] "
 			     "[--cli SS_RETRIEVE] [--keep DIR] TOKENS...");
 	if (n_peer < 0 || n_peer > n_q)
 		n_peer = n_q;
@@ -701,7 +727,7 @@ static int scale_main(int argc, char **argv)
 	printf("  the same, CPU time                 %8.1f s   (%.1f s per million)\n", c_build,
 	       c_build / (double)n_docs * 1e6);
 	if (n_shards)
-		build_shards(dir, spath, n_shards, ids, texts, lens, ntok, n, copies);
+		build_shards(dir, n_shards, ids, texts, lens, ntok, n, copies);
 
 	/* Queries: 30 consecutive words of a random chunk, from a random word. */
 	char **qs = malloc((size_t)n_q * sizeof *qs);
@@ -771,7 +797,8 @@ static int scale_main(int argc, char **argv)
 	printf("  open the index                     %8.2f ms\n", t_open * 1e3);
 	report3("query (ours: MaxScore)", lat, n_q);
 	report3("  the same, CPU time", lat_cpu, n_q);
-	query_modes(ix, qs, n_q, lat);
+	if (modes)
+		query_modes(ix, qs, n_q, lat);
 	ss_index_close(ix);
 	if (cli) {
 		/* The tool itself: batch (JSON lines on stdin) and one process
@@ -862,6 +889,8 @@ static int scale_main(int argc, char **argv)
 		for (int i = 0; i < n_shards; i++) {
 			char sh[700];
 			snprintf(sh, sizeof sh, "%s/shard-%d.db", dir, i);
+			unlink(sh);
+			snprintf(sh, sizeof sh, "%s/shard-%d.states", dir, i);
 			unlink(sh);
 		}
 		rmdir(dir);
