@@ -460,6 +460,63 @@ static double run_timed(char *const *argv, const char *in, double *cpu)
 	return t;
 }
 
+/* The chunks in memory and their copies: document j (0 <= j < n *
+ * copies) is chunk j % n, with the id "c<j / n>/<id>" past the first copy
+ * (retrieve --scale --copies). */
+typedef struct {
+	char **ids, **texts;
+	size_t *lens;
+	int64_t *ntok;
+	size_t n;
+	int copies;
+} scale_docs;
+
+/* Document j's id, in buf (cap bytes) past the first copy. */
+static const char *doc_id(const scale_docs *sd, size_t j, char *buf, size_t cap)
+{
+	int c = (int)(j / sd->n);
+	if (!c)
+		return sd->ids[j];
+	snprintf(buf, cap, "c%d/%s", c, sd->ids[j % sd->n]);
+	return buf;
+}
+
+/* Writes a tiny random state (retrieval never reads it) for each document
+ * in [from, to) to the state file at path. */
+static void write_states(const scale_docs *sd, size_t from, size_t to, const char *path)
+{
+	char em[SS_ERRMSG_MAX], id[600];
+	ss_state_dims d = { "mamba2", 2, 3, 4, 5, 6, 4 };
+	ss_state st;
+	ss_writer *sw;
+	if (ss_state_alloc(&st, &d) || ss_writer_open(&sw, path, 1, em))
+		die(path, "cannot start");
+	snprintf(st.fingerprint, sizeof st.fingerprint, "bench-scale");
+	for (size_t j = from; j < to; j++) {
+		st.id = (char *)doc_id(sd, j, id, sizeof id);
+		st.n_tokens = sd->ntok[j % sd->n];
+		st.ssm[0] = (float)(j % sd->n);
+		if (ss_writer_put_state(sw, &st, NULL))
+			die(path, "write failed");
+	}
+	st.id = NULL;
+	ss_state_free(&st);
+	if (ss_writer_close(sw, em))
+		die(path, em);
+}
+
+/* Adds the texts of the documents in [from, to) to the build ix (of path),
+ * one by one as ss-retrieve build does. */
+static void add_texts(ss_index *ix, const scale_docs *sd, size_t from, size_t to, const char *path)
+{
+	char em[SS_ERRMSG_MAX], id[600];
+	for (size_t j = from; j < to; j++) {
+		size_t i = j % sd->n;
+		if (ss_index_add_text(ix, doc_id(sd, j, id, sizeof id), sd->texts[i], sd->lens[i], sd->ntok[i], em))
+			die(path, em);
+	}
+}
+
 /* retrieve --scale --shards S: the same documents as S index files
  * DIR/shard-I.db, each a contiguous range of the documents in stream order
  * with its own tiny states (DIR/shard-I.states), what the Slurm
@@ -468,52 +525,23 @@ static double run_timed(char *const *argv, const char *in, double *cpu)
  * machines at once; the states' writing left out, as for the single
  * index) and their bytes; bench/shards then compares their queries with
  * the single index's. */
-static void build_shards(const char *dir, int n_shards, char **ids, char **texts, const size_t *lens,
-			 const int64_t *ntok, size_t n, int copies)
+static void build_shards(const char *dir, int n_shards, const scale_docs *sd)
 {
-	size_t n_docs = n * (size_t)copies;
+	size_t n_docs = sd->n * (size_t)sd->copies;
 	double sum = 0, max = 0;
 	off_t bytes = 0;
-	char em[SS_ERRMSG_MAX], path[700], spath[700], id[600];
-	ss_state_dims d = { "mamba2", 2, 3, 4, 5, 6, 4 };
-	ss_state st;
-	if (ss_state_alloc(&st, &d))
-		die("states", "cannot allocate");
-	snprintf(st.fingerprint, sizeof st.fingerprint, "bench-scale");
+	char em[SS_ERRMSG_MAX], path[700], spath[700];
 	for (int s = 0; s < n_shards; s++) {
 		snprintf(path, sizeof path, "%s/shard-%d.db", dir, s);
 		snprintf(spath, sizeof spath, "%s/shard-%d.states", dir, s);
 		unlink(path);
 		size_t from = n_docs * (size_t)s / (size_t)n_shards, to = n_docs * (size_t)(s + 1) / (size_t)n_shards;
-		ss_writer *sw;
-		if (ss_writer_open(&sw, spath, 1, em))
-			die(spath, em);
-		for (size_t j = from; j < to; j++) {
-			int c = (int)(j / n);
-			size_t i = j % n;
-			if (c)
-				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
-			st.id = c ? id : ids[i];
-			st.n_tokens = ntok[i];
-			st.ssm[0] = (float)i;
-			if (ss_writer_put_state(sw, &st, NULL))
-				die(spath, "write failed");
-		}
-		st.id = NULL;
-		if (ss_writer_close(sw, em))
-			die(spath, em);
+		write_states(sd, from, to, spath);
 		double t0 = bench_now();
 		ss_index *ix;
 		if (ss_index_build_open(&ix, path, em))
 			die(path, em);
-		for (size_t j = from; j < to; j++) {
-			int c = (int)(j / n);
-			size_t i = j % n;
-			if (c)
-				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
-			if (ss_index_add_text(ix, c ? id : ids[i], texts[i], lens[i], ntok[i], em))
-				die(path, em);
-		}
+		add_texts(ix, sd, from, to, path);
 		if (ss_index_add_stream(ix, spath, 0, NULL, NULL, NULL, em) || ss_index_commit(ix, NULL, NULL, NULL, em))
 			die(path, em);
 		ss_index_close(ix);
@@ -522,7 +550,6 @@ static void build_shards(const char *dir, int n_shards, char **ids, char **texts
 		max = t > max ? t : max;
 		bytes += file_size(path);
 	}
-	ss_state_free(&st);
 	printf("  build %d shards                     %8.1f s in turn, %.1f s the slowest (one a machine); %.1f MB "
 	       "together\n",
 	       n_shards, sum, max, bytes / 1e6);
@@ -678,27 +705,9 @@ static int scale_main(int argc, char **argv)
 
 	/* Tiny random states, one per document (retrieval never reads them). */
 	double t0 = bench_now();
-	ss_state_dims d = { "mamba2", 2, 3, 4, 5, 6, 4 };
-	ss_state s;
-	ss_writer *sw;
-	if (ss_state_alloc(&s, &d) || ss_writer_open(&sw, spath, 1, em))
-		die(spath, "cannot start");
-	snprintf(s.fingerprint, sizeof s.fingerprint, "bench-scale");
+	scale_docs sd = { ids, texts, lens, ntok, n, copies };
+	write_states(&sd, 0, n_docs, spath);
 	char id[600];
-	for (int c = 0; c < copies; c++)
-		for (size_t i = 0; i < n; i++) {
-			if (c)
-				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
-			s.id = c ? id : ids[i];
-			s.n_tokens = ntok[i];
-			s.ssm[0] = (float)i;
-			if (ss_writer_put_state(sw, &s, NULL))
-				die(spath, "write failed");
-		}
-	s.id = NULL;
-	ss_state_free(&s);
-	if (ss_writer_close(sw, em))
-		die(spath, em);
 	printf("  write %zu tiny states                %8.1f s\n", n_docs, bench_now() - t0);
 
 	/* Build, as ss-retrieve build does, the texts given one by one. */
@@ -708,13 +717,7 @@ static int scale_main(int argc, char **argv)
 	ss_index_build_stats bs;
 	if (ss_index_build_open(&ix, dbpath, em))
 		die(dbpath, em);
-	for (int c = 0; c < copies; c++)
-		for (size_t i = 0; i < n; i++) {
-			if (c)
-				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
-			if (ss_index_add_text(ix, c ? id : ids[i], texts[i], lens[i], ntok[i], em))
-				die(dbpath, em);
-		}
+	add_texts(ix, &sd, 0, n_docs, dbpath);
 	double t_text = bench_now() - t0;
 	if (ss_index_add_stream(ix, spath, 0, NULL, NULL, NULL, em) || ss_index_commit(ix, NULL, NULL, &bs, em))
 		die(dbpath, em);
@@ -727,7 +730,7 @@ static int scale_main(int argc, char **argv)
 	printf("  the same, CPU time                 %8.1f s   (%.1f s per million)\n", c_build,
 	       c_build / (double)n_docs * 1e6);
 	if (n_shards)
-		build_shards(dir, n_shards, ids, texts, lens, ntok, n, copies);
+		build_shards(dir, n_shards, &sd);
 
 	/* Queries: 30 consecutive words of a random chunk, from a random word. */
 	char **qs = malloc((size_t)n_q * sizeof *qs);
