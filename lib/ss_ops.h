@@ -168,6 +168,29 @@ int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const 
 int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
 		       ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta);
 
+/* Prefill's linear op with q8_0 W, row-invariant (the CPU forward pass's
+ * prefill projections with q8_0 matrices, unless $SS_GEMM=blas; no CUDA
+ * twin): y[m][n] = W[n]·x[m] + beta·y[m][n].
+ *   y: [M][N] f32, row stride ldy (read only when beta != 0).
+ *   x: [M][K] f32, row stride ldx; each row quantized to q8_0 (blocks of
+ *      32, d = max|x|/127 rounded to f16, codes round(x/d): ss_from_f32),
+ *      as ggml quantizes activations for its q8_0 dot product.
+ *   W: [N][K] q8_0 (SS_DTYPE_Q8_0 rows of K/32 blocks), any alignment; K a
+ *      multiple of 32 and <= SS_Q8_0_ROW_MAX.
+ * Each block's 32 products are summed exactly (an integer T_b), then one
+ * f32 chain per output over the blocks in order: acc = fmaf((float)T_b,
+ * d_w,b·d_x,b, acc) from 0. So y[m][n] is the same bits whatever M, N, the
+ * slice of W and the kernel (lib/forward/ops/q8_0.c: AVX-512 VNNI, AVX2,
+ * portable C); not those of the decode kernel (ss_linear_cpu with q8_0 W:
+ * another order of the same products). Error against x times W dequantized:
+ * x's quantization (ss_linear_cpu's bound). Returns 0, SS_ERR_INVALID
+ * (negative sizes, ldy < N, ldx < K), SS_ERR_UNSUPPORTED (K not a multiple
+ * of 32 or above SS_Q8_0_ROW_MAX).
+ * ref: ggml/src/ggml-cpu/arch/x86/quants.c ggml_vec_dot_q8_0_q8_0 (one
+ *      integer sum a block, scaled into f32). */
+int ss_linear_q8_0_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
+		       int64_t M, int64_t N, int64_t K, float beta);
+
 /* Backward of ss_linear_cpu with f32 W (training keeps f32 master weights):
  *   dx[M][K] += dy·W;   dW[N][K] += dyᵀ·x
  *   dy: [M][N], row stride ldy.  x, dx: [M][K], row stride ldx; dx may be

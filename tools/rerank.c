@@ -91,9 +91,11 @@ int rerank_score(reranker *r, const char *query, const ss_state *const *st, int 
 	double *v = malloc((size_t)n * sizeof *v);
 	rc = seq && v ? 0 : ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 	if (!rc) {
-		memcpy(seq, r->pre, (size_t)r->npre * sizeof *seq);
+		if (r->npre) /* an empty part's pointer may be NULL, which memcpy must not get */
+			memcpy(seq, r->pre, (size_t)r->npre * sizeof *seq);
 		memcpy(seq + r->npre, q, (size_t)nq * sizeof *seq);
-		memcpy(seq + r->npre + nq, r->post, (size_t)r->npost * sizeof *seq);
+		if (r->npost)
+			memcpy(seq + r->npre + nq, r->post, (size_t)r->npost * sizeof *seq);
 		int32_t V = r->m->cfg.vocab_padded;
 		for (int64_t i = 0; i < all && !rc; i++)
 			if (seq[i] < 0 || seq[i] >= V)

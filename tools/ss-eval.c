@@ -429,6 +429,9 @@ static void run_close(eval_run *run)
 	ss_device_close(run->dev);
 	free(run->lengths);
 	free(run->ks);
+	for (int i = 0; i < run->n_indexes; i++)
+		free(run->indexes[i]);
+	free(run->indexes);
 }
 
 int main(int argc, char **argv)

@@ -21,7 +21,9 @@
  * blocked prefill (with SS_GEMM=blas, the blocks of segments of at most
  * ROWINV_MAX tokens only, sgemm the others), every GEMM of a deterministic
  * decode step, and lm_head in any blocked pass: a row's results are then
- * the same bits whatever the batch, its place in it and the threads.
+ * the same bits whatever the batch, its place in it and the threads. With
+ * q8_0 matrices the row-invariant products are ss_matvec_q8_0 (decode
+ * steps) and ss_linear_q8_0_cpu (prefill: x quantized per row, int8 panels).
  * ref: lib/forward/forward.c (the driver); backend.h (the op table).
  */
 #include "forward/blas.h"
@@ -191,9 +193,16 @@ static void gemm_task(void *arg, int64_t i, int thread)
 					 n1 - n0, j->K, j->beta);
 		return;
 	}
+	/* q8_0 W outside decode steps: x quantized per row too, as a decode
+	 * step's ss_matvec_q8_0 does, int8 products in panels of rows
+	 * (row-invariant; $SS_GEMM=blas: widened, below, as before it) */
+	if (rowinv && j->wt == SS_DTYPE_Q8_0 && !j->decode && !j->blas) {
+		(void)ss_linear_q8_0_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
+					 (const char *)j->W + n0 * row, m1 - m0, n1 - n0, j->K, j->beta);
+		return;
+	}
 	/* W widened by panels: 16-bit or q8_0 W for the BLAS beyond a few rows;
-	 * q8_0 W for the row-invariant kernel outside decode steps (a decode
-	 * step quantizes x too, as ggml does: ss_matvec_q8_0, row-invariant) */
+	 * q8_0 W for the row-invariant kernel with $SS_GEMM=blas */
 	if (j->wt != SS_DTYPE_F32 &&
 	    (rowinv ? !j->decode : m1 - m0 > W16_DOT_ROWS)) {
 		float *P = j->wpanel + (size_t)thread * COL_BLOCK * j->K;

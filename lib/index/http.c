@@ -403,8 +403,10 @@ static void cache_make_room(struct ixh_cache *c, uint64_t add)
 		c->bytes -= c->e[drop].buf ? c->e[drop].length : 0;
 		entry_free(&c->e[drop++]);
 	}
-	memmove(c->e, c->e + drop, (size_t)(c->n - drop) * sizeof *c->e);
-	c->n -= drop;
+	if (drop) { /* c->e may be NULL while the cache is empty: memmove's arguments must not */
+		memmove(c->e, c->e + drop, (size_t)(c->n - drop) * sizeof *c->e);
+		c->n -= drop;
+	}
 }
 
 static ixh_entry *cache_find(struct ixh_cache *c, const ss_index_hit *hit)

@@ -6,7 +6,8 @@
 # The same by default, without --deterministic (prefill's projections through the project's own
 # row-invariant kernel, issue 50: the same state bytes as --deterministic), with that kernel held
 # to AVX2 (SS_GEMM=avx2: the same bytes again) and to C (SS_GEMM=c); and with --deterministic
-# through the BLAS (SS_GEMM=blas: 256 x 256 sgemm calls).
+# through the BLAS (SS_GEMM=blas: 256 x 256 sgemm calls); bf16 and q8_0 matrices the same
+# bytes by default and held to AVX2.
 # Self-contained: a random model and a byte-level tokenizer (tests/util/tiny.sh).
 # Run by tests/run from the repo root (SS_TOP, PATH with build/bin).
 set -eu
@@ -47,6 +48,13 @@ done
 cmp -s own.st ref.st || fail "by default: not the bytes of --deterministic"
 # AVX2's kernels sum in AVX-512's order (ops/linear_f32.h)
 cmp -s own.st avx2.st || fail "SS_GEMM=avx2: not the bytes of the default kernel"
+# bf16 matrices (widened in the kernels' registers, the AVX2 panels included) and q8_0
+# (ss_linear_q8_0_cpu: every kernel's bytes the same): AVX2 and the default agree, batched
+for w in bf16 q8_0; do
+	ss-encode -q --model model --weights-dtype $w --threads 1 --batch 1 -o $w.st docs.tok
+	SS_GEMM=avx2 ss-encode -q --model model --weights-dtype $w --threads 2 --batch 4 -o ${w}avx2.st docs.tok
+	cmp -s $w.st ${w}avx2.st || fail "--weights-dtype $w: SS_GEMM=avx2 --threads 2 --batch 4 differs"
+done
 SS_GEMM=blas enc --threads 1 --batch 1 -o blas.st
 for tb in "2 1" "2 4"; do
 	set -- $tb

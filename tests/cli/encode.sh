@@ -40,6 +40,13 @@ for b in 1 3 8; do
 	done
 done
 
+# q8_0 matrices (ss_gemm_q8_0 in prefill): the same bytes whatever --batch,
+# --threads and the kernel ($SS_GEMM=c: the portable one), record for record.
+ss-encode --model "$T1" --weights-dtype q8_0 --batch 8 --threads 2 -o "$d/q8a.st" "$d/many.tok"
+SS_GEMM=c ss-encode --model "$T1" --weights-dtype q8_0 --batch 1 --threads 1 -o "$d/q8b.st" "$d/many.tok"
+cmp -s "$d/q8a.st" "$d/q8b.st" || fail "q8_0: --batch 8 --threads 2 differs from --batch 1 --threads 1, SS_GEMM=c"
+[ "$(ss-cat "$d/q8a.st" | wc -l)" -eq 5 ] || fail "q8_0: not 5 records"
+
 # --concat: c3 cut into 100-token chunks, concatenated again, is c3.
 ss-tokenize -q --whole --chunk 100 "$G/t1/c3/text.txt" >"$d/chunks.tok"
 ss-encode --model "$T1" --concat "$d/chunks.tok" | ss-cat --full >"$d/cat.json"

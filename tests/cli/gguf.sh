@@ -77,16 +77,17 @@ if [ -n "${SS_SHARED:-}" ] && [ -r "$SS_SHARED/golden-mamba1/manifest.json" ]; t
 	ss-score --model "$M1G" --no-state --per-token \
 		--query-tokens "$($PY ids "$G1/m1/c3/tokens.i32" 0 100)" \
 		--continuation-tokens "$($PY ids "$G1/m1/c3/tokens.i32" 100 297)" >"$d/m1s.json"
-	# q8_0 weights (held as q8_0): mean NLL within 2e-4 nats of golden's f32 (measured
-	# 2.0e-5), each token's within 2e-2 (measured 9.9e-3)
-	$PY nll-eq "$d/m1s.json" "$G1/m1/c3/nll.f32" 99 296 2e-4 2>/dev/null ||
+	# q8_0 weights (held as q8_0; the activations quantized per row too, as llama.cpp
+	# does, issue 50): mean NLL within 1.5e-3 nats of golden's f32 (measured 3.8e-4;
+	# 2.0e-5 while prefill kept f32 activations), each token's within 5e-2 (measured 1.6e-2)
+	$PY nll-eq "$d/m1s.json" "$G1/m1/c3/nll.f32" 99 296 1.5e-3 2>/dev/null ||
 		python3 - "$d/m1s.json" "$G1/m1/c3/nll.f32" <<'PY' || fail "m1 q8_0 GGUF: NLL off golden"
 import json, struct, sys
 s = json.load(open(sys.argv[1]))
 b = open(sys.argv[2], "rb").read()
 g = struct.unpack("<%df" % (len(b) // 4), b)[99:296]
-assert abs(s["nll"] - sum(g) / len(g)) <= 2e-4, s["nll"]
-assert max(abs(x - y) for x, y in zip(s["per_token"], g)) <= 2e-2
+assert abs(s["nll"] - sum(g) / len(g)) <= 1.5e-3, s["nll"]
+assert max(abs(x - y) for x, y in zip(s["per_token"], g)) <= 5e-2
 PY
 fi
 

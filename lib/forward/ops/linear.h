@@ -44,7 +44,7 @@ void ss_matvec_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, cons
 		    int64_t M, int64_t N, int64_t K, float beta);
 
 /* Test only (tests/test_q8_0.c): makes ss_matvec_q8_0 use kernel k from now
- * on, in every thread: 0 portable C, 1 AVX2, 2 AVX-512 VNNI, -1 the CPU's
+ * on (ss_linear_q8_0_cpu too), in every thread: 0 portable C, 1 AVX2, 2 AVX-512 VNNI, -1 the CPU's
  * best (the default). Returns 0, or -1 (nothing changed) where this CPU or
  * build lacks kernel k. Not thread-safe against running products. */
 int ss_q8_0_force_kernel(int k);

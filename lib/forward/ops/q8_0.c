@@ -20,6 +20,9 @@
  * x's rows are prepared once per call (codes contiguous, d_x in f32, the
  * offset's sums); W is read as it is stored (GGUF's blocks), each block
  * once per call whatever M.
+ * Prefill's product, ss_linear_q8_0_cpu (below), sums each block whole
+ * instead, so that 16 rows of x fill a vector's lanes: other bits, the same
+ * products.
  * Why x is quantized rather than W widened to f32 (measured here, lm_head's
  * shape 50288 x 768, one thread, AVX-512 VNNI CPU, machine shared): with
  * one row of x both took 1.7 ms, bound by W's 41 MB (this kernel 1.1 ms,
@@ -31,12 +34,14 @@
  *      quantize_row_q8_0 (x's blocks; ours round as its _ref, lib/stream/dtype.c).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ss.h"
 #include "base/internal.h" /* ss_cpu_f16c */
 
 #include "forward/ops/linear.h"
+#include "forward/ops/linear_f32.h" /* ss_gemm_choice */
 
 enum { QB = 32, QBYTES = 34, CHAINS = 4 };
 
@@ -104,6 +109,8 @@ static void prep_c(xrows *xr, int64_t i, const float *x)
 		xr->c[i * 8 + j] = -128 * (xr->q[i * QB + 4 * j] + xr->q[i * QB + 4 * j + 1] +
 					   xr->q[i * QB + 4 * j + 2] + xr->q[i * QB + 4 * j + 3]);
 }
+
+enum { KERNEL_C, KERNEL_AVX2, KERNEL_VNNI };
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -275,8 +282,6 @@ TILE(1, 2)
 TILE(1, 3)
 TILE(1, 4)
 
-enum { KERNEL_C, KERNEL_AVX2, KERNEL_VNNI };
-
 static int cached = -1; /* threads may race to fill it: atomic, same value */
 
 static int best(void)
@@ -383,4 +388,300 @@ void ss_matvec_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, cons
 		}
 		rows(y + m0 * ldy, ldy, &xr, mr, W, N, K, beta);
 	}
+}
+
+/* ------------------------------------------------------------ prefill */
+
+/* ss_linear_q8_0_cpu (ss_ops.h): each block's dot product summed whole,
+ * as an exact integer T_b, then one f32 chain per output over the blocks in order,
+ * acc = fmaf((float)T_b, d_w·d_x, acc) from 0 (|T_b| <= 32·128·127 < 2^24:
+ * the conversion is exact). So the outputs can sit in the lanes: 16 rows of
+ * x a vector, each block's 8 groups of 4 codes transposed (xt below), each
+ * group of 4 codes of W broadcast against them (AVX-512 VNNI: one vpdpbusd
+ * for 16 rows' 4 products), then one conversion, one product of the scales
+ * and one FMA per block for 16 outputs, against one of each per 8 products
+ * in ss_matvec_q8_0's lanes (issue 50: q8_0 prefill at 0.97x f32's while
+ * W was widened to f32 for it). vpdpbusd multiplies unsigned by signed
+ * bytes: x's codes are stored offset to unsigned (x + 128), and each block
+ * starts from -128·Σw (wc below), so T_b is exact. Every kernel gives the
+ * same bits (portable C; AVX2, T_b in f32 FMAs, exact; VNNI). */
+
+/* Lanes (rows of x) of a panel; rows of W of a tile. */
+enum { LANES = 16, NR = 8 };
+/* Bytes of x's panels at once (as ss_linear_rows_cpu's, on the stack): at
+ * least one panel for K <= SS_Q8_0_ROW_MAX. */
+#define XT_BYTES (LANES * SS_Q8_0_ROW_MAX)
+
+/* A tile of nr rows of W against one panel of x:
+ *   xt: [nb][8][LANES] u32, x's codes + 128, 4 a lane (group g of block b);
+ *   xd: [nb][LANES] x's d (0 in lanes past mv);
+ *   W: nr rows of nb blocks (stored), wc, wdv: [nr][nb] -128·Σw, W's d.
+ * y[l][r] (l < mv, stride ldy) = the chain + beta·y. */
+static void tile_c(float *y, ptrdiff_t ldy, const uint32_t *xt, const float *xd, const unsigned char *W,
+		   size_t row, const int32_t *wc, const float *wdv, int64_t nb, int nr, int mv, float beta)
+{
+	for (int r = 0; r < nr; r++) {
+		float acc[LANES] = { 0 };
+		const unsigned char *w = W + r * row;
+		for (int64_t b = 0; b < nb; b++) {
+			int32_t t[LANES];
+			const uint32_t *xb = xt + b * 8 * LANES;
+			for (int l = 0; l < LANES; l++)
+				t[l] = wc[r * nb + b];
+			for (int g = 0; g < 8; g++)
+				for (int i = 0; i < 4; i++) {
+					const int32_t wq = (int8_t)w[b * QBYTES + 2 + 4 * g + i];
+					for (int l = 0; l < LANES; l++)
+						t[l] += (int32_t)(xb[g * LANES + l] >> 8 * i & 0xff) * wq;
+				}
+			const float dw = wdv[r * nb + b];
+			for (int l = 0; l < LANES; l++)
+				acc[l] = fmaf((float)t[l], xd[b * LANES + l] * dw, acc[l]);
+		}
+		for (int l = 0; l < mv; l++)
+			put(y + l * ldy + r, acc[l], beta);
+	}
+}
+
+/* wc, wdv of nr rows of W (see tile_c). */
+static inline __attribute__((always_inline)) void wprep(int32_t *wc, float *wdv, const unsigned char *W,
+							size_t row, int64_t nb, int nr)
+{
+	for (int r = 0; r < nr; r++)
+		for (int64_t b = 0; b < nb; b++) {
+			const unsigned char *p = W + r * row + b * QBYTES;
+			int32_t s = 0;
+			for (int i = 0; i < QB; i++)
+				s += (int8_t)p[2 + i];
+			wc[r * nb + b] = -128 * s;
+			wdv[r * nb + b] = wd(p, 0);
+		}
+}
+
+typedef void tile_fn(float *, ptrdiff_t, const uint32_t *, const float *, const unsigned char *, size_t,
+		     const int32_t *, const float *, int64_t, int, int, float);
+typedef void wprep_fn(int32_t *, float *, const unsigned char *, size_t, int64_t, int);
+
+static void wprep_port(int32_t *wc, float *wdv, const unsigned char *W, size_t row, int64_t nb, int nr)
+{
+	wprep(wc, wdv, W, row, nb, nr);
+}
+
+#ifdef HAVE_X86_KERNELS
+AVX2 static void wprep_avx2(int32_t *wc, float *wdv, const unsigned char *W, size_t row, int64_t nb, int nr)
+{
+	wprep(wc, wdv, W, row, nb, nr);
+}
+
+/* AVX2 (no VNNI): T_b summed in f32 FMAs, which is exact (every product
+ * and partial sum an integer below 32·128·127 < 2^24), so the bits are
+ * those of the integer kernels: x's codes and W's widened to f32 once (a
+ * chunk of x's rows, a tile of W's rows), then tiles of R <= 6 rows of W
+ * against panels of 16 rows of x (two vectors of 8), each code of W
+ * broadcast, as linear_f32.c's panel256; the chains acc in memory, one
+ * FMA a block. Returns -1 (nothing written) without memory for the
+ * widened codes. */
+enum { NR2 = 6, CH2 = 128 }; /* rows of W a tile; rows of x a chunk */
+
+AVX2 static INLINE void tile_f(float *y, ptrdiff_t ldy, const float *xf, const float *xd, const float *wf,
+			       const float *wdv, int64_t nb, int mv, float beta, const int R)
+{
+	float acc[NR2][LANES] __attribute__((aligned(32))) = { { 0 } };
+	const int64_t K = nb * QB;
+	for (int64_t b = 0; b < nb; b++) {
+		__m256 t[NR2][2];
+		_Pragma("GCC unroll 6") for (int r = 0; r < R; r++)
+			t[r][0] = t[r][1] = _mm256_setzero_ps();
+		for (int j = 0; j < QB; j++) {
+			const float *xk = xf + (b * QB + j) * LANES;
+			const __m256 x0 = _mm256_load_ps(xk), x1 = _mm256_load_ps(xk + 8);
+			_Pragma("GCC unroll 6") for (int r = 0; r < R; r++) {
+				const __m256 w = _mm256_broadcast_ss(wf + r * K + b * QB + j);
+				t[r][0] = _mm256_fmadd_ps(w, x0, t[r][0]);
+				t[r][1] = _mm256_fmadd_ps(w, x1, t[r][1]);
+			}
+		}
+		const __m256 d0 = _mm256_load_ps(xd + b * LANES), d1 = _mm256_load_ps(xd + b * LANES + 8);
+		_Pragma("GCC unroll 6") for (int r = 0; r < R; r++) {
+			const __m256 dw = _mm256_broadcast_ss(wdv + r * nb + b);
+			_mm256_store_ps(acc[r], _mm256_fmadd_ps(t[r][0], _mm256_mul_ps(d0, dw), _mm256_load_ps(acc[r])));
+			_mm256_store_ps(acc[r] + 8,
+					_mm256_fmadd_ps(t[r][1], _mm256_mul_ps(d1, dw), _mm256_load_ps(acc[r] + 8)));
+		}
+	}
+	for (int r = 0; r < R; r++)
+		for (int l = 0; l < mv; l++)
+			put(y + l * ldy + r, acc[r][l], beta);
+}
+
+AVX2 static int gemm_avx2(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const unsigned char *W,
+			  int64_t M, int64_t N, int64_t K, float beta)
+{
+	const int64_t nb = K / QB, ch = M < CH2 ? (M + LANES - 1) / LANES * LANES : CH2;
+	const size_t row = (size_t)nb * QBYTES;
+	float *xf = aligned_alloc(32, ((size_t)(ch * K + ch * nb + NR2 * K) * sizeof(float) + 31) / 32 * 32);
+	int32_t wc[NR2 * SS_Q8_0_ROW_MAX / QB];
+	float wdv[NR2 * SS_Q8_0_ROW_MAX / QB];
+	xrows xr;
+	if (!xf)
+		return -1;
+	float *xd = xf + ch * K, *wf = xd + ch * nb;
+	for (int64_t m0 = 0; m0 < M; m0 += ch) {
+		const int64_t mc = M - m0 < ch ? M - m0 : ch, np = (mc + LANES - 1) / LANES;
+		for (int64_t m = 0; m < np * LANES; m++) {
+			float *xp = xf + m / LANES * K * LANES + m % LANES, *dp = xd + m / LANES * nb * LANES + m % LANES;
+			if (m < mc)
+				prep_avx2(&xr, 0, x + (m0 + m) * ldx, nb);
+			for (int64_t k = 0; k < K; k++)
+				xp[k * LANES] = m < mc ? (float)xr.q[k] : 0.0f;
+			for (int64_t b = 0; b < nb; b++)
+				dp[b * LANES] = m < mc ? xr.d[b] : 0.0f;
+		}
+		for (int64_t n0 = 0; n0 < N; n0 += NR2) {
+			const int nr = N - n0 < NR2 ? (int)(N - n0) : NR2;
+			wprep(wc, wdv, W + n0 * row, row, nb, nr);
+			for (int r = 0; r < nr; r++)
+				for (int64_t b = 0; b < nb; b++)
+					for (int i = 0; i < QB; i++)
+						wf[r * K + b * QB + i] = (float)(int8_t)W[(n0 + r) * row + b * QBYTES + 2 + i];
+			for (int64_t p = 0; p < np; p++) {
+				const int mv = mc - p * LANES < LANES ? (int)(mc - p * LANES) : LANES;
+				float *yp = y + (m0 + p * LANES) * ldy + n0;
+				const float *xp = xf + p * K * LANES, *dp = xd + p * nb * LANES;
+				switch (nr) {
+#define TF(R) case R: tile_f(yp, ldy, xp, dp, wf, wdv, nb, mv, beta, R); break;
+				TF(1) TF(2) TF(3) TF(4) TF(5) TF(6)
+#undef TF
+				}
+			}
+		}
+	}
+	free(xf);
+	return 0;
+}
+
+/* tile_c with AVX-512 VNNI, R rows of W (R <= NR): per block, x's 8
+ * vectors of groups loaded once, for each row of W 8 vpdpbusd against its
+ * groups broadcast from W as stored, from -128·Σw; then T_b converted, d_x
+ * times d_w, one FMA into the row's chain. */
+VNNI static INLINE void qtile_vnni_rows(float *y, ptrdiff_t ldy, const uint32_t *xt, const float *xd,
+				       const unsigned char *W, size_t row, const int32_t *wc,
+				       const float *wdv, int64_t nb, int mv, float beta, const int R)
+{
+	__m512 acc[NR];
+	_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+		acc[r] = _mm512_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		__m512i xv[8];
+		_Pragma("GCC unroll 8") for (int g = 0; g < 8; g++)
+			xv[g] = _mm512_load_si512(xt + (b * 8 + g) * LANES);
+		const __m512 dx = _mm512_load_ps(xd + b * LANES);
+		/* the rows' chains interleaved, group by group (vpdpbusd's latency) */
+		__m512i t[NR];
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+			t[r] = _mm512_set1_epi32(wc[r * nb + b]);
+		_Pragma("GCC unroll 8") for (int g = 0; g < 8; g++)
+			_Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+				int32_t q;
+				memcpy(&q, W + r * row + b * QBYTES + 2 + 4 * g, 4);
+				t[r] = _mm512_dpbusd_epi32(t[r], xv[g], _mm512_set1_epi32(q));
+			}
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[r]),
+						 _mm512_mul_ps(dx, _mm512_set1_ps(wdv[r * nb + b])), acc[r]);
+	}
+	_Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+		float v[LANES];
+		_mm512_storeu_ps(v, acc[r]);
+		for (int l = 0; l < mv; l++)
+			put(y + l * ldy + r, v[l], beta);
+	}
+}
+
+VNNI static void qtile_vnni(float *y, ptrdiff_t ldy, const uint32_t *xt, const float *xd,
+			   const unsigned char *W, size_t row, const int32_t *wc, const float *wdv,
+			   int64_t nb, int nr, int mv, float beta)
+{
+	if (nr == NR)
+		qtile_vnni_rows(y, ldy, xt, xd, W, row, wc, wdv, nb, mv, beta, NR);
+	else
+		for (int r = 0; r < nr; r++)
+			qtile_vnni_rows(y + r, ldy, xt, xd, W + r * row, row, wc + r * nb, wdv + r * nb, nb, mv,
+				       beta, 1);
+}
+#endif
+
+int ss_linear_q8_0_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W, int64_t M,
+		       int64_t N, int64_t K, float beta)
+{
+	if (M < 0 || N < 0 || K < 0 || ldy < N || ldx < K)
+		return SS_ERR_INVALID;
+	if (K % QB || K > SS_Q8_0_ROW_MAX)
+		return SS_ERR_UNSUPPORTED;
+	if (M == 0 || N == 0 || K == 0)
+		return 0;
+	_Alignas(64) uint32_t xt[XT_BYTES / 4];
+	_Alignas(64) float xd[XT_BYTES / QB];
+	int32_t wc[NR * SS_Q8_0_ROW_MAX / QB];
+	float wdv[NR * SS_Q8_0_ROW_MAX / QB];
+	xrows xr;
+	const int64_t nb = K / QB, chunk = XT_BYTES / K / LANES * LANES; /* rows of x at once */
+	const size_t row = (size_t)nb * QBYTES;
+	const unsigned char *w = W;
+	tile_fn *tile = tile_c;
+	wprep_fn *prep = wprep_port;
+	int k = KERNEL_C;
+#ifdef HAVE_X86_KERNELS
+	k = kernel();
+	if (ss_gemm_choice() == SS_GEMM_C) /* $SS_GEMM holds it as the f32 kernels */
+		k = KERNEL_C;
+	else if (ss_gemm_choice() == SS_GEMM_AVX2 && k == KERNEL_VNNI)
+		k = KERNEL_AVX2;
+	if (k == KERNEL_VNNI)
+		tile = qtile_vnni, prep = wprep_avx2;
+	else if (k == KERNEL_AVX2 && gemm_avx2(y, ldy, x, ldx, w, M, N, K, beta) == 0)
+		return 0;
+	else
+		k = KERNEL_C; /* the same bits */
+#endif
+	for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+		const int64_t mc = M - m0 < chunk ? M - m0 : chunk, np = (mc + LANES - 1) / LANES;
+		/* x's rows quantized (as ss_matvec_q8_0's), into panels of LANES */
+		for (int64_t m = 0; m < np * LANES; m++) {
+			uint32_t *xp = xt + m / LANES * nb * 8 * LANES + m % LANES;
+			float *dp = xd + m / LANES * nb * LANES + m % LANES;
+			if (m >= mc) { /* lanes past the last row: code 0, d 0, never stored */
+				for (int64_t i = 0; i < nb * 8; i++)
+					xp[i * LANES] = 0x80808080u;
+				for (int64_t b = 0; b < nb; b++)
+					dp[b * LANES] = 0.0f;
+				continue;
+			}
+			const float *xm = x + (m0 + m) * ldx;
+#ifdef HAVE_X86_KERNELS
+			if (k != KERNEL_C)
+				prep_avx2(&xr, 0, xm, nb);
+			else
+#endif
+				for (int64_t b = 0; b < nb; b++)
+					prep_c(&xr, b, xm + b * QB);
+			for (int64_t i = 0; i < nb * 8; i++) {
+				uint32_t q;
+				memcpy(&q, xr.q + 4 * i, 4);
+				xp[i * LANES] = q ^ 0x80808080u;
+			}
+			for (int64_t b = 0; b < nb; b++)
+				dp[b * LANES] = xr.d[b];
+		}
+		for (int64_t n0 = 0; n0 < N; n0 += NR) {
+			const int nr = N - n0 < NR ? (int)(N - n0) : NR;
+			prep(wc, wdv, w + n0 * row, row, nb, nr);
+			for (int64_t p = 0; p < np; p++) {
+				const int mv = mc - p * LANES < LANES ? (int)(mc - p * LANES) : LANES;
+				tile(y + (m0 + p * LANES) * ldy + n0, ldy, xt + p * nb * 8 * LANES,
+				     xd + p * nb * LANES, w + n0 * row, row, wc, wdv, nb, nr, mv, beta);
+			}
+		}
+	}
+	return 0;
 }
