@@ -460,6 +460,101 @@ static double run_timed(char *const *argv, const char *in, double *cpu)
 	return t;
 }
 
+/* The chunks in memory and their copies: document j (0 <= j < n *
+ * copies) is chunk j % n, with the id "c<j / n>/<id>" past the first copy
+ * (retrieve --scale --copies). */
+typedef struct {
+	char **ids, **texts;
+	size_t *lens;
+	int64_t *ntok;
+	size_t n;
+	int copies;
+} scale_docs;
+
+/* Document j's id, in buf (cap bytes) past the first copy. */
+static const char *doc_id(const scale_docs *sd, size_t j, char *buf, size_t cap)
+{
+	int c = (int)(j / sd->n);
+	if (!c)
+		return sd->ids[j];
+	snprintf(buf, cap, "c%d/%s", c, sd->ids[j % sd->n]);
+	return buf;
+}
+
+/* Writes a tiny random state (retrieval never reads it) for each document
+ * in [from, to) to the state file at path. */
+static void write_states(const scale_docs *sd, size_t from, size_t to, const char *path)
+{
+	char em[SS_ERRMSG_MAX], id[600];
+	ss_state_dims d = { "mamba2", 2, 3, 4, 5, 6, 4 };
+	ss_state st;
+	ss_writer *sw;
+	if (ss_state_alloc(&st, &d) || ss_writer_open(&sw, path, 1, em))
+		die(path, "cannot start");
+	snprintf(st.fingerprint, sizeof st.fingerprint, "bench-scale");
+	for (size_t j = from; j < to; j++) {
+		st.id = (char *)doc_id(sd, j, id, sizeof id);
+		st.n_tokens = sd->ntok[j % sd->n];
+		st.ssm[0] = (float)(j % sd->n);
+		if (ss_writer_put_state(sw, &st, NULL))
+			die(path, "write failed");
+	}
+	st.id = NULL;
+	ss_state_free(&st);
+	if (ss_writer_close(sw, em))
+		die(path, em);
+}
+
+/* Adds the texts of the documents in [from, to) to the build ix (of path),
+ * one by one as ss-retrieve build does. */
+static void add_texts(ss_index *ix, const scale_docs *sd, size_t from, size_t to, const char *path)
+{
+	char em[SS_ERRMSG_MAX], id[600];
+	for (size_t j = from; j < to; j++) {
+		size_t i = j % sd->n;
+		if (ss_index_add_text(ix, doc_id(sd, j, id, sizeof id), sd->texts[i], sd->lens[i], sd->ntok[i], em))
+			die(path, em);
+	}
+}
+
+/* retrieve --scale --shards S: the same documents as S index files
+ * DIR/shard-I.db, each a contiguous range of the documents in stream order
+ * with its own tiny states (DIR/shard-I.states), what the Slurm
+ * pipeline's array tasks build, one shard a task. Prints the shards' build
+ * time (their sum: one machine building them in turn; their maximum: S
+ * machines at once; the states' writing left out, as for the single
+ * index) and their bytes; bench/shards then compares their queries with
+ * the single index's. */
+static void build_shards(const char *dir, int n_shards, const scale_docs *sd)
+{
+	size_t n_docs = sd->n * (size_t)sd->copies;
+	double sum = 0, max = 0;
+	off_t bytes = 0;
+	char em[SS_ERRMSG_MAX], path[700], spath[700];
+	for (int s = 0; s < n_shards; s++) {
+		snprintf(path, sizeof path, "%s/shard-%d.db", dir, s);
+		snprintf(spath, sizeof spath, "%s/shard-%d.states", dir, s);
+		unlink(path);
+		size_t from = n_docs * (size_t)s / (size_t)n_shards, to = n_docs * (size_t)(s + 1) / (size_t)n_shards;
+		write_states(sd, from, to, spath);
+		double t0 = bench_now();
+		ss_index *ix;
+		if (ss_index_build_open(&ix, path, em))
+			die(path, em);
+		add_texts(ix, sd, from, to, path);
+		if (ss_index_add_stream(ix, spath, 0, NULL, NULL, NULL, em) || ss_index_commit(ix, NULL, NULL, NULL, em))
+			die(path, em);
+		ss_index_close(ix);
+		double t = bench_now() - t0;
+		sum += t;
+		max = t > max ? t : max;
+		bytes += file_size(path);
+	}
+	printf("  build %d shards                     %8.1f s in turn, %.1f s the slowest (one a machine); %.1f MB "
+	       "together\n",
+	       n_shards, sum, max, bytes / 1e6);
+}
+
 /* retrieve --scale: see usage in main. */
 /* Latency of the query syntax (issue 47) on the same index, in one run:
  * for each query, its first W words (W = 2, 4) as plain BM25 (OR) and as
@@ -519,7 +614,8 @@ static void query_modes(ss_index *ix, char **qs, int n_q, double *lat)
 static int scale_main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0); /* figures as they come: the run takes long */
-	int copies = 1, n_q = 200, peer = 0, n_peer = -1;
+	int copies = 1, n_q = 200, peer = 0, n_peer = -1, n_shards = 0, modes = 1;
+	size_t max_chunks = 0;
 	const char *keep = NULL, *cli = NULL;
 	int a = 2;
 	for (; a < argc && argv[a][0] == '-'; a++) {
@@ -535,12 +631,18 @@ static int scale_main(int argc, char **argv)
 			keep = argv[++a];
 		else if (!strcmp(argv[a], "--cli") && a + 1 < argc)
 			cli = argv[++a];
+		else if (!strcmp(argv[a], "--chunks") && a + 1 < argc)
+			max_chunks = (size_t)strtoull(argv[++a], NULL, 10);
+		else if (!strcmp(argv[a], "--shards") && a + 1 < argc)
+			n_shards = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--no-modes"))
+			modes = 0;
 		else
 			die("usage", argv[a]);
 	}
-	if (a == argc || copies < 1 || n_q < 1)
-		die("usage", "retrieve --scale [--copies C] [--queries Q] [--peer [--peer-queries P]] [--cli SS_RETRIEVE] "
-			     "[--keep DIR] TOKENS...");
+	if (a == argc || copies < 1 || n_q < 1 || n_shards < 0)
+		die("usage", "retrieve --scale [--chunks N] [--copies C] [--shards S] [--no-modes] [--queries Q] [--peer [--peer-queries P]] "
+			     "[--cli SS_RETRIEVE] [--keep DIR] TOKENS...");
 	if (n_peer < 0 || n_peer > n_q)
 		n_peer = n_q;
 	char dir[512], em[SS_ERRMSG_MAX];
@@ -557,6 +659,8 @@ static int scale_main(int argc, char **argv)
 	snprintf(dbpath, sizeof dbpath, "%s/index.db", dir);
 	snprintf(qpath, sizeof qpath, "%s/queries.jsonl", dir);
 	snprintf(ppath, sizeof ppath, "%s/fts5-peer.db", dir);
+	char tpath[600];
+	snprintf(tpath, sizeof tpath, "%s/queries.txt", dir);
 	unlink(dbpath);
 	unlink(ppath);
 
@@ -572,7 +676,7 @@ static int scale_main(int argc, char **argv)
 		if (ss_reader_open(&r, argv[a], 0, em))
 			die(argv[a], em);
 		int rc;
-		while ((rc = ss_reader_next(r, &rec)) == 1) {
+		while ((!max_chunks || n < max_chunks) && (rc = ss_reader_next(r, &rec)) == 1) {
 			if (ss_record_tokens(rec, &t, em) || !t.text)
 				die(argv[a], t.text ? em : "a token record without text");
 			if (n == cap) {
@@ -592,6 +696,8 @@ static int scale_main(int argc, char **argv)
 		if (rc < 0)
 			die(argv[a], ss_reader_error(r));
 		ss_reader_close(r);
+		if (max_chunks && n == max_chunks)
+			break;
 	}
 	size_t n_docs = n * (size_t)copies;
 	printf("ss-retrieve scale bench: %zu chunks x %d = %zu documents; %d queries of 30 words, k = 10, batch\n",
@@ -599,27 +705,9 @@ static int scale_main(int argc, char **argv)
 
 	/* Tiny random states, one per document (retrieval never reads them). */
 	double t0 = bench_now();
-	ss_state_dims d = { "mamba2", 2, 3, 4, 5, 6, 4 };
-	ss_state s;
-	ss_writer *sw;
-	if (ss_state_alloc(&s, &d) || ss_writer_open(&sw, spath, 1, em))
-		die(spath, "cannot start");
-	snprintf(s.fingerprint, sizeof s.fingerprint, "bench-scale");
+	scale_docs sd = { ids, texts, lens, ntok, n, copies };
+	write_states(&sd, 0, n_docs, spath);
 	char id[600];
-	for (int c = 0; c < copies; c++)
-		for (size_t i = 0; i < n; i++) {
-			if (c)
-				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
-			s.id = c ? id : ids[i];
-			s.n_tokens = ntok[i];
-			s.ssm[0] = (float)i;
-			if (ss_writer_put_state(sw, &s, NULL))
-				die(spath, "write failed");
-		}
-	s.id = NULL;
-	ss_state_free(&s);
-	if (ss_writer_close(sw, em))
-		die(spath, em);
 	printf("  write %zu tiny states                %8.1f s\n", n_docs, bench_now() - t0);
 
 	/* Build, as ss-retrieve build does, the texts given one by one. */
@@ -629,13 +717,7 @@ static int scale_main(int argc, char **argv)
 	ss_index_build_stats bs;
 	if (ss_index_build_open(&ix, dbpath, em))
 		die(dbpath, em);
-	for (int c = 0; c < copies; c++)
-		for (size_t i = 0; i < n; i++) {
-			if (c)
-				snprintf(id, sizeof id, "c%d/%s", c, ids[i]);
-			if (ss_index_add_text(ix, c ? id : ids[i], texts[i], lens[i], ntok[i], em))
-				die(dbpath, em);
-		}
+	add_texts(ix, &sd, 0, n_docs, dbpath);
 	double t_text = bench_now() - t0;
 	if (ss_index_add_stream(ix, spath, 0, NULL, NULL, NULL, em) || ss_index_commit(ix, NULL, NULL, &bs, em))
 		die(dbpath, em);
@@ -647,6 +729,8 @@ static int scale_main(int argc, char **argv)
 	       file_size(dbpath) / 1e6);
 	printf("  the same, CPU time                 %8.1f s   (%.1f s per million)\n", c_build,
 	       c_build / (double)n_docs * 1e6);
+	if (n_shards)
+		build_shards(dir, n_shards, &sd);
 
 	/* Queries: 30 consecutive words of a random chunk, from a random word. */
 	char **qs = malloc((size_t)n_q * sizeof *qs);
@@ -685,6 +769,12 @@ static int scale_main(int argc, char **argv)
 		fprintf(qf, "{\"id\": \"q%d\", \"query\": \"%s\"}\n", q, qt);
 	}
 	fclose(qf);
+	/* The same queries one a line, for bench/shards. */
+	if (!(qf = fopen(tpath, "w")))
+		die(tpath, "cannot write");
+	for (int q = 0; q < n_q; q++)
+		fprintf(qf, "%s\n", qs[q]);
+	fclose(qf);
 
 	double *lat = malloc((size_t)n_q * sizeof *lat), *lat_cpu = malloc((size_t)n_q * sizeof *lat_cpu);
 	char ***top = malloc((size_t)n_q * sizeof *top);
@@ -710,7 +800,8 @@ static int scale_main(int argc, char **argv)
 	printf("  open the index                     %8.2f ms\n", t_open * 1e3);
 	report3("query (ours: MaxScore)", lat, n_q);
 	report3("  the same, CPU time", lat_cpu, n_q);
-	query_modes(ix, qs, n_q, lat);
+	if (modes)
+		query_modes(ix, qs, n_q, lat);
 	ss_index_close(ix);
 	if (cli) {
 		/* The tool itself: batch (JSON lines on stdin) and one process
@@ -797,6 +888,14 @@ static int scale_main(int argc, char **argv)
 		unlink(dbpath);
 		unlink(qpath);
 		unlink(ppath);
+		unlink(tpath);
+		for (int i = 0; i < n_shards; i++) {
+			char sh[700];
+			snprintf(sh, sizeof sh, "%s/shard-%d.db", dir, i);
+			unlink(sh);
+			snprintf(sh, sizeof sh, "%s/shard-%d.states", dir, i);
+			unlink(sh);
+		}
 		rmdir(dir);
 	}
 	return 0;

@@ -1,6 +1,8 @@
 /*
  * shards — one index against the same documents in several index files
- * (shards, ss_index_open_shards): query latency of each (median, p95, p99)
+ * (shards, ss_index_open_shards): query latency of each (median, p95, p99),
+ * in wall time and in the thread's CPU time (on a machine shared with other
+ * jobs the wall time includes waiting for a core, the CPU time does not),
  * and whether their top k agree (ids and ranks equal, scores within 1e-9
  * relative). The queries run alternately on the two, each after a warm-up
  * pass over all of them, so that both see warm caches. Prints figures;
@@ -22,6 +24,14 @@ static double now(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* CPU seconds of this thread. */
+static double cpu_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
 	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -52,13 +62,14 @@ static ss_index *open_or_die(const char *const *paths, int n, unsigned flags)
 	return ix;
 }
 
-/* One query on ix: its hits (*h) and its time in ms. */
-static double timed(ss_index *ix, const char *q, int k, ss_index_hit **h, int *n)
+/* One query on ix: its hits (*h) and its time in ms (*cpu: its CPU time). */
+static double timed(ss_index *ix, const char *q, int k, ss_index_hit **h, int *n, double *cpu)
 {
 	char em[SS_ERRMSG_MAX];
-	double t0 = now();
+	double t0 = now(), c0 = cpu_now();
 	*n = ss_index_query(ix, q, k, NULL, 0, h, em);
 	double ms = (now() - t0) * 1e3;
+	*cpu = (cpu_now() - c0) * 1e3;
 	if (*n < 0) {
 		fprintf(stderr, "shards: query \"%s\": %s\n", q, em);
 		exit(1);
@@ -115,15 +126,19 @@ int main(int argc, char **argv)
 	ss_index *ixs = open_or_die(sh, n_sh, flags);
 	double opens = now() - t0;
 	double *ms1 = malloc((size_t)nq * sizeof *ms1), *mss = malloc((size_t)nq * sizeof *mss);
+	double *cpu1 = malloc((size_t)nq * sizeof *cpu1), *cpus = malloc((size_t)nq * sizeof *cpus);
 	int bad = 0, n1, ns;
 	ss_index_hit *h1, *hs;
 	for (int pass = 0; pass < 2; pass++)
 		for (int i = 0; i < nq; i++) {
-			double a1 = timed(ix1, qs[i], k, &h1, &n1);
-			double as = timed(ixs, qs[i], k, &hs, &ns);
+			double c1, cs;
+			double a1 = timed(ix1, qs[i], k, &h1, &n1, &c1);
+			double as = timed(ixs, qs[i], k, &hs, &ns, &cs);
 			if (pass) {
 				ms1[i] = a1;
 				mss[i] = as;
+				cpu1[i] = c1;
+				cpus[i] = cs;
 			}
 			for (int j = 0; pass && j < (n1 > ns ? n1 : ns); j++) {
 				double d = j < n1 && j < ns ? h1[j].score - hs[j].score : 1;
@@ -145,6 +160,9 @@ int main(int argc, char **argv)
 	char what[64];
 	snprintf(what, sizeof what, "%d shards", n_sh);
 	report(what, mss, nq);
+	report("one index, CPU time", cpu1, nq);
+	snprintf(what, sizeof what, "%d shards, CPU time", n_sh);
+	report(what, cpus, nq);
 	printf("top %d: %s (%d of %d queries differ)\n", k, bad ? "DIFFER" : "identical ids, ranks, scores", bad, nq);
 	ss_index_close(ix1);
 	ss_index_close(ixs);
@@ -153,5 +171,7 @@ int main(int argc, char **argv)
 	free(qs);
 	free(ms1);
 	free(mss);
+	free(cpu1);
+	free(cpus);
 	return bad ? 1 : 0;
 }

@@ -13,6 +13,8 @@
 #   make -f pipelines/scale.mk scale-1m          # the chunks 3 times (1.08 M), new ids
 #   make -f pipelines/scale.mk scale-3.6m        # 10 times (3.6 M); about 10 GB of disk
 #   make -f pipelines/scale.mk qa                # recall@10, MRR@10 on MS MARCO, HotpotQA
+#   make -f pipelines/scale.mk sizing            # docs/SCALING.md: 10 k, 100 k, 365 k, 3.65 M
+#                                                # chunks, one index and 4 shards (about 20 GB)
 # Outputs in $(SCALE_DIR): the token streams (kept: tokenizing takes minutes),
 # and per run a directory xN/ with states, index.db, queries.jsonl.
 
@@ -28,7 +30,7 @@ TRAIN  := $(wildcard $(SS_SHARED)/train/*.txt.zst)
 TOKENS := $(patsubst $(SS_SHARED)/train/%.txt.zst,$(SCALE_DIR)/%.tokens,$(TRAIN))
 BENCH  := $(SS_BUILD)/bench/retrieve --scale --queries $(QUERIES) --cli $(SS_BUILD)/bin/ss-retrieve
 
-.PHONY: scale scale-1m scale-3.6m qa tokens
+.PHONY: scale scale-1m scale-3.6m qa tokens sizing
 .DELETE_ON_ERROR:
 
 tokens: $(TOKENS)
@@ -42,6 +44,20 @@ scale-1m: $(TOKENS)
 
 scale-3.6m: $(TOKENS)
 	$(BENCH) --copies 10 --keep $(SCALE_DIR)/x10 $(TOKENS)
+
+# One size: build one index and 4 shards of the same chunks (bench/retrieve
+# --shards), then query both alternately (bench/shards: wall and CPU time,
+# top 10 checked equal). $(1): directory name, $(2): bench/retrieve options.
+sizing_run = $(SS_BUILD)/bench/retrieve --scale --no-modes --shards 4 $(2) --keep $(SCALE_DIR)/$(1) $(TOKENS) && \
+	$(SS_BUILD)/bench/shards $(SCALE_DIR)/$(1)/queries.txt $(SCALE_DIR)/$(1)/index.db \
+		$(foreach s,0 1 2 3,$(SCALE_DIR)/$(1)/shard-$(s).db)
+
+sizing: $(TOKENS)
+	@echo "load average: $$(cut -d ' ' -f 1-3 /proc/loadavg)"
+	$(call sizing_run,n10k,--chunks 10000)
+	$(call sizing_run,n100k,--chunks 100000)
+	$(call sizing_run,n360k,)
+	$(call sizing_run,n3.6m,--copies 10)
 
 qa:
 	SS_SHARED=$(SS_SHARED) $(SS_BUILD)/bench/retrieve --qa

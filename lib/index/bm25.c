@@ -40,6 +40,23 @@ typedef struct {
 	int64_t next_tid;
 } vocab;
 
+/* A query term's row of `terms`, looked up once for both passes of a union
+ * (ss_bm25_stats, then ss_bm25_search). found 0: no document holds it. */
+typedef struct {
+	int found;
+	int64_t tid, df;
+	double maxw;
+} term_row;
+
+/* One clause of a query (a term or a phrase): the documents that hold it,
+ * rid ascending, with its frequency in each. */
+typedef struct {
+	uint32_t *rid, *tf;
+	size_t n, cap, at;
+	double idf;
+	uint32_t tid; /* proximity: the term's id; 0 for a phrase, a compound, an absent term */
+} clause;
+
 struct ss_bm25 {
 	sqlite3 *db;
 	fts5_tokenizer tk;
@@ -81,7 +98,35 @@ struct ss_bm25 {
 	double qN, qavgdl;
 	double lscale; /* bound on w(global avgdl) / w(this index's avgdl), >= 1 */
 	const ss_bm25_global *g; /* NULL: this index alone */
+	int64_t pos_version; /* stats_version when meta.positions was found set; -1: not checked */
+	/* What ss_bm25_stats learnt of query kept_query (parsed under
+	 * kept_flags, file at kept_version) for the search of the same query
+	 * that follows it: its terms' rows and its phrases' documents (moved
+	 * into the search's clauses). Dropped by any other parse. */
+	char *kept_query;
+	unsigned kept_flags;
+	int64_t kept_version;
+	term_row *krow;  /* [n_krow]: n_q of them, or none */
+	size_t n_krow;
+	clause *kph;     /* [n_kph]: n_ph of them, or none */
+	size_t n_kph;
 };
+
+/* Forgets what ss_bm25_stats kept for the following search. */
+static void drop_kept(ss_bm25 *b)
+{
+	for (size_t p = 0; p < b->n_kph; p++) {
+		free(b->kph[p].rid);
+		free(b->kph[p].tf);
+	}
+	free(b->kph);
+	free(b->krow);
+	free(b->kept_query);
+	b->kph = NULL;
+	b->krow = NULL;
+	b->kept_query = NULL;
+	b->n_kph = b->n_krow = 0;
+}
 
 static void free_doclen(ss_bm25 *b)
 {
@@ -301,6 +346,7 @@ int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg)
 	b->db = db;
 	b->build = build;
 	b->stats_version = -1;
+	b->pos_version = -1;
 	b->k1 = SS_BM25_K1;
 	b->b = SS_BM25_B;
 	int rc = 0;
@@ -381,6 +427,7 @@ void ss_bm25_close(ss_bm25 *b)
 	sqlite3_finalize(b->ins_term);
 	sqlite3_finalize(b->find_term);
 	sqlite3_finalize(b->data_version);
+	drop_kept(b);
 	vocab_free(&b->v);
 	free(b->tids);
 	free(b->vec);
@@ -1114,26 +1161,50 @@ static double idf_of(const ss_bm25 *b, double df)
 	return idf <= 0 ? 1e-6 : idf;
 }
 
-/* Opens the postings of term `term` into t (its first block decoded into
- * t's arrays through buf; *tid: its id): 1, 0 when no document holds the
- * term (t untouched), or a negative SS_ERR_* with errmsg (t released). */
-static int cur_open(ss_bm25 *b, const char *term, int64_t gdf, cursor *t, int64_t *tid, unsigned char *buf,
-		    char *errmsg)
+/* Looks up `term` in the terms table into *r. Returns 0 (r->found 0 when
+ * no document holds it) or SS_ERR_IO with errmsg. */
+static int term_lookup(ss_bm25 *b, const char *term, term_row *r, char *errmsg)
 {
-	int rc = 0, found = 0;
+	int rc = 0;
+	memset(r, 0, sizeof *r);
 	sqlite3_bind_text(b->find_term, 1, term, -1, SQLITE_STATIC);
 	int s = sqlite3_step(b->find_term);
 	if (s == SQLITE_ROW) {
+		r->found = 1;
+		r->tid = sqlite3_column_int64(b->find_term, 0);
+		r->df = sqlite3_column_int64(b->find_term, 1);
+		r->maxw = sqlite3_column_double(b->find_term, 2);
+	} else if (s != SQLITE_DONE) {
+		rc = sqlfail(b, errmsg, "looking up a term");
+	}
+	sqlite3_reset(b->find_term);
+	return rc;
+}
+
+/* Opens the postings of term `term` into t (its first block decoded into
+ * t's arrays through buf; *tid: its id): 1, 0 when no document holds the
+ * term (t untouched), or a negative SS_ERR_* with errmsg (t released).
+ * row: the term's row when already looked up (ss_bm25_stats), else NULL. */
+static int cur_open(ss_bm25 *b, const char *term, const term_row *row, int64_t gdf, cursor *t, int64_t *tid,
+		    unsigned char *buf, char *errmsg)
+{
+	int rc = 0, found = 0;
+	term_row r;
+	if (!row && (rc = term_lookup(b, term, &r, errmsg)))
+		return rc;
+	if (!row)
+		row = &r;
+	if (row->found) {
 		found = 1;
 		memset(t, 0, sizeof *t);
-		*tid = sqlite3_column_int64(b->find_term, 0);
-		t->df = sqlite3_column_int64(b->find_term, 1);
+		*tid = row->tid;
+		t->df = row->df;
 		t->idf = idf_of(b, (double)(gdf >= 0 ? gdf : t->df));
 		/* maxw holds for the default k1, b and this index's avgdl; for
 		 * others w < k1 + 1 (tf/(tf + k1 L) < 1); a union's avgdl scales
 		 * it by at most lscale (set_query_stats). */
 		int dflt = b->k1 == SS_BM25_K1 && b->b == SS_BM25_B;
-		double mw = sqlite3_column_double(b->find_term, 2) * b->lscale;
+		double mw = row->maxw * b->lscale;
 		t->ub = t->idf * (dflt && mw < b->k1 + 1 ? mw : b->k1 + 1);
 		t->bscale = dflt ? t->idf * b->lscale : 0;
 		t->blk = -1;
@@ -1150,10 +1221,7 @@ static int cur_open(ss_bm25 *b, const char *term, int64_t gdf, cursor *t, int64_
 			rc = sqlfail(b, errmsg, "reading postings");
 		else if ((rc = load_block(t, 0, buf)))
 			rc = ss_errf(errmsg, rc, "damaged postings of term \"%s\"", term);
-	} else if (s != SQLITE_DONE) {
-		rc = sqlfail(b, errmsg, "looking up a term");
 	}
-	sqlite3_reset(b->find_term);
 	if (rc && found) {
 		sqlite3_blob_close(t->blob);
 		free(t->skip);
@@ -1208,7 +1276,8 @@ static int maxscore_search(ss_bm25 *b, int k, const int64_t *exclude, size_t n_e
 	double avgdl = b->qavgdl;
 	for (size_t i = 0; i < b->n_q; i++) {
 		int64_t tid;
-		if ((rc = cur_open(b, b->qterms[i], b->g ? b->g->df[i] : -1, &c[m], &tid, buf, errmsg)) < 0)
+		if ((rc = cur_open(b, b->qterms[i], b->n_krow ? &b->krow[i] : NULL, b->g ? b->g->df[i] : -1, &c[m], &tid,
+				   buf, errmsg)) < 0)
 			goto done;
 		c[m].qi = (int)i;
 		m += rc;
@@ -1225,7 +1294,9 @@ static int maxscore_search(ss_bm25 *b, int k, const int64_t *exclude, size_t n_e
 	/* Priming: up to PRIME documents of the rarest terms, in rid order,
 	 * scored in full through copies of the cursors (sharing blob and skip
 	 * table) so that the search proper starts at block 0 with a useful
-	 * k-th score; it then skips these documents. */
+	 * k-th score; it then skips these documents. A union's later shard
+	 * starts with the k-th score of the shards before it (g->theta), a
+	 * better one than priming finds: it is not primed. */
 	int p0 = m - 1;
 	for (int64_t sum = m ? c[m - 1].df : 0; p0 > 0 && sum + c[p0 - 1].df <= PRIME; p0--)
 		sum += c[p0 - 1].df;
@@ -1237,7 +1308,7 @@ static int maxscore_search(ss_bm25 *b, int k, const int64_t *exclude, size_t n_e
 	}
 	if (m)
 		memcpy(pc, c, (size_t)m * sizeof *pc);
-	while (m && n_primed < PRIME) {
+	while (m && n_primed < PRIME && !(b->g && b->g->theta > 0)) {
 		uint32_t d = END;
 		for (int i = p0; i < m; i++)
 			if (pc[i].cur < d)
@@ -1387,6 +1458,7 @@ static int on_phrase_token(void *ctx, int flags, const char *tok, int n, int sta
 
 static void clear_query(ss_bm25 *b)
 {
+	drop_kept(b);
 	for (size_t i = 0; i < b->n_q; i++)
 		free(b->qterms[i]);
 	b->n_q = 0;
@@ -1469,15 +1541,6 @@ int ss_bm25_parse(ss_bm25 *b, const char *q, unsigned flags, char *errmsg)
 
 /* ------------------------------------------------------------------ phrases, AND, proximity */
 
-/* One clause of a query (a term or a phrase): the documents that hold it,
- * rid ascending, with its frequency in each. */
-typedef struct {
-	uint32_t *rid, *tf;
-	size_t n, cap, at;
-	double idf;
-	uint32_t tid; /* proximity: the term's id; 0 for a phrase, a compound, an absent term */
-} clause;
-
 static int clause_push(clause *c, uint32_t rid, uint32_t tf)
 {
 	if (c->n == c->cap) {
@@ -1497,11 +1560,12 @@ static int clause_push(clause *c, uint32_t rid, uint32_t tf)
 }
 
 /* Every posting of `term` into c (empty when no document holds it). */
-static int term_clause(ss_bm25 *b, const char *term, int64_t gdf, clause *c, unsigned char *buf, char *errmsg)
+static int term_clause(ss_bm25 *b, const char *term, const term_row *row, int64_t gdf, clause *c, unsigned char *buf,
+		       char *errmsg)
 {
 	cursor t;
 	int64_t tid;
-	int rc = cur_open(b, term, gdf, &t, &tid, buf, errmsg);
+	int rc = cur_open(b, term, row, gdf, &t, &tid, buf, errmsg);
 	if (rc <= 0)
 		return rc;
 	rc = 0;
@@ -1524,6 +1588,8 @@ static int check_positions(ss_bm25 *b, char *errmsg)
 {
 	sqlite3_stmt *st;
 	int ok = 0;
+	if (b->pos_version == b->stats_version)
+		return 0;
 	if (sqlite3_prepare_v2(b->db, "SELECT value = '1' FROM meta WHERE key = 'positions'", -1, &st, NULL) != SQLITE_OK)
 		return sqlfail(b, errmsg, "sqlite");
 	if (sqlite3_step(st) == SQLITE_ROW)
@@ -1533,6 +1599,7 @@ static int check_positions(ss_bm25 *b, char *errmsg)
 		return ss_errf(errmsg, SS_ERR_UNSUPPORTED,
 			       "this index has no word positions (phrases, proximity): rebuild it with "
 			       "'ss-retrieve build --index DB' (and its streams when it has no texts)");
+	b->pos_version = b->stats_version;
 	return 0;
 }
 
@@ -1588,7 +1655,7 @@ static int phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, ch
 	int rc = t ? 0 : SS_ERR_NOMEM, said = 1; /* said: errmsg is set for rc */
 	for (size_t j = 0; !rc && j < m; j++) {
 		int64_t id;
-		if ((rc = cur_open(b, b->ptok[b->ph[p] + j], -1, &t[j], &id, buf, errmsg)) <= 0)
+		if ((rc = cur_open(b, b->ptok[b->ph[p] + j], NULL, -1, &t[j], &id, buf, errmsg)) <= 0)
 			break; /* an error, or a token no document holds: no document */
 		rc = 0;
 		opened++;
@@ -1715,9 +1782,18 @@ static int clause_search(ss_bm25 *b, unsigned flags, int k, const int64_t *exclu
 		goto done;
 	}
 	for (size_t i = 0; i < b->n_q && !rc; i++)
-		rc = term_clause(b, b->qterms[i], b->g ? b->g->df[i] : -1, &c[i], buf, errmsg);
-	for (size_t p = 0; p < b->n_ph && !rc; p++)
-		rc = phrase_clause(b, p, &c[b->n_q + p], buf, errmsg);
+		rc = term_clause(b, b->qterms[i], b->n_krow ? &b->krow[i] : NULL, b->g ? b->g->df[i] : -1, &c[i], buf,
+				 errmsg);
+	for (size_t p = 0; p < b->n_ph && !rc; p++) {
+		if (!b->n_kph) {
+			rc = phrase_clause(b, p, &c[b->n_q + p], buf, errmsg);
+			continue;
+		}
+		/* the documents ss_bm25_stats found, scored by the union's df */
+		c[b->n_q + p] = b->kph[p];
+		b->kph[p] = (clause){ 0 };
+		c[b->n_q + p].idf = idf_of(b, (double)b->g->pdf[p]);
+	}
 	if (rc)
 		goto done;
 	/* The terms with positions, in query order (the clauses keep theirs:
@@ -1838,34 +1914,44 @@ int ss_bm25_stats(ss_bm25 *b, const char *query, unsigned flags, ss_bm25_global 
 	}
 	g->n_docs += (int64_t)b->n_docs;
 	g->n_terms += b->n_doc_terms;
-	for (size_t i = 0; i < b->n_q; i++) {
-		sqlite3_bind_text(b->find_term, 1, b->qterms[i], -1, SQLITE_STATIC);
-		int s = sqlite3_step(b->find_term);
-		if (s == SQLITE_ROW)
-			g->df[i] += sqlite3_column_int64(b->find_term, 1);
-		sqlite3_reset(b->find_term);
-		if (s != SQLITE_ROW && s != SQLITE_DONE)
-			return sqlfail(b, errmsg, "looking up a term");
-	}
-	if (!b->n_ph)
-		return 0;
+	/* The terms' rows and the phrases' documents are kept for the search
+	 * of this query that follows (ss_bm25_search), which then neither
+	 * looks a term up again nor reads the phrases' positions twice. */
+	term_row *row = calloc(b->n_q + 1, sizeof *row);
+	clause *ph = calloc(b->n_ph + 1, sizeof *ph);
+	unsigned char *buf = b->n_ph ? malloc(BLOCK * 20) : NULL;
+	if (!row || !ph || (b->n_ph && !buf))
+		rc = SS_ERR_NOMEM;
+	for (size_t i = 0; i < b->n_q && !rc; i++)
+		if (!(rc = term_lookup(b, b->qterms[i], &row[i], errmsg)))
+			g->df[i] += row[i].df;
 	/* A phrase's df is the documents holding it: found as the search
 	 * finds them. */
-	unsigned char *buf = malloc(BLOCK * 20);
-	if (!buf)
-		return SS_ERR_NOMEM;
 	set_query_stats(b, NULL);
-	for (size_t p = 0; p < b->n_ph && !rc; p++) {
-		clause c = { 0 };
-		if (!(rc = phrase_clause(b, p, &c, buf, errmsg)))
-			g->pdf[p] += (int64_t)c.n;
-		free(c.rid);
-		free(c.tf);
-	}
+	for (size_t p = 0; p < b->n_ph && !rc; p++)
+		if (!(rc = phrase_clause(b, p, &ph[p], buf, errmsg)))
+			g->pdf[p] += (int64_t)ph[p].n;
 	sqlite3_blob_close(b->pos_blob);
 	b->pos_blob = NULL;
 	free(buf);
-	return rc;
+	if (!rc && !(b->kept_query = strdup(query)))
+		rc = SS_ERR_NOMEM;
+	if (rc) {
+		for (size_t p = 0; ph && p < b->n_ph; p++) {
+			free(ph[p].rid);
+			free(ph[p].tf);
+		}
+		free(ph);
+		free(row);
+		return rc;
+	}
+	b->kept_flags = flags & ~SS_BM25_EMPTY_OK;
+	b->kept_version = b->stats_version;
+	b->krow = row;
+	b->n_krow = b->n_q;
+	b->kph = ph;
+	b->n_kph = b->n_ph;
+	return 0;
 }
 
 void ss_bm25_global_free(ss_bm25_global *g)
@@ -1877,11 +1963,20 @@ void ss_bm25_global_free(ss_bm25_global *g)
 int ss_bm25_search(ss_bm25 *b, const char *query, unsigned flags, int k, const int64_t *exclude,
 		   size_t n_exclude, const ss_bm25_global *g, ss_bm25_hit *hits, char *errmsg)
 {
-	int rc = ss_bm25_parse(b, query, flags & ~SS_BM25_EMPTY_OK, errmsg);
+	/* The query ss_bm25_stats parsed last: its parse, rows and phrases
+	 * are kept (for a union's statistics only: g). */
+	int kept = g && b->kept_query && b->kept_flags == (flags & ~SS_BM25_EMPTY_OK) && !strcmp(b->kept_query, query);
+	int rc = kept ? 0 : ss_bm25_parse(b, query, flags & ~SS_BM25_EMPTY_OK, errmsg);
 	if (rc || (rc = load_stats(b, errmsg)))
 		return rc;
-	if (g && (g->n_q != b->n_q || g->n_ph != b->n_ph || !g->df))
+	if (kept && b->kept_version != b->stats_version) {
+		/* the file changed in between: look everything up again */
+		drop_kept(b);
+	}
+	if (g && (g->n_q != b->n_q || g->n_ph != b->n_ph || !g->df)) {
+		drop_kept(b);
 		return ss_errf(errmsg, SS_ERR_INVALID, "statistics of another query");
+	}
 	set_query_stats(b, g);
 	int general = b->n_ph || (flags & SS_BM25_ALL) || ((flags & SS_BM25_PROXIMITY) && b->n_q > 1);
 	if ((b->n_ph || ((flags & SS_BM25_PROXIMITY) && b->n_q > 1)) && (rc = check_positions(b, errmsg)))
@@ -1894,6 +1989,8 @@ int ss_bm25_search(ss_bm25 *b, const char *query, unsigned flags, int k, const i
 		sqlite3_exec(b->db, sql, NULL, NULL, NULL);
 	}
 	b->n_searches++;
-	return general ? clause_search(b, flags, k, exclude, n_exclude, hits, errmsg)
-		       : maxscore_search(b, k, exclude, n_exclude, hits, errmsg);
+	rc = general ? clause_search(b, flags, k, exclude, n_exclude, hits, errmsg)
+		     : maxscore_search(b, k, exclude, n_exclude, hits, errmsg);
+	drop_kept(b); /* kept for one search */
+	return rc;
 }

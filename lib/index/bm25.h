@@ -152,7 +152,11 @@ int ss_bm25_search(ss_bm25 *b, const char *query, unsigned flags, int k, const i
  * phrase's df (a phrase's: the documents holding it, found by reading
  * their positions, as the search does). *g starts zeroed; the first call
  * sizes g->df/g->pdf by the query (freed by ss_bm25_global_free). Runs in
- * the caller's read transaction. Returns 0 or ss_bm25_search's errors. */
+ * the caller's read transaction. What it read (each term's row, each
+ * phrase's documents) is kept in b for the next ss_bm25_search of the same
+ * query and flags with a g, which uses it instead of reading it again and
+ * frees it (any other parse of b frees it too). Returns 0 or
+ * ss_bm25_search's errors. */
 int ss_bm25_stats(ss_bm25 *b, const char *query, unsigned flags, ss_bm25_global *g, char *errmsg);
 
 /* Frees g's arrays and zeroes it. */
