@@ -161,13 +161,13 @@ typedef struct {
 static void rc_doc_load(const eval_run *run, ss_index *ix, const ss_index_hit *hit,
 			int need_tokens, rc_doc *d)
 {
-	char err[SS_ERRMSG_MAX] = "";
+	char err[SS_ERRMSG_MAX] = "", shown[4096]; /* a URL's credentials never printed */
 	const ss_record *rec;
 	if (ss_index_read(ix, hit, 0, &rec, err))
-		cli_die("%s: %s", hit->path ? hit->path : run->index, err);
+		cli_die("%s: %s", hit->path ? ss_url_redact(hit->path, shown, sizeof shown) : run->index, err);
 	if (ss_record_state(rec, &d->st, err))
-		cli_die("%s: document %s at byte offset %" PRIu64 ": %s", hit->path, hit->id,
-			hit->offset, err);
+		cli_die("%s: document %s at byte offset %" PRIu64 ": %s", ss_url_redact(hit->path, shown, sizeof shown),
+			hit->id, hit->offset, err);
 	if (ss_index_tokens(ix, hit->id, &d->tok, &d->n, err))
 		cli_die("%s: %s", run->index, err);
 	if (need_tokens && (!d->tok || d->n != d->st.n_tokens))

@@ -160,7 +160,8 @@ int rerank_hits(reranker *r, ss_index *ix, const char *db, const char *label, co
 				 h[i].fingerprint, r->m->fingerprint);
 			bad = 1;
 		} else if (ss_index_read(ix, &h[i], 0, &rec, em) || ss_record_state(rec, &st[i], em)) {
-			cli_warn("%s%s: %s: %s", label, db, h[i].path, em);
+			char shown[4096]; /* a URL's credentials and query string never printed */
+			cli_warn("%s%s: %s: %s", label, db, ss_url_redact(h[i].path, shown, sizeof shown), em);
 			bad = 1;
 		}
 	}
