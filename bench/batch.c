@@ -127,7 +127,8 @@ int main(int argc, char **argv)
 	}
 	double t0 = bench_now();
 	ss_model *m32 = ss_mkmodel_load_temp(&mo, NULL, "bench-batch", dir, errmsg), *m16 = NULL;
-	const ss_model_opts lo16 = { .flags = SS_MODEL_WTYPE, .wtype = SS_DTYPE_BF16 };
+	const ss_model_opts lo16 = { .flags = SS_MODEL_WEIGHTS_DTYPE,
+				     .weights_dtype = SS_DTYPE_BF16 };
 	if (!m32 || ss_model_load_opts(&m16, dir, &lo16, errmsg)) {
 		fprintf(stderr, "batch: %s\n", errmsg);
 		return 1;

@@ -177,14 +177,15 @@ int main(int argc, char **argv)
 	if (ss_model_load(&m, model_dir, err))
 		die(model_dir, err);
 	const ss_model_config *c = &m->cfg;
-	const ss_dtype wt = m->weight_dtype == SS_DTYPE_F32 ? SS_DTYPE_F32 : m->weight_dtype;
-	const double wb = (double)ss_dtype_size(wt);
+	const ss_dtype weights_dtype = m->weights_dtype;
+	const double wb = (double)ss_dtype_size(weights_dtype);
 	const double proj = (double)c->n_layer * ((double)c->d_model * c->d_in_proj + (double)c->d_inner * c->d_model);
 	const double lm = (double)c->vocab_padded * c->d_model;
 	const double small = (double)c->n_layer * (c->d_model + (double)c->conv_dim * (c->d_conv + 1) + 3.0 * c->nheads + c->d_inner);
 	printf("device %s\n", ss_device_name(dev));
 	printf("model %s: d_model %d, n_layer %d, d_state %d, headdim %d, nheads %d, %s weights; projections %.3g params, lm_head %.3g\n",
-	       model_dir, c->d_model, c->n_layer, c->d_state, c->headdim, c->nheads, ss_dtype_name(wt), proj, lm);
+	       model_dir, c->d_model, c->n_layer, c->d_state, c->headdim, c->nheads,
+	       ss_dtype_name(weights_dtype), proj, lm);
 
 	/* floors */
 	const double enc_flops = 2.0 * proj; /* no lm_head in state extraction */
@@ -198,14 +199,16 @@ int main(int argc, char **argv)
 	/* GEMM floor at this shape */
 	{
 		const ss_cuda_api *cu = ss_device_cuda(dev);
-		const double ti = cu->bench_linear(gemm_T, c->d_in_proj, c->d_model, wt, 10);
-		const double to = cu->bench_linear(gemm_T, c->d_model, c->d_inner, wt, 10);
+		const double ti =
+			cu->bench_linear(gemm_T, c->d_in_proj, c->d_model, weights_dtype, 10);
+		const double to =
+			cu->bench_linear(gemm_T, c->d_model, c->d_inner, weights_dtype, 10);
 		if (ti > 0 && to > 0) {
 			const double fl_i = 2.0 * gemm_T * c->d_in_proj * c->d_model;
 			const double fl_o = 2.0 * gemm_T * c->d_model * c->d_inner;
 			printf("GEMM %s M=%d: in_proj %dx%d %.3f ms (%.0f TFLOP/s), out_proj %dx%d %.3f ms (%.0f TFLOP/s)\n",
-			       ss_dtype_name(wt), gemm_T, c->d_in_proj, c->d_model, ti * 1e3, fl_i / ti / 1e12,
-			       c->d_model, c->d_inner, to * 1e3, fl_o / to / 1e12);
+			       ss_dtype_name(weights_dtype), gemm_T, c->d_in_proj, c->d_model, ti * 1e3,
+			       fl_i / ti / 1e12, c->d_model, c->d_inner, to * 1e3, fl_o / to / 1e12);
 			printf("GEMM floor for encode: %.0f tokens/s (projections only, all layers)\n",
 			       gemm_T / (c->n_layer * (ti + to)));
 		} else {

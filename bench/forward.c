@@ -33,7 +33,7 @@
  * measured: no peer figure is ever a constant.
  *
  * Decode by weight dtype (issue 12.4: decode is bandwidth-bound; issue
- * 35.2: q8_0): f32, bf16 and q8_0 weights (SS_MODEL_WTYPE, the tools'
+ * 35.2: q8_0): f32, bf16 and q8_0 weights (SS_MODEL_WEIGHTS_DTYPE, the tools'
  * --weights-dtype), each in a fresh process (this program re-run with
  * --decode-child) so that its peak RSS is its own, interleaved round by
  * round with a memcpy of 256 MB over the same threads: tokens/s, the weight
@@ -246,11 +246,11 @@ static double sgemm_gflops(int threads, int M, int N, int K, int own)
 }
 
 /* Bytes of weights one decode step of one sequence reads: the four
- * matrices in wtype (one embedding row, all of lm_head), the rest f32. */
+ * matrices in weights_dtype (one embedding row, all of lm_head), the rest f32. */
 static double step_bytes(const ss_model *m)
 {
 	const ss_model_config *c = &m->cfg;
-	const double w = (double)ss_dtype_row_size(m->wtype, 32) / 32; /* q8_0: 34/32 */
+	const double w = (double)ss_dtype_row_size(m->weights_dtype, 32) / 32; /* q8_0: 34/32 */
 	const double proj = (double)c->n_layer * c->d_model * ((double)c->d_in_proj + c->d_inner);
 	const double small = (double)c->n_layer * (c->d_model + (double)c->conv_dim * (c->d_conv + 1) +
 						   3.0 * c->nheads + c->d_inner) + c->d_model;
@@ -279,7 +279,7 @@ static long vm_hwm_kb(void)
  * bytes_per_step peak_kB prefill_tokens/s". */
 static int decode_child(char **argv)
 {
-	ss_model_opts lo = { .flags = SS_MODEL_WTYPE };
+	ss_model_opts lo = { .flags = SS_MODEL_WEIGHTS_DTYPE };
 	char errmsg[SS_ERRMSG_MAX] = "";
 	const int threads = atoi(argv[2]), steps = atoi(argv[3]), len = atoi(argv[4]);
 	ss_model *m;
@@ -290,7 +290,7 @@ static int decode_child(char **argv)
 	double t = 0, pre = 1e30;
 	int k;
 
-	if (ss_dtype_parse(argv[1], &lo.wtype) || threads < 1 || steps < 1 || len < 1)
+	if (ss_dtype_parse(argv[1], &lo.weights_dtype) || threads < 1 || steps < 1 || len < 1)
 		return 2;
 	check(ss_model_load_opts(&m, argv[0], &lo, errmsg), "load", errmsg);
 	check(ss_forward_ctx_init(&ctx, m, threads, 0, errmsg), "context", errmsg);
@@ -551,8 +551,8 @@ int main(int argc, char **argv)
 			continue;
 		}
 		if (!strcmp(a, "--weights-dtype") && i + 1 < argc) {
-			lo.flags |= SS_MODEL_WTYPE;
-			if (ss_dtype_parse(argv[++i], &lo.wtype)) {
+			lo.flags |= SS_MODEL_WEIGHTS_DTYPE;
+			if (ss_dtype_parse(argv[++i], &lo.weights_dtype)) {
 				fprintf(stderr, "forward: --weights-dtype %s: f32, bf16, f16 or q8_0\n", argv[i]);
 				return 2;
 			}
@@ -588,8 +588,8 @@ int main(int argc, char **argv)
 	printf("model: %s%s, d_model %d, n_layer %d, d_state %d, headdim %d, nheads %d, ngroups %d, vocab %d, %s weights (%s in memory), %.1f MB as f32 (made and loaded in %.1f s)\n",
 	       model_dir ? model_dir : preset, lo.flags & SS_MODEL_NO_MMAP ? " (heap, no mmap)" : "",
 	       m->cfg.d_model, m->cfg.n_layer, m->cfg.d_state,
-	       m->cfg.headdim, m->cfg.nheads, m->cfg.ngroups, vocab, ss_dtype_name(m->weight_dtype),
-	       ss_dtype_name(m->wtype), model_bytes(m) / 1e6, bench_now() - t0);
+	       m->cfg.headdim, m->cfg.nheads, m->cfg.ngroups, vocab, ss_dtype_name(m->ckpt_dtype),
+	       ss_dtype_name(m->weights_dtype), model_bytes(m) / 1e6, bench_now() - t0);
 	if (peer_exe)
 		printf("peer: %s -m %s%s\n", peer_exe, peer_gguf,
 		       model_dir ? "" : " (give -m the directory it was converted from for the same weights)");

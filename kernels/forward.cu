@@ -58,7 +58,7 @@ typedef struct {
 
 typedef struct {
 	ss_model_config c;
-	ss_dtype wt;          /* dtype of projections, embedding, lm_head */
+	ss_dtype weights_dtype; /* of in_proj, out_proj, embedding, lm_head: m's */
 	int64_t ubatch;
 	cudaStream_t st;
 	ss_cuda_blas *blas;
@@ -123,28 +123,15 @@ static int upload_f32(gpu_be *g, float **dst, const float *src, size_t n)
 	return err;
 }
 
-/* A weight matrix held on the host in m->wtype (src_t): as it is when that
- * is g->wt, else f32 converted on the device (tmp: n f32 of scratch). */
-static int upload_w(gpu_be *g, void **dst, const void *src, ss_dtype src_t, size_t n,
-		    float *tmp)
+/* A weight matrix of n elements, held on the host in g->weights_dtype (f32,
+ * bf16 or f16), copied to the device as it is. */
+static int upload_w(gpu_be *g, void **dst, const void *src, size_t n)
 {
-	int err;
-	if (src_t == g->wt) {
-		/* no libss call here: the plugin resolves none of its symbols */
-		const size_t bytes = n * (src_t == SS_DTYPE_F32 ? 4 : 2);
-		err = dalloc(g, dst, bytes);
-		return err ? err : ss_cuda_note(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice),
-						"upload");
-	}
-	err = dalloc(g, dst, n * 2);
-	if (!err)
-		err = ss_cuda_note(cudaMemcpy(tmp, src, n * sizeof(float), cudaMemcpyHostToDevice),
-				   "upload");
-	if (!err) {
-		ss_cuda_convert(*dst, g->wt, tmp, (int64_t)n, 0);
-		err = ss_cuda_note(cudaDeviceSynchronize(), "convert weights");
-	}
-	return err;
+	/* no libss call here: the plugin resolves none of its symbols */
+	const size_t bytes = n * (g->weights_dtype == SS_DTYPE_F32 ? 4 : 2);
+	const int err = dalloc(g, dst, bytes);
+	return err ? err : ss_cuda_note(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice),
+					"upload");
 }
 
 static void be_free(void *p)
@@ -206,11 +193,11 @@ static size_t be_bytes(const void *p)
 	return p ? ((const gpu_be *)p)->bytes : 0;
 }
 
-static int init(gpu_be **out, const ss_model *m, ss_dtype wdtype, int ubatch, char *errmsg)
+static int init(gpu_be **out, const ss_model *m, int ubatch, char *errmsg)
 {
 	const ss_model_config *c = &m->cfg;
 	gpu_be *g;
-	float *tmp = NULL, *cwt = NULL;
+	float *cwt = NULL;
 	const char *env;
 	int err = 0;
 
@@ -225,9 +212,10 @@ static int init(gpu_be **out, const ss_model *m, ss_dtype wdtype, int ubatch, ch
 		return SS_ERR_NOMEM;
 	g->c = *c;
 	g->m1 = !strcmp(c->arch, "mamba1");
-	/* matrices the host holds in 16 bits stay so; f32 ones go in wdtype */
-	g->wt = m->wtype != SS_DTYPE_F32 ? m->wtype
-		: wdtype == SS_DTYPE_BF16 || wdtype == SS_DTYPE_F16 ? wdtype : SS_DTYPE_F32;
+	/* the matrices in the dtype the host holds them in: the checkpoint's, or
+	 * what --weights-dtype asked (q8_0 never reaches here: forward.c keeps it
+	 * on the CPU) */
+	g->weights_dtype = m->weights_dtype;
 	g->ubatch = ubatch > 0 ? ubatch : 8192;
 	env = getenv("SS_CUDA_GRAPHS");
 	g->use_graphs = !(env && strcmp(env, "0") == 0);
@@ -240,23 +228,19 @@ static int init(gpu_be **out, const ss_model *m, ss_dtype wdtype, int ubatch, ch
 	g->bytes = sizeof(*g);
 
 	const int64_t ub = g->ubatch, V = c->vocab_padded, dm = c->d_model;
-	const size_t big = (size_t)V * dm > (size_t)c->d_in_proj * dm
-				   ? (size_t)V * dm
-				   : (size_t)c->d_in_proj * dm;
 	const int64_t kmax = c->d_inner > dm ? c->d_inner : dm;
 	if (ss_cuda_note(cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking), "stream") ||
 	    !(g->blas = ss_cuda_blas_create(g->st, (size_t)ub * kmax * 2)) ||
-	    ss_cuda_note(cudaMalloc((void **)&tmp, big * sizeof(float)), "cudaMalloc") ||
 	    !(cwt = (float *)malloc((size_t)c->d_conv * c->conv_dim * sizeof(float))) ||
 	    !(g->layers = (layer_w *)calloc((size_t)c->n_layer, sizeof(layer_w)))) {
 		err = SS_ERR_DEVICE;
 		goto fail;
 	}
-	if ((err = upload_w(g, &g->emb, m->embedding, m->wtype, (size_t)V * dm, tmp)) ||
+	if ((err = upload_w(g, &g->emb, m->embedding, (size_t)V * dm)) ||
 	    (err = upload_f32(g, &g->norm_f, m->norm_f, (size_t)dm)))
 		goto fail;
 	if (m->lm_head && m->lm_head != m->embedding)
-		err = upload_w(g, &g->lm_head, m->lm_head, m->wtype, (size_t)V * dm, tmp);
+		err = upload_w(g, &g->lm_head, m->lm_head, (size_t)V * dm);
 	else
 		g->lm_head = m->lm_head ? g->emb : NULL;
 	if (err)
@@ -268,7 +252,7 @@ static int init(gpu_be **out, const ss_model *m, ss_dtype wdtype, int ubatch, ch
 			for (int ch = 0; ch < c->conv_dim; ch++)
 				cwt[(size_t)k * c->conv_dim + ch] = lw->conv_w[(size_t)ch * c->d_conv + k];
 		if ((err = upload_f32(g, &w->norm, lw->norm, (size_t)dm)) ||
-		    (err = upload_w(g, &w->in_proj, lw->in_proj, m->wtype, (size_t)c->d_in_proj * dm, tmp)) ||
+		    (err = upload_w(g, &w->in_proj, lw->in_proj, (size_t)c->d_in_proj * dm)) ||
 		    (err = upload_f32(g, &w->conv_wt, cwt, (size_t)c->d_conv * c->conv_dim)) ||
 		    (err = upload_f32(g, &w->conv_b, lw->conv_b, (size_t)c->conv_dim)) ||
 		    (err = upload_f32(g, &w->dt_bias, lw->dt_bias, (size_t)c->nheads)) ||
@@ -280,7 +264,7 @@ static int init(gpu_be **out, const ss_model *m, ss_dtype wdtype, int ubatch, ch
 					       (size_t)(c->dt_rank + 2 * c->d_state) * c->d_inner))) ||
 		    (g->m1 && (err = upload_f32(g, &w->dt_proj, lw->dt_proj,
 					       (size_t)c->d_inner * c->dt_rank))) ||
-		    (err = upload_w(g, &w->out_proj, lw->out_proj, m->wtype, (size_t)dm * c->d_inner, tmp)))
+		    (err = upload_w(g, &w->out_proj, lw->out_proj, (size_t)dm * c->d_inner)))
 			goto fail;
 	}
 	if ((err = dalloc(g, (void **)&g->H, (size_t)ub * dm * 4)) ||
@@ -302,14 +286,12 @@ static int init(gpu_be **out, const ss_model *m, ss_dtype wdtype, int ubatch, ch
 	    (err = ss_cuda_note(cudaMallocHost((void **)&g->h_sstart, (size_t)(ub + 2) * 8),
 				"pinned")))
 		goto fail;
-	cudaFree(tmp);
 	free(cwt);
 	*out = g;
 	return 0;
 fail:
 	if (err != SS_ERR_NOMEM)
 		set_err(errmsg, "CUDA: cannot put the model on the GPU: %s", ss_cuda_last_error());
-	cudaFree(tmp);
 	free(cwt);
 	be_free(g);
 	return err ? err : SS_ERR_DEVICE;
@@ -429,7 +411,7 @@ static int embed(void *p, const ss_pass *ps)
 {
 	gpu_be *g = (gpu_be *)p;
 	(void)ps;
-	ss_embed_cuda(g->H, g->emb, g->wt, g->tok, g->T, g->c.d_model, g->st);
+	ss_embed_cuda(g->H, g->emb, g->weights_dtype, g->tok, g->T, g->c.d_model, g->st);
 	return 0;
 }
 
@@ -449,10 +431,10 @@ static int linear(void *p, const ss_pass *ps, int l, ss_linear_which which)
 	const int64_t dm = c->d_model;
 	(void)ps;
 	if (which == SS_LINEAR_IN_PROJ)
-		return ss_linear_cuda(g->blas, g->ZXD, c->d_in_proj, g->U, dm, w->in_proj, g->wt, g->T,
-				      c->d_in_proj, dm, 0.0f);
-	return ss_linear_cuda(g->blas, g->H, dm, g->Y, c->d_inner, w->out_proj, g->wt, g->T, dm,
-			      c->d_inner, 1.0f);
+		return ss_linear_cuda(g->blas, g->ZXD, c->d_in_proj, g->U, dm, w->in_proj,
+				      g->weights_dtype, g->T, c->d_in_proj, dm, 0.0f);
+	return ss_linear_cuda(g->blas, g->H, dm, g->Y, c->d_inner, w->out_proj, g->weights_dtype,
+			      g->T, dm, c->d_inner, 1.0f);
 }
 
 static int conv(void *p, const ss_pass *ps, int l)
@@ -585,12 +567,12 @@ static int lm_head(void *p, int64_t i, int64_t n, float *dst)
 	const int64_t dm = g->c.d_model, V = g->c.vocab_padded;
 	int err;
 	if (!dst)
-		return ss_linear_cuda(g->blas, g->Lg, V, g->U + i * dm, dm, g->lm_head, g->wt, n, V, dm,
-				      0.0f);
+		return ss_linear_cuda(g->blas, g->Lg, V, g->U + i * dm, dm, g->lm_head,
+				      g->weights_dtype, n, V, dm, 0.0f);
 	for (int64_t r = 0; r < n; r += LG) {
 		const int64_t m = n - r < LG ? n - r : LG;
-		if ((err = ss_linear_cuda(g->blas, g->Lg, V, g->U + (i + r) * dm, dm, g->lm_head, g->wt,
-					  m, V, dm, 0.0f)))
+		if ((err = ss_linear_cuda(g->blas, g->Lg, V, g->U + (i + r) * dm, dm, g->lm_head,
+					  g->weights_dtype, m, V, dm, 0.0f)))
 			return err;
 		if (ss_cuda_note(cudaMemcpyAsync(dst + r * V, g->Lg, (size_t)(m * V) * 4,
 						 cudaMemcpyDeviceToHost, g->st), "download"))
@@ -725,10 +707,10 @@ static const ss_backend_ops gpu_ops = {
 };
 
 extern "C" int ss_cuda_backend_init(void **be, const ss_backend_ops **ops, const ss_model *m,
-				    ss_dtype wdtype, int ubatch, char *errmsg)
+				    int ubatch, char *errmsg)
 {
 	gpu_be *g = NULL;
-	const int err = init(&g, m, wdtype, ubatch, errmsg);
+	const int err = init(&g, m, ubatch, errmsg);
 	*be = g;
 	*ops = &gpu_ops;
 	return err;

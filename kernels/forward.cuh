@@ -6,4 +6,4 @@
 #include "common.cuh"
 
 extern "C" int ss_cuda_backend_init(void **be, const ss_backend_ops **ops, const ss_model *m,
-				    ss_dtype wdtype, int ubatch, char *errmsg);
+				    int ubatch, char *errmsg);

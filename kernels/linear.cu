@@ -84,8 +84,8 @@ extern "C" void ss_cuda_blas_free(ss_cuda_blas *b)
 }
 
 extern "C" int ss_linear_cuda(ss_cuda_blas *b, float *y, ptrdiff_t ldy, const float *x,
-			      ptrdiff_t ldx, const void *W, ss_dtype wt, int64_t M, int64_t N,
-			      int64_t K, float beta)
+			      ptrdiff_t ldx, const void *W, ss_dtype weights_dtype, int64_t M,
+			      int64_t N, int64_t K, float beta)
 {
 	const float alpha = 1.0f;
 	cudaDataType_t ht;
@@ -97,16 +97,16 @@ extern "C" int ss_linear_cuda(ss_cuda_blas *b, float *y, ptrdiff_t ldy, const fl
 	}
 	if (M == 0 || N == 0)
 		return 0;
-	if (wt == SS_DTYPE_F32)
+	if (weights_dtype == SS_DTYPE_F32)
 		return blas_note(cublasSgemm(b->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K,
 					     &alpha, (const float *)W, (int)K, x, (int)ldx, &beta, y,
 					     (int)ldy),
 				 "cublasSgemm");
-	if (wt != SS_DTYPE_BF16 && wt != SS_DTYPE_F16) {
+	if (weights_dtype != SS_DTYPE_BF16 && weights_dtype != SS_DTYPE_F16) {
 		ss_cuda_note_msg("linear", "unsupported weight dtype");
 		return SS_ERR_UNSUPPORTED;
 	}
-	ht = wt == SS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+	ht = weights_dtype == SS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
 	const size_t need = (size_t)M * (size_t)K * 2;
 	if (need > b->cap) {
 		void *p;
@@ -117,7 +117,8 @@ extern "C" int ss_linear_cuda(ss_cuda_blas *b, float *y, ptrdiff_t ldy, const fl
 		b->scratch = p;
 		b->cap = need;
 	}
-	convert_rows_kernel<<<ss_cdiv(M * K, 256), 256, 0, b->st>>>(b->scratch, wt, x, ldx, M, K);
+	convert_rows_kernel<<<ss_cdiv(M * K, 256), 256, 0, b->st>>>(b->scratch, weights_dtype, x,
+								    ldx, M, K);
 	if (SS_CUDA_LAUNCHED("linear convert"))
 		return SS_ERR_DEVICE;
 	return blas_note(cublasGemmEx(b->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha,
@@ -139,14 +140,15 @@ __global__ void fill_kernel(float *p, int64_t n, uint32_t seed)
 	p[i] = (float)(z >> 8) * (2.0f / 16777216.0f) - 1.0f;
 }
 
-extern "C" double ss_cuda_bench_linear(int64_t M, int64_t N, int64_t K, ss_dtype wt, int reps)
+extern "C" double ss_cuda_bench_linear(int64_t M, int64_t N, int64_t K, ss_dtype weights_dtype,
+				       int reps)
 {
 	float *x = NULL, *y = NULL, *w32 = NULL;
 	void *W = NULL;
 	ss_cuda_blas *b = NULL;
 	cudaEvent_t e0 = NULL, e1 = NULL;
 	double best = -1.0;
-	const size_t esz = wt == SS_DTYPE_F32 ? 4 : 2;
+	const size_t esz = weights_dtype == SS_DTYPE_F32 ? 4 : 2;
 
 	if (M <= 0 || N <= 0 || K <= 0 || reps <= 0)
 		return -1.0;
@@ -157,21 +159,21 @@ extern "C" double ss_cuda_bench_linear(int64_t M, int64_t N, int64_t K, ss_dtype
 		goto out;
 	fill_kernel<<<ss_cdiv(M * K, 256), 256>>>(x, M * K, 1u);
 	fill_kernel<<<ss_cdiv(N * K, 256), 256>>>(w32, N * K, 2u);
-	if (wt == SS_DTYPE_F32)
+	if (weights_dtype == SS_DTYPE_F32)
 		cudaMemcpy(W, w32, (size_t)(N * K) * 4, cudaMemcpyDeviceToDevice);
 	else
-		ss_cuda_convert(W, wt, w32, N * K, 0);
+		ss_cuda_convert(W, weights_dtype, w32, N * K, 0);
 	b = ss_cuda_blas_create(0, (size_t)(M * K) * 2);
 	if (!b || ss_cuda_note(cudaEventCreate(&e0), "bench") ||
 	    ss_cuda_note(cudaEventCreate(&e1), "bench"))
 		goto out;
 	for (int i = 0; i < 3; i++)
-		if (ss_linear_cuda(b, y, N, x, K, W, wt, M, N, K, 0.0f))
+		if (ss_linear_cuda(b, y, N, x, K, W, weights_dtype, M, N, K, 0.0f))
 			goto out;
 	for (int i = 0; i < reps; i++) {
 		float ms = 0.0f;
 		cudaEventRecord(e0, 0);
-		if (ss_linear_cuda(b, y, N, x, K, W, wt, M, N, K, 0.0f))
+		if (ss_linear_cuda(b, y, N, x, K, W, weights_dtype, M, N, K, 0.0f))
 			goto out;
 		cudaEventRecord(e1, 0);
 		if (ss_cuda_note(cudaEventSynchronize(e1), "bench"))

@@ -24,6 +24,7 @@ extern "C" void ss_cuda_blas_free(ss_cuda_blas *b);
 /* Rounds n f32 values to dtype t (bf16/f16) on stream st: dst[i] = src[i]. */
 extern "C" void ss_cuda_convert(void *dst, ss_dtype t, const float *src, int64_t n,
 				cudaStream_t st);
-/* Best seconds of `reps` linears of shape (M, N, K) with W in wt (random
+/* Best seconds of `reps` linears of shape (M, N, K) with W in weights_dtype (random
  * data), after warm-up; < 0 on error. */
-extern "C" double ss_cuda_bench_linear(int64_t M, int64_t N, int64_t K, ss_dtype wt, int reps);
+extern "C" double ss_cuda_bench_linear(int64_t M, int64_t N, int64_t K, ss_dtype weights_dtype,
+				       int reps);

@@ -183,9 +183,10 @@ typedef struct ss_device ss_device; /* ss_device.h */
 /* ss_forward_ctx_init on a device (ss_device_open). dev NULL or a CPU device
  * is ss_forward_ctx_init. On a CUDA device the context holds the model on
  * the GPU: every weight uploaded once at init (the projections, embedding
- * and lm_head in m->wtype when the host holds them in bf16 or f16, else in
- * the checkpoint's dtype m->weight_dtype — bf16 and f16 stay 2 bytes, with
- * f32 accumulation; norms, conv, dt_bias, A_log, D in f32),
+ * and lm_head in m->weights_dtype, f32, bf16 or f16 — the checkpoint's own
+ * unless --weights-dtype asked for another; with 16-bit matrices the
+ * activations are rounded to 16 bits for the GEMM and it accumulates in
+ * f32; norms, conv, dt_bias, A_log, D in f32),
  * activations and scratch on the GPU (ubatch tokens per pass as on the CPU;
  * 0 = SS_FORWARD_UBATCH_GPU: a GPU needs many tokens in flight), and
  * n_threads unused. m and dev are borrowed and must outlive

@@ -39,14 +39,14 @@ typedef struct {
 } ss_model_config;
 
 /* One layer's weights, row-major (torch's [out][in] for projections): f32,
- * except in_proj and out_proj, which are in the model's wtype. Mamba-1
+ * except in_proj and out_proj, in the model's weights_dtype. Mamba-1
  * (ref: mamba_ssm modules/mamba_simple.py; transformers modeling_mamba.py)
  * uses in_proj [2*d_inner][d_model] (x | z), conv over d_inner channels,
  * x_proj, dt_proj, dt_bias = dt_proj.bias [d_inner], A_log
  * [d_inner][d_state], D [d_inner], out_proj; gnorm is NULL. */
 typedef struct {
 	float *norm;      /* [d_model]            backbone.layers.N.norm.weight */
-	void *in_proj;    /* [d_in_proj][d_model] mixer.in_proj.weight, wtype */
+	void *in_proj;    /* [d_in_proj][d_model] mixer.in_proj.weight, weights_dtype */
 	float *conv_w;    /* [conv_dim][d_conv]   mixer.conv1d.weight ([conv_dim,1,d_conv]) */
 	float *conv_b;    /* [conv_dim]           mixer.conv1d.bias */
 	float *dt_bias;   /* [nheads] */
@@ -56,21 +56,22 @@ typedef struct {
 	float *x_proj;    /* Mamba-1 [dt_rank+2*d_state][d_inner] mixer.x_proj.weight
 			     (rows: dt_low | B | C) */
 	float *dt_proj;   /* Mamba-1 [d_inner][dt_rank] mixer.dt_proj.weight */
-	void *out_proj;   /* [d_model][d_inner], wtype */
+	void *out_proj;   /* [d_model][d_inner], weights_dtype */
 } ss_layer;
 
 /* A loaded model. The four weight matrices the forward pass streams
  * (embedding, lm_head, in_proj, out_proj: all but a few hundredth of the
- * bytes) are held in wtype; every other weight is f32 (widened). */
+ * bytes) are held in weights_dtype; every other weight is f32 (widened). */
 typedef struct ss_model {
 	ss_model_config cfg;
 	char fingerprint[SS_FINGERPRINT_MAX]; /* 16 hex digits: dims + the checkpoint's
 						 weights widened to f32 (model.c) */
-	ss_dtype weight_dtype;  /* dtype in the checkpoint */
-	ss_dtype wtype;         /* dtype of the four matrices in memory (ss_model_opts) */
-	void *embedding;        /* [vocab_padded][d_model], wtype */
+	ss_dtype ckpt_dtype;    /* dtype in the checkpoint */
+	ss_dtype weights_dtype; /* of the four matrices in memory (ss_model_opts) */
+	void *embedding;        /* [vocab_padded][d_model], weights_dtype */
 	float *norm_f;          /* [d_model] */
-	void *lm_head;          /* [vocab_padded][d_model], wtype; == embedding when tied */
+	void *lm_head;          /* [vocab_padded][d_model], weights_dtype; == embedding
+				   when tied */
 	ss_layer *layers;       /* [n_layer] */
 	void *priv;             /* loader-owned storage */
 } ss_model;
@@ -80,10 +81,11 @@ typedef struct ss_model {
  * "Mamba1" or has neither "layer" nor "headdim", as mamba_ssm's default) plus model.safetensors, sharded safetensors with
  * model.safetensors.index.json, or pytorch_model.bin (zip + restricted
  * unpickler that only rebuilds tensors). Checks every tensor's shape against
- * the config. The four matrices stay in the checkpoint's dtype (m->wtype =
- * m->weight_dtype: bf16 and f16 are kept 2 bytes, as llama.cpp keeps a
- * GGUF's types and transformers' dtype="auto" a checkpoint's), the other
- * weights are widened to f32; ss_model_load_opts can ask for another wtype.
+ * the config. The four matrices stay in the checkpoint's dtype
+ * (m->weights_dtype = m->ckpt_dtype: bf16 and f16 are kept 2 bytes, as
+ * llama.cpp keeps a GGUF's types and transformers' dtype="auto" a
+ * checkpoint's), the other weights are widened to f32; ss_model_load_opts
+ * can ask for another weights_dtype.
  * Aligned f32 safetensors data is mapped copy-on-write from the file
  * instead of copied (writes stay private to the process), unless
  * SS_MODEL_NO_MMAP.
@@ -114,18 +116,18 @@ enum {
 	SS_MODEL_SKIP_LM_HEAD = 1 << 0,
 	/* Copy f32 safetensors data to the heap instead of mapping the file. */
 	SS_MODEL_NO_MMAP = 1 << 1,
-	/* Hold the four matrices in opts->wtype instead of the checkpoint's
-	 * dtype: f32 widens a bf16/f16 checkpoint; bf16 or f16 rounds an f32
-	 * one to nearest even at load (half the bytes to stream per token).
-	 * The fingerprint is the checkpoint's either way: states stay
-	 * interchangeable between runs of the same weights in any wtype, as
-	 * between the CPU and a GPU. */
-	SS_MODEL_WTYPE = 1 << 2,
+	/* Hold the four matrices in opts->weights_dtype instead of the
+	 * checkpoint's dtype: f32 widens a bf16/f16 checkpoint; bf16 or f16
+	 * rounds an f32 one to nearest even at load (half the bytes to stream
+	 * per token). The fingerprint is the checkpoint's either way: states
+	 * stay interchangeable between runs of the same weights in any
+	 * weights_dtype, as between the CPU and a GPU. */
+	SS_MODEL_WEIGHTS_DTYPE = 1 << 2,
 };
 
 typedef struct {
 	unsigned flags;   /* SS_MODEL_* */
-	ss_dtype wtype;   /* with SS_MODEL_WTYPE */
+	ss_dtype weights_dtype; /* with SS_MODEL_WEIGHTS_DTYPE */
 } ss_model_opts;
 
 /* ss_model_load with options (opts NULL = defaults = ss_model_load). */

@@ -131,7 +131,7 @@ void ss_rmsnorm_backward_cpu(const float *dy, const float *h, float *dh, const f
 /* Linear (no bias): y[M][N] = x[M][K] · W[N][K]ᵀ + beta · y.
  *   y: [M][N] f32, row stride ldy (in/out when beta != 0).
  *   x: [M][K] f32, row stride ldx.
- *   W: [N][K] row-major (torch's [out][in]) in dtype wt, contiguous.
+ *   W: [N][K] row-major (torch's [out][in]) in dtype weights_dtype, contiguous.
  * in_proj (N = d_in_proj, K = d_model), out_proj (N = d_model, K = d_inner,
  * beta = 1: the residual add), lm_head (N = vocab_padded, K = d_model).
  * CPU: f32 W: the BLAS's sgemm (sgemv when M == 1), one BLAS thread: split
@@ -142,10 +142,10 @@ void ss_rmsnorm_backward_cpu(const float *dy, const float *h, float *dh, const f
  * f32).
  * CUDA: cublasSgemm (f32) or cublasGemmEx with bf16/f16 W, x rounded to
  * W's dtype, f32 accumulation and output.
- * Returns 0; SS_ERR_UNSUPPORTED (wt not handled on this device),
+ * Returns 0; SS_ERR_UNSUPPORTED (weights_dtype not handled on this device),
  * SS_ERR_INVALID (negative sizes, ld too small); SS_ERR_DEVICE (CUDA). */
 int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
-		  ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta);
+		  ss_dtype weights_dtype, int64_t M, int64_t N, int64_t K, float beta);
 
 /* The linear op with one fixed f32 summation order per output, whatever
  * the batch (lib/forward/ops/linear_f32.c: AVX-512 and AVX2 kernels, one
@@ -154,19 +154,19 @@ int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const 
  * $SS_GEMM=blas) and for deterministic decode steps. No CUDA twin.
  *   y: [M][N] f32, row stride ldy (read only when beta != 0).
  *   x: [M][K] f32, row stride ldx.
- *   W: [N][K] row-major (the nn.Linear weight layout) in wt: SS_DTYPE_F32,
+ *   W: [N][K] row-major (the nn.Linear weight layout) in weights_dtype: SS_DTYPE_F32,
  *      SS_DTYPE_BF16 or SS_DTYPE_F16, aligned to its element size.
  * Each y[m][n] is the same bits whatever M, N, the row's place and the slice
  * of W a caller passes (the order depends on the kernel only: AVX-512 and
  * AVX2 agree), so cutting rows or columns over threads, or batching rows, never changes
  * a result; and W in bf16 or f16 gives the bits of the f32 call on W
  * widened. Returns 0, SS_ERR_INVALID (negative sizes, ldy < N, ldx < K),
- * SS_ERR_UNSUPPORTED (another wt).
+ * SS_ERR_UNSUPPORTED (another weights_dtype).
  * ref: the f32 path of ss_linear_cpu (cblas_sgemv / cblas_sgemm), which it
  *      matches to rounding; ops/linear.h ss_matvec_w16 (the same property
  *      for 16-bit weights, one row at a time). */
 int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
-		       ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta);
+		       ss_dtype weights_dtype, int64_t M, int64_t N, int64_t K, float beta);
 
 /* Prefill's linear op with q8_0 W, row-invariant (the CPU forward pass's
  * prefill projections with q8_0 matrices, unless $SS_GEMM=blas; no CUDA

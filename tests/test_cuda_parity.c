@@ -1096,9 +1096,9 @@ static void test_golden_mamba1(void **st)
 
 /* A random mamba2-130m-shaped model: GPU and CPU on a batch of documents of
  * varied lengths (states, last logits), then decode steps. */
-static void model_vs_cpu(const char *preset, ss_dtype wdtype, double tol)
+static void model_vs_cpu(const char *preset, ss_dtype weights_dtype, double tol)
 {
-	const int l2 = wdtype != SS_DTYPE_F32;
+	const int l2 = weights_dtype != SS_DTYPE_F32;
 	char dir[] = "/tmp/ss-parity-XXXXXX", errmsg[SS_ERRMSG_MAX] = "", path[64];
 	ss_mkmodel_opts o;
 	ss_model *m;
@@ -1113,7 +1113,7 @@ static void model_vs_cpu(const char *preset, ss_dtype wdtype, double tol)
 	assert_non_null(mkdtemp(dir));
 	ss_mkmodel_defaults(&o);
 	assert_int_equal(ss_mkmodel_preset(&o, preset), 0);
-	o.dtype = wdtype;
+	o.dtype = weights_dtype;
 	if (ss_mkmodel_write(dir, &o, errmsg) || ss_model_load(&m, dir, errmsg))
 		fail_msg("%s", errmsg);
 	snprintf(path, sizeof(path), "%s/model.safetensors", dir); unlink(path);
@@ -1140,7 +1140,8 @@ static void model_vs_cpu(const char *preset, ss_dtype wdtype, double tol)
 	if (ss_forward_prefill(gc, qg, NS, SS_LOGITS_LAST, errmsg))
 		fail_msg("gpu prefill: %s", errmsg);
 	for (int i = 0; i < NS; i++) {
-		printf("  %s doc %d (%lld tokens)\n", ss_dtype_name(wdtype), i, (long long)lens[i]);
+		printf("  %s doc %d (%lld tokens)\n", ss_dtype_name(weights_dtype), i,
+		       (long long)lens[i]);
 		const size_t nssm = ss_state_ssm_len(&sc[i].dims), nconv = ss_state_conv_len(&sc[i].dims);
 		bad += check(l2, "  ssm", sg[i].ssm, sc[i].ssm, nssm, tol);
 		bad += check(l2, "  conv", sg[i].conv, sc[i].conv, nconv, tol);

@@ -78,7 +78,8 @@ static void test_stale_layout_refused(void **st)
 	char em[SS_ERRMSG_MAX] = "";
 	const char *const changed[] = { "sizeof(ss_state)", "offsetof(ss_state, ssm)",
 					"offsetof(ss_state, conv_scale)", "offsetof(ss_model, layers)",
-					"offsetof(ss_model, wtype)", "offsetof(ss_forward_seq, state)",
+					"offsetof(ss_model, weights_dtype)",
+					"offsetof(ss_forward_seq, state)",
 					"offsetof(ss_layer, A_log)", "offsetof(ss_cuda_api, backend_init)",
 					/* an op slot: its entry comes from SS_CUDA_OPS */
 					"offsetof(ss_cuda_api, dt_softplus)" };

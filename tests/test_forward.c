@@ -659,8 +659,8 @@ static void test_linear_rows_invariant(void **unused)
 	for (size_t ki = 0; ki < sizeof(Ks) / sizeof(*Ks); ki++)
 		for (int wi = 0; wi < 3; wi++) {
 			const int64_t K = Ks[ki];
-			const ss_dtype wt = wts[wi];
-			const size_t esz = ss_dtype_size(wt);
+			const ss_dtype weights_dtype = wts[wi];
+			const size_t esz = ss_dtype_size(weights_dtype);
 			float *x = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K);
 			char *Wt = malloc(esz * N * K);
 			assert_true(x && W && Wt);
@@ -668,9 +668,9 @@ static void test_linear_rows_invariant(void **unused)
 				x[i] = (float)((ss_splitmix64(&seed) >> 40) * (2.0 / 16777216.0) - 1.0);
 			for (int64_t i = 0; i < N * K; i++)
 				W[i] = (float)((ss_splitmix64(&seed) >> 40) * (2.0 / 16777216.0) - 1.0);
-			/* W in wt, and W set to its widened values */
-			ss_from_f32(Wt, wt, W, (size_t)(N * K));
-			ss_to_f32(W, Wt, wt, (size_t)(N * K));
+			/* W in weights_dtype, and W set to its widened values */
+			ss_from_f32(Wt, weights_dtype, W, (size_t)(N * K));
+			ss_to_f32(W, Wt, weights_dtype, (size_t)(N * K));
 			for (int beta = 0; beta < 2; beta++) {
 				for (int m = 0; m < M; m++)
 					for (int n = 0; n < N; n++)
@@ -680,7 +680,8 @@ static void test_linear_rows_invariant(void **unused)
 				memcpy(wide, init, sizeof(wide));
 				memcpy(mid, init, sizeof(mid));
 				memcpy(run, init, sizeof(run));
-				assert_int_equal(ss_linear_rows_cpu(&all[0][0], N, x, K, Wt, wt, M, N, K,
+				assert_int_equal(ss_linear_rows_cpu(&all[0][0], N, x, K, Wt,
+								    weights_dtype, M, N, K,
 								    (float)beta), 0);
 				assert_int_equal(ss_linear_rows_cpu(&wide[0][0], N, x, K, W, SS_DTYPE_F32, M,
 								    N, K, (float)beta), 0);
@@ -689,17 +690,19 @@ static void test_linear_rows_invariant(void **unused)
 				for (int m = 0; m < M; m++)
 					for (int n0 = 0; n0 < N; n0 += 3)
 						assert_int_equal(ss_linear_rows_cpu(&one[m][n0], N, x + m * K, K,
-										    Wt + (size_t)n0 * K * esz, wt,
+										    Wt + (size_t)n0 * K * esz, weights_dtype,
 										    1, N - n0 < 3 ? N - n0 : 3, K,
 										    (float)beta), 0);
 				assert_memory_equal(all, one, sizeof(all));
 				/* rows 1 .. M - 2 in one call: rows in other places of their tiles */
-				assert_int_equal(ss_linear_rows_cpu(&mid[1][0], N, x + K, K, Wt, wt, M - 2, N,
+				assert_int_equal(ss_linear_rows_cpu(&mid[1][0], N, x + K, K, Wt,
+								    weights_dtype, M - 2, N,
 								    K, (float)beta), 0);
 				assert_memory_equal(mid[1], all[1], sizeof(float) * (M - 2) * N);
 				/* runs of rows, each through another kernel or panel width */
 				for (int r = 0, m0 = 0; r < 4; m0 += runs[r++])
-					assert_int_equal(ss_linear_rows_cpu(&run[m0][0], N, x + m0 * K, K, Wt, wt,
+					assert_int_equal(ss_linear_rows_cpu(&run[m0][0], N,
+									    x + m0 * K, K, Wt, weights_dtype,
 									    runs[r], N, K, (float)beta), 0);
 				assert_memory_equal(all, run, sizeof(all));
 				for (int m = 0; m < M; m++)
@@ -788,7 +791,7 @@ static void decode_det_case(const ss_model *m, const char *what)
 static void test_decode_deterministic_batch(void **unused)
 {
 	ss_model *m16 = NULL;
-	const ss_model_opts o = { .flags = SS_MODEL_WTYPE, .wtype = SS_DTYPE_BF16 };
+	const ss_model_opts o = { .flags = SS_MODEL_WEIGHTS_DTYPE, .weights_dtype = SS_DTYPE_BF16 };
 	char errmsg[SS_ERRMSG_MAX] = "";
 
 	if (!models[0].m)
@@ -982,7 +985,7 @@ static void test_errors(void **unused)
 
 	/* a model whose matrices claim an unknown dtype is refused */
 	ss_model bad = *m;
-	bad.wtype = (ss_dtype)9;
+	bad.weights_dtype = (ss_dtype)9;
 	assert_int_equal(ss_forward_ctx_init(&ctx, &bad, 1, 0, errmsg), SS_ERR_INVALID);
 	assert_non_null(strstr(errmsg, "dtype"));
 }
@@ -1037,14 +1040,16 @@ static void test_no_lm_head(void **unused)
 /* --------------------------------------------------- weights in 16 bits */
 
 /* Next-token NLL (nats) over the golden cases c2, c3, c4, docB of tm's key,
- * from the model at tm->dir loaded with its matrices in wtype (-1: the
+ * from the model at tm->dir loaded with its matrices in weights_dtype (-1: the
  * checkpoint's), by prefill or by decode steps: mean |ours - golden
  * nll.f32| and max, over all positions. */
-static void nll_vs_golden(const tmodel *tm, int wtype, int decode, double *mean, double *max)
+static void nll_vs_golden(const tmodel *tm, int weights_dtype, int decode, double *mean,
+			  double *max)
 {
 	static const char *cases[] = { "c2", "c3", "c4", "docB" };
-	ss_model_opts o = { .flags = wtype >= 0 ? SS_MODEL_WTYPE : 0,
-			    .wtype = wtype >= 0 ? (ss_dtype)wtype : SS_DTYPE_F32 };
+	ss_model_opts o = { .flags = weights_dtype >= 0 ? SS_MODEL_WEIGHTS_DTYPE : 0,
+			    .weights_dtype = weights_dtype >= 0 ? (ss_dtype)weights_dtype
+							       : SS_DTYPE_F32 };
 	char errmsg[SS_ERRMSG_MAX] = "", rel[512];
 	ss_forward_ctx *ctx;
 	ss_model *m;
@@ -1055,8 +1060,8 @@ static void nll_vs_golden(const tmodel *tm, int wtype, int decode, double *mean,
 		skip();
 	if (ss_model_load_opts(&m, tm->dir, &o, errmsg) || ss_forward_ctx_init(&ctx, m, 2, 0, errmsg))
 		fail_msg("%s: %s", tm->dir, errmsg);
-	if (wtype >= 0)
-		assert_int_equal(m->wtype, wtype);
+	if (weights_dtype >= 0)
+		assert_int_equal(m->weights_dtype, weights_dtype);
 	*max = 0;
 	for (i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
 		const int V = m->cfg.vocab_padded;
@@ -1111,13 +1116,13 @@ static void nll_vs_golden(const tmodel *tm, int wtype, int decode, double *mean,
 #define NLL16_MAX 1e-2
 #define NLL32_TOL 1e-5
 
-static void check_nll16(const tmodel *tm, int wtype, double mean_tol, double max_tol)
+static void check_nll16(const tmodel *tm, int weights_dtype, double mean_tol, double max_tol)
 {
 	for (int decode = 0; decode < 2; decode++) {
 		double mean, max;
-		nll_vs_golden(tm, wtype, decode, &mean, &max);
+		nll_vs_golden(tm, weights_dtype, decode, &mean, &max);
 		printf("  %s weights %s, %s: NLL vs golden: mean |diff| %.2e, max %.2e nats\n",
-		       tm->name, wtype < 0 ? "as stored" : ss_dtype_name((ss_dtype)wtype),
+		       tm->name, weights_dtype < 0 ? "as stored" : ss_dtype_name((ss_dtype)weights_dtype),
 		       decode ? "decode" : "prefill", mean, max);
 		assert_true(mean <= mean_tol);
 		assert_true(max <= max_tol);
@@ -1158,8 +1163,8 @@ static void m1_reference(const ss_model *m, const int32_t *tok, int n, double *l
 	double *xz = malloc((size_t)2 * di * sizeof(double)), *xc = malloc((size_t)di * sizeof(double));
 	double *xd = malloc((size_t)xo * sizeof(double)), *y = malloc((size_t)di * sizeof(double));
 	assert_true(emb && head && inp && outp && h && u && xz && xc && xd && y);
-	ss_to_f32(emb, m->embedding, m->wtype, (size_t)V * dm);
-	ss_to_f32(head, m->lm_head, m->wtype, (size_t)V * dm);
+	ss_to_f32(emb, m->embedding, m->weights_dtype, (size_t)V * dm);
+	ss_to_f32(head, m->lm_head, m->weights_dtype, (size_t)V * dm);
 	for (int t = 0; t < n; t++)
 		for (int i = 0; i < dm; i++)
 			h[(size_t)t * dm + i] = emb[(size_t)tok[t] * dm + i];
@@ -1170,8 +1175,8 @@ static void m1_reference(const ss_model *m, const int32_t *tok, int n, double *l
 		const ss_layer *L = &m->layers[l];
 		double *cs = conv + (size_t)l * di * (K - 1), *S = ssm + (size_t)l * di * N;
 		double *ld = logdecay + (size_t)l * di * N;
-		ss_to_f32(inp, L->in_proj, m->wtype, (size_t)2 * di * dm);
-		ss_to_f32(outp, L->out_proj, m->wtype, (size_t)dm * di);
+		ss_to_f32(inp, L->in_proj, m->weights_dtype, (size_t)2 * di * dm);
+		ss_to_f32(outp, L->out_proj, m->weights_dtype, (size_t)dm * di);
 		for (int t = 0; t < n; t++) {
 			double *ht = h + (size_t)t * dm, ss2 = 0;
 			for (int i = 0; i < dm; i++)

@@ -252,7 +252,7 @@ static void test_fixture_q8_0(void **st)
 	ss_model *m;
 	if (ss_model_load(&m, p, err))
 		fail_msg("%s", err);
-	assert_int_equal(m->wtype, SS_DTYPE_Q8_0);
+	assert_int_equal(m->weights_dtype, SS_DTYPE_Q8_0);
 	assert_true(ss_model_is_mamba1(&m->cfg));
 	ss_gguf g;
 	assert_int_equal(ss_gguf_open(&g, p, err), 0);

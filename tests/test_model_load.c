@@ -128,7 +128,7 @@ static const char *small_model(const char *name, ss_dtype dt, int tied, int shar
 }
 
 /* A copy of the model's array for a checkpoint tensor name, widened to f32
- * (the four matrices are in m->wtype), and its length. Caller frees. */
+ * (the four matrices are in m->weights_dtype), and its length. Caller frees. */
 static float *widened(const void *p, ss_dtype t, size_t n)
 {
 	float *x = malloc(n * sizeof *x + 1);
@@ -146,15 +146,15 @@ static float *model_tensor(const ss_model *m, const char *name, size_t *n)
 	const ss_layer *L = NULL;
 	int l, off;
 	if (!strcmp(name, "backbone.embeddings.weight") || !strcmp(name, "backbone.embedding.weight"))
-		return *n = V * D, widened(m->embedding, m->wtype, *n);
+		return *n = V * D, widened(m->embedding, m->weights_dtype, *n);
 	if (!strcmp(name, "lm_head.weight"))
-		return m->lm_head ? (*n = V * D, widened(m->lm_head, m->wtype, *n)) : NULL;
+		return m->lm_head ? (*n = V * D, widened(m->lm_head, m->weights_dtype, *n)) : NULL;
 	if (sscanf(name, "backbone.layers.%d.%n", &l, &off) == 1 && l >= 0 && l < c->n_layer)
 		L = &m->layers[l];
 	if (L && !strcmp(name + off, "mixer.in_proj.weight"))
-		return *n = (size_t)c->d_in_proj * D, widened(L->in_proj, m->wtype, *n);
+		return *n = (size_t)c->d_in_proj * D, widened(L->in_proj, m->weights_dtype, *n);
 	if (L && !strcmp(name + off, "mixer.out_proj.weight"))
-		return *n = D * (size_t)c->d_inner, widened(L->out_proj, m->wtype, *n);
+		return *n = D * (size_t)c->d_inner, widened(L->out_proj, m->weights_dtype, *n);
 	const float *x = model_array(m, name, n);
 	return x ? widened(x, SS_DTYPE_F32, *n) : NULL;
 }
@@ -311,7 +311,7 @@ static void test_golden_t1_hf(void **state)
 	ss_model *m = load_ok(path2(golden, "models/t1-hf"), 0);
 	check_t1_config(&m->cfg);
 	assert_int_equal(m->cfg.vocab_size, 50288);
-	assert_int_equal(m->weight_dtype, SS_DTYPE_F32);
+	assert_int_equal(m->ckpt_dtype, SS_DTYPE_F32);
 	assert_ptr_equal(m->lm_head, m->embedding);
 	check_against_manifest(m, "t1-hf");
 	ss_state_dims d;
@@ -387,7 +387,7 @@ static void test_golden_t2_hf(void **state)
 	assert_int_equal(c->d_in_proj, 520);
 	assert_int_equal(c->vocab_padded, 50288);
 	assert_false(c->tied);
-	assert_int_equal(m->weight_dtype, SS_DTYPE_BF16);
+	assert_int_equal(m->ckpt_dtype, SS_DTYPE_BF16);
 	assert_non_null(m->lm_head);
 	assert_ptr_not_equal(m->lm_head, m->embedding);
 	check_against_manifest(m, "t2-hf");
@@ -452,7 +452,7 @@ static void round_trip(const char *name, ss_dtype dt, int tied, int shards, char
 {
 	const char *dir = small_model(name, dt, tied, shards);
 	ss_model *m = load_ok(dir, 0);
-	assert_int_equal(m->weight_dtype, dt);
+	assert_int_equal(m->ckpt_dtype, dt);
 	assert_int_equal(m->cfg.vocab_padded, 112);
 	assert_int_equal(m->cfg.ngroups, 2);
 	assert_int_equal(m->cfg.tied, tied);
@@ -514,7 +514,7 @@ static void m1_round_trip(const char *name, ss_dtype dt, int tied, char *fp_out)
 	const ss_model_config *c = &m->cfg;
 	assert_true(ss_model_is_mamba1(c));
 	assert_string_equal(c->arch, "mamba1");
-	assert_int_equal(m->weight_dtype, dt);
+	assert_int_equal(m->ckpt_dtype, dt);
 	assert_int_equal(c->vocab_size, 100);
 	assert_int_equal(c->vocab_padded, 104);
 	assert_int_equal(c->d_inner, 64);
@@ -1226,7 +1226,7 @@ static void test_torch_zip(void **state)
 		const char *d = newdir(name);
 		write_torch_model(d, dts[i], -1, -1);
 		ss_model *m = load_ok(d, 0);
-		assert_int_equal(m->weight_dtype, dts[i]);
+		assert_int_equal(m->ckpt_dtype, dts[i]);
 		assert_ptr_equal(m->lm_head, m->embedding);
 		ss_mkmodel_opts o;
 		ss_mkmodel_defaults(&o);

@@ -372,7 +372,7 @@ static void test_prefill_invariant(void **st)
 	const char *root = fx && *fx ? fx : "tests/fixtures";
 	ss_model *m;
 	ss_forward_ctx *cb, *c1;
-	ss_model_opts o = { .flags = SS_MODEL_WTYPE, .wtype = SS_DTYPE_Q8_0 };
+	ss_model_opts o = { .flags = SS_MODEL_WEIGHTS_DTYPE, .weights_dtype = SS_DTYPE_Q8_0 };
 	snprintf(dir, sizeof dir, "%s/golden/models/t1-hf", root);
 	if (ss_model_load_opts(&m, dir, &o, errmsg) || ss_forward_ctx_init(&cb, m, 2, 0, errmsg) ||
 	    ss_forward_ctx_init(&c1, m, 1, 0, errmsg))
@@ -437,7 +437,8 @@ static void nll_q8_0_vs_f32(const char *golden, const char *dir, int decode, dou
 	double sum = 0;
 	size_t count = 0;
 	for (int q = 0; q < 2; q++) {
-		ss_model_opts o = { .flags = SS_MODEL_WTYPE, .wtype = q ? SS_DTYPE_Q8_0 : SS_DTYPE_F32 };
+		ss_model_opts o = { .flags = SS_MODEL_WEIGHTS_DTYPE,
+				    .weights_dtype = q ? SS_DTYPE_Q8_0 : SS_DTYPE_F32 };
 		if (ss_model_load_opts(&m[q], dir, &o, errmsg) || ss_forward_ctx_init(&ctx[q], m[q], 2, 0, errmsg))
 			fail_msg("%s: %s", dir, errmsg);
 	}

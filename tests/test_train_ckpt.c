@@ -58,7 +58,7 @@ static void save_and_load(ss_model *m, const char *name)
 	assert_int_equal(ss_train_save_model(out, &m->cfg, P, SS_DTYPE_F32, errmsg), 0);
 	assert_int_equal(ss_model_load(&back, out, errmsg), 0);
 	assert_memory_equal(&back->cfg, &m->cfg, sizeof m->cfg);
-	assert_int_equal(back->weight_dtype, SS_DTYPE_F32);
+	assert_int_equal(back->ckpt_dtype, SS_DTYPE_F32);
 	assert_int_equal(ss_train_init(&t2, back, 4, 1), 0);
 	ss_train_params *P2 = ss_train_params_of(t2);
 	assert_int_equal(P2->n, P->n);
@@ -70,7 +70,7 @@ static void save_and_load(ss_model *m, const char *name)
 	assert_int_equal(mkdir(out, 0777), 0);
 	assert_int_equal(ss_train_save_model(out, &m->cfg, P, SS_DTYPE_BF16, errmsg), 0);
 	assert_int_equal(ss_model_load(&back, out, errmsg), 0);
-	assert_int_equal(back->weight_dtype, SS_DTYPE_BF16);
+	assert_int_equal(back->ckpt_dtype, SS_DTYPE_BF16);
 	assert_int_equal(ss_train_init(&t2, back, 4, 1), 0);
 	P2 = ss_train_params_of(t2);
 	for (size_t i = 0; i < P->n; i++)

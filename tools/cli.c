@@ -358,7 +358,7 @@ static const char *bad_option(char **argv, char *buf)
  * tables) and by cli_common_help() (the help lines), so that every tool
  * spells and explains them alike; the man pages say the same (tested by
  * tests/cli/options.sh) and the bash completion reads them from --help. */
-enum { O_MODEL = 0x1000, O_DEVICE, O_WTYPE };
+enum { O_MODEL = 0x1000, O_DEVICE, O_WEIGHTS_DTYPE };
 static const struct {
 	const char *name; /* the long name */
 	int val;          /* its short letter, or O_* when it has none */
@@ -373,7 +373,7 @@ static const struct {
 	{ "device", O_DEVICE, "D", CLI_HELP_MODEL,
 	  { "cpu, cuda (cuda:N), or auto (default: a GPU when", "the CUDA plugin finds one, else the CPU)" } },
 	{ "threads", 'j', "N", CLI_HELP_MODEL | CLI_HELP_THREADS, { "threads, 1..256 (default: the online cores)" } },
-	{ "weights-dtype", O_WTYPE, "T", CLI_HELP_MODEL,
+	{ "weights-dtype", O_WEIGHTS_DTYPE, "T", CLI_HELP_MODEL,
 	  { "f32, bf16, f16, q8_0 or auto: the dtype the weight", "matrices are held and read in (default auto: the",
 	    "checkpoint's; bf16 halves a decode step's reads)" } },
 	{ "output", 'o', "FILE", CLI_HELP_OUT, { "write the output there, whole or not at all" } },
@@ -450,7 +450,7 @@ int cli_getopt(int argc, char **argv, const cli_options *o)
 				return c;
 			o->model->threads = (int)cli_long("--threads", optarg, 1, 256, o->usage);
 			break;
-		case O_WTYPE: o->model->wtype = optarg; break;
+		case O_WEIGHTS_DTYPE: o->model->weights_dtype = optarg; break;
 		case -1:
 			if (o->model && !o->model->threads)
 				o->model->threads = cli_threads_default();

@@ -38,7 +38,7 @@ extern int cli_verbosity;    /* 0 = -q, 1 = default, 2+ = -v */
  * ss-compose): with the same meaning, and the help line of CLI_HELP_TOKENIZER
  * or CLI_HELP_THREADS. */
 typedef struct {
-	const char *model, *tokenizer, *device, *wtype;
+	const char *model, *tokenizer, *device, *weights_dtype;
 	int threads;
 } cli_model_opts;
 

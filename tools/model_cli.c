@@ -14,14 +14,16 @@
 
 #include "cli.h"
 
-ss_model *mcli_load_model(const char *dir, unsigned flags, const char *wtype, const char *usage)
+ss_model *mcli_load_model(const char *dir, unsigned flags, const char *weights_dtype,
+			  const char *usage)
 {
 	ss_model *m;
 	char err[SS_ERRMSG_MAX] = "";
 	ss_model_opts o = { .flags = flags };
-	if (wtype && strcmp(wtype, "auto")) {
-		o.wtype = (ss_dtype)cli_dtype("--weights-dtype", wtype, SS_DTYPE_WEIGHTS, usage); /* or auto */
-		o.flags |= SS_MODEL_WTYPE;
+	if (weights_dtype && strcmp(weights_dtype, "auto")) {
+		o.weights_dtype = (ss_dtype)cli_dtype("--weights-dtype", weights_dtype,
+						      SS_DTYPE_WEIGHTS, usage); /* or auto */
+		o.flags |= SS_MODEL_WEIGHTS_DTYPE;
 	}
 	int rc = ss_model_load_opts(&m, dir, &o, err);
 	if (rc)

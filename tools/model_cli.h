@@ -17,7 +17,8 @@
  * --weights-dtype WTYPE ("f32", "bf16", "f16"; NULL or "auto": the
  * checkpoint's dtype); a bad WTYPE is a usage error (exit 2), a failed load
  * "prog: <loader message>", exit 1. */
-ss_model *mcli_load_model(const char *dir, unsigned flags, const char *wtype, const char *usage);
+ss_model *mcli_load_model(const char *dir, unsigned flags, const char *weights_dtype,
+			  const char *usage);
 
 /* Dies (exit 1) unless state s, read from `file` record `index`, was made by
  * model m (same fingerprint and dims). The message names the file, the

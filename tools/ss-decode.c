@@ -874,7 +874,7 @@ int main(int argc, char **argv)
 			cli_usage(usage, "--prompt-tokens: empty prompt");
 	}
 
-	ss_model *m = mcli_load_model(o.model_dir, 0, o.mo.wtype, usage);
+	ss_model *m = mcli_load_model(o.model_dir, 0, o.mo.weights_dtype, usage);
 	ss_tokenizer *tok = NULL;
 	if (!o.prompt_ids || !o.ids_out || o.g.n_stops || o.g.prompts_path)
 		tok = cli_tokenizer(o.mo.tokenizer, o.model_dir);

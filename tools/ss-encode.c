@@ -741,7 +741,7 @@ int main(int argc, char **argv)
 
 	/* State extraction never needs an untied lm_head: do not keep it. */
 	encoder e = { .o = &o };
-	e.m = mcli_load_model(o.model_dir, SS_MODEL_SKIP_LM_HEAD, o.mo.wtype, usage);
+	e.m = mcli_load_model(o.model_dir, SS_MODEL_SKIP_LM_HEAD, o.mo.weights_dtype, usage);
 	in.vocab = mcli_vocab(e.m);
 	if (o.text)
 		in.tok = cli_tokenizer(o.mo.tokenizer, o.model_dir);

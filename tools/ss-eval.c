@@ -401,7 +401,7 @@ static void run_open(eval_run *run, int cmd)
 		[CMD_MSMARCO] = "query_id\tmethod\tnll\ttime_ms\tn_passages\n",
 		[CMD_RECALL] = "id\tcontext\tk\tgold_pos\tmethod\tem\tnll\ttime_ms\n",
 	};
-	run->model = mcli_load_model(run->model_dir, 0, run->mo.wtype, usage);
+	run->model = mcli_load_model(run->model_dir, 0, run->mo.weights_dtype, usage);
 	run->fctx = mcli_forward_ctx(run->model, run->model_dir, run->dev, run->mo.threads);
 	if (!run->per)
 		return;

@@ -719,7 +719,8 @@ static void recompute_load(qopts *o)
 		o->mo->device = "cpu"; /* only the CPU promises it */
 	o->dev = mcli_device(o->mo->device, usage_line);
 	/* State extraction never needs an untied lm_head; reranking does. */
-	o->m = mcli_load_model(o->mo->model, o->rr.n ? 0 : SS_MODEL_SKIP_LM_HEAD, o->mo->wtype, usage_line);
+	o->m = mcli_load_model(o->mo->model, o->rr.n ? 0 : SS_MODEL_SKIP_LM_HEAD,
+			       o->mo->weights_dtype, usage_line);
 	ss_model_state_dims(o->m, &o->dims);
 	o->fwd = mcli_forward_ctx(o->m, o->mo->model, o->dev, o->mo->threads);
 	if (o->deterministic && ss_forward_ctx_set_deterministic(o->fwd, 1))
@@ -1510,8 +1511,8 @@ static void parse_opts(int argc, char **argv, retrieve_args *a)
 		cli_usage(usage_line, "%s goes with --stateless", a->mo.model ? "--model" : "--state-dtype");
 	if (a->mo.model)
 		o->mo = &a->mo;
-	else if (a->query_cmd && (a->mo.tokenizer || a->mo.wtype || strcmp(a->mo.device, "auto") ||
-				  o->deterministic))
+	else if (a->query_cmd && (a->mo.tokenizer || a->mo.weights_dtype ||
+				  strcmp(a->mo.device, "auto") || o->deterministic))
 		cli_usage(usage_line, "--device, --threads, --weights-dtype and --deterministic go with --model");
 	if (a->mo.tokenizer && !o->rr.n)
 		cli_usage(usage_line, "--tokenizer goes with --rerank (query recomputes from the stored tokens, it "

@@ -478,7 +478,7 @@ int main(int argc, char **argv)
 	int32_t *q = o.qtok ? mcli_parse_ids("--query-tokens", o.qtok, &nq, usage) : NULL;
 	int32_t *cc = o.ctok ? mcli_parse_ids("--continuation-tokens", o.ctok, &nc, usage) : NULL;
 
-	ss_model *m = mcli_load_model(sc.model_dir, 0, o.mo.wtype, usage);
+	ss_model *m = mcli_load_model(sc.model_dir, 0, o.mo.weights_dtype, usage);
 	sc.m = m;
 	sc.ctx = mcli_forward_ctx(m, sc.model_dir, dev, o.mo.threads);
 	/* lines the same whatever the batch (on a GPU: to its rounding) */

@@ -342,7 +342,7 @@ static void parse_args(int argc, char **argv, train_opts *o)
 		cli_usage(usage, "-o DIR is required (the checkpoint directory)");
 	if (o->resume && o->mo.model)
 		cli_usage(usage, "--resume DIR is the model: no --model");
-	if (o->mo.wtype)
+	if (o->mo.weights_dtype)
 		cli_usage(usage, "--weights-dtype: ss-train keeps f32 master weights (the saved "
 				 "dtype is --save-dtype)");
 	if (strcmp(o->mo.device, "cpu") && strcmp(o->mo.device, "auto"))
@@ -426,8 +426,8 @@ static ss_model *load_model(train_opts *o, const char *model_dir)
 		snprintf(o->r.base_fingerprint, sizeof o->r.base_fingerprint, "%s", m->fingerprint);
 		/* a checkpoint's own dtype, unless safetensors has none for it (a
 		 * q8_0 GGUF: its values are f32's exactly) */
-		const ss_dtype_info *d = ss_dtype_info_of(m->weight_dtype);
-		o->r.save_dtype = d && (d->uses & SS_DTYPE_SAFETENSORS) ? m->weight_dtype : SS_DTYPE_F32;
+		const ss_dtype_info *d = ss_dtype_info_of(m->ckpt_dtype);
+		o->r.save_dtype = d && (d->uses & SS_DTYPE_SAFETENSORS) ? m->ckpt_dtype : SS_DTYPE_F32;
 		if (o->sdtype) /* weights: q8 is a state dtype */
 			o->r.save_dtype = (ss_dtype)cli_dtype("--save-dtype", o->sdtype, SS_DTYPE_SAFETENSORS, usage);
 	}

@@ -146,8 +146,8 @@ static void *xalloc(size_t n, size_t size, size_t *bytes)
 /* C[M][N] (row stride ldc) = A[M][K] (row stride lda) · W[N][K]ᵀ + beta·C. */
 typedef struct {
 	const float *A;
-	const void *W;    /* in wt */
-	ss_dtype wt;
+	const void *W;    /* in weights_dtype */
+	ss_dtype weights_dtype;
 	float *wpanel;    /* see cpu_be */
 	float *C;
 	int64_t M, N, K, lda, ldc;
@@ -185,30 +185,32 @@ static void gemm_task(void *arg, int64_t i, int thread)
 	}
 	if (m1 <= m0 || n1 <= n0)
 		return;
-	const size_t row = ss_dtype_row_size(j->wt, (size_t)j->K); /* bytes of a row of W */
+	/* bytes of a row of W */
+	const size_t row = ss_dtype_row_size(j->weights_dtype, (size_t)j->K);
 	/* dtype checked at load, sizes here: the calls cannot fail */
-	if (rowinv && j->wt != SS_DTYPE_Q8_0) { /* 16-bit W widened in registers */
+	if (rowinv && j->weights_dtype != SS_DTYPE_Q8_0) { /* 16-bit W widened in registers */
 		(void)ss_linear_rows_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
-					 (const char *)j->W + n0 * row, j->wt, m1 - m0,
+					 (const char *)j->W + n0 * row, j->weights_dtype, m1 - m0,
 					 n1 - n0, j->K, j->beta);
 		return;
 	}
 	/* q8_0 W outside decode steps: x quantized per row too, as a decode
 	 * step's ss_matvec_q8_0 does, int8 products in panels of rows
 	 * (row-invariant; $SS_GEMM=blas: widened, below, as before it) */
-	if (rowinv && j->wt == SS_DTYPE_Q8_0 && !j->decode && !j->blas) {
+	if (rowinv && j->weights_dtype == SS_DTYPE_Q8_0 && !j->decode && !j->blas) {
 		(void)ss_linear_q8_0_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
 					 (const char *)j->W + n0 * row, m1 - m0, n1 - n0, j->K, j->beta);
 		return;
 	}
 	/* W widened by panels: 16-bit or q8_0 W for the BLAS beyond a few rows;
 	 * q8_0 W for the row-invariant kernel with $SS_GEMM=blas */
-	if (j->wt != SS_DTYPE_F32 &&
+	if (j->weights_dtype != SS_DTYPE_F32 &&
 	    (rowinv ? !j->decode : m1 - m0 > W16_DOT_ROWS)) {
 		float *P = j->wpanel + (size_t)thread * COL_BLOCK * j->K;
 		for (int64_t n = n0, nb; n < n1; n += nb) {
 			nb = n1 - n < COL_BLOCK ? n1 - n : COL_BLOCK;
-			ss_matvec_widen(P, (const char *)j->W + n * row, j->wt, (size_t)(nb * j->K));
+			ss_matvec_widen(P, (const char *)j->W + n * row, j->weights_dtype,
+					(size_t)(nb * j->K));
 			if (rowinv)
 				(void)ss_linear_rows_cpu(j->C + m0 * j->ldc + n, j->ldc,
 							 j->A + m0 * j->lda, j->lda, P, SS_DTYPE_F32,
@@ -220,18 +222,19 @@ static void gemm_task(void *arg, int64_t i, int thread)
 		return;
 	}
 	(void)ss_linear_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
-			    (const char *)j->W + n0 * row, j->wt, m1 - m0, n1 - n0, j->K,
+			    (const char *)j->W + n0 * row, j->weights_dtype, m1 - m0, n1 - n0, j->K,
 			    j->beta);
 }
 
 /* nblk > 0: the rows are ctx->blk's blocks (deterministic prefill); else M
  * rows cut by thread count, or (ctx->rowinv) all M rows in every task, the
- * columns cut. W in dtype wt. */
+ * columns cut. W in dtype weights_dtype. */
 static void gemm_wt(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, const void *W,
-		    ss_dtype wt, float *C, int64_t ldc, int64_t M, int64_t N, int64_t K, float beta)
+		    ss_dtype weights_dtype, float *C, int64_t ldc, int64_t M, int64_t N, int64_t K,
+		    float beta)
 {
-	gemm_job j = { A, W, wt, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0, 0, ctx->decode,
-		       ctx->n_threads, NULL, 0, ctx->blas };
+	gemm_job j = { A, W, weights_dtype, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0, 0,
+		       ctx->decode, ctx->n_threads, NULL, 0, ctx->blas };
 
 	if (M <= 0 || N <= 0)
 		return;
@@ -254,11 +257,11 @@ static void gemm_wt(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, cons
 	ss_pool_run(ctx->pool, j.parts, gemm_task, &j);
 }
 
-/* gemm_wt with W in the model's wtype (the four streamed matrices). */
+/* gemm_wt with W in the model's weights_dtype (the four streamed matrices). */
 static void gemm(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, const void *W,
 		 float *C, int64_t ldc, int64_t M, int64_t N, int64_t K, float beta)
 {
-	gemm_wt(ctx, nblk, A, lda, W, ctx->m->wtype, C, ldc, M, N, K, beta);
+	gemm_wt(ctx, nblk, A, lda, W, ctx->m->weights_dtype, C, ldc, M, N, K, beta);
 }
 
 /* ------------------------------------------------------------- row phases */
@@ -584,8 +587,8 @@ static int embed(void *b, const ss_pass *p)
 	(void)p;
 	for (int i = 0; i < ctx->nseg; i++) {
 		const segment *s = &ctx->segs[i];
-		ss_embed_cpu(ctx->H + s->row0 * ctx->c.d_model, ctx->m->embedding, ctx->m->wtype, s->tok,
-			     s->n, ctx->c.d_model);
+		ss_embed_cpu(ctx->H + s->row0 * ctx->c.d_model, ctx->m->embedding,
+			     ctx->m->weights_dtype, s->tok, s->n, ctx->c.d_model);
 	}
 	return 0;
 }
@@ -848,7 +851,7 @@ int ss_backend_cpu_init(void **be, const ss_backend_ops **ops, const ss_model *m
 	ctx->logits_rows = LOGITS_ROWS0;
 	ctx->logits = xalloc((size_t)LOGITS_ROWS0 * c->vocab_padded, sizeof(float), &ctx->bytes);
 	ctx->ids = xalloc(LOGITS_ROWS0, sizeof(int32_t), &ctx->bytes);
-	if (m->wtype != SS_DTYPE_F32)
+	if (m->weights_dtype != SS_DTYPE_F32)
 		ctx->wpanel = xalloc((size_t)ctx->n_threads * COL_BLOCK *
 					     (c->d_inner > c->d_model ? c->d_inner : c->d_model),
 				     sizeof(float), &ctx->bytes);
@@ -865,7 +868,7 @@ int ss_backend_cpu_init(void **be, const ss_backend_ops **ops, const ss_model *m
 					&ctx->bytes);
 		ctx->scan_dtsum = xalloc((size_t)ctx->n_threads * c->nheads, sizeof(double), &ctx->bytes);
 	}
-	if ((m->wtype != SS_DTYPE_F32 && !ctx->wpanel) || !ctx->A || !ctx->scan_work ||
+	if ((m->weights_dtype != SS_DTYPE_F32 && !ctx->wpanel) || !ctx->A || !ctx->scan_work ||
 	    !ctx->scan_dtsum || !ctx->conv_wt || !ctx->H || !ctx->U || !ctx->ZXD || !ctx->XBC ||
 	    !ctx->DT || !ctx->Y || !ctx->segs || !ctx->blk || !ctx->logits || !ctx->ids) {
 		be_free(ctx);

@@ -33,8 +33,9 @@ extern "C" {
  * (backend.h) run by lib/forward/forward.c, not fwd_* entries. 5: the backward
  * twins (embed_backward .. cross_entropy_backward). 6: those dropped
  * (nothing ran them: training is CPU only), the op slots from SS_CUDA_OPS,
- * blas_create/blas_free before them. */
-#define SS_CUDA_ABI 6
+ * blas_create/blas_free before them. 7: backend_init without its dtype
+ * argument (the device holds the matrices in m->weights_dtype). */
+#define SS_CUDA_ABI 7
 #define SS_CUDA_PLUGIN_SYMBOL "ss_cuda_plugin"
 
 /* One sizeof or offsetof of a type the plugin shares with libss, as the
@@ -74,7 +75,8 @@ typedef struct ss_cuda_blas ss_cuda_blas;
 	X(rmsnorm, void, (float *y, float *h, const float *res, const float *w, int64_t n, int d, \
 			  float eps, ss_cuda_stream st)) \
 	X(linear, int, (ss_cuda_blas *b, float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, \
-			const void *W, ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta)) \
+			const void *W, ss_dtype weights_dtype, int64_t M, int64_t N, int64_t K, \
+			float beta)) \
 	X(conv1d_silu, void, (float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, \
 			      const int64_t *seq_start, int nseq, float *conv_state, \
 			      ptrdiff_t ld_state, const float *wt, ptrdiff_t ldw, const float *b, \
@@ -140,18 +142,18 @@ typedef struct ss_cuda_api {
 	const char *(*last_error)(void);
 
 	/* The GPU backend of the forward driver (backend.h; lib/forward/forward.c runs
-	 * it for a context made on a CUDA device): m put on the current device
-	 * (projections in wdtype when m holds them in f32 and wdtype is bf16 or
-	 * f16), scratch for ubatch rows. Returns 0 with *be and *ops set (free
-	 * with (*ops)->free), or SS_ERR_UNSUPPORTED / SS_ERR_DEVICE /
+	 * it for a context made on a CUDA device): m put on the current device,
+	 * its four matrices in m->weights_dtype (f32, bf16 or f16: what the host
+	 * holds, as --weights-dtype asked), scratch for ubatch rows. Returns 0
+	 * with *be and *ops set (free with (*ops)->free), or SS_ERR_UNSUPPORTED / SS_ERR_DEVICE /
 	 * SS_ERR_NOMEM with errmsg. kernels/forward.cuh. */
-	int (*backend_init)(void **be, const ss_backend_ops **ops, const ss_model *m,
-			    ss_dtype wdtype, int ubatch, char *errmsg);
+	int (*backend_init)(void **be, const ss_backend_ops **ops, const ss_model *m, int ubatch,
+			    char *errmsg);
 
 	/* Benchmark: the best time in seconds of `reps` calls of the linear
-	 * y[M][N] = x[M][K]·W[N][K]ᵀ with W in dtype wt (random data), after a
+	 * y[M][N] = x[M][K]·W[N][K]ᵀ with W in dtype weights_dtype (random data), after a
 	 * warm-up; < 0 on error. For the GEMM floor of bench/cuda.c. */
-	double (*bench_linear)(int64_t M, int64_t N, int64_t K, ss_dtype wt, int reps);
+	double (*bench_linear)(int64_t M, int64_t N, int64_t K, ss_dtype weights_dtype, int reps);
 
 	/* Memory, sync and the cuBLAS handle of the linear slot: what
 	 * tests/test_cuda_parity.c needs to run the op slots on their own. */
@@ -196,8 +198,8 @@ const ss_cuda_api *ss_device_cuda(const ss_device *d);
 	S(ss_layer) F(ss_layer, norm) F(ss_layer, in_proj) F(ss_layer, conv_w) \
 	F(ss_layer, conv_b) F(ss_layer, dt_bias) F(ss_layer, A_log) F(ss_layer, D) \
 	F(ss_layer, gnorm) F(ss_layer, x_proj) F(ss_layer, dt_proj) F(ss_layer, out_proj) \
-	S(ss_model) F(ss_model, cfg) F(ss_model, fingerprint) F(ss_model, weight_dtype) \
-	F(ss_model, wtype) F(ss_model, embedding) F(ss_model, norm_f) F(ss_model, lm_head) \
+	S(ss_model) F(ss_model, cfg) F(ss_model, fingerprint) F(ss_model, ckpt_dtype) \
+	F(ss_model, weights_dtype) F(ss_model, embedding) F(ss_model, norm_f) F(ss_model, lm_head) \
 	F(ss_model, layers) F(ss_model, priv) \
 	S(ss_state_dims) F(ss_state_dims, arch) F(ss_state_dims, n_layer) \
 	F(ss_state_dims, nheads) F(ss_state_dims, headdim) F(ss_state_dims, d_state) \

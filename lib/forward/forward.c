@@ -331,8 +331,8 @@ static int check_model(const ss_model *m, char *errmsg)
 			c->d_state, c->conv_dim, c->d_in_proj);
 		return SS_ERR_INVALID;
 	}
-	if (!ss_dtype_name(m->wtype)) {
-		ss_errf(errmsg, 0, "model has an unknown weights dtype %d", (int)m->wtype);
+	if (!ss_dtype_name(m->weights_dtype)) {
+		ss_errf(errmsg, 0, "model has an unknown weights dtype %d", (int)m->weights_dtype);
 		return SS_ERR_INVALID;
 	}
 	/* lm_head may be NULL (SS_MODEL_SKIP_LM_HEAD): then no logits */
@@ -416,14 +416,14 @@ int ss_forward_ctx_init_dev(ss_forward_ctx **out, const ss_model *m, ss_device *
 	 * SS_CUDA_MAMBA1=1 asks for it. q8_0 matrices have no CUDA kernels
 	 * (kernels/ holds f32, bf16 and f16): the CPU. */
 	const char *m1_gpu = getenv("SS_CUDA_MAMBA1");
-	if (!cu || m->wtype == SS_DTYPE_Q8_0 ||
+	if (!cu || m->weights_dtype == SS_DTYPE_Q8_0 ||
 	    (ss_model_is_mamba1(&m->cfg) && !(m1_gpu && !strcmp(m1_gpu, "1"))))
 		return ss_forward_ctx_init(out, m, n_threads, ubatch, errmsg);
 	if ((err = ctx_new(out, m, n_threads, ubatch, ubatch ? ubatch : SS_FORWARD_UBATCH_GPU, &ctx,
 			   errmsg)))
 		return err;
 	ctx->on_device = 1;
-	err = cu->backend_init(&ctx->be, &ctx->ops, m, m->weight_dtype, (int)ctx->ubatch, errmsg);
+	err = cu->backend_init(&ctx->be, &ctx->ops, m, (int)ctx->ubatch, errmsg);
 	if (err) {
 		ss_forward_ctx_free(ctx);
 		return err;

@@ -5,11 +5,11 @@
  * Loading plan: parse the config, list the checkpoint's tensors (headers
  * only), resolve and shape-check every tensor the model needs, then read them
  * in one batch into a single arena (or point into a file mapping for aligned
- * f32 safetensors): f32, or for the four matrices in a 16-bit wtype, narrowed
- * chunk by chunk as they stream in. Each tensor is hashed as it arrives,
- * widened to f32; the model fingerprint combines the per-tensor digests in a
+ * f32 safetensors): f32, or for the four matrices in a 16-bit or q8_0
+ * weights_dtype, narrowed chunk by chunk as they stream in. Each tensor is
+ * hashed as it arrives, widened to f32; the model fingerprint combines the per-tensor digests in a
  * fixed order, so it does not depend on file layout, storage dtype (after
- * widening), wtype or read order.
+ * widening), weights_dtype or read order.
  * ref: docs/DESIGN.md §2; transformers models/mamba2/configuration_mamba2.py;
  *      mamba_ssm models/config_mamba.py, models/mixer_seq_simple.py,
  *      modules/mamba2.py (parameter names and shapes).
@@ -705,16 +705,16 @@ typedef struct {
 	char name[96];            /* canonical name (for messages when missing) */
 	const ss_checkpoint_tensor *t;
 	float **dst;              /* where the model keeps it (f32); NULL = hash only */
-	void **mat;               /* or: one of the four matrices, in wtype */
+	void **mat;               /* or: one of the four matrices, in weights_dtype */
 	int ndim;
 	int64_t shape[3];
 	fphash h;
 	int mapped;
-	ss_dtype wt;              /* dtype kept in memory */
+	ss_dtype dtype;           /* kept in memory: f32, or weights_dtype for mat */
 	char *out;                /* narrowing: next element's address */
 } slot;
 
-/* Hashes a chunk of a tensor held in a 16-bit or q8_0 wtype and narrows
+/* Hashes a chunk of a tensor held in a 16-bit or q8_0 weights_dtype and narrows
  * it into the slot's next elements (chunks arrive in order; for q8_0 every
  * chunk but a tensor's last is a multiple of 32 elements: the checkpoint
  * reader's chunks are 2^16). */
@@ -722,8 +722,8 @@ static void narrow_visit(void *ctx, const float *x, size_t n)
 {
 	slot *s = ctx;
 	fphash_update(&s->h, x, n * sizeof *x);
-	ss_from_f32(s->out, s->wt, x, n);
-	s->out += ss_dtype_row_size(s->wt, n);
+	ss_from_f32(s->out, s->dtype, x, n);
+	s->out += ss_dtype_row_size(s->dtype, n);
 }
 
 /* Finds the first present name among `alts` (NULL-terminated list). */
@@ -892,19 +892,20 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 	if ((rc = ss_checkpoint_open(&priv->ckpt, dir, errmsg)) ||
 	    (rc = build_slots(m, priv->ckpt, flags, &s, &ns, errmsg)))
 		goto fail;
-	m->weight_dtype = s[0].t->dtype;
-	m->wtype = m->weight_dtype;
-	if (flags & SS_MODEL_WTYPE) {
-		const ss_dtype_info *d = ss_dtype_info_of(opts->wtype);
+	m->ckpt_dtype = s[0].t->dtype;
+	m->weights_dtype = m->ckpt_dtype;
+	if (flags & SS_MODEL_WEIGHTS_DTYPE) {
+		const ss_dtype_info *d = ss_dtype_info_of(opts->weights_dtype);
 		if (!d || !(d->uses & SS_DTYPE_WEIGHTS)) {
-			rc = ss_errf(errmsg, SS_ERR_INVALID, "unknown weights dtype %d", (int)opts->wtype);
+			rc = ss_errf(errmsg, SS_ERR_INVALID, "unknown weights dtype %d",
+				     (int)opts->weights_dtype);
 			goto fail;
 		}
-		m->wtype = opts->wtype;
+		m->weights_dtype = opts->weights_dtype;
 	}
 	/* q8_0 rows are whole blocks of 32 (ss_linear_cpu's limits) */
-	if (m->wtype == SS_DTYPE_Q8_0 && (m->cfg.d_model % 32 || m->cfg.d_inner % 32 ||
-					  m->cfg.d_inner > SS_Q8_0_ROW_MAX)) {
+	if (m->weights_dtype == SS_DTYPE_Q8_0 &&
+	    (m->cfg.d_model % 32 || m->cfg.d_inner % 32 || m->cfg.d_inner > SS_Q8_0_ROW_MAX)) {
 		rc = ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: q8_0 weights need d_model and d_inner "
 			     "multiples of 32, at most %d (d_model %d, d_inner %d)", dir, SS_Q8_0_ROW_MAX,
 			     m->cfg.d_model, m->cfg.d_inner);
@@ -916,10 +917,10 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 	size_t arena = 0, nreq = 0, nmapped = 0;
 	for (size_t i = 0; i < ns; i++) {
 		fphash_init(&s[i].h, 0);
-		s[i].wt = s[i].mat ? m->wtype : SS_DTYPE_F32;
+		s[i].dtype = s[i].mat ? m->weights_dtype : SS_DTYPE_F32;
 		void **keep = s[i].mat;
 		const float *p = NULL;
-		if ((s[i].dst || keep) && s[i].wt == SS_DTYPE_F32 && !(flags & SS_MODEL_NO_MMAP))
+		if ((s[i].dst || keep) && s[i].dtype == SS_DTYPE_F32 && !(flags & SS_MODEL_NO_MMAP))
 			p = ss_checkpoint_map_f32(priv->ckpt, s[i].t);
 		if (p) {
 			if (keep)
@@ -931,7 +932,8 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 		} else {
 			nreq++;
 			if (s[i].dst || keep)
-				arena += (ss_dtype_row_size(s[i].wt, (size_t)s[i].t->numel) + 63) & ~(size_t)63;
+				arena += (ss_dtype_row_size(s[i].dtype, (size_t)s[i].t->numel) + 63) &
+					 ~(size_t)63;
 		}
 	}
 	if (arena && !(priv->arena = aligned_alloc(64, arena))) {
@@ -951,12 +953,13 @@ int ss_model_load_opts(ss_model **out, const char *dir, const ss_model_opts *opt
 		req[r].ctx = &s[i].h;
 		if (s[i].dst || s[i].mat) {
 			float *p = (float *)((char *)priv->arena + at);
-			at += (ss_dtype_row_size(s[i].wt, (size_t)s[i].t->numel) + 63) & ~(size_t)63;
+			at += (ss_dtype_row_size(s[i].dtype, (size_t)s[i].t->numel) + 63) &
+			      ~(size_t)63;
 			if (s[i].mat)
 				*s[i].mat = p;
 			else
 				*s[i].dst = p;
-			if (s[i].wt == SS_DTYPE_F32) {
+			if (s[i].dtype == SS_DTYPE_F32) {
 				req[r].dst = p;
 			} else { /* streamed in chunks, narrowed by the visit */
 				s[i].out = (char *)p;

@@ -177,15 +177,15 @@ static void params_from_model(ss_train *t, const ss_model *m)
 	const size_t d = (size_t)c->d_model;
 	int l, k, ch;
 
-	ss_to_f32(t->p.embedding, m->embedding, m->wtype, (size_t)c->vocab_padded * d);
+	ss_to_f32(t->p.embedding, m->embedding, m->weights_dtype, (size_t)c->vocab_padded * d);
 	memcpy(t->p.norm_f, m->norm_f, d * sizeof(float));
 	if (!c->tied)
-		ss_to_f32(t->p.lm_head, m->lm_head, m->wtype, (size_t)c->vocab_padded * d);
+		ss_to_f32(t->p.lm_head, m->lm_head, m->weights_dtype, (size_t)c->vocab_padded * d);
 	for (l = 0; l < c->n_layer; l++) {
 		const ss_layer *s = &m->layers[l];
 		ss_train_layer *L = &t->lp[l];
 		memcpy(L->norm, s->norm, d * sizeof(float));
-		ss_to_f32(L->in_proj, s->in_proj, m->wtype, (size_t)c->d_in_proj * d);
+		ss_to_f32(L->in_proj, s->in_proj, m->weights_dtype, (size_t)c->d_in_proj * d);
 		for (k = 0; k < c->d_conv; k++)
 			for (ch = 0; ch < c->conv_dim; ch++)
 				L->conv_wt[(size_t)k * c->conv_dim + ch] =
@@ -195,7 +195,7 @@ static void params_from_model(ss_train *t, const ss_model *m)
 		memcpy(L->A_log, s->A_log, (size_t)c->nheads * sizeof(float));
 		memcpy(L->D, s->D, (size_t)c->nheads * sizeof(float));
 		memcpy(L->gnorm, s->gnorm, (size_t)c->d_inner * sizeof(float));
-		ss_to_f32(L->out_proj, s->out_proj, m->wtype, d * c->d_inner);
+		ss_to_f32(L->out_proj, s->out_proj, m->weights_dtype, d * c->d_inner);
 	}
 }
 

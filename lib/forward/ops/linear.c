@@ -143,10 +143,10 @@ AVX2 static void matvec_f16_avx2(float *y, ptrdiff_t ldy, const float *x, ptrdif
 #endif
 
 void ss_matvec_w16(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
-		   ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta)
+		   ss_dtype weights_dtype, int64_t M, int64_t N, int64_t K, float beta)
 {
 	const uint16_t *w = W;
-	const int bf16 = wt == SS_DTYPE_BF16;
+	const int bf16 = weights_dtype == SS_DTYPE_BF16;
 #ifdef HAVE_AVX2_KERNELS
 	if (bf16 && __builtin_cpu_supports("avx512f")) {
 		matvec_bf16_avx512(y, ldy, x, ldx, w, M, N, K, beta);
@@ -168,35 +168,35 @@ void ss_matvec_w16(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const
 		}
 }
 
-void ss_matvec_widen(float *dst, const void *src, ss_dtype wt, size_t n)
+void ss_matvec_widen(float *dst, const void *src, ss_dtype weights_dtype, size_t n)
 {
 #ifdef HAVE_AVX2_KERNELS
-	if ((wt == SS_DTYPE_BF16 || wt == SS_DTYPE_F16) && use_avx2()) {
-		widen_avx2(dst, src, n, wt == SS_DTYPE_BF16);
+	if ((weights_dtype == SS_DTYPE_BF16 || weights_dtype == SS_DTYPE_F16) && use_avx2()) {
+		widen_avx2(dst, src, n, weights_dtype == SS_DTYPE_BF16);
 		return;
 	}
 #endif
-	ss_to_f32(dst, src, wt, n);
+	ss_to_f32(dst, src, weights_dtype, n);
 }
 
 int ss_linear_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
-		  ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta)
+		  ss_dtype weights_dtype, int64_t M, int64_t N, int64_t K, float beta)
 {
 	if (M < 0 || N < 0 || K < 0 || ldy < N || ldx < K)
 		return SS_ERR_INVALID;
-	const ss_dtype_info *wi = ss_dtype_info_of(wt);
+	const ss_dtype_info *wi = ss_dtype_info_of(weights_dtype);
 	if (!wi || !(wi->uses & SS_DTYPE_WEIGHTS))
 		return SS_ERR_UNSUPPORTED;
-	if (wt == SS_DTYPE_Q8_0 && (K % 32 || K > SS_Q8_0_ROW_MAX))
+	if (weights_dtype == SS_DTYPE_Q8_0 && (K % 32 || K > SS_Q8_0_ROW_MAX))
 		return SS_ERR_UNSUPPORTED;
 	if (M == 0 || N == 0)
 		return 0;
-	if (wt == SS_DTYPE_Q8_0) {
+	if (weights_dtype == SS_DTYPE_Q8_0) {
 		ss_matvec_q8_0(y, ldy, x, ldx, W, M, N, K, beta);
 		return 0;
 	}
-	if (wt != SS_DTYPE_F32) {
-		ss_matvec_w16(y, ldy, x, ldx, W, wt, M, N, K, beta);
+	if (weights_dtype != SS_DTYPE_F32) {
+		ss_matvec_w16(y, ldy, x, ldx, W, weights_dtype, M, N, K, beta);
 		return 0;
 	}
 	if (M == 1)

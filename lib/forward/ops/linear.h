@@ -17,14 +17,14 @@
 
 /*   y: [M][N] f32, row stride ldy (read only when beta != 0).
  *   x: [M][K] f32, row stride ldx.
- *   W: [N][K] row-major, dtype wt (SS_DTYPE_BF16 or SS_DTYPE_F16), any
+ *   W: [N][K] row-major, dtype weights_dtype (SS_DTYPE_BF16 or SS_DTYPE_F16), any
  *      alignment of 2 bytes.
  * Each y[m][n] is the same sum whatever M, N and the slice of W a caller
  * passes (the order of the K products depends on K only), so that cutting
  * the rows or columns over threads never changes a result.
  * ref: the f32 path, cblas_sgemv / cblas_sgemm (ss_linear_cpu). */
 void ss_matvec_w16(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
-		   ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta);
+		   ss_dtype weights_dtype, int64_t M, int64_t N, int64_t K, float beta);
 
 /*   y: [M][N] f32, row stride ldy (read only when beta != 0).
  *   x: [M][K] f32, row stride ldx; quantized inside, per row, to q8_0
@@ -50,9 +50,9 @@ void ss_matvec_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, cons
 int ss_q8_0_force_kernel(int k);
 
 /* ss_to_f32 of weights (bf16/f16: 2-byte aligned; q8_0: src at a block's
- * start, any alignment): dst[n] = src[n] widened from wt, vectorised. For
- * the forward pass's panels of W (prefill); a row of W in wt is
- * ss_dtype_row_size(wt, K) bytes. */
-void ss_matvec_widen(float *dst, const void *src, ss_dtype wt, size_t n);
+ * start, any alignment): dst[n] = src[n] widened from weights_dtype, vectorised. For
+ * the forward pass's panels of W (prefill); a row of W in weights_dtype is
+ * ss_dtype_row_size(weights_dtype, K) bytes. */
+void ss_matvec_widen(float *dst, const void *src, ss_dtype weights_dtype, size_t n);
 
 #endif /* SS_MATVEC_H */

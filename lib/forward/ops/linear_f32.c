@@ -577,13 +577,15 @@ int ss_gemm_choice(void)
 }
 
 int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
-		       ss_dtype wt, int64_t M, int64_t N, int64_t K, float beta)
+		       ss_dtype weights_dtype, int64_t M, int64_t N, int64_t K, float beta)
 {
 	if (M < 0 || N < 0 || K < 0 || ldy < N || ldx < K)
 		return SS_ERR_INVALID;
-	if (wt != SS_DTYPE_F32 && wt != SS_DTYPE_BF16 && wt != SS_DTYPE_F16)
+	if (weights_dtype != SS_DTYPE_F32 && weights_dtype != SS_DTYPE_BF16 &&
+	    weights_dtype != SS_DTYPE_F16)
 		return SS_ERR_UNSUPPORTED;
-	const int w = wt == SS_DTYPE_F32 ? W_F32 : wt == SS_DTYPE_BF16 ? W_BF16 : W_F16;
+	const int w = weights_dtype == SS_DTYPE_F32 ? W_F32
+		      : weights_dtype == SS_DTYPE_BF16 ? W_BF16 : W_F16;
 #ifdef HAVE_X86_KERNELS
 	typedef void rows_fn(float *, ptrdiff_t, const float *, ptrdiff_t, const void *, int64_t,
 			     int64_t, int64_t, float);

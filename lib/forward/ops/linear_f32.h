@@ -31,7 +31,7 @@
 
 #include "ss.h"
 
-/* ss_linear_rows_cpu(y, ldy, x, ldx, W, wt, M, N, K, beta): declared, with
+/* ss_linear_rows_cpu(y, ldy, x, ldx, W, weights_dtype, M, N, K, beta): declared, with
  * its contract, in ss_ops.h (public: bench/forward times it beside sgemm). */
 
 /* The projections' kernels, as $SS_GEMM chooses them (read once, at the
