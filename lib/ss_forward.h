@@ -140,6 +140,13 @@ void ss_forward_ctx_free(ss_forward_ctx *ctx);
 /* Bytes of scratch and weights copies the context holds (not the model). */
 size_t ss_forward_ctx_bytes(const ss_forward_ctx *ctx);
 
+/* Batch sizing: the most sequences run together within budget_bytes when
+ * each holds its running state (ssm, conv and logdecay of m's dims, f32)
+ * plus extra_bytes of its own (its logits rows, its sampler ...):
+ * floor(budget_bytes / per sequence), clamped to [1, max]. For the tools'
+ * default --batch (ss-decode, ss-score). Never fails. */
+int ss_forward_batch_size(const ss_model *m, double extra_bytes, double budget_bytes, int max);
+
 /* Prefill: runs n_seqs sequences, each from its own state, through the model
  * in one call. The tokens of all sequences are packed into [T][d_model]
  * matrices of up to ubatch rows (passes); in_proj/out_proj run over them in

@@ -990,6 +990,27 @@ static void test_errors(void **unused)
 	assert_non_null(strstr(errmsg, "dtype"));
 }
 
+/* ss_forward_batch_size: a sequence costs its state's f32 bytes plus extra;
+ * the count is floored and clamped to [1, max]. */
+static void test_batch_size(void **unused)
+{
+	const ss_model *m = models[0].m;
+	if (!m)
+		skip();
+	ss_state st;
+	state_new(&st, m);
+	const double state = (double)(ss_state_ssm_len(&st.dims) + ss_state_conv_len(&st.dims) +
+				      ss_state_logdecay_len(&st.dims)) * sizeof(float);
+	ss_state_free(&st);
+	const double per = state + 1000;
+	assert_int_equal(ss_forward_batch_size(m, 1000, 7 * per, 100), 7);
+	assert_int_equal(ss_forward_batch_size(m, 1000, 8 * per - 1, 100), 7);
+	assert_int_equal(ss_forward_batch_size(m, 1000, 8 * per, 100), 8);
+	assert_int_equal(ss_forward_batch_size(m, 1000, per / 2, 100), 1);
+	assert_int_equal(ss_forward_batch_size(m, 1000, 1e15, 100), 100);
+	assert_int_equal(ss_forward_batch_size(m, 0, 3 * state, 100), 3);
+}
+
 /* State extraction never touches lm_head: a model loaded without it gives
  * the same states and hidden rows, and refuses logits. */
 static void test_no_lm_head(void **unused)
@@ -1412,6 +1433,7 @@ int main(void)
 		cmocka_unit_test(test_decode_deterministic_batch),
 		cmocka_unit_test(test_threads_agree),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_batch_size),
 		cmocka_unit_test(test_no_lm_head),
 		cmocka_unit_test(test_nll_weights_dtype),
 		cmocka_unit_test(test_mamba1_reference),

@@ -852,13 +852,8 @@ static prompt *load_prompts(const decode_opts *o, const ss_model *m, ss_tokenize
  * logits row and sampler hold (about 50 at the mamba2-130m shape). */
 static int default_batch(const ss_model *m, int32_t gen_vocab)
 {
-	ss_state_dims sd;
-	ss_model_state_dims(m, &sd);
-	const double per = (double)(ss_state_ssm_len(&sd) + ss_state_conv_len(&sd) +
-				    ss_state_logdecay_len(&sd)) * sizeof(float) +
-			   (double)m->cfg.vocab_padded * sizeof(float) + 24.0 * gen_vocab;
-	const double b = BATCH_BYTES / per;
-	return b < 1 ? 1 : b > BATCH_MAX ? BATCH_MAX : (int)b;
+	return ss_forward_batch_size(m, (double)m->cfg.vocab_padded * sizeof(float) +
+					     24.0 * gen_vocab, BATCH_BYTES, BATCH_MAX);
 }
 
 int main(int argc, char **argv)

@@ -455,13 +455,8 @@ static void score_all(scorer *sc, const score_opts *o, const int32_t *q, size_t 
  * and SCORE_ROWS logits rows hold (about 30 at the mamba2-130m shape). */
 static int default_batch(const ss_model *m)
 {
-	ss_state_dims sd;
-	ss_model_state_dims(m, &sd);
-	const double per = (double)(ss_state_ssm_len(&sd) + ss_state_conv_len(&sd) +
-				    ss_state_logdecay_len(&sd)) * sizeof(float) +
-			   (double)SCORE_ROWS * m->cfg.vocab_padded * sizeof(float);
-	const double b = BATCH_BYTES / per;
-	return b < 1 ? 1 : b > BATCH_MAX ? BATCH_MAX : (int)b;
+	return ss_forward_batch_size(m, (double)SCORE_ROWS * m->cfg.vocab_padded * sizeof(float),
+				     BATCH_BYTES, BATCH_MAX);
 }
 
 int main(int argc, char **argv)

@@ -631,6 +631,16 @@ size_t ss_forward_ctx_bytes(const ss_forward_ctx *ctx)
 	return ctx ? ctx->bytes : 0;
 }
 
+int ss_forward_batch_size(const ss_model *m, double extra_bytes, double budget_bytes, int max)
+{
+	ss_state_dims sd;
+	ss_model_state_dims(m, &sd);
+	const double per = (double)(ss_state_ssm_len(&sd) + ss_state_conv_len(&sd) +
+				    ss_state_logdecay_len(&sd)) * sizeof(float) + extra_bytes;
+	const double b = budget_bytes / per;
+	return b < 1 ? 1 : b > max ? max : (int)b;
+}
+
 /* blocked: each sequence's results must not depend on the others (see
  * backend_cpu.c ROW_BLOCK); a sequence that does not fit in the rest of a
  * pass starts the next one, so a sequence is cut into passes at multiples
