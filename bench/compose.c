@@ -3,7 +3,7 @@
  *
  * Writes k = 10 random states of mamba2-130m shape (24 layers, 24 heads,
  * headdim 64, d_state 128, conv_dim 1792: 18.9 MB each in f32) to a
- * temporary stream, stored as f32, f16, bf16 and q8 in turn (--states FILE:
+ * temporary stream, stored as f32, f16, bf16, q8 and q4 in turn (--states FILE:
  * the first k states of FILE instead, e.g. WikiText chunks encoded by a model
  * of that shape, which compress as real states do and random ones do not),
  * then times, each in a fresh child process (so its peak RSS is its own, from
@@ -452,7 +452,7 @@ int main(int argc, char **argv)
 	self = n_exe > 0 ? (exe[n_exe] = 0, exe) : argv[0];
 	int k = 10, reps = 3, rounds = 5;
 	ss_state_dims d = {"mamba2", 24, 24, 64, 128, 1792, 4};
-	const char *states = NULL, *dtypes = "f32,f16,bf16,q8";
+	const char *states = NULL, *dtypes = "f32,f16,bf16,q8,q4";
 	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-k") && i + 1 < argc)

@@ -2,7 +2,7 @@
  * mkstates — writes a state stream of N seeded random states: the inputs of
  * the ss-compose benchmark and CLI tests, no model needed.
  *
- * usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16|q8]
+ * usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16|q8|q4]
  *                 [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] [--plan 1]
  *                 [--min-saving F] N OUT
  * Shapes: 130m = mamba2-130m (24 layers, 24 heads, headdim 64, d_state 128,
@@ -31,7 +31,7 @@ static double unif(void) /* [0, 1) */
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16|q8]\n"
+	fprintf(stderr, "usage: mkstates [--shape 130m|t1|small|L,H,P,N,C,K] [--dtype f32|f16|bf16|q8|q4]\n"
 			"                [--seed S] [--fingerprint FP] [--prefix ID] [--amin A] [--plan 1]\n"
 			"                [--min-saving F] N OUT\n");
 	exit(2);

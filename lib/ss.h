@@ -92,6 +92,10 @@ typedef enum {
 	 * Q8_0 tensor's bytes are these. ref: ggml/src/ggml-common.h
 	 * (block_q8_0), ggml/src/ggml-quants.c (quantize_row_q8_0_ref). */
 	SS_DTYPE_Q8_0 = 4,
+	/* 4-bit codes, two to a byte, with q8's f32 scale per block (states
+	 * only): x = q * scale, q in [-8, 7] (writers use [-7, 7]); see
+	 * ss_quant_* below and formats/states.md "q4". */
+	SS_DTYPE_Q4 = 5,
 } ss_dtype;
 /* The longest rows of q8_0 matrices the CPU linear op takes (its K: a
  * model's d_model and d_inner), in elements. */
@@ -101,8 +105,8 @@ typedef enum {
  * (lib/stream/dtype.c), the single source of its name, element size,
  * conversions, byte shuffle and scales, read by the records, composition,
  * the JSON output and the tools' option parsing. Weights are f32, f16,
- * bf16 or q8_0 (safetensors holds the first three); states f32, f16, bf16
- * or q8 (formats/states.md). */
+ * bf16 or q8_0 (safetensors holds the first three); states f32, f16, bf16,
+ * q8 or q4 (formats/states.md). */
 enum {
 	SS_DTYPE_STATES = 1u,      /* conv and ssm of a state record */
 	SS_DTYPE_WEIGHTS = 2u,     /* a model's matrices, in a checkpoint or in memory */
@@ -110,15 +114,18 @@ enum {
 };
 typedef struct {
 	ss_dtype dtype;
-	const char *name;  /* "f32" "f16" "bf16" "q8" "q8_0" */
+	const char *name;  /* "f32" "f16" "bf16" "q8" "q8_0" "q4" */
 	const char *alias; /* "float32" "float16" "bfloat16" (HF configs' torch_dtype); NULL */
-	size_t size;       /* bytes per block of `block` elements; q8: per code, its scales apart */
-	size_t block;      /* elements per block: 1, or 32 for q8_0 (its scale inside the block) */
+	size_t size;       /* bytes per block of `block` elements; q8, q4: codes, scales apart */
+	size_t block;      /* elements per block: 1; 32 for q8_0 (its scale inside the block); 2
+			      for q4 (two codes a byte) */
 	unsigned uses;     /* SS_DTYPE_STATES | SS_DTYPE_WEIGHTS | SS_DTYPE_SAFETENSORS */
 	int shuffled;      /* 1: a shuffling writer byte-shuffles arrays of it (ss_shuffle) */
-	int scaled;        /* 1: int8 codes with an f32 scale per block (ss_q8_*) */
+	int scaled;        /* codes with an f32 scale per block (ss_quant_*): the largest code a
+			      writer uses, 127 (q8) or 7 (q4); 0: not scaled */
 	/* n elements to and from f32, no aliasing, any alignment; NULL when
-	 * scaled (the conversion needs the scales: ss_q8_to_f32, ss_q8_from_f32).
+	 * scaled (the conversion needs the scales: ss_quant_to_f32,
+	 * ss_quant_from_f32).
 	 * q8_0: n elements from the start of a block; a last block of fewer
 	 * than 32 is written whole, zero-padded (ss_dtype_row_size bytes). */
 	void (*to_f32)(float *dst, const void *src, size_t n);
@@ -127,23 +134,25 @@ typedef struct {
 
 /* The row of t; NULL for a value that is not an ss_dtype. Static. */
 const ss_dtype_info *ss_dtype_info_of(ss_dtype t);
-/* "f32" | "f16" | "bf16" | "q8" | "q8_0"; NULL for an unknown value. */
+/* "f32" | "f16" | "bf16" | "q8" | "q8_0" | "q4"; NULL for an unknown value. */
 const char *ss_dtype_name(ss_dtype t);
 /* Parses a row's name or alias ("f32" | "float32", "f16" | "float16",
- * "bf16" | "bfloat16", "q8", "q8_0"). Returns 0 and sets *out, or
+ * "bf16" | "bfloat16", "q8", "q8_0", "q4"). Returns 0 and sets *out, or
  * SS_ERR_INVALID. */
 int ss_dtype_parse(const char *s, ss_dtype *out);
 /* ss_dtype_parse() limited to the rows with one of `uses` (SS_DTYPE_*).
  * Returns 0 and sets *out, or SS_ERR_INVALID with errmsg (SS_ERRMSG_MAX
- * bytes, may be NULL) "'S' is not f32, f16, bf16 or q8", naming the rows
+ * bytes, may be NULL) "'S' is not f32, f16, bf16, q8 or q4", naming the rows
  * of that use: the one message of every dtype option. */
 int ss_dtype_parse_for(const char *s, unsigned uses, ss_dtype *out, char *errmsg);
-/* Bytes per element: 4, 2, 2, 1 (q8's scales not counted); for q8_0, the
- * bytes of a block of 32 (34: use ss_dtype_row_size); 0 when unknown. */
+/* Bytes per block of ss_dtype_info.block elements: 4, 2, 2, 1 (q8's
+ * scales not counted); for q8_0 a block of 32 (34), for q4 a byte of two
+ * codes (1): use ss_dtype_row_size for a count of elements; 0 when unknown. */
 size_t ss_dtype_size(ss_dtype t);
 /* Bytes of n consecutive elements from the start of a block: n·size for
  * f32, f16, bf16 and q8 (codes only); ceil(n/32)·34 for q8_0 (what
- * ggml_row_size gives when n is a multiple of 32). 0 when unknown. */
+ * ggml_row_size gives when n is a multiple of 32); ceil(n/2) for q4 (codes
+ * only). 0 when unknown. */
 size_t ss_dtype_row_size(ss_dtype t, size_t n);
 
 /* Element conversion. f16 is IEEE binary16; bf16 is the top 16 bits of a
@@ -156,12 +165,13 @@ uint16_t ss_f32_to_bf16(float f);
 
 /* Converts n elements of dtype `src_t` at src to f32 at dst (no aliasing):
  * the row's to_f32. f32, f16, bf16 and q8_0 (src at a block's start) only:
- * q8 needs its scales (ss_q8_to_f32), and nothing is written for it. */
+ * q8 and q4 need their scales (ss_quant_to_f32), and nothing is written
+ * for them. */
 void ss_to_f32(float *dst, const void *src, ss_dtype src_t, size_t n);
 /* Converts n f32 elements at src to dtype `dst_t` at dst (no aliasing):
  * the row's from_f32. f32, f16, bf16 and q8_0 (ss_dtype_row_size(dst_t,
- * n) bytes written) only: q8 needs its scales (ss_q8_from_f32), and
- * nothing is written for it. A q8_0 block holding a non-finite x reads
+ * n) bytes written) only: q8 and q4 need their scales (ss_quant_from_f32),
+ * and nothing is written for them. A q8_0 block holding a non-finite x reads
  * back as NaN (d = NaN, codes 0). */
 void ss_from_f32(void *dst, ss_dtype dst_t, const float *src, size_t n);
 
@@ -173,29 +183,34 @@ void ss_shuffle(void *dst, const void *src, size_t es, size_t n, size_t block);
 /* The inverse of ss_shuffle() with the same es, n and block. */
 void ss_unshuffle(void *dst, const void *src, size_t es, size_t n, size_t block);
 
-/* q8: block quantization of an array of n elements seen as n/row rows of
- * `row` elements, each row cut into ceil(row/block) blocks of `block`
- * elements (the last one of a row shorter). Block b of row r has scale
- * index r·ceil(row/block) + b; its scale is max|x|/127 over the block (0
- * for an all-zero block), its codes q = round_to_nearest(x/scale) in
- * [-127, 127], and x is read back as q·scale, so |x - q·scale| <= scale/2
- * up to f32 rounding of x/scale (a few ulp of x). Non-finite x gives a
- * non-finite scale, read back as NaN, never as a plausible number.
- * ref: per-row absmax int8 as in LLM.int8() (Dettmers et al. 2022) and
- * ggml's Q8_0 (which uses fixed 32-element blocks). */
+/* q8 and q4 (t; Q = ss_dtype_info.scaled, 127 or 7): block quantization
+ * of an array of n elements seen as n/row rows of `row` elements, each row
+ * cut into ceil(row/block) blocks of `block` elements (the last one of a
+ * row shorter). Block b of row r has scale index r·ceil(row/block) + b; its
+ * scale is max|x|/Q over the block (0 for an all-zero block), its codes
+ * q = round_to_nearest(x/scale) in [-Q, Q], and x is read back as q·scale,
+ * so |x - q·scale| <= scale/2 up to f32 rounding of x/scale (a few ulp of
+ * x). Non-finite x gives a non-finite scale, read back as NaN, never as a
+ * plausible number. q8 stores a code a byte (int8); q4 two a byte, element
+ * 2i in the low nibble and 2i+1 in the high one, 4-bit two's complement
+ * (a reader takes -8 too). ref: per-row absmax int8 as in LLM.int8()
+ * (Dettmers et al. 2022) and ggml's Q8_0/Q4_0 (fixed 32-element blocks). */
 /* Scales of a whole array: n (a multiple of row) elements, row >= 1,
  * 1 <= block. */
 size_t ss_q8_n_scales(size_t n, size_t row, size_t block);
-/* scale: [ss_q8_n_scales(n,row,block)] f32 out; x: [n] f32 in. */
-void ss_q8_scales(float *scale, const float *x, size_t n, size_t row, size_t block);
-/* Quantizes elements [e0, e0+n) of the array: x points at element e0,
- * q gets n int8 codes, scale is the whole array's (ss_q8_scales). */
-void ss_q8_from_f32(int8_t *q, const float *x, const float *scale, size_t e0, size_t n, size_t row,
-		    size_t block);
-/* Dequantizes elements [e0, e0+n): q points at element e0's code, any
+/* scale: [ss_q8_n_scales(n,row,block)] f32 out; x: [n] f32 in. t: q8 or q4. */
+void ss_quant_scales(ss_dtype t, float *scale, const float *x, size_t n, size_t row, size_t block);
+/* Quantizes elements [e0, e0+n) of the array (t: q8 or q4): x points at
+ * element e0; q at the byte that holds element e0's code, which for q4
+ * must be even, and gets ss_dtype_row_size(t, n) bytes (an odd n's last
+ * high nibble 0); scale is the whole array's (ss_quant_scales). */
+void ss_quant_from_f32(ss_dtype t, void *q, const float *x, const float *scale, size_t e0, size_t n,
+		       size_t row, size_t block);
+/* Dequantizes elements [e0, e0+n) (t: q8 or q4): q points at the byte that
+ * holds element e0's code (for q4 its high nibble when e0 is odd), any
  * alignment; dst gets n f32. */
-void ss_q8_to_f32(float *dst, const int8_t *q, const float *scale, size_t e0, size_t n, size_t row,
-		  size_t block);
+void ss_quant_to_f32(ss_dtype t, float *dst, const void *q, const float *scale, size_t e0, size_t n,
+		     size_t row, size_t block);
 
 #ifdef __cplusplus
 }

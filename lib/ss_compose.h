@@ -142,8 +142,8 @@ int ss_composer_new(ss_composer **out, const ss_compose_opts *o, size_t n, size_
  *   then ss_composer_end().
  * begin: meta gives dims, fingerprint, id, n_tokens, logdecay
  *   [n_layer·nheads] f32 (copied), dtype (the storage dtype of the pieces:
- *   f32, f16, bf16 or q8; for q8 also conv_scale/ssm_scale, copied,
- *   ss_state_q8_blocks) and shuffle (> 0: the f16/bf16 pieces are
+ *   f32, f16, bf16, q8 or q4; for q8 and q4 also conv_scale/ssm_scale,
+ *   copied, ss_state_q8_blocks) and shuffle (> 0: the f16/bf16 pieces are
  *   byte-shuffled in blocks of that many elements, formats/states.md
  *   "shuffle"); its ssm/conv are not read. The first input fixes dims and
  *   fingerprint and allocates the accumulator.

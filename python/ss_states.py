@@ -13,7 +13,7 @@ score are applied to the record that follows.
         rec.id, rec.tokens                           # int32 [n_tokens]
 
 The arrays are those of formats/states.md, decoded to f32 whatever the stored dtype (f16; bf16,
-which numpy lacks, widened by its bits; q8 codes times their block scales, in f32 as libss does;
+which numpy lacks, widened by its bits; q8 and q4 codes times their block scales, in f32 as libss does;
 byte-shuffled blocks unshuffled):
     conv      [n_layer][conv_dim][d_conv-1]          the last d_conv-1 pre-conv inputs, oldest first
     ssm       [n_layer][nheads][headdim][d_state]    (Mamba-1: [n_layer][d_inner][1][d_state])
@@ -34,7 +34,7 @@ so memory follows the largest record, not the stream. It checks what the C reade
 max_record bytes is refused before it is read, a frame whose blocks make more than it declares
 before it is decompressed (and the decompression never writes past the declared size); a map
 with a key twice, a field missing or of another type, dims out of range or of an absurd total, an
-array not exactly the bytes its dims make, a NaN or positive logdecay, a bad q8 scale, a NaN or
+array not exactly the bytes its dims make, a NaN or positive logdecay, a bad q8 or q4 scale, a NaN or
 infinite conv/ssm element, a malformed annotation or plan frame. Every such input raises
 ss_states.FormatError (a ValueError) naming the file, the record index and its byte offset, and
 nothing else: tests/fuzz/pyreader.py holds it to that. Source: formats/tokens.md,
@@ -61,7 +61,7 @@ STATE_MAX_ELEMS = 1 << 38  # record.c: all arrays' elements together
 FINGERPRINT_MAX, ARCH_MAX, FORMAT_MAX = 64, 16, 32  # C buffers, the terminating NUL included
 BLOCK_MAX = 128 << 10  # a zstd block's largest content (RFC 8878 3.1.1.2.4)
 INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
-DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2, "q8": 1}
+DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2, "q8": 1, "q4": 0.5}  # q4: two codes a byte
 DIMS = ("n_layer", "nheads", "headdim", "d_state", "conv_dim", "d_conv")
 
 
@@ -122,18 +122,18 @@ class State:
         bad = np.flatnonzero(~(self.logdecay <= 0))  # -inf is a decay to 0: a long document
         if bad.size:
             raise FormatError('field "logdecay": element %d is %g, not <= 0' % (bad[0], self.logdecay.flat[bad[0]]))
-        if self.dtype == "q8":
+        if self.dtype in ("q8", "q4"):
             g = -(-C // P)
+            c = 127 if self.dtype == "q8" else 8  # a q4 nibble reads as -8 .. 7
             self.conv_scale = _array(m, "conv_scale", "<f4", (L, g))
             self.ssm_scale = _array(m, "ssm_scale", "<f4", (L * H * P,))
             for k, sc in (("conv_scale", self.conv_scale), ("ssm_scale", self.ssm_scale)):
-                bad = np.flatnonzero(~((sc >= 0) & (sc <= np.float32(3.4028234663852886e38 / 127))))
+                bad = np.flatnonzero(~((sc >= 0) & (sc <= np.float32(3.4028234663852886e38 / c))))
                 if bad.size:
-                    raise FormatError('field "%s": scale %d is %g, not in [0, FLT_MAX/127] (code x scale must '
-                                      'be finite)' % (k, bad[0], sc.flat[bad[0]]))
-        es = DTYPE_SIZE[self.dtype]
+                    raise FormatError('field "%s": scale %d is %g, not in [0, FLT_MAX/%d] (code x scale must '
+                                      'be finite)' % (k, bad[0], sc.flat[bad[0]], c))
         for k, n in (("conv", L * C * (K - 1)), ("ssm", L * H * P * N)):
-            _bin(m, k, n * es)
+            _bin(m, k, (n + 1) // 2 if self.dtype == "q4" else n * DTYPE_SIZE[self.dtype])
         self.shuffle = _int(m, "shuffle", 1, MAX_SHUFFLE) if "shuffle" in m else None
         self.provenance = m.get("provenance")
         if "provenance" in m:  # present and nil is not absent
@@ -162,6 +162,12 @@ class State:
         b, n = self.map[key], math.prod(shape)
         if self.dtype == "q8":  # finite: codes times the scales checked above; a shuffle of bytes is none
             return self._q8(np.frombuffer(b, np.int8), which).reshape(shape)
+        if self.dtype == "q4":  # element 2i in byte i's low nibble, 4-bit two's complement
+            u = np.frombuffer(b, np.uint8)
+            q = np.empty(2 * u.size, np.int8)
+            q[0::2] = (u << 4).view(np.int8) >> 4
+            q[1::2] = u.view(np.int8) >> 4
+            return self._q8(q[:n], which).reshape(shape)
         es = DTYPE_SIZE[self.dtype]
         a = np.empty(n, np.float32)
         # about 1 M elements at a time (whole shuffle blocks): the unshuffled copy stays small
@@ -181,7 +187,7 @@ class State:
         return a.reshape(shape)
 
     def _q8(self, q, which):
-        """codes times their block's scale (formats/states.md "q8"), f32 product as in libss."""
+        """q8 or q4 codes times their block's scale (formats/states.md "q8"), f32 product as in libss."""
         if which:  # ssm: one scale per (layer, head, headdim row) of d_state codes
             s = np.repeat(self.ssm_scale, self.d_state)
         else:  # conv: per layer and group of headdim channels, all d_conv-1 taps

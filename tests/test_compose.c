@@ -1670,14 +1670,13 @@ static void test_files_to_equal_put_state(void **unused)
 	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
 }
 
-/* Composing q8 records (read in place, codes scaled block by block as they
+/* Composing q8 or q4 (qt) records (read in place, codes scaled block by block as they
  * are decompressed) gives the bits of composing their dequantized f32
  * (ss_record_state) with ss_compose, for every mode and conv rule, norm
  * before included (whole records); and soup of q8 is within
  * (1/n)·Σ_k scale_k/2 (+ f32 rounding) of soup of the original f32. */
-static void test_q8_compose(void **unused)
+static void quant_compose(ss_dtype qt)
 {
-	(void)unused;
 	enum { K = 5 };
 	/* ssm 160 KiB of codes: pieces (128 KiB) cut a row; conv_dim not a multiple of headdim */
 	const ss_state_dims d = {"mamba2", 2, 16, 64, 80, 99, 4};
@@ -1688,7 +1687,7 @@ static void test_q8_compose(void **unused)
 		make_state(&in[k], &d, D_SMALL, "q");
 		for (size_t i = 0; i < ss_state_ssm_len(&d); i++) /* rows of very different magnitudes */
 			in[k].ssm[i] *= (float)pow(10, (double)((i / 80 + (size_t)k) % 7) - 4);
-		in[k].dtype = SS_DTYPE_Q8;
+		in[k].dtype = qt;
 		pin[k] = &in[k];
 	}
 	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "q8"), 0);
@@ -1704,7 +1703,7 @@ static void test_q8_compose(void **unused)
 	for (int k = 0; k < K; k++) {
 		assert_int_equal(ss_reader_next(r, &rec), 1);
 		assert_int_equal(ss_record_state(rec, &deq[k], err), 0);
-		assert_int_equal(deq[k].dtype, SS_DTYPE_Q8);
+		assert_int_equal(deq[k].dtype, qt);
 		assert_non_null(deq[k].ssm_scale);
 		pd[k] = &deq[k];
 	}
@@ -1719,7 +1718,7 @@ static void test_q8_compose(void **unused)
 			assert_int_equal(ss_compose(&o, pd, K, &b, err), 0);
 			assert_memory_equal(a.ssm, b.ssm, ss_state_ssm_len(&d) * 4);
 			assert_memory_equal(a.conv, b.conv, ss_state_conv_len(&d) * 4);
-			assert_int_equal(a.dtype, SS_DTYPE_Q8);
+			assert_int_equal(a.dtype, qt);
 			ss_state_free(&a);
 			ss_state_free(&b);
 		}
@@ -1742,6 +1741,18 @@ static void test_q8_compose(void **unused)
 	free_states(in, K);
 	free_states(deq, K);
 	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
+static void test_q8_compose(void **unused)
+{
+	(void)unused;
+	quant_compose(SS_DTYPE_Q8);
+}
+
+static void test_q4_compose(void **unused)
+{
+	(void)unused;
+	quant_compose(SS_DTYPE_Q4);
 }
 
 int main(void)
@@ -1770,6 +1781,7 @@ int main(void)
 		cmocka_unit_test(test_files_to_equal_put_state),
 		cmocka_unit_test(test_files_threads_begin_error),
 		cmocka_unit_test(test_q8_compose),
+		cmocka_unit_test(test_q4_compose),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

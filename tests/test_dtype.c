@@ -29,8 +29,9 @@ static void test_rows(void **st)
 		{SS_DTYPE_F32, "f32", "float32", 4, 1, SS_DTYPE_STATES | SS_DTYPE_WEIGHTS | SS_DTYPE_SAFETENSORS, 0, 0},
 		{SS_DTYPE_F16, "f16", "float16", 2, 1, SS_DTYPE_STATES | SS_DTYPE_WEIGHTS | SS_DTYPE_SAFETENSORS, 1, 0},
 		{SS_DTYPE_BF16, "bf16", "bfloat16", 2, 1, SS_DTYPE_STATES | SS_DTYPE_WEIGHTS | SS_DTYPE_SAFETENSORS, 1, 0},
-		{SS_DTYPE_Q8, "q8", NULL, 1, 1, SS_DTYPE_STATES, 0, 1},
+		{SS_DTYPE_Q8, "q8", NULL, 1, 1, SS_DTYPE_STATES, 0, 127},
 		{SS_DTYPE_Q8_0, "q8_0", NULL, 34, 32, SS_DTYPE_WEIGHTS, 0, 0},
+		{SS_DTYPE_Q4, "q4", NULL, 1, 2, SS_DTYPE_STATES, 0, 7},
 	};
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
 		const ss_dtype_info *d = ss_dtype_info_of(want[i].t);
@@ -45,8 +46,8 @@ static void test_rows(void **st)
 		assert_int_equal(d->uses, want[i].uses);
 		assert_int_equal(d->shuffled, want[i].shuffled);
 		assert_int_equal(d->scaled, want[i].scaled);
-		assert_int_equal(!d->to_f32, d->scaled);
-		assert_int_equal(!d->from_f32, d->scaled);
+		assert_int_equal(!d->to_f32, d->scaled != 0);
+		assert_int_equal(!d->from_f32, d->scaled != 0);
 		ss_dtype t = (ss_dtype)-1;
 		assert_int_equal(ss_dtype_parse(want[i].name, &t), 0);
 		assert_int_equal(t, want[i].t);
@@ -56,11 +57,13 @@ static void test_rows(void **st)
 			assert_int_equal(t, want[i].t);
 		}
 	}
-	assert_null(ss_dtype_info_of((ss_dtype)5));
+	assert_null(ss_dtype_info_of((ss_dtype)6));
 	assert_null(ss_dtype_info_of((ss_dtype)-1));
-	assert_null(ss_dtype_name((ss_dtype)5));
-	assert_int_equal(ss_dtype_size((ss_dtype)5), 0);
-	assert_int_equal(ss_dtype_row_size((ss_dtype)5, 32), 0);
+	assert_null(ss_dtype_name((ss_dtype)6));
+	assert_int_equal(ss_dtype_size((ss_dtype)6), 0);
+	/* q4: two codes a byte */
+	assert_int_equal(ss_dtype_row_size(SS_DTYPE_Q4, 7), 4);
+	assert_int_equal(ss_dtype_row_size((ss_dtype)6, 32), 0);
 	/* a partial q8_0 block takes a whole one */
 	assert_int_equal(ss_dtype_row_size(SS_DTYPE_Q8_0, 33), 68);
 	assert_int_equal(ss_dtype_row_size(SS_DTYPE_Q8_0, 0), 0);
@@ -83,9 +86,9 @@ static void test_parse_for(void **st)
 	assert_int_equal(ss_dtype_parse_for("q8_0", SS_DTYPE_SAFETENSORS, &t, err), SS_ERR_INVALID);
 	assert_string_equal(err, "'q8_0' is not f32, f16 or bf16");
 	assert_int_equal(ss_dtype_parse_for("f8", SS_DTYPE_STATES, &t, err), SS_ERR_INVALID);
-	assert_string_equal(err, "'f8' is not f32, f16, bf16 or q8");
+	assert_string_equal(err, "'f8' is not f32, f16, bf16, q8 or q4");
 	assert_int_equal(ss_dtype_parse_for(NULL, SS_DTYPE_STATES, &t, err), SS_ERR_INVALID);
-	assert_string_equal(err, "'' is not f32, f16, bf16 or q8");
+	assert_string_equal(err, "'' is not f32, f16, bf16, q8 or q4");
 	assert_int_equal(ss_dtype_parse_for("F32", SS_DTYPE_STATES, &t, NULL), SS_ERR_INVALID);
 	assert_int_equal(ss_dtype_parse("", &t), SS_ERR_INVALID);
 }
@@ -218,6 +221,44 @@ static void test_q8_0(void **st)
 	free(x);
 }
 
+/* q4 by hand (formats/states.md "q4"): scale max|x|/7 per block, codes
+ * round(x/scale) clamped to [-7, 7], element 2i in byte i's low nibble; an
+ * odd count's last high nibble 0; read back from any element, odd ones
+ * included, and a nibble 8 as -8. */
+static void test_q4(void **st)
+{
+	(void)st;
+	/* two rows of 5 (odd), blocks of 3: scales [r][2] */
+	const float x[10] = { 7, -3.5f, 1, 0.3f, -0.4f, 0, 0, 0, 2, -1.2f };
+	float sc[4], back[10];
+	assert_int_equal(ss_q8_n_scales(10, 5, 3), 4);
+	ss_quant_scales(SS_DTYPE_Q4, sc, x, 10, 5, 3);
+	assert_true(sc[0] == 1.0f && sc[1] == 0.4f / 7 && sc[2] == 0 && sc[3] == 2.0f / 7);
+	unsigned char q[5];
+	ss_quant_from_f32(SS_DTYPE_Q4, q, x, sc, 0, 10, 5, 3);
+	/* codes: 7 -4 1 | 5 -7 | 0 0 0 | 7 -4 (round(-3.5) is -4: to nearest even) */
+	const unsigned char want[5] = { 0xc7, 0x51, 0x09, 0x00, 0xc7 };
+	assert_memory_equal(q, want, 5);
+	for (size_t e0 = 0; e0 < 10; e0++) {
+		ss_quant_to_f32(SS_DTYPE_Q4, back, q + e0 / 2, sc, e0, 10 - e0, 5, 3);
+		for (size_t i = e0; i < 10; i++) {
+			const float code = (float)(int8_t)(i & 1 ? q[i / 2] & 0xf0 : q[i / 2] << 4) / 16;
+			assert_true(back[i - e0] == code * sc[i / 5 * 2 + i % 5 / 3]);
+			assert_true(fabsf(back[i - e0] - x[i]) <= sc[i / 5 * 2 + i % 5 / 3] / 2 * 1.000001f);
+		}
+	}
+	/* an odd count from an even start: ceil(n/2) bytes, the last high nibble 0 */
+	unsigned char q3[2] = { 0xff, 0xff };
+	ss_quant_from_f32(SS_DTYPE_Q4, q3, x, sc, 0, 3, 5, 3);
+	assert_int_equal(q3[0], 0xc7);
+	assert_int_equal(q3[1], 0x01);
+	/* a nibble of 8 reads as -8 */
+	const unsigned char m8 = 0x08;
+	const float one = 0.5f;
+	ss_quant_to_f32(SS_DTYPE_Q4, back, &m8, &one, 0, 2, 2, 2);
+	assert_true(back[0] == -4.0f && back[1] == 0.0f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -225,6 +266,7 @@ int main(void)
 		cmocka_unit_test(test_parse_for),
 		cmocka_unit_test(test_convert),
 		cmocka_unit_test(test_q8_0),
+		cmocka_unit_test(test_q4),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1038,23 +1038,24 @@ static void test_bad_state_fields(void **ctx)
 	ss_reader_close(r);
 }
 
-/* q8 round trip: every element within half its block's scale of the f32
- * value, each scale max|x|/127 of its block (an independent loop over the
- * layout of formats/states.md), an all-zero row read back as zeros; conv's last channel group is short (conv_dim
- * 6, headdim 4). */
-static void test_q8_roundtrip(void **ctx)
+/* q8 and q4 (qt) round trip: every element within half its block's scale
+ * of the f32 value, each scale max|x|/127 (q8) or /7 (q4) of its block (an
+ * independent loop over the layout of formats/states.md), an all-zero row
+ * read back as zeros; conv's last channel group is short (conv_dim 6,
+ * headdim 4). */
+static void quant_roundtrip(ss_dtype qt)
 {
-	(void)ctx;
+	const float qmax = (float)ss_dtype_info_of(qt)->scaled;
 	char err[SS_ERRMSG_MAX];
 	ss_state s, t;
-	fill_state(&s, "q", 0.5f, SS_DTYPE_Q8);
+	fill_state(&s, "q", 0.5f, qt);
 	const ss_state_dims *d = &tiny;
 	size_t ns = ss_state_ssm_len(d), nc = ss_state_conv_len(d), K = (size_t)d->d_conv - 1;
 	for (size_t i = 0; i < ns; i++) /* rows of magnitudes 1e-6 .. 1e2, one row zero */
 		s.ssm[i] = i / 5 == 3 ? 0 : sinf(0.37f * (float)i + 1) * powf(10, (float)((i / 5) % 9) - 6);
 	for (size_t i = 0; i < nc; i++)
 		s.conv[i] = cosf(0.7f * (float)i) * (i % (6 * K) < 4 * K ? 3.0f : 0.01f);
-	const char *p = tpath("q8.states");
+	const char *p = tpath(qt == SS_DTYPE_Q4 ? "q4.states" : "q8.states");
 	ss_writer *w;
 	assert_int_equal(ss_writer_open(&w, p, 0, err), 0);
 	assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
@@ -1067,14 +1068,14 @@ static void test_q8_roundtrip(void **ctx)
 	assert_int_equal(ss_record_state_view(rec, &t, &cv, &sm, err), 0);
 	ss_state_free(&t);
 	assert_int_equal(ss_record_state(rec, &t, err), 0);
-	assert_int_equal(t.dtype, SS_DTYPE_Q8);
+	assert_int_equal(t.dtype, qt);
 	assert_int_equal(ss_state_q8_n_scales(d, 1), (size_t)(d->n_layer * d->nheads * d->headdim));
 	assert_int_equal(ss_state_q8_n_scales(d, 0), (size_t)(d->n_layer * 2));
 	for (size_t row = 0; row < ns / (size_t)d->d_state; row++) {
 		float mx = 0;
 		for (int n = 0; n < d->d_state; n++)
 			mx = fmaxf(mx, fabsf(s.ssm[row * (size_t)d->d_state + (size_t)n]));
-		assert_true(t.ssm_scale[row] == mx / 127);
+		assert_true(t.ssm_scale[row] == mx / qmax);
 		for (int n = 0; n < d->d_state; n++) {
 			size_t i = row * (size_t)d->d_state + (size_t)n;
 			double e = fabs((double)s.ssm[i] - t.ssm[i]);
@@ -1092,7 +1093,7 @@ static void test_q8_roundtrip(void **ctx)
 			for (size_t c = c0; c < c1; c++)
 				for (size_t k = 0; k < K; k++)
 					mx = fmaxf(mx, fabsf(s.conv[((size_t)l * 6 + c) * K + k]));
-			assert_true(sc == mx / 127);
+			assert_true(sc == mx / qmax);
 			for (size_t c = c0; c < c1; c++)
 				for (size_t k = 0; k < K; k++) {
 					size_t i = ((size_t)l * 6 + c) * K + k;
@@ -1109,6 +1110,18 @@ static void test_q8_roundtrip(void **ctx)
 	assert_int_equal(ss_writer_put_state(w, &s, NULL), SS_ERR_INVALID);
 	ss_writer_abort(w);
 	ss_state_free(&s);
+}
+
+static void test_q8_roundtrip(void **ctx)
+{
+	(void)ctx;
+	quant_roundtrip(SS_DTYPE_Q8);
+}
+
+static void test_q4_roundtrip(void **ctx)
+{
+	(void)ctx;
+	quant_roundtrip(SS_DTYPE_Q4);
 }
 
 /* Byte shuffle: the layout of formats/states.md written out by hand (es 2,
@@ -1271,6 +1284,58 @@ static void test_q8_corrupt(void **ctx)
 		assert_int_equal(ss_compose_run(&o, &ro, &res, err), SS_ERR_FORMAT);
 		if (!strstr(err, "record 0") || !strstr(err, c == 2 ? "\"ssm\" has 1 bytes" : cases[c].want))
 			fail_msg("case %zu: compose: \"%s\"", c, err);
+	}
+	dtype_head = "f32";
+}
+
+/* q4 (formats/states.md "q4"): two codes a byte, element 2i in the low
+ * nibble; a nibble of 8 reads as -8, so a scale above FLT_MAX/8 is refused;
+ * an array is ceil(n/2) bytes (conv's 3 codes in 2). */
+static void test_q4_codes(void **ctx)
+{
+	(void)ctx;
+	char err[SS_ERRMSG_MAX];
+	const int64_t dims[7] = { 1, 1, 1, 2, 1, 4, 3 }; /* ssm 2 codes, conv 3, one scale each */
+	struct { float scale; size_t ssm_bytes; const char *want; } cases[] = {
+		{ 0.5f, 1, NULL },
+		{ 1e38f, 1, "field \"ssm_scale\": scale 0 is 1e+38, not in [0, 4.25353e+37]" },
+		{ 0.5f, 2, "field \"ssm\" has 2 bytes, expected 1" },
+	};
+	dtype_head = "q4";
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		msgpack_sbuffer sb;
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer pk;
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		pack_state_head(&pk, 18, dims);
+		float sc[2] = { 0.25f, cases[c].scale }, ld = -1;
+		const unsigned char conv[2] = { 0xe1, 0x03 }, ssm[2] = { 0x81, 0x00 }; /* 1 -2 3; 1 -8 */
+		msgpack_pack_str_with_body(&pk, "conv_scale", 10);
+		msgpack_pack_bin_with_body(&pk, sc, 4);
+		msgpack_pack_str_with_body(&pk, "ssm_scale", 9);
+		msgpack_pack_bin_with_body(&pk, sc + 1, 4);
+		msgpack_pack_str_with_body(&pk, "logdecay", 8);
+		msgpack_pack_bin_with_body(&pk, &ld, 4);
+		msgpack_pack_str_with_body(&pk, "conv", 4);
+		msgpack_pack_bin_with_body(&pk, conv, 2);
+		msgpack_pack_str_with_body(&pk, "ssm", 3);
+		msgpack_pack_bin_with_body(&pk, ssm, cases[c].ssm_bytes);
+		const ss_record *rec;
+		ss_reader *r = one_record("q4codes.states", &sb, &rec);
+		msgpack_sbuffer_destroy(&sb);
+		ss_state s;
+		if (cases[c].want) {
+			assert_int_equal(ss_record_state(rec, &s, err), SS_ERR_FORMAT);
+			if (!strstr(err, cases[c].want))
+				fail_msg("case %zu: \"%s\" lacks \"%s\"", c, err, cases[c].want);
+		} else {
+			assert_int_equal(ss_record_state(rec, &s, err), 0);
+			assert_int_equal(s.dtype, SS_DTYPE_Q4);
+			assert_true(s.conv[0] == 0.25f && s.conv[1] == -0.5f && s.conv[2] == 0.75f);
+			assert_true(s.ssm[0] == 0.5f && s.ssm[1] == -4.0f);
+			ss_state_free(&s);
+		}
+		ss_reader_close(r);
 	}
 	dtype_head = "f32";
 }
@@ -1840,10 +1905,10 @@ static void test_golden_streams(void **ctx)
 		float sc[2 * 8 * 16], deq[4096];
 		int8_t q[4096];
 		if (k == 0) {
-			ss_q8_scales(sc, ssm, 4096, 16, 16);
+			ss_quant_scales(SS_DTYPE_Q8, sc, ssm, 4096, 16, 16);
 			assert_memory_equal(s.ssm_scale, sc, sizeof sc);
-			ss_q8_from_f32(q, ssm, sc, 0, 4096, 16, 16);
-			ss_q8_to_f32(deq, q, sc, 0, 4096, 16, 16);
+			ss_quant_from_f32(SS_DTYPE_Q8, q, ssm, sc, 0, 4096, 16, 16);
+			ss_quant_to_f32(SS_DTYPE_Q8, deq, q, sc, 0, 4096, 16, 16);
 			assert_memory_equal(s.ssm, deq, sizeof deq);
 		}
 		for (int i = 0; i < 4096; i++) {
@@ -1970,6 +2035,8 @@ int main(void)
 		cmocka_unit_test(test_corrupt_inputs),
 		cmocka_unit_test(test_bad_state_fields),
 		cmocka_unit_test(test_q8_roundtrip),
+		cmocka_unit_test(test_q4_roundtrip),
+		cmocka_unit_test(test_q4_codes),
 		cmocka_unit_test(test_q8_corrupt),
 		cmocka_unit_test(test_one_validator),
 		cmocka_unit_test(test_nonfinite_scan),

@@ -168,7 +168,7 @@ void cli_version(void) __attribute__((noreturn));
  * a, b or c" (exit 2). */
 int cli_choice(const char *opt, const char *arg, const char *const *names, int n, const char *usage);
 /* The dtype (an ss_dtype) arg names for `uses` (SS_DTYPE_STATES or SS_DTYPE_WEIGHTS), or
- * a usage error "OPT: 'ARG' is not f32, f16, bf16 or q8" listing that
+ * a usage error "OPT: 'ARG' is not f32, f16, bf16, q8 or q4" listing that
  * use's names (ss_dtype_parse_for), exit 2. */
 int cli_dtype(const char *opt, const char *arg, unsigned uses, const char *usage);
 

@@ -48,7 +48,7 @@ static void help(void)
 	       "                 document, or encode the document here\n"
 	       "  --like STATES  the template record of --import\n"
 	       "  --id ID        the imported record's id (default: --like's)\n"
-	       "  --state-dtype T  its storage dtype: f32 (default), f16, bf16, q8\n"
+	       "  --state-dtype T  its storage dtype: f32 (default), f16, bf16, q8, q4\n"
 	       "\n", usage);
 	cli_common_help(17, CLI_HELP_OUT | CLI_HELP_BASE, NULL);
 	printf("\n-o applies to --export and --import (default stdout).\n"

@@ -20,7 +20,7 @@
 
 static const char *usage =
 	"ss-compose [--mode MODE] [--norm none|before|after|both] [--conv mean|last]\n"
-	"                  [--state-dtype f32|f16|bf16|q8] [--weights FILE.json] [--id ID] [-l N] [-j N] [-o OUT] [FILE...]";
+	"                  [--state-dtype f32|f16|bf16|q8|q4] [--weights FILE.json] [--id ID] [-l N] [-j N] [-o OUT] [FILE...]";
 
 /* zstd level of the output. The composed state goes straight to ss-decode or
  * ss-score and floats barely compress: level 3 spent as much CPU on one
@@ -45,7 +45,7 @@ static void help(void)
 	       "  --norm WHEN      L2-normalise each layer's ssm state before pooling, after it,\n"
 	       "                   or both (default none)\n"
 	       "  --conv RULE      conv state: mean of the inputs' (default) or the last input's\n"
-	       "  --state-dtype T  storage of the output: f32, f16, bf16 or q8 (default: the inputs'\n"
+	       "  --state-dtype T  storage of the output: f32, f16, bf16, q8 or q4 (default: the inputs'\n"
 	       "                   dtype when they all share one, else f32)\n"
 	       "  --weights FILE   write the weights [n_layer][nheads][n] as JSON\n"
 	       "                   (Mamba-1: [n_layer][d_inner][d_state][n])\n"

@@ -16,7 +16,7 @@
 #include "ss.h"
 
 static const char *usage =
-	"ss-encode [--model DIR] [--device D] [--threads N] [--state-dtype f32|f16|bf16|q8] [--batch N]\n"
+	"ss-encode [--model DIR] [--device D] [--threads N] [--state-dtype f32|f16|bf16|q8|q4] [--batch N]\n"
 	"                 [--concat [--id ID]] [--from-state FILE]\n"
 	"                 [--text [--tokenizer FILE] [--max-doc SIZE]]\n"
 	"                 [--shard I/N] [--ids FILE] [--deterministic] [--weights-dtype T]\n"
@@ -31,7 +31,8 @@ static void help(void)
 	       "as one record of a state stream, in input order.\n\n",
 	       usage);
 	printf("  --state-dtype T      storage dtype of conv and ssm: f32 (default), f16, bf16,\n"
-	       "                       q8 (int8 with an f32 scale per block, ss-states(5))\n"
+	       "                       q8 (int8 with an f32 scale per block, ss-states(5)), q4\n"
+	       "                       (4-bit codes, the same scales: 1/7.5 of f32's bytes)\n"
 	       "  --batch N            documents per forward call (default 8); memory grows\n"
 	       "                       with N, not with the corpus\n"
 	       "  --deterministic      a document's state is the same bytes whatever --threads,\n"

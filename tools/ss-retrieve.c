@@ -107,7 +107,7 @@ static void help(void)
 	      "                   --model DIR recomputes their states (adding their states\n"
 	      "                   later stores them). Needs --model DIR: their model\n"
 	      "  --state-dtype T  with --stateless: the dtype to recompute in: f32\n"
-	      "                   (default, as ss-encode), f16, bf16, q8\n"
+	      "                   (default, as ss-encode), f16, bf16, q8, q4\n"
 	      "  --rerank N       query: take BM25's top N (N >= K) and return the top K\n"
 	      "                   of them by the --model's score of the query from each\n"
 	      "                   one's state (one batch of N); rank is the new order,\n"

@@ -115,8 +115,8 @@ static double k_sumsq(const float *x, size_t n)
 
 /* An input array: bytes in a storage dtype (d, its row of ss_dtype_info);
  * `direct` when it is f32 and aligned, so the kernels read it in place. A
- * scaled (q8) array's codes are
- * elements e0.. of the whole array, whose scales and blocks come along.
+ * scaled (q8, q4) array's codes are elements e0.. of the whole array (for
+ * q4 e0 is even: p points at a byte), whose scales and blocks come along.
  * planes: a byte-shuffled block of that many 2-byte elements (f16, bf16),
  * low bytes at p, high bytes at p + planes, read without unshuffling it
  * first (formats/states.md "shuffle"). */
@@ -155,8 +155,8 @@ static void widen(float *dst, src_arr x, size_t off, size_t m)
 		for (; i < m; i++)
 			h[i] = (uint16_t)(lo[i] | (unsigned)hi[i] << 8);
 		x.d->to_f32(dst, h, m);
-	} else if (x.d->scaled) {
-		ss_q8_to_f32(dst, (const int8_t *)(x.p + off), x.scale, x.e0 + off, m, x.row, x.block);
+	} else if (x.d->scaled) { /* x.p holds element x.e0, even for q4: off's byte is off/2 */
+		ss_quant_to_f32(x.t, dst, x.p + off / x.d->block, x.scale, x.e0 + off, m, x.row, x.block);
 	} else {
 		x.d->to_f32(dst, x.p + off * x.es, m);
 	}
@@ -401,7 +401,8 @@ static int take_input(ss_composer *c, ss_compose_input *in, const ss_state *x, s
 	for (int a = 0; ss_dtype_info_of(t)->scaled && a < 2; a++) {
 		size_t n = ss_state_q8_n_scales(&c->acc.dims, a);
 		if (!src[a])
-			return ss_errf(errmsg, SS_ERR_INVALID, "input %zu: q8 state without its scales", c->begun);
+			return ss_errf(errmsg, SS_ERR_INVALID, "input %zu: %s state without its scales", c->begun,
+				       ss_dtype_name(t));
 		if (n > in->scale_cap[a]) {
 			float *p = realloc(in->scale[a], n * sizeof *p);
 			if (!p)
@@ -486,8 +487,8 @@ static int add_begin(ss_composer *c, ss_compose_input *in, const ss_state *x, ss
 	in->open = 1;
 	in->k = k;
 	in->t = t;
-	in->want[0] = ss_state_conv_len(&c->acc.dims) * ss_dtype_size(t);
-	in->want[1] = ss_state_ssm_len(&c->acc.dims) * ss_dtype_size(t);
+	in->want[0] = ss_dtype_row_size(t, ss_state_conv_len(&c->acc.dims));
+	in->want[1] = ss_dtype_row_size(t, ss_state_ssm_len(&c->acc.dims));
 	in->fed[0] = in->fed[1] = 0;
 	in->shuf = 0;
 	in->fill = 0;
@@ -688,7 +689,7 @@ static int fold(const ss_composer *c, ss_compose_input *in, int which, uint64_t 
 {
 	if (!in->open || (which != 0 && which != 1))
 		return ss_errf(errmsg, SS_ERR_INVALID, "composer: a piece outside an input");
-	size_t es = ss_dtype_size(in->t);
+	size_t es = ss_dtype_size(in->t), per = ss_dtype_info_of(in->t)->block;
 	if (off != in->fed[which] || len % es || len > in->want[which] - off)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "input %zu: field \"%s\" is not %llu bytes of %s", in->k,
 			       array_name[which], (unsigned long long)in->want[which], ss_dtype_name(in->t));
@@ -696,10 +697,14 @@ static int fold(const ss_composer *c, ss_compose_input *in, int which, uint64_t 
 		return ss_errf(errmsg, SS_ERR_INVALID, "input %zu: state without ssm, conv or logdecay", in->k);
 	if (in->shuf)
 		return add_shuffled(c, in, which, p, len, errmsg);
-	/* checked while the piece is in cache, before any of it is folded */
-	size_t bad = check ? ss_nonfinite_find(p, in->t, len / es) : len / es;
-	if (bad < len / es)
-		return nonfinite(in, which, (size_t)(off / es) + bad, (const unsigned char *)p + bad * es, errmsg);
+	/* elements [e0, e0+n) (q4: two a byte, an odd array's last byte one) */
+	const size_t total = which ? ss_state_ssm_len(&c->acc.dims) : ss_state_conv_len(&c->acc.dims);
+	const size_t e0 = (size_t)(off / es) * per, e1 = (size_t)((off + len) / es) * per;
+	const size_t n = (e1 < total ? e1 : total) - e0;
+	/* checked while the piece is in cache, before any of it is folded (f32, f16, bf16: per 1) */
+	size_t bad = check ? ss_nonfinite_find(p, in->t, n) : n;
+	if (bad < n)
+		return nonfinite(in, which, e0 + bad, (const unsigned char *)p + bad * es, errmsg);
 	double *lscale = NULL;
 	if (which == 1 && (c->o.norm & SS_COMPOSE_NORM_BEFORE)) {
 		const ss_state_dims *dm = &c->acc.dims;
@@ -715,7 +720,7 @@ static int fold(const ss_composer *c, ss_compose_input *in, int which, uint64_t 
 			lscale[l] = nrm > 0 ? 1 / nrm : 1;
 		}
 	}
-	add_range(c, in, which, input_arr(c, in, which, p, (size_t)(off / es)), (size_t)(off / es), len / es, lscale);
+	add_range(c, in, which, input_arr(c, in, which, p, e0), e0, n, lscale);
 	free(lscale);
 	in->fed[which] += len;
 	return 0;

@@ -131,10 +131,13 @@ int drv_record_meta(const ss_record *rec, ss_state *m, const char *path, uint64_
  * (unshuffled), through the composer's own input. */
 static int fold_whole(ss_composer *c, const ss_state *meta, const void *ssm, const void *conv, char *errmsg)
 {
-	size_t es = ss_dtype_size(meta->dtype);
+	const ss_dtype t = meta->dtype;
 	int rc = ss_composer_begin(c, meta, errmsg);
-	if (!rc && !(rc = ss_composer_fold(c, 1, 0, ssm, ss_state_ssm_len(&meta->dims) * es, errmsg)) &&
-	    !(rc = ss_composer_fold(c, 0, 0, conv, ss_state_conv_len(&meta->dims) * es, errmsg)))
+	if (!rc &&
+	    !(rc = ss_composer_fold(c, 1, 0, ssm, ss_dtype_row_size(t, ss_state_ssm_len(&meta->dims)),
+				    errmsg)) &&
+	    !(rc = ss_composer_fold(c, 0, 0, conv, ss_dtype_row_size(t, ss_state_conv_len(&meta->dims)),
+				    errmsg)))
 		rc = ss_composer_end(c, errmsg);
 	return rc;
 }

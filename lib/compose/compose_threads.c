@@ -129,6 +129,8 @@ typedef struct {
 	ss_compose_input *in;
 	char *id;
 	size_t es, shuf;              /* its dtype's size; its shuffle block (elements), 0 = none */
+	size_t block, n[2];           /* its dtype's elements per es bytes (q4: 2); conv's and
+					 ssm's elements */
 	uint64_t len[2];              /* bytes of conv, ssm */
 	int in_place;                 /* pieces stay valid: folded a unit at a time */
 	const unsigned char *pend[2]; /* bytes received, not yet folded */
@@ -171,9 +173,12 @@ static int job_begin(job_t *x, const ss_record *meta)
 		return job_fail(x, SS_ERR_NOMEM, "out of memory");
 	}
 	x->es = ss_dtype_size(m.dtype);
+	x->block = ss_dtype_info_of(m.dtype)->block;
 	x->shuf = m.shuffle > 0 && x->es > 1 ? (size_t)m.shuffle : 0;
-	x->len[0] = ss_state_conv_len(&m.dims) * x->es;
-	x->len[1] = ss_state_ssm_len(&m.dims) * x->es;
+	x->n[0] = ss_state_conv_len(&m.dims);
+	x->n[1] = ss_state_ssm_len(&m.dims);
+	x->len[0] = ss_dtype_row_size(m.dtype, x->n[0]);
+	x->len[1] = ss_dtype_row_size(m.dtype, x->n[1]);
 	x->in_place = meta->in_place;
 	pthread_mutex_lock(&P->mu); /* its turn, after ss_composer_touch (which reads the count) */
 	while ((P->begun != x->g || P->touched < P->T) && !par_stopped(P, x->g))
@@ -195,7 +200,9 @@ static int job_fold(job_t *x, int which, uint64_t off, const void *p, size_t len
 {
 	par_t *P = x->P;
 	uint64_t end = off + len;
-	size_t e = (size_t)(end / x->es);
+	size_t e = (size_t)(end / x->es) * x->block; /* elements held by bytes [0, end) */
+	if (e > x->n[which])
+		e = x->n[which]; /* an odd q4 array's last byte holds one */
 	if (!par_wait_prev(P, x->g, which, e))
 		return job_stop(x);
 	char err[SS_ERRMSG_MAX];

@@ -1,6 +1,7 @@
-/* dtype.c — the table of storage dtypes (ss_dtype_info in ss.h) and element conversion between f32, f16, bf16, q8 (int8 codes
- * with a scale per block) and q8_0 (ggml's blocks of 32 codes and their
- * f16 scale). */
+/* dtype.c — the table of storage dtypes (ss_dtype_info in ss.h) and element
+ * conversion between f32, f16, bf16, q8 and q4 (int8 or 4-bit codes with a
+ * scale per block) and q8_0 (ggml's blocks of 32 codes and their f16
+ * scale). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -229,9 +230,10 @@ static const ss_dtype_info dtypes[] = {
 			   0, f16_to_f32, f16_from_f32 },
 	[SS_DTYPE_BF16] = { SS_DTYPE_BF16, "bf16", "bfloat16", 2, 1, SS_DTYPE_STATES | SS_DTYPE_ANY_WEIGHTS,
 			    1, 0, bf16_to_f32, bf16_from_f32 },
-	[SS_DTYPE_Q8] = { SS_DTYPE_Q8, "q8", NULL, 1, 1, SS_DTYPE_STATES, 0, 1, NULL, NULL },
+	[SS_DTYPE_Q8] = { SS_DTYPE_Q8, "q8", NULL, 1, 1, SS_DTYPE_STATES, 0, 127, NULL, NULL },
 	[SS_DTYPE_Q8_0] = { SS_DTYPE_Q8_0, "q8_0", NULL, Q8_0_BYTES, Q8_0_BLOCK, SS_DTYPE_WEIGHTS, 0, 0,
 			    q8_0_to_f32, q8_0_from_f32 },
+	[SS_DTYPE_Q4] = { SS_DTYPE_Q4, "q4", NULL, 1, 2, SS_DTYPE_STATES, 0, 7, NULL, NULL },
 };
 #define N_DTYPES (sizeof dtypes / sizeof dtypes[0])
 
@@ -266,7 +268,7 @@ int ss_dtype_parse_for(const char *s, unsigned uses, ss_dtype *out, char *errmsg
 			*out = dtypes[i].dtype;
 			return 0;
 		}
-	if (errmsg) { /* "'x' is not f32, f16, bf16 or q8" */
+	if (errmsg) { /* "'x' is not f32, f16, bf16, q8 or q4" */
 		size_t n = 0, k = 0, left = 0;
 		for (size_t i = 0; i < N_DTYPES; i++)
 			left += (dtypes[i].uses & uses) != 0;
@@ -360,7 +362,7 @@ size_t ss_nonfinite_find(const void *p, ss_dtype t, size_t n)
 {
 	const unsigned char *b = p;
 	if (t != SS_DTYPE_F32 && t != SS_DTYPE_F16 && t != SS_DTYPE_BF16)
-		return n; /* q8: codes, finite by construction */
+		return n; /* q8, q4: codes, finite by construction */
 	const uint32_t lim = t == SS_DTYPE_F32 ? NONFINITE_F32 : t == SS_DTYPE_F16 ? NONFINITE_F16 : NONFINITE_BF16;
 	const size_t es = ss_dtype_size(t);
 	for (size_t i0 = 0; i0 < n; i0 += SCAN_RUN) {
@@ -495,8 +497,16 @@ size_t ss_q8_n_scales(size_t n, size_t row, size_t block)
 	return n / row * ((row + block - 1) / block);
 }
 
-void ss_q8_scales(float *scale, const float *x, size_t n, size_t row, size_t block)
+/* x / s rounded to nearest, clamped to [-qmax, qmax] */
+static inline int quant_code(float x, float s, float qmax)
 {
+	float v = nearbyintf(x / s);
+	return (int)(v > qmax ? qmax : v < -qmax ? -qmax : v);
+}
+
+void ss_quant_scales(ss_dtype t, float *scale, const float *x, size_t n, size_t row, size_t block)
+{
+	const float qmax = (float)ss_dtype_info_of(t)->scaled;
 	size_t k = 0;
 	for (size_t r0 = 0; r0 < n; r0 += row)
 		for (size_t b0 = 0; b0 < row; b0 += block) {
@@ -507,7 +517,7 @@ void ss_q8_scales(float *scale, const float *x, size_t n, size_t row, size_t blo
 				float a = fabsf(v[i]);
 				mx = a > mx || a != a ? a : mx; /* a NaN sticks */
 			}
-			scale[k++] = mx / 127.0f;
+			scale[k++] = mx / qmax;
 		}
 }
 
@@ -526,17 +536,26 @@ void ss_q8_scales(float *scale, const float *x, size_t n, size_t row, size_t blo
 		}                                                                      \
 	} while (0)
 
-void ss_q8_from_f32(int8_t *q, const float *x, const float *scale, size_t e0, size_t n, size_t row,
-		    size_t block)
+void ss_quant_from_f32(ss_dtype t, void *q, const float *x, const float *scale, size_t e0, size_t n,
+		       size_t row, size_t block)
 {
+	if (t == SS_DTYPE_Q4) {
+		uint8_t *nib = q;
+		memset(nib, 0, (n + 1) / 2);
+		Q8_RUNS(e0, n, row, block, scale, {
+			if (s > 0 && isfinite(s))
+				for (size_t j = i; j < i + m; j++)
+					nib[j / 2] |= (uint8_t)((quant_code(x[j], s, 7) & 15) << 4 * (j & 1));
+		});
+		return;
+	}
+	int8_t *c = q;
 	Q8_RUNS(e0, n, row, block, scale, {
 		if (s > 0 && isfinite(s)) {
-			for (size_t j = i; j < i + m; j++) {
-				float v = nearbyintf(x[j] / s);
-				q[j] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-			}
+			for (size_t j = i; j < i + m; j++)
+				c[j] = (int8_t)quant_code(x[j], s, 127);
 		} else {
-			memset(q + i, 0, m);
+			memset(c + i, 0, m);
 		}
 	});
 }
@@ -553,14 +572,35 @@ static void q8_run(float *restrict dst, const int8_t *restrict q, float s, size_
 		dst[j] = (float)q[j] * s;
 }
 
-void ss_q8_to_f32(float *dst, const int8_t *q, const float *scale, size_t e0, size_t n, size_t row,
-		  size_t block)
+/* dst[0..m) = the q4 codes of nibbles [k, k+m) of the bytes at b (nibble
+ * 2j the low one of b[j]) times s: sign-extended, a byte's two at a time. */
+static void q4_run(float *restrict dst, const uint8_t *restrict b, size_t k, size_t m, float s)
 {
+	size_t j = k;
+	if (j & 1 && j < k + m) {
+		dst[0] = (float)((int8_t)(b[j / 2] & 0xf0) >> 4) * s;
+		j++;
+	}
+	for (; j + 2 <= k + m; j += 2) {
+		const uint8_t v = b[j / 2];
+		dst[j - k] = (float)((int8_t)(v << 4) >> 4) * s;
+		dst[j - k + 1] = (float)((int8_t)(v & 0xf0) >> 4) * s;
+	}
+	if (j < k + m)
+		dst[j - k] = (float)((int8_t)(b[j / 2] << 4) >> 4) * s;
+}
+
+void ss_quant_to_f32(ss_dtype t, float *dst, const void *q, const float *scale, size_t e0, size_t n,
+		     size_t row, size_t block)
+{
+	const int q4 = t == SS_DTYPE_Q4;
 	Q8_RUNS(e0, n, row, block, scale, {
-		if (isfinite(s))
-			q8_run(dst + i, q + i, s, m);
-		else
+		if (!isfinite(s))
 			for (size_t j = i; j < i + m; j++)
 				dst[j] = NAN;
+		else if (q4) /* q holds element e0: its high nibble when e0 is odd */
+			q4_run(dst + i, q, (e0 & 1) + i, m, s);
+		else
+			q8_run(dst + i, (const int8_t *)q + i, s, m);
 	});
 }

@@ -65,7 +65,7 @@ static void pk_key(msgpack_packer *pk, const char *k) { pk_str(pk, k); }
 
 /* The arrays of a state record, kept out of the packed bytes: each goes
  * into the zstd stream straight from the state, at byte `at` of the packed
- * msgpack. A q8 array carries its scales and blocks. */
+ * msgpack. A q8 or q4 array carries its scales and blocks. */
 typedef struct {
 	struct {
 		size_t at;
@@ -82,11 +82,12 @@ typedef struct {
 } arrays_t;
 
 /* Packs the header of a bin of n f32 values stored as dtype t and notes
- * where its body goes. q8 (t) takes scale, row and block (else unused). */
+ * where its body goes. q8 and q4 (t) take scale, row and block (else
+ * unused). */
 static void pk_array(msgpack_packer *pk, buf_t *b, arrays_t *arr, const float *v, size_t n, ss_dtype t,
 		     const float *scale, size_t row, size_t block)
 {
-	size_t bytes = n * ss_dtype_size(t);
+	size_t bytes = ss_dtype_row_size(t, n);
 	msgpack_pack_bin(pk, bytes);
 	arr->a[arr->n].at = b->len;
 	arr->a[arr->n].v = v;
@@ -102,7 +103,7 @@ static void pk_array(msgpack_packer *pk, buf_t *b, arrays_t *arr, const float *v
 }
 
 /* Compresses one array's body: f32 as it lies in memory (little-endian
- * hosts only, as ss_from_f32), f16/bf16/q8 converted a chunk at a time
+ * hosts only, as ss_from_f32), f16/bf16/q8/q4 converted a chunk at a time
  * (a shuffle block at a time when shuffled). ready (may be NULL): asked
  * before each chunk of conv or ssm (ss_writer_put_state_when). */
 static int put_array(ss_writer *w, const arrays_t *arr, int k, ss_ready_fn ready, void *arg)
@@ -134,7 +135,8 @@ static int put_array(ss_writer *w, const arrays_t *arr, int k, ss_ready_fn ready
 		if (ready && (rc = ready(arg, which, i + m)) != 0)
 			break;
 		if (ss_dtype_info_of(t)->scaled) {
-			ss_q8_from_f32((int8_t *)tmp, v + i, arr->a[k].scale, i, m, arr->a[k].row, arr->a[k].block);
+			ss_quant_from_f32(t, tmp, v + i, arr->a[k].scale, i, m, arr->a[k].row,
+					  arr->a[k].block);
 		} else {
 			ss_from_f32(tmp, t, v + i, m);
 			if (ready && ss_nonfinite_find(tmp, t, m) < m) {
@@ -144,7 +146,7 @@ static int put_array(ss_writer *w, const arrays_t *arr, int k, ss_ready_fn ready
 		}
 		if (sh)
 			ss_shuffle(tsh, tmp, ss_dtype_size(t), m, m);
-		rc = ss_writer_add(w, sh ? tsh : tmp, m * ss_dtype_size(t));
+		rc = ss_writer_add(w, sh ? tsh : tmp, ss_dtype_row_size(t, m));
 	}
 	free(tmp);
 	free(tsh);
@@ -313,7 +315,7 @@ static int put_state(ss_writer *w, const ss_state *s, uint64_t *offset, ss_ready
 	const ss_dtype_info *dt = ss_dtype_info_of(s->dtype);
 	if (!dt)
 		return SS_ERR_INVALID;
-	int q8 = dt->scaled;
+	int q8 = dt->scaled != 0;
 	if (q8 && ready)
 		return SS_ERR_INVALID; /* the scales come first, from whole arrays */
 	/* Records hold finite conv and ssm only (readers refuse others): the
@@ -331,8 +333,8 @@ static int put_state(ss_writer *w, const ss_state *s, uint64_t *offset, ss_ready
 			free(sc[0]);
 			return SS_ERR_NOMEM;
 		}
-		ss_q8_scales(sc[a], a ? s->ssm : s->conv, a ? ss_state_ssm_len(d) : ss_state_conv_len(d), qrow[a],
-			     qblk[a]);
+		ss_quant_scales(s->dtype, sc[a], a ? s->ssm : s->conv,
+				a ? ss_state_ssm_len(d) : ss_state_conv_len(d), qrow[a], qblk[a]);
 	}
 	buf_reserve(&b, 4096); /* after the checks above: they return without freeing b */
 	int shuf = dt->shuffled && ss_writer_shuffles(w) && !raw;
@@ -555,12 +557,14 @@ int ss_record_tokens(const ss_record *rec, ss_tokens *out, char *errmsg)
 	return 0;
 }
 
-/* Reads a q8 record's "conv_scale" and "ssm_scale" into s (dims set):
- * exactly the count of its dims' blocks, each in [0, FLT_MAX/127], so that
- * a code times its scale (|code| <= 127) is finite. */
+/* Reads a q8 or q4 record's "conv_scale" and "ssm_scale" into s (dims and
+ * dtype set): exactly the count of its dims' blocks, each in [0, FLT_MAX/C]
+ * with C 127 for q8 (a code times its scale, |code| <= 127, is finite) and
+ * 8 for q4 (a nibble reads as -8 .. 7). */
 static int q8_scales(const msgpack_object *m, ss_state *s, char *errmsg)
 {
 	static const char *const key[2] = {"conv_scale", "ssm_scale"};
+	const int c = s->dtype == SS_DTYPE_Q4 ? 8 : 127;
 	for (int a = 0; a < 2; a++) {
 		size_t n = ss_state_q8_n_scales(&s->dims, a);
 		const msgpack_object *o;
@@ -573,10 +577,10 @@ static int q8_scales(const msgpack_object *m, ss_state *s, char *errmsg)
 		memcpy(v, o->via.bin.ptr, n * 4);
 		*(a ? &s->ssm_scale : &s->conv_scale) = v;
 		for (size_t i = 0; i < n; i++)
-			if (!(v[i] >= 0 && v[i] <= FLT_MAX / 127))
-				return ss_errf(errmsg, SS_ERR_FORMAT, "field \"%s\": scale %zu is %g, not in [0, %g] "
-					       "(FLT_MAX/127: code x scale must be finite)", key[a], i, (double)v[i],
-					       (double)(FLT_MAX / 127));
+			if (!(v[i] >= 0 && v[i] <= FLT_MAX / c))
+				return ss_errf(errmsg, SS_ERR_FORMAT, "field \"%s\": scale %zu is %g, not in "
+					       "[0, %g] (FLT_MAX/%d: code x scale must be finite)", key[a], i,
+					       (double)v[i], (double)(FLT_MAX / c), c);
 	}
 	return 0;
 }
@@ -677,7 +681,8 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 	for (int a = 0; a < 2; a++) {
 		const msgpack_object *o;
 		size_t n = a ? ss_state_ssm_len(&s->dims) : ss_state_conv_len(&s->dims);
-		if (ss_map_get(m, arr[a]) && (rc = get_bin(m, arr[a], n * ss_dtype_size(s->dtype), &o, errmsg)))
+		if (ss_map_get(m, arr[a]) &&
+		    (rc = get_bin(m, arr[a], ss_dtype_row_size(s->dtype, n), &o, errmsg)))
 			goto fail;
 	}
 	if (ss_map_get(m, "shuffle")) {
@@ -750,11 +755,12 @@ int ss_record_state_meta(const ss_record *rec, ss_state *out, char *errmsg)
 /* The record's conv and ssm bins, checked against the dims (s decoded). */
 static int raw_arrays(const ss_record *rec, const ss_state *s, const void **conv, const void **ssm, char *errmsg)
 {
-	size_t es = ss_dtype_size(s->dtype);
 	const msgpack_object *cv, *sm;
 	int rc;
-	if ((rc = get_bin(rec->root, "conv", ss_state_conv_len(&s->dims) * es, &cv, errmsg)) ||
-	    (rc = get_bin(rec->root, "ssm", ss_state_ssm_len(&s->dims) * es, &sm, errmsg)))
+	if ((rc = get_bin(rec->root, "conv", ss_dtype_row_size(s->dtype, ss_state_conv_len(&s->dims)),
+			  &cv, errmsg)) ||
+	    (rc = get_bin(rec->root, "ssm", ss_dtype_row_size(s->dtype, ss_state_ssm_len(&s->dims)),
+			  &sm, errmsg)))
 		return rc;
 	*conv = cv->via.bin.ptr;
 	*ssm = sm->via.bin.ptr;
@@ -808,9 +814,9 @@ int ss_record_state(const ss_record *rec, ss_state *s, char *errmsg)
 	} else if (ss_dtype_info_of(s->dtype)->scaled) { /* finite: codes times scales the decoder bounded */
 		size_t row, block;
 		ss_state_q8_blocks(&s->dims, 0, &row, &block);
-		ss_q8_to_f32(s->conv, conv, s->conv_scale, 0, nc, row, block);
+		ss_quant_to_f32(s->dtype, s->conv, conv, s->conv_scale, 0, nc, row, block);
 		ss_state_q8_blocks(&s->dims, 1, &row, &block);
-		ss_q8_to_f32(s->ssm, ssm, s->ssm_scale, 0, ns, row, block);
+		ss_quant_to_f32(s->dtype, s->ssm, ssm, s->ssm_scale, 0, ns, row, block);
 		return 0;
 	} else {
 		ss_to_f32(s->conv, conv, s->dtype, nc);

@@ -30,6 +30,8 @@ static double val_at(const unsigned char *b, size_t i, int is_i32, ss_dtype t)
 		return x;
 	}
 	const ss_dtype_info *d = ss_dtype_info_of(t);
+	if (t == SS_DTYPE_Q4) /* the 4-bit code (element 2j low nibble of byte j) */
+		return (int8_t)(i & 1 ? b[i / 2] & 0xf0 : (unsigned)b[i / 2] << 4) >> 4;
 	if (d->scaled) /* the int8 code; scales are rendered apart */
 		return (int8_t)b[i];
 	float x;
@@ -45,7 +47,8 @@ static void json_array(FILE *f, const void *p, size_t bytes, const char *dtype, 
 	int is_i32 = !strcmp(dtype, "i32");
 	if (!is_i32) /* a state's dtypes only: "q8_0" (weights) renders as f32 bytes */
 		ss_dtype_parse_for(dtype, SS_DTYPE_STATES, &t, NULL);
-	size_t es = is_i32 ? 4 : ss_dtype_size(t), n = bytes / es;
+	size_t es = is_i32 ? 4 : ss_dtype_size(t);
+	size_t n = is_i32 ? bytes / 4 : bytes / es * ss_dtype_info_of(t)->block; /* q4: 2 a byte */
 	const unsigned char *b = p;
 #define VAL(i) val_at(b, (i), is_i32, t)
 	if (full) {

@@ -112,7 +112,7 @@ ss-cat --import llama-seq --like "$d/c.st" "$d/posok.seq" | ss-cat --export llam
 	fail "pos 2^31-2 does not come back"
 expect 2 "--import needs --like" ss-cat --import llama-seq "$d/c3.seq"
 expect 2 "--export: 'gguf' is not llama-seq or llama-seq-file" ss-cat --export gguf "$d/c.st"
-expect 2 "--state-dtype: 'f8' is not f32, f16, bf16 or q8" ss-cat --import llama-seq --like "$d/c.st" --state-dtype f8 "$d/c3.seq"
+expect 2 "--state-dtype: 'f8' is not f32, f16, bf16, q8 or q4" ss-cat --import llama-seq --like "$d/c.st" --state-dtype f8 "$d/c3.seq"
 
 # Against llama.cpp itself (tests/fixtures/llama-seq, written by llama.cpp d32676d): our export
 # of each t1 case has its header bytes and its rows within the golden tolerance; its blob and

@@ -105,12 +105,13 @@ w('query', 'batch.jsonl', '{"id":"q1","query":"the fox","k":3}\n{"query":"ocean"
 w('ids', 'list.txt', 'a1\na2\r\n\na1\nb7\n')
 w('ids', 'one.txt', 'only')
 PY
-# q8: q8 streams (plain, composed with provenance), a byte-shuffled f16 one, one of each in a
+# q8: q8 streams (plain, composed with provenance), a q4 one, a byte-shuffled f16 one, one of each in a
 # stream, and a q8 record in another key order (tiny dims: a few hundred bytes each)
 rm -rf "${S:?}/q8"
 mkdir -p "$S/q8"
 "$B/gen/mkstates" --shape 2,2,2,3,4,3 --dtype q8 --seed 1 3 "$S/q8/q8.states"
 "$B/gen/mkstates" --shape 2,2,2,3,4,3 --dtype f16 --seed 2 2 "$S/q8/f16-shuffled.states"
+"$B/gen/mkstates" --shape 2,2,2,3,4,3 --dtype q4 --seed 3 2 "$S/q8/q4.states"
 "$B/bin/ss-compose" --mode picaso-r --state-dtype q8 -o "$S/q8/composed.states" "$S/q8/q8.states"
 cat "$S/q8/q8.states" "$S/q8/f16-shuffled.states" >"$S/q8/mixed.states"
 python3 - "$S/q8/q8.states" "$S/q8/reversed.states" <<'PY'

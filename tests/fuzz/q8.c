@@ -1,6 +1,6 @@
-/* Fuzz target: a state stream (q8, byte-shuffled f16, any key order)
+/* Fuzz target: a state stream (q8, q4, byte-shuffled f16, any key order)
  * decoded fully and composed (PICASO-R, one thread and two) into a q8
- * record, and the readers' agreement (issue 32 items 9 and 13): the record
+ * record (a q4 one for inputs of odd size), and the readers' agreement (issue 32 items 9 and 13): the record
  * validator (ss_record_check) says what the full decoder says; a
  * composition of records the decoder refuses fails, one of records it
  * accepts fails only for what composition adds (dims, decays, overflow),
@@ -11,9 +11,9 @@
 
 enum { MAX_RECORDS = 8 };
 
-/* Composes path into out_path as q8 with t threads: the composer's rc,
- * *out the result (freed by the caller) when 0. */
-static int compose(const char *path, const char *out_path, int t, ss_state *out, char *err)
+/* Composes path into out_path as dtype dt with t threads: the composer's
+ * rc, *out the result (freed by the caller) when 0. */
+static int compose(const char *path, const char *out_path, int t, ss_dtype dt, ss_state *out, char *err)
 {
 	const char *paths[1] = {path};
 	ss_compose_opts o = {SS_COMPOSE_PICASO_R, 0, SS_COMPOSE_CONV_MEAN};
@@ -21,7 +21,7 @@ static int compose(const char *path, const char *out_path, int t, ss_state *out,
 	if (ss_writer_open(&w, out_path, 1, err))
 		abort();
 	ss_compose_run_opts ro = {.paths = paths, .n_paths = 1, .threads = t, .max_record = 1u << 20, .w = w,
-				  .set_dtype = 1, .dtype = SS_DTYPE_Q8};
+				  .set_dtype = 1, .dtype = dt};
 	ss_compose_result res;
 	int rc = ss_compose_run(&o, &ro, &res, err);
 	*out = res.state;
@@ -59,8 +59,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (n == 0 || n > MAX_RECORDS) /* nothing to compose, or more than the harness allows time for */
 		return 0;
 	ss_state a, b;
-	int ra = compose(p, fuzz_path("out1.states"), 1, &a, err);
-	int rb = compose(p, fuzz_path("out2.states"), 2, &b, err2);
+	const ss_dtype dt = size % 2 ? SS_DTYPE_Q4 : SS_DTYPE_Q8;
+	int ra = compose(p, fuzz_path("out1.states"), 1, dt, &a, err);
+	int rb = compose(p, fuzz_path("out2.states"), 2, dt, &b, err2);
 	if (ra != rb)
 		abort(); /* one thread and two disagree */
 	if (!all_good && ra == 0)
@@ -73,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	ss_state_free(&a);
 	ss_state_free(&b);
-	/* the q8 record written reads back */
+	/* the q8 or q4 record written reads back */
 	if (ss_reader_open(&r, fuzz_path("out1.states"), 0, err) || ss_reader_next(r, &rec) != 1 ||
 	    ss_record_state(rec, &a, err))
 		abort();
