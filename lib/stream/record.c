@@ -300,6 +300,70 @@ int ss_writer_put_state(ss_writer *w, const ss_state *s, uint64_t *offset)
 	return ss_writer_put_state_when(w, s, offset, NULL, NULL);
 }
 
+/* The map header of state record s (n_keys entries) and its small
+ * fields: fingerprint, arch, dims, n_tokens, dtype, provenance, rank. */
+static void pk_state_head(msgpack_packer *pk, buf_t *b, arrays_t *arr, const ss_state *s, int n_keys)
+{
+	const ss_state_dims *d = &s->dims;
+	pk_header(pk, SS_FORMAT_STATES, n_keys, s->id);
+	pk_key(pk, "fingerprint");
+	pk_str(pk, s->fingerprint);
+	pk_key(pk, "arch");
+	pk_str(pk, d->arch[0] ? d->arch : "mamba2");
+#define DIM(f) pk_key(pk, #f); msgpack_pack_int32(pk, d->f);
+	DIM(n_layer) DIM(nheads) DIM(headdim) DIM(d_state) DIM(conv_dim) DIM(d_conv)
+#undef DIM
+	pk_key(pk, "n_tokens");
+	msgpack_pack_int64(pk, s->n_tokens);
+	pk_key(pk, "dtype");
+	pk_str(pk, ss_dtype_name(s->dtype));
+	if (s->mode) {
+		pk_key(pk, "provenance");
+		msgpack_pack_map(pk, s->weights ? 3 : 2);
+		pk_key(pk, "mode");
+		pk_str(pk, s->mode);
+		pk_key(pk, "sources");
+		msgpack_pack_array(pk, (size_t)s->n_sources);
+		for (int32_t i = 0; i < s->n_sources; i++)
+			pk_str(pk, s->sources[i] ? s->sources[i] : "");
+		if (s->weights) {
+			pk_key(pk, "weights");
+			pk_array(pk, b, arr, s->weights, ss_state_logdecay_len(d) * (size_t)s->n_sources,
+				 SS_DTYPE_F32, NULL, 0, 0);
+		}
+	}
+	if (s->has_rank) {
+		pk_key(pk, "rank");
+		msgpack_pack_int32(pk, s->rank);
+		pk_key(pk, "score");
+		msgpack_pack_double(pk, s->score);
+	}
+}
+
+/* One frame of the packed bytes b with the arrays' bodies spliced in
+ * (put_array), raw or compressed: a state is never copied whole (19 MB
+ * for 130m in f32). */
+static int put_packed(ss_writer *w, const buf_t *b, const arrays_t *arr, uint64_t *offset,
+		      ss_ready_fn ready, void *arg, int raw)
+{
+	int rc = raw ? ss_writer_begin_raw(w, b->len + arr->bytes, offset)
+		       : ss_writer_begin_state(w, b->len + arr->bytes, offset);
+	size_t from = 0;
+	for (int i = 0; i < arr->n && !rc; i++) {
+		rc = ss_writer_add(w, b->p + from, arr->a[i].at - from);
+		if (!rc && arr->a[i].which >= 0)
+			ss_writer_cut(w);
+		if (!rc)
+			rc = put_array(w, arr, i, ready, arg);
+		from = arr->a[i].at;
+	}
+	if (!rc)
+		rc = ss_writer_add(w, b->p + from, b->len - from);
+	if (!rc)
+		rc = ss_writer_end(w);
+	return rc;
+}
+
 /* One writing of s: raw 0, as a zstd frame (f16/bf16 shuffled unless the
  * writer says not), held back by ss_writer_begin_state until its saving is
  * known (SS_WRITE_RAW: nothing written); raw 1, as an uncompressed frame,
@@ -339,39 +403,7 @@ static int put_state(ss_writer *w, const ss_state *s, uint64_t *offset, ss_ready
 	buf_reserve(&b, 4096); /* after the checks above: they return without freeing b */
 	int shuf = dt->shuffled && ss_writer_shuffles(w) && !raw;
 	int n_keys = 16 + 2 * q8 + shuf + (s->mode != NULL) + 2 * (s->has_rank != 0);
-	pk_header(&pk, SS_FORMAT_STATES, n_keys, s->id);
-	pk_key(&pk, "fingerprint");
-	pk_str(&pk, s->fingerprint);
-	pk_key(&pk, "arch");
-	pk_str(&pk, d->arch[0] ? d->arch : "mamba2");
-#define DIM(f) pk_key(&pk, #f); msgpack_pack_int32(&pk, d->f);
-	DIM(n_layer) DIM(nheads) DIM(headdim) DIM(d_state) DIM(conv_dim) DIM(d_conv)
-#undef DIM
-	pk_key(&pk, "n_tokens");
-	msgpack_pack_int64(&pk, s->n_tokens);
-	pk_key(&pk, "dtype");
-	pk_str(&pk, ss_dtype_name(s->dtype));
-	if (s->mode) {
-		pk_key(&pk, "provenance");
-		msgpack_pack_map(&pk, s->weights ? 3 : 2);
-		pk_key(&pk, "mode");
-		pk_str(&pk, s->mode);
-		pk_key(&pk, "sources");
-		msgpack_pack_array(&pk, (size_t)s->n_sources);
-		for (int32_t i = 0; i < s->n_sources; i++)
-			pk_str(&pk, s->sources[i] ? s->sources[i] : "");
-		if (s->weights) {
-			pk_key(&pk, "weights");
-			pk_array(&pk, &b, &arr, s->weights, ss_state_logdecay_len(d) * (size_t)s->n_sources, SS_DTYPE_F32,
-				 NULL, 0, 0);
-		}
-	}
-	if (s->has_rank) {
-		pk_key(&pk, "rank");
-		msgpack_pack_int32(&pk, s->rank);
-		pk_key(&pk, "score");
-		msgpack_pack_double(&pk, s->score);
-	}
+	pk_state_head(&pk, &b, &arr, s, n_keys);
 	/* Small arrays first, conv and ssm last: ss_reader_next_meta relies on
 	 * it, and reads q8 scales with the metadata. */
 	if (shuf) {
@@ -394,24 +426,7 @@ static int put_state(ss_writer *w, const ss_state *s, uint64_t *offset, ss_ready
 	arr.a[arr.n - 1].which = 1;
 	if (shuf)
 		arr.a[arr.n - 1].shuffle = arr.a[arr.n - 2].shuffle = SS_SHUFFLE_BLOCK;
-	/* The packed bytes with the arrays' bodies spliced in, streamed into
-	 * one frame: a state is never copied whole (19 MB for 130m in f32). */
-	int rc = b.oom ? SS_ERR_NOMEM
-		 : raw ? ss_writer_begin_raw(w, b.len + arr.bytes, offset)
-		       : ss_writer_begin_state(w, b.len + arr.bytes, offset);
-	size_t from = 0;
-	for (int i = 0; i < arr.n && !rc; i++) {
-		rc = ss_writer_add(w, b.p + from, arr.a[i].at - from);
-		if (!rc && arr.a[i].which >= 0)
-			ss_writer_cut(w);
-		if (!rc)
-			rc = put_array(w, &arr, i, ready, arg);
-		from = arr.a[i].at;
-	}
-	if (!rc)
-		rc = ss_writer_add(w, b.p + from, b.len - from);
-	if (!rc)
-		rc = ss_writer_end(w);
+	int rc = b.oom ? SS_ERR_NOMEM : put_packed(w, &b, &arr, offset, ready, arg, raw);
 	free(b.p);
 	free(sc[0]);
 	free(sc[1]);
@@ -585,10 +600,12 @@ static int q8_scales(const msgpack_object *m, ss_state *s, char *errmsg)
 	return 0;
 }
 
-/* Decodes all but the big arrays. */
-static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
+/* The header of a state record: format, id, fingerprint, arch, dtype,
+ * n_tokens and dims into s (zeroed first), the dims checked for an absurd
+ * total size. s->id is the one allocation (ss_state_free frees it). */
+static int meta_header(const ss_record *rec, ss_state *s, char *errmsg)
 {
-	const msgpack_object *m = rec->root, *id, *fp, *arch, *dt, *prov;
+	const msgpack_object *m = rec->root, *id, *fp, *arch, *dt;
 	int64_t v[6], ntok;
 	static const char *const dimk[6] = { "n_layer", "nheads", "headdim", "d_state", "conv_dim", "d_conv" };
 	int rc;
@@ -638,112 +655,115 @@ static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
 	if (ss_dtype_parse_for(dts, SS_DTYPE_STATES, &s->dtype, NULL) != 0)
 		return ss_errf(errmsg, SS_ERR_FORMAT, "unknown dtype \"%s\"", dts);
 	s->id = dup_str(id);
-	if (!s->id)
-		return SS_ERR_NOMEM;
-	const msgpack_object *rk = ss_map_get(m, "rank"), *sc = ss_map_get(m, "score");
+	return s->id ? 0 : SS_ERR_NOMEM;
+}
+
+/* rank and score: an annotation frame's, else the record's own keys. */
+static int meta_rank(const ss_record *rec, ss_state *s, char *errmsg)
+{
+	const msgpack_object *m = rec->root, *rk = ss_map_get(m, "rank"), *sc = ss_map_get(m, "score");
 	if (rec->has_rank) {
 		s->has_rank = 1;
 		s->rank = rec->rank;
 		s->score = rec->score;
 	} else if (rk && sc) {
 		int64_t r;
-		if ((rc = get_int(m, "rank", 0, INT32_MAX, &r, errmsg)))
-			goto fail;
-		if (sc->type != MSGPACK_OBJECT_FLOAT64 && sc->type != MSGPACK_OBJECT_FLOAT32) {
-			rc = ss_errf(errmsg, SS_ERR_FORMAT, "field \"score\" is not a float");
-			goto fail;
-		}
+		int rc = get_int(m, "rank", 0, INT32_MAX, &r, errmsg);
+		if (rc)
+			return rc;
+		if (sc->type != MSGPACK_OBJECT_FLOAT64 && sc->type != MSGPACK_OBJECT_FLOAT32)
+			return ss_errf(errmsg, SS_ERR_FORMAT, "field \"score\" is not a float");
 		s->has_rank = 1;
 		s->rank = (int32_t)r;
 		s->score = sc->via.f64;
 	}
+	return 0;
+}
+
+/* logdecay (copied; each element <= 0), the q8/q4 scales, the sizes of
+ * conv and ssm whenever present (required by the decoders that read them;
+ * ss_reader_next_meta cuts them off) and shuffle. */
+static int meta_arrays(const msgpack_object *m, ss_state *s, char *errmsg)
+{
 	size_t nld = ss_state_logdecay_len(&s->dims);
 	const msgpack_object *ld;
-	if ((rc = get_bin(m, "logdecay", nld * 4, &ld, errmsg)))
-		goto fail;
-	s->logdecay = malloc(nld * 4);
-	if (!s->logdecay) {
-		rc = SS_ERR_NOMEM;
-		goto fail;
-	}
+	int rc = get_bin(m, "logdecay", nld * 4, &ld, errmsg);
+	if (rc)
+		return rc;
+	if (!(s->logdecay = malloc(nld * 4)))
+		return SS_ERR_NOMEM;
 	memcpy(s->logdecay, ld->via.bin.ptr, nld * 4);
 	for (size_t i = 0; i < nld; i++)
-		if (!(s->logdecay[i] <= 0)) { /* -inf is a decay to 0: a long document */
-			rc = ss_errf(errmsg, SS_ERR_FORMAT, "field \"logdecay\": element %zu is %g, not <= 0", i,
-				     (double)s->logdecay[i]);
-			goto fail;
-		}
+		if (!(s->logdecay[i] <= 0)) /* -inf is a decay to 0: a long document */
+			return ss_errf(errmsg, SS_ERR_FORMAT, "field \"logdecay\": element %zu is %g, not <= 0",
+				       i, (double)s->logdecay[i]);
 	if (ss_dtype_info_of(s->dtype)->scaled && (rc = q8_scales(m, s, errmsg)))
-		goto fail;
-	/* conv and ssm: their sizes whenever present (required by the
-	 * decoders that read them; ss_reader_next_meta cuts them off) */
+		return rc;
 	static const char *const arr[2] = {"conv", "ssm"};
 	for (int a = 0; a < 2; a++) {
 		const msgpack_object *o;
 		size_t n = a ? ss_state_ssm_len(&s->dims) : ss_state_conv_len(&s->dims);
 		if (ss_map_get(m, arr[a]) &&
 		    (rc = get_bin(m, arr[a], ss_dtype_row_size(s->dtype, n), &o, errmsg)))
-			goto fail;
+			return rc;
 	}
 	if (ss_map_get(m, "shuffle")) {
 		int64_t sh;
 		if ((rc = get_int(m, "shuffle", 1, SS_SHUFFLE_MAX, &sh, errmsg)))
-			goto fail;
+			return rc;
 		s->shuffle = (int32_t)sh;
 	}
-	prov = ss_map_get(m, "provenance");
-	if (prov) {
-		const msgpack_object *mode, *src, *wts;
-		if (prov->type != MSGPACK_OBJECT_MAP) {
-			rc = ss_errf(errmsg, SS_ERR_FORMAT, "field \"provenance\" is not a map");
-			goto fail;
-		}
-		const msgpack_object *d = dup_key(prov);
-		if (d) {
-			rc = ss_errf(errmsg, SS_ERR_FORMAT, "key \"provenance.%.*s\" appears twice",
-				     (int)(d->via.str.size > 64 ? 64 : d->via.str.size), d->via.str.ptr);
-			goto fail;
-		}
-		if ((rc = get_str(prov, "mode", 1, &mode, errmsg)))
-			goto fail;
-		src = ss_map_get(prov, "sources");
-		if (!src || src->type != MSGPACK_OBJECT_ARRAY) {
-			rc = ss_errf(errmsg, SS_ERR_FORMAT, "field \"provenance.sources\" is not an array");
-			goto fail;
-		}
-		s->mode = dup_str(mode);
-		s->n_sources = (int32_t)src->via.array.size;
-		s->sources = calloc(s->n_sources ? (size_t)s->n_sources : 1, sizeof(char *));
-		if (!s->mode || !s->sources) {
-			rc = SS_ERR_NOMEM;
-			goto fail;
-		}
-		for (int32_t i = 0; i < s->n_sources; i++) {
-			if (src->via.array.ptr[i].type != MSGPACK_OBJECT_STR) {
-				rc = ss_errf(errmsg, SS_ERR_FORMAT, "provenance source %d is not a string", (int)i);
-				goto fail;
-			}
-			if (!(s->sources[i] = dup_str(&src->via.array.ptr[i]))) {
-				rc = SS_ERR_NOMEM;
-				goto fail;
-			}
-		}
-		if (ss_map_get(prov, "weights")) {
-			size_t nw = nld * (size_t)s->n_sources;
-			if ((rc = get_bin(prov, "weights", nw * 4, &wts, errmsg)))
-				goto fail;
-			if (!(s->weights = malloc(nw * 4 + 4))) {
-				rc = SS_ERR_NOMEM;
-				goto fail;
-			}
-			memcpy(s->weights, wts->via.bin.ptr, nw * 4);
-			if ((rc = check_finite(s->weights, SS_DTYPE_F32, nw, "provenance.weights", errmsg)))
-				goto fail;
-		}
-	}
 	return 0;
-fail:
-	ss_state_free(s);
+}
+
+/* A composed state's provenance map (prov): mode, sources and, when
+ * present, weights [logdecay elements][sources], finite. */
+static int meta_provenance(const msgpack_object *prov, ss_state *s, char *errmsg)
+{
+	const msgpack_object *mode, *src, *wts;
+	if (prov->type != MSGPACK_OBJECT_MAP)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "field \"provenance\" is not a map");
+	const msgpack_object *d = dup_key(prov);
+	if (d)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "key \"provenance.%.*s\" appears twice",
+			       (int)(d->via.str.size > 64 ? 64 : d->via.str.size), d->via.str.ptr);
+	int rc = get_str(prov, "mode", 1, &mode, errmsg);
+	if (rc)
+		return rc;
+	src = ss_map_get(prov, "sources");
+	if (!src || src->type != MSGPACK_OBJECT_ARRAY)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "field \"provenance.sources\" is not an array");
+	s->mode = dup_str(mode);
+	s->n_sources = (int32_t)src->via.array.size;
+	s->sources = calloc(s->n_sources ? (size_t)s->n_sources : 1, sizeof(char *));
+	if (!s->mode || !s->sources)
+		return SS_ERR_NOMEM;
+	for (int32_t i = 0; i < s->n_sources; i++) {
+		if (src->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
+			return ss_errf(errmsg, SS_ERR_FORMAT, "provenance source %d is not a string", (int)i);
+		if (!(s->sources[i] = dup_str(&src->via.array.ptr[i])))
+			return SS_ERR_NOMEM;
+	}
+	if (!ss_map_get(prov, "weights"))
+		return 0;
+	size_t nw = ss_state_logdecay_len(&s->dims) * (size_t)s->n_sources;
+	if ((rc = get_bin(prov, "weights", nw * 4, &wts, errmsg)))
+		return rc;
+	if (!(s->weights = malloc(nw * 4 + 4)))
+		return SS_ERR_NOMEM;
+	memcpy(s->weights, wts->via.bin.ptr, nw * 4);
+	return check_finite(s->weights, SS_DTYPE_F32, nw, "provenance.weights", errmsg);
+}
+
+/* Decodes all but the big arrays. */
+static int state_meta(const ss_record *rec, ss_state *s, char *errmsg)
+{
+	const msgpack_object *prov = ss_map_get(rec->root, "provenance");
+	int rc = meta_header(rec, s, errmsg);
+	if (!rc && !(rc = meta_rank(rec, s, errmsg)) && !(rc = meta_arrays(rec->root, s, errmsg)) && prov)
+		rc = meta_provenance(prov, s, errmsg);
+	if (rc)
+		ss_state_free(s);
 	return rc;
 }
 
