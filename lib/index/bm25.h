@@ -1,6 +1,7 @@
 /*
  * bm25.h — the index's term postings and its top-k BM25 search (internal
- * to lib/index/index.c; not part of the public header).
+ * to lib/index/; not part of the public header). Its code is lib/index/bm25*.c,
+ * the map of those files in bm25_internal.h.
  *
  * Text is cut into terms by SQLite FTS5's "porter unicode61
  * remove_diacritics 2" tokenizer (case and diacritics folded, Porter stems),
@@ -62,7 +63,7 @@ typedef struct ss_bm25 ss_bm25;
 /* ss_bm25_tokenizer_register (ss_index.h) registers the tokenizer above as FTS5's "ss". */
 
 /* Binds the tokenizer to connection `db` (which must outlive it). build != 0
- * loads the vocabulary for ss_bm25_add/ss_bm25_commit. Returns 0 or a
+ * loads the vocabulary for ss_bm25_terms/ss_bm25_commit. Returns 0 or a
  * negative SS_ERR_* with errmsg filled (SS_ERR_FORMAT: a term row without
  * its term). */
 int ss_bm25_open(ss_bm25 **out, sqlite3 *db, int build, char *errmsg);

@@ -1,6 +1,6 @@
 /* index_build.c — building a BM25 index of documents → state records
- * (SQLite): the build lock, adding texts and states, the commit that writes
- * the postings. See ss_index.h; queries are lib/index/index.c. */
+ * (SQLite): the build lock, adding texts and states; the commit is
+ * lib/index/index_commit.c. See ss_index.h; queries are lib/index/index.c. */
 #include "index/internal.h"
 
 #include <errno.h>
@@ -124,6 +124,95 @@ static int dims_check(ss_index *ix, const ss_state *meta, uint64_t off, char *er
 		       b->d_conv);
 }
 
+/* The build's tables (a new index gets the schema) in its write
+ * transaction, begun here, and its tokenizer and vocabulary (ix->bm25). */
+static int build_begin(ss_index *ix, char *errmsg)
+{
+	/* A big page cache keeps a large build from spilling into the file
+	 * before commit; the temp tables live in memory. Pages of 64 KiB (for
+	 * a new file) make the long postings blobs short chains of overflow
+	 * pages, which a query walks to reach a block. */
+	int rc = ix_exec(ix, "PRAGMA page_size = 65536; PRAGMA cache_size = -262144; PRAGMA temp_store = MEMORY;",
+			 errmsg);
+	if (rc)
+		return rc;
+	if (sqlite3_exec(ix->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+		return ix_sqlerr(ix, errmsg, sqlite3_extended_errcode(ix->db) == SQLITE_BUSY
+						     ? "locked by another build" : "cannot start the build");
+	ix->building = 1;
+	rc = ix_check_schema(ix, 1, errmsg);
+	if (rc == 1)
+		rc = ix_exec(ix, schema_sql, errmsg);
+	if (rc)
+		return rc;
+	/* texts came after schema 3 was released: an index built before has
+	 * none and gets it here, empty (its documents show no text until they
+	 * are added again); readers of schema 3 ignore the table. */
+	/* tokens and stateless (the recompute tier) came later still, the same
+	 * way; the schema becomes 4 only once a document is stateless.
+	 * positions (the word order, for phrases and proximity) too: the commit
+	 * fills in those of older documents from their stored texts and says
+	 * in meta.positions whether every document has them. */
+	if ((rc = ix_exec(ix, "CREATE TABLE IF NOT EXISTS texts(rid INTEGER PRIMARY KEY, text BLOB NOT NULL);"
+			      "CREATE TABLE IF NOT EXISTS tokens(rid INTEGER PRIMARY KEY, tokens BLOB NOT NULL);"
+			      "CREATE TABLE IF NOT EXISTS stateless(rid INTEGER PRIMARY KEY, dtype TEXT NOT NULL);"
+			      "CREATE TABLE IF NOT EXISTS positions(rid INTEGER PRIMARY KEY, seq BLOB NOT NULL);"
+			      "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY);"
+			      "CREATE TEMP TABLE hits(id TEXT PRIMARY KEY, n INTEGER NOT NULL)", errmsg)))
+		return rc;
+	return ss_bm25_open(&ix->bm25, ix->db, 1, errmsg);
+}
+
+/* ix->base_rid, the largest rid before this build, and ix->dims_ref. */
+static int build_base(ss_index *ix, char *errmsg)
+{
+	sqlite3_stmt *st;
+	int rc = ix_prep(ix, &st, "SELECT coalesce(max(rid), 0) FROM docs", errmsg);
+	if (rc)
+		return rc;
+	if (sqlite3_step(st) == SQLITE_ROW)
+		ix->base_rid = sqlite3_column_int64(st, 0);
+	else
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+	sqlite3_finalize(st);
+	return rc ? rc : dims_ref_find(ix, errmsg);
+}
+
+/* The build's statements (finalized by ss_index_close). */
+static int build_prepare(ss_index *ix, char *errmsg)
+{
+	const struct {
+		sqlite3_stmt **st;
+		const char *sql;
+	} stmts[] = {
+		{ &ix->find, "SELECT rid, text_len IS NOT NULL FROM docs WHERE id = ?1" },
+		/* above every rid of the index before this build, even one
+		 * deleted in it: rid > base_rid says "added by this build" */
+		{ &ix->ins_doc, "INSERT INTO docs(rid, id) SELECT max(coalesce(max(rid), 0), ?2) + 1, ?1 FROM docs" },
+		{ &ix->set_text, "UPDATE docs SET text_tokens = ?2, text_len = ?3, n_terms = ?4, terms = ?5 WHERE rid = ?1" },
+		{ &ix->set_state, "UPDATE docs SET file_id = ?2, byte_offset = ?3, frame_length = ?4, fingerprint = ?5,"
+				  " n_tokens = ?6 WHERE rid = ?1" },
+		{ &ix->put_text, "INSERT OR REPLACE INTO texts(rid, text) VALUES(?1, ?2)" },
+		{ &ix->put_pos, "INSERT OR REPLACE INTO positions(rid, seq) VALUES(?1, ?2)" },
+		{ &ix->del_doc, "DELETE FROM docs WHERE rid = ?1" },
+		{ &ix->del_text, "DELETE FROM texts WHERE rid = ?1" },
+		{ &ix->put_tokens, "INSERT OR REPLACE INTO tokens(rid, tokens) VALUES(?1, ?2)" },
+		{ &ix->del_tokens, "DELETE FROM tokens WHERE rid = ?1" },
+		{ &ix->del_stateless, "DELETE FROM stateless WHERE rid = ?1" },
+		{ &ix->add_hits,
+		  "INSERT INTO temp.hits(id, n) VALUES(?1, ?2) ON CONFLICT(id) DO UPDATE SET n = n + excluded.n" },
+		{ &ix->touch, "INSERT OR IGNORE INTO temp.touched VALUES(?1)" },
+		{ &ix->file_find, "SELECT file_id FROM files WHERE path = ?1" },
+		{ &ix->file_ins, "INSERT INTO files(path) VALUES(?1)" },
+	};
+	int rc = 0;
+	for (size_t i = 0; i < sizeof stmts / sizeof *stmts && !rc; i++)
+		rc = ix_prep(ix, stmts[i].st, stmts[i].sql, errmsg);
+	return rc;
+}
+
+/* Steps: the build lock, the database (created when absent), its
+ * transaction and tables, what it holds already, the statements. */
 int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 {
 	/* Builds of one index run one at a time (SQLite alone would make a
@@ -149,83 +238,15 @@ int ss_index_build_open(ss_index **out, const char *path, char *errmsg)
 	}
 	ix->lock_fd = lock_fd;
 	ix->lock_path = lock_path;
-	if (created && !(ix->created_path = strdup(path))) {
-		ss_index_close(ix);
-		return SS_ERR_NOMEM;
-	}
-	/* A big page cache keeps a large build from spilling into the file
-	 * before commit; the temp tables live in memory. Pages of 64 KiB (for
-	 * a new file) make the long postings blobs short chains of overflow
-	 * pages, which a query walks to reach a block. */
-	if ((rc = ix_exec(ix, "PRAGMA page_size = 65536; PRAGMA cache_size = -262144; PRAGMA temp_store = MEMORY;",
-		       errmsg)))
-		goto fail;
-	if (sqlite3_exec(ix->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
-		rc = ix_sqlerr(ix, errmsg, sqlite3_extended_errcode(ix->db) == SQLITE_BUSY
-					       ? "locked by another build" : "cannot start the build");
-		goto fail;
-	}
-	ix->building = 1;
-	rc = ix_check_schema(ix, 1, errmsg);
-	if (rc == 1)
-		rc = ix_exec(ix, schema_sql, errmsg);
-	if (rc)
-		goto fail;
-	/* texts came after schema 3 was released: an index built before has
-	 * none and gets it here, empty (its documents show no text until they
-	 * are added again); readers of schema 3 ignore the table. */
-	/* tokens and stateless (the recompute tier) came later still, the same
-	 * way; the schema becomes 4 only once a document is stateless.
-	 * positions (the word order, for phrases and proximity) too: the commit
-	 * fills in those of older documents from their stored texts and says
-	 * in meta.positions whether every document has them. */
-	if ((rc = ix_exec(ix, "CREATE TABLE IF NOT EXISTS texts(rid INTEGER PRIMARY KEY, text BLOB NOT NULL);"
-			      "CREATE TABLE IF NOT EXISTS tokens(rid INTEGER PRIMARY KEY, tokens BLOB NOT NULL);"
-			      "CREATE TABLE IF NOT EXISTS stateless(rid INTEGER PRIMARY KEY, dtype TEXT NOT NULL);"
-			      "CREATE TABLE IF NOT EXISTS positions(rid INTEGER PRIMARY KEY, seq BLOB NOT NULL);"
-			      "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY);"
-			      "CREATE TEMP TABLE hits(id TEXT PRIMARY KEY, n INTEGER NOT NULL)", errmsg)) ||
-	    (rc = ss_bm25_open(&ix->bm25, ix->db, 1, errmsg)))
-		goto fail;
-	sqlite3_stmt *st;
-	if ((rc = ix_prep(ix, &st, "SELECT coalesce(max(rid), 0) FROM docs", errmsg)))
-		goto fail;
-	if (sqlite3_step(st) == SQLITE_ROW)
-		ix->base_rid = sqlite3_column_int64(st, 0);
-	else
-		rc = ix_sqlerr(ix, errmsg, "sqlite");
-	sqlite3_finalize(st);
-	if (rc || (rc = dims_ref_find(ix, errmsg)))
-		goto fail;
 	ix->budget = -1;
-	if ((rc = ix_prep(ix, &ix->find, "SELECT rid, text_len IS NOT NULL FROM docs WHERE id = ?1", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->ins_doc,
-		       /* above every rid of the index before this build, even one
-			* deleted in it: rid > base_rid says "added by this build" */
-		       "INSERT INTO docs(rid, id) SELECT max(coalesce(max(rid), 0), ?2) + 1, ?1 FROM docs", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->set_text, "UPDATE docs SET text_tokens = ?2, text_len = ?3, n_terms = ?4, terms = ?5 WHERE rid = ?1", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->set_state,
-		       "UPDATE docs SET file_id = ?2, byte_offset = ?3, frame_length = ?4, fingerprint = ?5,"
-		       " n_tokens = ?6 WHERE rid = ?1", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->put_text, "INSERT OR REPLACE INTO texts(rid, text) VALUES(?1, ?2)", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->put_pos, "INSERT OR REPLACE INTO positions(rid, seq) VALUES(?1, ?2)", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->del_doc, "DELETE FROM docs WHERE rid = ?1", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->del_text, "DELETE FROM texts WHERE rid = ?1", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->put_tokens, "INSERT OR REPLACE INTO tokens(rid, tokens) VALUES(?1, ?2)", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->del_tokens, "DELETE FROM tokens WHERE rid = ?1", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->del_stateless, "DELETE FROM stateless WHERE rid = ?1", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->add_hits,
-		       "INSERT INTO temp.hits(id, n) VALUES(?1, ?2) ON CONFLICT(id) DO UPDATE SET n = n + excluded.n",
-		       errmsg)) ||
-	    (rc = ix_prep(ix, &ix->touch, "INSERT OR IGNORE INTO temp.touched VALUES(?1)", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->file_find, "SELECT file_id FROM files WHERE path = ?1", errmsg)) ||
-	    (rc = ix_prep(ix, &ix->file_ins, "INSERT INTO files(path) VALUES(?1)", errmsg)))
-		goto fail;
+	if (created && !(ix->created_path = strdup(path)))
+		rc = SS_ERR_NOMEM;
+	if (rc || (rc = build_begin(ix, errmsg)) || (rc = build_base(ix, errmsg)) || (rc = build_prepare(ix, errmsg))) {
+		ss_index_close(ix);
+		return rc;
+	}
 	*out = ix;
 	return 0;
-fail:
-	ss_index_close(ix);
-	return rc;
 }
 
 /* Looks document `id` up in the build open on ix: returns 1 with *rid and
@@ -273,8 +294,7 @@ static int doc_rid(ss_index *ix, const char *id, int64_t *rid, int *had_text, ch
 	return 0;
 }
 
-/* Stores document rid's positions blob (bm25.h: positions.seq). */
-static int put_positions(ss_index *ix, int64_t rid, const void *seq, size_t seq_len, char *errmsg)
+int ix_put_positions(ss_index *ix, int64_t rid, const void *seq, size_t seq_len, char *errmsg)
 {
 	const char *what = "storing the positions";
 	int rc;
@@ -283,39 +303,6 @@ static int put_positions(ss_index *ix, int64_t rid, const void *seq, size_t seq_
 			   what)))
 		return rc;
 	return ix_step_done(ix, ix->put_pos, errmsg);
-}
-
-/* Positions for the documents that have none (indexed by a build before
- * positions existed) from their stored texts, then meta.positions: '1'
- * when every document has them, else '0' (phrases and proximity are
- * then refused: lib/index/bm25.c). */
-static int migrate_positions(ss_index *ix, char *errmsg)
-{
-	sqlite3_stmt *st;
-	int rc = ix_prep(ix, &st,
-			 "SELECT d.rid, t.text FROM docs d JOIN texts t ON t.rid = d.rid AND length(t.text) = d.text_len"
-			 " WHERE d.rid NOT IN (SELECT rid FROM positions)", errmsg);
-	if (rc)
-		return rc;
-	int s;
-	while (!rc && (s = sqlite3_step(st)) == SQLITE_ROW) {
-		const void *vec, *seq;
-		size_t vec_len, seq_len;
-		int64_t n_terms, rid = sqlite3_column_int64(st, 0);
-		const char *text = sqlite3_column_blob(st, 1);
-		size_t len = (size_t)sqlite3_column_bytes(st, 1);
-		if (!(rc = ss_bm25_terms(ix->bm25, text, len, &vec, &vec_len, &seq, &seq_len, &n_terms, errmsg)))
-			rc = put_positions(ix, rid, seq, seq_len, errmsg);
-	}
-	if (!rc && s != SQLITE_DONE)
-		rc = ix_sqlerr(ix, errmsg, "reading the texts");
-	sqlite3_finalize(st);
-	if (rc)
-		return rc;
-	return ix_exec(ix, "DELETE FROM positions WHERE rid NOT IN (SELECT rid FROM docs);"
-			   "INSERT INTO meta VALUES('positions', CASE WHEN EXISTS(SELECT 1 FROM docs"
-			   " WHERE rid NOT IN (SELECT rid FROM positions)) THEN '0' ELSE '1' END)"
-			   " ON CONFLICT(key) DO UPDATE SET value = excluded.value", errmsg);
 }
 
 int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t text_len,
@@ -345,7 +332,7 @@ int ss_index_add_text(ss_index *ix, const char *id, const char *text, size_t tex
 	    (rc = ix_bound(sqlite3_bind_blob64(ix->put_text, 2, text_len ? text : "", text_len, SQLITE_STATIC), errmsg,
 			   what)) ||
 	    (rc = ix_step_done(ix, ix->put_text, errmsg)) ||
-	    (rc = put_positions(ix, rid, seq, seq_len, errmsg)))
+	    (rc = ix_put_positions(ix, rid, seq, seq_len, errmsg)))
 		return rc;
 	/* The tokens of the text replaced are not this text's. */
 	if ((rc = ix_bound(sqlite3_bind_int64(ix->del_tokens, 1, rid), errmsg, what)))
@@ -553,6 +540,82 @@ int ss_index_add_stream(ss_index *ix, const char *path, uint64_t max_record,
 	return ss_index_add_stream_url(ix, path, NULL, max_record, st, progress, ctx, errmsg);
 }
 
+/* Token record rec (at byte offset off; whole) of a stream: its text and
+ * tokens added. */
+static int add_token_record(ss_index *ix, const ss_record *rec, uint64_t off, char *errmsg)
+{
+	ss_tokens tok;
+	char em[SS_ERRMSG_MAX];
+	int rc = ss_record_tokens(rec, &tok, em);
+	if (rc)
+		return ss_errf(errmsg, rc, "token record at byte offset %llu: %s", (unsigned long long)off, em);
+	if (!tok.text) {
+		rc = ss_errf(errmsg, SS_ERR_FORMAT, "token record at byte offset %llu (document %s) has no text to index",
+			     (unsigned long long)off, tok.id);
+		ss_tokens_free(&tok);
+		return rc;
+	}
+	rc = ss_index_add_text(ix, tok.id, tok.text, tok.text_len, tok.n_tokens, errmsg);
+	if (!rc && (rc = ss_index_add_tokens(ix, tok.id, tok.tokens, tok.n_tokens, em)))
+		ss_errf(errmsg, rc, "token record at byte offset %llu: %s", (unsigned long long)off, em);
+	ss_tokens_free(&tok);
+	return rc;
+}
+
+/* State record rec (at byte offset off of the file at `path`, stored as
+ * `path`): its location added once its dims are checked. */
+static int add_state_record(ss_index *ix, const ss_record *rec, uint64_t off, const char *path, char *errmsg)
+{
+	ss_state meta;
+	char em[SS_ERRMSG_MAX];
+	int rc = ss_record_state_meta(rec, &meta, em);
+	if (rc)
+		return ss_errf(errmsg, rc, "state record at byte offset %llu: %s", (unsigned long long)off, em);
+	rc = dims_check(ix, &meta, off, errmsg);
+	if (!rc)
+		rc = ss_index_add_state(ix, meta.id, path, off, ss_record_length(rec), meta.fingerprint, meta.n_tokens,
+					errmsg);
+	ss_state_free(&meta);
+	return rc;
+}
+
+/* Record rec of reader r, which reads whole records (*whole) or their
+ * metadata: a token record's text and tokens (the record read again
+ * whole, and *whole set, when only its metadata was), a state record's
+ * location (stored as `path`); counted in st. */
+static int add_record(ss_index *ix, ss_reader *r, const ss_record *rec, int *whole, const char *path,
+		      ss_index_add_stats *st, char *errmsg)
+{
+	uint64_t off = ss_record_offset(rec);
+	int rc;
+	st->bytes += ss_record_length(rec);
+	if (!strcmp(ss_record_format(rec), SS_FORMAT_TOKENS)) {
+		if (!*whole) {
+			*whole = 1;
+			if ((rc = ss_reader_seek(r, off)) || (rc = ss_reader_next(r, &rec)) != 1)
+				return ss_errf(errmsg, rc ? rc : SS_ERR_TRUNCATED, "byte offset %llu: %s",
+					       (unsigned long long)off, ss_reader_error(r));
+		}
+		if ((rc = add_token_record(ix, rec, off, errmsg)))
+			return rc;
+		st->n_text++;
+		return 0;
+	}
+	if (!strcmp(ss_record_format(rec), SS_FORMAT_STATES)) {
+		if (!ss_reader_seekable(r))
+			return ss_errf(errmsg, SS_ERR_INVALID,
+				       "state record at byte offset %llu: state streams must be regular files "
+				       "(the index stores their byte offsets), not a pipe",
+				       (unsigned long long)off);
+		if ((rc = add_state_record(ix, rec, off, path, errmsg)))
+			return rc;
+		st->n_states++;
+		return 0;
+	}
+	return ss_errf(errmsg, SS_ERR_FORMAT, "record at byte offset %llu: unknown format \"%s\"",
+		       (unsigned long long)off, ss_record_format(rec));
+}
+
 int ss_index_add_stream_url(ss_index *ix, const char *path, const char *url, uint64_t max_record,
 			    ss_index_add_stats *st, ss_index_progress_fn progress, void *ctx, char *errmsg)
 {
@@ -567,381 +630,20 @@ int ss_index_add_stream_url(ss_index *ix, const char *path, const char *url, uin
 	int rc = ss_reader_open(&r, path, max_record, errmsg);
 	if (rc)
 		return rc;
-	int seekable = ss_reader_seekable(r);
 	/* State records are read by their metadata prefix only; once a token
 	 * record shows up the stream is probably all tokens, so read whole
 	 * records from then on (a state record is still handled). */
-	int whole = !seekable;
+	int whole = !ss_reader_seekable(r);
 	const ss_record *rec;
-	ss_tokens tok;
-	ss_state meta;
 	for (;;) {
 		rc = whole ? ss_reader_next(r, &rec) : ss_reader_next_meta(r, &rec);
-		if (rc == 0)
-			break;
-		if (rc < 0) {
+		if (rc < 0)
 			ss_errf(errmsg, rc, "%s", ss_reader_error(r));
+		if (rc <= 0 || (rc = add_record(ix, r, rec, &whole, url ? url : path, st, errmsg)))
 			break;
-		}
-		uint64_t off = ss_record_offset(rec);
-		st->bytes += ss_record_length(rec);
-		if (!strcmp(ss_record_format(rec), SS_FORMAT_TOKENS)) {
-			if (!whole) {
-				whole = 1;
-				if ((rc = ss_reader_seek(r, off)) || (rc = ss_reader_next(r, &rec)) != 1) {
-					ss_errf(errmsg, rc ? rc : SS_ERR_TRUNCATED, "byte offset %llu: %s",
-					     (unsigned long long)off, ss_reader_error(r));
-					rc = rc ? rc : SS_ERR_TRUNCATED;
-					break;
-				}
-			}
-			char em[SS_ERRMSG_MAX];
-			if ((rc = ss_record_tokens(rec, &tok, em))) {
-				ss_errf(errmsg, rc, "token record at byte offset %llu: %s", (unsigned long long)off, em);
-				break;
-			}
-			if (!tok.text) {
-				ss_errf(errmsg, SS_ERR_FORMAT,
-				     "token record at byte offset %llu (document %s) has no text to index",
-				     (unsigned long long)off, tok.id);
-				ss_tokens_free(&tok);
-				rc = SS_ERR_FORMAT;
-				break;
-			}
-			rc = ss_index_add_text(ix, tok.id, tok.text, tok.text_len, tok.n_tokens, errmsg);
-			if (!rc && (rc = ss_index_add_tokens(ix, tok.id, tok.tokens, tok.n_tokens, em)))
-				ss_errf(errmsg, rc, "token record at byte offset %llu: %s", (unsigned long long)off, em);
-			ss_tokens_free(&tok);
-			if (rc)
-				break;
-			st->n_text++;
-		} else if (!strcmp(ss_record_format(rec), SS_FORMAT_STATES)) {
-			if (!seekable) {
-				rc = ss_errf(errmsg, SS_ERR_INVALID,
-					  "state record at byte offset %llu: state streams must be regular files "
-					  "(the index stores their byte offsets), not a pipe",
-					  (unsigned long long)off);
-				break;
-			}
-			char em[SS_ERRMSG_MAX];
-			if ((rc = ss_record_state_meta(rec, &meta, em))) {
-				ss_errf(errmsg, rc, "state record at byte offset %llu: %s", (unsigned long long)off, em);
-				break;
-			}
-			rc = dims_check(ix, &meta, off, errmsg);
-			if (!rc)
-				rc = ss_index_add_state(ix, meta.id, url ? url : path, off, ss_record_length(rec),
-							meta.fingerprint, meta.n_tokens, errmsg);
-			ss_state_free(&meta);
-			if (rc)
-				break;
-			st->n_states++;
-		} else {
-			rc = ss_errf(errmsg, SS_ERR_FORMAT, "record at byte offset %llu: unknown format \"%s\"",
-				  (unsigned long long)off, ss_record_format(rec));
-			break;
-		}
 		if (progress)
 			progress(ctx, path, st);
 	}
 	ss_reader_close(r);
 	return rc < 0 ? rc : 0;
-}
-
-/* A document the commit leaves out (docs AS d): no text, or no state and
- * not a stateless one with the tokens of its text. */
-#define INCOMPLETE                                                                                 \
-	"(d.text_len IS NULL OR (d.file_id IS NULL AND NOT (d.rid IN (SELECT rid FROM stateless)"   \
-	" AND " HAS_TOKENS ")))"
-/* docs AS d has the tokens of its text. */
-#define HAS_TOKENS "EXISTS(SELECT 1 FROM tokens t WHERE t.rid = d.rid AND length(t.tokens) = 4 * d.text_tokens)"
-#define SS_STR_(x) #x
-#define SS_STR(x) SS_STR_(x)
-
-/* The state budget (ss_index_set_state_budget), in the commit's
- * transaction: ranks the documents with a stored state, keeps what fits and
- * makes the rest stateless. */
-static int apply_budget(ss_index *ix, ss_index_build_stats *stats, char *errmsg)
-{
-	if (ix->budget < 0)
-		return 0;
-	int rc;
-	sqlite3_stmt *st = NULL, *ins = NULL;
-	if ((rc = ix_exec(ix, "CREATE TEMP TABLE IF NOT EXISTS dropped(rid INTEGER PRIMARY KEY, dtype TEXT NOT NULL);"
-			      "DELETE FROM temp.dropped", errmsg)) ||
-	    (rc = ix_prep(ix, &ins, "INSERT INTO temp.dropped VALUES(?1, ?2)", errmsg)) ||
-	    (rc = ix_prep(ix, &st,
-		       "SELECT d.rid, d.id, f.path, d.byte_offset, d.frame_length, d.fingerprint, d.file_id,"
-		       " d.text_tokens IS d.n_tokens AND " HAS_TOKENS " AS recomputable"
-		       " FROM docs d JOIN files f ON f.file_id = d.file_id LEFT JOIN temp.hits h ON h.id = d.id"
-		       " ORDER BY recomputable, coalesce(h.n, 0) DESC, d.n_tokens DESC, d.id", errmsg)))
-		goto done;
-	int64_t used = 0, fixed_bytes = 0, n_fixed = 0;
-	int s;
-	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-		int64_t len = sqlite3_column_int64(st, 4);
-		if (!sqlite3_column_int(st, 7)) {
-			used += len;
-			fixed_bytes += len;
-			n_fixed++;
-			continue;
-		}
-		if (used + len <= ix->budget) {
-			used += len;
-			continue;
-		}
-		/* Dropped: its record tells the dtype to recompute it in. */
-		ss_index_hit h = { 0 };
-		const char *id;
-		if ((rc = ix_doc_id(st, 1, sqlite3_column_int64(st, 0), &id, errmsg)))
-			goto done;
-		const char *fp = (const char *)sqlite3_column_text(st, 5);
-		h.id = (char *)id;
-		h.path = ix_resolve_path(ix, (const char *)sqlite3_column_text(st, 2));
-		h.offset = (uint64_t)sqlite3_column_int64(st, 3);
-		h.length = (uint64_t)len;
-		snprintf(h.fingerprint, sizeof h.fingerprint, "%s", fp ? fp : "");
-		h.file_id = sqlite3_column_int64(st, 6);
-		if (!h.path) {
-			rc = SS_ERR_NOMEM;
-			goto done;
-		}
-		const ss_record *rec;
-		char em[SS_ERRMSG_MAX];
-		rc = ss_index_read(ix, &h, 1, &rec, em);
-		if (rc) {
-			ss_errf(errmsg, rc, "%s: %s", h.path, em);
-			free(h.path);
-			goto done;
-		}
-		free(h.path);
-		if ((rc = ix_bound(sqlite3_bind_int64(ins, 1, sqlite3_column_int64(st, 0)), errmsg, "state budget")) ||
-		    (rc = ix_bound(sqlite3_bind_text(ins, 2, ss_dtype_name(ix->meta.dtype), -1, SQLITE_STATIC), errmsg,
-				   "state budget")) ||
-		    (rc = ix_step_done(ix, ins, errmsg)))
-			goto done;
-		stats->n_dropped_states++;
-	}
-	if (s != SQLITE_DONE) {
-		rc = ix_sqlerr(ix, errmsg, "state budget");
-		goto done;
-	}
-	if (fixed_bytes > ix->budget) {
-		rc = ss_errf(errmsg, SS_ERR_TOO_LARGE,
-			     "state budget of %lld bytes: %lld documents that cannot be recomputed keep their states, "
-			     "%lld bytes (their tokens are not stored, or are not those of their state: add "
-			     "their token streams again)",
-			     (long long)ix->budget, (long long)n_fixed, (long long)fixed_bytes);
-		goto done;
-	}
-	rc = ix_exec(ix,
-		     "INSERT OR REPLACE INTO stateless SELECT rid, dtype FROM temp.dropped;"
-		     "UPDATE docs SET file_id = NULL, byte_offset = NULL, frame_length = NULL"
-		     " WHERE rid IN (SELECT rid FROM temp.dropped)", errmsg);
-done:
-	sqlite3_finalize(st);
-	sqlite3_finalize(ins);
-	return rc;
-}
-
-/* ss_index_set_stateless, in the commit's transaction: every document with
- * its text and the tokens of that text but no stored state, not stateless
- * already (so added by this build: the index held only complete ones),
- * becomes stateless of the set model, complete by INCOMPLETE's rule. */
-static int make_stateless(ss_index *ix, ss_index_build_stats *stats, char *errmsg)
-{
-#define NO_STATE                                                                                   \
-	" WHERE d.text_len IS NOT NULL AND d.file_id IS NULL AND d.rid NOT IN (SELECT rid FROM stateless)" \
-	" AND " HAS_TOKENS
-	if (!ix->stateless_fp[0])
-		return 0;
-	sqlite3_stmt *up = NULL, *ins = NULL;
-	const char *what = "stateless documents";
-	/* the fingerprint first: the insert ends NO_STATE */
-	int rc;
-	if (!(rc = ix_prep(ix, &up, "UPDATE docs AS d SET fingerprint = ?1" NO_STATE, errmsg)) &&
-	    !(rc = ix_prep(ix, &ins, "INSERT INTO stateless SELECT d.rid, ?1 FROM docs d" NO_STATE, errmsg)) &&
-	    !(rc = ix_bound(sqlite3_bind_text(up, 1, ix->stateless_fp, -1, SQLITE_STATIC), errmsg, what)) &&
-	    !(rc = ix_step_done(ix, up, errmsg)) &&
-	    !(rc = ix_bound(sqlite3_bind_text(ins, 1, ix->stateless_dtype, -1, SQLITE_STATIC), errmsg, what)) &&
-	    !(rc = ix_step_done(ix, ins, errmsg)))
-		stats->n_made_stateless = sqlite3_changes(ix->db);
-	sqlite3_finalize(up);
-	sqlite3_finalize(ins);
-	return rc;
-#undef NO_STATE
-}
-
-int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_build_stats *stats,
-		    char *errmsg)
-{
-	ss_index_build_stats local = {0};
-	if (!stats)
-		stats = &local;
-	memset(stats, 0, sizeof *stats);
-	if (!ix || !ix->building || ix->committed)
-		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
-	sqlite3_stmt *st = NULL;
-	int rc, s;
-	char why[SS_ERRMSG_MAX];
-	const char *id;
-
-	/* A row without an id (an edited file; the schema forbids it) is not
-	 * carried into another commit. NULL sorts first: the first row in id
-	 * order, read from the id's index (IS NULL on a NOT NULL column would
-	 * scan it all). */
-	if ((rc = ix_prep(ix, &st, "SELECT rid, id IS NULL FROM docs ORDER BY id LIMIT 1", errmsg)))
-		goto fail;
-	if ((s = sqlite3_step(st)) == SQLITE_ROW && sqlite3_column_int(st, 1)) {
-		rc = ss_errf(errmsg, SS_ERR_FORMAT, "damaged index: document row %lld has no id",
-			     (long long)sqlite3_column_int64(st, 0));
-		goto fail;
-	} else if (s != SQLITE_ROW && s != SQLITE_DONE) {
-		rc = ix_sqlerr(ix, errmsg, "sqlite");
-		goto fail;
-	}
-	sqlite3_finalize(st);
-	st = NULL;
-
-	/* Incomplete documents can only come from this build: a stateless one
-	 * is complete while it has the tokens of its text. */
-	if ((rc = make_stateless(ix, stats, errmsg)) ||
-	    (rc = ix_prep(ix, &st,
-		       "SELECT id, file_id IS NULL, text_len IS NULL, rid IN (SELECT rid FROM stateless), rid FROM docs d"
-		       " WHERE " INCOMPLETE " ORDER BY id", errmsg)))
-		goto fail;
-	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-		stats->n_dropped++;
-		if (note) {
-			if ((rc = ix_doc_id(st, 0, sqlite3_column_int64(st, 4), &id, errmsg)))
-				goto fail;
-			snprintf(why, sizeof why, "%s",
-				 sqlite3_column_int(st, 3) ? "has no stored state and no tokens of its text to "
-							     "recompute it from: left out"
-				 : sqlite3_column_int(st, 1) ? "has text but no state record: left out"
-							     : "has a state but no token record (text): left out");
-			note(ctx, id, 1, why);
-		}
-	}
-	if (s != SQLITE_DONE) {
-		rc = ix_sqlerr(ix, errmsg, "sqlite");
-		goto fail;
-	}
-	sqlite3_finalize(st);
-	st = NULL;
-	if ((rc = ix_exec(ix,
-		       "DELETE FROM docs AS d WHERE " INCOMPLETE ";"
-		       /* a stateless document's state is its tokens' */
-		       "UPDATE docs SET n_tokens = text_tokens WHERE rid IN (SELECT rid FROM stateless);", errmsg)) ||
-	    (rc = apply_budget(ix, stats, errmsg)) ||
-	    (rc = ix_exec(ix,
-		       "DELETE FROM texts WHERE rid NOT IN (SELECT rid FROM docs);"
-		       "DELETE FROM tokens WHERE rid NOT IN (SELECT rid FROM docs);"
-		       "DELETE FROM stateless WHERE rid NOT IN (SELECT rid FROM docs);"
-		       "DELETE FROM files WHERE file_id NOT IN (SELECT file_id FROM docs WHERE file_id IS NOT NULL);"
-		       "UPDATE meta SET value = CASE WHEN EXISTS(SELECT 1 FROM stateless) THEN '"
-		       SS_STR(SS_INDEX_SCHEMA_VERSION) "' ELSE '" SS_STR(SS_INDEX_SCHEMA_MIN) "' END"
-		       " WHERE key = 'schema_version'", errmsg)))
-		goto fail;
-
-	/* Token counts that disagree, among the documents this build touched. */
-	if ((rc = ix_prep(ix, &st,
-		       "SELECT id, text_tokens, n_tokens, rid FROM docs"
-		       " WHERE (rid > ?1 OR rid IN (SELECT rid FROM temp.touched))"
-		       " AND text_tokens IS NOT NULL AND text_tokens != n_tokens ORDER BY id", errmsg)) ||
-	    (rc = ix_bound(sqlite3_bind_int64(st, 1, ix->base_rid), errmsg, "sqlite")))
-		goto fail;
-	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-		stats->n_warned++;
-		if (note) {
-			if ((rc = ix_doc_id(st, 0, sqlite3_column_int64(st, 3), &id, errmsg)))
-				goto fail;
-			snprintf(why, sizeof why,
-				 "text has %lld tokens but the state has seen %lld: encoded from other text?",
-				 (long long)sqlite3_column_int64(st, 1), (long long)sqlite3_column_int64(st, 2));
-			note(ctx, id, 0, why);
-		}
-	}
-	if (s != SQLITE_DONE) {
-		rc = ix_sqlerr(ix, errmsg, "sqlite");
-		goto fail;
-	}
-	sqlite3_finalize(st);
-	st = NULL;
-
-	/* One model per index: composing states of two models is meaningless. */
-	if ((rc = ix_prep(ix, &st, "SELECT fingerprint, min(id) FROM docs GROUP BY fingerprint LIMIT 2", errmsg)))
-		goto fail;
-	char fp0[SS_ERRMSG_MAX / 4] = "", id0[SS_ERRMSG_MAX / 4] = "";
-	int n_fp = 0;
-	while ((s = sqlite3_step(st)) == SQLITE_ROW) {
-		const char *fp = (const char *)sqlite3_column_text(st, 0);
-		id = (const char *)sqlite3_column_text(st, 1);
-		if (n_fp++ == 0) {
-			snprintf(fp0, sizeof fp0, "%s", fp ? fp : "");
-			snprintf(id0, sizeof id0, "%s", id ? id : "");
-		} else {
-			rc = ss_errf(errmsg, SS_ERR_MISMATCH,
-				  "states of two models: document %s has fingerprint %s, document %s has %s",
-				  id0, fp0, id ? id : "", fp ? fp : "");
-			goto fail;
-		}
-	}
-	if (s != SQLITE_DONE) {
-		rc = ix_sqlerr(ix, errmsg, "sqlite");
-		goto fail;
-	}
-	/* The stateless model must be the index's even when it made no
-	 * document stateless (then the one group above is another's). */
-	if (n_fp == 1 && ix->stateless_fp[0] && strcmp(fp0, ix->stateless_fp)) {
-		rc = ss_errf(errmsg, SS_ERR_MISMATCH,
-			     "states of two models: document %s has fingerprint %s, the stateless documents' "
-			     "model has %s", id0, fp0, ix->stateless_fp);
-		goto fail;
-	}
-	sqlite3_finalize(st);
-	st = NULL;
-
-	if ((rc = ix_prep(ix, &st,
-		       "SELECT (SELECT count(*) FROM docs), (SELECT count(*) FROM docs WHERE rid > ?1),"
-		       " (SELECT count(*) FROM temp.touched JOIN docs USING (rid)),"
-		       " (SELECT count(*) FROM stateless), (SELECT coalesce(sum(frame_length), 0) FROM docs)", errmsg)) ||
-	    (rc = ix_bound(sqlite3_bind_int64(st, 1, ix->base_rid), errmsg, "sqlite")))
-		goto fail;
-	if (sqlite3_step(st) != SQLITE_ROW) {
-		rc = ix_sqlerr(ix, errmsg, "sqlite");
-		goto fail;
-	}
-	stats->n_docs = sqlite3_column_int64(st, 0);
-	stats->n_added = sqlite3_column_int64(st, 1);
-	stats->n_replaced = sqlite3_column_int64(st, 2);
-	stats->n_stateless = sqlite3_column_int64(st, 3);
-	stats->state_bytes = sqlite3_column_int64(st, 4);
-	stats->n_deleted = ix->n_deleted;
-	sqlite3_finalize(st);
-	st = NULL;
-
-	if ((rc = ix_prep(ix, &st,
-		       "INSERT INTO meta VALUES('fingerprint', ?1), ('updated_by', 'ss " SS_VERSION "')"
-		       " ON CONFLICT(key) DO UPDATE SET value = excluded.value", errmsg)))
-		goto fail;
-	if ((rc = ix_bound(sqlite3_bind_text(st, 1, fp0, -1, SQLITE_STATIC), errmsg, "sqlite")) ||
-	    (rc = ix_step_done(ix, st, errmsg)))
-		goto fail;
-	sqlite3_finalize(st);
-	st = NULL;
-	if ((rc = migrate_positions(ix, errmsg)) || (rc = ss_bm25_commit(ix->bm25, errmsg)) ||
-	    (rc = ix_exec(ix, "COMMIT", errmsg)))
-		goto fail;
-	ix->committed = 1;
-	ix->building = 0;
-	free(ix->created_path); /* committed: the index stays */
-	ix->created_path = NULL;
-	return 0;
-fail:
-	sqlite3_finalize(st);
-	sqlite3_exec(ix->db, "ROLLBACK", NULL, NULL, NULL);
-	ix->building = 0;
-	ix->committed = 1; /* no more adds */
-	return rc;
 }

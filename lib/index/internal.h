@@ -1,7 +1,8 @@
 /*
  * lib/index/internal.h — INTERNAL to lib/index/index.c (opening, queries, reading
- * states) and lib/index/index_build.c (building): the index handle behind the
- * opaque ss_index of ss_index.h and the SQLite helpers both halves use.
+ * states), lib/index/index_build.c and lib/index/index_commit.c (building): the
+ * index handle behind the opaque ss_index of ss_index.h and the SQLite helpers
+ * both halves use.
  * ref: formats/index.md (the schema), ss_index.h (the contract).
  */
 #ifndef SS_INDEX_INTERNAL_H
@@ -114,6 +115,11 @@ char *ix_resolve_path(ss_index *ix, const char *stored);
 /* Opens the database at path with sqlite3_open_v2 flags into a new
  * handle (*out, freed by ss_index_close). 0 or SS_ERR_* with errmsg. */
 int ix_open_common(ss_index **out, const char *path, int flags, char *errmsg);
+
+/* lib/index/index_build.c: stores document rid's positions blob
+ * (seq[0..seq_len), bm25.h: positions.seq) through ix->put_pos, in the
+ * build's transaction: 0 or ix_bound's, ix_step_done's errors. */
+int ix_put_positions(ss_index *ix, int64_t rid, const void *seq, size_t seq_len, char *errmsg);
 
 /* Sorts rids[0..n) ascending (the exclude lists of ss_bm25_search). */
 void ix_sort_rids(int64_t *rids, size_t n);

@@ -1,6 +1,7 @@
 /* Fuzz target: a corrupted SQLite index through what ss-retrieve does with
- * one (lib/index/index.c, lib/index/index_build.c): opened for queries (count, query
- * with texts and tokens, lookup, list, show, stats, state files), then
+ * one (lib/index/index.c, lib/index/index_build.c, lib/index/index_commit.c):
+ * opened for queries (count, query with texts and tokens, lookup, list,
+ * show, stats, state files), then
  * built on (delete, add of a small valid token + state stream of the
  * seeds' model, a state budget that drops states), then queried again. A
  * command may fail; none may crash, leak or break the library's promises

@@ -1,4 +1,4 @@
-/* Fuzz target: the query syntax of ss-retrieve query (lib/index/bm25.c ss_bm25_parse and the
+/* Fuzz target: the query syntax of ss-retrieve query (lib/index/bm25_query.c ss_bm25_parse and the
  * searches behind it: "phrases", --operator and, --proximity), on a small index of texts built
  * once (the harness's own token and state streams). The input is the query text. Every flag set
  * may refuse the query (unbalanced quote, empty or too long phrase, no word) with a message, or
