@@ -297,11 +297,101 @@ static void put_selcopy_instr(seq *q, const int32_t *sent, const int32_t *x, int
 	}
 }
 
+/* Deshuffling: a fraction c->frac of the positions permuted among
+ * themselves, then the original after the answer sentinel. */
+static int tr_deshuffle(seq *q, const bd_config *c, const int32_t sent[BD_NSENT], const int32_t *x,
+			int64_t n, uint64_t *rng)
+{
+	int64_t np = (int64_t)llround(c->frac * (double)n);
+	int64_t *tmp = malloc((size_t)(2 * n + (np ? np : 1)) * sizeof *tmp);
+	if (!tmp)
+		return SS_ERR_NOMEM;
+	int64_t *pos = tmp, *perm = tmp + n, *vals = tmp + 2 * n;
+	for (int64_t i = 0; i < n; i++)
+		pos[i] = i;
+	shuffle_i64(pos, n, rng); /* the first np are the positions permuted */
+	for (int64_t i = 0; i < n; i++)
+		perm[i] = i;
+	memcpy(vals, pos, (size_t)np * sizeof *vals);
+	shuffle_i64(vals, np, rng);
+	for (int64_t i = 0; i < np; i++)
+		perm[pos[i]] = vals[i];
+	put(q, sent[BD_S_DESHUFFLE], 0);
+	for (int64_t i = 0; i < n; i++)
+		put(q, x[perm[i]], 0);
+	put(q, sent[BD_S_ANSWER], 0);
+	put_n(q, x, n, 1);
+	put(q, sent[BD_S_DONE], 1);
+	free(tmp);
+	return 0;
+}
+
+/* Infilling (the masked spans after the answer sentinel) and autoencoding
+ * (the whole original after it). */
+static int tr_masked(seq *q, const bd_config *c, const int32_t sent[BD_NSENT], const int32_t *x,
+		     int64_t n, uint64_t *rng)
+{
+	int64_t *tmp = malloc((size_t)n * 2 * sizeof *tmp);
+	if (!tmp)
+		return SS_ERR_NOMEM;
+	int64_t *st = tmp, *ln = tmp + n;
+	int64_t k = mask_spans(n, c->frac, c->span, rng, st, ln);
+	int infill = c->cls == BD_INFILL, rc = k < 0 ? SS_ERR_NOMEM : 0;
+	if (!rc) {
+		put(q, sent[infill ? BD_S_INFILL : BD_S_AUTOENC], 0);
+		rc = put_masked(q, x, n, st, ln, k, sent[BD_S_MASK], !infill && c->flag, rng);
+	}
+	if (!rc) {
+		put(q, sent[BD_S_ANSWER], 0);
+		if (infill)
+			for (int64_t i = 0; i < k; i++) {
+				put_n(q, x + st[i], ln[i], 1);
+				put(q, sent[BD_S_MASK], 1);
+			}
+		else
+			put_n(q, x, n, 1);
+		put(q, sent[BD_S_DONE], 1);
+	}
+	free(tmp);
+	return rc;
+}
+
+/* Selective copying: c->span spans named by their neighbours, the context
+ * before the instructions (c->flag) or after, the spans as the answer. */
+static int tr_selcopy(seq *q, const bd_config *c, const int32_t sent[BD_NSENT], const int32_t *x,
+		      int64_t n, uint64_t *rng)
+{
+	int k = c->span;
+	int64_t *tmp = malloc((size_t)k * 4 * sizeof *tmp);
+	if (!tmp)
+		return SS_ERR_NOMEM;
+	int64_t *s = tmp, *l = tmp + k, *a = tmp + 2 * k, *b = tmp + 3 * k;
+	if (sel_spans(n, k, rng, s, l, a, b)) {
+		free(tmp);
+		return SS_ERR_INVALID;
+	}
+	if (c->flag) {
+		put(q, sent[BD_S_CONTEXT], 0);
+		put_n(q, x, n, 0);
+		put_selcopy_instr(q, sent, x, k, s, l, a, b);
+	} else {
+		put_selcopy_instr(q, sent, x, k, s, l, a, b);
+		put(q, sent[BD_S_CONTEXT], 0);
+		put_n(q, x, n, 0);
+	}
+	for (int i = 0; i < k; i++) {
+		put(q, sent[BD_S_ANSWER], i > 0);
+		put_n(q, x + s[i], l[i], 1);
+	}
+	put(q, sent[BD_S_DONE], 1);
+	free(tmp);
+	return 0;
+}
+
 int bd_transform(const bd_config *c, const int32_t sent[BD_NSENT], const int32_t *x, int64_t n,
 		 uint64_t *rng, int32_t *S, uint8_t *counted, int64_t cap, int64_t *m)
 {
 	seq q = { .S = S, .counted = counted, .cap = cap };
-	int64_t *tmp = NULL;
 	int rc = 0;
 	*m = 0;
 	if (n < 2)
@@ -326,87 +416,12 @@ int bd_transform(const bd_config *c, const int32_t sent[BD_NSENT], const int32_t
 		put_n(&q, x, n, 1);
 		put(&q, sent[BD_S_DONE], 1);
 		break;
-	case BD_DESHUFFLE: {
-		if (!(tmp = malloc((size_t)n * 2 * sizeof *tmp)))
-			return SS_ERR_NOMEM;
-		int64_t *pos = tmp, *perm = tmp + n, np = (int64_t)llround(c->frac * (double)n);
-		for (int64_t i = 0; i < n; i++)
-			pos[i] = i;
-		shuffle_i64(pos, n, rng); /* the first np are the positions permuted */
-		for (int64_t i = 0; i < n; i++)
-			perm[i] = i;
-		int64_t *vals = malloc((size_t)(np ? np : 1) * sizeof *vals);
-		if (!vals) {
-			free(tmp);
-			return SS_ERR_NOMEM;
-		}
-		memcpy(vals, pos, (size_t)np * sizeof *vals);
-		shuffle_i64(vals, np, rng);
-		for (int64_t i = 0; i < np; i++)
-			perm[pos[i]] = vals[i];
-		free(vals);
-		put(&q, sent[BD_S_DESHUFFLE], 0);
-		for (int64_t i = 0; i < n; i++)
-			put(&q, x[perm[i]], 0);
-		put(&q, sent[BD_S_ANSWER], 0);
-		put_n(&q, x, n, 1);
-		put(&q, sent[BD_S_DONE], 1);
-		break;
-	}
+	case BD_DESHUFFLE: rc = tr_deshuffle(&q, c, sent, x, n, rng); break;
 	case BD_INFILL:
-	case BD_AUTOENC: {
-		if (!(tmp = malloc((size_t)n * 2 * sizeof *tmp)))
-			return SS_ERR_NOMEM;
-		int64_t *st = tmp, *ln = tmp + n;
-		int64_t k = mask_spans(n, c->frac, c->span, rng, st, ln);
-		if (k < 0) {
-			rc = SS_ERR_NOMEM;
-			break;
-		}
-		int infill = c->cls == BD_INFILL;
-		put(&q, sent[infill ? BD_S_INFILL : BD_S_AUTOENC], 0);
-		if ((rc = put_masked(&q, x, n, st, ln, k, sent[BD_S_MASK], !infill && c->flag, rng)))
-			break;
-		put(&q, sent[BD_S_ANSWER], 0);
-		if (infill)
-			for (int64_t i = 0; i < k; i++) {
-				put_n(&q, x + st[i], ln[i], 1);
-				put(&q, sent[BD_S_MASK], 1);
-			}
-		else
-			put_n(&q, x, n, 1);
-		put(&q, sent[BD_S_DONE], 1);
-		break;
+	case BD_AUTOENC: rc = tr_masked(&q, c, sent, x, n, rng); break;
+	case BD_SELCOPY: rc = tr_selcopy(&q, c, sent, x, n, rng); break;
+	default: rc = SS_ERR_INVALID;
 	}
-	case BD_SELCOPY: {
-		int k = c->span;
-		if (!(tmp = malloc((size_t)k * 4 * sizeof *tmp)))
-			return SS_ERR_NOMEM;
-		int64_t *s = tmp, *l = tmp + k, *a = tmp + 2 * k, *b = tmp + 3 * k;
-		if (sel_spans(n, k, rng, s, l, a, b)) {
-			rc = SS_ERR_INVALID;
-			break;
-		}
-		if (c->flag) {
-			put(&q, sent[BD_S_CONTEXT], 0);
-			put_n(&q, x, n, 0);
-			put_selcopy_instr(&q, sent, x, k, s, l, a, b);
-		} else {
-			put_selcopy_instr(&q, sent, x, k, s, l, a, b);
-			put(&q, sent[BD_S_CONTEXT], 0);
-			put_n(&q, x, n, 0);
-		}
-		for (int i = 0; i < k; i++) {
-			put(&q, sent[BD_S_ANSWER], i > 0);
-			put_n(&q, x + s[i], l[i], 1);
-		}
-		put(&q, sent[BD_S_DONE], 1);
-		break;
-	}
-	default:
-		rc = SS_ERR_INVALID;
-	}
-	free(tmp);
 	if (!rc && q.over)
 		rc = SS_ERR_INVALID;
 	if (!rc)
