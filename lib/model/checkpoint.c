@@ -689,6 +689,64 @@ static int serve_from_raw(const ss_checkpoint_req *r, const ss_pickle_tensor *p,
 	return serve(r, raw_range, &src, errmsg);
 }
 
+/* Zip entry e (name, its storage key) of the archive a, when some of the
+ * n requests view its storage: checked against their dtype and size, read
+ * straight into the one destination when it is a plain f32 tensor, else
+ * whole and served to every request viewing it; done[i] set for each. */
+static int read_torch_entry(const ss_checkpoint *c, const ss_checkpoint_req *req, size_t n,
+			    struct archive *a, struct archive_entry *e, const char *name,
+			    const char *key, char *done, char *errmsg)
+{
+	const char *path = c->bin_path;
+	size_t users = 0, first = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(c->pt[req[i].t->idx].storage_key, key) && !users++)
+			first = i;
+	if (!users)
+		return 0;
+	const ss_pickle_tensor *p0 = &c->pt[req[first].t->idx];
+	uint64_t want = (uint64_t)p0->storage_numel * ss_dtype_size(p0->dtype);
+	int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
+	if (size >= 0 && (uint64_t)size != want)
+		return ss_errf(errmsg, (uint64_t)size < want ? SS_ERR_TRUNCATED : SS_ERR_FORMAT,
+			       "%s: %s: %lld bytes, storage of %s needs %llu", path, name,
+			       (long long)size, p0->name, (unsigned long long)want);
+	for (size_t i = 0; i < n; i++) {
+		const ss_pickle_tensor *p = &c->pt[req[i].t->idx];
+		if (!strcmp(p->storage_key, key) &&
+		    (p->dtype != p0->dtype || p->storage_numel != p0->storage_numel))
+			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: %s and %s view storage %s differently",
+				       path, p0->name, p->name, key);
+	}
+	/* The common case reads straight into the destination. */
+	const ss_checkpoint_req *r0 = &req[first];
+	int direct = users == 1 && r0->dst && p0->dtype == SS_DTYPE_F32 && p0->offset == 0 &&
+	             (uint64_t)p0->storage_numel == r0->t->numel;
+	for (int64_t d = p0->ndim - 1, expect = 1; direct && d >= 0; expect *= p0->shape[d], d--)
+		if (p0->shape[d] != 1 && p0->stride[d] != expect)
+			direct = 0;
+	int rc;
+	if (direct) {
+		if ((rc = entry_read(a, r0->dst, (size_t)want, path, name, errmsg)))
+			return rc;
+		if (r0->visit)
+			r0->visit(r0->ctx, r0->dst, (size_t)r0->t->numel);
+		done[first] = 1;
+		return 0;
+	}
+	uint8_t *raw = malloc(want ? (size_t)want : 1);
+	if (!raw)
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	rc = entry_read(a, raw, (size_t)want, path, name, errmsg);
+	for (size_t i = 0; i < n && !rc; i++)
+		if (!strcmp(c->pt[req[i].t->idx].storage_key, key)) {
+			rc = serve_from_raw(&req[i], &c->pt[req[i].t->idx], raw, errmsg);
+			done[i] = 1;
+		}
+	free(raw);
+	return rc;
+}
+
 static int read_torch(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, char *errmsg)
 {
 	const char *path = c->bin_path;
@@ -714,72 +772,7 @@ static int read_torch(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, 
 		const char *name = archive_entry_pathname(e);
 		if (!name || strncmp(name, c->prefix, lp) || strncmp(name + lp, "data/", 5))
 			continue;
-		const char *key = name + lp + 5;
-		size_t users = 0, first = 0;
-		for (size_t i = 0; i < n; i++)
-			if (!strcmp(c->pt[req[i].t->idx].storage_key, key)) {
-				if (!users++)
-					first = i;
-			}
-		if (!users)
-			continue;
-		const ss_pickle_tensor *p0 = &c->pt[req[first].t->idx];
-		size_t esz = ss_dtype_size(p0->dtype);
-		uint64_t want = (uint64_t)p0->storage_numel * esz;
-		int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
-		if (size >= 0 && (uint64_t)size != want) {
-			rc = ss_errf(errmsg, (uint64_t)size < want ? SS_ERR_TRUNCATED : SS_ERR_FORMAT,
-			          "%s: %s: %lld bytes, storage of %s needs %llu", path, name,
-			          (long long)size, p0->name, (unsigned long long)want);
-			break;
-		}
-		for (size_t i = 0; i < n; i++) {
-			const ss_pickle_tensor *p = &c->pt[req[i].t->idx];
-			if (!strcmp(p->storage_key, key) &&
-			    (p->dtype != p0->dtype || p->storage_numel != p0->storage_numel)) {
-				rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: %s and %s view storage %s differently",
-				          path, p0->name, p->name, key);
-				break;
-			}
-		}
-		if (rc)
-			break;
-		/* The common case reads straight into the destination. */
-		const ss_checkpoint_req *r0 = &req[first];
-		int direct = users == 1 && r0->dst && p0->dtype == SS_DTYPE_F32 && p0->offset == 0 &&
-		             (uint64_t)p0->storage_numel == r0->t->numel;
-		if (direct) {
-			int64_t expect = 1;
-			for (int d = p0->ndim - 1; d >= 0; d--) {
-				if (p0->shape[d] != 1 && p0->stride[d] != expect)
-					direct = 0;
-				expect *= p0->shape[d];
-			}
-		}
-		if (direct) {
-			if ((rc = entry_read(a, r0->dst, (size_t)want, path, name, errmsg)))
-				break;
-			if (r0->visit)
-				r0->visit(r0->ctx, r0->dst, (size_t)r0->t->numel);
-			done[first] = 1;
-			continue;
-		}
-		uint8_t *raw = malloc(want ? (size_t)want : 1);
-		if (!raw) {
-			rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
-			break;
-		}
-		if ((rc = entry_read(a, raw, (size_t)want, path, name, errmsg))) {
-			free(raw);
-			break;
-		}
-		for (size_t i = 0; i < n && !rc; i++)
-			if (!strcmp(c->pt[req[i].t->idx].storage_key, key)) {
-				rc = serve_from_raw(&req[i], &c->pt[req[i].t->idx], raw, errmsg);
-				done[i] = 1;
-			}
-		free(raw);
-		if (rc)
+		if ((rc = read_torch_entry(c, req, n, a, e, name, name + lp + 5, done, errmsg)))
 			break;
 	}
 	archive_read_free(a);

@@ -129,6 +129,91 @@ static int parse_entry(ss_safetensors_tensor *t, const cJSON *e, uint64_t data_s
 }
 
 
+/* Opens path into st->fd (a regular file) and sets st->file_size. */
+static int open_file(ss_safetensors *st, const char *path, char *errmsg)
+{
+	st->fd = ss_open_regular(path);
+	if (st->fd == -2)
+		return err(errmsg, SS_ERR_IO, path, "not a regular file");
+	if (st->fd < 0)
+		return err(errmsg, errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO, path, "%s",
+			   strerror(errno));
+	struct stat sb;
+	if (fstat(st->fd, &sb))
+		return err(errmsg, SS_ERR_IO, path, "%s", strerror(errno));
+	st->file_size = (uint64_t)sb.st_size;
+	return 0;
+}
+
+/* The JSON header: its length (8 bytes little-endian, bounded by the file
+ * and SS_SAFETENSORS_MAX_HEADER) into *hlen, the object into *root. */
+static int read_header(const ss_safetensors *st, const char *path, uint64_t *hlen, cJSON **root,
+		       char *errmsg)
+{
+	uint8_t lenbuf[8];
+	int rc;
+	if (st->file_size < 8)
+		return err(errmsg, SS_ERR_TRUNCATED, path, "file of %llu bytes has no header",
+		           (unsigned long long)st->file_size);
+	if ((rc = pread_full(st->fd, lenbuf, 8, 0)))
+		return err(errmsg, rc, path, "cannot read the header length");
+	uint64_t h = 0;
+	for (int i = 7; i >= 0; i--)
+		h = h << 8 | lenbuf[i];
+	if (h > SS_SAFETENSORS_MAX_HEADER)
+		return err(errmsg, SS_ERR_TOO_LARGE, path, "header length %llu exceeds the 100 MB limit",
+		           (unsigned long long)h);
+	if (h > st->file_size - 8)
+		return err(errmsg, SS_ERR_TRUNCATED, path, "header length %llu exceeds the file size %llu",
+			   (unsigned long long)h, (unsigned long long)st->file_size);
+	if (h < 2)
+		return err(errmsg, SS_ERR_FORMAT, path, "empty header");
+	char *hdr = malloc(h + 1);
+	if (!hdr)
+		return err(errmsg, SS_ERR_NOMEM, path, "out of memory");
+	if ((rc = pread_full(st->fd, hdr, h, 8))) {
+		free(hdr);
+		return err(errmsg, rc, path, "cannot read the header");
+	}
+	hdr[h] = 0;
+	*root = cJSON_ParseWithLength(hdr, h);
+	free(hdr);
+	if (!cJSON_IsObject(*root)) {
+		cJSON_Delete(*root);
+		*root = NULL;
+		return err(errmsg, SS_ERR_FORMAT, path, "header is not a JSON object");
+	}
+	*hlen = h;
+	return 0;
+}
+
+/* The header's tensors (all but __metadata__) into st->t, each checked
+ * against the data section that follows the hlen bytes of header. */
+static int read_entries(ss_safetensors *st, const cJSON *root, uint64_t hlen, const char *path,
+			char *errmsg)
+{
+	size_t n = 0;
+	for (const cJSON *e = root->child; e; e = e->next)
+		n++;
+	if (!(st->t = calloc(n ? n : 1, sizeof *st->t)))
+		return err(errmsg, SS_ERR_NOMEM, path, "out of memory");
+	uint64_t data_start = 8 + hlen, data_len = st->file_size - data_start;
+	for (const cJSON *e = root->child; e; e = e->next) {
+		if (!e->string)
+			return err(errmsg, SS_ERR_FORMAT, path, "header entry without a name");
+		if (!strcmp(e->string, "__metadata__"))
+			continue;
+		ss_safetensors_tensor *t = &st->t[st->n];
+		if (!(t->name = strdup(e->string)))
+			return err(errmsg, SS_ERR_NOMEM, path, "out of memory");
+		st->n++;
+		int rc = parse_entry(t, e, data_start, data_len, path, errmsg);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 int ss_safetensors_open(ss_safetensors *st, const char *path, char *errmsg)
 {
 	memset(st, 0, sizeof *st);
@@ -136,104 +221,15 @@ int ss_safetensors_open(ss_safetensors *st, const char *path, char *errmsg)
 	st->path = strdup(path);
 	if (!st->path)
 		return err(errmsg, SS_ERR_NOMEM, path, "out of memory");
-	st->fd = ss_open_regular(path);
-	if (st->fd == -2) {
-		ss_safetensors_close(st);
-		return err(errmsg, SS_ERR_IO, path, "not a regular file");
-	}
-	if (st->fd < 0) {
-		int code = errno == ENOENT ? SS_ERR_NOTFOUND : SS_ERR_IO;
-		err(errmsg, code, path, "%s", strerror(errno));
-		ss_safetensors_close(st);
-		return code;
-	}
-	struct stat sb;
-	if (fstat(st->fd, &sb)) {
-		ss_safetensors_close(st);
-		return err(errmsg, SS_ERR_IO, path, "%s", strerror(errno));
-	}
-	st->file_size = (uint64_t)sb.st_size;
-
-	int rc;
-	uint8_t lenbuf[8];
-	if (st->file_size < 8) {
-		ss_safetensors_close(st);
-		return err(errmsg, SS_ERR_TRUNCATED, path, "file of %llu bytes has no header",
-		           (unsigned long long)sb.st_size);
-	}
-	if ((rc = pread_full(st->fd, lenbuf, 8, 0))) {
-		ss_safetensors_close(st);
-		return err(errmsg, rc, path, "cannot read the header length");
-	}
+	cJSON *root = NULL;
 	uint64_t hlen = 0;
-	for (int i = 7; i >= 0; i--)
-		hlen = hlen << 8 | lenbuf[i];
-	if (hlen > SS_SAFETENSORS_MAX_HEADER) {
-		ss_safetensors_close(st);
-		return err(errmsg, SS_ERR_TOO_LARGE, path, "header length %llu exceeds the 100 MB limit",
-		           (unsigned long long)hlen);
-	}
-	if (hlen > st->file_size - 8) {
-		/* The message first: closing zeroes st. */
-		err(errmsg, SS_ERR_TRUNCATED, path, "header length %llu exceeds the file size %llu",
-		    (unsigned long long)hlen, (unsigned long long)st->file_size);
-		ss_safetensors_close(st);
-		return SS_ERR_TRUNCATED;
-	}
-	if (hlen < 2) {
-		ss_safetensors_close(st);
-		return err(errmsg, SS_ERR_FORMAT, path, "empty header");
-	}
-	char *hdr = malloc(hlen + 1);
-	if (!hdr) {
-		ss_safetensors_close(st);
-		return err(errmsg, SS_ERR_NOMEM, path, "out of memory");
-	}
-	if ((rc = pread_full(st->fd, hdr, hlen, 8))) {
-		free(hdr);
-		ss_safetensors_close(st);
-		return err(errmsg, rc, path, "cannot read the header");
-	}
-	hdr[hlen] = 0;
-	cJSON *root = cJSON_ParseWithLength(hdr, hlen);
-	free(hdr);
-	if (!cJSON_IsObject(root)) {
-		cJSON_Delete(root);
-		ss_safetensors_close(st);
-		return err(errmsg, SS_ERR_FORMAT, path, "header is not a JSON object");
-	}
-	size_t n = 0;
-	for (cJSON *e = root->child; e; e = e->next)
-		n++;
-	st->t = calloc(n ? n : 1, sizeof *st->t);
-	if (!st->t) {
-		cJSON_Delete(root);
-		ss_safetensors_close(st);
-		return err(errmsg, SS_ERR_NOMEM, path, "out of memory");
-	}
-	uint64_t data_start = 8 + hlen, data_len = st->file_size - data_start;
-	for (cJSON *e = root->child; e; e = e->next) {
-		if (!e->string) {
-			rc = err(errmsg, SS_ERR_FORMAT, path, "header entry without a name");
-			break;
-		}
-		if (!strcmp(e->string, "__metadata__"))
-			continue;
-		ss_safetensors_tensor *t = &st->t[st->n];
-		if (!(t->name = strdup(e->string))) {
-			rc = err(errmsg, SS_ERR_NOMEM, path, "out of memory");
-			break;
-		}
-		st->n++;
-		if ((rc = parse_entry(t, e, data_start, data_len, path, errmsg)))
-			break;
-	}
+	int rc = open_file(st, path, errmsg);
+	if (!rc && !(rc = read_header(st, path, &hlen, &root, errmsg)))
+		rc = read_entries(st, root, hlen, path, errmsg);
 	cJSON_Delete(root);
-	if (rc) {
-		ss_safetensors_close(st);
-		return rc;
-	}
-	return 0;
+	if (rc)
+		ss_safetensors_close(st); /* after the message: closing zeroes st */
+	return rc;
 }
 
 const ss_safetensors_tensor *ss_safetensors_find(const ss_safetensors *st, const char *name)
