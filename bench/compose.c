@@ -216,8 +216,9 @@ static double job_kernel(job_t *j)
 		} else if (rc2) {
 			die(j->path, err);
 		}
-		size_t es = ss_dtype_size(meta[n].dtype);
-		size_t ssm_bytes = ss_state_ssm_len(&meta[n].dims) * es, conv_bytes = ss_state_conv_len(&meta[n].dims) * es;
+		const ss_dtype t = meta[n].dtype;
+		size_t ssm_bytes = ss_dtype_row_size(t, ss_state_ssm_len(&meta[n].dims)),
+		       conv_bytes = ss_dtype_row_size(t, ss_state_conv_len(&meta[n].dims));
 		ssm[n] = malloc(ssm_bytes);
 		conv[n] = malloc(conv_bytes);
 		memcpy(ssm[n], sm, ssm_bytes);
@@ -235,11 +236,11 @@ static double job_kernel(job_t *j)
 	if (ss_composer_new(&c, &o, n, H, dec, err))
 		die("composer", err);
 	for (size_t k = 0; k < n; k++) {
-		size_t es = ss_dtype_size(meta[k].dtype);
+		const ss_dtype t = meta[k].dtype;
 		meta[k].shuffle = 0;
 		if (ss_composer_begin(c, &meta[k], err) ||
-		    ss_composer_fold(c, 1, 0, ssm[k], ss_state_ssm_len(&meta[k].dims) * es, err) ||
-		    ss_composer_fold(c, 0, 0, conv[k], ss_state_conv_len(&meta[k].dims) * es, err) ||
+		    ss_composer_fold(c, 1, 0, ssm[k], ss_dtype_row_size(t, ss_state_ssm_len(&meta[k].dims)), err) ||
+		    ss_composer_fold(c, 0, 0, conv[k], ss_dtype_row_size(t, ss_state_conv_len(&meta[k].dims)), err) ||
 		    ss_composer_end(c, err))
 			die("add", err);
 	}
