@@ -578,9 +578,11 @@ const char *ss_url_redact(const char *path, char *buf, size_t size);
  * output that ss_writer_abort takes back (ss_writer_discards_on_abort):
  * it writes the head and then the rest as it arrives, checking the whole
  * frame on the way (a checksum that fails at the frame's end fails the
- * copy, and the caller abandons w). Each transfer's failure is kept and
- * returned by the ss_index_read or ss_index_copy of that hit. Other hits
- * are left alone. Memory: what was fetched, until the next prefetch needs
+ * copy, and the caller abandons w); from a server found slow to answer
+ * (50 ms from a request to its first byte: the rests, one after another,
+ * would pay it each) the records are fetched whole all the same. Each
+ * transfer's failure is kept and returned by the ss_index_read or
+ * ss_index_copy of that hit. Other hits are left alone. Memory: what was fetched, until the next prefetch needs
  * the room (2 GiB at most kept; the oldest are dropped first and fetched
  * again when read). Returns 0, SS_ERR_NOMEM, SS_ERR_IO (libcurl would not
  * start), SS_ERR_INVALID. */

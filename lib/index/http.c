@@ -17,7 +17,8 @@
  * that output as it arrives, the whole frame checked on the way
  * (ss_frame_check): no buffer for the frame, no second copy, and the
  * output's syncer writing back while the rest arrives. The caller
- * abandons the output when the check fails.
+ * abandons the output when the check fails. From a server slow to answer
+ * (IXH_SLOW_S) the records are fetched whole in parallel instead.
  * ref: RFC 9110 §14 (range requests), §15.6 (5xx); libcurl-multi(3).
  */
 #include <errno.h>
@@ -46,6 +47,11 @@
  * bytes of ssm (3% of a Mamba-2 record). A record whose metadata the head
  * misses is fetched whole. */
 #define IXH_HEAD (256u << 10)
+/* A server slower than this to answer a request (from the request sent to
+ * its first byte: an object store's 20-200 ms, not a web server's on the
+ * same network) would make the rests, streamed one after another, pay
+ * that once each: its records are fetched whole, in parallel, instead. */
+#define IXH_SLOW_S 0.05
 
 /* A streamed frame's rest reaches the output through IXH_RING slots of
  * IXH_SLOT bytes: curl's callback checks each piece and copies it into a
@@ -90,6 +96,7 @@ struct ixh_cache {
 	ss_reader *r;      /* over the last frame read (its record is ss_index_read's) */
 	ss_frame_check *ck; /* the frame streamed to an output (ixh_copy) */
 	ring *rg;           /* and its way there; NULL until the first */
+	int slow;           /* the server's last answers came after IXH_SLOW_S */
 };
 
 /* One transfer: the bytes [at, end) of e's frame, into e->buf at `at`,
@@ -484,6 +491,7 @@ static int xfers_run(ss_index *ix, xfer *x, int n)
 {
 	struct ixh_cache *c = ix->http;
 	int rc = 0, left = n;
+	curl_off_t wait_us = -1; /* the quickest answer's: c->slow */
 	while (!rc && left > 0) {
 		int running = 0;
 		curl_multi_perform(c->multi, &running);
@@ -496,6 +504,11 @@ static int xfers_run(ss_index *ix, xfer *x, int n)
 			curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&t);
 			CURLcode res = m->data.result;
 			curl_multi_remove_handle(c->multi, m->easy_handle);
+			curl_off_t sent = 0, first = 0;
+			if (res == CURLE_OK && !curl_easy_getinfo(t->easy, CURLINFO_PRETRANSFER_TIME_T, &sent) &&
+			    !curl_easy_getinfo(t->easy, CURLINFO_STARTTRANSFER_TIME_T, &first) &&
+			    (wait_us < 0 || first - sent < wait_us))
+				wait_us = first - sent;
 			int j = xfer_judge(t, res, ix->http_retries);
 			if (j == 1) {
 				t->at += t->got; /* kept: the retry asks for the rest */
@@ -522,6 +535,8 @@ static int xfers_run(ss_index *ix, xfer *x, int n)
 			wait_ms = (int)((next - now) * 1000) + 1;
 		curl_multi_poll(c->multi, NULL, 0, wait_ms, NULL);
 	}
+	if (wait_us >= 0)
+		c->slow = wait_us >= (curl_off_t)(IXH_SLOW_S * 1e6);
 	return rc;
 }
 
@@ -700,7 +715,22 @@ static int cache_fetch(ss_index *ix, const ss_index_hit *hits, int n, int whole,
 
 int ixh_prefetch(ss_index *ix, const ss_index_hit *hits, int n, int whole, char *errmsg)
 {
-	return n > 0 ? cache_fetch(ix, hits, n, whole, NULL, errmsg) : 0;
+	if (n <= 0)
+		return 0;
+	int rc = cache_fetch(ix, hits, n, whole || (ix->http && ix->http->slow), NULL, errmsg);
+	struct ixh_cache *c = ix->http;
+	if (rc || whole || !c->slow)
+		return rc;
+	/* Heads from a server found slow (IXH_SLOW_S): their records whole. */
+	int heads = 0;
+	for (int i = 0; i < n; i++) {
+		ixh_entry *e = !hits[i].stateless && ss_url_is_http(hits[i].path) ? cache_find(c, &hits[i]) : NULL;
+		if (e && !e->rc && e->have < e->length) {
+			cache_drop(c, e);
+			heads++;
+		}
+	}
+	return heads ? cache_fetch(ix, hits, n, 1, NULL, errmsg) : 0;
 }
 
 /* The entry of hit (whole: with all its bytes, else at least its head),

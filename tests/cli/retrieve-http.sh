@@ -248,4 +248,16 @@ most=$(awk '{ if ($3 > m) m = $3 } END { print m + 0 }' flog)
 reqs=$(wc -l <flog) conns=$(awk '{ print $2 }' flog | sort -u | wc -l)
 [ "$reqs" -eq 6 ] || fail "slow server: $reqs requests, wanted 6"
 [ "$conns" -lt "$reqs" ] || fail "slow server: $conns connections for $reqs requests: none kept alive"
+# Records past a head from a server slow to answer (0.3 s a request, past
+# the 50 ms beyond which rests streamed one after another would each pay
+# it): after the heads, the records are fetched whole, no rest on its own.
+expect 0 ss-retrieve add -q --index bigsl.db big.tokens www/big.states
+expect 0 ss-retrieve add -q --index bigfslow.db --state-url www/=$furl/slow/ big.tokens www/big.states
+: >flog
+expect 0 ss-retrieve query --index bigfslow.db -k 3 --query big -o h.states
+expect 0 ss-retrieve query --index bigsl.db -k 3 --query big -o l.states
+cmp -s l.states h.states || fail "slow server, records past a head: the output differs from the local query"
+starts=$(awk '{ split($4, r, "-"); print r[1] }' flog | sort -u | wc -l)
+[ "$starts" -eq 3 ] && [ "$(wc -l <flog)" -eq 6 ] ||
+	fail "slow server, records past a head: $(wc -l <flog) requests starting at $starts places, wanted 6 at the 3 records' starts"
 done_checks
