@@ -580,7 +580,9 @@ const char *ss_url_redact(const char *path, char *buf, size_t size);
  * frame on the way (a checksum that fails at the frame's end fails the
  * copy, and the caller abandons w); from a server found slow to answer
  * (50 ms from a request to its first byte: the rests, one after another,
- * would pay it each) the records are fetched whole all the same. Each
+ * would pay it each) the records are fetched whole all the same, and so
+ * is a record streamed once by this index and asked for again (kept for
+ * the next queries of a batch). Each
  * transfer's failure is kept and returned by the ss_index_read or
  * ss_index_copy of that hit. Other hits are left alone. Memory: what was fetched, until the next prefetch needs
  * the room (2 GiB at most kept; the oldest are dropped first and fetched

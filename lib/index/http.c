@@ -18,7 +18,9 @@
  * (ss_frame_check): no buffer for the frame, no second copy, and the
  * output's syncer writing back while the rest arrives. The caller
  * abandons the output when the check fails. From a server slow to answer
- * (IXH_SLOW_S) the records are fetched whole in parallel instead.
+ * (IXH_SLOW_S) the records are fetched whole in parallel instead, and so
+ * is a record streamed once and asked for again (a batch's queries that
+ * share hits): then kept whole for the queries after.
  * ref: RFC 9110 §14 (range requests), §15.6 (5xx); libcurl-multi(3).
  */
 #include <errno.h>
@@ -86,6 +88,8 @@ typedef struct {
 	int verified;       /* its metadata checked against its hit, and its
 			     * checksum verified when it is whole */
 	int fd;             /* the memfd buf maps (frame_alloc), -1 when none */
+	int streamed;       /* its rest streamed to an output once: asked for
+			     * again (a batch's queries share hits), it is kept whole */
 } ixh_entry;
 
 struct ixh_cache {
@@ -713,24 +717,45 @@ static int cache_fetch(ss_index *ix, const ss_index_hit *hits, int n, int whole,
 	return 0;
 }
 
+/* Drops the entries of hits[0..n) that hold a head only and, but for
+ * `all`, have been streamed once; their hits go to dropped[] (shallow
+ * copies; NULL: not kept). Returns how many. */
+static int drop_heads(struct ixh_cache *c, const ss_index_hit *hits, int n, int all, ss_index_hit *dropped)
+{
+	int heads = 0;
+	for (int i = 0; i < n; i++) {
+		ixh_entry *e = !hits[i].stateless && ss_url_is_http(hits[i].path) ? cache_find(c, &hits[i]) : NULL;
+		if (e && !e->rc && e->have < e->length && (all || e->streamed)) {
+			cache_drop(c, e);
+			if (dropped)
+				dropped[heads] = hits[i];
+			heads++;
+		}
+	}
+	return heads;
+}
+
 int ixh_prefetch(ss_index *ix, const ss_index_hit *hits, int n, int whole, char *errmsg)
 {
 	if (n <= 0)
 		return 0;
+	/* Records streamed before, asked for again: whole, kept. */
+	if (!whole && ix->http) {
+		ss_index_hit *again = malloc((size_t)n * sizeof *again);
+		if (!again)
+			return SS_ERR_NOMEM;
+		int m = drop_heads(ix->http, hits, n, 0, again);
+		int rc = m ? cache_fetch(ix, again, m, 1, NULL, errmsg) : 0;
+		free(again);
+		if (rc)
+			return rc;
+	}
 	int rc = cache_fetch(ix, hits, n, whole || (ix->http && ix->http->slow), NULL, errmsg);
 	struct ixh_cache *c = ix->http;
 	if (rc || whole || !c->slow)
 		return rc;
 	/* Heads from a server found slow (IXH_SLOW_S): their records whole. */
-	int heads = 0;
-	for (int i = 0; i < n; i++) {
-		ixh_entry *e = !hits[i].stateless && ss_url_is_http(hits[i].path) ? cache_find(c, &hits[i]) : NULL;
-		if (e && !e->rc && e->have < e->length) {
-			cache_drop(c, e);
-			heads++;
-		}
-	}
-	return heads ? cache_fetch(ix, hits, n, 1, NULL, errmsg) : 0;
+	return drop_heads(c, hits, n, 1, NULL) ? cache_fetch(ix, hits, n, 1, NULL, errmsg) : 0;
 }
 
 /* The entry of hit (whole: with all its bytes, else at least its head),
@@ -849,8 +874,10 @@ int ixh_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *errmsg)
 		errmsg[0] = 0;
 	if ((rc = ss_writer_put_annotation(w, hit->rank, hit->score)))
 		return rc;
-	if (e->have < e->length)
+	if (e->have < e->length) {
+		e->streamed = 1;
 		return stream_rest(ix, e, hit, w, errmsg);
+	}
 	uint64_t done = 0;
 	rc = ss_writer_put_file_range(w, e->fd, 0, e->length, &done);
 	if (rc && !ss_writer_failed(w))

@@ -260,4 +260,15 @@ cmp -s l.states h.states || fail "slow server, records past a head: the output d
 starts=$(awk '{ split($4, r, "-"); print r[1] }' flog | sort -u | wc -l)
 [ "$starts" -eq 3 ] && [ "$(wc -l <flog)" -eq 6 ] ||
 	fail "slow server, records past a head: $(wc -l <flog) requests starting at $starts places, wanted 6 at the 3 records' starts"
+# A batch whose queries share records past a head: the first query streams
+# their rests; the second fetches them whole (kept for the queries after).
+expect 0 ss-retrieve add -q --index bigfok.db --state-url www/=$furl/ok/ big.tokens www/big.states
+: >flog
+mkdir bho blo
+printf 'big\nbig q1\n' | ss-retrieve query --index bigfok.db -k 3 --out-dir bho >out 2>err || fail "shared records: $(cat err)"
+printf 'big\nbig q1\n' | ss-retrieve query --index bigsl.db -k 3 --out-dir blo >out 2>err || fail "shared records: $(cat err)"
+for f in 1 2; do cmp -s blo/$f.states bho/$f.states || fail "shared records: batch query $f differs over HTTP"; done
+starts() { sed -n "$1p" flog | awk '{ split($4, r, "-"); print r[1] }' | sort; }
+[ "$(wc -l <flog)" -eq 9 ] && [ "$(starts 1,3)" = "$(starts 7,9)" ] && [ "$(starts 4,6)" != "$(starts 1,3)" ] ||
+	{ fail "shared records: not 3 heads, 3 rests, then the 3 records whole"; sed 's/^/    /' flog; }
 done_checks
