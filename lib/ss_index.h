@@ -542,10 +542,12 @@ int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *err
  * for its bytes (Range: bytes=OFF-END, libcurl), accept only a 206 with
  * that Content-Range and exactly those bytes (a server that ignores Range
  * and answers 200 is refused at the first byte: SS_ERR_UNSUPPORTED, not
- * downloaded whole), verify the frame's checksum once (ss_frame_verify:
- * a file replaced on the server gives SS_ERR_CHECKSUM, or SS_ERR_MISMATCH
- * for another record there), check its metadata as a local one's (id,
- * fingerprint, length), and copy it from memory (a memfd). Redirects are
+ * downloaded whole), verify the frame's checksum once (ss_frame_verify, or
+ * ss_frame_check as it streams: a file replaced on the server gives
+ * SS_ERR_CHECKSUM, or SS_ERR_MISMATCH for another record there), check its
+ * metadata as a local one's (id, fingerprint, length), and copy it from
+ * memory (a memfd), or its rest straight from the transfer into the
+ * output (ss_index_prefetch). Redirects are
  * followed (8 at most: a loop is SS_ERR_IO "more than 8 redirects"), to
  * http(s) only. Transient failures
  * (HTTP 5xx, 408, 429; a refused, reset or cut connection; a stall) are
@@ -569,13 +571,24 @@ const char *ss_url_redact(const char *path, char *buf, size_t size);
 /* Fetches, in parallel (up to 8 connections a host), the frames of the
  * hits hits[0..n) whose state file is a URL, so that the ss_index_read and
  * ss_index_copy calls that follow on them read memory: a query's k hits
- * cost about one round trip and the largest transfer, not k of them. Each
+ * cost about one round trip and the largest transfer, not k of them.
+ * whole: 1 fetches each frame whole (then ss_index_read with meta_only
+ * verifies its checksum); 0 fetches a longer record's head only (256 KiB,
+ * or a sixteenth of it when more: its metadata), for ss_index_copy to an
+ * output that ss_writer_abort takes back (ss_writer_discards_on_abort):
+ * it writes the head and then the rest as it arrives, checking the whole
+ * frame on the way (a checksum that fails at the frame's end fails the
+ * copy, and the caller abandons w); from a server found slow to answer
+ * (50 ms from a request to its first byte: the rests, one after another,
+ * would pay it each) the records are fetched whole all the same, and so
+ * is a record streamed once by this index and asked for again (kept for
+ * the next queries of a batch). Each
  * transfer's failure is kept and returned by the ss_index_read or
- * ss_index_copy of that hit. Other hits are left alone. Memory: the
- * frames, until the next prefetch needs the room (2 GiB at most kept; the
- * oldest are dropped first and fetched again when read). Returns 0,
- * SS_ERR_NOMEM, SS_ERR_IO (libcurl would not start), SS_ERR_INVALID. */
-int ss_index_prefetch(ss_index *ix, const ss_index_hit *hits, int n, char *errmsg);
+ * ss_index_copy of that hit. Other hits are left alone. Memory: what was fetched, until the next prefetch needs
+ * the room (2 GiB at most kept; the oldest are dropped first and fetched
+ * again when read). Returns 0, SS_ERR_NOMEM, SS_ERR_IO (libcurl would not
+ * start), SS_ERR_INVALID. */
+int ss_index_prefetch(ss_index *ix, const ss_index_hit *hits, int n, int whole, char *errmsg);
 
 /* Sets how a fetch waits: timeout_s bounds connecting and a stall (no
  * byte for that long), not a whole transfer; retries: how many times a

@@ -95,13 +95,38 @@ int ss_reader_open_regular(ss_reader **out, const char *path, uint64_t max_recor
  * SS_ERR_IO, SS_ERR_NOMEM. */
 int ss_reader_open_fd(ss_reader **out, int fd, const char *name, uint64_t max_record, char *errmsg);
 
-/* Verifies the one zstd frame frame[0..len) without keeping what it
- * holds: the frame is whole and exactly len bytes, and its content
- * checksum (when it has one: every writer's does) matches: the XXH64 of
- * raw blocks computed where they lie, compressed blocks decompressed
- * through a 128 KiB buffer. For a frame fetched whole (a state record
- * over HTTP) before it is copied verbatim. Returns 0, SS_ERR_CHECKSUM,
- * SS_ERR_TRUNCATED, SS_ERR_FORMAT, SS_ERR_NOMEM, with errmsg. */
+/* ss_reader_open_fd for a file that holds only the first bytes of one
+ * frame of frame_len bytes (the head of a state record fetched over HTTP,
+ * the rest still to come): ss_reader_next_meta reads the record's
+ * metadata from them and gives it length frame_len, trusting it (the
+ * caller checks the whole frame as it arrives: ss_frame_check). Any read
+ * that needs bytes beyond the head (metadata longer than it, a map in
+ * another key order, ss_reader_next) fails with SS_ERR_TRUNCATED. Returns
+ * what ss_reader_open_fd does. */
+int ss_reader_open_head(ss_reader **out, int fd, const char *name, uint64_t frame_len, char *errmsg);
+
+/* A zstd frame checked as it arrives in pieces, without keeping what it
+ * holds: begin, update with its bytes in order (any split), end. The
+ * frame must be whole and end exactly with the last byte given, and its
+ * content checksum (when it has one: every writer's does) match; zstd
+ * decodes it through a 128 KiB buffer (a raw block costs a copy there).
+ * update returns 0, SS_ERR_CHECKSUM, SS_ERR_FORMAT (not zstd, corrupt,
+ * or bytes after the frame's end); end returns 0, SS_ERR_CHECKSUM or
+ * SS_ERR_TRUNCATED (the frame is not over); errmsg says why. open:
+ * 0 or SS_ERR_NOMEM; one check serves frame after frame (begin); close
+ * frees it (NULL is a no-op). ref: RFC 8878 §3.1.1 (frames, checksum). */
+typedef struct ss_frame_check ss_frame_check;
+int ss_frame_check_open(ss_frame_check **out);
+void ss_frame_check_begin(ss_frame_check *c);
+int ss_frame_check_update(ss_frame_check *c, const void *p, size_t n, char *errmsg);
+int ss_frame_check_end(ss_frame_check *c, char *errmsg);
+void ss_frame_check_close(ss_frame_check *c);
+
+/* Verifies the one zstd frame frame[0..len) as a whole (ss_frame_check
+ * over it): whole, exactly len bytes, its checksum matching. For a frame
+ * fetched whole (a state record over HTTP) before it is copied verbatim.
+ * Returns 0, SS_ERR_CHECKSUM, SS_ERR_TRUNCATED, SS_ERR_FORMAT,
+ * SS_ERR_NOMEM, with errmsg. */
 int ss_frame_verify(const void *frame, size_t len, char *errmsg);
 
 /* Reads the next record. Returns 1 with *rec pointing at it (owned by r,
@@ -191,6 +216,9 @@ typedef struct ss_output ss_output;
 int ss_output_open(ss_output **out, const char *path, char *errmsg);
 /* The stream to write to; owned by the output. */
 FILE *ss_output_file(const ss_output *o);
+/* 1 when o is a temporary file until committed (ss_output_abort leaves
+ * nothing), 0 when written in place. */
+int ss_output_is_temporary(const ss_output *o);
 /* Tells o that `off` bytes are written to its stream: every 1 MiB, a named
  * file's new bytes are flushed and a thread of o's (started at the first
  * MiB) fdatasyncs them while the caller writes on, so that the commit's
@@ -275,6 +303,10 @@ void ss_writer_set_min_saving(ss_writer *w, double fraction);
  * this libzstd has no threads or fewer than n (the writer is unchanged). */
 int ss_writer_set_threads(ss_writer *w, int n);
 
+/* 1 when ss_writer_abort leaves nothing behind (a named regular file,
+ * written to a temporary file until ss_writer_close), 0 when the bytes
+ * go out as written (stdout, a device, a FIFO). */
+int ss_writer_discards_on_abort(const ss_writer *w);
 /* 1 when a write to w has failed (ss_writer_close will say why), else 0. */
 int ss_writer_failed(const ss_writer *w);
 /* Flushes, fsyncs and renames into place. Returns 0, or SS_ERR_IO when any

@@ -869,8 +869,10 @@ static int recompute_check(qopts *o, const char *label, const ss_index_hit *h)
  * state recomputed (--model; RECOMPUTE_BATCH per forward call, in output
  * order). Every record is first validated (a stored one by its metadata, a
  * stateless one by its tokens and the model) so that a missing or replaced
- * shard fails the query before anything is written. Returns 0, or 1 after
- * reporting the error. */
+ * shard fails the query before anything is written (but the rest of a
+ * record over HTTP streamed into a named file, checked as it arrives: its
+ * failure takes the file back). Returns 0, or 1 after reporting the
+ * error. */
 static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index_hit *h, int n,
 		       const char *path)
 {
@@ -883,9 +885,16 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 	float *plan = NULL;
 	size_t H = 0;
 	char shown[4096];
+	ss_writer *w = NULL;
+	if (ss_writer_open(&w, path, 0, em)) {
+		cli_warn("%s: %s", path, em);
+		bad = 1;
+	}
 	/* The hits served over HTTP, fetched in parallel before they are
-	 * read (each one's failure is its ss_index_read's). */
-	if (n > 0 && ss_index_prefetch(ix, h, n, em)) {
+	 * read (each one's failure is its ss_index_read's): whole when the
+	 * output could not be taken back, else their records' heads (the
+	 * rest then streams into the output). */
+	if (!bad && n > 0 && ss_index_prefetch(ix, h, n, !ss_writer_discards_on_abort(w), em)) {
 		cli_warn("%s%s: %s", label, o->db, em);
 		bad = 1;
 	}
@@ -916,11 +925,6 @@ static int emit_states(ss_index *ix, qopts *o, const char *label, const ss_index
 			}
 			ss_state_free(&m);
 		}
-	}
-	ss_writer *w = NULL;
-	if (!bad && ss_writer_open(&w, path, 0, em)) {
-		cli_warn("%s: %s", path, em);
-		bad = 1;
 	}
 	/* A plan too large for a frame (SS_ERR_INVALID) is left out. */
 	if (!bad && plan && ss_writer_put_plan(w, (size_t)n, H, plan) == SS_ERR_IO) {

@@ -7,7 +7,8 @@
  * is verified once (ss_frame_verify: a file replaced on the server is
  * caught), its metadata read and checked against the index row as a local
  * one's is (ix_check_record), and it is copied to the output as a local
- * frame is (sendfile from the memfd).
+ * frame is (sendfile from the memfd); or only its head is fetched first,
+ * and the rest streamed into the output (http.c says when).
  * ref: RFC 9110 §14 (range requests, 206, Content-Range), libcurl-multi(3).
  */
 #ifndef SS_INDEX_HTTP_H
@@ -31,7 +32,7 @@
  * it, redacted). */
 int ixh_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss_record **rec, char *errmsg);
 int ixh_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *errmsg);
-int ixh_prefetch(ss_index *ix, const ss_index_hit *hits, int n, char *errmsg);
+int ixh_prefetch(ss_index *ix, const ss_index_hit *hits, int n, int whole, char *errmsg);
 /* Frees ix's session and its fetched frames (ss_index_close). */
 void ixh_close(ss_index *ix);
 

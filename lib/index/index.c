@@ -903,12 +903,12 @@ int ss_index_copy(ss_index *ix, const ss_index_hit *hit, ss_writer *w, char *err
 	return rc;
 }
 
-int ss_index_prefetch(ss_index *ix, const ss_index_hit *hits, int n, char *errmsg)
+int ss_index_prefetch(ss_index *ix, const ss_index_hit *hits, int n, int whole, char *errmsg)
 {
 	if (!ix || n < 0 || (n > 0 && !hits))
 		return ss_errf(errmsg, SS_ERR_INVALID, "no hits to prefetch");
 	if (!ix->n_shard)
-		return ixh_prefetch(ix, hits, n, errmsg);
+		return ixh_prefetch(ix, hits, n, whole, errmsg);
 	/* Each shard fetches its own hits (its session, its frames). */
 	ss_index_hit *mine = malloc((size_t)(n > 0 ? n : 1) * sizeof *mine);
 	if (!mine)
@@ -920,7 +920,7 @@ int ss_index_prefetch(ss_index *ix, const ss_index_hit *hits, int n, char *errms
 			if (hits[i].shard == s)
 				mine[m++] = hits[i]; /* shallow: borrowed strings */
 		if (m)
-			rc = ixh_prefetch(ix->shard[s], mine, m, errmsg);
+			rc = ixh_prefetch(ix->shard[s], mine, m, whole, errmsg);
 	}
 	free(mine);
 	return rc;

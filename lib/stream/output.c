@@ -139,6 +139,8 @@ int ss_output_open(ss_output **out, const char *path, char *errmsg)
 
 FILE *ss_output_file(const ss_output *o) { return o->f; }
 
+int ss_output_is_temporary(const ss_output *o) { return o->tmp != NULL; }
+
 static void *syncer_main(void *arg)
 {
 	ss_output *o = arg;

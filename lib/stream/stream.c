@@ -86,6 +86,7 @@ struct ss_reader {
 	 * the file. */
 	struct raw_seg { uint64_t at; const unsigned char *p; size_t len; } *seg;
 	size_t seg_cap;
+	uint64_t head_of;    /* > 0: the file is the head of one frame of this many bytes */
 };
 
 static int rerr(ss_reader *r, int code, uint64_t off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -203,63 +204,93 @@ int ss_reader_open_fd(ss_reader **out, int fd, const char *name, uint64_t max_re
 	return reader_open(out, name ? name : "(descriptor)", fd, max_record, 1, errmsg);
 }
 
+int ss_reader_open_head(ss_reader **out, int fd, const char *name, uint64_t frame_len, char *errmsg)
+{
+	int rc = ss_reader_open_fd(out, fd, name, 0, errmsg);
+	if (!rc)
+		(*out)->head_of = frame_len;
+	return rc;
+}
+
+static int zstd_code(size_t rc);
+
+struct ss_frame_check {
+	ZSTD_DCtx *d;
+	unsigned char *out; /* RAW_BLOCK bytes of content, discarded */
+	uint64_t in;        /* frame bytes taken */
+	int done;           /* the frame ended (zstd checked its checksum) */
+};
+
+int ss_frame_check_open(ss_frame_check **out)
+{
+	ss_frame_check *c = calloc(1, sizeof *c);
+	if (c && (!(c->d = ZSTD_createDCtx()) || !(c->out = malloc(RAW_BLOCK)))) {
+		ss_frame_check_close(c);
+		c = NULL;
+	}
+	*out = c;
+	return c ? 0 : SS_ERR_NOMEM;
+}
+
+void ss_frame_check_begin(ss_frame_check *c)
+{
+	ZSTD_DCtx_reset(c->d, ZSTD_reset_session_only);
+	c->in = 0;
+	c->done = 0;
+}
+
+int ss_frame_check_update(ss_frame_check *c, const void *p, size_t n, char *errmsg)
+{
+	ZSTD_inBuffer in = { p, n, 0 };
+	while (in.pos < in.size) {
+		if (c->done)
+			return ss_errf(errmsg, SS_ERR_FORMAT, "a frame of %llu bytes, not more",
+				       (unsigned long long)(c->in + in.pos));
+		ZSTD_outBuffer o = { c->out, RAW_BLOCK, 0 };
+		size_t zr = ZSTD_decompressStream(c->d, &o, &in);
+		if (ZSTD_isError(zr))
+			return ss_errf(errmsg, zstd_code(zr), "corrupt zstd frame: %s", ZSTD_getErrorName(zr));
+		c->done = zr == 0;
+	}
+	c->in += n;
+	return 0;
+}
+
+int ss_frame_check_end(ss_frame_check *c, char *errmsg)
+{
+	/* Content zstd holds back: flushed until the frame ends or stalls. */
+	for (size_t made = 1; !c->done && made;) {
+		ZSTD_inBuffer in = { NULL, 0, 0 };
+		ZSTD_outBuffer o = { c->out, RAW_BLOCK, 0 };
+		size_t zr = ZSTD_decompressStream(c->d, &o, &in);
+		if (ZSTD_isError(zr))
+			return ss_errf(errmsg, zstd_code(zr), "corrupt zstd frame: %s", ZSTD_getErrorName(zr));
+		c->done = zr == 0;
+		made = o.pos;
+	}
+	return c->done ? 0 : ss_errf(errmsg, SS_ERR_TRUNCATED, "zstd frame truncated (%llu bytes)",
+				     (unsigned long long)c->in);
+}
+
+void ss_frame_check_close(ss_frame_check *c)
+{
+	if (!c)
+		return;
+	ZSTD_freeDCtx(c->d);
+	free(c->out);
+	free(c);
+}
+
 int ss_frame_verify(const void *frame, size_t len, char *errmsg)
 {
-	const unsigned char *p = frame;
-	ZSTD_frameHeader zfh;
-	size_t hr = ZSTD_getFrameHeader(&zfh, frame, len);
-	if (ZSTD_isError(hr) || zfh.frameType != ZSTD_frame)
-		return ss_errf(errmsg, SS_ERR_FORMAT, "not a zstd frame");
-	if (hr > 0)
-		return ss_errf(errmsg, SS_ERR_TRUNCATED, "frame header cut short");
-	size_t flen = ZSTD_findFrameCompressedSize(frame, len);
-	if (ZSTD_isError(flen))
-		return ss_errf(errmsg, ZSTD_getErrorCode(flen) == ZSTD_error_srcSize_wrong ? SS_ERR_TRUNCATED : SS_ERR_FORMAT,
-			       "corrupt zstd frame: %s", ZSTD_getErrorName(flen));
-	if (flen != len)
-		return ss_errf(errmsg, SS_ERR_FORMAT, "a frame of %zu bytes, not %zu", flen, len);
-	if (!zfh.checksumFlag)
-		return 0;
-	/* Raw blocks (formats/states.md "raw frames"): hashed where they lie. */
-	XXH64_state_t xh;
-	XXH64_reset(&xh, 0);
-	const unsigned char *b = p + zfh.headerSize, *end = p + len - 4;
-	int raw = 1;
-	while (raw && end - b >= 3) {
-		uint32_t bh = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16;
-		size_t bsize = bh >> 3;
-		if (((bh >> 1) & 3) != 0 || (size_t)(end - b - 3) < bsize) {
-			raw = 0;
-			break;
-		}
-		XXH64_update(&xh, b + 3, bsize);
-		b += 3 + bsize;
-		if (bh & 1)
-			break;
-	}
-	if (raw && b == end) {
-		uint32_t want = end[0] | (uint32_t)end[1] << 8 | (uint32_t)end[2] << 16 | (uint32_t)end[3] << 24;
-		return (uint32_t)XXH64_digest(&xh) == want ? 0 : ss_errf(errmsg, SS_ERR_CHECKSUM,
-			"corrupt zstd frame: %s", ZSTD_getErrorName((size_t)-ZSTD_error_checksum_wrong));
-	}
-	/* Compressed blocks: decompressed through a small buffer, zstd
-	 * checking the checksum at the end. */
-	ZSTD_DCtx *d = ZSTD_createDCtx();
-	unsigned char *out = malloc(RAW_BLOCK);
-	int rc = d && out ? 0 : SS_ERR_NOMEM;
-	ZSTD_inBuffer in = { frame, len, 0 };
-	size_t zr = 1;
-	while (!rc && zr != 0) {
-		ZSTD_outBuffer o = { out, RAW_BLOCK, 0 };
-		zr = ZSTD_decompressStream(d, &o, &in);
-		if (ZSTD_isError(zr))
-			rc = ss_errf(errmsg, ZSTD_getErrorCode(zr) == ZSTD_error_checksum_wrong ? SS_ERR_CHECKSUM : SS_ERR_FORMAT,
-				     "corrupt zstd frame: %s", ZSTD_getErrorName(zr));
-		else if (zr != 0 && in.pos == in.size && o.pos == 0)
-			rc = ss_errf(errmsg, SS_ERR_TRUNCATED, "zstd frame truncated");
-	}
-	ZSTD_freeDCtx(d);
-	free(out);
+	ss_frame_check *c;
+	int rc = ss_frame_check_open(&c);
+	if (rc)
+		return rc;
+	ss_frame_check_begin(c);
+	if (!(rc = ss_frame_check_update(c, frame, len, errmsg)))
+		rc = ss_frame_check_end(c, errmsg);
+	ss_frame_check_close(c);
 	return rc;
 }
 
@@ -1074,8 +1105,14 @@ static int read_prefix(ss_reader *r, prefix_t *q, int stable)
 			q->ob.dst = r->out;
 			q->ob.size = want;
 		}
-		if ((rc = decode_step(r, q, q->off)) < 0)
-			return rc;
+		if ((rc = decode_step(r, q, q->off)) < 0) {
+			/* A frame's head (ss_reader_open_head) ends early: the
+			 * metadata may be whole in it all the same. */
+			if (!r->head_of || rc != SS_ERR_TRUNCATED ||
+			    (q->cut = meta_prefix(r->out, q->ob.pos, &q->n_before, &q->hdr, &q->whole, &q->n_entries)) < 0)
+				return rc;
+			break;
+		}
 		if (q->ob.pos < scan_at && !q->done && q->ob.pos < q->ob.size)
 			continue;
 		q->cut = meta_prefix(r->out, q->ob.pos, &q->n_before, &q->hdr, &q->whole, &q->n_entries);
@@ -1118,7 +1155,7 @@ int ss_reader_next_meta(ss_reader *r, const ss_record **recp)
 	 * and the record would read otherwise than whole. Whole, then. */
 	if (!q.whole && q.n_entries - q.n_before != 2)
 		return ss_reader_next(r, recp);
-	long long flen = frame_length(r, q.hsz, q.checksum, q.content);
+	long long flen = r->head_of ? (long long)r->head_of : frame_length(r, q.hsz, q.checksum, q.content);
 	if (flen < 0)
 		return (int)flen;
 	if ((rc = unpack_prefix(r, &q)) < 0)
@@ -1906,6 +1943,8 @@ int ss_writer_put_annotation(ss_writer *w, int32_t rank, double score)
 uint64_t ss_writer_tell(const ss_writer *w) { return w->off; }
 
 int ss_writer_failed(const ss_writer *w) { return w->failed; }
+
+int ss_writer_discards_on_abort(const ss_writer *w) { return ss_output_is_temporary(w->out); }
 
 int ss_writer_close(ss_writer *w, char *errmsg)
 {

@@ -140,6 +140,46 @@ expect 1 ss-retrieve query --index http.db -k 12 --query "fox dog ocean ship riv
 has err "$url/a.states: document d0[0-9] at byte offset [0-9]*: HTTP 416"
 cp a.orig www/a.states
 
+# Records longer than a head (256 KiB): the heads fetched first, each rest
+# streamed into the output file as it arrives and checked on the way (to
+# stdout, where a failure could not be taken back: fetched whole first).
+# q8 records (540 KB, raw frames) and f32 ones (2 MB, compressed) of a
+# small shape: the local query's bytes either way; a byte
+# changed past a head is caught by the checksum at the frame's end, and the
+# output file is not left behind.
+mkstates=$(dirname "$mkdb")/mkstates
+"$mkstates" --shape 8,8,64,128,640,4 --dtype q8 --prefix q 3 www/big.states || exit 1
+"$mkstates" --shape 8,8,64,128,640,4 --min-saving 0 --prefix z 2 www/zbig.states || exit 1
+awk 'BEGIN { for (i = 0; i < 3; i++) printf "q%d\tbig q%d\n", i, i; for (i = 0; i < 2; i++) printf "z%d\tbig z%d\n", i, i }' >big.txt
+"$mkdb" big.tokens "" <big.txt || exit 1
+# (fake token counts: add warns that they differ from the states')
+expect 0 ss-retrieve add -q --index bigl.db big.tokens www/big.states www/zbig.states
+expect 0 ss-retrieve add -q --index bigh.db --state-url www/=$url/ big.tokens www/big.states www/zbig.states
+for k in 1 5; do
+	expect 0 ss-retrieve query --index bigl.db -k $k --query big -o l.states
+	expect 0 ss-retrieve query --index bigh.db -k $k --query big -o h.states
+	cmp -s l.states h.states || fail "records past a head, -k $k: the HTTP query's output differs"
+	ss-retrieve query --index bigh.db -k $k --query big >h.states 2>err || fail "to stdout: $(cat err)"
+	cmp -s l.states h.states || fail "records past a head to stdout, -k $k: the output differs"
+done
+cp www/big.states big.orig
+python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0x55; open(p, "wb").write(b)' \
+	www/big.states
+one_big_error() { # WHAT ARGS...: a query of bigh.db fails with one line naming what, and writes nothing
+	what=$1
+	shift
+	rm -f bad.states
+	expect 1 ss-retrieve query --index bigh.db -k 5 --query big "$@"
+	has err "$what"
+	[ "$(wc -l <err)" -eq 1 ] || { fail "$(wc -l <err) lines of error, wanted 1"; cat err; }
+	[ ! -e bad.states ] || fail "bad.states written"
+}
+one_big_error "^ss-retrieve: bigh.db: $url/big.states: document q1 at byte offset [0-9]*: .*checksum" -o bad.states
+ss-retrieve query --index bigh.db -k 5 --query big >bad.states 2>err && fail "to stdout: a changed byte not caught"
+[ ! -s bad.states ] || fail "to stdout: $(stat -c %s bad.states) bytes written before the changed byte was caught"
+has err "$url/big.states: document q1 at byte offset [0-9]*: .*checksum"
+cp big.orig www/big.states
+
 # lighttpd killed mid-transfer (4 KB/s: a 20 KB record takes 5 s).
 lighttpd_start slow 'connection.kbytes-per-second = 4'
 index_at killed.db http://127.0.0.1:$port
@@ -153,6 +193,27 @@ got=$?
 [ $got -eq 1 ] || fail "killed server: exit $got"
 has err "^ss-retrieve: killed.db: http://127.0.0.1:$port/[ab].states: document d[0-9]* at byte offset [0-9]*: .*(2 tries)$"
 [ "$(wc -l <err)" -eq 1 ] && [ ! -e bad.states ] || fail "killed server: not one line, or output written"
+# ... and killed while a record's rest streams into the output (200 KB/s:
+# the heads in 1.3 s, then the first rest; killed once the output's
+# temporary file holds more than its heads): the temporary file goes too.
+lighttpd_start slow2 'connection.kbytes-per-second = 200'
+expect 0 ss-retrieve add -q --index bigslow.db --state-url www/=http://127.0.0.1:$port/ big.tokens www/big.states
+rm -f bad.states
+ss-retrieve query --index bigslow.db -k 3 --query big -o bad.states --http-retries 1 >out 2>err &
+q=$!
+i=0
+until [ "$(cat bad.states.tmp.* 2>/dev/null | wc -c)" -gt 300000 ]; do
+	i=$((i + 1))
+	[ $i -lt 200 ] || { fail "killed mid-stream: the output did not grow past the heads"; break; }
+	sleep 0.05
+done
+kill -9 $lpid
+wait $q
+got=$?
+[ $got -eq 1 ] || fail "killed mid-stream: exit $got"
+has err "^ss-retrieve: bigslow.db: http://127.0.0.1:$port/big.states: document q[0-9] at byte offset [0-9]*: .*(2 tries)$"
+[ "$(wc -l <err)" -eq 1 ] || fail "killed mid-stream: $(wc -l <err) lines of error"
+ls bad.states* >/dev/null 2>&1 && fail "killed mid-stream: output left: $(ls bad.states*)"
 
 # The faults lighttpd does not make.
 python3 "$faults" "$T/www" fport flog 2>faults.err &
@@ -187,4 +248,27 @@ most=$(awk '{ if ($3 > m) m = $3 } END { print m + 0 }' flog)
 reqs=$(wc -l <flog) conns=$(awk '{ print $2 }' flog | sort -u | wc -l)
 [ "$reqs" -eq 6 ] || fail "slow server: $reqs requests, wanted 6"
 [ "$conns" -lt "$reqs" ] || fail "slow server: $conns connections for $reqs requests: none kept alive"
+# Records past a head from a server slow to answer (0.3 s a request, past
+# the 50 ms beyond which rests streamed one after another would each pay
+# it): after the heads, the records are fetched whole, no rest on its own.
+expect 0 ss-retrieve add -q --index bigsl.db big.tokens www/big.states
+expect 0 ss-retrieve add -q --index bigfslow.db --state-url www/=$furl/slow/ big.tokens www/big.states
+: >flog
+expect 0 ss-retrieve query --index bigfslow.db -k 3 --query big -o h.states
+expect 0 ss-retrieve query --index bigsl.db -k 3 --query big -o l.states
+cmp -s l.states h.states || fail "slow server, records past a head: the output differs from the local query"
+starts=$(awk '{ split($4, r, "-"); print r[1] }' flog | sort -u | wc -l)
+[ "$starts" -eq 3 ] && [ "$(wc -l <flog)" -eq 6 ] ||
+	fail "slow server, records past a head: $(wc -l <flog) requests starting at $starts places, wanted 6 at the 3 records' starts"
+# A batch whose queries share records past a head: the first query streams
+# their rests; the second fetches them whole (kept for the queries after).
+expect 0 ss-retrieve add -q --index bigfok.db --state-url www/=$furl/ok/ big.tokens www/big.states
+: >flog
+mkdir bho blo
+printf 'big\nbig q1\n' | ss-retrieve query --index bigfok.db -k 3 --out-dir bho >out 2>err || fail "shared records: $(cat err)"
+printf 'big\nbig q1\n' | ss-retrieve query --index bigsl.db -k 3 --out-dir blo >out 2>err || fail "shared records: $(cat err)"
+for f in 1 2; do cmp -s blo/$f.states bho/$f.states || fail "shared records: batch query $f differs over HTTP"; done
+starts() { sed -n "$1p" flog | awk '{ split($4, r, "-"); print r[1] }' | sort; }
+[ "$(wc -l <flog)" -eq 9 ] && [ "$(starts 1,3)" = "$(starts 7,9)" ] && [ "$(starts 4,6)" != "$(starts 1,3)" ] ||
+	{ fail "shared records: not 3 heads, 3 rests, then the 3 records whole"; sed 's/^/    /' flog; }
 done_checks

@@ -12,8 +12,9 @@ each request shaped by the first part of its path:
   /short/NAME    206 with the full Content-Length, half the bytes, then the connection closed
   /stall/NAME    206, half the bytes, then nothing until killed
 
-Every request appends "PATH PEER_PORT IN_FLIGHT" to LOG (IN_FLIGHT: the
-requests being answered at once, this one included).
+Every request appends "PATH PEER_PORT IN_FLIGHT RANGE" to LOG (IN_FLIGHT: the
+requests being answered at once, this one included; RANGE: its Range header's
+first byte and last, "-" when none).
 usage: http-faults.py DIR PORTFILE LOG
 """
 import http.server
@@ -40,7 +41,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with lock:
             in_flight += 1
             with open(logfile, "a") as f:
-                f.write("%s %d %d\n" % (self.path, self.client_address[1], in_flight))
+                m = re.match(r"bytes=(\d+-\d+)$", self.headers.get("Range", ""))
+                f.write("%s %d %d %s\n" % (self.path, self.client_address[1], in_flight, m.group(1) if m else "-"))
         try:
             self.answer()
         finally:
