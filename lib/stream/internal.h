@@ -1,5 +1,5 @@
 /*
- * lib/stream/internal.h — INTERNAL to libss (lib/stream/stream.c, lib/stream/record.c,
+ * lib/stream/internal.h — INTERNAL to libss (lib/stream/{reader,frames,pieces,raw,writer}.c, lib/stream/record.c,
  * lib/stream/record_json.c, lib/compose/compose_files.c): the decoded record behind the opaque ss_record of
  * ss_stream.h, and the msgpack helpers that read it. Not installed, not for
  * tools: msgpack is an implementation detail of the stream format, which

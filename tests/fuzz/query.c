@@ -1,10 +1,10 @@
-/* Fuzz target: ss-retrieve's batch-query JSON lines (batch_parse in
- * tools/ss-retrieve.c, built in with its main renamed). */
-#include "fuzz.h"
+/* Fuzz target: ss-retrieve's batch-query JSON lines (retrieve_batch_parse
+ * in tools/retrieve_batch.c). */
+#include <stdlib.h>
+#include <string.h>
 
-#define main ss_retrieve_main
-#include "../../tools/ss-retrieve.c"
-#undef main
+#include "fuzz.h"
+#include "retrieve.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -19,13 +19,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memcpy(line, p, len);
 		line[len] = 0;
 		batch_query b;
-		if (!batch_parse(line, len, ++lineno, &o, &b)) {
+		if (!retrieve_batch_parse(line, len, ++lineno, &o, &b)) {
 			if (!b.qid || !b.text || b.k < 1 || b.k > 1000000 || b.n_exclude < 1 ||
 			    strcmp(b.exclude[0], "dropped"))
 				abort();
 			for (size_t i = 0; i < b.n_exclude; i++)
 				(void)strlen(b.exclude[i]);
-			batch_query_free(&b);
+			retrieve_batch_query_free(&b);
 		}
 		free(line);
 		p += len;

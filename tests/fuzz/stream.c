@@ -1,4 +1,4 @@
-/* Fuzz target: the record stream reader (lib/stream/stream.c) and the typed
+/* Fuzz target: the record stream reader (lib/stream/reader.c, pieces.c, raw.c) and the typed
  * record decoders and JSON rendering (lib/stream/record.c), full, meta-only
  * and in pieces (ss_reader_next_pieces: raw frames read in place from a
  * map, formats/states.md "raw frames"). */
