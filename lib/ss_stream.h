@@ -455,9 +455,9 @@ int ss_llama_seq_read(const void *buf, size_t size, const ss_state_dims *d, ss_s
  * the required fields with their types; dims in range and of a sane size;
  * every array (logdecay, q8 scales, provenance weights, conv, ssm) exactly
  * as many bytes as the dims make; logdecay NaN-free and <= 0; q8 scales in
- * [0, FLT_MAX/127]; provenance weights finite. The decoders that read conv
- * and ssm (this one and ss_record_state_view) also refuse a NaN or
- * infinite element there. A refusal is SS_ERR_FORMAT with errmsg naming
+ * [0, FLT_MAX/128] (q4: FLT_MAX/8); provenance weights finite. The
+ * decoders that read conv and ssm (this one and ss_record_state_view) also
+ * refuse a NaN or infinite element there. A refusal is SS_ERR_FORMAT with errmsg naming
  * the field (and element). */
 int ss_record_state(const ss_record *rec, ss_state *out, char *errmsg);
 /* Decodes everything but conv and ssm (left NULL); their sizes are checked

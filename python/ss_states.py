@@ -124,7 +124,7 @@ class State:
             raise FormatError('field "logdecay": element %d is %g, not <= 0' % (bad[0], self.logdecay.flat[bad[0]]))
         if self.dtype in ("q8", "q4"):
             g = -(-C // P)
-            c = 127 if self.dtype == "q8" else 8  # a q4 nibble reads as -8 .. 7
+            c = 128 if self.dtype == "q8" else 8  # a byte reads as -128 .. 127, a q4 nibble as -8 .. 7
             self.conv_scale = _array(m, "conv_scale", "<f4", (L, g))
             self.ssm_scale = _array(m, "ssm_scale", "<f4", (L * H * P,))
             for k, sc in (("conv_scale", self.conv_scale), ("ssm_scale", self.ssm_scale)):

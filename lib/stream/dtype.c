@@ -2,6 +2,7 @@
  * conversion between f32, f16, bf16, q8 and q4 (int8 or 4-bit codes with a
  * scale per block) and q8_0 (ggml's blocks of 32 codes and their f16
  * scale). */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -382,6 +383,16 @@ size_t ss_nonfinite_find(const void *p, ss_dtype t, size_t n)
 
 size_t ss_unstorable_find(const float *x, ss_dtype t, size_t n)
 {
+	if (t == SS_DTYPE_Q8 || t == SS_DTYPE_Q4) {
+		/* a block's scale, max|x|/Q, must be one a reader takes: at most
+		 * FLT_MAX/(Q+1) (record.c q8_scales); per element, as division is
+		 * monotone */
+		const float q = (float)ss_dtype_info_of(t)->scaled, lim = FLT_MAX / (q + 1);
+		for (size_t i = 0; i < n; i++)
+			if (!(fabsf(x[i]) / q <= lim))
+				return i;
+		return n;
+	}
 	if (t != SS_DTYPE_F16 && t != SS_DTYPE_BF16)
 		return ss_nonfinite_find(x, SS_DTYPE_F32, n);
 	uint16_t h[SCAN_RUN];

@@ -51,8 +51,9 @@ size_t ss_nonfinite_find(const void *p, ss_dtype t, size_t n);
 size_t ss_nonfinite_planes(const unsigned char *lo, const unsigned char *hi, ss_dtype t, size_t m);
 /* The index of the first of the n f32 elements at x that dtype t does not
  * hold as a finite value (NaN, infinite, or beyond the range of f16 or
- * bf16, where it would become infinite); n when none. Writers refuse such
- * a state (ss_writer_put_state). */
+ * bf16, where it would become infinite; for q8 and q4, beyond the values
+ * whose block scale a reader takes, 127/128 and 7/8 of FLT_MAX); n when
+ * none. Writers refuse such a state (ss_writer_put_state). */
 size_t ss_unstorable_find(const float *x, ss_dtype t, size_t n);
 
 /* A record written in pieces, so that its bytes need not be gathered into

@@ -574,12 +574,12 @@ int ss_record_tokens(const ss_record *rec, ss_tokens *out, char *errmsg)
 
 /* Reads a q8 or q4 record's "conv_scale" and "ssm_scale" into s (dims and
  * dtype set): exactly the count of its dims' blocks, each in [0, FLT_MAX/C]
- * with C 127 for q8 (a code times its scale, |code| <= 127, is finite) and
- * 8 for q4 (a nibble reads as -8 .. 7). */
+ * with C 128 for q8 (a byte reads as -128 .. 127) and 8 for q4 (a nibble
+ * reads as -8 .. 7): every code times its scale is finite. */
 static int q8_scales(const msgpack_object *m, ss_state *s, char *errmsg)
 {
 	static const char *const key[2] = {"conv_scale", "ssm_scale"};
-	const int c = s->dtype == SS_DTYPE_Q4 ? 8 : 127;
+	const int c = s->dtype == SS_DTYPE_Q4 ? 8 : 128;
 	for (int a = 0; a < 2; a++) {
 		size_t n = ss_state_q8_n_scales(&s->dims, a);
 		const msgpack_object *o;

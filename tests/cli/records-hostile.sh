@@ -3,7 +3,7 @@
 # through every reader — ss-cat, ss-cat --full, ss-compose -j1 and -j2 on a file, ss-compose
 # on a pipe, ss-score and ss-decode --state — and all agree: a record in another msgpack key
 # order is accepted with the output of the original; a record whose dims do not match its
-# arrays, a q8 scale above FLT_MAX/127, a NaN in an f32 or f16 (byte-shuffled or not) array, a key
+# arrays, a q8 scale above FLT_MAX/128, a NaN in an f32 or f16 (byte-shuffled or not) array, a key
 # twice are refused in one line naming the file and the record, exit 1, no output file. A
 # composition that overflows f32 (q8 output too) and a score that is not finite are errors
 # that say why, never "invalid argument" or "nll":-nan. The records are edited with a small
