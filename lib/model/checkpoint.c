@@ -283,6 +283,68 @@ static int entry_read(struct archive *a, void *buf, size_t n, const char *path,
 	return 0;
 }
 
+/* Calls each(ctx, a, e, name) for every entry of the zip at path, in
+ * order, until one returns nonzero (that is the result) or the archive
+ * ends (0); a damaged archive is archive_fail's error. */
+typedef int zip_entry_fn(void *ctx, struct archive *a, struct archive_entry *e, const char *name,
+			 char *errmsg);
+static int zip_walk(const char *path, zip_entry_fn *each, void *ctx, char *errmsg)
+{
+	int rc;
+	struct archive *a = zip_open(path, errmsg, &rc);
+	if (!a)
+		return rc;
+	struct archive_entry *e;
+	for (;;) {
+		int ar = archive_read_next_header(a, &e);
+		if (ar == ARCHIVE_EOF)
+			break;
+		if (ar < ARCHIVE_WARN) {
+			rc = archive_fail(a, path, errmsg);
+			break;
+		}
+		if ((rc = each(ctx, a, e, archive_entry_pathname(e), errmsg)))
+			break;
+	}
+	archive_read_free(a);
+	return rc;
+}
+
+/* open_torch's walk: the first data.pkl (read whole, its folder the
+ * prefix) and the byteorder entry. */
+typedef struct {
+	ss_checkpoint *c;
+	uint8_t *pkl;
+	size_t pkl_len;
+	int big_endian;
+} pkl_find;
+
+static int on_pkl_entry(void *ctx, struct archive *a, struct archive_entry *e, const char *name,
+			char *errmsg)
+{
+	pkl_find *x = ctx;
+	const char *path = x->c->bin_path;
+	size_t ln = name ? strlen(name) : 0;
+	int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
+	if (ln >= 8 && !strcmp(name + ln - 8, "data.pkl") && (ln == 8 || name[ln - 9] == '/') &&
+	    !x->pkl) {
+		if (size < 0 || (uint64_t)size > MAX_PICKLE)
+			return ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: %s: size %lld not allowed", path, name,
+				       (long long)size);
+		if (!(x->c->prefix = strndup(name, ln - 8)) || !(x->pkl = malloc((size_t)size + 1)))
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		x->pkl_len = (size_t)size;
+		return entry_read(a, x->pkl, x->pkl_len, path, name, errmsg);
+	}
+	if (ln >= 9 && !strcmp(name + ln - 9, "byteorder") && size > 0 && size < 16) {
+		char bo[16] = {0};
+		int rc = entry_read(a, bo, (size_t)size, path, name, errmsg);
+		x->big_endian = !strncmp(bo, "big", 3);
+		return rc;
+	}
+	return 0;
+}
+
 static int open_torch(ss_checkpoint *c, const char *path, char *errmsg)
 {
 	int code;
@@ -302,50 +364,13 @@ static int open_torch(ss_checkpoint *c, const char *path, char *errmsg)
 	if (!(c->bin_path = strdup(path)))
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
 
-	int rc;
-	struct archive *a = zip_open(path, errmsg, &rc);
-	if (!a)
-		return rc;
-	struct archive_entry *e;
-	uint8_t *pkl = NULL;
-	size_t pkl_len = 0;
-	int big_endian = 0;
-	for (;;) {
-		int ar = archive_read_next_header(a, &e);
-		if (ar == ARCHIVE_EOF)
-			break;
-		if (ar < ARCHIVE_WARN) {
-			rc = archive_fail(a, path, errmsg);
-			break;
-		}
-		const char *name = archive_entry_pathname(e);
-		size_t ln = name ? strlen(name) : 0;
-		int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : -1;
-		if (ln >= 8 && !strcmp(name + ln - 8, "data.pkl") && (ln == 8 || name[ln - 9] == '/') &&
-		    !pkl) {
-			if (size < 0 || (uint64_t)size > MAX_PICKLE) {
-				rc = ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: %s: size %lld not allowed", path,
-				          name, (long long)size);
-				break;
-			}
-			if (!(c->prefix = strndup(name, ln - 8)) || !(pkl = malloc((size_t)size + 1))) {
-				rc = ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
-				break;
-			}
-			pkl_len = (size_t)size;
-			if ((rc = entry_read(a, pkl, pkl_len, path, name, errmsg)))
-				break;
-		} else if (ln >= 9 && !strcmp(name + ln - 9, "byteorder") && size > 0 && size < 16) {
-			char bo[16] = {0};
-			if ((rc = entry_read(a, bo, (size_t)size, path, name, errmsg)))
-				break;
-			big_endian = !strncmp(bo, "big", 3);
-		}
-	}
-	archive_read_free(a);
+	pkl_find x = { c, NULL, 0, 0 };
+	int rc = zip_walk(path, on_pkl_entry, &x, errmsg);
+	uint8_t *pkl = x.pkl;
+	size_t pkl_len = x.pkl_len;
 	if (!rc && !pkl)
 		rc = ss_errf(errmsg, SS_ERR_FORMAT, "%s: no data.pkl entry (not a torch.save file)", path);
-	if (!rc && big_endian)
+	if (!rc && x.big_endian)
 		rc = ss_errf(errmsg, SS_ERR_UNSUPPORTED, "%s: big-endian tensor data is not supported", path);
 	if (rc) {
 		free(pkl);
@@ -747,39 +772,35 @@ static int read_torch_entry(const ss_checkpoint *c, const ss_checkpoint_req *req
 	return rc;
 }
 
+/* read_torch's walk: every entry under the prefix's data/ folder. */
+typedef struct {
+	const ss_checkpoint *c;
+	const ss_checkpoint_req *req;
+	size_t n;
+	char *done;
+} data_walk;
+
+static int on_data_entry(void *ctx, struct archive *a, struct archive_entry *e, const char *name,
+			 char *errmsg)
+{
+	const data_walk *x = ctx;
+	size_t lp = strlen(x->c->prefix);
+	if (!name || strncmp(name, x->c->prefix, lp) || strncmp(name + lp, "data/", 5))
+		return 0;
+	return read_torch_entry(x->c, x->req, x->n, a, e, name, name + lp + 5, x->done, errmsg);
+}
+
 static int read_torch(ss_checkpoint *c, const ss_checkpoint_req *req, size_t n, char *errmsg)
 {
-	const char *path = c->bin_path;
 	char *done = calloc(n + 1, 1);
 	if (!done)
 		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
-	int rc;
-	struct archive *a = zip_open(path, errmsg, &rc);
-	if (!a) {
-		free(done);
-		return rc;
-	}
-	size_t lp = strlen(c->prefix);
-	struct archive_entry *e;
-	for (;;) {
-		int ar = archive_read_next_header(a, &e);
-		if (ar == ARCHIVE_EOF)
-			break;
-		if (ar < ARCHIVE_WARN) {
-			rc = archive_fail(a, path, errmsg);
-			break;
-		}
-		const char *name = archive_entry_pathname(e);
-		if (!name || strncmp(name, c->prefix, lp) || strncmp(name + lp, "data/", 5))
-			continue;
-		if ((rc = read_torch_entry(c, req, n, a, e, name, name + lp + 5, done, errmsg)))
-			break;
-	}
-	archive_read_free(a);
+	data_walk x = { c, req, n, done };
+	int rc = zip_walk(c->bin_path, on_data_entry, &x, errmsg);
 	for (size_t i = 0; i < n && !rc; i++)
 		if (!done[i])
 			rc = ss_errf(errmsg, SS_ERR_NOTFOUND, "%s: %s: storage entry %sdata/%s is missing",
-			          path, req[i].t->name, c->prefix, c->pt[req[i].t->idx].storage_key);
+			          c->bin_path, req[i].t->name, c->prefix, c->pt[req[i].t->idx].storage_key);
 	free(done);
 	return rc;
 }
