@@ -200,10 +200,10 @@ void ss_unshuffle(void *dst, const void *src, size_t es, size_t n, size_t block)
 size_t ss_q8_n_scales(size_t n, size_t row, size_t block);
 /* scale: [ss_q8_n_scales(n,row,block)] f32 out; x: [n] f32 in. t: q8 or q4. */
 void ss_quant_scales(ss_dtype t, float *scale, const float *x, size_t n, size_t row, size_t block);
-/* Quantizes elements [e0, e0+n) of the array (t: q8 or q4): x points at
- * element e0; q at the byte that holds element e0's code, which for q4
- * must be even, and gets ss_dtype_row_size(t, n) bytes (an odd n's last
- * high nibble 0); scale is the whole array's (ss_quant_scales). */
+/* Quantizes elements [e0, e0+n) of the array (t: q8 or q4; for q4 e0
+ * must be even): x points at element e0; q at the byte that holds element
+ * e0's code, and gets ss_dtype_row_size(t, n) bytes (an odd n's last high
+ * nibble 0); scale is the whole array's (ss_quant_scales). */
 void ss_quant_from_f32(ss_dtype t, void *q, const float *x, const float *scale, size_t e0, size_t n,
 		       size_t row, size_t block);
 /* Dequantizes elements [e0, e0+n) (t: q8 or q4): q points at the byte that
