@@ -338,6 +338,27 @@ static int run_nonfinite32(const unsigned char *b, size_t m)
 	return acc >> 31;
 }
 
+/* 1 when one of the m (<= SCAN_RUN) f32 elements at b has magnitude bits
+ * above 0x7fffffff - above (the same trick: the sum's sign bit). */
+static int run_above32(const unsigned char *b, size_t m, uint32_t above)
+{
+	uint32_t acc = 0;
+	if (m == SCAN_RUN) {
+		for (size_t i = 0; i < SCAN_RUN; i++) {
+			uint32_t x;
+			memcpy(&x, b + 4 * i, 4);
+			acc |= (x & 0x7fffffffu) + above;
+		}
+	} else {
+		for (size_t i = 0; i < m; i++) {
+			uint32_t x;
+			memcpy(&x, b + 4 * i, 4);
+			acc |= (x & 0x7fffffffu) + above;
+		}
+	}
+	return acc >> 31;
+}
+
 /* The same for 2-byte elements whose exponent mask is `mask` (f16 0x7c00,
  * bf16 0x7f80; low: its lowest bit). */
 static int run_nonfinite16(const unsigned char *b, size_t m, uint16_t mask, uint16_t low)
@@ -385,12 +406,24 @@ size_t ss_unstorable_find(const float *x, ss_dtype t, size_t n)
 {
 	if (t == SS_DTYPE_Q8 || t == SS_DTYPE_Q4) {
 		/* a block's scale, max|x|/Q, must be one a reader takes: at most
-		 * FLT_MAX/(Q+1) (record.c q8_scales); per element, as division is
-		 * monotone */
+		 * FLT_MAX/(Q+1) (record.c q8_scales). Division being monotone,
+		 * that is |x| <= thr, the largest float whose quotient passes. */
 		const float q = (float)ss_dtype_info_of(t)->scaled, lim = FLT_MAX / (q + 1);
-		for (size_t i = 0; i < n; i++)
-			if (!(fabsf(x[i]) / q <= lim))
-				return i;
+		float thr = lim * q;
+		while (thr / q > lim)
+			thr = nextafterf(thr, 0);
+		while (nextafterf(thr, INFINITY) / q <= lim)
+			thr = nextafterf(thr, INFINITY);
+		uint32_t above;
+		memcpy(&above, &thr, 4);
+		above = 0x7fffffffu - above; /* |x|'s bits + above has the sign bit: |x| > thr, or NaN */
+		for (size_t i0 = 0; i0 < n; i0 += SCAN_RUN) {
+			size_t m = n - i0 < SCAN_RUN ? n - i0 : SCAN_RUN;
+			if (run_above32((const unsigned char *)(x + i0), m, above))
+				for (size_t i = i0;; i++)
+					if (!(fabsf(x[i]) <= thr))
+						return i;
+		}
 		return n;
 	}
 	if (t != SS_DTYPE_F16 && t != SS_DTYPE_BF16)
