@@ -1246,6 +1246,35 @@ static void test_shuffle_records(void **ctx)
 	}
 }
 
+/* A q8 or q4 record (dtype_head) of the dims { 1, 1, 1, 2, 1, 4, 3 }
+ * (ssm 2 codes, conv 3, one scale each) with the given scale and code
+ * bytes, as one_record. */
+static ss_reader *quant_record(const char *name, float conv_scale, const float *ssm_scale,
+			       size_t n_ssm_scales, const void *conv, size_t conv_bytes, const void *ssm,
+			       size_t ssm_bytes, const ss_record **rec)
+{
+	static const int64_t dims[7] = { 1, 1, 1, 2, 1, 4, 3 };
+	const float ld = -1;
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	pack_state_head(&pk, 18, dims);
+	msgpack_pack_str_with_body(&pk, "conv_scale", 10);
+	msgpack_pack_bin_with_body(&pk, &conv_scale, 4);
+	msgpack_pack_str_with_body(&pk, "ssm_scale", 9);
+	msgpack_pack_bin_with_body(&pk, ssm_scale, 4 * n_ssm_scales);
+	msgpack_pack_str_with_body(&pk, "logdecay", 8);
+	msgpack_pack_bin_with_body(&pk, &ld, 4);
+	msgpack_pack_str_with_body(&pk, "conv", 4);
+	msgpack_pack_bin_with_body(&pk, conv, conv_bytes);
+	msgpack_pack_str_with_body(&pk, "ssm", 3);
+	msgpack_pack_bin_with_body(&pk, ssm, ssm_bytes);
+	ss_reader *r = one_record(name, &sb, rec);
+	msgpack_sbuffer_destroy(&sb);
+	return r;
+}
+
 /* A q8 record with a scale count that does not fit its dims, a bad scale
  * or a short code payload is refused with the field named, by the record
  * decoders and by composition (which reads codes in pieces). */
@@ -1253,40 +1282,24 @@ static void test_q8_corrupt(void **ctx)
 {
 	(void)ctx;
 	char err[SS_ERRMSG_MAX];
-	const int64_t dims[7] = { 1, 1, 1, 2, 1, 4, 3 }; /* ssm 2 codes, conv 3, one scale each */
 	struct { int ssm_scales, ssm_codes; float scale; const char *want; } cases[] = {
 		{ 2, 2, 0.5f, "field \"ssm_scale\" has 8 bytes, expected 4" },
 		{ 0, 2, 0.5f, "field \"ssm_scale\" has 0 bytes, expected 4" },
 		{ 1, 1, 0.5f, "field \"ssm\" has 1 bytes, expected 2" },
 		{ 1, 2, -1.0f, "field \"ssm_scale\": scale 0 is -1" },
 		{ 1, 2, NAN, "field \"ssm_scale\": scale 0 is nan" },
-		/* finite, but 127 times it is not (issue 32 item 9) */
+		/* finite, but -128 times it is not (issue 32 item 9) */
 		{ 1, 2, 3e38f, "field \"ssm_scale\": scale 0 is 3e+38, not in [0, 2.65846e+36]" },
 		{ 1, 2, 0.5f, NULL }, /* the good record */
 	};
 	dtype_head = "q8";
 	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-		msgpack_sbuffer sb;
-		msgpack_sbuffer_init(&sb);
-		msgpack_packer pk;
-		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-		pack_state_head(&pk, 18, dims);
-		/* conv's scale, then room for up to two ssm scales */
-		float sc[3] = { 0.25f, cases[c].scale, cases[c].scale }, ld = -1;
-		signed char codes[3] = { 1, -2, 3 };
-		msgpack_pack_str_with_body(&pk, "conv_scale", 10);
-		msgpack_pack_bin_with_body(&pk, sc, 4);
-		msgpack_pack_str_with_body(&pk, "ssm_scale", 9);
-		msgpack_pack_bin_with_body(&pk, sc + 1, 4 * (size_t)cases[c].ssm_scales);
-		msgpack_pack_str_with_body(&pk, "logdecay", 8);
-		msgpack_pack_bin_with_body(&pk, &ld, 4);
-		msgpack_pack_str_with_body(&pk, "conv", 4);
-		msgpack_pack_bin_with_body(&pk, codes, 3);
-		msgpack_pack_str_with_body(&pk, "ssm", 3);
-		msgpack_pack_bin_with_body(&pk, codes, (size_t)cases[c].ssm_codes);
+		/* room for up to two ssm scales */
+		const float sc[2] = { cases[c].scale, cases[c].scale };
+		const signed char codes[3] = { 1, -2, 3 };
 		const ss_record *rec;
-		ss_reader *r = one_record("badq8.states", &sb, &rec);
-		msgpack_sbuffer_destroy(&sb);
+		ss_reader *r = quant_record("badq8.states", 0.25f, sc, (size_t)cases[c].ssm_scales, codes, 3,
+					    codes, (size_t)cases[c].ssm_codes, &rec);
 		ss_state s;
 		if (!cases[c].want) { /* codes times scales: 1, -2, 3 by 0.25; 1, -2 by 0.5 */
 			assert_int_equal(ss_record_state(rec, &s, err), 0);
@@ -1318,7 +1331,6 @@ static void test_q4_codes(void **ctx)
 {
 	(void)ctx;
 	char err[SS_ERRMSG_MAX];
-	const int64_t dims[7] = { 1, 1, 1, 2, 1, 4, 3 }; /* ssm 2 codes, conv 3, one scale each */
 	struct { float scale; size_t ssm_bytes; const char *want; } cases[] = {
 		{ 0.5f, 1, NULL },
 		{ 1e38f, 1, "field \"ssm_scale\": scale 0 is 1e+38, not in [0, 4.25353e+37]" },
@@ -1326,26 +1338,10 @@ static void test_q4_codes(void **ctx)
 	};
 	dtype_head = "q4";
 	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-		msgpack_sbuffer sb;
-		msgpack_sbuffer_init(&sb);
-		msgpack_packer pk;
-		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-		pack_state_head(&pk, 18, dims);
-		float sc[2] = { 0.25f, cases[c].scale }, ld = -1;
 		const unsigned char conv[2] = { 0xe1, 0x03 }, ssm[2] = { 0x81, 0x00 }; /* 1 -2 3; 1 -8 */
-		msgpack_pack_str_with_body(&pk, "conv_scale", 10);
-		msgpack_pack_bin_with_body(&pk, sc, 4);
-		msgpack_pack_str_with_body(&pk, "ssm_scale", 9);
-		msgpack_pack_bin_with_body(&pk, sc + 1, 4);
-		msgpack_pack_str_with_body(&pk, "logdecay", 8);
-		msgpack_pack_bin_with_body(&pk, &ld, 4);
-		msgpack_pack_str_with_body(&pk, "conv", 4);
-		msgpack_pack_bin_with_body(&pk, conv, 2);
-		msgpack_pack_str_with_body(&pk, "ssm", 3);
-		msgpack_pack_bin_with_body(&pk, ssm, cases[c].ssm_bytes);
 		const ss_record *rec;
-		ss_reader *r = one_record("q4codes.states", &sb, &rec);
-		msgpack_sbuffer_destroy(&sb);
+		ss_reader *r = quant_record("q4codes.states", 0.25f, &cases[c].scale, 1, conv, 2, ssm,
+					    cases[c].ssm_bytes, &rec);
 		ss_state s;
 		if (cases[c].want) {
 			assert_int_equal(ss_record_state(rec, &s, err), SS_ERR_FORMAT);
