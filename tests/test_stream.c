@@ -7,11 +7,13 @@
 #include <malloc.h>
 #include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -410,6 +412,88 @@ static void test_raw_frames(void **ctx)
 			assert_int_equal(ss_frame_verify(fr, len + 1, err), SS_ERR_FORMAT);
 	}
 	free(all);
+	s.id = NULL;
+	ss_state_free(&s);
+}
+
+/* A file cut short while a raw frame of it is mapped (another program
+ * truncating it in place): the pages past the new end are gone, and the
+ * reader's next read of them, hashing or in fn, would raise SIGBUS. The
+ * read is refused as a truncation naming the record instead; a SIGBUS
+ * outside any map still ends the process (here a child) as before. */
+static const char *cut_path;
+
+static int cut_then_collect(void *arg, const ss_record *meta, int which, uint64_t off, const void *p, size_t len)
+{
+	pieces_t *c = arg;
+	if (which == 0 && off == 0) {
+		int fd = open(cut_path, O_WRONLY);
+		assert_true(fd >= 0);
+		assert_int_equal(ftruncate(fd, 4096), 0);
+		close(fd);
+	}
+	return collect(c, meta, which, off, p, len);
+}
+
+static void test_raw_cut_while_mapped(void **ctx)
+{
+	(void)ctx;
+	cut_path = tpath("raw-cut.ss");
+	ss_state_dims d = {"mamba2", 2, 6, 64, 80, 99, 4}; /* ssm 240 KiB: past the first page */
+	char err[SS_ERRMSG_MAX];
+	ss_state s;
+	assert_int_equal(ss_state_alloc(&s, &d), 0);
+	strcpy(s.fingerprint, "fp");
+	s.id = "x";
+	uint64_t x = 5;
+	for (size_t i = 0; i < ss_state_ssm_len(&d); i++)
+		s.ssm[i] = (float)(ss_splitmix64(&x) >> 40) / 16777216.0f - 0.5f;
+	for (size_t i = 0; i < ss_state_conv_len(&d); i++)
+		s.conv[i] = (float)(ss_splitmix64(&x) >> 40) / 16777216.0f;
+	ss_writer *w;
+	assert_int_equal(ss_writer_open(&w, cut_path, 1, err), 0);
+	ss_writer_set_min_saving(w, 2); /* raw whatever zstd saves */
+	assert_int_equal(ss_writer_put_state(w, &s, NULL), 0);
+	assert_int_equal(ss_writer_close(w, err), 0);
+	assert_true(fsize(cut_path) > 200000);
+
+	ss_reader *r;
+	const ss_record *rec;
+	pieces_t c = {0};
+
+	/* in a child, from the default action: the reader's handler taken on
+	 * by a frame read in place, then a SIGBUS of a map of its own (a file
+	 * cut) is not swallowed */
+	const char *own = tpath("raw-cut-own");
+	static const unsigned char zeros[8192];
+	write_bytes(own, zeros, sizeof zeros);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		signal(SIGBUS, SIG_DFL);
+		if (ss_reader_open(&r, cut_path, 0, err) || ss_reader_next_pieces(r, &rec, collect, &c) != 1)
+			_exit(2);
+		int fd = open(own, O_RDWR);
+		volatile const unsigned char *m = fd >= 0 ? mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+		if (m == MAP_FAILED || ftruncate(fd, 0) != 0)
+			_exit(2);
+		(void)m[4096];
+		_exit(0); /* reached only if the fault was swallowed */
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGBUS)
+		fail_msg("the child: status %#x, not ended by SIGBUS", status);
+
+	assert_int_equal(ss_reader_open(&r, cut_path, 0, err), 0);
+	assert_int_equal(ss_reader_next_pieces(r, &rec, cut_then_collect, &c), SS_ERR_TRUNCATED);
+	if (!strstr(ss_reader_error(r), "record 0 (byte offset 0): the file was cut short while being read"))
+		fail_msg("'%s'", ss_reader_error(r));
+	ss_reader_close(r);
+	free(c.a[0]);
+	free(c.a[1]);
+
 	s.id = NULL;
 	ss_state_free(&s);
 }
@@ -2041,6 +2125,7 @@ int main(void)
 		cmocka_unit_test(test_dtype_bulk),
 		cmocka_unit_test(test_next_pieces),
 		cmocka_unit_test(test_raw_frames),
+		cmocka_unit_test(test_raw_cut_while_mapped),
 		cmocka_unit_test(test_raw_decided_on_sample),
 		cmocka_unit_test(test_tokens_roundtrip_and_seek),
 		cmocka_unit_test(test_states_roundtrip_dtypes),

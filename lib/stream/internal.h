@@ -117,7 +117,10 @@ int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, 
  * file (formats/states.md "raw frames"): then pieces lie in a map of the
  * file, at the alignment of their offset there (4-byte aligned as writers
  * lay them out; a piece of 16 bytes or fewer may come from a buffer of
- * the reader's), valid only during the call (meta->in_place is 0). Nonzero
+ * the reader's), valid only during the call (meta->in_place is 0); if the
+ * file is cut short meanwhile, reading such a piece may leave fn by a
+ * jump (siglongjmp on SIGBUS) back to the reader, which returns
+ * SS_ERR_TRUNCATED: fn must hold no lock while it reads p. Nonzero
  * (an SS_ERR_*) stops the read, which returns it. */
 typedef int (*ss_piece_fn)(void *arg, const ss_record *meta, int which, uint64_t off, const void *p,
 			   size_t len);

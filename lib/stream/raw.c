@@ -6,6 +6,9 @@
  * XXH64 of its content, computed here as zstd would.
  * ref: RFC 8878 §3.1.1 (frame header, Raw_Block, Content_Checksum).
  */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -231,6 +234,55 @@ static int hand_over(rawf_t *f, const prefix_t *q, const uint64_t body[2], const
 	return 1;
 }
 
+/* A file cut short while a frame of it is mapped: reading a page past its
+ * new end raises SIGBUS, which would end the process with no word of the
+ * file. While this thread reads its map (from the mapping to the unmapping,
+ * the caller's fn included), a fault inside the map jumps back to
+ * stream_raw_pieces, which reports the record as cut short; any other
+ * SIGBUS goes to the handler there was before (the default: the process
+ * ends as it would have). The handler is (re)installed before each frame
+ * read in place when another has taken SIGBUS since. */
+typedef struct {
+	sigjmp_buf jb;
+	const unsigned char *lo, *hi; /* the map */
+} bus_guard;
+
+static _Thread_local bus_guard *volatile bus_armed;
+static struct sigaction bus_before;
+static pthread_mutex_t bus_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	bus_guard *g = bus_armed;
+	const unsigned char *a = si->si_addr;
+	if (g && si->si_code > 0 && a >= g->lo && a < g->hi) /* > 0: the kernel's, a fault */
+		siglongjmp(g->jb, 1);
+	if (bus_before.sa_flags & SA_SIGINFO)
+		bus_before.sa_sigaction(sig, si, uc);
+	else if (bus_before.sa_handler != SIG_DFL && bus_before.sa_handler != SIG_IGN)
+		bus_before.sa_handler(sig);
+	else { /* the default again: a fault recurs on return, a sent signal is sent again */
+		sigaction(SIGBUS, &bus_before, NULL);
+		if (si->si_code <= 0)
+			raise(sig);
+	}
+}
+
+static void bus_install(void)
+{
+	struct sigaction cur, sa;
+	pthread_mutex_lock(&bus_mu);
+	if (sigaction(SIGBUS, NULL, &cur) == 0 && !((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus)) {
+		memset(&sa, 0, sizeof sa);
+		sa.sa_sigaction = on_sigbus;
+		sa.sa_flags = SA_SIGINFO;
+		sigemptyset(&sa.sa_mask);
+		bus_before = cur;
+		sigaction(SIGBUS, &sa, NULL);
+	}
+	pthread_mutex_unlock(&bus_mu);
+}
+
 /* ss_reader_next_pieces of an uncompressed frame (raw blocks only:
  * formats/states.md "raw frames") in a regular file: the frame is mapped,
  * its metadata copied out, conv and ssm handed to fn where they lie, and
@@ -251,10 +303,23 @@ int stream_raw_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, void
 	f.r = r;
 	if (map_frame(&f, hsz, content) != 0)
 		return NOT_RAW;
+	bus_install();
+	bus_guard g = {.lo = f.map, .hi = (const unsigned char *)f.map + f.mlen};
+	bus_guard *before = bus_armed;
+	if (sigsetjmp(g.jb, 1)) {
+		bus_armed = before;
+		munmap(f.map, f.mlen);
+		struct stat st;
+		long long size = fstat(fileno(r->f), &st) == 0 ? (long long)st.st_size : -1;
+		return stream_rerr(r, SS_ERR_TRUNCATED, r->pos,
+				   "the file was cut short while being read (now %lld bytes)", size);
+	}
+	bus_armed = &g;
 	prefix_t q;
 	uint64_t body[2], len[2];
 	if ((rc = list_blocks(&f, hsz, content)) == 0 && (rc = find_arrays(&f, hsz, content, &q, body, len)) == 0)
 		rc = hand_over(&f, &q, body, len, recp, fn, arg);
+	bus_armed = before;
 	munmap(f.map, f.mlen);
 	return rc;
 }
