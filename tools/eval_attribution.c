@@ -125,7 +125,8 @@ static int qa_wanted(const eval_run *run, const cJSON *e, int min_pass, const ch
 }
 
 /* The queries of --qa kept (at least min_pass passages; at most --queries);
- * *n_total: the entries read, *max_pass: the most passages of one. */
+ * *n_total: the entries read, *max_pass: the most passages of one. Dies
+ * when none is kept. */
 static qa_item *read_qa(const eval_run *run, ss_tokenizer *tok, int min_pass, size_t *n_items,
 			size_t *n_total, int *max_pass)
 {
@@ -153,6 +154,8 @@ static qa_item *read_qa(const eval_run *run, ss_tokenizer *tok, int min_pass, si
 		if (it->n > *max_pass)
 			*max_pass = it->n;
 	}
+	if (n == 0)
+		cli_die("%s: no query with an answer and a selected passage", run->qa);
 	*n_total = idx;
 	cJSON_Delete(root);
 	free(buf);
@@ -326,8 +329,6 @@ void eval_attribution(eval_run *run)
 	size_t nq, n_total;
 	int maxp;
 	qa_item *items = read_qa(run, tok, 2, &nq, &n_total, &maxp);
-	if (nq == 0)
-		cli_die("%s: no query with an answer and a selected passage", run->qa);
 	for (int j = 0; j < run->n_methods; j++)
 		if (run->methods[j] == SS_EVAL_NAIVE)
 			cli_usage(run->usage, "attribution: naive has no documents to leave out");
@@ -406,8 +407,6 @@ void eval_msmarco(eval_run *run)
 	size_t nq, n_total;
 	int maxp;
 	qa_item *items = read_qa(run, tok, 1, &nq, &n_total, &maxp);
-	if (nq == 0)
-		cli_die("%s: no query with an answer and a selected passage", run->qa);
 	const int M = run->n_methods;
 	ss_eval_scorer *sc;
 	if (ss_eval_scorer_init(&sc, run->fctx, run->model, M))

@@ -38,6 +38,20 @@ int ss_compose_mode_parse(const char *s, ss_compose_mode *out)
 
 /* ---------------------------------------------------------------- weights */
 
+/* P_m(x) by Bonnet's recurrence, returned; *dp = P'_m(x) from P_m and
+ * P_{m-1} (for m = 1, P_0 = 1). |x| < 1. */
+static double legendre(size_t m, double x, double *dp)
+{
+	double p0 = 1, p1 = x;
+	for (size_t k = 1; k < m; k++) {
+		double p2 = ((2.0 * k + 1) * x * p1 - (double)k * p0) / (double)(k + 1);
+		p0 = p1;
+		p1 = p2;
+	}
+	*dp = (double)m * (x * p1 - p0) / (x * x - 1);
+	return p1;
+}
+
 void ss_gauss_legendre01(size_t m, double *t, double *wt)
 {
 	/* Roots of P_m on [-1, 1] by Newton from Tricomi's estimate; the rule is
@@ -46,31 +60,16 @@ void ss_gauss_legendre01(size_t m, double *t, double *wt)
 	const double pi = 3.14159265358979323846;
 	for (size_t i = 0; i < (m + 1) / 2; i++) {
 		double x = cos(pi * ((double)i + 0.75) / ((double)m + 0.5));
-		double dp = 1;
+		double dp;
 		for (int it = 0; it < 100; it++) {
-			double p0 = 1, p1 = x;
-			for (size_t k = 1; k < m; k++) {
-				double p2 = ((2.0 * k + 1) * x * p1 - (double)k * p0) / (double)(k + 1);
-				p0 = p1;
-				p1 = p2;
-			}
-			/* P_m = p1, P_{m-1} = p0 (for m = 1, p0 = P_0 = 1). */
-			dp = (double)m * (x * p1 - p0) / (x * x - 1);
-			double dx = p1 / dp;
+			double dx = legendre(m, x, &dp) / dp;
 			x -= dx;
 			if (fabs(dx) <= 1e-16 * (1 + fabs(x)))
 				break;
 		}
 		if (m % 2 == 1 && i == m / 2)
 			x = 0; /* the middle root of an odd rule is exactly 0 */
-		/* Recompute P'_m at the final x for the weight. */
-		double p0 = 1, p1 = x;
-		for (size_t k = 1; k < m; k++) {
-			double p2 = ((2.0 * k + 1) * x * p1 - (double)k * p0) / (double)(k + 1);
-			p0 = p1;
-			p1 = p2;
-		}
-		dp = (double)m * (x * p1 - p0) / (x * x - 1);
+		legendre(m, x, &dp); /* P'_m at the final x, for the weight */
 		double w = 1.0 / ((1 - x * x) * dp * dp); /* 2/(...) on [-1,1], halved */
 		/* x descends with i: t = (1 - x)/2 ascends. */
 		t[i] = 0.5 * (1 - x);
