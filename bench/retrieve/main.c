@@ -45,24 +45,11 @@ uint64_t rng_next(void)
 	return rng;
 }
 
-char *read_all(const char *path, size_t *len)
+void scratch_dir(char *dir, size_t cap, const char *name)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *b = malloc((size_t)n + 1);
-	if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
-		fclose(f);
-		free(b);
-		return NULL;
-	}
-	fclose(f);
-	b[n] = 0;
-	*len = (size_t)n;
-	return b;
+	snprintf(dir, cap, "%s/ss-bench-%s-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", name);
+	if (!mkdtemp(dir))
+		die(dir, "mkdtemp failed");
 }
 
 /* Prints median and p95 of t[0..n) seconds as ms. */
@@ -262,7 +249,7 @@ int main(int argc, char **argv)
 	char corpus[1024];
 	snprintf(corpus, sizeof corpus, "%s/data/corpora/wikitext-2-raw.test.hf-crlf.raw", shared);
 	size_t clen;
-	char *text = read_all(corpus, &clen);
+	char *text = bench_read_file(corpus, &clen);
 	if (!text)
 		die(corpus, "cannot read (set SS_SHARED)");
 
@@ -277,9 +264,7 @@ int main(int argc, char **argv)
 	size_t per = n_words / (size_t)n_docs; /* chunk i: words [i·n/N, (i+1)·n/N) */
 
 	char dir[512];
-	snprintf(dir, sizeof dir, "%s/ss-bench-retrieve-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(dir))
-		die(dir, "mkdtemp failed");
+	scratch_dir(dir, sizeof dir, "retrieve");
 	char tpath[600], spath[600], dbpath[600], opath[600];
 	snprintf(tpath, sizeof tpath, "%s/docs.tokens", dir);
 	snprintf(spath, sizeof spath, "%s/shard0.states", dir);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ss.h"
+#include "bench/bench.h"
 #include "retrieve.h"
 
 /* A retrieval test set: documents with a relevance key, queries with the
@@ -46,7 +47,7 @@ static void qa_query(qa_set *s, const char *query, char **rel)
 static cJSON *read_json(const char *path)
 {
 	size_t n;
-	char *t = read_all(path, &n);
+	char *t = bench_read_file(path, &n);
 	if (!t)
 		die(path, "cannot read (set SS_SHARED)");
 	cJSON *j = cJSON_ParseWithLength(t, n);
@@ -179,9 +180,7 @@ static const char *qa_k1s, *qa_bs;
 static void qa_run(const char *name, qa_set *s)
 {
 	char dir[512], spath[600], dbpath[600], ppath[600], em[SS_ERRMSG_MAX], id[32];
-	snprintf(dir, sizeof dir, "%s/ss-bench-qa-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(dir))
-		die(dir, "mkdtemp failed");
+	scratch_dir(dir, sizeof dir, "qa");
 	snprintf(spath, sizeof spath, "%s/states", dir);
 	snprintf(dbpath, sizeof dbpath, "%s/index.db", dir);
 	snprintf(ppath, sizeof ppath, "%s/fts5.db", dir);

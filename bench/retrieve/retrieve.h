@@ -19,9 +19,9 @@ void die(const char *what, const char *msg) __attribute__((noreturn));
  * that a run's documents and queries are the same from run to run). */
 uint64_t rng_next(void);
 
-/* Reads the file at path whole into a malloc'd buffer with a NUL after its
- * *len bytes. Returns NULL when it cannot. */
-char *read_all(const char *path, size_t *len);
+/* Makes a fresh directory $TMPDIR/ss-bench-NAME-XXXXXX (/tmp when TMPDIR
+ * is unset) and writes its path into dir (cap bytes); dies when it cannot. */
+void scratch_dir(char *dir, size_t cap, const char *name);
 
 /* retrieve --scale ...: index build and query latency at scale (scale.c). */
 int scale_main(int argc, char **argv);

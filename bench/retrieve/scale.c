@@ -275,9 +275,7 @@ int scale_main(int argc, char **argv)
 		snprintf(dir, sizeof dir, "%s", keep);
 		mkdir(dir, 0777);
 	} else {
-		snprintf(dir, sizeof dir, "%s/ss-bench-scale-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-		if (!mkdtemp(dir))
-			die(dir, "mkdtemp failed");
+		scratch_dir(dir, sizeof dir, "scale");
 	}
 	char spath[600], dbpath[600], qpath[600], ppath[600];
 	snprintf(spath, sizeof spath, "%s/states", dir);
