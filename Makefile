@@ -62,6 +62,12 @@ TESTUTIL_SRC := $(wildcard tests/util/*.c)
 TESTUTIL_OBJ := $(TESTUTIL_SRC:%.c=$(B)/%.o)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES   := $(BENCH_SRC:bench/%.c=$(B)/bench/%)
+# A benchmark of several files is a folder: bench/NAME/*.c link into one program, $(B)/bench/NAME.
+# Their objects go to $(B)/bench-obj/NAME/, where no folder takes the program's name.
+BENCH_DIRS := $(patsubst bench/%/,%,$(sort $(dir $(wildcard bench/*/*.c))))
+bench_obj  = $(patsubst bench/%.c,$(B)/bench-obj/%.o,$(wildcard bench/$(1)/*.c))
+BENCH_DIR_PROGS := $(BENCH_DIRS:%=$(B)/bench/%)
+BENCH_DIR_OBJ   := $(foreach d,$(BENCH_DIRS),$(call bench_obj,$(d)))
 # Generators of random models, states and small databases (gen/mk*.c programs, gen/*.c their
 # library), used by the tests and the benchmarks alike.
 GEN_LIB_OBJ := $(patsubst %.c,$(B)/%.o,$(filter-out gen/mk%.c,$(wildcard gen/*.c)))
@@ -89,7 +95,7 @@ NVCCFLAGS := -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-W
 CUDA_PLUGIN := $(if $(and $(HAVE_NVCC),$(CU_SRC)),$(B)/lib/libss_cuda.so)
 
 .PHONY: all test check tsan bench man install uninstall clean demo eval deps cuda-note fuzz
-all: $(LIB) $(TOOLS) $(GENS) $(TESTS) $(BENCHES) $(CUDA_PLUGIN) cuda-note
+all: $(LIB) $(TOOLS) $(GENS) $(TESTS) $(BENCHES) $(BENCH_DIR_PROGS) $(CUDA_PLUGIN) cuda-note
 
 cuda-note:
 ifeq ($(CUDA),off)
@@ -136,6 +142,17 @@ $(BENCHES) $(GENS): $(B)/%: $(B)/%.o $(GEN_LIB_OBJ) $(LIB)
 	$(call say,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(GEN_LIB_OBJ) $(LIB) $(LDLIBS)
+
+$(B)/bench-obj/%.o: bench/%.c
+	$(call say,CC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(foreach d,$(BENCH_DIRS),$(eval $(B)/bench/$(d): $(call bench_obj,$(d))))
+$(BENCH_DIR_PROGS): $(GEN_LIB_OBJ) $(LIB)
+	$(call say,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(filter $(B)/bench-obj/%,$^) $(GEN_LIB_OBJ) $(LIB) $(LDLIBS)
 
 # Header dependencies come from nvcc itself (-MMD -MP, included at the end), as for the C
 # objects: a change to any header a .cu reads (the structs kernels/forward.cu reads field by
@@ -267,5 +284,5 @@ clean:
 # The .d files come from the compiler (-MMD), never from a rule: without this, make would try to
 # remake an included replay-NAME.d through the replay-%.o pattern and the built-in link rule.
 %.d: ;
--include $(LIB_OBJ:.o=.d) $(TOOLS:$(B)/bin/%=$(B)/tools/%.d) $(TESTS:=.d) $(BENCHES:=.d) $(GENS:=.d) $(GEN_LIB_OBJ:.o=.d) $(TESTUTIL_OBJ:.o=.d) $(TOOLCOMMON_OBJ:.o=.d) $(wildcard $(B)/tests/fuzz/*.d)
+-include $(LIB_OBJ:.o=.d) $(TOOLS:$(B)/bin/%=$(B)/tools/%.d) $(TESTS:=.d) $(BENCHES:=.d) $(BENCH_DIR_OBJ:.o=.d) $(GENS:=.d) $(GEN_LIB_OBJ:.o=.d) $(TESTUTIL_OBJ:.o=.d) $(TOOLCOMMON_OBJ:.o=.d) $(wildcard $(B)/tests/fuzz/*.d)
 -include $(wildcard $(CU_OBJ:.o=.d))

@@ -1,8 +1,9 @@
 /*
  * bench.h — the few helpers every benchmark here shares: a monotonic clock,
  * the min / median of a set of rounds (the machine may be shared, so
- * benchmarks report both over interleaved rounds), and a child process's
- * output, time and peak RSS (bench_capture).
+ * benchmarks report both over interleaved rounds), a whole file in memory
+ * (bench_read_file) and a child process's output, time and peak RSS
+ * (bench_capture).
  */
 #ifndef SS_BENCH_H
 #define SS_BENCH_H
@@ -55,6 +56,34 @@ static inline double bench_max(const double *v, int n)
 	for (i = 1; i < n; i++)
 		m = v[i] > m ? v[i] : m;
 	return m;
+}
+
+/* Reads the file at path (a pipe too) whole into a malloc'ed buffer with a
+ * NUL after its *len bytes: a corpus or a data set. Returns NULL when it
+ * cannot be opened or read, or memory runs out. */
+static inline char *bench_read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	size_t cap = 1 << 20, n = 0;
+	char *b = malloc(cap);
+	while (b && (n += fread(b + n, 1, cap - n - 1, f)) == cap - 1) {
+		char *nb = realloc(b, cap *= 2);
+		if (!nb)
+			free(b);
+		b = nb;
+	}
+	if (b && ferror(f)) {
+		free(b);
+		b = NULL;
+	}
+	fclose(f);
+	if (b) {
+		b[n] = 0;
+		*len = n;
+	}
+	return b;
 }
 
 /* Sets the BLAS's threads (0: its default) and prints which BLAS runs,

@@ -14,25 +14,6 @@
 #include "ss.h"
 #include "bench.h"
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	size_t cap = 1 << 20, n = 0;
-	char *b = malloc(cap);
-	while (b && (n += fread(b + n, 1, cap - n, f)) == cap) {
-		cap *= 2;
-		char *nb = realloc(b, cap);
-		if (!nb)
-			free(b);
-		b = nb;
-	}
-	fclose(f);
-	*len = n;
-	return b;
-}
-
 static void report(const char *what, size_t bytes, size_t tokens, double secs)
 {
 	printf("%-28s %9zu bytes %8zu tokens %8.4f s %8.2f MB/s %10.0f tokens/s\n", what, bytes, tokens,
@@ -55,7 +36,7 @@ int main(int argc, char **argv)
 		         shared ? shared : "../shared");
 
 	size_t len;
-	char *text = slurp(corpus, &len);
+	char *text = bench_read_file(corpus, &len);
 	if (!text) {
 		fprintf(stderr, "bench/tokenize: %s: cannot read\n", corpus);
 		return 77;
