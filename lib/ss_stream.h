@@ -495,7 +495,8 @@ struct cJSON;
  * --data; ss-tokenize's documents apply the NUL rule, not the key rule, as
  * corpora carry metadata): line[0..len) (no NUL terminator needed) is
  * parsed with cJSON as one object. Refused with SS_ERR_FORMAT and a one-line
- * errmsg without a location (the caller prefixes "FILE: line N: "):
+ * errmsg without a location (the caller, ss_jsonl_reader_next for a file,
+ * prefixes "FILE: line N: "):
  *   anything but an object: "not a JSON object";
  *   a NUL in a string or key, a raw 0 byte or a \u0000 escape (cJSON would
  *   cut the text short silently): "a NUL character (\u0000) in a string";
@@ -519,6 +520,99 @@ int ss_json_has_nul(const char *p, size_t n);
  * where its double is an integer of magnitude at most 2^53. Returns 0 with
  * *out set, or SS_ERR_INVALID (not a number, not an integer, out of range). */
 int ss_json_int(const struct cJSON *v, int64_t lo, int64_t hi, int64_t *out);
+
+/* Reads one line of f (with its '\n', if any) of at most max bytes into
+ * *line (grown as needed, NUL-terminated; *line and *cap start NULL and 0
+ * or as a previous call left them; the caller frees *line). Returns its
+ * length in bytes (> 0; the line may hold NUL bytes), 0 at the end of the
+ * input, SS_ERR_TOO_LARGE for a line longer than max (the rest of it read
+ * and dropped: the next call reads the next line), SS_ERR_IO on a read
+ * error (errno set) or SS_ERR_NOMEM. *line stays within max + 1 bytes
+ * whatever the input. The line reader of every line-oriented input (JSON
+ * lines below, ss-encode's text documents, ss-retrieve's --hits). ref:
+ * getline(3), bounded. */
+long ss_getline(char **line, size_t *cap, FILE *f, size_t max);
+
+/* The longest line of a JSON-lines input, '\n' included: 16 MiB, a
+ * document of a few million tokens, so that one bad line (a whole corpus
+ * without a newline) is refused before it is held. */
+#define SS_JSONL_LINE_MAX (UINT64_C(1) << 24)
+
+/* A JSON-lines input: one object a line under ss_jsonl_parse's rule, blank
+ * lines (spaces, tabs, CR and LF only) skipped, lines of at most
+ * SS_JSONL_LINE_MAX bytes, each error message located "PATH: line N". The
+ * one reader of ss-decode --prompts, ss-score --pairs, ss-eval recall
+ * --qa and ss-train --data (bp2c, bptc). Opaque; open, next, close.
+ * ref: JSON Lines (jsonlines.org: one value a line, '\n' or "\r\n"),
+ * restricted to objects; RFC 8259. */
+typedef struct ss_jsonl_reader ss_jsonl_reader;
+
+/* Opens path ("-": stdin, which may be a pipe) to be read by
+ * ss_jsonl_reader_next: any other path must be a regular file, opened
+ * without blocking (ss_open_regular). Returns 0 with *out set (free with
+ * ss_jsonl_reader_close), or with *out NULL SS_ERR_INVALID "PATH: not a
+ * regular file (a FIFO, a directory or a device)", SS_ERR_IO "PATH:
+ * <strerror>" or SS_ERR_NOMEM, errmsg (SS_ERRMSG_MAX bytes, may be NULL)
+ * filled. path is copied. */
+int ss_jsonl_reader_open(ss_jsonl_reader **out, const char *path, char *errmsg);
+
+/* ss_jsonl_reader_open for a stream the caller opened (its own messages
+ * for a path it cannot open: the tools' cli_open_regular). f, open for
+ * reading, is the reader's from this call on, whether it succeeds or not:
+ * closed by ss_jsonl_reader_close (or here on failure), stdin excepted.
+ * path names the input in messages (copied). Reading starts at f's
+ * position, which is the byte offset of the first line when f is seekable
+ * (ss_jsonl_reader_tell). Returns 0 with *out set, or SS_ERR_NOMEM. */
+int ss_jsonl_reader_open_file(ss_jsonl_reader **out, FILE *f, const char *path, char *errmsg);
+
+/* Bounds the whole input to max bytes (0: no bound, the default): a
+ * regular file larger than that is refused here, before anything is read;
+ * any other input (a pipe) when ss_jsonl_reader_next reads past byte max.
+ * Either way SS_ERR_TOO_LARGE with errmsg "PATH: larger than MAX, the
+ * limit for WHAT" (MAX as "64 MiB" when a whole number of MiB, else "N
+ * bytes"); what is borrowed (valid until the reader is closed). Returns 0
+ * or that error. For an input read whole into memory (ss-decode
+ * --prompts, ss-score --pairs), whose lines are each within bounds. */
+int ss_jsonl_reader_limit(ss_jsonl_reader *r, uint64_t max, const char *what, char *errmsg);
+
+/* Reads the next line that is not blank and parses it with ss_jsonl_parse
+ * (keys: the top-level keys allowed, NULL-terminated; NULL: any). Returns
+ * 1 with *out set (the caller cJSON_Delete()s it), 0 at the end of the
+ * input, or an error with *out NULL and errmsg (SS_ERRMSG_MAX bytes, may be
+ * NULL):
+ *   SS_ERR_FORMAT "PATH: line N: longer than 16 MiB";
+ *   SS_ERR_FORMAT "PATH: line N: not a JSON object", followed by
+ *   ": expected EXPECTED" unless expected is NULL (what a line looks like,
+ *   for the user);
+ *   ss_jsonl_parse's other errors as "PATH: line N: <its message>";
+ *   SS_ERR_TOO_LARGE past ss_jsonl_reader_limit's bound (its message);
+ *   SS_ERR_IO "PATH: read error: <strerror>"; SS_ERR_NOMEM.
+ * Line N counts every line from the start of the input (or from the
+ * offset of the last ss_jsonl_reader_seek), blank ones and the last one
+ * without a '\n' too. After an error the reader is only to be closed. */
+int ss_jsonl_reader_next(ss_jsonl_reader *r, const char *const *keys, const char *expected,
+			 struct cJSON **out, char *errmsg);
+
+/* "PATH: line N" of the last line read ("" before the first): the
+ * location of the object the last ss_jsonl_reader_next returned, for the
+ * caller's own messages about it. Borrowed: valid until the next
+ * ss_jsonl_reader_next, seek or close. At most 599 bytes (a longer path is
+ * cut). */
+const char *ss_jsonl_reader_where(const ss_jsonl_reader *r);
+/* N of ss_jsonl_reader_where (0 before the first line). */
+long ss_jsonl_reader_lineno(const ss_jsonl_reader *r);
+/* The byte offset in the input at which the next ss_jsonl_reader_next
+ * starts reading: called before it, the offset of the object it returns or
+ * of the blank lines ahead of it, which ss_jsonl_reader_seek goes back to
+ * (ss-train's resume point). -1 when the input is not seekable (a pipe). */
+int64_t ss_jsonl_reader_tell(const ss_jsonl_reader *r);
+/* Moves to byte offset (a value of ss_jsonl_reader_tell, or 0: the start)
+ * of a seekable input; line numbers count from there (line 1 is the line
+ * at offset: a reader cannot count the lines it skips). Returns 0,
+ * SS_ERR_INVALID (not seekable: a pipe) or SS_ERR_IO. */
+int ss_jsonl_reader_seek(ss_jsonl_reader *r, int64_t offset);
+/* Frees r and closes its input (stdin excepted). NULL is a no-op. */
+void ss_jsonl_reader_close(ss_jsonl_reader *r);
 
 /* --------------------------------------------------------- JSON rendering */
 

@@ -2118,6 +2118,217 @@ static void test_jsonl_rule(void **unused)
 	assert_string_equal(err, "not a JSON object");
 }
 
+/* Writes n bytes of p to path (a fresh file). */
+static void put_file(const char *path, const char *p, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(p, 1, n, f), n);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* One line of text, any length, as a JSON object {"s": "xxx..."} of n
+ * bytes with its '\n' (n >= 10). */
+static char *long_object(size_t n)
+{
+	char *p = malloc(n);
+	assert_non_null(p);
+	memcpy(p, "{\"s\": \"", 7);
+	memset(p + 7, 'x', n - 10);
+	memcpy(p + n - 3, "\"}\n", 3);
+	return p;
+}
+
+/* ss_getline (issue 51 item 1): a line cut at max, the rest of it dropped
+ * and the next read; a last line without '\n'; memory within max + 1. */
+static void test_getline_bounded(void **unused)
+{
+	(void)unused;
+	const char text[] = "abcdef\nxy\n\nzz";
+	FILE *f = fmemopen((void *)text, sizeof text - 1, "rb");
+	char *line = NULL;
+	size_t cap = 0;
+	assert_int_equal(ss_getline(&line, &cap, f, 4), SS_ERR_TOO_LARGE);
+	assert_int_equal(ss_getline(&line, &cap, f, 4), 3);
+	assert_string_equal(line, "xy\n");
+	assert_int_equal(ss_getline(&line, &cap, f, 4), 1);
+	assert_string_equal(line, "\n");
+	assert_int_equal(ss_getline(&line, &cap, f, 4), 2);
+	assert_string_equal(line, "zz");
+	assert_int_equal(ss_getline(&line, &cap, f, 4), 0);
+	assert_true(cap <= 5);
+	fclose(f);
+	free(line);
+}
+
+/* Every line's error through the reader: what ss_jsonl_parse says of the
+ * line, located "P: line 1". */
+static void check_line_as_parse(const char *path, const char *line, size_t n)
+{
+	char err[SS_ERRMSG_MAX] = "", want[SS_ERRMSG_MAX + 64], perr[SS_ERRMSG_MAX] = "";
+	cJSON *o, *po;
+	ss_jsonl_reader *r;
+	put_file(path, line, n);
+	int prc = ss_jsonl_parse(line, n, NULL, &po, perr);
+	assert_int_equal(ss_jsonl_reader_open(&r, path, err), 0);
+	int rc = ss_jsonl_reader_next(r, NULL, NULL, &o, err);
+	if (prc) {
+		assert_int_equal(rc, prc);
+		assert_null(o);
+		snprintf(want, sizeof want, "%s: line 1: %s", path, perr);
+		assert_string_equal(err, want);
+	} else {
+		assert_int_equal(rc, 1);
+		assert_string_equal(cJSON_GetObjectItem(o, "s")->valuestring,
+				    cJSON_GetObjectItem(po, "s")->valuestring);
+		cJSON_Delete(o);
+		cJSON_Delete(po);
+	}
+	ss_jsonl_reader_close(r);
+}
+
+/* The next object of r: {"a": a} on line `line` of path. */
+static void next_a(ss_jsonl_reader *r, const char *path, int64_t a, long line)
+{
+	static const char *const keys[] = { "a", NULL };
+	char err[SS_ERRMSG_MAX] = "", want[SS_ERRMSG_MAX + 64];
+	cJSON *o;
+	int64_t x;
+	assert_int_equal(ss_jsonl_reader_next(r, keys, NULL, &o, err), 1);
+	assert_int_equal(ss_json_int(cJSON_GetObjectItem(o, "a"), 0, 9, &x), 0);
+	assert_true(x == a);
+	cJSON_Delete(o);
+	snprintf(want, sizeof want, "%s: line %ld", path, line);
+	assert_string_equal(ss_jsonl_reader_where(r), want);
+	assert_int_equal(ss_jsonl_reader_lineno(r), line);
+}
+
+/* The one JSON-lines reader (issue 51 item 1): blank lines skipped, CRLF, a
+ * last line without '\n', byte offsets to resume at, line numbers in every
+ * message, the 16 MiB line bound, the whole-input bound, pipes, and the
+ * parsing rule of ss_jsonl_parse for what the lines hold. */
+static void test_jsonl_reader(void **unused)
+{
+	(void)unused;
+	static const char *const keys[] = { "a", NULL };
+	char err[SS_ERRMSG_MAX] = "", want[SS_ERRMSG_MAX + 64];
+	cJSON *o;
+	ss_jsonl_reader *r;
+	const char *p = tpath("r.jsonl");
+
+	/* blank lines (a CR alone too), CRLF, no final newline; offsets */
+	const char *l[] = { "\n", " \t\r\n", "{\"a\": 1}\r\n", "\n", "{\"a\": 2}\n", "{\"a\": 3}" };
+	char text[128] = "";
+	for (size_t i = 0; i < 6; i++)
+		strcat(text, l[i]);
+	put_file(p, text, strlen(text));
+	assert_int_equal(ss_jsonl_reader_open(&r, p, err), 0);
+	assert_string_equal(ss_jsonl_reader_where(r), "");
+	assert_int_equal(ss_jsonl_reader_tell(r), 0);
+	next_a(r, p, 1, 3);
+	int64_t after3 = (int64_t)(strlen(l[0]) + strlen(l[1]) + strlen(l[2]));
+	assert_int_equal(ss_jsonl_reader_tell(r), after3);
+	next_a(r, p, 2, 5);
+	next_a(r, p, 3, 6);
+	assert_int_equal(ss_jsonl_reader_tell(r), (int64_t)strlen(text));
+	assert_int_equal(ss_jsonl_reader_next(r, keys, NULL, &o, err), 0);
+	assert_null(o);
+	/* back to an offset: the blank line there, then line 5's object as line 2 */
+	assert_int_equal(ss_jsonl_reader_seek(r, after3), 0);
+	next_a(r, p, 2, 2);
+	assert_int_equal(ss_jsonl_reader_seek(r, 0), 0);
+	next_a(r, p, 1, 3);
+	ss_jsonl_reader_close(r);
+
+	/* not an object, with and without what is expected; an unknown key */
+	put_file(p, "\n[1]\n", 5);
+	assert_int_equal(ss_jsonl_reader_open(&r, p, err), 0);
+	assert_int_equal(ss_jsonl_reader_next(r, keys, NULL, &o, err), SS_ERR_FORMAT);
+	assert_null(o);
+	snprintf(want, sizeof want, "%s: line 2: not a JSON object", p);
+	assert_string_equal(err, want);
+	ss_jsonl_reader_close(r);
+	assert_int_equal(ss_jsonl_reader_open(&r, p, err), 0);
+	assert_int_equal(ss_jsonl_reader_next(r, keys, "{\"a\": 1}", &o, err), SS_ERR_FORMAT);
+	snprintf(want, sizeof want, "%s: line 2: not a JSON object: expected {\"a\": 1}", p);
+	assert_string_equal(err, want);
+	ss_jsonl_reader_close(r);
+	put_file(p, "{\"b\": 1}\n", 9);
+	assert_int_equal(ss_jsonl_reader_open(&r, p, err), 0);
+	assert_int_equal(ss_jsonl_reader_next(r, keys, NULL, &o, err), SS_ERR_FORMAT);
+	snprintf(want, sizeof want, "%s: line 1: unknown key \"b\" (known: a)", p);
+	assert_string_equal(err, want);
+	ss_jsonl_reader_close(r);
+
+	/* NULs (a raw byte, an escape) and bytes that are not UTF-8: as
+	 * ss_jsonl_parse has them */
+	check_line_as_parse(p, "{\"s\": \"x\0y\"}\n", 13);
+	check_line_as_parse(p, "{\"s\": \"x\\u0000y\"}\n", 18);
+	check_line_as_parse(p, "{\"s\": \"\xff\xfe\xc0\xaf\"}\n", 14);
+	check_line_as_parse(p, "\0\n", 2);
+
+	/* a line of 16 MiB with its '\n' is read, one a byte longer refused,
+	 * the rest of it skipped */
+	const size_t max = SS_JSONL_LINE_MAX;
+	char *obj = long_object(max + 1);
+	FILE *f = fopen(p, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(obj + 1, 1, max, f), max); /* "\"s\": ..." is not an object */
+	assert_int_equal(fwrite(obj, 1, 7, f), 7);          /* the line: {"s": " x... "}\n */
+	assert_int_equal(fwrite(obj + 8, 1, max - 7, f), max - 7);
+	assert_int_equal(fwrite(obj, 1, max + 1, f), max + 1);
+	assert_int_equal(fwrite("{\"a\": 4}\n", 1, 9, f), 9);
+	assert_int_equal(fclose(f), 0);
+	free(obj);
+	assert_int_equal(ss_jsonl_reader_open(&r, p, err), 0);
+	assert_int_equal(ss_jsonl_reader_next(r, NULL, NULL, &o, err), SS_ERR_FORMAT);
+	snprintf(want, sizeof want, "%s: line 1: not a JSON object", p);
+	assert_string_equal(err, want);
+	assert_int_equal(ss_jsonl_reader_next(r, NULL, NULL, &o, err), 1);
+	assert_int_equal(strlen(cJSON_GetObjectItem(o, "s")->valuestring), max - 10);
+	cJSON_Delete(o);
+	assert_int_equal(ss_jsonl_reader_next(r, NULL, NULL, &o, err), SS_ERR_FORMAT);
+	snprintf(want, sizeof want, "%s: line 3: longer than 16 MiB", p);
+	assert_string_equal(err, want);
+	ss_jsonl_reader_close(r);
+	/* the whole input's bound, on a regular file: at once */
+	assert_int_equal(ss_jsonl_reader_open(&r, p, err), 0);
+	assert_int_equal(ss_jsonl_reader_limit(r, max, "a test", err), SS_ERR_TOO_LARGE);
+	snprintf(want, sizeof want, "%s: larger than 16 MiB, the limit for a test", p);
+	assert_string_equal(err, want);
+	ss_jsonl_reader_close(r);
+
+	/* a pipe: counted as it is read; no offset, no seek */
+	int fd[2];
+	assert_int_equal(pipe(fd), 0);
+	const char piped[] = "{\"a\": 1}\n\n{\"a\": 2}\n{\"a\": 3}\n";
+	assert_int_equal(write(fd[1], piped, sizeof piped - 1), (ssize_t)(sizeof piped - 1));
+	close(fd[1]);
+	f = fdopen(fd[0], "rb");
+	assert_non_null(f);
+	assert_int_equal(ss_jsonl_reader_open_file(&r, f, "(pipe)", err), 0);
+	assert_int_equal(ss_jsonl_reader_limit(r, 20, "a pipe", err), 0);
+	assert_int_equal(ss_jsonl_reader_tell(r), -1);
+	next_a(r, "(pipe)", 1, 1);
+	next_a(r, "(pipe)", 2, 3);
+	assert_int_equal(ss_jsonl_reader_seek(r, 0), SS_ERR_INVALID);
+	assert_int_equal(ss_jsonl_reader_next(r, keys, NULL, &o, err), SS_ERR_TOO_LARGE);
+	assert_null(o);
+	assert_string_equal(err, "(pipe): larger than 20 bytes, the limit for a pipe");
+	ss_jsonl_reader_close(r); /* closes f */
+
+	/* what cannot be opened */
+	assert_int_equal(ss_jsonl_reader_open(&r, tmpdir, err), SS_ERR_INVALID);
+	assert_null(r);
+	snprintf(want, sizeof want, "%s: not a regular file (a FIFO, a directory or a device)", tmpdir);
+	assert_string_equal(err, want);
+	const char *none = tpath("none.jsonl");
+	assert_int_equal(ss_jsonl_reader_open(&r, none, err), SS_ERR_IO);
+	snprintf(want, sizeof want, "%s: No such file or directory", none);
+	assert_string_equal(err, want);
+	ss_jsonl_reader_close(NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2154,6 +2365,8 @@ int main(void)
 		cmocka_unit_test(test_conv_len_wrap),
 		cmocka_unit_test(test_golden_streams),
 		cmocka_unit_test(test_jsonl_rule),
+		cmocka_unit_test(test_getline_bounded),
+		cmocka_unit_test(test_jsonl_reader),
 	};
 	return cmocka_run_group_tests_name("stream", tests, setup, teardown);
 }

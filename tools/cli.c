@@ -540,37 +540,6 @@ uint64_t cli_max_record(void)
 	return v;
 }
 
-long cli_getline(char **line, size_t *cap, FILE *f, size_t max)
-{
-	size_t n = 0;
-	int ch;
-	while ((ch = getc_unlocked(f)) != EOF) {
-		if (n == max) {
-			/* Skip the rest of the line: the caller reports it. */
-			while (ch != EOF && ch != '\n')
-				ch = getc_unlocked(f);
-			return -2;
-		}
-		if (n + 1 >= *cap) {
-			size_t nc = *cap ? 2 * *cap : 256;
-			char *nl = realloc(*line, nc);
-			if (!nl)
-				cli_die("out of memory");
-			*line = nl;
-			*cap = nc;
-		}
-		(*line)[n++] = (char)ch;
-		if (ch == '\n')
-			break;
-	}
-	if (ferror(f))
-		return -3;
-	if (n == 0)
-		return -1;
-	(*line)[n] = 0;
-	return (long)n;
-}
-
 void cli_writer_die(ss_writer *w, const char *path, int rc)
 {
 	char err[SS_ERRMSG_MAX] = "";

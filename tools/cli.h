@@ -117,12 +117,6 @@ uint64_t cli_max_record(void);
 /* A size: decimal bytes with an optional k, M or G suffix (binary units).
  * Returns it, or 0 when s is not a positive size. */
 uint64_t cli_size(const char *s);
-/* Reads one line (with its '\n', if any) of at most max bytes into
- * *line (grown as needed, NUL-terminated; the caller frees). Returns its
- * length, -1 at the end of input, -2 when the line is longer than max (the
- * rest of it is skipped), -3 on a read error (errno set). Memory stays
- * within max + 1 bytes whatever the input. */
-long cli_getline(char **line, size_t *cap, FILE *f, size_t max);
 /* Monotonic seconds. */
 double cli_now(void);
 /* Opens an input file that is read whole or as lines, not a stream

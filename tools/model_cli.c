@@ -248,16 +248,19 @@ ss_forward_ctx *mcli_forward_ctx(const ss_model *m, const char *model_dir, ss_de
 
 void mcli_jsonl_open(mcli_jsonl *r, const char *path)
 {
+	char err[SS_ERRMSG_MAX] = "";
 	memset(r, 0, sizeof *r);
 	r->path = path;
-	r->f = cli_open_regular(path);
+	r->where = "";
+	if (ss_jsonl_reader_open_file(&r->r, cli_open_regular(path), path, err))
+		cli_die("%s", err);
 }
 
 void mcli_jsonl_limit(mcli_jsonl *r, uint64_t max, const char *what)
 {
-	r->max_bytes = max;
-	r->what = what;
-	check_size(r->f, r->path, max, what);
+	char err[SS_ERRMSG_MAX] = "";
+	if (ss_jsonl_reader_limit(r->r, max, what, err))
+		cli_die("%s", err);
 }
 
 void *mcli_grow(void *p, size_t n, size_t *cap, size_t elem)
@@ -275,29 +278,13 @@ void *mcli_grow(void *p, size_t n, size_t *cap, size_t elem)
 cJSON *mcli_jsonl_next(mcli_jsonl *r, const char *expected, const char *const *keys)
 {
 	char err[SS_ERRMSG_MAX] = "";
-	long len;
-	while ((len = cli_getline(&r->line, &r->cap, r->f, 1 << 24)) != -1) {
-		r->lineno++;
-		snprintf(r->where, sizeof r->where, "%s: line %ld", r->path, r->lineno);
-		if (len == -2)
-			cli_die("%s: longer than 16 MiB", r->where);
-		if (len == -3)
-			cli_die("%s: read error: %s", r->path, strerror(errno));
-		r->n_bytes += (uint64_t)len;
-		if (r->max_bytes && r->n_bytes > r->max_bytes)
-			too_large(r->path, r->max_bytes, r->what);
-		if (strspn(r->line, " \t\r\n") == (size_t)len)
-			continue;
-		cJSON *o;
-		int rc = ss_jsonl_parse(r->line, (size_t)len, keys, &o, err);
-		if (rc == SS_ERR_FORMAT && !strcmp(err, "not a JSON object"))
-			cli_die("%s: not a JSON object%s%s", r->where, expected ? ": expected " : "",
-				expected ? expected : "");
-		if (rc)
-			cli_die("%s: %s", r->where, err);
-		return o;
-	}
-	return NULL;
+	cJSON *o;
+	int rc = ss_jsonl_reader_next(r->r, keys, expected, &o, err);
+	r->where = ss_jsonl_reader_where(r->r);
+	r->lineno = ss_jsonl_reader_lineno(r->r);
+	if (rc < 0)
+		cli_die("%s", err);
+	return o;
 }
 
 char *mcli_jsonl_id(const mcli_jsonl *r, const cJSON *obj)
@@ -322,11 +309,8 @@ char *mcli_jsonl_id(const mcli_jsonl *r, const cJSON *obj)
 
 void mcli_jsonl_close(mcli_jsonl *r)
 {
-	free(r->line);
-	if (r->f && r->f != stdin)
-		fclose(r->f);
-	r->f = NULL;
-	r->line = NULL;
+	ss_jsonl_reader_close(r->r);
+	r->r = NULL;
 }
 
 int32_t *mcli_json_token_ids(const cJSON *obj, const char *key_tokens, size_t *n, const char *where)

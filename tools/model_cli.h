@@ -82,16 +82,14 @@ void mcli_states_close(mcli_states *src);
 
 
 /* A JSON-lines input of objects, one a line (ss-score --pairs, ss-decode
- * --prompts): lines of at most 16 MiB, blank lines skipped. */
+ * --prompts, ss-eval recall --qa): libss's ss_jsonl_reader (lines of at
+ * most 16 MiB, blank lines skipped), dying with its messages. */
 typedef struct {
+	ss_jsonl_reader *r;
 	const char *path;
-	FILE *f;
-	char *line;
-	size_t cap;
-	long lineno;
-	char where[600]; /* "PATH: line N" of the last object read */
-	uint64_t n_bytes, max_bytes; /* read so far; mcli_jsonl_limit's bound (0: none) */
-	const char *what;
+	const char *where; /* "PATH: line N" of the last object read (the reader's: valid until
+			    * the next mcli_jsonl_next) */
+	long lineno;       /* N */
 } mcli_jsonl;
 
 /* Opens path ("-" = stdin); dies naming it when it cannot. */

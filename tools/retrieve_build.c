@@ -39,9 +39,9 @@ static void read_hits(ss_index *ix, const char *db, const char *path)
 	long n;
 	unsigned long long lineno = 0;
 	FILE *f = cli_open_regular(path);
-	while ((n = cli_getline(&line, &cap, f, 1 << 20)) >= 0 || n == -2) {
+	while ((n = ss_getline(&line, &cap, f, 1 << 20)) > 0 || n == SS_ERR_TOO_LARGE) {
 		lineno++;
-		const char *why = n == -2 ? "longer than 1 MiB: not a document id"
+		const char *why = n == SS_ERR_TOO_LARGE ? "longer than 1 MiB: not a document id"
 			: memchr(line, 0, (size_t)n) ? "a NUL byte: not a document id" : NULL;
 		if (why) {
 			ss_index_close(ix);
@@ -54,9 +54,11 @@ static void read_hits(ss_index *ix, const char *db, const char *path)
 			cli_die("%s: %s", db, em);
 		}
 	}
-	if (n == -3) {
+	if (n < 0) {
 		int e = errno;
 		ss_index_close(ix);
+		if (n == SS_ERR_NOMEM)
+			cli_die("out of memory");
 		cli_die("%s: read error: %s", path, strerror(e));
 	}
 	if (f != stdin)

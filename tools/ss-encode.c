@@ -164,9 +164,11 @@ static int input_next(input *in, doc *d)
 			in->lineno = 0;
 		}
 		/* Room for the line end: the limit is on the document. */
-		long n = cli_getline(&in->line, &in->line_cap, in->tf, in->max_doc + 2);
-		if (n < 0 && n != -2) {
-			if (n == -3)
+		long n = ss_getline(&in->line, &in->line_cap, in->tf, in->max_doc + 2);
+		if (n == SS_ERR_NOMEM)
+			cli_die("out of memory");
+		if (n <= 0 && n != SS_ERR_TOO_LARGE) {
+			if (n == SS_ERR_IO)
 				cli_die("%s: read error: %s", path, strerror(errno));
 			if (in->tf != stdin)
 				fclose(in->tf);
@@ -183,7 +185,7 @@ static int input_next(input *in, doc *d)
 		in->lineno++;
 		while (n > 0 && (in->line[n - 1] == '\n' || in->line[n - 1] == '\r'))
 			n--;
-		if (n == -2 || (uint64_t)n > in->max_doc)
+		if (n == SS_ERR_TOO_LARGE || (uint64_t)n > in->max_doc)
 			cli_die("%s: line %ld: document longer than the --max-doc limit of %llu bytes", path,
 				in->lineno, (unsigned long long)in->max_doc);
 		if (n == 0)

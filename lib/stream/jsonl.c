@@ -4,14 +4,18 @@
  * batch queries, ss-train --data): one object a line, no NUL in a string, no
  * unknown key, integers exact. cJSON does the parsing; this adds what it
  * cannot say: it ends strings at a NUL (the text would be cut short
- * silently) and holds numbers as doubles (2^53 + 1 would be rounded). Out:
- * the one escaper of strings in JSON and TSV output (ss_escape). JSON:
- * RFC 8259.
+ * silently) and holds numbers as doubles (2^53 + 1 would be rounded). The
+ * one reader of such a file's lines (ss_jsonl_reader: line numbers, the
+ * 16 MiB line bound, byte offsets), moved here from ss-train's data and the
+ * tools' model_cli.c (issue 51 item 1), with their messages. Out: the one
+ * escaper of strings in JSON and TSV output (ss_escape). JSON: RFC 8259.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cJSON.h>
 
@@ -142,6 +146,181 @@ int ss_json_int(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
 		return SS_ERR_INVALID;
 	*out = (int64_t)d;
 	return 0;
+}
+
+long ss_getline(char **line, size_t *cap, FILE *f, size_t max)
+{
+	size_t n = 0;
+	int ch;
+	while ((ch = getc_unlocked(f)) != EOF) {
+		if (n == max) {
+			while (ch != EOF && ch != '\n')
+				ch = getc_unlocked(f);
+			return SS_ERR_TOO_LARGE;
+		}
+		if (n + 1 >= *cap) { /* room for ch and the NUL: n + 2 <= max + 1 */
+			size_t nc = *cap ? 2 * *cap : 256;
+			if (max < SIZE_MAX && nc > max + 1)
+				nc = max + 1;
+			char *nl = realloc(*line, nc);
+			if (!nl)
+				return SS_ERR_NOMEM;
+			*line = nl;
+			*cap = nc;
+		}
+		(*line)[n++] = (char)ch;
+		if (ch == '\n')
+			break;
+	}
+	if (ferror(f))
+		return SS_ERR_IO;
+	if (n == 0)
+		return 0;
+	(*line)[n] = 0;
+	return (long)n;
+}
+
+struct ss_jsonl_reader {
+	char *path;
+	FILE *f;
+	char *line;
+	size_t cap;
+	long lineno;
+	int64_t pos;        /* byte offset of the next line (counted from f's position at open) */
+	int seekable;       /* f's position was known at open: pos is an offset in the file */
+	uint64_t max_bytes; /* ss_jsonl_reader_limit's bound (0: none) */
+	const char *what;
+	char where[600];    /* "PATH: line N" */
+};
+
+int ss_jsonl_reader_open(ss_jsonl_reader **out, const char *path, char *errmsg)
+{
+	*out = NULL;
+	if (!strcmp(path, "-"))
+		return ss_jsonl_reader_open_file(out, stdin, path, errmsg);
+	/* a regular file, never waited on (a FIFO would block the open) */
+	int fd = ss_open_regular(path);
+	if (fd == -2)
+		return ss_errf(errmsg, SS_ERR_INVALID, "%s: not a regular file (a FIFO, a directory or a device)",
+			       path);
+	FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+	if (!f) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return ss_errf(errmsg, SS_ERR_IO, "%s: %s", path, strerror(e));
+	}
+	return ss_jsonl_reader_open_file(out, f, path, errmsg);
+}
+
+int ss_jsonl_reader_open_file(ss_jsonl_reader **out, FILE *f, const char *path, char *errmsg)
+{
+	ss_jsonl_reader *r = calloc(1, sizeof *r);
+	if (!r || !(r->path = strdup(path))) {
+		free(r);
+		if (f != stdin)
+			fclose(f);
+		*out = NULL;
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	}
+	r->f = f;
+	long at = ftell(f); /* -1 for a pipe */
+	r->seekable = at >= 0;
+	r->pos = at >= 0 ? at : 0;
+	*out = r;
+	return 0;
+}
+
+/* "64 MiB" for a whole number of MiB, else "N bytes". */
+static int too_large(const ss_jsonl_reader *r, char *errmsg)
+{
+	char size[32];
+	if (r->max_bytes % (UINT64_C(1) << 20) == 0)
+		snprintf(size, sizeof size, "%llu MiB", (unsigned long long)(r->max_bytes >> 20));
+	else
+		snprintf(size, sizeof size, "%llu bytes", (unsigned long long)r->max_bytes);
+	return ss_errf(errmsg, SS_ERR_TOO_LARGE, "%s: larger than %s, the limit for %s", r->path, size, r->what);
+}
+
+int ss_jsonl_reader_limit(ss_jsonl_reader *r, uint64_t max, const char *what, char *errmsg)
+{
+	struct stat sb;
+	r->max_bytes = max;
+	r->what = what;
+	if (max && fstat(fileno(r->f), &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > max)
+		return too_large(r, errmsg);
+	return 0;
+}
+
+int ss_jsonl_reader_next(ss_jsonl_reader *r, const char *const *keys, const char *expected, cJSON **out,
+			 char *errmsg)
+{
+	*out = NULL;
+	for (;;) {
+		long n = ss_getline(&r->line, &r->cap, r->f, SS_JSONL_LINE_MAX);
+		int e = errno;
+		if (n == 0)
+			return 0;
+		if (n == SS_ERR_NOMEM)
+			return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+		r->lineno++;
+		snprintf(r->where, sizeof r->where, "%s: line %ld", r->path, r->lineno);
+		if (n == SS_ERR_TOO_LARGE)
+			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: longer than 16 MiB", r->where);
+		if (n < 0)
+			return ss_errf(errmsg, SS_ERR_IO, "%s: read error: %s", r->path, strerror(e));
+		r->pos += n;
+		if (r->max_bytes && (uint64_t)r->pos > r->max_bytes)
+			return too_large(r, errmsg);
+		if (strspn(r->line, " \t\r\n") == (size_t)n)
+			continue;
+		char err[SS_ERRMSG_MAX];
+		int rc = ss_jsonl_parse(r->line, (size_t)n, keys, out, err);
+		if (rc == SS_ERR_FORMAT && !strcmp(err, "not a JSON object"))
+			return ss_errf(errmsg, rc, "%s: not a JSON object%s%s", r->where, expected ? ": expected " : "",
+				       expected ? expected : "");
+		if (rc)
+			return ss_errf(errmsg, rc, "%s: %s", r->where, err);
+		return 1;
+	}
+}
+
+const char *ss_jsonl_reader_where(const ss_jsonl_reader *r)
+{
+	return r->where;
+}
+
+long ss_jsonl_reader_lineno(const ss_jsonl_reader *r)
+{
+	return r->lineno;
+}
+
+int64_t ss_jsonl_reader_tell(const ss_jsonl_reader *r)
+{
+	return r->seekable ? r->pos : -1;
+}
+
+int ss_jsonl_reader_seek(ss_jsonl_reader *r, int64_t offset)
+{
+	if (!r->seekable || offset < 0)
+		return SS_ERR_INVALID;
+	if (fseek(r->f, (long)offset, SEEK_SET))
+		return SS_ERR_IO;
+	r->pos = offset;
+	r->lineno = 0;
+	r->where[0] = 0;
+	return 0;
+}
+
+void ss_jsonl_reader_close(ss_jsonl_reader *r)
+{
+	if (!r)
+		return;
+	if (r->f != stdin)
+		fclose(r->f);
+	free(r->line);
+	free(r->path);
+	free(r);
 }
 
 /* Bytes of the well-formed UTF-8 sequence at s[0..n) (RFC 3629 Table 3:

@@ -5,10 +5,8 @@
  * item 5); the messages are the tool's.
  */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "train/data.h"
 
@@ -189,61 +187,21 @@ void train_example_free(train_example *e)
 	memset(e, 0, sizeof *e);
 }
 
-/* The next JSON object of s's lines into *o (NULL at the end), blank lines
- * skipped, s->next.where set to "FILE: line N"; lines of 16 MiB at most. */
+/* The next JSON object of s's lines into *o (NULL at the end), under the
+ * tools' one JSON-lines rule (ss_jsonl_reader), s->next.where set to
+ * "FILE: line N". */
 static int ex_next_object(ex_source *s, cJSON **o, char *errmsg)
 {
-	const size_t max = 1 << 24;
-	char *where = s->next.where;
-	*o = NULL;
-	for (;;) {
-		size_t n = 0;
-		int ch, too_long = 0;
-		while ((ch = getc_unlocked(s->f)) != EOF) {
-			if (n == max) {
-				while (ch != EOF && ch != '\n')
-					ch = getc_unlocked(s->f);
-				too_long = 1;
-				break;
-			}
-			if (n + 1 >= s->cap) {
-				size_t nc = s->cap ? 2 * s->cap : 256;
-				char *nl = realloc(s->line, nc);
-				if (!nl)
-					return NOMEM(errmsg);
-				s->line = nl;
-				s->cap = nc;
-			}
-			s->line[n++] = (char)ch;
-			if (ch == '\n')
-				break;
-		}
-		if (!too_long && ferror(s->f))
-			return ss_errf(errmsg, SS_ERR_IO, "%s: read error: %s", s->path, strerror(errno));
-		if (!too_long && n == 0)
-			return 0;
-		s->lineno++;
-		snprintf(where, sizeof s->next.where, "%s: line %ld", s->path, s->lineno);
-		if (too_long)
-			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: longer than 16 MiB", where);
-		s->line[n] = 0;
-		if (strspn(s->line, " \t\r\n") == n)
-			continue;
-		/* the tools' one JSON-lines rule (ss_jsonl_parse); an ss-eval recall
-		 * query's "key", "gold" and "gold_pos" are known too (not read): its
-		 * queries are fine-tuning examples as they are (pipelines/recall.mk) */
-		static const char *const keys[] = { "id", "query", "query_tokens", "continuation",
-						    "continuation_tokens", "chunks", "key", "gold",
-						    "gold_pos", NULL };
-		char err[SS_ERRMSG_MAX];
-		int rc = ss_jsonl_parse(s->line, n, keys, o, err);
-		if (!rc)
-			return 0;
-		if (rc == SS_ERR_FORMAT && !strcmp(err, "not a JSON object"))
-			return ss_errf(errmsg, SS_ERR_FORMAT, "%s: not a JSON object: expected {\"query\": "
-				       "\"text\", \"continuation\": \"text\", \"chunks\": [\"id\"]}", where);
-		return ss_errf(errmsg, rc, "%s: %s", where, err);
-	}
+	/* an ss-eval recall query's "key", "gold" and "gold_pos" are known too
+	 * (not read): its queries are fine-tuning examples as they are
+	 * (pipelines/recall.mk) */
+	static const char *const keys[] = { "id", "query", "query_tokens", "continuation",
+					    "continuation_tokens", "chunks", "key", "gold",
+					    "gold_pos", NULL };
+	int rc = ss_jsonl_reader_next(s->r, keys, "{\"query\": \"text\", \"continuation\": \"text\", "
+				      "\"chunks\": [\"id\"]}", o, errmsg);
+	snprintf(s->next.where, sizeof s->next.where, "%s", ss_jsonl_reader_where(s->r));
+	return rc < 0 ? rc : 0;
 }
 
 /* o[key_tokens] as token ids (*ids NULL when absent). */
@@ -338,7 +296,7 @@ static int ex_parse(ex_source *s, const cJSON *o, train_example *e, char *errmsg
 static int ex_read(ex_source *s, char *errmsg)
 {
 	for (;;) {
-		long off = ftell(s->f);
+		int64_t off = ss_jsonl_reader_tell(s->r);
 		cJSON *o;
 		int rc = ex_next_object(s, &o, errmsg);
 		if (rc)
@@ -346,10 +304,9 @@ static int ex_read(ex_source *s, char *errmsg)
 		if (!o) {
 			if (!s->any)
 				return ss_errf(errmsg, SS_ERR_FORMAT, "%s: no example", s->path);
-			if (fseek(s->f, 0, SEEK_SET))
+			if (ss_jsonl_reader_seek(s->r, 0))
 				return ss_errf(errmsg, SS_ERR_IO, "%s: cannot read it again from the "
 					       "start: give a regular file", s->path);
-			s->lineno = 0;
 			s->epoch++;
 			s->any = 0;
 			continue;
@@ -371,20 +328,11 @@ int ex_open(ex_source *s, const ss_train_state *st, int32_t vocab, train_tok *tk
 	s->tk = tk;
 	s->vocab = vocab;
 	s->epoch = st->epoch;
-	/* a regular file, never waited on (a FIFO would block here), or stdin */
-	int fd = strcmp(st->data, "-") ? ss_open_regular(st->data) : -3;
-	if (fd == -2)
-		return ss_errf(errmsg, SS_ERR_INVALID, "%s: not a regular file (a FIFO, a directory or a device)",
-			       st->data);
-	s->f = fd == -3 ? stdin : fd >= 0 ? fdopen(fd, "rb") : NULL;
-	if (!s->f) {
-		int e = errno;
-		if (fd >= 0)
-			close(fd);
-		return ss_errf(errmsg, SS_ERR_IO, "%s: %s", st->data, strerror(e));
-	}
+	int rc = ss_jsonl_reader_open(&s->r, st->data, errmsg);
+	if (rc)
+		return rc;
 	if (st->offset > 0) {
-		if (fseek(s->f, (long)st->offset, SEEK_SET))
+		if (ss_jsonl_reader_seek(s->r, st->offset))
 			return ss_errf(errmsg, SS_ERR_IO, "%s: cannot seek to byte %lld to resume",
 				       st->data, (long long)st->offset);
 		s->any = 1;
@@ -409,9 +357,7 @@ void ex_tell(const ex_source *s, ss_train_state *st)
 void ex_close(ex_source *s)
 {
 	train_example_free(&s->next);
-	free(s->line);
-	if (s->f && s->f != stdin)
-		fclose(s->f);
+	ss_jsonl_reader_close(s->r);
 	memset(s, 0, sizeof *s);
 }
 

@@ -8,8 +8,6 @@
 #ifndef SS_TRAIN_DATA_H
 #define SS_TRAIN_DATA_H
 
-#include <stdio.h>
-
 #include "ss.h"
 
 /* A batch: packed sequences for ss_train_forward. */
@@ -78,10 +76,7 @@ void train_example_free(train_example *e);
 
 typedef struct {
 	const char *path;
-	FILE *f;
-	char *line;
-	size_t cap;
-	long lineno;
+	ss_jsonl_reader *r;
 	train_tok *tk;
 	int32_t vocab;
 	train_example next;  /* read ahead, not yet in a batch */
