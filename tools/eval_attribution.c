@@ -124,12 +124,12 @@ static int qa_wanted(const eval_run *run, const cJSON *e, int min_pass, const ch
 	       np >= min_pass && nsel > 0 && (!run->exactly_one || nsel == 1);
 }
 
-/* The queries of --qa kept (at least min_pass passages; at most --queries);
- * *n_total: the entries read, *max_pass: the most passages of one. Dies
- * when none is kept. */
-static qa_item *read_qa(const eval_run *run, ss_tokenizer *tok, int min_pass, size_t *n_items,
-			size_t *n_total, int *max_pass)
+/* The queries of --qa kept (at least min_pass passages; at most --queries),
+ * tokenized with the model's tokenizer; *n_total: the entries read,
+ * *max_pass: the most passages of one. Dies when none is kept. */
+static qa_item *read_qa(const eval_run *run, int min_pass, size_t *n_items, size_t *n_total, int *max_pass)
 {
+	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	size_t len;
 	char *buf = mcli_read_file(run->qa, &len);
 	cJSON *root = cJSON_ParseWithLength(buf, len);
@@ -159,6 +159,7 @@ static qa_item *read_qa(const eval_run *run, ss_tokenizer *tok, int min_pass, si
 	*n_total = idx;
 	cJSON_Delete(root);
 	free(buf);
+	ss_tokenizer_free(tok);
 	*n_items = n;
 	return items;
 }
@@ -325,10 +326,9 @@ void eval_attribution(eval_run *run)
 {
 	double t_start = cli_now();
 	cli_progress_begin();
-	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	size_t nq, n_total;
 	int maxp;
-	qa_item *items = read_qa(run, tok, 2, &nq, &n_total, &maxp);
+	qa_item *items = read_qa(run, 2, &nq, &n_total, &maxp);
 	for (int j = 0; j < run->n_methods; j++)
 		if (run->methods[j] == SS_EVAL_NAIVE)
 			cli_usage(run->usage, "attribution: naive has no documents to leave out");
@@ -352,7 +352,6 @@ void eval_attribution(eval_run *run)
 	free(items);
 	attr_work_free(&w);
 	ss_eval_scorer_free(sc);
-	ss_tokenizer_free(tok);
 }
 
 
@@ -403,10 +402,9 @@ void eval_msmarco(eval_run *run)
 {
 	double t_start = cli_now();
 	cli_progress_begin();
-	ss_tokenizer *tok = cli_tokenizer(run->mo.tokenizer, run->model_dir);
 	size_t nq, n_total;
 	int maxp;
-	qa_item *items = read_qa(run, tok, 1, &nq, &n_total, &maxp);
+	qa_item *items = read_qa(run, 1, &nq, &n_total, &maxp);
 	const int M = run->n_methods;
 	ss_eval_scorer *sc;
 	if (ss_eval_scorer_init(&sc, run->fctx, run->model, M))
@@ -438,5 +436,4 @@ void eval_msmarco(eval_run *run)
 	free(items);
 	attr_work_free(&w);
 	ss_eval_scorer_free(sc);
-	ss_tokenizer_free(tok);
 }
