@@ -4,7 +4,7 @@
  * of 256 tokens), k chunks per question, a mamba2-130m-shape model, greedy
  * answers of G tokens (32). Four systems, all in this run, one after another:
  *
- *   picaso-r, tools     per question `ss-retrieve query | ss-compose --mode
+ *   picaso-r, tools     per question `ss-retrieve query --literal | ss-compose --mode
  *                       picaso-r -o Q.state`, then one `ss-decode --prompts
  *                       --batch N` continuing each question from its state;
  *   picaso-r, 1 process the same through the library: ss_index_query, the k
@@ -498,7 +498,7 @@ static void run_tools(const opts *o, const char *work, const char *bin, const in
 		char *q = quote(o->q[i]), *st;
 		if (asprintf(&st, "%s/q%d.state", work, i) < 0)
 			die("out of memory", 0, NULL);
-		fprintf(f, "ss-retrieve query --index %s -k %d --query %s | ss-compose --mode picaso-r -j %d -o %s\n", idx,
+		fprintf(f, "ss-retrieve query --literal --index %s -k %d --query %s | ss-compose --mode picaso-r -j %d -o %s\n", idx,
 			o->k, q, o->threads, st);
 		cJSON *l = cJSON_CreateObject();
 		cJSON_AddNumberToObject(l, "id", i);
@@ -559,7 +559,7 @@ static void run_tools(const opts *o, const char *work, const char *bin, const in
 		size_t need = 2 * strlen(q) + strlen(idx) + strlen(model) + strlen(tok) + strlen(b) + 512;
 		char *c = xmalloc(need);
 		snprintf(c, need,
-			 "set -e; PATH=%s:$PATH; ss-retrieve query --index %s -k %d --query %s | "
+			 "set -e; PATH=%s:$PATH; ss-retrieve query --literal --index %s -k %d --query %s | "
 			 "ss-compose --mode picaso-r -j %d | ss-decode --model %s --tokenizer %s -p %s -n 1 --greedy "
 			 "--ignore-eos --threads %d >/dev/null",
 			 b, idx, o->k, q, o->threads, model, tok, q, o->threads);
