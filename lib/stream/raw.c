@@ -248,6 +248,7 @@ typedef struct {
 } bus_guard;
 
 static _Thread_local bus_guard *volatile bus_armed;
+static _Thread_local volatile int bus_forwarding; /* in the handler before ours */
 static struct sigaction bus_before;
 static pthread_mutex_t bus_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -257,6 +258,11 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 	const unsigned char *a = si->si_addr;
 	if (g && si->si_code > 0 && a >= g->lo && a < g->hi) /* > 0: the kernel's, a fault */
 		siglongjmp(g->jb, 1);
+	if (bus_forwarding) { /* that handler handed it back to us: the default ends it */
+		signal(SIGBUS, SIG_DFL);
+		return;
+	}
+	bus_forwarding = 1;
 	if (bus_before.sa_flags & SA_SIGINFO)
 		bus_before.sa_sigaction(sig, si, uc);
 	else if (bus_before.sa_handler != SIG_DFL && bus_before.sa_handler != SIG_IGN)
@@ -266,6 +272,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 		if (si->si_code <= 0)
 			raise(sig);
 	}
+	bus_forwarding = 0;
 }
 
 static void bus_install(void)
@@ -283,12 +290,6 @@ static void bus_install(void)
 	pthread_mutex_unlock(&bus_mu);
 }
 
-/* ss_reader_next_pieces of an uncompressed frame (raw blocks only:
- * formats/states.md "raw frames") in a regular file: the frame is mapped,
- * its metadata copied out, conv and ssm handed to fn where they lie, and
- * the frame's checksum computed over the content as it goes (XXH64, as
- * zstd's). Returns 1 as ss_reader_next_pieces, a negative error, or
- * NOT_RAW (3) when the frame is not for this path. */
 /* The frame mapped in f, read: its blocks listed, its arrays found and
  * handed over. Not inlined into stream_raw_pieces, which calls sigsetjmp
  * (the compiler keeps such a function's locals out of registers): with
@@ -306,6 +307,12 @@ static __attribute__((noinline)) int raw_read(rawf_t *f, size_t hsz, uint64_t co
 	return rc;
 }
 
+/* ss_reader_next_pieces of an uncompressed frame (raw blocks only:
+ * formats/states.md "raw frames") in a regular file: the frame is mapped,
+ * its metadata copied out, conv and ssm handed to fn where they lie, and
+ * the frame's checksum computed over the content as it goes (XXH64, as
+ * zstd's). Returns 1 as ss_reader_next_pieces, a negative error, or
+ * NOT_RAW (3) when the frame is not for this path. */
 int stream_raw_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, void *arg)
 {
 	size_t hsz;
