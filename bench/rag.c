@@ -239,37 +239,23 @@ static ss_index_hit *retrieve(engine *e, const char *q, int k, int *n_hits)
 	return hits;
 }
 
-/* The k hits of a question as ss_compose_run's source: input i is hit
- * n-1-i (most relevant last), read from its state file at its offset. */
-typedef struct {
-	ss_index *ix;
-	const ss_index_hit *hits;
-	int n;
-} hit_source;
-
-static int read_hit(void *arg, size_t i, int meta_only, const ss_record **rec, char *errmsg)
-{
-	const hit_source *h = arg;
-	return ss_index_read(h->ix, &h->hits[h->n - 1 - (int)i], meta_only, rec, errmsg);
-}
-
 /* PICASO-R state of question q: its hits' stored states, most relevant
- * last, composed as ss-compose composes them (ss_compose_run). */
+ * last, composed as ss-compose composes them (ss_index_compose: read in
+ * place, in o->threads threads). */
 static void composed_state(engine *e, const opts *o, const char *q, ss_state *out)
 {
 	char errmsg[SS_ERRMSG_MAX] = "";
 	int n, rc;
-	ss_index_hit *hits = retrieve(e, q, o->k, &n);
+	ss_index_hit *hits = retrieve(e, q, o->k, &n), *rev = xmalloc((size_t)n * sizeof *rev);
 	for (int j = 0; j < n; j++)
-		if (hits[j].stateless)
-			die(hits[j].id, SS_ERR_NOTFOUND, "a stateless hit: rebuild with pipelines/rag.mk");
-	hit_source src = { e->ix, hits, n };
+		rev[j] = hits[n - 1 - j];
 	ss_compose_opts co = { .mode = SS_COMPOSE_PICASO_R };
-	ss_compose_run_opts ro = { .read = read_hit, .read_arg = &src, .n = (size_t)n };
+	ss_compose_run_opts ro = { .threads = o->threads };
 	ss_compose_result res = { 0 };
-	if ((rc = ss_compose_run(&co, &ro, &res, errmsg)))
+	if ((rc = ss_index_compose(e->ix, rev, n, &co, &ro, &res, errmsg)))
 		die("compose", rc, errmsg);
 	*out = res.state;
+	free(rev);
 	ss_index_hits_free(hits, n);
 }
 

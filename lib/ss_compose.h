@@ -262,6 +262,12 @@ typedef struct {
 	 * i, ...) gives, i = 0..n-1 (e.g. from an index by record offset). */
 	const char *const *paths;
 	size_t n_paths;
+	/* Files by place: when not NULL, input i is the one state record at
+	 * byte offset offsets[i] of paths[i] (regular files, a path may
+	 * repeat; [n_paths], e.g. an index's hits, ss_index_hit.offset): read
+	 * as a file's records are, in place and in threads; messages name
+	 * input i as record i of its path. */
+	const uint64_t *offsets;
 	ss_compose_read_fn read;
 	void *read_arg;
 	size_t n;
@@ -325,6 +331,10 @@ typedef struct {
  * overlap the reading (issue 12: the output used to add ~25 ms after the
  * last input on a 130m state). Otherwise the result is composed first and
  * then written.
+ * Files by place (offsets): every input's metadata first (the plan, in
+ * every mode), then each record once as the threads above read a file's
+ * (in place from the map where the frame is raw; a record per thread),
+ * or in turn with threads <= 1.
  * A read source: for picaso-s/picaso-r every input's metadata first, then
  * each record once, whole (ss_record_state_view), in one thread.
  * res->state as ss_composer_finish() gives it, except its dtype: set_dtype's,

@@ -506,6 +506,19 @@ int ss_index_files(ss_index *ix, ss_index_file_fn fn, void *ctx, char *errmsg);
 int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss_record **rec,
                   char *errmsg);
 
+/* Composes the stored states of hits[0..n) in that order (the
+ * concatenation order: a query's hits come most relevant first, so pass
+ * them reversed to put the most relevant last) with ss_compose_run(o, r,
+ * res): r gives the threads, output and options; its source fields are
+ * set here. Each hit is first checked as ss_index_read(meta_only) checks
+ * it; local state files are then read by place (r->offsets: in place, in
+ * r->threads threads), hits at http(s) URLs through ss_index_read. Errors:
+ * ss_index_read's ("document ID at byte offset N: what"; a stateless hit
+ * SS_ERR_NOTFOUND), n < 1 SS_ERR_INVALID, SS_ERR_NOMEM, ss_compose_run's.
+ * res as ss_compose_run's (the caller frees res->state). */
+int ss_index_compose(ss_index *ix, const ss_index_hit *hits, int n, const ss_compose_opts *o,
+		     ss_compose_run_opts *r, ss_compose_result *res, char *errmsg);
+
 /* Appends document `hit` to the state stream `w` as retrieval output: an
  * annotation frame with hit->rank and hit->score (ss_writer_put_annotation),
  * then the state record's zstd frame copied verbatim from its state file

@@ -990,6 +990,24 @@ static int read_at(void *arg, size_t i, int meta_only, const ss_record **rec, ch
 	return rc ? rc : SS_ERR_TRUNCATED;
 }
 
+/* Writes the 5 states in[0..5) (ids s0..s4, of the D_KINDS kinds in turn)
+ * to two files: 3 to pa, 2 to pb; off[k]: each one's byte offset. */
+static void five_states(const char *pa, const char *pb, ss_state *in, uint64_t *off)
+{
+	char err[SS_ERRMSG_MAX];
+	ss_writer *w[2];
+	assert_int_equal(ss_writer_open(&w[0], pa, 0, err), 0);
+	assert_int_equal(ss_writer_open(&w[1], pb, 0, err), 0);
+	for (int k = 0; k < 5; k++) {
+		char id[8];
+		snprintf(id, sizeof id, "s%d", k);
+		make_state(&in[k], &small_dims, k % D_KINDS, id);
+		assert_int_equal(ss_writer_put_state(w[k >= 3], &in[k], &off[k]), 0);
+	}
+	assert_int_equal(ss_writer_close(w[0], err), 0);
+	assert_int_equal(ss_writer_close(w[1], err), 0);
+}
+
 /* The drivers equal the in-memory composition bit for bit: 3 f32 states in
  * one file and 2 in another, through ss_compose_run from files (both passes for
  * picaso), and through a read source (ss_compose_run) reading by offset; the output
@@ -1007,17 +1025,9 @@ static void test_drivers(void **unused)
 	const ss_state *p[N];
 	uint64_t off[N];
 	ss_writer *w[2];
-	assert_int_equal(ss_writer_open(&w[0], pa, 0, err), 0);
-	assert_int_equal(ss_writer_open(&w[1], pb, 0, err), 0);
-	for (int k = 0; k < N; k++) {
-		char id[8];
-		snprintf(id, sizeof id, "s%d", k);
-		make_state(&in[k], &small_dims, k % D_KINDS, id);
+	five_states(pa, pb, in, off);
+	for (int k = 0; k < N; k++)
 		p[k] = &in[k];
-		assert_int_equal(ss_writer_put_state(w[k >= 3], &in[k], &off[k]), 0);
-	}
-	assert_int_equal(ss_writer_close(w[0], err), 0);
-	assert_int_equal(ss_writer_close(w[1], err), 0);
 	const char *paths[2] = {pa, pb};
 	for (int m = 0; m < 6; m++) {
 		ss_compose_opts o = opts_of((ss_compose_mode)m);
@@ -1064,6 +1074,61 @@ static void test_drivers(void **unused)
 		assert_non_null(strstr(err, "z.ss: record 1 (id \"s1\"): model fingerprint beef differs from"));
 		assert_non_null(strstr(err, "z.ss: record 0 (id \"s0\")"));
 	}
+	free_states(in, N);
+	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
+}
+
+/* Inputs by place (ss_compose_run_opts.offsets) equal the in-memory
+ * composition bit for bit, in any order across two files (a path
+ * repeated), on 1 and 2 threads; an offset with no record there, and a
+ * pipe, are refused naming the file. */
+static void test_by_place(void **unused)
+{
+	(void)unused;
+	char dir[4096], pa[4200], pb[4200], err[SS_ERRMSG_MAX];
+	assert_int_equal(ss_test_tmpdir_make(dir, sizeof dir, "compose"), 0);
+	snprintf(pa, sizeof pa, "%s/a.ss", dir);
+	snprintf(pb, sizeof pb, "%s/b.ss", dir);
+	enum { N = 5, K = 4 };
+	ss_state in[N];
+	uint64_t off[N];
+	five_states(pa, pb, in, off);
+	const int pick[K] = {4, 0, 2, 3};
+	const char *paths[K];
+	uint64_t at[K];
+	const ss_state *p[K];
+	for (int i = 0; i < K; i++) {
+		paths[i] = pick[i] >= 3 ? pb : pa;
+		at[i] = off[pick[i]];
+		p[i] = &in[pick[i]];
+	}
+	for (int m = 0; m < 6; m++)
+		for (int threads = 1; threads <= 2; threads++) {
+			ss_compose_opts o = opts_of((ss_compose_mode)m);
+			ss_state ref;
+			assert_int_equal(ss_compose(&o, p, K, &ref, err), 0);
+			ss_compose_run_opts r = {.paths = paths, .n_paths = K, .offsets = at, .threads = threads};
+			ss_compose_result res;
+			if (ss_compose_run(&o, &r, &res, err))
+				fail_msg("%s, %d threads: %s", ss_compose_mode_name((ss_compose_mode)m), threads, err);
+			assert_memory_equal(res.state.ssm, ref.ssm, ss_state_ssm_len(&ref.dims) * sizeof(float));
+			assert_memory_equal(res.state.conv, ref.conv, ss_state_conv_len(&ref.dims) * sizeof(float));
+			assert_memory_equal(res.state.logdecay, ref.logdecay,
+					    ss_state_logdecay_len(&ref.dims) * sizeof(float));
+			assert_string_equal(res.state.id, ref.id);
+			ss_state_free(&res.state);
+			ss_state_free(&ref);
+		}
+	ss_compose_opts o = opts_of(SS_COMPOSE_PICASO_R);
+	ss_compose_result res;
+	uint64_t bad[K] = {at[0], at[1], at[2] + 1, at[3]};
+	ss_compose_run_opts r = {.paths = paths, .n_paths = K, .offsets = bad};
+	assert_true(ss_compose_run(&o, &r, &res, err) < 0);
+	assert_non_null(strstr(err, "a.ss: record 2 (byte offset "));
+	const char *pipe_in[1] = {"-"};
+	ss_compose_run_opts rp = {.paths = pipe_in, .n_paths = 1, .offsets = at};
+	assert_int_equal(ss_compose_run(&o, &rp, &res, err), SS_ERR_INVALID);
+	assert_non_null(strstr(err, "regular files"));
 	free_states(in, N);
 	assert_int_equal(ss_test_tmpdir_remove(dir), 0);
 }
@@ -1772,6 +1837,7 @@ int main(void)
 		cmocka_unit_test(test_dtypes),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_drivers),
+		cmocka_unit_test(test_by_place),
 		cmocka_unit_test(test_golden_t1),
 		cmocka_unit_test(test_files_pieces_equal_whole),
 		cmocka_unit_test(test_files_pieces_special_values),

@@ -204,6 +204,37 @@ static void test_build_and_query(void **state)
 	assert_string_equal(s.id, "d3");
 	assert_int_equal(s.n_tokens, n_words(corpus[3].text));
 	ss_state_free(&s);
+	/* The hits composed by place (1 and 2 threads) equal their states
+	 * read and composed in memory; a hit whose record is another
+	 * document's is refused. */
+	ss_state st[3];
+	const ss_state *sp[3];
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(ss_index_read(ix, &h[i], 0, &rec, em), 0);
+		assert_int_equal(ss_record_state(rec, &st[i], em), 0);
+		sp[i] = &st[i];
+	}
+	ss_compose_opts co = { .mode = SS_COMPOSE_PICASO_R };
+	ss_state ref;
+	assert_int_equal(ss_compose(&co, sp, (size_t)n, &ref, em), 0);
+	for (int threads = 1; threads <= 2; threads++) {
+		ss_compose_run_opts ro = { .threads = threads };
+		ss_compose_result res;
+		assert_int_equal(ss_index_compose(ix, h, n, &co, &ro, &res, em), 0);
+		assert_memory_equal(res.state.ssm, ref.ssm, ss_state_ssm_len(&ref.dims) * sizeof(float));
+		assert_memory_equal(res.state.conv, ref.conv, ss_state_conv_len(&ref.dims) * sizeof(float));
+		assert_string_equal(res.state.id, ref.id);
+		ss_state_free(&res.state);
+	}
+	ss_index_hit forged[2] = { h[0], h[1] };
+	forged[1].id = h[0].id;
+	ss_compose_run_opts ro = { .threads = 2 };
+	ss_compose_result res;
+	assert_int_equal(ss_index_compose(ix, forged, 2, &co, &ro, &res, em), SS_ERR_MISMATCH);
+	assert_non_null(strstr(em, "the record there is document d0"));
+	ss_state_free(&ref);
+	for (int i = 0; i < n; i++)
+		ss_state_free(&st[i]);
 	ss_index_hits_free(h, n);
 	/* k larger than the matches: only the matches. */
 	n = ss_index_query(ix, "ocean", 10, NULL, 0, &h, em);

@@ -137,19 +137,6 @@ static double emit_reencode(ss_index *ix, const ss_index_hit *h, int n, ss_state
 	return t;
 }
 
-/* The hits as a composition source, least relevant (last hit) first. */
-struct hits_src {
-	ss_index *ix;
-	const ss_index_hit *h;
-	int n;
-};
-
-static int read_hit(void *arg, size_t i, int meta_only, const ss_record **rec, char *em)
-{
-	const struct hits_src *s = arg;
-	return ss_index_read(s->ix, &s->h[s->n - 1 - (int)i], meta_only, rec, em);
-}
-
 /* Emit and compose k = 10 states of mamba2-130m's size (19.4 MB f32 each):
  * emitting them (a copy of the stored frames), set against decoding and
  * re-encoding them and against composing them the way ss-compose does (plan
@@ -214,13 +201,15 @@ static void big_states(const char *dir)
 	printf("  %-40s %8.1f ms\n", "emit k states to a pipe (decode+encode)", best_re * 1e3);
 	/* Compose as ss-compose does: plan from the decays, then stream. */
 	best = 1e9;
-	struct hits_src src = { ix, h, n };
+	ss_index_hit rev[K]; /* least relevant (last hit) first */
+	for (int j = 0; j < n; j++)
+		rev[j] = h[n - 1 - j];
 	for (int r = 0; r < REPS; r++) {
 		double t0 = bench_now();
 		ss_compose_opts co = { SS_COMPOSE_PICASO_R, 0, SS_COMPOSE_CONV_MEAN };
-		ss_compose_run_opts ro = {.read = read_hit, .read_arg = &src, .n = (size_t)n};
+		ss_compose_run_opts ro = { 0 };
 		ss_compose_result res;
-		if (ss_compose_run(&co, &ro, &res, em))
+		if (ss_index_compose(ix, rev, n, &co, &ro, &res, em))
 			die("compose", em);
 		ss_state_free(&res.state);
 		double t = bench_now() - t0;

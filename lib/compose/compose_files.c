@@ -659,6 +659,76 @@ static int compose_planned(drv_run *u)
 	return rc;
 }
 
+/* Goes to byte offset `off` of u->paths[i] with *r, opened on first use
+ * (ss_reader_goto reopens when the path changes). Returns 0 or an SS_ERR_*
+ * with u->errmsg naming the file and offset. */
+static int at_goto(drv_run *u, ss_reader **r, size_t i, uint64_t off)
+{
+	const char *path = u->paths[i];
+	char err[SS_ERRMSG_MAX];
+	int rc = *r ? 0 : ss_reader_open(r, path, u->max_record, err);
+	if (!rc)
+		rc = ss_reader_goto(*r, path, off, i, err);
+	return rc ? ss_errf(u->errmsg, rc, "%s: byte offset %llu: %s", path, (unsigned long long)off, err) : 0;
+}
+
+/* rc of reading the record r is at (input i, at byte offset off of its
+ * path): 1 as is, else an SS_ERR_* with u->errmsg set (none there:
+ * SS_ERR_TRUNCATED; the reader's error). */
+static int at_record(drv_run *u, ss_reader *r, size_t i, uint64_t off, int rc)
+{
+	if (rc == 0)
+		return ss_errf(u->errmsg, SS_ERR_TRUNCATED, "%s: no record at byte offset %llu (file changed?)",
+			       u->paths[i], (unsigned long long)off);
+	if (rc < 0)
+		ss_errf(u->errmsg, rc, "%s: %s", u->paths[i], ss_reader_error(r));
+	return rc;
+}
+
+/* The inputs by place (ss_compose_run_opts.offsets): input i is the one
+ * record at byte offset offsets[i] of paths[i] (regular files). Pass 1
+ * reads each one's metadata (its decays into the plan, its compatibility
+ * checked), pass 2 its arrays: in threads, each read in place
+ * (drv_parallel), or in turn. Messages name input i as record i of its
+ * path. */
+static int compose_at(drv_run *u, const uint64_t *offsets)
+{
+	drv_plan plan = {0};
+	ss_reader *r = NULL;
+	const ss_record *rec;
+	int rc = u->n_paths ? 0 : ss_errf(u->errmsg, SS_ERR_INVALID, "no input states");
+	for (size_t i = 0; !rc && i < u->n_paths; i++) {
+		ss_state m;
+		if ((rc = at_goto(u, &r, i, offsets[i])) ||
+		    (rc = at_record(u, r, i, offsets[i], ss_reader_next_meta(r, &rec))) < 0 ||
+		    (rc = drv_record_meta(rec, &m, u->paths[i], i, u->errmsg)))
+			break;
+		if (!(rc = check_record(u, &m, u->paths[i], i)))
+			rc = plan_push(&plan, &m, i, i, rec, u->errmsg);
+		ss_state_free(&m);
+		drv_progress(u, 1, i + 1, u->n_paths);
+	}
+	if (!rc && ss_compose_modes[u->o.mode].needs_plan) { /* the composer again, with the plan */
+		ss_composer_free(u->c);
+		rc = ss_composer_new(&u->c, &u->o, plan.n, plan.H, plan.decay, u->errmsg);
+	}
+	if (!rc && u->threads > 1) {
+		ss_reader_close(r); /* each thread opens its own */
+		r = NULL;
+		rc = drv_parallel(u, &plan);
+	}
+	for (size_t i = 0; !rc && u->threads <= 1 && i < u->n_paths; i++) {
+		if (!(rc = at_goto(u, &r, i, offsets[i]))) {
+			rc = add_next(u, r, u->paths[i], i, 1); /* its errors said */
+			rc = rc == 1 ? 0 : rc == 0 ? at_record(u, r, i, offsets[i], 0) : rc;
+		}
+		drv_progress(u, 2, i + 1, u->n_paths);
+	}
+	ss_reader_close(r);
+	plan_free(&plan);
+	return rc;
+}
+
 /* 1 when every path is a regular file (not "-"): each thread can open it. */
 static int all_regular(const char *const *paths, size_t n_paths)
 {
@@ -683,7 +753,13 @@ static int compose_files(drv_run *u, const ss_compose_run_opts *r, ss_state *out
 	u->threads = r->threads > 1 && all_regular(r->paths, r->n_paths) ? r->threads : 1;
 	if (!(u->in = ss_compose_input_new()))
 		return ss_errf(u->errmsg, SS_ERR_NOMEM, "out of memory");
-	int rc = ss_compose_modes[u->o.mode].needs_plan || u->threads > 1 ? compose_planned(u) : compose_stream(u);
+	int rc;
+	if (r->offsets && !all_regular(r->paths, r->n_paths))
+		rc = ss_errf(u->errmsg, SS_ERR_INVALID, "inputs by byte offset must be regular files");
+	else if (r->offsets)
+		rc = compose_at(u, r->offsets);
+	else
+		rc = ss_compose_modes[u->o.mode].needs_plan || u->threads > 1 ? compose_planned(u) : compose_stream(u);
 	if (!rc)
 		rc = ss_composer_finish(u->c, out, u->errmsg);
 	return rc;

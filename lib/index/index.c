@@ -824,6 +824,58 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 	return 0;
 }
 
+/* ss_compose_read_fn over hits (ss_index_compose's remote hits). */
+typedef struct {
+	ss_index *ix;
+	const ss_index_hit *hits;
+} hit_source;
+
+static int read_hit(void *arg, size_t i, int meta_only, const ss_record **rec, char *errmsg)
+{
+	const hit_source *h = arg;
+	return ss_index_read(h->ix, &h->hits[i], meta_only, rec, errmsg);
+}
+
+int ss_index_compose(ss_index *ix, const ss_index_hit *hits, int n, const ss_compose_opts *o,
+		     ss_compose_run_opts *r, ss_compose_result *res, char *errmsg)
+{
+	memset(res, 0, sizeof *res);
+	if (n < 1)
+		return ss_errf(errmsg, SS_ERR_INVALID, "no hits to compose");
+	const ss_record *rec;
+	int remote = 0, rc;
+	for (int i = 0; i < n; i++) {
+		if ((rc = ss_index_read(ix, &hits[i], 1, &rec, errmsg)))
+			return rc;
+		remote |= ss_url_is_http(hits[i].path);
+	}
+	hit_source src = {ix, hits};
+	const char **paths = remote ? NULL : malloc((size_t)n * sizeof *paths);
+	uint64_t *offsets = remote ? NULL : malloc((size_t)n * sizeof *offsets);
+	if (!remote && (!paths || !offsets)) {
+		free(paths);
+		free(offsets);
+		return ss_errf(errmsg, SS_ERR_NOMEM, "out of memory");
+	}
+	for (int i = 0; !remote && i < n; i++) {
+		paths[i] = hits[i].path;
+		offsets[i] = hits[i].offset;
+	}
+	r->paths = paths;
+	r->n_paths = remote ? 0 : (size_t)n;
+	r->offsets = offsets;
+	r->read = remote ? read_hit : NULL;
+	r->read_arg = remote ? &src : NULL;
+	r->n = remote ? (size_t)n : 0;
+	rc = ss_compose_run(o, r, res, errmsg);
+	r->paths = NULL;
+	r->offsets = NULL;
+	r->read_arg = NULL;
+	free(paths);
+	free(offsets);
+	return rc;
+}
+
 int ix_check_record(ss_index *ix, const ss_index_hit *hit, const ss_record *rec, char *errmsg)
 {
 	const char *id = hit->id;
