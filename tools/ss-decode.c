@@ -519,6 +519,7 @@ typedef struct {
 	int32_t *toks;
 	float *logits;            /* [cap_active][V] */
 	int n_active, cap_active, bound;
+	int together;             /* joiners prefilled in one call (seq_join) */
 	long long total;
 } decoder;
 
@@ -559,24 +560,42 @@ static void unbind(decoder *d)
 	d->bound = 0;
 }
 
-/* s joins the batch: its sampler, its prompt prefilled alone (the same call
- * whatever the batch), the first logits into its row. */
-static void seq_join(decoder *d, seq *s)
+/* js[0..nj) join the batch: their samplers, their prompts prefilled, the
+ * first logits into their rows. Prefilled in one call when d->together (a
+ * deterministic CPU context gives each sequence of a call the bits it gets
+ * alone, ss_forward_ctx_set_deterministic, and one call's GEMMs take every
+ * prompt's rows at once), else each alone. A call refused before any
+ * state changed (bad arguments: SS_ERR_INVALID, SS_ERR_MISMATCH) is run
+ * again a prompt at a time, to name the prompt. */
+static void seq_join(decoder *d, seq **js, int nj)
 {
 	char err[SS_ERRMSG_MAX] = "";
-	const prompt *pr = s->pr;
-	batch_grow(d);
-	float *row = d->logits + (size_t)d->n_active * d->V;
-	if (ss_sampler_init(&s->smp, d->gen_vocab, &pr->sp, pr->seed))
-		cli_die("%s: cannot create the sampler (out of memory?)", s->where);
-	for (size_t i = 0; i < pr->n; i++)
-		ss_sampler_accept(s->smp, pr->ids[i]);
-	ss_forward_seq q = { .tokens = pr->ids, .n_tokens = (int64_t)pr->n, .state = &s->st,
-			     .logits = row };
-	if (ss_forward_prefill(d->ctx, &q, 1, SS_LOGITS_LAST, err))
-		cli_die("%s: %s", s->where, err);
-	check_logits(d, s, row);
-	d->active[d->n_active++] = s;
+	ss_forward_seq *q = calloc((size_t)nj, sizeof *q);
+	if (!q)
+		cli_die("out of memory");
+	int first = d->n_active;
+	for (int j = 0; j < nj; j++) {
+		seq *s = js[j];
+		const prompt *pr = s->pr;
+		batch_grow(d);
+		if (ss_sampler_init(&s->smp, d->gen_vocab, &pr->sp, pr->seed))
+			cli_die("%s: cannot create the sampler (out of memory?)", s->where);
+		for (size_t i = 0; i < pr->n; i++)
+			ss_sampler_accept(s->smp, pr->ids[i]);
+		d->active[d->n_active++] = s;
+	}
+	for (int j = 0; j < nj; j++) /* the rows once d->logits has grown */
+		q[j] = (ss_forward_seq){ .tokens = js[j]->pr->ids, .n_tokens = (int64_t)js[j]->pr->n,
+					 .state = &js[j]->st, .logits = d->logits + (size_t)(first + j) * d->V };
+	int rc = d->together && nj > 1 ? ss_forward_prefill(d->ctx, q, nj, SS_LOGITS_LAST, err) : SS_ERR_INVALID;
+	if (rc && rc != SS_ERR_INVALID && rc != SS_ERR_MISMATCH)
+		cli_die("%s (and the %d prompts after it): %s", js[0]->where, nj - 1, err);
+	for (int j = 0; rc && j < nj; j++)
+		if (ss_forward_prefill(d->ctx, &q[j], 1, SS_LOGITS_LAST, err))
+			cli_die("%s: %s", js[j]->where, err);
+	for (int j = 0; j < nj; j++)
+		check_logits(d, js[j], q[j].logits);
+	free(q);
 }
 
 /* One token of s from its logits row: 1 when s goes on (s->next is to be
@@ -683,7 +702,8 @@ static void decode_run(decoder *d, seq_source *src)
 	char err[SS_ERRMSG_MAX] = "";
 	int more = 1;
 	for (;;) {
-		while (more && d->n_active < d->batch) {
+		int nj = 0;
+		while (more && d->n_active + nj < d->batch) {
 			seq *s = calloc(1, sizeof *s);
 			if (!s)
 				cli_die("out of memory");
@@ -692,10 +712,13 @@ static void decode_run(decoder *d, seq_source *src)
 				more = 0;
 				break;
 			}
-			unbind(d); /* a prefill must not run beside bound states (GPU slots) */
 			d->seqs = mcli_grow(d->seqs, d->n, &d->cap, sizeof *d->seqs);
 			d->seqs[d->n++] = s;
-			seq_join(d, s);
+			nj++;
+		}
+		if (nj) {
+			unbind(d); /* a prefill must not run beside bound states (GPU slots) */
+			seq_join(d, d->seqs + d->n - nj, nj);
 		}
 		if (d->n_active == 0)
 			break;
@@ -889,7 +912,8 @@ int main(int argc, char **argv)
 	}
 	ss_forward_ctx *ctx = mcli_forward_ctx(m, o.model_dir, dev, o.mo.threads);
 	/* outputs the same whatever the batch (on a GPU: to its rounding) */
-	if (ss_forward_ctx_device(ctx) == SS_DEVICE_CPU && ss_forward_ctx_set_deterministic(ctx, 1))
+	const int cpu = ss_forward_ctx_device(ctx) == SS_DEVICE_CPU;
+	if (cpu && ss_forward_ctx_set_deterministic(ctx, 1))
 		cli_die("cannot make the forward context deterministic");
 	const int32_t gen_vocab = mcli_gen_vocab(m, tok);
 	decoder d = { .ctx = ctx, .tok = tok, .gen_vocab = gen_vocab,
@@ -897,7 +921,7 @@ int main(int argc, char **argv)
 		      .stops = o.g.stops, .n_stops = o.g.n_stops, .jsonl = o.jsonl,
 		      .ids_out = o.ids_out, .V = (size_t)m->cfg.vocab_padded,
 		      .batch = o.batch ? (int)o.batch : default_batch(m, gen_vocab),
-		      .out_path = o.out_path ? o.out_path : "standard output" };
+		      .out_path = o.out_path ? o.out_path : "standard output", .together = cpu };
 	d.out = cli_out_open(o.out_path);
 	double t0 = cli_now();
 	decode_run(&d, &src);
