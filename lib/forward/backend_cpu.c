@@ -157,7 +157,8 @@ typedef struct {
 	int decode;       /* a decode step's GEMM */
 	int64_t parts;
 	const int64_t *blk; /* row blocks (prefill, see cpu_be), else NULL */
-	int64_t ncb;        /* column blocks per row block */
+	int64_t ncb, cb;    /* column blocks per row block, their width (COL_BLOCK, or
+			     * narrower for the kernel where there are few tasks) */
 	int blas;           /* $SS_GEMM=blas: long segments' blocks through sgemm */
 } gemm_job;
 
@@ -172,8 +173,8 @@ static void gemm_task(void *arg, int64_t i, int thread)
 		m0 = bk[0];
 		m1 = m0 + bk[1];
 		rowinv = bk[2] || !j->blas;
-		n0 = i % j->ncb * COL_BLOCK;
-		n1 = n0 + COL_BLOCK < j->N ? n0 + COL_BLOCK : j->N;
+		n0 = i % j->ncb * j->cb;
+		n1 = n0 + j->cb < j->N ? n0 + j->cb : j->N;
 	} else if (j->by_rows)
 		split(j->M, j->parts, i, &m0, &m1);
 	else {
@@ -233,14 +234,22 @@ static void gemm_wt(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, cons
 		    ss_dtype weights_dtype, float *C, int64_t ldc, int64_t M, int64_t N, int64_t K,
 		    float beta)
 {
-	gemm_job j = { A, W, weights_dtype, ctx->wpanel, C, M, N, K, lda, ldc, beta, 0, 0,
-		       ctx->decode, ctx->n_threads, NULL, 0, ctx->blas };
+	gemm_job j = { .A = A, .W = W, .weights_dtype = weights_dtype, .wpanel = ctx->wpanel, .C = C,
+		       .M = M, .N = N, .K = K, .lda = lda, .ldc = ldc, .beta = beta, .decode = ctx->decode,
+		       .parts = ctx->n_threads, .blas = ctx->blas };
 
 	if (M <= 0 || N <= 0)
 		return;
 	if (nblk > 0) {
 		j.blk = ctx->blk;
-		j.ncb = (N + COL_BLOCK - 1) / COL_BLOCK;
+		/* Fewer tasks than 4 a thread (a short prefill's out_proj: 3 on
+		 * 2 threads) leave threads idle: narrower column blocks for our
+		 * kernel, whose outputs do not depend on the columns' cut (sgemm's
+		 * stay COL_BLOCK wide, its rounding may) */
+		j.cb = COL_BLOCK;
+		while (!ctx->blas && j.cb > 64 && nblk * ((N + j.cb - 1) / j.cb) < 4 * (int64_t)ctx->n_threads)
+			j.cb /= 2;
+		j.ncb = (N + j.cb - 1) / j.cb;
 		ss_pool_run(ctx->pool, nblk * j.ncb, gemm_task, &j);
 		return;
 	}
