@@ -185,25 +185,27 @@ long long stream_frame_length(ss_reader *r, size_t hsz, int has_checksum, uint64
 	/* A valid frame is at most the compress bound of its content plus
 	 * per-block headers; anything longer is corrupt. */
 	uint64_t limit = ZSTD_compressBound((size_t)content) + hsz + 3 * (content / 1024 + 2) + 8;
+	/* Past the window of a file, the bytes at a header are read into hb
+	 * (pread: the window and the stream position stay as they are), a
+	 * page at a time: filling the window would read 64 KiB of each 128 KiB
+	 * block, and one pread a header would be thousands a record of raw
+	 * blocks, each with up to three empty ones (formats/states.md). */
+	unsigned char hb[4096];
+	uint64_t h0 = 0, hn = 0; /* hb holds bytes [h0, h0 + hn) of the file */
 	for (;;) {
-		/* Past the window of a file, only the 3 header bytes are read
-		 * (pread: the window and the stream position stay as they are);
-		 * filling the window would read 64 KiB of each 128 KiB block. */
-		unsigned char hb[3];
 		const unsigned char *p = hb;
 		long long got;
 		if (r->seekable && (off < r->base || off + 3 > r->base + r->len)) {
-			got = 0;
-			while (got < 3) {
-				ssize_t n = pread(fileno(r->f), hb + got, 3 - (size_t)got, (off_t)(off + (uint64_t)got));
-				if (n < 0 && errno == EINTR)
-					continue;
-				if (n < 0)
-					got = SS_ERR_IO;
-				if (n <= 0)
-					break;
-				got += n;
+			ssize_t n = 0;
+			if (off < h0 || off + 3 > h0 + hn) { /* hb from off on */
+				h0 = off;
+				hn = 0;
+				while (hn < 3 && ((n = pread(fileno(r->f), hb + hn, sizeof hb - hn, (off_t)(h0 + hn))) > 0 ||
+						  (n < 0 && errno == EINTR)))
+					hn += n > 0 ? (uint64_t)n : 0;
 			}
+			p = hb + (off - h0);
+			got = n < 0 ? SS_ERR_IO : h0 + hn - off >= 3 ? 3 : (long long)(h0 + hn - off);
 		} else {
 			got = stream_in_fill(r, off, 3, r->pos);
 			p = r->buf + (off - r->base);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ss.h"
+#include "stream/stream_internal.h"
 
 struct ss_output {
 	FILE *f;
@@ -79,6 +80,17 @@ static void output_free(ss_output *o)
 	free(o);
 }
 
+void stream_pipe_widen(int fd)
+{
+#ifdef F_SETPIPE_SZ
+	struct stat st;
+	if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) && fcntl(fd, F_GETPIPE_SZ) < (int)IN_CHUNK)
+		(void)fcntl(fd, F_SETPIPE_SZ, (int)IN_CHUNK);
+#else
+	(void)fd;
+#endif
+}
+
 int ss_output_open(ss_output **out, const char *path, char *errmsg)
 {
 	*out = NULL;
@@ -87,6 +99,7 @@ int ss_output_open(ss_output **out, const char *path, char *errmsg)
 		return SS_ERR_NOMEM;
 	if (!path || !strcmp(path, "-")) {
 		o->f = stdout;
+		stream_pipe_widen(STDOUT_FILENO);
 		*out = o;
 		return 0;
 	}

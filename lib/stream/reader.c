@@ -99,6 +99,7 @@ static int reader_open(ss_reader **out, const char *path, int fd, uint64_t max_r
 	}
 	if (is_stdin) {
 		r->f = stdin;
+		stream_pipe_widen(STDIN_FILENO);
 		struct stat st;
 		r->seekable = fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode);
 	} else {

@@ -33,6 +33,12 @@
 #include "stream/internal.h"
 
 #define IN_CHUNK (1u << 20)
+
+/* Asks for a pipe buffer of IN_CHUNK bytes when fd is a pipe (Linux's
+ * F_SETPIPE_SZ; 64 KiB by default, so a 19 MB state crossed a pipe in
+ * ~300 writes and as many reads and context switches). Advice only: where
+ * refused (above /proc/sys/fs/pipe-max-size, another OS) nothing changes. */
+void stream_pipe_widen(int fd);
 /* Input a step of a frame decoded in pieces asks for: zstd's largest block,
  * so that the window (IN_CHUNK) is compacted once per ~7 steps, not at
  * every step (which moved up to 1 MiB per 128 KiB decoded). */
