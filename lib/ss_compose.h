@@ -268,6 +268,10 @@ typedef struct {
 	 * as a file's records are, in place and in threads; messages name
 	 * input i as record i of its path. */
 	const uint64_t *offsets;
+	/* With offsets, NULL or each frame's length in bytes as its place was
+	 * stored (ss_index_hit.length): the metadata pass takes it instead of
+	 * walking the frame's blocks; the arrays' pass checks them all. */
+	const uint64_t *lengths;
 	ss_compose_read_fn read;
 	void *read_arg;
 	size_t n;

@@ -918,6 +918,34 @@ static void test_meta_then_full(void **ctx)
 			waitpid(pid, NULL, 0);
 		}
 	}
+	/* A frame's length as a caller stored it (ss_reader_expect_length):
+	 * taken by the metadata read when the file holds it, the same record
+	 * and length as the walk gives; a length past the file's end is a
+	 * truncation, one shorter than a header is not a frame; a seek forgets
+	 * it. */
+	ss_reader *r;
+	const ss_record *rec;
+	assert_int_equal(ss_reader_open(&r, p, 0, err), 0);
+	uint64_t len = offs[2] - offs[1];
+	assert_int_equal(ss_reader_seek(r, offs[1]), 0);
+	ss_reader_expect_length(r, len);
+	assert_int_equal(ss_reader_next_meta(r, &rec), 1);
+	assert_int_equal(ss_record_size(rec) > 0, 1);
+	assert_string_equal(ss_record_format(rec), SS_FORMAT_STATES);
+	assert_int_equal(ss_reader_next_meta(r, &rec), 1); /* the next one, at offs[1] + len */
+	assert_int_equal(ss_record_offset(rec), offs[2]);
+	assert_int_equal(ss_reader_seek(r, offs[3]), 0);
+	ss_reader_expect_length(r, (uint64_t)1 << 40);
+	assert_int_equal(ss_reader_next_meta(r, &rec), SS_ERR_TRUNCATED);
+	assert_non_null(strstr(ss_reader_error(r), "truncated"));
+	assert_int_equal(ss_reader_seek(r, offs[3]), 0);
+	ss_reader_expect_length(r, 2);
+	assert_int_equal(ss_reader_next_meta(r, &rec), SS_ERR_FORMAT);
+	ss_reader_expect_length(r, (uint64_t)1 << 40);
+	assert_int_equal(ss_reader_seek(r, offs[3]), 0); /* forgotten */
+	assert_int_equal(ss_reader_next_meta(r, &rec), 1);
+	assert_int_equal(ss_reader_next_meta(r, &rec), 0);
+	ss_reader_close(r);
 }
 
 static void test_cat_concatenates(void **ctx)

@@ -691,7 +691,7 @@ static int at_record(drv_run *u, ss_reader *r, size_t i, uint64_t off, int rc)
  * checked), pass 2 its arrays: in threads, each read in place
  * (drv_parallel), or in turn. Messages name input i as record i of its
  * path. */
-static int compose_at(drv_run *u, const uint64_t *offsets)
+static int compose_at(drv_run *u, const uint64_t *offsets, const uint64_t *lengths)
 {
 	drv_plan plan = {0};
 	ss_reader *r = NULL;
@@ -699,8 +699,9 @@ static int compose_at(drv_run *u, const uint64_t *offsets)
 	int rc = u->n_paths ? 0 : ss_errf(u->errmsg, SS_ERR_INVALID, "no input states");
 	for (size_t i = 0; !rc && i < u->n_paths; i++) {
 		ss_state m;
-		if ((rc = at_goto(u, &r, i, offsets[i])) ||
-		    (rc = at_record(u, r, i, offsets[i], ss_reader_next_meta(r, &rec))) < 0 ||
+		if (!(rc = at_goto(u, &r, i, offsets[i])) && lengths)
+			ss_reader_expect_length(r, lengths[i]);
+		if (rc || (rc = at_record(u, r, i, offsets[i], ss_reader_next_meta(r, &rec))) < 0 ||
 		    (rc = drv_record_meta(rec, &m, u->paths[i], i, u->errmsg)))
 			break;
 		if (!(rc = check_record(u, &m, u->paths[i], i)))
@@ -757,7 +758,7 @@ static int compose_files(drv_run *u, const ss_compose_run_opts *r, ss_state *out
 	if (r->offsets && !all_regular(r->paths, r->n_paths))
 		rc = ss_errf(u->errmsg, SS_ERR_INVALID, "inputs by byte offset must be regular files");
 	else if (r->offsets)
-		rc = compose_at(u, r->offsets);
+		rc = compose_at(u, r->offsets, r->lengths);
 	else
 		rc = ss_compose_modes[u->o.mode].needs_plan || u->threads > 1 ? compose_planned(u) : compose_stream(u);
 	if (!rc)

@@ -3,6 +3,7 @@
  * ss_index.h. */
 #include "index/internal.h"
 #include "index/http.h"
+#include "stream/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -812,6 +813,8 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 	if ((rc = ss_reader_seek(s->r, hit->offset)))
 		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s", id, off, ss_reader_error(s->r));
 	const ss_record *rec;
+	if (meta_only) /* the frame's length as indexed (checked against the file above) */
+		ss_reader_expect_length(s->r, hit->length);
 	rc = meta_only ? ss_reader_next_meta(s->r, &rec) : ss_reader_next(s->r, &rec);
 	if (rc == 0)
 		return ss_errf(errmsg, SS_ERR_TRUNCATED, "document %s at byte offset %llu: no record there", id, off);
@@ -851,7 +854,7 @@ int ss_index_compose(ss_index *ix, const ss_index_hit *hits, int n, const ss_com
 	}
 	hit_source src = {ix, hits};
 	const char **paths = remote ? NULL : malloc((size_t)n * sizeof *paths);
-	uint64_t *offsets = remote ? NULL : malloc((size_t)n * sizeof *offsets);
+	uint64_t *offsets = remote ? NULL : malloc(2 * (size_t)n * sizeof *offsets), *lengths = offsets + n;
 	if (!remote && (!paths || !offsets)) {
 		free(paths);
 		free(offsets);
@@ -860,16 +863,19 @@ int ss_index_compose(ss_index *ix, const ss_index_hit *hits, int n, const ss_com
 	for (int i = 0; !remote && i < n; i++) {
 		paths[i] = hits[i].path;
 		offsets[i] = hits[i].offset;
+		lengths[i] = hits[i].length;
 	}
 	r->paths = paths;
 	r->n_paths = remote ? 0 : (size_t)n;
 	r->offsets = offsets;
+	r->lengths = remote ? NULL : lengths;
 	r->read = remote ? read_hit : NULL;
 	r->read_arg = remote ? &src : NULL;
 	r->n = remote ? (size_t)n : 0;
 	rc = ss_compose_run(o, r, res, errmsg);
 	r->paths = NULL;
 	r->offsets = NULL;
+	r->lengths = NULL;
 	r->read_arg = NULL;
 	free(paths);
 	free(offsets);

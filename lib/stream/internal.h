@@ -152,6 +152,15 @@ int ss_reader_next_pieces(ss_reader *r, const ss_record **rec, ss_piece_fn fn, v
  * with errmsg set. */
 int ss_reader_goto(ss_reader *r, const char *path, uint64_t offset, uint64_t index, char *errmsg);
 
+/* Says that the record at r's position (a regular file's, just sought to)
+ * is a frame of `length` bytes, as a caller that stored its place knows it
+ * (an index's ss_index_hit.length): the next ss_reader_next_meta takes it
+ * instead of walking the frame's block headers (hundreds of small reads
+ * for a 19 MB raw state) and checks only that the file holds that many
+ * bytes. Whoever reads the record's arrays still checks every block and
+ * the checksum. A seek or any read forgets it; 0 forgets it now. */
+void ss_reader_expect_length(ss_reader *r, uint64_t length);
+
 /* Grows r's record buffer to `bytes` now, so that records up to that size
  * (their frames declare it) are decompressed straight into it, never
  * through zstd's window and a growing buffer: for a caller that knows the

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "stream/stream_internal.h"
 
@@ -212,9 +213,28 @@ int stream_unpack_prefix(ss_reader *r, const prefix_t *q)
 	return rc;
 }
 
+/* The length ss_reader_expect_length said the frame at r->pos has, once
+ * the file is seen to hold it (its header of hsz bytes and a block header
+ * at least); else a negative error with r->err set. */
+static long long expected_length(ss_reader *r, size_t hsz, uint64_t len)
+{
+	struct stat st;
+	if (fstat(fileno(r->f), &st) != 0)
+		return stream_rerr(r, SS_ERR_IO, r->pos, "read error: %s", strerror(errno));
+	if (len < hsz + 3)
+		return stream_rerr(r, SS_ERR_FORMAT, r->pos, "a frame of %llu bytes was expected here, less than "
+				   "its header and a block's (%llu)", (unsigned long long)len, (unsigned long long)(hsz + 3));
+	if ((uint64_t)st.st_size < r->pos || (uint64_t)st.st_size - r->pos < len)
+		return stream_rerr(r, SS_ERR_TRUNCATED, r->pos, "zstd frame truncated (the file ends before its byte %llu)",
+				   (unsigned long long)len);
+	return (long long)len;
+}
+
 int ss_reader_next_meta(ss_reader *r, const ss_record **recp)
 {
 	*recp = NULL;
+	uint64_t expect = r->expect_len;
+	r->expect_len = 0;
 	prefix_t q;
 	int rc = read_prefix(r, &q, 0);
 	if (rc <= 0)
@@ -224,7 +244,9 @@ int ss_reader_next_meta(ss_reader *r, const ss_record **recp)
 	 * and the record would read otherwise than whole. Whole, then. */
 	if (!q.whole && q.n_entries - q.n_before != 2)
 		return ss_reader_next(r, recp);
-	long long flen = r->head_of ? (long long)r->head_of : stream_frame_length(r, q.hsz, q.checksum, q.content);
+	long long flen = r->head_of ? (long long)r->head_of
+			 : expect   ? expected_length(r, q.hsz, expect)
+				    : stream_frame_length(r, q.hsz, q.checksum, q.content);
 	if (flen < 0)
 		return (int)flen;
 	if ((rc = stream_unpack_prefix(r, &q)) < 0)
@@ -296,6 +318,7 @@ int ss_reader_next_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, 
 	const unsigned char (*key)[5] = stream_piece_key;
 	const size_t *key_len = stream_piece_key_len;
 	*recp = NULL;
+	r->expect_len = 0;
 	prefix_t q;
 	int rc = r->seekable ? stream_raw_pieces(r, recp, fn, arg) : 3;
 	if (rc != 3)

@@ -273,7 +273,13 @@ int ss_reader_seek(ss_reader *r, uint64_t offset)
 	r->pos = offset;
 	r->index = 0;
 	r->annot = 0;
+	r->expect_len = 0;
 	return 0;
+}
+
+void ss_reader_expect_length(ss_reader *r, uint64_t length)
+{
+	r->expect_len = r->seekable ? length : 0;
 }
 
 int ss_reader_reserve(ss_reader *r, uint64_t bytes)
@@ -403,6 +409,7 @@ int ss_reader_next(ss_reader *r, const ss_record **recp)
 {
 	ss_record *rec = &r->rec;
 	*recp = NULL;
+	r->expect_len = 0;
 	size_t hsz;
 	uint64_t content;
 	int checksum, rc;

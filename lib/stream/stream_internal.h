@@ -100,6 +100,7 @@ struct ss_reader {
 	struct raw_seg { uint64_t at; const unsigned char *p; size_t len; } *seg;
 	size_t seg_cap;
 	uint64_t head_of;    /* > 0: the file is the head of one frame of this many bytes */
+	uint64_t expect_len; /* > 0: the frame at pos has this many bytes (ss_reader_expect_length) */
 };
 
 struct ss_writer {
