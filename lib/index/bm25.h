@@ -84,7 +84,7 @@ int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec, si
  * 1..SS_BM25_MAX_RID, naming the document; a damaged term vector),
  * SS_ERR_TOO_LARGE for a blob past SQLite's length limit, SS_ERR_IO; the
  * caller then rolls the transaction back. */
-int ss_bm25_commit(ss_bm25 *b, char *errmsg);
+int ss_bm25_commit(ss_bm25 *b, int positions, char *errmsg);
 
 /* Sets k1 (>= 0) and b (in [0, 1]) of the following searches (default
  * SS_BM25_K1, SS_BM25_B; the caller checks the ranges). Postings keep the

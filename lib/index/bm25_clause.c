@@ -49,13 +49,55 @@ static int term_clause(ss_bm25 *b, const char *term, const term_row *row, int64_
 	return rc;
 }
 
+/* The occurrences of the phrase of t[0..m)'s terms in the document they
+ * are all at (cursors with positions): the start positions x with token j
+ * at x + j for every j, from each token's positions there. Returns them
+ * (>= 0) or bm25_cur_positions' errors. */
+static int64_t phrase_tf(cursor *t, size_t m)
+{
+	const uint32_t *p[SS_BM25_MAX_PHRASE];
+	uint32_t n[SS_BM25_MAX_PHRASE], at[SS_BM25_MAX_PHRASE];
+	size_t r = 0; /* the token with the fewest positions here drives */
+	n[0] = 0;
+	for (size_t j = 0; j < m; j++) {
+		int rc = bm25_cur_positions(&t[j], &p[j]);
+		if (rc)
+			return rc;
+		n[j] = t[j].tf[t[j].pos];
+		at[j] = 0;
+		if (n[j] < n[r])
+			r = j;
+	}
+	int64_t tf = 0;
+	for (uint32_t i = 0; i < n[r]; i++) {
+		if (p[r][i] < r)
+			continue;
+		uint64_t x = p[r][i] - r; /* the start */
+		size_t j = 0;
+		for (; j < m; j++) {
+			if (j == r)
+				continue;
+			while (at[j] < n[j] && p[j][at[j]] < x + j)
+				at[j]++;
+			if (at[j] == n[j])
+				return tf; /* token j has no position left: no later start either */
+			if (p[j][at[j]] != x + j)
+				break;
+		}
+		tf += j == m;
+	}
+	return tf;
+}
+
 /* bm25_internal.h. Phrase p's documents, each with its number of
  * occurrences (every start position where its tokens stand in order,
  * overlaps counted: FTS5's phrase frequency), and its idf from their number. The documents holding every
  * token are found by the rarest token's postings, the others' cursors
  * seeking through their skip tables (a common token's blocks are decoded
- * only where the rare one has a document); each such document's positions
- * are then read. */
+ * only where the rare one has a document); in each such document the
+ * tokens' own positions, stored beside their postings (term_positions),
+ * are read; on an index without them (or for a token without them), the
+ * document's positions. */
 int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char *errmsg)
 {
 	size_t m = b->ph[p + 1] - b->ph[p], opened = 0, r = 0;
@@ -71,6 +113,13 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 		tid[j] = (uint32_t)id;
 		if (t[j].df < t[r].df)
 			r = j;
+	}
+	/* term positions for every token, or none used */
+	int tp = b->term_pos && m > 1 && !rc && opened == m;
+	for (size_t j = 0; tp && j < m; j++) {
+		int o = bm25_cur_pos_open(b, &t[j], tid[j], errmsg);
+		tp = o > 0;
+		rc = o < 0 ? o : 0;
 	}
 	said = rc != 0;
 	while (!rc && opened == m && t[r].cur != END) {
@@ -89,11 +138,18 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 		/* one token: its postings' tf is its occurrences */
 		size_t n = 0;
 		uint32_t tf = m == 1 ? t[r].tf[t[r].pos] : 0;
-		if (m > 1 && (rc = bm25_read_positions(b, d, &n, errmsg))) {
+		if (tp) {
+			int64_t f = phrase_tf(t, m);
+			if (f < 0) {
+				rc = (int)f;
+				break;
+			}
+			tf = f > UINT32_MAX ? UINT32_MAX : (uint32_t)f;
+		} else if (m > 1 && (rc = bm25_read_positions(b, d, &n, errmsg))) {
 			said = 1;
 			break;
 		}
-		for (size_t i = 0; m > 1 && i + m <= n; i++) {
+		for (size_t i = 0; !tp && m > 1 && i + m <= n; i++) {
 			size_t q = 0;
 			while (q < m && b->dseq[i + q] == tid[q])
 				q++;
