@@ -49,11 +49,9 @@ static int term_clause(ss_bm25 *b, const char *term, const term_row *row, int64_
 	return rc;
 }
 
-/* The occurrences of the phrase of t[0..m)'s terms in the document they
- * are all at (cursors with positions): the start positions x with token j
- * at x + j for every j, from each token's positions there. Returns them
- * (>= 0) or bm25_cur_positions' errors. */
-static int64_t phrase_tf(cursor *t, size_t m)
+/* phrase_tf where a token's block is of varints: the positions' lists
+ * merged, driven by the token with the fewest. */
+static int64_t phrase_tf_varint(cursor *t, size_t m)
 {
 	const uint32_t *p[SS_BM25_MAX_PHRASE];
 	uint32_t n[SS_BM25_MAX_PHRASE], at[SS_BM25_MAX_PHRASE];
@@ -87,6 +85,49 @@ static int64_t phrase_tf(cursor *t, size_t m)
 		tf += j == m;
 	}
 	return tf;
+}
+
+/* The occurrences of the phrase of t[0..m)'s terms in the document they
+ * are all at (cursors with positions): the start positions x with token j
+ * at x + j for every j, from each token's positions there. Returns them
+ * (>= 0) or bm25_cur_positions' errors. */
+static int64_t phrase_tf(cursor *t, size_t m)
+{
+	/* Blocks of one byte a position (positions below 256): token j's as a
+	 * bitmap, tested at each start the token with the fewest gives. */
+	const unsigned char *b[SS_BM25_MAX_PHRASE];
+	uint64_t bits[SS_BM25_MAX_PHRASE][4];
+	size_t r = 0, j = 0;
+	for (; j < m; j++) {
+		int rc = cur_pos_bytes(&t[j], &b[j]);
+		if (rc < 0)
+			return rc;
+		if (!rc)
+			break;
+		if (t[j].tf[t[j].pos] < t[r].tf[t[r].pos])
+			r = j;
+	}
+	if (j == m) {
+		for (j = 0; j < m; j++) {
+			if (j == r)
+				continue;
+			bits[j][0] = bits[j][1] = bits[j][2] = bits[j][3] = 0;
+			for (uint32_t i = 0, n = t[j].tf[t[j].pos]; i < n; i++)
+				bits[j][b[j][i] >> 6] |= 1ull << (b[j][i] & 63);
+		}
+		int64_t tf = 0;
+		for (uint32_t i = 0, n = t[r].tf[t[r].pos]; i < n; i++) {
+			if (b[r][i] < r)
+				continue;
+			size_t x = b[r][i] - r, k = 0; /* x: the start */
+			for (; k < m; k++)
+				if (k != r && (x + k > 255 || !(bits[k][(x + k) >> 6] >> ((x + k) & 63) & 1)))
+					break;
+			tf += k == m;
+		}
+		return tf;
+	}
+	return phrase_tf_varint(t, m);
 }
 
 /* bm25_internal.h. Phrase p's documents, each with its number of

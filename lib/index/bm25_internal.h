@@ -231,6 +231,9 @@ int bm25_cur_pos_open(ss_bm25 *b, cursor *c, uint32_t tid, char *errmsg);
  * decoding) those of the postings before. 0, SS_ERR_NOMEM, SS_ERR_FORMAT (damaged), SS_ERR_IO (errmsg
  * untouched, as bm25_load_block). */
 int bm25_cur_positions(cursor *c, const uint32_t **pos);
+/* Reads the positions of c's block c->blk (opened by bm25_cur_pos_open)
+ * into c->pbuf, from its first posting on. 0, SS_ERR_NOMEM, SS_ERR_IO. */
+int bm25_cur_pos_block(cursor *c);
 /* Document rid's positions into b->dseq (b->pos_blob opened here, closed
  * by the search); *n: their number. Returns 0, SS_ERR_NOMEM,
  * SS_ERR_FORMAT (none stored, or a damaged blob), SS_ERR_IO. */
@@ -367,6 +370,30 @@ static inline int cur_seek(cursor *c, uint32_t d, unsigned char *buf)
 		c->pos++;
 	c->cur = c->rid[c->pos];
 	return 0;
+}
+
+/* bm25_cur_positions' common case, inline: in a block of one byte a
+ * position, *pos points at the c->tf[c->pos] positions of c's term in
+ * document c->cur, in c's buffer (valid until the cursor reads another
+ * block's); returns 1. 0: the block is of varints (use
+ * bm25_cur_positions); or bm25_cur_pos_block's errors, SS_ERR_FORMAT. */
+static inline int cur_pos_bytes(cursor *c, const unsigned char **pos)
+{
+	if (!(c->pend[c->blk] & POS_BYTES))
+		return 0;
+	int rc;
+	if ((c->pblk != c->blk || c->pidx > c->pos) && (rc = bm25_cur_pos_block(c)))
+		return rc;
+	size_t i = c->poff;
+	for (; c->pidx < c->pos; c->pidx++)
+		i += c->tf[c->pidx];
+	uint32_t tf = c->tf[c->pos];
+	if (i > c->pbuf_n || c->pbuf_n - i < tf)
+		return SS_ERR_FORMAT;
+	*pos = c->pbuf + i;
+	c->pidx = c->pos + 1;
+	c->poff = i + tf;
+	return 1;
 }
 
 /* Whether rid is in ex[0..n) (sorted ascending). */

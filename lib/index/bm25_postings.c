@@ -241,24 +241,30 @@ int bm25_cur_pos_open(ss_bm25 *b, cursor *c, uint32_t tid, char *errmsg)
 	return 1;
 }
 
+int bm25_cur_pos_block(cursor *c)
+{
+	uint32_t start = c->blk ? c->pend[c->blk - 1] & ~POS_BYTES : 0, n = (c->pend[c->blk] & ~POS_BYTES) - start;
+	if (n > c->pbuf_cap) {
+		unsigned char *p = realloc(c->pbuf, n);
+		if (!p)
+			return SS_ERR_NOMEM;
+		c->pbuf = p;
+		c->pbuf_cap = n;
+	}
+	if (n && sqlite3_blob_read(c->pblob, c->pbuf, (int)n, (int)(c->n_blocks * 4 + start)) != SQLITE_OK)
+		return SS_ERR_IO;
+	c->pblk = c->blk;
+	c->pbuf_n = n;
+	c->pidx = 0;
+	c->poff = 0;
+	return 0;
+}
+
 int bm25_cur_positions(cursor *c, const uint32_t **pos)
 {
-	if (c->pblk != c->blk || c->pidx > c->pos) {
-		uint32_t start = c->blk ? c->pend[c->blk - 1] & ~POS_BYTES : 0, n = (c->pend[c->blk] & ~POS_BYTES) - start;
-		if (n > c->pbuf_cap) {
-			unsigned char *p = realloc(c->pbuf, n);
-			if (!p)
-				return SS_ERR_NOMEM;
-			c->pbuf = p;
-			c->pbuf_cap = n;
-		}
-		if (n && sqlite3_blob_read(c->pblob, c->pbuf, (int)n, (int)(c->n_blocks * 4 + start)) != SQLITE_OK)
-			return SS_ERR_IO;
-		c->pblk = c->blk;
-		c->pbuf_n = n;
-		c->pidx = 0;
-		c->poff = 0;
-	}
+	int rc;
+	if ((c->pblk != c->blk || c->pidx > c->pos) && (rc = bm25_cur_pos_block(c)))
+		return rc;
 	const unsigned char *p = c->pbuf;
 	size_t i = c->poff, n = c->pbuf_n;
 	uint64_t left = 0;
