@@ -87,16 +87,25 @@ static int64_t phrase_tf_varint(cursor *t, size_t m)
 	return tf;
 }
 
+/* Marks of the positions of a phrase's tokens in one document, for
+ * phrase_tf: mark[j][x] == gen when token j is at x (x < 256; a start
+ * plus an offset reads up to 255 + SS_BM25_MAX_PHRASE), without clearing
+ * between documents. */
+typedef struct {
+	uint32_t (*mark)[256 + SS_BM25_MAX_PHRASE]; /* [m] */
+	uint32_t gen;
+} phrase_marks;
+
 /* The occurrences of the phrase of t[0..m)'s terms in the document they
  * are all at (cursors with positions): the start positions x with token j
  * at x + j for every j, from each token's positions there. Returns them
  * (>= 0) or bm25_cur_positions' errors. */
-static int64_t phrase_tf(cursor *t, size_t m)
+static int64_t phrase_tf(cursor *t, size_t m, phrase_marks *pm)
 {
-	/* Blocks of one byte a position (positions below 256): token j's as a
-	 * bitmap, tested at each start the token with the fewest gives. */
+	/* Blocks of one byte a position (positions below 256): token j's
+	 * positions marked in pm, tested at each start the token with the
+	 * fewest gives. */
 	const unsigned char *b[SS_BM25_MAX_PHRASE];
-	uint64_t bits[SS_BM25_MAX_PHRASE][4];
 	size_t r = 0, j = 0;
 	for (; j < m; j++) {
 		int rc = cur_pos_bytes(&t[j], &b[j]);
@@ -111,9 +120,9 @@ static int64_t phrase_tf(cursor *t, size_t m)
 		for (j = 0; j < m; j++) {
 			if (j == r)
 				continue;
-			bits[j][0] = bits[j][1] = bits[j][2] = bits[j][3] = 0;
+			uint32_t *mk = pm->mark[j];
 			for (uint32_t i = 0, n = t[j].tf[t[j].pos]; i < n; i++)
-				bits[j][b[j][i] >> 6] |= 1ull << (b[j][i] & 63);
+				mk[b[j][i]] = pm->gen;
 		}
 		int64_t tf = 0;
 		for (uint32_t i = 0, n = t[r].tf[t[r].pos]; i < n; i++) {
@@ -121,9 +130,13 @@ static int64_t phrase_tf(cursor *t, size_t m)
 				continue;
 			size_t x = b[r][i] - r, k = 0; /* x: the start */
 			for (; k < m; k++)
-				if (k != r && (x + k > 255 || !(bits[k][(x + k) >> 6] >> ((x + k) & 63) & 1)))
+				if (k != r && pm->mark[k][x + k] != pm->gen)
 					break;
 			tf += k == m;
+		}
+		if (!++pm->gen) { /* wrapped: no mark may hold the new generation */
+			memset(pm->mark, 0, m * sizeof *pm->mark);
+			pm->gen = 1;
 		}
 		return tf;
 	}
@@ -162,6 +175,9 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 		tp = o > 0;
 		rc = o < 0 ? o : 0;
 	}
+	phrase_marks pm = { NULL, 1 };
+	if (tp && !(pm.mark = calloc(m, sizeof *pm.mark)))
+		rc = SS_ERR_NOMEM;
 	said = rc != 0;
 	while (!rc && opened == m && t[r].cur != END) {
 		uint32_t d = t[r].cur, next = d;
@@ -180,7 +196,7 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 		size_t n = 0;
 		uint32_t tf = m == 1 ? t[r].tf[t[r].pos] : 0;
 		if (tp) {
-			int64_t f = phrase_tf(t, m);
+			int64_t f = phrase_tf(t, m, &pm);
 			if (f < 0) {
 				rc = (int)f;
 				break;
@@ -206,6 +222,7 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 	for (size_t j = 0; j < opened; j++)
 		bm25_cur_close(&t[j]);
 	free(t);
+	free(pm.mark);
 	return rc;
 }
 
