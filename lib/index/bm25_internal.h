@@ -6,9 +6,11 @@
  *   bm25.c           the handle (open, close), the build's vocabulary, the
  *                    compound tokenizer
  *   bm25_build.c     a document's term vector and positions; the commit
- *                    that writes the postings and the corpus statistics
+ *                    that writes the postings, their positions and the
+ *                    corpus statistics
  *   bm25_postings.c  reading: corpus statistics, document lengths, a
- *                    term's postings block by block, a document's positions
+ *                    term's postings block by block and its positions in a
+ *                    document, a document's positions
  *   bm25_query.c     the query syntax, the plan (which search), the
  *                    statistics of a union of shards
  *   bm25_maxscore.c  the OR of a query's terms by MaxScore
