@@ -179,11 +179,22 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 	if (tp && !(pm.mark = calloc(m, sizeof *pm.mark)))
 		rc = SS_ERR_NOMEM;
 	said = rc != 0;
+	/* The others, rarest first: the first that lacks d moves the rarest
+	 * on, without decoding the commoner tokens' blocks. */
+	size_t ord[SS_BM25_MAX_PHRASE], n_ord = 0;
+	for (size_t j = 0; j < opened; j++) {
+		if (j == r)
+			continue;
+		size_t i = n_ord++;
+		for (; i > 0 && t[ord[i - 1]].df > t[j].df; i--)
+			ord[i] = ord[i - 1];
+		ord[i] = j;
+	}
 	while (!rc && opened == m && t[r].cur != END) {
 		uint32_t d = t[r].cur, next = d;
-		for (size_t j = 0; !rc && j < m; j++)
-			if (j != r && !(rc = cur_seek(&t[j], d, buf)) && t[j].cur > next)
-				next = t[j].cur;
+		for (size_t i = 0; !rc && i < n_ord && next == d; i++)
+			if (!(rc = cur_seek(&t[ord[i]], d, buf)))
+				next = t[ord[i]].cur;
 		if (rc)
 			break;
 		if (next == END)
