@@ -360,6 +360,13 @@ static inline int cur_seek(cursor *c, uint32_t d, unsigned char *buf)
 {
 	if (c->cur >= d)
 		return 0;
+	/* d in the decoded block (its last rid >= d): no search of the skips */
+	if (c->blk >= 0 && rd32(c->skip + c->blk * SKIP_BYTES) >= d) {
+		while (c->rid[c->pos] < d)
+			c->pos++;
+		c->cur = c->rid[c->pos];
+		return 0;
+	}
 	int64_t lo = bm25_cur_shallow(c, d);
 	if (lo == c->n_blocks) {
 		c->cur = END;
