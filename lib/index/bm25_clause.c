@@ -116,6 +116,19 @@ static int64_t phrase_tf(cursor *t, size_t m, phrase_marks *pm)
 		if (t[j].tf[t[j].pos] < t[r].tf[t[r].pos])
 			r = j;
 	}
+	if (j == m && m == 2) {
+		/* two sorted lists merged without a branch a step */
+		const unsigned char *a = b[0], *c = b[1];
+		uint32_t na = t[0].tf[t[0].pos], nc = t[1].tf[t[1].pos], i = 0, k = 0;
+		int64_t tf = 0;
+		while (i < na && k < nc) {
+			unsigned x = a[i] + 1u, y = c[k];
+			tf += x == y;
+			i += x <= y;
+			k += y <= x;
+		}
+		return tf;
+	}
 	if (j == m) {
 		for (j = 0; j < m; j++) {
 			if (j == r)
