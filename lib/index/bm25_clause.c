@@ -98,8 +98,9 @@ typedef struct {
 
 /* The occurrences of the phrase of t[0..m)'s terms in the document they
  * are all at (cursors with positions): the start positions x with token j
- * at x + j for every j, from each token's positions there. Returns them
- * (>= 0) or bm25_cur_positions' errors. */
+ * at x + j for every j, from each token's positions there (pm: scratch
+ * for m tokens, its gen moved on here). Returns them (>= 0) or
+ * bm25_cur_positions' errors. */
 static int64_t phrase_tf(cursor *t, size_t m, phrase_marks *pm)
 {
 	/* Blocks of one byte a position (positions below 256): token j's
