@@ -88,7 +88,7 @@ static void write_docs(const char *tokens_path, const char *states_path, const d
 	for (int i = 0; i < n; i++) {
 		int64_t nt = n_words(docs[i].text);
 		if (tw) {
-			int32_t tok[256] = {0};
+			int32_t tok[1024] = {0};
 			assert_true(nt <= (int64_t)(sizeof tok / sizeof *tok));
 			ss_tokens t = { (char *)docs[i].id, tok, nt, (char *)docs[i].text, strlen(docs[i].text), NULL };
 			assert_int_equal(ss_writer_put_tokens(tw, &t, NULL), 0);
@@ -823,6 +823,16 @@ static void fts5_compare(sqlite3_stmt *top, sqlite3_stmt *one, const char *expr,
 	assert_int_equal(r, n);
 }
 
+/* fts5_compare's statements on reference ref: top (a query's top k, ties
+ * by rowid) and one (a row's score). */
+static void fts5_ranking(sqlite3 *ref, sqlite3_stmt **top, sqlite3_stmt **one)
+{
+	assert_int_equal(sqlite3_prepare_v2(ref, "SELECT -bm25(fts), rowid FROM fts WHERE fts MATCH ?1 ORDER BY rank, rowid LIMIT ?2",
+					    -1, top, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(ref, "SELECT -bm25(fts) FROM fts WHERE fts MATCH ?1 AND rowid = ?2", -1, one,
+					    NULL), SQLITE_OK);
+}
+
 /* The top k is BM25's, exactly: against FTS5's bm25() over the same text
  * (the same tokenizer, compounds included; the query's distinct words
  * OR-ed) on a corpus whose common words match nearly every document, so
@@ -943,10 +953,7 @@ static void test_phrase_and_all_exact(void **state)
 	uint64_t x = 4242;
 	sqlite3 *ref = phrase_corpus(path_in("p.db"), N_DOCS, texts, ids, &x);
 	sqlite3_stmt *top, *one;
-	assert_int_equal(sqlite3_prepare_v2(ref, "SELECT -bm25(fts), rowid FROM fts WHERE fts MATCH ?1 ORDER BY rank, rowid LIMIT ?2",
-					    -1, &top, NULL), SQLITE_OK);
-	assert_int_equal(sqlite3_prepare_v2(ref, "SELECT -bm25(fts) FROM fts WHERE fts MATCH ?1 AND rowid = ?2", -1, &one,
-					    NULL), SQLITE_OK);
+	fts5_ranking(ref, &top, &one);
 	char em[SS_ERRMSG_MAX];
 	ss_index *ix;
 	assert_int_equal(ss_index_open(&ix, path_in("p.db"), em), 0);
@@ -1124,6 +1131,151 @@ static void test_positions_migrated(void **state)
 		fail_msg("%s", em);
 	ss_index_hits_free(h, n);
 	ss_index_close(ix);
+}
+
+/* Phrase queries of q_seed's sequence on the documents texts[0..n)
+ * ("p<i>" in index ix), each checked against FTS5's bm25() (ref): phrases
+ * of 2 to 4 words from anywhere in a document, late positions of long
+ * documents included. */
+static void phrases_exact(ss_index *ix, sqlite3 *ref, char **texts, int n, uint64_t q_seed)
+{
+	sqlite3_stmt *top, *one;
+	fts5_ranking(ref, &top, &one);
+	char em[SS_ERRMSG_MAX];
+	assert_int_equal(ss_index_set_query(ix, SS_INDEX_QUERY_PHRASES, em), 0);
+	uint64_t x = q_seed;
+	for (int q = 0; q < 80; q++) {
+		const char *src = texts[(ss_splitmix64(&x) >> 40) % (uint64_t)n];
+		int words = 1;
+		for (const char *c = src; (c = strchr(c, ' ')); c++)
+			words++;
+		int len = 2 + q % 3, at = (int)((ss_splitmix64(&x) >> 40) % (uint64_t)(words > len ? words - len + 1 : 1));
+		char w[32], query[256];
+		size_t qn = 0;
+		qn += (size_t)snprintf(query + qn, sizeof query - qn, "\"");
+		for (int i = 0; i < len; i++) {
+			word_at(src, at + i, w, sizeof w);
+			qn += (size_t)snprintf(query + qn, sizeof query - qn, "%s%s", i ? " " : "", w);
+		}
+		snprintf(query + qn, sizeof query - qn, "\"");
+		int k = q % 2 ? 3 : 20;
+		ss_index_hit *h;
+		int got = ss_index_query(ix, query, k, NULL, 0, &h, em);
+		if (got < 0)
+			fail_msg("query %d (%s): %s", q, query, em);
+		fts5_compare(top, one, query, k, query, q, h, got);
+		assert_true(got > 0); /* the phrase is in src */
+		ss_index_hits_free(h, got);
+	}
+	sqlite3_finalize(top);
+	sqlite3_finalize(one);
+}
+
+/* Each term's positions beside its postings (term_positions, meta.positions
+ * '2'): exact on short documents (blocks of one byte a position) and long
+ * ones (past 256 words: varint blocks); an index whose meta.positions is
+ * '1' (built before them, or since by a build that left them stale) reads
+ * the documents' positions instead, as exactly, and gets them back at its
+ * next build; damaged ones are SS_ERR_FORMAT. */
+static void test_term_positions(void **state)
+{
+	enum { N_DOCS = 300 };
+	static char ids[N_DOCS][16], *texts[N_DOCS];
+	static doc docs[N_DOCS];
+	uint64_t x = 4711;
+	for (int i = 0; i < N_DOCS; i++) {
+		/* the last third long: 12 pieces of 8 to 37 words (the first
+		 * blocks of postings are then of short documents alone) */
+		int pieces = i < 2 * N_DOCS / 3 ? 1 : 12;
+		size_t len = 0;
+		texts[i] = NULL;
+		for (int p = 0; p < pieces; p++) {
+			char *t = zipf_text(&x, 8, 30, 60, 0);
+			size_t tn = strlen(t);
+			texts[i] = realloc(texts[i], len + tn + 2);
+			assert_non_null(texts[i]);
+			if (len)
+				texts[i][len++] = ' ';
+			memcpy(texts[i] + len, t, tn + 1);
+			len += tn;
+			free(t);
+		}
+		snprintf(ids[i], sizeof ids[i], "p%d", i);
+		docs[i] = (doc){ ids[i], texts[i] };
+	}
+	write_docs(path_in("tp.tokens"), path_in("tp.states"), docs, N_DOCS, "fpA");
+	const char *in[] = { path_in("tp.tokens"), path_in("tp.states") };
+	notes nt = {0};
+	assert_int_equal(build(path_in("tp.db"), in, 2, NULL, &nt), 0);
+	sqlite3 *ref = fts5_reference(texts, N_DOCS), *db;
+	sqlite3_stmt *st;
+	char em[SS_ERRMSG_MAX];
+	ss_index *ix;
+
+	/* both kinds of block are there */
+	assert_int_equal(sqlite3_open(path_in("tp.db"), &db), SQLITE_OK);
+	/* (a first block of one byte a position: the top bit of its end, the
+	 * blob's 4th byte, 7th and 8th hex digits; the positions past 255 of
+	 * the long documents are in varint blocks) */
+	assert_int_equal(sqlite3_prepare_v2(db, "SELECT (SELECT value FROM meta WHERE key = 'positions'),"
+						" (SELECT count(*) FROM term_positions),"
+						" (SELECT sum(substr(hex(pos), 7, 1) >= '8') FROM term_positions)",
+					    -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	assert_string_equal((const char *)sqlite3_column_text(st, 0), "2");
+	assert_true(sqlite3_column_int(st, 1) > 50);
+	assert_true(sqlite3_column_int(st, 2) > 0);
+	sqlite3_finalize(st);
+	assert_int_equal(ss_index_open(&ix, path_in("tp.db"), em), 0);
+	phrases_exact(ix, ref, texts, N_DOCS, 99);
+	ss_index_close(ix);
+
+	/* the layout before: term_positions stale (here zeroed), never read */
+	assert_int_equal(sqlite3_exec(db, "UPDATE meta SET value = '1' WHERE key = 'positions';"
+					  "UPDATE term_positions SET pos = zeroblob(length(pos))", 0, 0, 0), SQLITE_OK);
+	assert_int_equal(ss_index_open(&ix, path_in("tp.db"), em), 0);
+	phrases_exact(ix, ref, texts, N_DOCS, 99);
+	ss_index_close(ix);
+	/* the next build writes them again */
+	assert_int_equal(build(path_in("tp.db"), NULL, 0, NULL, &nt), 0);
+	assert_int_equal(sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'positions'", -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	assert_string_equal((const char *)sqlite3_column_text(st, 0), "2");
+	sqlite3_finalize(st);
+	assert_int_equal(ss_index_open(&ix, path_in("tp.db"), em), 0);
+	phrases_exact(ix, ref, texts, N_DOCS, 99);
+	ss_index_close(ix);
+
+	/* damaged: a block table past the blob's end, a blob cut short */
+	static const char *damage[] = {
+		"UPDATE term_positions SET pos = x'ffffff7f' || substr(pos, 5)",
+		"UPDATE term_positions SET pos = substr(pos, 1, length(pos) - 1)",
+	};
+	for (size_t d = 0; d < sizeof damage / sizeof *damage; d++) {
+		assert_int_equal(sqlite3_exec(db, "SAVEPOINT d", 0, 0, 0), SQLITE_OK);
+		assert_int_equal(sqlite3_exec(db, damage[d], 0, 0, 0), SQLITE_OK);
+		assert_int_equal(sqlite3_exec(db, "RELEASE d", 0, 0, 0), SQLITE_OK);
+		assert_int_equal(ss_index_open(&ix, path_in("tp.db"), em), 0);
+		assert_int_equal(ss_index_set_query(ix, SS_INDEX_QUERY_PHRASES, em), 0);
+		ss_index_hit *h;
+		/* a phrase of t1 (the commonest word) after every word it follows */
+		int rc = 0;
+		char q[64];
+		for (int w = 1; w <= 60 && rc != SS_ERR_FORMAT; w++) {
+			snprintf(q, sizeof q, "\"t%d t1\"", w);
+			rc = ss_index_query(ix, q, 5, NULL, 0, &h, em);
+			if (rc > 0)
+				ss_index_hits_free(h, rc);
+		}
+		assert_int_equal(rc, SS_ERR_FORMAT);
+		assert_non_null(strstr(em, "damaged"));
+		ss_index_close(ix);
+		assert_int_equal(build(path_in("tp.db"), NULL, 0, NULL, &nt), 0);
+	}
+	sqlite3_close(db);
+	sqlite3_close(ref);
+	for (int i = 0; i < N_DOCS; i++)
+		free(texts[i]);
 }
 
 /* The pruned top k (MaxScore, block maxima) is the exhaustive one for BM25
@@ -1902,6 +2054,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_phrase_and_all_exact, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_proximity, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_positions_migrated, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_term_positions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compound_words, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_postings, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reader_sees_later_build, setup, teardown),

@@ -28,10 +28,24 @@
  *                              from the previous block's last rid.
  *   positions(rid, seq)        a document's tokens in order (compounds left
  *                              out): varint tid each; n_terms of them.
- *                              meta.positions = '1' when every document has
- *                              its row (an index built before positions
- *                              existed gets them, from its texts, at its
- *                              next build's commit).
+ *                              meta.positions = '2' when every document has
+ *                              its row and term_positions is written from
+ *                              them; '1': the rows alone (built before
+ *                              term_positions, or by a build of that time
+ *                              since, which leaves term_positions stale);
+ *                              either way the next build's commit fills in
+ *                              what is missing (from the texts) and writes '2'.
+ *   term_positions(tid, pos)   a term's positions beside its postings (a
+ *                              compound has no row): u32 per block of the
+ *                              postings, the end of its positions in the
+ *                              data (little endian; top bit POS_BYTES: one
+ *                              byte a position); data: for each posting in
+ *                              order, its tf positions (token offsets in the
+ *                              document), ascending: in a POS_BYTES block
+ *                              (every position of the block below 256) one
+ *                              byte each, else varint deltas, the first from
+ *                              0. Phrases read these; proximity reads
+ *                              positions.seq.
  *   bm25(one = 1, n_docs, n_terms, max_rid, doclen)
  *                              corpus statistics; doclen: u32 n_terms per
  *                              rid, 0..max_rid.
@@ -79,12 +93,15 @@ int ss_bm25_terms(ss_bm25 *b, const char *text, size_t len, const void **vec, si
 
 /* Rewrites terms.df/maxw/postings and the bm25 row from every document's
  * term vector (inside the caller's write transaction); drops terms no
- * document holds. Memory: about the size of the postings. Returns 0 or a
+ * document holds. positions != 0 (every document has its positions row):
+ * term_positions is rewritten from the positions rows as well, else
+ * emptied; the caller sets meta.positions. Memory: about the size of the
+ * postings and their positions, plus 12 bytes a term. Returns 0 or a
  * negative SS_ERR_*: SS_ERR_FORMAT for a damaged index (a docs.rid outside
- * 1..SS_BM25_MAX_RID, naming the document; a damaged term vector),
- * SS_ERR_TOO_LARGE for a blob past SQLite's length limit, SS_ERR_IO; the
- * caller then rolls the transaction back. */
-int ss_bm25_commit(ss_bm25 *b, char *errmsg);
+ * 1..SS_BM25_MAX_RID, naming the document; a damaged term vector or
+ * positions row), SS_ERR_TOO_LARGE for a blob past SQLite's length limit,
+ * SS_ERR_IO; the caller then rolls the transaction back. */
+int ss_bm25_commit(ss_bm25 *b, int positions, char *errmsg);
 
 /* Sets k1 (>= 0) and b (in [0, 1]) of the following searches (default
  * SS_BM25_K1, SS_BM25_B; the caller checks the ranges). Postings keep the
@@ -151,7 +168,7 @@ int ss_bm25_search(ss_bm25 *b, const char *query, unsigned flags, int k, const i
 /* Adds this index's statistics for `query` (parsed under flags as
  * ss_bm25_search does) to *g: n_docs, n_terms, and each query term's and
  * phrase's df (a phrase's: the documents holding it, found by reading
- * their positions, as the search does). *g starts zeroed; the first call
+ * their tokens' positions, as the search does). *g starts zeroed; the first call
  * sizes g->df/g->pdf by the query (freed by ss_bm25_global_free). Runs in
  * the caller's read transaction. What it read (each term's row, each
  * phrase's documents) is kept in b for the next ss_bm25_search of the same

@@ -49,13 +49,123 @@ static int term_clause(ss_bm25 *b, const char *term, const term_row *row, int64_
 	return rc;
 }
 
+/* phrase_tf where a token's block is of varints: the positions' lists
+ * merged, driven by the token with the fewest. */
+static int64_t phrase_tf_varint(cursor *t, size_t m)
+{
+	const uint32_t *p[SS_BM25_MAX_PHRASE];
+	uint32_t n[SS_BM25_MAX_PHRASE], at[SS_BM25_MAX_PHRASE];
+	size_t r = 0; /* the token with the fewest positions here drives */
+	n[0] = 0;
+	for (size_t j = 0; j < m; j++) {
+		int rc = bm25_cur_positions(&t[j], &p[j]);
+		if (rc)
+			return rc;
+		n[j] = t[j].tf[t[j].pos];
+		at[j] = 0;
+		if (n[j] < n[r])
+			r = j;
+	}
+	int64_t tf = 0;
+	for (uint32_t i = 0; i < n[r]; i++) {
+		if (p[r][i] < r)
+			continue;
+		uint64_t x = p[r][i] - r; /* the start */
+		size_t j = 0;
+		for (; j < m; j++) {
+			if (j == r)
+				continue;
+			while (at[j] < n[j] && p[j][at[j]] < x + j)
+				at[j]++;
+			if (at[j] == n[j])
+				return tf; /* token j has no position left: no later start either */
+			if (p[j][at[j]] != x + j)
+				break;
+		}
+		tf += j == m;
+	}
+	return tf;
+}
+
+/* Marks of the positions of a phrase's tokens in one document, for
+ * phrase_tf: mark[j][x] == gen when token j is at x (x < 256; a start
+ * plus an offset reads up to 255 + SS_BM25_MAX_PHRASE), without clearing
+ * between documents. */
+typedef struct {
+	uint32_t (*mark)[256 + SS_BM25_MAX_PHRASE]; /* [m] */
+	uint32_t gen;
+} phrase_marks;
+
+/* The occurrences of the phrase of t[0..m)'s terms in the document they
+ * are all at (cursors with positions): the start positions x with token j
+ * at x + j for every j, from each token's positions there (pm: scratch
+ * for m tokens, its gen moved on here). Returns them (>= 0) or
+ * bm25_cur_positions' errors. */
+static int64_t phrase_tf(cursor *t, size_t m, phrase_marks *pm)
+{
+	/* Blocks of one byte a position (positions below 256): token j's
+	 * positions marked in pm, tested at each start the token with the
+	 * fewest gives. */
+	const unsigned char *b[SS_BM25_MAX_PHRASE];
+	size_t r = 0, j = 0;
+	for (; j < m; j++) {
+		int rc = cur_pos_bytes(&t[j], &b[j]);
+		if (rc < 0)
+			return rc;
+		if (!rc)
+			break;
+		if (t[j].tf[t[j].pos] < t[r].tf[t[r].pos])
+			r = j;
+	}
+	if (j == m && m == 2) {
+		/* two sorted lists merged without a branch a step */
+		const unsigned char *a = b[0], *c = b[1];
+		uint32_t na = t[0].tf[t[0].pos], nc = t[1].tf[t[1].pos], i = 0, k = 0;
+		int64_t tf = 0;
+		while (i < na && k < nc) {
+			unsigned x = a[i] + 1u, y = c[k];
+			tf += x == y;
+			i += x <= y;
+			k += y <= x;
+		}
+		return tf;
+	}
+	if (j == m) {
+		for (j = 0; j < m; j++) {
+			if (j == r)
+				continue;
+			uint32_t *mk = pm->mark[j];
+			for (uint32_t i = 0, n = t[j].tf[t[j].pos]; i < n; i++)
+				mk[b[j][i]] = pm->gen;
+		}
+		int64_t tf = 0;
+		for (uint32_t i = 0, n = t[r].tf[t[r].pos]; i < n; i++) {
+			if (b[r][i] < r)
+				continue;
+			size_t x = b[r][i] - r, k = 0; /* x: the start */
+			for (; k < m; k++)
+				if (k != r && pm->mark[k][x + k] != pm->gen)
+					break;
+			tf += k == m;
+		}
+		if (!++pm->gen) { /* wrapped: no mark may hold the new generation */
+			memset(pm->mark, 0, m * sizeof *pm->mark);
+			pm->gen = 1;
+		}
+		return tf;
+	}
+	return phrase_tf_varint(t, m);
+}
+
 /* bm25_internal.h. Phrase p's documents, each with its number of
  * occurrences (every start position where its tokens stand in order,
  * overlaps counted: FTS5's phrase frequency), and its idf from their number. The documents holding every
  * token are found by the rarest token's postings, the others' cursors
  * seeking through their skip tables (a common token's blocks are decoded
- * only where the rare one has a document); each such document's positions
- * are then read. */
+ * only where the rare one has a document); in each such document the
+ * tokens' own positions, stored beside their postings (term_positions),
+ * are read; on an index without them (or for a token without them), the
+ * document's positions. */
 int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char *errmsg)
 {
 	size_t m = b->ph[p + 1] - b->ph[p], opened = 0, r = 0;
@@ -72,12 +182,33 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 		if (t[j].df < t[r].df)
 			r = j;
 	}
+	/* term positions for every token, or none used */
+	int tp = b->term_pos && m > 1 && !rc && opened == m;
+	for (size_t j = 0; tp && j < m; j++) {
+		int o = bm25_cur_pos_open(b, &t[j], tid[j], errmsg);
+		tp = o > 0;
+		rc = o < 0 ? o : 0;
+	}
+	phrase_marks pm = { NULL, 1 };
+	if (tp && !(pm.mark = calloc(m, sizeof *pm.mark)))
+		rc = SS_ERR_NOMEM;
 	said = rc != 0;
+	/* The others, rarest first: the first that lacks d moves the rarest
+	 * on, without decoding the commoner tokens' blocks. */
+	size_t ord[SS_BM25_MAX_PHRASE], n_ord = 0;
+	for (size_t j = 0; j < opened; j++) {
+		if (j == r)
+			continue;
+		size_t i = n_ord++;
+		for (; i > 0 && t[ord[i - 1]].df > t[j].df; i--)
+			ord[i] = ord[i - 1];
+		ord[i] = j;
+	}
 	while (!rc && opened == m && t[r].cur != END) {
 		uint32_t d = t[r].cur, next = d;
-		for (size_t j = 0; !rc && j < m; j++)
-			if (j != r && !(rc = cur_seek(&t[j], d, buf)) && t[j].cur > next)
-				next = t[j].cur;
+		for (size_t i = 0; !rc && i < n_ord && next == d; i++)
+			if (!(rc = cur_seek(&t[ord[i]], d, buf)))
+				next = t[ord[i]].cur;
 		if (rc)
 			break;
 		if (next == END)
@@ -89,11 +220,18 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 		/* one token: its postings' tf is its occurrences */
 		size_t n = 0;
 		uint32_t tf = m == 1 ? t[r].tf[t[r].pos] : 0;
-		if (m > 1 && (rc = bm25_read_positions(b, d, &n, errmsg))) {
+		if (tp) {
+			int64_t f = phrase_tf(t, m, &pm);
+			if (f < 0) {
+				rc = (int)f;
+				break;
+			}
+			tf = f > UINT32_MAX ? UINT32_MAX : (uint32_t)f;
+		} else if (m > 1 && (rc = bm25_read_positions(b, d, &n, errmsg))) {
 			said = 1;
 			break;
 		}
-		for (size_t i = 0; m > 1 && i + m <= n; i++) {
+		for (size_t i = 0; !tp && m > 1 && i + m <= n; i++) {
 			size_t q = 0;
 			while (q < m && b->dseq[i + q] == tid[q])
 				q++;
@@ -109,6 +247,7 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 	for (size_t j = 0; j < opened; j++)
 		bm25_cur_close(&t[j]);
 	free(t);
+	free(pm.mark);
 	return rc;
 }
 

@@ -6,9 +6,11 @@
  *   bm25.c           the handle (open, close), the build's vocabulary, the
  *                    compound tokenizer
  *   bm25_build.c     a document's term vector and positions; the commit
- *                    that writes the postings and the corpus statistics
+ *                    that writes the postings, their positions and the
+ *                    corpus statistics
  *   bm25_postings.c  reading: corpus statistics, document lengths, a
- *                    term's postings block by block, a document's positions
+ *                    term's postings block by block and its positions in a
+ *                    document, a document's positions
  *   bm25_query.c     the query syntax, the plan (which search), the
  *                    statistics of a union of shards
  *   bm25_maxscore.c  the OR of a query's terms by MaxScore
@@ -34,6 +36,9 @@
 #define BLOCK 128
 #define SKIP_BYTES 12
 #define BLOCK_MAX_BYTES (BLOCK * 20)
+/* A term_positions block end's flag: the block's positions are one byte
+ * each, absolute (every one below 256), not varint deltas (bm25.h). */
+#define POS_BYTES 0x80000000u
 /* A relative margin on every pruning test, so that rounding in the bounds
  * (float block maxima, sums in another order) never drops a document
  * that belongs in the top k. */
@@ -112,6 +117,7 @@ struct ss_bm25 {
 	double lscale; /* bound on w(global avgdl) / w(this index's avgdl), >= 1 */
 	const ss_bm25_global *g; /* NULL: this index alone */
 	int64_t pos_version; /* stats_version when meta.positions was found set; -1: not checked */
+	int term_pos;        /* meta.positions is '2': term_positions holds each term's positions */
 	/* What ss_bm25_stats learnt of query kept_query (parsed under
 	 * kept_flags, file at kept_version) for the search of the same query
 	 * that follows it: its terms' rows and its phrases' documents (moved
@@ -140,6 +146,17 @@ typedef struct {
 	uint32_t rid[BLOCK], tf[BLOCK];
 	uint32_t cur;   /* current rid; END past the last */
 	int qi;         /* the term's place in b->qterms */
+	/* The term's positions (term_positions), read a block at a time
+	 * when first asked for (bm25_cur_positions); pblob NULL: not opened. */
+	sqlite3_blob *pblob;
+	uint32_t *pend;      /* [n_blocks]: each block's end in the positions */
+	unsigned char *pbuf; /* block pblk's positions, pbuf_n bytes */
+	size_t pbuf_n, pbuf_cap;
+	int64_t pblk;        /* -1: none */
+	int pidx;            /* pbuf[poff..] holds the positions of posting pidx of the block on */
+	size_t poff;
+	uint32_t *ppos;      /* the positions bm25_cur_positions returned, [ppos_cap] */
+	size_t ppos_cap;
 } cursor;
 
 /* ------------------------------------------------------------------ bm25.c */
@@ -204,6 +221,21 @@ int bm25_read_error(ss_bm25 *b, int rc, char *errmsg);
  * document (meta.positions, lib/index/index_build.c): 0 or
  * SS_ERR_UNSUPPORTED, SS_ERR_IO with errmsg. */
 int bm25_check_positions(ss_bm25 *b, char *errmsg);
+/* Opens the positions of c's term (id tid) in term_positions: 1, 0 when
+ * the term has none (a compound; phrases then read the documents'
+ * positions), SS_ERR_FORMAT (their block table disagrees with the
+ * postings), SS_ERR_NOMEM, SS_ERR_IO with errmsg. Closed by bm25_cur_close. */
+int bm25_cur_pos_open(ss_bm25 *b, cursor *c, uint32_t tid, char *errmsg);
+/* The positions of c's term in document c->cur (c opened by
+ * bm25_cur_pos_open, c->cur != END): *pos (c->tf[c->pos] of them,
+ * ascending, token offsets in the document) owned by c, valid until the
+ * next call. Reads the block's positions once, and skips (without
+ * decoding) those of the postings before. 0, SS_ERR_NOMEM, SS_ERR_FORMAT (damaged), SS_ERR_IO (errmsg
+ * untouched, as bm25_load_block). */
+int bm25_cur_positions(cursor *c, const uint32_t **pos);
+/* Reads the positions of c's block c->blk (opened by bm25_cur_pos_open)
+ * into c->pbuf, from its first posting on. 0, SS_ERR_NOMEM, SS_ERR_IO. */
+int bm25_cur_pos_block(cursor *c);
 /* Document rid's positions into b->dseq (b->pos_blob opened here, closed
  * by the search); *n: their number. Returns 0, SS_ERR_NOMEM,
  * SS_ERR_FORMAT (none stored, or a damaged blob), SS_ERR_IO. */
@@ -328,6 +360,13 @@ static inline int cur_seek(cursor *c, uint32_t d, unsigned char *buf)
 {
 	if (c->cur >= d)
 		return 0;
+	/* d in the decoded block (its last rid >= d): no search of the skips */
+	if (c->blk >= 0 && rd32(c->skip + c->blk * SKIP_BYTES) >= d) {
+		while (c->rid[c->pos] < d)
+			c->pos++;
+		c->cur = c->rid[c->pos];
+		return 0;
+	}
 	int64_t lo = bm25_cur_shallow(c, d);
 	if (lo == c->n_blocks) {
 		c->cur = END;
@@ -340,6 +379,30 @@ static inline int cur_seek(cursor *c, uint32_t d, unsigned char *buf)
 		c->pos++;
 	c->cur = c->rid[c->pos];
 	return 0;
+}
+
+/* bm25_cur_positions' common case, inline: in a block of one byte a
+ * position, *pos points at the c->tf[c->pos] positions of c's term in
+ * document c->cur, in c's buffer (valid until the cursor reads another
+ * block's); returns 1. 0: the block is of varints (use
+ * bm25_cur_positions); or bm25_cur_pos_block's errors, SS_ERR_FORMAT. */
+static inline int cur_pos_bytes(cursor *c, const unsigned char **pos)
+{
+	if (!(c->pend[c->blk] & POS_BYTES))
+		return 0;
+	int rc;
+	if ((c->pblk != c->blk || c->pidx > c->pos) && (rc = bm25_cur_pos_block(c)))
+		return rc;
+	size_t i = c->poff;
+	for (; c->pidx < c->pos; c->pidx++)
+		i += c->tf[c->pidx];
+	uint32_t tf = c->tf[c->pos];
+	if (i > c->pbuf_n || c->pbuf_n - i < tf)
+		return SS_ERR_FORMAT;
+	*pos = c->pbuf + i;
+	c->pidx = c->pos + 1;
+	c->poff = i + tf;
+	return 1;
 }
 
 /* Whether rid is in ex[0..n) (sorted ascending). */

@@ -88,6 +88,23 @@ int bm25_load_block(cursor *c, int64_t blk, unsigned char *buf)
 	uint64_t rid = blk ? rd32(c->skip + (blk - 1) * SKIP_BYTES) : 0, d, tf;
 	size_t i = 0, n = end - start;
 	int k = 0;
+	if (n == 2 * BLOCK) {
+		/* A full block of one-byte varints (a common term's), when no
+		 * byte has its top bit: 128 pairs, decoded without a test each. */
+		unsigned char top = 0;
+		for (size_t j = 0; j < n; j++)
+			top |= buf[j];
+		if (!(top & 0x80)) {
+			for (; k < BLOCK; k++) {
+				rid += buf[2 * k];
+				c->rid[k] = (uint32_t)rid;
+				c->tf[k] = buf[2 * k + 1];
+			}
+			if (rid >= END)
+				return SS_ERR_FORMAT;
+			i = n;
+		}
+	}
 	while (i < n && k < BLOCK) {
 		/* One byte each, the common case, without the general loop. */
 		if (i + 1 < n && buf[i] < 0x80 && buf[i + 1] < 0x80) {
@@ -210,6 +227,114 @@ void bm25_cur_close(cursor *t)
 {
 	sqlite3_blob_close(t->blob);
 	free(t->skip);
+	sqlite3_blob_close(t->pblob);
+	free(t->pend);
+	free(t->pbuf);
+	free(t->ppos);
+}
+
+int bm25_cur_pos_open(ss_bm25 *b, cursor *c, uint32_t tid, char *errmsg)
+{
+	int s = sqlite3_blob_open(b->db, "main", "term_positions", "pos", tid, 0, &c->pblob);
+	if (s != SQLITE_OK) {
+		sqlite3_blob_close(c->pblob);
+		c->pblob = NULL;
+		return s == SQLITE_ERROR ? 0 : bm25_sqlfail(b, errmsg, "reading positions");
+	}
+	size_t size = (size_t)sqlite3_blob_bytes(c->pblob), nb = c->n_blocks;
+	if (!(c->pend = malloc(nb * sizeof *c->pend)))
+		return SS_ERR_NOMEM;
+	if (size < nb * 4 || sqlite3_blob_read(c->pblob, c->pend, (int)(nb * 4), 0) != SQLITE_OK)
+		return ss_errf(errmsg, SS_ERR_FORMAT, "damaged positions of term %u", tid);
+	uint32_t prev = 0;
+	for (size_t i = 0; i < nb; i++) {
+		c->pend[i] = rd32((const unsigned char *)&c->pend[i]);
+		uint32_t end = c->pend[i] & ~POS_BYTES;
+		if (end < prev || end > size - nb * 4)
+			return ss_errf(errmsg, SS_ERR_FORMAT, "damaged positions of term %u", tid);
+		prev = end;
+	}
+	c->pblk = -1;
+	return 1;
+}
+
+int bm25_cur_pos_block(cursor *c)
+{
+	uint32_t start = c->blk ? c->pend[c->blk - 1] & ~POS_BYTES : 0, n = (c->pend[c->blk] & ~POS_BYTES) - start;
+	if (n > c->pbuf_cap) {
+		unsigned char *p = realloc(c->pbuf, n);
+		if (!p)
+			return SS_ERR_NOMEM;
+		c->pbuf = p;
+		c->pbuf_cap = n;
+	}
+	if (n && sqlite3_blob_read(c->pblob, c->pbuf, (int)n, (int)(c->n_blocks * 4 + start)) != SQLITE_OK)
+		return SS_ERR_IO;
+	c->pblk = c->blk;
+	c->pbuf_n = n;
+	c->pidx = 0;
+	c->poff = 0;
+	return 0;
+}
+
+int bm25_cur_positions(cursor *c, const uint32_t **pos)
+{
+	int rc;
+	if ((c->pblk != c->blk || c->pidx > c->pos) && (rc = bm25_cur_pos_block(c)))
+		return rc;
+	const unsigned char *p = c->pbuf;
+	size_t i = c->poff, n = c->pbuf_n;
+	uint64_t left = 0;
+	for (; c->pidx < c->pos; c->pidx++)
+		left += c->tf[c->pidx];
+	uint32_t tf = c->tf[c->pos];
+	if (tf > c->ppos_cap) {
+		uint32_t *q = realloc(c->ppos, (size_t)tf * sizeof *q);
+		if (!q)
+			return SS_ERR_NOMEM;
+		c->ppos = q;
+		c->ppos_cap = tf;
+	}
+	if (c->pend[c->blk] & POS_BYTES) { /* one byte a position */
+		if ((i += left) > n || n - i < tf)
+			return SS_ERR_FORMAT;
+		for (uint32_t j = 0; j < tf; j++)
+			c->ppos[j] = p[i + j];
+		c->pidx = c->pos + 1;
+		c->poff = i + tf;
+		*pos = c->ppos;
+		return 0;
+	}
+	/* The positions of the postings before: a varint ends at a byte below
+	 * 0x80, so skipping them counts those bytes, 8 at a time. */
+	while (left >= 8 && i + 8 <= n) {
+		uint64_t w;
+		memcpy(&w, p + i, 8);
+		unsigned ends = (unsigned)__builtin_popcountll(~w & 0x8080808080808080ull);
+		if (ends > left)
+			break;
+		left -= ends;
+		i += 8;
+	}
+	for (; left; i++) {
+		if (i >= n)
+			return SS_ERR_FORMAT;
+		left -= p[i] < 0x80;
+	}
+	uint64_t at = 0, d;
+	for (uint32_t j = 0; j < tf; j++) {
+		if (i < n && p[i] < 0x80)
+			d = p[i++];
+		else if (get_varint(p, n, &i, &d))
+			return SS_ERR_FORMAT;
+		if ((at += d) > UINT32_MAX)
+			return SS_ERR_FORMAT;
+		c->ppos[j] = (uint32_t)at;
+	}
+	c->pidx = c->pos + 1;
+	c->poff = i;
+	*pos = c->ppos;
+	return 0;
 }
 
 int bm25_check_positions(ss_bm25 *b, char *errmsg)
@@ -218,10 +343,15 @@ int bm25_check_positions(ss_bm25 *b, char *errmsg)
 	int ok = 0;
 	if (b->pos_version == b->stats_version)
 		return 0;
-	if (sqlite3_prepare_v2(b->db, "SELECT value = '1' FROM meta WHERE key = 'positions'", -1, &st, NULL) != SQLITE_OK)
+	/* '1': the documents' positions alone (built before term_positions,
+	 * or by a build of that time since: term_positions may be stale). */
+	if (sqlite3_prepare_v2(b->db, "SELECT value FROM meta WHERE key = 'positions'", -1, &st, NULL) != SQLITE_OK)
 		return bm25_sqlfail(b, errmsg, "sqlite");
-	if (sqlite3_step(st) == SQLITE_ROW)
-		ok = sqlite3_column_int(st, 0);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		const char *v = (const char *)sqlite3_column_text(st, 0);
+		ok = v && (!strcmp(v, "1") || !strcmp(v, "2"));
+		b->term_pos = v && !strcmp(v, "2");
+	}
 	sqlite3_finalize(st);
 	if (!ok)
 		return ss_errf(errmsg, SS_ERR_UNSUPPORTED,

@@ -152,11 +152,14 @@ static int build_begin(ss_index *ix, char *errmsg)
 	 * way; the schema becomes 4 only once a document is stateless.
 	 * positions (the word order, for phrases and proximity) too: the commit
 	 * fills in those of older documents from their stored texts and says
-	 * in meta.positions whether every document has them. */
+	 * in meta.positions whether every document has them; and
+	 * term_positions (each term's positions beside its postings, written
+	 * by the commit from positions) after them. */
 	if ((rc = ix_exec(ix, "CREATE TABLE IF NOT EXISTS texts(rid INTEGER PRIMARY KEY, text BLOB NOT NULL);"
 			      "CREATE TABLE IF NOT EXISTS tokens(rid INTEGER PRIMARY KEY, tokens BLOB NOT NULL);"
 			      "CREATE TABLE IF NOT EXISTS stateless(rid INTEGER PRIMARY KEY, dtype TEXT NOT NULL);"
 			      "CREATE TABLE IF NOT EXISTS positions(rid INTEGER PRIMARY KEY, seq BLOB NOT NULL);"
+			      "CREATE TABLE IF NOT EXISTS term_positions(tid INTEGER PRIMARY KEY, pos BLOB NOT NULL);"
 			      "CREATE TEMP TABLE touched(rid INTEGER PRIMARY KEY);"
 			      "CREATE TEMP TABLE hits(id TEXT PRIMARY KEY, n INTEGER NOT NULL)", errmsg)))
 		return rc;

@@ -10,10 +10,13 @@
 #include <string.h>
 
 /* Positions for the documents that have none (indexed by a build before
- * positions existed) from their stored texts, then meta.positions: '1'
- * when every document has them, else '0' (phrases and proximity are
- * then refused: lib/index/bm25_postings.c). */
-static int migrate_positions(ss_index *ix, char *errmsg)
+ * positions existed) from their stored texts, then meta.positions: '2'
+ * when every document has them (*complete 1: the commit then writes each
+ * term's positions beside its postings, term_positions), else '0'
+ * (phrases and proximity are then refused: lib/index/bm25_postings.c).
+ * '1', the value builds before term_positions wrote (and still write:
+ * they leave term_positions stale), says that positions alone are there. */
+static int migrate_positions(ss_index *ix, int *complete, char *errmsg)
 {
 	sqlite3_stmt *st;
 	int rc = ix_prep(ix, &st,
@@ -34,12 +37,18 @@ static int migrate_positions(ss_index *ix, char *errmsg)
 	if (!rc && s != SQLITE_DONE)
 		rc = ix_sqlerr(ix, errmsg, "reading the texts");
 	sqlite3_finalize(st);
-	if (rc)
+	if (rc || (rc = ix_exec(ix, "DELETE FROM positions WHERE rid NOT IN (SELECT rid FROM docs);"
+				    "INSERT INTO meta VALUES('positions', CASE WHEN EXISTS(SELECT 1 FROM docs"
+				    " WHERE rid NOT IN (SELECT rid FROM positions)) THEN '0' ELSE '2' END)"
+				    " ON CONFLICT(key) DO UPDATE SET value = excluded.value", errmsg)) ||
+	    (rc = ix_prep(ix, &st, "SELECT value = '2' FROM meta WHERE key = 'positions'", errmsg)))
 		return rc;
-	return ix_exec(ix, "DELETE FROM positions WHERE rid NOT IN (SELECT rid FROM docs);"
-			   "INSERT INTO meta VALUES('positions', CASE WHEN EXISTS(SELECT 1 FROM docs"
-			   " WHERE rid NOT IN (SELECT rid FROM positions)) THEN '0' ELSE '1' END)"
-			   " ON CONFLICT(key) DO UPDATE SET value = excluded.value", errmsg);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		*complete = sqlite3_column_int(st, 0);
+	else
+		rc = ix_sqlerr(ix, errmsg, "sqlite");
+	sqlite3_finalize(st);
+	return rc;
 }
 
 /* A document the commit leaves out (docs AS d): no text, or no state and
@@ -352,12 +361,12 @@ int ss_index_commit(ss_index *ix, ss_index_note_fn note, void *ctx, ss_index_bui
 	if (!ix || !ix->building || ix->committed)
 		return ss_errf(errmsg, SS_ERR_INVALID, "index not open for a build");
 	char fp0[SS_ERRMSG_MAX / 4] = "";
-	int rc;
+	int rc, positions = 0;
 	if ((rc = check_ids(ix, errmsg)) || (rc = make_stateless(ix, stats, errmsg)) ||
 	    (rc = note_incomplete(ix, note, ctx, stats, errmsg)) || (rc = drop_incomplete(ix, stats, errmsg)) ||
 	    (rc = note_token_counts(ix, note, ctx, stats, errmsg)) || (rc = check_one_model(ix, fp0, errmsg)) ||
 	    (rc = count_docs(ix, stats, errmsg)) || (rc = write_meta(ix, fp0, errmsg)) ||
-	    (rc = migrate_positions(ix, errmsg)) || (rc = ss_bm25_commit(ix->bm25, errmsg)) ||
+	    (rc = migrate_positions(ix, &positions, errmsg)) || (rc = ss_bm25_commit(ix->bm25, positions, errmsg)) ||
 	    (rc = ix_exec(ix, "COMMIT", errmsg))) {
 		sqlite3_exec(ix->db, "ROLLBACK", NULL, NULL, NULL);
 		ix->building = 0;
