@@ -218,9 +218,11 @@ static int64_t phrase_tf(cursor *t, size_t m)
 	 * offset: the tokens after the first that leaves none are not read
 	 * (their blocks' positions, most often, not at all). */
 	size_t o[SS_BM25_MAX_PHRASE];
+	uint64_t key[SS_BM25_MAX_PHRASE]; /* tokens whose block's positions are read already first */
 	for (size_t j = 0; j < m; j++) {
+		key[j] = (uint64_t)(t[j].pblk != t[j].blk) << 32 | t[j].tf[t[j].pos];
 		size_t i = j;
-		for (; i > 0 && t[o[i - 1]].tf[t[o[i - 1]].pos] > t[j].tf[t[j].pos]; i--)
+		for (; i > 0 && key[o[i - 1]] > key[j]; i--)
 			o[i] = o[i - 1];
 		o[i] = j;
 	}
