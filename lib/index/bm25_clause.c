@@ -213,10 +213,11 @@ static int64_t phrase_tf(cursor *t, size_t m)
 		}
 		return pair_tf_bytes(b[0], t[0].tf[t[0].pos], b[1], t[1].tf[t[1].pos]);
 	}
-	/* The starts the token with the fewest positions here gives, kept
-	 * where each other token (fewest positions first) stands at its
-	 * offset: the tokens after the first that leaves none are not read
-	 * (their blocks' positions, most often, not at all). */
+	/* The starts the first token gives, kept where each other token
+	 * stands at its offset, those whose block's positions are read
+	 * already first, then fewest positions first: the tokens after the
+	 * first that leaves none are not read (their blocks' positions, most
+	 * often, not at all). */
 	size_t o[SS_BM25_MAX_PHRASE];
 	uint64_t key[SS_BM25_MAX_PHRASE]; /* tokens whose block's positions are read already first */
 	for (size_t j = 0; j < m; j++) {
