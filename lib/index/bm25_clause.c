@@ -7,6 +7,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 static int clause_push(clause *c, uint32_t rid, uint32_t tf)
 {
@@ -87,74 +90,166 @@ static int64_t phrase_tf_varint(cursor *t, size_t m)
 	return tf;
 }
 
-/* Marks of the positions of a phrase's tokens in one document, for
- * phrase_tf: mark[j][x] == gen when token j is at x (x < 256; a start
- * plus an offset reads up to 255 + SS_BM25_MAX_PHRASE), without clearing
- * between documents. */
-typedef struct {
-	uint32_t (*mark)[256 + SS_BM25_MAX_PHRASE]; /* [m] */
-	uint32_t gen;
-} phrase_marks;
+/* c's first posting at pos or after with rid >= d, which one of its
+ * decoded block's holds: 16 rids compared at once (no mispredicted exit
+ * of a scan a rid at a time, as a phrase's common token has at each
+ * document of the rare one's). */
+static inline int block_find(const cursor *c, int pos, uint32_t d)
+{
+#ifdef __SSE2__
+	const __m128i flip = _mm_set1_epi32((int)0x80000000u), dv = _mm_xor_si128(_mm_set1_epi32((int)d), flip);
+	for (; pos + 16 <= c->n; pos += 16) {
+		const __m128i *r = (const __m128i *)(const void *)(c->rid + pos);
+		__m128i l0 = _mm_cmplt_epi32(_mm_xor_si128(_mm_loadu_si128(r), flip), dv);
+		__m128i l1 = _mm_cmplt_epi32(_mm_xor_si128(_mm_loadu_si128(r + 1), flip), dv);
+		__m128i l2 = _mm_cmplt_epi32(_mm_xor_si128(_mm_loadu_si128(r + 2), flip), dv);
+		__m128i l3 = _mm_cmplt_epi32(_mm_xor_si128(_mm_loadu_si128(r + 3), flip), dv);
+		unsigned lt = (unsigned)_mm_movemask_epi8(_mm_packs_epi16(_mm_packs_epi32(l0, l1), _mm_packs_epi32(l2, l3)));
+		if (lt != 0xffffu)
+			return pos + __builtin_ctz(~lt);
+	}
+#endif
+	while (c->rid[pos] < d)
+		pos++;
+	return pos;
+}
+
+/* cur_seek with block_find's scan. */
+static int phrase_seek(cursor *c, uint32_t d, unsigned char *buf)
+{
+	if (c->cur >= d)
+		return 0;
+	int rc = cur_seek_block(c, d, buf);
+	if (rc)
+		return rc < 0 ? rc : 0;
+	c->pos = block_find(c, c->pos, d);
+	c->cur = c->rid[c->pos];
+	return 0;
+}
+
+/* The starts x with a[i] == x and c[k] == x + 1, from two sorted lists of
+ * distinct positions below 256, one byte each: of a 2-word phrase, in
+ * blocks of one byte a position. Each of the shorter list's positions
+ * (shifted by one) compared with 16 of the other's at once: no step
+ * waits on the one before, as a merge's do; the lists lie in pbuf, whose
+ * POS_SLACK bytes keep a 16-byte load inside it. */
+static int64_t pair_tf_bytes(const unsigned char *a, uint32_t na, const unsigned char *c, uint32_t nc)
+{
+#ifdef __SSE2__
+	/* the one in the shorter list is x = y - 1 against a, or y = x + 1
+	 * against c; a byte wraps at 255 + 1 and 0 - 1, so those are left
+	 * out (the last of a, the first of c: sorted) */
+	const unsigned char *s = a, *l = c;
+	uint32_t ns = na, nl = nc;
+	int add = 1;
+	if (nc < na) {
+		s = c;
+		ns = nc;
+		l = a;
+		nl = na;
+		add = -1;
+		if (ns && s[0] == 0)
+			s++, ns--;
+	} else if (ns && s[ns - 1] == 255) {
+		ns--;
+	}
+	int64_t tf = 0;
+	for (uint32_t k = 0; k < nl; k += 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(l + k));
+		unsigned valid = nl - k >= 16 ? 0xffffu : (1u << (nl - k)) - 1;
+		for (uint32_t i = 0; i < ns; i++) {
+			__m128i x = _mm_set1_epi8((char)(unsigned char)(s[i] + add));
+			tf += __builtin_popcount((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, x)) & valid);
+		}
+	}
+	return tf;
+#else
+	/* two sorted lists merged without a branch a step */
+	uint32_t i = 0, k = 0;
+	int64_t tf = 0;
+	while (i < na && k < nc) {
+		unsigned x = a[i] + 1u, y = c[k];
+		tf += x == y;
+		i += x <= y;
+		k += y <= x;
+	}
+	return tf;
+#endif
+}
+
+/* Whether y is among l[0..n) (bytes in pbuf, POS_SLACK after them). */
+static inline int byte_in(const unsigned char *l, uint32_t n, unsigned y)
+{
+#ifdef __SSE2__
+	__m128i v = _mm_set1_epi8((char)(unsigned char)y);
+	for (uint32_t k = 0; k < n; k += 16) {
+		unsigned valid = n - k >= 16 ? 0xffffu : (1u << (n - k)) - 1;
+		if ((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(const void *)(l + k)), v)) &
+		    valid)
+			return 1;
+	}
+	return 0;
+#else
+	for (uint32_t k = 0; k < n && l[k] <= y; k++)
+		if (l[k] == y)
+			return 1;
+	return 0;
+#endif
+}
 
 /* The occurrences of the phrase of t[0..m)'s terms in the document they
  * are all at (cursors with positions): the start positions x with token j
- * at x + j for every j, from each token's positions there (pm: scratch
- * for m tokens, its gen moved on here). Returns them (>= 0) or
- * bm25_cur_positions' errors. */
-static int64_t phrase_tf(cursor *t, size_t m, phrase_marks *pm)
+ * at x + j for every j, from each token's positions there. Returns them
+ * (>= 0) or bm25_cur_positions' errors. */
+static int64_t phrase_tf(cursor *t, size_t m)
 {
-	/* Blocks of one byte a position (positions below 256): token j's
-	 * positions marked in pm, tested at each start the token with the
-	 * fewest gives. */
+	/* Blocks of one byte a position (positions below 256). */
 	const unsigned char *b[SS_BM25_MAX_PHRASE];
-	size_t r = 0, j = 0;
-	for (; j < m; j++) {
+	if (m == 2) {
+		for (size_t j = 0; j < 2; j++) {
+			int rc = cur_pos_bytes(&t[j], &b[j]);
+			if (rc <= 0)
+				return rc < 0 ? rc : phrase_tf_varint(t, m);
+		}
+		return pair_tf_bytes(b[0], t[0].tf[t[0].pos], b[1], t[1].tf[t[1].pos]);
+	}
+	/* The starts the first token gives, kept where each other token
+	 * stands at its offset, those whose block's positions are read
+	 * already first, then fewest positions first: the tokens after the
+	 * first that leaves none are not read (their blocks' positions, most
+	 * often, not at all). */
+	size_t o[SS_BM25_MAX_PHRASE];
+	uint64_t key[SS_BM25_MAX_PHRASE]; /* tokens whose block's positions are read already first */
+	for (size_t j = 0; j < m; j++) {
+		key[j] = (uint64_t)(t[j].pblk != t[j].blk) << 32 | t[j].tf[t[j].pos];
+		size_t i = j;
+		for (; i > 0 && key[o[i - 1]] > key[j]; i--)
+			o[i] = o[i - 1];
+		o[i] = j;
+	}
+	unsigned char x[256];
+	uint32_t nx = 0;
+	for (size_t q = 0; q < m; q++) {
+		size_t j = o[q];
 		int rc = cur_pos_bytes(&t[j], &b[j]);
-		if (rc < 0)
-			return rc;
-		if (!rc)
-			break;
-		if (t[j].tf[t[j].pos] < t[r].tf[t[r].pos])
-			r = j;
+		if (rc <= 0)
+			return rc < 0 ? rc : phrase_tf_varint(t, m);
+		uint32_t n = t[j].tf[t[j].pos], keep = 0;
+		if (!q) {
+			for (uint32_t i = 0; i < n && nx < 256; i++)
+				if (b[j][i] >= j)
+					x[nx++] = (unsigned char)(b[j][i] - j);
+			continue;
+		}
+		for (uint32_t i = 0; i < nx; i++) {
+			unsigned y = x[i] + (unsigned)j;
+			if (y < 256 && byte_in(b[j], n, y))
+				x[keep++] = x[i];
+		}
+		if (!(nx = keep))
+			return 0;
 	}
-	if (j == m && m == 2) {
-		/* two sorted lists merged without a branch a step */
-		const unsigned char *a = b[0], *c = b[1];
-		uint32_t na = t[0].tf[t[0].pos], nc = t[1].tf[t[1].pos], i = 0, k = 0;
-		int64_t tf = 0;
-		while (i < na && k < nc) {
-			unsigned x = a[i] + 1u, y = c[k];
-			tf += x == y;
-			i += x <= y;
-			k += y <= x;
-		}
-		return tf;
-	}
-	if (j == m) {
-		for (j = 0; j < m; j++) {
-			if (j == r)
-				continue;
-			uint32_t *mk = pm->mark[j];
-			for (uint32_t i = 0, n = t[j].tf[t[j].pos]; i < n; i++)
-				mk[b[j][i]] = pm->gen;
-		}
-		int64_t tf = 0;
-		for (uint32_t i = 0, n = t[r].tf[t[r].pos]; i < n; i++) {
-			if (b[r][i] < r)
-				continue;
-			size_t x = b[r][i] - r, k = 0; /* x: the start */
-			for (; k < m; k++)
-				if (k != r && pm->mark[k][x + k] != pm->gen)
-					break;
-			tf += k == m;
-		}
-		if (!++pm->gen) { /* wrapped: no mark may hold the new generation */
-			memset(pm->mark, 0, m * sizeof *pm->mark);
-			pm->gen = 1;
-		}
-		return tf;
-	}
-	return phrase_tf_varint(t, m);
+	return nx;
 }
 
 /* bm25_internal.h. Phrase p's documents, each with its number of
@@ -189,9 +284,6 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 		tp = o > 0;
 		rc = o < 0 ? o : 0;
 	}
-	phrase_marks pm = { NULL, 1 };
-	if (tp && !(pm.mark = calloc(m, sizeof *pm.mark)))
-		rc = SS_ERR_NOMEM;
 	said = rc != 0;
 	/* The others, rarest first: the first that lacks d moves the rarest
 	 * on, without decoding the commoner tokens' blocks. */
@@ -207,21 +299,21 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 	while (!rc && opened == m && t[r].cur != END) {
 		uint32_t d = t[r].cur, next = d;
 		for (size_t i = 0; !rc && i < n_ord && next == d; i++)
-			if (!(rc = cur_seek(&t[ord[i]], d, buf)))
+			if (!(rc = phrase_seek(&t[ord[i]], d, buf)))
 				next = t[ord[i]].cur;
 		if (rc)
 			break;
 		if (next == END)
 			break;
 		if (next != d) {
-			rc = cur_seek(&t[r], next, buf);
+			rc = phrase_seek(&t[r], next, buf);
 			continue;
 		}
 		/* one token: its postings' tf is its occurrences */
 		size_t n = 0;
 		uint32_t tf = m == 1 ? t[r].tf[t[r].pos] : 0;
 		if (tp) {
-			int64_t f = phrase_tf(t, m, &pm);
+			int64_t f = phrase_tf(t, m);
 			if (f < 0) {
 				rc = (int)f;
 				break;
@@ -247,7 +339,6 @@ int bm25_phrase_clause(ss_bm25 *b, size_t p, clause *c, unsigned char *buf, char
 	for (size_t j = 0; j < opened; j++)
 		bm25_cur_close(&t[j]);
 	free(t);
-	free(pm.mark);
 	return rc;
 }
 

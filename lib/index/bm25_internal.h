@@ -39,6 +39,9 @@
 /* A term_positions block end's flag: the block's positions are one byte
  * each, absolute (every one below 256), not varint deltas (bm25.h). */
 #define POS_BYTES 0x80000000u
+/* Bytes allocated (zeroed) past a cursor's positions block (pbuf), so a
+ * 16-byte load at any of its positions stays inside the buffer. */
+#define POS_SLACK 16
 /* A relative margin on every pruning test, so that rounding in the bounds
  * (float block maxima, sums in another order) never drops a document
  * that belongs in the top k. */
@@ -150,10 +153,11 @@ typedef struct {
 	 * when first asked for (bm25_cur_positions); pblob NULL: not opened. */
 	sqlite3_blob *pblob;
 	uint32_t *pend;      /* [n_blocks]: each block's end in the positions */
-	unsigned char *pbuf; /* block pblk's positions, pbuf_n bytes */
+	unsigned char *pbuf; /* block pblk's positions, pbuf_n bytes (pbuf_cap + POS_SLACK allocated) */
 	size_t pbuf_n, pbuf_cap;
 	int64_t pblk;        /* -1: none */
-	int pidx;            /* pbuf[poff..] holds the positions of posting pidx of the block on */
+	uint32_t pstart[BLOCK]; /* a block of one byte a position: posting k's start in pbuf (saturated) */
+	int pidx;            /* pbuf[poff..] holds the positions of posting pidx of the block on (varints) */
 	size_t poff;
 	uint32_t *ppos;      /* the positions bm25_cur_positions returned, [ppos_cap] */
 	size_t ppos_cap;
@@ -234,7 +238,8 @@ int bm25_cur_pos_open(ss_bm25 *b, cursor *c, uint32_t tid, char *errmsg);
  * untouched, as bm25_load_block). */
 int bm25_cur_positions(cursor *c, const uint32_t **pos);
 /* Reads the positions of c's block c->blk (opened by bm25_cur_pos_open)
- * into c->pbuf, from its first posting on. 0, SS_ERR_NOMEM, SS_ERR_IO. */
+ * into c->pbuf, from its first posting on (a block of one byte a
+ * position: each posting's start in c->pstart). 0, SS_ERR_NOMEM, SS_ERR_IO. */
 int bm25_cur_pos_block(cursor *c);
 /* Document rid's positions into b->dseq (b->pos_blob opened here, closed
  * by the search); *n: their number. Returns 0, SS_ERR_NOMEM,
@@ -355,26 +360,30 @@ static inline double block_ub(const cursor *c, int64_t blk)
 	return c->bscale ? c->bscale * w : c->ub;
 }
 
+/* cur_seek's first step (c->cur < d): c's decoded block made the one
+ * whose last rid is >= d. 0 (the posting sought is in it, at c->pos or
+ * after), 1 (none is: c->cur set to END), or bm25_load_block's errors. */
+static inline int cur_seek_block(cursor *c, uint32_t d, unsigned char *buf)
+{
+	/* d in the decoded block (its last rid >= d): no search of the skips */
+	if (c->blk >= 0 && rd32(c->skip + c->blk * SKIP_BYTES) >= d)
+		return 0;
+	int64_t lo = bm25_cur_shallow(c, d);
+	if (lo == c->n_blocks) {
+		c->cur = END;
+		return 1;
+	}
+	return lo != c->blk ? bm25_load_block(c, lo, buf) : 0;
+}
+
 /* Moves c to its first posting with rid >= d: 0 or bm25_load_block's errors. */
 static inline int cur_seek(cursor *c, uint32_t d, unsigned char *buf)
 {
 	if (c->cur >= d)
 		return 0;
-	/* d in the decoded block (its last rid >= d): no search of the skips */
-	if (c->blk >= 0 && rd32(c->skip + c->blk * SKIP_BYTES) >= d) {
-		while (c->rid[c->pos] < d)
-			c->pos++;
-		c->cur = c->rid[c->pos];
-		return 0;
-	}
-	int64_t lo = bm25_cur_shallow(c, d);
-	if (lo == c->n_blocks) {
-		c->cur = END;
-		return 0;
-	}
-	int rc;
-	if (lo != c->blk && (rc = bm25_load_block(c, lo, buf)))
-		return rc;
+	int rc = cur_seek_block(c, d, buf);
+	if (rc)
+		return rc < 0 ? rc : 0;
 	while (c->rid[c->pos] < d)
 		c->pos++;
 	c->cur = c->rid[c->pos];
@@ -391,17 +400,13 @@ static inline int cur_pos_bytes(cursor *c, const unsigned char **pos)
 	if (!(c->pend[c->blk] & POS_BYTES))
 		return 0;
 	int rc;
-	if ((c->pblk != c->blk || c->pidx > c->pos) && (rc = bm25_cur_pos_block(c)))
+	if (c->pblk != c->blk && (rc = bm25_cur_pos_block(c)))
 		return rc;
-	size_t i = c->poff;
-	for (; c->pidx < c->pos; c->pidx++)
-		i += c->tf[c->pidx];
+	size_t i = c->pstart[c->pos];
 	uint32_t tf = c->tf[c->pos];
 	if (i > c->pbuf_n || c->pbuf_n - i < tf)
 		return SS_ERR_FORMAT;
 	*pos = c->pbuf + i;
-	c->pidx = c->pos + 1;
-	c->poff = i + tf;
 	return 1;
 }
 

@@ -258,35 +258,53 @@ int bm25_cur_pos_open(ss_bm25 *b, cursor *c, uint32_t tid, char *errmsg)
 	return 1;
 }
 
-int bm25_cur_pos_block(cursor *c)
+/* c->pbuf with room for n bytes and POS_SLACK more (zeroed when
+ * allocated): a 16-byte load at any of the n stays inside (phrase_tf's
+ * pair count). 0 or SS_ERR_NOMEM. */
+static int pbuf_reserve(cursor *c, uint32_t n)
 {
-	uint32_t start = c->blk ? c->pend[c->blk - 1] & ~POS_BYTES : 0, n = (c->pend[c->blk] & ~POS_BYTES) - start;
-	if (n > c->pbuf_cap) {
-		unsigned char *p = realloc(c->pbuf, n);
+	if (n > c->pbuf_cap || !c->pbuf) {
+		unsigned char *p = realloc(c->pbuf, (size_t)n + POS_SLACK);
 		if (!p)
 			return SS_ERR_NOMEM;
+		memset(p + n, 0, POS_SLACK);
 		c->pbuf = p;
 		c->pbuf_cap = n;
 	}
+	return 0;
+}
+
+int bm25_cur_pos_block(cursor *c)
+{
+	uint32_t start = c->blk ? c->pend[c->blk - 1] & ~POS_BYTES : 0, n = (c->pend[c->blk] & ~POS_BYTES) - start;
+	if (pbuf_reserve(c, n))
+		return SS_ERR_NOMEM;
 	if (n && sqlite3_blob_read(c->pblob, c->pbuf, (int)n, (int)(c->n_blocks * 4 + start)) != SQLITE_OK)
 		return SS_ERR_IO;
 	c->pblk = c->blk;
 	c->pbuf_n = n;
 	c->pidx = 0;
 	c->poff = 0;
+	if (c->pend[c->blk] & POS_BYTES) {
+		/* each posting's start, once a block rather than summed up to
+		 * each document looked at (saturated: a damaged block's fails
+		 * the bounds test in cur_pos_bytes) */
+		uint64_t at = 0;
+		for (int k = 0; k < c->n; k++) {
+			c->pstart[k] = at > UINT32_MAX ? UINT32_MAX : (uint32_t)at;
+			at += c->tf[k];
+		}
+	}
 	return 0;
 }
 
 int bm25_cur_positions(cursor *c, const uint32_t **pos)
 {
-	int rc;
-	if ((c->pblk != c->blk || c->pidx > c->pos) && (rc = bm25_cur_pos_block(c)))
+	int rc, bytes = (c->pend[c->blk] & POS_BYTES) != 0;
+	if ((c->pblk != c->blk || (!bytes && c->pidx > c->pos)) && (rc = bm25_cur_pos_block(c)))
 		return rc;
 	const unsigned char *p = c->pbuf;
 	size_t i = c->poff, n = c->pbuf_n;
-	uint64_t left = 0;
-	for (; c->pidx < c->pos; c->pidx++)
-		left += c->tf[c->pidx];
 	uint32_t tf = c->tf[c->pos];
 	if (tf > c->ppos_cap) {
 		uint32_t *q = realloc(c->ppos, (size_t)tf * sizeof *q);
@@ -295,16 +313,17 @@ int bm25_cur_positions(cursor *c, const uint32_t **pos)
 		c->ppos = q;
 		c->ppos_cap = tf;
 	}
-	if (c->pend[c->blk] & POS_BYTES) { /* one byte a position */
-		if ((i += left) > n || n - i < tf)
+	if (bytes) { /* one byte a position, from the posting's start */
+		if ((i = c->pstart[c->pos]) > n || n - i < tf)
 			return SS_ERR_FORMAT;
 		for (uint32_t j = 0; j < tf; j++)
 			c->ppos[j] = p[i + j];
-		c->pidx = c->pos + 1;
-		c->poff = i + tf;
 		*pos = c->ppos;
 		return 0;
 	}
+	uint64_t left = 0;
+	for (; c->pidx < c->pos; c->pidx++)
+		left += c->tf[c->pidx];
 	/* The positions of the postings before: a varint ends at a byte below
 	 * 0x80, so skipping them counts those bytes, 8 at a time. */
 	while (left >= 8 && i + 8 <= n) {
