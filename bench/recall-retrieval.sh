@@ -6,8 +6,9 @@
 # OR-ed; phrase: the key as one quoted phrase; and; proximity: BM25TP): recall@k of the gold and
 # EM of Concat and PICASO-R at each k. Prints one table per seed (TSVs kept in OUT).
 # Environment: SEEDS ("1001 2024": the recall corpus's seed, then a held-out one), DOCS (300),
-# QUERIES (200), KS (4,8,16), RETRIEVERS (bm25,phrase,and,proximity), RECALL_MODEL
-# (data/recall-model), OUT (build/bench-recall), SS_BUILD (build).
+# QUERIES (200), KS (4,8,16), RETRIEVERS (bm25,phrase,and,proximity; add rerank with RERANK=N,
+# BM25's top N reranked by the model), RECALL_MODEL (data/recall-model), OUT (build/bench-recall),
+# SS_BUILD (build).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 : "${SS_BUILD:=build}"
@@ -30,7 +31,7 @@ for seed in $SEEDS; do
 	rm -f "$d/index.db"
 	ss-retrieve build -q --index "$d/index.db" "$d/corpus.tokens" "$d/corpus.states"
 	ss-eval recall -q --model "$M" --index "$d/index.db" --qa "$d/queries.jsonl" --ks "$KS" \
-		--methods concat,picaso-r --retrievers "$RETRIEVERS" -o "$d/eval.tsv"
+		--methods concat,picaso-r --retrievers "$RETRIEVERS" ${RERANK:+--rerank "$RERANK"} -o "$d/eval.tsv"
 	echo "phonebook seed $seed: $DOCS documents, $QUERIES queries (gen/mkrecall), model $M"
 	awk -F '\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
 		$c["pos"] == "all" { key = $c["context"] SUBSEP $c["k"]
