@@ -511,7 +511,9 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
  * them reversed to put the most relevant last) with ss_compose_run(o, r,
  * res): r gives the threads, output and options; its source fields are
  * set here. Each hit is first checked as ss_index_read(meta_only) checks
- * it; local state files are then read by place (r->offsets: in place, in
+ * it, but for its frame's length, taken as indexed (the composer reads
+ * the frame by its own blocks and checksum); local state files are then
+ * read by place (r->offsets: in place, in
  * r->threads threads), hits at http(s) URLs through ss_index_read. Errors:
  * ss_index_read's ("document ID at byte offset N: what"; a stateless hit
  * SS_ERR_NOTFOUND), n < 1 SS_ERR_INVALID, SS_ERR_NOMEM, ss_compose_run's.

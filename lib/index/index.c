@@ -785,7 +785,13 @@ static int reader_for(ss_index *ix, const ss_index_hit *hit, reader_slot **out, 
 	return 0;
 }
 
-int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss_record **recp, char *errmsg)
+/* ss_index_read; trust_length: a metadata read takes the frame's length
+ * as indexed instead of walking its blocks (ss_reader_expect_length), for
+ * callers that read the frame's arrays by its own blocks afterwards
+ * (ss_index_compose); ss-retrieve query copies hit->length bytes of what
+ * ss_index_read validates, so that walk stays there. */
+static int index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, int trust_length, const ss_record **recp,
+		      char *errmsg)
 {
 	*recp = NULL;
 	if (hit && hit->stateless)
@@ -794,7 +800,7 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 		return ss_errf(errmsg, SS_ERR_INVALID, "no hit to read");
 	if (ix->n_shard) {
 		ss_index *sh = ixs_shard_of_hit(ix, hit);
-		return sh ? ss_index_read(sh, hit, meta_only, recp, errmsg)
+		return sh ? index_read(sh, hit, meta_only, trust_length, recp, errmsg)
 			  : ss_errf(errmsg, SS_ERR_INVALID, "hit of no shard");
 	}
 	if (ss_url_is_http(hit->path))
@@ -813,7 +819,7 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 	if ((rc = ss_reader_seek(s->r, hit->offset)))
 		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s", id, off, ss_reader_error(s->r));
 	const ss_record *rec;
-	if (meta_only) /* the frame's length as indexed (checked against the file above) */
+	if (meta_only && trust_length) /* the frame's length as indexed (checked against the file above) */
 		ss_reader_expect_length(s->r, hit->length);
 	rc = meta_only ? ss_reader_next_meta(s->r, &rec) : ss_reader_next(s->r, &rec);
 	if (rc == 0)
@@ -825,6 +831,11 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 		return rc;
 	*recp = rec;
 	return 0;
+}
+
+int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss_record **recp, char *errmsg)
+{
+	return index_read(ix, hit, meta_only, 0, recp, errmsg);
 }
 
 /* ss_compose_read_fn over hits (ss_index_compose's remote hits). */
@@ -848,7 +859,7 @@ int ss_index_compose(ss_index *ix, const ss_index_hit *hits, int n, const ss_com
 	const ss_record *rec;
 	int remote = 0, rc;
 	for (int i = 0; i < n; i++) {
-		if ((rc = ss_index_read(ix, &hits[i], 1, &rec, errmsg)))
+		if ((rc = index_read(ix, &hits[i], 1, 1, &rec, errmsg)))
 			return rc;
 		remote |= ss_url_is_http(hits[i].path);
 	}
