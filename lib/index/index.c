@@ -865,7 +865,8 @@ int ss_index_compose(ss_index *ix, const ss_index_hit *hits, int n, const ss_com
 	}
 	hit_source src = {ix, hits};
 	const char **paths = remote ? NULL : malloc((size_t)n * sizeof *paths);
-	uint64_t *offsets = remote ? NULL : malloc(2 * (size_t)n * sizeof *offsets), *lengths = offsets + n;
+	uint64_t *offsets = remote ? NULL : malloc(2 * (size_t)n * sizeof *offsets);
+	uint64_t *lengths = offsets ? offsets + n : NULL;
 	if (!remote && (!paths || !offsets)) {
 		free(paths);
 		free(offsets);
@@ -879,7 +880,7 @@ int ss_index_compose(ss_index *ix, const ss_index_hit *hits, int n, const ss_com
 	r->paths = paths;
 	r->n_paths = remote ? 0 : (size_t)n;
 	r->offsets = offsets;
-	r->lengths = remote ? NULL : lengths;
+	r->lengths = lengths;
 	r->read = remote ? read_hit : NULL;
 	r->read_arg = remote ? &src : NULL;
 	r->n = remote ? (size_t)n : 0;
