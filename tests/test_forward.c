@@ -647,15 +647,17 @@ static void test_decode_bound_equals_decode(void **unused)
  * both kernels: up to 8 at a time the transposing one (groups of 32 and 16
  * rows of W), more in panels of 32 (37 rows: 32 and 5 left), of 16 (13 and
  * 14 rows, and K 2,100), none beyond K 4,096; 45 rows of W leave tails of
- * every tile. With AVX2, panels of 16 rows against groups of W's rows; K
- * 33,000 takes more scratch than a thread keeps (allocated for the call). */
+ * every tile. With AVX2, panels of 16 rows (the last of 5 here) against
+ * groups of W's rows in tiles of 6 and, last, of 1 to 5 (the column slices
+ * of 7 to 11); K 33,000 takes more scratch than a thread keeps. */
 static void test_linear_rows_invariant(void **unused)
 {
 	enum { M = 37, N = 45 };
 	static const int64_t Ks[] = { 1, 13, 16, 37, 64, 100, 1030, 2100, 4200, 33000 };
 	static const int runs[] = { 8, 13, 2, 14 }; /* sums to M */
+	static const int cols[] = { 7, 8, 10, 11, 9 }; /* sums to N; 1, 2, 4, 5, 3 mod 6 */
 	static const ss_dtype wts[3] = { SS_DTYPE_F32, SS_DTYPE_BF16, SS_DTYPE_F16 };
-	static float all[M][N], one[M][N], init[M][N], wide[M][N], mid[M][N], run[M][N];
+	static float all[M][N], one[M][N], init[M][N], wide[M][N], mid[M][N], run[M][N], sl[M][N];
 	uint64_t seed = 99;
 	for (size_t ki = 0; ki < sizeof(Ks) / sizeof(*Ks); ki++)
 		for (int wi = 0; wi < 3; wi++) {
@@ -681,6 +683,7 @@ static void test_linear_rows_invariant(void **unused)
 				memcpy(wide, init, sizeof(wide));
 				memcpy(mid, init, sizeof(mid));
 				memcpy(run, init, sizeof(run));
+				memcpy(sl, init, sizeof(sl));
 				assert_int_equal(ss_linear_rows_cpu(&all[0][0], N, x, K, Wt,
 								    weights_dtype, M, N, K,
 								    (float)beta), 0);
@@ -706,6 +709,12 @@ static void test_linear_rows_invariant(void **unused)
 									    x + m0 * K, K, Wt, weights_dtype,
 									    runs[r], N, K, (float)beta), 0);
 				assert_memory_equal(all, run, sizeof(all));
+				/* all rows, in column slices of every width mod 6 */
+				for (int c = 0, n0 = 0; c < 5; n0 += cols[c++])
+					assert_int_equal(ss_linear_rows_cpu(&sl[0][n0], N, x, K,
+									    Wt + (size_t)n0 * K * esz, weights_dtype,
+									    M, cols[c], K, (float)beta), 0);
+				assert_memory_equal(all, sl, sizeof(all));
 				for (int m = 0; m < M; m++)
 					for (int n = 0; n < N; n++) {
 						double d = beta ? init[m][n] : 0.0;

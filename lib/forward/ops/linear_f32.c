@@ -616,9 +616,11 @@ AVX2 static void pack_xt256(float *xt, const float *x, ptrdiff_t ldx, int64_t K,
  * 16-bit W widened into wg once a group), each group against every
  * panel, so that a group is read from memory once a call and each tile,
  * as the panels pass, from L2 (rather than all of W read once per panel).
- * The order of the tiles changes no output's chain. The last rows of W,
- * and a last panel of fewer than PANEL_MIN_ROWS rows, through rows_few256;
- * everything there when xt cannot be had (the same bits, slower).
+ * The order of the tiles changes no output's chain. The last rows of W go
+ * in a narrower tile, and the last rows of x in a panel of their own,
+ * however few (its other lanes wasted, but W not streamed again for them,
+ * as rows_few256 would: a question's 40 rows are 3 panels); everything
+ * through rows_few256 when xt cannot be had (the same bits, slower).
  * Measured (in_proj's 512 x 3352 x 768 in the backend's 256 x 256 calls,
  * Zen 3, FMA peak about 96 GFLOP/s a core): 75 -> 83 GFLOP/s on 1 thread,
  * 150 -> 165 on 2; bf16 W 70 -> 82 (level with f32). */
@@ -627,9 +629,7 @@ AVX2 static INLINE void panels256(float *y, ptrdiff_t ldy, const float *x, ptrdi
 				  const int wt)
 {
 	const size_t esz = wt == W_F32 ? 4 : 2;
-	const int64_t np = M / 16 + (M % 16 >= PANEL_MIN_ROWS); /* panels */
-	const int64_t mp = M < 16 * np ? M : 16 * np;           /* their rows */
-	const int64_t nt = N - N % 6;                            /* rows of W in tiles */
+	const int64_t np = (M + 15) / 16; /* panels, the last one of M % 16 rows or 16 */
 	int64_t group = GROUP256_BYTES / (6 * (int64_t)sizeof(float) * (K > 0 ? K : 1)) * 6;
 	group = group < 6 ? 6 : group;
 	const size_t nxt = (size_t)np * K * 16, nwg = wt != W_F32 ? (size_t)group * K : 0;
@@ -641,8 +641,8 @@ AVX2 static INLINE void panels256(float *y, ptrdiff_t ldy, const float *x, ptrdi
 	}
 	for (int64_t p = 0; p < np; p++)
 		pack_xt256(xt + p * 16 * K, x + p * 16 * ldx, ldx, K, M - 16 * p < 16 ? (int)(M - 16 * p) : 16);
-	for (int64_t n0 = 0; n0 < nt; n0 += group) {
-		const int64_t n1 = n0 + group < nt ? n0 + group : nt;
+	for (int64_t n0 = 0; n0 < N; n0 += group) {
+		const int64_t n1 = n0 + group < N ? n0 + group : N;
 		const void *Wg = (const char *)W + (size_t)(n0 * K) * esz;
 		if (wg) { /* 16-bit W widened (exactly) once a group, not once a panel */
 			const int64_t nw = (n1 - n0) * K;
@@ -655,17 +655,21 @@ AVX2 static INLINE void panels256(float *y, ptrdiff_t ldy, const float *x, ptrdi
 		}
 		for (int64_t p = 0; p < np; p++) {
 			const int mv = M - 16 * p < 16 ? (int)(M - 16 * p) : 16;
-			for (int64_t n = n0; n < n1; n += 6)
-				panel256(y + 16 * p * ldy + n, ldy, xt + p * 16 * K,
-					 (const float *)Wg + (n - n0) * K, K, beta, mv, 2, 6, W_F32);
+			float *yp = y + 16 * p * ldy;
+			const float *xp = xt + p * 16 * K, *Wt = Wg;
+			int64_t n = n0;
+			for (; n + 6 <= n1; n += 6, Wt += 6 * K)
+				panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 6, W_F32);
+			switch (n1 - n) { /* the last rows of W: a narrower tile */
+			case 1: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 1, W_F32); break;
+			case 2: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 2, W_F32); break;
+			case 3: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 3, W_F32); break;
+			case 4: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 4, W_F32); break;
+			case 5: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 5, W_F32); break;
+			}
 		}
 	}
 	free(own);
-	if (nt < N)
-		BY_WT(rows_few256)(y + nt, ldy, x, ldx, (const char *)W + (size_t)(nt * K) * esz, mp,
-				   N - nt, K, beta);
-	if (mp < M)
-		BY_WT(rows_few256)(y + mp * ldy, ldy, x + mp * ldx, ldx, W, M - mp, N, K, beta);
 }
 
 ROWS_FNS(panels256, panels256, AVX2 NOINLINE)
