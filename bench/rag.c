@@ -26,7 +26,9 @@
  * first token of a question asked alone (retrieval through the first answer
  * token; p50 and p95 over the questions timed: all N for picaso-r in
  * process, the first M = --ttft-n for the others; llama.cpp: its prompt
- * time at the p50 and p95 Concat lengths, one sequence), and peak RSS (each
+ * time at the p50 and p95 Concat lengths, one sequence; picaso-r in
+ * process: also the p50 of each part, retrieval, composition, and the
+ * question's tokens, prefill from the state and first token), and peak RSS (each
  * in-process system runs in a child of its own; the tools' figure is their
  * largest process). The picaso-r answers of the tools and of the library
  * are compared token by token (both decode deterministically: equal bytes
@@ -176,6 +178,7 @@ typedef struct {
 				 * retrieve | compose pipelines, ss-decode, unused */
 	int n_ttft;
 	double ttft[1024];
+	double ttft_part[3][1024]; /* picaso-r alone: retrieval, composition, the rest */
 	double concat_len_mean, concat_len_p50, concat_len_p95; /* concat only */
 	int32_t answers[];      /* [n][gen] */
 } result;
@@ -242,11 +245,13 @@ static ss_index_hit *retrieve(engine *e, const char *q, int k, int *n_hits)
 /* PICASO-R state of question q: its hits' stored states, most relevant
  * last, composed as ss-compose composes them (ss_index_compose: read in
  * place, in o->threads threads). */
-static void composed_state(engine *e, const opts *o, const char *q, ss_state *out)
+static void composed_state(engine *e, const opts *o, const char *q, ss_state *out, double *t_retrieved)
 {
 	char errmsg[SS_ERRMSG_MAX] = "";
 	int n, rc;
 	ss_index_hit *hits = retrieve(e, q, o->k, &n), *rev = xmalloc((size_t)n * sizeof *rev);
+	if (t_retrieved)
+		*t_retrieved = bench_now();
 	for (int j = 0; j < n; j++)
 		rev[j] = hits[n - 1 - j];
 	ss_compose_opts co = { .mode = SS_COMPOSE_PICASO_R };
@@ -334,7 +339,7 @@ static void run_system(const opts *o, int picaso, result *r)
 		size_t nq;
 		int64_t len;
 		if (picaso) {
-			composed_state(&e, o, o->q[i], &st[i]);
+			composed_state(&e, o, o->q[i], &st[i], NULL);
 			toks[i] = question_tokens(&e, o->q[i], &nq);
 			len = (int64_t)nq;
 		} else {
@@ -379,8 +384,10 @@ static void run_system(const opts *o, int picaso, result *r)
 		size_t nq;
 		int32_t *t;
 		const double ta = bench_now();
+		double tr = ta, tc = ta;
 		if (picaso) {
-			composed_state(&e, o, o->q[i], &s);
+			composed_state(&e, o, o->q[i], &s, &tr);
+			tc = bench_now();
 			t = question_tokens(&e, o->q[i], &nq);
 			len = (int64_t)nq;
 		} else {
@@ -390,6 +397,9 @@ static void run_system(const opts *o, int picaso, result *r)
 		}
 		ss_forward_seq q = { .tokens = t, .n_tokens = len, .state = &s };
 		r->ttft[i] = answer(&e, &o1, &q, &ps, 1, one) - ta;
+		r->ttft_part[0][i] = tr - ta;
+		r->ttft_part[1][i] = tc - tr;
+		r->ttft_part[2][i] = r->ttft[i] - (tc - ta);
 		free(t);
 		ss_state_free(&s);
 	}
@@ -637,6 +647,17 @@ static double warm_up(const opts *o)
 
 /* ---------------------------------------------------------------- main */
 
+/* The median of t[0..n) (n >= 1; t is not changed). */
+static double median(const double *t, int n)
+{
+	double *c = xmalloc((size_t)n * sizeof(*c));
+	memcpy(c, t, (size_t)n * sizeof(*c));
+	qsort(c, (size_t)n, sizeof(*c), bench_cmp_double);
+	const double m = c[n / 2];
+	free(c);
+	return m;
+}
+
 static void print_row(const char *name, int n, double batch_s, const double *ttft, int n_ttft, double rss,
 		      const char *ttft_note)
 {
@@ -738,6 +759,10 @@ int main(int argc, char **argv)
 	printf("    the batch: retrieve and compose %.2f s, prefill of the questions %.2f s, %d decode steps of %d "
 	       "%.2f s\n",
 	       pic->phase[0], pic->phase[1], o.gen - 1, o.n, pic->phase[2]);
+	printf("    a question alone, p50 of each part: retrieval %.1f ms, composition %.1f ms, tokens, prefill "
+	       "from the state and first token %.1f ms\n",
+	       1e3 * median(pic->ttft_part[0], pic->n_ttft), 1e3 * median(pic->ttft_part[1], pic->n_ttft),
+	       1e3 * median(pic->ttft_part[2], pic->n_ttft));
 	print_row("concat, 1 process", o.n, cat->batch_s, cat->ttft, cat->n_ttft, rss_cat, "alone");
 	printf("    the batch: retrieve and gather the prompts %.2f s, prefill %.2f s, %d decode steps of %d %.2f s\n",
 	       cat->phase[0], cat->phase[1], o.gen - 1, o.n, cat->phase[2]);
