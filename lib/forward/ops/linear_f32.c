@@ -489,10 +489,11 @@ AVX2 static INLINE void rows_few256(float *y, ptrdiff_t ldy, const float *x, ptr
 ROWS_FNS(rows_few256, rows_few256, AVX2 NOINLINE)
 
 /* AVX2, many rows: 8·V rows of x (mv of them, transposed in xt: xt[k][8·V])
- * against NR rows of W, one W element broadcast to 8 rows per FMA; 16-bit
- * W widened 8 k at a time into wb. */
-AVX2 static INLINE void panel256(float *y, ptrdiff_t ldy, const float *xt, const void *W,
-				 int64_t K, float beta, int mv, const int V, const int NR, const int wt)
+ * against NR rows of f32 W (row stride K), one W element broadcast to 8
+ * rows per FMA; the last k (K mod 8) through wb. (16-bit W is widened a
+ * group at a time by panels256.) */
+AVX2 static INLINE void panel256(float *y, ptrdiff_t ldy, const float *xt, const float *W,
+				 int64_t K, float beta, int mv, const int V, const int NR)
 {
 	__m256 acc[12][2];
 	float wb[12][8];
@@ -501,21 +502,17 @@ AVX2 static INLINE void panel256(float *y, ptrdiff_t ldy, const float *xt, const
 			acc[n][v] = _mm256_setzero_ps();
 	for (int64_t k0 = 0; k0 < K; k0 += 8) {
 		const int kn = K - k0 < 8 ? (int)(K - k0) : 8;
-		const float *src = wb[0];
-		int64_t ld = 8;
+		const float *src = W + k0;
+		int64_t ld = K;
 		UNROLL for (int n = 0; n < NR; n++)
-			_mm_prefetch((const char *)W + (size_t)(n * K + k0) * (wt == W_F32 ? 4 : 2) + W_PREFETCH,
-				     _MM_HINT_T0);
-		if (wt == W_F32 && kn == 8) {
-			src = (const float *)W + k0;
-			ld = K;
-		} else if (kn == 8) /* 16-bit W, 8 at a time (one by one: a third of f32's speed) */
-			UNROLL for (int n = 0; n < NR; n++)
-				_mm256_storeu_ps(wb[n], load8(W, n * K + k0, wt));
-		else
+			_mm_prefetch((const char *)(W + n * K + k0) + W_PREFETCH, _MM_HINT_T0);
+		if (kn < 8) {
 			for (int n = 0; n < NR; n++)
 				for (int j = 0; j < kn; j++)
-					wb[n][j] = wval(W, n * K + k0 + j, wt);
+					wb[n][j] = W[n * K + k0 + j];
+			src = wb[0];
+			ld = 8;
+		}
 		for (int j = 0; j < kn; j++) {
 			__m256 xv[2];
 			UNROLL for (int v = 0; v < V; v++)
@@ -659,13 +656,13 @@ AVX2 static INLINE void panels256(float *y, ptrdiff_t ldy, const float *x, ptrdi
 			const float *xp = xt + p * 16 * K, *Wt = Wg;
 			int64_t n = n0;
 			for (; n + 6 <= n1; n += 6, Wt += 6 * K)
-				panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 6, W_F32);
+				panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 6);
 			switch (n1 - n) { /* the last rows of W: a narrower tile */
-			case 1: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 1, W_F32); break;
-			case 2: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 2, W_F32); break;
-			case 3: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 3, W_F32); break;
-			case 4: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 4, W_F32); break;
-			case 5: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 5, W_F32); break;
+			case 1: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 1); break;
+			case 2: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 2); break;
+			case 3: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 3); break;
+			case 4: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 4); break;
+			case 5: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 5); break;
 			}
 		}
 	}
