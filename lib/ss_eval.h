@@ -99,7 +99,9 @@ typedef struct ss_eval_scorer ss_eval_scorer;
 
 /* Creates a scorer on forward context ctx of model m (both borrowed: they
  * must outlive it). max_seqs >= 1: the most start states per
- * ss_eval_nll call. Memory: max_seqs · SS_EVAL_ROWS · vocab_padded floats.
+ * ss_eval_nll call. Memory: max_seqs · SS_EVAL_ROWS · vocab_padded floats,
+ * and a working copy of each start state of the largest call, kept until
+ * ss_eval_scorer_free (reused by the next call of the same dims).
  * The ids greedy decoding picks among (ss_eval_nll's exact) are [0,
  * vocab_size) (vocab_padded when vocab_size is not in 1..vocab_padded)
  * until ss_eval_scorer_set_vocab says otherwise.

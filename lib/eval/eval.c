@@ -231,7 +231,7 @@ struct ss_eval_scorer {
 	int max_seqs;
 	int32_t n_vocab;    /* exact: greedy's ids are [0, n_vocab) */
 	float *logits;      /* [max_seqs][SS_EVAL_ROWS][vocab_padded] */
-	ss_state *st;       /* [max_seqs] working copies */
+	ss_state *st;       /* [max_seqs] working copies, kept from call to call */
 	ss_forward_seq *seqs;
 	double *sum;        /* [max_seqs] */
 };
@@ -275,11 +275,27 @@ void ss_eval_scorer_free(ss_eval_scorer *sc)
 {
 	if (!sc)
 		return;
+	for (int i = 0; i < sc->max_seqs; i++)
+		ss_state_free(&sc->st[i]);
 	free(sc->logits);
 	free(sc->st);
 	free(sc->seqs);
 	free(sc->sum);
 	free(sc);
+}
+
+/* Scorer's working copy i of src: its arrays kept from the last call where
+ * the dims are the same (fresh pages of a 130m state, 19 MB, cost more than
+ * the copy into them). */
+static int working_copy(ss_eval_scorer *sc, size_t i, const ss_state *src)
+{
+	ss_state *w = &sc->st[i];
+	if (w->ssm && !ss_state_dims_check(&w->dims, &src->dims, NULL)) {
+		ss_state_copy_into(w, src);
+		return 0;
+	}
+	ss_state_free(w);
+	return ss_state_copy(w, src);
 }
 
 int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
@@ -298,20 +314,19 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 			    (int)c[j], (long long)V);
 			return SS_ERR_INVALID;
 		}
-	size_t made = 0;
 	int rc = 0;
-	for (; made < n; made++) {
-		if ((rc = ss_state_copy(&sc->st[made], starts[made])))
-			goto done;
-		sc->sum[made] = 0;
+	for (size_t i = 0; i < n; i++) {
+		if ((rc = working_copy(sc, i, starts[i])))
+			return rc;
+		sc->sum[i] = 0;
 		if (exact)
-			exact[made] = 1;
+			exact[i] = 1;
 	}
 	/* The query but its last token: state only. */
 	for (size_t i = 0; i < n; i++)
 		sc->seqs[i] = (ss_forward_seq){ .tokens = q, .n_tokens = nq - 1, .state = &sc->st[i] };
 	if (nq > 1 && (rc = ss_forward_prefill(sc->ctx, sc->seqs, (int)n, SS_LOGITS_NONE, errmsg)))
-		goto done;
+		return rc;
 	/* Then [q_last, c_0 .. c_{nc-2}]: row j predicts c_j. The rows are the
 	 * same tokens for every state, so one buffer serves all sequences. */
 	int32_t buf[SS_EVAL_ROWS];
@@ -324,7 +339,7 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 				.tokens = buf, .n_tokens = rows, .state = &sc->st[i],
 				.logits = sc->logits + i * (size_t)SS_EVAL_ROWS * (size_t)V };
 		if ((rc = ss_forward_prefill(sc->ctx, sc->seqs, (int)n, SS_LOGITS_ALL, errmsg)))
-			goto done;
+			return rc;
 		for (size_t i = 0; i < n; i++)
 			for (int64_t j = 0; j < rows; j++) {
 				const float *row = sc->seqs[i].logits + (size_t)j * (size_t)V;
@@ -338,14 +353,11 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 			ERR("start state %zu (id \"%.200s\"): the NLL is %g, not finite (the state's or the model's "
 			    "values overflow)", i, starts[i]->id ? starts[i]->id : "", isnan(sc->sum[i]) ? NAN : sc->sum[i]);
 			rc = SS_ERR_INVALID;
-			goto done;
+			return rc;
 		}
 		nll[i] = sc->sum[i] / (double)nc;
 	}
-done:
-	for (size_t i = 0; i < made; i++)
-		ss_state_free(&sc->st[i]);
-	return rc;
+	return 0;
 }
 
 int ss_eval_entropy(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
@@ -356,16 +368,15 @@ int ss_eval_entropy(ss_eval_scorer *sc, const ss_state *const *starts, size_t n,
 		return SS_ERR_INVALID;
 	}
 	const int64_t V = sc->m->cfg.vocab_padded;
-	size_t made = 0;
 	int rc = 0;
-	for (; made < n; made++)
-		if ((rc = ss_state_copy(&sc->st[made], starts[made])))
-			goto done;
+	for (size_t i = 0; i < n; i++)
+		if ((rc = working_copy(sc, i, starts[i])))
+			return rc;
 	for (size_t i = 0; i < n; i++)
 		sc->seqs[i] = (ss_forward_seq){ .tokens = q, .n_tokens = nq, .state = &sc->st[i],
 						.logits = sc->logits + i * (size_t)SS_EVAL_ROWS * (size_t)V };
 	if ((rc = ss_forward_prefill(sc->ctx, sc->seqs, (int)n, SS_LOGITS_LAST, errmsg)))
-		goto done;
+		return rc;
 	for (size_t i = 0; i < n; i++) {
 		/* H = lse - Σ p_v x_v, p_v = exp(x_v - lse), in double */
 		const float *row = sc->seqs[i].logits;
@@ -377,13 +388,10 @@ int ss_eval_entropy(ss_eval_scorer *sc, const ss_state *const *starts, size_t n,
 			ERR("start state %zu (id \"%.200s\"): the entropy is not finite (the state's or the "
 			    "model's values overflow)", i, starts[i]->id ? starts[i]->id : "");
 			rc = SS_ERR_INVALID;
-			goto done;
+			return rc;
 		}
 	}
-done:
-	for (size_t i = 0; i < made; i++)
-		ss_state_free(&sc->st[i]);
-	return rc;
+	return 0;
 }
 
 /* ------------------------------------------------------------ ranking */
