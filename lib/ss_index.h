@@ -506,6 +506,23 @@ int ss_index_files(ss_index *ix, ss_index_file_fn fn, void *ctx, char *errmsg);
 int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss_record **rec,
                   char *errmsg);
 
+/* Reads the state of `hit` into *s: the record ss_index_read reads, with
+ * its checks and errors (errmsg "document ID at byte offset N: what"),
+ * decoded as ss_record_state decodes it (conv and ssm in f32, every element
+ * checked finite). *s is zeroed or a state this or ss_state_alloc /
+ * ss_state_copy filled; its conv and ssm arrays are written in place when
+ * their dims are the record's (else freed, and new ones allocated), the
+ * rest of it replaced. An f32, f16 or bf16 record of a local file is read
+ * by pieces (ss_reader_next_pieces: a raw frame in place, with its
+ * checksum), into the arrays with no record buffer between; other records
+ * (q8, q4, byte-shuffled; over HTTP) are read whole. For readers of many
+ * states of one model in turn (ss-retrieve query --rerank), whose fresh
+ * pages and record copy of a 19 MB state cost more than reading it.
+ * Returns 0 or ss_index_read's and ss_record_state's errors; after an error
+ * *s holds no state to use, but what it holds is still the caller's to
+ * ss_state_free. */
+int ss_index_read_state(ss_index *ix, const ss_index_hit *hit, ss_state *s, char *errmsg);
+
 /* Composes the stored states of hits[0..n) in that order (the
  * concatenation order: a query's hits come most relevant first, so pass
  * them reversed to put the most relevant last) with ss_compose_run(o, r,

@@ -51,13 +51,16 @@ void rerank_init(reranker *r, const rerank_opts *o, ss_forward_ctx *ctx, const s
 	if (o->kind == RERANK_LL && r->npre < 1)
 		cli_usage(usage, "--rerank-template: no text before {query}: with --rerank-score ll its "
 			  "first token needs one to be predicted from");
-	if (ss_eval_scorer_init(&r->sc, ctx, m, o->n))
+	if (ss_eval_scorer_init(&r->sc, ctx, m, o->n) || !(r->st = calloc((size_t)o->n, sizeof *r->st)))
 		cli_die("out of memory");
 }
 
 void rerank_free(reranker *r)
 {
 	ss_eval_scorer_free(r->sc);
+	for (int i = 0; r->st && i < r->o.n; i++)
+		ss_state_free(&r->st[i]);
+	free(r->st);
 	free(r->pre);
 	free(r->post);
 }
@@ -139,18 +142,17 @@ int rerank_hits(reranker *r, ss_index *ix, const char *db, const char *label, co
 	char em[SS_ERRMSG_MAX] = "";
 	if (n <= 0)
 		return 0;
-	ss_state *st = calloc((size_t)n, sizeof *st);
+	ss_state *st = r->st;
 	const ss_state **sp = calloc((size_t)n, sizeof *sp);
 	const ss_index_hit **stateless = calloc((size_t)n, sizeof *stateless);
 	ss_state *rst = calloc((size_t)n, sizeof *rst);
 	double *sc = calloc((size_t)n, sizeof *sc);
 	int *order = calloc((size_t)n, sizeof *order);
 	ss_index_hit *tmp = calloc((size_t)n, sizeof *tmp);
-	if (!st || !sp || !stateless || !rst || !sc || !order || !tmp)
+	if (!sp || !stateless || !rst || !sc || !order || !tmp)
 		cli_die("out of memory");
 	int bad = 0, ns = 0, nr = 0;
 	for (int i = 0; i < n && !bad; i++) {
-		const ss_record *rec;
 		if (h[i].stateless) {
 			stateless[ns++] = &h[i];
 			continue;
@@ -159,7 +161,7 @@ int rerank_hits(reranker *r, ss_index *ix, const char *db, const char *label, co
 			cli_warn("%s%s: document %s: its state is of model %s, the --model is %s", label, db, h[i].id,
 				 h[i].fingerprint, r->m->fingerprint);
 			bad = 1;
-		} else if (ss_index_read(ix, &h[i], 0, &rec, em) || ss_record_state(rec, &st[i], em)) {
+		} else if (ss_index_read_state(ix, &h[i], &st[i], em)) {
 			char shown[4096]; /* a URL's credentials and query string never printed */
 			cli_warn("%s%s: %s: %s", label, db, ss_url_redact(h[i].path, shown, sizeof shown), em);
 			bad = 1;
@@ -186,11 +188,8 @@ int rerank_hits(reranker *r, ss_index *ix, const char *db, const char *label, co
 				ss_index_hit_clear(&h[i]);
 		}
 	}
-	for (int i = 0; i < n; i++)
-		ss_state_free(&st[i]);
 	for (int i = 0; i < nr; i++)
 		ss_state_free(&rst[i]);
-	free(st);
 	free(sp);
 	free(stateless);
 	free(rst);

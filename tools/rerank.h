@@ -49,6 +49,7 @@ typedef struct {
 	const ss_model *m;
 	ss_tokenizer *tok; /* borrowed */
 	ss_eval_scorer *sc;
+	ss_state *st;      /* [o.n] the candidates' states, arrays kept from query to query */
 	int32_t *pre, *post; /* the template's tokens before and after {query} */
 	int64_t npre, npost;
 	int strip_quotes;  /* the query's double quotes are syntax, not text */

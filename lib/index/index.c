@@ -838,6 +838,112 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 	return index_read(ix, hit, meta_only, 0, recp, errmsg);
 }
 
+/* ss_index_read_state's reading by pieces. */
+typedef struct {
+	ss_state *s;
+	const char *id;
+	unsigned long long off;
+	int whole;  /* the record is not one this reads by pieces: read it whole */
+	char *errmsg;
+} state_into;
+
+/* ss_piece_fn of ss_index_read_state: the metadata into x->s, keeping its
+ * arrays where the dims are the same; conv's and ssm's pieces widened into
+ * them and checked finite, as ss_record_state checks them. */
+static int on_state_piece(void *arg, const ss_record *meta, int which, uint64_t off, const void *p, size_t len)
+{
+	state_into *x = arg;
+	ss_state *s = x->s;
+	if (which < 0) {
+		ss_state m;
+		char em[SS_ERRMSG_MAX];
+		int rc = ss_record_state_meta(meta, &m, em);
+		if (rc)
+			return ss_errf(x->errmsg, rc, "document %s at byte offset %llu: %s", x->id, x->off, em);
+		if ((m.shuffle && ss_dtype_size(m.dtype) > 1) || ss_dtype_info_of(m.dtype)->scaled) {
+			ss_state_free(&m);
+			x->whole = 1;
+			return SS_ERR_UNSUPPORTED;
+		}
+		float *conv = s->conv, *ssm = s->ssm;
+		if (!conv || !ssm || ss_state_dims_check(&s->dims, &m.dims, NULL)) {
+			free(conv);
+			free(ssm);
+			conv = malloc(ss_state_conv_len(&m.dims) * 4 + 4);
+			ssm = malloc(ss_state_ssm_len(&m.dims) * 4 + 4);
+		}
+		s->conv = s->ssm = NULL;
+		ss_state_free(s);
+		*s = m;
+		s->conv = conv;
+		s->ssm = ssm;
+		return conv && ssm ? 0 : ss_errf(x->errmsg, SS_ERR_NOMEM, "out of memory");
+	}
+	size_t es = ss_dtype_size(s->dtype), n = len / es, at = (size_t)(off / es);
+	float *dst = (which ? s->ssm : s->conv) + at;
+	ss_to_f32(dst, p, s->dtype, n);
+	size_t i = ss_nonfinite_find(dst, SS_DTYPE_F32, n);
+	if (i < n)
+		return ss_errf(x->errmsg, SS_ERR_FORMAT, "document %s at byte offset %llu: field \"%s\": element %zu "
+			       "is %g, not finite", x->id, x->off, which ? "ssm" : "conv", at + i, (double)dst[i]);
+	return 0;
+}
+
+/* ss_index_read_state of a record read whole (ss_index_read's record). */
+static int state_whole(ss_index *ix, const ss_index_hit *hit, ss_state *s, char *errmsg)
+{
+	const ss_record *rec;
+	char em[SS_ERRMSG_MAX];
+	int rc = ss_index_read(ix, hit, 0, &rec, errmsg);
+	if (rc)
+		return rc;
+	ss_state_free(s);
+	if ((rc = ss_record_state(rec, s, em)))
+		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s", hit->id,
+			       (unsigned long long)hit->offset, em);
+	return 0;
+}
+
+int ss_index_read_state(ss_index *ix, const ss_index_hit *hit, ss_state *s, char *errmsg)
+{
+	if (hit && hit->stateless)
+		return ss_errf(errmsg, SS_ERR_NOTFOUND, "document %s has no stored state", hit->id);
+	if (!ix || !hit || !hit->path || !hit->id || !s)
+		return ss_errf(errmsg, SS_ERR_INVALID, "no hit to read");
+	if (ix->n_shard) {
+		ss_index *sh = ixs_shard_of_hit(ix, hit);
+		return sh ? ss_index_read_state(sh, hit, s, errmsg) : ss_errf(errmsg, SS_ERR_INVALID, "hit of no shard");
+	}
+	if (ss_url_is_http(hit->path))
+		return state_whole(ix, hit, s, errmsg);
+	reader_slot *sl = NULL;
+	int rc = reader_for(ix, hit, &sl, errmsg);
+	if (rc)
+		return rc;
+	unsigned long long off = (unsigned long long)hit->offset;
+	if (hit->offset >= sl->size || hit->length > sl->size - hit->offset)
+		return ss_errf(errmsg, SS_ERR_TRUNCATED,
+			    "document %s at byte offset %llu: the file has %llu bytes, the record needs %llu: "
+			    "truncated or replaced since the index was built",
+			    hit->id, off, (unsigned long long)sl->size, off + (unsigned long long)hit->length);
+	if ((rc = ss_reader_seek(sl->r, hit->offset)))
+		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s", hit->id, off, ss_reader_error(sl->r));
+	char em[SS_ERRMSG_MAX] = "";
+	state_into x = { s, hit->id, off, 0, em };
+	const ss_record *rec;
+	rc = ss_reader_next_pieces(sl->r, &rec, on_state_piece, &x);
+	if (x.whole || rc == 2)
+		return state_whole(ix, hit, s, errmsg);
+	if (rc == 0)
+		return ss_errf(errmsg, SS_ERR_TRUNCATED, "document %s at byte offset %llu: no record there", hit->id, off);
+	if (rc < 0 && *em)
+		return ss_errf(errmsg, rc, "%s", em);
+	if (rc < 0)
+		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s (file replaced since the index was built?)",
+			    hit->id, off, ss_reader_error(sl->r));
+	return ix_check_record(ix, hit, rec, errmsg);
+}
+
 /* ss_compose_read_fn over hits (ss_index_compose's remote hits). */
 typedef struct {
 	ss_index *ix;
