@@ -118,12 +118,23 @@ void ss_eval_scorer_free(ss_eval_scorer *sc);
  * all vocab_padded logits. Returns 0 or SS_ERR_INVALID. */
 int ss_eval_scorer_set_vocab(ss_eval_scorer *sc, int32_t n_vocab);
 
+/* The scorer's max_seqs working states (owned by it; zeroed until a call
+ * or the caller fills them). A caller that reads its start states itself
+ * reads them into these (f32 arrays of the model's dims; e.g.
+ * ss_index_read_state, which keeps their arrays from one read to the next)
+ * and passes starts NULL to ss_eval_nll or ss_eval_entropy, which then run
+ * from them in place, with no copy: they hold the run's end states
+ * afterwards. */
+ss_state *ss_eval_scorer_states(ss_eval_scorer *sc);
+
 /* Mean negative log-likelihood (nats per token) of the continuation
  * c[0..nc) after the query q[0..nq), starting from each of starts[0..n)
- * (only read): nll[i] = (1/nc) Σ_j -log softmax(logits_j)[c_j], where
- * logits_j is the output at q's last token (j = 0) or at c_{j-1}, over all
- * vocab_padded logits — the definition ss-score(1) prints. The n states run
- * as one batch (one prefill call per SS_EVAL_ROWS continuation tokens).
+ * (only read; starts NULL: the scorer's working states [0, n), as
+ * ss_eval_scorer_states says): nll[i] = (1/nc) Σ_j -log
+ * softmax(logits_j)[c_j], where logits_j is the output at q's last token
+ * (j = 0) or at c_{j-1}, over all vocab_padded logits — the definition
+ * ss-score(1) prints. The n states run as one batch (one prefill call per
+ * SS_EVAL_ROWS continuation tokens).
  * exact (NULL: not computed): exact[i] = 1 when for every j the argmax of
  * logits_j over the scorer's vocabulary (ss_eval_scorer_set_vocab; ties to
  * the lowest id, NaN never wins: ss_argmax) is c_j, else 0. Teacher forcing
@@ -131,8 +142,9 @@ int ss_eval_scorer_set_vocab(ss_eval_scorer *sc, int32_t n_vocab);
  * (ss-decode --greedy --ignore-eos) gives c exactly when exact[i] = 1.
  *   n <= max_seqs; nq >= 1 (a stored state carries no logits), nc >= 1;
  *   ids in [0, vocab_padded).
- * Returns 0; SS_ERR_INVALID (sizes, ids, or an NLL that is NaN or
- * infinite: errmsg names the start state), the errors of
+ * Returns 0; SS_ERR_INVALID (sizes, ids, a working state holding no state
+ * when starts is NULL, or an NLL that is NaN or infinite: errmsg names the
+ * start state), the errors of
  * ss_forward_prefill, SS_ERR_NOMEM; errmsg says which.
  * ref: picaso.txt §6.2 (log-perplexity of the continuation);
  *      tests/fixtures/golden/README.md §4 nll.f32; exact match as in key-value recall
@@ -141,8 +153,9 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 		int64_t nq, const int32_t *c, int64_t nc, double *nll, int *exact, char *errmsg);
 
 /* Entropy (nats) of the next token after the query q[0..nq) from each of
- * starts[0..n) (only read): entropy[i] = -Σ_v p_v log p_v, p =
- * softmax(logits at q's last token) over all vocab_padded logits. The n
+ * starts[0..n) (only read; NULL as for ss_eval_nll): entropy[i] =
+ * -Σ_v p_v log p_v, p = softmax(logits at q's last token) over all
+ * vocab_padded logits. The n
  * states run as one batch (one prefill). The lower it is, the surer the
  * state makes the model of what follows q: ss-retrieve query --rerank
  * --rerank-score entropy ranks documents by it.

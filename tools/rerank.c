@@ -51,16 +51,13 @@ void rerank_init(reranker *r, const rerank_opts *o, ss_forward_ctx *ctx, const s
 	if (o->kind == RERANK_LL && r->npre < 1)
 		cli_usage(usage, "--rerank-template: no text before {query}: with --rerank-score ll its "
 			  "first token needs one to be predicted from");
-	if (ss_eval_scorer_init(&r->sc, ctx, m, o->n) || !(r->st = calloc((size_t)o->n, sizeof *r->st)))
+	if (ss_eval_scorer_init(&r->sc, ctx, m, o->n))
 		cli_die("out of memory");
 }
 
 void rerank_free(reranker *r)
 {
 	ss_eval_scorer_free(r->sc);
-	for (int i = 0; r->st && i < r->o.n; i++)
-		ss_state_free(&r->st[i]);
-	free(r->st);
 	free(r->pre);
 	free(r->post);
 }
@@ -142,14 +139,15 @@ int rerank_hits(reranker *r, ss_index *ix, const char *db, const char *label, co
 	char em[SS_ERRMSG_MAX] = "";
 	if (n <= 0)
 		return 0;
-	ss_state *st = r->st;
-	const ss_state **sp = calloc((size_t)n, sizeof *sp);
+	/* The candidates' states are read straight into the scorer's working
+	 * states, their arrays kept from query to query. */
+	ss_state *st = ss_eval_scorer_states(r->sc);
 	const ss_index_hit **stateless = calloc((size_t)n, sizeof *stateless);
 	ss_state *rst = calloc((size_t)n, sizeof *rst);
 	double *sc = calloc((size_t)n, sizeof *sc);
 	int *order = calloc((size_t)n, sizeof *order);
 	ss_index_hit *tmp = calloc((size_t)n, sizeof *tmp);
-	if (!sp || !stateless || !rst || !sc || !order || !tmp)
+	if (!stateless || !rst || !sc || !order || !tmp)
 		cli_die("out of memory");
 	int bad = 0, ns = 0, nr = 0;
 	for (int i = 0; i < n && !bad; i++) {
@@ -170,8 +168,12 @@ int rerank_hits(reranker *r, ss_index *ix, const char *db, const char *label, co
 	if (!bad && ns && !(bad = recompute(ctx, label, stateless, ns, rst)))
 		nr = ns;
 	for (int i = 0, j = 0; i < n && !bad; i++)
-		sp[i] = h[i].stateless ? &rst[j++] : &st[i];
-	if (!bad && rerank_score(r, query, sp, n, sc, em)) {
+		if (h[i].stateless) { /* moved in */
+			ss_state_free(&st[i]);
+			st[i] = rst[j];
+			memset(&rst[j++], 0, sizeof *rst);
+		}
+	if (!bad && rerank_score(r, query, NULL, n, sc, em)) {
 		cli_warn("%s%s: --rerank: %s", label, db, em);
 		bad = 1;
 	}
@@ -190,7 +192,6 @@ int rerank_hits(reranker *r, ss_index *ix, const char *db, const char *label, co
 	}
 	for (int i = 0; i < nr; i++)
 		ss_state_free(&rst[i]);
-	free(sp);
 	free(stateless);
 	free(rst);
 	free(sc);

@@ -49,7 +49,6 @@ typedef struct {
 	const ss_model *m;
 	ss_tokenizer *tok; /* borrowed */
 	ss_eval_scorer *sc;
-	ss_state *st;      /* [o.n] the candidates' states, arrays kept from query to query */
 	int32_t *pre, *post; /* the template's tokens before and after {query} */
 	int64_t npre, npost;
 	int strip_quotes;  /* the query's double quotes are syntax, not text */
@@ -66,8 +65,9 @@ void rerank_init(reranker *r, const rerank_opts *o, ss_forward_ctx *ctx, const s
 		 ss_tokenizer *tok, int strip_quotes, const char *usage);
 void rerank_free(reranker *r);
 
-/* scores[i] = the score of query from state st[i] (f32 arrays, m's dims),
- * i < n <= o->n, in one batch. Returns 0, or an SS_ERR_* with errmsg (a
+/* scores[i] = the score of query from state st[i] (f32 arrays, m's dims;
+ * st NULL: the scorer's working states, ss_eval_scorer_states(r->sc), which
+ * the call changes), i < n <= o->n, in one batch. Returns 0, or an SS_ERR_* with errmsg (a
  * query without a token, an id outside the model's vocabulary, the
  * scorer's errors). */
 int rerank_score(reranker *r, const char *query, const ss_state *const *st, int n, double *scores,

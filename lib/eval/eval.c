@@ -263,6 +263,11 @@ int ss_eval_scorer_init(ss_eval_scorer **out, ss_forward_ctx *ctx, const ss_mode
 	return 0;
 }
 
+ss_state *ss_eval_scorer_states(ss_eval_scorer *sc)
+{
+	return sc ? sc->st : NULL;
+}
+
 int ss_eval_scorer_set_vocab(ss_eval_scorer *sc, int32_t n_vocab)
 {
 	if (!sc || n_vocab < 1 || n_vocab > sc->m->cfg.vocab_padded)
@@ -290,6 +295,8 @@ void ss_eval_scorer_free(ss_eval_scorer *sc)
 static int working_copy(ss_eval_scorer *sc, size_t i, const ss_state *src)
 {
 	ss_state *w = &sc->st[i];
+	if (!src) /* the caller filled it (ss_eval_scorer_states) */
+		return w->ssm && w->conv && w->logdecay ? 0 : SS_ERR_INVALID;
 	if (w->ssm && !ss_state_dims_check(&w->dims, &src->dims, NULL)) {
 		ss_state_copy_into(w, src);
 		return 0;
@@ -298,10 +305,16 @@ static int working_copy(ss_eval_scorer *sc, size_t i, const ss_state *src)
 	return ss_state_copy(w, src);
 }
 
+static const char *start_id(const ss_eval_scorer *sc, const ss_state *const *starts, size_t i)
+{
+	const char *id = starts ? starts[i]->id : sc->st[i].id;
+	return id ? id : "";
+}
+
 int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
 		int64_t nq, const int32_t *c, int64_t nc, double *nll, int *exact, char *errmsg)
 {
-	if (!sc || !starts || !nll || n == 0 || n > (size_t)sc->max_seqs || nq < 1 || nc < 1 ||
+	if (!sc || !nll || n == 0 || n > (size_t)sc->max_seqs || nq < 1 || nc < 1 ||
 	    !q || !c) {
 		ERR("ss_eval_nll: need 1..%d states, a query and a continuation",
 		    sc ? sc->max_seqs : 0);
@@ -316,8 +329,11 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 		}
 	int rc = 0;
 	for (size_t i = 0; i < n; i++) {
-		if ((rc = working_copy(sc, i, starts[i])))
+		if ((rc = working_copy(sc, i, starts ? starts[i] : NULL))) {
+			if (!starts)
+				ERR("start state %zu: the scorer's holds no state", i);
 			return rc;
+		}
 		sc->sum[i] = 0;
 		if (exact)
 			exact[i] = 1;
@@ -351,7 +367,7 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 	for (size_t i = 0; i < n; i++) {
 		if (!isfinite(sc->sum[i])) { /* no score: a state or model whose values overflow */
 			ERR("start state %zu (id \"%.200s\"): the NLL is %g, not finite (the state's or the model's "
-			    "values overflow)", i, starts[i]->id ? starts[i]->id : "", isnan(sc->sum[i]) ? NAN : sc->sum[i]);
+			    "values overflow)", i, start_id(sc, starts, i), isnan(sc->sum[i]) ? NAN : sc->sum[i]);
 			rc = SS_ERR_INVALID;
 			return rc;
 		}
@@ -363,15 +379,18 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 int ss_eval_entropy(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, const int32_t *q,
 		    int64_t nq, double *entropy, char *errmsg)
 {
-	if (!sc || !starts || !entropy || n == 0 || n > (size_t)sc->max_seqs || nq < 1 || !q) {
+	if (!sc || !entropy || n == 0 || n > (size_t)sc->max_seqs || nq < 1 || !q) {
 		ERR("ss_eval_entropy: need 1..%d states and a query", sc ? sc->max_seqs : 0);
 		return SS_ERR_INVALID;
 	}
 	const int64_t V = sc->m->cfg.vocab_padded;
 	int rc = 0;
 	for (size_t i = 0; i < n; i++)
-		if ((rc = working_copy(sc, i, starts[i])))
+		if ((rc = working_copy(sc, i, starts ? starts[i] : NULL))) {
+			if (!starts)
+				ERR("start state %zu: the scorer's holds no state", i);
 			return rc;
+		}
 	for (size_t i = 0; i < n; i++)
 		sc->seqs[i] = (ss_forward_seq){ .tokens = q, .n_tokens = nq, .state = &sc->st[i],
 						.logits = sc->logits + i * (size_t)SS_EVAL_ROWS * (size_t)V };
@@ -386,7 +405,7 @@ int ss_eval_entropy(ss_eval_scorer *sc, const ss_state *const *starts, size_t n,
 		entropy[i] = lse - px;
 		if (!isfinite(entropy[i])) {
 			ERR("start state %zu (id \"%.200s\"): the entropy is not finite (the state's or the "
-			    "model's values overflow)", i, starts[i]->id ? starts[i]->id : "");
+			    "model's values overflow)", i, start_id(sc, starts, i));
 			rc = SS_ERR_INVALID;
 			return rc;
 		}

@@ -31,16 +31,19 @@ nl='
 # --- the reranked order is ss-score's: for each key, BM25's top 8, each document's
 # log-likelihood of the key after "\n" (ss-score's sum_nll, negated) from its stored state,
 # sorted (ties: BM25's order), top 4; rerank_score equal to that log-likelihood
+# (rerank_order DB STATES: for every key; n_moved counts the keys whose top hit moved)
 ss-score -q --model "$M" --state c.states --query "$nl" --continuation "$(head -n 1 keys.txt)" >/dev/null ||
 	fail "ss-score"
-n_moved=0
-while read -r key; do
-	ss-retrieve query --index c.db -k 8 --query "$key" --ids --order best-first >bm25.tsv || fail "bm25 $key"
-	ss-retrieve query --index c.db -k 4 --rerank 8 --model "$M" --query "$key" --ids --order best-first \
-		>rr.tsv 2>err || { fail "rerank $key: $(cat err)"; continue; }
-	ss-score -q --model "$M" --state c.states --query "$nl" --continuation "$key" >score.jsonl ||
-		fail "ss-score $key"
-	python3 - "$key" <<'PYEOF' || fail "rerank of '$key' is not ss-score's order"
+rerank_order() {
+	n_moved=0
+	while read -r key; do
+		ss-retrieve query --index "$1" -k 8 --query "$key" --ids --order best-first >bm25.tsv ||
+			fail "$1: bm25 $key"
+		ss-retrieve query --index "$1" -k 4 --rerank 8 --model "$M" --query "$key" --ids --order best-first \
+			>rr.tsv 2>err || { fail "$1: rerank $key: $(cat err)"; continue; }
+		ss-score -q --model "$M" --state "$2" --query "$nl" --continuation "$key" >score.jsonl ||
+			fail "$2: ss-score $key"
+		python3 - "$key" <<'PYEOF' || fail "$1: rerank of '$key' is not ss-score's order"
 import json, sys
 ll = {}
 for l in open("score.jsonl"):
@@ -61,11 +64,43 @@ if bad:
     print("got", got, "want", want)
 sys.exit(1 if bad else 0)
 PYEOF
-	[ "$(cut -f 2 rr.tsv | head -n 1)" = "$(cut -f 2 bm25.tsv | head -n 1)" ] || n_moved=$((n_moved + 1))
-done <keys.txt
+		[ "$(cut -f 2 rr.tsv | head -n 1)" = "$(cut -f 2 bm25.tsv | head -n 1)" ] || n_moved=$((n_moved + 1))
+	done <keys.txt
+}
+rerank_order c.db c.states
 # BM25 ties a key's document with those holding its first or last name: the model must
 # have moved some top hit, or the comparison above proved nothing
 [ "$n_moved" -gt 0 ] || fail "rerank never changed BM25's top hit"
+# states stored as f16 (read by pieces, widened in place) and q8 (read whole): ranked by
+# what ss-score gives from those same stored states
+for t in f16 q8; do
+	ss-encode -q --deterministic --model "$M" --state-dtype $t -o c.$t.states c.tok &&
+		ss-retrieve build -q --index c.$t.db c.tok c.$t.states || fail "$t corpus"
+	rerank_order c.$t.db c.$t.states
+done
+
+# --- a candidate's record changed on disk after the index was built (a byte of its ssm):
+# refused, naming the document and its byte offset, nothing written
+cp c.states bad.states
+ss-retrieve build -q --index bad.db c.tok bad.states || fail "bad.db"
+key=$(head -n 1 keys.txt)
+doc=$(ss-retrieve query --index bad.db -k 1 --query "$key" --ids | cut -f 2)
+ss-retrieve show --index bad.db "$doc" >show.txt || fail "show $doc"
+off=$(sed -n 's/^offset: //p' show.txt)
+len=$(sed -n 's/^length: //p' show.txt)
+python3 - bad.states "$off" "$len" <<'PYEOF' || fail "changing $doc"
+import sys
+f, off, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(f, "r+b") as h:
+    h.seek(off + n - 64)
+    b = h.read(1)
+    h.seek(off + n - 64)
+    h.write(bytes([b[0] ^ 0x40]))
+PYEOF
+expect 1 ss-retrieve query --index bad.db -k 4 --rerank 8 --model "$M" --query "$key" -o e.states
+has err "document $doc at byte offset $off"
+[ "$(wc -l <err)" -eq 1 ] || fail "a changed record: $(wc -l <err) lines"
+[ ! -e e.states ] || fail "a changed record: an output was written"
 
 # --- the same bits at any batch size (N) and thread count: each candidate's score alone
 # depends on its state
