@@ -488,10 +488,11 @@ AVX2 static INLINE void rows_few256(float *y, ptrdiff_t ldy, const float *x, ptr
 
 ROWS_FNS(rows_few256, rows_few256, AVX2 NOINLINE)
 
-/* AVX2, many rows: 8·V rows of x (mv of them, transposed in xt: xt[k][8·V])
- * against NR rows of f32 W (row stride K), one W element broadcast to 8
- * rows per FMA; the last k (K mod 8) through wb. (16-bit W is widened a
- * group at a time by panels256.) */
+/* AVX2, many rows: 8·V rows of x (mv of them, transposed in xt: xt[k][16],
+ * V = 2, or its first 8 lanes, V = 1) against NR rows of f32 W (row stride
+ * K), one W element broadcast to 8 rows per FMA; the last k (K mod 8)
+ * through wb. (16-bit W is widened a group at a time by panels256.) A
+ * lane's chain is the same whatever V. */
 AVX2 static INLINE void panel256(float *y, ptrdiff_t ldy, const float *xt, const float *W,
 				 int64_t K, float beta, int mv, const int V, const int NR)
 {
@@ -516,7 +517,7 @@ AVX2 static INLINE void panel256(float *y, ptrdiff_t ldy, const float *xt, const
 		for (int j = 0; j < kn; j++) {
 			__m256 xv[2];
 			UNROLL for (int v = 0; v < V; v++)
-				xv[v] = _mm256_loadu_ps(xt + (k0 + j) * 8 * V + 8 * v);
+				xv[v] = _mm256_loadu_ps(xt + (k0 + j) * 16 + 8 * v);
 			UNROLL for (int n = 0; n < NR; n++) {
 				const __m256 b = _mm256_set1_ps(src[n * ld + j]);
 				UNROLL for (int v = 0; v < V; v++)
@@ -607,6 +608,25 @@ AVX2 static void pack_xt256(float *xt, const float *x, ptrdiff_t ldx, int64_t K,
 			xt[k * 16 + l] = x[(l < mv ? l : mv - 1) * ldx + k];
 }
 
+/* One panel of x (mv rows in xp, through V = 1 or 2 vectors) against the
+ * tiles of W's rows [n0, n1) (at Wg: 6 rows a tile, the last 1-5 rows a
+ * narrower one). */
+AVX2 static INLINE void tiles256(float *yp, ptrdiff_t ldy, const float *xp, const float *Wg, int64_t n0,
+				 int64_t n1, int64_t K, float beta, int mv, const int V)
+{
+	const float *Wt = Wg;
+	int64_t n = n0;
+	for (; n + 6 <= n1; n += 6, Wt += 6 * K)
+		panel256(yp + n, ldy, xp, Wt, K, beta, mv, V, 6);
+	switch (n1 - n) {
+	case 1: panel256(yp + n, ldy, xp, Wt, K, beta, mv, V, 1); break;
+	case 2: panel256(yp + n, ldy, xp, Wt, K, beta, mv, V, 2); break;
+	case 3: panel256(yp + n, ldy, xp, Wt, K, beta, mv, V, 3); break;
+	case 4: panel256(yp + n, ldy, xp, Wt, K, beta, mv, V, 4); break;
+	case 5: panel256(yp + n, ldy, xp, Wt, K, beta, mv, V, 5); break;
+	}
+}
+
 /* M rows of x (M >= PANEL_MIN_ROWS) through panels of 16 rows against
  * tiles of 6 rows of W. The panels are transposed once, into xt (heap:
  * 64 B per row and k); W goes by groups of tiles (GROUP256_BYTES as f32;
@@ -615,9 +635,11 @@ AVX2 static void pack_xt256(float *xt, const float *x, ptrdiff_t ldx, int64_t K,
  * as the panels pass, from L2 (rather than all of W read once per panel).
  * The order of the tiles changes no output's chain. The last rows of W go
  * in a narrower tile, and the last rows of x in a panel of their own,
- * however few (its other lanes wasted, but W not streamed again for them,
- * as rows_few256 would: a question's 40 rows are 3 panels); everything
- * through rows_few256 when xt cannot be had (the same bits, slower).
+ * however few (W not streamed again for them, as rows_few256 would: a
+ * question's 38 rows are 3 panels), through one vector of 8 lanes when
+ * they are 8 or fewer (half the FMAs of a panel of 16, the rest of whose
+ * lanes would be wasted); everything through rows_few256 when xt cannot be
+ * had (the same bits, slower).
  * Measured (in_proj's 512 x 3352 x 768 in the backend's 256 x 256 calls,
  * Zen 3, FMA peak about 96 GFLOP/s a core): 75 -> 83 GFLOP/s on 1 thread,
  * 150 -> 165 on 2; bf16 W 70 -> 82 (level with f32). */
@@ -653,17 +675,11 @@ AVX2 static INLINE void panels256(float *y, ptrdiff_t ldy, const float *x, ptrdi
 		for (int64_t p = 0; p < np; p++) {
 			const int mv = M - 16 * p < 16 ? (int)(M - 16 * p) : 16;
 			float *yp = y + 16 * p * ldy;
-			const float *xp = xt + p * 16 * K, *Wt = Wg;
-			int64_t n = n0;
-			for (; n + 6 <= n1; n += 6, Wt += 6 * K)
-				panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 6);
-			switch (n1 - n) { /* the last rows of W: a narrower tile */
-			case 1: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 1); break;
-			case 2: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 2); break;
-			case 3: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 3); break;
-			case 4: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 4); break;
-			case 5: panel256(yp + n, ldy, xp, Wt, K, beta, mv, 2, 5); break;
-			}
+			const float *xp = xt + p * 16 * K;
+			if (mv > 8)
+				tiles256(yp, ldy, xp, (const float *)Wg, n0, n1, K, beta, mv, 2);
+			else /* a last panel of 8 rows or fewer: half the FMAs */
+				tiles256(yp, ldy, xp, (const float *)Wg, n0, n1, K, beta, mv, 1);
 		}
 	}
 	free(own);
