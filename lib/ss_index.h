@@ -508,8 +508,8 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
 
 /* Reads the state of `hit` into *s: the record ss_index_read reads, with
  * its checks and errors (errmsg "document ID at byte offset N: what"),
- * decoded as ss_record_state decodes it (conv and ssm in f32, every element
- * checked finite). *s is zeroed or a state this or ss_state_alloc /
+ * decoded as ss_record_state decodes it (conv and ssm in f32, each exactly
+ * the bytes its dims make, every element checked finite). *s is zeroed or a state this or ss_state_alloc /
  * ss_state_copy filled; its conv and ssm arrays are written in place when
  * their dims are the record's (else freed, and new ones allocated), the
  * rest of it replaced. An f32, f16 or bf16 record of a local file is read

@@ -331,7 +331,7 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 	for (size_t i = 0; i < n; i++) {
 		if ((rc = working_copy(sc, i, starts ? starts[i] : NULL))) {
 			if (!starts)
-				ERR("start state %zu: the scorer's holds no state", i);
+				ERR("start state %zu: the scorer's working state holds none", i);
 			return rc;
 		}
 		sc->sum[i] = 0;
@@ -368,8 +368,7 @@ int ss_eval_nll(ss_eval_scorer *sc, const ss_state *const *starts, size_t n, con
 		if (!isfinite(sc->sum[i])) { /* no score: a state or model whose values overflow */
 			ERR("start state %zu (id \"%.200s\"): the NLL is %g, not finite (the state's or the model's "
 			    "values overflow)", i, start_id(sc, starts, i), isnan(sc->sum[i]) ? NAN : sc->sum[i]);
-			rc = SS_ERR_INVALID;
-			return rc;
+			return SS_ERR_INVALID;
 		}
 		nll[i] = sc->sum[i] / (double)nc;
 	}
@@ -388,7 +387,7 @@ int ss_eval_entropy(ss_eval_scorer *sc, const ss_state *const *starts, size_t n,
 	for (size_t i = 0; i < n; i++)
 		if ((rc = working_copy(sc, i, starts ? starts[i] : NULL))) {
 			if (!starts)
-				ERR("start state %zu: the scorer's holds no state", i);
+				ERR("start state %zu: the scorer's working state holds none", i);
 			return rc;
 		}
 	for (size_t i = 0; i < n; i++)
@@ -406,8 +405,7 @@ int ss_eval_entropy(ss_eval_scorer *sc, const ss_state *const *starts, size_t n,
 		if (!isfinite(entropy[i])) {
 			ERR("start state %zu (id \"%.200s\"): the entropy is not finite (the state's or the "
 			    "model's values overflow)", i, start_id(sc, starts, i));
-			rc = SS_ERR_INVALID;
-			return rc;
+			return SS_ERR_INVALID;
 		}
 	}
 	return 0;

@@ -844,8 +844,18 @@ typedef struct {
 	const char *id;
 	unsigned long long off;
 	int whole;  /* the record is not one this reads by pieces: read it whole */
+	uint64_t fed[2], want[2]; /* bytes of conv (0) and ssm (1) read, and their dims' */
 	char *errmsg;
 } state_into;
+
+/* A conv or ssm array of x->s not exactly its dims' bytes (as
+ * ss_record_state refuses it). */
+static int state_size_err(const state_into *x, int which)
+{
+	return ss_errf(x->errmsg, SS_ERR_FORMAT, "document %s at byte offset %llu: field \"%s\" is not %llu bytes of %s",
+		       x->id, x->off, which ? "ssm" : "conv", (unsigned long long)x->want[which],
+		       ss_dtype_name(x->s->dtype));
+}
 
 /* ss_piece_fn of ss_index_read_state: the metadata into x->s, keeping its
  * arrays where the dims are the same; conv's and ssm's pieces widened into
@@ -877,9 +887,14 @@ static int on_state_piece(void *arg, const ss_record *meta, int which, uint64_t 
 		*s = m;
 		s->conv = conv;
 		s->ssm = ssm;
+		x->want[0] = ss_state_conv_len(&s->dims) * ss_dtype_size(s->dtype);
+		x->want[1] = ss_state_ssm_len(&s->dims) * ss_dtype_size(s->dtype);
 		return conv && ssm ? 0 : ss_errf(x->errmsg, SS_ERR_NOMEM, "out of memory");
 	}
 	size_t es = ss_dtype_size(s->dtype), n = len / es, at = (size_t)(off / es);
+	if ((which != 0 && which != 1) || off != x->fed[which] || len % es || len > x->want[which] - off)
+		return state_size_err(x, which != 0);
+	x->fed[which] += len;
 	float *dst = (which ? s->ssm : s->conv) + at;
 	ss_to_f32(dst, p, s->dtype, n);
 	size_t i = ss_nonfinite_find(dst, SS_DTYPE_F32, n);
@@ -929,7 +944,7 @@ int ss_index_read_state(ss_index *ix, const ss_index_hit *hit, ss_state *s, char
 	if ((rc = ss_reader_seek(sl->r, hit->offset)))
 		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s", hit->id, off, ss_reader_error(sl->r));
 	char em[SS_ERRMSG_MAX] = "";
-	state_into x = { s, hit->id, off, 0, em };
+	state_into x = { .s = s, .id = hit->id, .off = off, .errmsg = em };
 	const ss_record *rec;
 	rc = ss_reader_next_pieces(sl->r, &rec, on_state_piece, &x);
 	if (x.whole || rc == 2)
@@ -941,6 +956,9 @@ int ss_index_read_state(ss_index *ix, const ss_index_hit *hit, ss_state *s, char
 	if (rc < 0)
 		return ss_errf(errmsg, rc, "document %s at byte offset %llu: %s (file replaced since the index was built?)",
 			    hit->id, off, ss_reader_error(sl->r));
+	for (int which = 0; which < 2; which++)
+		if (x.fed[which] != x.want[which])
+			return ss_errf(errmsg, state_size_err(&x, which), "%s", em);
 	return ix_check_record(ix, hit, rec, errmsg);
 }
 

@@ -102,6 +102,25 @@ has err "document $doc at byte offset $off"
 [ "$(wc -l <err)" -eq 1 ] || fail "a changed record: $(wc -l <err) lines"
 [ ! -e e.states ] || fail "a changed record: an output was written"
 
+# --- a record whose conv holds 4 bytes fewer than its dims make (recompressed, its checksum
+# right): refused as ss_record_state refuses it, not read with stale elements
+len0=$(ss-retrieve show --index c.db d00000 | sed -n 's/^length: //p')
+head -c "$len0" c.states | zstd -q -d -c >r0.raw && python3 - <<'PYEOF' || fail "a short conv"
+d = bytearray(open("r0.raw", "rb").read())
+j = d.find(b"\xa4conv") + 5
+w = {0xc4: 1, 0xc5: 2, 0xc6: 4}[d[j]]
+n = int.from_bytes(d[j + 1:j + 1 + w], "big")
+d[j + 1:j + 1 + w] = (n - 4).to_bytes(w, "big")
+del d[j + 1 + w:j + 5 + w]
+open("r0.short", "wb").write(d)
+PYEOF
+{ zstd -q --check -c r0.short && tail -c +"$((len0 + 1))" c.states; } >short.states &&
+	ss-retrieve build -q --index short.db c.tok short.states || fail "short.db"
+q0=$(python3 -c 'import json; print(json.loads(open("corpus.jsonl").readline())["text"].split(":")[0])')
+expect 1 ss-retrieve query --index short.db -k 4 --rerank 40 --model "$M" --query "$q0" -o e.states
+has err "document d00000 at byte offset 0: field \"conv\" is not"
+[ ! -e e.states ] || fail "a short conv: an output was written"
+
 # --- the same bits at any batch size (N) and thread count: each candidate's score alone
 # depends on its state
 ss-retrieve query --index c.db --ids -k 4 --rerank 4 --model "$M" --threads 1 <keys.txt >n4.tsv &&
