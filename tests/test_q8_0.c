@@ -257,7 +257,7 @@ static float gemm_spec(const float *x, const unsigned char *w, int64_t K)
 
 /* Prefill's product (ss_linear_q8_0_cpu): every kernel this CPU has gives the
  * bits of its contract (gemm_spec) for M from 1 to 37 (panels of 16 rows,
- * full and not), N of 1 to 19 (tiles of 8 rows of W and the rest), K of 1
+ * full and not) and 131 (past a chunk of 128), N of 1 to 19 (tiles of 8 rows of W and the rest), K of 1
  * to 9 blocks, beta 0 and not, the same x as test_kernels (zero, tiny,
  * huge and halfway blocks; W codes -128 and 127); the same bits for the
  * rows one at a time, in uneven groups and for slices of W's columns; and
@@ -312,6 +312,26 @@ static void test_gemm(void **st)
 			free(x);
 			free(y0);
 		}
+	/* rows past a chunk of x (the AVX2 kernel widens 128 rows at a time) */
+	for (int k = 0; k < 3; k++) {
+		enum { M = 131, N = 7, K = 96 };
+		unsigned char Wc[N * K / 32 * 34];
+		float yc[M * N], *x, *y0;
+		if (!have[k])
+			continue;
+		case_data(&rng, &x, &y0, Wc, M, N, K);
+		assert_int_equal(ss_q8_0_force_kernel(k), 0);
+		assert_int_equal(ss_linear_q8_0_cpu(yc, N, x, K, Wc, M, N, K, 0.0f), 0);
+		for (int m = 0; m < M; m++)
+			for (int n = 0; n < N; n++)
+				if (memcmp(&yc[m * N + n], &(float){ gemm_spec(x + m * K, Wc + n * (K / 32 * 34), K) },
+					   sizeof(float)))
+					fail_msg("kernel %s: bits differ from the contract's (M %d: row %d, n %d)", kname[k],
+						 M, m, n);
+		cases++;
+		free(x);
+		free(y0);
+	}
 	/* the error bound (test_linear's) */
 	{
 		enum { M = 21, N = 11, K = 128 };

@@ -404,7 +404,7 @@ void ss_matvec_q8_0(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, cons
  * W was widened to f32 for it). vpdpbusd multiplies unsigned by signed
  * bytes: x's codes are stored offset to unsigned (x + 128), and each block
  * starts from -128·Σw (wc below), so T_b is exact. Every kernel gives the
- * same bits (portable C; AVX2, T_b in f32 FMAs, exact; VNNI). */
+ * same bits (portable C; AVX2, T_b in int32 by vpmaddwd; VNNI). */
 
 /* Lanes (rows of x) of a panel; rows of W of a tile. */
 enum { LANES = 16, NR = 8 };
@@ -473,40 +473,56 @@ AVX2 static void wprep_avx2(int32_t *wc, float *wdv, const unsigned char *W, siz
 	wprep(wc, wdv, W, row, nb, nr);
 }
 
-/* AVX2 (no VNNI): T_b summed in f32 FMAs, which is exact (every product
- * and partial sum an integer below 32·128·127 < 2^24), so the bits are
- * those of the integer kernels: x's codes and W's widened to f32 once (a
- * chunk of x's rows, a tile of W's rows), then tiles of R <= 6 rows of W
- * against panels of 16 rows of x (two vectors of 8), each code of W
- * broadcast, as linear_f32.c's panel256; the chains acc in memory, one
- * FMA a block. Returns -1 (nothing written) without memory for the
- * widened codes. */
-enum { NR2 = 6, CH2 = 128 }; /* rows of W a tile; rows of x a chunk */
+/* AVX2 (no VNNI): T_b summed exactly in int32 by vpmaddwd, x's and W's
+ * codes widened to int16 pairs once (a chunk of x's rows, a tile of W's
+ * rows): a pair of W's codes broadcast against 8 lanes' pairs of x's gives
+ * 16 products summed into 8 int32 lanes, then one vpaddd; tiles of R <= NR2
+ * rows of W against panels of 16 rows of x (two vectors of 8 lanes), as
+ * linear_f32.c's panel256; the chains acc in memory, one FMA a block. The
+ * same bits as tile_c. Two instructions per 16 products, as f32's two
+ * FMAs, so at best f32's speed: measured on an AMD EPYC Zen 3 (issue 50,
+ * build/bench/gemm, one thread), 76-80 GFLOP/s against f32's 76-79 and
+ * 56-60 before (T_b in f32 FMAs on codes widened to f32: a broadcast of
+ * W per 16 products, not 32, and x's codes twice the bytes). Tried: R = 5 with pairs unrolled
+ * (spills, 50-57), R = 3 and 2 against two panels at once (62; 74-77).
+ * Returns -1 (nothing written) without memory for the widened codes.
+ * ref: Intel SDM (PMADDWD). */
+enum { NR2 = 4, CH2 = 128, PAIRS = QB / 2 }; /* rows of W a tile; rows of x a chunk */
 
-AVX2 static INLINE void tile_f(float *y, ptrdiff_t ldy, const float *xf, const float *xd, const float *wf,
-			       const float *wdv, int64_t nb, int mv, float beta, const int R)
+/* Two int8 codes as an int16 pair in a 32-bit word, the first low. */
+static inline uint32_t pair16(int8_t a, int8_t b)
+{
+	return (uint32_t)(uint16_t)(int16_t)a | (uint32_t)(uint16_t)(int16_t)b << 16;
+}
+
+/* A panel against R rows of W:
+ *   xp: [nb][PAIRS][LANES] x's code pairs, xd: [nb][LANES] x's d (0 in lanes past mv);
+ *   wp: [R][nb][PAIRS] W's code pairs, wdv: [R][nb] W's d. */
+AVX2 static INLINE void tile_i16(float *y, ptrdiff_t ldy, const uint32_t *xp, const float *xd, const uint32_t *wp,
+				 const float *wdv, int64_t nb, int mv, float beta, const int R)
 {
 	float acc[NR2][LANES] __attribute__((aligned(32))) = { { 0 } };
-	const int64_t K = nb * QB;
 	for (int64_t b = 0; b < nb; b++) {
-		__m256 t[NR2][2];
-		_Pragma("GCC unroll 6") for (int r = 0; r < R; r++)
-			t[r][0] = t[r][1] = _mm256_setzero_ps();
-		for (int j = 0; j < QB; j++) {
-			const float *xk = xf + (b * QB + j) * LANES;
-			const __m256 x0 = _mm256_load_ps(xk), x1 = _mm256_load_ps(xk + 8);
-			_Pragma("GCC unroll 6") for (int r = 0; r < R; r++) {
-				const __m256 w = _mm256_broadcast_ss(wf + r * K + b * QB + j);
-				t[r][0] = _mm256_fmadd_ps(w, x0, t[r][0]);
-				t[r][1] = _mm256_fmadd_ps(w, x1, t[r][1]);
+		__m256i t[NR2][2];
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+			t[r][0] = t[r][1] = _mm256_setzero_si256();
+		const uint32_t *xb = xp + b * PAIRS * LANES;
+		for (int q = 0; q < PAIRS; q++) {
+			const __m256i x0 = _mm256_load_si256((const __m256i *)(const void *)(xb + q * LANES));
+			const __m256i x1 = _mm256_load_si256((const __m256i *)(const void *)(xb + q * LANES + 8));
+			_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+				const __m256i w = _mm256_set1_epi32((int)wp[(r * nb + b) * PAIRS + q]);
+				t[r][0] = _mm256_add_epi32(t[r][0], _mm256_madd_epi16(w, x0));
+				t[r][1] = _mm256_add_epi32(t[r][1], _mm256_madd_epi16(w, x1));
 			}
 		}
 		const __m256 d0 = _mm256_load_ps(xd + b * LANES), d1 = _mm256_load_ps(xd + b * LANES + 8);
-		_Pragma("GCC unroll 6") for (int r = 0; r < R; r++) {
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
 			const __m256 dw = _mm256_broadcast_ss(wdv + r * nb + b);
-			_mm256_store_ps(acc[r], _mm256_fmadd_ps(t[r][0], _mm256_mul_ps(d0, dw), _mm256_load_ps(acc[r])));
-			_mm256_store_ps(acc[r] + 8,
-					_mm256_fmadd_ps(t[r][1], _mm256_mul_ps(d1, dw), _mm256_load_ps(acc[r] + 8)));
+			_mm256_store_ps(acc[r], _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[r][0]), _mm256_mul_ps(d0, dw),
+								_mm256_load_ps(acc[r])));
+			_mm256_store_ps(acc[r] + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[r][1]), _mm256_mul_ps(d1, dw),
+								    _mm256_load_ps(acc[r] + 8)));
 		}
 	}
 	for (int r = 0; r < R; r++)
@@ -519,44 +535,54 @@ AVX2 static int gemm_avx2(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx
 {
 	const int64_t nb = K / QB, ch = M < CH2 ? (M + LANES - 1) / LANES * LANES : CH2;
 	const size_t row = (size_t)nb * QBYTES;
-	float *xf = aligned_alloc(32, ((size_t)(ch * K + ch * nb + NR2 * K) * sizeof(float) + 31) / 32 * 32);
-	int32_t wc[NR2 * SS_Q8_0_ROW_MAX / QB];
+	uint32_t *xp = aligned_alloc(32, ((size_t)(ch * K / 2 + NR2 * K / 2) * sizeof(uint32_t) + 31) / 32 * 32);
+	float *xd = aligned_alloc(32, ((size_t)(ch * nb) * sizeof(float) + 31) / 32 * 32);
 	float wdv[NR2 * SS_Q8_0_ROW_MAX / QB];
 	xrows xr;
-	if (!xf)
+	if (!xp || !xd) {
+		free(xp);
+		free(xd);
 		return -1;
-	float *xd = xf + ch * K, *wf = xd + ch * nb;
+	}
+	uint32_t *wp = xp + ch * K / 2;
 	for (int64_t m0 = 0; m0 < M; m0 += ch) {
 		const int64_t mc = M - m0 < ch ? M - m0 : ch, np = (mc + LANES - 1) / LANES;
 		for (int64_t m = 0; m < np * LANES; m++) {
-			float *xp = xf + m / LANES * K * LANES + m % LANES, *dp = xd + m / LANES * nb * LANES + m % LANES;
+			uint32_t *xm = xp + m / LANES * (K / 2) * LANES + m % LANES;
+			float *dp = xd + m / LANES * nb * LANES + m % LANES;
 			if (m < mc)
 				prep_avx2(&xr, 0, x + (m0 + m) * ldx, nb);
-			for (int64_t k = 0; k < K; k++)
-				xp[k * LANES] = m < mc ? (float)xr.q[k] : 0.0f;
+			for (int64_t k = 0; k < K / 2; k++)
+				xm[k * LANES] = m < mc ? pair16(xr.q[2 * k], xr.q[2 * k + 1]) : 0;
 			for (int64_t b = 0; b < nb; b++)
 				dp[b * LANES] = m < mc ? xr.d[b] : 0.0f;
 		}
 		for (int64_t n0 = 0; n0 < N; n0 += NR2) {
 			const int nr = N - n0 < NR2 ? (int)(N - n0) : NR2;
-			wprep(wc, wdv, W + n0 * row, row, nb, nr);
 			for (int r = 0; r < nr; r++)
-				for (int64_t b = 0; b < nb; b++)
-					for (int i = 0; i < QB; i++)
-						wf[r * K + b * QB + i] = (float)(int8_t)W[(n0 + r) * row + b * QBYTES + 2 + i];
+				for (int64_t b = 0; b < nb; b++) {
+					const unsigned char *p = W + (n0 + r) * row + b * QBYTES;
+					wdv[r * nb + b] = wd(p, 0);
+					/* the 32 codes as int16, little-endian: pairs as pair16 makes them */
+					__m256i *o = (__m256i *)(void *)(wp + (r * nb + b) * PAIRS);
+					_mm256_store_si256(o, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p + 2))));
+					_mm256_store_si256(o + 1, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p + 18))));
+				}
 			for (int64_t p = 0; p < np; p++) {
 				const int mv = mc - p * LANES < LANES ? (int)(mc - p * LANES) : LANES;
 				float *yp = y + (m0 + p * LANES) * ldy + n0;
-				const float *xp = xf + p * K * LANES, *dp = xd + p * nb * LANES;
+				const uint32_t *xq = xp + p * (K / 2) * LANES;
+				const float *dq = xd + p * nb * LANES;
 				switch (nr) {
-#define TF(R) case R: tile_f(yp, ldy, xp, dp, wf, wdv, nb, mv, beta, R); break;
-				TF(1) TF(2) TF(3) TF(4) TF(5) TF(6)
-#undef TF
+#define TI(R) case R: tile_i16(yp, ldy, xq, dq, wp, wdv, nb, mv, beta, R); break;
+				TI(1) TI(2) TI(3) TI(4)
+#undef TI
 				}
 			}
 		}
 	}
-	free(xf);
+	free(xp);
+	free(xd);
 	return 0;
 }
 
