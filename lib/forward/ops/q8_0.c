@@ -481,10 +481,12 @@ AVX2 static void wprep_avx2(int32_t *wc, float *wdv, const unsigned char *W, siz
  * linear_f32.c's panel256; the chains acc in memory, one FMA a block. The
  * same bits as tile_c. Two instructions per 16 products, as f32's two
  * FMAs, so at best f32's speed: measured on an AMD EPYC Zen 3 (issue 50,
- * build/bench/gemm, one thread), 76-80 GFLOP/s against f32's 76-79 and
- * 56-60 before (T_b in f32 FMAs on codes widened to f32: a broadcast of
- * W per 16 products, not 32, and x's codes twice the bytes). Tried: R = 5 with pairs unrolled
- * (spills, 50-57), R = 3 and 2 against two panels at once (62; 74-77).
+ * build/bench/gemm, one thread, in_proj and out_proj), 79-84 GFLOP/s
+ * against f32's 79-84 and 54-59 before (T_b in f32 FMAs on codes widened
+ * to f32: a broadcast of W per 16 products, not 32, and x's codes twice
+ * the bytes). Tried, before W's codes were widened 16 at a time: R = 5
+ * with pairs unrolled (spills, 50-57), R = 3 and 2 against two panels at
+ * once (62; 74-77), R = 4 against one (76-80).
  * Returns -1 (nothing written) without memory for the widened codes.
  * ref: Intel SDM (PMADDWD). */
 enum { NR2 = 4, CH2 = 128, PAIRS = QB / 2 }; /* rows of W a tile; rows of x a chunk */
