@@ -112,7 +112,8 @@ int ss_forward_ctx_init(ss_forward_ctx **out, const ss_model *m, int n_threads,
  *     the projections and of the BLAS). This is the CPU's default unless
  *     $SS_GEMM is "blas" (lib/forward/ops/linear_f32.h ss_gemm_choice):
  *     the projections run through the row-invariant kernel below, in
- *     (256-row, 256-output) blocks cut from each sequence's first row, and
+ *     (256-row, 256-output) blocks cut from the pass's first row across
+ *     sequences (Mamba-1's: from each sequence's first row), and
  *     a sequence that does not fit in the rest of a pass starts the next
  *     one (it is cut only at multiples of ubatch: the scan's log-decay is
  *     rounded per pass). With SS_GEMM=blas, only in a deterministic

@@ -40,8 +40,9 @@
 
 #define SPLIT_ROWS_MIN 64
 /* Deterministic prefill GEMMs are cut into calls of at most ROW_BLOCK rows,
- * counted from each segment's first row, by COL_BLOCK output columns (a
- * multiple of 16). OpenBLAS rounds a row differently by the call's shape and
+ * by COL_BLOCK output columns (a multiple of 16): counted from the pass's
+ * first row when every call is our row-invariant kernel (pass_begin), else
+ * from each segment's first row. OpenBLAS rounds a row differently by the call's shape and
  * the row's place in it (tail kernels, gemv for one row), so shapes that
  * depend only on the segment keep a document's state the same bytes
  * whatever its batch neighbours and the thread count. sgemm runs 256 x 256
@@ -545,10 +546,24 @@ static int pass_begin(void *b, const ss_pass *p)
 	ctx->rowinv = p->blocked;
 	ctx->decode = p->decode;
 	/* a decode step's rows are one per sequence: no blocks, every GEMM
-	 * row-invariant. A prefill's: ROW_BLOCK-row blocks of each long segment
-	 * from its first row; the rows of short ones, consecutive in the pass,
-	 * joined into blocks of up to ROW_BLOCK rows. */
-	for (i = 0; p->blocked && !p->decode && i < nseg; i++) {
+	 * row-invariant. A prefill's, when every block goes through the
+	 * row-invariant kernels (not $SS_GEMM=blas, not Mamba-1, whose dt_proj
+	 * is sgemm by block): the pass's rows cut every ROW_BLOCK rows from its
+	 * first, across segments, so that a pass of short documents (a corpus's
+	 * chunks) runs 256-row panels as one long document does. Otherwise
+	 * ROW_BLOCK-row blocks of each long segment from its first row, and the
+	 * rows of short ones, consecutive in the pass, joined into blocks of up
+	 * to ROW_BLOCK rows. */
+	const int whole = p->blocked && !p->decode && !ctx->blas && !ctx->m1;
+	if (whole) {
+		for (r = 0; r < p->T; r += ROW_BLOCK, ctx->nblk++) {
+			int64_t *bk = ctx->blk + 3 * ctx->nblk;
+			bk[0] = r;
+			bk[1] = p->T - r < ROW_BLOCK ? p->T - r : ROW_BLOCK;
+			bk[2] = 1;
+		}
+	}
+	for (i = 0; p->blocked && !p->decode && !whole && i < nseg; i++) {
 		const segment *s = &ctx->segs[i];
 		const int64_t shortseg = s->n <= ROWINV_MAX;
 		for (r = 0; r < s->n;) {
