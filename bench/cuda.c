@@ -7,7 +7,8 @@
  *           of -n tokens, -b per call, states copied back to the host as
  *           ss-encode does; with the sequential scan and with the chunked SSD;
  *   decode: tokens/s of greedy steps (argmax on the GPU, no logits copied)
- *           at each batch of -B, states on the GPU (decode_begin/next/end);
+ *           at each batch of -B (none when -B is empty), states on the GPU
+ *           (decode_begin/next/end);
  *   GEMM floor: cuBLAS time of the in_proj and out_proj GEMMs of -T tokens
  *           in the model's dtype (with the f32→bf16 rounding of the
  *           activations the forward pass also does), and the encode
@@ -141,6 +142,8 @@ int main(int argc, char **argv)
 	ss_device *dev;
 	ss_model *m;
 
+	setvbuf(stdout, NULL, _IOLBF, 0); /* each figure as soon as it is measured */
+
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "-h")) {
@@ -218,9 +221,8 @@ int main(int argc, char **argv)
 
 	const double e_seq = encode(m, dev, "seq", docs, len, per_call, reps);
 	const double e_ssd = encode(m, dev, "ssd", docs, len, per_call, reps);
-	const double e_auto = encode(m, dev, "auto", docs, len, per_call, reps);
-	printf("encode %d docs x %d tokens, %d per call: sequential scan %.0f tokens/s, SSD %.0f tokens/s, auto %.0f tokens/s\n",
-	       docs, len, per_call, e_seq, e_ssd, e_auto);
+	printf("encode %d docs x %d tokens, %d per call: sequential scan (the default) %.0f tokens/s, SSD %.0f tokens/s\n",
+	       docs, len, per_call, e_seq, e_ssd);
 
 	for (const char *p = batches; *p;) {
 		const int b = atoi(p);

@@ -11,9 +11,10 @@
  * in device "slots" ([n][all layers] each), at a fixed stride so that every
  * op reaches sequence s of a pass at base + s*stride (a pass covers
  * consecutive sequences, empty ones included, so slot = sequence index):
- *   prefill: states_in uploads them to slots 0..n-1, states_out copies
- *            them back at the end — nothing of the caller's state is
- *            written before success;
+ *   prefill: states_in uploads them to slots 0..n-1 (an all-zero array,
+ *            a fresh document's, is a memset on the device instead),
+ *            states_out copies them back at the end — nothing of the
+ *            caller's state is written before success;
  *   decode:  states_in at decode_begin, each step moves only tokens in and
  *            logits/ids out, states_out at decode_end.
  * A decode step (fixed batch, fixed buffers) is captured once into a CUDA
@@ -21,9 +22,10 @@
  * of small kernels whose launch cost would otherwise exceed the
  * weight-reading time. SS_CUDA_GRAPHS=0 turns that off; a failed capture
  * falls back to plain launches.
- * The prefill scan is the chunked SSD (ssd.cu) when some sequence of the
- * pass has >= 128 tokens, else the sequential kernel (scan.cu);
- * SS_CUDA_SCAN=seq|ssd forces one.
+ * The prefill scan is the sequential kernel (scan.cu); SS_CUDA_SCAN=ssd asks
+ * for the chunked SSD (ssd.cu), slower in every case measured so far (see
+ * SSD_MAX_SCRATCH). SS_CUDA_PROFILE=1 times each op on the device and
+ * prints the sums per op when the context is freed.
  * Mamba-1 (cfg arch "mamba1"): in_proj gives x | z, the conv runs on x, dt
  * is x_proj (f32 GEMM into XDBC [T][dt_rank | B | C]) then dt_proj
  * (dt.cu), the scan is scan1.cu's (per-element decays), the gate y·silu(z)
@@ -45,10 +47,21 @@
 /* Rows of logits computed per lm_head GEMM (the [LG][vocab] f32 buffer),
  * and most rows of a decode step. */
 #define LG 256
-/* The SSD scan needs sequences this long to beat the sequential one. */
-#define SSD_MIN_LEN 128
-/* Most SSD scratch one pass may ask for (bytes); beyond, the sequential scan. */
+/* The prefill scan is the sequential kernel unless SS_CUDA_SCAN=ssd: the
+ * chunked SSD lost every case measured on an H200 (bench/gpu.sh, bf16
+ * weights; encode tokens/s, sequential against SSD): mamba2-130m, 16
+ * documents of 512 tokens a pass, 47.5 k against 21.1 k; one document of
+ * 8192 tokens a pass, 22.0 k against 20.9 k; mamba2-2.7b, 16 of 512, 6.4 k
+ * against 2.4 k. Most SSD scratch one pass may ask for (bytes); beyond, the
+ * sequential scan. */
 #define SSD_MAX_SCRATCH (2ull << 30)
+
+/* The ops timed by SS_CUDA_PROFILE=1 (gpu_ops_prof). */
+enum { P_STATES_IN, P_STATES_OUT, P_PASS, P_EMBED, P_RMSNORM, P_IN_PROJ, P_OUT_PROJ, P_CONV,
+       P_DT, P_SCAN, P_GNORM, P_NORM_F, P_LM_HEAD, P_ARGMAX, P_DOWNLOAD, P_N };
+static const char *const prof_name[P_N] = { "states_in", "states_out", "pass_begin", "embed",
+					    "rmsnorm", "in_proj", "out_proj", "conv", "dt", "scan",
+					    "gated_norm", "norm_f", "lm_head", "argmax", "download" };
 
 typedef struct {
 	float *norm, *conv_wt, *conv_b, *dt_bias, *A_log, *D, *gnorm;
@@ -86,8 +99,13 @@ typedef struct {
 	cudaGraphExec_t graph;
 	int graph_n, graph_out; /* the captured step: batch, output kind */
 	int warm_n, warm_out;   /* the last step run plainly before a capture */
-	/* SS_CUDA_SCAN: 0 auto, 1 sequential, 2 SSD */
+	/* SS_CUDA_SCAN: 0 default (sequential), 1 seq, 2 ssd */
 	int scan_mode;
+	/* SS_CUDA_PROFILE: each op's device time (gpu_ops_prof) */
+	int prof;
+	cudaEvent_t pe0, pe1;
+	double prof_ms[P_N];
+	long prof_calls[P_N];
 	size_t bytes;
 	char err[SS_ERRMSG_MAX];
 } gpu_be;
@@ -141,6 +159,22 @@ static void be_free(void *p)
 		return;
 	if (g->st)
 		cudaStreamSynchronize(g->st);
+	if (g->prof) {
+		double total = 0;
+		for (int k = 0; k < P_N; k++)
+			total += g->prof_ms[k];
+		fprintf(stderr, "cuda profile (SS_CUDA_PROFILE=1, device time of each op): %.1f ms\n",
+			total);
+		for (int k = 0; k < P_N; k++)
+			if (g->prof_calls[k])
+				fprintf(stderr, "  %-10s %8ld calls %10.2f ms %5.1f%%\n", prof_name[k],
+					g->prof_calls[k], g->prof_ms[k],
+					total > 0 ? 100.0 * g->prof_ms[k] / total : 0.0);
+	}
+	if (g->pe0)
+		cudaEventDestroy(g->pe0);
+	if (g->pe1)
+		cudaEventDestroy(g->pe1);
 	if (g->graph)
 		cudaGraphExecDestroy(g->graph);
 	if (g->layers) {
@@ -221,6 +255,10 @@ static int init(gpu_be **out, const ss_model *m, int ubatch, char *errmsg)
 	g->use_graphs = !(env && strcmp(env, "0") == 0);
 	env = getenv("SS_CUDA_SCAN");
 	g->scan_mode = env && !strcmp(env, "seq") ? 1 : env && !strcmp(env, "ssd") ? 2 : 0;
+	env = getenv("SS_CUDA_PROFILE");
+	g->prof = env && strcmp(env, "0") != 0 && *env;
+	if (g->prof) /* events cannot be waited on inside a graph capture */
+		g->use_graphs = 0;
 	g->ssm_len = (size_t)c->n_layer * c->nheads * c->headdim * c->d_state;
 	g->conv_len = (size_t)c->n_layer * c->conv_dim * (c->d_conv - 1);
 	/* Mamba-1: a decay per channel and state element */
@@ -230,6 +268,8 @@ static int init(gpu_be **out, const ss_model *m, int ubatch, char *errmsg)
 	const int64_t ub = g->ubatch, V = c->vocab_padded, dm = c->d_model;
 	const int64_t kmax = c->d_inner > dm ? c->d_inner : dm;
 	if (ss_cuda_note(cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking), "stream") ||
+	    (g->prof && (ss_cuda_note(cudaEventCreate(&g->pe0), "profile events") ||
+			 ss_cuda_note(cudaEventCreate(&g->pe1), "profile events"))) ||
 	    !(g->blas = ss_cuda_blas_create(g->st, (size_t)ub * kmax * 2)) ||
 	    !(cwt = (float *)malloc((size_t)c->d_conv * c->conv_dim * sizeof(float))) ||
 	    !(g->layers = (layer_w *)calloc((size_t)c->n_layer, sizeof(layer_w)))) {
@@ -321,15 +361,37 @@ static int ensure_slots(gpu_be *g, int n)
 	return 0;
 }
 
+/* Whether n floats at p are all +0.0 (stops at the first other bit). */
+static int all_zero(const float *p, size_t n)
+{
+	const uint32_t *u = (const uint32_t *)p;
+	for (size_t i = 0; i < n; i += 1024) {
+		const size_t e = n - i < 1024 ? n - i : 1024;
+		uint32_t any = 0;
+		for (size_t k = 0; k < e; k++)
+			any |= u[i + k];
+		if (any)
+			return 0;
+	}
+	return 1;
+}
+
+/* One array of a state to the device: a memset when it is all zeros (a fresh
+ * document's state: reading it on the host costs less than the pageable
+ * copy, which reads and stages it), else the copy. */
+static int put_array(gpu_be *g, float *dst, const float *src, size_t n)
+{
+	if (all_zero(src, n))
+		return ss_cuda_note(cudaMemsetAsync(dst, 0, n * 4, g->st), "state upload");
+	return ss_cuda_note(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyHostToDevice, g->st),
+			    "state upload");
+}
+
 static int put_state(gpu_be *g, int slot, const ss_state *s)
 {
-	if (ss_cuda_note(cudaMemcpyAsync(g->ssm + slot * g->ssm_len, s->ssm, g->ssm_len * 4,
-					 cudaMemcpyHostToDevice, g->st), "state upload") ||
-	    (g->conv_len &&
-	     ss_cuda_note(cudaMemcpyAsync(g->conv + slot * g->conv_len, s->conv, g->conv_len * 4,
-					  cudaMemcpyHostToDevice, g->st), "state upload")) ||
-	    ss_cuda_note(cudaMemcpyAsync(g->ld + slot * g->ld_len, s->logdecay, g->ld_len * 4,
-					 cudaMemcpyHostToDevice, g->st), "state upload"))
+	if (put_array(g, g->ssm + slot * g->ssm_len, s->ssm, g->ssm_len) ||
+	    (g->conv_len && put_array(g, g->conv + slot * g->conv_len, s->conv, g->conv_len)) ||
+	    put_array(g, g->ld + slot * g->ld_len, s->logdecay, g->ld_len))
 		return SS_ERR_DEVICE;
 	return 0;
 }
@@ -389,12 +451,11 @@ static int pass_begin(void *p, const ss_pass *ps)
 	}
 	g->max_len = ps->decode ? -1 : max_len;
 	g->use_ssd = 0;
-	if (!ps->decode && !g->m1) {
+	if (!ps->decode && !g->m1 && g->scan_mode == 2) {
 		const size_t PN = (size_t)c->headdim * c->d_state;
 		const size_t scratch = (size_t)ps->nseg * ((max_len + SS_SSD_CHUNK - 1) / SS_SSD_CHUNK) *
 				       c->nheads * PN * 4;
-		g->use_ssd = g->scan_mode == 2 ||
-			     (g->scan_mode == 0 && max_len >= SSD_MIN_LEN && scratch <= SSD_MAX_SCRATCH);
+		g->use_ssd = scratch <= SSD_MAX_SCRATCH;
 	}
 	if (ps->T > 0 &&
 	    ss_cuda_note(cudaMemcpyAsync(g->tok, g->h_tok, (size_t)ps->T * 4, cudaMemcpyHostToDevice,
@@ -706,12 +767,149 @@ static const ss_backend_ops gpu_ops = {
 	NULL, /* mixer: the four ops */
 };
 
+/* SS_CUDA_PROFILE=1: the ops above, each between two events that are waited
+ * on at once, its device time summed per op (printed by be_free). The host
+ * no longer runs ahead of the device, so the sum is the device's busy time
+ * with no overlap, not the speed of a normal run. */
+static void prof_begin(gpu_be *g)
+{
+	cudaEventRecord(g->pe0, g->st);
+}
+
+static int prof_end(gpu_be *g, int k, int err)
+{
+	float ms = 0.0f;
+	cudaEventRecord(g->pe1, g->st);
+	if (cudaEventSynchronize(g->pe1) == cudaSuccess &&
+	    cudaEventElapsedTime(&ms, g->pe0, g->pe1) == cudaSuccess) {
+		g->prof_ms[k] += ms;
+		g->prof_calls[k]++;
+	}
+	return err;
+}
+
+#define PROF(k, call)                          \
+	do {                                   \
+		gpu_be *g_ = (gpu_be *)p;      \
+		prof_begin(g_);                \
+		return prof_end(g_, k, call);  \
+	} while (0)
+
+static int p_states_in(void *p, ss_state *const *s, int n)
+{
+	PROF(P_STATES_IN, states_in(p, s, n));
+}
+
+static int p_states_out(void *p, ss_state *const *s, int n)
+{
+	PROF(P_STATES_OUT, states_out(p, s, n));
+}
+
+static int p_pass_begin(void *p, const ss_pass *ps)
+{
+	PROF(P_PASS, pass_begin(p, ps));
+}
+
+static int p_embed(void *p, const ss_pass *ps)
+{
+	PROF(P_EMBED, embed(p, ps));
+}
+
+static int p_rmsnorm(void *p, const ss_pass *ps, int l)
+{
+	PROF(P_RMSNORM, rmsnorm(p, ps, l));
+}
+
+static int p_linear(void *p, const ss_pass *ps, int l, ss_linear_which w)
+{
+	PROF(w == SS_LINEAR_IN_PROJ ? P_IN_PROJ : P_OUT_PROJ, linear(p, ps, l, w));
+}
+
+static int p_conv(void *p, const ss_pass *ps, int l)
+{
+	PROF(P_CONV, conv(p, ps, l));
+}
+
+static int p_dt(void *p, const ss_pass *ps, int l)
+{
+	PROF(P_DT, dt(p, ps, l));
+}
+
+static int p_scan(void *p, const ss_pass *ps, int l)
+{
+	PROF(P_SCAN, scan(p, ps, l));
+}
+
+static int p_gated_norm(void *p, const ss_pass *ps, int l)
+{
+	PROF(P_GNORM, gated_norm(p, ps, l));
+}
+
+static int p_norm_f(void *p, const int64_t *rows, int64_t r0, int64_t n)
+{
+	PROF(P_NORM_F, norm_f(p, rows, r0, n));
+}
+
+static int p_hidden(void *p, float *dst, int64_t i, int64_t n)
+{
+	PROF(P_DOWNLOAD, hidden(p, dst, i, n));
+}
+
+static int p_lm_head(void *p, int64_t i, int64_t n, float *dst)
+{
+	PROF(P_LM_HEAD, lm_head(p, i, n, dst));
+}
+
+static int p_argmax(void *p, int64_t n, int32_t n_ids)
+{
+	PROF(P_ARGMAX, argmax(p, n, n_ids));
+}
+
+static int p_logits(void *p, float *dst, int64_t k, int64_t n)
+{
+	PROF(P_DOWNLOAD, logits(p, dst, k, n));
+}
+
+static int p_ids(void *p, int32_t *dst, int64_t n)
+{
+	PROF(P_DOWNLOAD, ids(p, dst, n));
+}
+
+static const ss_backend_ops gpu_ops_prof = {
+	LG,
+	LG,
+	0,
+	be_free,
+	be_bytes,
+	error,
+	p_states_in,
+	p_states_out,
+	p_pass_begin,
+	p_embed,
+	p_rmsnorm,
+	p_linear,
+	p_conv,
+	p_dt,
+	p_scan,
+	p_gated_norm,
+	p_norm_f,
+	p_hidden,
+	p_lm_head,
+	p_argmax,
+	p_logits,
+	p_ids,
+	sync,
+	graph_begin,
+	graph_end,
+	NULL,
+};
+
 extern "C" int ss_cuda_backend_init(void **be, const ss_backend_ops **ops, const ss_model *m,
 				    int ubatch, char *errmsg)
 {
 	gpu_be *g = NULL;
 	const int err = init(&g, m, ubatch, errmsg);
 	*be = g;
-	*ops = &gpu_ops;
+	*ops = g && g->prof ? &gpu_ops_prof : &gpu_ops;
 	return err;
 }

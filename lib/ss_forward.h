@@ -201,12 +201,10 @@ typedef struct ss_device ss_device; /* ss_device.h */
  * the context. Every ss_forward_* call keeps its contract and results (to
  * the GPU's rounding; tests/test_cuda_parity.c gives the tolerances):
  * prefill uploads the states, runs, and copies states and outputs back
- * before returning. A Mamba-1 model (ss_model_is_mamba1) gets a CPU
- * context on any device unless the environment has SS_CUDA_MAMBA1=1 (and a
- * model held in q8_0, SS_DTYPE_Q8_0, always: the GPU has no q8_0 kernels): its
- * GPU backend (kernels/forward.cu) is compiled but has not been run on a
- * GPU yet; tests/test_cuda_parity.c checks it against the CPU and
- * golden-mamba1 where a GPU exists.
+ * before returning. A model held in q8_0 (SS_DTYPE_Q8_0) gets a CPU context
+ * on any device: the GPU has no q8_0 kernels. Mamba-2 and Mamba-1 both run
+ * on the GPU; tests/test_cuda_parity.c and tests/cli/device-cuda.sh check
+ * them against the CPU and the golden fixtures where a GPU exists.
  * Errors: as ss_forward_ctx_init, and SS_ERR_DEVICE (out
  * of GPU memory, a CUDA failure; errmsg names it).
  * ref: lib/forward/forward.c (the one driver of both devices), kernels/forward.cu

@@ -300,13 +300,16 @@ static void ref_gated(const tcase *c, void **p)
 	put(p[0], c->n[3], y, c->n[0], c->n[1]);
 }
 
-/* linear: shapes × {f32, bf16, f16} × beta {0, 1}. The CPU twin runs in f32
- * on the operands rounded as the GPU's (x and W to W's dtype). */
+/* linear: shapes × {f32, bf16, f16} × beta {0, 1}, decode steps' (M <= 8)
+ * among them. The CPU twin runs in f32 on the operands rounded as the GPU's
+ * (x and W to W's dtype). */
 static int make_linear(tcase *c, int k)
 {
-	static const int shapes[][3] = { { 1, 1, 1 }, { 1, 3352, 768 }, { 7, 33, 65 },
-					 { 300, 768, 1536 }, { 513, 1000, 129 } };
-	if (k >= 5 * 3 * 2)
+	static const int shapes[][3] = {
+		{ 1, 1, 1 }, { 1, 3352, 768 }, { 7, 33, 65 }, { 300, 768, 1536 },
+		{ 513, 1000, 129 }, { 8, 1000, 1536 }, { 5, 777, 2560 },
+	};
+	if (k >= 7 * 3 * 2)
 		return 0;
 	const int si = k / 6, wt = k / 2 % 3, beta = k % 2;
 	const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
@@ -1078,7 +1081,7 @@ static void test_golden(void **st)
 	golden_cases("t1", "t1-hf");
 }
 
-/* Mamba-1 (golden-mamba1's m1) on the GPU backend (SS_CUDA_MAMBA1=1). */
+/* Mamba-1 (golden-mamba1's m1) on the GPU backend. */
 static void test_golden_mamba1(void **st)
 {
 	(void)st;
@@ -1232,9 +1235,6 @@ int main(void)
 		return 77;
 	}
 	cu = ss_device_cuda(dev);
-	/* Mamba-1 contexts on the GPU backend (lib/forward/forward.c keeps them on the
-	 * CPU otherwise) */
-	setenv("SS_CUDA_MAMBA1", "1", 1);
 	printf("device %s, plugin %s (%s)\n", ss_device_name(dev), ss_device_plugin_path(dev), cu->build);
 	if (sh && *sh)
 		snprintf(shared_dir, sizeof(shared_dir), "%s", sh);

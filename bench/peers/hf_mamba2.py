@@ -18,6 +18,29 @@ import sys
 import time
 
 
+def state_tensors(obj, depth=0):
+    """Every tensor a transformers cache holds (the conv and SSM states of each
+    layer), wherever its version keeps them: Mamba2Cache's conv_states and
+    ssm_states (transformers 4.x) or a DynamicCache's layers (5.x)."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if depth > 3 or obj is None or isinstance(obj, (int, float, str, bool)):
+        return []
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, (list, tuple)):
+        items = list(obj)
+    elif hasattr(obj, "__dict__"):
+        items = list(vars(obj).values())
+    else:
+        return []
+    out = []
+    for v in items:
+        out += state_tensors(v, depth + 1)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -46,7 +69,11 @@ def main():
         fast = False
     print(f"hf: transformers {transformers.__version__}, torch {torch.__version__}, "
           f"fused kernels {'yes' if fast else 'no (slow torch path)'}")
-    model = Mamba2ForCausalLM.from_pretrained(a.model, torch_dtype=dt).cuda().eval()
+    try:  # transformers >= 4.56 names it dtype; older ones torch_dtype
+        model = Mamba2ForCausalLM.from_pretrained(a.model, dtype=dt)
+    except TypeError:
+        model = Mamba2ForCausalLM.from_pretrained(a.model, torch_dtype=dt)
+    model = model.cuda().eval()
     vocab = model.config.vocab_size
     g = torch.Generator(device="cpu").manual_seed(1)
 
@@ -58,6 +85,7 @@ def main():
         model.backbone(input_ids=ids[:1], use_cache=True)  # warm-up
         sync()
         best = 0.0
+        said = False
         for _ in range(2):
             t0 = time.perf_counter()
             done = 0
@@ -65,8 +93,15 @@ def main():
                 k = min(a.per_call, a.docs - done)
                 out = model.backbone(input_ids=ids[:k], use_cache=True)
                 # the states, to the host as ss-encode does
-                for layer in range(len(out.cache_params.ssm_states)):
-                    out.cache_params.ssm_states[layer].float().cpu()
+                states = state_tensors(out.cache_params)
+                if not states:
+                    raise RuntimeError(f"no state tensors in {type(out.cache_params).__name__}")
+                if not said:
+                    said = True
+                    print(f"hf: {type(out.cache_params).__name__} holds {len(states)} tensors, "
+                          f"{sum(t.numel() * 4 for t in states) / k / 1e6:.1f} MB a document as f32")
+                for t in states:
+                    t.float().cpu()
                 done += k
             sync()
             best = max(best, a.docs * a.tokens / (time.perf_counter() - t0))
@@ -75,11 +110,18 @@ def main():
             prompt = torch.randint(0, min(vocab, 50000), (b, 1), generator=g).cuda()
             kw = dict(max_new_tokens=a.steps, min_new_tokens=a.steps, do_sample=False,
                       pad_token_id=0, eos_token_id=None)
-            model.generate(prompt, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})
-            sync()
-            t0 = time.perf_counter()
-            model.generate(prompt, **kw)
-            sync()
+            try:
+                model.generate(prompt, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})
+                sync()
+                t0 = time.perf_counter()
+                model.generate(prompt, **kw)
+                sync()
+            except torch.OutOfMemoryError as e:
+                # the slow torch path's prefill of a batch can ask for more than the GPU has
+                # (2.7b at batch 64 asked an H200 for 160 GiB)
+                print(f"hf decode batch {b}: out of GPU memory ({str(e).splitlines()[0]})")
+                torch.cuda.empty_cache()
+                continue
             print(f"hf decode batch {b}, {a.steps} steps: {b * a.steps / (time.perf_counter() - t0):.1f} tokens/s")
     return 0
 

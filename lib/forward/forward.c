@@ -411,13 +411,9 @@ int ss_forward_ctx_init_dev(ss_forward_ctx **out, const ss_model *m, ss_device *
 	ss_forward_ctx *ctx;
 	int err;
 
-	/* Mamba-1's GPU backend has not run on a GPU yet (only
-	 * tests/test_cuda_parity.c checks it there): the CPU unless
-	 * SS_CUDA_MAMBA1=1 asks for it. q8_0 matrices have no CUDA kernels
-	 * (kernels/ holds f32, bf16 and f16): the CPU. */
-	const char *m1_gpu = getenv("SS_CUDA_MAMBA1");
-	if (!cu || m->weights_dtype == SS_DTYPE_Q8_0 ||
-	    (ss_model_is_mamba1(&m->cfg) && !(m1_gpu && !strcmp(m1_gpu, "1"))))
+	/* q8_0 matrices have no CUDA kernels (kernels/ holds f32, bf16 and
+	 * f16): the CPU. */
+	if (!cu || m->weights_dtype == SS_DTYPE_Q8_0)
 		return ss_forward_ctx_init(out, m, n_threads, ubatch, errmsg);
 	if ((err = ctx_new(out, m, n_threads, ubatch, ubatch ? ubatch : SS_FORWARD_UBATCH_GPU, &ctx,
 			   errmsg)))
