@@ -99,8 +99,8 @@ typedef struct {
 	cudaGraphExec_t graph;
 	int graph_n, graph_out; /* the captured step: batch, output kind */
 	int warm_n, warm_out;   /* the last step run plainly before a capture */
-	/* SS_CUDA_SCAN: 0 default (sequential), 1 seq, 2 ssd */
-	int scan_mode;
+	/* SS_CUDA_SCAN=ssd: the chunked SSD scan for prefill */
+	int ssd_asked;
 	/* SS_CUDA_PROFILE: each op's device time (gpu_ops_prof) */
 	int prof;
 	cudaEvent_t pe0, pe1;
@@ -254,7 +254,7 @@ static int init(gpu_be **out, const ss_model *m, int ubatch, char *errmsg)
 	env = getenv("SS_CUDA_GRAPHS");
 	g->use_graphs = !(env && strcmp(env, "0") == 0);
 	env = getenv("SS_CUDA_SCAN");
-	g->scan_mode = env && !strcmp(env, "seq") ? 1 : env && !strcmp(env, "ssd") ? 2 : 0;
+	g->ssd_asked = env && !strcmp(env, "ssd");
 	env = getenv("SS_CUDA_PROFILE");
 	g->prof = env && strcmp(env, "0") != 0 && *env;
 	if (g->prof) /* events cannot be waited on inside a graph capture */
@@ -451,7 +451,7 @@ static int pass_begin(void *p, const ss_pass *ps)
 	}
 	g->max_len = ps->decode ? -1 : max_len;
 	g->use_ssd = 0;
-	if (!ps->decode && !g->m1 && g->scan_mode == 2) {
+	if (!ps->decode && !g->m1 && g->ssd_asked) {
 		const size_t PN = (size_t)c->headdim * c->d_state;
 		const size_t scratch = (size_t)ps->nseg * ((max_len + SS_SSD_CHUNK - 1) / SS_SSD_CHUNK) *
 				       c->nheads * PN * 4;
