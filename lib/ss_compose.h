@@ -337,7 +337,7 @@ typedef struct {
  * then written.
  * Files by place (offsets): every input's metadata first (the plan, in
  * every mode), then each record once as the threads above read a file's
- * (in place from the map where the frame is raw; a record per thread),
+ * (a raw frame read a piece at a time, without zstd; a record per thread),
  * or in turn with threads <= 1.
  * A read source: for picaso-s/picaso-r every input's metadata first, then
  * each record once, whole (ss_record_state_view), in one thread.

@@ -513,7 +513,7 @@ int ss_index_read(ss_index *ix, const ss_index_hit *hit, int meta_only, const ss
  * ss_state_copy filled; its conv and ssm arrays are written in place when
  * their dims are the record's (else freed, and new ones allocated), the
  * rest of it replaced. An f32, f16 or bf16 record of a local file is read
- * by pieces (ss_reader_next_pieces: a raw frame in place, with its
+ * by pieces (ss_reader_next_pieces: a raw frame without zstd, with its
  * checksum), into the arrays with no record buffer between; other records
  * (q8, q4, byte-shuffled; over HTTP) are read whole. For readers of many
  * states of one model in turn (ss-retrieve query --rerank), whose fresh
@@ -530,7 +530,7 @@ int ss_index_read_state(ss_index *ix, const ss_index_hit *hit, ss_state *s, char
  * set here. Each hit is first checked as ss_index_read(meta_only) checks
  * it, but for its frame's length, taken as indexed (the composer reads
  * the frame by its own blocks and checksum); local state files are then
- * read by place (r->offsets: in place, in
+ * read by place (r->offsets: each frame from its offset, in
  * r->threads threads), hits at http(s) URLs through ss_index_read. Errors:
  * ss_index_read's ("document ID at byte offset N: what"; a stateless hit
  * SS_ERR_NOTFOUND), n < 1 SS_ERR_INVALID, SS_ERR_NOMEM, ss_compose_run's.

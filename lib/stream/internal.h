@@ -113,15 +113,10 @@ int ss_writer_put_state_when(ss_writer *w, const ss_state *s, uint64_t *offset, 
  * holds a buffer for the whole record (ss_reader_reserve): then the record
  * is decompressed in place, each piece lies in that buffer right after the
  * one before, at any alignment, and stays valid until the reader's next
- * read, seek or close; and except in an uncompressed frame of a regular
- * file (formats/states.md "raw frames"): then pieces lie in a map of the
- * file, at the alignment of their offset there (4-byte aligned as writers
- * lay them out; a piece of 16 bytes or fewer may come from a buffer of
- * the reader's), valid only during the call (meta->in_place is 0); if the
- * file is cut short meanwhile, reading such a piece may leave fn by a
- * jump (siglongjmp on SIGBUS) back to the reader, which returns
- * SS_ERR_TRUNCATED: fn must hold no lock while it reads p. Nonzero
- * (an SS_ERR_*) stops the read, which returns it. */
+ * read, seek or close (meta->in_place is 1; an uncompressed frame of a
+ * regular file, formats/states.md "raw frames", is read into the reader's
+ * own buffer even then: meta->in_place 0). Nonzero (an SS_ERR_*) stops
+ * the read, which returns it. */
 typedef int (*ss_piece_fn)(void *arg, const ss_record *meta, int which, uint64_t off, const void *p,
 			   size_t len);
 
@@ -132,10 +127,10 @@ typedef int (*ss_piece_fn)(void *arg, const ss_record *meta, int which, uint64_t
  * record's bytes are checked as ss_reader_next checks them, the frame's
  * checksum included, but only after fn has seen the pieces: callers treat
  * what they got as void when this fails). An uncompressed frame of a
- * regular file is not decompressed: it is mapped (mmap) and its raw blocks
- * handed over where they lie, each hashed (XXH64, the frame's checksum)
- * just before; any other frame, or one cut short, goes through zstd, with
- * its errors. Returns 1 after the pieces (*rec
+ * regular file is not decompressed: its raw blocks are read (pread) a
+ * piece at a time and handed over, each hashed (XXH64, the frame's
+ * checksum) just before; any other frame, or one cut short, goes through
+ * zstd, with its errors. Returns 1 after the pieces (*rec
  * is the meta record, as ss_reader_next_meta gives, with length set); 2 when
  * the record is not laid out as writers lay out states (formats/states.md:
  * "conv" then "ssm", the last entries), then fn was not called and *rec is

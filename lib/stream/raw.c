@@ -1,166 +1,172 @@
 /*
  * raw.c — uncompressed ("raw") frames (formats/states.md "raw frames"):
- * read in place, a state's arrays handed over from a map of the file
- * (ss_reader_next_pieces), and written block by block so that the arrays
- * lie aligned (ss_writer_begin_raw, ss_writer_cut). The frame's checksum is
+ * read without zstd, a state's arrays handed over a piece at a time as
+ * they are read from the file (ss_reader_next_pieces), and written block
+ * by block so that the arrays lie aligned (ss_writer_begin_raw,
+ * ss_writer_cut). The frame's checksum is
  * XXH64 of its content, computed here as zstd would.
  * ref: RFC 8878 §3.1.1 (frame header, Raw_Block, Content_Checksum).
  */
-#include <pthread.h>
-#include <setjmp.h>
-#include <signal.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "stream/stream_internal.h"
 
-/* The uncompressed frame being read in place (stream_raw_pieces): its segments,
- * and how far its content is hashed. */
+/* The uncompressed frame being read (stream_raw_pieces): its segments in
+ * r->seg, how far its content is hashed, where its checksum lies. */
 typedef struct {
 	ss_reader *r;
+	int fd;
 	size_t n;         /* segments */
-	size_t si;        /* the segment hash_to is in */
 	uint64_t hashed;  /* content bytes [0, hashed) hashed */
 	XXH64_state_t xh; /* the content's XXH64, whose low 32 bits end the frame */
-	void *map;        /* the file mapped from a page boundary, mlen bytes */
-	size_t mlen;
-	const unsigned char *base, *lim; /* the frame's start in map, map's end */
-	const unsigned char *ck;         /* the frame's checksum, after its last block */
+	unsigned char ck[4]; /* the frame's checksum, read after its last block */
+	uint64_t ck_at;   /* its file offset */
 } rawf_t;
 
-/* Hashes the content on to byte `end`. */
-static void hash_to(rawf_t *f, uint64_t end)
-{
-	while (f->hashed < end && f->si < f->n) {
-		const struct raw_seg *g = &f->r->seg[f->si];
-		uint64_t stop = g->at + g->len < end ? g->at + g->len : end;
-		XXH64_update(&f->xh, g->p + (f->hashed - g->at), (size_t)(stop - f->hashed));
-		f->hashed = stop;
-		if (stop == g->at + g->len)
-			f->si++;
-	}
-}
-
-/* Copies content bytes [at, at + n) to dst; 0, or -1 past the content. */
-static int gather(const rawf_t *f, uint64_t at, size_t n, unsigned char *dst)
-{
-	for (size_t i = 0; i < f->n && n; i++) {
-		const struct raw_seg *g = &f->r->seg[i];
-		if (at >= g->at + g->len)
-			continue;
-		size_t take = g->at + g->len - at < n ? (size_t)(g->at + g->len - at) : n;
-		memcpy(dst, g->p + (at - g->at), take);
-		dst += take, at += take, n -= take;
-	}
-	return n ? -1 : 0;
-}
-
-/* Hands content bytes [a0, a0 + len) (array which's body) to fn straight
- * from the map, hashing each piece just before: pieces of whole 16-byte
- * units, but where a block ends inside one (not as writers cut them) its
- * bytes go through a 16-byte buffer. */
-static int raw_array(rawf_t *f, const ss_record *rec, int which, uint64_t a0, uint64_t len, ss_piece_fn fn, void *arg)
-{
-	unsigned char carry[16];
-	size_t nc = 0;
-	uint64_t done = 0;
-	for (size_t i = 0; i < f->n && done < len; i++) {
-		const struct raw_seg *g = &f->r->seg[i];
-		uint64_t at = a0 + done + nc; /* the next byte not yet taken */
-		if (at >= g->at + g->len)
-			continue;
-		const unsigned char *p = g->p + (at - g->at);
-		uint64_t avail = g->at + g->len - at, left = len - done - nc;
-		size_t n = avail < left ? (size_t)avail : (size_t)left;
-		hash_to(f, at + n);
-		int rc;
-		while (n) {
-			if (nc || n < 16) {
-				size_t take = 16 - nc < n ? 16 - nc : n;
-				memcpy(carry + nc, p, take);
-				nc += take, p += take, n -= take;
-				if (nc == 16 || done + nc == len) {
-					if ((rc = fn(arg, rec, which, done, carry, nc)) != 0)
-						return rc;
-					done += nc;
-					nc = 0;
-				}
-				continue;
-			}
-			size_t take = done + n == len ? n : n & ~(size_t)15;
-			if ((rc = fn(arg, rec, which, done, p, take)) != 0)
-				return rc;
-			done += take, p += take, n -= take;
-		}
-	}
-	return 0;
-}
-
-/* Not a frame for the in-place path (compressed blocks, laid out otherwise,
- * cut short, anything but what writers make): nothing is read, and zstd
- * reads it as any other frame, with its errors. */
+/* Not a frame for this path (compressed blocks, laid out otherwise, cut
+ * short, anything but what writers make): nothing is handed over, and
+ * zstd reads it as any other frame, with its errors. */
 #define NOT_RAW 3
 
-/* Maps the uncompressed frame at r->pos (header of hsz bytes, content
- * bytes) into f: 0, or NOT_RAW (its first block is not raw, the file ends
- * in its first block header, no map). */
-static int map_frame(rawf_t *f, size_t hsz, uint64_t content)
+/* pread of n bytes at file offset `at` into dst: the count read (fewer at
+ * the end of the file), or -1 with errno set. */
+static ssize_t pread_full(int fd, unsigned char *dst, size_t n, uint64_t at)
 {
-	ss_reader *r = f->r;
-	long long got = stream_in_fill(r, r->pos + hsz, 3, r->pos);
-	if (got < 3 || ((r->buf[r->pos + hsz - r->base] >> 1) & 3) != 0)
-		return NOT_RAW;
-	struct stat st;
-	if (fstat(fileno(r->f), &st) != 0 || (uint64_t)st.st_size < r->pos + hsz + 3)
-		return NOT_RAW;
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), m0 = r->pos / page * page;
-	uint64_t end = r->pos + hsz + frame_bound(content);
-	if (end > (uint64_t)st.st_size)
-		end = (uint64_t)st.st_size;
-	f->mlen = (size_t)(end - m0);
-	f->map = mmap(NULL, f->mlen, PROT_READ, MAP_SHARED | MAP_POPULATE, fileno(r->f), (off_t)m0);
-	if (f->map == MAP_FAILED)
-		return NOT_RAW;
-	f->base = (const unsigned char *)f->map + (r->pos - m0);
-	f->lim = (const unsigned char *)f->map + f->mlen;
+	size_t got = 0;
+	while (got < n) {
+		ssize_t k = pread(fd, dst + got, n - got, (off_t)(at + got));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -1;
+		if (k == 0)
+			break;
+		got += (size_t)k;
+	}
+	return (ssize_t)got;
+}
+
+/* Reads content bytes [at, at + n) into dst from the blocks' payloads.
+ * 0, or SS_ERR_TRUNCATED (the file ends before them: cut short since its
+ * blocks were listed) / SS_ERR_IO with r's error set. */
+static int content_read(rawf_t *f, uint64_t at, size_t n, unsigned char *dst)
+{
+	const struct raw_seg *g = f->r->seg;
+	size_t lo = 0, hi = f->n; /* the first segment that ends past at */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (g[mid].at + g[mid].len <= at)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < f->n && n; i++) {
+		size_t take = g[i].at + g[i].len - at < n ? (size_t)(g[i].at + g[i].len - at) : n;
+		ssize_t k = pread_full(f->fd, dst, take, g[i].fo + (at - g[i].at));
+		if (k < 0)
+			return stream_rerr(f->r, SS_ERR_IO, f->r->pos, "read error: %s", strerror(errno));
+		if ((size_t)k < take) {
+			struct stat st;
+			long long size = fstat(f->fd, &st) == 0 ? (long long)st.st_size : -1;
+			return stream_rerr(f->r, SS_ERR_TRUNCATED, f->r->pos,
+					   "the file was cut short while being read (now %lld bytes)", size);
+		}
+		dst += take, at += take, n -= take;
+	}
+	return n ? stream_rerr(f->r, SS_ERR_FORMAT, f->r->pos, "read past the frame's content") : 0;
+}
+
+/* Hashes the content on to byte `end`, reading it through r->raw_buf. */
+static int hash_to(rawf_t *f, uint64_t end)
+{
+	while (f->hashed < end) {
+		size_t take = end - f->hashed < PIECE ? (size_t)(end - f->hashed) : PIECE;
+		int rc = content_read(f, f->hashed, take, f->r->raw_buf);
+		if (rc)
+			return rc;
+		XXH64_update(&f->xh, f->r->raw_buf, take);
+		f->hashed += take;
+	}
 	return 0;
 }
 
-/* Lists the frame's blocks as segments of r->seg: raw, within the content
- * and the file, adding up to the content, the checksum after them (f->ck).
- * 0, NOT_RAW, or SS_ERR_NOMEM. */
+/* Hands content bytes [a0, a0 + len) (array which's body, hashed up to
+ * a0) to fn, PIECE bytes at a time read into r->raw_buf (64-byte aligned:
+ * read where it lies in the file, a piece would be at the alignment of its
+ * offset there), each hashed just before. 0, the reading's error (r's error
+ * set, *stopped 0), or fn's (*stopped 1). */
+static int raw_array(rawf_t *f, const ss_record *rec, int which, uint64_t a0, uint64_t len, ss_piece_fn fn,
+		     void *arg, int *stopped)
+{
+	unsigned char *buf = f->r->raw_buf;
+	for (uint64_t done = 0; done < len;) {
+		size_t take = len - done < PIECE ? (size_t)(len - done) : PIECE;
+		int rc = content_read(f, a0 + done, take, buf);
+		if (rc)
+			return rc;
+		XXH64_update(&f->xh, buf, take);
+		f->hashed = a0 + done + take;
+		if ((rc = fn(arg, rec, which, done, buf, take)) != 0) {
+			*stopped = 1;
+			return rc;
+		}
+		done += take;
+	}
+	return 0;
+}
+
+/* Lists the blocks of the frame at r->pos (header of hsz bytes, content
+ * bytes) as segments of r->seg, reading their 3-byte headers (a pread
+ * each, 128 KiB apart: a 19 MB state has ~150): raw, within the content
+ * and the file, adding up to the content, the checksum's 4 bytes after
+ * them. A frame of many small blocks (more than one in 1 KiB of content on
+ * average, or 8 empty ones in a row: not what writers make) is left to
+ * zstd. 0, NOT_RAW, or SS_ERR_NOMEM. */
 static int list_blocks(rawf_t *f, size_t hsz, uint64_t content)
 {
 	ss_reader *r = f->r;
-	const unsigned char *b = f->base + hsz, *lim = f->lim;
-	uint64_t made = 0;
+	struct stat st;
+	if (fstat(f->fd, &st) != 0)
+		return NOT_RAW;
+	uint64_t size = (uint64_t)st.st_size, at = r->pos + hsz, made = 0, max_blocks = content / 1024 + 64;
+	int empties = 0;
 	for (;;) {
-		if (lim - b < 3)
+		unsigned char h[3];
+		if (pread_full(f->fd, h, 3, at) != 3)
 			return NOT_RAW;
-		uint32_t bh = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16;
+		uint32_t bh = h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16;
 		size_t bsize = bh >> 3;
-		if (((bh >> 1) & 3) != 0 || bsize > RAW_BLOCK || (size_t)(lim - b - 3) < bsize || bsize > content - made)
+		if (((bh >> 1) & 3) != 0 || bsize > RAW_BLOCK || bsize > content - made || size - at - 3 < bsize ||
+		    size < at + 3)
 			return NOT_RAW;
-		if (f->n == r->seg_cap) {
-			size_t cap = r->seg_cap ? 2 * r->seg_cap : 256;
-			struct raw_seg *sg = realloc(r->seg, cap * sizeof *sg);
-			if (!sg)
-				return stream_rerr(r, SS_ERR_NOMEM, r->pos, "out of memory");
-			r->seg = sg;
-			r->seg_cap = cap;
+		if (bsize) {
+			if (f->n == r->seg_cap) {
+				size_t cap = r->seg_cap ? 2 * r->seg_cap : 256;
+				struct raw_seg *sg = realloc(r->seg, cap * sizeof *sg);
+				if (!sg)
+					return stream_rerr(r, SS_ERR_NOMEM, r->pos, "out of memory");
+				r->seg = sg;
+				r->seg_cap = cap;
+			}
+			r->seg[f->n++] = (struct raw_seg){made, at + 3, bsize};
+			empties = 0;
+		} else if (++empties > 8) {
+			return NOT_RAW;
 		}
-		if (bsize)
-			r->seg[f->n++] = (struct raw_seg){made, b + 3, bsize};
+		if (f->n > max_blocks)
+			return NOT_RAW;
 		made += bsize;
-		b += 3 + bsize;
+		at += 3 + bsize;
 		if (bh & 1)
 			break;
 	}
-	if (made != content || lim - b < 4)
+	if (made != content || pread_full(f->fd, f->ck, 4, at) != 4)
 		return NOT_RAW;
-	f->ck = b;
+	f->ck_at = at;
 	return 0;
 }
 
@@ -168,17 +174,19 @@ static int list_blocks(rawf_t *f, size_t hsz, uint64_t content)
  * entries before "conv"/"ssm" are whole (a few KiB; q8 scales, MBs at the
  * 2.7b shape), into q; then "conv" and "ssm", bins, the last two entries:
  * their bodies at content bytes body[i], len[i] bytes each. 0, NOT_RAW,
- * or SS_ERR_NOMEM. */
+ * or an error (SS_ERR_NOMEM, the reading's). */
 static int find_arrays(rawf_t *f, size_t hsz, uint64_t content, prefix_t *q, uint64_t body[2], uint64_t len[2])
 {
 	ss_reader *r = f->r;
 	memset(q, 0, sizeof *q);
 	q->hsz = hsz, q->checksum = 1, q->content = content, q->off = r->pos;
 	size_t copied = 0;
+	int rc;
 	for (size_t i = 0; i < f->n; i++) {
 		if (stream_grow(&r->out, &r->out_cap, copied + r->seg[i].len) != 0)
 			return stream_rerr(r, SS_ERR_NOMEM, r->pos, "out of memory");
-		memcpy(r->out + copied, r->seg[i].p, r->seg[i].len);
+		if ((rc = content_read(f, r->seg[i].at, r->seg[i].len, r->out + copied)) != 0)
+			return rc;
 		copied += r->seg[i].len;
 		if ((q->cut = stream_meta_prefix(r->out, copied, &q->n_before, &q->hdr, &q->whole, &q->n_entries)) >= 0)
 			break;
@@ -190,8 +198,12 @@ static int find_arrays(rawf_t *f, size_t hsz, uint64_t content, prefix_t *q, uin
 	uint64_t at = (uint64_t)q->cut;
 	for (int which = 0; which < 2; which++) {
 		size_t kl = stream_piece_key_len[which], n = content - at < 10 ? (size_t)(content - at) : 10;
-		if (gather(f, at, n, h) || n < kl + 2 || memcmp(h, stream_piece_key[which], kl) ||
-		    stream_bin_header(h + kl, n - kl, &hl[which], &len[which]) || len[which] > content - at - kl - hl[which])
+		if (n < kl + 2)
+			return NOT_RAW;
+		if ((rc = content_read(f, at, n, h)) != 0)
+			return rc;
+		if (memcmp(h, stream_piece_key[which], kl) || stream_bin_header(h + kl, n - kl, &hl[which], &len[which]) ||
+		    len[which] > content - at - kl - hl[which])
 			return NOT_RAW;
 		body[which] = at + kl + hl[which];
 		at = body[which] + len[which];
@@ -199,120 +211,19 @@ static int find_arrays(rawf_t *f, size_t hsz, uint64_t content, prefix_t *q, uin
 	return at == content ? 0 : NOT_RAW;
 }
 
-/* Hands the record over: its metadata (q) to fn, then conv and ssm where
- * they lie, hashing the content as it goes, and checks the checksum.
- * 1 with *recp set, or a negative error. */
-static int hand_over(rawf_t *f, const prefix_t *q, const uint64_t body[2], const uint64_t len[2],
-		     const ss_record **recp, ss_piece_fn fn, void *arg)
-{
-	ss_reader *r = f->r;
-	int rc = stream_unpack_prefix(r, q);
-	if (rc < 0)
-		return rc;
-	ss_record *rec = &r->rec;
-	take_annotation(r, rec);
-	rec->in_place = 0;
-	XXH64_reset(&f->xh, 0);
-	if ((rc = fn(arg, rec, -1, 0, NULL, 0)) != 0)
-		return stream_rerr(r, rc, q->off, "stopped by the caller");
-	for (int which = 0; which < 2; which++) {
-		hash_to(f, body[which]);
-		if ((rc = raw_array(f, rec, which, body[which], len[which], fn, arg)) != 0)
-			return stream_rerr(r, rc, q->off, "stopped by the caller");
-	}
-	hash_to(f, q->content);
-	const unsigned char *b = f->ck;
-	uint32_t want = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-	if ((uint32_t)XXH64_digest(&f->xh) != want)
-		return stream_rerr(r, SS_ERR_CHECKSUM, q->off, "corrupt zstd frame: %s",
-				   ZSTD_getErrorName((size_t)-ZSTD_error_checksum_wrong));
-	rec->length = (uint64_t)(b + 4 - f->base);
-	rec->content = q->content;
-	r->pos += rec->length;
-	r->index++, r->n_read++;
-	*recp = rec;
-	return 1;
-}
-
-/* A file cut short while a frame of it is mapped: reading a page past its
- * new end raises SIGBUS, which would end the process with no word of the
- * file. While this thread reads its map (from the mapping to the unmapping,
- * the caller's fn included), a fault inside the map jumps back to
- * stream_raw_pieces, which reports the record as cut short; any other
- * SIGBUS goes to the handler there was before (the default: the process
- * ends as it would have). The handler is (re)installed before each frame
- * read in place when another has taken SIGBUS since. */
-typedef struct {
-	sigjmp_buf jb;
-	const unsigned char *lo, *hi; /* the map */
-} bus_guard;
-
-static _Thread_local bus_guard *volatile bus_armed;
-static _Thread_local volatile int bus_forwarding; /* in the handler before ours */
-static struct sigaction bus_before;
-static pthread_mutex_t bus_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void on_sigbus(int sig, siginfo_t *si, void *uc)
-{
-	bus_guard *g = bus_armed;
-	const unsigned char *a = si->si_addr;
-	if (g && si->si_code > 0 && a >= g->lo && a < g->hi) /* > 0: the kernel's, a fault */
-		siglongjmp(g->jb, 1);
-	if (bus_forwarding) { /* that handler handed it back to us: the default ends it */
-		signal(SIGBUS, SIG_DFL);
-		return;
-	}
-	bus_forwarding = 1;
-	if (bus_before.sa_flags & SA_SIGINFO)
-		bus_before.sa_sigaction(sig, si, uc);
-	else if (bus_before.sa_handler != SIG_DFL && bus_before.sa_handler != SIG_IGN)
-		bus_before.sa_handler(sig);
-	else { /* the default again: a fault recurs on return, a sent signal is sent again */
-		sigaction(SIGBUS, &bus_before, NULL);
-		if (si->si_code <= 0)
-			raise(sig);
-	}
-	bus_forwarding = 0;
-}
-
-static void bus_install(void)
-{
-	struct sigaction cur, sa;
-	pthread_mutex_lock(&bus_mu);
-	if (sigaction(SIGBUS, NULL, &cur) == 0 && !((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus)) {
-		memset(&sa, 0, sizeof sa);
-		sa.sa_sigaction = on_sigbus;
-		sa.sa_flags = SA_SIGINFO;
-		sigemptyset(&sa.sa_mask);
-		bus_before = cur;
-		sigaction(SIGBUS, &sa, NULL);
-	}
-	pthread_mutex_unlock(&bus_mu);
-}
-
-/* The frame mapped in f, read: its blocks listed, its arrays found and
- * handed over. Not inlined into stream_raw_pieces, which calls sigsetjmp
- * (the compiler keeps such a function's locals out of registers): with
- * the reading loops inlined there and the signal mask saved a record, 10
- * f32 states of the 130m shape composed on 2 threads took 34-35 -> 37-39
- * ms (bench/compose); as here, 35-36. */
-static __attribute__((noinline)) int raw_read(rawf_t *f, size_t hsz, uint64_t content, const ss_record **recp,
-					      ss_piece_fn fn, void *arg)
-{
-	prefix_t q;
-	uint64_t body[2], len[2];
-	int rc;
-	if ((rc = list_blocks(f, hsz, content)) == 0 && (rc = find_arrays(f, hsz, content, &q, body, len)) == 0)
-		rc = hand_over(f, &q, body, len, recp, fn, arg);
-	return rc;
-}
-
 /* ss_reader_next_pieces of an uncompressed frame (raw blocks only:
- * formats/states.md "raw frames") in a regular file: the frame is mapped,
- * its metadata copied out, conv and ssm handed to fn where they lie, and
- * the frame's checksum computed over the content as it goes (XXH64, as
+ * formats/states.md "raw frames") in a regular file: its blocks listed,
+ * its metadata copied out, conv and ssm read a piece at a time (pread, into
+ * a buffer of the reader's that stays in cache) and handed to fn, and the
+ * frame's checksum computed over the content as it goes (XXH64, as
  * zstd's). Returns 1 as ss_reader_next_pieces, a negative error, or
- * NOT_RAW (3) when the frame is not for this path. */
+ * NOT_RAW (3) when the frame is not for this path.
+ *
+ * Read, not mapped: a map of the file (MAP_POPULATE, one a record, as
+ * before) costs a first touch of each of its pages that a read does not.
+ * On the virtual machines here that was ~1 us a 4 KiB page, 45-50 ms of
+ * the 10 f32 states of the 130m shape a question composes, whose hashing
+ * then ran at 2.4 GB/s against 10 GB/s for read(2) of the same bytes. */
 int stream_raw_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, void *arg)
 {
 	size_t hsz;
@@ -322,33 +233,45 @@ int stream_raw_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, void
 		;
 	if (rc <= 0 || !checksum)
 		return rc <= 0 ? rc : NOT_RAW;
+	long long got = stream_in_fill(r, r->pos + hsz, 3, r->pos);
+	if (got < 3 || ((r->buf[r->pos + hsz - r->base] >> 1) & 3) != 0)
+		return NOT_RAW; /* the first block is not raw: no pread at all */
 	rawf_t f;
 	memset(&f, 0, sizeof f);
 	f.r = r;
-	if (map_frame(&f, hsz, content) != 0)
-		return NOT_RAW;
-	bus_install();
-	bus_guard g = {.lo = f.map, .hi = (const unsigned char *)f.map + f.mlen};
-	bus_guard *before = bus_armed;
-	/* the signal mask is not saved (a system call a record): the jump
-	 * leaves SIGBUS blocked, as in its handler, and unblocks it here */
-	if (sigsetjmp(g.jb, 0)) {
-		sigset_t bus;
-		sigemptyset(&bus);
-		sigaddset(&bus, SIGBUS);
-		pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
-		bus_armed = before;
-		munmap(f.map, f.mlen);
-		struct stat st;
-		long long size = fstat(fileno(r->f), &st) == 0 ? (long long)st.st_size : -1;
-		return stream_rerr(r, SS_ERR_TRUNCATED, r->pos,
-				   "the file was cut short while being read (now %lld bytes)", size);
+	f.fd = fileno(r->f);
+	prefix_t q;
+	uint64_t body[2], len[2];
+	if ((rc = list_blocks(&f, hsz, content)) != 0 || (rc = find_arrays(&f, hsz, content, &q, body, len)) != 0)
+		return rc;
+	if (!r->raw_buf && !(r->raw_buf = aligned_alloc(64, PIECE)))
+		return stream_rerr(r, SS_ERR_NOMEM, q.off, "out of memory");
+	if ((rc = stream_unpack_prefix(r, &q)) < 0)
+		return rc;
+	ss_record *rec = &r->rec;
+	take_annotation(r, rec);
+	rec->in_place = 0;
+	XXH64_reset(&f.xh, 0);
+	if ((rc = fn(arg, rec, -1, 0, NULL, 0)) != 0)
+		return stream_rerr(r, rc, q.off, "stopped by the caller");
+	for (int which = 0; which < 2; which++) {
+		int stopped = 0;
+		if ((rc = hash_to(&f, body[which])) != 0 ||
+		    (rc = raw_array(&f, rec, which, body[which], len[which], fn, arg, &stopped)) != 0)
+			return stopped ? stream_rerr(r, rc, q.off, "stopped by the caller") : rc;
 	}
-	bus_armed = &g;
-	rc = raw_read(&f, hsz, content, recp, fn, arg);
-	bus_armed = before;
-	munmap(f.map, f.mlen);
-	return rc;
+	if ((rc = hash_to(&f, q.content)) != 0)
+		return rc;
+	uint32_t want = f.ck[0] | (uint32_t)f.ck[1] << 8 | (uint32_t)f.ck[2] << 16 | (uint32_t)f.ck[3] << 24;
+	if ((uint32_t)XXH64_digest(&f.xh) != want)
+		return stream_rerr(r, SS_ERR_CHECKSUM, q.off, "corrupt zstd frame: %s",
+				   ZSTD_getErrorName((size_t)-ZSTD_error_checksum_wrong));
+	rec->length = f.ck_at + 4 - r->pos;
+	rec->content = q.content;
+	r->pos += rec->length;
+	r->index++, r->n_read++;
+	*recp = rec;
+	return 1;
 }
 
 int ss_writer_begin_raw(ss_writer *w, uint64_t len, uint64_t *offset)

@@ -154,6 +154,7 @@ void ss_reader_close(ss_reader *r)
 	free(r->plan);
 	free(r->path);
 	free(r->seg);
+	free(r->raw_buf);
 	free(r);
 }
 

@@ -94,11 +94,13 @@ struct ss_reader {
 	size_t plan_n, plan_h;
 	char format[32];
 	char err[SS_ERRMSG_MAX];
-	/* The raw blocks of the uncompressed frame being read in place
-	 * (stream_raw_pieces): content bytes [at, at + len) lie at p, in a map of
-	 * the file. */
-	struct raw_seg { uint64_t at; const unsigned char *p; size_t len; } *seg;
+	/* The raw blocks of the uncompressed frame being read
+	 * (stream_raw_pieces): content bytes [at, at + len) lie at file offset
+	 * fo; raw_buf (PIECE bytes, 64-byte aligned) takes them a piece at a
+	 * time. */
+	struct raw_seg { uint64_t at, fo; size_t len; } *seg;
 	size_t seg_cap;
+	unsigned char *raw_buf;
 	uint64_t head_of;    /* > 0: the file is the head of one frame of this many bytes */
 	uint64_t expect_len; /* > 0: the frame at pos has this many bytes (ss_reader_expect_length) */
 };
@@ -200,7 +202,7 @@ extern const size_t stream_piece_key_len[2];
 /* ---------------------------------------------------------------- raw.c */
 
 /* ss_reader_next_pieces of an uncompressed frame in a regular file, read
- * in place: 1 as ss_reader_next_pieces, a negative error, or 3 when the
+ * without zstd: 1 as ss_reader_next_pieces, a negative error, or 3 when the
  * frame is not one writers make raw (nothing read: zstd reads it then). */
 int stream_raw_pieces(ss_reader *r, const ss_record **recp, ss_piece_fn fn, void *arg);
 /* Appends len bytes at buf to the raw frame being written (0,

@@ -1,7 +1,7 @@
 /* Fuzz target: the record stream reader (lib/stream/reader.c, pieces.c, raw.c) and the typed
  * record decoders and JSON rendering (lib/stream/record.c), full, meta-only
- * and in pieces (ss_reader_next_pieces: raw frames read in place from a
- * map, formats/states.md "raw frames"). */
+ * and in pieces (ss_reader_next_pieces: raw frames read without zstd,
+ * formats/states.md "raw frames"). */
 #include "fuzz.h"
 #include "ss.h"
 #include "stream/internal.h"
