@@ -140,8 +140,8 @@ static int list_blocks(rawf_t *f, size_t hsz, uint64_t content)
 			return NOT_RAW;
 		uint32_t bh = h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16;
 		size_t bsize = bh >> 3;
-		if (((bh >> 1) & 3) != 0 || bsize > RAW_BLOCK || bsize > content - made || size - at - 3 < bsize ||
-		    size < at + 3)
+		if (((bh >> 1) & 3) != 0 || bsize > RAW_BLOCK || bsize > content - made || size < at + 3 ||
+		    size - at - 3 < bsize)
 			return NOT_RAW;
 		if (bsize) {
 			if (f->n == r->seg_cap) {
