@@ -80,25 +80,12 @@ static int content_read(rawf_t *f, uint64_t at, size_t n, unsigned char *dst)
 	return n ? stream_rerr(f->r, SS_ERR_FORMAT, f->r->pos, "read past the frame's content") : 0;
 }
 
-/* Hashes the content on to byte `end`, reading it through r->raw_buf. */
-static int hash_to(rawf_t *f, uint64_t end)
-{
-	while (f->hashed < end) {
-		size_t take = end - f->hashed < PIECE ? (size_t)(end - f->hashed) : PIECE;
-		int rc = content_read(f, f->hashed, take, f->r->raw_buf);
-		if (rc)
-			return rc;
-		XXH64_update(&f->xh, f->r->raw_buf, take);
-		f->hashed += take;
-	}
-	return 0;
-}
-
-/* Hands content bytes [a0, a0 + len) (array which's body, hashed up to
- * a0) to fn, PIECE bytes at a time read into r->raw_buf (64-byte aligned:
- * read where it lies in the file, a piece would be at the alignment of its
- * offset there), each hashed just before. 0, the reading's error (r's error
- * set, *stopped 0), or fn's (*stopped 1). */
+/* Reads content bytes [a0, a0 + len) (array which's body, the content
+ * hashed up to a0), PIECE bytes at a time into r->raw_buf (64-byte
+ * aligned: read where it lies in the file, a piece would be at the
+ * alignment of its offset there), hashes each piece and hands it to fn
+ * (fn NULL: hashed only). 0, the reading's error (r's error set, *stopped
+ * 0), or fn's (*stopped 1). */
 static int raw_array(rawf_t *f, const ss_record *rec, int which, uint64_t a0, uint64_t len, ss_piece_fn fn,
 		     void *arg, int *stopped)
 {
@@ -110,13 +97,20 @@ static int raw_array(rawf_t *f, const ss_record *rec, int which, uint64_t a0, ui
 			return rc;
 		XXH64_update(&f->xh, buf, take);
 		f->hashed = a0 + done + take;
-		if ((rc = fn(arg, rec, which, done, buf, take)) != 0) {
+		if (fn && (rc = fn(arg, rec, which, done, buf, take)) != 0) {
 			*stopped = 1;
 			return rc;
 		}
 		done += take;
 	}
 	return 0;
+}
+
+/* Hashes the content on to byte `end` (raw_array without a callback). */
+static int hash_to(rawf_t *f, uint64_t end)
+{
+	int stopped = 0;
+	return raw_array(f, NULL, -1, f->hashed, end - f->hashed, NULL, NULL, &stopped);
 }
 
 /* Lists the blocks of the frame at r->pos (header of hsz bytes, content
