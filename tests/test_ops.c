@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "ss.h"
+#include "forward/ops/scan.h"
 #include "util/opref.h"
 
 static uint64_t rng_state;
@@ -325,6 +326,72 @@ static void test_scan(void **st)
 	}
 }
 
+/* The chunked (SSD) form of prefill (ops/scan.h): one sequence of n
+ * tokens, chunks of SS_SCAN_CHUNK with a short last one, against the
+ * float64 recurrence; and the same bits whether a call takes all the
+ * group's heads or one (each output of its products is one chain). */
+static void chunked_case(int H, int P, int N, int64_t n)
+{
+	const int HP = H * P, ldx = HP + 5, ldb = N + 3, ldy = HP + 1;
+	const size_t SL = (size_t)HP * N;
+	const int64_t ss[2] = { 0, n };
+	float *x = rnd((size_t)n * ldx, -1, 1), *B = rnd((size_t)n * ldb, -1, 1);
+	float *C = rnd((size_t)n * ldb, -1, 1), *dt = rnd((size_t)n * H, 0.001, 0.5);
+	float *A_log = rnd(H, -1, 1), *D = rnd(H, 0.5, 1.5), *s0 = rnd(SL, -1, 1);
+	float *A = malloc(H * sizeof(float)), *ssm = malloc(SL * sizeof(float));
+	float *ssm1 = malloc(SL * sizeof(float)), *y = calloc((size_t)n * ldy, sizeof(float));
+	float *y1 = calloc((size_t)n * ldy, sizeof(float)), *yc = malloc((size_t)n * HP * sizeof(float));
+	float *work = malloc(ss_scan_chunked_work(H, P, N) * sizeof(float));
+	double *sw = dalloc(SL), *yw = dalloc((size_t)n * HP), lw[8] = { 0 }, dts[8], dts1[8];
+	assert_true(H <= 8);
+	for (int h = 0; h < H; h++)
+		A[h] = -expf(A_log[h]);
+	for (size_t i = 0; i < SL; i++)
+		sw[i] = s0[i];
+	const ss_scan_dims sd = { H, P, N, 1 };
+	opref_scan(&sd, ss, 1, x, ldx, B, C, ldb, dt, A_log, D, sw, yw, lw);
+	memcpy(ssm, s0, SL * sizeof(float));
+	memcpy(ssm1, s0, SL * sizeof(float));
+	ss_scan_chunked(&(ss_scan_chunked_args){ .n = n, .nheads = H, .headdim = P, .d_state = N,
+						 .x = x, .ldx = ldx, .B = B, .ldb = ldb, .C = C,
+						 .ldc = ldb, .dt = dt, .lddt = H, .A = A, .D = D,
+						 .ssm = ssm, .y = y, .ldy = ldy, .dtsum = dts,
+						 .work = work });
+	for (int h = 0; h < H; h++) /* head by head */
+		ss_scan_chunked(&(ss_scan_chunked_args){
+			.n = n, .nheads = 1, .headdim = P, .d_state = N, .x = x + h * P, .ldx = ldx,
+			.B = B, .ldb = ldb, .C = C, .ldc = ldb, .dt = dt + h, .lddt = H, .A = A + h,
+			.D = D + h, .ssm = ssm1 + (size_t)h * P * N, .y = y1 + h * P, .ldy = ldy,
+			.dtsum = dts1 + h, .work = work });
+	for (int64_t r = 0; r < n; r++)
+		memcpy(yc + r * HP, y + r * ldy, (size_t)HP * sizeof(float));
+	printf("  chunked H %d P %d N %d n %lld\n", H, P, N, (long long)n);
+	assert_int_equal(mismatches("chunked.y", yc, yw, (size_t)n * HP, 1e-4, 1e-4), 0);
+	assert_int_equal(mismatches("chunked.ssm", ssm, sw, SL, 1e-4, 1e-4), 0);
+	for (int h = 0; h < H; h++) {
+		double want = 0;
+		for (int64_t t = 0; t < n; t++)
+			want += dt[t * H + h];
+		assert_true(fabs(dts[h] - want) <= 1e-9 * n);
+	}
+	assert_memory_equal(y, y1, (size_t)n * ldy * sizeof(float));
+	assert_memory_equal(ssm, ssm1, SL * sizeof(float));
+	assert_memory_equal(dts, dts1, H * sizeof(double));
+	free(x); free(B); free(C); free(dt); free(A_log); free(D); free(s0); free(A); free(ssm);
+	free(ssm1); free(y); free(y1); free(yc); free(work); free(sw); free(yw);
+}
+
+static void test_scan_chunked(void **st)
+{
+	(void)st;
+	rng_state = 9;
+	/* partial vectors and tiles everywhere (N 16, P 8, a last chunk of 22) */
+	chunked_case(3, 8, 16, 2 * SS_SCAN_CHUNK + 22);
+	/* the 130m shape's head and state, one chunk and a row */
+	chunked_case(2, 64, 128, SS_SCAN_CHUNK + 1);
+	chunked_case(1, 24, 40, 17);
+}
+
 /* y NULL: the state and logdecay equal those of the full scan. */
 static void test_scan_state_only(void **st)
 {
@@ -414,6 +481,7 @@ int main(void)
 		cmocka_unit_test(test_conv1d_step),
 		cmocka_unit_test(test_dt_softplus),
 		cmocka_unit_test(test_scan),
+		cmocka_unit_test(test_scan_chunked),
 		cmocka_unit_test(test_scan_state_only),
 		cmocka_unit_test(test_gated_rmsnorm),
 		cmocka_unit_test(test_argmax_rows),

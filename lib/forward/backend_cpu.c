@@ -6,7 +6,7 @@
  * Per layer: rmsnorm (rows); in_proj (GEMM); conv (per segment, channel
  * slices in parallel; it also leaves the new conv state); dt (rows); scan
  * per (sequence, block of heads) in parallel, in the chunked form (scan.h:
- * matrix products through sgemm) for all but short segments; gate + group
+ * matrix products through ssd.c's kernel) for all but short segments; gate + group
  * norm (rows); out_proj (GEMM, beta = 1, the residual add).
  * Mamba-1 (cfg arch "mamba1"): ZXD is x | z, conv over the x columns into
  * XBC [T][d_inner]; dt is x_proj (GEMM into XDBC [T][dt_rank | B | C]) then
@@ -72,9 +72,6 @@
 /* Segments of at least this many tokens are scanned in the chunked form
  * (scan.h), shorter ones (decode) token by token. */
 #define SCAN_CHUNKED_MIN 16
-/* Scan tasks per segment in a deterministic pass (heads per task must not
- * depend on the batch or the threads: they set the chunk products' shapes). */
-#define SCAN_TASKS_DET 4
 /* A decode step of at least this many sequences a thread runs each
  * sequence's conv, dt, scan and gated norm as one task (mixer): fewer,
  * the four phases, whose tasks cut a sequence's channels and heads. */
@@ -600,8 +597,9 @@ static int pass_begin(void *b, const ss_pass *p)
 		ctx->scan_hb = (ctx->scan_hb + 15) / 16 * 16;
 		return 0;
 	}
-	ctx->scan_hb = scan_heads_per_task(c, p->blocked ? SCAN_TASKS_DET
-							: (2 * (int64_t)ctx->n_threads + nseg - 1) / nseg);
+	/* about 2 tasks a thread: the heads per task change no bits (each
+	 * output of the chunked scan's products is one chain, ssd.c) */
+	ctx->scan_hb = scan_heads_per_task(c, (2 * (int64_t)ctx->n_threads + nseg - 1) / nseg);
 	return 0;
 }
 
@@ -887,7 +885,7 @@ int ss_backend_cpu_init(void **be, const ss_backend_ops **ops, const ss_model *m
 		ctx->scan_dtsum = xalloc(1, sizeof(double), &ctx->bytes);
 	} else {
 		ctx->A = xalloc((size_t)c->n_layer * c->nheads, sizeof(float), &ctx->bytes);
-		ctx->scan_work_len = ss_scan_chunked_work(c->nheads / c->ngroups, c->headdim);
+		ctx->scan_work_len = ss_scan_chunked_work(c->nheads / c->ngroups, c->headdim, c->d_state);
 		ctx->scan_work = xalloc((size_t)ctx->n_threads * ctx->scan_work_len, sizeof(float),
 					&ctx->bytes);
 		ctx->scan_dtsum = xalloc((size_t)ctx->n_threads * c->nheads, sizeof(double), &ctx->bytes);

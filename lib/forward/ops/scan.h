@@ -38,14 +38,15 @@ double ss_scan_head(const ss_scan_head_args *a);
  * SS_SCAN_CHUNK tokens from the first row. Within a chunk the outputs are
  * matrix products (C·Bᵀ masked by the decays, times x; C times the
  * incoming states) and the states advance once per chunk (xᵀ·B weighted by
- * the decays to the chunk's end), all through sgemm; the decays are running
+ * the decays to the chunk's end), all through ssd.c's own kernel (one
+ * FMA chain per output: the same bits on every ISA); the decays are running
  * products of exp(dt·A), as the recurrence multiplies them.
  *   x: [n][nheads·headdim] (head h0 first), B, C: [n][d_state] the group's;
  *   dt: [n][nheads]; A, D: [nheads] (A = -exp(A_log); D may be NULL);
  *   ssm: [nheads][headdim][d_state] in/out;
  *   y: [n][nheads·headdim] or NULL (states only);
  *   dtsum: [nheads] out, Σ_t dt in double;
- *   work: ss_scan_chunked_work(nheads, headdim) floats.
+ *   work: ss_scan_chunked_work(nheads, headdim, d_state) floats.
  * ref: Dao & Gu 2024 (Mamba-2), §6 and Listing 1 (ssd_minimal_discrete). */
 typedef struct {
 	int64_t n;
@@ -61,7 +62,7 @@ typedef struct {
 	float *work;
 } ss_scan_chunked_args;
 
-size_t ss_scan_chunked_work(int nheads, int headdim);
+size_t ss_scan_chunked_work(int nheads, int headdim, int d_state);
 void ss_scan_chunked(const ss_scan_chunked_args *a);
 
 #endif /* SS_SCAN_H */

@@ -2,19 +2,196 @@
  * ssd.c — the chunked (SSD) form of the selective scan on the CPU,
  * ss_scan_chunked (ops/scan.h): the prefill path of the forward pass for
  * long sequences. Twin: kernels/ssd.cu (ss_ssd_scan_cuda).
+ *
+ * The chunk's products run through this file's own kernel, ssd_gemm: one
+ * FMA chain per output over k in order, so AVX-512, AVX2 and C (fmaf) give
+ * the same bits, whatever the heads per call; $SS_GEMM=avx2 or c holds it
+ * to those paths as it does the projections (ops/linear_f32.h). They ran
+ * through sgemm: with OpenBLAS's Haswell kernels, 18 % of perf's samples
+ * of an ss-encode of 512-token documents at the 130m shape on an AVX-512
+ * host; this kernel and the transposes it needs, 9 % (issue 50).
  */
-#include "forward/blas.h"
 #include <math.h>
 #include <string.h>
 
 #include "ss.h"
+#include "forward/ops/linear_f32.h" /* ss_gemm_choice */
 #include "forward/ops/scan.h"
 #include "forward/vec.h"
 
-size_t ss_scan_chunked_work(int nheads, int headdim)
+/* Rows of y per tile of ssd_gemm (every path: a causal product's chains
+ * stop at its tile's last row, so the tiles must be the same for the bits
+ * to be). */
+#define TILE_M 6
+
+/* One tile of R rows (R <= TILE_M), K terms, one column at a time: the
+ * portable path, and the reference of the others' order. */
+static void tile_c(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t sxm, ptrdiff_t sxk,
+		   const float *Wt, ptrdiff_t ldw, int64_t N, int64_t K, int beta, int R)
 {
-	const size_t Q = SS_SCAN_CHUNK;
-	return 2 * Q * Q + Q * (size_t)nheads * (size_t)headdim + 4 * Q;
+	for (int r = 0; r < R; r++)
+		for (int64_t n = 0; n < N; n++) {
+			float s = beta ? y[r * ldy + n] : 0.0f;
+			for (int64_t k = 0; k < K; k++)
+				s = fmaf(x[r * sxm + k * sxk], Wt[k * ldw + n], s);
+			y[r * ldy + n] = s;
+		}
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_X86_KERNELS 1
+#define AVX512 __attribute__((target("avx512f")))
+#define AVX2 __attribute__((target("avx2,fma")))
+#define INLINE inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 32")
+
+/* R rows x V vectors of 16 columns (the last one's lanes as mask says). */
+AVX512 static INLINE void tile512(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t sxm,
+				  ptrdiff_t sxk, const float *Wt, ptrdiff_t ldw, int64_t K, int beta,
+				  __mmask16 last, const int R, const int V)
+{
+	__m512 acc[TILE_M][4];
+	UNROLL for (int r = 0; r < R; r++)
+		UNROLL for (int v = 0; v < V; v++)
+			acc[r][v] = beta ? _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xFFFF,
+								 y + r * ldy + 16 * v)
+					 : _mm512_setzero_ps();
+	for (int64_t k = 0; k < K; k++) {
+		__m512 w[4];
+		UNROLL for (int v = 0; v < V; v++)
+			w[v] = _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xFFFF, Wt + k * ldw + 16 * v);
+		UNROLL for (int r = 0; r < R; r++) {
+			const __m512 b = _mm512_set1_ps(x[r * sxm + k * sxk]);
+			UNROLL for (int v = 0; v < V; v++)
+				acc[r][v] = _mm512_fmadd_ps(b, w[v], acc[r][v]);
+		}
+	}
+	UNROLL for (int r = 0; r < R; r++)
+		UNROLL for (int v = 0; v < V; v++)
+			_mm512_mask_storeu_ps(y + r * ldy + 16 * v, v == V - 1 ? last : 0xFFFF, acc[r][v]);
+}
+
+/* R rows x V vectors of 8 columns (the last one's lanes as mask says). */
+AVX2 static INLINE void tile256(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t sxm,
+				ptrdiff_t sxk, const float *Wt, ptrdiff_t ldw, int64_t K, int beta,
+				__m256i last, const int R, const int V)
+{
+	const __m256i all = _mm256_set1_epi32(-1);
+	__m256 acc[TILE_M][2];
+	UNROLL for (int r = 0; r < R; r++)
+		UNROLL for (int v = 0; v < V; v++)
+			acc[r][v] = beta ? _mm256_maskload_ps(y + r * ldy + 8 * v, v == V - 1 ? last : all)
+					 : _mm256_setzero_ps();
+	for (int64_t k = 0; k < K; k++) {
+		__m256 w[2];
+		UNROLL for (int v = 0; v < V; v++)
+			w[v] = _mm256_maskload_ps(Wt + k * ldw + 8 * v, v == V - 1 ? last : all);
+		UNROLL for (int r = 0; r < R; r++) {
+			const __m256 b = _mm256_broadcast_ss(x + r * sxm + k * sxk);
+			UNROLL for (int v = 0; v < V; v++)
+				acc[r][v] = _mm256_fmadd_ps(b, w[v], acc[r][v]);
+		}
+	}
+	UNROLL for (int r = 0; r < R; r++)
+		UNROLL for (int v = 0; v < V; v++)
+			_mm256_maskstore_ps(y + r * ldy + 8 * v, v == V - 1 ? last : all, acc[r][v]);
+}
+
+/* The instances by rows (1 .. TILE_M) and vectors (1 .. 4 or 2) of a tile. */
+#define CASES(call, V)                                                                   \
+	case 1 * 8 + V: call(1, V); break;                                               \
+	case 2 * 8 + V: call(2, V); break;                                               \
+	case 3 * 8 + V: call(3, V); break;                                               \
+	case 4 * 8 + V: call(4, V); break;                                               \
+	case 5 * 8 + V: call(5, V); break;                                               \
+	case 6 * 8 + V: call(6, V); break;
+
+/* One tile of R rows by nv <= 64 columns. */
+AVX512 static void tile512_any(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t sxm,
+			       ptrdiff_t sxk, const float *Wt, ptrdiff_t ldw, int64_t K, int beta,
+			       int R, int nv)
+{
+	const int V = (nv + 15) / 16;
+	const __mmask16 last = (__mmask16)(0xFFFFu >> (16 * V - nv));
+#define T512(r, v) tile512(y, ldy, x, sxm, sxk, Wt, ldw, K, beta, last, r, v)
+	switch (R * 8 + V) {
+		CASES(T512, 1) CASES(T512, 2) CASES(T512, 3) CASES(T512, 4)
+	}
+#undef T512
+}
+
+/* One tile of R rows by nv <= 16 columns. */
+AVX2 static void tile256_any(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t sxm,
+			     ptrdiff_t sxk, const float *Wt, ptrdiff_t ldw, int64_t K, int beta,
+			     int R, int nv)
+{
+	const int V = (nv + 7) / 8;
+	const __m256i last = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv - 8 * (V - 1)),
+						_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#define T256(r, v) tile256(y, ldy, x, sxm, sxk, Wt, ldw, K, beta, last, r, v)
+	switch (R * 8 + V) {
+		CASES(T256, 1) CASES(T256, 2)
+	}
+#undef T256
+}
+#undef CASES
+#endif
+
+/* y[m][n] = (beta ? y[m][n] : 0) + Σ_k x[m·sxm + k·sxk]·Wt[k·ldw + n],
+ * m < M, n < N, k < K: x's elements broadcast (any strides: a row, a
+ * column), Wt's rows loaded in vectors, rows of y in tiles of TILE_M.
+ * causal: x[m][k] = 0 for k > m, and a tile's chains stop after its last
+ * row's k. Each output is one FMA chain over k ascending from y or 0, on
+ * every path: the same bits from AVX-512, AVX2 and C. */
+static void ssd_gemm(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t sxm, ptrdiff_t sxk,
+		     const float *Wt, ptrdiff_t ldw, int64_t M, int64_t N, int64_t K, int beta,
+		     int causal)
+{
+	void (*tile)(float *, ptrdiff_t, const float *, ptrdiff_t, ptrdiff_t, const float *,
+		     ptrdiff_t, int64_t, int, int, int) = NULL;
+	int64_t nb = N; /* columns per tile */
+#ifdef HAVE_X86_KERNELS
+	const int choice = ss_gemm_choice();
+	if (choice != SS_GEMM_C && choice != SS_GEMM_AVX2 && __builtin_cpu_supports("avx512f"))
+		tile = tile512_any, nb = 64;
+	else if (choice != SS_GEMM_C && __builtin_cpu_supports("avx2") &&
+		 __builtin_cpu_supports("fma"))
+		tile = tile256_any, nb = 16;
+#endif
+	for (int64_t n0 = 0; n0 < N; n0 += nb) {
+		const int64_t nv = N - n0 < nb ? N - n0 : nb;
+		for (int64_t m0 = 0; m0 < M; m0 += TILE_M) {
+			const int R = M - m0 < TILE_M ? (int)(M - m0) : TILE_M;
+			const int64_t Kt = causal && m0 + R < K ? m0 + R : K;
+			float *yt = y + m0 * ldy + n0;
+			const float *xt = x + m0 * sxm;
+			if (tile)
+				tile(yt, ldy, xt, sxm, sxk, Wt + n0, ldw, Kt, beta, R, (int)nv);
+			else
+				tile_c(yt, ldy, xt, sxm, sxk, Wt + n0, ldw, nv, Kt, beta, R);
+		}
+	}
+}
+
+/* dst[c][r] = src[r][c], r < R, c < C (row strides ldd, lds), by tiles of
+ * 16 x 16 so that both sides go a cache line at a time. */
+static void transpose(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t lds, int64_t R,
+		      int64_t C)
+{
+	for (int64_t r0 = 0; r0 < R; r0 += 16)
+		for (int64_t c0 = 0; c0 < C; c0 += 16) {
+			const int64_t r1 = r0 + 16 < R ? r0 + 16 : R, c1 = c0 + 16 < C ? c0 + 16 : C;
+			for (int64_t c = c0; c < c1; c++)
+				for (int64_t r = r0; r < r1; r++)
+					dst[c * ldd + r] = src[r * lds + c];
+		}
+}
+
+size_t ss_scan_chunked_work(int nheads, int headdim, int d_state)
+{
+	const size_t Q = SS_SCAN_CHUNK, HP = (size_t)nheads * (size_t)headdim, N = (size_t)d_state;
+	return 2 * Q * Q + Q * HP + N * HP + N * Q + 4 * Q;
 }
 
 /* Per chunk of q rows, with dA_i = exp(dt_i·A) and L_ij = dA_{j+1}···dA_i
@@ -22,18 +199,22 @@ size_t ss_scan_chunked_work(int nheads, int headdim)
  * S the states at the chunk's start:
  *   y_i = e_i·(C_i·S) + Σ_{j<=i} (C_i·B_j)·L_ij·dt_j·x_j + D·x_i
  *   S' = e_{q-1}·S + Σ_j L_{q-1,j}·dt_j·x_jᵀB_j
- * C·S for all nh heads is one product (the states are [nh·P][N]), and so
- * is the state update (the weighted x of all heads side by side). */
+ * The states are held transposed, St [N][nh·P], through the call, so that
+ * C·S for all nh heads is one product (St's rows loaded in vectors), and
+ * so is the state update (B's columns broadcast against the weighted x of
+ * all heads side by side). */
 void ss_scan_chunked(const ss_scan_chunked_args *a)
 {
 	const int Q = SS_SCAN_CHUNK, P = a->headdim, N = a->d_state, nh = a->nheads, HP = nh * P;
-	float *G = a->work, *M = G + Q * Q, *Xw = M + Q * Q, *Ld = Xw + (size_t)Q * HP;
+	float *G = a->work, *M = G + Q * Q, *Xw = M + Q * Q, *St = Xw + (size_t)Q * HP;
+	float *Bt = St + (size_t)N * HP, *Ld = Bt + (size_t)N * Q;
 	float *e = Ld + Q, *dA = e + Q, *dt = dA + Q;
 	int64_t t0;
-	int k, i, j;
+	int k, i, j, n;
 
 	for (k = 0; k < nh; k++)
 		a->dtsum[k] = 0.0;
+	transpose(St, HP, a->ssm, N, HP, N);
 	for (t0 = 0; t0 < a->n; t0 += Q) {
 		const int q = a->n - t0 < Q ? (int)(a->n - t0) : Q;
 		const float *x = a->x + t0 * a->ldx, *B = a->B + t0 * a->ldb;
@@ -41,10 +222,9 @@ void ss_scan_chunked(const ss_scan_chunked_args *a)
 
 		if (y) {
 			const float *C = a->C + t0 * a->ldc;
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q, q, N, 1.0f, C,
-				    (blasint)a->ldc, B, (blasint)a->ldb, 0.0f, G, Q);
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q, HP, N, 1.0f, C,
-				    (blasint)a->ldc, a->ssm, N, 0.0f, y, (blasint)a->ldy);
+			transpose(Bt, Q, B, a->ldb, q, N);
+			ssd_gemm(G, Q, C, a->ldc, 1, Bt, Q, q, q, N, 0, 0);
+			ssd_gemm(y, a->ldy, C, a->ldc, 1, St, HP, q, HP, N, 0, 0);
 		}
 		for (k = 0; k < nh; k++) {
 			const float *xk = x + k * P;
@@ -70,16 +250,16 @@ void ss_scan_chunked(const ss_scan_chunked_args *a)
 				for (i = 0; i < q; i++)
 					ss_vec_axpby(yk + i * a->ldy, e[i], xk + i * a->ldx,
 						     a->D ? a->D[k] : 0.0f, P);
-				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q, P, q, 1.0f, M, Q, xk,
-					    (blasint)a->ldx, 1.0f, yk, (blasint)a->ldy);
+				ssd_gemm(yk, a->ldy, M, Q, 1, xk, a->ldx, q, P, q, 1, 1);
 			}
 			/* Ld is now row q-1: the weights to the chunk's end */
 			for (j = 0; j < q; j++)
 				ss_vec_scale(Xw + (size_t)j * HP + k * P, xk + j * a->ldx, Ld[j], P);
-			ss_vec_scale(a->ssm + (size_t)k * P * N, a->ssm + (size_t)k * P * N, e[q - 1],
-				     (int64_t)P * N);
+			for (n = 0; n < N; n++)
+				ss_vec_scale(St + (size_t)n * HP + k * P, St + (size_t)n * HP + k * P,
+					     e[q - 1], P);
 		}
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, HP, N, q, 1.0f, Xw, HP, B,
-			    (blasint)a->ldb, 1.0f, a->ssm, N);
+		ssd_gemm(St, HP, B, 1, a->ldb, Xw, HP, N, HP, q, 1, 0);
 	}
+	transpose(a->ssm, N, St, HP, N, HP);
 }
