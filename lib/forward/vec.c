@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "forward/vec.h"
 
@@ -79,6 +80,46 @@ AVX2 static void fma_avx2(float *y, const float *w, const float *x, int64_t n)
 							_mm256_loadu_ps(y + i)));
 	for (; i < n; i++)
 		y[i] += w[i] * x[i];
+}
+
+/* ss_vec_conv's rows for 8 channels at a time, K taps in registers (the
+ * taps' FMAs in ss_vec_fma's order, so its bits); the last channels as
+ * fma_avx2's tail does them. */
+AVX2 static inline __attribute__((always_inline)) void conv_avx2_k(float *y, ptrdiff_t ldy,
+								   const float *x, ptrdiff_t ldx,
+								   const float *w, ptrdiff_t ldw,
+								   const float *b, int64_t n,
+								   int nch, const int K)
+{
+	int c = 0;
+	for (; c + 8 <= nch; c += 8) {
+		__m256 wk[8];
+		const __m256 bv = _mm256_loadu_ps(b + c);
+		for (int k = 0; k < K; k++)
+			wk[k] = _mm256_loadu_ps(w + k * ldw + c);
+		for (int64_t t = 0; t < n; t++) {
+			__m256 acc = bv;
+			for (int k = 0; k < K; k++)
+				acc = _mm256_fmadd_ps(wk[k], _mm256_loadu_ps(x + (t + k) * ldx + c), acc);
+			_mm256_storeu_ps(y + t * ldy + c, acc);
+		}
+	}
+	for (; c < nch; c++)
+		for (int64_t t = 0; t < n; t++) {
+			float acc = b[c];
+			for (int k = 0; k < K; k++)
+				acc += w[k * ldw + c] * x[(t + k) * ldx + c];
+			y[t * ldy + c] = acc;
+		}
+}
+
+AVX2 static void conv_avx2(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const float *w,
+			   ptrdiff_t ldw, const float *b, int64_t n, int nch, int K)
+{
+	if (K == 4) /* Mamba's d_conv */
+		conv_avx2_k(y, ldy, x, ldx, w, ldw, b, n, nch, 4);
+	else
+		conv_avx2_k(y, ldy, x, ldx, w, ldw, b, n, nch, K);
 }
 
 AVX2 static double sumsq_avx2(const float *x, int64_t n)
@@ -270,6 +311,22 @@ void ss_vec_fma(float *y, const float *w, const float *x, int64_t n)
 #endif
 	for (i = 0; i < n; i++)
 		y[i] += w[i] * x[i];
+}
+
+void ss_vec_conv(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const float *w,
+		 ptrdiff_t ldw, const float *b, int64_t n, int nch, int K)
+{
+#ifdef HAVE_AVX2_KERNELS
+	if (use_avx2() && K <= 8) {
+		conv_avx2(y, ldy, x, ldx, w, ldw, b, n, nch, K);
+		return;
+	}
+#endif
+	for (int64_t t = 0; t < n; t++) {
+		memcpy(y + t * ldy, b, (size_t)nch * sizeof(float));
+		for (int k = 0; k < K; k++)
+			ss_vec_fma(y + t * ldy, w + k * ldw, x + (t + k) * ldx, nch);
+	}
 }
 
 double ss_vec_sumsq(const float *x, int64_t n)
