@@ -283,6 +283,42 @@ AVX512 static void pack_xt512(float *xt, const float *x, ptrdiff_t ldx, int64_t 
 	}
 }
 
+/* A panel's tile of outputs, acc[n][v] (n < NR, v < V: lane l of v is row
+ * 16·v + l of x, mv rows in all), to y: each 16 x 16 block transposed in
+ * registers and stored a row at a time, lanes past NR masked off, beta·y
+ * added in the lanes as put_lanes adds it (so store_lanes's bits, without
+ * its 16 scalar stores per accumulator). For f32 W only, and out of line:
+ * the f32 panels' loop then keeps its accumulators and x in registers
+ * (inlined, an x vector spilled: 77 -> 60 % of the FMA peak); the 16-bit
+ * panels' loop, which widens W through a buffer, ran slower with it (in_proj
+ * bf16 172 against 188 GFLOP/s), and keeps store_lanes. F32 at the
+ * backend's 256 x 256 calls, one thread, best of 5, three rounds alternated
+ * with the build before (Zen 5): in_proj 191.0-191.5 against 187.0-189.3
+ * GFLOP/s, out_proj 207.0-208.7 against 200.2-201.3. */
+AVX512 static NOINLINE void store_tile512(float *y, ptrdiff_t ldy, const __m512 *acc, int NR,
+					  int V, int mv, float beta)
+{
+	for (int v = 0; v < V && 16 * v < mv; v++) {
+		const int rows = mv - 16 * v < 16 ? mv - 16 * v : 16;
+		for (int g = 0; g < NR; g += 16) {
+			const int nc = NR - g < 16 ? NR - g : 16;
+			const __mmask16 mk = (__mmask16)((1u << nc) - 1);
+			__m512 r[16], c[16];
+			UNROLL for (int i = 0; i < 16; i++)
+				r[i] = i < nc ? acc[(g + i) * 2 + v] : _mm512_setzero_ps();
+			transpose16(c, r);
+			for (int i = 0; i < rows; i++) {
+				float *yr = y + (16 * v + i) * ldy + g;
+				__m512 o = c[i];
+				if (beta != 0.0f)
+					o = _mm512_add_ps(o, _mm512_mul_ps(_mm512_set1_ps(beta),
+									   _mm512_maskz_loadu_ps(mk, yr)));
+				_mm512_mask_storeu_ps(yr, mk, o);
+			}
+		}
+	}
+}
+
 /* Many rows: 16·V rows of x (mv of them, transposed in xt) against NR rows
  * of W, one W element broadcast to 16 rows per FMA; 16-bit W widened 16 k
  * at a time into wb. */
@@ -331,6 +367,10 @@ AVX512 static INLINE void panel512(float *y, ptrdiff_t ldy, const float *xt, con
 			for (int j = 0; j < kn; j++)
 				PANEL_STEP(j);
 #undef PANEL_STEP
+	}
+	if (wt == W_F32) {
+		store_tile512(y, ldy, &acc[0][0], NR, V, mv, beta);
+		return;
 	}
 	UNROLL for (int n = 0; n < NR; n++)
 		UNROLL for (int v = 0; v < V; v++)
