@@ -82,9 +82,10 @@ AVX2 static void fma_avx2(float *y, const float *w, const float *x, int64_t n)
 		y[i] += w[i] * x[i];
 }
 
-/* ss_vec_conv's rows for 8 channels at a time, K taps in registers (the
- * taps' FMAs in ss_vec_fma's order, so its bits); the last channels as
- * fma_avx2's tail does them. */
+/* ss_vec_conv_silu's rows for 8 channels at a time, K taps in registers
+ * (the taps' FMAs in ss_vec_fma's order, then silu256: the bits of those
+ * two passes); the last channels as fma_avx2's and silu_avx2's tails do
+ * them. */
 AVX2 static inline __attribute__((always_inline)) void conv_avx2_k(float *y, ptrdiff_t ldy,
 								   const float *x, ptrdiff_t ldx,
 								   const float *w, ptrdiff_t ldw,
@@ -101,7 +102,7 @@ AVX2 static inline __attribute__((always_inline)) void conv_avx2_k(float *y, ptr
 			__m256 acc = bv;
 			for (int k = 0; k < K; k++)
 				acc = _mm256_fmadd_ps(wk[k], _mm256_loadu_ps(x + (t + k) * ldx + c), acc);
-			_mm256_storeu_ps(y + t * ldy + c, acc);
+			_mm256_storeu_ps(y + t * ldy + c, silu256(acc));
 		}
 	}
 	for (; c < nch; c++)
@@ -109,7 +110,7 @@ AVX2 static inline __attribute__((always_inline)) void conv_avx2_k(float *y, ptr
 			float acc = b[c];
 			for (int k = 0; k < K; k++)
 				acc += w[k * ldw + c] * x[(t + k) * ldx + c];
-			y[t * ldy + c] = acc;
+			y[t * ldy + c] = acc / (1.0f + expf(-acc));
 		}
 }
 
@@ -313,8 +314,8 @@ void ss_vec_fma(float *y, const float *w, const float *x, int64_t n)
 		y[i] += w[i] * x[i];
 }
 
-void ss_vec_conv(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const float *w,
-		 ptrdiff_t ldw, const float *b, int64_t n, int nch, int K)
+void ss_vec_conv_silu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const float *w,
+		      ptrdiff_t ldw, const float *b, int64_t n, int nch, int K)
 {
 #ifdef HAVE_AVX2_KERNELS
 	if (use_avx2() && K <= 8) {
@@ -326,6 +327,7 @@ void ss_vec_conv(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const f
 		memcpy(y + t * ldy, b, (size_t)nch * sizeof(float));
 		for (int k = 0; k < K; k++)
 			ss_vec_fma(y + t * ldy, w + k * ldw, x + (t + k) * ldx, nch);
+		ss_vec_silu(y + t * ldy, nch);
 	}
 }
 

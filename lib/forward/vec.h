@@ -16,12 +16,13 @@ void ss_vec_silu(float *x, int64_t n);
 void ss_vec_mul_silu(float *y, const float *z, int64_t n);
 /* y[i] += w[i] * x[i] */
 void ss_vec_fma(float *y, const float *w, const float *x, int64_t n);
-/* The causal conv's rows whose taps all lie in x: y[t][c] = b[c] +
- * Σ_{k<K} w[k][c]·x[t+k][c], t < n, c < nch (x at the first tap of row 0;
- * row strides ldy, ldx, ldw): the taps added in order, as ss_vec_fma adds
- * them one row at a time (its bits), the weights held in registers. */
-void ss_vec_conv(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const float *w,
-		 ptrdiff_t ldw, const float *b, int64_t n, int nch, int K);
+/* The causal conv + silu's rows whose taps all lie in x: y[t][c] =
+ * silu(b[c] + Σ_{k<K} w[k][c]·x[t+k][c]), t < n, c < nch (x at the first
+ * tap of row 0; row strides ldy, ldx, ldw): the taps added in order, as
+ * ss_vec_fma adds them one row at a time, then ss_vec_silu's silu (their
+ * bits), the weights held in registers. */
+void ss_vec_conv_silu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const float *w,
+		      ptrdiff_t ldw, const float *b, int64_t n, int nch, int K);
 /* Σ x[i]², accumulated in double (as ggml's rms_norm does) */
 double ss_vec_sumsq(const float *x, int64_t n);
 /* y[i] = x[i] * s * w[i]  (y may be x) */

@@ -24,13 +24,9 @@ static void conv_seq(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, int
 
 	/* the rows whose taps all lie in x, all at once */
 	if (n > K1)
-		ss_vec_conv(y + K1 * ldy, ldy, x, ldx, wt, ldw, b, n - K1, nch, K);
-	for (t = 0; t < n; t++) {
+		ss_vec_conv_silu(y + K1 * ldy, ldy, x, ldx, wt, ldw, b, n - K1, nch, K);
+	for (t = 0; t < n && t < K1; t++) {
 		float *out = y + t * ldy;
-		if (t >= K1) {
-			ss_vec_silu(out, nch);
-			continue;
-		}
 		memcpy(out, b, (size_t)nch * sizeof(float));
 		for (k = 0; k < K; k++) {
 			const int64_t u = t - K1 + k; /* input row within the sequence */
