@@ -20,7 +20,7 @@ void ss_vec_fma(float *y, const float *w, const float *x, int64_t n);
  * silu(b[c] + Σ_{k<K} w[k][c]·x[t+k][c]), t < n, c < nch (x at the first
  * tap of row 0; row strides ldy, ldx, ldw): the taps added in order, as
  * ss_vec_fma adds them one row at a time, then ss_vec_silu's silu (their
- * bits), the weights held in registers. */
+ * bits), row after row, the inputs prefetched a few rows ahead. */
 void ss_vec_conv_silu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const float *w,
 		      ptrdiff_t ldw, const float *b, int64_t n, int nch, int K);
 /* Σ x[i]², accumulated in double (as ggml's rms_norm does) */
