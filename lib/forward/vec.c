@@ -325,7 +325,7 @@ void ss_vec_conv_silu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, co
 		      ptrdiff_t ldw, const float *b, int64_t n, int nch, int K)
 {
 #ifdef HAVE_AVX2_KERNELS
-	if (use_avx2() && K <= 8) {
+	if (use_avx2()) {
 		conv_avx2(y, ldy, x, ldx, w, ldw, b, n, nch, K);
 		return;
 	}
