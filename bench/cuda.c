@@ -68,7 +68,7 @@ static double encode(const ss_model *m, ss_device *dev, const char *scan, int do
 				memset(st[i].conv, 0, ss_state_conv_len(&dims) * 4);
 				memset(st[i].logdecay, 0, ss_state_logdecay_len(&dims) * 4);
 				st[i].n_tokens = 0;
-				q[i] = (ss_forward_seq){ tok, len, &st[i], NULL, NULL };
+				q[i] = (ss_forward_seq){ tok, len, &st[i], NULL, NULL, 0 };
 			}
 			if (ss_forward_prefill(ctx, q, k, SS_LOGITS_NONE, err))
 				die("prefill", err);

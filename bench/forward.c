@@ -313,7 +313,7 @@ static int decode_child(char **argv)
 	}
 	t = bench_now() - t;
 	for (k = 0; k < 3; k++) {
-		ss_forward_seq q = { tok, len, &st, NULL, NULL };
+		ss_forward_seq q = { tok, len, &st, NULL, NULL, 0 };
 		double t1;
 		state_zero(&st);
 		t1 = bench_now();
@@ -615,7 +615,7 @@ int main(int argc, char **argv)
 		ss_state_logdecay_len(&st[0].dims)) * 4 / 1e6);
 
 	/* warm-up: one document */
-	q[0] = (ss_forward_seq){ tok, len, &st[0], NULL, NULL };
+	q[0] = (ss_forward_seq){ tok, len, &st[0], NULL, NULL, 0 };
 	check(ss_forward_prefill(ctx, q, 1, SS_LOGITS_NONE, errmsg), "prefill", errmsg);
 
 	/* one document of `len` tokens: state only, and with last-position logits */
@@ -666,7 +666,7 @@ int main(int argc, char **argv)
 
 	/* state extraction over a batch of documents */
 	for (i = 0; i < docs; i++)
-		q[i] = (ss_forward_seq){ tok + (size_t)i * len, len, &st[i], NULL, NULL };
+		q[i] = (ss_forward_seq){ tok + (size_t)i * len, len, &st[i], NULL, NULL, 0 };
 	best = 1e30;
 	for (r = 0; r < reps; r++) {
 		for (i = 0; i < docs; i++)

@@ -1037,7 +1037,7 @@ static void golden_cases(const char *key, const char *model)
 		int32_t *tok = gold(rel, 4, &n);
 		float *logits = malloc(n * (size_t)V * 4), *hidden = malloc(n * (size_t)dm * 4);
 		state_for(&s, m);
-		ss_forward_seq q = { tok, (int64_t)n, &s, logits, hidden };
+		ss_forward_seq q = { tok, (int64_t)n, &s, logits, hidden, 0 };
 		if (ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, errmsg))
 			fail_msg("%s: %s", cases[ci], errmsg);
 		printf("  %s %s/%s (%zu tokens)\n", golden_set, key, cases[ci], n);
@@ -1136,8 +1136,8 @@ static void model_vs_cpu(const char *preset, ss_dtype weights_dtype, double tol)
 			tok[i][t] = (int32_t)(urand() * 50277);
 		state_for(&sc[i], m);
 		state_for(&sg[i], m);
-		qc[i] = (ss_forward_seq){ tok[i], lens[i], &sc[i], lc + (size_t)i * V, NULL };
-		qg[i] = (ss_forward_seq){ tok[i], lens[i], &sg[i], lgp + (size_t)i * V, NULL };
+		qc[i] = (ss_forward_seq){ tok[i], lens[i], &sc[i], lc + (size_t)i * V, NULL, 0 };
+		qg[i] = (ss_forward_seq){ tok[i], lens[i], &sg[i], lgp + (size_t)i * V, NULL, 0 };
 	}
 	assert_int_equal(ss_forward_prefill(cc, qc, NS, SS_LOGITS_LAST, errmsg), 0);
 	if (ss_forward_prefill(gc, qg, NS, SS_LOGITS_LAST, errmsg))

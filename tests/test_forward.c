@@ -446,15 +446,15 @@ static void test_batch_equals_single(void **unused)
 	state_new(&empty, m);
 	for (i = 0, j = 0; i < N; i++) {
 		if (i == 2)
-			qb[j++] = (ss_forward_seq){ NULL, 0, &empty, lb, NULL };
-		qb[j++] = (ss_forward_seq){ tok[i], (int64_t)n[i], &sb[i], lb + (size_t)i * V, NULL };
+			qb[j++] = (ss_forward_seq){ NULL, 0, &empty, lb, NULL, 0 };
+		qb[j++] = (ss_forward_seq){ tok[i], (int64_t)n[i], &sb[i], lb + (size_t)i * V, NULL, 0 };
 	}
 	assert_int_equal(ss_forward_prefill(batch_ctx, qb, N + 1, SS_LOGITS_LAST, NULL), 0);
 	assert_int_equal(empty.n_tokens, 0);
 	ss_state_free(&empty);
 	for (i = 0; i < N; i++) {
 		char what[64];
-		qo = (ss_forward_seq){ tok[i], (int64_t)n[i], &so[i], lo, NULL };
+		qo = (ss_forward_seq){ tok[i], (int64_t)n[i], &so[i], lo, NULL, 0 };
 		assert_int_equal(ss_forward_prefill(one_ctx, &qo, 1, SS_LOGITS_LAST, NULL), 0);
 		snprintf(what, sizeof(what), "batch vs single: %s", cases[i]);
 		bad += cmp_states(what, &sb[i], &so[i]);
@@ -470,6 +470,88 @@ static void test_batch_equals_single(void **unused)
 	ss_forward_ctx_free(batch_ctx);
 	ss_forward_ctx_free(one_ctx);
 	assert_int_equal(bad, 0);
+}
+
+/* One call of sequences of 0, 5, 16 (the chunked scan's least), 100 and
+ * 700 tokens (cut by ubatch 300 into passes): fresh ones whose states hold
+ * NaN and a stale n_tokens against the same from zeroed states, as a fresh
+ * prefill promises (ss_forward_seq.fresh): the same bytes of conv, ssm,
+ * logdecay and last logits, and the same n_tokens. */
+static void fresh_case(const ss_model *m, const char *what)
+{
+	enum { N = 5 };
+	static const int64_t len[N] = { 0, 5, 16, 100, 700 };
+	const int V = m->cfg.vocab_padded;
+	ss_forward_ctx *ctx = NULL;
+	ss_state sf[N], sz[N];
+	ss_forward_seq qf[N], qz[N];
+	int32_t *tok = malloc(700 * sizeof *tok);
+	float *lf = malloc((size_t)N * V * sizeof(float)), *lz = malloc((size_t)N * V * sizeof(float));
+	uint64_t r = 7;
+
+	assert_non_null(tok);
+	for (int t = 0; t < 700; t++)
+		tok[t] = (int32_t)((r = r * 6364136223846793005ULL + 1442695040888963407ULL) >> 33) %
+			 m->cfg.vocab_size;
+	assert_int_equal(ss_forward_ctx_init(&ctx, m, 2, 300, NULL), 0);
+	for (int i = 0; i < N; i++) {
+		state_new(&sf[i], m);
+		state_new(&sz[i], m);
+		memset(sf[i].conv, 0xff, ss_state_conv_len(&sf[i].dims) * sizeof(float));
+		memset(sf[i].ssm, 0xff, ss_state_ssm_len(&sf[i].dims) * sizeof(float));
+		memset(sf[i].logdecay, 0xff, ss_state_logdecay_len(&sf[i].dims) * sizeof(float));
+		sf[i].n_tokens = 12345;
+		qf[i] = (ss_forward_seq){ .tokens = tok, .n_tokens = len[i], .state = &sf[i],
+					  .logits = lf + (size_t)i * V, .fresh = 1 };
+		qz[i] = (ss_forward_seq){ .tokens = tok, .n_tokens = len[i], .state = &sz[i],
+					  .logits = lz + (size_t)i * V };
+	}
+	assert_int_equal(ss_forward_prefill(ctx, qf, N, SS_LOGITS_LAST, NULL), 0);
+	assert_int_equal(ss_forward_prefill(ctx, qz, N, SS_LOGITS_LAST, NULL), 0);
+	printf("  fresh against zeroed states: %s\n", what);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(sf[i].n_tokens, len[i]);
+		assert_memory_equal(sf[i].conv, sz[i].conv, ss_state_conv_len(&sf[i].dims) * sizeof(float));
+		assert_memory_equal(sf[i].ssm, sz[i].ssm, ss_state_ssm_len(&sf[i].dims) * sizeof(float));
+		assert_memory_equal(sf[i].logdecay, sz[i].logdecay,
+				    ss_state_logdecay_len(&sf[i].dims) * sizeof(float));
+		if (len[i])
+			assert_memory_equal(lf + (size_t)i * V, lz + (size_t)i * V, (size_t)V * sizeof(float));
+		ss_state_free(&sf[i]);
+		ss_state_free(&sz[i]);
+	}
+	ss_forward_ctx_free(ctx);
+	free(tok);
+	free(lf);
+	free(lz);
+}
+
+/* fresh_case on the t2-shaped model (Mamba-2) and a generated Mamba-1. */
+static void test_fresh(void **unused)
+{
+	const char *tmp = getenv("TMPDIR");
+	char dir[4096], p[4096 + 32], errmsg[SS_ERRMSG_MAX] = "";
+	ss_mkmodel_opts o;
+	ss_model *m = NULL;
+	(void)unused;
+	if (!models[1].m)
+		skip();
+	fresh_case(models[1].m, "mamba2 (t2's shape)");
+	snprintf(dir, sizeof dir, "%s/ss-test-fresh-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	assert_non_null(mkdtemp(dir));
+	ss_mkmodel_defaults(&o);
+	ss_mkmodel_preset(&o, "m1");
+	o.vocab_size = 300, o.pad_vocab_multiple = 8, o.seed = 5;
+	assert_int_equal(ss_mkmodel_write(dir, &o, errmsg), 0);
+	if (ss_model_load(&m, dir, errmsg))
+		fail_msg("load: %s", errmsg);
+	snprintf(p, sizeof p, "%s/config.json", dir);
+	remove(p);
+	snprintf(p, sizeof p, "%s/model.safetensors", dir);
+	remove(p);
+	remove(dir);
+	fresh_case(m, "mamba1 (m1)");
+	ss_model_free(m);
 }
 
 /* Prefill of u1 then u2 (from u1's state) equals prefill of u1·u2: states
@@ -496,15 +578,15 @@ static void test_pieces_equal_whole(void **unused)
 	lw = malloc(n * (size_t)V * sizeof(float));
 	lp = malloc(n * (size_t)V * sizeof(float));
 	state_new(&whole, m);
-	q = (ss_forward_seq){ tok, (int64_t)n, &whole, lw, NULL };
+	q = (ss_forward_seq){ tok, (int64_t)n, &whole, lw, NULL, 0 };
 	assert_int_equal(ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, NULL), 0);
 	for (i = 0; i < sizeof(cuts) / sizeof(*cuts); i++) {
 		char what[64];
 		state_new(&piece, m);
-		q = (ss_forward_seq){ tok, (int64_t)cuts[i], &piece, lp, NULL };
+		q = (ss_forward_seq){ tok, (int64_t)cuts[i], &piece, lp, NULL, 0 };
 		assert_int_equal(ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, NULL), 0);
 		q = (ss_forward_seq){ tok + cuts[i], (int64_t)(n - cuts[i]), &piece,
-				      lp + cuts[i] * V, NULL };
+				      lp + cuts[i] * V, NULL, 0 };
 		assert_int_equal(ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, NULL), 0);
 		snprintf(what, sizeof(what), "pieces %zu + %zu vs whole", cuts[i], n - cuts[i]);
 		bad += cmp_states(what, &piece, &whole);
@@ -758,7 +840,7 @@ static void decode_det_case(const ss_model *m, const char *what)
 		state_new(&a[i], m);
 		for (int k = 0; k < PLEN; k++)
 			prompt[i][k] = (int32_t)(ss_splitmix64(&seed) % 1000);
-		ss_forward_seq q = { prompt[i], PLEN - i % 3, &a[i], NULL, NULL };
+		ss_forward_seq q = { prompt[i], PLEN - i % 3, &a[i], NULL, NULL, 0 };
 		assert_int_equal(ss_forward_prefill(c1, &q, 1, SS_LOGITS_NONE, NULL), 0);
 		assert_int_equal(ss_state_copy(&b[i], &a[i]), 0);
 		assert_int_equal(ss_state_copy(&c[i], &a[i]), 0);
@@ -923,9 +1005,9 @@ static void test_threads_agree(void **unused)
 	l2 = malloc(n * (size_t)V * sizeof(float));
 	state_new(&s1, m);
 	state_new(&s2, m);
-	q = (ss_forward_seq){ tok, (int64_t)n, &s1, l1, NULL };
+	q = (ss_forward_seq){ tok, (int64_t)n, &s1, l1, NULL, 0 };
 	assert_int_equal(ss_forward_prefill(c1, &q, 1, SS_LOGITS_ALL, NULL), 0);
-	q = (ss_forward_seq){ tok, (int64_t)n, &s2, l2, NULL };
+	q = (ss_forward_seq){ tok, (int64_t)n, &s2, l2, NULL, 0 };
 	assert_int_equal(ss_forward_prefill(c2, &q, 1, SS_LOGITS_ALL, NULL), 0);
 	bad += cmp_states("1 thread vs 2 threads", &s1, &s2);
 	bad += compare("logits", l1, l2, n * (size_t)V, 1, ATOL, RTOL, NULL);
@@ -956,7 +1038,7 @@ static void test_errors(void **unused)
 	state_new(&st, m);
 
 	tok[1] = m->cfg.vocab_padded;
-	q[0] = (ss_forward_seq){ tok, 3, &st, NULL, NULL };
+	q[0] = (ss_forward_seq){ tok, 3, &st, NULL, NULL, 0 };
 	assert_int_equal(ss_forward_prefill(ctx, q, 1, SS_LOGITS_NONE, errmsg), SS_ERR_INVALID);
 	assert_non_null(strstr(errmsg, "position 1"));
 	tok[1] = -1;
@@ -984,7 +1066,7 @@ static void test_errors(void **unused)
 		assert_true(st.ssm[i] == 0.0f);
 
 	/* a good call sets the fingerprint; empty input is fine */
-	q[0] = (ss_forward_seq){ tok, 3, &st, NULL, NULL };
+	q[0] = (ss_forward_seq){ tok, 3, &st, NULL, NULL, 0 };
 	assert_int_equal(ss_forward_prefill(ctx, q, 1, SS_LOGITS_NONE, errmsg), 0);
 	assert_string_equal(st.fingerprint, m->fingerprint);
 	assert_int_equal(st.n_tokens, 3);
@@ -1048,9 +1130,9 @@ static void test_no_lm_head(void **unused)
 	tok = read_tokens(models[1].key, "c3", &n);
 	state_new(&a, full);
 	state_new(&b, m);
-	q = (ss_forward_seq){ tok, (int64_t)n, &a, NULL, ha };
+	q = (ss_forward_seq){ tok, (int64_t)n, &a, NULL, ha, 0 };
 	assert_int_equal(ss_forward_prefill(cf, &q, 1, SS_LOGITS_LAST, NULL), 0);
-	q = (ss_forward_seq){ tok, (int64_t)n, &b, NULL, hb };
+	q = (ss_forward_seq){ tok, (int64_t)n, &b, NULL, hb, 0 };
 	assert_int_equal(ss_forward_prefill(cn, &q, 1, SS_LOGITS_LAST, NULL), 0);
 	bad += cmp_states("no lm_head vs full model", &b, &a);
 	bad += compare("hidden", hb, ha, 96, 1, 0.0, 0.0, NULL);
@@ -1333,7 +1415,7 @@ static void test_mamba1_reference(void **unused)
 			assert_int_equal(ss_forward_ctx_init(&ctx, m, 2, way == 1 ? 7 : 0, NULL), 0);
 			state_new(&st, m);
 			if (way < 2) {
-				ss_forward_seq q = { tok, n, &st, lg, hd };
+				ss_forward_seq q = { tok, n, &st, lg, hd, 0 };
 				assert_int_equal(ss_forward_prefill(ctx, &q, 1, SS_LOGITS_ALL, NULL), 0);
 				bad += near_ref("hidden", hd, rh, (size_t)n * dm, 1e-4);
 			} else {
@@ -1437,6 +1519,7 @@ int main(void)
 		cmocka_unit_test(test_golden_t1_hf),
 		cmocka_unit_test(test_batch_equals_single),
 		cmocka_unit_test(test_pieces_equal_whole),
+		cmocka_unit_test(test_fresh),
 		cmocka_unit_test(test_decode_batch),
 		cmocka_unit_test(test_decode_bound_equals_decode),
 		cmocka_unit_test(test_linear_rows_invariant),

@@ -379,8 +379,11 @@ static void parse_shard(const char *s, selection *sel, const char *use)
 	sel->shard_n = n;
 }
 
-/* Resets s to the starting state: base's arrays and n_tokens, or zeros. */
-static void start_state(ss_state *s, const ss_state *base, const ss_model *m, ss_dtype dtype)
+/* Resets s to the starting state: base's arrays and n_tokens, or zeros
+ * (fresh 0), or (fresh 1) leaves the arrays to the prefill, which takes a
+ * fresh sequence's state as zeros without reading it (ss_forward_seq.fresh). */
+static void start_state(ss_state *s, const ss_state *base, const ss_model *m, ss_dtype dtype,
+			int fresh)
 {
 	if (base) {
 		size_t ns = ss_state_ssm_len(&base->dims), nc = ss_state_conv_len(&base->dims),
@@ -389,7 +392,7 @@ static void start_state(ss_state *s, const ss_state *base, const ss_model *m, ss
 		memcpy(s->conv, base->conv, nc * sizeof(float));
 		memcpy(s->logdecay, base->logdecay, nl * sizeof(float));
 		s->n_tokens = base->n_tokens;
-	} else {
+	} else if (!fresh) {
 		memset(s->ssm, 0, ss_state_ssm_len(&s->dims) * sizeof(float));
 		memset(s->conv, 0, ss_state_conv_len(&s->dims) * sizeof(float));
 		memset(s->logdecay, 0, ss_state_logdecay_len(&s->dims) * sizeof(float));
@@ -555,9 +558,10 @@ static void encode_batch(encoder *e, int nb)
 	for (int i = 0; i < nb; i++) {
 		ss_state *s = concat ? &e->st[0] : &e->st[i];
 		if (!concat)
-			start_state(s, e->basep, e->m, e->o->dtype);
+			start_state(s, e->basep, e->m, e->o->dtype, 1);
 		e->seqs[i] = (ss_forward_seq){ .tokens = e->docs[i].tokens,
-					       .n_tokens = e->docs[i].n_tokens, .state = s };
+					       .n_tokens = e->docs[i].n_tokens, .state = s,
+					       .fresh = !concat && !e->basep };
 		e->n_tok += e->docs[i].n_tokens;
 	}
 	if (ss_forward_prefill(e->ctx, e->seqs, nb, SS_LOGITS_NONE, err))
@@ -581,7 +585,7 @@ static void encode_batch(encoder *e, int nb)
 static void encode_all(encoder *e, input *in, selection *sel, double t0)
 {
 	if (e->o->concat)
-		start_state(&e->st[0], e->basep, e->m, e->o->dtype);
+		start_state(&e->st[0], e->basep, e->m, e->o->dtype, 0);
 	for (;;) {
 		int nb = 0;
 		while (nb < e->nst && next_doc(in, sel, &e->docs[nb]))

@@ -122,6 +122,13 @@ typedef struct ss_backend_ops {
 	 * driver skips it: p->state_only on the last layer) in one call, for a
 	 * backend that joins them (NULL: the driver calls the four). */
 	int (*mixer)(void *be, const ss_pass *p, int layer);
+
+	/* 1: scan starts the first segment (start 0) of a fresh sequence
+	 * (ss_forward_seq.fresh) from ssm = 0 without reading it; 0 (the GPU's,
+	 * whose positional tables end before it): the driver zeroes that ssm
+	 * first. The driver zeroes the fresh states' conv and logdecay either
+	 * way (0.5 MB at the 130m shape, against 19 MB of ssm). */
+	int fresh_ssm;
 } ss_backend_ops;
 
 /* The CPU backend (lib/forward/backend_cpu.c): m's weights used in place (borrowed,

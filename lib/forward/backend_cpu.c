@@ -82,6 +82,7 @@ typedef struct {
 	int64_t start, n, row0;
 	ss_state *st;
 	const int32_t *tok;
+	int fresh; /* the first segment of a fresh sequence: ssm starts at 0, unread */
 } segment;
 
 typedef struct {
@@ -394,6 +395,8 @@ static void scan1_task(void *arg, int64_t i, int thread)
 	const ss_layer *layer = &ctx->m->layers[l];
 	const int64_t start[2] = { 0, s->n };
 	(void)thread;
+	if (s->fresh)
+		memset(s->st->ssm + ((size_t)l * di + d0) * N, 0, (size_t)(nd * N) * sizeof(float));
 	/* dims and strides were checked at init: cannot fail */
 	(void)ss_ssm1_scan_cpu((int)nd, (int)N, start, 1, ctx->XBC + s->row0 * di + d0, di,
 			       ctx->XDBC + s->row0 * ldx + c->dt_rank, ldx,
@@ -451,7 +454,7 @@ static void scan_task(void *arg, int64_t i, int thread)
 			.B = B, .ldb = c->conv_dim, .C = C, .ldc = c->conv_dim,
 			.dt = ctx->DT + s->row0 * c->nheads + h0, .lddt = c->nheads,
 			.A = ctx->A + (size_t)l * c->nheads + h0, .D = layer->D + h0,
-			.ssm = s->st->ssm + ((size_t)l * c->nheads + h0) * hs,
+			.ssm = s->st->ssm + ((size_t)l * c->nheads + h0) * hs, .fresh = s->fresh,
 			.y = y, .ldy = c->d_inner, .dtsum = dtsum,
 			.work = ctx->scan_work + (size_t)thread * ctx->scan_work_len,
 		};
@@ -460,6 +463,9 @@ static void scan_task(void *arg, int64_t i, int thread)
 		/* ss_ssm_scan_cpu's work head by head (its checks were done at
 		 * init), with A from ctx->A: a decode step runs this for every
 		 * head of every sequence */
+		if (s->fresh)
+			memset(s->st->ssm + ((size_t)l * c->nheads + h0) * hs, 0,
+			       (size_t)ctx->scan_hb * hs * sizeof(float));
 		for (h = h0; h < h0 + ctx->scan_hb; h++) {
 			const ss_scan_head_args a = {
 				.n = s->n, .headdim = c->headdim, .d_state = c->d_state,
@@ -535,7 +541,7 @@ static int pass_begin(void *b, const ss_pass *p)
 		const ss_forward_seq *q = &p->seqs[s->seq];
 		if (s->n > 0)
 			ctx->segs[nseg++] = (segment){ s->start, s->n, s->row0, q->state,
-						       q->tokens + s->start };
+						       q->tokens + s->start, q->fresh && s->start == 0 };
 	}
 	ctx->nseg = nseg;
 	ctx->T = p->T;
@@ -816,6 +822,7 @@ static const ss_backend_ops cpu_ops = {
 	.lm_rows = LM_ROWS,
 	.step_rows = 0,
 	.deterministic = 1,
+	.fresh_ssm = 1,
 	.free = be_free,
 	.bytes = bytes,
 	.error = error,

@@ -641,6 +641,20 @@ int ss_forward_batch_size(const ss_model *m, double extra_bytes, double budget_b
  * backend_cpu.c ROW_BLOCK); a sequence that does not fit in the rest of a
  * pass starts the next one, so a sequence is cut into passes at multiples
  * of ubatch only (the scan's logdecay is rounded once per pass). */
+/* A fresh sequence's state (ss_forward_seq.fresh) as the ops need it:
+ * conv and logdecay zeroed, n_tokens 0, and ssm zeroed when the backend's
+ * scan does not start from zeros itself (ss_backend_ops.fresh_ssm) or no
+ * scan will run (no tokens). */
+static void fresh_state(ss_state *st, int ssm)
+{
+	const ss_state_dims *d = &st->dims;
+	memset(st->conv, 0, ss_state_conv_len(d) * sizeof(float));
+	memset(st->logdecay, 0, ss_state_logdecay_len(d) * sizeof(float));
+	if (ssm)
+		memset(st->ssm, 0, ss_state_ssm_len(d) * sizeof(float));
+	st->n_tokens = 0;
+}
+
 static int prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs, ss_logits_mode mode,
 		   int blocked, char *errmsg)
 {
@@ -657,6 +671,9 @@ static int prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs, ss_log
 	if (err)
 		return err;
 	o = ctx->ops;
+	for (i = 0; i < n_seqs; i++)
+		if (seqs[i].fresh)
+			fresh_state(seqs[i].state, !o->fresh_ssm || seqs[i].n_tokens == 0);
 	if (o->states_in) {
 		ss_state **p = realloc(ctx->sts, (size_t)(n_seqs ? n_seqs : 1) * sizeof(*p));
 		if (!p)

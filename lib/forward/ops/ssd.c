@@ -214,9 +214,14 @@ void ss_scan_chunked(const ss_scan_chunked_args *a)
 
 	for (k = 0; k < nh; k++)
 		a->dtsum[k] = 0.0;
-	transpose(St, HP, a->ssm, N, HP, N);
+	if (!a->fresh) /* fresh: the first chunk's update writes St whole */
+		transpose(St, HP, a->ssm, N, HP, N);
 	for (t0 = 0; t0 < a->n; t0 += Q) {
 		const int q = a->n - t0 < Q ? (int)(a->n - t0) : Q;
+		/* S = 0: C·S is +0 (each chain's fmaf(c, 0, +0) is +0 for finite
+		 * c), as the memset of y gives; e·S is not needed, and the update's
+		 * chains start from +0 (beta 0), as from S's zeros */
+		const int zero = a->fresh && t0 == 0;
 		const float *x = a->x + t0 * a->ldx, *B = a->B + t0 * a->ldb;
 		float *y = a->y ? a->y + t0 * a->ldy : NULL;
 
@@ -224,7 +229,11 @@ void ss_scan_chunked(const ss_scan_chunked_args *a)
 			const float *C = a->C + t0 * a->ldc;
 			transpose(Bt, Q, B, a->ldb, q, N);
 			ssd_gemm(G, Q, C, a->ldc, 1, Bt, Q, q, q, N, 0, 0);
-			ssd_gemm(y, a->ldy, C, a->ldc, 1, St, HP, q, HP, N, 0, 0);
+			if (zero)
+				for (i = 0; i < q; i++)
+					memset(y + (size_t)i * a->ldy, 0, (size_t)HP * sizeof(float));
+			else
+				ssd_gemm(y, a->ldy, C, a->ldc, 1, St, HP, q, HP, N, 0, 0);
 		}
 		for (k = 0; k < nh; k++) {
 			const float *xk = x + k * P;
@@ -255,11 +264,11 @@ void ss_scan_chunked(const ss_scan_chunked_args *a)
 			/* Ld is now row q-1: the weights to the chunk's end */
 			for (j = 0; j < q; j++)
 				ss_vec_scale(Xw + (size_t)j * HP + k * P, xk + j * a->ldx, Ld[j], P);
-			for (n = 0; n < N; n++)
+			for (n = 0; !zero && n < N; n++)
 				ss_vec_scale(St + (size_t)n * HP + k * P, St + (size_t)n * HP + k * P,
 					     e[q - 1], P);
 		}
-		ssd_gemm(St, HP, B, 1, a->ldb, Xw, HP, N, HP, q, 1, 0);
+		ssd_gemm(St, HP, B, 1, a->ldb, Xw, HP, N, HP, q, !zero, 0);
 	}
 	transpose(a->ssm, N, St, HP, N, HP);
 }
