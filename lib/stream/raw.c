@@ -323,19 +323,28 @@ int stream_raw_add(ss_writer *w, const unsigned char *buf, size_t len)
 	if (len > w->raw_left)
 		return SS_ERR_INVALID;
 	w->raw_left -= len;
-	XXH64_update(&w->xh, buf, len);
 	int rc = 0;
 	while (len && !rc) {
-		if (w->fill == RAW_BLOCK) { /* full, and more comes: not the last */
-			rc = raw_block(w, w->blk, w->fill, 0);
+		/* A full block, and more comes: not the last. From w->blk, or
+		 * (nothing pending, more than a block left in buf) from buf
+		 * itself: a 19 MB state goes out uncopied. */
+		const int direct = w->fill == 0 && len > RAW_BLOCK;
+		if (w->fill == RAW_BLOCK || direct) {
+			if (direct)
+				XXH64_update(&w->xh, buf, RAW_BLOCK); /* while it is in cache */
+			rc = raw_block(w, direct ? buf : w->blk, RAW_BLOCK, 0);
+			if (direct)
+				buf += RAW_BLOCK, len -= RAW_BLOCK;
 			w->fill = 0;
 			/* Empty blocks (a header each, up to 3) put the next
 			 * payload at an offset 4 divides, as the one before:
 			 * an array's f32 stay aligned across its blocks. */
 			while (!rc && (w->off - w->raw_start + 3) % 4)
 				rc = raw_block(w, w->blk, 0, 0);
+			continue;
 		}
 		size_t take = RAW_BLOCK - w->fill < len ? RAW_BLOCK - w->fill : len;
+		XXH64_update(&w->xh, buf, take);
 		memcpy(w->blk + w->fill, buf, take);
 		w->fill += take, buf += take, len -= take;
 	}
