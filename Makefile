@@ -190,10 +190,11 @@ check:
 	$(Q)$(MAKE) --no-print-directory tsan
 
 # ThreadSanitizer over the threaded code: compose's worker and writer threads, the stream
-# writer, the index under concurrent readers and writers, the trainer's threads, the tools at
-# -j/--threads > 1. A report fails the test (TSan exits 66). test_forward's threads are the
-# trainer's pool (test_train); it alone would take minutes under TSan.
-TSAN_TESTS := test_compose test_stream test_index test_train cli/compose cli/deterministic cli/retrieve
+# writer, the index under concurrent readers and writers, the trainer's threads, ss-encode's
+# writer thread (cli/encode), the tools at -j/--threads > 1. A report fails the test (TSan
+# exits 66). test_forward's threads are the trainer's pool (test_train); it alone would take
+# minutes under TSan.
+TSAN_TESTS := test_compose test_stream test_index test_train cli/compose cli/deterministic cli/encode cli/retrieve
 tsan:
 	$(Q)$(MAKE) --no-print-directory all SANITIZE=thread CUDA=off
 	$(Q)SS_SHARED=$(SS_SHARED) SS_BUILD=build$(BLAS_DIR)/tsan TSAN_OPTIONS="halt_on_error=1 $(TSAN_OPTIONS)" \

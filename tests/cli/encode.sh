@@ -101,6 +101,25 @@ head -c 100 "$d/many.tok" >"$d/trunc.tok"
 cat "$d/c3.tok" "$d/trunc.tok" >"$d/trunc2.tok"
 expect 1 "trunc2.tok: record 1.*offset" ss-encode --model "$T1" -o "$d/o.st" "$d/trunc2.tok"
 [ ! -e "$d/o.st" ] || fail "output left behind after a failed run"
+# The same on a pipe, a document a batch: record 0 goes to the writer thread while record
+# 1 is read; the run that dies then still writes record 0, whole (the thread finishes it).
+set +e; ss-encode --model "$T1" --batch 1 "$d/trunc2.tok" >"$d/pipe.st" 2>"$d/err"; rc=$?; set -e
+[ "$rc" -eq 1 ] && grep -q "trunc2.tok: record 1" "$d/err" || fail "pipe: exit $rc: $(cat "$d/err")"
+ss-cat "$d/pipe.st" >"$d/pipe.json" || fail "pipe: record 0 not whole"
+[ "$(wc -l <"$d/pipe.json")" -eq 1 ] || fail "pipe: $(wc -l <"$d/pipe.json") records, not 1"
+# A state the records cannot hold, found by the writer thread (a starting state of 1e30 in
+# its last ssm element, beyond f16 after any decay), stops the run in one line naming the
+# document, with no output file, whichever batch it is in.
+ss-cat --export llama-seq --at 0 -o "$d/a.blob" "$d/a.st"
+python3 -c 'import struct, sys; b = bytearray(open(sys.argv[1], "rb").read()); b[-4:] = struct.pack("<f", 1e30); open(sys.argv[1], "wb").write(b)' "$d/a.blob"
+ss-cat --import llama-seq --like "$d/a.st" -o "$d/huge.st" "$d/a.blob"
+rm "$d/a.blob"
+cat "$d/c3.tok" "$d/b.tok" "$d/c3.tok" >"$d/three.tok"
+for b in 1 3; do
+	expect 1 "o.st: document .*beyond f16's range: not written" \
+		ss-encode --model "$T1" --from-state "$d/huge.st" --state-dtype f16 --batch $b -o "$d/o.st" "$d/three.tok"
+	[ ! -e "$d/o.st" ] || fail "output left behind after a state the records cannot hold"
+done
 [ -z "$(ls "$d" | grep -v '\.\(tok\|st\|json\|txt\)$' | grep -v '^out$\|^err$\|^t2$' || true)" ] || fail "temporary file left behind: $(ls "$d")"
 expect 1 "nonexistent" ss-encode --model "$d/nonexistent" "$d/c3.tok"
 expect 1 "not a token record" ss-encode --model "$T1" "$d/c3.st"
