@@ -765,6 +765,7 @@ static const ss_backend_ops gpu_ops = {
 	graph_begin,
 	graph_end,
 	NULL, /* mixer: the four ops */
+	0,    /* fresh_ssm: the driver zeroes a fresh state's ssm before states_in */
 };
 
 /* SS_CUDA_PROFILE=1: the ops above, each between two events that are waited
@@ -902,6 +903,7 @@ static const ss_backend_ops gpu_ops_prof = {
 	graph_begin,
 	graph_end,
 	NULL,
+	0,
 };
 
 extern "C" int ss_cuda_backend_init(void **be, const ss_backend_ops **ops, const ss_model *m,

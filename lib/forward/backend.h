@@ -124,10 +124,10 @@ typedef struct ss_backend_ops {
 	int (*mixer)(void *be, const ss_pass *p, int layer);
 
 	/* 1: scan starts the first segment (start 0) of a fresh sequence
-	 * (ss_forward_seq.fresh) from ssm = 0 without reading it; 0 (the GPU's,
-	 * whose positional tables end before it): the driver zeroes that ssm
-	 * first. The driver zeroes the fresh states' conv and logdecay either
-	 * way (0.5 MB at the 130m shape, against 19 MB of ssm). */
+	 * (ss_forward_seq.fresh) from ssm = 0 without reading it; 0 (the
+	 * GPU's): the driver zeroes that ssm first. The driver zeroes the fresh
+	 * states' conv and logdecay either way (0.5 MB at the 130m shape,
+	 * against 19 MB of ssm). */
 	int fresh_ssm;
 } ss_backend_ops;
 
