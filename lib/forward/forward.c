@@ -637,10 +637,6 @@ int ss_forward_batch_size(const ss_model *m, double extra_bytes, double budget_b
 	return b < 1 ? 1 : b > max ? max : (int)b;
 }
 
-/* blocked: each sequence's results must not depend on the others (see
- * backend_cpu.c ROW_BLOCK); a sequence that does not fit in the rest of a
- * pass starts the next one, so a sequence is cut into passes at multiples
- * of ubatch only (the scan's logdecay is rounded once per pass). */
 /* A fresh sequence's state (ss_forward_seq.fresh) as the ops need it:
  * conv and logdecay zeroed, n_tokens 0, and ssm zeroed when the backend's
  * scan does not start from zeros itself (ss_backend_ops.fresh_ssm) or no
@@ -655,6 +651,10 @@ static void fresh_state(ss_state *st, int ssm)
 	st->n_tokens = 0;
 }
 
+/* blocked: each sequence's results must not depend on the others (see
+ * backend_cpu.c ROW_BLOCK); a sequence that does not fit in the rest of a
+ * pass starts the next one, so a sequence is cut into passes at multiples
+ * of ubatch only (the scan's logdecay is rounded once per pass). */
 static int prefill(ss_forward_ctx *ctx, ss_forward_seq *seqs, int n_seqs, ss_logits_mode mode,
 		   int blocked, char *errmsg)
 {

@@ -25,7 +25,6 @@ typedef struct {
 	const float *dt; ptrdiff_t lddt;
 	float A, D;
 	float *ssm;
-	int fresh;
 	float *y;        ptrdiff_t ldy;
 } ss_scan_head_args;
 
@@ -45,8 +44,9 @@ double ss_scan_head(const ss_scan_head_args *a);
  *   x: [n][nheads·headdim] (head h0 first), B, C: [n][d_state] the group's;
  *   dt: [n][nheads]; A, D: [nheads] (A = -exp(A_log); D may be NULL);
  *   ssm: [nheads][headdim][d_state] in/out; fresh: 1 when the states at
- *     the start are zeros: ssm is then only written, and the first chunk
- *     skips C·S (zero) and the decay of S (the same bits as zeros read);
+ *     the start are zeros (n >= 1): ssm is then only written, and the
+ *     first chunk skips C·S (zero) and the decay of S (the same bits as
+ *     zeros read);
  *   y: [n][nheads·headdim] or NULL (states only);
  *   dtsum: [nheads] out, Σ_t dt in double;
  *   work: ss_scan_chunked_work(nheads, headdim, d_state) floats.
