@@ -472,6 +472,13 @@ static void test_batch_equals_single(void **unused)
 	assert_int_equal(bad, 0);
 }
 
+static void assert_state_arrays_equal(const ss_state *a, const ss_state *b)
+{
+	assert_memory_equal(a->ssm, b->ssm, ss_state_ssm_len(&a->dims) * sizeof(float));
+	assert_memory_equal(a->conv, b->conv, ss_state_conv_len(&a->dims) * sizeof(float));
+	assert_memory_equal(a->logdecay, b->logdecay, ss_state_logdecay_len(&a->dims) * sizeof(float));
+}
+
 /* One call of sequences of 0, 5, 16 (the chunked scan's least), 100 and
  * 700 tokens (cut by ubatch 300 into passes): fresh ones whose states hold
  * NaN and a stale n_tokens against the same from zeroed states, as a fresh
@@ -511,10 +518,7 @@ static void fresh_case(const ss_model *m, const char *what)
 	printf("  fresh against zeroed states: %s\n", what);
 	for (int i = 0; i < N; i++) {
 		assert_int_equal(sf[i].n_tokens, len[i]);
-		assert_memory_equal(sf[i].conv, sz[i].conv, ss_state_conv_len(&sf[i].dims) * sizeof(float));
-		assert_memory_equal(sf[i].ssm, sz[i].ssm, ss_state_ssm_len(&sf[i].dims) * sizeof(float));
-		assert_memory_equal(sf[i].logdecay, sz[i].logdecay,
-				    ss_state_logdecay_len(&sf[i].dims) * sizeof(float));
+		assert_state_arrays_equal(&sf[i], &sz[i]);
 		if (len[i])
 			assert_memory_equal(lf + (size_t)i * V, lz + (size_t)i * V, (size_t)V * sizeof(float));
 		ss_state_free(&sf[i]);
@@ -662,12 +666,6 @@ static void test_decode_batch(void **unused)
  * only, and neither. */
 
 /* The same bits in a and b's ssm, conv and logdecay (dims of a). */
-static void assert_state_arrays_equal(const ss_state *a, const ss_state *b)
-{
-	assert_memory_equal(a->ssm, b->ssm, ss_state_ssm_len(&a->dims) * sizeof(float));
-	assert_memory_equal(a->conv, b->conv, ss_state_conv_len(&a->dims) * sizeof(float));
-	assert_memory_equal(a->logdecay, b->logdecay, ss_state_logdecay_len(&a->dims) * sizeof(float));
-}
 static void test_decode_bound_equals_decode(void **unused)
 {
 	const tmodel *tm = &models[1];
