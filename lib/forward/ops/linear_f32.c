@@ -29,6 +29,7 @@
 
 #include "forward/ops/linear_f32.h"
 #include "base/internal.h" /* ss_cpu_f16c */
+#include "forward/ops/transpose_simd.h"
 
 enum { W_F32, W_BF16, W_F16 };
 /* AVX2: rows of x per call of the transposing kernel (few256). */
@@ -93,34 +94,6 @@ AVX512 static INLINE __m512 load16(const void *W, int64_t i, const int wt)
 	return _mm512_cvtph_ps(h);
 }
 
-/* c[j] = lane j of r[0..15] (a 16 x 16 transpose of 32-bit lanes: 64
- * shuffles). */
-AVX512 static INLINE void transpose16(__m512 c[16], const __m512 r[16])
-{
-	__m512 t[16], u[16];
-	UNROLL for (int i = 0; i < 8; i++) {
-		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-	}
-	/* u[4i + j], 128-bit lane L: lane 4L + j of rows 4i .. 4i + 3 */
-	UNROLL for (int i = 0; i < 4; i++)
-		UNROLL for (int h = 0; h < 2; h++) {
-			const __m512d a = _mm512_castps_pd(t[4 * i + h]), b = _mm512_castps_pd(t[4 * i + h + 2]);
-			u[4 * i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-			u[4 * i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-		}
-	UNROLL for (int j = 0; j < 4; j++) {
-		const __m512 p = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
-		const __m512 q = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
-		const __m512 p2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
-		const __m512 q2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
-		c[j] = _mm512_shuffle_f32x4(p, p2, 0x88);
-		c[4 + j] = _mm512_shuffle_f32x4(p, p2, 0xDD);
-		c[8 + j] = _mm512_shuffle_f32x4(q, q2, 0x88);
-		c[12 + j] = _mm512_shuffle_f32x4(q, q2, 0xDD);
-	}
-}
-
 /* c[j] = elements k0 + j of 16 rows of A (row stride lda, in wt), as f32.
  * Rows from nv on repeat row nv - 1 (their lanes are never stored). */
 AVX512 static INLINE void tr16(__m512 c[16], const void *A, int64_t lda, int64_t k0, int nv,
@@ -129,7 +102,7 @@ AVX512 static INLINE void tr16(__m512 c[16], const void *A, int64_t lda, int64_t
 	__m512 r[16];
 	UNROLL for (int i = 0; i < 16; i++)
 		r[i] = load16(A, (i < nv ? i : nv - 1) * lda + k0, wt);
-	transpose16(c, r);
+	ss_transpose16(c, r);
 }
 
 /* y[i·ld] = t[i] + beta·y[i·ld], i < nv (an accumulator's lanes). */
@@ -173,7 +146,7 @@ AVX512 static INLINE void few512(float *y, ptrdiff_t ldy, const float *x, ptrdif
 				_mm_prefetch((const char *)row + W_PREFETCH, _MM_HINT_T0);
 				r[i] = _mm512_loadu_ps(row);
 			}
-			transpose16(c, r);
+			ss_transpose16(c, r);
 			UNROLL for (int j = 0; j < 16; j++) {
 				const __m512i pr = _mm512_castps_si512(c[j]);
 				const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(pr, 16));
@@ -315,7 +288,7 @@ AVX512 static NOINLINE void store_tile512(float *y, ptrdiff_t ldy, const __m512 
 			__m512 r[16], c[16];
 			UNROLL for (int i = 0; i < 16; i++)
 				r[i] = i < nc ? acc[(g + i) * 2 + v] : _mm512_setzero_ps();
-			transpose16(c, r);
+			ss_transpose16(c, r);
 			for (int i = 0; i < rows; i++) {
 				float *yr = y + (16 * v + i) * ldy + g;
 				__m512 o = c[i];
@@ -449,27 +422,6 @@ AVX2 static INLINE __m256 load8(const void *W, int64_t i, const int wt)
 	return _mm256_cvtph_ps(h);
 }
 
-/* c[j] = lane j of r[0..7] (an 8 x 8 transpose: 24 shuffles). */
-AVX2 static INLINE void transpose8(__m256 c[8], const __m256 r[8])
-{
-	__m256 t[8], u[8];
-	UNROLL for (int i = 0; i < 4; i++) {
-		t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-		t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-	}
-	/* u[4h + j], 128-bit lane L: element 4L + j of rows 4h .. 4h + 3 */
-	UNROLL for (int h = 0; h < 2; h++) {
-		u[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
-		u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
-		u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
-		u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
-	}
-	UNROLL for (int j = 0; j < 4; j++) {
-		c[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
-		c[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
-	}
-}
-
 /* y = the accumulator's lanes (nv of them, stride ld) + beta·y. */
 AVX2 static INLINE void store_lanes8(float *y, ptrdiff_t ld, __m256 acc, int nv, float beta)
 {
@@ -495,7 +447,7 @@ AVX2 static INLINE void few256(float *y, ptrdiff_t ldy, const float *x, ptrdiff_
 			_mm_prefetch((const char *)W + (size_t)o * esz + W_PREFETCH, _MM_HINT_T0);
 			r[i] = load8(W, o, wt);
 		}
-		transpose8(c, r);
+		ss_transpose8(c, r);
 		UNROLL for (int j = 0; j < 8; j++)
 			UNROLL for (int i = 0; i < R; i++)
 				acc[i] = _mm256_fmadd_ps(c[j], _mm256_set1_ps(x[i * ldx + k + j]), acc[i]);
@@ -648,7 +600,7 @@ AVX2 static void pack_xt256(float *xt, const float *x, ptrdiff_t ldx, int64_t K,
 				const int l = 8 * h + i;
 				r[i] = _mm256_loadu_ps(x + (l < mv ? l : mv - 1) * ldx + k);
 			}
-			transpose8(c, r);
+			ss_transpose8(c, r);
 			UNROLL for (int j = 0; j < 8; j++)
 				_mm256_store_ps(xt + (k + j) * 16 + 8 * h, c[j]);
 		}
