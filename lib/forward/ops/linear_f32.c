@@ -302,8 +302,12 @@ AVX512 static NOINLINE void store_tile512(float *y, ptrdiff_t ldy, const __m512 
 }
 
 /* Many rows: 16·V rows of x (mv of them, transposed in xt) against NR rows
- * of W, one W element broadcast to 16 rows per FMA; 16-bit W widened 16 k
- * at a time into wb. */
+ * of W, one W element broadcast to 16 rows per FMA; bf16 W two k per
+ * 32-bit broadcast (k + 1 its high half masked, k its low half shifted
+ * up: half the broadcasts, no buffer; bench/gemm's bf16 in_proj 214.0 and
+ * 216.9 -> 221.0 and 217.2 GFLOP/s, out_proj 224.2 and 228.0 -> 228.3 and
+ * 231.7, alternated with widening through wb); f16 W, and bf16's last k
+ * (K mod 16), widened 16 k at a time into wb. */
 AVX512 static INLINE void panel512(float *y, ptrdiff_t ldy, const float *xt, const void *W,
 				   int64_t K, float beta, int mv, const int V, const int NR,
 				   const int wt)
@@ -323,6 +327,28 @@ AVX512 static INLINE void panel512(float *y, ptrdiff_t ldy, const float *xt, con
 		if (wt == W_F32) {
 			src = (const float *)W + k0;
 			ld = K;
+		} else if (kn == 16 && wt == W_BF16) {
+			/* bf16 pairs: one 32-bit broadcast gives k (<< 16) and k + 1 (& high) */
+			const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+			for (int j = 0; j < 16; j += 2) {
+				__m512 x0[2], x1[2];
+				UNROLL for (int v = 0; v < V; v++) {
+					x0[v] = _mm512_loadu_ps(xt + (k0 + j) * 16 * V + 16 * v);
+					x1[v] = _mm512_loadu_ps(xt + (k0 + j + 1) * 16 * V + 16 * v);
+				}
+				UNROLL for (int n = 0; n < NR; n++) {
+					int32_t d;
+					memcpy(&d, (const uint16_t *)W + n * K + k0 + j, sizeof(d));
+					const __m512i dv = _mm512_set1_epi32(d);
+					const __m512 b0 = _mm512_castsi512_ps(_mm512_slli_epi32(dv, 16));
+					const __m512 b1 = _mm512_castsi512_ps(_mm512_and_si512(dv, hi));
+					UNROLL for (int v = 0; v < V; v++)
+						acc[n][v] = _mm512_fmadd_ps(b0, x0[v], acc[n][v]);
+					UNROLL for (int v = 0; v < V; v++)
+						acc[n][v] = _mm512_fmadd_ps(b1, x1[v], acc[n][v]);
+				}
+			}
+			continue;
 		} else if (kn == 16) {
 			UNROLL for (int n = 0; n < NR; n++)
 				_mm512_storeu_ps(wb[n], load16(W, n * K + k0, wt));
