@@ -57,10 +57,10 @@ static void recompute_free(qopts *o)
 }
 
 /* Encodes hits h[0..n) (stateless, their tokens fetched with the query)
- * from the zero state in one forward call into st[0..n): the records
- * ss-encode would write (id, the model's fingerprint, n_tokens, the hit's
- * dtype). Returns 0, or 1 after reporting the error, naming the document
- * that failed (st freed). */
+ * from the zero state (fresh sequences: not read, as ss-encode) in one
+ * forward call into st[0..n): the records ss-encode would write (id, the
+ * model's fingerprint, n_tokens, the hit's dtype). Returns 0, or 1 after
+ * reporting the error, naming the document that failed (st freed). */
 static int recompute(qopts *o, const char *label, const ss_index_hit *const *h, int n, ss_state *st)
 {
 	ss_forward_seq seqs[RECOMPUTE_BATCH];
@@ -71,7 +71,8 @@ static int recompute(qopts *o, const char *label, const ss_index_hit *const *h, 
 			cli_die("out of memory (%d states)", n);
 		memcpy(st[i].fingerprint, o->m->fingerprint, SS_FINGERPRINT_MAX);
 		st[i].dtype = h[i]->dtype;
-		seqs[i] = (ss_forward_seq){ .tokens = h[i]->tokens, .n_tokens = h[i]->n_stored_tokens, .state = &st[i] };
+		seqs[i] = (ss_forward_seq){ .tokens = h[i]->tokens, .n_tokens = h[i]->n_stored_tokens,
+					    .state = &st[i], .fresh = 1 };
 		o->n_recomputed_tokens += h[i]->n_stored_tokens;
 	}
 	if (ss_forward_prefill(o->fwd, seqs, n, SS_LOGITS_NONE, em)) {
