@@ -472,6 +472,7 @@ static void test_batch_equals_single(void **unused)
 	assert_int_equal(bad, 0);
 }
 
+/* The same bits in a and b's ssm, conv and logdecay (dims of a). */
 static void assert_state_arrays_equal(const ss_state *a, const ss_state *b)
 {
 	assert_memory_equal(a->ssm, b->ssm, ss_state_ssm_len(&a->dims) * sizeof(float));
@@ -664,8 +665,6 @@ static void test_decode_batch(void **unused)
  * bytes ss_forward_decode gives: logits, ids (their argmax), states. 20
  * sequences: more than one lm_head group; steps with logits and ids, ids
  * only, and neither. */
-
-/* The same bits in a and b's ssm, conv and logdecay (dims of a). */
 static void test_decode_bound_equals_decode(void **unused)
 {
 	const tmodel *tm = &models[1];
