@@ -728,7 +728,9 @@ static void test_decode_bound_equals_decode(void **unused)
  * 14 rows, and K 2,100), none beyond K 4,096; 45 rows of W leave tails of
  * every tile. With AVX2, panels of 16 rows (the last of 5 here) against
  * groups of W's rows in tiles of 6 and, last, of 1 to 5 (the column slices
- * of 7 to 11); K 33,000 takes more scratch than a thread keeps. */
+ * of 7 to 11); K 33,000 takes more scratch than a thread keeps. x packed
+ * once by ss_linear_rows_xpack (the backend's prefill blocks) gives the
+ * same bits through ss_linear_rows_cpu_xp, and is what it reads. */
 static void test_linear_rows_invariant(void **unused)
 {
 	enum { M = 37, N = 45 };
@@ -736,7 +738,8 @@ static void test_linear_rows_invariant(void **unused)
 	static const int runs[] = { 8, 13, 2, 14 }; /* sums to M */
 	static const int cols[] = { 7, 8, 10, 11, 9 }; /* sums to N; 1, 2, 4, 5, 3 mod 6 */
 	static const ss_dtype wts[3] = { SS_DTYPE_F32, SS_DTYPE_BF16, SS_DTYPE_F16 };
-	static float all[M][N], one[M][N], init[M][N], wide[M][N], mid[M][N], run[M][N], sl[M][N];
+	static float all[M][N], one[M][N], init[M][N], wide[M][N], mid[M][N], run[M][N], sl[M][N],
+		pk[M][N];
 	uint64_t seed = 99;
 	for (size_t ki = 0; ki < sizeof(Ks) / sizeof(*Ks); ki++)
 		for (int wi = 0; wi < 3; wi++) {
@@ -794,6 +797,30 @@ static void test_linear_rows_invariant(void **unused)
 									    Wt + (size_t)n0 * K * esz, weights_dtype,
 									    M, cols[c], K, (float)beta), 0);
 				assert_memory_equal(all, sl, sizeof(all));
+				/* x packed once (ss_linear_rows_xpack, malloc's alignment),
+				 * then the same column slices from it: the same bits; and
+				 * the packed rows do come from xp (zeroed: y = beta·y) */
+				const int64_t nxp = ss_linear_rows_xpack_floats(M, K);
+				float *xp = nxp ? malloc(sizeof(float) * (size_t)nxp) : NULL;
+				assert_true(!nxp || xp);
+				ss_linear_rows_xpack(xp, x, K, M, K);
+				memcpy(pk, init, sizeof(pk));
+				for (int c = 0, n0 = 0; c < 5; n0 += cols[c++])
+					assert_int_equal(ss_linear_rows_cpu_xp(&pk[0][n0], N, x, K, xp,
+									       Wt + (size_t)n0 * K * esz,
+									       weights_dtype, M, cols[c], K,
+									       (float)beta), 0);
+				assert_memory_equal(all, pk, sizeof(all));
+				if (nxp) {
+					memset(xp, 0, sizeof(float) * (size_t)nxp);
+					memcpy(pk, init, sizeof(pk));
+					assert_int_equal(ss_linear_rows_cpu_xp(&pk[0][0], N, x, K, xp, Wt,
+									       weights_dtype, M, N, K,
+									       (float)beta), 0);
+					assert_true(pk[0][0] == (beta ? init[0][0] : 0.0f));
+					assert_true(all[0][0] != pk[0][0]);
+				}
+				free(xp);
 				for (int m = 0; m < M; m++)
 					for (int n = 0; n < N; n++) {
 						double d = beta ? init[m][n] : 0.0;

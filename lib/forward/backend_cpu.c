@@ -108,6 +108,10 @@ typedef struct {
 	int64_t *blk;     /* [ubatch][3] prefill GEMM row blocks: first row, rows,
 			   * and 1 for rows of short segments (ROWINV_MAX) */
 	int64_t nblk;     /* blocks (a deterministic prefill pass), else 0 */
+	float *xpack;     /* [xpack_cap] a blocked GEMM's x, each block packed once
+			   * for all its column blocks (ss_linear_rows_xpack) */
+	int64_t xpack_cap;
+	int64_t *xpoff;   /* [ubatch] each block's offset in xpack */
 	int rowinv;       /* a deterministic pass: its GEMMs without blocks (all of
 			   * a decode step's, lm_head's) use ss_linear_rows_cpu */
 	int decode;       /* the pass is a decode step */
@@ -156,6 +160,8 @@ typedef struct {
 	int decode;       /* a decode step's GEMM */
 	int64_t parts;
 	const int64_t *blk; /* row blocks (prefill, see cpu_be), else NULL */
+	const float *xp;    /* blk's rows packed (cpu_be's xpack), else NULL */
+	const int64_t *xpoff;
 	int64_t ncb, cb;    /* column blocks per row block, their width (COL_BLOCK, or
 			     * narrower for the kernel where there are few tasks) */
 	int blas;           /* $SS_GEMM=blas: long segments' blocks through sgemm */
@@ -189,9 +195,10 @@ static void gemm_task(void *arg, int64_t i, int thread)
 	const size_t row = ss_dtype_row_size(j->weights_dtype, (size_t)j->K);
 	/* dtype checked at load, sizes here: the calls cannot fail */
 	if (rowinv && j->weights_dtype != SS_DTYPE_Q8_0) { /* 16-bit W widened in registers */
-		(void)ss_linear_rows_cpu(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda, j->lda,
-					 (const char *)j->W + n0 * row, j->weights_dtype, m1 - m0,
-					 n1 - n0, j->K, j->beta);
+		(void)ss_linear_rows_cpu_xp(j->C + m0 * j->ldc + n0, j->ldc, j->A + m0 * j->lda,
+					    j->lda, j->xp ? j->xp + j->xpoff[i / j->ncb] : NULL,
+					    (const char *)j->W + n0 * row, j->weights_dtype, m1 - m0,
+					    n1 - n0, j->K, j->beta);
 		return;
 	}
 	/* q8_0 W outside decode steps: x quantized per row too, as a decode
@@ -226,6 +233,41 @@ static void gemm_task(void *arg, int64_t i, int thread)
 			    j->beta);
 }
 
+/* Block i of a blocked GEMM's x packed into the context's xpack. */
+static void xpack_task(void *arg, int64_t i, int thread)
+{
+	const gemm_job *j = arg;
+	const int64_t *bk = j->blk + 3 * i;
+	ss_linear_rows_xpack((float *)j->xp + j->xpoff[i], j->A + bk[0] * j->lda, j->lda, bk[1], j->K);
+}
+
+/* Packs each of the nblk row blocks of A (K columns) once, for all the
+ * column blocks the GEMM's tasks then run against it (the kernel would
+ * pack a block again for each: ss_linear_rows_cpu_xp). Sets j's xp, or
+ * leaves it NULL where the kernel packs nothing or xpack cannot grow (the
+ * tasks then pack as before: the same bits). */
+static void xpack_blocks(cpu_be *ctx, gemm_job *j, int64_t nblk)
+{
+	int64_t total = 0;
+	for (int64_t b = 0; b < nblk; b++) {
+		ctx->xpoff[b] = total;
+		total += ss_linear_rows_xpack_floats(ctx->blk[3 * b + 1], j->K);
+	}
+	if (total == 0)
+		return;
+	if (total > ctx->xpack_cap) {
+		float *p = realloc(ctx->xpack, (size_t)total * sizeof(float));
+		if (!p)
+			return;
+		ctx->bytes += (size_t)(total - ctx->xpack_cap) * sizeof(float);
+		ctx->xpack = p;
+		ctx->xpack_cap = total;
+	}
+	j->xp = ctx->xpack;
+	j->xpoff = ctx->xpoff;
+	ss_pool_run(ctx->pool, nblk, xpack_task, j);
+}
+
 /* nblk > 0: the rows are ctx->blk's blocks (deterministic prefill); else M
  * rows cut by thread count, or (ctx->rowinv) all M rows in every task, the
  * columns cut. W in dtype weights_dtype. */
@@ -249,6 +291,9 @@ static void gemm_wt(cpu_be *ctx, int64_t nblk, const float *A, int64_t lda, cons
 		while (!ctx->blas && j.cb > 64 && nblk * ((N + j.cb - 1) / j.cb) < 4 * (int64_t)ctx->n_threads)
 			j.cb /= 2;
 		j.ncb = (N + j.cb - 1) / j.cb;
+		/* every block through ss_linear_rows_cpu (16-bit W widened in registers) */
+		if (!ctx->blas && weights_dtype != SS_DTYPE_Q8_0 && j.ncb > 1)
+			xpack_blocks(ctx, &j, nblk);
 		ss_pool_run(ctx->pool, nblk * j.ncb, gemm_task, &j);
 		return;
 	}
@@ -813,6 +858,8 @@ static void be_free(void *b)
 	free(ctx->XDBC);
 	free(ctx->segs);
 	free(ctx->blk);
+	free(ctx->xpack);
+	free(ctx->xpoff);
 	free(ctx->logits);
 	free(ctx->ids);
 	free(ctx);
@@ -877,6 +924,7 @@ int ss_backend_cpu_init(void **be, const ss_backend_ops **ops, const ss_model *m
 	ctx->Y = xalloc((size_t)ub * c->d_inner, sizeof(float), &ctx->bytes);
 	ctx->segs = xalloc((size_t)ub, sizeof(segment), &ctx->bytes);
 	ctx->blk = xalloc((size_t)ub * 3, sizeof(int64_t), &ctx->bytes);
+	ctx->xpoff = xalloc((size_t)ub, sizeof(int64_t), &ctx->bytes);
 	ctx->logits_rows = LOGITS_ROWS0;
 	ctx->logits = xalloc((size_t)LOGITS_ROWS0 * c->vocab_padded, sizeof(float), &ctx->bytes);
 	ctx->ids = xalloc(LOGITS_ROWS0, sizeof(int32_t), &ctx->bytes);
@@ -899,7 +947,7 @@ int ss_backend_cpu_init(void **be, const ss_backend_ops **ops, const ss_model *m
 	}
 	if ((m->weights_dtype != SS_DTYPE_F32 && !ctx->wpanel) || !ctx->A || !ctx->scan_work ||
 	    !ctx->scan_dtsum || !ctx->conv_wt || !ctx->H || !ctx->U || !ctx->ZXD || !ctx->XBC ||
-	    !ctx->DT || !ctx->Y || !ctx->segs || !ctx->blk || !ctx->logits || !ctx->ids) {
+	    !ctx->DT || !ctx->Y || !ctx->segs || !ctx->blk || !ctx->xpoff || !ctx->logits || !ctx->ids) {
 		be_free(ctx);
 		ss_errf(errmsg, 0, "out of memory for a %lld-token ubatch", (long long)ub);
 		return SS_ERR_NOMEM;

@@ -68,12 +68,14 @@ static inline float wval(const void *W, int64_t i, const int wt)
 #define INLINE inline __attribute__((always_inline))
 /* The tiles' loops must be unrolled for the accumulators to live in registers. */
 #define UNROLL _Pragma("GCC unroll 32")
-/* One instance of impl per ISA (attr) and weight dtype (wt). */
+/* One instance of impl per ISA (attr) and weight dtype (wt); xp, x packed
+ * by ss_linear_rows_xpack or NULL, is read by the panel kernels only. */
 #define ROWS_FN(name, impl, attr, wt)                                                       \
 	attr static void name(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,      \
-			      const void *W, int64_t M, int64_t N, int64_t K, float beta)  \
+			      const float *xp, const void *W, int64_t M, int64_t N,        \
+			      int64_t K, float beta)                                       \
 	{                                                                                   \
-		impl(y, ldy, x, ldx, W, M, N, K, beta, wt);                                 \
+		impl(y, ldy, x, ldx, xp, W, M, N, K, beta, wt);                             \
 	}
 /* The three instances name_f32, name_bf16, name_f16; BY_WT(name) picks
  * one by the constant wt. */
@@ -207,8 +209,8 @@ AVX512 static INLINE void few_rows512(float *y, ptrdiff_t ldy, const float *x, p
 
 /* Rows [0, M) of x against the N rows of W, up to FEW_ROWS at a time. */
 AVX512 static INLINE void rows_few512_impl(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
-					   const void *W, int64_t M, int64_t N, int64_t K,
-					   float beta, const int wt)
+					   const float *xp, const void *W, int64_t M, int64_t N,
+					   int64_t K, float beta, const int wt)
 {
 	for (int64_t m = 0; m < M; m += FEW_ROWS) {
 		float *ym = y + m * ldy;
@@ -233,7 +235,7 @@ AVX512 static INLINE void rows_few512(float *y, ptrdiff_t ldy, const float *x, p
 				      const void *W, int64_t M, int64_t N, int64_t K, float beta,
 				      const int wt)
 {
-	BY_WT(rows_few512)(y, ldy, x, ldx, W, M, N, K, beta);
+	BY_WT(rows_few512)(y, ldy, x, ldx, NULL, W, M, N, K, beta);
 }
 
 /* 16-float steps of k ahead that pack_xt512 prefetches each row of x by:
@@ -409,16 +411,29 @@ static inline int panel_rows(int64_t M, int64_t K)
 	return M < PANEL_MIN_ROWS ? 0 : 32 * K <= XT_FLOATS ? 32 : 16 * K <= XT_FLOATS ? 16 : 0;
 }
 
-/* M rows of x (panel_rows(M, K) != 0) through panels of P rows, xt on this
+/* xp = the panels of P rows of x that panels512 packs (panel_rows(M, K)
+ * = P != 0): the one at row m0 at xp + m0·K; the last rows, fewer than
+ * PANEL_MIN_ROWS, not (the transposing kernel reads them from x). */
+AVX512 static void pack_panels512(float *xp, const float *x, ptrdiff_t ldx, int64_t M, int64_t K)
+{
+	const int P = panel_rows(M, K);
+	for (int64_t m0 = 0; m0 < M && M - m0 >= PANEL_MIN_ROWS; m0 += P) {
+		const int mv = M - m0 < P ? (int)(M - m0) : P;
+		pack_xt512(xp + m0 * K, x + m0 * ldx, ldx, K, mv, mv > 16 ? 2 : 1);
+	}
+}
+
+/* M rows of x (panel_rows(M, K) != 0) through panels of P rows: from xp
+ * (pack_panels512's) when given, else each packed in turn into xt on this
  * frame (256 KB: in the instances below, so that a call with few rows does
  * not touch that much stack). */
 AVX512 static INLINE void panels512(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
-				    const void *W, int64_t M, int64_t N, int64_t K, float beta,
-				    const int wt)
+				    const float *xp, const void *W, int64_t M, int64_t N, int64_t K,
+				    float beta, const int wt)
 {
 	const size_t esz = wt == W_F32 ? 4 : 2;
 	const int P = panel_rows(M, K);
-	float xt[XT_FLOATS] __attribute__((aligned(64)));
+	float xbuf[XT_FLOATS] __attribute__((aligned(64)));
 	for (int64_t m0 = 0; m0 < M; m0 += P) {
 		const int mv = M - m0 < P ? (int)(M - m0) : P;
 		float *ym = y + m0 * ldy;
@@ -427,7 +442,9 @@ AVX512 static INLINE void panels512(float *y, ptrdiff_t ldy, const float *x, ptr
 			break;
 		}
 		/* 32 rows: tiles of 12 rows of W (24 accumulators), then 4; 16: 24, then 8 */
-		pack_xt512(xt, x + m0 * ldx, ldx, K, mv, mv > 16 ? 2 : 1);
+		const float *xt = xp ? xp + m0 * K : xbuf;
+		if (!xp)
+			pack_xt512(xbuf, x + m0 * ldx, ldx, K, mv, mv > 16 ? 2 : 1);
 		const int64_t n = mv > 16 ? panel_tiles512(ym, ldy, xt, W, N, K, beta, mv, 2, 12, 4, wt)
 					  : panel_tiles512(ym, ldy, xt, W, N, K, beta, mv, 1, 24, 8, wt);
 		if (n < N) /* the last rows of W */
@@ -492,8 +509,8 @@ AVX2 static INLINE void few256(float *y, ptrdiff_t ldy, const float *x, ptrdiff_
 
 /* Rows [0, M) of x against the N rows of W, FEW256 rows at a time. */
 AVX2 static INLINE void rows_few256(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
-				    const void *W, int64_t M, int64_t N, int64_t K, float beta,
-				    const int wt)
+				    const float *xp, const void *W, int64_t M, int64_t N, int64_t K,
+				    float beta, const int wt)
 {
 	const size_t esz = wt == W_F32 ? 4 : 2;
 	for (int64_t m = 0; m < M; m += FEW256) {
@@ -628,11 +645,18 @@ AVX2 static void pack_xt256(float *xt, const float *x, ptrdiff_t ldx, int64_t K,
 			}
 			ss_transpose8(c, r);
 			UNROLL for (int j = 0; j < 8; j++)
-				_mm256_store_ps(xt + (k + j) * 16 + 8 * h, c[j]);
+				_mm256_storeu_ps(xt + (k + j) * 16 + 8 * h, c[j]);
 		}
 	for (; k < K; k++)
 		for (int l = 0; l < 16; l++)
 			xt[k * 16 + l] = x[(l < mv ? l : mv - 1) * ldx + k];
+}
+
+/* xp[p·16·K ...] = panel p of x (pack_xt256's, rows [16·p, 16·p + 16)), p < ceil(M / 16). */
+AVX2 static void pack_panels256(float *xp, const float *x, ptrdiff_t ldx, int64_t M, int64_t K)
+{
+	for (int64_t p = 0; p < (M + 15) / 16; p++)
+		pack_xt256(xp + p * 16 * K, x + p * 16 * ldx, ldx, K, M - 16 * p < 16 ? (int)(M - 16 * p) : 16);
 }
 
 /* One panel of x (mv rows in xp, through V = 1 or 2 vectors) against the
@@ -671,22 +695,23 @@ AVX2 static INLINE void tiles256(float *yp, ptrdiff_t ldy, const float *xp, cons
  * Zen 3, FMA peak about 96 GFLOP/s a core): 75 -> 83 GFLOP/s on 1 thread,
  * 150 -> 165 on 2; bf16 W 70 -> 82 (level with f32). */
 AVX2 static INLINE void panels256(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx,
-				  const void *W, int64_t M, int64_t N, int64_t K, float beta,
-				  const int wt)
+				  const float *xp, const void *W, int64_t M, int64_t N, int64_t K,
+				  float beta, const int wt)
 {
 	const size_t esz = wt == W_F32 ? 4 : 2;
 	const int64_t np = (M + 15) / 16; /* panels, the last one of M % 16 rows or 16 */
 	int64_t group = GROUP256_BYTES / (6 * (int64_t)sizeof(float) * (K > 0 ? K : 1)) * 6;
 	group = group < 6 ? 6 : group;
-	const size_t nxt = (size_t)np * K * 16, nwg = wt != W_F32 ? (size_t)group * K : 0;
-	float *own = NULL, *xt = K > 0 ? scratch(nxt + nwg, &own) : NULL;
-	float *wg = nwg ? xt + nxt : NULL;
-	if (!xt) {
-		BY_WT(rows_few256)(y, ldy, x, ldx, W, M, N, K, beta);
+	const size_t nxt = xp ? 0 : (size_t)np * K * 16, nwg = wt != W_F32 ? (size_t)group * K : 0;
+	float *own = NULL, *buf = K > 0 && nxt + nwg ? scratch(nxt + nwg, &own) : NULL;
+	float *wg = nwg ? buf + nxt : NULL;
+	if (K == 0 || (nxt + nwg && !buf)) {
+		BY_WT(rows_few256)(y, ldy, x, ldx, NULL, W, M, N, K, beta);
 		return;
 	}
-	for (int64_t p = 0; p < np; p++)
-		pack_xt256(xt + p * 16 * K, x + p * 16 * ldx, ldx, K, M - 16 * p < 16 ? (int)(M - 16 * p) : 16);
+	const float *xt = xp ? xp : buf;
+	if (!xp)
+		pack_panels256(buf, x, ldx, M, K);
 	for (int64_t n0 = 0; n0 < N; n0 += group) {
 		const int64_t n1 = n0 + group < N ? n0 + group : N;
 		const void *Wg = (const char *)W + (size_t)(n0 * K) * esz;
@@ -702,11 +727,11 @@ AVX2 static INLINE void panels256(float *y, ptrdiff_t ldy, const float *x, ptrdi
 		for (int64_t p = 0; p < np; p++) {
 			const int mv = M - 16 * p < 16 ? (int)(M - 16 * p) : 16;
 			float *yp = y + 16 * p * ldy;
-			const float *xp = xt + p * 16 * K;
+			const float *xpan = xt + p * 16 * K;
 			if (mv > 8)
-				tiles256(yp, ldy, xp, (const float *)Wg, n0, n1, K, beta, mv, 2);
+				tiles256(yp, ldy, xpan, (const float *)Wg, n0, n1, K, beta, mv, 2);
 			else /* a last panel of 8 rows or fewer: half the FMAs */
-				tiles256(yp, ldy, xp, (const float *)Wg, n0, n1, K, beta, mv, 1);
+				tiles256(yp, ldy, xpan, (const float *)Wg, n0, n1, K, beta, mv, 1);
 		}
 	}
 	free(own);
@@ -729,8 +754,53 @@ int ss_gemm_choice(void)
 	return c;
 }
 
-int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
-		       ss_dtype weights_dtype, int64_t M, int64_t N, int64_t K, float beta)
+/* The kernel ss_linear_rows_cpu runs for M rows of K, as the CPU and
+ * $SS_GEMM allow (the same for every call with these M and K). */
+enum { PATH_C, PATH_FEW512, PATH_PANELS512, PATH_FEW256, PATH_PANELS256 };
+static int rows_path(int64_t M, int64_t K)
+{
+#ifdef HAVE_X86_KERNELS
+	const int choice = ss_gemm_choice();
+	if (choice != SS_GEMM_C && choice != SS_GEMM_AVX2 && __builtin_cpu_supports("avx512f"))
+		return panel_rows(M, K) ? PATH_PANELS512 : PATH_FEW512;
+	if (choice != SS_GEMM_C && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	    ss_cpu_f16c())
+		return M >= PANEL_MIN_ROWS ? PATH_PANELS256 : PATH_FEW256;
+#endif
+	return PATH_C;
+}
+
+int64_t ss_linear_rows_xpack_floats(int64_t M, int64_t K)
+{
+	if (M <= 0 || K <= 0)
+		return 0;
+#ifdef HAVE_X86_KERNELS
+	switch (rows_path(M, K)) {
+	case PATH_PANELS512: {
+		const int64_t P = panel_rows(M, K);
+		return (M + P - 1) / P * P * K;
+	}
+	case PATH_PANELS256: return (M + 15) / 16 * 16 * K;
+	}
+#endif
+	return 0;
+}
+
+void ss_linear_rows_xpack(float *xp, const float *x, ptrdiff_t ldx, int64_t M, int64_t K)
+{
+	if (M <= 0 || K <= 0)
+		return;
+#ifdef HAVE_X86_KERNELS
+	switch (rows_path(M, K)) {
+	case PATH_PANELS512: pack_panels512(xp, x, ldx, M, K); break;
+	case PATH_PANELS256: pack_panels256(xp, x, ldx, M, K); break;
+	}
+#endif
+}
+
+int ss_linear_rows_cpu_xp(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const float *xp,
+			  const void *W, ss_dtype weights_dtype, int64_t M, int64_t N, int64_t K,
+			  float beta)
 {
 	if (M < 0 || N < 0 || K < 0 || ldy < N || ldx < K)
 		return SS_ERR_INVALID;
@@ -740,21 +810,17 @@ int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, c
 	const int w = weights_dtype == SS_DTYPE_F32 ? W_F32
 		      : weights_dtype == SS_DTYPE_BF16 ? W_BF16 : W_F16;
 #ifdef HAVE_X86_KERNELS
-	typedef void rows_fn(float *, ptrdiff_t, const float *, ptrdiff_t, const void *, int64_t,
-			     int64_t, int64_t, float);
-	static rows_fn *const fewf[3] = { rows_few512_f32, rows_few512_bf16, rows_few512_f16 };
-	static rows_fn *const panf[3] = { panels512_f32, panels512_bf16, panels512_f16 };
-	static rows_fn *const few256f[3] = { rows_few256_f32, rows_few256_bf16, rows_few256_f16 };
-	static rows_fn *const pan256[3] = { panels256_f32, panels256_bf16, panels256_f16 };
-	const int choice = ss_gemm_choice();
-	if (choice != SS_GEMM_C && choice != SS_GEMM_AVX2 && __builtin_cpu_supports("avx512f")) {
-		(panel_rows(M, K) ? panf : fewf)[w](y, ldy, x, ldx, W, M, N, K, beta);
-		return 0;
-	}
-	if (choice != SS_GEMM_C && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	    ss_cpu_f16c()) {
-		(M >= PANEL_MIN_ROWS ? pan256 : few256f)[w](y, ldy, x, ldx, W,
-										   M, N, K, beta);
+	typedef void rows_fn(float *, ptrdiff_t, const float *, ptrdiff_t, const float *,
+			     const void *, int64_t, int64_t, int64_t, float);
+	static rows_fn *const kernels[5][3] = {
+		[PATH_FEW512] = { rows_few512_f32, rows_few512_bf16, rows_few512_f16 },
+		[PATH_PANELS512] = { panels512_f32, panels512_bf16, panels512_f16 },
+		[PATH_FEW256] = { rows_few256_f32, rows_few256_bf16, rows_few256_f16 },
+		[PATH_PANELS256] = { panels256_f32, panels256_bf16, panels256_f16 },
+	};
+	const int path = rows_path(M, K);
+	if (path != PATH_C) {
+		kernels[path][w](y, ldy, x, ldx, xp, W, M, N, K, beta);
 		return 0;
 	}
 #endif
@@ -767,4 +833,10 @@ int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, c
 			y[m * ldy + n] = beta != 0.0f ? s + beta * y[m * ldy + n] : s;
 		}
 	return 0;
+}
+
+int ss_linear_rows_cpu(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const void *W,
+		       ss_dtype weights_dtype, int64_t M, int64_t N, int64_t K, float beta)
+{
+	return ss_linear_rows_cpu_xp(y, ldy, x, ldx, NULL, W, weights_dtype, M, N, K, beta);
 }

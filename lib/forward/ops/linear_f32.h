@@ -34,6 +34,29 @@
 /* ss_linear_rows_cpu(y, ldy, x, ldx, W, weights_dtype, M, N, K, beta): declared, with
  * its contract, in ss_ops.h (public: bench/forward times it beside sgemm). */
 
+/* x packed once for several calls on the same rows. The panel kernels
+ * transpose x's rows into panels before they run W against them; a
+ * prefill's row block meets W's column blocks one call each (the CPU
+ * backend's 256 x 256 calls: 14 for in_proj at the 130m shape), and packed
+ * x again each time (pack_xt512, 5 % of an ss-encode's samples).
+ *   ss_linear_rows_xpack_floats(M, K): floats of f32 that x's M rows of K
+ *     take packed for the kernel ss_linear_rows_cpu chooses for M and K; 0
+ *     where it packs nothing (few rows, the portable C kernel, M or K <= 0).
+ *   ss_linear_rows_xpack(xp, x, ldx, M, K): writes them (xp: that many
+ *     floats, any alignment; x: [M][K], row stride ldx).
+ *   ss_linear_rows_cpu_xp(y, ldy, x, ldx, xp, ...): ss_linear_rows_cpu
+ *     with xp, NULL or what ss_linear_rows_xpack wrote for these x, M and
+ *     K (unchanged since, and $SS_GEMM read before the pack); the bits of
+ *     ss_linear_rows_cpu (the same panels, packed elsewhere). x is still
+ *     read: the last rows that fill no panel go through the transposing
+ *     kernel. Errors as ss_linear_rows_cpu's.
+ * ref: issue 50. */
+int64_t ss_linear_rows_xpack_floats(int64_t M, int64_t K);
+void ss_linear_rows_xpack(float *xp, const float *x, ptrdiff_t ldx, int64_t M, int64_t K);
+int ss_linear_rows_cpu_xp(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx, const float *xp,
+			  const void *W, ss_dtype weights_dtype, int64_t M, int64_t N, int64_t K,
+			  float beta);
+
 /* The projections' kernels, as $SS_GEMM chooses them (read once, at the
  * first call; any other value, or none, is SS_GEMM_OWN):
  *   SS_GEMM_OWN  "own": ss_linear_rows_cpu with the CPU's best kernel
