@@ -1,8 +1,10 @@
 /*
  * vec.h — elementwise kernels of the forward pass (internal to libss).
  * Each has a portable C body and an AVX2+FMA body chosen at run time (the
- * build targets x86-64-v2, config.mk's CFLAGS, which has no AVX2). Arrays
- * are f32, any alignment; n >= 0.
+ * build targets x86-64-v2, config.mk's CFLAGS, which has no AVX2);
+ * ss_vec_mul_silu and ss_vec_conv_silu also an AVX-512 one with the AVX2
+ * body's bits (taken unless $SS_GEMM holds the kernels to AVX2 or C:
+ * ops/linear_f32.h). Arrays are f32, any alignment; n >= 0.
  */
 #ifndef SS_VEC_H
 #define SS_VEC_H

@@ -8,9 +8,10 @@
  *   - few rows of x (< PANEL_MIN_ROWS): 16 rows of W transposed in
  *     registers (bf16 W as pairs of k, half the shuffles), 16 outputs a
  *     vector, W read once per 8 rows;
- *   - more: 32 (or 16) rows of x transposed into a panel on the stack, each
- *     element of W broadcast against 16 rows of x, tiles of 12 (or 24) rows
- *     of W, W read once a panel.
+ *   - more: 32 (or 16) rows of x transposed into a panel on the stack (or
+ *     packed once by the caller for several calls: ss_linear_rows_xpack),
+ *     each element of W broadcast against 16 rows of x, tiles of 12 (or
+ *     24) rows of W, W read once a panel.
  * AVX2: the same two kernels with 8 lanes (8 rows of W transposed in
  * registers against up to 4 rows of x; panels of 16 rows of x against
  * tiles of 6 rows of W, by groups of tiles kept in L2 while all the
@@ -704,11 +705,11 @@ AVX2 static INLINE void panels256(float *y, ptrdiff_t ldy, const float *x, ptrdi
 	group = group < 6 ? 6 : group;
 	const size_t nxt = xp ? 0 : (size_t)np * K * 16, nwg = wt != W_F32 ? (size_t)group * K : 0;
 	float *own = NULL, *buf = K > 0 && nxt + nwg ? scratch(nxt + nwg, &own) : NULL;
-	float *wg = nwg ? buf + nxt : NULL;
 	if (K == 0 || (nxt + nwg && !buf)) {
 		BY_WT(rows_few256)(y, ldy, x, ldx, NULL, W, M, N, K, beta);
 		return;
 	}
+	float *wg = nwg ? buf + nxt : NULL;
 	const float *xt = xp ? xp : buf;
 	if (!xp)
 		pack_panels256(buf, x, ldx, M, K);
@@ -756,19 +757,19 @@ int ss_gemm_choice(void)
 
 /* The kernel ss_linear_rows_cpu runs for M rows of K, as the CPU and
  * $SS_GEMM allow (the same for every call with these M and K). */
+#ifdef HAVE_X86_KERNELS
 enum { PATH_C, PATH_FEW512, PATH_PANELS512, PATH_FEW256, PATH_PANELS256 };
 static int rows_path(int64_t M, int64_t K)
 {
-#ifdef HAVE_X86_KERNELS
 	const int choice = ss_gemm_choice();
 	if (choice != SS_GEMM_C && choice != SS_GEMM_AVX2 && __builtin_cpu_supports("avx512f"))
 		return panel_rows(M, K) ? PATH_PANELS512 : PATH_FEW512;
 	if (choice != SS_GEMM_C && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
 	    ss_cpu_f16c())
 		return M >= PANEL_MIN_ROWS ? PATH_PANELS256 : PATH_FEW256;
-#endif
 	return PATH_C;
 }
+#endif
 
 int64_t ss_linear_rows_xpack_floats(int64_t M, int64_t K)
 {
