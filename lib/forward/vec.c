@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "forward/vec.h"
-#include "forward/ops/linear_f32.h" /* ss_gemm_choice */
+#include "forward/ops/linear_f32.h" /* ss_gemm_isa */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -30,9 +30,7 @@ static inline int use_avx2(void)
 /* The AVX-512 twins (the bits of the AVX2 kernels), as $SS_GEMM allows. */
 static inline int use_avx512(void)
 {
-	const int choice = ss_gemm_choice();
-	return (choice == SS_GEMM_OWN || choice == SS_GEMM_BLAS) &&
-	       __builtin_cpu_supports("avx512f") && use_avx2();
+	return ss_gemm_isa() == 2;
 }
 
 /* exp's constants: the clamp, log2 e, ln 2 = hi + lo, then the Taylor
@@ -146,7 +144,7 @@ AVX2 static void conv_avx2(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ld
 }
 
 /* AVX-512 twins of the AVX2 silu passes (EXP_SILU's exp512 and silu512:
- * their bits), 16 lanes a step, where ss_gemm_choice() allows AVX-512
+ * their bits), 16 lanes a step, where ss_gemm_isa() allows AVX-512
  * (not under $SS_GEMM=avx2, which stands for a host without it): the
  * conv's and the gate's silu, 2.5 and 2.3 % of an ss-encode's samples
  * through the AVX2 kernels, 1.9 and 1.8 % through these (AVX-512 Zen 5,

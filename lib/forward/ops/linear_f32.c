@@ -755,17 +755,28 @@ int ss_gemm_choice(void)
 	return c;
 }
 
-/* The kernel ss_linear_rows_cpu runs for M rows of K, as the CPU and
- * $SS_GEMM allow (the same for every call with these M and K). */
+int ss_gemm_isa(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	const int choice = ss_gemm_choice();
+	if (choice == SS_GEMM_C || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		return 0;
+	return choice != SS_GEMM_AVX2 && __builtin_cpu_supports("avx512f") ? 2 : 1;
+#else
+	return 0;
+#endif
+}
+
+/* The kernel ss_linear_rows_cpu runs for M rows of K, as ss_gemm_isa
+ * allows (the same for every call with these M and K). */
 #ifdef HAVE_X86_KERNELS
 enum { PATH_C, PATH_FEW512, PATH_PANELS512, PATH_FEW256, PATH_PANELS256 };
 static int rows_path(int64_t M, int64_t K)
 {
-	const int choice = ss_gemm_choice();
-	if (choice != SS_GEMM_C && choice != SS_GEMM_AVX2 && __builtin_cpu_supports("avx512f"))
+	const int isa = ss_gemm_isa();
+	if (isa == 2)
 		return panel_rows(M, K) ? PATH_PANELS512 : PATH_FEW512;
-	if (choice != SS_GEMM_C && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	    ss_cpu_f16c())
+	if (isa == 1 && ss_cpu_f16c())
 		return M >= PANEL_MIN_ROWS ? PATH_PANELS256 : PATH_FEW256;
 	return PATH_C;
 }

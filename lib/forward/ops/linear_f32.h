@@ -73,4 +73,11 @@ int ss_linear_rows_cpu_xp(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t ldx
 enum { SS_GEMM_OWN, SS_GEMM_AVX2, SS_GEMM_C, SS_GEMM_BLAS };
 int ss_gemm_choice(void);
 
+/* The vector width the forward pass's own CPU kernels may take, as the CPU
+ * and $SS_GEMM allow: 2 AVX-512 (AVX2 and FMA with it), 1 AVX2+FMA (a host
+ * without AVX-512, or SS_GEMM=avx2), 0 portable C (SS_GEMM=c, or neither).
+ * One answer for the projections (linear_f32.c, which also needs F16C for
+ * AVX2), the chunked scan's products (ssd.c) and vec.c's AVX-512 twins. */
+int ss_gemm_isa(void);
+
 #endif /* SS_LINEAR_F32_H */

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "ss.h"
-#include "forward/ops/linear_f32.h" /* ss_gemm_choice */
+#include "forward/ops/linear_f32.h" /* ss_gemm_isa */
 #include "forward/ops/scan.h"
 #include "forward/ops/transpose_simd.h"
 #include "forward/vec.h"
@@ -137,18 +137,6 @@ AVX2 static void tile256_any(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t 
 #undef T256
 }
 #undef CASES
-
-/* The kernels this file takes, as $SS_GEMM and the CPU allow: 2 AVX-512,
- * 1 AVX2+FMA, 0 C. */
-static int ssd_isa(void)
-{
-	const int choice = ss_gemm_choice();
-	if (choice != SS_GEMM_C && choice != SS_GEMM_AVX2 && __builtin_cpu_supports("avx512f"))
-		return 2;
-	if (choice != SS_GEMM_C && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-		return 1;
-	return 0;
-}
 #endif
 
 /* y[m][n] = (beta ? y[m][n] : 0) + Σ_k x[m·sxm + k·sxk]·Wt[k·ldw + n],
@@ -165,7 +153,7 @@ static void ssd_gemm(float *y, ptrdiff_t ldy, const float *x, ptrdiff_t sxm, ptr
 		     ptrdiff_t, int64_t, int, int, int) = NULL;
 	int64_t nb = N; /* columns per tile */
 #ifdef HAVE_X86_KERNELS
-	const int isa = ssd_isa();
+	const int isa = ss_gemm_isa();
 	if (isa == 2)
 		tile = tile512_any, nb = 64;
 	else if (isa == 1)
@@ -227,7 +215,7 @@ static void transpose(float *dst, ptrdiff_t ldd, const float *src, ptrdiff_t lds
 {
 	int64_t R0 = 0, C0 = 0; /* the part done in registers */
 #ifdef HAVE_X86_KERNELS
-	if (ssd_isa() == 2) {
+	if (ss_gemm_isa() == 2) {
 		R0 = R / 16 * 16, C0 = C / 16 * 16;
 		transpose_tiles512(dst, ldd, src, lds, R0, C0);
 	}
