@@ -77,7 +77,9 @@ typedef struct ss_backend_ops {
 	/* The ops of a pass, in the driver's order (ss_ops.h twins):
 	 *   embed       H = embedding[tokens]
 	 *   rmsnorm     U = rmsnorm(H) · layers[l].norm
-	 *   linear      in_proj or out_proj (ss_linear_which)
+	 *   linear      in_proj or out_proj (ss_linear_which); in_proj may leave
+	 *               ZXD's z columns unwritten when p->state_only on the
+	 *               last layer (nothing reads them: no gated_norm)
 	 *   conv        XBC = silu(conv1d(ZXD's xBC columns)), conv states
 	 *   dt          DT = softplus(ZXD's dt columns + dt_bias)
 	 *   scan        Y (none when p->state_only on the last layer), ssm
