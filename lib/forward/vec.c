@@ -102,9 +102,24 @@ AVX2 static void fma_avx2(float *y, const float *w, const float *x, int64_t n)
  * 5 % row by row, 2.7 % row by row with this (2, 4 and 8 rows alike). */
 #define CONV_PREFETCH 4
 
-/* ss_vec_conv_silu's rows, one after the other, 8 channels at a time:
- * the taps' FMAs in ss_vec_fma's order, then silu256 (the bits of those
- * two passes); the last channels as fma_avx2's and silu_avx2's tails do
+/* Channels [c, c + B/32) of row t of ss_vec_conv_silu (the enclosing
+ * kernel's names: xt, yt that row's x and y; b, w, ldw, ldx, n, K): the
+ * taps' FMAs in ss_vec_fma's order, then siluB (the bits of those two
+ * passes); one text for conv_avx2_k and conv_avx512_k, so that the twins
+ * keep one order. */
+#define CONV_VEC(B)                                                                              \
+	do {                                                                                     \
+		__m##B acc = _mm##B##_loadu_ps(b + c);                                           \
+		if (t + CONV_PREFETCH + 1 < n)                                                   \
+			_mm_prefetch((const char *)(xt + (K + CONV_PREFETCH) * ldx + c), _MM_HINT_T0); \
+		for (int k = 0; k < K; k++)                                                      \
+			acc = _mm##B##_fmadd_ps(_mm##B##_loadu_ps(w + k * ldw + c),              \
+						_mm##B##_loadu_ps(xt + k * ldx + c), acc);       \
+		_mm##B##_storeu_ps(yt + c, silu##B(acc));                                        \
+	} while (0)
+
+/* ss_vec_conv_silu's rows, one after the other, 8 channels at a time
+ * (CONV_VEC); the last channels as fma_avx2's and silu_avx2's tails do
  * them. */
 AVX2 static inline __attribute__((always_inline)) void conv_avx2_k(float *y, ptrdiff_t ldy,
 								   const float *x, ptrdiff_t ldx,
@@ -116,15 +131,8 @@ AVX2 static inline __attribute__((always_inline)) void conv_avx2_k(float *y, ptr
 		const float *xt = x + t * ldx;
 		float *yt = y + t * ldy;
 		int c = 0;
-		for (; c + 8 <= nch; c += 8) {
-			__m256 acc = _mm256_loadu_ps(b + c);
-			if (t + CONV_PREFETCH + 1 < n)
-				_mm_prefetch((const char *)(xt + (K + CONV_PREFETCH) * ldx + c), _MM_HINT_T0);
-			for (int k = 0; k < K; k++)
-				acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + k * ldw + c),
-						      _mm256_loadu_ps(xt + k * ldx + c), acc);
-			_mm256_storeu_ps(yt + c, silu256(acc));
-		}
+		for (; c + 8 <= nch; c += 8)
+			CONV_VEC(256);
 		for (; c < nch; c++) {
 			float acc = b[c];
 			for (int k = 0; k < K; k++)
@@ -160,8 +168,8 @@ AVX512 static void mul_silu_avx512(float *y, const float *z, int64_t n)
 	mul_silu_avx2(y + i, z + i, n - i);
 }
 
-/* conv_avx2_k's bits (the same taps' order, silu512), 16 channels at a
- * time, the last through conv_avx2_k. */
+/* conv_avx2_k's bits (CONV_VEC at 512 bits), 16 channels at a time, the
+ * last through conv_avx2_k. */
 AVX512 static inline __attribute__((always_inline)) void conv_avx512_k(float *y, ptrdiff_t ldy,
 								       const float *x, ptrdiff_t ldx,
 								       const float *w, ptrdiff_t ldw,
@@ -172,15 +180,8 @@ AVX512 static inline __attribute__((always_inline)) void conv_avx512_k(float *y,
 	for (int64_t t = 0; t < n; t++) {
 		const float *xt = x + t * ldx;
 		float *yt = y + t * ldy;
-		for (int c = 0; c < c16; c += 16) {
-			__m512 acc = _mm512_loadu_ps(b + c);
-			if (t + CONV_PREFETCH + 1 < n)
-				_mm_prefetch((const char *)(xt + (K + CONV_PREFETCH) * ldx + c), _MM_HINT_T0);
-			for (int k = 0; k < K; k++)
-				acc = _mm512_fmadd_ps(_mm512_loadu_ps(w + k * ldw + c),
-						      _mm512_loadu_ps(xt + k * ldx + c), acc);
-			_mm512_storeu_ps(yt + c, silu512(acc));
-		}
+		for (int c = 0; c < c16; c += 16)
+			CONV_VEC(512);
 	}
 	if (c16 < nch)
 		conv_avx2_k(y + c16, ldy, x + c16, ldx, w + c16, ldw, b + c16, n, nch - c16, K);
